@@ -1,0 +1,1 @@
+"""Power's orchestrator: TOML schema, GGUF inspection, checks, sizing, plans, rendering, fleet, CLI."""

@@ -1,0 +1,70 @@
+"""The `power` command line: a click group whose sub-commands load lazily.
+
+Each sub-command lives in its own module under `power.orchestrator.commands`, so
+`power --help` and `power validate` never import torch. Exit codes, for every command:
+0 ok, 1 check failures (error findings), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from power import __version__
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+# command name -> (module under power.orchestrator.commands, attribute, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "validate": ("validate", "validate", "Validate manifests, profiles, hosts and fleets; report every finding."),
+    "schema": ("schema", "schema", "Print the JSON Schema of a file kind."),
+    "inspect": ("inspect", "inspect", "Inspect a GGUF artifact: header, tensors, tokenizer, drafter contract."),
+    "fixtures": ("fixtures", "fixtures", "Build the small test GGUF artifacts (targets and drafters)."),
+    "plan": ("plan", "plan", "Compile manifest + profile + host into a resolved engine plan."),
+    "size": ("size", "size", "Dry-run VRAM sizing: per-component breakdown and the largest context that fits."),
+    "worth-it": ("worth_it", "worth_it", "Break-even arithmetic for a drafter against the incumbent."),
+    "render": ("render", "render", "Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan."),
+    "run": ("run", "run", "Generate with the Power runtime on a plan and print the receipt."),
+    "serve": ("serve", "serve", "Serve a plan over OpenAI-style HTTP with /health and /metrics."),
+    "bench": ("bench", "bench", "A/B evidence: paired runs of plans over fixed traffic shapes."),
+    "fleet": ("fleet", "fleet", "Review a fleet: plan every deployment, show drift against the lock."),
+    "rollout": ("rollout", "rollout", "Stage a profile across a fleet, gated by evidence receipts."),
+    "import": ("import_", "import_", "Turn an existing llama-server or vLLM launch line into manifest + profile and check it."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports a sub-command's module only when that command runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if self._module_exists(name)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS or not self._module_exists(cmd_name):
+            return None
+        module_name, attribute, _ = COMMANDS[cmd_name]
+        module = importlib.import_module(f"power.orchestrator.commands.{module_name}")
+        return getattr(module, attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    @staticmethod
+    def _module_exists(name: str) -> bool:
+        module_name = COMMANDS[name][0]
+        return importlib.util.find_spec(f"power.orchestrator.commands.{module_name}") is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="power")
+def main() -> None:
+    """Power: validate, size, plan, render and run speculative-decoding deployments of GGUF models.
+
+    Exit codes: 0 ok, 1 check failures, 2 usage or input error.
+    """

@@ -1,0 +1,71 @@
+"""Findings: what every check reports, with a stable code, a location and a fix.
+
+A finding names the file and the place in it (TOML line/column, or a GGUF byte
+offset), says what was found, and a hint says what to do. The text rendering is
+ruff/uv-like: `path:line:col: CODE message`, the source line, a caret, the hint.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    message: str
+    file: str | None = None
+    line: int | None = None
+    col: int | None = None
+    hint: str | None = None
+    # A GGUF byte offset, for artifact findings.
+    offset: int | None = None
+    # The dotted place in the document (`drafters[1].sha256`), when there is one.
+    where: str | None = None
+    # The offending source line, for the caret rendering.
+    source_line: str | None = field(default=None, compare=False)
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = self.severity.value
+        data.pop("source_line")
+        return data
+
+    def location(self) -> str:
+        parts = [self.file or "<input>"]
+        if self.line is not None:
+            parts.append(str(self.line))
+            if self.col is not None:
+                parts.append(str(self.col))
+        elif self.offset is not None:
+            parts.append(f"byte {self.offset}")
+        return ":".join(parts)
+
+    def render(self) -> str:
+        """Human text: location, code and message; then the source line with a caret; then the hint."""
+        lines = [f"{self.location()}: {self.code} [{self.severity.value}] {self.message}"]
+        if self.source_line is not None and self.line is not None:
+            gutter = f"{self.line} | "
+            lines.append(f"  {gutter}{self.source_line.rstrip()}")
+            if self.col is not None:
+                lines.append("  " + " " * (len(gutter) + self.col - 1) + "^")
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.is_error for f in findings)

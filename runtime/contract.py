@@ -1,0 +1,71 @@
+"""The trunk contract: what the speculative loop needs from a target model, and nothing about drafting.
+
+Fixed shape: every forward runs at `verify_capacity` rows (padding the real rows)
+into a fixed-capacity cache read under a mask, so a row's arithmetic never depends
+on how many real rows ran beside it. Plain decode is a 1-real-row forward at the
+same shape; this is what makes greedy speculative output bit-identical to
+autoregressive output.
+
+Rollback: attention layers rewind by length (rows past it are masked and later
+overwritten). Recurrent layers keep per-row state snapshots for the *last*
+`snapshot_rows` (S) rows of the most recent forward, so after a forward of n rows
+from position p the trunk can rewind to any length in [p + n - S, p + n]; a
+shorter length is outside the resident window and `rewind` raises
+`OutsideResidentWindow` - the caller then restores its checkpoint and replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import torch
+
+
+class OutsideResidentWindow(RuntimeError):
+    """A rewind target whose recurrent state is no longer resident (rejected suffix longer than S)."""
+
+
+@dataclass(frozen=True)
+class TrunkConfig:
+    architecture: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_ctx: int  # cache capacity in positions
+    verify_capacity: int  # fixed number of rows every forward runs at
+    snapshot_rows: int  # S: resident per-row recurrent snapshots (0 for attention-only trunks)
+    recurrent: bool
+
+
+@dataclass
+class ForwardOut:
+    logits: torch.Tensor  # [n, vocab] float32, one row per real input token
+    # layer index L -> [n, d_model] residual entering layer L; L == n_layers -> final residual before the output norm
+    hidden: dict[int, torch.Tensor]
+
+
+class Trunk(Protocol):
+    config: TrunkConfig
+
+    @property
+    def position(self) -> int:
+        """Number of positions committed in the cache (the next token's position)."""
+
+    def forward(self, tokens: Sequence[int], taps: Sequence[int] = ()) -> ForwardOut:
+        """Append `tokens` (1..verify_capacity of them) at [position, position + n), at the fixed shape."""
+
+    def prefill(self, tokens: Sequence[int], taps: Sequence[int] = ()) -> ForwardOut:
+        """Append a prompt of any length (in fixed-shape chunks); returns logits/taps for every prompt row."""
+
+    def rewind(self, length: int) -> None:
+        """Keep the first `length` positions; restore recurrent state from the per-row snapshot for that length."""
+
+    def checkpoint(self) -> Any:
+        """An opaque, restorable copy of the committed state (position + recurrent state)."""
+
+    def restore(self, checkpoint: Any) -> None:
+        """Return to a checkpoint taken earlier in this request (attention rows past it are masked)."""
+
+    def reset(self) -> None:
+        """Empty the cache and recurrent state for a new request."""
