@@ -1,0 +1,143 @@
+"""Sampling: greedy, and seeded stochastic draws from a counter-based random stream.
+
+Every random number is a pure function of (seed, emitted position, lane): nothing
+is consumed from a stateful generator. A speculative round that verifies rows it
+later rejects therefore leaves no trace in the stream - the next round draws the
+same uniform for that position that plain decoding would have drawn - and a
+restored checkpoint needs no sampler state at all.
+
+Two verification rules use it:
+- `match`: every row's token is drawn from the target distribution with the
+  position's uniform; a proposal survives while it equals the draw. The emitted
+  stream is token-for-token the autoregressive stream for the same seed.
+- `rejection` (Leviathan et al. 2023; Chen et al. 2023): a proposal d drawn from
+  the drafter's q is accepted with probability min(1, p(d)/q(d)); on rejection the
+  correction is drawn from norm(max(0, p - q)). The output distribution equals p.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+VERIFY_RULES = ("match", "rejection")
+_MASK64 = (1 << 64) - 1
+
+
+class Lane(enum.IntEnum):
+    """Independent uniforms drawn for one emitted position."""
+
+    SAMPLE = 0  # the target draw (match rule, bonus and plain tokens)
+    ACCEPT = 1  # the rejection rule's accept/reject coin
+    RESIDUAL = 2  # the rejection rule's correction draw
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 0  # 0 keeps the whole vocabulary
+    top_p: float = 1.0
+    seed: int = 0
+    verify: str = "match"
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.verify not in VERIFY_RULES:
+            raise ValueError(f"verify must be one of {', '.join(VERIFY_RULES)}, got {self.verify!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def uniform(seed: int, position: int, lane: Lane = Lane.SAMPLE) -> float:
+    """A uniform in [0, 1) that depends only on (seed, position, lane)."""
+    x = _splitmix64(seed & _MASK64)
+    x = _splitmix64(x ^ (position & _MASK64))
+    x = _splitmix64(x ^ int(lane))
+    return (x >> 11) * (1.0 / (1 << 53))
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution the sampler draws from: [vocab] float64 after temperature, top-k, top-p.
+
+    Greedy is the one-hot of the argmax (ties resolve to the lowest token ID).
+    """
+    logits = logits.to(torch.float64)
+    if params.greedy:
+        probs = torch.zeros_like(logits)
+        probs[int(torch.argmax(logits))] = 1.0
+        return probs
+    scaled = logits / params.temperature
+    if 0 < params.top_k < scaled.numel():
+        kth = torch.topk(scaled, params.top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if params.top_p < 1.0:
+        probs = _nucleus(probs, params.top_p)
+    return probs
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest most-probable set whose mass reaches top_p (the crossing token included)."""
+    order = torch.sort(probs, descending=True, stable=True).indices
+    mass_before = torch.cumsum(probs[order], dim=0) - probs[order]
+    drop = order[mass_before >= top_p]
+    kept = probs.clone()
+    kept[drop] = 0.0
+    return kept / kept.sum()
+
+
+def draw(probs: torch.Tensor, u: float) -> int:
+    """Inverse-CDF draw in token-ID order: the first token whose cumulative mass exceeds u * total."""
+    cdf = torch.cumsum(probs.to(torch.float64), dim=0)
+    index = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=torch.float64), right=True))
+    index = min(index, probs.numel() - 1)
+    while probs[index] <= 0:  # u * total landed exactly on a zero-mass boundary
+        index -= 1
+    return index
+
+
+class Sampler:
+    """Turns target logits rows into emitted tokens for one request."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return target_probs(logits, self.params)
+
+    def sample(self, logits: torch.Tensor, position: int) -> int:
+        """The token emitted at `position` (0-based index in the sequence) from its logits row."""
+        if self.params.greedy:
+            return int(torch.argmax(logits))
+        return draw(self.probs(logits), uniform(self.params.seed, position, Lane.SAMPLE))
+
+    def accept(self, p: torch.Tensor, q: torch.Tensor, token: int, position: int) -> bool:
+        """Rejection rule: keep proposal `token` (drawn from q) with probability min(1, p/q)."""
+        q_token = float(q[token])
+        if q_token <= 0.0:  # a token the drafter could not have drawn: never accepted
+            return False
+        ratio = float(p[token]) / q_token
+        return uniform(self.params.seed, position, Lane.ACCEPT) < ratio
+
+    def correct(self, p: torch.Tensor, q: torch.Tensor, position: int) -> int:
+        """Rejection rule: the correction after a rejected proposal, drawn from norm(max(0, p - q))."""
+        residual = torch.clamp(p.to(torch.float64) - q.to(torch.float64), min=0.0)
+        if float(residual.sum()) <= 0.0:  # p == q: a rejection cannot happen; fall back to p itself
+            residual = p.to(torch.float64)
+        return draw(residual, uniform(self.params.seed, position, Lane.RESIDUAL))
