@@ -1,0 +1,342 @@
+"""The resolved engine plan: the one document every downstream step takes.
+
+A plan exists only when every check passed. It is immutable, carries a sha256
+digest over its canonical content, and holds everything the runtime, the
+renderers, the fleet review and the rollout need, so none of them re-reads TOML
+or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
+
+    schema      "power.plan/v1"
+    name        the manifest's name
+    sources     manifest / profile / host: {path, sha256} of the files compiled
+    device      {name, vram_bytes, headroom_bytes}: the device planned for
+    target      {path, size, sha256, architecture, quant, n_layers, vocab_size,
+                 context_length, has_mtp}
+    mode        {requested, resolved, chain, reason}: the profile's spec_mode,
+                what it resolved to (auto: verified external artifact -> native
+                MTP -> none), the drafter chain in execution order
+                (ngram first, then the one context-backed drafter), and why
+    drafters    [{kind, path, size, sha256, target_sha256, contract}]: the
+                drafters in the chain; `contract` holds header facts (block
+                size, sliding window, target layers, layer count, ...)
+    speculation {k, s, rollback, fr_vocab_size, adaptive}: rollback is "full"
+                (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
+                or "none" (no speculation)
+    runtime     launch settings: ctx, batch, verify_capacity, gpu_layers,
+                flash_attn, cuda_graphs, kv_cache_type, draft_kv_cache_type,
+                draft_device, ngram_n_min, ngram_n_max
+    sampling    {temperature, seed, verify}: verify is "match" or "rejection"
+    memory      the sizing verdict: device/headroom bytes, per-component
+                bytes with the header facts behind each, total, margin,
+                verdict, the largest context that fits
+    tokenizer   {vocab_size, merges, model, pre, sha256} of the target, or absent
+    findings    every check result that did not stop the plan (warnings, info)
+    digest      sha256 of the canonical JSON of everything above
+
+`runtime_settings()` is the one place the runtime maps from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from power.orchestrator.findings import Finding, Severity
+
+PLAN_SCHEMA = "power.plan/v1"
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be used: unreadable, malformed, or edited after it was compiled."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FileRef(_Frozen):
+    path: str
+    sha256: str
+
+
+class Sources(_Frozen):
+    manifest: FileRef
+    profile: FileRef
+    host: FileRef | None = None
+
+
+class Device(_Frozen):
+    name: str
+    vram_bytes: int
+    headroom_bytes: int
+
+
+class Target(_Frozen):
+    path: str
+    size: int
+    sha256: str
+    architecture: str
+    quant: str
+    n_layers: int
+    vocab_size: int
+    context_length: int | None = None
+    has_mtp: bool = False
+
+
+class Mode(_Frozen):
+    requested: str
+    resolved: str
+    chain: tuple[str, ...]
+    reason: str
+
+
+# Header facts only; no None (TOML could not carry it back).
+ContractValue = int | float | str | bool | tuple[int, ...]
+
+
+class Drafter(_Frozen):
+    kind: str
+    path: str | None = None
+    size: int | None = None
+    sha256: str | None = None
+    target_sha256: str | None = None
+    contract: dict[str, ContractValue] = {}
+
+
+class Speculation(_Frozen):
+    k: int
+    s: int
+    rollback: Literal["full", "guarded", "none"]
+    fr_vocab_size: int | None = None
+    adaptive: bool = False
+
+
+class Runtime(_Frozen):
+    ctx: int
+    batch: int
+    verify_capacity: int
+    gpu_layers: int
+    flash_attn: bool
+    cuda_graphs: bool
+    kv_cache_type: str
+    draft_kv_cache_type: str
+    draft_device: str | None = None
+    ngram_n_min: int | None = None
+    ngram_n_max: int | None = None
+
+
+class Sampling(_Frozen):
+    temperature: float
+    seed: int
+    verify: Literal["match", "rejection"]
+
+
+class MemoryComponent(_Frozen):
+    name: str
+    bytes: int
+    detail: str
+
+
+class Memory(_Frozen):
+    device_bytes: int
+    headroom_bytes: int
+    ctx: int
+    components: tuple[MemoryComponent, ...]
+    total_bytes: int
+    # device_bytes - headroom_bytes - total_bytes; negative when over the headroom line
+    margin_bytes: int
+    verdict: Literal["fits", "fits-below-headroom", "does-not-fit"]
+    max_ctx: int | None = None
+
+
+class Tokenizer(_Frozen):
+    vocab_size: int
+    merges: int
+    model: str
+    pre: str | None = None
+    sha256: str
+
+
+class FindingRecord(_Frozen):
+    code: str
+    severity: Literal["error", "warning", "info"]
+    message: str
+    file: str | None = None
+    line: int | None = None
+    col: int | None = None
+    offset: int | None = None
+    where: str | None = None
+    hint: str | None = None
+
+    @classmethod
+    def of(cls, finding: Finding) -> FindingRecord:
+        return cls(**finding.to_json())
+
+    def to_finding(self) -> Finding:
+        return Finding(**{**self.model_dump(), "severity": Severity(self.severity)})
+
+
+class ResolvedPlan(_Frozen):
+    schema_: Literal["power.plan/v1"] = Field(PLAN_SCHEMA, alias="schema")
+    name: str
+    sources: Sources
+    device: Device
+    target: Target
+    mode: Mode
+    drafters: tuple[Drafter, ...]
+    speculation: Speculation
+    runtime: Runtime
+    sampling: Sampling
+    memory: Memory
+    tokenizer: Tokenizer | None = None
+    findings: tuple[FindingRecord, ...] = ()
+    digest: str = ""
+
+    # `schema` would shadow a BaseModel attribute: the field is `schema_`, spelled `schema` in the document.
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @classmethod
+    def build(cls, **content: Any) -> ResolvedPlan:
+        """A plan from its sections, with its digest computed."""
+        unsigned = cls(**content)
+        return unsigned.model_copy(update={"digest": content_digest(unsigned)})
+
+    def document(self) -> dict[str, Any]:
+        """The plan as plain JSON data, in document order (`schema` first)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def runtime_settings(self) -> RuntimeSettings:
+        return RuntimeSettings(
+            plan_digest=self.digest,
+            target_path=self.target.path,
+            architecture=self.target.architecture,
+            mode=self.mode.resolved,
+            chain=self.mode.chain,
+            drafter_paths={d.kind: d.path for d in self.drafters if d.path is not None},
+            k=self.speculation.k,
+            s=self.speculation.s,
+            rollback=self.speculation.rollback,
+            fr_vocab_size=self.speculation.fr_vocab_size,
+            adaptive=self.speculation.adaptive,
+            verify_capacity=self.runtime.verify_capacity,
+            ctx=self.runtime.ctx,
+            batch=self.runtime.batch,
+            temperature=self.sampling.temperature,
+            seed=self.sampling.seed,
+            verify=self.sampling.verify,
+            ngram_n_min=self.runtime.ngram_n_min,
+            ngram_n_max=self.runtime.ngram_n_max,
+        )
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """Everything the runtime needs from a plan, flat."""
+
+    plan_digest: str
+    target_path: str
+    architecture: str
+    mode: str
+    chain: tuple[str, ...]
+    drafter_paths: dict[str, str]
+    k: int
+    s: int
+    rollback: str
+    fr_vocab_size: int | None
+    adaptive: bool
+    verify_capacity: int
+    ctx: int
+    batch: int
+    temperature: float
+    seed: int
+    verify: str
+    ngram_n_min: int | None
+    ngram_n_max: int | None
+
+
+def canonical_json(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def content_digest(plan: ResolvedPlan) -> str:
+    """sha256 over the canonical JSON of every section except the digest itself."""
+    content = plan.document()
+    content.pop("digest")
+    return hashlib.sha256(canonical_json(content)).hexdigest()
+
+
+def to_json(plan: ResolvedPlan) -> str:
+    return json.dumps(plan.document(), indent=2, ensure_ascii=False) + "\n"
+
+
+def to_toml(plan: ResolvedPlan) -> str:
+    return tomli_w.dumps(_without_nulls(plan.document()))
+
+
+def save_plan(plan: ResolvedPlan, path: Path) -> None:
+    """Write the plan atomically: TOML for a `.toml` path, JSON otherwise."""
+    path = Path(path)
+    text = to_toml(plan) if path.suffix == ".toml" else to_json(plan)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load_plan(path: Path) -> ResolvedPlan:
+    """Read a plan (JSON or TOML) and verify its digest; PlanError says what is wrong and what to do."""
+    path = Path(path)
+    data = _read_document(path)
+    if data.get("schema") != PLAN_SCHEMA:
+        raise PlanError(f"{path}: not a Power plan (schema is {data.get('schema')!r}, expected {PLAN_SCHEMA!r}); "
+                        "compile one with `power plan MANIFEST PROFILE --device ... -o plan.json`")
+    try:
+        plan = ResolvedPlan.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise PlanError(f"{path}: {where}: {first['msg']}; recompile the plan with `power plan`") from None
+    expected = content_digest(plan)
+    if plan.digest != expected:
+        raise PlanError(f"{path}: digest mismatch (file says {plan.digest[:16]}..., content hashes to {expected[:16]}...): "
+                        "the plan was edited after it was compiled; change the manifest or profile and recompile "
+                        "with `power plan` instead of editing the plan")
+    return plan
+
+
+def _read_document(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PlanError(f"{path}: cannot read the plan ({err.strerror})") from None
+    try:
+        if path.suffix == ".toml":
+            return tomllib.loads(text)
+        data = json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        raise PlanError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({err}); "
+                        "recompile the plan with `power plan`") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a plan is a JSON object; recompile the plan with `power plan`")
+    return data
+
+
+def _without_nulls(value: Any) -> Any:
+    """TOML has no null: absent keys load back as None, so the digest is unchanged."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value

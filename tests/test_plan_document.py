@@ -1,0 +1,94 @@
+"""The plan document: canonical digest, atomic save, JSON/TOML round trip, tamper detection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from power.orchestrator.findings import Finding, Severity
+from power.orchestrator.plan import (
+    Device, Drafter, FileRef, FindingRecord, Memory, MemoryComponent, Mode, PlanError, ResolvedPlan, Runtime,
+    Sampling, Sources, Speculation, Target, Tokenizer, load_plan, save_plan,
+)
+
+
+def sample_plan(**overrides) -> ResolvedPlan:
+    sections = dict(
+        name="demo",
+        sources=Sources(manifest=FileRef(path="/m.toml", sha256="a" * 64), profile=FileRef(path="/p.toml", sha256="b" * 64)),
+        device=Device(name="24 GiB", vram_bytes=24 << 30, headroom_bytes=512 << 20),
+        target=Target(path="/t.gguf", size=1000, sha256="c" * 64, architecture="qwen35", quant="Q6_K",
+                      n_layers=4, vocab_size=512, has_mtp=True),
+        mode=Mode(requested="auto", resolved="dspark", chain=("ngram", "dspark"), reason="verified external artifact"),
+        drafters=(Drafter(kind="ngram"),
+                  Drafter(kind="dspark", path="/d.gguf", size=10, sha256="d" * 64, target_sha256="c" * 64,
+                          contract={"block_size": 16, "target_layers": (1, 3)})),
+        speculation=Speculation(k=10, s=6, rollback="guarded", adaptive=True),
+        runtime=Runtime(ctx=512, batch=12, verify_capacity=11, gpu_layers=999, flash_attn=False, cuda_graphs=True,
+                        kv_cache_type="f16", draft_kv_cache_type="f16", ngram_n_min=12, ngram_n_max=48),
+        sampling=Sampling(temperature=0.0, seed=0, verify="match"),
+        memory=Memory(device_bytes=24 << 30, headroom_bytes=512 << 20, ctx=512,
+                      components=(MemoryComponent(name="target weights", bytes=1000, detail="Q6_K"),),
+                      total_bytes=1000, margin_bytes=(24 << 30) - (512 << 20) - 1000, verdict="fits", max_ctx=4096),
+        tokenizer=Tokenizer(vocab_size=512, merges=10, model="gpt2", pre="qwen35", sha256="e" * 64),
+        findings=(FindingRecord.of(Finding("PWR402", Severity.INFO, "guarded", file="/p.toml", line=3, col=1)),),
+    )
+    return ResolvedPlan.build(**(sections | overrides))
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_round_trip_keeps_content_and_digest(tmp_path, suffix):
+    plan = sample_plan()
+    path = tmp_path / f"plan{suffix}"
+    save_plan(plan, path)
+    loaded = load_plan(path)
+    assert loaded == plan
+    assert len(loaded.digest) == 64
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_document_starts_with_schema_and_digest_covers_content():
+    plan = sample_plan()
+    document = plan.document()
+    assert next(iter(document)) == "schema" and document["schema"] == "power.plan/v1"
+    assert sample_plan().digest == plan.digest
+    assert sample_plan(name="other").digest != plan.digest
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_hand_edited_plan_fails_its_digest(tmp_path, suffix):
+    path = tmp_path / f"plan{suffix}"
+    save_plan(sample_plan(), path)
+    path.write_text(path.read_text().replace("512", "1024", 1))
+    with pytest.raises(PlanError, match="digest mismatch.*edited after it was compiled"):
+        load_plan(path)
+
+
+def test_not_a_plan_is_named(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"schema": "power.manifest/v1"}))
+    with pytest.raises(PlanError, match="not a Power plan"):
+        load_plan(path)
+    path.write_text("{broken")
+    with pytest.raises(PlanError, match="not valid JSON"):
+        load_plan(path)
+
+
+def test_plan_is_immutable():
+    plan = sample_plan()
+    with pytest.raises(Exception):
+        plan.speculation.k = 3  # type: ignore[misc]
+
+
+def test_runtime_settings_map_the_sections():
+    settings = sample_plan().runtime_settings()
+    assert (settings.mode, settings.chain, settings.k, settings.s, settings.rollback) == ("dspark", ("ngram", "dspark"), 10, 6, "guarded")
+    assert settings.drafter_paths == {"dspark": "/d.gguf"}
+    assert (settings.verify_capacity, settings.ctx, settings.batch, settings.verify) == (11, 512, 12, "match")
+
+
+def test_findings_round_trip_to_finding_objects():
+    record = sample_plan().findings[0]
+    finding = record.to_finding()
+    assert finding.severity is Severity.INFO and finding.location() == "/p.toml:3:1"
