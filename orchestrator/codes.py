@@ -14,10 +14,38 @@ from __future__ import annotations
 # code -> (default severity, title)
 CODES: dict[str, tuple[str, str]] = {
     # --- PWR0xx: files, TOML, schema ---------------------------------------
+    # PWR06x fleet files and the fleet lock (orchestrator/fleet.py, lock.py)
+    "PWR060": ("error", "a deployment names a host the fleet does not define"),
+    "PWR061": ("warning", "a path leaves the fleet's directory tree through `..`"),
+    "PWR062": ("error", "deployments sharing one device do not fit together"),
+    "PWR063": ("error", "the fleet lock was written by a newer schema version"),
+    "PWR064": ("error", "the fleet lock was edited by hand (its digest does not match)"),
+    "PWR065": ("error", "the fleet lock is unreadable or malformed"),
+    "PWR066": ("error", "two deployments share one name on a host"),
+    "PWR067": ("error", "a deployment could not be planned"),
+    # PWR07x profile rollout and its evidence gates (orchestrator/rollout.py)
+    "PWR070": ("error", "a rollout stage has no evidence file"),
+    "PWR071": ("error", "an evidence file is unreadable or not power.evidence/v1"),
+    "PWR072": ("error", "the evidence does not prove losslessness"),
+    "PWR073": ("error", "the evidence shows no speedup over the incumbent on a served traffic shape"),
+    "PWR074": ("error", "the evidence shows unexpected replays or fallbacks"),
+    "PWR075": ("error", "the evidence is for another plan than the one being rolled out"),
+    "PWR076": ("error", "no rollout in progress, or one already in progress"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # --- PWR3xx: tokenizer identity ----------------------------------------
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
+    # PWR45x existing launch lines (orchestrator/launch_import.py)
+    "PWR450": ("error", "`--spec-type mtp` is the pre-rename spelling and silently disables speculation"),
+    "PWR451": ("error", "a draft model is given without a `--spec-type`"),
+    "PWR452": ("error", "two context-backed drafter types in one `--spec-type` list"),
+    "PWR453": ("warning", "a drafter without a sliding window caches the whole context"),
+    "PWR454": ("error", "a removed `--draft*` spelling (llama-server rejects it at startup)"),
+    "PWR455": ("error", "an unknown speculative type"),
+    "PWR456": ("error", "a removed vLLM speculative flag"),
+    "PWR457": ("error", "`--speculative-config` is not a JSON object"),
+    "PWR458": ("error", "the launch line names no model"),
+    "PWR459": ("error", "the launch input cannot be read"),
     # --- PWR5xx: memory -----------------------------------------------------
 }
 
