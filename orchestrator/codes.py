@@ -32,8 +32,28 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR075": ("error", "the evidence is for another plan than the one being rolled out"),
     "PWR076": ("error", "no rollout in progress, or one already in progress"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
+    # PWR11x declared vs file (orchestrator/checks/artifacts.py)
+    "PWR110": ("error", "a declared artifact file does not exist"),
+    "PWR111": ("error", "the declared size differs from the file's size"),
+    "PWR112": ("error", "the declared sha256 differs from the file's digest"),
+    "PWR113": ("error", "the declared quant differs from the file's header"),
+    "PWR114": ("error", "the declared architecture differs from the file's header"),
+    "PWR115": ("error", "the artifact cannot be read as GGUF"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
+    # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
+    "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),
+    "PWR211": ("error", "the drafter's header breaks its kind's contract (tensors, metadata)"),
+    "PWR212": ("error", "native MTP requested but the target carries no nextn/MTP tensors"),
+    "PWR213": ("error", "the drafter is bound to another target's sha256"),
+    "PWR214": ("error", "`draft-model` is reserved: no production adapter, it fails closed"),
+    "PWR215": ("error", "two context-backed drafters in one chain"),
+    "PWR216": ("error", "the profile's mode cannot be served by the manifest (never downgraded)"),
+    "PWR217": ("info", "how `auto` resolved"),
+    "PWR218": ("info", "weight-free n-gram chained with a context-backed drafter"),
     # --- PWR3xx: tokenizer identity ----------------------------------------
+    # PWR31x complete-vocabulary comparison (orchestrator/checks/tokenizer.py)
+    "PWR310": ("error", "the drafter's tokenizer differs from the target's"),
+    "PWR311": ("info", "the drafter carries no tokenizer; it uses the target's"),
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
     # PWR45x existing launch lines (orchestrator/launch_import.py)
     "PWR450": ("error", "`--spec-type mtp` is the pre-rename spelling and silently disables speculation"),
@@ -46,7 +66,20 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR457": ("error", "`--speculative-config` is not a JSON object"),
     "PWR458": ("error", "the launch line names no model"),
     "PWR459": ("error", "the launch input cannot be read"),
+    # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
+    "PWR420": ("info", "S < K: guarded rollback (one exact replay, then clamp to S)"),
+    "PWR421": ("warning", "S > K: resident rollback state beyond K is never used"),
+    "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
+    "PWR423": ("error", "FR set without a draft head to apply it to"),
+    "PWR424": ("error", "adaptive scheduling requested with DFlash2's fixed shape"),
+    "PWR425": ("error", "K exceeds what the drafter can propose in one block"),
+    "PWR426": ("warning", "S set on a target without recurrent layers (nothing to snapshot)"),
     # --- PWR5xx: memory -----------------------------------------------------
+    # PWR50x sizing (orchestrator/checks/memory.py, sizing.py)
+    "PWR500": ("error", "the plan does not fit the device"),
+    "PWR501": ("warning", "the plan fits only by eating into the headroom"),
+    "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
+    "PWR503": ("info", "thin margin: the plan needs a quiet device"),
 }
 
 
