@@ -1,0 +1,58 @@
+"""`power worth-it`: break-even arithmetic for a drafter against the incumbent."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+
+from power.orchestrator import worth_it as arithmetic
+
+_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*$")
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value, param, ctx) -> float:
+        if isinstance(value, float):
+            return value
+        match = _DURATION.match(str(value))
+        if match is None or float(match["number"]) <= 0:
+            self.fail(f"{value!r} is not a positive duration; write it with a unit, e.g. 67ms or 0.067s", param, ctx)
+        seconds = float(match["number"])
+        return seconds / 1000 if match["unit"] == "ms" else seconds
+
+
+class Band(click.ParamType):
+    name = "low:high"
+
+    def convert(self, value, param, ctx) -> tuple[float, float]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            low, high = (float(part) for part in str(value).split(":"))
+        except ValueError:
+            self.fail(f"{value!r} is not a band; write two acceptance rates as LOW:HIGH, e.g. 0.4:0.6", param, ctx)
+        if not 0.0 <= low <= high < 1.0:
+            self.fail(f"{value!r}: need 0 <= LOW <= HIGH < 1", param, ctx)
+        return (low, high)
+
+
+@click.command("worth-it")
+@click.option("--target-step", type=Duration(), help="Target step time t_s (e.g. 67ms); default: incumbent commit per round / incumbent rate.")
+@click.option("--draft-step", type=Duration(), required=True, help="Drafter step time d_s per proposed token (e.g. 12ms).")
+@click.option("-k", "k", type=click.IntRange(1, 64), required=True, help="K: proposals per round.")
+@click.option("--incumbent", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="The rate the operator sees today, tok/s (the incumbent may already speculate).")
+@click.option("--incumbent-commit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+              help="Tokens the incumbent commits per target step (>1 when it already drafts).")
+@click.option("--p-band", type=Band(), default="0.4:0.6", show_default=True, help="Realistic acceptance band.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def worth_it(target_step, draft_step, k, incumbent, incumbent_commit, p_band, as_json) -> None:
+    """Is a drafter worth it? Break-even acceptance and the rate over a realistic band, against the incumbent."""
+    if target_step is None:
+        target_step = incumbent_commit / incumbent  # the seeds' step 1: t_s = 1 / (tok/s / commit per round)
+    report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band)
+    click.echo(json.dumps(report.to_json(), indent=2) if as_json else arithmetic.render_text(report))
