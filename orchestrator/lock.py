@@ -1,0 +1,166 @@
+"""The fleet lock (`fleet.lock`): the plans last applied to each deployment, and the rollout state.
+
+A JSON document, schema-versioned and digest-protected, always written atomically:
+
+    schema       "power.fleet-lock/v1"
+    deployments  {key: record}: what each deployment runs now (see `fleet.plan_record`)
+    plans        {plan digest: plan document}: every plan a record or the rollout names,
+                 stored once however many deployments share it
+    rollout      the staged rollout in progress or last finished, or null (see `rollout.py`)
+    digest       sha256 of the canonical JSON of everything above
+
+Reading never raises: a missing lock is an empty one; a lock from a newer schema
+version, a lock whose digest does not match (edited by hand) or one that is not
+a lock at all comes back as a located finding, and commands that would write a
+lock refuse to run on top of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from power.orchestrator.findings import Finding, Severity
+from power.orchestrator.plan import canonical_json
+
+LOCK_KIND = "power.fleet-lock"
+LOCK_VERSION = 1
+LOCK_SCHEMA = f"{LOCK_KIND}/v{LOCK_VERSION}"
+_SCHEMA_PATTERN = re.compile(rf"^{re.escape(LOCK_KIND)}/v(\d+)$")
+
+
+@dataclass
+class FleetLock:
+    deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rollout: dict[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "schema": LOCK_SCHEMA,
+            "deployments": self.deployments,
+            "plans": self.plans,
+            "rollout": self.rollout,
+        }
+
+    def digest(self) -> str:
+        return body_digest(self.body())
+
+    def prune_plans(self) -> None:
+        """Drop stored plans that no record and no rollout names any more."""
+        named = {record["plan_digest"] for record in self.deployments.values()}
+        named |= set(_digests_in(self.rollout))
+        self.plans = {digest: plan for digest, plan in self.plans.items() if digest in named}
+
+
+def body_digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def read_lock(path: Path) -> tuple[FleetLock | None, list[Finding]]:
+    """The lock at `path`: an empty lock when the file does not exist, None with findings when it cannot be used."""
+    path = Path(path)
+    if not path.exists():
+        return FleetLock(), []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        return None, [_finding("PWR065", path, f"cannot read the fleet lock ({err.strerror})", text=None,
+                               hint="check the path and its permissions")]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, [_finding("PWR065", path, f"the fleet lock is not valid JSON ({err.msg})", text=text,
+                               line=err.lineno, col=err.colno,
+                               hint="restore the lock from version control, or delete it and run "
+                                    "`power fleet review FLEET --write-lock` to record the current plans")]
+    problem = _schema_problem(path, data, text)
+    if problem is not None:
+        return None, [problem]
+    stored = data.get("digest")
+    body = {key: data.get(key) for key in ("schema", "deployments", "plans", "rollout")}
+    if stored != body_digest(body):
+        line, col = _key_position(text, "digest")
+        return None, [_finding(
+            "PWR064", path,
+            f"the fleet lock's digest does not match its content (it says {str(stored)[:16]}..., the content hashes to "
+            f"{body_digest(body)[:16]}...): the lock was edited by hand",
+            text=text, line=line, col=col,
+            hint="never edit fleet.lock; restore it from version control, or delete it and run "
+                 "`power fleet review FLEET --write-lock` to record the current plans")]
+    return FleetLock(deployments=data["deployments"], plans=data["plans"], rollout=data["rollout"]), []
+
+
+def write_lock(path: Path, lock: FleetLock) -> None:
+    """Write the lock atomically (temp file + rename), with its digest."""
+    path = Path(path)
+    lock.prune_plans()
+    document = {**lock.body(), "digest": lock.digest()}
+    text = json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _schema_problem(path: Path, data: Any, text: str) -> Finding | None:
+    if not isinstance(data, dict):
+        return _finding("PWR065", path, "the fleet lock is not a JSON object", text=text, line=1, col=1,
+                        hint="delete it and run `power fleet review FLEET --write-lock`")
+    schema = data.get("schema")
+    match = _SCHEMA_PATTERN.match(schema) if isinstance(schema, str) else None
+    line, col = _key_position(text, "schema")
+    if match is None:
+        return _finding("PWR065", path, f"not a fleet lock (schema is {schema!r}, expected {LOCK_SCHEMA!r})",
+                        text=text, line=line, col=col,
+                        hint="point --lock at a fleet.lock written by `power fleet review --write-lock`")
+    version = int(match.group(1))
+    if version > LOCK_VERSION:
+        return _finding("PWR063", path,
+                        f"the fleet lock was written by a newer Power (schema {schema}; this Power reads "
+                        f"{LOCK_SCHEMA} and older)", text=text, line=line, col=col,
+                        hint="upgrade Power to the version that wrote this lock; never downgrade a lock by hand")
+    missing = [key for key in ("deployments", "plans", "rollout", "digest") if key not in data]
+    if missing or not isinstance(data["deployments"], dict) or not isinstance(data["plans"], dict):
+        return _finding("PWR065", path, f"the fleet lock is malformed (missing or wrong: {', '.join(missing) or 'deployments/plans'})",
+                        text=text, line=1, col=1,
+                        hint="restore the lock from version control, or delete it and run "
+                             "`power fleet review FLEET --write-lock`")
+    return None
+
+
+def _key_position(text: str, key: str) -> tuple[int, int]:
+    """1-based line and column of the first occurrence of a JSON key, or the top of the file."""
+    needle = f'"{key}"'
+    for number, line in enumerate(text.splitlines(), start=1):
+        col = line.find(needle)
+        if col >= 0:
+            return number, col + 1
+    return 1, 1
+
+
+def _finding(code: str, path: Path, message: str, *, text: str | None, line: int | None = None,
+             col: int | None = None, hint: str) -> Finding:
+    source_line = None
+    if text is not None and line is not None:
+        lines = text.splitlines()
+        source_line = lines[line - 1] if 0 < line <= len(lines) else None
+    return Finding(code=code, severity=Severity.ERROR, message=message, file=str(path), line=line, col=col,
+                   hint=hint, source_line=source_line)
+
+
+def _digests_in(rollout: dict[str, Any] | None) -> list[str]:
+    if not rollout:
+        return []
+    records = list(rollout.get("candidates", {}).values()) + list(rollout.get("previous", {}).values())
+    return [record["plan_digest"] for record in records]

@@ -1,0 +1,99 @@
+"""The fleet lock: round trip, digest protection, newer schema versions, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from power.orchestrator.lock import LOCK_SCHEMA, FleetLock, read_lock, write_lock
+
+RECORD = {"host": "gpu-a", "manifest": "qwen", "profile": "balanced-k7s7", "mode": "mtp", "k": 7, "s": 7,
+          "plan_digest": "a" * 64}
+
+
+def _lock_with_one_record() -> FleetLock:
+    return FleetLock(deployments={"gpu-a/qwen": dict(RECORD)}, plans={"a" * 64: {"name": "qwen"}})
+
+
+def test_a_missing_lock_reads_as_empty(tmp_path: Path) -> None:
+    lock, findings = read_lock(tmp_path / "fleet.lock")
+    assert findings == []
+    assert lock == FleetLock()
+
+
+def test_round_trip_keeps_records_plans_and_rollout(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    lock = _lock_with_one_record()
+    lock.rollout = {"profile": "p", "candidates": {}, "previous": {}}
+    write_lock(path, lock)
+    again, findings = read_lock(path)
+    assert findings == []
+    assert again == lock
+    assert json.loads(path.read_text())["schema"] == LOCK_SCHEMA
+
+
+def test_plans_no_record_names_are_pruned_on_write(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    lock = _lock_with_one_record()
+    lock.plans["b" * 64] = {"name": "orphan"}
+    write_lock(path, lock)
+    again, _ = read_lock(path)
+    assert set(again.plans) == {"a" * 64}
+
+
+def test_a_hand_edit_is_a_located_digest_finding(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    write_lock(path, _lock_with_one_record())
+    path.write_text(path.read_text().replace('"k": 7', '"k": 9'))
+    lock, findings = read_lock(path)
+    assert lock is None
+    [finding] = findings
+    assert finding.code == "PWR064"
+    assert finding.file == str(path)
+    assert '"digest"' in finding.source_line
+    assert path.read_text().splitlines()[finding.line - 1] == finding.source_line
+    assert "edited by hand" in finding.message
+
+
+def test_a_newer_schema_version_is_refused_with_its_location(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    write_lock(path, _lock_with_one_record())
+    path.write_text(path.read_text().replace(LOCK_SCHEMA, "power.fleet-lock/v2"))
+    lock, findings = read_lock(path)
+    assert lock is None
+    [finding] = findings
+    assert finding.code == "PWR063"
+    assert finding.line == 2 and '"schema"' in finding.source_line
+    assert "upgrade Power" in finding.hint
+
+
+def test_malformed_json_points_at_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    path.write_text('{\n  "schema": "power.fleet-lock/v1",\n  "deployments": {,\n}\n')
+    lock, [finding] = read_lock(path)
+    assert lock is None
+    assert finding.code == "PWR065"
+    assert finding.line == 3
+
+
+def test_something_else_is_not_a_lock(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    path.write_text(json.dumps({"schema": "power.plan/v1"}))
+    lock, [finding] = read_lock(path)
+    assert lock is None and finding.code == "PWR065"
+
+
+def test_a_failed_write_leaves_the_old_lock_and_no_temp_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    write_lock(path, _lock_with_one_record())
+    before = path.read_text()
+    broken = _lock_with_one_record()
+    broken.deployments["gpu-b/qwen"] = {"plan_digest": "a" * 64, "bad": object()}
+    try:
+        write_lock(path, broken)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("an unserialisable record must not be written")
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["fleet.lock"]
