@@ -1,0 +1,454 @@
+"""The drafter contracts: what a GGUF header must carry to be a DFlash v1, DFlash2, DSpark or MTP drafter.
+
+This module is the one place the contracts are defined; `docs/contracts.md` explains
+them and the artifact factory builds its fixtures from the shapes given here.
+
+Shapes are row-major (numpy / torch) order, `[out_features, in_features]` for a
+matrix: the GGUF header stores the same dimensions reversed (`ne0` first), as
+llama.cpp's `create_tensor({n_embd, n_ff})` spells them.
+
+The header decides the kind, never the file name:
+
+- `general.architecture = dflash` without the DFlash2 keys or tensors -> `dflash`
+- `general.architecture = dflash` with any convolution/selector key or tensor -> `dflash2`
+- `general.architecture = dspark` -> `dspark`
+- any other architecture with `{arch}.nextn_predict_layers > 0` or `nextn` tensors -> `mtp`
+- otherwise no drafter contract (`None`).
+
+Drafters borrow the target's token embedding and LM head and carry none of their
+own. DFlash/DFlash2/DSpark read the target's residuals entering `target_layers`;
+`fc` maps their concatenation to the drafter width, which equals the target's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from power.orchestrator.findings import Finding, Severity
+
+DFLASH = "dflash"
+DFLASH2 = "dflash2"
+DSPARK = "dspark"
+MTP = "mtp"
+FILE_KINDS = (MTP, DFLASH, DFLASH2, DSPARK)
+
+# The architecture (`general.architecture`) each external drafter kind carries.
+ARCHITECTURE_OF = {DFLASH: "dflash", DFLASH2: "dflash", DSPARK: "dspark"}
+
+INT = "int"
+FLOAT = "float"
+INT_ARRAY = "int[]"
+
+# Keys every block drafter carries, without the `{arch}.` prefix.
+BACKBONE_KEYS: dict[str, str] = {
+    "embedding_length": INT,
+    "block_count": INT,
+    "feed_forward_length": INT,
+    "attention.head_count": INT,
+    "attention.head_count_kv": INT,
+    "attention.key_length": INT,
+    "attention.layer_norm_rms_epsilon": FLOAT,
+    "rope.freq_base": FLOAT,
+    "vocab_size": INT,
+    "block_size": INT,  # tokens proposed per block: anchor + (block_size - 1) drafts
+    "target_layers": INT_ARRAY,  # target layers whose entering residuals feed `fc`
+    "mask_token_id": INT,  # the MASK id filling a block's undrafted positions
+}
+DFLASH_KEYS = {**BACKBONE_KEYS, "attention.sliding_window": INT}
+DFLASH2_EXTRA_KEYS: dict[str, str] = {
+    "conv_kernel_size": INT,
+    "conv_group_size": INT,
+    "selector_rank": INT,
+    "selector_top_k": INT,
+    "logit_scale": FLOAT,
+    "final_logit_softcapping": FLOAT,
+}
+DSPARK_EXTRA_KEYS: dict[str, str] = {
+    "markov_rank": INT,
+    "confidence_threshold": FLOAT,  # verify stops at the first drafted position below it
+}
+REQUIRED_KEYS: dict[str, dict[str, str]] = {
+    DFLASH: DFLASH_KEYS,
+    DFLASH2: {**DFLASH_KEYS, **DFLASH2_EXTRA_KEYS},
+    DSPARK: {**BACKBONE_KEYS, **DSPARK_EXTRA_KEYS},
+}
+
+BACKBONE_TENSORS_PER_LAYER = 11
+DFLASH2_MARKER_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
+CONV_SUBLAYERS = ("attn", "ffn")
+NEXTN_REQUIRED = ("eh_proj", "enorm", "hnorm", "shared_head_norm")
+NEXTN_OPTIONAL = ("embed_tokens", "shared_head_head")
+
+
+class HeaderView(Protocol):
+    """What the contracts read from an artifact (ArtifactFacts provides it)."""
+
+    path: str
+    architecture: str
+    metadata: Mapping[str, Any]
+
+    @property
+    def tensor_shapes(self) -> Mapping[str, tuple[int, ...]]: ...
+
+
+@dataclass(frozen=True)
+class DrafterHparams:
+    """The hyper-parameters a block drafter's tensor shapes are functions of."""
+
+    embedding_length: int
+    block_count: int
+    feed_forward_length: int
+    head_count: int
+    head_count_kv: int
+    head_dim: int
+    vocab_size: int
+    block_size: int
+    target_layers: tuple[int, ...]
+    mask_token_id: int
+    rms_epsilon: float = 1e-6
+    rope_freq_base: float = 1_000_000.0
+    sliding_window: int | None = None
+    conv_kernel_size: int | None = None
+    conv_group_size: int | None = None
+    selector_rank: int | None = None
+    selector_top_k: int | None = None
+    logit_scale: float | None = None
+    final_logit_softcapping: float | None = None
+    markov_rank: int | None = None
+    confidence_threshold: float | None = None
+
+
+def backbone_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
+    """The DFlash backbone (shared by DFlash v1, DFlash2 and DSpark): 11 per layer + fc + two norms."""
+    d, q_width, kv_width = hp.embedding_length, hp.head_count * hp.head_dim, hp.head_count_kv * hp.head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "fc.weight": (d, len(hp.target_layers) * d),
+        "enc.output_norm.weight": (d,),
+        "output_norm.weight": (d,),
+    }
+    for i in range(hp.block_count):
+        shapes |= {
+            f"blk.{i}.attn_norm.weight": (d,),
+            f"blk.{i}.attn_q.weight": (q_width, d),
+            f"blk.{i}.attn_k.weight": (kv_width, d),
+            f"blk.{i}.attn_v.weight": (kv_width, d),
+            f"blk.{i}.attn_q_norm.weight": (hp.head_dim,),
+            f"blk.{i}.attn_k_norm.weight": (hp.head_dim,),
+            f"blk.{i}.attn_output.weight": (d, q_width),
+            f"blk.{i}.ffn_norm.weight": (d,),
+            f"blk.{i}.ffn_gate.weight": (hp.feed_forward_length, d),
+            f"blk.{i}.ffn_up.weight": (hp.feed_forward_length, d),
+            f"blk.{i}.ffn_down.weight": (d, hp.feed_forward_length),
+        }
+    return shapes
+
+
+def dflash2_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
+    """DFlash2's grouped dynamic convolution (2 tensors per sublayer) and the candidate selector (3 tensors).
+
+    `{s}_conv_base` holds the static taps: rows [0, K) filter the sublayer's input, rows
+    [K, 2K) its output. `{s}_conv_proj` maps the sublayer's input to the dynamic per-group
+    deltas, laid out [2 (input, output), K taps, d / conv_group_size groups].
+    """
+    d, k, r = hp.embedding_length, hp.conv_kernel_size, hp.selector_rank
+    groups = d // hp.conv_group_size
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i in range(hp.block_count):
+        for sublayer in CONV_SUBLAYERS:
+            shapes[f"blk.{i}.{sublayer}_conv_base.weight"] = (2 * k, d)
+            shapes[f"blk.{i}.{sublayer}_conv_proj.weight"] = (2 * k * groups, d)
+    shapes |= {
+        "selector_predecessor.weight": (hp.vocab_size, r),
+        "selector_successor.weight": (hp.vocab_size, r),
+        "selector_hidden.weight": (r, d),
+    }
+    return shapes
+
+
+def dspark_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
+    """DSpark's sequential Markov head and its confidence head.
+
+    Markov head, per block position e: h'_e = h_e + output(hidden(h_e) * token_embd[pred_e])
+    with pred_0 the anchor and pred_e the token drafted at e-1, normed by `markov.norm`
+    before the target's LM head. Confidence head: sigmoid(confidence.weight @ h'_e + bias).
+    """
+    d, r = hp.embedding_length, hp.markov_rank
+    return {
+        "markov.token_embd.weight": (hp.vocab_size, r),
+        "markov.hidden.weight": (r, d),
+        "markov.output.weight": (d, r),
+        "markov.norm.weight": (d,),
+        "confidence.weight": (1, d),
+        "confidence.bias": (1,),
+    }
+
+
+def drafter_tensors(kind: str, hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
+    """Every tensor a `kind` drafter with hyper-parameters `hp` must carry, with its shape."""
+    shapes = backbone_tensors(hp)
+    if kind == DFLASH2:
+        shapes |= dflash2_extra_tensors(hp)
+    elif kind == DSPARK:
+        shapes |= dspark_extra_tensors(hp)
+    return shapes
+
+
+def nextn_tensors(layer: int, embedding_length: int) -> dict[str, tuple[int, ...]]:
+    """The MTP/nextn tensors a target carries in each of its last `nextn_predict_layers` blocks.
+
+    The block is otherwise a full-attention block of the target (its own attn_* and ffn_*
+    tensors). `eh_proj` maps concat(enorm(embedding), hnorm(hidden)) to the model width.
+    `embed_tokens` and `shared_head_head` are optional: without them the target's own
+    token embedding and LM head are used.
+    """
+    d = embedding_length
+    return {
+        f"blk.{layer}.nextn.eh_proj.weight": (d, 2 * d),
+        f"blk.{layer}.nextn.enorm.weight": (d,),
+        f"blk.{layer}.nextn.hnorm.weight": (d,),
+        f"blk.{layer}.nextn.shared_head_norm.weight": (d,),
+    }
+
+
+def drafter_metadata(kind: str, hp: DrafterHparams) -> dict[str, Any]:
+    """The metadata keys (fully qualified) a `kind` drafter with `hp` carries; used by the factory."""
+    arch = ARCHITECTURE_OF[kind]
+    values: dict[str, Any] = {
+        "embedding_length": hp.embedding_length,
+        "block_count": hp.block_count,
+        "feed_forward_length": hp.feed_forward_length,
+        "attention.head_count": hp.head_count,
+        "attention.head_count_kv": hp.head_count_kv,
+        "attention.key_length": hp.head_dim,
+        "attention.layer_norm_rms_epsilon": hp.rms_epsilon,
+        "rope.freq_base": hp.rope_freq_base,
+        "vocab_size": hp.vocab_size,
+        "block_size": hp.block_size,
+        "target_layers": list(hp.target_layers),
+        "mask_token_id": hp.mask_token_id,
+        "attention.sliding_window": hp.sliding_window,
+        "conv_kernel_size": hp.conv_kernel_size,
+        "conv_group_size": hp.conv_group_size,
+        "selector_rank": hp.selector_rank,
+        "selector_top_k": hp.selector_top_k,
+        "logit_scale": hp.logit_scale,
+        "final_logit_softcapping": hp.final_logit_softcapping,
+        "markov_rank": hp.markov_rank,
+        "confidence_threshold": hp.confidence_threshold,
+    }
+    return {f"{arch}.{key}": value for key, value in values.items() if value is not None}
+
+
+def drafter_hparams(view: HeaderView) -> DrafterHparams:
+    """Read a block drafter's hyper-parameters from its header (missing optional keys stay None)."""
+    meta, arch = view.metadata, view.architecture
+
+    def get(key: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{key}", default)
+
+    return DrafterHparams(
+        embedding_length=get("embedding_length", 0),
+        block_count=get("block_count", 0),
+        feed_forward_length=get("feed_forward_length", 0),
+        head_count=get("attention.head_count", 0),
+        head_count_kv=get("attention.head_count_kv", 0),
+        head_dim=get("attention.key_length", 0),
+        vocab_size=get("vocab_size", 0),
+        block_size=get("block_size", 0),
+        target_layers=tuple(get("target_layers", ())),
+        mask_token_id=get("mask_token_id", 0),
+        rms_epsilon=get("attention.layer_norm_rms_epsilon", 1e-6),
+        rope_freq_base=get("rope.freq_base", 1_000_000.0),
+        sliding_window=get("attention.sliding_window"),
+        conv_kernel_size=get("conv_kernel_size"),
+        conv_group_size=get("conv_group_size"),
+        selector_rank=get("selector_rank"),
+        selector_top_k=get("selector_top_k"),
+        logit_scale=get("logit_scale"),
+        final_logit_softcapping=get("final_logit_softcapping"),
+        markov_rank=get("markov_rank"),
+        confidence_threshold=get("confidence_threshold"),
+    )
+
+
+def nextn_layer_count(view: HeaderView) -> int:
+    value = view.metadata.get(f"{view.architecture}.nextn_predict_layers", 0)
+    return value if _is_int(value) else 0
+
+
+def _has_dflash2_markers(view: HeaderView) -> bool:
+    keys = any(f"dflash.{key}" in view.metadata for key in DFLASH2_EXTRA_KEYS)
+    shapes = view.tensor_shapes
+    tensors = any(name in shapes for name in DFLASH2_MARKER_TENSORS) or any("_conv_" in name for name in shapes)
+    return keys or tensors
+
+
+def classify_drafter(view: HeaderView) -> str | None:
+    """The drafter contract the header declares: `dflash`, `dflash2`, `dspark`, `mtp` or None."""
+    if view.architecture == "dflash":
+        return DFLASH2 if _has_dflash2_markers(view) else DFLASH
+    if view.architecture == "dspark":
+        return DSPARK
+    if nextn_layer_count(view) > 0 or any(".nextn." in name for name in view.tensor_shapes):
+        return MTP
+    return None
+
+
+def drafter_kv_bytes_per_position(view: HeaderView, kv_type_size: int = 2) -> int:
+    """Drafter KV per cached position: layers x 2 (K and V) x kv heads x head dim x type size (f16: 2 B).
+
+    For an MTP head the layers are the nextn blocks, with the target's kv heads for them.
+    0 for a file that is not a drafter.
+    """
+    kind = classify_drafter(view)
+    if kind is None:
+        return 0
+    meta, arch = view.metadata, view.architecture
+    if kind == MTP:
+        block_count = meta.get(f"{arch}.block_count", 0)
+        layers = range(block_count - nextn_layer_count(view), block_count)
+        head_dim = meta.get(f"{arch}.attention.key_length", 0) or _default_head_dim(view)
+        return sum(2 * _per_layer(meta.get(f"{arch}.attention.head_count_kv", 0), layer) * head_dim for layer in layers) * kv_type_size
+    hp = drafter_hparams(view)
+    return hp.block_count * 2 * hp.head_count_kv * hp.head_dim * kv_type_size
+
+
+def drafter_sliding_window(view: HeaderView) -> int | None:
+    """The drafter's KV window from the header, or None: the drafter then caches the whole context."""
+    value = view.metadata.get(f"{view.architecture}.attention.sliding_window")
+    return value if _is_int(value) and value > 0 else None
+
+
+def contract_violations(view: HeaderView, declared_kind: str) -> list[Finding]:
+    """Everything that keeps the artifact from being the `declared_kind` drafter (empty when it is one).
+
+    For the non-file kinds (`ngram`, `draft-model`, `none`, `auto`) there is no header contract: [].
+    """
+    if declared_kind not in FILE_KINDS:
+        return []
+    found = classify_drafter(view)
+    if found != declared_kind:
+        return [_kind_mismatch(view, declared_kind, found)]
+    if declared_kind == MTP:
+        return _mtp_violations(view)
+    return _drafter_key_violations(view, declared_kind) or _drafter_tensor_violations(view, declared_kind)
+
+
+def _kind_mismatch(view: HeaderView, declared: str, found: str | None) -> Finding:
+    header = f"general.architecture = {view.architecture!r}" + (f", a {found} drafter" if found else ", no drafter contract")
+    if declared == MTP:
+        hint = "use a target that carries nextn/MTP tensors, or declare the drafter file's own kind"
+    elif found is None:
+        hint = f"point this drafter at a {declared} GGUF (general.architecture = {ARCHITECTURE_OF[declared]})"
+    else:
+        hint = f'declare kind = "{found}" if this file is what you meant to deploy'
+    return _finding("PWR201", f"declared kind {declared!r} but the header says {header}", view, hint)
+
+
+def _drafter_key_violations(view: HeaderView, kind: str) -> list[Finding]:
+    findings = []
+    for key, expected in REQUIRED_KEYS[kind].items():
+        full = f"{view.architecture}.{key}"
+        value = view.metadata.get(full)
+        if value is None:
+            findings.append(_finding("PWR202", f"{kind} drafter lacks metadata key {full} ({expected})", view,
+                                     f"re-export the drafter with {full} set"))
+        elif not _has_type(value, expected):
+            findings.append(_finding("PWR202", f"{full} is {value!r}, expected {expected}", view,
+                                     f"re-export the drafter with {full} as {expected}"))
+    if findings:
+        return findings
+    return _drafter_value_violations(view, kind)
+
+
+def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
+    hp, arch, findings = drafter_hparams(view), view.architecture, []
+    positive = {"embedding_length": hp.embedding_length, "block_count": hp.block_count, "attention.head_count": hp.head_count,
+                "attention.head_count_kv": hp.head_count_kv, "attention.key_length": hp.head_dim, "block_size": hp.block_size,
+                "vocab_size": hp.vocab_size}
+    if kind != DSPARK:
+        positive["attention.sliding_window"] = hp.sliding_window
+    if kind == DFLASH2:
+        positive |= {"conv_kernel_size": hp.conv_kernel_size, "conv_group_size": hp.conv_group_size,
+                     "selector_rank": hp.selector_rank, "selector_top_k": hp.selector_top_k}
+    if kind == DSPARK:
+        positive["markov_rank"] = hp.markov_rank
+    for key, value in positive.items():
+        if value <= 0:
+            findings.append(_finding("PWR205", f"{arch}.{key} = {value}, expected a positive integer", view,
+                                     "re-export the drafter with a valid value"))
+    if not hp.target_layers or any(layer < 0 for layer in hp.target_layers):
+        findings.append(_finding("PWR205", f"{arch}.target_layers = {list(hp.target_layers)}, expected non-negative layer indices",
+                                 view, "list the target layers whose residuals the drafter reads"))
+    if kind == DFLASH2 and hp.conv_group_size and hp.embedding_length % hp.conv_group_size:
+        findings.append(_finding("PWR205", f"dflash.conv_group_size = {hp.conv_group_size} does not divide "
+                                 f"embedding_length = {hp.embedding_length}", view, "re-export with a dividing group size"))
+    if hp.head_count_kv and hp.head_count % hp.head_count_kv:
+        findings.append(_finding("PWR205", f"{arch}.attention.head_count = {hp.head_count} is not a multiple of "
+                                 f"head_count_kv = {hp.head_count_kv}", view, "re-export with grouped-query head counts"))
+    return findings
+
+
+def _drafter_tensor_violations(view: HeaderView, kind: str) -> list[Finding]:
+    expected, actual = drafter_tensors(kind, drafter_hparams(view)), view.tensor_shapes
+    findings = []
+    missing = [name for name in expected if name not in actual]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        findings.append(_finding("PWR203", f"{kind} drafter lacks {len(missing)} required tensor(s): {shown}", view,
+                                 f"a {kind} drafter carries {len(expected)} tensors; re-export it completely"))
+    for name, shape in expected.items():
+        if name in actual and tuple(actual[name]) != shape:
+            findings.append(_finding("PWR204", f"tensor {name} has shape {list(actual[name])}, the {kind} contract "
+                                     f"wants {list(shape)} from the header's hyper-parameters", view,
+                                     "the header's hyper-parameters and tensors disagree: re-export the drafter"))
+    return findings
+
+
+def _mtp_violations(view: HeaderView) -> list[Finding]:
+    arch, meta, shapes = view.architecture, view.metadata, view.tensor_shapes
+    n_nextn, block_count = nextn_layer_count(view), meta.get(f"{arch}.block_count", 0)
+    d = meta.get(f"{arch}.embedding_length", 0)
+    if n_nextn <= 0:
+        return [_finding("PWR206", f"the file carries nextn tensors but {arch}.nextn_predict_layers is not set", view,
+                         "re-convert the target with its MTP head (nextn_predict_layers > 0)")]
+    findings = []
+    for layer in range(block_count - n_nextn, block_count):
+        for name, shape in nextn_tensors(layer, d).items():
+            if name not in shapes:
+                findings.append(_finding("PWR206", f"MTP head tensor {name} is missing", view,
+                                         "re-convert the target with its complete MTP head"))
+            elif tuple(shapes[name]) != shape:
+                findings.append(_finding("PWR204", f"tensor {name} has shape {list(shapes[name])}, the mtp contract wants "
+                                         f"{list(shape)}", view, "re-convert the target's MTP head"))
+    return findings
+
+
+def _finding(code: str, message: str, view: HeaderView, hint: str) -> Finding:
+    return Finding(code=code, severity=Severity.ERROR, message=message, file=view.path, hint=hint)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _has_type(value: Any, expected: str) -> bool:
+    if expected == INT:
+        return _is_int(value)
+    if expected == FLOAT:
+        return isinstance(value, float) or _is_int(value)
+    return isinstance(value, (list, tuple)) and all(_is_int(item) for item in value)
+
+
+def _per_layer(value: Any, layer: int) -> int:
+    """A per-layer hparam: a scalar applies to every layer, an array is indexed (llama.cpp's convention)."""
+    if isinstance(value, (list, tuple)):
+        return value[layer] if layer < len(value) else 0
+    return value if _is_int(value) else 0
+
+
+def _default_head_dim(view: HeaderView) -> int:
+    meta, arch = view.metadata, view.architecture
+    heads = _per_layer(meta.get(f"{arch}.attention.head_count", 0), 0)
+    return meta.get(f"{arch}.embedding_length", 0) // heads if heads else 0
