@@ -1,0 +1,1 @@
+"""Speculators behind one interface (`base`); `registry` is the only place that knows which exist."""

@@ -1,0 +1,73 @@
+"""The speculator interface: propose, commit, reset - and nothing about verification.
+
+A speculator is free to be wrong; the transaction only ever emits tokens drawn
+from target rows. What it must get right is its own bookkeeping: `commit` tells
+it exactly which tokens landed in the target (with their tapped hidden rows), so
+a learned drafter's cache and a lookup drafter's index both track reality.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    tokens: Sequence[int]  # every committed token of the request; the last one is the anchor (not yet in the target)
+    max_tokens: int  # the scheduled proposal budget for this round
+
+
+@dataclass
+class Proposal:
+    tokens: list[int] = field(default_factory=list)
+    # [len(tokens), vocab] draft distributions each token was drawn from; None means each is a certain (one-hot) guess.
+    probs: torch.Tensor | None = None
+    # True when a learned head ran: a pass that proposed nothing still cost a head pass (the governor counts it).
+    head_ran: bool = False
+
+
+class Speculator:
+    """Base class: a weight-free speculator needs no taps and keeps no state worth checkpointing beyond what it says."""
+
+    name: str = ""
+    # Target layers whose entering residual the speculator reads (n_layers = the final residual before the norm).
+    taps: tuple[int, ...] = ()
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        """Arm for a request whose committed tokens are `tokens` (its prompt, or a reused prefix plus the prompt)."""
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        raise NotImplementedError
+
+    def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
+        """`tokens` landed in the target at positions [start, start + len(tokens)); `hidden[L]` holds their tapped rows."""
+
+    def reset(self) -> None:
+        """Forget everything (a new, unrelated request)."""
+
+    def checkpoint(self) -> Any:
+        """An opaque copy of the committed state, restored if the round fails."""
+        return None
+
+    def restore(self, checkpoint: Any) -> None:
+        """Return to a checkpoint taken earlier in this request."""
+
+
+@dataclass(frozen=True)
+class Decline:
+    """Why an algorithm cannot serve a model: an operator-facing reason, never a silent downgrade."""
+
+    speculator: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"speculator {self.speculator!r} declined: {self.reason}"
+
+
+class SpeculatorDeclined(RuntimeError):
+    def __init__(self, decline: Decline) -> None:
+        super().__init__(str(decline))
+        self.decline = decline

@@ -1,0 +1,216 @@
+"""The exactness transaction: one speculative round, all or nothing.
+
+A request's committed state is its token list (prompt + emitted) and a target
+holding every one of those tokens except the last - the anchor, whose row the
+next round computes. Each round runs the seeds' seven steps:
+
+1. CHECKPOINT  target, drafter and decoder state (the sampler is counter-based:
+               its state is the emitted position, so it needs no copy);
+2. PROPOSE     ask the speculator for at most the scheduled number of tokens;
+3. VERIFY      forward anchor + proposals in ONE target pass at the fixed shape;
+4. SAMPLE      draw target rows only through the first mismatch;
+5. COMMIT      keep the accepted prefix and discard every rejected state row:
+               rewind the KV, restore recurrent state from the per-row snapshot,
+               or - when the rejected suffix is outside the resident window -
+               restore the checkpoint and replay the kept rows exactly once;
+               tell the speculator what landed;
+6. EMIT        append the accepted drafts and exactly one correction or bonus token;
+7. RESTORE     on cancellation or any failure, return to the checkpoint: the
+               state equals a run that never attempted the round.
+
+The autoregressive path is the same round with zero proposals.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .contract import OutsideResidentWindow, Trunk
+from .sampling import Sampler
+from .speculators.base import DraftContext, Proposal, Speculator
+
+
+class Step(enum.IntEnum):
+    CHECKPOINT = 1
+    PROPOSE = 2
+    VERIFY = 3
+    SAMPLE = 4
+    COMMIT = 5
+    EMIT = 6
+    RESTORE = 7
+
+
+class Cancelled(Exception):
+    """The request was cancelled mid-round; the round was rolled back."""
+
+    def __init__(self, step: Step) -> None:
+        super().__init__(f"cancelled at step {step.value} ({step.name.lower()}); the round was rolled back")
+        self.step = step
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    emitted: list[int]  # accepted proposals, then the one correction or bonus token
+    proposed: int
+    accepted: int
+    replayed: bool  # the rejected suffix was outside the resident window: restored and replayed
+    head_ran: bool  # a learned head ran (even if it proposed nothing)
+    attempted: bool  # speculation was asked for (width > 0 and a speculator is armed)
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    trunk: Any
+    speculator: Any
+    length: int
+
+
+# Called after each step completes; raising from it aborts the round (fault injection, instrumentation).
+StepObserver = Callable[[Step], None]
+
+
+class SpeculativeSequence:
+    """One request's committed state and the transaction that advances it."""
+
+    def __init__(
+        self,
+        trunk: Trunk,
+        sampler: Sampler,
+        speculator: Speculator | None = None,
+        stop_ids: Sequence[int] = (),
+        cancel: threading.Event | None = None,
+        observer: StepObserver | None = None,
+    ) -> None:
+        self.trunk = trunk
+        self.sampler = sampler
+        self.speculator = speculator
+        self.stop_ids = frozenset(stop_ids)
+        self.cancel = cancel or threading.Event()
+        self.observer = observer
+        self.tokens: list[int] = []
+        self.prompt_length = 0
+
+    @property
+    def taps(self) -> tuple[int, ...]:
+        return self.speculator.taps if self.speculator else ()
+
+    @property
+    def emitted(self) -> list[int]:
+        return self.tokens[self.prompt_length :]
+
+    def start(self, prompt: Sequence[int]) -> int:
+        """Prefill the prompt and emit the first token (drawn from the prompt's last row)."""
+        if not prompt:
+            raise ValueError("the prompt is empty: at least one token is needed to condition on")
+        self.trunk.reset()
+        out = self.trunk.prefill(list(prompt), taps=self.taps)
+        first = self.sampler.sample(out.logits[-1], len(prompt))
+        self.tokens = [*prompt, first]
+        self.prompt_length = len(prompt)
+        if self.speculator:
+            self.speculator.begin(prompt)
+            self.speculator.commit(list(prompt), out.hidden, 0)
+        return first
+
+    def round(self, width: int) -> RoundResult:
+        """Advance by one transaction asking for at most `width` proposals; emits 1..width+1 tokens."""
+        checkpoint = self._checkpoint()
+        try:
+            return self._round(width, checkpoint)
+        except BaseException:
+            self._restore(checkpoint)
+            raise
+
+    # --- the seven steps ----------------------------------------------------
+    def _round(self, width: int, checkpoint: _Checkpoint) -> RoundResult:
+        self._after(Step.CHECKPOINT)
+        anchor, start = self.tokens[-1], self.trunk.position
+        width = max(0, min(width, self.trunk.config.verify_capacity - 1))
+        attempted = width > 0 and self.speculator is not None
+        proposal = self.speculator.propose(DraftContext(self.tokens, width)) if attempted else Proposal()
+        drafts = proposal.tokens[:width]
+        self._after(Step.PROPOSE)
+
+        out = self.trunk.forward([anchor, *drafts], taps=self.taps)
+        self._after(Step.VERIFY)
+
+        accepted, last = self._sample(out.logits, drafts, proposal.probs)
+        self._after(Step.SAMPLE)
+
+        kept = [anchor, *drafts[:accepted]]
+        replayed = self._discard_rejected(start, kept, checkpoint)
+        if self.speculator:
+            self.speculator.commit(kept, {layer: rows[: len(kept)] for layer, rows in out.hidden.items()}, start)
+        self._after(Step.COMMIT)
+
+        emitted = [*drafts[:accepted], last]
+        self.tokens.extend(emitted)
+        self._after(Step.EMIT)
+        return RoundResult(emitted, len(drafts), accepted, replayed, proposal.head_ran, attempted)
+
+    def _sample(self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
+        """Rows through the first mismatch: (accepted proposals, the correction or bonus token)."""
+        first_position = len(self.tokens)
+        if self.sampler.params.verify == "rejection" and drafts:
+            return self._sample_rejection(logits, drafts, probs, first_position)
+        greedy = torch.argmax(logits, dim=-1).tolist() if self.sampler.params.greedy else None
+        for row, draft in enumerate(drafts):
+            token = greedy[row] if greedy is not None else self.sampler.sample(logits[row], first_position + row)
+            if token != draft or token in self.stop_ids:
+                return row, token
+        row = len(drafts)
+        return row, greedy[row] if greedy is not None else self.sampler.sample(logits[row], first_position + row)
+
+    def _sample_rejection(
+        self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None, first_position: int
+    ) -> tuple[int, int]:
+        for row, draft in enumerate(drafts):
+            position = first_position + row
+            p = self.sampler.probs(logits[row])
+            q = probs[row] if probs is not None else _one_hot(draft, p)
+            if not self.sampler.accept(p, q, draft, position):
+                return row, self.sampler.correct(p, q, position)
+            if draft in self.stop_ids:
+                return row, draft
+        row = len(drafts)
+        return row, self.sampler.sample(logits[row], first_position + row)
+
+    def _discard_rejected(self, start: int, kept: list[int], checkpoint: _Checkpoint) -> bool:
+        """Rewind the target to `start + len(kept)`; replay from the checkpoint if that is outside the window."""
+        try:
+            self.trunk.rewind(start + len(kept))
+            return False
+        except OutsideResidentWindow:
+            self.trunk.restore(checkpoint.trunk)
+            self.trunk.forward(kept)
+            return True
+
+    def _checkpoint(self) -> _Checkpoint:
+        speculator = self.speculator.checkpoint() if self.speculator else None
+        return _Checkpoint(self.trunk.checkpoint(), speculator, len(self.tokens))
+
+    def _restore(self, checkpoint: _Checkpoint) -> None:
+        self.trunk.restore(checkpoint.trunk)
+        if self.speculator:
+            self.speculator.restore(checkpoint.speculator)
+        del self.tokens[checkpoint.length :]
+        if self.observer:
+            self.observer(Step.RESTORE)
+
+    def _after(self, step: Step) -> None:
+        if self.cancel.is_set():
+            raise Cancelled(step)
+        if self.observer:
+            self.observer(step)
+
+
+def _one_hot(token: int, like: torch.Tensor) -> torch.Tensor:
+    """A deterministic proposal is a draw from the one-hot distribution on that token."""
+    q = torch.zeros_like(like)
+    q[token] = 1.0
+    return q

@@ -1,0 +1,129 @@
+"""The cost governor's verdicts and accounting rules, on synthetic step timings."""
+
+from __future__ import annotations
+
+from power.runtime.governor import CostGovernor, GovernorConfig, Phase
+
+PLAIN = 0.010  # seconds per plain step
+
+
+def _plain_steps(gov: CostGovernor, n: int, seconds: float = PLAIN) -> None:
+    for _ in range(n):
+        assert not gov.speculate()
+        gov.record(speculative=False, tokens=1, seconds=seconds)
+
+
+def _spec_steps(gov: CostGovernor, n: int, tokens: int, seconds: float, accepted: int | None = None) -> None:
+    for _ in range(n):
+        assert gov.speculate()
+        gov.record(speculative=True, tokens=tokens, seconds=seconds, accepted=tokens - 1 if accepted is None else accepted)
+
+
+def _through_baseline(gov: CostGovernor) -> None:
+    _plain_steps(gov, gov.config.baseline_steps)
+    assert gov.phase is Phase.PROBE
+
+
+def test_a_winning_speculator_holds():
+    gov = CostGovernor()
+    _through_baseline(gov)
+    _spec_steps(gov, 8, tokens=4, seconds=0.012)  # 3 ms per token against 10
+    assert gov.phase is Phase.HOLD and gov.wins == 1 and gov.parks == 0
+
+
+def test_a_losing_speculator_is_parked_and_reprobed_with_backoff():
+    gov = CostGovernor()
+    _through_baseline(gov)
+    _spec_steps(gov, 8, tokens=1, seconds=0.015, accepted=1)  # accepted something, still slower per token
+    assert gov.phase is Phase.PARKED and gov.parks == 1
+    _plain_steps(gov, 32)
+    assert gov.phase is Phase.PROBE
+    _spec_steps(gov, 3, tokens=1, seconds=0.015, accepted=1)  # after a loss the re-probe is short
+    assert gov.phase is Phase.PARKED and gov.parks == 2
+    _plain_steps(gov, 63)
+    assert gov.phase is Phase.PARKED  # backed off to 64
+    _plain_steps(gov, 1)
+    assert gov.phase is Phase.PROBE
+
+
+def test_backoff_is_capped():
+    gov = CostGovernor(GovernorConfig(first_park=4, max_park=8))
+    _through_baseline(gov)
+    parks = []
+    for _ in range(4):
+        _spec_steps(gov, gov.config.probe_steps if gov.losses == 0 else 3, tokens=1, seconds=0.02, accepted=1)
+        steps = 0
+        while not gov.speculate():
+            _plain_steps(gov, 1)
+            steps += 1
+        parks.append(steps)
+    assert parks == [4, 8, 8, 8]
+
+
+def test_a_probe_ends_early_after_four_steps_that_accepted_nothing():
+    gov = CostGovernor()
+    _through_baseline(gov)
+    _spec_steps(gov, 3, tokens=1, seconds=0.001, accepted=0)
+    assert gov.phase is Phase.PROBE
+    _spec_steps(gov, 1, tokens=1, seconds=0.001, accepted=0)
+    assert gov.phase is Phase.PARKED
+
+
+def test_a_step_that_proposed_nothing_is_a_speculative_sample():
+    """Four matchless lookups (recorded as speculative one-token steps) park an n-gram drafter."""
+    gov = CostGovernor()
+    _through_baseline(gov)
+    for _ in range(4):
+        gov.record(speculative=True, tokens=1, seconds=PLAIN, accepted=0)
+    assert gov.phase is Phase.PARKED
+    assert gov.plain_cost == PLAIN  # none of them leaked into the plain baseline
+
+
+def test_parked_steps_feed_the_plain_baseline_except_the_first():
+    gov = CostGovernor()
+    _through_baseline(gov)
+    _spec_steps(gov, 4, tokens=1, seconds=0.02, accepted=0)
+    assert gov.phase is Phase.PARKED
+    gov.record(speculative=False, tokens=1, seconds=1.0)  # pays the switch: not a sample
+    _plain_steps(gov, 5, seconds=0.004)
+    assert abs(gov.plain_cost - (3 * PLAIN + 5 * 0.004) / 8) < 1e-12
+
+
+def test_a_wrong_win_is_caught_within_the_hold_window():
+    gov = CostGovernor()
+    _through_baseline(gov)
+    _spec_steps(gov, 8, tokens=4, seconds=0.012)
+    assert gov.phase is Phase.HOLD
+    _spec_steps(gov, 7, tokens=1, seconds=0.03, accepted=0)
+    assert gov.phase is Phase.HOLD
+    _spec_steps(gov, 1, tokens=1, seconds=0.03, accepted=0)
+    assert gov.phase is Phase.PARKED and gov.losses == 1
+
+
+def test_a_hold_remeasures_the_baseline_then_resumes():
+    gov = CostGovernor(GovernorConfig(hold_steps=10))
+    _through_baseline(gov)
+    _spec_steps(gov, 8, tokens=4, seconds=0.012)
+    _spec_steps(gov, 10, tokens=4, seconds=0.012)
+    assert gov.phase is Phase.BASELINE
+    _plain_steps(gov, 3)
+    assert gov.phase is Phase.HOLD and gov.wins == 1
+
+
+def test_a_new_request_caps_the_park_and_forgets_the_backoff():
+    gov = CostGovernor()
+    _through_baseline(gov)
+    _spec_steps(gov, 8, tokens=1, seconds=0.02, accepted=1)
+    _plain_steps(gov, 32)
+    _spec_steps(gov, 3, tokens=1, seconds=0.02, accepted=1)
+    _plain_steps(gov, 2)
+    assert gov.phase is Phase.PARKED  # a 64-step park, 62 to go
+    gov.new_request()
+    _plain_steps(gov, 30)
+    assert gov.phase is Phase.PROBE  # capped at 32
+    _spec_steps(gov, 3, tokens=1, seconds=0.02, accepted=1)  # the loss is remembered: a short probe
+    steps = 0
+    while not gov.speculate():
+        _plain_steps(gov, 1)
+        steps += 1
+    assert steps == 32  # the backoff was forgotten
