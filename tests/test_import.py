@@ -1,0 +1,110 @@
+"""`power import`: existing llama-server / vLLM launches read into Power terms, each known mistake a located finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, import_launch
+from power.orchestrator.launch_tokens import COMMAND_LINE, tokens_from_argv, tokens_from_env_file, tokens_from_systemd_unit
+
+
+def _codes(result) -> list[str]:
+    return [f.code for f in result.findings]
+
+
+def _llama(*argv: str):
+    return import_launch(LLAMA_SERVER, tokens_from_argv(["llama-server", *argv]))
+
+
+def test_the_renamed_spec_type_mtp_is_caught_at_its_column() -> None:
+    result = _llama("-m", "t.gguf", "--spec-type", "mtp", "--spec-draft-n-max", "2")
+    [finding] = result.findings
+    assert finding.code == "PWR450"
+    assert finding.file == COMMAND_LINE and finding.line == 1
+    assert finding.source_line[finding.col - 1:].startswith("mtp")
+    assert "draft-mtp" in finding.hint and "silently" in finding.message
+    assert result.spec.mode == "none"
+
+
+def test_a_draft_model_without_spec_type() -> None:
+    result = _llama("-m", "t.gguf", "-md", "d.gguf")
+    assert _codes(result) == ["PWR451"]
+    assert result.findings[0].source_line[result.findings[0].col - 1:].startswith("d.gguf")
+
+
+def test_two_context_backed_drafters_in_one_list() -> None:
+    result = _llama("-m", "t.gguf", "-md", "d.gguf", "--spec-type", "draft-mtp,draft-dflash")
+    assert _codes(result) == ["PWR452"]
+    assert "draft-mtp and draft-dflash" in result.findings[0].message
+
+
+def test_removed_draft_spellings_each_get_a_finding_with_the_new_name() -> None:
+    result = _llama("-m", "t.gguf", "--spec-type", "draft-mtp", "--draft-max", "8", "--draft-min", "1")
+    assert _codes(result) == ["PWR454", "PWR454"]
+    assert result.findings[0].hint == "use --spec-draft-n-max"
+    assert result.findings[1].hint == "use --spec-draft-n-min"
+    assert "invalid argument: --draft-max" in result.findings[0].message
+
+
+def test_a_legal_chain_reads_cleanly_into_power_terms() -> None:
+    result = _llama("-m", "t.gguf", "-md", "d.gguf", "--spec-type", "draft-dflash,ngram-mod",
+                    "--spec-draft-n-max", "15", "-c", "8192", "-fa", "on", "--jinja", "-ctk", "q8_0")
+    assert result.findings == []
+    spec = result.spec
+    assert (spec.mode, spec.chain, spec.k, spec.ctx) == ("dflash", ["ngram", "dflash"], 15, 8192)
+    assert spec.model.text == "t.gguf" and spec.draft_model.text == "d.gguf"
+    assert spec.flash_attn is True and spec.kv_cache_type == "q8_0"
+
+
+def test_draft_mtp_without_n_max_takes_llama_cpp_default() -> None:
+    result = _llama("--model=t.gguf", "--spec-type=draft-mtp")
+    assert result.findings == [] and result.spec.k == 3 and result.spec.model.text == "t.gguf"
+
+
+def test_no_model_is_a_finding() -> None:
+    assert _codes(_llama("-hf", "org/repo:Q4_K_M")) == ["PWR458"]
+
+
+def test_unknown_and_unadapted_types() -> None:
+    assert _codes(_llama("-m", "t.gguf", "--spec-type", "draft-magic")) == ["PWR455"]
+    assert _codes(_llama("-m", "t.gguf", "--spec-type", "draft-eagle3", "-md", "e.gguf")) == ["PWR455"]
+
+
+def test_env_file_variables_are_flags_and_keep_their_line(tmp_path: Path) -> None:
+    env = tmp_path / "qwen.env"
+    env.write_text("# served by llama-server\nLLAMA_ARG_MODEL=/m/t.gguf\nLLAMA_ARG_SPEC_TYPE=mtp\n"
+                   "LLAMA_ARG_DRAFT_MAX=7\nEXTRA_ARGS=\"--spec-draft-n-max 4 -c 65536\"\n")
+    result = import_launch(LLAMA_SERVER, tokens_from_env_file(env, "LLAMA_ARG_"))
+    assert [(f.code, f.line) for f in result.findings] == [("PWR450", 3), ("PWR454", 4)]
+    assert "LLAMA_ARG_DRAFT_MAX" in result.findings[1].message and "ignores it" in result.findings[1].message
+    assert result.findings[0].file == str(env)
+    assert (result.spec.k, result.spec.ctx, result.spec.model.text) == (4, 65536, "/m/t.gguf")
+
+
+def test_systemd_unit_with_continuations_and_environment(tmp_path: Path) -> None:
+    (tmp_path / "extra.env").write_text("LLAMA_ARG_CTX_SIZE=131072\n")
+    unit = tmp_path / "llama.service"
+    unit.write_text("[Unit]\nDescription=qwen\n\n[Service]\nEnvironment=\"LLAMA_ARG_SPEC_DRAFT_N_MAX=3\"\n"
+                    "EnvironmentFile=-extra.env\nEnvironmentFile=-missing.env\n"
+                    "ExecStart=/opt/llama/llama-server -m /m/t.gguf \\\n"
+                    "    -md /m/d.gguf \\\n"
+                    "    --spec-type draft-mtp,draft-dspark\n"
+                    "Restart=always\n")
+    result = import_launch(LLAMA_SERVER, tokens_from_systemd_unit(unit, "LLAMA_ARG_"))
+    [finding] = result.findings
+    assert (finding.code, finding.line) == ("PWR452", 10)
+    assert finding.source_line[finding.col - 1:].startswith("draft-mtp,draft-dspark")
+    assert (result.spec.k, result.spec.ctx) == (3, 131072)
+
+
+def test_vllm_removed_flags_and_speculative_config() -> None:
+    old = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--speculative-model", "d",
+                                                 "--num-speculative-tokens", "5"]))
+    assert _codes(old) == ["PWR456", "PWR456"]
+    new = import_launch(VLLM, tokens_from_argv([
+        "vllm", "serve", "t.gguf", "--max-model-len", "4096",
+        "--speculative-config", '{"method": "dspark", "model": "d.gguf", "num_speculative_tokens": 15}']))
+    assert new.findings == []
+    assert (new.spec.mode, new.spec.k, new.spec.ctx, new.spec.draft_model.text) == ("dspark", 15, 4096, "d.gguf")
+    broken = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--speculative-config", "{method: x"]))
+    assert _codes(broken) == ["PWR457"]
