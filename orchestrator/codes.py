@@ -14,6 +14,29 @@ from __future__ import annotations
 # code -> (default severity, title)
 CODES: dict[str, tuple[str, str]] = {
     # --- PWR0xx: files, TOML, schema ---------------------------------------
+    # PWR00x reading the file (orchestrator/loading.py); PWR001 and PWR009 are usage errors (exit 2)
+    "PWR001": ("error", "the path does not exist"),
+    "PWR002": ("error", "the path is not a regular file (a FIFO, device, socket or directory)"),
+    "PWR003": ("error", "the file is larger than the 8 MiB limit for a TOML file"),
+    "PWR004": ("error", "the file is empty"),
+    "PWR005": ("error", "the file is binary (it contains NUL bytes), not TOML text"),
+    "PWR006": ("error", "the file is not valid UTF-8"),
+    "PWR007": ("error", "TOML syntax error"),
+    "PWR008": ("error", "TOML arrays or inline tables nested too deeply"),
+    "PWR009": ("error", "a directory or glob holds no .toml file"),
+    # PWR01x the `schema` line (orchestrator/loading.py)
+    "PWR010": ("error", "the file has no `schema` key"),
+    "PWR011": ("error", "the `schema` names an unknown file kind or version"),
+    "PWR012": ("error", "the file is of another kind than the one expected here"),
+    "PWR013": ("error", "the file cannot be read (permission or I/O error)"),
+    # PWR02x fields (orchestrator/schema.py, rules.py)
+    "PWR020": ("error", "unknown key"),
+    "PWR021": ("error", "a required key is missing"),
+    "PWR022": ("error", "a value has the wrong type or is out of range"),
+    "PWR023": ("error", "a size cannot be read (bad number or unit)"),
+    "PWR024": ("error", "a sha256 is not 64 hexadecimal digits"),
+    "PWR025": ("error", "a drafter entry lacks the file its kind needs, or names a file its kind cannot use"),
+    "PWR026": ("error", "a key spelled the llama.cpp way or renamed: use Power's name for it"),
     # PWR06x fleet files and the fleet lock (orchestrator/fleet.py, lock.py)
     "PWR060": ("error", "a deployment names a host the fleet does not define"),
     "PWR061": ("warning", "a path leaves the fleet's directory tree through `..`"),
@@ -55,6 +78,18 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR310": ("error", "the drafter's tokenizer differs from the target's"),
     "PWR311": ("info", "the drafter carries no tokenizer; it uses the target's"),
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
+    # PWR40x/41x profile settings that need no artifact (orchestrator/schema.py, rules.py)
+    "PWR401": ("error", "K (spec_draft_max) is not an integer from 1 to 64"),
+    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer >= 1"),
+    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer >= 1"),
+    "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp only)"),
+    "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 keeps a fixed shape)"),
+    "PWR406": ("info", "S < K: the guarded path (one exact replay, then every later round clamped to S)"),
+    "PWR407": ("warning", "S > K: resident rollback state that is never used"),
+    "PWR408": ("error", "runtime.verify_capacity is smaller than K+1"),
+    "PWR409": ("error", "sampling.temperature is not a number >= 0"),
+    "PWR410": ("warning", "spec_mode draft-model is reserved: a plan fails closed unless the runtime adapter exists"),
+    "PWR411": ("error", "the n-gram window is empty (ngram_n_min > ngram_n_max)"),
     # PWR45x existing launch lines (orchestrator/launch_import.py)
     "PWR450": ("error", "`--spec-type mtp` is the pre-rename spelling and silently disables speculation"),
     "PWR451": ("error", "a draft model is given without a `--spec-type`"),

@@ -1,0 +1,418 @@
+"""Load a TOML file of any kind into its model, with every problem as a located finding.
+
+`load_document(path)` never raises: it reads the file (refusing FIFOs, devices,
+binary and oversized files), parses it with tomli, reads the kind from its
+`schema` key, validates the model and runs the cross-field rules, and returns a
+`Loaded` carrying the model (None when any error was found), every finding, and
+a locator so that later checks can point at the exact line:
+
+    loaded = load_manifest(path)
+    loaded.finding("PWR112", "sha256 differs from the file", where="drafters[1].sha256")
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+import tomli
+from pydantic import BaseModel, ValidationError
+
+from power.orchestrator import codes, rules
+from power.orchestrator.findings import Finding, Severity, has_errors
+from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
+from power.orchestrator.schema import KIND_MODELS, LLAMA_CPP_SPEC_TYPES, RENAMED_KEYS, SCHEMA_VERSION, schema_id
+from power.orchestrator.units import ACCEPTED_FORMS, SizeError
+
+MAX_TOML_BYTES = 8 * 1024**2
+
+_SCHEMA_VALUE = re.compile(r"^power\.(?P<kind>[A-Za-z0-9_-]+)/(?P<version>v\d+)$")
+# Errors on these fields carry the speculation-settings code instead of the generic PWR022.
+_FIELD_CODES = {
+    "spec_draft_max": "PWR401",
+    "spec_mtp_recurrent_snapshots": "PWR402",
+    "spec_mtp_fr_vocab_size": "PWR403",
+    "temperature": "PWR409",
+}
+_SCHEMA_HINT = "the first key of every file names its kind: " + ", ".join(f'schema = "{schema_id(k)}"' for k in KIND_MODELS)
+
+
+@dataclass
+class Loaded:
+    """One loaded file: its kind, its model (None on any error), its findings, and where its keys are."""
+
+    path: Path
+    kind: str | None = None
+    model: Any = None
+    findings: list[Finding] = field(default_factory=list)
+    data: dict[str, Any] | None = None
+    text: str | None = None
+    _locator: TomlLocator | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.model is not None and not has_errors(self.findings)
+
+    def locate(self, where: str | KeyPath) -> tuple[int, int, str] | None:
+        """(line, col, source line) of the key at `where` (`drafters[1].sha256`), or of its nearest ancestor."""
+        position = self._position(where, at="key")
+        return (position.line, position.col, position.source_line) if position else None
+
+    def finding(
+        self,
+        code: str,
+        message: str,
+        where: str | KeyPath | None = None,
+        hint: str | None = None,
+        severity: Severity | str | None = None,
+        at: str = "value",
+    ) -> Finding:
+        """A Finding for this file, placed at `where`'s value (at="value") or key (at="key")."""
+        position = self._position(where, at) if where is not None else None
+        path = parse_where(where) if isinstance(where, str) else where
+        return Finding(
+            code=code,
+            severity=Severity(severity or codes.CODES[code][0]),
+            message=message,
+            file=str(self.path),
+            line=position.line if position else None,
+            col=position.col if position else None,
+            hint=hint,
+            where=format_where(path) if path else None,
+            source_line=position.source_line if position else None,
+        )
+
+    def _position(self, where: str | KeyPath, at: str) -> Position | None:
+        if self.text is None:
+            return None
+        if self._locator is None:
+            self._locator = TomlLocator(self.text)
+        path = parse_where(where) if isinstance(where, str) else tuple(where)
+        return self._locator.key(path) if at == "key" else self._locator.value(path)
+
+
+def load_document(path: str | os.PathLike[str]) -> Loaded:
+    """Load any Power TOML file; the kind comes from its `schema` key."""
+    loaded = Loaded(path=Path(path))
+    if _read(loaded) and _parse(loaded) and _read_kind(loaded):
+        _validate(loaded)
+    return loaded
+
+
+def load_manifest(path: str | os.PathLike[str]) -> Loaded:
+    return _load_expecting(path, "manifest")
+
+
+def load_profile(path: str | os.PathLike[str]) -> Loaded:
+    return _load_expecting(path, "profile")
+
+
+def load_host(path: str | os.PathLike[str]) -> Loaded:
+    return _load_expecting(path, "host")
+
+
+def load_fleet(path: str | os.PathLike[str]) -> Loaded:
+    return _load_expecting(path, "fleet")
+
+
+def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
+    loaded = load_document(path)
+    if loaded.kind is not None and loaded.kind != kind:
+        loaded.findings.append(
+            loaded.finding(
+                "PWR012",
+                f"expected a {kind} file here, but this is a {loaded.kind} (schema = \"{schema_id(loaded.kind)}\")",
+                where="schema",
+                hint=f"pass a file that starts with schema = \"{schema_id(kind)}\"",
+            )
+        )
+        loaded.model = None
+    return loaded
+
+
+# --- reading and parsing ----------------------------------------------------------
+
+
+def _read(loaded: Loaded) -> bool:
+    """Set loaded.text, or add the finding that says why the file cannot be read as text."""
+    try:
+        info = os.stat(loaded.path)
+    except FileNotFoundError:
+        return _fail(loaded, "PWR001", "no such file or directory", "check the path (it is relative to the current directory)")
+    except (OSError, ValueError) as exc:
+        return _fail(loaded, "PWR013", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "check the path and the file's permissions")
+    if not stat.S_ISREG(info.st_mode):
+        what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
+        return _fail(loaded, "PWR002", f"is {what}", "pass a .toml file (or, to `power validate`, a directory of them)")
+    if info.st_size > MAX_TOML_BYTES:
+        return _fail(
+            loaded,
+            "PWR003",
+            f"is {info.st_size:,} bytes; a Power TOML file may be at most {MAX_TOML_BYTES:,} bytes (8 MiB)",
+            "a manifest or profile is a few hundred bytes: check that this is the file you meant",
+        )
+    try:
+        with open(loaded.path, "rb") as handle:
+            raw = handle.read(MAX_TOML_BYTES + 1)
+    except OSError as exc:
+        return _fail(loaded, "PWR013", f"cannot read: {exc.strerror}", "check the file's permissions")
+    return _decode(loaded, raw)
+
+
+def _decode(loaded: Loaded, raw: bytes) -> bool:
+    if len(raw) > MAX_TOML_BYTES:
+        return _fail(loaded, "PWR003", f"is larger than {MAX_TOML_BYTES:,} bytes (8 MiB)", "check that this is the file you meant")
+    if not raw.strip():
+        return _fail(loaded, "PWR004", "is empty", _SCHEMA_HINT)
+    if b"\x00" in raw:
+        return _fail(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text", "pass the .toml file, not a GGUF or other binary")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col, source = _byte_position(raw, exc.start)
+        loaded.findings.append(
+            Finding(
+                code="PWR006",
+                severity=Severity.ERROR,
+                message=f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
+                file=str(loaded.path),
+                line=line,
+                col=col,
+                hint="save the file as UTF-8 (TOML files must be UTF-8)",
+                source_line=source,
+            )
+        )
+        return False
+    loaded.text = text.removeprefix("\ufeff")
+    return True
+
+
+def _parse(loaded: Loaded) -> bool:
+    try:
+        loaded.data = tomli.loads(loaded.text)
+    except tomli.TOMLDecodeError as exc:
+        lines = loaded.text.splitlines()
+        source = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else None
+        loaded.findings.append(
+            Finding(
+                code="PWR007",
+                severity=Severity.ERROR,
+                message=f"TOML syntax: {exc.msg[:1].lower()}{exc.msg[1:]}",
+                file=str(loaded.path),
+                line=exc.lineno,
+                col=exc.colno,
+                hint="see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]",
+                source_line=source,
+            )
+        )
+        return False
+    except RecursionError:
+        return _fail(loaded, "PWR008", "nests arrays or inline tables too deeply to read", "flatten the nesting: no Power file nests more than three levels")
+    return True
+
+
+def _read_kind(loaded: Loaded) -> bool:
+    value = loaded.data.get("schema")
+    if value is None:
+        loaded.findings.append(
+            Finding(
+                code="PWR010",
+                severity=Severity.ERROR,
+                message="has no `schema` key, so its kind (manifest, profile, host, fleet) is unknown",
+                file=str(loaded.path),
+                line=1,
+                col=1,
+                hint=_SCHEMA_HINT,
+                source_line=loaded.text.splitlines()[0] if loaded.text.splitlines() else "",
+            )
+        )
+        return False
+    match = _SCHEMA_VALUE.match(value) if isinstance(value, str) else None
+    if match is None or match["kind"] not in KIND_MODELS or match["version"] != SCHEMA_VERSION:
+        loaded.findings.append(
+            loaded.finding("PWR011", f"schema = {_toml(value)} is not a Power file kind", where="schema", hint=_schema_value_hint(value))
+        )
+        return False
+    loaded.kind = match["kind"]
+    return True
+
+
+def _schema_value_hint(value: Any) -> str:
+    known = [schema_id(kind) for kind in KIND_MODELS]
+    close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.6)
+    if close:
+        return f'did you mean schema = "{close[0]}"?'
+    return "one of: " + ", ".join(f'"{k}"' for k in known)
+
+
+# --- validation ------------------------------------------------------------------
+
+
+def _validate(loaded: Loaded) -> None:
+    model_type = KIND_MODELS[loaded.kind]
+    try:
+        model = model_type.model_validate(loaded.data, context={"base_dir": loaded.path.absolute().parent})
+    except ValidationError as exc:
+        model = None
+        loaded.findings += _schema_findings(loaded, model_type, exc)
+    for issue in rules.check(loaded.kind, loaded.data):
+        loaded.findings.append(loaded.finding(issue.code, issue.message, where=issue.where, hint=issue.hint, severity=issue.severity))
+    loaded.findings.sort(key=lambda finding: (finding.line or 0, finding.col or 0))
+    loaded.model = None if has_errors(loaded.findings) else model
+
+
+def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: ValidationError) -> list[Finding]:
+    """One finding per offending key: pydantic reports a union's alternatives as several errors for one value."""
+    by_path: dict[KeyPath, list[dict[str, Any]]] = {}
+    for error in exc.errors():
+        by_path.setdefault(_data_path(error["loc"], loaded.data), []).append(error)
+    return [_error_finding(loaded, model_type, path, errors) for path, errors in by_path.items()]
+
+
+def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[dict[str, Any]]) -> Finding:
+    where = format_where(path)
+    key = path[-1] if path else ""
+    kinds = {error["type"] for error in errors}
+    if "extra_forbidden" in kinds:
+        return _unknown_key(loaded, model_type, path)
+    if "missing" in kinds:
+        table = format_where(path[:-1])
+        return loaded.finding(
+            "PWR021",
+            f"missing required key `{where}`",
+            where=path,
+            hint=f"add `{key} = ...` to {f'[{table}]' if table else 'the top level'}: {_description(model_type, path)}",
+            at="key",
+        )
+    size_errors = [e for e in errors if isinstance((e.get("ctx") or {}).get("error"), SizeError)]
+    if size_errors:
+        return loaded.finding("PWR023", f"{where}: {size_errors[0]['ctx']['error']}", where=path, hint=f"write {ACCEPTED_FORMS}")
+    value = errors[0].get("input")
+    if key in ("sha256", "target_sha256") and "string_pattern_mismatch" in kinds:
+        return loaded.finding(
+            "PWR024",
+            f"{where} = {_toml(value)} is not a sha256 digest",
+            where=path,
+            hint="write the 64 hexadecimal digits printed by `sha256sum FILE`",
+        )
+    reasons = " or ".join(dict.fromkeys(_lower_first(error["msg"]) for error in errors))
+    return loaded.finding(
+        _FIELD_CODES.get(key, "PWR022") if isinstance(key, str) else "PWR022",
+        f"{where} = {_toml(value)}: {reasons}",
+        where=path,
+        hint=_value_hint(model_type, path, value),
+    )
+
+
+def _unknown_key(loaded: Loaded, model_type: type[BaseModel], path: KeyPath) -> Finding:
+    key = str(path[-1])
+    allowed = _allowed_keys(model_type, path[:-1])
+    table = format_where(path[:-1])
+    place = f"[{table}]" if table else "the top level"
+    renamed = RENAMED_KEYS.get(key)
+    if renamed in allowed:
+        return loaded.finding(
+            "PWR026", f"`{key}` is not Power's name for this setting", where=path, hint=f"rename `{key}` to `{renamed}`", at="key"
+        )
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f"did you mean `{close[0]}`?" if close else f"allowed keys in {place}: {', '.join(sorted(allowed))}"
+    return loaded.finding("PWR020", f"unknown key `{key}` in {place}", where=path, hint=hint, at="key")
+
+
+def _value_hint(model_type: type[BaseModel], path: KeyPath, value: Any) -> str:
+    if isinstance(value, str) and value in LLAMA_CPP_SPEC_TYPES:
+        return f'"{value}" is llama.cpp\'s --spec-type name; Power calls it "{LLAMA_CPP_SPEC_TYPES[value]}"'
+    return f"{path[-1]}: {_description(model_type, path)}" if path else _SCHEMA_HINT
+
+
+# --- walking the models along a key path -------------------------------------------
+
+
+def _data_path(loc: tuple[Any, ...], data: Any) -> KeyPath:
+    """The part of a pydantic error location that names places in the data (drops union tags)."""
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str):
+            path.append(part)
+            if part not in node:
+                break
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            path.append(part)
+            node = node[part]
+        else:
+            break
+    return tuple(path)
+
+
+def _model_at(model_type: type[BaseModel], path: KeyPath) -> type[BaseModel] | None:
+    """The model class that describes the table at `path` (list indices are skipped)."""
+    current: type[BaseModel] | None = model_type
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field_info = _field(current, part) if current else None
+        current = _nested_model(field_info.annotation) if field_info else None
+    return current
+
+
+def _field(model_type: type[BaseModel], key: str):
+    for name, info in model_type.model_fields.items():
+        if (info.alias or name) == key:
+            return info
+    return None
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed_keys(model_type: type[BaseModel], table: KeyPath) -> list[str]:
+    model = _model_at(model_type, table)
+    return [info.alias or name for name, info in model.model_fields.items()] if model else []
+
+
+def _description(model_type: type[BaseModel], path: KeyPath) -> str:
+    model = _model_at(model_type, path[:-1])
+    info = _field(model, str(path[-1])) if model and path else None
+    return (info.description or "see `power schema`") if info else "see `power schema`"
+
+
+# --- small helpers ------------------------------------------------------------------
+
+
+def _fail(loaded: Loaded, code: str, message: str, hint: str) -> bool:
+    loaded.findings.append(Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path), hint=hint))
+    return False
+
+
+def _byte_position(raw: bytes, offset: int) -> tuple[int, int, str]:
+    line_start = raw.rfind(b"\n", 0, offset) + 1
+    line_end = raw.find(b"\n", offset)
+    source = raw[line_start : line_end if line_end != -1 else len(raw)].decode("utf-8", errors="replace")
+    col = len(raw[line_start:offset].decode("utf-8", errors="replace")) + 1
+    return raw.count(b"\n", 0, offset) + 1, col, source
+
+
+def _toml(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]

@@ -1,0 +1,237 @@
+"""Rules across fields that need no artifact: S vs K, FR vs mode, adaptive vs mode, drafter files.
+
+They read the raw TOML data rather than a validated model, so that a file with a
+bad field still gets every other finding in the same run: a rule runs when the
+fields it relates are individually valid (or absent, taking their defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from power.orchestrator.locator import KeyPath
+from power.orchestrator.schema import (
+    ADAPTIVE_MODES,
+    FILE_BACKED_DRAFTERS,
+    FR_MODES,
+    DrafterKind,
+    Profile,
+    RuntimeSettings,
+    SpecMode,
+)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A rule's verdict, located by key path; the loader turns it into a located Finding."""
+
+    code: str
+    message: str
+    where: KeyPath
+    hint: str | None = None
+    severity: str | None = None  # None: the code's default severity
+
+
+def check(kind: str, data: dict[str, Any]) -> list[Issue]:
+    checker = {"manifest": _manifest, "profile": _profile}.get(kind)
+    return checker(data) if checker else []
+
+
+# --- manifest -----------------------------------------------------------------
+
+
+def _manifest(data: dict[str, Any]) -> list[Issue]:
+    drafters = data.get("drafters")
+    if not isinstance(drafters, list):
+        return []
+    issues: list[Issue] = []
+    for index, drafter in enumerate(drafters):
+        if isinstance(drafter, dict):
+            issues += _drafter(index, drafter)
+    return issues
+
+
+def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
+    kind = _enum(DrafterKind, drafter.get("kind"))
+    if kind is None:
+        return []
+    here: KeyPath = ("drafters", index)
+    if kind in FILE_BACKED_DRAFTERS:
+        missing = [key for key in ("path", "sha256", "target_sha256") if key not in drafter]
+        if missing:
+            return [
+                Issue(
+                    "PWR025",
+                    f"a {kind.value} drafter is a separate GGUF file, but this entry has no {_and(missing)}",
+                    here + ("kind",),
+                    hint=f"add {_and(f'`{key} = ...`' for key in missing)} to this [[drafters]] entry "
+                    "(target_sha256 is the sha256 of the target it was built for)",
+                )
+            ]
+        return []
+    stray = [key for key in ("path", "size", "sha256", "target_sha256", "quant") if key in drafter]
+    if stray:
+        reason = "lives in the target file" if kind is DrafterKind.MTP else "needs no file"
+        return [
+            Issue(
+                "PWR025",
+                f"a {kind.value} drafter {reason}, but this entry names {_and(stray)}",
+                here + (stray[0],),
+                hint=f"remove {_and(stray)} from this entry"
+                + (", or use kind dflash/dflash2/dspark if it is a separate drafter file" if kind is DrafterKind.MTP else ""),
+            )
+        ]
+    return []
+
+
+# --- profile ------------------------------------------------------------------
+
+
+def _profile(data: dict[str, Any]) -> list[Issue]:
+    mode = _enum(SpecMode, data.get("spec_mode", SpecMode.AUTO.value))
+    k = _positive_int(data, "spec_draft_max", Profile, upper=64)
+    s = _positive_int(data, "spec_mtp_recurrent_snapshots", Profile)
+    runtime = data.get("runtime") if isinstance(data.get("runtime"), dict) else {}
+    issues = _fr(data, mode) + _adaptive(data, mode) + _ngram_window(runtime)
+    if mode is SpecMode.DRAFT_MODEL:
+        issues.append(
+            Issue(
+                "PWR410",
+                "spec_mode = \"draft-model\" is reserved: it has no production adapter, so a plan fails closed",
+                ("spec_mode",),
+                hint='use "mtp", "dflash", "dflash2", "dspark" or "ngram", or "auto" to pick from the manifest',
+            )
+        )
+    if mode is not None and mode is not SpecMode.NONE and k is not None and s is not None:
+        issues += _snapshots_vs_width(k, s)
+    if k is not None:
+        issues += _verify_capacity(runtime, k)
+    return issues
+
+
+def _fr(data: dict[str, Any], mode: SpecMode | None) -> list[Issue]:
+    fr = data.get("spec_mtp_fr_vocab_size")
+    if not _is_int(fr) or fr < 1 or mode is None or mode in FR_MODES:
+        return []
+    where = ("spec_mtp_fr_vocab_size",)
+    if mode is SpecMode.AUTO:
+        return [
+            Issue(
+                "PWR404",
+                "FR only applies if auto resolves to native MTP; with an external drafter the plan rejects it",
+                where,
+                hint='set spec_mode = "mtp" to make FR meaningful, or remove spec_mtp_fr_vocab_size',
+                severity="info",
+            )
+        ]
+    return [
+        Issue(
+            "PWR404",
+            f"spec_mtp_fr_vocab_size cuts a draft head's vocabulary projection, but spec_mode = \"{mode.value}\" has no draft head",
+            where,
+            hint='remove spec_mtp_fr_vocab_size, or use spec_mode = "mtp"',
+        )
+    ]
+
+
+def _adaptive(data: dict[str, Any], mode: SpecMode | None) -> list[Issue]:
+    if data.get("spec_mtp_adaptive") is not True or mode is None or mode in ADAPTIVE_MODES:
+        return []
+    reason = {
+        SpecMode.DFLASH2: "DFlash2 keeps a fixed draft shape",
+        SpecMode.NONE: "there is no speculation to adapt",
+        SpecMode.NGRAM: "n-gram proposals are not scheduled by the adaptive controller",
+        SpecMode.DRAFT_MODEL: "draft-model has no adapter",
+    }[mode]
+    return [
+        Issue(
+            "PWR405",
+            f"spec_mtp_adaptive = true with spec_mode = \"{mode.value}\": {reason}",
+            ("spec_mtp_adaptive",),
+            hint="set spec_mtp_adaptive = false (the adaptive controller drives mtp, dflash and dspark)",
+        )
+    ]
+
+
+def _snapshots_vs_width(k: int, s: int) -> list[Issue]:
+    where = ("spec_mtp_recurrent_snapshots",)
+    if s < k:
+        return [
+            Issue(
+                "PWR406",
+                f"S = {s} < K = {k}: guarded path: one exact replay then clamp to S "
+                f"(a rejected suffix beyond {s} rows is replayed once, then that request proposes at most {s})",
+                where,
+                hint=f"set spec_mtp_recurrent_snapshots = {k} to keep a rollback point for every proposal",
+            )
+        ]
+    if s > k:
+        return [
+            Issue(
+                "PWR407",
+                f"S = {s} > K = {k}: resident state never used (at most {k} proposals need a rollback point)",
+                where,
+                hint=f"set spec_mtp_recurrent_snapshots = {k} to free the unused snapshots' memory",
+            )
+        ]
+    return []
+
+
+def _verify_capacity(runtime: dict[str, Any], k: int) -> list[Issue]:
+    capacity = runtime.get("verify_capacity")
+    if not _is_int(capacity) or capacity < 1 or capacity >= k + 1:
+        return []
+    return [
+        Issue(
+            "PWR408",
+            f"runtime.verify_capacity = {capacity} cannot hold the anchor and K = {k} proposals ({k + 1} rows)",
+            ("runtime", "verify_capacity"),
+            hint=f"set verify_capacity to at least {k + 1}, or lower spec_draft_max to {capacity - 1}"
+            if capacity > 1
+            else f"set verify_capacity to at least {k + 1}",
+        )
+    ]
+
+
+def _ngram_window(runtime: dict[str, Any]) -> list[Issue]:
+    n_min = _positive_int(runtime, "ngram_n_min", RuntimeSettings)
+    n_max = _positive_int(runtime, "ngram_n_max", RuntimeSettings)
+    if n_min is None or n_max is None or n_min <= n_max:
+        return []
+    key = "ngram_n_min" if "ngram_n_min" in runtime else "ngram_n_max"
+    return [
+        Issue(
+            "PWR411",
+            f"ngram_n_min = {n_min} > ngram_n_max = {n_max}: no match length fits the window",
+            ("runtime", key),
+            hint="make ngram_n_min <= ngram_n_max",
+        )
+    ]
+
+
+# --- helpers --------------------------------------------------------------------
+
+
+def _positive_int(data: dict[str, Any], key: str, model: type, upper: int | None = None) -> int | None:
+    """The value if present and valid, the model's default if absent, None if invalid."""
+    value = data.get(key, model.model_fields[key].default)
+    if not _is_int(value) or value < 1 or (upper is not None and value > upper):
+        return None
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _enum(enum_type: type, value: Any):
+    try:
+        return enum_type(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def _and(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -1,0 +1,252 @@
+"""The four file kinds users write — manifest, profile, host, fleet — as pydantic v2 models.
+
+Every model forbids unknown keys and checks each field on its own (types, ranges,
+units, digests). Rules that relate several fields (S vs K, FR vs mode, a drafter
+kind that needs a file) live in `power.orchestrator.rules`, and
+`power.orchestrator.loading` runs both, so load files through it.
+
+Paths are resolved against the directory of the file that names them: pass
+`context={"base_dir": <that directory>}` to `model_validate` (the loader does).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    WithJsonSchema,
+)
+
+from power.orchestrator.units import ACCEPTED_FORMS, parse_size
+
+SCHEMA_VERSION = "v1"
+DEFAULT_HEADROOM = 512 * 1024**2
+
+
+class SpecMode(str, enum.Enum):
+    AUTO = "auto"
+    NONE = "none"
+    MTP = "mtp"
+    DFLASH = "dflash"
+    DFLASH2 = "dflash2"
+    DSPARK = "dspark"
+    NGRAM = "ngram"
+    DRAFT_MODEL = "draft-model"
+
+
+class DrafterKind(str, enum.Enum):
+    MTP = "mtp"
+    DFLASH = "dflash"
+    DFLASH2 = "dflash2"
+    DSPARK = "dspark"
+    NGRAM = "ngram"
+    DRAFT_MODEL = "draft-model"
+
+
+# Drafters whose weights are a separate GGUF: they need a path and a sha256, and name their target's digest.
+FILE_BACKED_DRAFTERS = frozenset({DrafterKind.DFLASH, DrafterKind.DFLASH2, DrafterKind.DSPARK, DrafterKind.DRAFT_MODEL})
+# Modes with a draft head whose vocabulary projection FR can cut (DFlash/DSpark reuse the target's head).
+FR_MODES = frozenset({SpecMode.MTP})
+# Modes driven by the adaptive controller; DFlash2 keeps its fixed shape.
+ADAPTIVE_MODES = frozenset({SpecMode.AUTO, SpecMode.MTP, SpecMode.DFLASH, SpecMode.DSPARK})
+
+# Keys as llama.cpp (or an older Power) spells them -> Power's key; a file using one gets PWR026, never a silent ignore.
+RENAMED_KEYS = {
+    "spec_type": "spec_mode",
+    "spec_draft_n_max": "spec_draft_max",
+    "draft_max": "spec_draft_max",
+    "n_ctx": "ctx",
+    "ctx_size": "ctx",
+    "n_gpu_layers": "gpu_layers",
+    "ngl": "gpu_layers",
+    "flash_attention": "flash_attn",
+    "cache_type_k": "kv_cache_type",
+    "temp": "temperature",
+}
+# llama.cpp `--spec-type` names -> the spec_mode / drafter kind Power means by them.
+LLAMA_CPP_SPEC_TYPES = {
+    "draft-mtp": "mtp",
+    "draft-dflash": "dflash",
+    "draft-dspark": "dspark",
+    "ngram-mod": "ngram",
+    "ngram-simple": "ngram",
+    "draft": "draft-model",
+}
+
+KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+VerifyRule = Literal["match", "rejection"]
+TrafficShape = Literal["prose", "echo", "structured", "identity"]
+
+
+def _resolve_against_file(path: Path, info: ValidationInfo) -> Path:
+    if str(path) in ("", "."):
+        raise ValueError("a path cannot be empty")
+    base_dir = (info.context or {}).get("base_dir")
+    if base_dir is not None and not path.is_absolute():
+        path = Path(base_dir) / path
+    return Path(path).expanduser().resolve() if base_dir is not None else path
+
+
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+Bytes = Annotated[
+    int,
+    BeforeValidator(parse_size),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*\d[\d_]*(\.\d+)?\s*([kKmMgGtT][iI]?)?B?\s*$"},
+            ],
+            "description": f"a size: {ACCEPTED_FORMS}",
+        }
+    ),
+]
+Sha256 = Annotated[StrictStr, Field(pattern=r"^[0-9a-fA-F]{64}$"), AfterValidator(_lower)]
+FilePath = Annotated[Path, AfterValidator(_resolve_against_file), WithJsonSchema({"type": "string", "format": "path"})]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_enum_values=False)
+
+
+def _schema_field(kind: str):
+    schema_id = f"power.{kind}/{SCHEMA_VERSION}"
+    return Field(alias="schema", description=f'the file kind and version: "{schema_id}"')
+
+
+# --- manifest -----------------------------------------------------------------
+
+
+class Target(_Strict):
+    path: FilePath = Field(description="the target GGUF, relative to this manifest")
+    size: Bytes | None = Field(None, description="the file's size in bytes, checked against the file")
+    sha256: Sha256 = Field(description="the file's sha256 (64 hex digits), checked against the file")
+    quant: StrictStr | None = Field(None, description="the quantisation the header must declare, e.g. Q6_K, Q4_K_M")
+    architecture: StrictStr | None = Field(None, description="general.architecture the header must declare, e.g. qwen35, gemma3")
+
+
+class Drafter(_Strict):
+    kind: DrafterKind = Field(description="mtp | dflash | dflash2 | dspark | ngram | draft-model; the artifact's header must agree")
+    path: FilePath | None = Field(None, description="the drafter GGUF (dflash, dflash2, dspark, draft-model); mtp lives in the target, ngram needs none")
+    size: Bytes | None = Field(None, description="the drafter file's size in bytes")
+    sha256: Sha256 | None = Field(None, description="the drafter file's sha256 (64 hex digits)")
+    target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was built for: the binding")
+    quant: StrictStr | None = Field(None, description="the drafter's quantisation, e.g. Q4_K_M")
+
+
+class Manifest(_Strict):
+    schema_id: Literal["power.manifest/v1"] = _schema_field("manifest")
+    name: StrictStr = Field(min_length=1, description="the manifest's name")
+    description: StrictStr | None = Field(None, description="free text")
+    target: Target
+    drafters: list[Drafter] = Field(default_factory=list, description="the drafters available for this target")
+
+
+# --- profile ------------------------------------------------------------------
+
+
+class RuntimeSettings(_Strict):
+    ctx: StrictInt = Field(4096, ge=1, description="context length in tokens")
+    verify_capacity: StrictInt | None = Field(
+        None, ge=1, description="fixed target verification shape in rows (B11 = 11); at least K+1; default K+1"
+    )
+    batch: StrictInt = Field(1, ge=1, description="target batch size (tokens per forward)")
+    cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
+    flash_attn: StrictBool = Field(False, description="flash attention for the target")
+    kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
+    gpu_layers: Annotated[StrictInt, Field(ge=0)] | Literal["all"] = Field("all", description='layers offloaded to the GPU: an integer >= 0 or "all" (full offload)')
+    ngram_n_min: StrictInt = Field(3, ge=1, description="n-gram speculation: shortest suffix match that may propose")
+    ngram_n_max: StrictInt = Field(5, ge=1, description="n-gram speculation: longest suffix match tried first")
+
+
+class SamplingSettings(_Strict):
+    temperature: StrictFloat = Field(0.0, ge=0.0, description="0 is greedy; > 0 samples")
+    seed: StrictInt = Field(0, ge=0, description="seed of the counter-based sampling stream")
+    verify: VerifyRule = Field("match", description='"match" (seeded stream equal to autoregressive) or "rejection" (Leviathan/Chen)')
+
+
+class Profile(_Strict):
+    schema_id: Literal["power.profile/v1"] = _schema_field("profile")
+    name: StrictStr = Field(min_length=1, description="the profile's name")
+    description: StrictStr | None = Field(None, description="free text")
+    spec_mode: SpecMode = Field(SpecMode.AUTO, description="auto | none | mtp | dflash | dflash2 | dspark | ngram | draft-model")
+    spec_draft_max: StrictInt = Field(7, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
+    spec_mtp_recurrent_snapshots: StrictInt = Field(7, ge=1, description="S, the resident rollback window: an integer >= 1")
+    spec_mtp_fr_vocab_size: StrictInt | None = Field(
+        None, ge=1, description="FR, the draft head's token-ID prefix: an integer >= 1 (omit for the full vocabulary)"
+    )
+    spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, dspark; not dflash2)")
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+
+    @property
+    def verify_rows(self) -> int:
+        """The fixed verification shape: `runtime.verify_capacity`, or K+1 when unset."""
+        return self.runtime.verify_capacity or self.spec_draft_max + 1
+
+
+# --- host and fleet -------------------------------------------------------------
+
+
+class Device(_Strict):
+    model: StrictStr = Field(min_length=1, description='the device model, e.g. "RTX 4090"')
+    vram: Bytes = Field(description='device memory, e.g. "24 GiB"')
+
+
+class HostSpec(_Strict):
+    name: StrictStr = Field(min_length=1, description="the host's name")
+    devices: list[Device] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX 4090", vram = "24 GiB" }]')
+    headroom: Bytes = Field(DEFAULT_HEADROOM, description="memory kept free on each device (default 512 MiB)")
+    labels: dict[str, StrictStr] = Field(default_factory=dict, description="free-form labels, e.g. { zone = \"lab\" }")
+
+
+class Host(HostSpec):
+    schema_id: Literal["power.host/v1"] = _schema_field("host")
+
+
+class Deployment(_Strict):
+    name: StrictStr | None = Field(None, min_length=1, description="the deployment's name on its host (default: the manifest's name)")
+    host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
+    manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
+    profile: FilePath = Field(description="the profile file, relative to this fleet file")
+    traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
+
+
+class Fleet(_Strict):
+    schema_id: Literal["power.fleet/v1"] = _schema_field("fleet")
+    name: StrictStr | None = Field(None, description="the fleet's name")
+    hosts: list[HostSpec] = Field(min_length=1, description="inline host definitions")
+    deployments: list[Deployment] = Field(default_factory=list, description="what runs where")
+
+
+KIND_MODELS: dict[str, type[_Strict]] = {"manifest": Manifest, "profile": Profile, "host": Host, "fleet": Fleet}
+
+
+def schema_id(kind: str) -> str:
+    return f"power.{kind}/{SCHEMA_VERSION}"
+
+
+def json_schema(kind: str) -> dict:
+    """The JSON Schema of a file kind, as committed under orchestrator/schemas/ (for taplo / Even Better TOML)."""
+    schema = KIND_MODELS[kind].model_json_schema(by_alias=True)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def json_schema_text(kind: str) -> str:
+    return json.dumps(json_schema(kind), indent=2, sort_keys=False) + "\n"

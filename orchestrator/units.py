@@ -1,0 +1,84 @@
+"""Byte sizes as users write them: `"24 GiB"`, `"512MiB"`, `"1.5 GB"`, `"1_140_000_000"` or an integer.
+
+One parser for every size in every file kind and command-line option. Binary
+units (KiB, MiB, GiB, TiB) are powers of 1024, decimal units (kB, MB, GB, TB)
+powers of 1000; a bare number is bytes. The prefix is case-insensitive; the unit
+must end in an upper-case `B`, because a lower-case `b` conventionally means bits.
+"""
+
+from __future__ import annotations
+
+import re
+
+UNITS: dict[str, int] = {
+    "": 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "TB": 1000**4,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+    "TIB": 1024**4,
+}
+
+ACCEPTED_FORMS = 'an integer number of bytes, or a string such as "24 GiB", "512MiB", "1.5 GB", "250 kB" or "1_140_000_000" (units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)'
+
+_SIZE = re.compile(r"^\s*(?P<number>\d[\d_]*(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
+
+
+class SizeError(ValueError):
+    """A size that cannot be read; the message says what was found, `hint` the accepted forms."""
+
+    hint = ACCEPTED_FORMS
+
+
+def parse_size(value: object) -> int:
+    """Return the number of bytes `value` denotes; raise SizeError otherwise."""
+    if isinstance(value, bool):
+        raise SizeError(f"a size must be a number of bytes or a string with a unit, not the boolean {value!r}")
+    if isinstance(value, int):
+        return _non_negative(value, value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise SizeError(f"a size in bytes must be a whole number, not {value!r}")
+        return _non_negative(int(value), value)
+    if not isinstance(value, str):
+        raise SizeError(f"a size must be an integer or a string, not {type(value).__name__}")
+    match = _SIZE.match(value)
+    if match is None:
+        raise SizeError(f"cannot read {value!r} as a size")
+    unit = match["unit"]
+    multiplier = _unit_multiplier(unit, value)
+    number = match["number"].replace("_", "")
+    if "." in number:
+        whole, fraction = number.split(".")
+        total = (int(whole) * 10 ** len(fraction) + int(fraction)) * multiplier
+        if total % 10 ** len(fraction):
+            raise SizeError(f"{value!r} is not a whole number of bytes")
+        return total // 10 ** len(fraction)
+    return int(number) * multiplier
+
+
+def format_size(n_bytes: int) -> str:
+    """The binary-unit rendering used in reports: `24.00 GiB`, `512.00 MiB`, `17 B`."""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n_bytes) >= factor:
+            return f"{n_bytes / factor:.2f} {unit}"
+    return f"{n_bytes} B"
+
+
+def _unit_multiplier(unit: str, original: str) -> int:
+    if unit.endswith("b"):
+        raise SizeError(f"{original!r} ends in 'b', which means bits; write 'B' for bytes")
+    multiplier = UNITS.get(unit.upper())
+    if multiplier is None:
+        raise SizeError(f"unknown size unit {unit!r} in {original!r}")
+    return multiplier
+
+
+def _non_negative(n_bytes: int, original: object) -> int:
+    if n_bytes < 0:
+        raise SizeError(f"a size cannot be negative ({original!r})")
+    return n_bytes
