@@ -301,7 +301,7 @@ def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, e
             where=path,
             hint="write the 64 hexadecimal digits printed by `sha256sum FILE`",
         )
-    reasons = " or ".join(dict.fromkeys(_lower_first(error["msg"]) for error in errors))
+    reasons = _joined_reasons([error["msg"] for error in errors])
     return loaded.finding(
         _FIELD_CODES.get(key, "PWR022") if isinstance(key, str) else "PWR022",
         f"{where} = {_toml(value)}: {reasons}",
@@ -414,5 +414,11 @@ def _toml(value: Any) -> str:
         return repr(value)
 
 
-def _lower_first(text: str) -> str:
+def _joined_reasons(messages: list[str]) -> str:
+    """pydantic's "Input should be X" messages for one value, as "input should be X or Y"."""
+    prefix = "Input should be "
+    unique = list(dict.fromkeys(messages))
+    if len(unique) > 1 and all(message.startswith(prefix) for message in unique):
+        unique = [unique[0]] + [message.removeprefix(prefix) for message in unique[1:]]
+    text = " or ".join(unique)
     return text[:1].lower() + text[1:]
