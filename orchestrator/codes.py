@@ -55,6 +55,19 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR075": ("error", "the evidence is for another plan than the one being rolled out"),
     "PWR076": ("error", "no rollout in progress, or one already in progress"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
+    # PWR10x the GGUF file itself (orchestrator/gguf_reader.py, digests.py): each names the byte offset
+    "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),
+    "PWR101": ("error", "the artifact is not a regular file (a directory, a FIFO, a device)"),
+    "PWR102": ("error", "not a GGUF file: wrong magic"),
+    "PWR103": ("error", "unsupported GGUF version (only 3 is read)"),
+    "PWR104": ("error", "the GGUF header is truncated: it ends inside a field"),
+    "PWR105": ("error", "a count or length in the header exceeds what the file can hold"),
+    "PWR106": ("error", "unknown metadata value type, or arrays nested too deep"),
+    "PWR107": ("error", "a metadata key or tensor name appears twice"),
+    "PWR108": ("error", "invalid tensor info: dimensions, unknown quant type, or a row not a whole number of blocks"),
+    "PWR109": ("error", "tensor data lies outside the file, overlaps, or is misaligned (truncated data)"),
+    "PWR116": ("error", "the artifact changed while it was being read or hashed"),
+    "PWR117": ("error", "invalid metadata value (bad UTF-8, bad general.alignment)"),
     # PWR11x declared vs file (orchestrator/checks/artifacts.py)
     "PWR110": ("error", "a declared artifact file does not exist"),
     "PWR111": ("error", "the declared size differs from the file's size"),

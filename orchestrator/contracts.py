@@ -328,6 +328,9 @@ def contract_violations(view: HeaderView, declared_kind: str) -> list[Finding]:
     if declared_kind not in FILE_KINDS:
         return []
     found = classify_drafter(view)
+    if declared_kind == MTP and found is None:
+        return [_finding("PWR212", f"native MTP declared but {view.architecture!r} carries no nextn/MTP tensors", view,
+                         "use a target converted with its MTP head, or drop the mtp drafter")]
     if found != declared_kind:
         return [_kind_mismatch(view, declared_kind, found)]
     if declared_kind == MTP:
@@ -343,7 +346,7 @@ def _kind_mismatch(view: HeaderView, declared: str, found: str | None) -> Findin
         hint = f"point this drafter at a {declared} GGUF (general.architecture = {ARCHITECTURE_OF[declared]})"
     else:
         hint = f'declare kind = "{found}" if this file is what you meant to deploy'
-    return _finding("PWR201", f"declared kind {declared!r} but the header says {header}", view, hint)
+    return _finding("PWR210", f"declared kind {declared!r} but the header says {header}", view, hint)
 
 
 def _drafter_key_violations(view: HeaderView, kind: str) -> list[Finding]:
@@ -352,10 +355,10 @@ def _drafter_key_violations(view: HeaderView, kind: str) -> list[Finding]:
         full = f"{view.architecture}.{key}"
         value = view.metadata.get(full)
         if value is None:
-            findings.append(_finding("PWR202", f"{kind} drafter lacks metadata key {full} ({expected})", view,
+            findings.append(_finding("PWR211", f"{kind} drafter lacks metadata key {full} ({expected})", view,
                                      f"re-export the drafter with {full} set"))
         elif not _has_type(value, expected):
-            findings.append(_finding("PWR202", f"{full} is {value!r}, expected {expected}", view,
+            findings.append(_finding("PWR211", f"{full} is {value!r}, expected {expected}", view,
                                      f"re-export the drafter with {full} as {expected}"))
     if findings:
         return findings
@@ -376,16 +379,16 @@ def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
         positive["markov_rank"] = hp.markov_rank
     for key, value in positive.items():
         if value <= 0:
-            findings.append(_finding("PWR205", f"{arch}.{key} = {value}, expected a positive integer", view,
+            findings.append(_finding("PWR211", f"{arch}.{key} = {value}, expected a positive integer", view,
                                      "re-export the drafter with a valid value"))
     if not hp.target_layers or any(layer < 0 for layer in hp.target_layers):
-        findings.append(_finding("PWR205", f"{arch}.target_layers = {list(hp.target_layers)}, expected non-negative layer indices",
+        findings.append(_finding("PWR211", f"{arch}.target_layers = {list(hp.target_layers)}, expected non-negative layer indices",
                                  view, "list the target layers whose residuals the drafter reads"))
     if kind == DFLASH2 and hp.conv_group_size and hp.embedding_length % hp.conv_group_size:
-        findings.append(_finding("PWR205", f"dflash.conv_group_size = {hp.conv_group_size} does not divide "
+        findings.append(_finding("PWR211", f"dflash.conv_group_size = {hp.conv_group_size} does not divide "
                                  f"embedding_length = {hp.embedding_length}", view, "re-export with a dividing group size"))
     if hp.head_count_kv and hp.head_count % hp.head_count_kv:
-        findings.append(_finding("PWR205", f"{arch}.attention.head_count = {hp.head_count} is not a multiple of "
+        findings.append(_finding("PWR211", f"{arch}.attention.head_count = {hp.head_count} is not a multiple of "
                                  f"head_count_kv = {hp.head_count_kv}", view, "re-export with grouped-query head counts"))
     return findings
 
@@ -396,11 +399,11 @@ def _drafter_tensor_violations(view: HeaderView, kind: str) -> list[Finding]:
     missing = [name for name in expected if name not in actual]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        findings.append(_finding("PWR203", f"{kind} drafter lacks {len(missing)} required tensor(s): {shown}", view,
+        findings.append(_finding("PWR211", f"{kind} drafter lacks {len(missing)} required tensor(s): {shown}", view,
                                  f"a {kind} drafter carries {len(expected)} tensors; re-export it completely"))
     for name, shape in expected.items():
         if name in actual and tuple(actual[name]) != shape:
-            findings.append(_finding("PWR204", f"tensor {name} has shape {list(actual[name])}, the {kind} contract "
+            findings.append(_finding("PWR211", f"tensor {name} has shape {list(actual[name])}, the {kind} contract "
                                      f"wants {list(shape)} from the header's hyper-parameters", view,
                                      "the header's hyper-parameters and tensors disagree: re-export the drafter"))
     return findings
@@ -411,16 +414,16 @@ def _mtp_violations(view: HeaderView) -> list[Finding]:
     n_nextn, block_count = nextn_layer_count(view), meta.get(f"{arch}.block_count", 0)
     d = meta.get(f"{arch}.embedding_length", 0)
     if n_nextn <= 0:
-        return [_finding("PWR206", f"the file carries nextn tensors but {arch}.nextn_predict_layers is not set", view,
+        return [_finding("PWR212", f"the file carries nextn tensors but {arch}.nextn_predict_layers is not set", view,
                          "re-convert the target with its MTP head (nextn_predict_layers > 0)")]
     findings = []
     for layer in range(block_count - n_nextn, block_count):
         for name, shape in nextn_tensors(layer, d).items():
             if name not in shapes:
-                findings.append(_finding("PWR206", f"MTP head tensor {name} is missing", view,
+                findings.append(_finding("PWR211", f"MTP head tensor {name} is missing", view,
                                          "re-convert the target with its complete MTP head"))
             elif tuple(shapes[name]) != shape:
-                findings.append(_finding("PWR204", f"tensor {name} has shape {list(shapes[name])}, the mtp contract wants "
+                findings.append(_finding("PWR211", f"tensor {name} has shape {list(shapes[name])}, the mtp contract wants "
                                          f"{list(shape)}", view, "re-convert the target's MTP head"))
     return findings
 
