@@ -123,11 +123,12 @@ class Runtime(_Frozen):
     ctx: int
     batch: int
     verify_capacity: int
-    gpu_layers: int
+    gpu_layers: int | Literal["all"]
     flash_attn: bool
     cuda_graphs: bool
     kv_cache_type: str
     draft_kv_cache_type: str
+    # None: the drafter follows the target's device (llama.cpp's default for --spec-draft-device)
     draft_device: str | None = None
     ngram_n_min: int | None = None
     ngram_n_max: int | None = None
@@ -284,7 +285,12 @@ def to_toml(plan: ResolvedPlan) -> str:
 def save_plan(plan: ResolvedPlan, path: Path) -> None:
     """Write the plan atomically: TOML for a `.toml` path, JSON otherwise."""
     path = Path(path)
-    text = to_toml(plan) if path.suffix == ".toml" else to_json(plan)
+    write_text_atomic(path, to_toml(plan) if path.suffix == ".toml" else to_json(plan))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Temp file in the same directory, then rename: a crash leaves the old file or the new one, never half."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -1,0 +1,31 @@
+"""`power render PLAN --target ...`: launch artifacts from a resolved plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from power.orchestrator.cli import EXIT_USAGE
+from power.orchestrator.plan import PlanError, load_plan, write_text_atomic
+from power.orchestrator.render import TARGETS, RenderError, render as render_plan
+
+
+@click.command("render")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--target", "target", type=click.Choice(TARGETS), required=True, help="What to render.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE (atomically) instead of stdout.")
+def render(plan_path: Path, target: str, output: Path | None) -> None:
+    """Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan (JSON or TOML)."""
+    try:
+        text = render_plan(load_plan(plan_path), target, plan_path)
+    except (PlanError, RenderError) as err:
+        click.echo(f"error: {err}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_text_atomic(output, text)
+        if target not in ("env", "systemd"):
+            output.chmod(0o755)
+        click.echo(f"wrote {output}", err=True)

@@ -1,0 +1,175 @@
+"""Launch artifacts from a resolved plan: llama-server, vLLM, the Power runtime, an env file, a systemd drop-in.
+
+The templates under `templates/` lay the artifacts out; this module decides what
+goes in them. Every value that reaches a shell line passes through `shlex.quote`
+(systemd additionally doubles `%` and `$`, which it expands itself); every value
+that reaches a comment has its line breaks escaped. A plan feature an engine has
+no flag for (S snapshots, FR, the adaptive controller, the fixed verification
+shape) is said in a comment, never invented as a flag; a mode an engine cannot
+run at all is refused (RenderError), never downgraded.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from power.orchestrator.plan import ResolvedPlan
+
+TARGETS = ("llama-server", "vllm", "power", "env", "systemd")
+
+# llama.cpp's current --spec-type names (renamed from `mtp` etc. in PR #22673; the old names disable speculation).
+LLAMA_SPEC_TYPES = {"mtp": "draft-mtp", "dflash": "draft-dflash", "dspark": "draft-dspark", "ngram": "ngram-mod"}
+# vLLM's --speculative-config methods.
+VLLM_METHODS = {"mtp": "mtp", "dflash": "dflash", "dspark": "dspark", "ngram": "ngram"}
+# vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
+VLLM_KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
+
+
+class RenderError(ValueError):
+    """The plan asks for something the chosen engine cannot run; the message says which target can."""
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("power.orchestrator", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["systemd"] = systemd_quote
+    env.filters["comment"] = comment_safe
+    return env
+
+
+def systemd_quote(value: object) -> str:
+    """A shell-quoted word that systemd's own `%specifier` and `$VAR` expansion leaves alone."""
+    return shlex.quote(str(value)).replace("%", "%%").replace("$", "$$")
+
+
+def comment_safe(value: object) -> str:
+    """Text that cannot end the comment line it is put in."""
+    return str(value).replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+
+
+def render(plan: ResolvedPlan, target: str, plan_path: Path) -> str:
+    if target not in TARGETS:
+        raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
+    builders = {"llama-server": llama_server_context, "vllm": vllm_context, "power": power_context,
+                "env": env_context, "systemd": env_context}
+    context = builders[target](plan, Path(plan_path).resolve())
+    template = _environment().get_template(f"{target}.j2")
+    return template.render(plan=plan, plan_path=str(Path(plan_path).resolve()), **context)
+
+
+def unsupported_notes(plan: ResolvedPlan) -> list[str]:
+    """Plan settings no external engine has a flag for."""
+    spec = plan.speculation
+    notes = []
+    if spec.rollback != "none":
+        notes.append(f"S = {spec.s} recurrent snapshots ({spec.rollback} rollback): no flag; the engine keeps its own rollback state")
+    if spec.fr_vocab_size:
+        notes.append(f"FR = {spec.fr_vocab_size} draft-only token-ID prefix: no flag; the draft head projects the full vocabulary")
+    if spec.adaptive:
+        notes.append("adaptive K/S controller: no flag; the engine drafts a fixed K per round")
+    notes.append(f"fixed verification capacity {plan.runtime.verify_capacity} rows: no flag")
+    return notes
+
+
+def llama_server_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+    chain = plan.mode.chain
+    if "dflash2" in chain:
+        raise RenderError("llama-server has no DFlash2 speculative type; render this plan with --target power")
+    if "draft-model" in chain:
+        raise RenderError("`draft-model` is reserved and has no production adapter; nothing to render")
+    rt = plan.runtime
+    args: list[tuple[str, object]] = [
+        ("-m", plan.target.path),
+        ("--alias", plan.name),
+        ("-c", rt.ctx),
+        ("-ngl", rt.gpu_layers),
+        ("-fa", "on" if rt.flash_attn else "off"),
+        ("-ctk", rt.kv_cache_type),
+        ("-ctv", rt.kv_cache_type),
+        ("--seed", plan.sampling.seed),
+        ("--temp", plan.sampling.temperature),
+    ]
+    if chain:
+        args.append(("--spec-type", ",".join(LLAMA_SPEC_TYPES[kind] for kind in chain)))
+    drafting = [d for d in plan.drafters if d.kind != "ngram"]
+    if drafting:
+        args.append(("--spec-draft-n-max", plan.speculation.k))
+        args += [("--spec-draft-type-k", rt.draft_kv_cache_type), ("--spec-draft-type-v", rt.draft_kv_cache_type)]
+        if rt.draft_device is not None:
+            args.append(("--spec-draft-device", rt.draft_device))
+    args += [("--spec-draft-model", d.path) for d in drafting if d.path is not None]
+    if "ngram" in chain:
+        args += [("--spec-ngram-mod-n-min", rt.ngram_n_min), ("--spec-ngram-mod-n-max", rt.ngram_n_max)]
+    notes = unsupported_notes(plan) if chain else []
+    return {"args": args, "notes": notes, "disable_cuda_graphs": not rt.cuda_graphs}
+
+
+def vllm_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+    chain = plan.mode.chain
+    if len(chain) > 1:
+        raise RenderError(f"vLLM runs one speculative method; this plan chains {' + '.join(chain)}: "
+                          "render with --target llama-server or --target power")
+    if chain and chain[0] not in VLLM_METHODS:
+        raise RenderError(f"vLLM has no {chain[0]} speculative method; render this plan with --target power")
+    rt = plan.runtime
+    args: list[tuple[str, object]] = [("--served-model-name", plan.name), ("--max-model-len", rt.ctx),
+                                      ("--seed", plan.sampling.seed)]
+    notes = []
+    if rt.kv_cache_type in VLLM_KV_DTYPES:
+        args.append(("--kv-cache-dtype", VLLM_KV_DTYPES[rt.kv_cache_type]))
+    else:
+        notes.append(f"kv cache type {rt.kv_cache_type}: vLLM has no such --kv-cache-dtype; it uses the model dtype")
+    if chain:
+        args.append(("--speculative-config", json.dumps(speculative_config(plan), sort_keys=True)))
+        notes += unsupported_notes(plan)
+    flags = ["--enforce-eager"] if not rt.cuda_graphs else []
+    return {"args": args, "flags": flags, "notes": notes}
+
+
+def speculative_config(plan: ResolvedPlan) -> dict:
+    kind = plan.mode.chain[0]
+    config: dict[str, object] = {"method": VLLM_METHODS[kind], "num_speculative_tokens": plan.speculation.k}
+    drafter = next(d for d in plan.drafters if d.kind == kind)
+    if drafter.path is not None:
+        config["model"] = drafter.path
+    if kind == "ngram":
+        config |= {"prompt_lookup_min": plan.runtime.ngram_n_min, "prompt_lookup_max": plan.runtime.ngram_n_max}
+    return config
+
+
+def power_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+    return {}
+
+
+def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+    spec = plan.speculation
+    variables = {
+        "POWER_PLAN": str(plan_path),
+        "POWER_PLAN_DIGEST": plan.digest,
+        "POWER_NAME": plan.name,
+        "POWER_TARGET": plan.target.path,
+        "POWER_TARGET_SHA256": plan.target.sha256,
+        "POWER_SPEC_MODE": plan.mode.resolved,
+        "POWER_SPEC_CHAIN": ",".join(plan.mode.chain),
+        "POWER_SPEC_DRAFT_MAX": spec.k,
+        "POWER_SPEC_RECURRENT_SNAPSHOTS": spec.s,
+        "POWER_SPEC_ROLLBACK": spec.rollback,
+        "POWER_CTX": plan.runtime.ctx,
+        "POWER_VERIFY_CAPACITY": plan.runtime.verify_capacity,
+    }
+    for name, value in variables.items():
+        if any(ord(ch) < 32 for ch in str(value)):
+            raise RenderError(f"{name} ({str(value)!r}) contains a control character, which env files and systemd "
+                              "cannot carry; rename it in the manifest and recompile the plan")
+    return {"variables": variables}

@@ -1,0 +1,402 @@
+"""The memory model: per-component device bytes, each traceable to GGUF header fields.
+
+Components (docs/sizing.md gives every constant and where it comes from):
+
+    target weights        tensor bytes by quant type, for what sits on the device
+    target KV (global)    n_head_kv(l) x (head_dim_k + head_dim_v) x ctx cells x type size
+    target KV (sliding)   the same over min(ctx, pad(n_swa + n_ubatch, 256)) cells, as llama.cpp's iSWA cache
+    recurrent state       (conv + ssm state) x (1 + S snapshots), f32, for recurrent layers (no KV)
+    MTP head              nextn block weights, and their KV over the whole context
+    drafter weights       the external drafter's tensor bytes
+    drafter KV            its declared sliding window, else the whole target context
+    FR projection         the first N rows of the output matrix, copied for the draft head
+    compute + logits      activations and logits at the verification capacity (f32)
+    CUDA context, graphs  fixed overheads
+    headroom              kept free on the device (the host's setting)
+
+Layers are read one by one: a per-layer `head_count_kv` array is honoured element
+by element, sliding-window layers come from the header's pattern (or llama.cpp's
+per-architecture rule when the header carries none), and recurrent layers from
+`full_attention_interval`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Mapping
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from power.orchestrator.units import format_size
+
+MiB = 1024**2
+# llama.cpp pads the context and the SWA cache to 256 cells (llama_kv_cache: n_pad).
+KV_PAD = 256
+# llama.cpp's default n_ubatch: the SWA cache keeps n_swa + n_ubatch cells.
+LLAMA_N_UBATCH = 512
+# Recurrent conv and ssm state are f32 in llama.cpp (type_r, type_s).
+STATE_BYTES = 4
+# CUDA context + cuBLAS workspace + loaded kernel images (docs/sizing.md).
+CUDA_CONTEXT_BYTES = 384 * MiB
+# CUDA graph pool per captured shape, and the shapes Power captures (target verify, drafter propose).
+CUDA_GRAPH_BYTES_PER_SHAPE = 64 * MiB
+# A margin below this after the headroom needs a quiet device (the seeds: 23,847 MiB peak on 24 GiB).
+THIN_MARGIN_BYTES = 1024 * MiB
+# Architectures whose GGUF carries no sliding-window pattern: llama.cpp's hard-coded period
+# (every Nth layer is global; llama-model.cpp `hparams.set_swa_pattern(N)`).
+SWA_PERIOD_BY_ARCHITECTURE = {"gemma2": 2, "gemma3": 6, "cohere2": 4}
+# qwen3next/qwen35 default when the header omits full_attention_interval (llama-model.cpp).
+DEFAULT_FULL_ATTENTION_INTERVAL = 4
+
+LayerKind = Literal["global", "sliding", "recurrent"]
+
+
+@dataclass(frozen=True)
+class TensorBytes:
+    name: str
+    ggml_type: str
+    n_bytes: int
+
+
+@dataclass(frozen=True)
+class Header:
+    """What sizing reads from one GGUF: its architecture, metadata and tensor byte counts."""
+
+    architecture: str
+    metadata: Mapping[str, Any]
+    tensors: tuple[TensorBytes, ...]
+    # rows of the output projection; a drafter borrowing the target's LM head has the target's
+    vocab: int
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(f"{self.architecture}.{key}", default)
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    index: int
+    kind: LayerKind
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+
+    def kv_bytes_per_cell(self, cache_type: str) -> int:
+        return type_bytes(self.n_head_kv * (self.head_dim_k + self.head_dim_v), cache_type)
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    bytes: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    device_bytes: int
+    headroom_bytes: int
+
+
+@dataclass(frozen=True)
+class Request:
+    """The settings sizing depends on, from the profile and the resolved mode."""
+
+    ctx: int
+    verify_rows: int
+    snapshots: int  # S, resident recurrent snapshots
+    kv_cache_type: str = "f16"
+    flash_attn: bool = False
+    cuda_graphs: bool = True
+    gpu_layers: int | None = None  # None: every layer on the device
+    use_mtp: bool = False
+    fr_vocab_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Sizing:
+    ctx: int
+    components: tuple[Component, ...]
+    budget: Budget
+    max_ctx: int | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+    @property
+    def margin_bytes(self) -> int:
+        """What is left after the headroom; negative when the plan eats into it or overflows."""
+        return self.budget.device_bytes - self.budget.headroom_bytes - self.total_bytes
+
+    @property
+    def verdict(self) -> Literal["fits", "fits-below-headroom", "does-not-fit"]:
+        if self.margin_bytes >= 0:
+            return "fits"
+        if self.total_bytes <= self.budget.device_bytes:
+            return "fits-below-headroom"
+        return "does-not-fit"
+
+    @property
+    def thin(self) -> bool:
+        return self.verdict == "fits" and self.margin_bytes < THIN_MARGIN_BYTES
+
+
+def type_bytes(n_elements: int, type_name: str) -> int:
+    """Bytes of n elements of a GGML type (block-quantised types count whole blocks)."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
+    return -(-n_elements // block) * size
+
+
+def pad(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+# --- layers -------------------------------------------------------------------
+
+
+def per_layer(value: Any, n_layers: int, default: int) -> list[int]:
+    """A scalar or per-layer array header value, one entry per layer."""
+    if value is None:
+        return [default] * n_layers
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value[:n_layers]] + [int(value[-1])] * max(0, n_layers - len(value))
+    return [int(value)] * n_layers
+
+
+def nextn_layers(header: Header) -> int:
+    return int(header.get("nextn_predict_layers", 0) or 0)
+
+
+def trunk_layers(header: Header) -> list[LayerCache]:
+    """Every trunk layer (the nextn/MTP blocks appended after them excluded), classified as llama.cpp does."""
+    n_blocks = int(header.get("block_count"))
+    return _layers(header, n_blocks)[: n_blocks - nextn_layers(header)]
+
+
+def mtp_layers(header: Header) -> list[LayerCache]:
+    n_blocks = int(header.get("block_count"))
+    n_trunk = n_blocks - nextn_layers(header)
+    # The appended MTP blocks are full-attention blocks (llama.cpp's qwen35: is_recurrent(il) needs il < n_layer).
+    return [LayerCache(l.index, "global", l.n_head_kv, l.head_dim_k, l.head_dim_v) for l in _layers(header, n_blocks)[n_trunk:]]
+
+
+def _layers(header: Header, n_blocks: int) -> list[LayerCache]:
+    n_embd = int(header.get("embedding_length"))
+    heads = per_layer(header.get("attention.head_count"), n_blocks, 1)
+    kv_heads = per_layer(header.get("attention.head_count_kv"), n_blocks, heads[0])
+    kinds = _layer_kinds(header, n_blocks)
+    layers = []
+    for i in range(n_blocks):
+        head_dim_k = int(header.get("attention.key_length", n_embd // max(heads[i], 1)))
+        head_dim_v = int(header.get("attention.value_length", head_dim_k))
+        layers.append(LayerCache(i, kinds[i], kv_heads[i], head_dim_k, head_dim_v))
+    return layers
+
+
+def _layer_kinds(header: Header, n_blocks: int) -> list[LayerKind]:
+    n_trunk = n_blocks - nextn_layers(header)
+    interval = header.get("full_attention_interval")
+    if interval is None and header.get("ssm.state_size") is not None:
+        interval = DEFAULT_FULL_ATTENTION_INTERVAL
+    if interval is not None:
+        return ["recurrent" if i < n_trunk and (i + 1) % int(interval) != 0 else "global" for i in range(n_blocks)]
+    if not header.get("attention.sliding_window"):
+        return ["global"] * n_blocks
+    pattern = header.get("attention.sliding_window_pattern")
+    if isinstance(pattern, (list, tuple)):
+        return ["sliding" if bool(flag) else "global" for flag in per_layer(pattern, n_blocks, 0)]
+    period = int(pattern) if pattern is not None else SWA_PERIOD_BY_ARCHITECTURE.get(header.architecture, 1)
+    # llama.cpp's set_swa_pattern(n): layer il is SWA when il % n < n - 1; n == 1 means every layer slides.
+    return ["sliding" if period <= 1 or i % period < period - 1 else "global" for i in range(n_blocks)]
+
+
+# --- components ---------------------------------------------------------------
+
+
+def kv_cells(layer: LayerCache, ctx: int, window: int | None) -> int:
+    if layer.kind == "recurrent":
+        return 0
+    ctx_cells = pad(ctx, KV_PAD)
+    if layer.kind == "sliding" and window:
+        return min(ctx_cells, pad(window + LLAMA_N_UBATCH, KV_PAD))
+    return ctx_cells
+
+
+def kv_components(layers: list[LayerCache], ctx: int, window: int | None, cache_type: str, label: str) -> list[Component]:
+    by_kind: dict[str, list[int]] = {}
+    for layer in layers:
+        if layer.kind != "recurrent":
+            by_kind.setdefault(layer.kind, []).append(layer.kv_bytes_per_cell(cache_type) * kv_cells(layer, ctx, window))
+    out = []
+    for kind, sizes in by_kind.items():
+        sample = next(l for l in layers if l.kind == kind)
+        cells = kv_cells(sample, ctx, window)
+        heads = sorted({l.n_head_kv for l in layers if l.kind == kind})
+        out.append(Component(f"{label} ({kind})", sum(sizes),
+                             f"{len(sizes)} layers x n_head_kv {'/'.join(map(str, heads))} x "
+                             f"(k {sample.head_dim_k} + v {sample.head_dim_v}) x {cells} cells x {cache_type}"))
+    return out
+
+
+def recurrent_component(header: Header, layers: list[LayerCache], snapshots: int) -> Component | None:
+    n_recurrent = sum(1 for l in layers if l.kind == "recurrent")
+    if not n_recurrent:
+        return None
+    d_conv = int(header.get("ssm.conv_kernel", 0))
+    d_inner = int(header.get("ssm.inner_size", 0))
+    d_state = int(header.get("ssm.state_size", 0))
+    n_group = int(header.get("ssm.group_count", 0))
+    # llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state)
+    conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    state = d_state * d_inner
+    copies = 1 + snapshots
+    total = n_recurrent * (conv + state) * STATE_BYTES * copies
+    return Component("recurrent state", total,
+                     f"{n_recurrent} layers x (conv {conv} + state {state}) x f32 x (1 + S={snapshots} snapshots)")
+
+
+def weight_bytes(tensors: Iterable[TensorBytes]) -> tuple[int, str]:
+    by_type: Counter[str] = Counter()
+    for t in tensors:
+        by_type[t.ggml_type] += t.n_bytes
+    detail = ", ".join(f"{name} {format_size(n)}" for name, n in by_type.most_common())
+    return sum(by_type.values()), detail or "no tensors"
+
+
+def _block_index(name: str) -> int | None:
+    if name.startswith("blk."):
+        return int(name.split(".")[1])
+    return None
+
+
+def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[TensorBytes], list[TensorBytes]]:
+    """(trunk tensors on the device, MTP block tensors), as llama.cpp places them.
+
+    token_embd stays on the host (llama.cpp's input layer is always CPU) unless the
+    model has no `output.weight` and ties its output projection to it. With
+    gpu_layers = N, the last N trunk blocks are offloaded, and the output layer
+    only when N exceeds the trunk's block count.
+    """
+    n_trunk = int(header.get("block_count")) - nextn_layers(header)
+    first_on_device = 0 if gpu_layers is None else max(n_trunk - gpu_layers, 0)
+    output_on_device = gpu_layers is None or gpu_layers > n_trunk
+    tied = not any(t.name == "output.weight" for t in header.tensors)
+    trunk, mtp = [], []
+    for t in header.tensors:
+        block = _block_index(t.name)
+        if block is None:
+            if output_on_device and (t.name != "token_embd.weight" or tied):
+                trunk.append(t)
+        elif block >= n_trunk:
+            mtp.append(t)
+        elif block >= first_on_device:
+            trunk.append(t)
+    return trunk, mtp
+
+
+def compute_component(header: Header, rows: int, ctx: int, flash_attn: bool, label: str) -> Component:
+    """Activations of one forward at `rows` rows plus its f32 logits (docs/sizing.md: the estimate)."""
+    n_embd = int(header.get("embedding_length"))
+    n_ff = max(per_layer(header.get("feed_forward_length"), 1, 4 * n_embd))
+    n_head = max(per_layer(header.get("attention.head_count"), 1, 1))
+    vocab = header.vocab
+    scores = 0 if flash_attn else n_head * pad(ctx, KV_PAD)
+    per_row = 2 * vocab + 4 * n_embd + 2 * n_ff + scores
+    return Component(f"{label} compute + logits", rows * per_row * 4,
+                     f"{rows} rows x (2 x vocab {vocab} + 4 x n_embd {n_embd} + 2 x n_ff {n_ff}"
+                     + ("" if flash_attn else f" + n_head {n_head} x ctx scores") + ") x f32")
+
+
+def output_row_bytes(header: Header) -> int:
+    """Bytes of one row of the output projection (token_embd when tied)."""
+    names = {t.name: t for t in header.tensors}
+    out = names.get("output.weight") or names.get("token_embd.weight")
+    return out.n_bytes // header.vocab if out is not None and header.vocab else 0
+
+
+# --- the whole breakdown ----------------------------------------------------
+
+
+def size_plan(target: Header, drafter: Header | None, request: Request, budget: Budget) -> Sizing:
+    components = breakdown(target, drafter, request)
+    return Sizing(request.ctx, tuple(components), budget)
+
+
+def breakdown(target: Header, drafter: Header | None, request: Request) -> list[Component]:
+    trunk_tensors, mtp_tensors = target_weight_tensors(target, request.gpu_layers)
+    total, detail = weight_bytes(trunk_tensors)
+    components = [Component("target weights", total, detail)]
+    layers = trunk_layers(target)
+    if request.gpu_layers is not None and request.gpu_layers < len(layers):
+        layers = layers[len(layers) - request.gpu_layers:]
+    window = target.get("attention.sliding_window")
+    components += kv_components(layers, request.ctx, window, request.kv_cache_type, "target KV")
+    recurrent = recurrent_component(target, layers, request.snapshots)
+    if recurrent is not None:
+        components.append(recurrent)
+    if request.use_mtp and mtp_tensors:
+        mtp_total, mtp_detail = weight_bytes(mtp_tensors)
+        components.append(Component("MTP head weights", mtp_total, mtp_detail))
+        components += kv_components(mtp_layers(target), request.ctx, None, request.kv_cache_type, "MTP head KV")
+    if drafter is not None:
+        drafter_total, drafter_detail = weight_bytes(drafter.tensors)
+        components.append(Component("drafter weights", drafter_total, drafter_detail))
+        components.append(drafter_kv_component(drafter, request.ctx, request.kv_cache_type))
+    if request.fr_vocab_size:
+        row = output_row_bytes(target)
+        components.append(Component("FR projection", request.fr_vocab_size * row,
+                                    f"{request.fr_vocab_size} rows x {row} B of the output matrix"))
+    components.append(compute_component(target, request.verify_rows, request.ctx, request.flash_attn, "target"))
+    if drafter is not None:
+        components.append(compute_component(drafter, request.verify_rows, request.ctx, request.flash_attn, "drafter"))
+    components.append(Component("CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, cuBLAS workspace, kernel images"))
+    if request.cuda_graphs:
+        shapes = 2 if (drafter is not None or request.use_mtp) else 1
+        components.append(Component("CUDA graphs", shapes * CUDA_GRAPH_BYTES_PER_SHAPE,
+                                    f"{shapes} captured shape(s) x {CUDA_GRAPH_BYTES_PER_SHAPE // MiB} MiB pool"))
+    return components
+
+
+def drafter_kv_per_position(drafter: Header, cache_type: str = "f16") -> int:
+    """Bytes of drafter KV per cached position, over every drafter layer."""
+    return sum(layer.kv_bytes_per_cell(cache_type) for layer in _layers(drafter, int(drafter.get("block_count"))))
+
+
+def drafter_kv_cells(drafter: Header, ctx: int) -> int:
+    """The declared sliding window, else the whole target context (llama.cpp builds the draft context at n_ctx)."""
+    window = drafter.get("attention.sliding_window")
+    return min(ctx, int(window)) if window else ctx
+
+
+def drafter_kv_component(drafter: Header, ctx: int, cache_type: str) -> Component:
+    per_position = drafter_kv_per_position(drafter, cache_type)
+    cells = drafter_kv_cells(drafter, ctx)
+    window = drafter.get("attention.sliding_window")
+    why = f"sliding window {window}" if window else "no sliding window: the whole context"
+    return Component("drafter KV", per_position * cells,
+                     f"{format_size(per_position)} per position x {cells} cells ({why})")
+
+
+def largest_context(target: Header, drafter: Header | None, request: Request, budget: Budget, limit: int) -> int | None:
+    """The largest ctx (in KV_PAD steps up to `limit`) whose plan fits under the headroom; None if none does."""
+    def fits(ctx: int) -> bool:
+        sizing = size_plan(target, drafter, _with_ctx(request, ctx), budget)
+        return sizing.margin_bytes >= 0
+
+    if not fits(1):
+        return None
+    low, high = 1, max(limit, 1)
+    if fits(high):
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _with_ctx(request: Request, ctx: int) -> Request:
+    return Request(**{**request.__dict__, "ctx": ctx})

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# vLLM launch rendered by Power from plan qwen3.6-27b-q6k-mtp
+# plan digest 79655393b72ef835a9b8fde3ef2319204783cdcfff06b0a9d06caccef4fb9213; mode mtp (requested; the target carries nextn tensors)
+# kv cache type q8_0: vLLM has no such --kv-cache-dtype; it uses the model dtype
+# S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
+# FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
+# fixed verification capacity 11 rows: no flag
+set -euo pipefail
+exec vllm serve /srv/models/Qwen3.6-27B-Q6_K.gguf \
+  --enforce-eager \
+  --served-model-name qwen3.6-27b-q6k-mtp \
+  --max-model-len 4096 \
+  --seed 0 \
+  --speculative-config '{"method": "mtp", "num_speculative_tokens": 7}'

@@ -1,0 +1,138 @@
+"""Rendering: golden files per target, current flag names only, hostile values stay inert."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from power.orchestrator.cli import main
+from power.orchestrator.plan import load_plan, save_plan
+from power.orchestrator.render import RenderError, render
+
+GOLDEN = Path(__file__).parent / "golden" / "render"
+CHAIN_PLAN = GOLDEN / "dspark-ngram.plan.json"
+MTP_PLAN = GOLDEN / "mtp.plan.toml"
+CASES = [
+    (CHAIN_PLAN, "llama-server", "dspark-ngram.llama-server.sh"),
+    (CHAIN_PLAN, "power", "dspark-ngram.power.sh"),
+    (CHAIN_PLAN, "env", "dspark-ngram.env"),
+    (CHAIN_PLAN, "systemd", "dspark-ngram.systemd.conf"),
+    (MTP_PLAN, "llama-server", "mtp.llama-server.sh"),
+    (MTP_PLAN, "vllm", "mtp.vllm.sh"),
+]
+
+
+def rendered(plan_path: Path, target: str) -> str:
+    """The rendering with this checkout's location replaced, so goldens hold on any machine."""
+    return render(load_plan(plan_path), target, plan_path).replace(str(GOLDEN.resolve()), "<golden>")
+
+
+@pytest.mark.parametrize("plan_path, target, golden", CASES)
+def test_golden(plan_path, target, golden):
+    text = rendered(plan_path, target)
+    golden_file = GOLDEN / golden
+    if os.environ.get("POWER_UPDATE_GOLDEN"):
+        golden_file.write_text(text)
+    assert text == golden_file.read_text()
+
+
+def test_llama_server_uses_current_flag_names():
+    words = shlex.split(rendered(CHAIN_PLAN, "llama-server"), comments=True)
+    assert words[words.index("--spec-type") + 1] == "ngram-mod,draft-dspark"
+    assert "--spec-draft-model" in words and "--spec-draft-n-max" in words
+    for removed in ("--draft-max", "--draft", "--model-draft", "-md", "--draft-min", "mtp", "dspark"):
+        assert removed not in words
+    mtp_words = shlex.split(rendered(MTP_PLAN, "llama-server"), comments=True)
+    assert mtp_words[mtp_words.index("--spec-type") + 1] == "draft-mtp"
+
+
+def test_features_without_a_flag_are_comments():
+    text = rendered(MTP_PLAN, "llama-server")
+    assert "# FR = 8192 draft-only token-ID prefix: no flag" in text
+    assert "# S = 6 recurrent snapshots (guarded rollback): no flag" in text
+    assert "GGML_CUDA_DISABLE_GRAPHS=1" in text
+
+
+def test_vllm_speculative_config_is_json():
+    words = shlex.split(rendered(MTP_PLAN, "vllm"), comments=True)
+    config = words[words.index("--speculative-config") + 1]
+    assert config == '{"method": "mtp", "num_speculative_tokens": 7}'
+    assert "--enforce-eager" in words
+
+
+def test_vllm_refuses_a_chain_instead_of_dropping_a_drafter():
+    with pytest.raises(RenderError, match="one speculative method"):
+        render(load_plan(CHAIN_PLAN), "vllm", CHAIN_PLAN)
+
+
+HOSTILE = "x; touch PWNED; echo $(touch PWNED2) `touch PWNED3` 'q\" %n $HOME"
+
+
+@pytest.fixture
+def hostile_plan(tmp_path) -> Path:
+    plan = load_plan(CHAIN_PLAN)
+    target = plan.target.model_copy(update={"path": str(tmp_path / HOSTILE / "t.gguf")})
+    hostile = type(plan).build(**{**dict(plan), "name": HOSTILE, "target": target, "digest": ""})
+    path = tmp_path / "hostile plan.json"
+    save_plan(hostile, path)
+    return path
+
+
+@pytest.mark.parametrize("target", ["llama-server", "power"])
+def test_hostile_names_render_inert_in_shell_scripts(tmp_path, hostile_plan, target):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for engine in ("llama-server", "power"):
+        stub = bin_dir / engine
+        stub.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+        stub.chmod(0o755)
+    script = tmp_path / "launch.sh"
+    script.write_text(render(load_plan(hostile_plan), target, hostile_plan))
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                            env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    assert not list(tmp_path.glob("PWNED*"))
+    argv = result.stdout.splitlines()
+    if target == "llama-server":
+        assert argv[argv.index("--alias") + 1] == HOSTILE
+    else:
+        assert argv == ["serve", str(hostile_plan)]
+
+
+def test_hostile_names_render_inert_in_env_and_systemd(tmp_path, hostile_plan):
+    env_file = tmp_path / "plan.env"
+    env_file.write_text(render(load_plan(hostile_plan), "env", hostile_plan))
+    result = subprocess.run(["bash", "-c", f'set -a; . {shlex.quote(str(env_file))}; printf "%s" "$POWER_NAME"'],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.stdout == HOSTILE and not list(tmp_path.glob("PWNED*"))
+    unit = render(load_plan(hostile_plan), "systemd", hostile_plan)
+    name_line = next(line for line in unit.splitlines() if "POWER_NAME" in line)
+    # systemd expands %specifiers and $VARS itself: both are doubled, then the word unquotes to the name.
+    value = name_line.removeprefix("Environment=").replace("%%", "%").replace("$$", "$")
+    assert shlex.split(value) == [f"POWER_NAME={HOSTILE}"]
+
+
+def test_line_breaks_cannot_escape_a_comment_or_an_env_line(tmp_path):
+    plan = load_plan(CHAIN_PLAN)
+    broken = type(plan).build(**{**dict(plan), "name": "x\nrm -rf /", "digest": ""})
+    script = render(broken, "llama-server", CHAIN_PLAN)
+    assert "\nrm -rf /" not in script.split("exec llama-server")[0]
+    with pytest.raises(RenderError, match="control character"):
+        render(broken, "env", CHAIN_PLAN)
+
+
+def test_command_writes_output_and_refuses_edited_plans(tmp_path):
+    out = tmp_path / "launch.sh"
+    result = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "llama-server", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("#!/usr/bin/env bash") and os.access(out, os.X_OK)
+    edited = tmp_path / "edited.plan.json"
+    edited.write_text(CHAIN_PLAN.read_text().replace('"k": 10', '"k": 12'))
+    result = CliRunner().invoke(main, ["render", str(edited), "--target", "power"])
+    assert result.exit_code == 2
+    assert "digest mismatch" in result.output
