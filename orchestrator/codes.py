@@ -74,7 +74,6 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR112": ("error", "the declared sha256 differs from the file's digest"),
     "PWR113": ("error", "the declared quant differs from the file's header"),
     "PWR114": ("error", "the declared architecture differs from the file's header"),
-    "PWR115": ("error", "the artifact cannot be read as GGUF"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),
@@ -115,13 +114,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR458": ("error", "the launch line names no model"),
     "PWR459": ("error", "the launch input cannot be read"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
-    "PWR420": ("info", "S < K: guarded rollback (one exact replay, then clamp to S)"),
-    "PWR421": ("warning", "S > K: resident rollback state beyond K is never used"),
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
-    "PWR423": ("error", "FR set without a draft head to apply it to"),
-    "PWR424": ("error", "adaptive scheduling requested with DFlash2's fixed shape"),
+    "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
+    "PWR424": ("error", "adaptive scheduling set, but the mode resolved to DFlash2's fixed shape"),
     "PWR425": ("error", "K exceeds what the drafter can propose in one block"),
-    "PWR426": ("warning", "S set on a target without recurrent layers (nothing to snapshot)"),
     # --- PWR5xx: memory -----------------------------------------------------
     # PWR50x sizing (orchestrator/checks/memory.py, sizing.py)
     "PWR500": ("error", "the plan does not fit the device"),
