@@ -17,9 +17,10 @@ kill the server at start (flag names as in llama.cpp's `common/arg.cpp` and
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from power.orchestrator.findings import Finding, Severity
 from power.orchestrator.launch_tokens import Token
@@ -353,3 +354,44 @@ def _json_object(token: Token, findings: list[Finding]) -> dict[str, Any] | None
                                  "pass an object: '{\"method\": ..., \"num_speculative_tokens\": N}'"))
         return None
     return value
+
+
+def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path], str]) -> dict[str, Any]:
+    """The manifest for the launch's model and drafter; paths relative to `out_dir`, where it will be written."""
+    target = Path(spec.model.text).absolute()
+    target_sha = sha256_of(target)
+    drafters: list[dict[str, Any]] = []
+    if spec.mode == "mtp" and spec.draft_model is None:
+        drafters.append({"kind": "mtp"})
+    elif spec.draft_model is not None and spec.mode not in {"none", "ngram"}:
+        path = Path(spec.draft_model.text).absolute()
+        drafters.append({"kind": spec.mode, "path": os.path.relpath(path, out_dir), "size": path.stat().st_size,
+                         "sha256": sha256_of(path), "target_sha256": target_sha})
+    if "ngram" in spec.chain and spec.mode != "ngram":
+        drafters.append({"kind": "ngram"})
+    return {
+        "schema": "power.manifest/v1",
+        "name": target.stem,
+        "description": f"imported from a {spec.engine} launch line",
+        "target": {"path": os.path.relpath(target, out_dir), "size": target.stat().st_size, "sha256": target_sha},
+        "drafters": drafters,
+    }
+
+
+def profile_document(spec: LaunchSpec) -> dict[str, Any]:
+    """The profile the launch line amounts to. llama.cpp keeps one rollback point per drafted token, so S = K."""
+    k = spec.k or LLAMA_DEFAULT_N_MAX
+    runtime = {key: value for key, value in (("ctx", spec.ctx), ("flash_attn", spec.flash_attn),
+                                             ("kv_cache_type", spec.kv_cache_type)) if value is not None}
+    sampling = {key: value for key, value in (("temperature", spec.temperature), ("seed", spec.seed))
+                if value is not None}
+    return {
+        "schema": "power.profile/v1",
+        "name": f"imported-{spec.engine}-{spec.mode}",
+        "description": f"imported from a {spec.engine} launch line",
+        "spec_mode": spec.mode,
+        "spec_draft_max": k,
+        "spec_mtp_recurrent_snapshots": k,
+        "runtime": runtime,
+        "sampling": sampling,
+    }

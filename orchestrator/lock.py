@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.findings import Finding, Severity
 from power.orchestrator.plan import canonical_json
 
@@ -102,15 +101,7 @@ def write_lock(path: Path, lock: FleetLock) -> None:
     path = Path(path)
     lock.prune_plans()
     document = {**lock.body(), "digest": lock.digest()}
-    text = json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_text_atomic(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
 def _schema_problem(path: Path, data: Any, text: str) -> Finding | None:

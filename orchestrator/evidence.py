@@ -1,0 +1,85 @@
+"""Reading `power bench` evidence files (`power.evidence/v1`, documented in docs/bench.md) for the rollout gates.
+
+Only what the gates need is read: which plans were compared, whether their
+greedy outputs were proven identical, and per traffic shape the paired decode
+rates and the candidate's replay/fallback counts. A file that is not readable
+evidence comes back as a PWR071 finding, never an exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from power.orchestrator.findings import Finding, Severity
+
+EVIDENCE_SCHEMA = "power.evidence/v1"
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    shape: str
+    candidate_tok_s: float
+    baseline_tok_s: float
+    replays: int
+    fallbacks: int
+    requests: int
+
+    @property
+    def speedup(self) -> float:
+        return self.candidate_tok_s / self.baseline_tok_s if self.baseline_tok_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Evidence:
+    path: Path
+    sha256: str
+    candidate_digest: str
+    baseline_digest: str
+    lossless: bool
+    shapes: dict[str, ShapeResult]
+
+
+def read_evidence(path: Path) -> tuple[Evidence | None, Finding | None]:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        data = json.loads(raw)
+    except OSError as err:
+        return None, _unreadable(path, f"cannot read the evidence file ({err.strerror})")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return None, _unreadable(path, f"the evidence file is not JSON ({err})")
+    if not isinstance(data, dict) or data.get("schema") != EVIDENCE_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        return None, _unreadable(path, f"not a {EVIDENCE_SCHEMA} document (schema is {found!r})")
+    try:
+        evidence = Evidence(
+            path=path,
+            sha256=hashlib.sha256(raw).hexdigest(),
+            candidate_digest=str(data["candidate"]["plan_digest"]),
+            baseline_digest=str(data["baseline"]["plan_digest"]),
+            lossless=data["lossless"]["proven"] is True,
+            shapes={name: _shape(name, result) for name, result in data["shapes"].items()},
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        return None, _unreadable(path, f"the evidence document lacks or mistypes {err}")
+    return evidence, None
+
+
+def _shape(name: str, result: dict[str, Any]) -> ShapeResult:
+    return ShapeResult(
+        shape=name,
+        candidate_tok_s=float(result["candidate"]["decode_tok_s"]),
+        baseline_tok_s=float(result["baseline"]["decode_tok_s"]),
+        replays=int(result["candidate"]["replays"]),
+        fallbacks=int(result["candidate"]["fallbacks"]),
+        requests=int(result["candidate"]["requests"]),
+    )
+
+
+def _unreadable(path: Path, message: str) -> Finding:
+    return Finding(code="PWR071", severity=Severity.ERROR, message=message, file=str(path),
+                   hint="pass files written by `power bench CANDIDATE --vs INCUMBENT -o evidence.json`")
