@@ -23,17 +23,18 @@ per-architecture rule when the header carries none), and recurrent layers from
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Literal, Protocol, Sequence
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from power.orchestrator.contracts import HeaderView, drafter_kv_bytes_per_position, drafter_sliding_window
 from power.orchestrator.units import format_size
 
 MiB = 1024**2
 # llama.cpp pads the context and the SWA cache to 256 cells (llama_kv_cache: n_pad).
 KV_PAD = 256
-# llama.cpp's default n_ubatch: the SWA cache keeps n_swa + n_ubatch cells.
+# llama.cpp's default n_ubatch: the SWA cache keeps n_swa + n_ubatch cells, and prefill runs in micro-batches this tall.
 LLAMA_N_UBATCH = 512
 # Recurrent conv and ssm state are f32 in llama.cpp (type_r, type_s).
 STATE_BYTES = 4
@@ -52,25 +53,22 @@ DEFAULT_FULL_ATTENTION_INTERVAL = 4
 LayerKind = Literal["global", "sliding", "recurrent"]
 
 
-@dataclass(frozen=True)
-class TensorBytes:
+class Tensor(Protocol):
     name: str
-    ggml_type: str
-    n_bytes: int
+    nbytes: int
+
+    @property
+    def type_name(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class Header:
-    """What sizing reads from one GGUF: its architecture, metadata and tensor byte counts."""
+class Header(HeaderView, Protocol):
+    """What sizing reads from a GGUF (ArtifactFacts provides it): architecture, metadata, tensors."""
 
-    architecture: str
-    metadata: Mapping[str, Any]
-    tensors: tuple[TensorBytes, ...]
-    # rows of the output projection; a drafter borrowing the target's LM head has the target's
-    vocab: int
+    tensors: Sequence[Tensor]
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.metadata.get(f"{self.architecture}.{key}", default)
+
+def hparam(header: Header, key: str, default: Any = None) -> Any:
+    return header.metadata.get(f"{header.architecture}.{key}", default)
 
 
 @dataclass(frozen=True)
@@ -111,6 +109,7 @@ class Request:
     gpu_layers: int | None = None  # None: every layer on the device
     use_mtp: bool = False
     fr_vocab_size: int | None = None
+    vocab: int = 0  # the target's vocabulary: logits rows, and the LM head drafters borrow
 
 
 @dataclass(frozen=True)
@@ -165,45 +164,45 @@ def per_layer(value: Any, n_layers: int, default: int) -> list[int]:
 
 
 def nextn_layers(header: Header) -> int:
-    return int(header.get("nextn_predict_layers", 0) or 0)
+    return int(hparam(header, "nextn_predict_layers", 0) or 0)
 
 
 def trunk_layers(header: Header) -> list[LayerCache]:
     """Every trunk layer (the nextn/MTP blocks appended after them excluded), classified as llama.cpp does."""
-    n_blocks = int(header.get("block_count"))
+    n_blocks = int(hparam(header, "block_count"))
     return _layers(header, n_blocks)[: n_blocks - nextn_layers(header)]
 
 
 def mtp_layers(header: Header) -> list[LayerCache]:
-    n_blocks = int(header.get("block_count"))
+    n_blocks = int(hparam(header, "block_count"))
     n_trunk = n_blocks - nextn_layers(header)
     # The appended MTP blocks are full-attention blocks (llama.cpp's qwen35: is_recurrent(il) needs il < n_layer).
     return [LayerCache(l.index, "global", l.n_head_kv, l.head_dim_k, l.head_dim_v) for l in _layers(header, n_blocks)[n_trunk:]]
 
 
 def _layers(header: Header, n_blocks: int) -> list[LayerCache]:
-    n_embd = int(header.get("embedding_length"))
-    heads = per_layer(header.get("attention.head_count"), n_blocks, 1)
-    kv_heads = per_layer(header.get("attention.head_count_kv"), n_blocks, heads[0])
+    n_embd = int(hparam(header, "embedding_length"))
+    heads = per_layer(hparam(header, "attention.head_count"), n_blocks, 1)
+    kv_heads = per_layer(hparam(header, "attention.head_count_kv"), n_blocks, heads[0])
     kinds = _layer_kinds(header, n_blocks)
     layers = []
     for i in range(n_blocks):
-        head_dim_k = int(header.get("attention.key_length", n_embd // max(heads[i], 1)))
-        head_dim_v = int(header.get("attention.value_length", head_dim_k))
+        head_dim_k = int(hparam(header, "attention.key_length", n_embd // max(heads[i], 1)))
+        head_dim_v = int(hparam(header, "attention.value_length", head_dim_k))
         layers.append(LayerCache(i, kinds[i], kv_heads[i], head_dim_k, head_dim_v))
     return layers
 
 
 def _layer_kinds(header: Header, n_blocks: int) -> list[LayerKind]:
     n_trunk = n_blocks - nextn_layers(header)
-    interval = header.get("full_attention_interval")
-    if interval is None and header.get("ssm.state_size") is not None:
+    interval = hparam(header, "full_attention_interval")
+    if interval is None and hparam(header, "ssm.state_size") is not None:
         interval = DEFAULT_FULL_ATTENTION_INTERVAL
     if interval is not None:
         return ["recurrent" if i < n_trunk and (i + 1) % int(interval) != 0 else "global" for i in range(n_blocks)]
-    if not header.get("attention.sliding_window"):
+    if not hparam(header, "attention.sliding_window"):
         return ["global"] * n_blocks
-    pattern = header.get("attention.sliding_window_pattern")
+    pattern = hparam(header, "attention.sliding_window_pattern")
     if isinstance(pattern, (list, tuple)):
         return ["sliding" if bool(flag) else "global" for flag in per_layer(pattern, n_blocks, 0)]
     period = int(pattern) if pattern is not None else SWA_PERIOD_BY_ARCHITECTURE.get(header.architecture, 1)
@@ -243,10 +242,10 @@ def recurrent_component(header: Header, layers: list[LayerCache], snapshots: int
     n_recurrent = sum(1 for l in layers if l.kind == "recurrent")
     if not n_recurrent:
         return None
-    d_conv = int(header.get("ssm.conv_kernel", 0))
-    d_inner = int(header.get("ssm.inner_size", 0))
-    d_state = int(header.get("ssm.state_size", 0))
-    n_group = int(header.get("ssm.group_count", 0))
+    d_conv = int(hparam(header, "ssm.conv_kernel", 0))
+    d_inner = int(hparam(header, "ssm.inner_size", 0))
+    d_state = int(hparam(header, "ssm.state_size", 0))
+    n_group = int(hparam(header, "ssm.group_count", 0))
     # llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state)
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     state = d_state * d_inner
@@ -256,10 +255,10 @@ def recurrent_component(header: Header, layers: list[LayerCache], snapshots: int
                      f"{n_recurrent} layers x (conv {conv} + state {state}) x f32 x (1 + S={snapshots} snapshots)")
 
 
-def weight_bytes(tensors: Iterable[TensorBytes]) -> tuple[int, str]:
+def weight_bytes(tensors: Iterable[Tensor]) -> tuple[int, str]:
     by_type: Counter[str] = Counter()
     for t in tensors:
-        by_type[t.ggml_type] += t.n_bytes
+        by_type[t.type_name] += t.nbytes
     detail = ", ".join(f"{name} {format_size(n)}" for name, n in by_type.most_common())
     return sum(by_type.values()), detail or "no tensors"
 
@@ -270,7 +269,7 @@ def _block_index(name: str) -> int | None:
     return None
 
 
-def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[TensorBytes], list[TensorBytes]]:
+def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[Tensor], list[Tensor]]:
     """(trunk tensors on the device, MTP block tensors), as llama.cpp places them.
 
     token_embd stays on the host (llama.cpp's input layer is always CPU) unless the
@@ -278,7 +277,7 @@ def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[
     gpu_layers = N, the last N trunk blocks are offloaded, and the output layer
     only when N exceeds the trunk's block count.
     """
-    n_trunk = int(header.get("block_count")) - nextn_layers(header)
+    n_trunk = int(hparam(header, "block_count")) - nextn_layers(header)
     first_on_device = 0 if gpu_layers is None else max(n_trunk - gpu_layers, 0)
     output_on_device = gpu_layers is None or gpu_layers > n_trunk
     tied = not any(t.name == "output.weight" for t in header.tensors)
@@ -295,32 +294,36 @@ def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[
     return trunk, mtp
 
 
-def compute_component(header: Header, rows: int, ctx: int, flash_attn: bool, label: str) -> Component:
-    """Activations of one forward at `rows` rows plus its f32 logits (docs/sizing.md: the estimate)."""
-    n_embd = int(header.get("embedding_length"))
-    n_ff = max(per_layer(header.get("feed_forward_length"), 1, 4 * n_embd))
-    n_head = max(per_layer(header.get("attention.head_count"), 1, 1))
-    vocab = header.vocab
-    scores = 0 if flash_attn else n_head * pad(ctx, KV_PAD)
-    per_row = 2 * vocab + 4 * n_embd + 2 * n_ff + scores
+def compute_component(header: Header, rows: int, ctx: int, vocab: int, flash_attn: bool, label: str) -> Component:
+    """The compute buffer of the worst-case graph at `rows` rows, every row an output (docs/sizing.md).
+
+    Per row, f32: the logits over the vocabulary, four residual-width activations,
+    three FFN-width activations (gate, up, their product) and, without flash
+    attention, one score row per head over the cache.
+    """
+    n_embd = int(hparam(header, "embedding_length"))
+    n_ff = max(per_layer(hparam(header, "feed_forward_length"), 1, 4 * n_embd))
+    n_head = max(per_layer(hparam(header, "attention.head_count"), 1, 1))
+    cells = pad(ctx, KV_PAD)
+    scores = 0 if flash_attn else n_head * cells
+    per_row = vocab + 4 * n_embd + 3 * n_ff + scores
     return Component(f"{label} compute + logits", rows * per_row * 4,
-                     f"{rows} rows x (2 x vocab {vocab} + 4 x n_embd {n_embd} + 2 x n_ff {n_ff}"
-                     + ("" if flash_attn else f" + n_head {n_head} x ctx scores") + ") x f32")
+                     f"{rows} rows x (vocab {vocab} + 4 x n_embd {n_embd} + 3 x n_ff {n_ff}"
+                     + ("" if flash_attn else f" + n_head {n_head} x {cells} scores") + ") x f32")
 
 
-def output_row_bytes(header: Header) -> int:
+def output_row_bytes(header: Header, vocab: int) -> int:
     """Bytes of one row of the output projection (token_embd when tied)."""
     names = {t.name: t for t in header.tensors}
     out = names.get("output.weight") or names.get("token_embd.weight")
-    return out.n_bytes // header.vocab if out is not None and header.vocab else 0
+    return out.nbytes // vocab if out is not None and vocab else 0
 
 
 # --- the whole breakdown ----------------------------------------------------
 
 
 def size_plan(target: Header, drafter: Header | None, request: Request, budget: Budget) -> Sizing:
-    components = breakdown(target, drafter, request)
-    return Sizing(request.ctx, tuple(components), budget)
+    return Sizing(request.ctx, tuple(breakdown(target, drafter, request)), budget)
 
 
 def breakdown(target: Header, drafter: Header | None, request: Request) -> list[Component]:
@@ -330,7 +333,7 @@ def breakdown(target: Header, drafter: Header | None, request: Request) -> list[
     layers = trunk_layers(target)
     if request.gpu_layers is not None and request.gpu_layers < len(layers):
         layers = layers[len(layers) - request.gpu_layers:]
-    window = target.get("attention.sliding_window")
+    window = hparam(target, "attention.sliding_window")
     components += kv_components(layers, request.ctx, window, request.kv_cache_type, "target KV")
     recurrent = recurrent_component(target, layers, request.snapshots)
     if recurrent is not None:
@@ -344,12 +347,16 @@ def breakdown(target: Header, drafter: Header | None, request: Request) -> list[
         components.append(Component("drafter weights", drafter_total, drafter_detail))
         components.append(drafter_kv_component(drafter, request.ctx, request.kv_cache_type))
     if request.fr_vocab_size:
-        row = output_row_bytes(target)
+        row = output_row_bytes(target, request.vocab)
         components.append(Component("FR projection", request.fr_vocab_size * row,
                                     f"{request.fr_vocab_size} rows x {row} B of the output matrix"))
-    components.append(compute_component(target, request.verify_rows, request.ctx, request.flash_attn, "target"))
+    # The target's worst-case graph is a prefill micro-batch (llama.cpp reserves it with every row an output).
+    target_rows = max(request.verify_rows, min(LLAMA_N_UBATCH, request.ctx))
+    components.append(compute_component(target, target_rows, request.ctx, request.vocab, request.flash_attn, "target"))
     if drafter is not None:
-        components.append(compute_component(drafter, request.verify_rows, request.ctx, request.flash_attn, "drafter"))
+        # A drafter runs one block at the verification shape and borrows the target's LM head (its vocabulary).
+        components.append(compute_component(drafter, request.verify_rows, request.ctx, request.vocab, request.flash_attn,
+                                            "drafter"))
     components.append(Component("CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, cuBLAS workspace, kernel images"))
     if request.cuda_graphs:
         shapes = 2 if (drafter is not None or request.use_mtp) else 1
@@ -358,45 +365,33 @@ def breakdown(target: Header, drafter: Header | None, request: Request) -> list[
     return components
 
 
-def drafter_kv_per_position(drafter: Header, cache_type: str = "f16") -> int:
-    """Bytes of drafter KV per cached position, over every drafter layer."""
-    return sum(layer.kv_bytes_per_cell(cache_type) for layer in _layers(drafter, int(drafter.get("block_count"))))
-
-
 def drafter_kv_cells(drafter: Header, ctx: int) -> int:
     """The declared sliding window, else the whole target context (llama.cpp builds the draft context at n_ctx)."""
-    window = drafter.get("attention.sliding_window")
-    return min(ctx, int(window)) if window else ctx
+    window = drafter_sliding_window(drafter)
+    return min(ctx, window) if window else ctx
 
 
 def drafter_kv_component(drafter: Header, ctx: int, cache_type: str) -> Component:
-    per_position = drafter_kv_per_position(drafter, cache_type)
+    elements = drafter_kv_bytes_per_position(drafter, kv_type_size=1)
+    per_position = type_bytes(elements, cache_type)
     cells = drafter_kv_cells(drafter, ctx)
-    window = drafter.get("attention.sliding_window")
+    window = drafter_sliding_window(drafter)
     why = f"sliding window {window}" if window else "no sliding window: the whole context"
     return Component("drafter KV", per_position * cells,
-                     f"{format_size(per_position)} per position x {cells} cells ({why})")
+                     f"{format_size(per_position)} per position x {cells} cells ({why}) x {cache_type}")
 
 
 def largest_context(target: Header, drafter: Header | None, request: Request, budget: Budget, limit: int) -> int | None:
-    """The largest ctx (in KV_PAD steps up to `limit`) whose plan fits under the headroom; None if none does."""
+    """The largest ctx up to `limit` whose plan fits under the headroom; None when not even ctx 1 does."""
     def fits(ctx: int) -> bool:
-        sizing = size_plan(target, drafter, _with_ctx(request, ctx), budget)
-        return sizing.margin_bytes >= 0
+        return size_plan(target, drafter, replace(request, ctx=ctx), budget).margin_bytes >= 0
 
     if not fits(1):
         return None
-    low, high = 1, max(limit, 1)
-    if fits(high):
-        return high
+    if fits(limit):
+        return limit
+    low, high = 1, limit  # fits(low), not fits(high): every component grows with ctx
     while high - low > 1:
         mid = (low + high) // 2
-        if fits(mid):
-            low = mid
-        else:
-            high = mid
+        low, high = (mid, high) if fits(mid) else (low, mid)
     return low
-
-
-def _with_ctx(request: Request, ctx: int) -> Request:
-    return Request(**{**request.__dict__, "ctx": ctx})

@@ -1,0 +1,110 @@
+"""Mode resolution: which drafters a plan runs, failing closed.
+
+- `none`: no drafter.
+- `auto`: a verified external artifact (dflash, dflash2, dspark) in the manifest
+  wins; otherwise native MTP when the target carries it; otherwise none. Two
+  external artifacts make `auto` ambiguous: the profile must name one.
+- an explicit mode needs the manifest to declare that drafter (and, for `mtp`,
+  the target to carry nextn tensors); otherwise it is an error, never a downgrade.
+- `draft-model` is reserved: no production adapter, so it fails closed.
+- at most one context-backed drafter (mtp, dflash, dflash2, dspark) runs; a
+  manifest's weight-free n-gram drafter chains in front of it (llama.cpp runs
+  n-gram types first, then the drafter).
+
+Drafters reach resolution only after their artifact checks passed: a drafter
+whose file failed is an error finding already, so `auto` never skips past it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from power.orchestrator.findings import Finding
+from power.orchestrator.loading import Loaded
+
+CONTEXT_BACKED = ("mtp", "dflash", "dflash2", "dspark")
+EXTERNAL = ("dflash", "dflash2", "dspark")
+NGRAM = "ngram"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    requested: str
+    resolved: str
+    # manifest drafter indices in execution order (n-gram first); the native MTP head has its manifest entry too
+    drafters: tuple[int, ...]
+    chain: tuple[str, ...]
+    reason: str
+
+
+def resolve(requested: str, declared: list[str], target_has_mtp: bool, manifest: Loaded, profile: Loaded,
+            recurrent_target: bool) -> tuple[Resolution | None, list[Finding]]:
+    """The resolution of `requested` (the profile's spec_mode) over the manifest's declared drafter kinds."""
+    if requested == "draft-model":
+        return None, [profile.finding("PWR214", 'spec_mode = "draft-model" is reserved: it has no production adapter, '
+                                      "so the plan fails closed", where="spec_mode",
+                                      hint='use "mtp", "dflash", "dflash2", "dspark", "ngram" or "auto"')]
+    if requested == "none":
+        return Resolution(requested, "none", (), (), "speculation off"), []
+    if requested == "auto":
+        choice, findings = _auto(declared, target_has_mtp, manifest, profile)
+    else:
+        choice, findings = _explicit(requested, declared, target_has_mtp, manifest, profile)
+    if choice is None:
+        return None, findings
+    index, reason = choice
+    return _chained(requested, index, declared, reason, manifest, recurrent_target, findings)
+
+
+def _auto(declared: list[str], target_has_mtp: bool, manifest: Loaded, profile: Loaded):
+    external = [i for i, kind in enumerate(declared) if kind in EXTERNAL]
+    if len(external) > 1:
+        kinds = ", ".join(declared[i] for i in external)
+        return None, [profile.finding(
+            "PWR215", f'spec_mode = "auto" would load one of several context-backed drafters ({kinds}); '
+            "two never run together and auto will not guess", where="spec_mode",
+            hint=f'set spec_mode to the one you mean: {" or ".join(repr(declared[i]) for i in external)}')]
+    if external:
+        index = external[0]
+        return (index, f"auto: the manifest's verified external {declared[index]} artifact"), []
+    mtp = [i for i, kind in enumerate(declared) if kind == "mtp"]
+    if mtp and target_has_mtp:
+        return (mtp[0], "auto: no external artifact; the target carries native MTP"), []
+    if NGRAM in declared:
+        return (declared.index(NGRAM), "auto: no external artifact or native MTP; weight-free n-gram"), []
+    return (None, "auto: no external artifact, no native MTP, no n-gram: speculation off"), []
+
+
+def _explicit(requested: str, declared: list[str], target_has_mtp: bool, manifest: Loaded, profile: Loaded):
+    matches = [i for i, kind in enumerate(declared) if kind == requested]
+    if not matches:
+        listed = ", ".join(sorted(set(declared))) or "none"
+        return None, [profile.finding(
+            "PWR216", f'spec_mode = "{requested}" but the manifest {manifest.path.name} declares no {requested} drafter '
+            f"(it declares: {listed}); Power never downgrades to another mode", where="spec_mode",
+            hint=f'add a [[drafters]] entry with kind = "{requested}" to the manifest, or pick a mode it serves '
+            '(or "auto")')]
+    if len(matches) > 1:
+        return None, [manifest.finding(
+            "PWR215", f"the manifest declares {len(matches)} {requested} drafters; a plan runs exactly one",
+            where=f"drafters[{matches[1]}].kind", hint=f"keep one {requested} entry per manifest")]
+    if requested == "mtp" and not target_has_mtp:
+        # The target's contract check reports PWR212 at the artifact; nothing to resolve.
+        return None, []
+    return (matches[0], f"requested {requested}"), []
+
+
+def _chained(requested: str, index: int | None, declared: list[str], reason: str, manifest: Loaded,
+             recurrent_target: bool, findings: list[Finding]) -> tuple[Resolution, list[Finding]]:
+    if index is None:
+        return Resolution(requested, "none", (), (), reason), findings
+    kind = declared[index]
+    if kind == NGRAM or NGRAM not in declared:
+        return Resolution(requested, kind, (index,), (kind,), reason), findings
+    ngram = declared.index(NGRAM)
+    note = manifest.finding(
+        "PWR218", f"weight-free n-gram chained in front of {kind} (n-gram proposes first, then the drafter)",
+        where=f"drafters[{ngram}].kind",
+        hint="on a recurrent target llama.cpp disables rollback with n-gram in the chain: measure both arms"
+        if recurrent_target else None)
+    return Resolution(requested, kind, (ngram, index), (NGRAM, kind), reason), [*findings, note]
