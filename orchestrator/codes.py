@@ -127,6 +127,15 @@ CODES: dict[str, tuple[str, str]] = {
 }
 
 
+EXIT_CODES = """Every command exits 0 when all is well (warnings and info findings allowed), 1 when any
+error finding was reported, and 2 on a usage or input error: a bad option, a path that does
+not exist (PWR001), a directory or glob with no .toml file (PWR009). A file that exists but
+cannot be used (FIFO or device PWR002, too large PWR003, empty PWR004, binary PWR005, not
+UTF-8 PWR006, bad TOML PWR007/PWR008, bad `schema` PWR010/PWR011) is a finding: exit 1.
+
+"""
+
+
 def title(code: str) -> str:
     return CODES[code][1]
 
@@ -134,7 +143,7 @@ def title(code: str) -> str:
 def markdown_table() -> str:
     rows = ["| code | severity | meaning |", "| --- | --- | --- |"]
     rows += [f"| `{code}` | {sev} | {text} |" for code, (sev, text) in sorted(CODES.items())]
-    return "# Check codes\n\nStable codes; never renumbered. Generated from `orchestrator/codes.py`.\n\n" + "\n".join(rows) + "\n"
+    return "# Check codes\n\nStable codes; never renumbered. Generated from `orchestrator/codes.py`.\n\n" + EXIT_CODES + "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":

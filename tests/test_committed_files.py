@@ -1,0 +1,91 @@
+"""The committed configurations validate clean, point at their JSON Schemas, and the generated files are fresh."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from power.orchestrator import codes
+from power.orchestrator.bundled import GEMMA_SHA256, GEMMA_SIZE
+from power.orchestrator.findings import Severity
+from power.orchestrator.loading import load_document, load_manifest, load_profile
+from power.orchestrator.schema import KIND_MODELS, SpecMode, json_schema
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = sorted([*REPO.glob("manifests/*.toml"), *REPO.glob("profiles/*.toml"), *REPO.glob("examples/hosts/*.toml")])
+# The seeds' profiles whose S < K is deliberate: the guarded path (PWR406, info).
+GUARDED = {"guarded-k7s6.toml", "q6k-peak-fr8192.toml", "dspark-k10s6.toml"}
+
+
+def test_the_seeds_configurations_are_all_there():
+    names = {path.relative_to(REPO).as_posix() for path in COMMITTED}
+    assert {
+        "manifests/qwen3.6-27b-q6k.toml",
+        "manifests/gemma3-270m.toml",
+        "profiles/balanced-k7s7.toml",
+        "profiles/guarded-k7s6.toml",
+        "profiles/q6k-peak-fr8192.toml",
+        "profiles/dspark-k10s6.toml",
+        "profiles/dflash2.toml",
+        "profiles/target-only.toml",
+        "profiles/ngram.toml",
+    } <= names
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.relative_to(REPO).as_posix())
+def test_committed_file_validates_clean_and_names_its_schema(path):
+    loaded = load_document(path)
+    assert loaded.ok, [finding.render() for finding in loaded.findings]
+    expected = [("PWR406", Severity.INFO)] if path.name in GUARDED else []
+    assert [(finding.code, finding.severity) for finding in loaded.findings] == expected
+    first_line = path.read_text().splitlines()[0]
+    match = re.fullmatch(r"#:schema (\S+)", first_line)
+    assert match, f"{path} must begin with a `#:schema` line"
+    schema_file = (path.parent / match[1]).resolve()
+    assert schema_file == REPO / "orchestrator" / "schemas" / f"{loaded.kind}.json"
+
+
+@pytest.mark.parametrize("kind", list(KIND_MODELS))
+def test_committed_json_schema_is_fresh(kind):
+    committed = json.loads((REPO / "orchestrator" / "schemas" / f"{kind}.json").read_text())
+    assert committed == json_schema(kind), f"stale: run `power schema {kind} > orchestrator/schemas/{kind}.json`"
+
+
+def test_docs_checks_md_is_generated_from_the_code_table():
+    assert (REPO / "docs" / "checks.md").read_text() == codes.markdown_table(), (
+        "stale: regenerate docs/checks.md (see the top of orchestrator/codes.py)"
+    )
+
+
+def test_gemma_manifest_describes_the_bundled_file():
+    target = load_manifest(REPO / "manifests" / "gemma3-270m.toml").model.target
+    assert (target.sha256, target.size) == (GEMMA_SHA256, GEMMA_SIZE)
+    assert target.path == (REPO / "models" / "gemma-3-270m-q4_k_m.gguf").resolve()
+    assert (target.quant, target.architecture) == ("Q4_K_M", "gemma3")
+
+
+def test_qwen_manifest_carries_the_seeds_artifact_set():
+    manifest = load_manifest(REPO / "manifests" / "qwen3.6-27b-q6k.toml").model
+    assert (manifest.target.size, manifest.target.quant, manifest.target.architecture) == (22_884_408_288, "Q6_K", "qwen35")
+    kinds = [drafter.kind.value for drafter in manifest.drafters]
+    assert kinds == ["mtp", "dspark", "dflash2"]
+    assert manifest.drafters[2].size == 1_140_000_000
+    assert all(drafter.target_sha256 == manifest.target.sha256 for drafter in manifest.drafters[1:])
+
+
+def test_q6k_peak_profile_matches_the_seed():
+    peak = load_profile(REPO / "profiles" / "q6k-peak-fr8192.toml").model
+    assert peak.spec_mode is SpecMode.MTP
+    assert (peak.spec_draft_max, peak.spec_mtp_recurrent_snapshots, peak.spec_mtp_fr_vocab_size) == (7, 6, 8192)
+    runtime = peak.runtime
+    assert (runtime.verify_capacity, runtime.cuda_graphs, runtime.flash_attn, runtime.gpu_layers) == (11, True, False, "all")
+
+
+def test_dspark_and_control_profiles_match_the_seed():
+    dspark = load_profile(REPO / "profiles" / "dspark-k10s6.toml").model
+    assert (dspark.spec_mode, dspark.spec_draft_max, dspark.spec_mtp_recurrent_snapshots) == (SpecMode.DSPARK, 10, 6)
+    assert (dspark.runtime.ctx, dspark.runtime.batch) == (512, 12)
+    assert load_profile(REPO / "profiles" / "target-only.toml").model.spec_mode is SpecMode.NONE
+    dflash2 = load_profile(REPO / "profiles" / "dflash2.toml").model
+    assert dflash2.spec_mode is SpecMode.DFLASH2 and dflash2.spec_mtp_adaptive is False

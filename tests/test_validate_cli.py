@@ -1,0 +1,133 @@
+"""`power validate` and `power schema` through the click entry point: output, --json shape, exit codes."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+from toml_helpers import PROFILE_HEAD, write
+
+from power.orchestrator.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+POWER = shutil.which("power", path=str(Path(sys.executable).parent))
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def broken_copy_of_the_default_profile(directory: Path) -> Path:
+    """balanced-k7s7.toml with a typo'd key, K = 0 and FR = "big"."""
+    text = (REPO / "profiles" / "balanced-k7s7.toml").read_text()
+    text = text.replace("spec_mtp_adaptive = false", "spec_mtp_adaptiv = false")
+    text = text.replace("spec_draft_max = 7 ", "spec_draft_max = 0 ")
+    text = text.replace("spec_mtp_recurrent_snapshots = 7", 'spec_mtp_recurrent_snapshots = 7\nspec_mtp_fr_vocab_size = "big"')
+    path = directory / "broken.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_committed_manifests_and_profiles_pass():
+    result = run("validate", str(REPO / "manifests"), str(REPO / "profiles"))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == "9 files valid (0 errors, 0 warnings, 3 info)"
+
+
+def test_a_broken_profile_gives_three_located_findings_in_one_run(tmp_path):
+    path = broken_copy_of_the_default_profile(tmp_path)
+    result = run("validate", "--json", str(path))
+    assert result.exit_code == 1
+    report = json.loads(result.output)
+    located = [(f["code"], f["line"], f["col"], f["where"]) for f in report["findings"]]
+    assert located == [
+        ("PWR401", 6, 18, "spec_draft_max"),
+        ("PWR403", 8, 26, "spec_mtp_fr_vocab_size"),
+        ("PWR020", 9, 1, "spec_mtp_adaptiv"),
+    ]
+    assert report["findings"][2]["hint"] == "did you mean `spec_mtp_adaptive`?"
+    text = run("validate", str(path)).output
+    assert f"{path}:6:18: PWR401 [error]" in text
+    assert "  6 | spec_draft_max = 0 " in text
+    assert text.splitlines()[-1] == "3 errors, 0 warnings, 0 info in 1 file"
+
+
+def test_json_shape(tmp_path):
+    good = write(tmp_path, "good.toml", PROFILE_HEAD)
+    bad = write(tmp_path, "bad.toml", PROFILE_HEAD + "spec_mtp_recurrent_snapshots = 9\n")
+    report = json.loads(run("validate", "--json", str(good), str(bad)).output)
+    assert set(report) == {"findings", "files", "summary"}
+    finding = report["findings"][0]
+    assert {"code", "severity", "file", "line", "col", "message", "hint"} <= set(finding)
+    assert (finding["code"], finding["severity"], finding["file"], finding["line"]) == ("PWR407", "warning", str(bad), 3)
+    assert report["files"] == [
+        {"file": str(good), "kind": "profile", "valid": True},
+        {"file": str(bad), "kind": "profile", "valid": True},
+    ]
+    assert report["summary"] == {"files": 2, "errors": 0, "warnings": 1, "info": 0, "valid": True}
+
+
+def test_warnings_alone_exit_zero(tmp_path):
+    path = write(tmp_path, "p.toml", PROFILE_HEAD + 'spec_mode = "draft-model"\n')
+    result = run("validate", str(path))
+    assert result.exit_code == 0 and "PWR410 [warning]" in result.output
+
+
+def test_directories_are_searched_recursively_skipping_hidden_ones_and_globs_expand(tmp_path):
+    write(tmp_path, "a/one.toml", PROFILE_HEAD)
+    write(tmp_path, "a/deeper/two.toml", PROFILE_HEAD)
+    write(tmp_path, "a/.hidden/three.toml", "not toml at all [")
+    write(tmp_path, "a/notes.txt", "ignored")
+    report = json.loads(run("validate", "--json", str(tmp_path / "a")).output)
+    assert [Path(f["file"]).name for f in report["files"]] == ["two.toml", "one.toml"]
+    globbed = json.loads(run("validate", "--json", str(tmp_path / "a" / "**" / "*.toml"), str(tmp_path / "a")).output)
+    assert sorted(Path(f["file"]).name for f in globbed["files"]) == ["one.toml", "two.toml"]
+
+
+def test_usage_errors_exit_2_with_the_finding_on_stderr(tmp_path):
+    (tmp_path / "empty").mkdir()
+    good = write(tmp_path, "good.toml", PROFILE_HEAD)
+    result = subprocess.run(
+        [POWER, "validate", str(tmp_path / "missing.toml"), str(tmp_path / "empty"), str(tmp_path / "*.yaml"), str(good)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert f"{tmp_path / 'missing.toml'}: PWR001 [error]" in result.stderr
+    assert f"{tmp_path / 'empty'}: PWR009 [error]" in result.stderr
+    assert f"{tmp_path / '*.yaml'}: PWR009 [error]" in result.stderr
+    assert result.stdout.strip() == "1 file valid"
+
+
+def test_no_paths_is_a_usage_error():
+    assert run("validate").exit_code == 2
+
+
+def test_bad_input_files_exit_1_never_a_traceback(tmp_path):
+    (tmp_path / "bin.toml").write_bytes(b"\x00\x01\x02")
+    (tmp_path / "empty.toml").write_text("")
+    (tmp_path / "wrong.toml").write_text('schema = "power.nope/v1"\n')
+    result = run("validate", str(tmp_path))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert [line.split(": ")[1].split()[0] for line in result.output.splitlines() if ": PWR" in line] == ["PWR005", "PWR004", "PWR011"]
+
+
+def test_schema_prints_the_committed_json_schema():
+    for kind in ("manifest", "profile", "host", "fleet"):
+        result = run("schema", kind)
+        assert result.exit_code == 0
+        assert json.loads(result.output) == json.loads((REPO / "orchestrator" / "schemas" / f"{kind}.json").read_text())
+    assert run("schema", "plan").exit_code == 2
+
+
+def test_help_lists_validate_and_schema():
+    output = run("--help").output
+    assert "validate" in output and "schema" in output
+
+
+def test_the_installed_console_script():
+    result = subprocess.run([POWER, "validate", str(REPO / "manifests")], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "2 files valid"
