@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from power.orchestrator.facts import ArtifactError, inspect_artifact
 from power.orchestrator.findings import Finding, Severity
 from power.orchestrator.launch_tokens import Token
+from power.orchestrator.units import format_size
 
 LLAMA_SERVER = "llama-server"
 VLLM = "vllm"
@@ -287,14 +289,13 @@ def _window_findings(spec: LaunchSpec) -> list[Finding]:
     path = Path(spec.draft_model.text)
     if not path.is_file():
         return []
-    from power.orchestrator.contracts import drafter_kv_bytes_per_position, drafter_sliding_window
-    from power.orchestrator.facts import inspect_artifact
-    from power.orchestrator.units import format_size
-
-    facts = inspect_artifact(path)
-    if drafter_sliding_window(facts) is not None:
+    try:
+        facts = inspect_artifact(path)
+    except ArtifactError as err:
+        return [err.finding]
+    if facts.sliding_window is not None:
         return []
-    per_position = drafter_kv_bytes_per_position(facts)
+    per_position = facts.drafter_kv_bytes_per_position
     return [_finding(
         "PWR453", spec.draft_model,
         f"the drafter {path.name} declares no sliding window, so its KV caches all {spec.ctx:,} positions of the "

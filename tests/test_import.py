@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from power.orchestrator.cli import main
+from power.orchestrator.factory import build_dense_target, build_dflash_drafter, build_dspark_drafter
 from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, import_launch
 from power.orchestrator.launch_tokens import COMMAND_LINE, tokens_from_argv, tokens_from_env_file, tokens_from_systemd_unit
 
@@ -108,3 +113,49 @@ def test_vllm_removed_flags_and_speculative_config() -> None:
     assert (new.spec.mode, new.spec.k, new.spec.ctx, new.spec.draft_model.text) == ("dspark", 15, 4096, "d.gguf")
     broken = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--speculative-config", "{method: x"]))
     assert _codes(broken) == ["PWR457"]
+
+
+def test_a_drafter_without_a_sliding_window_at_a_large_context(tmp_path: Path) -> None:
+    dspark, dflash = build_dspark_drafter(tmp_path), build_dflash_drafter(tmp_path)
+    large = _llama("-m", "t.gguf", "-md", str(dspark), "--spec-type", "draft-dspark", "-c", "262144")
+    [finding] = large.findings
+    assert (finding.code, finding.severity.value) == ("PWR453", "warning")
+    assert "262,144 positions" in finding.message
+    assert finding.source_line[finding.col - 1:].startswith(str(dspark))
+    assert _llama("-m", "t.gguf", "-md", str(dspark), "--spec-type", "draft-dspark", "-c", "4096").findings == []
+    assert _llama("-m", "t.gguf", "-md", str(dflash), "--spec-type", "draft-dflash", "-c", "262144").findings == []
+
+
+def test_cli_converts_a_clean_launch_into_checked_manifest_and_profile(tmp_path: Path) -> None:
+    target, drafter = build_dense_target(tmp_path), build_dflash_drafter(tmp_path)
+    out = tmp_path / "imported"
+    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--json", "--",
+                                       "llama-server", "-m", str(target), "-md", str(drafter),
+                                       "--spec-type", "draft-dflash,ngram-mod", "--spec-draft-n-max", "6", "-c", "2048"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["findings"] == []
+    manifest = (out / "manifest.toml").read_text()
+    assert 'kind = "dflash"' in manifest and 'kind = "ngram"' in manifest
+    assert report["documents"]["manifest"]["target"]["sha256"] == report["documents"]["manifest"]["drafters"][0]["target_sha256"]
+    profile = (out / "profile.toml").read_text()
+    assert 'spec_mode = "dflash"' in profile and "spec_draft_max = 6" in profile and "ctx = 2048" in profile
+
+
+def test_cli_refuses_to_write_a_broken_launch(tmp_path: Path) -> None:
+    target = build_dense_target(tmp_path)
+    out = tmp_path / "imported"
+    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--",
+                                       "-m", str(target), "--spec-type", "mtp"])
+    assert result.exit_code == 1
+    assert "PWR450" in result.output and "<command line>:1:" in result.output
+    assert not (out / "manifest.toml").exists()
+
+
+def test_cli_reads_a_systemd_unit_and_rejects_two_sources(tmp_path: Path) -> None:
+    unit = tmp_path / "llama.service"
+    unit.write_text("[Service]\nExecStart=/usr/bin/llama-server -m /m/t.gguf --draft-max 4\n")
+    result = CliRunner().invoke(main, ["import", "llama-server", "--unit", str(unit)])
+    assert result.exit_code == 1 and f"{unit}:2:" in result.output and "PWR454" in result.output
+    both = CliRunner().invoke(main, ["import", "llama-server", "--unit", str(unit), "--", "-m", "x.gguf"])
+    assert both.exit_code == 2

@@ -1,0 +1,96 @@
+"""`power import llama-server|vllm [-- ARGV] [--env-file F] [--unit F]`: review an existing launch, convert it.
+
+The launch is read from the command line after `--`, an env file, or a systemd
+unit (its Environment=, EnvironmentFile= and ExecStart= lines). Every known
+launch-line mistake is a finding located at the flag. With `-o DIR`, a launch
+that reads without errors becomes DIR/manifest.toml + DIR/profile.toml, which
+are then loaded and checked like any Power file. Exit codes: 0 clean, 1 error
+findings (nothing written), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import tomli_w
+
+from power.orchestrator.atomic import write_text_atomic
+from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from power.orchestrator.digests import sha256_file
+from power.orchestrator.findings import Finding, has_errors
+from power.orchestrator.launch_import import (ENV_PREFIX, LLAMA_SERVER, VLLM, import_launch, manifest_document,
+                                              profile_document)
+from power.orchestrator.launch_tokens import (LaunchInputError, Token, tokens_from_argv, tokens_from_env_file,
+                                              tokens_from_systemd_unit)
+from power.orchestrator.loading import load_manifest, load_profile
+
+
+@click.group(name="import")
+def import_() -> None:
+    """Turn an existing llama-server or vLLM launch line into manifest + profile and check it."""
+
+
+def _engine_command(engine: str):
+    @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+    @click.option("--env-file", type=click.Path(path_type=Path), help="Read the launch from an env file.")
+    @click.option("--unit", type=click.Path(path_type=Path), help="Read the launch from a systemd unit.")
+    @click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
+                  help="Write manifest.toml and profile.toml into this directory.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the findings and the documents as JSON.")
+    def command(argv: tuple[str, ...], env_file: Path | None, unit: Path | None, output: Path | None,
+                as_json: bool) -> None:
+        try:
+            tokens = _tokens(engine, list(argv), env_file, unit)
+        except LaunchInputError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(EXIT_USAGE)
+        result = import_launch(engine, tokens)
+        findings = list(result.findings)
+        documents = {}
+        if output is not None and not has_errors(findings):
+            documents, written = _write(result.spec, output)
+            findings += written
+        _report(findings, documents, as_json)
+        sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
+
+    command.__doc__ = f"Review a {engine} launch (after `--`, or --env-file / --unit) and convert it."
+    return click.command(name=engine)(command)
+
+
+import_.add_command(_engine_command(LLAMA_SERVER))
+import_.add_command(_engine_command(VLLM))
+
+
+def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | None) -> list[Token]:
+    sources = [source for source in (argv, env_file, unit) if source]
+    if len(sources) != 1:
+        raise LaunchInputError("give the launch one way: after `--`, or --env-file FILE, or --unit FILE")
+    if env_file is not None:
+        return tokens_from_env_file(env_file, ENV_PREFIX[engine])
+    if unit is not None:
+        return tokens_from_systemd_unit(unit, ENV_PREFIX[engine])
+    return tokens_from_argv(argv)
+
+
+def _write(spec, output: Path) -> tuple[dict, list[Finding]]:
+    output.mkdir(parents=True, exist_ok=True)
+    documents = {"manifest": manifest_document(spec, output.absolute(), sha256_file), "profile": profile_document(spec)}
+    findings = []
+    for kind, loader in (("manifest", load_manifest), ("profile", load_profile)):
+        path = output / f"{kind}.toml"
+        write_text_atomic(path, tomli_w.dumps(documents[kind]))
+        findings += loader(path).findings
+    return documents, findings
+
+
+def _report(findings: list[Finding], documents: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"findings": [f.to_json() for f in findings], "documents": documents}, indent=2))
+        return
+    for finding in findings:
+        click.echo(finding.render())
+    errors = sum(1 for f in findings if f.is_error)
+    click.echo(f"{len(findings)} finding(s), {errors} error(s)" + ("; wrote manifest.toml and profile.toml" if documents else ""))
