@@ -1,0 +1,127 @@
+"""Streaming sha256 of artifacts, with a digest cache so an unchanged 22 GB file is hashed once.
+
+The cache maps (device, inode, size, mtime_ns) to a digest. It lives in the user cache
+directory (`platformdirs`), or in `$POWER_CACHE_DIR` when set (tests point it at a temp
+dir), as one JSON file written atomically (temp file + rename). A cache that cannot be
+read or parsed is ignored and rebuilt: it only ever saves a hash, and an entry is used
+only when all four keys match the file as it is now.
+
+A file that changes while it is hashed (size or mtime before vs after, or a short read)
+raises ArtifactError with PWR116.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from power.orchestrator.gguf_reader import ArtifactError, artifact_error, open_regular_file
+
+__all__ = ["ArtifactError", "cache_path", "sha256_file"]
+
+CHUNK_BYTES = 8 << 20
+PROGRESS_MIN_BYTES = 100_000_000
+CACHE_ENV = "POWER_CACHE_DIR"
+CACHE_FILE_NAME = "digests.json"
+CACHE_SCHEMA = "power.digest-cache/v1"
+CACHE_MAX_ENTRIES = 4096
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def cache_path() -> Path:
+    root = os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("power", appauthor=False)
+    return Path(root) / CACHE_FILE_NAME
+
+
+def _cache_key(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _load_cache() -> dict[str, Any]:
+    """The cache's entries, or {} when it is missing, unreadable or not what this version writes."""
+    try:
+        data = json.loads(cache_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA or not isinstance(data.get("entries"), dict):
+        return {}
+    return data["entries"]
+
+
+def _cached_digest(key: str) -> str | None:
+    entry = _load_cache().get(key)
+    digest = entry.get("sha256") if isinstance(entry, dict) else None
+    return digest if isinstance(digest, str) and _SHA256_HEX.match(digest) else None
+
+
+def _store(key: str, path: str, digest: str) -> None:
+    """Add an entry; the cache is best effort, so a cache directory we cannot write is not an error."""
+    entries = _load_cache()
+    entries.pop(key, None)
+    entries[key] = {"sha256": digest, "path": path}
+    kept = dict(list(entries.items())[-CACHE_MAX_ENTRIES:])
+    target = cache_path()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".digests.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"schema": CACHE_SCHEMA, "entries": kept}, handle)
+        os.replace(temp, target)
+    except OSError:
+        if "temp" in locals() and os.path.exists(temp):
+            os.unlink(temp)
+
+
+def _progress_bar(size: int, path: str, progress: bool | None) -> Any:
+    show = progress if progress is not None else (size > PROGRESS_MIN_BYTES and sys.stderr.isatty())
+    if not show:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"sha256 {Path(path).name}", file=sys.stderr)
+
+
+def _hash_open_file(fd: int, size: int, path: str, progress: bool | None) -> tuple[str, int]:
+    """sha256 of the open file: one reused buffer, readinto, no per-chunk allocation."""
+    digest, buffer = hashlib.sha256(), bytearray(CHUNK_BYTES)
+    view, total = memoryview(buffer), 0
+    bar = _progress_bar(size, path, progress)
+    with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
+        while n := handle.readinto(buffer):
+            digest.update(view[:n])
+            total += n
+            if bar is not None:
+                bar.update(n)
+    if bar is not None:
+        bar.close()
+    return digest.hexdigest(), total
+
+
+def sha256_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress: bool | None = None) -> str:
+    """The file's sha256 (hex). `progress`: None shows a bar on a terminal for files over 100 MB."""
+    name = str(path)
+    fd, before = open_regular_file(path)
+    try:
+        key = _cache_key(before)
+        cached = _cached_digest(key) if use_cache else None
+        if cached is not None:
+            return cached
+        digest, total = _hash_open_file(fd, before.st_size, name, progress)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if total != before.st_size or (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise artifact_error("PWR116", name, f"the file changed while it was hashed ({before.st_size} bytes before, "
+                             f"{total} read, {after.st_size} after)", "wait until the download or copy finishes, then "
+                             "validate again", min(total, before.st_size))
+    if use_cache:
+        _store(key, os.path.abspath(name), digest)
+    return digest
