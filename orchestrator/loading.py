@@ -94,7 +94,9 @@ class Loaded:
         if self._locator is None:
             self._locator = TomlLocator(self.text)
         path = parse_where(where) if isinstance(where, str) else tuple(where)
-        return self._locator.key(path) if at == "key" else self._locator.value(path)
+        position = self._locator.key(path) if at == "key" else self._locator.value(path)
+        # A key missing from the top level has no place of its own: point at the file's start.
+        return position or Position(line=1, col=1, source_line=self.text.split("\n", 1)[0])
 
 
 def load_document(path: str | os.PathLike[str]) -> Loaded:

@@ -111,7 +111,7 @@ Bytes = Annotated[
         {
             "anyOf": [
                 {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*\d[\d_]*(\.\d+)?\s*([kKmMgGtT][iI]?)?B?\s*$"},
+                {"type": "string", "pattern": r"^\s*\d[\d_]*(\.\d+)?\s*(([kKmMgGtT][iI]?)?B)?\s*$"},
             ],
             "description": f"a size: {ACCEPTED_FORMS}",
         }
@@ -122,7 +122,7 @@ FilePath = Annotated[Path, AfterValidator(_resolve_against_file), WithJsonSchema
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 def _schema_field(kind: str):

@@ -1,5 +1,6 @@
 """Every schema rule that needs no artifact, through the loader on real TOML files."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ from toml_helpers import MANIFEST_HEAD, PROFILE_HEAD, SHA_A, SHA_B, codes, write
 from power.orchestrator.findings import Severity
 from power.orchestrator.loading import load_document, load_fleet, load_host, load_manifest, load_profile
 from power.orchestrator.schema import KIND_MODELS, DrafterKind, Profile, SpecMode, json_schema
+from power.orchestrator.units import SizeError, parse_size
 
 
 def profile(tmp_path: Path, body: str):
@@ -181,6 +183,12 @@ def test_a_missing_required_key_points_at_its_table(tmp_path):
     assert "sha256 = ..." in finding.hint
 
 
+def test_a_missing_top_level_key_points_at_the_start_of_the_file(tmp_path):
+    loaded = load_profile(write(tmp_path, "p.toml", '#:schema ../profile.json\nschema = "power.profile/v1"\n'))
+    finding = only(loaded, "PWR021")
+    assert (finding.where, finding.line, finding.col, finding.source_line) == ("name", 1, 1, "#:schema ../profile.json")
+
+
 def test_a_bad_size_lists_the_accepted_forms(tmp_path):
     loaded = manifest(tmp_path, "", target=f'[target]\npath = "t.gguf"\nsize = "22 gigs"\nsha256 = "{SHA_A}"\n')
     finding = only(loaded, "PWR023")
@@ -256,3 +264,14 @@ def test_json_schemas_forbid_unknown_keys_and_pin_the_schema_line():
         assert "schema" in schema["required"]
     size = json_schema("host")["$defs"]["Device"]["properties"]["vram"]
     assert {alternative["type"] for alternative in size["anyOf"]} == {"integer", "string"}
+
+
+@pytest.mark.parametrize("text", ["24 GiB", "512MiB", "1.5 GB", "17 B", "1_140_000_000", "250 kB", "24 G", "24 Gb", "3 XB", "lots"])
+def test_the_json_schemas_size_pattern_agrees_with_the_parser(text):
+    pattern = json_schema("host")["$defs"]["Device"]["properties"]["vram"]["anyOf"][1]["pattern"]
+    try:
+        parse_size(text)
+        parsed = True
+    except SizeError:
+        parsed = False
+    assert (re.match(pattern, text) is not None) == parsed
