@@ -1,0 +1,14 @@
+"""Kernels: Triton kernels on a GPU, each beside its torch reference (the CPU path and the test oracle).
+
+Call them through `power.kernels.dispatch`, the one dispatch point. Triton
+decides at import whether its kernels compile for a GPU or run in its CPU
+interpreter (TRITON_INTERPRET); without CUDA only the interpreter can run them,
+so that is the default here when no CUDA device is present.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")

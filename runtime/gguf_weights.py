@@ -1,0 +1,92 @@
+"""GGUF weights for the runtime: header metadata and tensors from a memory map.
+
+The header comes from the orchestrator's bounded reader
+(`power.orchestrator.gguf_reader`); the file is mapped once (`numpy.memmap`,
+read-only) and a tensor's bytes are a view into the map until they are
+dequantised, so loading never reads the whole file into Python bytes.
+
+Shapes: GGUF stores `ne` innermost-first; `tensor()` returns the torch shape
+(outermost first), e.g. `token_embd.weight` with ne = (640, 262144) is [262144, 640].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from power.kernels import dispatch
+from power.kernels.dequant import BLOCK_LAYOUT
+from power.orchestrator import gguf_reader
+from power.runtime.errors import ArtifactError
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    qtype: str
+    shape: tuple[int, ...]  # torch order (outermost first)
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+
+
+class GGUFFile:
+    """A GGUF file: `metadata` (key -> value), `tensors` (name -> TensorInfo), tensor data from a memory map."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            header = gguf_reader.read_header(self.path)
+        except gguf_reader.ArtifactError as err:
+            raise ArtifactError(str(err)) from None
+        self.metadata: dict[str, Any] = header.metadata
+        self.tensors = {t.name: TensorInfo(t.name, _type_name(t.ggml_type), t.shape, header.data_offset + t.offset,
+                                           t.nbytes) for t in header.tensors}
+        self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", "<none>"))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    def require(self, key: str) -> Any:
+        if key not in self.metadata:
+            raise ArtifactError(f"{self.path}: header key {key!r} is missing; the artifact does not describe "
+                                f"a complete {self.architecture} model")
+        return self.metadata[key]
+
+    def raw(self, name: str) -> torch.Tensor:
+        """The tensor's bytes as a flat uint8 torch tensor (a copy of this tensor only)."""
+        info = self.info(name)  # the header reader has checked every extent against the file size
+        return torch.from_numpy(np.array(self._map[info.offset:info.offset + info.nbytes]))
+
+    def info(self, name: str) -> TensorInfo:
+        if name not in self.tensors:
+            raise ArtifactError(f"{self.path}: tensor {name!r} is missing; a {self.architecture} model needs it")
+        return self.tensors[name]
+
+    def tensor(self, name: str, shape: Sequence[int] | None = None) -> torch.Tensor:
+        """Dequantise `name` to float32 in torch order, checking it has `shape` when given."""
+        info = self.info(name)
+        if shape is not None and tuple(info.shape) != tuple(shape):
+            raise ArtifactError(f"{self.path}: tensor {name!r} has shape {list(info.shape)}, expected {list(shape)} "
+                                "from the header's hyperparameters; the artifact is inconsistent")
+        if info.qtype not in BLOCK_LAYOUT:
+            raise ArtifactError(f"{self.path}: tensor {name!r} is {info.qtype}, which the runtime cannot dequantise "
+                                f"(supported: {', '.join(BLOCK_LAYOUT)}); requantise the model to one of them")
+        return dispatch.dequantize(info.qtype, self.raw(name), info.shape)
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+
+def _type_name(ggml_type: int) -> str:
+    try:
+        return gguf_reader.GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"GGML type {ggml_type}"

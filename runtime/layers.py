@@ -1,0 +1,93 @@
+"""Building blocks every trunk shares: norms, rotary embeddings, masked attention over a fixed cache, MLPs.
+
+Everything here is row-independent: a row's result depends only on that row's
+inputs (and the cache), never on how many rows run beside it, provided the
+caller keeps the row count fixed. The trunks guarantee that by padding every
+forward to one shape.
+
+Shapes: n = rows in the forward, d = model width, H / Hkv = query / key-value
+heads, hd = head width, T = cache capacity in positions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [n, in] (float32) @ weight[out, in].T -> [n, out] float32; the matmul runs in the weight's dtype."""
+    return F.linear(x.to(weight.dtype), weight).to(torch.float32)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """[..., d] -> [..., d]: x / sqrt(mean(x^2) + eps) * weight (llama.cpp `ggml_rms_norm` then `ggml_mul`)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rope_tables(positions: int, dim: int, base: float, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [positions, dim // 2] for rotary embeddings; `scale` divides positions (linear rope scaling)."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # [dim/2]
+    angles = torch.outer(torch.arange(positions, dtype=torch.float64) / scale, inv_freq)
+    return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
+    """x [n, heads, hd], cos/sin [n, hd/2] -> rotated x.
+
+    NEOX style rotates the two halves of a head (Gemma, Qwen); the original
+    (GPT-J/llama.cpp `LLAMA_ROPE_TYPE_NORM`) style rotates adjacent pairs.
+    """
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    if neox:
+        a, b = x.chunk(2, dim=-1)
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+def causal_mask(query_positions: torch.Tensor, capacity: int, window: int | None = None) -> torch.Tensor:
+    """Additive mask [n, T]: 0 where query at position p may read slot j (j <= p, and p - j < window), else -inf."""
+    slots = torch.arange(capacity)[None, :]
+    q = query_positions[:, None]
+    allowed = slots <= q
+    if window is not None:
+        allowed &= (q - slots) < window
+    return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+
+
+def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor,
+              scale: float) -> torch.Tensor:
+    """q [n, H, hd] against the whole cache k/v [Hkv, T, hd] under `mask` [n, T] -> [n, H * hd_v].
+
+    The attention length is always the cache capacity T, masked, never the
+    current length: that keeps every forward's arithmetic the same shape.
+    """
+    n, n_heads, head_dim = q.shape
+    n_kv = k_cache.shape[0]
+    group = n_heads // n_kv
+    q = q.permute(1, 0, 2).reshape(n_kv, group * n, head_dim)  # [Hkv, G*n, hd]
+    scores = torch.matmul(q, k_cache.transpose(1, 2)) * scale  # [Hkv, G*n, T]
+    scores = scores.view(n_kv, group, n, -1) + mask  # [Hkv, G, n, T]
+    probs = torch.softmax(scores, dim=-1).view(n_kv, group * n, -1)
+    out = torch.matmul(probs, v_cache)  # [Hkv, G*n, hd_v]
+    return out.view(n_heads, n, -1).permute(1, 0, 2).reshape(n, -1)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+def gated_mlp(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, act) -> torch.Tensor:
+    """down(act(gate(x)) * up(x)): SwiGLU with `F.silu`, GeGLU with `gelu_tanh`."""
+    return linear(act(linear(x, gate)) * linear(x, up), down)
+
+
+def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    return logits if not cap else torch.tanh(logits / cap) * cap
+
+
+def default_attention_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

@@ -1,0 +1,39 @@
+"""Trunk models: one module per architecture, chosen by the GGUF header's `general.architecture`.
+
+`load_trunk` is the one entry point; an architecture without a module here is a
+clear `ArtifactError`, never a best-effort guess.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from power.runtime.errors import ArtifactError
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions
+
+# general.architecture -> (module under power.runtime.trunks, class)
+ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "gemma3": ("gemma3", "Gemma3Trunk"),
+    "llama": ("llama", "LlamaTrunk"),
+    "qwen2": ("llama", "LlamaTrunk"),
+    "qwen3": ("llama", "LlamaTrunk"),
+    "qwen35": ("qwen35", "Qwen35Trunk"),
+}
+
+
+def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int, snapshot_rows: int = 0,
+               dtype: str = "float32", prefill_chunk: int | None = None) -> FixedShapeTrunk:
+    """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) at the given fixed shapes."""
+    gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    architecture = gguf.architecture
+    if architecture not in ARCHITECTURES:
+        raise ArtifactError(f"{gguf.path}: architecture {architecture!r} is not implemented by the Power runtime "
+                            f"(implemented: {', '.join(sorted(ARCHITECTURES))}); use a plan whose target is one of "
+                            "these, or render the plan for llama-server instead")
+    options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows, dtype=dtype,
+                           **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))
+    module_name, class_name = ARCHITECTURES[architecture]
+    module = importlib.import_module(f"power.runtime.trunks.{module_name}")
+    return getattr(module, class_name)(gguf, options)

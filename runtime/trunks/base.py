@@ -1,0 +1,174 @@
+"""What every trunk shares: the fixed-shape forward, chunked prefill, the LM head, rewind and checkpoints.
+
+A concrete trunk implements `_run(tokens, start, n_real, taps)`: push a padded
+block of rows through its layers, writing caches at [start, start + rows), and
+return the final residual (before the output norm) plus the requested taps. This
+class owns the shapes:
+
+- `forward` pads its 1..verify_capacity rows to exactly `verify_capacity`;
+- `prefill` runs the prompt in chunks of exactly `prefill_chunk` rows;
+- the LM head always runs on blocks of exactly `verify_capacity` rows.
+
+So a row's logits never depend on how many real rows ran beside it, and a
+prompt's logits are the same whoever prefills it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from power.runtime.contract import ForwardOut, TrunkConfig
+from power.runtime.errors import ContextOverflow, RuntimeInputError
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.layers import linear, rms_norm, softcap
+
+PAD_TOKEN = 0
+DEFAULT_PREFILL_CHUNK = 64
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class TrunkOptions:
+    """How to instantiate a trunk: capacity, fixed shapes and matmul dtype (the plan decides these)."""
+
+    n_ctx: int
+    verify_capacity: int
+    snapshot_rows: int = 0
+    dtype: str = "float32"
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise RuntimeInputError(f"dtype {self.dtype!r} is not supported (choose {', '.join(DTYPES)})")
+        if self.verify_capacity < 1 or self.n_ctx < 1 or self.prefill_chunk < 1:
+            raise RuntimeInputError(f"n_ctx ({self.n_ctx}), verify_capacity ({self.verify_capacity}) and "
+                                    f"prefill_chunk ({self.prefill_chunk}) must be positive")
+
+    @property
+    def cache_capacity(self) -> int:
+        """Context plus room for the padding rows of the largest forward shape."""
+        return self.n_ctx + max(self.verify_capacity, self.prefill_chunk)
+
+
+class Weights:
+    """Reads a trunk's tensors from its GGUF: matrices in the matmul dtype, vectors in float32."""
+
+    def __init__(self, gguf: GGUFFile, dtype: str) -> None:
+        self.gguf, self.dtype = gguf, DTYPES[dtype]
+
+    def matrix(self, name: str, shape: Sequence[int]) -> torch.Tensor:
+        return self.gguf.tensor(name, shape).to(self.dtype)
+
+    def vector(self, name: str, shape: Sequence[int]) -> torch.Tensor:
+        return self.gguf.tensor(name, shape)
+
+
+class FixedShapeTrunk:
+    """The trunk contract (`power.runtime.contract.Trunk`) over a concrete `_run`."""
+
+    config: TrunkConfig
+
+    def __init__(self, config: TrunkConfig, options: TrunkOptions, output_norm: torch.Tensor,
+                 output: torch.Tensor, norm_eps: float, logit_softcap: float | None = None) -> None:
+        self.config, self.options = config, options
+        self._output_norm, self._output, self._norm_eps = output_norm, output, norm_eps
+        self._logit_softcap = logit_softcap
+        self._position = 0
+
+    # --- the contract -------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def forward(self, tokens: Sequence[int], taps: Sequence[int] = ()) -> ForwardOut:
+        n = len(tokens)
+        capacity = self.config.verify_capacity
+        if not 1 <= n <= capacity:
+            raise ValueError(f"a forward takes 1..{capacity} rows (the verification capacity), got {n}")
+        self._check_room(n)
+        final, tapped = self._run(self._padded(tokens, capacity), self._position, n, taps)
+        self._position += n
+        return ForwardOut(logits=self.logits(final[:n]), hidden={layer: h[:n] for layer, h in tapped.items()})
+
+    def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = True) -> ForwardOut:
+        """Append a prompt in fixed `prefill_chunk` chunks; `all_logits=False` keeps only the last row's logits."""
+        if not tokens:
+            raise ValueError("prefill needs at least one token")
+        self._check_room(len(tokens))
+        chunk = self.options.prefill_chunk
+        finals, tapped_chunks = [], []
+        for begin in range(0, len(tokens), chunk):
+            part = tokens[begin:begin + chunk]
+            final, tapped = self._run(self._padded(part, chunk), self._position, len(part), taps)
+            self._position += len(part)
+            finals.append(final[:len(part)])
+            tapped_chunks.append({layer: h[:len(part)] for layer, h in tapped.items()})
+        final = torch.cat(finals)
+        hidden = {layer: torch.cat([t[layer] for t in tapped_chunks]) for layer in taps}
+        return ForwardOut(logits=self.logits(final if all_logits else final[-1:]), hidden=hidden)
+
+    def rewind(self, length: int) -> None:
+        if not 0 <= length <= self._position:
+            raise ValueError(f"rewind to {length} is outside the committed range [0, {self._position}]")
+        self._rewind_state(length)
+        self._position = length
+
+    def checkpoint(self) -> Any:
+        return (self._position, self._state_checkpoint())
+
+    def restore(self, checkpoint: Any) -> None:
+        position, state = checkpoint
+        self._restore_state(state)
+        self._position = position
+
+    def reset(self) -> None:
+        self._reset_state()
+        self._position = 0
+
+    # --- the LM head ----------------------------------------------------------
+
+    def logits(self, final: torch.Tensor) -> torch.Tensor:
+        """final residual rows [m, d] -> logits [m, vocab], the head run on blocks of exactly verify_capacity rows."""
+        capacity = self.config.verify_capacity
+        normed = rms_norm(final, self._output_norm, self._norm_eps)
+        blocks = []
+        for begin in range(0, normed.shape[0], capacity):
+            rows = normed[begin:begin + capacity]
+            padded = torch.cat((rows, rows.new_zeros(capacity - rows.shape[0], rows.shape[1])))
+            blocks.append(linear(padded, self._output)[:rows.shape[0]])
+        return softcap(torch.cat(blocks), self._logit_softcap)
+
+    # --- for concrete trunks ------------------------------------------------
+
+    def _run(self, tokens: torch.Tensor, start: int, n_real: int,
+             taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """tokens [m] (padded) at positions [start, start + m) -> final residual [m, d], taps {layer: [m, d]}."""
+        raise NotImplementedError
+
+    def _rewind_state(self, length: int) -> None:
+        """Attention-only trunks have nothing to do: slots past `length` are masked."""
+
+    def _state_checkpoint(self) -> Any:
+        return None
+
+    def _restore_state(self, state: Any) -> None:
+        """Attention-only trunks keep no state beyond the position."""
+
+    def _reset_state(self) -> None:
+        """Attention-only trunks keep no state beyond the position."""
+
+    # --- helpers -------------------------------------------------------------
+
+    def _check_room(self, n: int) -> None:
+        if self._position + n > self.config.n_ctx:
+            raise ContextOverflow(f"{self._position + n} positions do not fit the context of {self.config.n_ctx} "
+                                  f"({self._position} in the cache + {n} new); raise the plan's ctx or shorten the prompt")
+
+    @staticmethod
+    def _padded(tokens: Sequence[int], rows: int) -> torch.Tensor:
+        return torch.tensor(list(tokens) + [PAD_TOKEN] * (rows - len(tokens)), dtype=torch.long)
+

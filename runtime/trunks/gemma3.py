@@ -1,0 +1,145 @@
+"""Gemma 3 (llama.cpp `LLM_ARCH_GEMMA3`), e.g. the bundled 270M.
+
+Per layer: pre-norm attention with QK norm and NEOX rope, a post-attention norm,
+then pre-norm GeGLU (tanh gelu) with a post-FFN norm. Five sliding-window layers
+(window from the header, rope base 10 000) alternate with one global layer
+(the header's rope base): layer i is global when (i + 1) % 6 == 0. The input
+embedding is scaled by sqrt(d_model); the output projection is tied to it.
+
+The stored norm weights already include Gemma's "+1" (llama.cpp's converter adds
+it), so they are applied as plain multipliers. Attention scale is
+1/sqrt(key_length) (`query_pre_attn_scalar` = head width for the released
+sizes other than 27B, which llama.cpp special-cases and this trunk does not).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from power.runtime.contract import TrunkConfig
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.kv_cache import KVCache
+from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, gelu_tanh, linear, rms_norm, rope_tables
+from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions, Weights
+
+ARCH = "gemma3"
+SWA_PATTERN = 6  # every sixth layer is global
+LOCAL_ROPE_BASE = 10_000.0
+
+
+@dataclass(frozen=True)
+class Gemma3Params:
+    d_model: int
+    n_layers: int
+    d_ff: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim_k: int
+    head_dim_v: int
+    eps: float
+    rope_base: float
+    rope_scale: float
+    window: int
+    vocab: int
+    logit_softcap: float | None
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile) -> Gemma3Params:
+        key = lambda name: f"{ARCH}.{name}"  # noqa: E731
+        d_model = int(gguf.require(key("embedding_length")))
+        n_heads = int(gguf.require(key("attention.head_count")))
+        return cls(
+            d_model=d_model,
+            n_layers=int(gguf.require(key("block_count"))),
+            d_ff=int(gguf.require(key("feed_forward_length"))),
+            n_heads=n_heads,
+            n_kv_heads=int(gguf.get(key("attention.head_count_kv"), n_heads)),
+            head_dim_k=int(gguf.get(key("attention.key_length"), d_model // n_heads)),
+            head_dim_v=int(gguf.get(key("attention.value_length"), d_model // n_heads)),
+            eps=float(gguf.require(key("attention.layer_norm_rms_epsilon"))),
+            rope_base=float(gguf.get(key("rope.freq_base"), 1_000_000.0)),
+            rope_scale=float(gguf.get(key("rope.scaling.factor"), 1.0)),
+            window=int(gguf.require(key("attention.sliding_window"))),
+            vocab=gguf.info("token_embd.weight").shape[0],
+            logit_softcap=gguf.get(key("final_logit_softcapping")),
+        )
+
+    def is_global(self, layer: int) -> bool:
+        return layer % SWA_PATTERN == SWA_PATTERN - 1
+
+
+class Gemma3Layer:
+    def __init__(self, w: Weights, p: Gemma3Params, i: int, cache_capacity: int) -> None:
+        b, d = f"blk.{i}.", p.d_model
+        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.wq = w.matrix(b + "attn_q.weight", [p.n_heads * p.head_dim_k, d])
+        self.wk = w.matrix(b + "attn_k.weight", [p.n_kv_heads * p.head_dim_k, d])
+        self.wv = w.matrix(b + "attn_v.weight", [p.n_kv_heads * p.head_dim_v, d])
+        self.q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim_k])
+        self.k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim_k])
+        self.wo = w.matrix(b + "attn_output.weight", [d, p.n_heads * p.head_dim_v])
+        self.post_attn_norm = w.vector(b + "post_attention_norm.weight", [d])
+        self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
+        self.gate = w.matrix(b + "ffn_gate.weight", [p.d_ff, d])
+        self.up = w.matrix(b + "ffn_up.weight", [p.d_ff, d])
+        self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
+        self.post_ffn_norm = w.vector(b + "post_ffw_norm.weight", [d])
+        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim_k, p.head_dim_v)
+        self.is_global = p.is_global(i)
+
+    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+                 p: Gemma3Params) -> torch.Tensor:
+        n = h.shape[0]
+        x = rms_norm(h, self.attn_norm, p.eps)
+        q = rms_norm(linear(x, self.wq).view(n, p.n_heads, p.head_dim_k), self.q_norm, p.eps)
+        k = rms_norm(linear(x, self.wk).view(n, p.n_kv_heads, p.head_dim_k), self.k_norm, p.eps)
+        v = linear(x, self.wv).view(n, p.n_kv_heads, p.head_dim_v)
+        q, k = apply_rope(q, *rope, neox=True), apply_rope(k, *rope, neox=True)
+        self.cache.write(start, k, v)
+        a = attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim_k))
+        h = h + rms_norm(linear(a, self.wo), self.post_attn_norm, p.eps)
+        f = gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate, self.up, self.down, gelu_tanh)
+        return h + rms_norm(f, self.post_ffn_norm, p.eps)
+
+
+class Gemma3Trunk(FixedShapeTrunk):
+    def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
+        p = self.params = Gemma3Params.from_gguf(gguf)
+        w = Weights(gguf, options.dtype)
+        capacity = options.cache_capacity
+        self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
+        output = self.embedding.to(w.dtype)
+        self.layers = [Gemma3Layer(w, p, i, capacity) for i in range(p.n_layers)]
+        self.local_rope = rope_tables(capacity, p.head_dim_k, LOCAL_ROPE_BASE)
+        self.global_rope = rope_tables(capacity, p.head_dim_k, p.rope_base, p.rope_scale)
+        config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
+                             n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
+                             recurrent=False)
+        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), output, p.eps,
+                         p.logit_softcap)
+
+    def _run(self, tokens: torch.Tensor, start: int, n_real: int,
+             taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        p = self.params
+        positions = torch.arange(start, start + tokens.shape[0])
+        capacity = self.layers[0].cache.capacity
+        global_mask = causal_mask(positions, capacity)
+        local_mask = causal_mask(positions, capacity, p.window)
+        local_rope = tuple(t[positions] for t in self.local_rope)
+        global_rope = tuple(t[positions] for t in self.global_rope)
+        h = self.embedding[tokens] * math.sqrt(p.d_model)  # [m, d]
+        tapped = {}
+        for i, layer in enumerate(self.layers):
+            if i in taps:
+                tapped[i] = h
+            if layer.is_global:
+                h = layer(h, start, global_rope, global_mask, p)
+            else:
+                h = layer(h, start, local_rope, local_mask, p)
+        if p.n_layers in taps:
+            tapped[p.n_layers] = h
+        return h, tapped
