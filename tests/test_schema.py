@@ -7,7 +7,7 @@ import pytest
 from toml_helpers import MANIFEST_HEAD, PROFILE_HEAD, SHA_A, SHA_B, codes, write
 
 from power.orchestrator.findings import Severity
-from power.orchestrator.loading import load_document, load_fleet, load_host, load_manifest, load_profile
+from power.orchestrator.loading import load_fleet, load_host, load_manifest, load_profile
 from power.orchestrator.schema import KIND_MODELS, DrafterKind, Profile, SpecMode, json_schema
 from power.orchestrator.units import SizeError, parse_size
 

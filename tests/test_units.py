@@ -16,7 +16,7 @@ from power.orchestrator.units import SizeError, format_size, parse_size
         ("17 B", 17),
         ("17", 17),
         ("1_140_000_000", 1_140_000_000),
-        ("  8 gib ".replace("gib", "GiB"), 8 * 1024**3),
+        ("  8 GiB ", 8 * 1024**3),
         ("8 giB", 8 * 1024**3),
         (22_884_408_288, 22_884_408_288),
         (0, 0),
