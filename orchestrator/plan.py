@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +47,7 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.findings import Finding, Severity
 
 PLAN_SCHEMA = "power.plan/v1"
@@ -286,19 +285,6 @@ def save_plan(plan: ResolvedPlan, path: Path) -> None:
     """Write the plan atomically: TOML for a `.toml` path, JSON otherwise."""
     path = Path(path)
     write_text_atomic(path, to_toml(plan) if path.suffix == ".toml" else to_json(plan))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Temp file in the same directory, then rename: a crash leaves the old file or the new one, never half."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def load_plan(path: Path) -> ResolvedPlan:

@@ -14,21 +14,24 @@ Components (docs/sizing.md gives every constant and where it comes from):
     CUDA context, graphs  fixed overheads
     headroom              kept free on the device (the host's setting)
 
-Layers are read one by one: a per-layer `head_count_kv` array is honoured element
-by element, sliding-window layers come from the header's pattern (or llama.cpp's
-per-architecture rule when the header carries none), and recurrent layers from
-`full_attention_interval`.
+Layers come one by one from `ArtifactFacts.layers` (power.orchestrator.facts): a
+per-layer `head_count_kv` array is honoured element by element, sliding-window
+layers follow the header's pattern (or llama.cpp's per-architecture rule when the
+header carries none), recurrent layers carry state instead of KV, and the nextn
+blocks of an MTP head are charged only when MTP runs.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Literal, Protocol, Sequence
+from typing import Any, Iterable, Literal
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from power.orchestrator.contracts import HeaderView, drafter_kv_bytes_per_position, drafter_sliding_window
+from power.orchestrator.contracts import drafter_kv_bytes_per_position
+from power.orchestrator.facts import NEXTN, RECURRENT, SLIDING, ArtifactFacts, LayerFacts
+from power.orchestrator.gguf_reader import TensorInfo
 from power.orchestrator.units import format_size
 
 MiB = 1024**2
@@ -44,43 +47,6 @@ CUDA_CONTEXT_BYTES = 384 * MiB
 CUDA_GRAPH_BYTES_PER_SHAPE = 64 * MiB
 # A margin below this after the headroom needs a quiet device (the seeds: 23,847 MiB peak on 24 GiB).
 THIN_MARGIN_BYTES = 1024 * MiB
-# Architectures whose GGUF carries no sliding-window pattern: llama.cpp's hard-coded period
-# (every Nth layer is global; llama-model.cpp `hparams.set_swa_pattern(N)`).
-SWA_PERIOD_BY_ARCHITECTURE = {"gemma2": 2, "gemma3": 6, "cohere2": 4}
-# qwen3next/qwen35 default when the header omits full_attention_interval (llama-model.cpp).
-DEFAULT_FULL_ATTENTION_INTERVAL = 4
-
-LayerKind = Literal["global", "sliding", "recurrent"]
-
-
-class Tensor(Protocol):
-    name: str
-    nbytes: int
-
-    @property
-    def type_name(self) -> str: ...
-
-
-class Header(HeaderView, Protocol):
-    """What sizing reads from a GGUF (ArtifactFacts provides it): architecture, metadata, tensors."""
-
-    tensors: Sequence[Tensor]
-
-
-def hparam(header: Header, key: str, default: Any = None) -> Any:
-    return header.metadata.get(f"{header.architecture}.{key}", default)
-
-
-@dataclass(frozen=True)
-class LayerCache:
-    index: int
-    kind: LayerKind
-    n_head_kv: int
-    head_dim_k: int
-    head_dim_v: int
-
-    def kv_bytes_per_cell(self, cache_type: str) -> int:
-        return type_bytes(self.n_head_kv * (self.head_dim_k + self.head_dim_v), cache_type)
 
 
 @dataclass(frozen=True)
@@ -151,9 +117,6 @@ def pad(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
-# --- layers -------------------------------------------------------------------
-
-
 def per_layer(value: Any, n_layers: int, default: int) -> list[int]:
     """A scalar or per-layer array header value, one entry per layer."""
     if value is None:
@@ -163,70 +126,32 @@ def per_layer(value: Any, n_layers: int, default: int) -> list[int]:
     return [int(value)] * n_layers
 
 
-def nextn_layers(header: Header) -> int:
-    return int(hparam(header, "nextn_predict_layers", 0) or 0)
+def kv_bytes_per_cell(layer: LayerFacts, cache_type: str) -> int:
+    return type_bytes(layer.n_head_kv * (layer.head_dim_k + layer.head_dim_v), cache_type)
 
 
-def trunk_layers(header: Header) -> list[LayerCache]:
-    """Every trunk layer (the nextn/MTP blocks appended after them excluded), classified as llama.cpp does."""
-    n_blocks = int(hparam(header, "block_count"))
-    return _layers(header, n_blocks)[: n_blocks - nextn_layers(header)]
-
-
-def mtp_layers(header: Header) -> list[LayerCache]:
-    n_blocks = int(hparam(header, "block_count"))
-    n_trunk = n_blocks - nextn_layers(header)
-    # The appended MTP blocks are full-attention blocks (llama.cpp's qwen35: is_recurrent(il) needs il < n_layer).
-    return [LayerCache(l.index, "global", l.n_head_kv, l.head_dim_k, l.head_dim_v) for l in _layers(header, n_blocks)[n_trunk:]]
-
-
-def _layers(header: Header, n_blocks: int) -> list[LayerCache]:
-    n_embd = int(hparam(header, "embedding_length"))
-    heads = per_layer(hparam(header, "attention.head_count"), n_blocks, 1)
-    kv_heads = per_layer(hparam(header, "attention.head_count_kv"), n_blocks, heads[0])
-    kinds = _layer_kinds(header, n_blocks)
-    layers = []
-    for i in range(n_blocks):
-        head_dim_k = int(hparam(header, "attention.key_length", n_embd // max(heads[i], 1)))
-        head_dim_v = int(hparam(header, "attention.value_length", head_dim_k))
-        layers.append(LayerCache(i, kinds[i], kv_heads[i], head_dim_k, head_dim_v))
-    return layers
-
-
-def _layer_kinds(header: Header, n_blocks: int) -> list[LayerKind]:
-    n_trunk = n_blocks - nextn_layers(header)
-    interval = hparam(header, "full_attention_interval")
-    if interval is None and hparam(header, "ssm.state_size") is not None:
-        interval = DEFAULT_FULL_ATTENTION_INTERVAL
-    if interval is not None:
-        return ["recurrent" if i < n_trunk and (i + 1) % int(interval) != 0 else "global" for i in range(n_blocks)]
-    if not hparam(header, "attention.sliding_window"):
-        return ["global"] * n_blocks
-    pattern = hparam(header, "attention.sliding_window_pattern")
-    if isinstance(pattern, (list, tuple)):
-        return ["sliding" if bool(flag) else "global" for flag in per_layer(pattern, n_blocks, 0)]
-    period = int(pattern) if pattern is not None else SWA_PERIOD_BY_ARCHITECTURE.get(header.architecture, 1)
-    # llama.cpp's set_swa_pattern(n): layer il is SWA when il % n < n - 1; n == 1 means every layer slides.
-    return ["sliding" if period <= 1 or i % period < period - 1 else "global" for i in range(n_blocks)]
+def trunk_layers(facts: ArtifactFacts) -> list[LayerFacts]:
+    return [layer for layer in facts.layers if layer.kind != NEXTN]
 
 
 # --- components ---------------------------------------------------------------
 
 
-def kv_cells(layer: LayerCache, ctx: int, window: int | None) -> int:
-    if layer.kind == "recurrent":
+def kv_cells(layer: LayerFacts, ctx: int, window: int | None) -> int:
+    if layer.kind == RECURRENT:
         return 0
     ctx_cells = pad(ctx, KV_PAD)
-    if layer.kind == "sliding" and window:
+    if layer.kind == SLIDING and window:
         return min(ctx_cells, pad(window + LLAMA_N_UBATCH, KV_PAD))
     return ctx_cells
 
 
-def kv_components(layers: list[LayerCache], ctx: int, window: int | None, cache_type: str, label: str) -> list[Component]:
+def kv_components(layers: list[LayerFacts], ctx: int, window: int | None, cache_type: str, label: str) -> list[Component]:
+    """One component per layer kind, summed layer by layer (each layer with its own kv-head count)."""
     by_kind: dict[str, list[int]] = {}
     for layer in layers:
-        if layer.kind != "recurrent":
-            by_kind.setdefault(layer.kind, []).append(layer.kv_bytes_per_cell(cache_type) * kv_cells(layer, ctx, window))
+        if layer.kind != RECURRENT:
+            by_kind.setdefault(layer.kind, []).append(kv_bytes_per_cell(layer, cache_type) * kv_cells(layer, ctx, window))
     out = []
     for kind, sizes in by_kind.items():
         sample = next(l for l in layers if l.kind == kind)
@@ -238,14 +163,14 @@ def kv_components(layers: list[LayerCache], ctx: int, window: int | None, cache_
     return out
 
 
-def recurrent_component(header: Header, layers: list[LayerCache], snapshots: int) -> Component | None:
-    n_recurrent = sum(1 for l in layers if l.kind == "recurrent")
+def recurrent_component(facts: ArtifactFacts, layers: list[LayerFacts], snapshots: int) -> Component | None:
+    n_recurrent = sum(1 for layer in layers if layer.kind == RECURRENT)
     if not n_recurrent:
         return None
-    d_conv = int(hparam(header, "ssm.conv_kernel", 0))
-    d_inner = int(hparam(header, "ssm.inner_size", 0))
-    d_state = int(hparam(header, "ssm.state_size", 0))
-    n_group = int(hparam(header, "ssm.group_count", 0))
+    d_conv = int(facts.hparam("ssm.conv_kernel", 0))
+    d_inner = int(facts.hparam("ssm.inner_size", 0))
+    d_state = int(facts.hparam("ssm.state_size", 0))
+    n_group = int(facts.hparam("ssm.group_count", 0))
     # llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state)
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     state = d_state * d_inner
@@ -255,7 +180,7 @@ def recurrent_component(header: Header, layers: list[LayerCache], snapshots: int
                      f"{n_recurrent} layers x (conv {conv} + state {state}) x f32 x (1 + S={snapshots} snapshots)")
 
 
-def weight_bytes(tensors: Iterable[Tensor]) -> tuple[int, str]:
+def weight_bytes(tensors: Iterable[TensorInfo]) -> tuple[int, str]:
     by_type: Counter[str] = Counter()
     for t in tensors:
         by_type[t.type_name] += t.nbytes
@@ -269,7 +194,7 @@ def _block_index(name: str) -> int | None:
     return None
 
 
-def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[Tensor], list[Tensor]]:
+def target_weight_tensors(facts: ArtifactFacts, gpu_layers: int | None) -> tuple[list[TensorInfo], list[TensorInfo]]:
     """(trunk tensors on the device, MTP block tensors), as llama.cpp places them.
 
     token_embd stays on the host (llama.cpp's input layer is always CPU) unless the
@@ -277,12 +202,12 @@ def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[
     gpu_layers = N, the last N trunk blocks are offloaded, and the output layer
     only when N exceeds the trunk's block count.
     """
-    n_trunk = int(hparam(header, "block_count")) - nextn_layers(header)
+    n_trunk = len(trunk_layers(facts))
     first_on_device = 0 if gpu_layers is None else max(n_trunk - gpu_layers, 0)
     output_on_device = gpu_layers is None or gpu_layers > n_trunk
-    tied = not any(t.name == "output.weight" for t in header.tensors)
+    tied = not any(t.name == "output.weight" for t in facts.tensors)
     trunk, mtp = [], []
-    for t in header.tensors:
+    for t in facts.tensors:
         block = _block_index(t.name)
         if block is None:
             if output_on_device and (t.name != "token_embd.weight" or tied):
@@ -294,16 +219,16 @@ def target_weight_tensors(header: Header, gpu_layers: int | None) -> tuple[list[
     return trunk, mtp
 
 
-def compute_component(header: Header, rows: int, ctx: int, vocab: int, flash_attn: bool, label: str) -> Component:
+def compute_component(facts: ArtifactFacts, rows: int, ctx: int, vocab: int, flash_attn: bool, label: str) -> Component:
     """The compute buffer of the worst-case graph at `rows` rows, every row an output (docs/sizing.md).
 
     Per row, f32: the logits over the vocabulary, four residual-width activations,
     three FFN-width activations (gate, up, their product) and, without flash
     attention, one score row per head over the cache.
     """
-    n_embd = int(hparam(header, "embedding_length"))
-    n_ff = max(per_layer(hparam(header, "feed_forward_length"), 1, 4 * n_embd))
-    n_head = max(per_layer(hparam(header, "attention.head_count"), 1, 1))
+    n_embd = int(facts.hparam("embedding_length"))
+    n_ff = max(per_layer(facts.hparam("feed_forward_length"), 1, 4 * n_embd))
+    n_head = max(per_layer(facts.hparam("attention.head_count"), 1, 1))
     cells = pad(ctx, KV_PAD)
     scores = 0 if flash_attn else n_head * cells
     per_row = vocab + 4 * n_embd + 3 * n_ff + scores
@@ -312,9 +237,9 @@ def compute_component(header: Header, rows: int, ctx: int, vocab: int, flash_att
                      + ("" if flash_attn else f" + n_head {n_head} x {cells} scores") + ") x f32")
 
 
-def output_row_bytes(header: Header, vocab: int) -> int:
+def output_row_bytes(facts: ArtifactFacts, vocab: int) -> int:
     """Bytes of one row of the output projection (token_embd when tied)."""
-    names = {t.name: t for t in header.tensors}
+    names = {t.name: t for t in facts.tensors}
     out = names.get("output.weight") or names.get("token_embd.weight")
     return out.nbytes // vocab if out is not None and vocab else 0
 
@@ -322,18 +247,18 @@ def output_row_bytes(header: Header, vocab: int) -> int:
 # --- the whole breakdown ----------------------------------------------------
 
 
-def size_plan(target: Header, drafter: Header | None, request: Request, budget: Budget) -> Sizing:
+def size_plan(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request, budget: Budget) -> Sizing:
     return Sizing(request.ctx, tuple(breakdown(target, drafter, request)), budget)
 
 
-def breakdown(target: Header, drafter: Header | None, request: Request) -> list[Component]:
+def breakdown(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request) -> list[Component]:
     trunk_tensors, mtp_tensors = target_weight_tensors(target, request.gpu_layers)
     total, detail = weight_bytes(trunk_tensors)
     components = [Component("target weights", total, detail)]
     layers = trunk_layers(target)
     if request.gpu_layers is not None and request.gpu_layers < len(layers):
         layers = layers[len(layers) - request.gpu_layers:]
-    window = hparam(target, "attention.sliding_window")
+    window = target.hparam("attention.sliding_window")
     components += kv_components(layers, request.ctx, window, request.kv_cache_type, "target KV")
     recurrent = recurrent_component(target, layers, request.snapshots)
     if recurrent is not None:
@@ -341,7 +266,8 @@ def breakdown(target: Header, drafter: Header | None, request: Request) -> list[
     if request.use_mtp and mtp_tensors:
         mtp_total, mtp_detail = weight_bytes(mtp_tensors)
         components.append(Component("MTP head weights", mtp_total, mtp_detail))
-        components += kv_components(mtp_layers(target), request.ctx, None, request.kv_cache_type, "MTP head KV")
+        nextn = [layer for layer in target.layers if layer.kind == NEXTN]
+        components += kv_components(nextn, request.ctx, None, request.kv_cache_type, "MTP head KV")
     if drafter is not None:
         drafter_total, drafter_detail = weight_bytes(drafter.tensors)
         components.append(Component("drafter weights", drafter_total, drafter_detail))
@@ -365,23 +291,22 @@ def breakdown(target: Header, drafter: Header | None, request: Request) -> list[
     return components
 
 
-def drafter_kv_cells(drafter: Header, ctx: int) -> int:
+def drafter_kv_cells(drafter: ArtifactFacts, ctx: int) -> int:
     """The declared sliding window, else the whole target context (llama.cpp builds the draft context at n_ctx)."""
-    window = drafter_sliding_window(drafter)
-    return min(ctx, window) if window else ctx
+    return min(ctx, drafter.sliding_window) if drafter.sliding_window else ctx
 
 
-def drafter_kv_component(drafter: Header, ctx: int, cache_type: str) -> Component:
+def drafter_kv_component(drafter: ArtifactFacts, ctx: int, cache_type: str) -> Component:
     elements = drafter_kv_bytes_per_position(drafter, kv_type_size=1)
     per_position = type_bytes(elements, cache_type)
     cells = drafter_kv_cells(drafter, ctx)
-    window = drafter_sliding_window(drafter)
+    window = drafter.sliding_window
     why = f"sliding window {window}" if window else "no sliding window: the whole context"
     return Component("drafter KV", per_position * cells,
                      f"{format_size(per_position)} per position x {cells} cells ({why}) x {cache_type}")
 
 
-def largest_context(target: Header, drafter: Header | None, request: Request, budget: Budget, limit: int) -> int | None:
+def largest_context(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request, budget: Budget, limit: int) -> int | None:
     """The largest ctx up to `limit` whose plan fits under the headroom; None when not even ctx 1 does."""
     def fits(ctx: int) -> bool:
         return size_plan(target, drafter, replace(request, ctx=ctx), budget).margin_bytes >= 0

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from power.orchestrator.cli import EXIT_USAGE
-from power.orchestrator.plan import PlanError, load_plan, write_text_atomic
+from power.orchestrator.atomic import write_text_atomic
+from power.orchestrator.plan import PlanError, load_plan
 from power.orchestrator.render import TARGETS, RenderError, render as render_plan
 
 

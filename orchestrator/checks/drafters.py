@@ -1,0 +1,47 @@
+"""PWR21x: each drafter against its header's contract and its binding to the target's digest.
+
+The contract itself (kind from the header, required keys and tensors) is
+`power.orchestrator.contracts`; this module applies it to a manifest's drafters.
+"""
+
+from __future__ import annotations
+
+from power.orchestrator import contracts
+from power.orchestrator.checks.artifacts import Checked
+from power.orchestrator.findings import Finding
+from power.orchestrator.loading import Loaded
+
+
+def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | None, target: Checked) -> list[Finding]:
+    """Contract and binding findings for `drafters[index]` (`checked` is its own file, None for in-target kinds)."""
+    kind = declared.kind.value
+    if kind == contracts.MTP:
+        return contracts.contract_violations(target.facts, kind)
+    if checked is None:
+        return []
+    findings = contracts.contract_violations(checked.facts, kind)
+    bound_to = declared.target_sha256
+    if bound_to is not None and target.sha256 is not None and bound_to != target.sha256:
+        findings.append(manifest.finding(
+            "PWR213", f"drafters[{index}] ({kind}) is bound to target {bound_to[:16]}..., but the target is "
+            f"{target.sha256[:16]}...", where=f"drafters[{index}].target_sha256",
+            hint="use the drafter built for this target; a drafter reads its own target's hidden states"))
+    return findings
+
+
+def contract_facts(kind: str, checked: Checked | None, target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
+    """The header facts a plan records for a drafter (what the runtime and renderers need, nothing else)."""
+    if kind == contracts.MTP:
+        return {"nextn_predict_layers": contracts.nextn_layer_count(target.facts)}
+    if checked is None:
+        return {}
+    hp = contracts.drafter_hparams(checked.facts)
+    facts: dict = {
+        "block_size": hp.block_size, "n_layers": hp.block_count, "head_count_kv": hp.head_count_kv,
+        "head_dim": hp.head_dim, "target_layers": hp.target_layers, "mask_token_id": hp.mask_token_id,
+        "kv_bytes_per_position": checked.facts.drafter_kv_bytes_per_position,
+    }
+    optional = {"sliding_window": hp.sliding_window, "markov_rank": hp.markov_rank,
+                "confidence_threshold": hp.confidence_threshold, "conv_kernel_size": hp.conv_kernel_size,
+                "selector_top_k": hp.selector_top_k}
+    return facts | {key: value for key, value in optional.items() if value is not None}

@@ -1,0 +1,41 @@
+"""PWR42x: speculation settings that only the resolved mode and the artifacts can judge.
+
+Settings the profile alone decides (K and S ranges, S vs K, FR or adaptive with
+an explicit mode that cannot use them) are the loader's rules (PWR40x/41x); here
+are the ones that depend on what `auto` resolved to or on header facts.
+"""
+
+from __future__ import annotations
+
+from power.orchestrator import contracts
+from power.orchestrator.checks.artifacts import Checked
+from power.orchestrator.findings import Finding
+from power.orchestrator.loading import Loaded
+
+
+def check_speculation(profile: Loaded, resolved: str, target: Checked, drafter: Checked | None,
+                      vocab_size: int) -> list[Finding]:
+    settings = profile.model
+    findings = []
+    fr = settings.spec_mtp_fr_vocab_size
+    if fr is not None and vocab_size and fr > vocab_size:
+        findings.append(profile.finding(
+            "PWR422", f"spec_mtp_fr_vocab_size = {fr:,} exceeds the target's vocabulary of {vocab_size:,} tokens",
+            where="spec_mtp_fr_vocab_size", hint=f"use at most {vocab_size}, or omit it for the full vocabulary"))
+    if fr is not None and resolved != contracts.MTP:
+        findings.append(profile.finding(
+            "PWR423", f'spec_mtp_fr_vocab_size is set but the mode resolved to "{resolved}", which has no draft head '
+            "whose projection FR could cut", where="spec_mtp_fr_vocab_size",
+            hint='remove spec_mtp_fr_vocab_size, or set spec_mode = "mtp" on a target with an MTP head'))
+    if settings.spec_mtp_adaptive and resolved == contracts.DFLASH2:
+        findings.append(profile.finding(
+            "PWR424", 'spec_mtp_adaptive = true but the mode resolved to "dflash2", which keeps a fixed draft shape',
+            where="spec_mtp_adaptive", hint='set spec_mtp_adaptive = false, or name another mode in spec_mode'))
+    if drafter is not None and resolved in (contracts.DFLASH, contracts.DFLASH2, contracts.DSPARK):
+        block = contracts.drafter_hparams(drafter.facts).block_size
+        if block and settings.spec_draft_max > block - 1:
+            findings.append(profile.finding(
+                "PWR425", f"spec_draft_max = {settings.spec_draft_max} but the {resolved} drafter proposes at most "
+                f"{block - 1} tokens per block (block_size {block} = anchor + {block - 1} drafts)",
+                where="spec_draft_max", hint=f"set spec_draft_max to {block - 1} or less"))
+    return findings
