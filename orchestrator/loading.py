@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from power.orchestrator import codes, rules
 from power.orchestrator.findings import Finding, Severity, has_errors
 from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
-from power.orchestrator.schema import KIND_MODELS, LLAMA_CPP_SPEC_TYPES, RENAMED_KEYS, SCHEMA_VERSION, schema_id
+from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, LLAMA_CPP_SPEC_TYPES, RENAMED_KEYS, SCHEMA_VERSION, schema_id
 from power.orchestrator.units import ACCEPTED_FORMS, SizeError
 
 MAX_TOML_BYTES = 8 * 1024**2
@@ -236,6 +236,16 @@ def _read_kind(loaded: Loaded) -> bool:
         )
         return False
     match = _SCHEMA_VALUE.match(value) if isinstance(value, str) else None
+    if match is not None and match["kind"] in GENERATED_KINDS:
+        loaded.findings.append(
+            loaded.finding(
+                "PWR014",
+                f"a {match['kind']} document that Power generated; it is checked where it is used, not here",
+                where="schema",
+                hint="validate the manifests, profiles, hosts and fleets it came from",
+            )
+        )
+        return False
     if match is None or match["kind"] not in KIND_MODELS or match["version"] != SCHEMA_VERSION:
         loaded.findings.append(
             loaded.finding("PWR011", f"schema = {_toml(value)} is not a Power file kind", where="schema", hint=_schema_value_hint(value))

@@ -236,6 +236,9 @@ class Fleet(_Strict):
     deployments: list[Deployment] = Field(default_factory=list, description="what runs where")
 
 
+# Documents Power writes itself (plans, locks, evidence, caches): recognised, but not user input to validate here.
+GENERATED_KINDS = frozenset({"plan", "fleet-lock", "fleet-review", "evidence", "digest-cache"})
+
 KIND_MODELS: dict[str, type[_Strict]] = {"manifest": Manifest, "profile": Profile, "host": Host, "fleet": Fleet}
 
 

@@ -98,6 +98,12 @@ def test_wrong_schema(tmp_path, value, hint):
     assert hint in finding.hint
 
 
+def test_a_document_power_generates_is_recognised_not_validated(tmp_path):
+    loaded = load_document(write(tmp_path, "x.plan.toml", 'schema = "power.plan/v1"\ndigest = "abc"\n'))
+    assert codes(loaded) == ["PWR014"] and loaded.findings[0].severity is Severity.INFO
+    assert loaded.model is None and loaded.kind is None
+
+
 def test_wrong_kind_for_the_use(tmp_path):
     loaded = load_manifest(write(tmp_path, "p.toml", PROFILE_HEAD))
     assert codes(loaded) == ["PWR012"] and loaded.kind == "profile" and loaded.model is None
