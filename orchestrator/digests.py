@@ -19,7 +19,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Union
 
 import platformdirs
 
@@ -80,33 +80,46 @@ def _store(key: str, path: str, digest: str) -> None:
             os.unlink(temp)
 
 
-def _progress_bar(size: int, path: str, progress: bool | None) -> Any:
+Progress = Union[bool, Callable[[int], None], None]
+
+
+def _progress_callback(size: int, path: str, progress: Progress) -> tuple[Callable[[int], None] | None, Any]:
+    """(per-chunk callback, bar to close): a caller's callback, a tqdm bar, or nothing."""
+    if callable(progress):
+        return progress, None
     show = progress if progress is not None else (size > PROGRESS_MIN_BYTES and sys.stderr.isatty())
     if not show:
-        return None
+        return None, None
     from tqdm import tqdm
 
-    return tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"sha256 {Path(path).name}", file=sys.stderr)
+    bar = tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"sha256 {Path(path).name}", file=sys.stderr)
+    return bar.update, bar
 
 
-def _hash_open_file(fd: int, size: int, path: str, progress: bool | None) -> tuple[str, int]:
+def _hash_open_file(fd: int, size: int, path: str, progress: Progress) -> tuple[str, int]:
     """sha256 of the open file: one reused buffer, readinto, no per-chunk allocation."""
     digest, buffer = hashlib.sha256(), bytearray(CHUNK_BYTES)
     view, total = memoryview(buffer), 0
-    bar = _progress_bar(size, path, progress)
-    with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
-        while n := handle.readinto(buffer):
-            digest.update(view[:n])
-            total += n
-            if bar is not None:
-                bar.update(n)
-    if bar is not None:
-        bar.close()
+    callback, bar = _progress_callback(size, path, progress)
+    try:
+        with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
+            while n := handle.readinto(buffer):
+                digest.update(view[:n])
+                total += n
+                if callback is not None:
+                    callback(n)
+    finally:
+        if bar is not None:
+            bar.close()
     return digest.hexdigest(), total
 
 
-def sha256_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress: bool | None = None) -> str:
-    """The file's sha256 (hex). `progress`: None shows a bar on a terminal for files over 100 MB."""
+def sha256_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress: Progress = None) -> str:
+    """The file's sha256 (hex).
+
+    `progress`: None shows a tqdm bar when stderr is a terminal and the file is over 100 MB;
+    True/False force it; a callable is called with the byte count of every chunk read.
+    """
     name = str(path)
     fd, before = open_regular_file(path)
     try:
