@@ -223,6 +223,7 @@ class Host(HostSpec):
 class Deployment(_Strict):
     name: StrictStr | None = Field(None, min_length=1, description="the deployment's name on its host (default: the manifest's name)")
     host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
+    device: StrictInt = Field(0, ge=0, description="the index of the host's device it runs on (0 is the first)")
     device: StrictInt = Field(0, ge=0, description="the index of the host's device the deployment runs on (default 0)")
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
