@@ -209,14 +209,17 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
             ngram_n_max=runtime.ngram_n_max if "ngram" in chain else None),
         sampling=Sampling(temperature=settings.sampling.temperature, seed=settings.sampling.seed,
                           verify=settings.sampling.verify),
-        memory=Memory(
-            device_bytes=sizing.budget.device_bytes, headroom_bytes=sizing.budget.headroom_bytes, ctx=sizing.ctx,
-            components=tuple(MemoryComponent(name=c.name, bytes=c.bytes, detail=c.detail) for c in sizing.components),
-            total_bytes=sizing.total_bytes, margin_bytes=sizing.margin_bytes, verdict=sizing.verdict,
-            max_ctx=sizing.max_ctx),
+        memory=memory_section(sizing),
         tokenizer=_tokenizer(target.facts),
         findings=tuple(FindingRecord.of(f) for f in findings),
     )
+
+
+def memory_section(sizing: Sizing) -> Memory:
+    return Memory(
+        device_bytes=sizing.budget.device_bytes, headroom_bytes=sizing.budget.headroom_bytes, ctx=sizing.ctx,
+        components=tuple(MemoryComponent(name=c.name, bytes=c.bytes, detail=c.detail) for c in sizing.components),
+        total_bytes=sizing.total_bytes, margin_bytes=sizing.margin_bytes, verdict=sizing.verdict, max_ctx=sizing.max_ctx)
 
 
 def _drafter(manifest: Loaded, index: int, artifacts: Artifacts) -> Drafter:

@@ -91,7 +91,7 @@ def _explicit(requested: str, declared: list[str], target_has_mtp: bool, manifes
     if requested == "mtp" and not target_has_mtp:
         # The target's contract check reports PWR212 at the artifact; nothing to resolve.
         return None, []
-    return (matches[0], f"requested {requested}"), []
+    return (matches[0], "named by the profile's spec_mode"), []
 
 
 def _chained(requested: str, index: int | None, declared: list[str], reason: str, manifest: Loaded,
