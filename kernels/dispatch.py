@@ -82,7 +82,7 @@ def dequantize(qtype: str, raw: torch.Tensor, shape: Sequence[int], *, device: t
     """GGUF bytes of type `qtype` ("Q4_K", ...) -> float32 tensor of `shape` on `device` (default: raw's)."""
     raw = _tensor("dequantize", "raw", raw, ndim=1, dtypes=(torch.uint8,))
     if qtype not in dequant.REFERENCES:
-        raise ValueError(f"dequantize: `qtype` {qtype!r} is not supported; expected one of {', '.join(dequant.REFERENCES)}")
+        raise dequant.UnsupportedQuantType(f"dequantize: `qtype` {qtype!r} is not supported; expected one of {', '.join(dequant.REFERENCES)}")
     shape = tuple(int(s) for s in shape)
     if not shape or any(s < 1 for s in shape):
         raise ValueError(f"dequantize: `shape` must be non-empty with positive sizes, got {shape}")
