@@ -1,0 +1,124 @@
+"""`power fleet review|report FLEET`: plan and check every deployment; show drift against the fleet lock.
+
+Exit codes (for CI): 0 clean; 1 error findings (in the fleet file, a manifest,
+a profile, an artifact, a plan or the lock); 2 usage error (a bad option, a
+FLEET path that does not exist); with `--detailed-exitcode`, 3 when the review
+is clean but the plans differ from the lock (drift), like
+`terraform plan -detailed-exitcode`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from power.orchestrator.atomic import write_text_atomic
+from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
+from power.orchestrator.fleet import DRIFT_EXIT, FleetReview, exit_code, review_fleet
+from power.orchestrator.lock import FleetLock, write_lock
+from power.orchestrator.report import render_report
+from power.orchestrator.units import format_size
+
+_COLUMNS = ("DEPLOYMENT", "DEV", "FITS", "MARGIN", "MODE", "K/S", "ROLLBACK", "TRAFFIC", "FINDINGS")
+_LOCK_OPTION = click.option("--lock", "lock_path", type=click.Path(path_type=Path),
+                            help="The fleet lock (default: fleet.lock beside FLEET).")
+
+
+@click.group()
+def fleet() -> None:
+    """Review a fleet: plan every deployment, show drift against the lock."""
+
+
+@fleet.command()
+@click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@_LOCK_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the review as JSON.")
+@click.option("--detailed-exitcode", is_flag=True, help="Exit 3 when the review is clean but the plans drift from the lock.")
+@click.option("--write-lock", "record", is_flag=True,
+              help="Record the reviewed plans in the lock as applied (only when the review has no errors).")
+def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exitcode: bool, record: bool) -> None:
+    """Plan and check every deployment of FLEET; show drift against the lock.
+
+    Exit codes: 0 clean, 1 error findings, 2 usage error,
+    3 (with --detailed-exitcode) clean but drifted from the lock.
+    """
+    result = review_fleet(fleet_file, lock_path)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        _print_review(result)
+    code = exit_code(result, detailed_exitcode)
+    if record and code in (EXIT_OK, DRIFT_EXIT):
+        _record_plans(result)
+        click.echo(f"recorded {len(result.records())} plan(s) in {result.lock_path}", err=True)
+        code = EXIT_OK
+    elif record:
+        click.echo(f"{result.lock_path} is unchanged: the review has errors", err=True)
+    sys.exit(code)
+
+
+@fleet.command()
+@click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@_LOCK_OPTION
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The HTML file to write.")
+def report(fleet_file: Path, lock_path: Path | None, output: Path) -> None:
+    """Write the fleet review as one self-contained HTML page (hosts, VRAM bars, findings, drift)."""
+    result = review_fleet(fleet_file, lock_path)
+    if result.input_error:
+        for finding in result.findings:
+            click.echo(finding.render(), err=True)
+        sys.exit(exit_code(result, False))
+    write_text_atomic(output, render_report(result.to_json(), result.drift_text()))
+    click.echo(f"wrote {output}")
+    sys.exit(EXIT_FINDINGS if result.has_errors else EXIT_OK)
+
+
+def _record_plans(result: FleetReview) -> None:
+    lock = result.lock or FleetLock()
+    lock.deployments = result.records()
+    lock.plans = {digest: plan.document() for digest, plan in result.plans().items()} | lock.plans
+    write_lock(result.lock_path, lock)
+
+
+def _print_review(result: FleetReview) -> None:
+    for finding in result.all_findings:
+        click.echo(finding.render(), err=finding.is_error and result.input_error)
+    if result.input_error:
+        return
+    document = result.to_json()
+    for host in document["hosts"]:
+        devices = ", ".join(f"{d['model']} {format_size(d['vram_bytes'])}" for d in host["devices"])
+        click.echo(f"\n{host['name']} ({devices}; headroom {format_size(host['headroom_bytes'])})")
+        rows = [_row(item) for item in host["deployments"]] or [("(no deployments)",) + ("",) * (len(_COLUMNS) - 1)]
+        click.echo(_table(rows))
+    if result.lock is not None:
+        click.echo(f"\nDrift against {result.lock_path}:")
+        click.echo(result.drift_text())
+    summary = document["summary"]
+    click.echo(f"\n{summary['hosts']} hosts, {summary['deployments']} deployments: "
+               f"{summary['errors']} errors, {summary['warnings']} warnings")
+
+
+def _row(item: dict) -> tuple[str, ...]:
+    margin = item["margin_bytes"]
+    return (
+        item["key"],
+        str(item["device"]),
+        item["verdict"],
+        "" if margin is None else ("-" if margin < 0 else "") + format_size(abs(margin)),
+        item["mode"] or "",
+        "" if item["k"] is None else f"{item['k']}/{item['s']}",
+        item["rollback"] or "",
+        item["traffic"],
+        str(len(item["findings"])),
+    )
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(_COLUMNS, *rows)]
+    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+             for line in [_COLUMNS, *rows]]
+    return "\n".join(lines)

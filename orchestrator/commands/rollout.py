@@ -1,0 +1,96 @@
+"""`power rollout plan|status|advance|rollback FLEET`: stage a profile across a fleet, gated by bench evidence.
+
+Exit codes: 0 done; 1 refused (findings say which evidence is missing or which
+gate failed; the lock is unchanged); 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
+from power.orchestrator.fleet import default_lock_path
+from power.orchestrator.lock import read_lock
+from power.orchestrator.plan import ResolvedPlan, save_plan
+from power.orchestrator.rollout import Outcome, advance, plan_rollout, rollback, rollout_status
+
+_FLEET = click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+_LOCK = click.option("--lock", "lock_path", type=click.Path(path_type=Path),
+                     help="The fleet lock holding the rollout state (default: fleet.lock beside FLEET).")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+
+
+@click.group()
+def rollout() -> None:
+    """Stage a profile across a fleet (canary -> waves -> all), gated by evidence receipts."""
+
+
+@rollout.command("plan")
+@_FLEET
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+              help="The profile to roll out.")
+@click.option("--canary", multiple=True, help="A canary host (repeatable; default: hosts labelled rollout=\"canary\", else the first).")
+@click.option("--waves", type=click.IntRange(1, 100), default=2, show_default=True, help="Stages after the canary.")
+@_LOCK
+@_JSON
+def plan_command(fleet_file: Path, profile_path: Path, canary: tuple[str, ...], waves: int, lock_path: Path | None,
+                 as_json: bool) -> None:
+    """Compile every deployment with PROFILE and stage the hosts whose plan changes."""
+    _finish(plan_rollout(fleet_file, profile_path, lock_path, list(canary), waves), as_json)
+
+
+@rollout.command()
+@_FLEET
+@_LOCK
+@_JSON
+@click.option("--export-plans", type=click.Path(path_type=Path, file_okay=False),
+              help="Write every plan the lock holds to DIR/<digest[:12]>.json, ready for `power bench`.")
+def status(fleet_file: Path, lock_path: Path | None, as_json: bool, export_plans: Path | None) -> None:
+    """Show the stages, which are applied, and the evidence the next one needs."""
+    outcome = rollout_status(fleet_file, lock_path)
+    if export_plans is not None and outcome.ok:
+        _export_plans(lock_path or default_lock_path(fleet_file), export_plans, outcome)
+    _finish(outcome, as_json)
+
+
+@rollout.command("advance")
+@_FLEET
+@click.option("--evidence", "evidence_paths", multiple=True, type=click.Path(path_type=Path),
+              help="An evidence file from `power bench` (repeatable).")
+@_LOCK
+@_JSON
+def advance_command(fleet_file: Path, evidence_paths: tuple[Path, ...], lock_path: Path | None, as_json: bool) -> None:
+    """Apply the next stage, if the evidence opens its gate; otherwise say what is missing."""
+    _finish(advance(fleet_file, list(evidence_paths), lock_path), as_json)
+
+
+@rollout.command("rollback")
+@_FLEET
+@_LOCK
+@_JSON
+def rollback_command(fleet_file: Path, lock_path: Path | None, as_json: bool) -> None:
+    """Restore every deployment the rollout changed to its previous plan."""
+    _finish(rollback(fleet_file, lock_path), as_json)
+
+
+def _export_plans(lock_path: Path, directory: Path, outcome: Outcome) -> None:
+    lock, _ = read_lock(lock_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    for digest, document in lock.plans.items():
+        save_plan(ResolvedPlan.model_validate(document), directory / f"{digest[:12]}.json")
+    outcome.lines.append(f"exported {len(lock.plans)} plan(s) to {directory}")
+
+
+def _finish(outcome: Outcome, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(outcome.to_json(), indent=2))
+    else:
+        for finding in outcome.findings:
+            click.echo(finding.render(), err=finding.is_error)
+        for line in outcome.lines:
+            click.echo(line)
+    sys.exit(EXIT_OK if outcome.ok else EXIT_FINDINGS)

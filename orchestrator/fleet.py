@@ -1,0 +1,302 @@
+"""Fleet review: every deployment planned and checked, device sums, and drift against the fleet lock.
+
+`review_fleet(path, lock_path)` never raises. It loads the fleet, checks each
+deployment's place (the host exists, the device exists, paths that leave the
+fleet's tree), compiles each deployment's plan, sums what shares a device, and
+diffs the plans against the lock. Compiling goes through one `PlanMemo` for the
+whole review: each manifest and profile is loaded once, each artifact's facts
+and digest are read once (the compiler's artifact memo), and identical
+(manifest, profile, device) triples compile once however many hosts run them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from power.orchestrator.drift import Change, diff, render, summary
+from power.orchestrator.findings import Finding, Severity, has_errors
+from power.orchestrator.loading import Loaded, load_fleet
+from power.orchestrator.lock import FleetLock, read_lock
+from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.plan_memo import PlanMemo
+from power.orchestrator.schema import Deployment, Fleet, HostSpec
+from power.orchestrator.units import format_size
+
+DEFAULT_LOCK_NAME = "fleet.lock"
+# `--detailed-exitcode`: clean, but the plans differ from the lock (terraform plan -detailed-exitcode).
+DRIFT_EXIT = 3
+
+
+@dataclass
+class DeploymentReview:
+    index: int
+    key: str
+    deployment: Deployment
+    profile_name: str | None = None
+    plan: ResolvedPlan | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        return plan_record(self.plan, self.deployment, self.profile_name) if self.plan else None
+
+
+@dataclass
+class DeviceUse:
+    host: HostSpec
+    index: int
+    deployments: list[DeploymentReview]
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.host.devices[self.index].vram - self.host.headroom
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(d.plan.memory.total_bytes for d in self.deployments if d.plan)
+
+
+@dataclass
+class FleetReview:
+    path: Path
+    lock_path: Path
+    fleet: Fleet | None
+    deployments: list[DeploymentReview] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    lock: FleetLock | None = None
+    drift: list[Change] = field(default_factory=list)
+
+    @property
+    def all_findings(self) -> list[Finding]:
+        """Every finding once: deployments sharing a manifest or profile share its findings."""
+        return list(dict.fromkeys(self.findings + [f for d in self.deployments for f in d.findings]))
+
+    @property
+    def input_error(self) -> bool:
+        """The fleet file itself could not be used, as opposed to findings about what it declares."""
+        return self.fleet is None
+
+    @property
+    def has_errors(self) -> bool:
+        return has_errors(self.all_findings)
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return {d.key: d.record for d in self.deployments if d.record is not None}
+
+    def plans(self) -> dict[str, ResolvedPlan]:
+        return {d.plan.digest: d.plan for d in self.deployments if d.plan}
+
+    def device_uses(self) -> list[DeviceUse]:
+        if self.fleet is None:
+            return []
+        uses = []
+        for host in self.fleet.hosts:
+            for index in range(len(host.devices)):
+                on_device = [d for d in self.deployments
+                             if d.deployment.host == host.name and d.deployment.device == index]
+                uses.append(DeviceUse(host, index, on_device))
+        return uses
+
+    def drift_text(self) -> str:
+        return render(self.drift)
+
+    def to_json(self) -> dict[str, Any]:
+        return review_document(self)
+
+
+def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | None) -> dict[str, Any]:
+    """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing."""
+    return {
+        "host": deployment.host,
+        "device": deployment.device,
+        "manifest": plan.name,
+        "profile": profile_name,
+        "traffic": deployment.traffic,
+        "mode": plan.mode.resolved,
+        "chain": list(plan.mode.chain),
+        "k": plan.speculation.k,
+        "s": plan.speculation.s,
+        "rollback": plan.speculation.rollback,
+        "fr_vocab_size": plan.speculation.fr_vocab_size,
+        "ctx": plan.runtime.ctx,
+        "target_sha256": plan.target.sha256,
+        "drafter_sha256": [d.sha256 for d in plan.drafters if d.sha256],
+        "verdict": plan.memory.verdict,
+        "plan_digest": plan.digest,
+    }
+
+
+def default_lock_path(fleet_path: Path) -> Path:
+    return Path(fleet_path).parent / DEFAULT_LOCK_NAME
+
+
+def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | None = None) -> FleetReview:
+    path = Path(path)
+    lock_path = Path(lock_path) if lock_path else default_lock_path(path)
+    loaded = load_fleet(path)
+    review = FleetReview(path=path, lock_path=lock_path, fleet=loaded.model if loaded.ok else None,
+                         findings=list(loaded.findings))
+    if review.fleet is None:
+        return review
+    memo = memo or PlanMemo()
+    hosts = {host.name: host for host in review.fleet.hosts}
+    seen: dict[str, int] = {}
+    for index, deployment in enumerate(review.fleet.deployments):
+        item = _review_deployment(loaded, index, deployment, hosts, memo)
+        if item.key in seen:
+            item.findings.append(loaded.finding(
+                "PWR066", f"deployment {item.key} is declared twice (first at deployments[{seen[item.key]}])",
+                where=f"deployments[{index}].host",
+                hint="give one of them its own `name = \"...\"`, or remove the duplicate"))
+        seen.setdefault(item.key, index)
+        review.deployments.append(item)
+    review.findings += _device_sum_findings(loaded, review)
+    review.lock, lock_findings = read_lock(lock_path)
+    review.findings += lock_findings
+    if review.lock is not None:
+        review.drift = diff(review.lock.deployments, review.records())
+    return review
+
+
+def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts: dict[str, HostSpec],
+                       memo: PlanMemo) -> DeploymentReview:
+    where = f"deployments[{index}]"
+    findings = _outside_tree_findings(loaded, index)
+    manifest = memo.manifest(deployment.manifest)
+    profile = memo.profile(deployment.profile)
+    name = deployment.name or (manifest.model.name if manifest.ok else Path(deployment.manifest).stem)
+    item = DeploymentReview(index=index, key=f"{deployment.host}/{name}", deployment=deployment, findings=findings,
+                            profile_name=profile.model.name if profile.ok else None)
+    host = hosts.get(deployment.host)
+    if host is None:
+        item.findings.append(loaded.finding(
+            "PWR060", f"deployment {item.key} names host {deployment.host!r}, which this fleet does not define",
+            where=f"{where}.host", hint=_host_hint(deployment.host, hosts)))
+        return item
+    if deployment.device >= len(host.devices):
+        item.findings.append(loaded.finding(
+            "PWR060", f"host {host.name} has {len(host.devices)} device(s); there is no device {deployment.device}",
+            where=f"{where}.device", hint=f"use a device index from 0 to {len(host.devices) - 1}"))
+        return item
+    if not (manifest.ok and profile.ok):
+        item.findings += manifest.findings + profile.findings
+    else:
+        item.plan, plan_findings = memo.plan(manifest, profile, host, deployment.device)
+        item.findings += plan_findings
+        if item.plan is None and not has_errors(plan_findings):
+            item.findings.append(loaded.finding("PWR067", f"deployment {item.key} could not be planned",
+                                                where=where, hint="run `power plan` on its manifest and profile"))
+    return item
+
+
+def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
+    """PWR061: a manifest or profile path that climbs out of the fleet's directory through `..` (allowed, shown)."""
+    raw = loaded.data["deployments"][index]
+    fleet_dir = loaded.path.absolute().parent.resolve()
+    findings = []
+    for key in ("manifest", "profile"):
+        value = str(raw.get(key, ""))
+        target = (fleet_dir / value).resolve()
+        if ".." in Path(value).parts and fleet_dir not in target.parents:
+            findings.append(loaded.finding(
+                "PWR061", f"{key} {value!r} leaves the fleet's directory ({fleet_dir}) through `..`",
+                where=f"deployments[{index}].{key}", severity=Severity.WARNING,
+                hint="allowed, but the fleet is then not self-contained: keep manifests and profiles under the "
+                     "fleet's directory so one checkout reviews the same everywhere"))
+    return findings
+
+
+def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
+    """PWR062: deployments sharing a device whose planned bytes together exceed what the device offers."""
+    findings = []
+    for use in review.device_uses():
+        planned = [d for d in use.deployments if d.plan]
+        if len(planned) < 2 or use.planned_bytes <= use.usable_bytes:
+            continue
+        device = use.host.devices[use.index]
+        parts = " + ".join(f"{d.key} {format_size(d.plan.memory.total_bytes)}" for d in planned)
+        findings.append(loaded.finding(
+            "PWR062",
+            f"{use.host.name} device {use.index} ({device.model}, {format_size(device.vram)}): {parts} = "
+            f"{format_size(use.planned_bytes)}, over the {format_size(use.usable_bytes)} usable after "
+            f"{format_size(use.host.headroom)} headroom",
+            where=f"deployments[{planned[-1].index}].device",
+            hint="move one deployment to another device or host, or shrink a plan (context, KV type, drafter)"))
+    return findings
+
+
+def _host_hint(name: str, hosts: dict[str, HostSpec]) -> str:
+    close = difflib.get_close_matches(name, list(hosts), n=1)
+    known = ", ".join(sorted(hosts)) or "(none)"
+    return f"did you mean {close[0]!r}?" if close else f"add a [[hosts]] entry named {name!r}, or use one of: {known}"
+
+
+def review_document(review: FleetReview) -> dict[str, Any]:
+    """The review as JSON data (`power fleet review --json` and the HTML report read this)."""
+    findings = review.all_findings
+    return {
+        "schema": "power.fleet-review/v1",
+        "fleet": str(review.path),
+        "name": (review.fleet.name if review.fleet and review.fleet.name else review.path.stem),
+        "lock": str(review.lock_path),
+        "summary": {
+            "hosts": len(review.fleet.hosts) if review.fleet else 0,
+            "deployments": len(review.deployments),
+            "errors": sum(1 for f in findings if f.severity is Severity.ERROR),
+            "warnings": sum(1 for f in findings if f.severity is Severity.WARNING),
+            "drift": summary(review.drift) if review.lock is not None else "drift unknown (the lock cannot be read)",
+        },
+        "hosts": [_host_document(review, host) for host in (review.fleet.hosts if review.fleet else [])],
+        "findings": [f.to_json() for f in review.findings],
+        "drift": [change.to_json() for change in review.drift],
+    }
+
+
+def _host_document(review: FleetReview, host: HostSpec) -> dict[str, Any]:
+    uses = [use for use in review.device_uses() if use.host is host]
+    return {
+        "name": host.name,
+        "labels": dict(host.labels),
+        "headroom_bytes": host.headroom,
+        "devices": [{
+            "index": use.index,
+            "model": host.devices[use.index].model,
+            "vram_bytes": host.devices[use.index].vram,
+            "planned_bytes": use.planned_bytes,
+            "uses": [{"key": d.key, "bytes": d.plan.memory.total_bytes} for d in use.deployments if d.plan],
+        } for use in uses],
+        "deployments": [_deployment_document(d) for d in review.deployments if d.deployment.host == host.name],
+    }
+
+
+def _deployment_document(item: DeploymentReview) -> dict[str, Any]:
+    plan = item.plan
+    return {
+        "key": item.key,
+        "device": item.deployment.device,
+        "manifest": os.fspath(item.deployment.manifest),
+        "profile": os.fspath(item.deployment.profile),
+        "traffic": item.deployment.traffic,
+        "verdict": plan.memory.verdict if plan else "no plan",
+        "margin_bytes": plan.memory.margin_bytes if plan else None,
+        "mode": plan.mode.resolved if plan else None,
+        "k": plan.speculation.k if plan else None,
+        "s": plan.speculation.s if plan else None,
+        "rollback": plan.speculation.rollback if plan else None,
+        "plan_digest": plan.digest if plan else None,
+        "findings": [f.to_json() for f in item.findings],
+    }
+
+
+def exit_code(review: FleetReview, detailed: bool) -> int:
+    """0 clean, 1 error findings (the fleet file's own included), 3 (with --detailed-exitcode) clean but drifted.
+
+    A fleet path that does not exist is a usage error (2), caught before the review runs.
+    """
+    if review.has_errors:
+        return 1
+    return DRIFT_EXIT if detailed and review.drift else 0

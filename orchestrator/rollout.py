@@ -1,0 +1,313 @@
+"""Profile rollout: canary -> waves -> all, each stage gated by `power bench` evidence; state in the fleet lock.
+
+`plan_rollout` compiles every deployment's plan with the new profile (the
+candidates) against what runs now (the incumbents: the lock's records, or the
+reviewed plans when the lock has none) and stages the hosts whose plan
+changes. `advance` applies the next stage only when, for every
+(candidate, incumbent) pair in it, an evidence file shows: greedy losslessness
+proven; a speedup over the incumbent on every traffic shape those deployments
+serve; no fallbacks, and no replays unless the candidate is the guarded K/S
+path (S < K: at most one exact replay per request). `rollback` restores every
+record the rollout replaced. Each command either succeeds completely and
+writes the lock once, atomically, or leaves the lock as it was.
+
+The rollout state (`lock.rollout`):
+
+    profile      the new profile's path (as given) and name
+    status       "in-progress" | "complete" | "rolled-back"
+    stages       [{name, keys}] in order: canary, wave-1.., all
+    next_stage   index of the stage `advance` applies next
+    candidates   {key: record} the plans being rolled out
+    previous     {key: record} what the applied stages replaced
+    evidence     {stage name: [sha256 of each evidence file that opened it]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from power.orchestrator.evidence import Evidence, read_evidence
+from power.orchestrator.findings import Finding, Severity, has_errors
+from power.orchestrator.fleet import FleetReview, default_lock_path, plan_record, review_fleet
+from power.orchestrator.lock import FleetLock, read_lock, write_lock
+from power.orchestrator.plan_memo import PlanMemo
+
+IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"
+CANARY_LABEL = ("rollout", "canary")
+
+
+@dataclass
+class Outcome:
+    """What a rollout command did: findings (errors mean nothing was written) and a human summary."""
+
+    findings: list[Finding] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    state: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "summary": self.lines, "rollout": self.state,
+                "findings": [f.to_json() for f in self.findings]}
+
+
+def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = None,
+                 canary: list[str] | None = None, waves: int = 2) -> Outcome:
+    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
+    memo = PlanMemo()
+    review = review_fleet(fleet_path, lock_path, memo)
+    outcome = Outcome(findings=[f for f in review.all_findings if f.severity is Severity.ERROR])
+    if not outcome.ok or review.lock is None:
+        outcome.lines.append("refused: the fleet review has errors; fix them before rolling out a profile")
+        return outcome
+    lock = review.lock
+    if lock.rollout and lock.rollout["status"] == IN_PROGRESS:
+        outcome.findings.append(_state_finding(lock_path, f"a rollout of {lock.rollout['profile']['name']} is in "
+                                               "progress", "advance or roll it back first"))
+        return outcome
+    candidates = _candidates(review, Path(profile_path), memo, outcome)
+    if not outcome.ok:
+        return outcome
+    incumbents = {key: lock.deployments.get(key) or record for key, record in review.records().items()}
+    changing = [key for key in candidates if candidates[key]["plan_digest"] != incumbents[key]["plan_digest"]]
+    if not changing:
+        outcome.lines.append("nothing to roll out: every deployment already runs these plans")
+        return outcome
+    stages = _stages(review, changing, canary or [], waves)
+    lock.deployments = incumbents
+    _store_plans(lock, review, memo)
+    profile_name = next(iter(candidates.values()))["profile"]
+    lock.rollout = {
+        "profile": {"path": str(Path(profile_path).resolve()), "name": profile_name},
+        "status": IN_PROGRESS,
+        "stages": stages,
+        "next_stage": 0,
+        "candidates": {key: candidates[key] for key in changing},
+        "previous": {},
+        "evidence": {},
+    }
+    write_lock(lock_path, lock)
+    outcome.state = lock.rollout
+    outcome.lines += [f"rollout of {profile_name}: {len(changing)} deployment(s) in {len(stages)} stage(s)"]
+    outcome.lines += [f"  {stage['name']}: {', '.join(stage['keys'])}" for stage in stages]
+    return outcome
+
+
+def rollout_status(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
+    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
+    lock, findings = read_lock(lock_path)
+    outcome = Outcome(findings=findings)
+    if lock is None:
+        return outcome
+    if not lock.rollout:
+        outcome.lines.append("no rollout recorded in the lock")
+        return outcome
+    rollout = lock.rollout
+    outcome.state = rollout
+    outcome.lines.append(f"rollout of {rollout['profile']['name']}: {rollout['status']}")
+    for index, stage in enumerate(rollout["stages"]):
+        state = "applied" if index < rollout["next_stage"] else "next" if index == rollout["next_stage"] else "pending"
+        if rollout["status"] == ROLLED_BACK:
+            state = "rolled back" if index < rollout["next_stage"] else "not applied"
+        outcome.lines.append(f"  {stage['name']:<8} {state:<12} {', '.join(stage['keys'])}")
+    if rollout["status"] == IN_PROGRESS:
+        outcome.lines.append("evidence the next stage needs:")
+        outcome.lines += [f"  {line}" for line in _requirement_lines(rollout)]
+    return outcome
+
+
+def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None = None) -> Outcome:
+    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
+    lock, findings = read_lock(lock_path)
+    outcome = Outcome(findings=findings)
+    if lock is None:
+        return outcome
+    rollout = lock.rollout
+    if not rollout or rollout["status"] != IN_PROGRESS:
+        outcome.findings.append(_state_finding(lock_path, "no rollout is in progress",
+                                               "start one with `power rollout plan FLEET --profile P`"))
+        return outcome
+    outcome.findings += _profile_changed(rollout, lock)
+    evidence = _read_all(evidence_paths, outcome)
+    stage = rollout["stages"][rollout["next_stage"]]
+    used = []
+    for pair, keys in _pairs(rollout, stage, lock).items():
+        shapes = sorted({rollout["candidates"][key]["traffic"] for key in keys})
+        item = evidence.get(pair)
+        if item is None:
+            outcome.findings.append(_missing(stage["name"], pair, keys, shapes))
+            continue
+        used.append(item.sha256)
+        outcome.findings += gate(item, shapes, rollout["candidates"][keys[0]]["rollback"])
+    if not outcome.ok:
+        outcome.lines.append(f"refused: stage {stage['name']} stays closed; the lock is unchanged")
+        return outcome
+    for key in stage["keys"]:
+        rollout["previous"].setdefault(key, lock.deployments[key])
+        lock.deployments[key] = rollout["candidates"][key]
+    rollout["evidence"][stage["name"]] = sorted(set(used))
+    rollout["next_stage"] += 1
+    if rollout["next_stage"] == len(rollout["stages"]):
+        rollout["status"] = COMPLETE
+    write_lock(lock_path, lock)
+    outcome.state = rollout
+    outcome.lines.append(f"stage {stage['name']} applied to {', '.join(stage['keys'])}; rollout {rollout['status']}")
+    return outcome
+
+
+def rollback(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
+    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
+    lock, findings = read_lock(lock_path)
+    outcome = Outcome(findings=findings)
+    if lock is None:
+        return outcome
+    rollout = lock.rollout
+    if not rollout or rollout["status"] == ROLLED_BACK:
+        outcome.findings.append(_state_finding(lock_path, "there is no rollout to roll back",
+                                               "`power rollout status FLEET` shows what the lock records"))
+        return outcome
+    restored = sorted(rollout["previous"])
+    for key in restored:
+        lock.deployments[key] = rollout["previous"][key]
+    rollout["status"] = ROLLED_BACK
+    write_lock(lock_path, lock)
+    outcome.state = rollout
+    outcome.lines.append(f"rolled back {rollout['profile']['name']}: restored "
+                         f"{', '.join(restored) if restored else 'nothing (no stage had been applied)'}")
+    return outcome
+
+
+def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Finding]:
+    """Every reason this evidence does not open the stage for deployments serving `shapes` (empty: it does)."""
+    findings = []
+    if not evidence.lossless:
+        findings.append(_gate_finding("PWR072", evidence, "greedy losslessness is not proven (outputs differ or "
+                                      "were not compared)", "speculation may only buy speed: find the divergence "
+                                      "with `power bench` before rolling out"))
+    for shape in shapes:
+        result = evidence.shapes.get(shape)
+        if result is None:
+            findings.append(_gate_finding("PWR073", evidence, f"no measurement on the {shape!r} traffic these "
+                                          "deployments serve", f"rerun the bench with --shapes including {shape}"))
+            continue
+        if result.speedup <= 1.0:
+            findings.append(_gate_finding(
+                "PWR073", evidence, f"on {shape!r} the candidate decodes at {result.candidate_tok_s:.2f} tok/s vs the "
+                f"incumbent's {result.baseline_tok_s:.2f} ({result.speedup:.3f}x): no speedup",
+                "keep the incumbent for this traffic, or tune K/S for it and measure again"))
+        allowed_replays = result.requests if rollback_policy == "guarded" else 0
+        if result.fallbacks > 0 or result.replays > allowed_replays:
+            findings.append(_gate_finding(
+                "PWR074", evidence, f"on {shape!r}: {result.replays} replays, {result.fallbacks} fallbacks "
+                f"(expected: at most {allowed_replays} replays for a {rollback_policy} K/S plan, no fallbacks)",
+                "replays beyond the guarded path or fallbacks mean the plan does not hold as compiled"))
+    return findings
+
+
+def _candidates(review: FleetReview, profile_path: Path, memo: PlanMemo, outcome: Outcome) -> dict[str, dict[str, Any]]:
+    profile = memo.profile(profile_path)
+    outcome.findings += [f for f in profile.findings if f.severity is Severity.ERROR]
+    if not profile.ok:
+        return {}
+    hosts = {host.name: host for host in review.fleet.hosts}
+    candidates = {}
+    for item in review.deployments:
+        manifest = memo.manifest(item.deployment.manifest)
+        plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device)
+        outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
+        if plan is not None:
+            memo.keep(plan)
+            candidates[item.key] = plan_record(plan, item.deployment, profile.model.name)
+    return candidates
+
+
+def _stages(review: FleetReview, keys: list[str], canary: list[str], waves: int) -> list[dict[str, Any]]:
+    order = [host.name for host in review.fleet.hosts]
+    host_of = {key: key.split("/", 1)[0] for key in keys}
+    hosts = [name for name in order if name in host_of.values()]
+    labelled = [h.name for h in review.fleet.hosts if h.labels.get(CANARY_LABEL[0]) == CANARY_LABEL[1]]
+    canary_hosts = [h for h in hosts if h in (canary or labelled)] or hosts[:1]
+    rest = [h for h in hosts if h not in canary_hosts]
+    groups = [("canary", canary_hosts)]
+    size = max(1, -(-len(rest) // max(waves, 1)))
+    chunks = [rest[i:i + size] for i in range(0, len(rest), size)]
+    groups += [(f"wave-{n}", chunk) for n, chunk in enumerate(chunks[:-1], start=1)]
+    if chunks:
+        groups.append(("all", chunks[-1]))
+    return [{"name": name, "keys": [k for k in keys if host_of[k] in members]} for name, members in groups]
+
+
+def _store_plans(lock: FleetLock, review: FleetReview, memo: PlanMemo) -> None:
+    for plan in list(review.plans().values()) + memo.kept():
+        lock.plans.setdefault(plan.digest, plan.document())
+
+
+def _pairs(rollout: dict[str, Any], stage: dict[str, Any], lock: FleetLock) -> dict[tuple[str, str], list[str]]:
+    """Deployments of a stage grouped by (candidate digest, incumbent digest): one evidence file serves each group."""
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for key in stage["keys"]:
+        pair = (rollout["candidates"][key]["plan_digest"], lock.deployments[key]["plan_digest"])
+        pairs.setdefault(pair, []).append(key)
+    return pairs
+
+
+def _requirement_lines(rollout: dict[str, Any]) -> list[str]:
+    stage = rollout["stages"][rollout["next_stage"]]
+    lines = []
+    for key in stage["keys"]:
+        candidate = rollout["candidates"][key]
+        incumbent = rollout["previous"].get(key)
+        lines.append(f"{key}: candidate {candidate['plan_digest'][:12]} on {candidate['traffic']!r}"
+                     + (f" (replacing {incumbent['plan_digest'][:12]})" if incumbent else ""))
+    return lines
+
+
+def _missing(stage: str, pair: tuple[str, str], keys: list[str], shapes: list[str]) -> Finding:
+    candidate, incumbent = pair
+    return Finding(
+        code="PWR070", severity=Severity.ERROR,
+        message=f"stage {stage}: no evidence comparing candidate plan {candidate[:12]} with incumbent "
+                f"{incumbent[:12]} (deployments {', '.join(keys)}; traffic {', '.join(shapes)})",
+        hint=f"export the plans with `power rollout status FLEET --export-plans DIR`, then run `power bench "
+             f"DIR/{candidate[:12]}.json --vs DIR/{incumbent[:12]}.json --shapes {','.join(shapes)} -o evidence.json` "
+             "and pass it with --evidence")
+
+
+def _read_all(paths: list[Path], outcome: Outcome) -> dict[tuple[str, str], Evidence]:
+    found = {}
+    for path in paths:
+        evidence, finding = read_evidence(path)
+        if finding is not None:
+            outcome.findings.append(finding)
+        else:
+            found[(evidence.candidate_digest, evidence.baseline_digest)] = evidence
+    return found
+
+
+def _profile_changed(rollout: dict[str, Any], lock: FleetLock) -> list[Finding]:
+    """The profile file must be the one the candidates were compiled from."""
+    path = Path(rollout["profile"]["path"])
+    any_candidate = next(iter(rollout["candidates"].values()))
+    compiled_from = lock.plans[any_candidate["plan_digest"]]["sources"]["profile"]["sha256"]
+    try:
+        now = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        now = None
+    if now == compiled_from:
+        return []
+    return [Finding(code="PWR075", severity=Severity.ERROR, file=str(path),
+                    message="the profile changed (or disappeared) since `power rollout plan` compiled the candidates",
+                    hint="roll this rollout back and plan it again with the profile as it is now")]
+
+
+def _gate_finding(code: str, evidence: Evidence, message: str, hint: str) -> Finding:
+    return Finding(code=code, severity=Severity.ERROR, message=message, file=str(evidence.path), hint=hint)
+
+
+def _state_finding(lock_path: Path, message: str, hint: str) -> Finding:
+    return Finding(code="PWR076", severity=Severity.ERROR, message=message, file=str(lock_path), hint=hint)

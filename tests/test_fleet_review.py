@@ -1,0 +1,203 @@
+"""`power fleet review`: every deployment planned and checked, located fleet findings, device sums, drift, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fleet_world import World, build_world, write
+from power.orchestrator.cli import main
+
+TWO_HOSTS = '''
+[[hosts]]
+name = "ws-1"
+devices = [{ model = "RTX 4090", vram = "24 GiB" }]
+labels = { rollout = "canary" }
+
+[[hosts]]
+name = "ws-2"
+devices = [{ model = "RTX 6000 Ada", vram = "48 GiB" }]
+'''
+
+CLEAN = '''
+[[deployments]]
+host = "ws-1"
+manifest = "manifests/hybrid.toml"
+profile = "profiles/balanced.toml"
+
+[[deployments]]
+host = "ws-2"
+manifest = "manifests/dense.toml"
+profile = "profiles/ngram.toml"
+traffic = "echo"
+'''
+
+
+@pytest.fixture()
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("POWER_CACHE_DIR", str(tmp_path / "cache"))
+    return build_world(tmp_path / "world")
+
+
+def review(*args: str):
+    return CliRunner().invoke(main, ["fleet", "review", *map(str, args)])
+
+
+def test_a_clean_fleet_is_planned_and_tabled_by_host(world: World) -> None:
+    result = review(world.fleet(TWO_HOSTS, CLEAN))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    hybrid = next(line for line in lines if "ws-1/hybrid" in line).split()
+    assert hybrid[:3] == ["ws-1/hybrid", "0", "fits"]
+    assert hybrid[5:8] == ["mtp", "7/7", "full"]
+    dense = next(line for line in lines if "ws-2/dense" in line).split()
+    assert "ngram" in dense and "echo" in dense
+    assert "2 hosts, 2 deployments: 0 errors" in result.output
+
+
+def test_json_review_carries_plans_margins_and_drift(world: World) -> None:
+    result = review(world.fleet(TWO_HOSTS, CLEAN), "--json")
+    assert result.exit_code == 0
+    document = json.loads(result.output)
+    assert document["schema"] == "power.fleet-review/v1"
+    [ws1, ws2] = document["hosts"]
+    [deployment] = ws1["deployments"]
+    assert deployment["verdict"] == "fits" and deployment["margin_bytes"] > 0 and len(deployment["plan_digest"]) == 64
+    assert ws1["devices"][0]["planned_bytes"] == ws1["devices"][0]["uses"][0]["bytes"] > 0
+    assert [change["action"] for change in document["drift"]] == ["add", "add"]
+    assert document["summary"]["drift"] == "Plan: 2 to add, 0 to change, 0 to remove."
+
+
+def _finding_at(output: str, code: str) -> str:
+    return next(line for line in output.splitlines() if f": {code} " in line)
+
+
+def test_bad_placement_each_get_a_located_finding(world: World) -> None:
+    outside = write(world.root.parent / "elsewhere" / "hybrid.toml", (world.root / "manifests" / "hybrid.toml")
+                    .read_text().replace("../artifacts/", f"{world.root}/artifacts/"))
+    fleet = world.fleet(TWO_HOSTS, CLEAN + f'''
+[[deployments]]
+host = "ws-9"
+manifest = "manifests/dense.toml"
+profile = "profiles/ngram.toml"
+
+[[deployments]]
+host = "ws-2"
+device = 3
+name = "second"
+manifest = "manifests/dense.toml"
+profile = "profiles/ngram.toml"
+
+[[deployments]]
+host = "ws-1"
+name = "hybrid"
+manifest = "manifests/dense.toml"
+profile = "profiles/ngram.toml"
+
+[[deployments]]
+host = "ws-2"
+name = "outside"
+manifest = "../elsewhere/{outside.name}"
+profile = "profiles/balanced.toml"
+''')
+    result = review(fleet)
+    assert result.exit_code == 1
+    text = fleet.read_text().splitlines()
+    unknown = _finding_at(result.output, "PWR060")
+    line = int(unknown.split(":")[1])
+    assert text[line - 1] == 'host = "ws-9"' and "ws-9" in unknown
+    assert "hint: did you mean 'ws-" in result.output
+    assert "there is no device 3" in result.output
+    duplicate = _finding_at(result.output, "PWR066")
+    assert "ws-1/hybrid is declared twice" in duplicate
+    outside_line = _finding_at(result.output, "PWR061")
+    assert "[warning]" in outside_line and text[int(outside_line.split(":")[1]) - 1].startswith("manifest = \"../elsewhere/")
+    assert "ws-2/outside" in result.output  # planned anyway: allowed, only shown
+
+
+def _planned_bytes(world: World, fleet: Path) -> int:
+    document = json.loads(review(fleet, "--json").output)
+    return document["hosts"][0]["devices"][0]["planned_bytes"]
+
+
+def test_two_deployments_that_do_not_fit_one_device_together(world: World) -> None:
+    one = world.fleet(TWO_HOSTS, CLEAN)
+    single = _planned_bytes(world, one)
+    shared_host = f'''
+[[hosts]]
+name = "small"
+devices = [{{ model = "test card", vram = {int(single * 1.5) + 512 * 1024**2} }}]
+'''
+    both = '''
+[[deployments]]
+host = "small"
+name = "a"
+manifest = "manifests/hybrid.toml"
+profile = "profiles/balanced.toml"
+
+[[deployments]]
+host = "small"
+name = "b"
+manifest = "manifests/hybrid.toml"
+profile = "profiles/balanced.toml"
+'''
+    result = review(world.fleet(shared_host, both))
+    assert result.exit_code == 1
+    finding = _finding_at(result.output, "PWR062")
+    assert "small device 0" in finding and "small/a" in finding and "small/b" in finding
+    alone = review(world.fleet(shared_host, both.split("[[deployments]]")[1].join(["[[deployments]]", ""])))
+    assert alone.exit_code == 0, alone.output
+
+
+def test_drift_against_the_lock_like_terraform_plan(world: World) -> None:
+    fleet = world.fleet(TWO_HOSTS, CLEAN)
+    recorded = review(fleet, "--write-lock")
+    assert recorded.exit_code == 0 and world.lock.exists()
+    clean = review(fleet, "--detailed-exitcode")
+    assert clean.exit_code == 0 and "No changes. The fleet matches the lock." in clean.output
+    changed = CLEAN.replace("profiles/balanced.toml", "profiles/guarded.toml").replace('traffic = "echo"\n', "")
+    changed += '''
+[[deployments]]
+host = "ws-2"
+name = "more"
+manifest = "manifests/hybrid.toml"
+profile = "profiles/balanced.toml"
+'''
+    drifted = review(world.fleet(TWO_HOSTS, changed), "--detailed-exitcode")
+    assert drifted.exit_code == 3, drifted.output
+    assert "  ~ ws-1/hybrid will change" in drifted.output
+    assert '      ~ profile: "balanced" -> "guarded"' in drifted.output
+    assert '      ~ rollback: "full" -> "guarded"' in drifted.output
+    assert "      ~ s: 7 -> 6" in drifted.output
+    assert '      ~ traffic: "echo" -> "prose"' in drifted.output
+    assert "  + ws-2/more will be added" in drifted.output
+    assert "Plan: 1 to add, 2 to change, 0 to remove." in drifted.output
+    assert review(world.fleet(TWO_HOSTS, changed)).exit_code == 0  # drift alone is not a failure
+    removed = review(world.fleet(TWO_HOSTS, CLEAN.split("[[deployments]]")[1].join(["[[deployments]]", ""])))
+    assert "  - ws-2/dense will be removed" in removed.output
+
+
+def test_a_hand_edited_or_newer_lock_is_a_located_finding_and_never_overwritten(world: World) -> None:
+    fleet = world.fleet(TWO_HOSTS, CLEAN)
+    assert review(fleet, "--write-lock").exit_code == 0
+    edited = world.lock.read_text().replace('"k": 7', '"k": 3', 1)
+    world.lock.write_text(edited)
+    result = review(fleet, "--write-lock")
+    assert result.exit_code == 1
+    finding = _finding_at(result.output, "PWR064")
+    assert finding.startswith(f"{world.lock}:") and "edited by hand" in finding
+    assert world.lock.read_text() == edited
+    newer = edited.replace("power.fleet-lock/v1", "power.fleet-lock/v7")
+    world.lock.write_text(newer)
+    result = review(fleet)
+    assert result.exit_code == 1 and f"{world.lock}:2:" in _finding_at(result.output, "PWR063")
+
+
+def test_a_fleet_that_does_not_load_and_a_missing_path(world: World) -> None:
+    broken = write(world.root / "broken.toml", 'schema = "power.fleet/v1"\nhosts = []\n')
+    result = review(broken)
+    assert result.exit_code == 1 and "PWR0" in result.output
+    assert review(world.root / "nope.toml").exit_code == 2

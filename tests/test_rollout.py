@@ -1,0 +1,165 @@
+"""`power rollout`: plan -> canary -> waves -> all, each stage gated by evidence files; a rollback restores the plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fleet_world import World, build_world
+from power.orchestrator.cli import main
+from power.orchestrator.lock import read_lock
+
+HOSTS = "".join(f'''
+[[hosts]]
+name = "ws-{n}"
+devices = [{{ model = "RTX 4090", vram = "24 GiB" }}]
+{'labels = { rollout = "canary" }' if n == 2 else ''}
+''' for n in range(1, 5))
+
+DEPLOYMENTS = "".join(f'''
+[[deployments]]
+host = "ws-{n}"
+manifest = "manifests/hybrid.toml"
+profile = "profiles/balanced.toml"
+traffic = "{'echo' if n == 3 else 'prose'}"
+''' for n in range(1, 5))
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, [*map(str, args)])
+
+
+@pytest.fixture()
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("POWER_CACHE_DIR", str(tmp_path / "cache"))
+    world = build_world(tmp_path / "world")
+    fleet = world.fleet(HOSTS, DEPLOYMENTS)
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    return world
+
+
+def evidence(path: Path, candidate: str, baseline: str, *, lossless: bool = True, speedup: float = 1.4,
+             shapes: tuple[str, ...] = ("prose", "echo", "structured", "identity"), replays: int = 0,
+             fallbacks: int = 0) -> Path:
+    """An evidence document in the documented power.evidence/v1 shape (docs/bench.md)."""
+    document = {
+        "schema": "power.evidence/v1",
+        "candidate": {"plan_digest": candidate},
+        "baseline": {"plan_digest": baseline},
+        "lossless": {"proven": lossless},
+        "shapes": {shape: {"candidate": {"decode_tok_s": 20.0 * speedup, "replays": replays, "fallbacks": fallbacks,
+                                         "requests": 4},
+                           "baseline": {"decode_tok_s": 20.0, "replays": 0, "fallbacks": 0, "requests": 4}}
+                   for shape in shapes},
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _lock(world: World):
+    lock, findings = read_lock(world.lock)
+    assert findings == []
+    return lock
+
+
+def _pair(world: World, key: str) -> tuple[str, str]:
+    lock = _lock(world)
+    return lock.rollout["candidates"][key]["plan_digest"], lock.deployments[key]["plan_digest"]
+
+
+def test_a_full_rollout_walks_canary_waves_all_then_rolls_back(world: World, tmp_path: Path) -> None:
+    fleet = world.root / "fleet.toml"
+    incumbents = {key: record["plan_digest"] for key, record in _lock(world).deployments.items()}
+
+    planned = run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml", "--waves", "2")
+    assert planned.exit_code == 0, planned.output
+    stages = [(stage["name"], stage["keys"]) for stage in _lock(world).rollout["stages"]]
+    assert stages == [("canary", ["ws-2/hybrid"]), ("wave-1", ["ws-1/hybrid", "ws-3/hybrid"]), ("all", ["ws-4/hybrid"])]
+
+    before = world.lock.read_bytes()
+    refused = run("rollout", "advance", fleet)
+    assert refused.exit_code == 1
+    assert "PWR070" in refused.output and "stage canary" in refused.output and "power bench" in refused.output
+    assert world.lock.read_bytes() == before
+
+    candidate, incumbent = _pair(world, "ws-2/hybrid")
+    assert incumbent == incumbents["ws-2/hybrid"] and candidate != incumbent
+    status = run("rollout", "status", fleet, "--export-plans", tmp_path / "plans")
+    assert status.exit_code == 0 and "canary   next" in status.output
+    assert {p.name for p in (tmp_path / "plans").iterdir()} == {f"{candidate[:12]}.json", f"{incumbent[:12]}.json"}
+
+    canary = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "canary.json", candidate, incumbent))
+    assert canary.exit_code == 0, canary.output
+    assert _lock(world).deployments["ws-2/hybrid"]["plan_digest"] == candidate
+    assert _lock(world).deployments["ws-1/hybrid"]["plan_digest"] == incumbents["ws-1/hybrid"]
+
+    # All four hosts share one (candidate, incumbent) pair: one evidence file serves every stage.
+    wave = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "wave.json", candidate, incumbent))
+    assert wave.exit_code == 0, wave.output
+    done = run("rollout", "advance", fleet, "--evidence", tmp_path / "wave.json", "--json")
+    assert done.exit_code == 0
+    assert json.loads(done.output)["rollout"]["status"] == "complete"
+    assert {record["plan_digest"] for record in _lock(world).deployments.values()} == {candidate}
+    assert run("rollout", "advance", fleet).exit_code == 1  # nothing left to advance
+
+    rolled = run("rollout", "rollback", fleet)
+    assert rolled.exit_code == 0, rolled.output
+    lock = _lock(world)
+    assert {key: record["plan_digest"] for key, record in lock.deployments.items()} == incumbents
+    assert lock.rollout["status"] == "rolled-back"
+    assert "rolled back" in run("rollout", "status", fleet).output
+
+
+def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) -> None:
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate, incumbent = _pair(world, "ws-3/hybrid")
+    before = world.lock.read_bytes()
+    cases = {
+        "PWR072": evidence(tmp_path / "lossy.json", candidate, incumbent, lossless=False),
+        "PWR073": evidence(tmp_path / "slow.json", candidate, incumbent, speedup=0.9),
+        "PWR074": evidence(tmp_path / "fallback.json", candidate, incumbent, fallbacks=1),
+    }
+    for code, path in cases.items():
+        result = run("rollout", "advance", fleet, "--evidence", path)
+        assert result.exit_code == 1 and code in result.output, (code, result.output)
+    no_echo = run("rollout", "advance", fleet, "--evidence",
+                  evidence(tmp_path / "prose-only.json", candidate, incumbent, shapes=("prose",)))
+    assert no_echo.exit_code == 1 and "no measurement on the 'echo' traffic" in no_echo.output
+    other = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "other.json", "f" * 64, incumbent))
+    assert other.exit_code == 1 and "PWR070" in other.output
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("not json")
+    assert "PWR071" in run("rollout", "advance", fleet, "--evidence", garbage).output
+    assert world.lock.read_bytes() == before
+    # The guarded K7/S6 candidate may replay once per request (4 requests per shape here), not more.
+    too_many = evidence(tmp_path / "too-many-replays.json", candidate, incumbent, replays=5)
+    assert run("rollout", "advance", fleet, "--evidence", too_many).exit_code == 1
+    once_each = evidence(tmp_path / "replays.json", candidate, incumbent, replays=4)
+    assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
+
+
+def test_a_rollback_after_the_canary_restores_only_the_canary(world: World, tmp_path: Path) -> None:
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 0
+    original = {key: record["plan_digest"] for key, record in _lock(world).deployments.items()}
+    candidate, incumbent = _pair(world, "ws-2/hybrid")
+    assert run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "e.json", candidate, incumbent)).exit_code == 0
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 1
+    result = run("rollout", "rollback", fleet)
+    assert result.exit_code == 0 and "restored ws-2/hybrid" in result.output
+    assert {key: record["plan_digest"] for key, record in _lock(world).deployments.items()} == original
+
+
+def test_an_edited_profile_stops_the_rollout(world: World, tmp_path: Path) -> None:
+    fleet = world.root / "fleet.toml"
+    profile = world.root / "profiles" / "guarded.toml"
+    assert run("rollout", "plan", fleet, "--profile", profile).exit_code == 0
+    candidate, incumbent = _pair(world, "ws-2/hybrid")
+    profile.write_text(profile.read_text().replace("ctx = 2048", "ctx = 1024"))
+    result = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "e.json", candidate, incumbent))
+    assert result.exit_code == 1 and "PWR075" in result.output
