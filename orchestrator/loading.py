@@ -419,11 +419,13 @@ def _byte_position(raw: bytes, offset: int) -> tuple[int, int, str]:
     return raw.count(b"\n", 0, offset) + 1, col, source
 
 
-def _toml(value: Any) -> str:
+def _toml(value: Any, limit: int = 60) -> str:
+    """A value as the message quotes it: JSON-like, cut to `limit` characters."""
     try:
-        return json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _joined_reasons(messages: list[str]) -> str:

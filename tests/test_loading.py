@@ -129,6 +129,11 @@ def test_locate_and_finding_point_later_checks_at_the_manifest_line(tmp_path):
     assert finding.render().startswith(f"{loaded.path}:13:10: PWR112 [error]")
 
 
+def test_a_long_bad_value_is_quoted_short(tmp_path):
+    loaded = load_profile(write(tmp_path, "p.toml", PROFILE_HEAD + f'spec_draft_max = "{"7" * 5000}"\n'))
+    assert len(loaded.findings[0].message) < 160
+
+
 def test_a_byte_order_mark_is_accepted(tmp_path):
     path = tmp_path / "bom.toml"
     path.write_bytes(b"\xef\xbb\xbf" + PROFILE_HEAD.encode())
