@@ -26,7 +26,7 @@ from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import linear, rms_norm, softcap
 
 PAD_TOKEN = 0
-DEFAULT_PREFILL_CHUNK = 64
+DEFAULT_PREFILL_CHUNK = 32
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

@@ -1,0 +1,89 @@
+"""`power run PLAN --prompt TEXT --max-tokens N [--json]`: generate with the Power runtime and print the receipt."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from power.orchestrator.cli import EXIT_USAGE
+
+DTYPES = ("float32", "bfloat16")
+
+
+@click.command("run")
+@click.argument("plan", required=False, type=click.Path(path_type=Path))
+@click.option("--gguf", type=click.Path(path_type=Path),
+              help="Run this GGUF directly, without a plan: plain greedy decoding (for quick checks and tests).")
+@click.option("--prompt", required=True, help="The prompt text (BOS is added when the model's header asks for it).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--ctx", type=click.IntRange(min=2), default=None,
+              help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
+@click.option("--verify-capacity", type=click.IntRange(min=1), default=None,
+              help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
+              help="Matmul dtype for the weights (activations, norms and the cache stay float32).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch intra-op threads (default: torch's).")
+@click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the receipt JSON to this file (atomically).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) instead of streaming.")
+def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx: int | None,
+        verify_capacity: int | None, dtype: str, threads: int | None, receipt_path: Path | None, as_json: bool) -> None:
+    """Generate on the CPU with the Power runtime; stream the text, then report the receipt.
+
+    Give a resolved PLAN (from `power plan`), or `--gguf FILE` for a direct plain
+    run of a model. Exit codes: 0 ok, 2 usage or input error (unimplemented
+    architecture, missing or mis-shaped tensor, unsupported quant type, a prompt
+    longer than the context, a plan that does not load or whose artifact changed).
+    """
+    from power.orchestrator.plan import PlanError
+    from power.runtime.errors import RuntimeInputError
+
+    if (plan is None) == (gguf is None):
+        _fail("give exactly one of PLAN or --gguf FILE")
+    if plan is not None and (ctx is not None or verify_capacity is not None):
+        _fail("--ctx and --verify-capacity are fixed by the plan; change the profile and re-plan instead")
+    streamed = False
+
+    def stream(piece: str) -> None:
+        nonlocal streamed
+        streamed = True
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    try:
+        engine = _engine(plan, gguf, ctx, verify_capacity, dtype, threads)
+        receipt = engine.generate(prompt, max_tokens, None if as_json else stream)
+    except (PlanError, RuntimeInputError) as err:
+        _fail(f"{err}{' (the text above is incomplete)' if streamed else ''}")
+    if receipt_path is not None:
+        receipt.save(receipt_path)
+    if as_json:
+        click.echo(receipt.to_json(), nl=False)
+    else:
+        click.echo()
+        click.echo(receipt.summary(), err=True)
+
+
+def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, dtype: str,
+            threads: int | None):
+    from power.orchestrator.plan import load_plan
+    from power.runtime.engine import DEFAULT_CTX, Engine, EngineSettings
+    from power.runtime.errors import RuntimeInputError
+
+    if gguf is not None:
+        return Engine(EngineSettings(target_path=gguf, n_ctx=ctx or DEFAULT_CTX, verify_capacity=verify_capacity or 1,
+                                     dtype=dtype, threads=threads))
+    loaded = load_plan(plan)
+    settings = EngineSettings.from_plan(loaded, plan, dtype=dtype, threads=threads)
+    if settings.mode != "none":
+        raise RuntimeInputError(f"{plan}: the plan resolves to speculative mode {settings.mode!r}, which `power run` "
+                                "cannot execute yet; plan with a `spec_mode = \"none\"` profile for plain decoding")
+    return Engine(settings)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+

@@ -1,0 +1,82 @@
+"""The run receipt: versioned evidence of one generation (`schema = "power.receipt/v1"`).
+
+Later issues extend it (bench, rollout gates read it); fields are only ever
+added. `tokens_sha256` is the sha256 of the emitted token IDs (the prompt
+excluded) serialised as little-endian uint32, one after another - so two runs
+emitted the same stream exactly when their digests agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from power.orchestrator.atomic import write_text_atomic
+
+RECEIPT_SCHEMA = "power.receipt/v1"
+STOP_REASONS = ("stop", "length", "context", "cancelled")
+
+
+def tokens_sha256(token_ids: Sequence[int]) -> str:
+    return hashlib.sha256(np.asarray(token_ids, dtype="<u4").tobytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Receipt:
+    plan_digest: str | None  # None for a direct `--gguf` run without a plan
+    artifacts: dict[str, str]  # path -> sha256
+    mode: str
+    prompt_tokens: int
+    token_ids: list[int]
+    text: str
+    stop_reason: str  # one of STOP_REASONS
+    rounds: int
+    proposed: int
+    accepted: int
+    replays: int
+    clamps: int
+    fallbacks: int
+    load_s: float
+    prefill_s: float
+    decode_s: float
+    runtime: dict[str, Any] = field(default_factory=dict)  # device, dtype, threads, shapes, versions
+
+    @property
+    def tokens_sha256(self) -> str:
+        return tokens_sha256(self.token_ids)
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Tokens after the first (which the prefill produced) per second of decoding."""
+        decoded = len(self.token_ids) - 1
+        return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else 0.0
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "schema": RECEIPT_SCHEMA,
+            **asdict(self),
+            "tokens_sha256": self.tokens_sha256,
+            "prefill_tok_s": self.prefill_tok_s,
+            "decode_tok_s": self.decode_tok_s,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.document(), ensure_ascii=False, indent=2) + "\n"
+
+    def save(self, path: Path) -> None:
+        write_text_atomic(Path(path), self.to_json())
+
+    def summary(self) -> str:
+        """One human line for the end of a streamed run."""
+        return (f"[{self.stop_reason}] {self.prompt_tokens} prompt tokens at {self.prefill_tok_s:.1f} tok/s, "
+                f"{len(self.token_ids)} generated at {self.decode_tok_s:.1f} tok/s; "
+                f"tokens sha256 {self.tokens_sha256[:16]}...")
