@@ -1,0 +1,71 @@
+"""PWR11x (declared vs file) and the reader's PWR10x, through the compiler, on factory artifacts."""
+
+from __future__ import annotations
+
+import shutil
+
+from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
+
+
+def only(findings, code):
+    matches = [f for f in findings if f.code == code]
+    assert len(matches) == 1, [f.render() for f in findings]
+    return matches[0]
+
+
+def test_clean_manifest_plans(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}], quant="Q8_0", architecture="qwen3")
+    plan, findings = compiled(manifest, write_profile(tmp_path, "ngram"))
+    assert plan is not None, [f.render() for f in findings]
+    assert (plan.target.architecture, plan.target.quant) == ("qwen3", "Q8_0")
+    assert plan.target.sha256 in manifest.read_text()
+
+
+def test_missing_artifact_names_the_path_and_the_manifest_line(tmp_path):
+    copy = tmp_path / "gone.gguf"
+    shutil.copy(fixture("dense-target"), copy)
+    manifest = write_manifest(tmp_path, "dense-target")
+    manifest.write_text(manifest.read_text().replace(str(fixture("dense-target")), str(copy)))
+    copy.unlink()
+    plan, findings = compiled(manifest, write_profile(tmp_path, "none"))
+    missing = only(findings, "PWR110")
+    assert plan is None
+    assert str(copy) in missing.message
+    assert missing.file == str(manifest) and missing.line == 4
+    assert "path =" in missing.render()
+
+
+def test_declared_size_mismatch_says_by_how_much(tmp_path):
+    actual = fixture("dense-target").stat().st_size
+    manifest = write_manifest(tmp_path, "dense-target", size=actual + 10)
+    plan, findings = compiled(manifest, write_profile(tmp_path, "none"))
+    finding = only(findings, "PWR111")
+    assert plan is None and "10 bytes smaller" in finding.message and finding.where == "target.size"
+
+
+def test_declared_sha256_mismatch(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target")
+    lines = manifest.read_text().splitlines()
+    assert lines[4].startswith("sha256 = ")
+    lines[4] = 'sha256 = "' + "0" * 64 + '"'
+    manifest.write_text("\n".join(lines) + "\n")
+    plan, findings = compiled(manifest, write_profile(tmp_path, "none"))
+    finding = only(findings, "PWR112")
+    assert plan is None and finding.line == 5 and "hashes to" in finding.message
+
+
+def test_declared_quant_and_architecture_against_the_header(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", quant="Q6_K", architecture="llama")
+    plan, findings = compiled(manifest, write_profile(tmp_path, "none"))
+    assert plan is None
+    assert "declares Q8_0" in only(findings, "PWR113").message
+    assert 'general.architecture = "qwen3"' in only(findings, "PWR114").message
+
+
+def test_truncated_artifact_is_the_readers_finding_with_a_byte_offset(tmp_path):
+    manifest = write_manifest(tmp_path, "truncated-data")
+    plan, findings = compiled(manifest, write_profile(tmp_path, "none"))
+    assert plan is None
+    (finding,) = [f for f in findings if f.code.startswith("PWR10")]
+    assert finding.file == str(fixture("truncated-data")) and finding.offset is not None
+    assert codes(findings) == [finding.code]

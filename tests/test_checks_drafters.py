@@ -1,0 +1,98 @@
+"""PWR21x: drafter kind vs header, contracts, binding, reserved draft-model, mode resolution (fail closed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from plan_helpers import codes, compiled, digest, fixture, write_manifest, write_profile
+
+
+def errors(findings):
+    return [f.code for f in findings if f.is_error]
+
+
+def test_dspark_file_declared_dflash_is_rejected(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-named-dspark"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash"))
+    assert plan is None and errors(findings) == ["PWR210"]
+    (finding,) = [f for f in findings if f.code == "PWR210"]
+    assert "dspark" in finding.message and finding.file == str(fixture("dflash-named-dspark"))
+
+
+@pytest.mark.parametrize("declared, file", [("dflash", "dflash2-drafter"), ("dflash2", "dflash-drafter")])
+def test_dflash_v1_and_dflash2_never_stand_in_for_each_other(tmp_path, declared, file):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": declared, "fixture": file}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, declared))
+    assert plan is None and errors(findings) == ["PWR210"]
+
+
+def test_dflash2_contract_tensors_present_plans_and_records_the_contract(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash2"))
+    assert plan is not None, [f.render() for f in findings]
+    (drafter,) = plan.drafters
+    assert drafter.kind == "dflash2" and drafter.sha256 == digest(fixture("dflash2-drafter"))
+    assert drafter.contract["block_size"] == 4 and drafter.contract["target_layers"] == (1, 3)
+    assert drafter.contract["sliding_window"] == 32 and "conv_kernel_size" in drafter.contract
+
+
+def test_mtp_on_a_target_without_nextn_tensors(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "mtp"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
+    assert plan is None and errors(findings) == ["PWR212"]
+
+
+def test_drafter_bound_to_another_targets_digest(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target",
+                              [{"kind": "dflash", "fixture": "dflash-drafter", "target_sha256": "ab" * 32}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash"))
+    assert plan is None and errors(findings) == ["PWR213"]
+    (finding,) = [f for f in findings if f.code == "PWR213"]
+    assert finding.where == "drafters[0].target_sha256" and finding.line is not None
+
+
+def test_draft_model_is_reserved_and_fails_closed(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "draft-model"))
+    assert plan is None and "PWR214" in errors(findings)
+
+
+def test_two_context_backed_drafters_never_load_together(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-drafter"},
+                                                          {"kind": "dspark", "fixture": "dspark-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "auto"))
+    assert plan is None and errors(findings) == ["PWR215"]
+    # Naming one of them resolves it, and only that one is in the plan.
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dspark"))
+    assert plan is not None and [d.kind for d in plan.drafters] == ["dspark"]
+
+
+def test_ngram_chains_in_front_of_one_drafter(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-drafter"},
+                                                          {"kind": "ngram"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", runtime={"ngram_n_min": 2, "ngram_n_max": 4}))
+    assert plan is not None and "PWR218" in codes(findings)
+    assert plan.mode.chain == ("ngram", "dflash") and [d.kind for d in plan.drafters] == ["ngram", "dflash"]
+    assert (plan.runtime.ngram_n_min, plan.runtime.ngram_n_max) == (2, 4)
+
+
+@pytest.mark.parametrize("mode", ["dspark", "dflash2", "ngram"])
+def test_an_explicit_mode_the_manifest_cannot_serve_is_an_error_not_a_downgrade(tmp_path, mode):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, mode))
+    assert plan is None and errors(findings) == ["PWR216"]
+    (finding,) = findings[-1:]
+    assert finding.file.endswith(".profile.toml") and finding.line == 3
+
+
+@pytest.mark.parametrize("drafters, resolved, reason", [
+    ([{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}], "dflash", "verified external"),
+    ([{"kind": "mtp"}, {"kind": "ngram"}], "mtp", "native MTP"),
+    ([{"kind": "ngram"}], "ngram", "n-gram"),
+    ([], "none", "speculation off"),
+])
+def test_auto_prefers_external_then_native_mtp_then_none(tmp_path, drafters, resolved, reason):
+    manifest = write_manifest(tmp_path, "hybrid-target", drafters)
+    plan, findings = compiled(manifest, write_profile(tmp_path, "auto"))
+    assert plan is not None, [f.render() for f in findings]
+    assert plan.mode.requested == "auto" and plan.mode.resolved == resolved and reason in plan.mode.reason

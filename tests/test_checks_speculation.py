@@ -1,0 +1,71 @@
+"""PWR4xx through the compiler: K vs S recorded in the plan, FR and adaptive against the resolved mode, K vs block."""
+
+from __future__ import annotations
+
+from plan_helpers import codes, compiled, write_manifest, write_profile
+
+
+def mtp_manifest(tmp_path):
+    return write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}])
+
+
+def test_s_below_k_is_the_guarded_path_and_the_plan_records_it(tmp_path):
+    plan, findings = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", k=7, s=6))
+    assert plan is not None
+    assert (plan.speculation.k, plan.speculation.s, plan.speculation.rollback) == (7, 6, "guarded")
+    assert "PWR406" in [f.code for f in plan.findings]
+
+
+def test_s_at_least_k_is_full_rollback(tmp_path):
+    plan, _ = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", k=7, s=7))
+    assert plan.speculation.rollback == "full"
+
+
+def test_s_above_k_warns_that_resident_state_is_never_used(tmp_path):
+    plan, findings = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", k=3, s=7))
+    assert plan is not None and plan.speculation.rollback == "full"
+    (warning,) = [f for f in plan.findings if f.code == "PWR407"]
+    assert warning.severity == "warning"
+
+
+def test_recurrent_snapshots_are_sized(tmp_path):
+    small, _ = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", k=3, s=3))
+    large, _ = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", k=3, s=7, name="s7"))
+    state = {c.name: c.bytes for c in small.memory.components}["recurrent state"]
+    assert {c.name: c.bytes for c in large.memory.components}["recurrent state"] == state * 8 // 4
+
+
+def test_fr_larger_than_the_vocabulary(tmp_path):
+    plan, findings = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", spec_mtp_fr_vocab_size=100_000))
+    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR422"]
+
+
+def test_fr_applies_to_the_mtp_draft_head(tmp_path):
+    plan, findings = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", spec_mtp_fr_vocab_size=256))
+    assert plan is not None and plan.speculation.fr_vocab_size == 256
+    assert "FR projection" in [c.name for c in plan.memory.components]
+
+
+def test_fr_without_a_draft_head_when_auto_resolves_to_an_external_drafter(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "auto", spec_mtp_fr_vocab_size=256))
+    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR423"]
+
+
+def test_adaptive_when_auto_resolves_to_dflash2(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "auto", spec_mtp_adaptive=True))
+    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR424"]
+
+
+def test_adaptive_with_explicit_dflash2_is_the_loaders_rule(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash2", spec_mtp_adaptive=True))
+    assert plan is None and "PWR405" in codes(findings)
+
+
+def test_k_beyond_the_drafters_block(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", k=4, s=4))
+    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR425"]
+    assert "block_size 4" in findings[-1].message and "at most 3" in findings[-1].message
