@@ -251,9 +251,16 @@ def review_document(review: FleetReview) -> dict[str, Any]:
             "drift": summary(review.drift) if review.lock is not None else "drift unknown (the lock cannot be read)",
         },
         "hosts": [_host_document(review, host) for host in (review.fleet.hosts if review.fleet else [])],
-        "findings": [f.to_json() for f in review.findings],
+        "findings": [f.to_json() for f in _unhosted_findings(review)],
         "drift": [change.to_json() for change in review.drift],
     }
+
+
+def _unhosted_findings(review: FleetReview) -> list[Finding]:
+    """Findings no host section shows: the fleet's own, the lock's, and those of deployments on unknown hosts."""
+    hosts = {host.name for host in review.fleet.hosts} if review.fleet else set()
+    orphans = [f for d in review.deployments if d.deployment.host not in hosts for f in d.findings]
+    return list(dict.fromkeys(review.findings + orphans))
 
 
 def _host_document(review: FleetReview, host: HostSpec) -> dict[str, Any]:
