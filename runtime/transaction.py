@@ -30,8 +30,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from power.kernels import dispatch
+
 from .contract import OutsideResidentWindow, Trunk
-from .sampling import Sampler
+from .sampling import Lane, Sampler, uniform
 from .speculators.base import DraftContext, Proposal, Speculator
 
 
@@ -156,29 +158,42 @@ class SpeculativeSequence:
     def _sample(self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
         """Rows through the first mismatch: (accepted proposals, the correction or bonus token)."""
         first_position = len(self.tokens)
-        if self.sampler.params.verify == "rejection" and drafts:
-            return self._sample_rejection(logits, drafts, probs, first_position)
-        greedy = torch.argmax(logits, dim=-1).tolist() if self.sampler.params.greedy else None
-        for row, draft in enumerate(drafts):
-            token = greedy[row] if greedy is not None else self.sampler.sample(logits[row], first_position + row)
-            if token != draft or token in self.stop_ids:
-                return row, token
-        row = len(drafts)
-        return row, greedy[row] if greedy is not None else self.sampler.sample(logits[row], first_position + row)
+        params = self.sampler.params
+        if params.greedy and params.verify == "match":
+            accepted, last = dispatch.greedy_verify(logits.contiguous(), _ids(drafts, logits.device))
+            accepted, last = int(accepted), int(last)
+        elif params.verify == "rejection" and drafts:
+            accepted, last = self._verify_rejection(logits, drafts, probs, first_position)
+        else:
+            accepted, last = self._verify_match(logits, drafts, first_position)
+        return self._stop_at_first_stop(drafts, accepted, last)
 
-    def _sample_rejection(
+    def _verify_match(self, logits: torch.Tensor, drafts: list[int], first_position: int) -> tuple[int, int]:
+        for row, draft in enumerate(drafts):
+            token = self.sampler.sample(logits[row], first_position + row)
+            if token != draft:
+                return row, token
+        return len(drafts), self.sampler.sample(logits[len(drafts)], first_position + len(drafts))
+
+    def _verify_rejection(
         self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None, first_position: int
     ) -> tuple[int, int]:
-        for row, draft in enumerate(drafts):
-            position = first_position + row
-            p = self.sampler.probs(logits[row])
-            q = probs[row] if probs is not None else _one_hot(draft, p)
-            if not self.sampler.accept(p, q, draft, position):
-                return row, self.sampler.correct(p, q, position)
-            if draft in self.stop_ids:
-                return row, draft
-        row = len(drafts)
-        return row, self.sampler.sample(logits[row], first_position + row)
+        target = torch.stack([self.sampler.probs(row) for row in logits])
+        draft = probs.to(target) if probs is not None else _one_hot(drafts, target.shape[-1])
+        seed = self.sampler.params.seed
+        uniforms = torch.tensor(
+            [[uniform(seed, first_position + row, lane) for lane in Lane] for row in range(len(drafts) + 1)],
+            dtype=torch.float64,
+        )
+        accepted, last = dispatch.rejection_step(target, draft.contiguous(), _ids(drafts, target.device), uniforms)
+        return int(accepted), int(last)
+
+    def _stop_at_first_stop(self, drafts: list[int], accepted: int, last: int) -> tuple[int, int]:
+        """An accepted stop token ends the round: it becomes the emitted last token and nothing after it is kept."""
+        for row in range(accepted):
+            if drafts[row] in self.stop_ids:
+                return row, drafts[row]
+        return accepted, last
 
     def _discard_rejected(self, start: int, kept: list[int], checkpoint: _Checkpoint) -> bool:
         """Rewind the target to `start + len(kept)`; replay from the checkpoint if that is outside the window."""
@@ -209,8 +224,12 @@ class SpeculativeSequence:
             self.observer(step)
 
 
-def _one_hot(token: int, like: torch.Tensor) -> torch.Tensor:
+def _ids(tokens: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(tokens, dtype=torch.int64, device=device)
+
+
+def _one_hot(tokens: list[int], vocab: int) -> torch.Tensor:
     """A deterministic proposal is a draw from the one-hot distribution on that token."""
-    q = torch.zeros_like(like)
-    q[token] = 1.0
+    q = torch.zeros(len(tokens), vocab, dtype=torch.float64)
+    q[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.int64)] = 1.0
     return q

@@ -36,8 +36,40 @@ def _ngram(request: SpeculatorRequest) -> Speculator | Decline:
     )
 
 
+def _block_drafter(kind: str) -> Factory:
+    def build(request: SpeculatorRequest) -> Speculator | Decline:
+        from power.orchestrator.contracts import classify_drafter
+
+        from ..gguf_weights import GGUFFile
+        from .dflash import BlockDrafter, header_view
+        from .dspark import DSparkDrafter
+        from .target_head import TargetHead
+
+        if request.drafter_path is None or request.target_path is None:
+            return Decline(kind, f"needs a {kind} drafter artifact and the target GGUF; the plan names none")
+        drafter = GGUFFile(request.drafter_path)
+        found = classify_drafter(header_view(drafter))
+        if found != kind:
+            return Decline(kind, f"{request.drafter_path} is a {found or 'non-drafter'} artifact by its header, not {kind}")
+        config = request.trunk.config
+        width = drafter.get(f"{drafter.architecture}.embedding_length")
+        if width != config.d_model:
+            return Decline(kind, f"drafter width {width} does not match the target's d_model {config.d_model}")
+        layers = drafter.get(f"{drafter.architecture}.target_layers", [])
+        if any(not 0 <= layer <= config.n_layers for layer in layers):
+            return Decline(kind, f"drafter reads target layers {list(layers)}; the target has {config.n_layers}")
+        head = TargetHead.load(request.target_path, request.options.get("fr_vocab"))
+        cls = DSparkDrafter if kind == "dspark" else BlockDrafter
+        return cls(drafter, head, context_rows=config.n_ctx, guard_rows=config.verify_capacity)
+
+    return build
+
+
 _FACTORIES: dict[str, Factory] = {
     "ngram": _ngram,
+    "dflash": _block_drafter("dflash"),
+    "dflash2": _block_drafter("dflash2"),
+    "dspark": _block_drafter("dspark"),
 }
 
 

@@ -1,0 +1,186 @@
+"""DFlash block drafters (v1 and DFlash2: one code path, keyed off the header).
+
+The drafter reads the target's residuals, not only its tokens, and proposes a
+whole block in one forward:
+
+    PASS A  encoder    feat = concat(target residual entering each of target_layers)   [n, L*d]
+                       g    = rmsnorm(fc @ feat, enc.output_norm)                        [n, d]
+    PASS B  KV inject  per layer: K = rope(k_norm(attn_k @ g)), V = attn_v @ g -> the drafter's own ring
+    PASS C  block      ids = [anchor, MASK x (block_size - 1)] -> layers (attending to the ring and,
+                       bidirectionally, to the block) -> output_norm -> the target's LM head
+
+DFlash2 adds, when its header carries them (the file decides, not its name):
+- a grouped dynamic depthwise convolution around every attention and FFN
+  sublayer: tap t of channel c at block row r is base[t][c] + delta[r][t][c // group],
+  multiplying x[r - t][c], zero for r < t (never across the block boundary); one
+  projection of the sublayer's input yields the deltas for both its input and output;
+- the candidate selector: top-k candidates per position scored through two
+  low-rank codebooks, score = unary[c] + <A[pred] * (P h), B[cand]>, read off as a
+  greedy walk from the verified anchor. The unary term is the target LM head's
+  logit after the drafter's logit_scale and final_logit_softcapping.
+
+The target's KV cache is untouched: the ring holds the drafter's sliding window
+(`dflash.attention.sliding_window`), or the whole context when none is declared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from power.orchestrator.contracts import DrafterHparams, drafter_hparams
+
+from ..gguf_weights import GGUFFile
+from ..layers import apply_rope, attention, default_attention_scale, gated_mlp, linear, rms_norm, rope_tables, softcap
+from .base import DraftContext, Proposal, Speculator
+from .kv_ring import KVRing
+from .target_head import TargetHead
+
+
+def grouped_conv(x: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, group: int) -> torch.Tensor:
+    """x [B, d]; base [K, d] static taps; delta [B, K, d / group] dynamic per-group taps -> [B, d], causal in-block."""
+    taps = base[None] + delta.repeat_interleave(group, dim=-1)  # [B, K, d]
+    out = torch.zeros_like(x)
+    for t in range(min(base.shape[0], x.shape[0])):
+        out[t:] += taps[t:, t] * x[: x.shape[0] - t]
+    return out
+
+
+@dataclass(frozen=True)
+class _HeaderView:
+    """What `power.orchestrator.contracts` reads from a header, over the runtime's GGUF reader."""
+
+    path: str
+    architecture: str
+    metadata: Mapping[str, Any]
+    tensor_shapes: Mapping[str, tuple[int, ...]]
+
+
+def header_view(gguf: GGUFFile) -> _HeaderView:
+    return _HeaderView(str(gguf.path), gguf.architecture, gguf.metadata, {n: i.shape for n, i in gguf.tensors.items()})
+
+
+class BlockDrafter(Speculator):
+    """The DFlash backbone; DFlash2's convolution and selector switch on when the header carries them."""
+
+    name = "dflash"
+
+    def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int, guard_rows: int) -> None:
+        self.hp: DrafterHparams = drafter_hparams(header_view(drafter))
+        self.head = head
+        self.w = {name: drafter.tensor(name) for name in drafter.tensors}
+        self.layers = [self._layer_weights(i) for i in range(self.hp.block_count)]
+        self.taps = tuple(self.hp.target_layers)
+        self.conv = self.hp.conv_kernel_size is not None
+        self.selector = "selector_hidden.weight" in self.w
+        if self.conv or self.selector:
+            self.name = "dflash2"
+        rows = min(self.hp.sliding_window or context_rows, context_rows)
+        self.ring = KVRing(self.hp.block_count, rows, self.hp.head_count_kv, self.hp.head_dim, guard_rows)
+        self._cos, self._sin = rope_tables(context_rows + self.hp.block_size, self.hp.head_dim, self.hp.rope_freq_base)
+
+    # --- the speculator interface ---------------------------------------------
+    def begin(self, tokens: Sequence[int]) -> None:
+        self.ring.reset()
+
+    def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
+        if start != self.ring.length:  # a gap (an adopted prefix): refill from here on
+            self.ring.jump(start)
+        feat = torch.cat([hidden[layer] for layer in self.taps], dim=-1)  # PASS A  [n, L*d]
+        g = rms_norm(linear(feat, self.w["fc.weight"]), self.w["enc.output_norm.weight"], self.hp.rms_epsilon)
+        positions = torch.arange(start, start + len(tokens))
+        keys, values = zip(*(self._inject(i, g, positions) for i in range(self.hp.block_count)))  # PASS B
+        self.ring.write(start, torch.stack(keys), torch.stack(values))
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        n = min(ctx.max_tokens, self.hp.block_size - 1)
+        if n <= 0:
+            return Proposal()
+        rows = self._block(ctx.tokens[-1])[1 : 1 + n]  # PASS C: the MASK rows, normed
+        return Proposal(tokens=self._read_block(ctx.tokens[-1], rows), head_ran=True)
+
+    def reset(self) -> None:
+        self.ring.reset()
+
+    def checkpoint(self) -> Any:
+        return self.ring.checkpoint()
+
+    def restore(self, checkpoint: Any) -> None:
+        self.ring.restore(checkpoint)
+
+    # --- the passes ------------------------------------------------------------
+    def _inject(self, layer: int, g: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w, hp = self.layers[layer], self.hp
+        k = linear(g, w["attn_k"]).view(len(g), hp.head_count_kv, hp.head_dim)
+        v = linear(g, w["attn_v"]).view(len(g), hp.head_count_kv, hp.head_dim)
+        return self._rope(rms_norm(k, w["attn_k_norm"], hp.rms_epsilon), positions), v
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return apply_rope(x, self._cos[positions], self._sin[positions], neox=True)
+
+    def _block(self, anchor: int) -> torch.Tensor:
+        """The block forward: [block_size, d] normed hidden rows; row 0 is the anchor."""
+        ids = [anchor] + [self.hp.mask_token_id] * (self.hp.block_size - 1)
+        positions = torch.arange(self.ring.length, self.ring.length + len(ids))
+        x = self.head.embed(ids)
+        for layer, w in enumerate(self.layers):
+            x = self._sublayer(x, w, "attn", lambda u, w=w, layer=layer: self._attention(u, w, layer, positions))
+            x = self._sublayer(x, w, "ffn", lambda u, w=w: self._ffn(u, w))
+        return rms_norm(x, self.w["output_norm.weight"], self.hp.rms_epsilon)
+
+    def _sublayer(self, x: torch.Tensor, w: dict[str, torch.Tensor], kind: str, fn) -> torch.Tensor:
+        u = rms_norm(x, w[f"{kind}_norm"], self.hp.rms_epsilon)
+        if not self.conv:
+            return x + fn(u)
+        k, group = self.hp.conv_kernel_size, self.hp.conv_group_size
+        base = w[f"{kind}_conv_base"]  # [2K, d]: input taps, then output taps
+        delta = linear(u, w[f"{kind}_conv_proj"]).view(len(u), 2, k, -1)
+        y = fn(grouped_conv(u, base[:k], delta[:, 0], group))
+        return x + grouped_conv(y, base[k:], delta[:, 1], group)
+
+    def _attention(self, u: torch.Tensor, w: dict[str, torch.Tensor], layer: int, positions: torch.Tensor) -> torch.Tensor:
+        """The block's rows attend to the ring's resident positions and, bidirectionally, to each other."""
+        hp, n = self.hp, len(u)
+        q = linear(u, w["attn_q"]).view(n, hp.head_count, hp.head_dim)
+        k = linear(u, w["attn_k"]).view(n, hp.head_count_kv, hp.head_dim)
+        v = linear(u, w["attn_v"]).view(n, hp.head_count_kv, hp.head_dim)
+        q = self._rope(rms_norm(q, w["attn_q_norm"], hp.rms_epsilon), positions)
+        k = self._rope(rms_norm(k, w["attn_k_norm"], hp.rms_epsilon), positions)
+        ring_k, ring_v, _ = self.ring.window(layer)
+        keys = torch.cat([ring_k, k]).transpose(0, 1)  # [Hkv, ctx + n, hd]
+        values = torch.cat([ring_v, v]).transpose(0, 1)
+        visible = torch.zeros(n, keys.shape[1])
+        out = attention(q, keys, values, visible, default_attention_scale(hp.head_dim))
+        return linear(out, w["attn_output"])
+
+    @staticmethod
+    def _ffn(u: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+        return gated_mlp(u, w["ffn_gate"], w["ffn_up"], w["ffn_down"], F.silu)
+
+    def _layer_weights(self, i: int) -> dict[str, torch.Tensor]:
+        prefix = f"blk.{i}."
+        return {name[len(prefix) :].removesuffix(".weight"): t for name, t in self.w.items() if name.startswith(prefix)}
+
+    # --- reading a block out ----------------------------------------------------
+    def _read_block(self, anchor: int, rows: torch.Tensor) -> list[int]:
+        if not self.selector:
+            return self.head.draft_ids(rows)  # independent argmax per position
+        return self._selector_walk(anchor, rows)
+
+    def _selector_walk(self, anchor: int, rows: torch.Tensor) -> list[int]:
+        unary = self._unary(self.head.logits(rows)[:, : self.head.fr_vocab])  # [E, vocab]
+        scores, cands = unary.topk(self.hp.selector_top_k, dim=-1)  # [E, k]
+        projected = linear(rows, self.w["selector_hidden.weight"])  # [E, r]
+        pred_book, succ_book = self.w["selector_predecessor.weight"], self.w["selector_successor.weight"]
+        walk, pred = [], anchor
+        for e in range(len(rows)):
+            transition = (pred_book[pred] * projected[e]) @ succ_book[cands[e]].T  # [k]
+            pred = int(cands[e][int(torch.argmax(scores[e] + transition))])
+            walk.append(pred)
+        return walk
+
+    def _unary(self, logits: torch.Tensor) -> torch.Tensor:
+        return softcap(logits * (self.hp.logit_scale or 1.0), self.hp.final_logit_softcapping)
