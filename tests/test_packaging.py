@@ -1,8 +1,10 @@
 """The package list matches the tree, and both an editable and a normal install import the three namespaces."""
 
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -63,7 +65,10 @@ def test_a_built_wheel_installs_and_imports_the_three_namespaces(tmp_path):
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     assert "power = power.orchestrator.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
+    # -S skips .pth files, so the editable install's finder is absent; dependencies still come from the venv.
     site = tmp_path / "site"
+    python_path = os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]])
     probe = "import importlib; print('\\n'.join(importlib.import_module(n).__file__ for n in %r))" % NAMESPACES
-    result = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-S", "-c", probe], env={"PYTHONPATH": python_path}, cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
     assert [Path(line) for line in result.stdout.split()] == [site / name.replace(".", "/") / "__init__.py" for name in NAMESPACES]
