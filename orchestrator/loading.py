@@ -45,7 +45,11 @@ _SCHEMA_HINT = "the first key of every file names its kind: " + ", ".join(f'sche
 
 @dataclass
 class Loaded:
-    """One loaded file: its kind, its model (None on any error), its findings, and where its keys are."""
+    """One loaded file: its kind, its model (None on any error), its findings, and where its keys are.
+
+    `kind` is manifest, profile, host or fleet, or for a document Power generates
+    (plan, fleet-lock, ...) that kind with no model; None when the kind is unknown.
+    """
 
     path: Path
     kind: str | None = None
@@ -129,7 +133,7 @@ def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
         loaded.findings.append(
             loaded.finding(
                 "PWR012",
-                f"expected a {kind} file here, but this is a {loaded.kind} (schema = \"{schema_id(loaded.kind)}\")",
+                f"expected a {kind} file here, but this is a {loaded.kind} (schema = {_toml(loaded.data['schema'])})",
                 where="schema",
                 hint=f"pass a file that starts with schema = \"{schema_id(kind)}\"",
             )
@@ -237,6 +241,7 @@ def _read_kind(loaded: Loaded) -> bool:
         return False
     match = _SCHEMA_VALUE.match(value) if isinstance(value, str) else None
     if match is not None and match["kind"] in GENERATED_KINDS:
+        loaded.kind = match["kind"]
         loaded.findings.append(
             loaded.finding(
                 "PWR014",

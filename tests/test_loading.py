@@ -101,7 +101,9 @@ def test_wrong_schema(tmp_path, value, hint):
 def test_a_document_power_generates_is_recognised_not_validated(tmp_path):
     loaded = load_document(write(tmp_path, "x.plan.toml", 'schema = "power.plan/v1"\ndigest = "abc"\n'))
     assert codes(loaded) == ["PWR014"] and loaded.findings[0].severity is Severity.INFO
-    assert loaded.model is None and loaded.kind is None
+    assert loaded.model is None and loaded.kind == "plan"
+    as_manifest = load_manifest(loaded.path)
+    assert codes(as_manifest) == ["PWR014", "PWR012"] and as_manifest.findings[1].severity is Severity.ERROR
 
 
 def test_wrong_kind_for_the_use(tmp_path):
