@@ -46,6 +46,7 @@ _QWEN35_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\
 PRE_TOKENIZER_SPLITS = {
     "default": _GPT2_SPLIT,
     "gpt2": _GPT2_SPLIT,
+    "gpt-2": _GPT2_SPLIT,
     "llama-bpe": _LLAMA3_SPLIT,
     "llama3": _LLAMA3_SPLIT,
     "qwen2": _QWEN2_SPLIT,

@@ -65,6 +65,9 @@ class Weights:
     def vector(self, name: str, shape: Sequence[int]) -> torch.Tensor:
         return self.gguf.tensor(name, shape)
 
+    def optional_vector(self, name: str, shape: Sequence[int]) -> torch.Tensor | None:
+        return self.vector(name, shape) if self.gguf.has(name) else None
+
 
 class FixedShapeTrunk:
     """The trunk contract (`power.runtime.contract.Trunk`) over a concrete `_run`."""

@@ -1,0 +1,129 @@
+"""Dense llama-family trunks: `llama`, `qwen2`, `qwen3` (llama.cpp's LLM_ARCH_LLAMA / QWEN2 / QWEN3).
+
+Per layer: pre-norm grouped-query attention with rope, then pre-norm SwiGLU.
+The variants differ in small, header-visible ways handled here:
+- rope: llama rotates adjacent pairs (`LLAMA_ROPE_TYPE_NORM`), qwen2/qwen3 the halves (NEOX);
+- qwen3 normalises each query/key head (`attn_q_norm`, `attn_k_norm`);
+- qwen2 adds biases to q/k/v (`attn_q.bias`, ...);
+- `output.weight` absent means the output projection is tied to the embedding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from power.runtime.contract import TrunkConfig
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.kv_cache import KVCache
+from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, linear, rms_norm, rope_tables
+from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions, Weights
+
+NEOX_ARCHITECTURES = ("qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class LlamaParams:
+    arch: str
+    d_model: int
+    n_layers: int
+    d_ff: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    eps: float
+    rope_base: float
+    vocab: int
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile) -> LlamaParams:
+        arch = gguf.architecture
+        key = lambda name: f"{arch}.{name}"  # noqa: E731
+        d_model = int(gguf.require(key("embedding_length")))
+        n_heads = int(gguf.require(key("attention.head_count")))
+        return cls(
+            arch=arch,
+            d_model=d_model,
+            n_layers=int(gguf.require(key("block_count"))),
+            d_ff=int(gguf.require(key("feed_forward_length"))),
+            n_heads=n_heads,
+            n_kv_heads=int(gguf.get(key("attention.head_count_kv"), n_heads)),
+            head_dim=int(gguf.get(key("attention.key_length"), d_model // n_heads)),
+            eps=float(gguf.require(key("attention.layer_norm_rms_epsilon"))),
+            rope_base=float(gguf.get(key("rope.freq_base"), 10_000.0)),
+            vocab=gguf.info("token_embd.weight").shape[0],
+        )
+
+
+class LlamaLayer:
+    def __init__(self, w: Weights, p: LlamaParams, i: int, cache_capacity: int) -> None:
+        b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
+        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.wq = w.matrix(b + "attn_q.weight", [q_dim, d])
+        self.wk = w.matrix(b + "attn_k.weight", [kv_dim, d])
+        self.wv = w.matrix(b + "attn_v.weight", [kv_dim, d])
+        self.biases = [w.optional_vector(b + f"attn_{x}.bias", [n]) for x, n in (("q", q_dim), ("k", kv_dim), ("v", kv_dim))]
+        self.q_norm = w.optional_vector(b + "attn_q_norm.weight", [p.head_dim])
+        self.k_norm = w.optional_vector(b + "attn_k_norm.weight", [p.head_dim])
+        self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
+        self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
+        self.gate = w.matrix(b + "ffn_gate.weight", [p.d_ff, d])
+        self.up = w.matrix(b + "ffn_up.weight", [p.d_ff, d])
+        self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
+        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim)
+
+    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+                 p: LlamaParams) -> torch.Tensor:
+        n, neox = h.shape[0], p.arch in NEOX_ARCHITECTURES
+        x = rms_norm(h, self.attn_norm, p.eps)
+        q, k, v = (_biased(linear(x, wt), bias) for wt, bias in zip((self.wq, self.wk, self.wv), self.biases))
+        q = q.view(n, p.n_heads, p.head_dim)
+        k = k.view(n, p.n_kv_heads, p.head_dim)
+        v = v.view(n, p.n_kv_heads, p.head_dim)
+        if self.q_norm is not None:
+            q = rms_norm(q, self.q_norm, p.eps)
+        if self.k_norm is not None:
+            k = rms_norm(k, self.k_norm, p.eps)
+        q, k = apply_rope(q, *rope, neox=neox), apply_rope(k, *rope, neox=neox)
+        self.cache.write(start, k, v)
+        h = h + linear(attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim)), self.wo)
+        return h + gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate, self.up, self.down, F.silu)
+
+
+class LlamaTrunk(FixedShapeTrunk):
+    def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
+        p = self.params = LlamaParams.from_gguf(gguf)
+        w = Weights(gguf, options.dtype)
+        capacity = options.cache_capacity
+        self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
+        output_name = "output.weight" if gguf.has("output.weight") else "token_embd.weight"
+        self.layers = [LlamaLayer(w, p, i, capacity) for i in range(p.n_layers)]
+        self.rope = rope_tables(capacity, p.head_dim, p.rope_base)
+        config = TrunkConfig(architecture=p.arch, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
+                             n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
+                             recurrent=False)
+        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]),
+                         w.matrix(output_name, [p.vocab, p.d_model]), p.eps)
+
+    def _run(self, tokens: torch.Tensor, start: int, n_real: int,
+             taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        positions = torch.arange(start, start + tokens.shape[0])
+        mask = causal_mask(positions, self.layers[0].cache.capacity)
+        rope = tuple(t[positions] for t in self.rope)
+        h = self.embedding[tokens]  # [m, d]
+        tapped = {}
+        for i, layer in enumerate(self.layers):
+            if i in taps:
+                tapped[i] = h
+            h = layer(h, start, rope, mask, self.params)
+        if self.params.n_layers in taps:
+            tapped[self.params.n_layers] = h
+        return h, tapped
+
+
+def _biased(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x if bias is None else x + bias

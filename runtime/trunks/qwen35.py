@@ -1,0 +1,285 @@
+"""The qwen35 hybrid (llama.cpp `LLM_ARCH_QWEN35`): gated-delta-net recurrent layers plus gated full attention.
+
+Layer i is full attention when (i + 1) % full_attention_interval == 0, otherwise
+a gated delta net. The `nextn_predict_layers` blocks at the end of the file are
+the MTP head: not part of the trunk, so they are not run here.
+
+Gated delta net (per layer, per value head; dk = dv = ssm.state_size):
+    qkv = causal_conv1d(x @ W_qkv) -> silu          conv state: the last K-1 inputs
+    q, k = l2norm(q) / sqrt(dk), l2norm(k)           (key heads repeated to value heads)
+    g    = -exp(A_log) * softplus(x @ W_alpha + dt_bias);  beta = sigmoid(x @ W_beta)
+    S    = S * exp(g);  S += k (beta (v - S^T k))^T;  o = S^T q     delta state S [dk, dv]
+    out  = (rmsnorm(o) * silu(x @ W_gate)) @ W_out
+Gated attention: `attn_q` yields [query | gate] per head; out = attn(q, k, v) * sigmoid(gate).
+Rope (NEOX) covers the first `rope.dimension_count` dims of each head; for text the
+multi-section positions are all equal, so the sections reduce to ordinary rope.
+
+Recurrent state is real state: a forward commits the state after its last real
+row and keeps per-row snapshots for the last S (`snapshot_rows`) rows, so
+`rewind` can return to any length in [end - S, end]; shorter raises
+`OutsideResidentWindow`. Padding rows never touch the recurrent state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from power.runtime.contract import OutsideResidentWindow, TrunkConfig
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.kv_cache import KVCache
+from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, linear, rms_norm, rope_tables
+from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions, Weights
+
+ARCH = "qwen35"
+L2_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Qwen35Params:
+    d_model: int
+    n_layers: int  # trunk layers (block_count minus the nextn blocks)
+    d_ff: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    eps: float
+    rope_base: float
+    rope_dims: int
+    interval: int
+    conv_kernel: int
+    state: int  # dk = dv
+    key_heads: int
+    value_heads: int
+    vocab: int
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile) -> Qwen35Params:
+        key = lambda name: f"{ARCH}.{name}"  # noqa: E731
+        d_model = int(gguf.require(key("embedding_length")))
+        n_heads = int(gguf.require(key("attention.head_count")))
+        head_dim = int(gguf.get(key("attention.key_length"), d_model // n_heads))
+        return cls(
+            d_model=d_model,
+            n_layers=int(gguf.require(key("block_count"))) - int(gguf.get(key("nextn_predict_layers"), 0)),
+            d_ff=int(gguf.require(key("feed_forward_length"))),
+            n_heads=n_heads,
+            n_kv_heads=int(gguf.get(key("attention.head_count_kv"), n_heads)),
+            head_dim=head_dim,
+            eps=float(gguf.require(key("attention.layer_norm_rms_epsilon"))),
+            rope_base=float(gguf.get(key("rope.freq_base"), 10_000_000.0)),
+            rope_dims=int(gguf.get(key("rope.dimension_count"), head_dim)),
+            interval=int(gguf.require(key("full_attention_interval"))),
+            conv_kernel=int(gguf.require(key("ssm.conv_kernel"))),
+            state=int(gguf.require(key("ssm.state_size"))),
+            key_heads=int(gguf.require(key("ssm.group_count"))),
+            value_heads=int(gguf.require(key("ssm.time_step_rank"))),
+            vocab=gguf.info("token_embd.weight").shape[0],
+        )
+
+    def is_recurrent(self, layer: int) -> bool:
+        return (layer + 1) % self.interval != 0
+
+    @property
+    def conv_channels(self) -> int:
+        return self.state * (2 * self.key_heads + self.value_heads)
+
+
+@dataclass
+class RecurrentState:
+    conv: torch.Tensor  # [channels, K-1]: the last K-1 conv inputs
+    delta: torch.Tensor  # [Hv, dk, dv]
+
+    def clone(self) -> RecurrentState:
+        return RecurrentState(self.conv.clone(), self.delta.clone())
+
+
+class FFN:
+    def __init__(self, w: Weights, p: Qwen35Params, b: str) -> None:
+        self.norm = w.vector(b + "post_attention_norm.weight", [p.d_model])
+        self.gate = w.matrix(b + "ffn_gate.weight", [p.d_ff, p.d_model])
+        self.up = w.matrix(b + "ffn_up.weight", [p.d_ff, p.d_model])
+        self.down = w.matrix(b + "ffn_down.weight", [p.d_model, p.d_ff])
+
+    def __call__(self, h: torch.Tensor, eps: float) -> torch.Tensor:
+        return gated_mlp(rms_norm(h, self.norm, eps), self.gate, self.up, self.down, F.silu)
+
+
+class GatedDeltaNetLayer:
+    def __init__(self, w: Weights, p: Qwen35Params, i: int) -> None:
+        b, d, value_dim = f"blk.{i}.", p.d_model, p.state * p.value_heads
+        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.w_qkv = w.matrix(b + "attn_qkv.weight", [p.conv_channels, d])
+        self.w_gate = w.matrix(b + "attn_gate.weight", [value_dim, d])
+        self.conv = w.vector(b + "ssm_conv1d.weight", [p.conv_channels, p.conv_kernel])
+        self.dt_bias = w.vector(b + "ssm_dt.bias", [p.value_heads])
+        self.a = w.vector(b + "ssm_a", [p.value_heads])  # -exp(A_log)
+        self.w_beta = w.matrix(b + "ssm_beta.weight", [p.value_heads, d])
+        self.w_alpha = w.matrix(b + "ssm_alpha.weight", [p.value_heads, d])
+        self.norm = w.vector(b + "ssm_norm.weight", [p.state])
+        self.w_out = w.matrix(b + "ssm_out.weight", [d, value_dim])
+        self.ffn = FFN(w, p, b)
+
+    def initial_state(self, p: Qwen35Params) -> RecurrentState:
+        return RecurrentState(torch.zeros(p.conv_channels, p.conv_kernel - 1),
+                              torch.zeros(p.value_heads, p.state, p.state))
+
+    def __call__(self, h: torch.Tensor, n_real: int, state: RecurrentState, p: Qwen35Params,
+                 keep: int) -> tuple[torch.Tensor, dict[int, RecurrentState]]:
+        """Rows [m, d] -> [m, d]; advances `state` over the first n_real rows.
+
+        Also returns {rows consumed: state} for the last `keep` real rows.
+        """
+        x = rms_norm(h, self.attn_norm, p.eps)
+        qkv, z = linear(x, self.w_qkv), linear(x, self.w_gate)  # [m, C], [m, Hv*dv]
+        beta = torch.sigmoid(linear(x, self.w_beta))  # [m, Hv]
+        decay = self.a * F.softplus(linear(x, self.w_alpha) + self.dt_bias)  # [m, Hv], log decay <= 0
+        mixed, conv_states = self._conv(qkv[:n_real], state.conv, p)  # [n, C]
+        q, k, v = torch.split(mixed, [p.state * p.key_heads, p.state * p.key_heads, p.state * p.value_heads], dim=-1)
+        repeat = p.value_heads // p.key_heads
+        q = _l2norm(q.view(n_real, p.key_heads, p.state)).repeat_interleave(repeat, dim=1) / math.sqrt(p.state)
+        k = _l2norm(k.view(n_real, p.key_heads, p.state)).repeat_interleave(repeat, dim=1)
+        v = v.view(n_real, p.value_heads, p.state)
+        out = torch.zeros(h.shape[0], p.value_heads, p.state)
+        snapshots = {}
+        s = state.delta
+        for t in range(n_real):  # the recurrence, one row at a time: [Hv, dk, dv]
+            s = s * decay[t].exp()[:, None, None]
+            remembered = (s * k[t][:, :, None]).sum(dim=1)  # [Hv, dv]
+            s = s + k[t][:, :, None] * ((v[t] - remembered) * beta[t][:, None])[:, None, :]
+            out[t] = (s * q[t][:, :, None]).sum(dim=1)
+            if t >= n_real - keep:
+                snapshots[t + 1] = RecurrentState(conv_states[t], s)
+        state.conv, state.delta = conv_states[n_real - 1], s
+        gated = rms_norm(out, self.norm, p.eps) * F.silu(z.view(-1, p.value_heads, p.state))
+        h = h + linear(gated.reshape(h.shape[0], -1), self.w_out)
+        return h + self.ffn(h, p.eps), snapshots
+
+    def _conv(self, rows: torch.Tensor, conv_state: torch.Tensor, p: Qwen35Params) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Causal depthwise conv + silu over rows [n, C]; also the conv state after each row."""
+        window = torch.cat((conv_state, rows.T), dim=1)  # [C, K-1+n]
+        n, kernel = rows.shape[0], p.conv_kernel
+        out = torch.zeros(rows.shape)
+        for tap in range(kernel):  # elementwise per tap: every row summed in the same order
+            out = out + (self.conv[:, tap:tap + 1] * window[:, tap:tap + n]).T
+        states = [window[:, t + 1:t + kernel].clone() for t in range(n)]
+        return F.silu(out), states
+
+
+class GatedAttentionLayer:
+    def __init__(self, w: Weights, p: Qwen35Params, i: int, cache_capacity: int) -> None:
+        b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
+        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.wq = w.matrix(b + "attn_q.weight", [2 * q_dim, d])
+        self.wk = w.matrix(b + "attn_k.weight", [kv_dim, d])
+        self.wv = w.matrix(b + "attn_v.weight", [kv_dim, d])
+        self.q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim])
+        self.k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim])
+        self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
+        self.ffn = FFN(w, p, b)
+        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim)
+
+    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+                 p: Qwen35Params) -> torch.Tensor:
+        n = h.shape[0]
+        x = rms_norm(h, self.attn_norm, p.eps)
+        q, gate = linear(x, self.wq).view(n, p.n_heads, 2 * p.head_dim).chunk(2, dim=-1)
+        q = rms_norm(q, self.q_norm, p.eps)
+        k = rms_norm(linear(x, self.wk).view(n, p.n_kv_heads, p.head_dim), self.k_norm, p.eps)
+        v = linear(x, self.wv).view(n, p.n_kv_heads, p.head_dim)
+        q, k = _partial_rope(q, rope, p.rope_dims), _partial_rope(k, rope, p.rope_dims)
+        self.cache.write(start, k, v)
+        a = attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim))
+        h = h + linear(a * torch.sigmoid(gate.reshape(n, -1)), self.wo)
+        return h + self.ffn(h, p.eps)
+
+
+class Qwen35Trunk(FixedShapeTrunk):
+    def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
+        p = self.params = Qwen35Params.from_gguf(gguf)
+        w = Weights(gguf, options.dtype)
+        capacity = options.cache_capacity
+        self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])
+        output_name = "output.weight" if gguf.has("output.weight") else "token_embd.weight"
+        self.layers = [GatedDeltaNetLayer(w, p, i) if p.is_recurrent(i) else GatedAttentionLayer(w, p, i, capacity)
+                       for i in range(p.n_layers)]
+        self.rope = rope_tables(capacity, p.rope_dims, p.rope_base)
+        self.states = self._initial_states()
+        self.snapshots: dict[int, list[RecurrentState]] = {}  # committed length -> every recurrent layer's state
+        config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
+                             n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
+                             snapshot_rows=options.snapshot_rows, recurrent=True)
+        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]),
+                         w.matrix(output_name, [p.vocab, p.d_model]), p.eps)
+
+    def _initial_states(self) -> dict[int, RecurrentState]:
+        return {i: layer.initial_state(self.params) for i, layer in enumerate(self.layers)
+                if isinstance(layer, GatedDeltaNetLayer)}
+
+    def _run(self, tokens: torch.Tensor, start: int, n_real: int,
+             taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
+        positions = torch.arange(start, start + tokens.shape[0])
+        attention_layer = next(layer for layer in self.layers if isinstance(layer, GatedAttentionLayer))
+        mask = causal_mask(positions, attention_layer.cache.capacity)
+        rope = tuple(t[positions] for t in self.rope)
+        before = {i: s.clone() for i, s in self.states.items()} if self.options.snapshot_rows >= n_real else None
+        per_row: dict[int, dict[int, RecurrentState]] = {}
+        h = self.embedding[tokens]
+        tapped = {}
+        for i, layer in enumerate(self.layers):
+            if i in taps:
+                tapped[i] = h
+            if isinstance(layer, GatedDeltaNetLayer):
+                h, per_row[i] = layer(h, n_real, self.states[i], p, keep)
+            else:
+                h = layer(h, start, rope, mask, p)
+        if p.n_layers in taps:
+            tapped[p.n_layers] = h
+        self._keep_snapshots(start, per_row, before)
+        return h, tapped
+
+    def _keep_snapshots(self, start: int, per_row: dict[int, dict[int, RecurrentState]],
+                        before: dict[int, RecurrentState] | None) -> None:
+        """Replace the resident window with this forward's: lengths [end - S, end] that it passed through."""
+        consumed = next(iter(per_row.values())).keys()
+        self.snapshots = {start + rows: {i: layer_rows[rows] for i, layer_rows in per_row.items()} for rows in consumed}
+        if before is not None:
+            self.snapshots[start] = before
+
+    # --- recurrent state ----------------------------------------------------------
+
+    def _rewind_state(self, length: int) -> None:
+        if length == self.position:
+            return
+        if length not in self.snapshots:
+            resident = sorted(self.snapshots)
+            window = f"[{resident[0]}, {self.position}]" if resident else f"[{self.position}, {self.position}]"
+            raise OutsideResidentWindow(f"length {length} is outside the resident window {window} "
+                                        f"(S = {self.options.snapshot_rows})")
+        self.states = {i: s.clone() for i, s in self.snapshots[length].items()}
+        self.snapshots = {kept: states for kept, states in self.snapshots.items() if kept <= length}
+
+    def _state_checkpoint(self) -> Any:
+        return {i: s.clone() for i, s in self.states.items()}
+
+    def _restore_state(self, state: Any) -> None:
+        self.states = {i: s.clone() for i, s in state.items()}
+        self.snapshots = {}
+
+    def _reset_state(self) -> None:
+        self.states = self._initial_states()
+        self.snapshots = {}
+
+
+def _l2norm(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + L2_EPS)
+
+
+def _partial_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], dims: int) -> torch.Tensor:
+    """NEOX rope on the first `dims` dims of each head; the rest pass through."""
+    return torch.cat((apply_rope(x[..., :dims], *rope, neox=True), x[..., dims:]), dim=-1)
