@@ -30,6 +30,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR012": ("error", "the file is of another kind than the one expected here"),
     "PWR013": ("error", "the file cannot be read (permission or I/O error)"),
     "PWR014": ("info", "a document Power generates (plan, fleet lock, evidence): not validated as user input"),
+    "PWR015": ("warning", "the `#:schema` first line names another kind's JSON Schema"),
     # PWR02x fields (orchestrator/schema.py, rules.py)
     "PWR020": ("error", "unknown key"),
     "PWR021": ("error", "a required key is missing"),

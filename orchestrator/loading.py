@@ -32,6 +32,7 @@ from power.orchestrator.units import ACCEPTED_FORMS, SizeError
 
 MAX_TOML_BYTES = 8 * 1024**2
 
+_EDITOR_SCHEMA = re.compile(r"#:schema\s+(?P<target>\S+)[^\n]*")
 _SCHEMA_VALUE = re.compile(r"^power\.(?P<kind>[A-Za-z0-9_-]+)/(?P<version>v\d+)$")
 # Errors on these fields carry the speculation-settings code instead of the generic PWR022.
 _FIELD_CODES = {
@@ -257,7 +258,29 @@ def _read_kind(loaded: Loaded) -> bool:
         )
         return False
     loaded.kind = match["kind"]
+    _check_editor_schema_line(loaded)
     return True
+
+
+def _check_editor_schema_line(loaded: Loaded) -> None:
+    """A `#:schema` first line (taplo, Even Better TOML) must name this kind's JSON Schema."""
+    directive = _EDITOR_SCHEMA.match(loaded.text)
+    if directive is None:
+        return
+    named = directive["target"].rsplit("/", 1)[-1]
+    if named != f"{loaded.kind}.json":
+        loaded.findings.append(
+            Finding(
+                code="PWR015",
+                severity=Severity.WARNING,
+                message=f"the #:schema line names {named}, but this is a {loaded.kind} file: editors will check it against the wrong schema",
+                file=str(loaded.path),
+                line=1,
+                col=directive.start("target") + 1,
+                hint=f"point it at {loaded.kind}.json (`power schema {loaded.kind}`)",
+                source_line=directive.group(0),
+            )
+        )
 
 
 def _schema_value_hint(value: Any) -> str:
