@@ -90,15 +90,15 @@ class FleetReview:
     def plans(self) -> dict[str, ResolvedPlan]:
         return {d.plan.digest: d.plan for d in self.deployments if d.plan}
 
-    def device_uses(self) -> list[DeviceUse]:
+    def device_uses(self) -> dict[str, list[DeviceUse]]:
+        """Each host's devices, in order, with the deployments placed on each."""
         if self.fleet is None:
-            return []
-        uses = []
-        for host in self.fleet.hosts:
-            for index in range(len(host.devices)):
-                on_device = [d for d in self.deployments
-                             if d.deployment.host == host.name and d.deployment.device == index]
-                uses.append(DeviceUse(host, index, on_device))
+            return {}
+        uses = {host.name: [DeviceUse(host, index, []) for index in range(len(host.devices))] for host in self.fleet.hosts}
+        for item in self.deployments:
+            devices = uses.get(item.deployment.host, [])
+            if item.deployment.device < len(devices):
+                devices[item.deployment.device].deployments.append(item)
         return uses
 
     def drift_text(self) -> str:
@@ -200,8 +200,7 @@ def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
     findings = []
     for key in ("manifest", "profile"):
         value = str(raw.get(key, ""))
-        target = (fleet_dir / value).resolve()
-        if ".." in Path(value).parts and fleet_dir not in target.parents:
+        if ".." in Path(value).parts and fleet_dir not in (fleet_dir / value).resolve().parents:
             findings.append(loaded.finding(
                 "PWR061", f"{key} {value!r} leaves the fleet's directory ({fleet_dir}) through `..`",
                 where=f"deployments[{index}].{key}", severity=Severity.WARNING,
@@ -213,7 +212,7 @@ def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
 def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
     """PWR062: deployments sharing a device whose planned bytes together exceed what the device offers."""
     findings = []
-    for use in review.device_uses():
+    for use in (use for uses in review.device_uses().values() for use in uses):
         planned = [d for d in use.deployments if d.plan]
         if len(planned) < 2 or use.planned_bytes <= use.usable_bytes:
             continue
@@ -238,6 +237,11 @@ def _host_hint(name: str, hosts: dict[str, HostSpec]) -> str:
 def review_document(review: FleetReview) -> dict[str, Any]:
     """The review as JSON data (`power fleet review --json` and the HTML report read this)."""
     findings = review.all_findings
+    hosts = review.fleet.hosts if review.fleet else []
+    device_uses = review.device_uses()
+    by_host: dict[str, list[DeploymentReview]] = {}
+    for item in review.deployments:
+        by_host.setdefault(item.deployment.host, []).append(item)
     return {
         "schema": "power.fleet-review/v1",
         "fleet": str(review.path),
@@ -250,7 +254,7 @@ def review_document(review: FleetReview) -> dict[str, Any]:
             "warnings": sum(1 for f in findings if f.severity is Severity.WARNING),
             "drift": summary(review.drift) if review.lock is not None else "drift unknown (the lock cannot be read)",
         },
-        "hosts": [_host_document(review, host) for host in (review.fleet.hosts if review.fleet else [])],
+        "hosts": [_host_document(host, device_uses[host.name], by_host.get(host.name, [])) for host in hosts],
         "findings": [f.to_json() for f in _unhosted_findings(review)],
         "drift": [change.to_json() for change in review.drift],
     }
@@ -263,8 +267,7 @@ def _unhosted_findings(review: FleetReview) -> list[Finding]:
     return list(dict.fromkeys(review.findings + orphans))
 
 
-def _host_document(review: FleetReview, host: HostSpec) -> dict[str, Any]:
-    uses = [use for use in review.device_uses() if use.host is host]
+def _host_document(host: HostSpec, uses: list[DeviceUse], deployments: list[DeploymentReview]) -> dict[str, Any]:
     return {
         "name": host.name,
         "labels": dict(host.labels),
@@ -276,7 +279,7 @@ def _host_document(review: FleetReview, host: HostSpec) -> dict[str, Any]:
             "planned_bytes": use.planned_bytes,
             "uses": [{"key": d.key, "bytes": d.plan.memory.total_bytes} for d in use.deployments if d.plan],
         } for use in uses],
-        "deployments": [_deployment_document(d) for d in review.deployments if d.deployment.host == host.name],
+        "deployments": [_deployment_document(d) for d in deployments],
     }
 
 
