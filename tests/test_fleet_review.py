@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import power.orchestrator.compile as compiler
 from fleet_world import World, build_world, write
 from power.orchestrator.cli import main
 
@@ -201,3 +202,30 @@ def test_a_fleet_that_does_not_load_and_a_missing_path(world: World) -> None:
     result = review(broken)
     assert result.exit_code == 1 and "PWR0" in result.output
     assert review(world.root / "nope.toml").exit_code == 2
+
+
+def test_each_artifact_is_read_and_hashed_once_per_review(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _counting(monkeypatch, "inspect_artifact")
+    hashes = _counting(monkeypatch, "sha256_file")
+    hosts = "".join(f'[[hosts]]\nname = "h{n}"\ndevices = [{{ model = "RTX 4090", vram = "{24 + n % 3} GiB" }}]\n'
+                    for n in range(30))
+    deployments = "".join(f'[[deployments]]\nhost = "h{n}"\nmanifest = "manifests/{("dense", "hybrid")[n % 2]}.toml"\n'
+                          f'profile = "profiles/{("ngram", "balanced")[n % 2]}.toml"\n' for n in range(30))
+    result = review(world.fleet(hosts, deployments))
+    assert result.exit_code == 0, result.output
+    assert "30 hosts, 30 deployments: 0 errors" in result.output
+    assert sorted(Path(path).name for path in reads) == ["dense-target.gguf", "hybrid-target.gguf"]
+    assert sorted(Path(path).name for path in hashes) == ["dense-target.gguf", "hybrid-target.gguf"]
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
+    """Record each call the compiler makes to its real `name` (the artifact reader or the hasher)."""
+    calls: list[str] = []
+    real = getattr(compiler, name)
+
+    def counted(path):
+        calls.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(compiler, name, counted)
+    return calls
