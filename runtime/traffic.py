@@ -1,0 +1,138 @@
+"""The A/B protocol's fixed traffic shapes: prompts that decide who can win.
+
+A proposer can only draft text it has seen, so one prompt shape answers the wrong
+question. Each shape here is generated deterministically (same text on every
+machine, every run) and says whom it can favour:
+
+- prose: filler + "reply with one sentence" - only model-backed drafters;
+- echo: a passage of unique lines to repeat verbatim - n-gram (the output IS the
+  prompt); no long span repeats inside the passage, so the matcher is measured
+  against the prompt, not against itself;
+- structured: repetitive output whose every line carries a unique id, with no
+  passage in the prompt to copy from - n-gram, if spans really repeat;
+- identity: a short deterministic question at temperature 0 - the losslessness
+  control: configurations must emit the same text.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+SHAPE_NAMES = ("prose", "echo", "structured", "identity")
+
+# Word pools for the generated passages. Each generated line draws fresh words and is
+# rejected if it would repeat a word trigram already in the passage.
+_ADJECTIVES = (
+    "amber silent narrow copper hollow brisk velvet distant gentle rusty golden frozen "
+    "crooked patient bitter humble scarlet quiet wooden hidden lucky pale restless "
+    "silver stubborn tidy wild ancient clever dusty eager fragile loyal muddy nimble "
+    "proud rapid sleepy sturdy tender vivid weary"
+).split()
+_NOUNS = (
+    "falcon lantern harbour orchard violin compass meadow kettle glacier ladder "
+    "tram beacon quarry saddle pigeon canyon thimble anchor barrel cobbler ferry "
+    "garden hammer island jackal kiln lighthouse mill needle otter parcel quill "
+    "raven sailor tunnel umbrella valley wagon yarn zebra"
+).split()
+_VERBS = (
+    "crosses guards paints follows carries mends watches counts polishes lifts "
+    "greets measures sketches gathers repairs circles weighs chases unlocks folds "
+    "trims buries sorts waters"
+).split()
+_PLACES = (
+    "at dawn|before noon|after the storm|near the bridge|under the arch|beside the well|"
+    "along the pier|behind the chapel|across the square|inside the barn|past the gate|"
+    "below the ridge|beyond the marsh|around midnight|during the fair|on the roof|"
+    "by the river|at the crossroads|in the cellar|over the dunes"
+).split("|")
+
+IDENTITY_QUESTION = "Question: What is the capital of France?\nAnswer:"
+IDENTITY_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class TrafficShape:
+    name: str
+    prompt: str
+    temperature: float
+    max_tokens: int
+    favours: str  # who this shape can favour, in the protocol's words
+
+
+def build_shape(name: str, max_tokens: int = 128) -> TrafficShape:
+    """The shape called `name`, sized so that its expected answer can fill `max_tokens`."""
+    builders = {"prose": _prose, "echo": _echo, "structured": _structured, "identity": _identity}
+    if name not in builders:
+        raise ValueError(f"unknown traffic shape {name!r}: choose from {', '.join(SHAPE_NAMES)}")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    return builders[name](max_tokens)
+
+
+def parse_shapes(text: str) -> list[str]:
+    """A comma list of shape names (`prose,echo`), validated, in the order given, without duplicates."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in SHAPE_NAMES]
+    if unknown or not names:
+        raise ValueError(f"unknown traffic shape(s) {', '.join(unknown) or '(none given)'}: choose from {','.join(SHAPE_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def unique_lines(count: int, seed: int) -> list[str]:
+    """`count` distinct sentence lines in which no word trigram occurs twice (across line ends too)."""
+    rng = random.Random(seed)
+    lines: list[str] = []
+    words: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    while len(lines) < count:
+        line = f"{rng.choice(_ADJECTIVES).capitalize()} {rng.choice(_NOUNS)} {rng.choice(_VERBS)} the {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {rng.choice(_PLACES)}."
+        candidate = words + line.split()
+        new_trigrams = [tuple(candidate[i : i + 3]) for i in range(max(0, len(words) - 2), len(candidate) - 2)]
+        if len(set(new_trigrams)) < len(new_trigrams) or seen.intersection(new_trigrams):
+            continue
+        seen.update(new_trigrams)
+        words = candidate
+        lines.append(line)
+    return lines
+
+
+def longest_repeated_span(words: list[str]) -> int:
+    """Length of the longest run of words that occurs at two different places in `words`."""
+    longest = 0
+    for n in range(1, len(words)):
+        grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+        if len(set(grams)) == len(grams):
+            break
+        longest = n
+    return longest
+
+
+def _lines_for(max_tokens: int) -> int:
+    # A generated line is about 14 Gemma/Llama-style tokens; leave room to echo the whole budget.
+    return max(4, max_tokens // 10)
+
+
+def _prose(max_tokens: int) -> TrafficShape:
+    filler = " ".join(unique_lines(_lines_for(max_tokens), seed=1))
+    prompt = f"{filler}\n\nReply with one sentence: which of these scenes would you paint first, and why?\nReply:"
+    return TrafficShape("prose", prompt, 0.0, max_tokens, "model-backed drafters only")
+
+
+def _echo(max_tokens: int) -> TrafficShape:
+    passage = "\n".join(unique_lines(_lines_for(max_tokens), seed=2))
+    prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nRepeated verbatim:\n"
+    return TrafficShape("echo", prompt, 0.0, max_tokens, "n-gram (the output is the prompt)")
+
+
+def _structured(max_tokens: int) -> TrafficShape:
+    prompt = (
+        "Write a shipping log with one record per line. Each record gives a unique "
+        "six-digit record number counting up from 100001, then the status, the dock "
+        "and the carrier, separated by vertical bars.\n\nLog:\n"
+    )
+    return TrafficShape("structured", prompt, 0.0, max_tokens, "n-gram, if spans really repeat")
+
+
+def _identity(max_tokens: int) -> TrafficShape:
+    return TrafficShape("identity", IDENTITY_QUESTION, 0.0, min(max_tokens, IDENTITY_MAX_TOKENS), "nobody: the losslessness control")
