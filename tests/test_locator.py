@@ -1,3 +1,6 @@
+import json
+
+import tomli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +83,85 @@ def test_never_raises_on_any_text(text):
     for where in ["a", "a.b", "a[0]", "a[0].b", "abc.a[1]"]:
         locator.key(parse_where(where))
         locator.value(parse_where(where))
+
+
+# --- property: every key of a generated document is located exactly -------------------------
+
+KEYS = st.one_of(st.from_regex(r"[a-z][a-z0-9_-]{0,6}", fullmatch=True), st.sampled_from(["a.b", "x y", "é", "q\"t"]))
+SCALARS = st.one_of(st.integers(-10**6, 10**6), st.booleans(), st.text(alphabet='ab ="#[]{},.\\\n\'', max_size=8))
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+    max_leaves=8,
+)
+TABLES = st.dictionaries(KEYS, VALUES, max_size=3)
+DOCUMENTS = st.fixed_dictionaries(
+    {"scalars": st.dictionaries(KEYS, VALUES, max_size=3), "tables": st.dictionaries(KEYS, TABLES, max_size=2),
+     "arrays": st.dictionaries(KEYS, st.lists(TABLES, min_size=1, max_size=2), max_size=2)}
+)
+
+
+def toml_key(key: str) -> str:
+    return key if _bare(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _bare(key: str) -> bool:
+    return bool(key) and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+
+
+def render(document) -> tuple[str, dict]:
+    lines, data = [], {}
+    for key, value in document["scalars"].items():
+        lines.append(f"{toml_key(key)} = {toml_value(value)}")
+        data[key] = value
+    for name, table in document["tables"].items():
+        if name in data:
+            continue
+        lines.append(f"[{toml_key(name)}]")
+        lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
+        data[name] = table
+    for name, tables in document["arrays"].items():
+        if name in data:
+            continue
+        for table in tables:
+            lines.append(f"[[{toml_key(name)}]]")
+            lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
+        data[name] = tables
+    return "\n".join(lines) + "\n", data
+
+
+def paths(value, prefix=()):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield prefix + (key,)
+            yield from paths(item, prefix + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from paths(item, prefix + (index,))
+
+
+@settings(max_examples=150, deadline=None)
+@given(DOCUMENTS)
+def test_every_key_of_a_generated_document_is_located_exactly(document):
+    text, data = render(document)
+    assert tomli.loads(text) == data
+    locator = TomlLocator(text)
+    for path in paths(data):
+        position = locator.key(path)
+        assert position is not None, path
+        written = position.source_line[position.col - 1 :]
+        key = path[-1] if isinstance(path[-1], str) else None
+        if key is not None:
+            assert written.startswith((toml_key(key), f"[{toml_key(key)}]", f"[[{toml_key(key)}]]")), (path, text)
