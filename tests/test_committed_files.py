@@ -4,6 +4,7 @@ import json
 import re
 from pathlib import Path
 
+import gguf
 import pytest
 
 from power.orchestrator import codes
@@ -63,6 +64,18 @@ def test_gemma_manifest_describes_the_bundled_file():
     assert (target.sha256, target.size) == (GEMMA_SHA256, GEMMA_SIZE)
     assert target.path == (REPO / "models" / "gemma-3-270m-q4_k_m.gguf").resolve()
     assert (target.quant, target.architecture) == ("Q4_K_M", "gemma3")
+
+
+def test_gemma_manifest_quant_and_architecture_are_what_the_header_says():
+    target = load_manifest(REPO / "manifests" / "gemma3-270m.toml").model.target
+    reader = gguf.GGUFReader(target.path)
+
+    def field(name):
+        entry = reader.fields[name]
+        return entry.parts[entry.data[0]]
+
+    assert gguf.LlamaFileType(int(field("general.file_type")[0])).name == f"MOSTLY_{target.quant}"
+    assert bytes(field("general.architecture")).decode() == target.architecture
 
 
 def test_qwen_manifest_carries_the_seeds_artifact_set():
