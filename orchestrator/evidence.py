@@ -2,7 +2,8 @@
 
 Only what the gates need is read: which plans were compared, whether their
 greedy outputs were proven identical, and per traffic shape the paired decode
-rates and the candidate's replay/fallback counts. A file that is not readable
+rates, the bench's speedup and verdict, output parity, and the candidate's
+request, replay and fallback counts. A file that is not readable
 evidence comes back as a PWR071 finding, never an exception.
 """
 
@@ -24,13 +25,13 @@ class ShapeResult:
     shape: str
     candidate_tok_s: float
     baseline_tok_s: float
+    speedup: float
+    # faster | slower | no difference | lossy | measured (docs/bench.md: faster = >= 5 % and ranges apart)
+    verdict: str
+    parity: bool
     replays: int
     fallbacks: int
     requests: int
-
-    @property
-    def speedup(self) -> float:
-        return self.candidate_tok_s / self.baseline_tok_s if self.baseline_tok_s > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ def read_evidence(path: Path) -> tuple[Evidence | None, Finding | None]:
     if not isinstance(data, dict) or data.get("schema") != EVIDENCE_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         return None, _unreadable(path, f"not a {EVIDENCE_SCHEMA} document (schema is {found!r})")
+    if data.get("baseline") is None:
+        return None, _unreadable(path, "the bench ran without a baseline, so it compares the candidate with nothing")
     try:
         evidence = Evidence(
             path=path,
@@ -74,6 +77,9 @@ def _shape(name: str, result: dict[str, Any]) -> ShapeResult:
         shape=name,
         candidate_tok_s=float(result["candidate"]["decode_tok_s"]),
         baseline_tok_s=float(result["baseline"]["decode_tok_s"]),
+        speedup=float(result["speedup"]),
+        verdict=str(result["verdict"]),
+        parity=result["parity"] is True,
         replays=int(result["candidate"]["replays"]),
         fallbacks=int(result["candidate"]["fallbacks"]),
         requests=int(result["candidate"]["requests"]),

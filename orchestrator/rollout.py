@@ -4,10 +4,11 @@
 candidates) against what runs now (the incumbents: the lock's records, or the
 reviewed plans when the lock has none) and stages the hosts whose plan
 changes. `advance` applies the next stage only when, for every
-(candidate, incumbent) pair in it, an evidence file shows: greedy losslessness
-proven; a speedup over the incumbent on every traffic shape those deployments
-serve; no fallbacks, and no replays unless the candidate is the guarded K/S
-path (S < K: at most one exact replay per request). `rollback` restores every
+(candidate, incumbent) pair in it, an evidence file (docs/bench.md) shows:
+greedy losslessness proven; on every traffic shape those deployments serve,
+identical outputs and the bench's verdict "faster" (>= 5 % with the min-max
+ranges apart); no fallbacks, and no replays unless the candidate is the
+guarded K/S path (S < K: at most one exact replay per request). `rollback` restores every
 record the rollout replaced. Each command either succeeds completely and
 writes the lock once, atomically, or leaves the lock as it was.
 
@@ -195,10 +196,15 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
             findings.append(_gate_finding("PWR073", evidence, f"no measurement on the {shape!r} traffic these "
                                           "deployments serve", f"rerun the bench with --shapes including {shape}"))
             continue
-        if result.speedup <= 1.0:
+        if not result.parity:
+            findings.append(_gate_finding("PWR072", evidence, f"on {shape!r} the greedy outputs differ between the "
+                                          "candidate and the incumbent", "a lossy plan never rolls out: find the "
+                                          "divergence before anything else"))
+        if result.verdict != "faster":
             findings.append(_gate_finding(
-                "PWR073", evidence, f"on {shape!r} the candidate decodes at {result.candidate_tok_s:.2f} tok/s vs the "
-                f"incumbent's {result.baseline_tok_s:.2f} ({result.speedup:.3f}x): no speedup",
+                "PWR073", evidence, f"on {shape!r} the bench's verdict is {result.verdict!r}: the candidate decodes at "
+                f"{result.candidate_tok_s:.2f} tok/s vs the incumbent's {result.baseline_tok_s:.2f} "
+                f"({result.speedup:.3f}x); a stage needs 'faster' (>= 5 % with the min-max ranges apart)",
                 "keep the incumbent for this traffic, or tune K/S for it and measure again"))
         allowed_replays = result.requests if rollback_policy == "guarded" else 0
         if result.fallbacks > 0 or result.replays > allowed_replays:

@@ -44,16 +44,19 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 def evidence(path: Path, candidate: str, baseline: str, *, lossless: bool = True, speedup: float = 1.4,
              shapes: tuple[str, ...] = ("prose", "echo", "structured", "identity"), replays: int = 0,
              fallbacks: int = 0) -> Path:
-    """An evidence document in the documented power.evidence/v1 shape (docs/bench.md)."""
+    """An evidence document in the documented power.evidence/v1 shape (docs/bench.md), the fields the gates read."""
+    verdict = "faster" if speedup >= 1.05 else "slower" if speedup <= 0.95 else "no difference"
     document = {
         "schema": "power.evidence/v1",
-        "candidate": {"plan_digest": candidate},
-        "baseline": {"plan_digest": baseline},
-        "lossless": {"proven": lossless},
-        "shapes": {shape: {"candidate": {"decode_tok_s": 20.0 * speedup, "replays": replays, "fallbacks": fallbacks,
-                                         "requests": 4},
-                           "baseline": {"decode_tok_s": 20.0, "replays": 0, "fallbacks": 0, "requests": 4}}
+        "candidate": {"label": "candidate", "plan_digest": candidate},
+        "baseline": {"label": "baseline", "plan_digest": baseline},
+        "lossless": {"proven": lossless, "shape": "identity"},
+        "shapes": {shape: {"candidate": {"requests": 4, "decode_tok_s": 20.0 * speedup, "replays": replays,
+                                         "fallbacks": fallbacks},
+                           "baseline": {"requests": 4, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
+                           "speedup": speedup, "parity": lossless, "verdict": verdict if lossless else "lossy"}
                    for shape in shapes},
+        "passed": lossless,
     }
     path.write_text(json.dumps(document))
     return path
@@ -122,6 +125,7 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     cases = {
         "PWR072": evidence(tmp_path / "lossy.json", candidate, incumbent, lossless=False),
         "PWR073": evidence(tmp_path / "slow.json", candidate, incumbent, speedup=0.9),
+        "'no difference'": evidence(tmp_path / "flat.json", candidate, incumbent, speedup=1.02),
         "PWR074": evidence(tmp_path / "fallback.json", candidate, incumbent, fallbacks=1),
     }
     for code, path in cases.items():
@@ -132,6 +136,10 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert no_echo.exit_code == 1 and "no measurement on the 'echo' traffic" in no_echo.output
     other = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "other.json", "f" * 64, incumbent))
     assert other.exit_code == 1 and "PWR070" in other.output
+    unpaired = evidence(tmp_path / "unpaired.json", candidate, incumbent)
+    unpaired.write_text(unpaired.read_text().replace('"baseline": {"label": "baseline", "plan_digest": "' + incumbent + '"}',
+                                                     '"baseline": null'))
+    assert "ran without a baseline" in run("rollout", "advance", fleet, "--evidence", unpaired).output
     garbage = tmp_path / "garbage.json"
     garbage.write_text("not json")
     assert "PWR071" in run("rollout", "advance", fleet, "--evidence", garbage).output
