@@ -10,6 +10,7 @@ import pytest
 from power.orchestrator import codes
 from power.orchestrator.bundled import GEMMA_SHA256, GEMMA_SIZE
 from power.orchestrator.findings import Severity
+from power.orchestrator.gguf_reader import read_header
 from power.orchestrator.loading import load_document, load_manifest, load_profile
 from power.orchestrator.schema import KIND_MODELS, SpecMode, json_schema
 
@@ -68,14 +69,9 @@ def test_gemma_manifest_describes_the_bundled_file():
 
 def test_gemma_manifest_quant_and_architecture_are_what_the_header_says():
     target = load_manifest(REPO / "manifests" / "gemma3-270m.toml").model.target
-    reader = gguf.GGUFReader(target.path)
-
-    def field(name):
-        entry = reader.fields[name]
-        return entry.parts[entry.data[0]]
-
-    assert gguf.LlamaFileType(int(field("general.file_type")[0])).name == f"MOSTLY_{target.quant}"
-    assert bytes(field("general.architecture")).decode() == target.architecture
+    metadata = read_header(target.path).metadata
+    assert gguf.LlamaFileType(metadata["general.file_type"]).name == f"MOSTLY_{target.quant}"
+    assert metadata["general.architecture"] == target.architecture
 
 
 def test_qwen_manifest_carries_the_seeds_artifact_set():
