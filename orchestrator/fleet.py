@@ -165,7 +165,10 @@ def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | Non
 def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts: dict[str, HostSpec],
                        memo: PlanMemo) -> DeploymentReview:
     where = f"deployments[{index}]"
-    findings = _outside_tree_findings(loaded, index)
+    findings = _outside_tree_findings(loaded, index) + _missing_file_findings(loaded, index, deployment)
+    if has_errors(findings):
+        return DeploymentReview(index=index, key=f"{deployment.host}/{deployment.name or Path(deployment.manifest).stem}",
+                                deployment=deployment, findings=findings)
     manifest = memo.manifest(deployment.manifest)
     profile = memo.profile(deployment.profile)
     name = deployment.name or (manifest.model.name if manifest.ok else Path(deployment.manifest).stem)
@@ -207,6 +210,14 @@ def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
                 hint="allowed, but the fleet is then not self-contained: keep manifests and profiles under the "
                      "fleet's directory so one checkout reviews the same everywhere"))
     return findings
+
+
+def _missing_file_findings(loaded: Loaded, index: int, deployment: Deployment) -> list[Finding]:
+    """PWR001 at the fleet's own line when a deployment's manifest or profile does not exist."""
+    return [loaded.finding("PWR001", f"{key} {Path(path)} does not exist", where=f"deployments[{index}].{key}",
+                           hint=f"the {key} path is relative to the fleet file's directory")
+            for key, path in (("manifest", deployment.manifest), ("profile", deployment.profile))
+            if not Path(path).exists()]
 
 
 def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:

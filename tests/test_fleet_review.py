@@ -197,6 +197,16 @@ def test_a_hand_edited_or_newer_lock_is_a_located_finding_and_never_overwritten(
     assert result.exit_code == 1 and f"{world.lock}:2:" in _finding_at(result.output, "PWR063")
 
 
+def test_a_missing_manifest_is_reported_at_the_fleet_line_that_names_it(world: World) -> None:
+    fleet = world.fleet(TWO_HOSTS, CLEAN.replace("manifests/dense.toml", "manifests/dense-old.toml"))
+    result = review(fleet)
+    assert result.exit_code == 1
+    finding = _finding_at(result.output, "PWR001")
+    line = int(finding.split(":")[1])
+    assert fleet.read_text().splitlines()[line - 1] == 'manifest = "manifests/dense-old.toml"'
+    assert "ws-1/hybrid" in result.output  # the rest of the fleet is still reviewed
+
+
 def test_a_fleet_that_does_not_load_and_a_missing_path(world: World) -> None:
     broken = write(world.root / "broken.toml", 'schema = "power.fleet/v1"\nhosts = []\n')
     result = review(broken)

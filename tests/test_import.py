@@ -159,3 +159,11 @@ def test_cli_reads_a_systemd_unit_and_rejects_two_sources(tmp_path: Path) -> Non
     assert result.exit_code == 1 and f"{unit}:2:" in result.output and "PWR454" in result.output
     both = CliRunner().invoke(main, ["import", "llama-server", "--unit", str(unit), "--", "-m", "x.gguf"])
     assert both.exit_code == 2
+
+
+def test_cli_needs_the_model_files_here_to_write_a_manifest(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["import", "vllm", "-o", str(tmp_path / "out"), "--",
+                                       "vllm", "serve", "Qwen/Qwen3.6-27B", "--speculative-config",
+                                       '{"method": "mtp", "num_speculative_tokens": 2}'])
+    assert result.exit_code == 1 and "PWR458" in result.output and "Qwen/Qwen3.6-27B is not a file" in result.output
+    assert not (tmp_path / "out" / "manifest.toml").exists()

@@ -20,9 +20,9 @@ import tomli_w
 from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.digests import sha256_file
-from power.orchestrator.findings import Finding, has_errors
-from power.orchestrator.launch_import import (ENV_PREFIX, LLAMA_SERVER, VLLM, import_launch, manifest_document,
-                                              profile_document)
+from power.orchestrator.findings import Finding, Severity, has_errors
+from power.orchestrator.launch_import import (ENV_PREFIX, LLAMA_SERVER, VLLM, LaunchSpec, import_launch,
+                                              manifest_document, profile_document)
 from power.orchestrator.launch_tokens import (LaunchInputError, Token, tokens_from_argv, tokens_from_env_file,
                                               tokens_from_systemd_unit)
 from power.orchestrator.loading import load_manifest, load_profile
@@ -51,6 +51,8 @@ def _engine_command(engine: str):
         findings = list(result.findings)
         documents = {}
         if output is not None and not has_errors(findings):
+            findings += _missing_files(result.spec)
+        if output is not None and not has_errors(findings):
             documents, written = _write(result.spec, output)
             findings += written
         _report(findings, documents, as_json)
@@ -75,7 +77,19 @@ def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | No
     return tokens_from_argv(argv)
 
 
-def _write(spec, output: Path) -> tuple[dict, list[Finding]]:
+def _missing_files(spec: LaunchSpec) -> list[Finding]:
+    """Writing a manifest needs the model files on this machine: each one that is not here is a finding at its flag."""
+    return [_at(token, f"{token.text} is not a file on this machine, so its size and sha256 cannot be recorded")
+            for token in (spec.model, spec.draft_model) if token is not None and not Path(token.text).is_file()]
+
+
+def _at(token: Token, message: str) -> Finding:
+    return Finding(code="PWR458", severity=Severity.ERROR, message=message, file=token.file, line=token.line,
+                   col=token.col, source_line=token.source_line,
+                   hint="run the import on the machine that holds the files, or pass their local paths")
+
+
+def _write(spec: LaunchSpec, output: Path) -> tuple[dict, list[Finding]]:
     output.mkdir(parents=True, exist_ok=True)
     documents = {"manifest": manifest_document(spec, output.absolute(), sha256_file), "profile": profile_document(spec)}
     findings = []
