@@ -26,7 +26,16 @@ _GLOB_CHARACTERS = set("*?[")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print findings, files and a summary as JSON.")
 def validate(paths: tuple[str, ...], as_json: bool) -> None:
-    """Validate manifests, profiles, hosts and fleets (files, directories or globs)."""
+    """Validate manifests, profiles, hosts and fleets: every finding at once.
+
+    PATHS are files, directories (searched for *.toml, hidden ones skipped) or
+    globs; each file's kind comes from its `schema` key. Example:
+
+        power validate manifests profiles examples/hosts/*.toml
+
+    Exit 0 when every file is valid (warnings and info allowed), 1 on any error
+    finding, 2 when a path does not exist or holds no .toml file.
+    """
     files, usage_findings = expand_paths(paths)
     documents = [load_document(path) for path in files]
     findings = [finding for document in documents for finding in document.findings]
