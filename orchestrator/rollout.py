@@ -25,6 +25,7 @@ The rollout state (`lock.rollout`):
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 
 from power.orchestrator.evidence import Evidence, read_evidence
 from power.orchestrator.findings import Finding, Severity, has_errors
-from power.orchestrator.fleet import FleetReview, default_lock_path, plan_record, review_fleet
+from power.orchestrator.fleet import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
 from power.orchestrator.lock import FleetLock, read_lock, write_lock
 from power.orchestrator.plan_memo import PlanMemo
 
@@ -58,7 +59,8 @@ class Outcome:
 
 
 def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = None,
-                 canary: list[str] | None = None, waves: int = 2) -> Outcome:
+                 canary: list[str] | None = None, waves: int = 2, select: str = "*") -> Outcome:
+    """Stage `profile_path` across the deployments whose key (`host/name`) matches the `select` glob."""
     lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
     memo = PlanMemo()
     review = review_fleet(fleet_path, lock_path, memo)
@@ -71,16 +73,21 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
         outcome.findings.append(_state_finding(lock_path, f"a rollout of {lock.rollout['profile']['name']} is in "
                                                "progress", "advance or roll it back first"))
         return outcome
-    candidates = _candidates(review, Path(profile_path), memo, outcome)
+    selected = [item for item in review.deployments if fnmatch.fnmatchcase(item.key, select)]
+    if not selected:
+        outcome.findings.append(_state_finding(fleet_path, f"no deployment key matches {select!r}",
+                                               "keys are host/name, as `power fleet review` lists them"))
+        return outcome
+    candidates = _candidates(review, selected, Path(profile_path), memo, outcome)
     if not outcome.ok:
         return outcome
     incumbents = {key: lock.deployments.get(key) or record for key, record in review.records().items()}
+    lock.deployments.update(incumbents)
     changing = [key for key in candidates if candidates[key]["plan_digest"] != incumbents[key]["plan_digest"]]
     if not changing:
         outcome.lines.append("nothing to roll out: every deployment already runs these plans")
         return outcome
     stages = _stages(review, changing, canary or [], waves)
-    lock.deployments = incumbents
     _store_plans(lock, review, memo)
     profile_name = next(iter(candidates.values()))["profile"]
     lock.rollout = {
@@ -215,14 +222,15 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
     return findings
 
 
-def _candidates(review: FleetReview, profile_path: Path, memo: PlanMemo, outcome: Outcome) -> dict[str, dict[str, Any]]:
+def _candidates(review: FleetReview, selected: list[DeploymentReview], profile_path: Path, memo: PlanMemo,
+                outcome: Outcome) -> dict[str, dict[str, Any]]:
     profile = memo.profile(profile_path)
     outcome.findings += [f for f in profile.findings if f.severity is Severity.ERROR]
     if not profile.ok:
         return {}
     hosts = {host.name: host for host in review.fleet.hosts}
     candidates = {}
-    for item in review.deployments:
+    for item in selected:
         manifest = memo.manifest(item.deployment.manifest)
         plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device)
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]

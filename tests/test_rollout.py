@@ -171,3 +171,20 @@ def test_an_edited_profile_stops_the_rollout(world: World, tmp_path: Path) -> No
     profile.write_text(profile.read_text().replace("ctx = 2048", "ctx = 1024"))
     result = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "e.json", candidate, incumbent))
     assert result.exit_code == 1 and "PWR075" in result.output
+
+
+def test_a_profile_that_cannot_plan_everywhere_is_rolled_out_to_a_selection(world: World) -> None:
+    fleet = world.fleet(HOSTS + '[[hosts]]\nname = "ws-5"\ndevices = [{ model = "RTX 3090", vram = "24 GiB" }]\n',
+                        DEPLOYMENTS + '[[deployments]]\nhost = "ws-5"\nmanifest = "manifests/dense.toml"\n'
+                                      'profile = "profiles/ngram.toml"\n')
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    guarded = world.root / "profiles" / "guarded.toml"
+    before = world.lock.read_bytes()
+    everywhere = run("rollout", "plan", fleet, "--profile", guarded)
+    assert everywhere.exit_code == 1 and world.lock.read_bytes() == before  # the dense target has no MTP head
+    nothing = run("rollout", "plan", fleet, "--profile", guarded, "--deployments", "nothing/*")
+    assert nothing.exit_code == 1 and "no deployment key matches 'nothing/*'" in nothing.output
+    selected = run("rollout", "plan", fleet, "--profile", guarded, "--deployments", "*/hybrid")
+    assert selected.exit_code == 0, selected.output
+    lock = _lock(world)
+    assert "ws-5/dense" not in lock.rollout["candidates"] and "ws-5/dense" in lock.deployments

@@ -35,12 +35,14 @@ def rollout() -> None:
               help="The profile to roll out.")
 @click.option("--canary", multiple=True, help="A canary host (repeatable; default: hosts labelled rollout=\"canary\", else the first).")
 @click.option("--waves", type=click.IntRange(1, 100), default=2, show_default=True, help="Stages after the canary.")
+@click.option("--deployments", "select", default="*", show_default=True,
+              help="Only deployments whose key (host/name) matches this glob, e.g. '*/qwen3.6-27b-q6k'.")
 @_LOCK
 @_JSON
-def plan_command(fleet_file: Path, profile_path: Path, canary: tuple[str, ...], waves: int, lock_path: Path | None,
-                 as_json: bool) -> None:
-    """Compile every deployment with PROFILE and stage the hosts whose plan changes."""
-    _finish(plan_rollout(fleet_file, profile_path, lock_path, list(canary), waves), as_json)
+def plan_command(fleet_file: Path, profile_path: Path, canary: tuple[str, ...], waves: int, select: str,
+                 lock_path: Path | None, as_json: bool) -> None:
+    """Compile the selected deployments with PROFILE and stage the hosts whose plan changes."""
+    _finish(plan_rollout(fleet_file, profile_path, lock_path, list(canary), waves, select), as_json)
 
 
 @rollout.command()
