@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from toml_helpers import MANIFEST_HEAD, PROFILE_HEAD, SHA_A, codes, write
+from toml_helpers import MANIFEST_HEAD, PROFILE_HEAD, SHA_A, codes, toml_key, toml_value, write
 
 from power.orchestrator.findings import Severity
 from power.orchestrator.loading import MAX_TOML_BYTES, load_document, load_manifest, load_profile
+from power.orchestrator.schema import KIND_MODELS
 
 
 def single(loaded, code):
@@ -162,3 +163,26 @@ def test_never_raises_on_any_bytes(tmp_path, content):
 
 def test_path_to_a_file_in_a_missing_directory(tmp_path):
     single(load_document(Path(tmp_path, "no", "such", "dir.toml")), "PWR001")
+
+
+# Known keys of every kind and nested table, plus a few unknown ones, with values of any type.
+KNOWN_KEYS = sorted({name for model in KIND_MODELS.values() for name in model.model_fields} | {
+    "path", "sha256", "size", "kind", "target_sha256", "ctx", "verify_capacity", "gpu_layers", "temperature",
+    "vram", "model", "devices", "host", "traffic", "nope"} - {"schema_id"})
+ANY_VALUE = st.recursive(
+    st.one_of(st.integers(-2, 70), st.booleans(), st.sampled_from(["mtp", "dflash2", "24 GiB", "x", "all", SHA_A, ""])),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(KNOWN_KEYS), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(list(KIND_MODELS)), st.dictionaries(st.sampled_from(KNOWN_KEYS), ANY_VALUE, max_size=6))
+def test_any_values_under_known_keys_give_located_findings_never_a_crash(tmp_path, kind, data):
+    lines = [f'schema = "power.{kind}/v1"'] + [f"{toml_key(key)} = {toml_value(value)}" for key, value in data.items()]
+    loaded = load_document(write(tmp_path, "fuzz.toml", "\n".join(lines) + "\n"))
+    assert loaded.kind == kind
+    assert loaded.ok or loaded.findings
+    for finding in loaded.findings:
+        assert finding.line is not None and finding.col is not None and finding.file == str(loaded.path)
+        assert finding.code.startswith(("PWR0", "PWR4")) and finding.hint

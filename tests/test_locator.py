@@ -1,8 +1,8 @@
-import json
-
 import tomli
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from toml_helpers import toml_key, toml_value
 
 from power.orchestrator.locator import TomlLocator, format_where, parse_where
 
@@ -99,26 +99,6 @@ DOCUMENTS = st.fixed_dictionaries(
     {"scalars": st.dictionaries(KEYS, VALUES, max_size=3), "tables": st.dictionaries(KEYS, TABLES, max_size=2),
      "arrays": st.dictionaries(KEYS, st.lists(TABLES, min_size=1, max_size=2), max_size=2)}
 )
-
-
-def toml_key(key: str) -> str:
-    return key if _bare(key) else json.dumps(key, ensure_ascii=False)
-
-
-def _bare(key: str) -> bool:
-    return bool(key) and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
-
-
-def toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
 
 
 def render(document) -> tuple[str, dict]:
