@@ -124,8 +124,8 @@ def rollout_status(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
             state = "rolled back" if index < rollout["next_stage"] else "not applied"
         outcome.lines.append(f"  {stage['name']:<8} {state:<12} {', '.join(stage['keys'])}")
     if rollout["status"] == IN_PROGRESS:
-        outcome.lines.append("evidence the next stage needs:")
-        outcome.lines += [f"  {line}" for line in _requirement_lines(rollout)]
+        outcome.lines.append("evidence the next stage needs (PLANS: `--export-plans PLANS`):")
+        outcome.lines += [f"  {line}" for line in _requirement_lines(rollout, lock)]
     return outcome
 
 
@@ -270,14 +270,14 @@ def _pairs(rollout: dict[str, Any], stage: dict[str, Any], lock: FleetLock) -> d
     return pairs
 
 
-def _requirement_lines(rollout: dict[str, Any]) -> list[str]:
+def _requirement_lines(rollout: dict[str, Any], lock: FleetLock) -> list[str]:
+    """One line per (candidate, incumbent) pair of the next stage: its deployments, shapes and the bench to run."""
     stage = rollout["stages"][rollout["next_stage"]]
     lines = []
-    for key in stage["keys"]:
-        candidate = rollout["candidates"][key]
-        incumbent = rollout["previous"].get(key)
-        lines.append(f"{key}: candidate {candidate['plan_digest'][:12]} on {candidate['traffic']!r}"
-                     + (f" (replacing {incumbent['plan_digest'][:12]})" if incumbent else ""))
+    for (candidate, incumbent), keys in _pairs(rollout, stage, lock).items():
+        shapes = ",".join(sorted({rollout["candidates"][key]["traffic"] for key in keys}))
+        lines.append(f"{', '.join(keys)}: power bench PLANS/{candidate[:12]}.json --vs PLANS/{incumbent[:12]}.json "
+                     f"--shapes {shapes},identity -o evidence.json")
     return lines
 
 
@@ -288,8 +288,8 @@ def _missing(stage: str, pair: tuple[str, str], keys: list[str], shapes: list[st
         message=f"stage {stage}: no evidence comparing candidate plan {candidate[:12]} with incumbent "
                 f"{incumbent[:12]} (deployments {', '.join(keys)}; traffic {', '.join(shapes)})",
         hint=f"export the plans with `power rollout status FLEET --export-plans DIR`, then run `power bench "
-             f"DIR/{candidate[:12]}.json --vs DIR/{incumbent[:12]}.json --shapes {','.join(shapes)} -o evidence.json` "
-             "and pass it with --evidence")
+             f"DIR/{candidate[:12]}.json --vs DIR/{incumbent[:12]}.json --shapes {','.join(shapes)},identity "
+             "-o evidence.json` and pass it with --evidence")
 
 
 def _read_all(paths: list[Path], outcome: Outcome) -> dict[tuple[str, str], Evidence]:
