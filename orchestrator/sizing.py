@@ -117,13 +117,13 @@ def pad(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
-def per_layer(value: Any, n_layers: int, default: int) -> list[int]:
-    """A scalar or per-layer array header value, one entry per layer."""
+def largest(value: Any, default: int) -> int:
+    """The largest layer's value of a scalar or per-layer array hparam (the compute buffer is sized for it)."""
     if value is None:
-        return [default] * n_layers
+        return default
     if isinstance(value, (list, tuple)):
-        return [int(v) for v in value[:n_layers]] + [int(value[-1])] * max(0, n_layers - len(value))
-    return [int(value)] * n_layers
+        return max(int(v) for v in value)
+    return int(value)
 
 
 def kv_bytes_per_cell(layer: LayerFacts, cache_type: str) -> int:
@@ -227,8 +227,8 @@ def compute_component(facts: ArtifactFacts, rows: int, ctx: int, vocab: int, fla
     attention, one score row per head over the cache.
     """
     n_embd = int(facts.hparam("embedding_length"))
-    n_ff = max(per_layer(facts.hparam("feed_forward_length"), 1, 4 * n_embd))
-    n_head = max(per_layer(facts.hparam("attention.head_count"), 1, 1))
+    n_ff = largest(facts.hparam("feed_forward_length"), 4 * n_embd)
+    n_head = largest(facts.hparam("attention.head_count"), 1)
     cells = pad(ctx, KV_PAD)
     scores = 0 if flash_attn else n_head * cells
     per_row = vocab + 4 * n_embd + 3 * n_ff + scores

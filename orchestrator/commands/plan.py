@@ -19,7 +19,7 @@ from power.orchestrator.schema import DEFAULT_HEADROOM, Device, HostSpec
 from power.orchestrator.units import SizeError, format_size, parse_size
 
 # Loader codes that mean the command was pointed at nothing: usage errors, not check failures.
-USAGE_CODES = {"PWR001", "PWR002", "PWR009", "PWR012"}
+USAGE_CODES = {"PWR001", "PWR009"}
 
 
 class DeviceSize(click.ParamType):
