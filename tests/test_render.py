@@ -136,3 +136,19 @@ def test_command_writes_output_and_refuses_edited_plans(tmp_path):
     result = CliRunner().invoke(main, ["render", str(edited), "--target", "power"])
     assert result.exit_code == 2
     assert "digest mismatch" in result.output
+
+
+def test_a_manifest_named_rm_rf_renders_as_one_inert_word(tmp_path):
+    from plan_helpers import compiled, write_manifest, write_profile
+
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    manifest.write_text(manifest.read_text().replace('name = "test"', 'name = "x; rm -rf /"'))
+    plan, findings = compiled(manifest, write_profile(tmp_path, "ngram"))
+    assert plan is not None and plan.name == "x; rm -rf /"
+    for target in ("llama-server", "power", "env", "systemd"):
+        for line in render(plan, target, tmp_path / "plan.json").splitlines():
+            if "x; rm -rf /" in line:
+                # In a comment, or inside an open single quote.
+                assert line.startswith("#") or line.split("x; rm -rf /")[0].count("'") % 2 == 1, (target, line)
+    words = shlex.split(render(plan, "llama-server", tmp_path / "plan.json"), comments=True)
+    assert words[words.index("--alias") + 1] == "x; rm -rf /" and "rm" not in words
