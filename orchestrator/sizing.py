@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 

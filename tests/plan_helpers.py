@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from gguf_helpers import fixtures
@@ -16,7 +16,7 @@ from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.schema import Device, HostSpec
 
 
-@lru_cache(maxsize=None)
+@cache
 def digest(path: Path) -> str:
     return sha256_file(path, progress=False)
 

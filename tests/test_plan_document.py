@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from power.orchestrator.findings import Finding, Severity
 from power.orchestrator.plan import (
@@ -77,7 +78,7 @@ def test_not_a_plan_is_named(tmp_path):
 
 def test_plan_is_immutable():
     plan = sample_plan()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         plan.speculation.k = 3  # type: ignore[misc]
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.compile import compile_plan
 from power.orchestrator.findings import Finding
