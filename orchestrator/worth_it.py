@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.units import format_size
+
 # One verification pass of K + 1 rows costs about 1.1 target steps (the seeds' figure).
 VERIFY_COST = 1.1
 BREAK_EVEN_DEPTHS = (1, 3, 7)
@@ -62,6 +65,7 @@ class Report:
     # (p, rate) at the band's low end, midpoint and high end
     band_rates: tuple[tuple[float, float], ...]
     verdict: str
+    fit: str
     settling_measurement: str
 
     def to_json(self) -> dict[str, Any]:
@@ -70,8 +74,21 @@ class Report:
         return data
 
 
+UNPLANNED_FIT = ("not checked: pass --plan PLAN (from `power plan MANIFEST PROFILE --device ...`) for the VRAM "
+                 "verdict, the drafter's binding and tokenizer identity; the engine must accept an external drafter")
+
+
+def fit_of(plan: ResolvedPlan) -> str:
+    """Item 4 of the report from a compiled plan: the VRAM verdict and how the drafter attaches."""
+    memory = plan.memory
+    attach = (f"the drafter attaches as {' -> '.join(plan.mode.chain)} ({plan.mode.reason})" if plan.mode.chain
+              else "no drafter attaches: the plan resolved to no speculation")
+    return (f"plan {plan.name}: {memory.verdict} on {plan.device.name} at ctx {memory.ctx:,} "
+            f"(margin {format_size(memory.margin_bytes)}, largest context {memory.max_ctx or 0:,}); {attach}")
+
+
 def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
-           incumbent_commit: float = 1.0, p_band: tuple[float, float] = (0.4, 0.6)) -> Report:
+           incumbent_commit: float = 1.0, p_band: tuple[float, float] = (0.4, 0.6), fit: str = UNPLANNED_FIT) -> Report:
     depths = sorted({*BREAK_EVEN_DEPTHS, k})
     band = (p_band[0], (p_band[0] + p_band[1]) / 2, p_band[1])
     band_rates = tuple((p, rate(p, k, draft_step, target_step)) for p in band)
@@ -93,6 +110,7 @@ def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
         p_band=p_band,
         band_rates=band_rates,
         verdict=verdict,
+        fit=fit,
         settling_measurement=(
             "measure p on your traffic: greedy continuation agreement of drafter and target on identical "
             "prompts (temperature 0, same tokenizer), or a paired `power bench PLAN --vs PLAN2` run"
@@ -115,7 +133,6 @@ def render_text(report: Report) -> str:
     rates = ", ".join(f"{value:.1f} tok/s at p={p:g}" for p, value in r.band_rates)
     lines.append(f"3. At K={r.k} over the realistic band: {rates}; "
                  f"incumbent {r.incumbent_rate:g} tok/s -> {r.verdict.upper()}")
-    lines.append("4. Fit and attachment surface: run `power plan MANIFEST PROFILE --device ...` "
-                 "(VRAM verdict, drafter binding, tokenizer identity; the engine must accept an external drafter)")
+    lines.append(f"4. Fit and attachment surface: {r.fit}")
     lines.append(f"5. The one measurement that settles it: {r.settling_measurement}")
     return "\n".join(lines)

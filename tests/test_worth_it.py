@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -63,3 +64,17 @@ def test_bad_input_is_a_usage_error(args):
     result = CliRunner().invoke(main, ["worth-it", "-k", "3", "--incumbent", "25", *args])
     assert result.exit_code == 2
     assert "e.g." in result.output or "LOW <= HIGH" in result.output
+
+
+def test_a_plan_answers_fit_and_attachment(tmp_path):
+    golden = Path(__file__).parent / "golden" / "render" / "dspark-ngram.plan.json"
+    result = CliRunner().invoke(main, ["worth-it", "--target-step", "67ms", "--draft-step", "12ms", "-k", "3",
+                                       "--incumbent", "25", "--plan", str(golden)])
+    assert result.exit_code == 0, result.output
+    (fit,) = [line for line in result.output.splitlines() if line.startswith("4.")]
+    assert "plan qwen3.6-27b-q6k-dspark: fits" in fit and "attaches as ngram -> dspark" in fit
+    edited = tmp_path / "edited.json"
+    edited.write_text(golden.read_text().replace('"k": 10', '"k": 9'))
+    refused = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25",
+                                        "--plan", str(edited)])
+    assert refused.exit_code == 2 and "digest mismatch" in refused.output

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import click
 
 from power.orchestrator import worth_it as arithmetic
+from power.orchestrator.cli import EXIT_USAGE
+from power.orchestrator.plan import PlanError, load_plan
 
 _DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*$")
 
@@ -49,10 +52,19 @@ class Band(click.ParamType):
 @click.option("--incumbent-commit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
               help="Tokens the incumbent commits per target step (>1 when it already drafts).")
 @click.option("--p-band", type=Band(), default="0.4:0.6", show_default=True, help="Realistic acceptance band.")
+@click.option("--plan", "plan_path", type=click.Path(path_type=Path),
+              help="A compiled plan for the drafter: its VRAM verdict and attachment go in the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def worth_it(target_step, draft_step, k, incumbent, incumbent_commit, p_band, as_json) -> None:
+def worth_it(target_step, draft_step, k, incumbent, incumbent_commit, p_band, plan_path, as_json) -> None:
     """Is a drafter worth it? Break-even acceptance and the rate over a realistic band, against the incumbent."""
     if target_step is None:
         target_step = incumbent_commit / incumbent  # the seeds' step 1: t_s = 1 / (tok/s / commit per round)
-    report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band)
+    fit = arithmetic.UNPLANNED_FIT
+    if plan_path is not None:
+        try:
+            fit = arithmetic.fit_of(load_plan(plan_path))
+        except PlanError as err:
+            click.echo(f"error: {err}", err=True)
+            raise SystemExit(EXIT_USAGE) from None
+    report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band, fit)
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else arithmetic.render_text(report))
