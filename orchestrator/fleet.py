@@ -234,7 +234,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
             f"{use.host.name} device {use.index} ({device.model}, {format_size(device.vram)}): {parts} = "
             f"{format_size(use.planned_bytes)}, over the {format_size(use.usable_bytes)} usable after "
             f"{format_size(use.host.headroom)} headroom",
-            where=f"deployments[{planned[-1].index}].device",
+            where=f"deployments[{planned[-1].index}].host",
             hint="move one deployment to another device or host, or shrink a plan (context, KV type, drafter)"))
     return findings
 

@@ -148,7 +148,7 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
         shapes = sorted({rollout["candidates"][key]["traffic"] for key in keys})
         item = evidence.get(pair)
         if item is None:
-            outcome.findings.append(_missing(stage["name"], pair, keys, shapes))
+            outcome.findings.append(_missing(lock_path, stage["name"], pair, keys, shapes))
             continue
         used.append(item.sha256)
         outcome.findings += gate(item, shapes, rollout["candidates"][keys[0]]["rollback"])
@@ -281,10 +281,10 @@ def _requirement_lines(rollout: dict[str, Any], lock: FleetLock) -> list[str]:
     return lines
 
 
-def _missing(stage: str, pair: tuple[str, str], keys: list[str], shapes: list[str]) -> Finding:
+def _missing(lock_path: Path, stage: str, pair: tuple[str, str], keys: list[str], shapes: list[str]) -> Finding:
     candidate, incumbent = pair
     return Finding(
-        code="PWR070", severity=Severity.ERROR,
+        code="PWR070", severity=Severity.ERROR, file=str(lock_path),
         message=f"stage {stage}: no evidence comparing candidate plan {candidate[:12]} with incumbent "
                 f"{incumbent[:12]} (deployments {', '.join(keys)}; traffic {', '.join(shapes)})",
         hint=f"export the plans with `power rollout status FLEET --export-plans DIR`, then run `power bench "
