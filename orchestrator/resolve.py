@@ -63,7 +63,7 @@ def _auto(declared: list[str], target_has_mtp: bool, manifest: Loaded, profile: 
         return None, [profile.finding(
             "PWR215", f'spec_mode = "auto" would load one of several context-backed drafters ({kinds}); '
             "two never run together and auto will not guess", where="spec_mode",
-            hint=f'set spec_mode to the one you mean: {" or ".join(repr(declared[i]) for i in external)}')]
+            hint="set spec_mode to the one you mean: " + " or ".join(f'"{declared[i]}"' for i in external))]
     if external:
         index = external[0]
         return (index, f"auto: the manifest's verified external {declared[index]} artifact"), []
