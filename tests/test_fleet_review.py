@@ -239,3 +239,9 @@ def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
 
     monkeypatch.setattr(compiler, name, counted)
     return calls
+
+
+def test_the_example_fleet_files_stay_valid() -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "fleet"
+    result = CliRunner().invoke(main, ["validate", str(example)])
+    assert result.exit_code == 0, result.output
