@@ -194,7 +194,8 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
             path=target.facts.path, size=target.facts.size, sha256=target.sha256, architecture=target.facts.architecture,
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
             vocab_size=target_vocab(target.facts), context_length=target.facts.hparam("context_length"),
-            has_mtp=target.facts.drafter_kind == contracts.MTP),
+            has_mtp=target.facts.drafter_kind == contracts.MTP,
+            recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),
         drafters=tuple(_drafter(manifest, index, artifacts) for index in resolution.drafters),
         speculation=Speculation(

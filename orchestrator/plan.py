@@ -10,7 +10,7 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     sources     manifest / profile / host: {path, sha256} of the files compiled
     device      {name, vram_bytes, headroom_bytes}: the device planned for
     target      {path, size, sha256, architecture, quant, n_layers, vocab_size,
-                 context_length, has_mtp}
+                 context_length, has_mtp, recurrent_layers}
     mode        {requested, resolved, chain, reason}: the profile's spec_mode,
                 what it resolved to (auto: verified external artifact -> native
                 MTP -> none), the drafter chain in execution order
@@ -88,6 +88,8 @@ class Target(_Frozen):
     vocab_size: int
     context_length: int | None = None
     has_mtp: bool = False
+    # layers carrying recurrent state (what S snapshots); 0 for attention-only trunks
+    recurrent_layers: int = 0
 
 
 class Mode(_Frozen):

@@ -72,7 +72,7 @@ def unsupported_notes(plan: ResolvedPlan) -> list[str]:
     """Plan settings no external engine has a flag for."""
     spec = plan.speculation
     notes = []
-    if spec.rollback != "none":
+    if spec.rollback != "none" and plan.target.recurrent_layers:
         notes.append(f"S = {spec.s} recurrent snapshots ({spec.rollback} rollback): no flag; the engine keeps its own rollback state")
     if spec.fr_vocab_size:
         notes.append(f"FR = {spec.fr_vocab_size} draft-only token-ID prefix: no flag; the draft head projects the full vocabulary")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-dspark
-# plan digest 24b684bf3db96c80252c5e3f11e936f5e5382125736d75c8dee87fa2ae390c99; mode dspark (verified external artifact)
+# plan digest e92ca2850f5d8171c9dcc1e001d11eb7049a0bf6283496eb8158fcc16392f9ea; mode dspark (verified external artifact)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # adaptive K/S controller: no flag; the engine drafts a fixed K per round
 # fixed verification capacity 11 rows: no flag

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest 79655393b72ef835a9b8fde3ef2319204783cdcfff06b0a9d06caccef4fb9213; mode mtp (requested; the target carries nextn tensors)
+# plan digest d364e9f6e705043a668ed92da4dc44c816fc39ef3660ad09f993fe362b13dfc6; mode mtp (requested; the target carries nextn tensors)
 # kv cache type q8_0: vLLM has no such --kv-cache-dtype; it uses the model dtype
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
