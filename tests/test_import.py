@@ -129,17 +129,20 @@ def test_a_drafter_without_a_sliding_window_at_a_large_context(tmp_path: Path) -
 def test_cli_converts_a_clean_launch_into_checked_manifest_and_profile(tmp_path: Path) -> None:
     target, drafter = build_dense_target(tmp_path), build_dflash_drafter(tmp_path)
     out = tmp_path / "imported"
-    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--json", "--",
+    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--json", "--device", "8 GiB", "--",
                                        "llama-server", "-m", str(target), "-md", str(drafter),
-                                       "--spec-type", "draft-dflash,ngram-mod", "--spec-draft-n-max", "6", "-c", "2048"])
+                                       "--spec-type", "draft-dflash,ngram-mod", "--spec-draft-n-max", "3", "-c", "2048"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["findings"] == []
+    assert [f["code"] for f in report["findings"]] == ["PWR218"]  # info: the n-gram chain in front of DFlash
     manifest = (out / "manifest.toml").read_text()
     assert 'kind = "dflash"' in manifest and 'kind = "ngram"' in manifest
     assert report["documents"]["manifest"]["target"]["sha256"] == report["documents"]["manifest"]["drafters"][0]["target_sha256"]
     profile = (out / "profile.toml").read_text()
-    assert 'spec_mode = "dflash"' in profile and "spec_draft_max = 6" in profile and "ctx = 2048" in profile
+    assert 'spec_mode = "dflash"' in profile and "spec_draft_max = 3" in profile and "ctx = 2048" in profile
+    plan = report["documents"]["plan"]
+    assert (plan["verdict"], plan["mode"], plan["k"], plan["s"], plan["rollback"]) == ("fits", "dflash", 3, 3, "full")
+    assert plan["chain"] == ["ngram", "dflash"]
 
 
 def test_cli_refuses_to_write_a_broken_launch(tmp_path: Path) -> None:
@@ -167,3 +170,12 @@ def test_cli_needs_the_model_files_here_to_write_a_manifest(tmp_path: Path) -> N
                                        '{"method": "mtp", "num_speculative_tokens": 2}'])
     assert result.exit_code == 1 and "PWR458" in result.output and "Qwen/Qwen3.6-27B is not a file" in result.output
     assert not (tmp_path / "out" / "manifest.toml").exists()
+
+
+def test_cli_compiles_the_import_and_reports_what_the_checks_find(tmp_path: Path) -> None:
+    target, drafter = build_dense_target(tmp_path), build_dflash_drafter(tmp_path)
+    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(tmp_path / "out"), "--device", "8 GiB", "--",
+                                       "-m", str(target), "-md", str(drafter), "--spec-type", "draft-dflash",
+                                       "--spec-draft-n-max", "16"])
+    assert result.exit_code == 1
+    assert "PWR425" in result.output and "proposes at most 3 tokens per block" in result.output

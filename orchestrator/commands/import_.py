@@ -4,8 +4,10 @@ The launch is read from the command line after `--`, an env file, or a systemd
 unit (its Environment=, EnvironmentFile= and ExecStart= lines). Every known
 launch-line mistake is a finding located at the flag. With `-o DIR`, a launch
 that reads without errors becomes DIR/manifest.toml + DIR/profile.toml, which
-are then loaded and checked like any Power file. Exit codes: 0 clean, 1 error
-findings (nothing written), 2 usage or input error.
+are then loaded and checked like any Power file; with `--device SIZE` or
+`--host HOST` they are also compiled into a plan (artifact digests and kinds,
+binding, tokenizer, sizing). Exit codes: 0 clean, 1 error findings (nothing
+written when the launch line itself has errors), 2 usage or input error.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import tomli_w
 
 from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from power.orchestrator.commands.plan import DeviceSize, host_from_options
+from power.orchestrator.compile import compile_plan
 from power.orchestrator.digests import sha256_file
 from power.orchestrator.findings import Finding, Severity, has_errors
 from power.orchestrator.launch_import import (ENV_PREFIX, LLAMA_SERVER, VLLM, LaunchSpec, import_launch,
@@ -26,6 +30,8 @@ from power.orchestrator.launch_import import (ENV_PREFIX, LLAMA_SERVER, VLLM, La
 from power.orchestrator.launch_tokens import (LaunchInputError, Token, tokens_from_argv, tokens_from_env_file,
                                               tokens_from_systemd_unit)
 from power.orchestrator.loading import load_manifest, load_profile
+from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.units import format_size
 
 
 @click.group(name="import")
@@ -39,9 +45,12 @@ def _engine_command(engine: str):
     @click.option("--unit", type=click.Path(path_type=Path), help="Read the launch from a systemd unit.")
     @click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
                   help="Write manifest.toml and profile.toml into this directory.")
+    @click.option("--device", type=DeviceSize(), help='With -o: also compile the plan for one device of this size, e.g. "24 GiB".')
+    @click.option("--host", "host_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+                  help="With -o: also compile the plan for this host file's first device.")
     @click.option("--json", "as_json", is_flag=True, help="Print the findings and the documents as JSON.")
     def command(argv: tuple[str, ...], env_file: Path | None, unit: Path | None, output: Path | None,
-                as_json: bool) -> None:
+                device: int | None, host_path: Path | None, as_json: bool) -> None:
         try:
             tokens = _tokens(engine, list(argv), env_file, unit)
         except LaunchInputError as err:
@@ -55,6 +64,10 @@ def _engine_command(engine: str):
         if output is not None and not has_errors(findings):
             documents, written = _write(result.spec, output)
             findings += written
+            if not has_errors(findings) and (device is not None or host_path is not None):
+                plan, compiled = _compile(output, host_path, device)
+                findings += [f for f in compiled if f not in findings]
+                documents["plan"] = _plan_summary(plan) if plan else None
         _report(findings, documents, as_json)
         sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
 
@@ -100,11 +113,29 @@ def _write(spec: LaunchSpec, output: Path) -> tuple[dict, list[Finding]]:
     return documents, findings
 
 
+def _compile(output: Path, host_path: Path | None, device: int | None):
+    host, findings = host_from_options(host_path, device)
+    if host is None:
+        return None, findings
+    return compile_plan(load_manifest(output / "manifest.toml"), load_profile(output / "profile.toml"), host)
+
+
+def _plan_summary(plan: ResolvedPlan) -> dict:
+    return {"digest": plan.digest, "device": plan.device.name, "verdict": plan.memory.verdict,
+            "margin_bytes": plan.memory.margin_bytes, "mode": plan.mode.resolved, "chain": list(plan.mode.chain),
+            "k": plan.speculation.k, "s": plan.speculation.s, "rollback": plan.speculation.rollback}
+
+
 def _report(findings: list[Finding], documents: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"findings": [f.to_json() for f in findings], "documents": documents}, indent=2))
         return
     for finding in findings:
         click.echo(finding.render())
+    plan = documents.get("plan")
+    if plan:
+        click.echo(f"plan {plan['digest'][:12]}: {plan['verdict']} on {plan['device']} (margin "
+                   f"{format_size(abs(plan['margin_bytes']))}{' over' if plan['margin_bytes'] < 0 else ''}), "
+                   f"{plan['mode']} K{plan['k']}/S{plan['s']}, rollback {plan['rollback']}")
     errors = sum(1 for f in findings if f.is_error)
     click.echo(f"{len(findings)} finding(s), {errors} error(s)" + ("; wrote manifest.toml and profile.toml" if documents else ""))
