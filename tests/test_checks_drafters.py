@@ -16,7 +16,9 @@ def test_dspark_file_declared_dflash_is_rejected(tmp_path):
     plan, findings = compiled(manifest, write_profile(tmp_path, "dflash"))
     assert plan is None and errors(findings) == ["PWR210"]
     (finding,) = [f for f in findings if f.code == "PWR210"]
-    assert "dspark" in finding.message and finding.file == str(fixture("dflash-named-dspark"))
+    assert "dspark" in finding.message and str(fixture("dflash-named-dspark")) in finding.message
+    # The declaration is what to fix: the finding points at the manifest's `kind` line.
+    assert finding.file == str(manifest) and finding.where == "drafters[0].kind" and finding.line == 7
 
 
 @pytest.mark.parametrize("declared, file", [("dflash", "dflash2-drafter"), ("dflash2", "dflash-drafter")])
@@ -40,6 +42,7 @@ def test_mtp_on_a_target_without_nextn_tensors(tmp_path):
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "mtp"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
     assert plan is None and errors(findings) == ["PWR212"]
+    assert findings[-1].file == str(manifest) and str(fixture("dense-target")) in findings[-1].message
 
 
 def test_drafter_bound_to_another_targets_digest(tmp_path):

@@ -16,10 +16,10 @@ def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | Non
     """Contract and binding findings for `drafters[index]` (`checked` is its own file, None for in-target kinds)."""
     kind = declared.kind.value
     if kind == contracts.MTP:
-        return contracts.contract_violations(target.facts, kind)
+        return _at_declaration(manifest, index, contracts.contract_violations(target.facts, kind))
     if checked is None:
         return []
-    findings = contracts.contract_violations(checked.facts, kind)
+    findings = _at_declaration(manifest, index, contracts.contract_violations(checked.facts, kind))
     bound_to = declared.target_sha256
     if bound_to is not None and target.sha256 is not None and bound_to != target.sha256:
         findings.append(manifest.finding(
@@ -27,6 +27,15 @@ def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | Non
             f"{target.sha256[:16]}...", where=f"drafters[{index}].target_sha256",
             hint="use the drafter built for this target; a drafter reads its own target's hidden states"))
     return findings
+
+
+# A declared kind the header contradicts is fixed in the manifest: point at the `kind` line.
+DECLARATION_CODES = ("PWR210", "PWR212")
+
+
+def _at_declaration(manifest: Loaded, index: int, findings: list[Finding]) -> list[Finding]:
+    return [manifest.finding(f.code, f"{f.file}: {f.message}", where=f"drafters[{index}].kind", hint=f.hint)
+            if f.code in DECLARATION_CODES else f for f in findings]
 
 
 def contract_facts(kind: str, checked: Checked | None, target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
