@@ -22,13 +22,17 @@ from power.orchestrator.plan_report import memory_text
 @click.argument("profile", type=click.Path(path_type=Path))
 @click.option("--device", type=DeviceSize(), help='One device of this size, e.g. "24 GiB" (headroom 512 MiB).')
 @click.option("--host", "host_path", type=click.Path(path_type=Path), help="A host file (power.host/v1).")
+@click.option("--device-index", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which of the host's devices to size for.")
 @click.option("--ctx", type=click.IntRange(min=1), help="Size at this context instead of the profile's runtime.ctx.")
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
-def size(manifest, profile, device, host_path, ctx, as_json) -> None:
+def size(manifest, profile, device, host_path, device_index, ctx, as_json) -> None:
     """Per-component VRAM breakdown from the GGUF headers, the verdict, and the largest context that fits."""
     if (host_path is None) == (device is None):
         raise click.UsageError("give exactly one of --device SIZE or --host HOST.toml")
     host, findings = host_from_options(host_path, device)
+    if host is not None and device_index >= len(host.devices):
+        raise click.UsageError(f"--device-index {device_index}: {host_path} has {len(host.devices)} device(s)")
     manifest_doc, profile_doc = load_manifest(manifest), load_profile(profile)
     findings += manifest_doc.findings + profile_doc.findings
     if host is None or not (manifest_doc.ok and profile_doc.ok):
@@ -42,7 +46,7 @@ def size(manifest, profile, device, host_path, ctx, as_json) -> None:
         findings += found
     if chosen is None or has_errors(findings):
         _stop(findings)
-    budget, device_name = budget_of(host, 0)
+    budget, device_name = budget_of(host, device_index)
     sizing = size_for(profile_doc, chosen, artifacts, budget, ctx)
     findings += check_memory(profile_doc, sizing, device_name, chosen.drafter.facts if chosen.drafter else None)
     memory = memory_section(sizing)
