@@ -63,11 +63,12 @@ def _partial_argmax_kernel(
 
 
 @triton.jit
-def reduce_partials(val_ptr, idx_ptr, rows, row_mask, n_chunks, BLOCK_C: tl.constexpr, NO_INDEX: tl.constexpr):
-    """Stage 2 for a tile of rows: the argmax index of each row from its [n_chunks] partials."""
+def reduce_partials(val_ptr, idx_ptr, rows, row_mask, n_chunks, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                    NO_INDEX: tl.constexpr):
+    """Stage 2 for a tile of BLOCK_R rows: the argmax index of each row from its [n_chunks] partials."""
     lanes = tl.arange(0, BLOCK_C)
-    best_val = tl.full([rows.shape[0], BLOCK_C], float("-inf"), tl.float32)
-    best_idx = tl.full([rows.shape[0], BLOCK_C], NO_INDEX, tl.int64)
+    best_val = tl.full([BLOCK_R, BLOCK_C], float("-inf"), tl.float32)
+    best_idx = tl.full([BLOCK_R, BLOCK_C], NO_INDEX, tl.int64)
     for offset in range(0, n_chunks, BLOCK_C):
         chunk = offset + lanes
         where = rows[:, None] * n_chunks + chunk[None, :]
@@ -87,7 +88,7 @@ def _argmax_of_partials_kernel(val_ptr, idx_ptr, out_ptr, R, n_chunks, BLOCK_R: 
                                BLOCK_C: tl.constexpr, NO_INDEX: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_mask = rows < R
-    ids = reduce_partials(val_ptr, idx_ptr, rows, row_mask, n_chunks, BLOCK_C, NO_INDEX)
+    ids = reduce_partials(val_ptr, idx_ptr, rows, row_mask, n_chunks, BLOCK_R, BLOCK_C, NO_INDEX)
     tl.store(out_ptr + rows, ids, mask=row_mask)
 
 

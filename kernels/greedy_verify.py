@@ -29,7 +29,7 @@ def greedy_verify_reference(logits: torch.Tensor, proposals: torch.Tensor) -> tu
 def _accept_kernel(val_ptr, idx_ptr, proposals_ptr, out_ptr, K, n_chunks, BLOCK_R: tl.constexpr,
                    BLOCK_C: tl.constexpr, NO_INDEX: tl.constexpr):
     rows = tl.arange(0, BLOCK_R)
-    ids = reduce_partials(val_ptr, idx_ptr, rows, rows <= K, n_chunks, BLOCK_C, NO_INDEX)  # [BLOCK_R]
+    ids = reduce_partials(val_ptr, idx_ptr, rows, rows <= K, n_chunks, BLOCK_R, BLOCK_C, NO_INDEX)  # [BLOCK_R]
     proposals = tl.load(proposals_ptr + rows, mask=rows < K, other=-1).to(tl.int64)
     # Row K and the padding rows count as mismatches, so the count never exceeds K.
     stop = (ids != proposals) | (rows >= K)

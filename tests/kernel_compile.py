@@ -1,0 +1,86 @@
+"""Compile every Triton kernel for a Hopper GPU (sm_90) without one: Triton's own LLVM and ptxas, no driver.
+
+Run as a script with TRITON_INTERPRET=0 (the kernels must be JIT functions, not
+interpreted ones); prints one JSON line per kernel: {"kernel", "ok", "error"}.
+The CPU test suite runs the kernels only through the interpreter, which accepts
+some programs the GPU compiler rejects; this catches those here. It also reads
+the dequantisers' PTX: bit-exactness against gguf.quants needs `d * q - m` as a
+multiply then a subtract, so a fused multiply-add there is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "0"
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from power.kernels import argmax, dequant, fr_argmax, greedy_verify, qmatmul, rejection  # noqa: E402
+
+HOPPER = GPUTarget("cuda", 90, 32)
+
+
+def specs():
+    """(label, kernel, runtime argument types, constexpr values, compile options) as the launchers use them."""
+    argmax_consts = {"CHUNK": argmax.CHUNK, "BLOCK": argmax.BLOCK, "NO_INDEX": argmax.NO_INDEX}
+    partials = {"BLOCK_R": argmax.BLOCK_R, "BLOCK_C": argmax.BLOCK_C, "NO_INDEX": argmax.NO_INDEX}
+    for dtype in ("fp32", "fp16", "bf16"):
+        yield (f"partial_argmax {dtype}", argmax._partial_argmax_kernel,
+               {"x_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "V": "i32", "n_chunks": "i32"}, argmax_consts, {})
+    yield ("argmax_of_partials", argmax._argmax_of_partials_kernel,
+           {"val_ptr": "*fp32", "idx_ptr": "*i64", "out_ptr": "*i64", "R": "i32", "n_chunks": "i32"}, partials, {})
+    yield ("greedy_verify accept", greedy_verify._accept_kernel,
+           {"val_ptr": "*fp32", "idx_ptr": "*i64", "proposals_ptr": "*i64", "out_ptr": "*i64", "K": "i32", "n_chunks": "i32"},
+           {"BLOCK_R": 32, "BLOCK_C": argmax.BLOCK_C, "NO_INDEX": argmax.NO_INDEX}, {})
+    for dtype in ("fp32", "fp64"):
+        yield (f"rejection {dtype}", rejection._rejection_kernel,
+               {"p_ptr": f"*{dtype}", "q_ptr": f"*{dtype}", "proposals_ptr": "*i64", "u_ptr": "*fp64", "out_ptr": "*i64",
+                "K": "i32", "V": "i32"},
+               {"BLOCK_K": 16, "BLOCK_V": rejection.BLOCK_V, "LANES": rejection.LANES, "SAMPLE": rejection.SAMPLE,
+                "ACCEPT": rejection.ACCEPT, "RESIDUAL": rejection.RESIDUAL,
+                "WEIGHT_SCALE": float(2**rejection.WEIGHT_BITS), "UNIFORM_BITS": rejection.UNIFORM_BITS}, {})
+    for dtype in ("fp32", "bf16"):
+        yield (f"fr_argmax {dtype}", fr_argmax._fr_partial_kernel,
+               {"h_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "M": "i32", "N": "i32",
+                "D": "i32", "n_chunks": "i32"},
+               {"CHUNK": argmax.CHUNK, "BLOCK_M": fr_argmax.BLOCK_M, "BLOCK_V": fr_argmax.BLOCK_V, "BLOCK_D": 64,
+                "NO_INDEX": argmax.NO_INDEX}, {})
+    for qtype, code in dequant.TRITON_TYPES.items():
+        per_block = dequant.BLOCK_LAYOUT[qtype][0]
+        yield (f"dequantize {qtype}", dequant._dequant_kernel, {"raw_ptr": "*u8", "out_ptr": "*fp32", "n": "i64"},
+               {"PER_BLOCK": per_block, "QTYPE": code, "BLOCK": dequant._TRITON_BLOCK}, {"enable_fp_fusion": False})
+        yield (f"qmatmul {qtype}", qmatmul._qmatmul_kernel,
+               {"x_ptr": "*fp32", "w_ptr": "*u8", "y_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "row_bytes": "i32"},
+               {"PER_BLOCK": per_block, "QTYPE": code, "BLOCK_M": qmatmul.BLOCK_M, "BLOCK_N": qmatmul.BLOCK_N,
+                "BLOCK_K": qmatmul.BLOCK_K}, {"enable_fp_fusion": False})
+
+
+def compile_one(kernel, types: dict[str, str], constants: dict[str, object], options: dict[str, object]) -> str:
+    """The kernel's PTX for sm_90 (compiled through ptxas to a cubin on the way)."""
+    signature = dict(types) | {name: "constexpr" for name in constants}
+    ordered = {name: signature[name] for name in kernel.arg_names}
+    return triton.compile(ASTSource(kernel, ordered, constants), target=HOPPER, options=options).asm["ptx"]
+
+
+def main() -> int:
+    failures = 0
+    for label, kernel, types, constants, options in specs():
+        try:
+            ptx = compile_one(kernel, types, constants, options)
+            fused = label.startswith("dequantize") and "fma.rn.f32" in ptx
+            error = "the PTX fuses a multiply-add: dequantised values would differ from gguf.quants" if fused else None
+        except Exception as err:  # any compiler error is the finding; report it and go on
+            error = f"{type(err).__name__}: {err}"[:2000]
+        failures += error is not None
+        print(json.dumps({"kernel": label, "ok": error is None, "error": error}), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
