@@ -48,6 +48,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR065": ("error", "the fleet lock is unreadable or malformed"),
     "PWR066": ("error", "two deployments share one name on a host"),
     "PWR067": ("error", "a deployment could not be planned"),
+    "PWR068": ("error", "the fleet lock changed on disk while this command ran"),
     # PWR07x profile rollout and its evidence gates (orchestrator/rollout.py)
     "PWR070": ("error", "a rollout stage has no evidence file"),
     "PWR071": ("error", "an evidence file is unreadable or not power.evidence/v1"),

@@ -12,12 +12,14 @@ A JSON document, schema-versioned and digest-protected, always written atomicall
 Reading never raises: a missing lock is an empty one; a lock from a newer schema
 version, a lock whose digest does not match (edited by hand) or one that is not
 a lock at all comes back as a located finding, and commands that would write a
-lock refuse to run on top of it.
+lock refuse to run on top of it. Writing checks, under an exclusive lock on a
+guard file (`.fleet.lock.guard`), that the file is still the one that was read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import fcntl
 import json
 import re
 from dataclasses import dataclass, field
@@ -34,11 +36,21 @@ LOCK_SCHEMA = f"{LOCK_KIND}/v{LOCK_VERSION}"
 _SCHEMA_PATTERN = re.compile(rf"^{re.escape(LOCK_KIND)}/v(\d+)$")
 
 
+class LockConflict(Exception):
+    """The lock on disk is no longer the one this command read (another command wrote it meanwhile)."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.render())
+        self.finding = finding
+
+
 @dataclass
 class FleetLock:
     deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
     plans: dict[str, dict[str, Any]] = field(default_factory=dict)
     rollout: dict[str, Any] | None = None
+    # The digest the file had when it was read (None: there was no file); a write checks it is still there.
+    read_digest: str | None = field(default=None, compare=False)
 
     def body(self) -> dict[str, Any]:
         return {
@@ -93,15 +105,39 @@ def read_lock(path: Path) -> tuple[FleetLock | None, list[Finding]]:
             text=text, line=line, col=col,
             hint="never edit fleet.lock; restore it from version control, or delete it and run "
                  "`power fleet review FLEET --write-lock` to record the current plans")]
-    return FleetLock(deployments=data["deployments"], plans=data["plans"], rollout=data["rollout"]), []
+    return FleetLock(deployments=data["deployments"], plans=data["plans"], rollout=data["rollout"],
+                     read_digest=stored), []
 
 
 def write_lock(path: Path, lock: FleetLock) -> None:
-    """Write the lock atomically (temp file + rename), with its digest."""
+    """Write the lock atomically (temp file + rename), with its digest.
+
+    Under an exclusive lock on a guard file beside it, and only if the file on disk is still the one
+    `lock` was read from: otherwise LockConflict, and nothing is written (two rollouts never interleave).
+    """
     path = Path(path)
     lock.prune_plans()
     document = {**lock.body(), "digest": lock.digest()}
-    write_text_atomic(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    with open(path.parent / f".{path.name}.guard", "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        on_disk = _digest_on_disk(path)
+        if on_disk != lock.read_digest:
+            raise LockConflict(Finding(
+                code="PWR068", severity=Severity.ERROR, file=str(path),
+                message="the fleet lock changed on disk while this command ran (another review or rollout wrote it)",
+                hint="nothing was written; run the command again on the lock as it is now"))
+        write_text_atomic(path, text)
+    lock.read_digest = document["digest"]
+
+
+def _digest_on_disk(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("digest")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        return "unreadable"
 
 
 def _schema_problem(path: Path, data: Any, text: str) -> Finding | None:

@@ -34,7 +34,7 @@ from typing import Any
 from power.orchestrator.evidence import Evidence, read_evidence
 from power.orchestrator.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
-from power.orchestrator.lock import FleetLock, read_lock, write_lock
+from power.orchestrator.lock import FleetLock, LockConflict, read_lock, write_lock
 from power.orchestrator.plan_memo import PlanMemo
 
 IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"
@@ -99,7 +99,8 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
         "previous": {},
         "evidence": {},
     }
-    write_lock(lock_path, lock)
+    if not _written(lock_path, lock, outcome):
+        return outcome
     outcome.state = lock.rollout
     outcome.lines += [f"rollout of {profile_name}: {len(changing)} deployment(s) in {len(stages)} stage(s)"]
     outcome.lines += [f"  {stage['name']}: {', '.join(stage['keys'])}" for stage in stages]
@@ -162,7 +163,8 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
     rollout["next_stage"] += 1
     if rollout["next_stage"] == len(rollout["stages"]):
         rollout["status"] = COMPLETE
-    write_lock(lock_path, lock)
+    if not _written(lock_path, lock, outcome):
+        return outcome
     outcome.state = rollout
     outcome.lines.append(f"stage {stage['name']} applied to {', '.join(stage['keys'])}; rollout {rollout['status']}")
     return outcome
@@ -183,11 +185,21 @@ def rollback(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
     for key in restored:
         lock.deployments[key] = rollout["previous"][key]
     rollout["status"] = ROLLED_BACK
-    write_lock(lock_path, lock)
+    if not _written(lock_path, lock, outcome):
+        return outcome
     outcome.state = rollout
     outcome.lines.append(f"rolled back {rollout['profile']['name']}: restored "
                          f"{', '.join(restored) if restored else 'nothing (no stage had been applied)'}")
     return outcome
+
+
+def _written(lock_path: Path, lock: FleetLock, outcome: Outcome) -> bool:
+    try:
+        write_lock(lock_path, lock)
+    except LockConflict as conflict:
+        outcome.findings.append(conflict.finding)
+        return False
+    return True
 
 
 def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Finding]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from power.orchestrator.lock import LOCK_SCHEMA, FleetLock, read_lock, write_lock
+import pytest
+
+from power.orchestrator.lock import LOCK_SCHEMA, FleetLock, LockConflict, read_lock, write_lock
 
 RECORD = {"host": "gpu-a", "manifest": "qwen", "profile": "balanced-k7s7", "mode": "mtp", "k": 7, "s": 7,
           "plan_digest": "a" * 64}
@@ -96,4 +98,24 @@ def test_a_failed_write_leaves_the_old_lock_and_no_temp_file(tmp_path: Path) -> 
     else:
         raise AssertionError("an unserialisable record must not be written")
     assert path.read_text() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["fleet.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fleet.lock.guard", "fleet.lock"]
+
+
+def test_a_write_refuses_when_the_lock_changed_since_it_was_read(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.lock"
+    write_lock(path, _lock_with_one_record())
+    first, _ = read_lock(path)
+    second, _ = read_lock(path)
+    second.deployments["gpu-a/qwen"]["k"] = 5
+    write_lock(path, second)
+    written = path.read_text()
+    first.deployments["gpu-a/qwen"]["s"] = 6
+    with pytest.raises(LockConflict) as conflict:
+        write_lock(path, first)
+    assert conflict.value.finding.code == "PWR068" and conflict.value.finding.file == str(path)
+    assert path.read_text() == written
+    second.rollout = {"profile": "p", "candidates": {}, "previous": {}}
+    write_lock(path, second)  # the writer that holds the current lock may write again
+    fresh = FleetLock()
+    with pytest.raises(LockConflict):
+        write_lock(path, fresh)  # an empty lock "read" from a missing file may not replace an existing one

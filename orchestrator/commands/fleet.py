@@ -18,7 +18,7 @@ import click
 from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.fleet import DRIFT_EXIT, FleetReview, exit_code, review_fleet
-from power.orchestrator.lock import FleetLock, write_lock
+from power.orchestrator.lock import FleetLock, LockConflict, write_lock
 from power.orchestrator.report import render_report
 from power.orchestrator.units import format_size
 
@@ -52,7 +52,11 @@ def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exi
         _print_review(result)
     code = exit_code(result, detailed_exitcode)
     if record and code in (EXIT_OK, DRIFT_EXIT):
-        _record_plans(result)
+        try:
+            _record_plans(result)
+        except LockConflict as conflict:
+            click.echo(conflict.finding.render(), err=True)
+            sys.exit(EXIT_FINDINGS)
         click.echo(f"recorded {len(result.records())} plan(s) in {result.lock_path}", err=True)
         code = EXIT_OK
     elif record:
