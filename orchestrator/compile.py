@@ -30,7 +30,7 @@ from power.orchestrator.plan import (
 )
 from power.orchestrator.resolve import Resolution, resolve
 from power.orchestrator.schema import HostSpec
-from power.orchestrator.sizing import Budget, Request, Sizing, largest_context, size_plan, trunk_layers
+from power.orchestrator.sizing import Budget, Request, Sizing, largest_context, size_plan, trunk_layers, whole
 
 
 class ArtifactMemo:
@@ -115,8 +115,8 @@ def target_vocab(facts: ArtifactFacts) -> int:
     """The target's vocabulary: its tokenizer, else `{arch}.vocab_size`, else the output projection's rows."""
     if facts.tokenizer is not None:
         return facts.tokenizer.vocab_size
-    if facts.hparam("vocab_size"):
-        return int(facts.hparam("vocab_size"))
+    if whole(facts.hparam("vocab_size")):
+        return whole(facts.hparam("vocab_size"))
     shapes = facts.tensor_shapes
     head = shapes.get("output.weight") or shapes.get("token_embd.weight")
     return head[0] if head else 0
@@ -141,7 +141,7 @@ def size_for(profile: Loaded, chosen: Chosen, artifacts: Artifacts, budget: Budg
     )
     drafter = chosen.drafter.facts if chosen.drafter else None
     sizing = size_plan(target, drafter, request, budget)
-    limit = int(target.hparam("context_length") or request.ctx)
+    limit = whole(target.hparam("context_length")) or request.ctx
     return Sizing(sizing.ctx, sizing.components, budget, largest_context(target, drafter, request, budget, limit))
 
 
@@ -193,7 +193,7 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
         target=Target(
             path=target.facts.path, size=target.facts.size, sha256=target.sha256, architecture=target.facts.architecture,
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
-            vocab_size=target_vocab(target.facts), context_length=target.facts.hparam("context_length"),
+            vocab_size=target_vocab(target.facts), context_length=whole(target.facts.hparam("context_length")) or None,
             has_mtp=target.facts.drafter_kind == contracts.MTP,
             recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),

@@ -118,13 +118,16 @@ def pad(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
+def whole(value: Any, default: int = 0) -> int:
+    """An integer hparam, or `default` when the header lacks it or carries another type (its checks report that)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def largest(value: Any, default: int) -> int:
     """The largest layer's value of a scalar or per-layer array hparam (the compute buffer is sized for it)."""
-    if value is None:
-        return default
     if isinstance(value, (list, tuple)):
-        return max(int(v) for v in value)
-    return int(value)
+        return max((whole(v) for v in value), default=default)
+    return whole(value, default)
 
 
 def kv_bytes_per_cell(layer: LayerFacts, cache_type: str) -> int:
@@ -168,10 +171,10 @@ def recurrent_component(facts: ArtifactFacts, layers: list[LayerFacts], snapshot
     n_recurrent = sum(1 for layer in layers if layer.kind == RECURRENT)
     if not n_recurrent:
         return None
-    d_conv = int(facts.hparam("ssm.conv_kernel", 0))
-    d_inner = int(facts.hparam("ssm.inner_size", 0))
-    d_state = int(facts.hparam("ssm.state_size", 0))
-    n_group = int(facts.hparam("ssm.group_count", 0))
+    d_conv = whole(facts.hparam("ssm.conv_kernel"))
+    d_inner = whole(facts.hparam("ssm.inner_size"))
+    d_state = whole(facts.hparam("ssm.state_size"))
+    n_group = whole(facts.hparam("ssm.group_count"))
     # llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state)
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     state = d_state * d_inner
@@ -227,7 +230,7 @@ def compute_component(facts: ArtifactFacts, rows: int, ctx: int, vocab: int, fla
     three FFN-width activations (gate, up, their product) and, without flash
     attention, one score row per head over the cache.
     """
-    n_embd = int(facts.hparam("embedding_length"))
+    n_embd = whole(facts.hparam("embedding_length"))
     n_ff = largest(facts.hparam("feed_forward_length"), 4 * n_embd)
     n_head = largest(facts.hparam("attention.head_count"), 1)
     cells = pad(ctx, KV_PAD)

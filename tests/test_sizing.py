@@ -139,7 +139,7 @@ def test_fits_only_below_the_headroom_is_a_warning_and_still_plans(tmp_path):
 
 
 def test_size_command_table_json_and_exit_codes(tmp_path):
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "dspark", "fixture": "qwen36-27b-dspark"}])
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "dspark", "fixture": "qwen36-27b-dspark"}], hashed=False)
     profile = REPO_PROFILES / "dspark-k10s6.toml"
     runner = CliRunner()
     result = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--ctx", "262144", "--json"])
