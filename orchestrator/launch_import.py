@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from power.orchestrator import contracts
 from power.orchestrator.facts import ArtifactError, inspect_artifact
 from power.orchestrator.findings import Finding, Severity
 from power.orchestrator.launch_tokens import Token
@@ -288,7 +289,7 @@ def _window_findings(spec: LaunchSpec) -> list[Finding]:
         return []
     path = Path(spec.draft_model.text)
     if not path.is_file():
-        return []
+        return _window_by_contract(spec)
     try:
         facts = inspect_artifact(path)
     except ArtifactError as err:
@@ -302,6 +303,18 @@ def _window_findings(spec: LaunchSpec) -> list[Finding]:
         f"context ({format_size(per_position * spec.ctx)} at {format_size(per_position)} per position)",
         "budget that memory on the draft device (`power size`), shorten the context, or use a drafter that "
         "declares attention.sliding_window", severity=Severity.WARNING)]
+
+
+def _window_by_contract(spec: LaunchSpec) -> list[Finding]:
+    """Without the file, the DSpark contract still says it: DSpark headers carry no sliding-window key."""
+    if spec.mode != "dspark" or "attention.sliding_window" in contracts.REQUIRED_KEYS[contracts.DSPARK]:
+        return []
+    return [_finding(
+        "PWR453", spec.draft_model,
+        f"DSpark drafters declare no sliding window (the contract has none), so its KV caches all {spec.ctx:,} "
+        f"positions of the context (the Qwen3.6-27B DSpark: 20 KiB per position, 5.00 GiB at 262,144)",
+        "budget that memory on the draft device (`power size`), or shorten the context; run the import where the "
+        "file is to get the exact figure", severity=Severity.WARNING)]
 
 
 def _removed_draft_flag(flag: Token) -> Finding:

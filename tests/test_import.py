@@ -124,6 +124,9 @@ def test_a_drafter_without_a_sliding_window_at_a_large_context(tmp_path: Path) -
     assert finding.source_line[finding.col - 1:].startswith(str(dspark))
     assert _llama("-m", "t.gguf", "-md", str(dspark), "--spec-type", "draft-dspark", "-c", "4096").findings == []
     assert _llama("-m", "t.gguf", "-md", str(dflash), "--spec-type", "draft-dflash", "-c", "262144").findings == []
+    remote = _llama("-m", "t.gguf", "-md", "/srv/models/dspark.gguf", "--spec-type", "draft-dspark", "-c", "131072")
+    [by_contract] = remote.findings
+    assert by_contract.code == "PWR453" and "the contract has none" in by_contract.message
 
 
 def test_cli_converts_a_clean_launch_into_checked_manifest_and_profile(tmp_path: Path) -> None:
