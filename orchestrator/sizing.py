@@ -262,7 +262,7 @@ def breakdown(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Req
     layers = trunk_layers(target)
     if request.gpu_layers is not None and request.gpu_layers < len(layers):
         layers = layers[len(layers) - request.gpu_layers:]
-    window = target.hparam("attention.sliding_window")
+    window = whole(target.hparam("attention.sliding_window")) or None
     components += kv_components(layers, request.ctx, window, request.kv_cache_type, "target KV")
     recurrent = recurrent_component(target, layers, request.snapshots)
     if recurrent is not None:

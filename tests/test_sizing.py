@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import cache
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as Q
 
@@ -152,3 +155,21 @@ def test_size_command_table_json_and_exit_codes(tmp_path):
     assert text.exit_code == 0 and "largest context that fits" in text.stdout and "drafter KV" in text.stdout
     assert runner.invoke(main, ["size", str(manifest), str(profile)]).exit_code == 2
 
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.integers(1, 262_144), b=st.integers(1, 262_144), s=st.integers(0, 16),
+       cache=st.sampled_from(["f16", "q8_0", "q4_0", "f32"]), flash=st.booleans())
+def test_every_total_grows_with_the_context(a, b, s, cache, flash):
+    """The largest-context search assumes it: a longer context never needs less memory."""
+    target, drafter = _qwen_headers()
+    low, high = sorted((a, b))
+    request = Request(ctx=low, verify_rows=11, snapshots=s, kv_cache_type=cache, flash_attn=flash, vocab=248_320)
+    small = size_plan(target, drafter, request, Budget(GiB, 0)).total_bytes
+    large = size_plan(target, drafter, replace(request, ctx=high), Budget(GiB, 0)).total_bytes
+    assert small <= large
+
+
+@cache
+def _qwen_headers():
+    return inspect_artifact(fixture("qwen36-27b-q6k")), inspect_artifact(fixture("qwen36-27b-dspark"))
