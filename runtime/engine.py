@@ -10,6 +10,7 @@ timings and the receipt.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -73,8 +74,15 @@ class Engine:
         self.decoder = _StreamingDecoder(self.trunk, Sampler(settings.sampling))
         self.load_s = time.perf_counter() - started
 
-    def generate(self, prompt: str, max_tokens: int, on_text: Callable[[str], None] | None = None) -> Receipt:
-        """Generate up to `max_tokens` tokens after `prompt`, calling `on_text` with text as it is decoded."""
+    def generate(self, prompt: str, max_tokens: int, on_text: Callable[[str], None] | None = None,
+                 cancel: threading.Event | None = None, sampling: SamplingParams | None = None) -> Receipt:
+        """Generate up to `max_tokens` tokens after `prompt`, calling `on_text` with text as it is decoded.
+
+        Setting `cancel` (from any thread) ends the request at the next step boundary: the open round is
+        rolled back to the last committed transaction and the receipt says `cancelled`. `sampling`
+        overrides the plan's sampling for this request (a server's per-request temperature and seed).
+        """
+        self.decoder.sampler = Sampler(sampling or self.settings.sampling)
         prompt_ids = self.tokenizer.encode(prompt)
         room = self.settings.n_ctx - len(prompt_ids) + 1  # the last emitted token needs no cache slot
         if room < 1 + (max_tokens > 1):
@@ -89,7 +97,8 @@ class Engine:
             if on_text and piece:
                 on_text(piece)
 
-        generation = self.decoder.generate_streaming(prompt_ids, min(max_tokens, room), self.tokenizer.stop_ids, emit)
+        generation = self.decoder.generate_streaming(prompt_ids, min(max_tokens, room), self.tokenizer.stop_ids, emit,
+                                                     cancel)
         tail = text.flush()
         if on_text and tail:
             on_text(tail)
@@ -109,7 +118,8 @@ class Engine:
             plan_digest=s.plan_digest, artifacts={str(s.target_path): self.target_sha256}, mode=s.mode,
             prompt_tokens=len(prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
-            clamps=stats.clamps, fallbacks=stats.fallbacks,
+            clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
+            governor_parks=stats.governor_parks,
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
             runtime={"device": "cpu", "dtype": s.dtype, "threads": torch.get_num_threads(), "n_ctx": s.n_ctx,
                      "verify_capacity": s.verify_capacity, "prefill_chunk": self.trunk.options.prefill_chunk,
@@ -120,9 +130,10 @@ class Engine:
 class _StreamingDecoder(Decoder):
     """The decode loop with a callback for each round's emitted tokens."""
 
-    def generate_streaming(self, prompt: list[int], max_new_tokens: int, stop_ids, on_tokens) -> Generation:
+    def generate_streaming(self, prompt: list[int], max_new_tokens: int, stop_ids, on_tokens,
+                           cancel: threading.Event | None = None) -> Generation:
         self._on_tokens, self._streamed = on_tokens, 0
-        generation = self.generate(prompt, max_new_tokens, stop_ids)
+        generation = self.generate(prompt, max_new_tokens, stop_ids, cancel)
         self._flush(generation.tokens)
         return generation
 

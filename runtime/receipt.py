@@ -45,6 +45,8 @@ class Receipt:
     prefill_s: float
     decode_s: float
     runtime: dict[str, Any] = field(default_factory=dict)  # device, dtype, threads, shapes, versions
+    speculative_rounds: int = 0  # rounds that verified at least one proposal (llama.cpp's "drafts")
+    governor_parks: int = 0
 
     @property
     def tokens_sha256(self) -> str:
@@ -60,6 +62,15 @@ class Receipt:
         decoded = len(self.token_ids) - 1
         return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else 0.0
 
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted proposals per round that proposed."""
+        return self.accepted / self.speculative_rounds if self.speculative_rounds else 0.0
+
     def document(self) -> dict[str, Any]:
         return {
             "schema": RECEIPT_SCHEMA,
@@ -67,6 +78,8 @@ class Receipt:
             "tokens_sha256": self.tokens_sha256,
             "prefill_tok_s": self.prefill_tok_s,
             "decode_tok_s": self.decode_tok_s,
+            "acceptance": self.acceptance,
+            "mean_accepted_length": self.mean_accepted_length,
         }
 
     def to_json(self) -> str:
