@@ -1,0 +1,144 @@
+"""The trunk contract on every trunk: fixed-shape bit identity, rewind, checkpoints, recurrent snapshots.
+
+A row's logits must be bit-identical whether its token ran alone (one real row,
+padded to the verification capacity) or as row j of a multi-row forward after
+the same prefix, and again after a rewind and re-forward. That is what makes a
+greedy speculative stream equal to the autoregressive one.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from gguf_helpers import fixtures, gemma
+
+from power.runtime.contract import OutsideResidentWindow
+from power.runtime.errors import ContextOverflow
+from power.runtime.trunks import load_trunk
+
+PREFIX = [2, 818, 5279, 529, 7001]  # "<bos>The capital of France" in Gemma's vocabulary; plain ids for the fixtures
+ROWS = [563, 9079, 236761, 1030]  # " is", " Paris", ".", " The"
+CAPACITY = 4
+S = 2
+
+
+@functools.cache
+def trunk(name: str, dtype: str = "float32"):
+    path = gemma() if name == "gemma" else fixtures()[name]
+    return load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, dtype=dtype)
+
+
+def tokens_for(name: str) -> tuple[list[int], list[int]]:
+    if name == "gemma":
+        return PREFIX, ROWS
+    vocab = trunk(name).config.vocab_size
+    return [t % vocab for t in PREFIX], [t % vocab for t in ROWS]
+
+
+TRUNKS = [("gemma", "float32"), ("gemma", "bfloat16"), ("dense-target", "float32"), ("dense-target", "bfloat16"),
+          ("hybrid-target", "float32")]
+
+
+@pytest.mark.parametrize("name,dtype", TRUNKS)
+def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, dtype):
+    model = trunk(name, dtype)
+    prefix, rows = tokens_for(name)
+    taps = (1, model.config.n_layers)
+    model.reset()
+    model.prefill(prefix)
+    start = model.checkpoint()
+    together = model.forward(rows, taps=taps)
+    model.restore(start)
+    for j, token in enumerate(rows):  # row j alone, after the same prefix + rows[:j]
+        alone = model.forward([token], taps=taps)
+        assert torch.equal(alone.logits[0], together.logits[j]), f"row {j} differs from its one-row forward"
+        for layer in taps:
+            assert torch.equal(alone.hidden[layer][0], together.hidden[layer][j])
+    model.restore(start)
+    model.forward(rows)
+    model.rewind(start[0] + len(rows) - 1)
+    again = model.forward(rows[-1:])
+    assert torch.equal(again.logits[0], together.logits[-1]), "re-forward after rewind differs"
+
+
+@pytest.mark.parametrize("name", ["dense-target", "hybrid-target"])
+def test_prefill_keeps_every_row_or_only_the_last_with_the_same_values(name):
+    model = trunk(name)
+    prefix, rows = tokens_for(name)
+    model.reset()
+    whole = model.prefill(prefix + rows, taps=(0,))
+    assert whole.logits.shape == (len(prefix) + len(rows), model.config.vocab_size)
+    assert whole.hidden[0].shape == (len(prefix) + len(rows), model.config.d_model)
+    model.reset()
+    last_only = model.prefill(prefix + rows, all_logits=False)
+    assert torch.equal(last_only.logits[0], whole.logits[-1])
+    assert model.position == len(prefix) + len(rows)
+
+
+def test_attention_trunks_rewind_anywhere_and_checkpoints_restore():
+    model = trunk("dense-target")
+    prefix, rows = tokens_for("dense-target")
+    model.reset()
+    model.prefill(prefix)
+    first = model.forward(rows[:1]).logits[0]
+    model.forward(rows[1:])
+    model.rewind(len(prefix))
+    assert torch.equal(model.forward(rows[:1]).logits[0], first)
+    with pytest.raises(ValueError, match="outside the committed range"):
+        model.rewind(model.position + 1)
+
+
+def test_hybrid_snapshots_cover_exactly_the_last_s_rows():
+    model = trunk("hybrid-target")
+    prefix, rows = tokens_for("hybrid-target")
+    model.reset()
+    model.prefill(prefix)
+    start = model.position
+    out = model.forward(rows)  # 4 rows, S = 2: lengths start+2 .. start+4 are resident
+    end = start + len(rows)
+    model.rewind(end - S)
+    assert torch.equal(model.forward(rows[S:S + 1]).logits[0], out.logits[S])
+    model.rewind(end - S)  # the state at that length is resident again after a 1-row forward
+    with pytest.raises(OutsideResidentWindow, match=f"length {end - S - 1} is outside the resident window"):
+        model.rewind(end - S - 1)
+
+
+def test_hybrid_replay_from_a_checkpoint_reproduces_the_rows():
+    model = trunk("hybrid-target")
+    prefix, rows = tokens_for("hybrid-target")
+    model.reset()
+    model.prefill(prefix)
+    checkpoint = model.checkpoint()
+    out = model.forward(rows)
+    with pytest.raises(OutsideResidentWindow):
+        model.rewind(checkpoint[0] + 1)
+    model.restore(checkpoint)
+    replay = model.forward(rows[:1])
+    assert torch.equal(replay.logits[0], out.logits[0])
+    assert torch.equal(model.forward(rows[1:2]).logits[0], out.logits[1])
+
+
+def test_the_recurrent_state_is_real_state():
+    """Different histories of the same length give different next-row logits only through the recurrent layers' state."""
+    model = trunk("hybrid-target")
+    prefix, rows = tokens_for("hybrid-target")
+    model.reset()
+    model.prefill(prefix)
+    a = model.forward(rows[:1]).logits[0]
+    model.reset()
+    model.prefill(prefix[::-1])
+    b = model.forward(rows[:1]).logits[0]
+    assert not torch.equal(a, b)
+
+
+def test_a_forward_past_the_context_is_refused_with_the_limit():
+    model = trunk("dense-target")
+    model.reset()
+    model.prefill([1] * 62)
+    with pytest.raises(ContextOverflow, match="65 positions do not fit the context of 64"):
+        model.forward([1, 2, 3])
+    assert model.position == 62
+    with pytest.raises(ValueError, match="1..4 rows"):
+        model.forward([1] * 5)
