@@ -20,7 +20,7 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
                 size, sliding window, target layers, layer count, ...)
     speculation {k, s, rollback, fr_vocab_size, adaptive}: rollback is "full"
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
-                or "none" (no speculation)
+                or "none" (no speculation, and then K = S = 0)
     runtime     launch settings: ctx, batch, verify_capacity, gpu_layers,
                 flash_attn, cuda_graphs, kv_cache_type, draft_kv_cache_type,
                 draft_device, ngram_n_min, ngram_n_max
@@ -48,7 +48,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from power.orchestrator.atomic import write_text_atomic
-from power.orchestrator.findings import Finding, Severity
+from power.orchestrator.findings import Finding
 
 PLAN_SCHEMA = "power.plan/v1"
 
@@ -181,9 +181,6 @@ class FindingRecord(_Frozen):
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
         return cls(**finding.to_json())
-
-    def to_finding(self) -> Finding:
-        return Finding(**{**self.model_dump(), "severity": Severity(self.severity)})
 
 
 class ResolvedPlan(_Frozen):
