@@ -12,6 +12,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from power.orchestrator.rollout import stage_states
 from power.orchestrator.units import format_size
 
 BAR_WIDTH = 640
@@ -28,8 +29,8 @@ _ENVIRONMENT = Environment(
 )
 
 
-def render_report(document: dict[str, Any], drift_text: str) -> str:
-    """The HTML page for a review document."""
+def render_report(document: dict[str, Any], drift_text: str, rollout: dict[str, Any] | None = None) -> str:
+    """The HTML page for a review document, with the lock's rollout (`lock.rollout`) when there is one."""
     template = _ENVIRONMENT.get_template("fleet_report.html.j2")
     return template.render(
         review={**document, "drift_summary": document["summary"]["drift"]},
@@ -37,7 +38,16 @@ def render_report(document: dict[str, Any], drift_text: str) -> str:
         fleet_findings=[_finding_view(f) for f in document["findings"]],
         drift_text=drift_text,
         bar_width=BAR_WIDTH,
+        rollout=_rollout_view(rollout) if rollout else None,
     )
+
+
+def _rollout_view(rollout: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "profile": rollout["profile"]["name"],
+        "status": rollout["status"],
+        "stages": [{"name": name, "state": state, "deployments": ", ".join(keys)} for name, state, keys in stage_states(rollout)],
+    }
 
 
 def _host_view(host: dict[str, Any]) -> dict[str, Any]:

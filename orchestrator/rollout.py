@@ -119,15 +119,24 @@ def rollout_status(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
     rollout = lock.rollout
     outcome.state = rollout
     outcome.lines.append(f"rollout of {rollout['profile']['name']}: {rollout['status']}")
-    for index, stage in enumerate(rollout["stages"]):
-        state = "applied" if index < rollout["next_stage"] else "next" if index == rollout["next_stage"] else "pending"
-        if rollout["status"] == ROLLED_BACK:
-            state = "rolled back" if index < rollout["next_stage"] else "not applied"
-        outcome.lines.append(f"  {stage['name']:<8} {state:<12} {', '.join(stage['keys'])}")
+    outcome.lines += [f"  {name:<8} {state:<12} {', '.join(keys)}" for name, state, keys in stage_states(rollout)]
     if rollout["status"] == IN_PROGRESS:
         outcome.lines.append("evidence the next stage needs (PLANS: `--export-plans PLANS`):")
         outcome.lines += [f"  {line}" for line in _requirement_lines(rollout, lock)]
     return outcome
+
+
+def stage_states(rollout: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """(stage name, applied | next | pending | rolled back | not applied, deployment keys) in stage order."""
+    states = []
+    for index, stage in enumerate(rollout["stages"]):
+        done = index < rollout["next_stage"]
+        if rollout["status"] == ROLLED_BACK:
+            state = "rolled back" if done else "not applied"
+        else:
+            state = "applied" if done else "next" if index == rollout["next_stage"] else "pending"
+        states.append((stage["name"], state, stage["keys"]))
+    return states
 
 
 def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None = None) -> Outcome:

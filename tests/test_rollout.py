@@ -100,6 +100,12 @@ def test_a_full_rollout_walks_canary_waves_all_then_rolls_back(world: World, tmp
     assert canary.exit_code == 0, canary.output
     assert _lock(world).deployments["ws-2/hybrid"]["plan_digest"] == candidate
     assert _lock(world).deployments["ws-1/hybrid"]["plan_digest"] == incumbents["ws-1/hybrid"]
+    page = tmp_path / "report.html"
+    assert run("fleet", "report", fleet, "-o", page).exit_code == 0
+    html = page.read_text()
+    assert "Rollout of guarded: in-progress" in html
+    assert '<tr class="stage applied"><td>canary</td><td>applied</td><td>ws-2/hybrid</td></tr>' in html
+    assert '<tr class="stage next"><td>wave-1</td>' in html
 
     # All four hosts share one (candidate, incumbent) pair: one evidence file serves every stage.
     wave = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "wave.json", candidate, incumbent))

@@ -75,7 +75,8 @@ def report(fleet_file: Path, lock_path: Path | None, output: Path) -> None:
         for finding in result.findings:
             click.echo(finding.render(), err=True)
         sys.exit(exit_code(result, False))
-    write_text_atomic(output, render_report(result.to_json(), result.drift_text()))
+    rollout = result.lock.rollout if result.lock else None
+    write_text_atomic(output, render_report(result.to_json(), result.drift_text(), rollout))
     click.echo(f"wrote {output}")
     sys.exit(EXIT_FINDINGS if result.has_errors else EXIT_OK)
 
