@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from plan_helpers import compiled, write_manifest, write_profile
 
 from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan, save_plan
@@ -139,8 +140,6 @@ def test_command_writes_output_and_refuses_edited_plans(tmp_path):
 
 
 def test_a_manifest_named_rm_rf_renders_as_one_inert_word(tmp_path):
-    from plan_helpers import compiled, write_manifest, write_profile
-
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
     manifest.write_text(manifest.read_text().replace('name = "test"', 'name = "x; rm -rf /"'))
     plan, findings = compiled(manifest, write_profile(tmp_path, "ngram"))
@@ -152,3 +151,13 @@ def test_a_manifest_named_rm_rf_renders_as_one_inert_word(tmp_path):
                 assert line.startswith("#") or line.split("x; rm -rf /")[0].count("'") % 2 == 1, (target, line)
     words = shlex.split(render(plan, "llama-server", tmp_path / "plan.json"), comments=True)
     assert words[words.index("--alias") + 1] == "x; rm -rf /" and "rm" not in words
+
+
+@pytest.mark.parametrize("plan_path", [CHAIN_PLAN, MTP_PLAN])
+def test_rendered_llama_server_lines_pass_the_launch_line_review(plan_path):
+    script = rendered(plan_path, "llama-server")
+    argv = [word for word in shlex.split(script.split("exec ", 1)[1], comments=True) if word != "\n"]
+    assert argv[0] == "llama-server"
+    result = CliRunner().invoke(main, ["import", "llama-server", "--", *argv[1:]])
+    assert result.exit_code == 0, result.output
+    assert "0 error(s)" in result.output
