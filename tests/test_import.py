@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from power.orchestrator.cli import main
 from power.orchestrator.factory import build_dense_target, build_dflash_drafter, build_dspark_drafter
@@ -182,3 +185,16 @@ def test_cli_compiles_the_import_and_reports_what_the_checks_find(tmp_path: Path
                                        "--spec-draft-n-max", "16"])
     assert result.exit_code == 1
     assert "PWR425" in result.output and "proposes at most 3 tokens per block" in result.output
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
+                min_size=1, max_size=8))
+def test_every_argv_token_points_at_its_own_quoted_word(argv: list[str]) -> None:
+    tokens = tokens_from_argv(argv)
+    assert [token.text for token in tokens] == argv
+    line = tokens[0].source_line
+    for token in tokens:
+        quoted = shlex.quote(token.text)
+        assert line[token.col - 1:token.col - 1 + len(quoted)] == quoted
+    assert shlex.split(line) == argv

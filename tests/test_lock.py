@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from power.orchestrator.lock import LOCK_SCHEMA, FleetLock, LockConflict, read_lock, write_lock
 
@@ -119,3 +121,23 @@ def test_a_write_refuses_when_the_lock_changed_since_it_was_read(tmp_path: Path)
     fresh = FleetLock()
     with pytest.raises(LockConflict):
         write_lock(path, fresh)  # an empty lock "read" from a missing file may not replace an existing one
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**53, max_value=2**53) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.dictionaries(st.text(min_size=1, max_size=10), st.dictionaries(st.text(max_size=6), JSON_VALUES,
+                                                                                 max_size=4), max_size=4))
+def test_any_json_records_round_trip_with_a_valid_digest(tmp_path_factory: pytest.TempPathFactory,
+                                                         records: dict) -> None:
+    path = tmp_path_factory.mktemp("lock") / "fleet.lock"
+    digest = "c" * 64
+    lock = FleetLock(deployments={key: {**fields, "plan_digest": digest} for key, fields in records.items()},
+                     plans={digest: {"name": "p"}} if records else {})
+    write_lock(path, lock)
+    again, findings = read_lock(path)
+    assert findings == [] and again == lock
