@@ -51,6 +51,8 @@ def _engine_command(engine: str):
     @click.option("--json", "as_json", is_flag=True, help="Print the findings and the documents as JSON.")
     def command(argv: tuple[str, ...], env_file: Path | None, unit: Path | None, output: Path | None,
                 device: int | None, host_path: Path | None, as_json: bool) -> None:
+        if output is None and (device is not None or host_path is not None):
+            raise click.UsageError("--device and --host compile the written files: give -o DIR as well")
         try:
             tokens = _tokens(engine, list(argv), env_file, unit)
         except LaunchInputError as err:
