@@ -30,7 +30,8 @@ from power.orchestrator.units import format_size
 
 LLAMA_SERVER = "llama-server"
 VLLM = "vllm"
-ENV_PREFIX = {LLAMA_SERVER: "LLAMA_ARG_", VLLM: "VLLM_ARG_"}
+# Env variables that stand for flags (`LLAMA_ARG_CTX_SIZE` is `--ctx-size`); vLLM has no such convention.
+ENV_PREFIX: dict[str, str | None] = {LLAMA_SERVER: "LLAMA_ARG_", VLLM: None}
 
 # llama-server: every spelling of the flags the import reads -> one canonical name.
 LLAMA_ALIASES = {

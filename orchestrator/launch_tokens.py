@@ -47,7 +47,7 @@ def tokens_from_argv(argv: list[str]) -> list[Token]:
     return tokens
 
 
-def tokens_from_env_file(path: Path, env_prefix: str) -> list[Token]:
+def tokens_from_env_file(path: Path, env_prefix: str | None) -> list[Token]:
     """Flags from `PREFIX_NAME=value` lines, plus any variable whose value is itself a flag list."""
     tokens = []
     for number, line in enumerate(_read(path).splitlines(), start=1):
@@ -55,7 +55,7 @@ def tokens_from_env_file(path: Path, env_prefix: str) -> list[Token]:
     return tokens
 
 
-def tokens_from_systemd_unit(path: Path, env_prefix: str) -> list[Token]:
+def tokens_from_systemd_unit(path: Path, env_prefix: str | None) -> list[Token]:
     """`Environment=` and `EnvironmentFile=` variables, then the `ExecStart=` command line."""
     environment, command = [], []
     in_exec = False
@@ -77,7 +77,7 @@ def tokens_from_systemd_unit(path: Path, env_prefix: str) -> list[Token]:
     return environment + command
 
 
-def _environment_file(value: str, unit: Path, env_prefix: str) -> list[Token]:
+def _environment_file(value: str, unit: Path, env_prefix: str | None) -> list[Token]:
     optional = value.startswith("-")
     env_path = Path(value.removeprefix("-"))
     if not env_path.is_absolute():
@@ -87,7 +87,8 @@ def _environment_file(value: str, unit: Path, env_prefix: str) -> list[Token]:
     return tokens_from_env_file(env_path, env_prefix)
 
 
-def _tokens_from_assignment(text: str, file: str, number: int, line: str, env_prefix: str, col: int = 1) -> list[Token]:
+def _tokens_from_assignment(text: str, file: str, number: int, line: str, env_prefix: str | None,
+                            col: int = 1) -> list[Token]:
     match = _ASSIGNMENT.match(text)
     if match is None:
         return []
@@ -97,7 +98,7 @@ def _tokens_from_assignment(text: str, file: str, number: int, line: str, env_pr
         words = shlex.split(raw, comments=True)
     except ValueError as err:
         raise LaunchInputError(f"{file}:{number}: cannot read the value of {name} ({err})") from None
-    if name.startswith(env_prefix):
+    if env_prefix and name.startswith(env_prefix):
         flag = "--" + name.removeprefix(env_prefix).lower().replace("_", "-")
         value = " ".join(words)
         return [Token(flag, file, number, col, line, env=name), Token(value, file, number, value_col, line, env=name)]
