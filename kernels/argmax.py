@@ -22,11 +22,6 @@ BLOCK_R = 16  # rows per stage-2 program
 NO_INDEX = 2**62
 
 
-def row_argmax_reference(x: torch.Tensor) -> torch.Tensor:
-    """[R, V] -> [R] int64."""
-    return x.argmax(dim=-1)
-
-
 @triton.jit
 def keep_best(best_val, best_idx, val, idx):
     """Lane-wise running argmax: a later entry wins only when strictly greater."""
@@ -110,7 +105,3 @@ def argmax_of_partials(vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     _argmax_of_partials_kernel[grid](vals, idx, out, rows, n_chunks, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, NO_INDEX=NO_INDEX)
     return out
 
-
-def row_argmax_triton(x: torch.Tensor) -> torch.Tensor:
-    """[R, V] -> [R] int64, equal to `row_argmax_reference`."""
-    return argmax_of_partials(*partial_argmax(x))

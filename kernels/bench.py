@@ -76,8 +76,8 @@ def cases(device: str) -> list[tuple[str, str, Callable[[], object], int]]:
 
     probs = torch.softmax(torch.randn(17, vocab, device=device, generator=gen), dim=-1)
     uniforms = torch.rand(17, 3, device=device, generator=gen, dtype=torch.float64)
-    draft = probs[:16].contiguous()
-    # The draw reads the chosen target and draft rows twice (total, then the scan).
+    draft = torch.softmax(torch.randn(16, vocab, device=device, generator=gen), dim=-1)
+    # A draft unlike the target rejects early; the residual draw reads a target and a draft row twice (total, scan).
     out.append(("rejection_step", f"K=16 V={vocab} f32", lambda: dispatch.rejection_step(probs, draft, proposals, uniforms),
                 2 * 2 * vocab * 4))
     return out
