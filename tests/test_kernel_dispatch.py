@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -69,3 +73,20 @@ def test_bad_input_is_a_value_error_naming_the_argument(monkeypatch, path, call,
     monkeypatch.setenv("POWER_KERNELS", path)
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_forcing_triton_on_the_cpu_without_the_interpreter_says_how_to_fix_it():
+    """Kernels compiled for a GPU cannot take CPU tensors: a clear error, not a crash inside Triton."""
+    probe = (
+        "import torch\n"
+        "from power.kernels import dispatch\n"
+        "assert not dispatch.interpreted()\n"
+        "try:\n"
+        "    dispatch.greedy_verify(torch.zeros(2, 4), torch.zeros(1, dtype=torch.int64))\n"
+        "except ValueError as err:\n"
+        "    print(err)\n"
+    )
+    env = os.environ | {"TRITON_INTERPRET": "0", "POWER_KERNELS": "triton"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "POWER_KERNELS=triton on a cpu device needs Triton's interpreter: set TRITON_INTERPRET=1" in done.stdout
