@@ -287,6 +287,10 @@ def breakdown(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Req
         # A drafter runs one block at the verification shape and borrows the target's LM head (its vocabulary).
         components.append(compute_component(drafter, request.verify_rows, request.ctx, request.vocab, request.flash_attn,
                                             "drafter"))
+    if request.use_mtp:
+        # The MTP head drafts at the verification shape; FR cuts its logits to the first N token ids.
+        components.append(compute_component(target, request.verify_rows, request.ctx,
+                                            request.fr_vocab_size or request.vocab, request.flash_attn, "MTP head"))
     components.append(Component("CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, cuBLAS workspace, kernel images"))
     if request.cuda_graphs:
         shapes = 2 if (drafter is not None or request.use_mtp) else 1

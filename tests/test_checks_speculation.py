@@ -44,6 +44,10 @@ def test_fr_applies_to_the_mtp_draft_head(tmp_path):
     plan, findings = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", spec_mtp_fr_vocab_size=256))
     assert plan is not None and plan.speculation.fr_vocab_size == 256
     assert "FR projection" in [c.name for c in plan.memory.components]
+    full, _ = compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", name="full"))
+    head = {c.name: c for c in plan.memory.components}["MTP head compute + logits"]
+    assert head.bytes < {c.name: c.bytes for c in full.memory.components}["MTP head compute + logits"]
+    assert "vocab 256 " in head.detail
 
 
 def test_fr_without_a_draft_head_when_auto_resolves_to_an_external_drafter(tmp_path):
