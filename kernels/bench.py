@@ -5,7 +5,9 @@ timed with `triton.testing.do_bench` in the same run as a device-to-device
 copy, so the report gives two ratios per kernel: against the memory's nominal
 peak (memory clock and bus width from the device properties) and against what a
 plain copy achieves on this device right now. Bytes are the kernel's compulsory
-traffic: what it must read and write at least once (column `bytes`).
+traffic: what it must read and write at least once (column `bytes`). Each
+result is first compared with the torch reference on the same inputs, within the
+tolerance docs/kernels.md gives for that kernel; a mismatch exits 1.
 
 Without a GPU there is nothing honest to measure: it says so and exits 0.
 """
@@ -13,13 +15,23 @@ Without a GPU there is nothing honest to measure: it says so and exits 0.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import click
 import torch
 
 NEEDS_GPU = "kernels/bench.py measures the Triton kernels on a CUDA GPU; none is present here, so nothing was measured."
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: str
+    shape: str
+    call: Callable[[], Any]
+    nbytes: int  # compulsory traffic
+    agrees: Callable[[Any, Any], bool]  # (Triton result, reference result) -> within the kernel's documented tolerance
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,7 @@ class Result:
     gbps: float
     of_peak: float | None
     of_copy: float
+    matches_reference: bool
 
 
 def peak_gbps(device: int) -> float | None:
@@ -41,45 +54,62 @@ def peak_gbps(device: int) -> float | None:
     return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
 
 
-def cases(device: str) -> list[tuple[str, str, Callable[[], object], int]]:
-    """(kernel, shape, call, compulsory bytes) for the shapes the runtime runs."""
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def _same_ints(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> bool:
+    return [int(t) for t in a] == [int(t) for t in b]
+
+
+def _within_fp32_bound(x: torch.Tensor, w: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], bool]:
+    """Two fp32 results of x @ w.T may differ by twice the accumulation bound K * 2^-24 * (|x| @ |w|.T)."""
+    bound = 2 * x.shape[1] * 2.0**-24 * (x.abs() @ w.abs().T)
+    return lambda a, b: bool(((a - b).abs() <= bound).all())
+
+
+def cases(device: str) -> list[Case]:
+    """The shapes the runtime runs, on `device`."""
     from power.kernels import dispatch
-    from power.kernels.dequant import BLOCK_LAYOUT
+    from power.kernels.dequant import BLOCK_LAYOUT, dequantize_reference
 
     gen = torch.Generator(device=device).manual_seed(0)
-    out: list[tuple[str, str, Callable[[], object], int]] = []
+    out: list[Case] = []
 
     rows, cols = 4096, 4096
     for qtype in ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q6_K"):
         per_block, block_bytes = BLOCK_LAYOUT[qtype]
         raw = _scaled_blocks(qtype, rows * cols // per_block, block_bytes, device, gen)
-        out.append((f"dequantize {qtype}", f"{rows}x{cols}", lambda q=qtype, r=raw: dispatch.dequantize(q, r, (rows, cols)),
-                    raw.numel() + rows * cols * 4))
+        out.append(Case(f"dequantize {qtype}", f"{rows}x{cols}", lambda q=qtype, r=raw: dispatch.dequantize(q, r, (rows, cols)),
+                        raw.numel() + rows * cols * 4, _same_bits))
         if qtype in ("Q4_K", "Q8_0"):
             weight = raw.view(rows, -1)
+            dense = dequantize_reference(qtype, raw, (rows, cols))
             for m in (1, 8, 16):
                 x = torch.randn(m, cols, device=device, generator=gen)
-                out.append((f"qmatmul {qtype}", f"{m}x{cols} @ {rows}x{cols}",
-                            lambda x=x, w=weight, q=qtype: dispatch.qmatmul(x, w, q),
-                            weight.numel() + x.numel() * 4 + m * rows * 4))
+                out.append(Case(f"qmatmul {qtype}", f"{m}x{cols} @ {rows}x{cols}",
+                                lambda x=x, w=weight, q=qtype: dispatch.qmatmul(x, w, q),
+                                weight.numel() + x.numel() * 4 + m * rows * 4, _within_fp32_bound(x, dense)))
 
     vocab = 262_144
     logits = torch.randn(17, vocab, device=device, generator=gen)
     proposals = logits[:16].argmax(dim=-1)
-    out.append(("greedy_verify", f"17x{vocab} f32", lambda: dispatch.greedy_verify(logits, proposals), logits.numel() * 4))
+    out.append(Case("greedy_verify", f"17x{vocab} f32", lambda: dispatch.greedy_verify(logits, proposals),
+                    logits.numel() * 4, _same_ints))
 
-    head = torch.randn(vocab, 640, device=device, generator=gen, dtype=torch.float16)
-    hidden = torch.randn(8, 640, device=device, generator=gen, dtype=torch.float16)
+    # Small integers: every score is exact, so both paths must pick the same (lowest) ID.
+    head = torch.randint(-3, 4, (vocab, 640), device=device, generator=gen).to(torch.float16)
+    hidden = torch.randint(-3, 4, (8, 640), device=device, generator=gen).to(torch.float16)
     for n_prefix in (8192, vocab):
-        out.append(("fr_argmax", f"8x640 @ {n_prefix}x640 f16", lambda n=n_prefix: dispatch.fr_argmax(hidden, head, n),
-                    n_prefix * 640 * 2))
+        out.append(Case("fr_argmax", f"8x640 @ {n_prefix}x640 f16", lambda n=n_prefix: dispatch.fr_argmax(hidden, head, n),
+                        n_prefix * 640 * 2, torch.equal))
 
     probs = torch.softmax(torch.randn(17, vocab, device=device, generator=gen), dim=-1)
     uniforms = torch.rand(17, 3, device=device, generator=gen, dtype=torch.float64)
     draft = torch.softmax(torch.randn(16, vocab, device=device, generator=gen), dim=-1)
     # A draft unlike the target rejects early; the residual draw reads a target and a draft row twice (total, scan).
-    out.append(("rejection_step", f"K=16 V={vocab} f32", lambda: dispatch.rejection_step(probs, draft, proposals, uniforms),
-                2 * 2 * vocab * 4))
+    out.append(Case("rejection_step", f"K=16 V={vocab} f32", lambda: dispatch.rejection_step(probs, draft, proposals, uniforms),
+                    2 * 2 * vocab * 4, _same_ints))
     return out
 
 
@@ -91,6 +121,18 @@ def _scaled_blocks(qtype: str, n_blocks: int, block_bytes: int, device: str, gen
     for offset in offsets:
         raw[:, offset:offset + 2] = scale
     return raw.reshape(-1)
+
+
+def _reference_result(call: Callable[[], Any]) -> Any:
+    previous = os.environ.get("POWER_KERNELS")
+    os.environ["POWER_KERNELS"] = "reference"
+    try:
+        return call()
+    finally:
+        if previous is None:
+            del os.environ["POWER_KERNELS"]
+        else:
+            os.environ["POWER_KERNELS"] = previous
 
 
 def measure(device: int = 0) -> tuple[list[Result], float | None, float]:
@@ -105,10 +147,12 @@ def measure(device: int = 0) -> tuple[list[Result], float | None, float]:
     del source, target
     peak = peak_gbps(device)
     results = []
-    for kernel, shape, call, nbytes in cases(name):
-        ms = triton.testing.do_bench(call)
-        gbps = nbytes / ms / 1e6
-        results.append(Result(kernel, shape, ms, nbytes, gbps, gbps / peak if peak else None, gbps / copy_gbps))
+    for case in cases(name):
+        matches = case.agrees(case.call(), _reference_result(case.call))
+        ms = triton.testing.do_bench(case.call)
+        gbps = case.nbytes / ms / 1e6
+        results.append(Result(case.kernel, case.shape, ms, case.nbytes, gbps, gbps / peak if peak else None,
+                              gbps / copy_gbps, matches))
     return results, peak, copy_gbps
 
 
@@ -124,13 +168,23 @@ def main(as_json: bool, device: int) -> None:
     if as_json:
         click.echo(json.dumps({"device": device_name, "measured": True, "peak_gbps": peak, "copy_gbps": copy_gbps,
                                "results": [asdict(r) for r in results]}, indent=2))
+        _exit_on_mismatch(results)
         return
     peak_text = f"{peak:.0f} GB/s nominal" if peak else "nominal peak unknown"
     click.echo(f"{device_name}: {peak_text}; device-to-device copy {copy_gbps:.0f} GB/s")
-    click.echo(f"{'kernel':<16} {'shape':<28} {'ms':>9} {'bytes':>12} {'GB/s':>8} {'of peak':>8} {'of copy':>8}")
+    click.echo(f"{'kernel':<16} {'shape':<28} {'ms':>9} {'bytes':>12} {'GB/s':>8} {'of peak':>8} {'of copy':>8}  = reference")
     for r in results:
         of_peak = f"{r.of_peak:.0%}" if r.of_peak is not None else "-"
-        click.echo(f"{r.kernel:<16} {r.shape:<28} {r.ms:>9.4f} {r.bytes:>12} {r.gbps:>8.0f} {of_peak:>8} {r.of_copy:>8.0%}")
+        click.echo(f"{r.kernel:<16} {r.shape:<28} {r.ms:>9.4f} {r.bytes:>12} {r.gbps:>8.0f} {of_peak:>8} {r.of_copy:>8.0%}  "
+                   f"{'yes' if r.matches_reference else 'NO'}")
+    _exit_on_mismatch(results)
+
+
+def _exit_on_mismatch(results: list[Result]) -> None:
+    wrong = [f"{r.kernel} {r.shape}" for r in results if not r.matches_reference]
+    if wrong:
+        click.echo(f"Triton disagrees with the torch reference for: {', '.join(wrong)}", err=True)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
