@@ -225,6 +225,7 @@ class EngineWorker:
         self.metrics = metrics
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self.service_s = 1.0  # moving average of a request's engine time, for Retry-After
+        metrics.queue_depth.set_function(self.jobs.qsize)
         self.thread = threading.Thread(target=self._run, name="power-engine", daemon=True)
         self.thread.start()
 
@@ -233,7 +234,6 @@ class EngineWorker:
             self.jobs.put_nowait(job)
         except queue.Full:
             raise QueueFull(max(1, math.ceil(self.service_s * (self.jobs.qsize() + 1)))) from None
-        self.metrics.queue_depth.set(self.jobs.qsize())
 
     def stop(self) -> None:
         while True:  # cancel what waits, then let the thread finish the request in hand
@@ -249,7 +249,6 @@ class EngineWorker:
 
     def _run(self) -> None:
         while (job := self.jobs.get()) is not None:
-            self.metrics.queue_depth.set(self.jobs.qsize())
             if job.cancel.is_set():
                 continue  # its client left (or its time ran out) while it waited
             started = time.perf_counter()

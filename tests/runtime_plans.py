@@ -1,0 +1,62 @@
+"""Shared by the server and bench tests: resolved plans over the factory's small dense target, made with `power plan`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+import tempfile
+
+from click.testing import CliRunner
+
+from power.orchestrator import factory
+from power.orchestrator.cli import main
+from power.orchestrator.digests import sha256_file
+
+VERIFY_CAPACITY = 8  # one fixed shape for both plans, so their greedy streams are comparable bit for bit
+
+PROFILES = {
+    "ngram": f"""
+        schema = "power.profile/v1"
+        name = "ngram-k3"
+        spec_mode = "ngram"
+        spec_draft_max = 3
+        spec_mtp_recurrent_snapshots = 3
+        [runtime]
+        ctx = 512
+        verify_capacity = {VERIFY_CAPACITY}
+        ngram_n_min = 2
+        ngram_n_max = 4
+    """,
+    "none": f"""
+        schema = "power.profile/v1"
+        name = "control"
+        spec_mode = "none"
+        [runtime]
+        ctx = 512
+        verify_capacity = {VERIFY_CAPACITY}
+    """,
+}
+
+
+@lru_cache(maxsize=1)
+def plan_dir() -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="power-runtime-plans-"))
+    target = factory.build_dense_target(directory)
+    (directory / "manifest.toml").write_text(
+        'schema = "power.manifest/v1"\nname = "dense-fixture"\n[target]\n'
+        f'path = "{target.name}"\nsha256 = "{sha256_file(target, progress=False)}"\n[[drafters]]\nkind = "ngram"\n'
+    )
+    return directory
+
+
+@lru_cache(maxsize=None)
+def fixture_plan(profile: str) -> Path:
+    """The dense fixture planned with the `ngram` or `none` profile above (a JSON plan file)."""
+    directory = plan_dir()
+    profile_path = directory / f"{profile}.profile.toml"
+    profile_path.write_text("\n".join(line.strip() for line in PROFILES[profile].splitlines()) + "\n")
+    out = directory / f"{profile}.plan.json"
+    result = CliRunner().invoke(main, ["plan", str(directory / "manifest.toml"), str(profile_path),
+                                       "--device", "1 GiB", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out

@@ -1,0 +1,253 @@
+"""`power serve`: the HTTP server on loopback over a real engine (the factory's dense target, planned with n-gram)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+from runtime_plans import fixture_plan
+
+from power.orchestrator.cli import main
+from power.orchestrator.plan import load_plan
+from power.runtime.engine import Engine, EngineSettings
+from power.runtime.server import ServerLimits, StopScanner, create_app
+
+PROMPT = "Hello world! The quick brown fox jumps over the lazy dog. Hello world! The quick"
+LONG = 400  # max_tokens for a request that must still be running when the test acts on it
+BOUND_S = 60.0  # every wait in these tests gives up after this long
+
+
+@lru_cache(maxsize=1)
+def engine() -> Engine:
+    plan_path = fixture_plan("ngram")
+    return Engine(EngineSettings.from_plan(load_plan(plan_path), plan_path))
+
+
+def app_for(limits: ServerLimits = ServerLimits(), load=None):
+    plan = load_plan(fixture_plan("ngram"))
+    return create_app(load or engine, plan.name, plan.digest, limits)
+
+
+@contextmanager
+def serving(app, ready: bool = True) -> Iterator[str]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    until(lambda: server.started, "the server to start")
+    base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    try:
+        if ready:
+            until(lambda: httpx.get(f"{base}/health").status_code == 200, "/health to answer 200")
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(BOUND_S)
+
+
+def until(condition, what: str) -> None:
+    deadline = time.monotonic() + BOUND_S
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def metric(base: str, name: str, **labels: str) -> float:
+    """One sample's value from /metrics (0 when the labelled series does not exist yet)."""
+    for family in text_string_to_metric_families(httpx.get(f"{base}/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def stream_events(response: httpx.Response) -> Iterator[dict | str]:
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            payload = line[len("data: "):]
+            yield payload if payload == "[DONE]" else json.loads(payload)
+
+
+def complete(base: str, **body) -> httpx.Response:
+    return httpx.post(f"{base}/v1/completions", json={"prompt": PROMPT} | body, timeout=BOUND_S)
+
+
+def test_completion_carries_text_usage_timings_and_receipt() -> None:
+    with serving(app_for()) as base:
+        health = httpx.get(f"{base}/health").json()
+        assert health["status"] == "ok" and health["plan_digest"] == load_plan(fixture_plan("ngram")).digest
+        response = complete(base, max_tokens=12)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        receipt = body["receipt"]
+        assert receipt["schema"] == "power.receipt/v1" and len(receipt["token_ids"]) == 12
+        assert body["choices"][0]["finish_reason"] == "length" and body["choices"][0]["text"] == receipt["text"]
+        assert body["usage"]["completion_tokens"] == 12 and body["usage"]["prompt_tokens"] == receipt["prompt_tokens"]
+        timings = body["timings"]
+        assert timings["tokens_sha256"] == receipt["tokens_sha256"]
+        assert (timings["draft_n"], timings["draft_n_accepted"]) == (receipt["proposed"], receipt["accepted"])
+        # Greedy and deterministic: the same request gives the same tokens.
+        assert complete(base, max_tokens=12).json()["receipt"]["tokens_sha256"] == receipt["tokens_sha256"]
+
+
+def test_streaming_sends_the_same_text_as_a_plain_response_then_the_receipt() -> None:
+    with serving(app_for()) as base:
+        plain = complete(base, max_tokens=10).json()
+        with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": 10, "stream": True},
+                          timeout=BOUND_S) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = list(stream_events(response))
+        assert events[-1] == "[DONE]"
+        last = events[-2]
+        assert last["choices"][0]["finish_reason"] == "length"
+        streamed = "".join(e["choices"][0]["text"] for e in events[:-2])
+        assert streamed == plain["choices"][0]["text"]
+        assert last["receipt"]["tokens_sha256"] == plain["receipt"]["tokens_sha256"]
+
+
+def test_stop_string_ends_the_text_before_it() -> None:
+    with serving(app_for()) as base:
+        full = complete(base, max_tokens=16).json()["choices"][0]["text"]
+        stop = full[5:8]
+        cut = complete(base, max_tokens=16, stop=[stop]).json()
+        assert cut["choices"][0]["text"] == full[: full.index(stop)]
+        assert cut["choices"][0]["finish_reason"] == "stop"
+
+
+def test_stop_scanner_never_emits_part_of_a_stop_string() -> None:
+    scanner = StopScanner(("END",))
+    pieces = [scanner.feed(p) for p in ("abc E", "N", "x yE", "ND tail")]
+    assert "".join(pieces) == "abc ENx y" and scanner.hit and scanner.flush() == ""
+    assert StopScanner(()).feed("anything") == "anything"
+
+
+@pytest.mark.parametrize("body, field", [
+    (b"{not json", "JSON"),
+    (b"[1, 2]", "object"),
+    (b'{"max_tokens": 4}', "prompt"),
+    (b'{"prompt": "x", "max_tokens": 0}', "max_tokens"),
+    (b'{"prompt": "x", "max_tokens": 100000}', "max_tokens"),
+    (b'{"prompt": "x", "temperature": "hot"}', "temperature"),
+    (b'{"prompt": "x", "seed": -1}', "seed"),
+    (b'{"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}', "stop"),
+    (b'{"prompt": "x", "stream": "yes"}', "stream"),
+])
+def test_bad_requests_are_400_naming_the_field(body: bytes, field: str, served_base: str) -> None:
+    response = httpx.post(f"{served_base}/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert field in response.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def served_base() -> Iterator[str]:
+    with serving(app_for()) as base:
+        yield base
+
+
+def test_health_is_503_until_the_model_is_loaded() -> None:
+    gate = threading.Event()
+
+    def slow_load() -> Engine:
+        assert gate.wait(BOUND_S)
+        return engine()
+
+    with serving(app_for(load=slow_load), ready=False) as base:
+        assert httpx.get(f"{base}/health").status_code == 503
+        assert httpx.get(f"{base}/health").json()["status"] == "loading"
+        assert complete(base).status_code == 503
+        assert metric(base, "power_ready") == 0
+        gate.set()
+        until(lambda: httpx.get(f"{base}/health").status_code == 200, "/health to answer 200")
+        assert metric(base, "power_ready") == 1
+
+
+def test_concurrent_requests_finish_while_a_cancelled_stream_rolls_back() -> None:
+    with serving(app_for()) as base:
+        tokens_before = metric(base, "power_generated_tokens_total")
+        results: list[httpx.Response] = []
+        with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": LONG, "stream": True},
+                          timeout=BOUND_S) as cancelled:
+            chunks = stream_events(cancelled)
+            next(chunks), next(chunks)  # it is generating
+            others = [threading.Thread(target=lambda: results.append(complete(base, max_tokens=6))) for _ in range(3)]
+            for thread in others:
+                thread.start()
+            until(lambda: metric(base, "power_queue_depth") == 3, "the three requests to queue")
+        # The stream is closed mid-generation: the others run after its cancelled round.
+        for thread in others:
+            thread.join(BOUND_S)
+        assert [r.status_code for r in results] == [200, 200, 200]
+        assert len({r.json()["receipt"]["tokens_sha256"] for r in results}) == 1
+        until(lambda: metric(base, "power_requests_total", status="cancelled") == 1, "the cancellation to be counted")
+        assert metric(base, "power_requests_total", status="ok") == 3
+        generated = metric(base, "power_generated_tokens_total") - tokens_before
+        assert 3 * 6 + 2 <= generated < LONG  # the cancelled stream stopped long before its budget
+        assert metric(base, "power_decode_tokens_per_second_count") == 4
+        assert metric(base, "power_time_to_first_token_seconds_count") == 4
+        # After the cancellation the engine answers exactly as before it.
+        assert complete(base, max_tokens=6).json()["receipt"]["tokens_sha256"] == results[0].json()["receipt"]["tokens_sha256"]
+
+
+def test_a_full_queue_answers_429_with_retry_after() -> None:
+    with serving(app_for(ServerLimits(queue_size=1))) as base:
+        waiting: list[httpx.Response] = []
+        with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": LONG, "stream": True},
+                          timeout=BOUND_S) as running:
+            next(stream_events(running))
+            queued = threading.Thread(target=lambda: waiting.append(complete(base, max_tokens=4)))
+            queued.start()
+            until(lambda: metric(base, "power_queue_depth") == 1, "the second request to queue")
+            refused = complete(base, max_tokens=4)
+            assert refused.status_code == 429
+            assert int(refused.headers["retry-after"]) >= 1 and "queue is full" in refused.json()["error"]["message"]
+        queued.join(BOUND_S)
+        assert waiting[0].status_code == 200
+        assert metric(base, "power_requests_total", status="rejected") == 1
+
+
+def test_a_request_past_its_timeout_is_cancelled_and_the_server_carries_on() -> None:
+    with serving(app_for(ServerLimits(request_timeout_s=0.5))) as base:
+        slow = complete(base, max_tokens=LONG)
+        assert slow.status_code == 504 and "0.5 s" in slow.json()["error"]["message"]
+        assert metric(base, "power_requests_total", status="timeout") == 1
+        until(lambda: metric(base, "power_queue_depth") == 0 and complete(base, max_tokens=2).status_code == 200,
+              "the engine to serve again")
+
+
+class FailingEngine(Engine):
+    """Fault injection: the real engine, except that the prompt "boom" raises inside generation."""
+
+    def generate(self, prompt, max_tokens, on_text=None, cancel=None, sampling=None):
+        if prompt == "boom":
+            raise RuntimeError("injected fault")
+        return super().generate(prompt, max_tokens, on_text, cancel, sampling)
+
+
+def test_a_failing_request_does_not_take_the_server_down() -> None:
+    plan_path = fixture_plan("ngram")
+    failing = lambda: FailingEngine(EngineSettings.from_plan(load_plan(plan_path), plan_path))  # noqa: E731
+    with serving(app_for(load=failing)) as base:
+        broken = httpx.post(f"{base}/v1/completions", json={"prompt": "boom"}, timeout=BOUND_S)
+        assert broken.status_code == 500 and "carries on" in broken.json()["error"]["message"]
+        too_long = complete(base, prompt="word " * 600, max_tokens=4)
+        assert too_long.status_code == 400 and "context" in too_long.json()["error"]["message"]
+        assert complete(base, max_tokens=3).status_code == 200
+        assert metric(base, "power_requests_total", status="error") == 1
+
+
+def test_serve_refuses_a_file_that_is_not_a_plan(tmp_path: Path) -> None:
+    not_a_plan = tmp_path / "profile.toml"
+    not_a_plan.write_text('schema = "power.profile/v1"\nname = "x"\n')
+    result = CliRunner().invoke(main, ["serve", str(not_a_plan), "--port", "0"])
+    assert result.exit_code == 2 and "not a Power plan" in result.output and "power plan" in result.output
+    missing = CliRunner().invoke(main, ["serve", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 2 and "nope.json" in missing.output
