@@ -1,0 +1,221 @@
+"""The A/B harness: paired, alternating runs of two plans' engines over fixed traffic shapes -> evidence.
+
+Both engines live in one process and are loaded once. Per shape the runs
+alternate A/B, B/A, A/B, ... so neither configuration always runs second (warm
+caches, thermal drift). The result is the `power.evidence/v1` document described
+in docs/bench.md: per-shape summaries and verdicts, the losslessness proof (every
+greedy shape's tokens identical across configurations; `identity` is the
+designated proof), the zero-draft negative control, and every receipt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from power import __version__
+from power.orchestrator.atomic import write_text_atomic
+from power.orchestrator.plan import ResolvedPlan
+from power.runtime.engine import Engine
+from power.runtime.receipt import Receipt
+from power.runtime.traffic import TrafficShape, build_shape
+
+EVIDENCE_SCHEMA = "power.evidence/v1"
+CANDIDATE, BASELINE = "candidate", "baseline"
+NOISE_BAND = 0.05  # a median ratio within 5 % of 1 is "no difference"
+WARMUP_SHAPE = "identity"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    label: str  # CANDIDATE or BASELINE
+    plan_path: Path
+    plan: ResolvedPlan
+    engine: Engine
+
+    def document(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "label": self.label, "plan": str(self.plan_path), "plan_digest": plan.digest, "name": plan.name,
+            "mode": plan.mode.resolved, "k": plan.speculation.k, "s": plan.speculation.s,
+            "verify_capacity": plan.runtime.verify_capacity,
+            "artifacts": {str(self.engine.settings.target_path): self.engine.target_sha256},
+        }
+
+
+@dataclass(frozen=True)
+class Measurement:
+    shape: str
+    label: str
+    run: int
+    receipt: Receipt
+
+
+def run_protocol(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int,
+                 progress: Callable[[str], None] = lambda line: None) -> list[Measurement]:
+    """One unmeasured warm-up request per configuration, then per shape `runs` alternating pairs."""
+    warmup = build_shape(WARMUP_SHAPE)
+    for config in configs:
+        progress(f"warm-up: {config.label}")
+        _generate(config, warmup)
+    measurements = []
+    for shape in shapes:
+        for run in range(runs):
+            for config in (configs if run % 2 == 0 else configs[::-1]):
+                receipt = _generate(config, shape)
+                progress(f"{shape.name} run {run + 1}/{runs} {config.label}: {len(receipt.token_ids)} tokens at "
+                         f"{receipt.decode_tok_s:.2f} tok/s, {receipt.accepted}/{receipt.proposed} drafts accepted")
+                measurements.append(Measurement(shape.name, config.label, run, receipt))
+    return measurements
+
+
+def _generate(config: BenchConfig, shape: TrafficShape) -> Receipt:
+    sampling = replace(config.engine.settings.sampling, temperature=shape.temperature)
+    return config.engine.generate(shape.prompt, shape.max_tokens, sampling=sampling)
+
+
+def evidence(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int, max_tokens: int,
+             measurements: list[Measurement]) -> dict[str, Any]:
+    """The `power.evidence/v1` document for one bench run."""
+    labels = [c.label for c in configs]
+    per_shape = {shape.name: _shape_result(shape, {label: _receipts(measurements, shape.name, label) for label in labels})
+                 for shape in shapes}
+    lossless = _lossless(per_shape, labels)
+    return {
+        "schema": EVIDENCE_SCHEMA,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "power_version": __version__,
+        "machine": machine(),
+        "protocol": {"shapes": [s.name for s in shapes], "runs": runs, "max_tokens": max_tokens,
+                     "order": "alternating", "warmup_requests": 1},
+        CANDIDATE: configs[0].document(),
+        BASELINE: configs[1].document() if len(configs) > 1 else None,
+        "shapes": per_shape,
+        "lossless": lossless,
+        "negative_control": _negative_control(per_shape) if BASELINE in labels else None,
+        "passed": lossless["proven"],
+        "receipts": [{"shape": m.shape, "config": m.label, "run": m.run, "receipt": m.receipt.document()}
+                     for m in measurements],
+    }
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "device": "cuda" if torch.cuda.is_available() else "cpu", "threads": torch.get_num_threads(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _receipts(measurements: list[Measurement], shape: str, label: str) -> list[Receipt]:
+    return [m.receipt for m in measurements if m.shape == shape and m.label == label]
+
+
+def summarise(receipts: list[Receipt]) -> dict[str, Any]:
+    """One configuration's figures on one shape: medians and spread of rates, sums of counters."""
+    rates = [r.decode_tok_s for r in receipts]
+    proposed = sum(r.proposed for r in receipts)
+    accepted = sum(r.accepted for r in receipts)
+    speculative_rounds = sum(r.speculative_rounds for r in receipts)
+    rounds = sum(r.rounds for r in receipts)
+    decoded = sum(max(0, len(r.token_ids) - 1) for r in receipts)
+    return {
+        "requests": len(receipts),
+        "decode_tok_s": statistics.median(rates),
+        "decode_tok_s_min": min(rates), "decode_tok_s_max": max(rates), "decode_tok_s_runs": rates,
+        "prefill_tok_s": statistics.median(r.prefill_tok_s for r in receipts),
+        "generated_tokens": statistics.median_low(len(r.token_ids) for r in receipts),
+        "rounds": rounds, "draft_n": proposed, "draft_n_accepted": accepted,
+        "acceptance": accepted / proposed if proposed else 0.0,
+        "mean_accepted_length": accepted / speculative_rounds if speculative_rounds else 0.0,
+        "tokens_per_round": decoded / rounds if rounds else 0.0,
+        "replays": sum(r.replays for r in receipts), "clamps": sum(r.clamps for r in receipts),
+        "fallbacks": sum(r.fallbacks for r in receipts), "governor_parks": sum(r.governor_parks for r in receipts),
+        "tokens_sha256": [r.tokens_sha256 for r in receipts],
+        "text": receipts[0].text,
+    }
+
+
+def _shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]]) -> dict[str, Any]:
+    first = receipts[CANDIDATE][0]
+    result: dict[str, Any] = {
+        "prompt_sha256": hashlib.sha256(shape.prompt.encode()).hexdigest(), "prompt_tokens": first.prompt_tokens,
+        "temperature": shape.temperature, "max_tokens": shape.max_tokens, "favours": shape.favours,
+    }
+    result |= {label: summarise(rs) for label, rs in receipts.items()}
+    digests = {r.tokens_sha256 for rs in receipts.values() for r in rs}
+    result["parity"] = len(digests) == 1
+    if BASELINE not in receipts:
+        return result | {"speedup": None, "verdict": "measured", "verdict_reason": "no baseline (--vs) to compare with"}
+    verdict, reason, speedup = _verdict(result[CANDIDATE], result[BASELINE])
+    if shape.temperature == 0.0 and not result["parity"]:
+        verdict, reason = "lossy", "greedy outputs differ between the configurations: a correctness bug, whatever the speed"
+    return result | {"speedup": speedup, "verdict": verdict, "verdict_reason": reason}
+
+
+def _verdict(candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[str, str, float | None]:
+    if baseline["decode_tok_s"] <= 0:
+        return "no difference", "the baseline decoded no tokens after the first", None
+    speedup = candidate["decode_tok_s"] / baseline["decode_tok_s"]
+    apart = candidate["decode_tok_s_min"] > baseline["decode_tok_s_max"] or candidate["decode_tok_s_max"] < baseline["decode_tok_s_min"]
+    ranges = "ranges do not overlap" if apart else "ranges overlap"
+    if speedup >= 1 + NOISE_BAND and apart:
+        return "faster", f"candidate {speedup:.2f}x the baseline's median decode tok/s; {ranges}", speedup
+    if speedup <= 1 - NOISE_BAND and apart:
+        return "slower", f"candidate {speedup:.2f}x the baseline's median decode tok/s; {ranges}", speedup
+    return "no difference", f"candidate {speedup:.2f}x the baseline's median decode tok/s; {ranges}", speedup
+
+
+def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[str, Any]:
+    greedy = {name: r for name, r in per_shape.items() if r["temperature"] == 0.0}
+    mismatched = [name for name, r in greedy.items() if not r["parity"]]
+    identity = per_shape.get("identity")
+    proof: dict[str, Any] = {"shape": "identity", "mismatched_shapes": mismatched, "tokens_sha256": None, "texts": None}
+    if identity is not None:
+        proof["tokens_sha256"] = {label: identity[label]["tokens_sha256"][0] for label in labels}
+        proof["texts"] = {label: identity[label]["text"] for label in labels}
+    if BASELINE not in labels:
+        return proof | {"proven": False, "reason": "no baseline (--vs): nothing to compare the outputs with"}
+    if mismatched:
+        return proof | {"proven": False, "reason": f"greedy outputs differ between the configurations on: {', '.join(mismatched)}"}
+    if identity is None:
+        return proof | {"proven": False, "reason": "the identity shape did not run: add it to --shapes for the proof"}
+    tokens = identity[CANDIDATE]["generated_tokens"]
+    return proof | {"proven": True, "reason": f"identity: both configurations emitted the same {tokens} tokens in every run; "
+                                              f"every shape at temperature 0 matched ({', '.join(greedy)})"}
+
+
+def _negative_control(per_shape: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A zero-draft configuration proves the other configuration's drafts came from its proposer."""
+    drafts = {label: sum(r[label]["draft_n"] for r in per_shape.values()) for label in (CANDIDATE, BASELINE)}
+    control = min(drafts, key=drafts.get)
+    other = CANDIDATE if control == BASELINE else BASELINE
+    holds = drafts[control] == 0 and drafts[other] > 0
+    if holds:
+        reason = f"{control} proposed 0 tokens; {other} proposed {drafts[other]}: its drafts came from its proposer"
+    else:
+        reason = f"no zero-draft control: {CANDIDATE} proposed {drafts[CANDIDATE]}, {BASELINE} {drafts[BASELINE]}"
+    return {"label": control, "draft_n": drafts, "holds": holds, "reason": reason}
+
+
+def write_evidence(document: dict[str, Any], path: Path) -> None:
+    write_text_atomic(Path(path), json.dumps(document, indent=2, ensure_ascii=False) + "\n")

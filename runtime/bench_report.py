@@ -1,0 +1,97 @@
+"""Bench reports: the per-shape table (terminal text, Markdown, HTML) and an inline SVG chart per shape.
+
+Everything is rendered from the evidence document alone, so a report can be
+re-rendered from any saved `power.evidence/v1` file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from power.orchestrator.atomic import write_text_atomic
+
+REPORT_FORMATS = {".md": "bench_report.md.j2", ".html": "bench_report.html.j2"}
+CHART_WIDTH, BAR_HEIGHT, LABEL_WIDTH = 520, 22, 90
+COLUMNS = ("shape", "candidate tok/s", "baseline tok/s", "speedup", "acceptance", "mean acc. len",
+           "replays/fallbacks", "parity", "verdict")
+
+
+def configs(evidence: dict[str, Any]) -> list[str]:
+    return [label for label in ("candidate", "baseline") if evidence.get(label)]
+
+
+def rows(evidence: dict[str, Any]) -> list[dict[str, str]]:
+    """One row of display strings per shape, in the order the shapes ran."""
+    table = []
+    for name, result in evidence["shapes"].items():
+        candidate = result["candidate"]
+        baseline = result.get("baseline")
+        table.append({
+            "shape": name,
+            "candidate tok/s": _rate(candidate),
+            "baseline tok/s": _rate(baseline) if baseline else "-",
+            "speedup": f"{result['speedup']:.2f}x" if result.get("speedup") else "-",
+            "acceptance": f"{candidate['acceptance']:.1%}" if candidate["draft_n"] else "no drafts",
+            "mean acc. len": f"{candidate['mean_accepted_length']:.2f}",
+            "replays/fallbacks": f"{candidate['replays']}/{candidate['fallbacks']}",
+            "parity": "identical" if result["parity"] else "DIFFERENT",
+            "verdict": result["verdict"],
+        })
+    return table
+
+
+def _rate(summary: dict[str, Any]) -> str:
+    return f"{summary['decode_tok_s']:.2f} [{summary['decode_tok_s_min']:.2f}-{summary['decode_tok_s_max']:.2f}]"
+
+
+def text_table(evidence: dict[str, Any]) -> str:
+    """The per-shape table for a terminal, then the losslessness and negative-control lines."""
+    table = rows(evidence)
+    widths = {c: max(len(c), *(len(r[c]) for r in table)) for c in COLUMNS}
+    lines = ["  ".join(c.ljust(widths[c]) for c in COLUMNS)]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in COLUMNS) for r in table]
+    return "\n".join(lines + [""] + summary_lines(evidence)) + "\n"
+
+
+def summary_lines(evidence: dict[str, Any]) -> list[str]:
+    lossless = evidence["lossless"]
+    lines = [f"losslessness: {'PROVEN' if lossless['proven'] else 'NOT PROVEN'} - {lossless['reason']}"]
+    control = evidence.get("negative_control")
+    if control:
+        lines.append(f"negative control: {'holds' if control['holds'] else 'does not hold'} - {control['reason']}")
+    return lines
+
+
+def chart(result: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """SVG geometry for one shape: a bar at each configuration's median decode tok/s, a whisker over min-max."""
+    top = max(result[label]["decode_tok_s_max"] for label in labels) or 1.0
+    scale = (CHART_WIDTH - LABEL_WIDTH - 70) / top
+    bars = []
+    for i, label in enumerate(labels):
+        s = result[label]
+        y = 10 + i * (BAR_HEIGHT + 10)
+        bars.append({"label": label, "y": y, "mid": y + BAR_HEIGHT / 2, "width": s["decode_tok_s"] * scale,
+                     "low": LABEL_WIDTH + s["decode_tok_s_min"] * scale, "high": LABEL_WIDTH + s["decode_tok_s_max"] * scale,
+                     "value": f"{s['decode_tok_s']:.2f} tok/s"})
+    return {"width": CHART_WIDTH, "height": 20 + len(labels) * (BAR_HEIGHT + 10), "x0": LABEL_WIDTH,
+            "bar_height": BAR_HEIGHT, "bars": bars}
+
+
+def render(evidence: dict[str, Any], template: str) -> str:
+    environment = Environment(loader=PackageLoader("power.runtime", "templates"), undefined=StrictUndefined,
+                              autoescape=select_autoescape(["html.j2"]), trim_blocks=True, lstrip_blocks=True)
+    labels = configs(evidence)
+    charts = {name: chart(result, labels) for name, result in evidence["shapes"].items()}
+    return environment.get_template(template).render(
+        evidence=evidence, columns=COLUMNS, rows=rows(evidence), charts=charts, summary=summary_lines(evidence))
+
+
+def write_report(evidence: dict[str, Any], path: Path) -> None:
+    """Markdown for `.md`, a self-contained HTML page for `.html` (atomically written)."""
+    path = Path(path)
+    if path.suffix not in REPORT_FORMATS:
+        raise ValueError(f"{path}: a report is .md or .html, not {path.suffix or 'a file without a suffix'!r}")
+    write_text_atomic(path, render(evidence, REPORT_FORMATS[path.suffix]))
