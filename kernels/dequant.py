@@ -167,7 +167,7 @@ def dequantize_reference(qtype: str, raw: torch.Tensor, shape: Sequence[int]) ->
 # at launch so the GPU cannot contract `scale * q - offset` into an FMA).
 
 TRITON_TYPES: dict[str, int] = {"Q4_0": 0, "Q5_0": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
-_TRITON_BLOCK = 4096
+_TRITON_BLOCK = 1024  # 8 weights per thread: larger blocks spill registers on sm_90 for the K-quants
 
 
 @triton.jit

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from power.kernels.argmax import CHUNK, NO_INDEX, argmax_of_partials, keep_best, lowest_best
 
-BLOCK_M, BLOCK_V = 16, 256
+BLOCK_M, BLOCK_V, MAX_BLOCK_D, NUM_WARPS = 16, 128, 32, 8  # no register spills on sm_90
 
 
 def fr_argmax_reference(hidden: torch.Tensor, head_weight: torch.Tensor, n_prefix: int) -> torch.Tensor:
@@ -60,6 +60,6 @@ def fr_argmax_triton(hidden: torch.Tensor, head_weight: torch.Tensor, n_prefix: 
     idx = torch.empty(rows, n_chunks, dtype=torch.int64, device=hidden.device)
     grid = (triton.cdiv(rows, BLOCK_M), n_chunks)
     _fr_partial_kernel[grid](hidden, head_weight, vals, idx, rows, n_prefix, width, n_chunks, CHUNK=CHUNK,
-                             BLOCK_M=BLOCK_M, BLOCK_V=BLOCK_V, BLOCK_D=min(64, max(16, triton.next_power_of_2(width))),
-                             NO_INDEX=NO_INDEX)
+                             BLOCK_M=BLOCK_M, BLOCK_V=BLOCK_V, BLOCK_D=min(MAX_BLOCK_D, max(16, triton.next_power_of_2(width))),
+                             NO_INDEX=NO_INDEX, num_warps=NUM_WARPS)
     return argmax_of_partials(vals, idx)

@@ -3,16 +3,22 @@
 Run as a script with TRITON_INTERPRET=0 (the kernels must be JIT functions, not
 interpreted ones); prints one JSON line per kernel: {"kernel", "ok", "error"}.
 The CPU test suite runs the kernels only through the interpreter, which accepts
-some programs the GPU compiler rejects; this catches those here. It also reads
-the dequantisers' PTX: bit-exactness against gguf.quants needs `d * q - m` as a
-multiply then a subtract, so a fused multiply-add there is an error.
+some programs the GPU compiler rejects; this catches those here. Two more checks
+read the output: a dequantiser's PTX must not fuse a multiply-add (bit-exactness
+against gguf.quants needs `d * q - m` as a multiply then a subtract), and no
+kernel may spill registers to the stack (`cuobjdump -res-usage`: STACK:0), the
+static stand-in for a GPU timing this machine cannot take.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
@@ -24,6 +30,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from power.kernels import argmax, dequant, fr_argmax, greedy_verify, qmatmul, rejection  # noqa: E402
 
 HOPPER = GPUTarget("cuda", 90, 32)
+CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 
 
 def specs():
@@ -49,8 +56,8 @@ def specs():
         yield (f"fr_argmax {dtype}", fr_argmax._fr_partial_kernel,
                {"h_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "M": "i32", "N": "i32",
                 "D": "i32", "n_chunks": "i32"},
-               {"CHUNK": argmax.CHUNK, "BLOCK_M": fr_argmax.BLOCK_M, "BLOCK_V": fr_argmax.BLOCK_V, "BLOCK_D": 64,
-                "NO_INDEX": argmax.NO_INDEX}, {})
+               {"CHUNK": argmax.CHUNK, "BLOCK_M": fr_argmax.BLOCK_M, "BLOCK_V": fr_argmax.BLOCK_V,
+                "BLOCK_D": fr_argmax.MAX_BLOCK_D, "NO_INDEX": argmax.NO_INDEX}, {"num_warps": fr_argmax.NUM_WARPS})
     for qtype, code in dequant.TRITON_TYPES.items():
         per_block = dequant.BLOCK_LAYOUT[qtype][0]
         yield (f"dequantize {qtype}", dequant._dequant_kernel, {"raw_ptr": "*u8", "out_ptr": "*fp32", "n": "i64"},
@@ -61,20 +68,34 @@ def specs():
                 "BLOCK_K": qmatmul.BLOCK_K}, {"enable_fp_fusion": False})
 
 
-def compile_one(kernel, types: dict[str, str], constants: dict[str, object], options: dict[str, object]) -> str:
-    """The kernel's PTX for sm_90 (compiled through ptxas to a cubin on the way)."""
+def compile_one(kernel, types: dict[str, str], constants: dict[str, object], options: dict[str, object]) -> dict[str, bytes | str]:
+    """The kernel's assembly for sm_90: "ptx" and the ptxas-built "cubin"."""
     signature = dict(types) | {name: "constexpr" for name in constants}
     ordered = {name: signature[name] for name in kernel.arg_names}
-    return triton.compile(ASTSource(kernel, ordered, constants), target=HOPPER, options=options).asm["ptx"]
+    return triton.compile(ASTSource(kernel, ordered, constants), target=HOPPER, options=options).asm
+
+
+def stack_bytes(cubin: bytes) -> int:
+    """Per-thread stack (register spills) of the cubin's kernel, from `cuobjdump -res-usage`."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        usage = subprocess.run([str(CUOBJDUMP), "-res-usage", file.name], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"STACK:(\d+)", usage).group(1))
+
+
+def finding(label: str, asm: dict[str, bytes | str]) -> str | None:
+    if label.startswith("dequantize") and "fma.rn.f32" in asm["ptx"]:
+        return "the PTX fuses a multiply-add: dequantised values would differ from gguf.quants"
+    spilled = stack_bytes(asm["cubin"])
+    return f"spills registers ({spilled} bytes of stack per thread): shrink its tile or add warps" if spilled else None
 
 
 def main() -> int:
     failures = 0
     for label, kernel, types, constants, options in specs():
         try:
-            ptx = compile_one(kernel, types, constants, options)
-            fused = label.startswith("dequantize") and "fma.rn.f32" in ptx
-            error = "the PTX fuses a multiply-add: dequantised values would differ from gguf.quants" if fused else None
+            error = finding(label, compile_one(kernel, types, constants, options))
         except Exception as err:  # any compiler error is the finding; report it and go on
             error = f"{type(err).__name__}: {err}"[:2000]
         failures += error is not None
