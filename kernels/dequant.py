@@ -81,7 +81,7 @@ def dequantize_q5_0_reference(raw: torch.Tensor, shape: Sequence[int]) -> torch.
     blocks = _blocks(raw, "Q5_0")
     d = _f16(blocks[:, :2])  # [n, 1]
     high_bits = blocks[:, 2:6].contiguous().view(torch.int32)  # [n, 1], bit i is weight i's fifth bit
-    shifts = torch.arange(32, dtype=torch.int32)
+    shifts = torch.arange(32, dtype=torch.int32, device=raw.device)
     qh = ((high_bits >> shifts) & 1).to(torch.uint8)  # [n, 32]
     ql = _nibbles(blocks[:, 6:]).reshape(-1, 32)  # [n, 32]
     q = (ql | (qh << 4)).to(torch.int8) - 16
@@ -122,7 +122,8 @@ def dequantize_q4_k_reference(raw: torch.Tensor, shape: Sequence[int]) -> torch.
 
 def dequantize_q5_k_reference(raw: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     blocks = _blocks(raw, "Q5_K")
-    qh = blocks[:, 16:48].reshape(-1, 1, 32) >> torch.arange(8, dtype=torch.uint8).reshape(1, 8, 1)  # [n, 8, 32]
+    shifts = torch.arange(8, dtype=torch.uint8, device=raw.device).reshape(1, 8, 1)
+    qh = blocks[:, 16:48].reshape(-1, 1, 32) >> shifts  # [n, 8, 32]
     ql = _nibbles(blocks[:, 48:].reshape(-1, 4, 32)).reshape(-1, 8, 32)
     q = ql | ((qh & 1) << 4)
     return _k_dequant(blocks, q).reshape(shape)
@@ -131,7 +132,8 @@ def dequantize_q5_k_reference(raw: torch.Tensor, shape: Sequence[int]) -> torch.
 def dequantize_q6_k_reference(raw: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     blocks = _blocks(raw, "Q6_K")
     ql = _nibbles(blocks[:, :128].reshape(-1, 2, 64)).reshape(-1, 8, 32)  # [n, 8, 32]
-    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 4, 1)
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=raw.device).reshape(1, 1, 4, 1)
+    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> shifts
     qh = (qh & 0x03).reshape(-1, 8, 32)
     q = (ql | (qh << 4)).to(torch.int8) - 32
     scales = blocks[:, 192:208].contiguous().view(torch.int8).to(torch.float32)  # [n, 16]
