@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -20,10 +20,16 @@ import torch
 
 from power.orchestrator import digests, gguf_reader
 from power.runtime.decoder import Decoder, Generation
+from power.runtime.governor import CostGovernor
+from power.runtime.governor import shared as shared_governor
 from power.runtime.errors import ArtifactError, ContextOverflow
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
+from power.runtime.scheduler import SchedulerConfig
+from power.runtime.speculators import registry
+from power.runtime.speculators.base import Speculator
+from power.runtime.speculators.registry import SpeculatorRequest
 from power.runtime.tokenizer import StreamDecoder, Tokenizer
 from power.runtime.trunks import load_trunk
 
@@ -44,18 +50,25 @@ class EngineSettings:
     mode: str = "none"
     plan_digest: str | None = None
     target_sha256: str | None = None  # the digest the plan promises; checked before loading
+    k: int = 0  # spec_draft_max
+    adaptive: bool = False  # spec_mtp_adaptive
+    drafter_paths: dict[str, Path] = field(default_factory=dict)  # drafter kind -> artifact
+    fr_vocab_size: int | None = None
+    ngram_orders: tuple[int, int] | None = None  # (min, max) n-gram order
+    governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
 
     @classmethod
     def from_plan(cls, plan, plan_path: Path, **overrides) -> EngineSettings:
         """The one mapping from a `ResolvedPlan` to the runtime (target path relative to the plan's folder)."""
         rs = plan.runtime_settings()
-        target = Path(rs.target_path)
-        if not target.is_absolute():
-            target = Path(plan_path).parent / target
+        target = _relative_to(plan_path, rs.target_path)
         settings = cls(
             target_path=target, n_ctx=rs.ctx, verify_capacity=rs.verify_capacity, snapshot_rows=rs.s,
             sampling=SamplingParams(temperature=rs.temperature, seed=rs.seed, verify=rs.verify),
             mode=rs.mode, plan_digest=rs.plan_digest, target_sha256=plan.target.sha256,
+            k=rs.k, adaptive=rs.adaptive, fr_vocab_size=rs.fr_vocab_size,
+            drafter_paths={kind: _relative_to(plan_path, path) for kind, path in rs.drafter_paths.items()},
+            ngram_orders=(rs.ngram_n_min, rs.ngram_n_max) if rs.ngram_n_min and rs.ngram_n_max else None,
         )
         return replace(settings, **overrides)
 
@@ -71,7 +84,7 @@ class Engine:
         self.trunk = load_trunk(gguf, n_ctx=settings.n_ctx, verify_capacity=settings.verify_capacity,
                                 snapshot_rows=settings.snapshot_rows, dtype=settings.dtype)
         self.tokenizer = Tokenizer.from_gguf(gguf)
-        self.decoder = _StreamingDecoder(self.trunk, Sampler(settings.sampling))
+        self.decoder = _StreamingDecoder(self.trunk, Sampler(settings.sampling), *_speculation(settings, self.trunk))
         self.load_s = time.perf_counter() - started
 
     def generate(self, prompt: str, max_tokens: int, on_text: Callable[[str], None] | None = None,
@@ -146,6 +159,25 @@ class _StreamingDecoder(Decoder):
         if len(emitted) > self._streamed:
             self._on_tokens(emitted[self._streamed:])
             self._streamed = len(emitted)
+
+
+def _relative_to(plan_path: Path, path: str) -> Path:
+    return Path(path) if Path(path).is_absolute() else Path(plan_path).parent / path
+
+
+def _speculation(settings: EngineSettings, trunk) -> tuple[Speculator | None, SchedulerConfig, CostGovernor | None]:
+    """The plan's speculator (fail closed: a decline is an error), its K/S schedule and the shared governor."""
+    schedule = SchedulerConfig(k=settings.k, s=max(1, settings.snapshot_rows), adaptive=settings.adaptive)
+    if settings.mode == "none":
+        return None, schedule, None
+    options = {"fr_vocab": settings.fr_vocab_size}
+    if settings.ngram_orders:
+        options |= {"ngram_min": settings.ngram_orders[0], "ngram_max": settings.ngram_orders[1]}
+    request = SpeculatorRequest(trunk, settings.k, drafter_path=settings.drafter_paths.get(settings.mode),
+                                target_path=settings.target_path, options=options)
+    speculator = registry.create(settings.mode, request)
+    governor = shared_governor(str(settings.target_path), settings.mode) if settings.governor else None
+    return speculator, schedule, governor
 
 
 def _verified_sha256(path: Path, expected: str | None) -> str:

@@ -165,3 +165,11 @@ class CostGovernor:
 
 def _mean(values) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+_SHARED: dict[tuple[str, str], CostGovernor] = {}
+
+
+def shared(model: str, speculator: str) -> CostGovernor:
+    """The one governor for a (model, speculator) pair: its verdict outlives a request."""
+    return _SHARED.setdefault((model, speculator), CostGovernor())

@@ -13,6 +13,8 @@ from typing import Any, Sequence
 
 import torch
 
+from ..errors import RuntimeInputError
+
 
 @dataclass(frozen=True)
 class DraftContext:
@@ -67,7 +69,7 @@ class Decline:
         return f"speculator {self.speculator!r} declined: {self.reason}"
 
 
-class SpeculatorDeclined(RuntimeError):
+class SpeculatorDeclined(RuntimeInputError):
     def __init__(self, decline: Decline) -> None:
         super().__init__(str(decline))
         self.decline = decline

@@ -25,6 +25,12 @@ from .dflash import BlockDrafter
 
 class DSparkDrafter(BlockDrafter):
     name = "dspark"
+    # The operator's confidence gate (TensorSharp's --spec-pmin); None keeps the header's threshold.
+    threshold_override: float | None = None
+
+    @property
+    def threshold(self) -> float:
+        return self.hp.confidence_threshold if self.threshold_override is None else self.threshold_override
 
     def propose(self, ctx: DraftContext) -> Proposal:
         n = min(ctx.max_tokens, self.hp.block_size - 1)
@@ -34,7 +40,7 @@ class DSparkDrafter(BlockDrafter):
         drafts, pred = [], ctx.tokens[-1]
         for h in rows:
             h = h + self._markov(h, pred)
-            if self._confidence(h) < self.hp.confidence_threshold:
+            if self._confidence(h) < self.threshold:
                 break
             pred = self.head.draft_ids(rms_norm(h, self.w["markov.norm.weight"], self.hp.rms_epsilon)[None])[0]
             drafts.append(pred)

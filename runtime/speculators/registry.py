@@ -59,14 +59,36 @@ def _block_drafter(kind: str) -> Factory:
         if any(not 0 <= layer <= config.n_layers for layer in layers):
             return Decline(kind, f"drafter reads target layers {list(layers)}; the target has {config.n_layers}")
         head = TargetHead.load(request.target_path, request.options.get("fr_vocab"))
-        cls = DSparkDrafter if kind == "dspark" else BlockDrafter
-        return cls(drafter, head, context_rows=config.n_ctx, guard_rows=config.verify_capacity)
+        if kind != "dspark":
+            return BlockDrafter(drafter, head, context_rows=config.n_ctx, guard_rows=config.verify_capacity)
+        dspark = DSparkDrafter(drafter, head, context_rows=config.n_ctx, guard_rows=config.verify_capacity)
+        dspark.threshold_override = request.options.get("confidence_threshold")
+        return dspark
 
     return build
 
 
+def _mtp(request: SpeculatorRequest) -> Speculator | Decline:
+    from power.orchestrator.contracts import nextn_layer_count
+
+    from ..gguf_weights import GGUFFile
+    from .dflash import header_view
+    from .mtp import MTPHead
+    from .target_head import TargetHead
+
+    if request.target_path is None:
+        return Decline("mtp", "needs the target GGUF (the nextn head lives in it)")
+    target = GGUFFile(request.target_path)
+    if nextn_layer_count(header_view(target)) == 0:
+        return Decline("mtp", f"{request.target_path} carries no nextn/MTP head ({target.architecture}.nextn_predict_layers)")
+    if target.architecture != "qwen35":
+        return Decline("mtp", f"the runtime's MTP head is implemented for qwen35 targets, not {target.architecture}")
+    return MTPHead(target, TargetHead(target, request.options.get("fr_vocab")), request.trunk.config.n_ctx)
+
+
 _FACTORIES: dict[str, Factory] = {
     "ngram": _ngram,
+    "mtp": _mtp,
     "dflash": _block_drafter("dflash"),
     "dflash2": _block_drafter("dflash2"),
     "dspark": _block_drafter("dspark"),

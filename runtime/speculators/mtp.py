@@ -1,0 +1,91 @@
+"""MTP: the hybrid target's own nextn block as a per-token draft head.
+
+The block at `blk.{n_layers}` is a full gated-attention block of the qwen35 trunk
+plus the nextn projection. For the token t at position j it reads the target's
+final residual h of position j - 1:
+
+    x = eh_proj @ concat(enorm(embed(t)), hnorm(h))        [n, d]
+    y = gated attention block (its own KV cache, causal)    [n, d]
+    next token = argmax(LM head(shared_head_norm(y)))       y also chains as the next h
+
+`commit` catches the head up over the rows that landed (pairing each token with
+its predecessor's hidden row); `propose` then chains from the last committed
+hidden row and the anchor, one row per proposal. Draft rows write past the
+committed length of the head's cache, where the causal mask never lets a later
+committed row read them before they are overwritten.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..gguf_weights import GGUFFile
+from ..layers import causal_mask, linear, rms_norm, rope_tables
+from ..trunks.base import Weights
+from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
+from .base import DraftContext, Proposal, Speculator
+from .target_head import TargetHead
+
+
+class MTPHead(Speculator):
+    name = "mtp"
+
+    def __init__(self, target: GGUFFile, head: TargetHead, n_ctx: int) -> None:
+        p = self.params = Qwen35Params.from_gguf(target)
+        self.taps = (p.n_layers,)  # the final residual before the output norm
+        b = f"blk.{p.n_layers}."
+        w = Weights(target, "float32")
+        self.block = GatedAttentionLayer(w, p, p.n_layers, n_ctx + 1)
+        self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
+        self.enorm = w.vector(b + "nextn.enorm.weight", [p.d_model])
+        self.hnorm = w.vector(b + "nextn.hnorm.weight", [p.d_model])
+        self.head_norm = w.vector(b + "nextn.shared_head_norm.weight", [p.d_model])
+        self.head = head
+        self.rope = rope_tables(n_ctx + 1, p.rope_dims, p.rope_base)
+        self.capacity = n_ctx
+        self.length = 0  # head cache rows committed: positions [1, length) hold real entries
+        self.last_hidden: torch.Tensor | None = None  # the target's final residual at position length - 1
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self.reset()
+
+    def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
+        rows = hidden[self.params.n_layers]
+        if start != self.length:  # a gap: the head cannot pair the first row with its predecessor
+            self.last_hidden = None
+        previous = rows[:-1] if self.last_hidden is None else torch.cat([self.last_hidden[None], rows[:-1]])
+        paired = list(tokens) if self.last_hidden is not None else list(tokens[1:])
+        first = start if self.last_hidden is not None else start + 1
+        if paired:
+            self._step(paired, previous[-len(paired) :], first)
+        self.length, self.last_hidden = start + len(tokens), rows[-1]
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        if ctx.max_tokens <= 0 or self.last_hidden is None:
+            return Proposal()
+        drafts, token, h = [], ctx.tokens[-1], self.last_hidden
+        for position in range(self.length, min(self.length + ctx.max_tokens, self.capacity)):
+            y = self._step([token], h[None], position)
+            token, h = self.head.draft_ids(rms_norm(y, self.head_norm, self.params.eps))[0], y[0]
+            drafts.append(token)
+        return Proposal(tokens=drafts, head_ran=True)
+
+    def reset(self) -> None:
+        self.length, self.last_hidden = 0, None
+
+    def checkpoint(self) -> Any:
+        return self.length, self.last_hidden
+
+    def restore(self, checkpoint: Any) -> None:
+        self.length, self.last_hidden = checkpoint
+
+    def _step(self, tokens: list[int], previous: torch.Tensor, start: int) -> torch.Tensor:
+        """Head rows for `tokens` at [start, start + n), each paired with its predecessor's hidden row."""
+        p = self.params
+        e = rms_norm(self.head.embed(tokens), self.enorm, p.eps)
+        x = linear(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1), self.eh_proj)
+        positions = torch.arange(start, start + len(tokens))
+        rope = tuple(t[positions] for t in self.rope)
+        return self.block(x, start, rope, causal_mask(positions, self.block.cache.capacity), p)

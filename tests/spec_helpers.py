@@ -1,0 +1,132 @@
+"""Shared by the speculation tests: real trunks from the factory's fixtures and the bundled Gemma, and an oracle.
+
+The oracle speculator proposes the target's own autoregressive continuation with
+errors injected where a test asks, so every path of the transaction (full, partial
+and zero acceptance, a rejection beyond the resident window) is driven on purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from power.orchestrator import factory
+from power.runtime.decoder import Decoder
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.sampling import Sampler, SamplingParams
+from power.runtime.scheduler import SchedulerConfig
+from power.runtime.speculators.base import DraftContext, Proposal, Speculator
+from power.runtime.trunks import load_trunk
+
+# Tiny fixture forwards are dominated by thread hand-offs; one thread is several times faster on a shared CPU.
+torch.set_num_threads(1)
+
+REPO = Path(__file__).resolve().parents[1]
+GEMMA = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
+CAPACITY = 11  # verification shape: anchor + up to K = 10 proposals
+FIXTURE_PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 32, 84, 104, 101, 32]
+
+
+@lru_cache(maxsize=None)
+def fixture_dir() -> Path:
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="power-spec-fixtures-"))
+    for build in (
+        factory.build_dense_target,
+        factory.build_hybrid_target,
+        factory.build_dflash_drafter,
+        factory.build_dflash2_drafter,
+        factory.build_dspark_drafter,
+    ):
+        build(directory)
+    return directory
+
+
+def target_path(name: str) -> Path:
+    return GEMMA if name == "gemma" else fixture_dir() / f"{name}-target.gguf"
+
+
+@lru_cache(maxsize=None)
+def gguf(name: str) -> GGUFFile:
+    return GGUFFile(target_path(name))
+
+
+def trunk(name: str, snapshot_rows: int = CAPACITY - 1):
+    """One trunk per model (per S for the hybrid, whose recurrent snapshots S sizes), reused across tests."""
+    return _trunk(name, snapshot_rows if name == "hybrid" else 0)
+
+
+@lru_cache(maxsize=None)
+def _trunk(name: str, snapshot_rows: int):
+    n_ctx = 1024 if name == "gemma" else 2048
+    dtype = "bfloat16" if name == "gemma" else "float32"
+    return load_trunk(gguf(name), n_ctx=n_ctx, verify_capacity=CAPACITY, snapshot_rows=snapshot_rows, dtype=dtype)
+
+
+@lru_cache(maxsize=None)
+def plain_stream(name: str, n_tokens: int, seed: int = 0, temperature: float = 0.0) -> tuple[int, ...]:
+    """The autoregressive continuation of the model's test prompt (prompt excluded)."""
+    params = SamplingParams(temperature=temperature, seed=seed)
+    generation = Decoder(trunk(name), Sampler(params)).generate(prompt_for(name), n_tokens)
+    return tuple(generation.tokens)
+
+
+def prompt_for(name: str) -> list[int]:
+    if name == "gemma":
+        from power.runtime.tokenizer import Tokenizer
+
+        text = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
+        return Tokenizer.from_gguf(gguf("gemma")).encode(text)
+    return list(FIXTURE_PROMPT)
+
+
+@dataclass
+class Oracle(Speculator):
+    """Proposes the true continuation; round r's proposal is correct for `plan[r]` tokens, then wrong.
+
+    plan[r] = None: the whole proposal is correct. Rounds past the plan follow `then`.
+    """
+
+    truth: Sequence[int]  # prompt + the plain continuation
+    plan: Sequence[int | None] = ()
+    then: int | None = None
+    vocab: int = 2
+    rounds: int = 0
+    name: str = "oracle"
+    asked: list[int] = field(default_factory=list)  # the width each round asked for
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        self.asked.append(ctx.max_tokens)
+        start = len(ctx.tokens)
+        proposal = list(self.truth[start : start + ctx.max_tokens])
+        correct = self.plan[self.rounds] if self.rounds < len(self.plan) else self.then
+        self.rounds += 1
+        if correct is not None and correct < len(proposal):
+            proposal[correct] = (proposal[correct] + 1) % self.vocab
+        return Proposal(tokens=proposal)
+
+    def checkpoint(self) -> tuple[int, int]:
+        return self.rounds, len(self.asked)
+
+    def restore(self, checkpoint: tuple[int, int]) -> None:
+        self.rounds, asked = checkpoint
+        del self.asked[asked:]
+
+
+def oracle_for(name: str, n_tokens: int, plan: Sequence[int | None] = (), then: int | None = None) -> Oracle:
+    truth = prompt_for(name) + list(plain_stream(name, n_tokens))
+    return Oracle(truth, plan, then, vocab=trunk(name).config.vocab_size)
+
+
+def speculative(name: str, speculator: Speculator | None, k: int, s: int, adaptive: bool = False, **params) -> Decoder:
+    return Decoder(
+        trunk(name, s),
+        Sampler(SamplingParams(**params)),
+        speculator,
+        SchedulerConfig(k=k, s=s, adaptive=adaptive),
+    )

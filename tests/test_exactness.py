@@ -1,0 +1,100 @@
+"""Exactness: speculative token IDs equal autoregressive token IDs, for every speculator, trunk, K and S.
+
+Every stream is 256 tokens on the fixtures. The dense fixture runs the full
+matrix (every speculator x K in {1, 3, 7, 10} x S in {K, K-1, 1}); the hybrid,
+whose per-row recurrence makes each forward ~4x dearer, runs the full K x S
+matrix for the oracle and n-gram and one S per K for the learned drafters; the
+real Gemma 270M runs a representative subset over a shorter stream.
+DSpark runs with its confidence gate at 0 so that its blocks are verified (with
+random weights its header threshold gates nearly every block).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from power.runtime.speculators.registry import SpeculatorRequest, build
+from power.runtime.speculators.base import Decline
+
+from spec_helpers import Oracle, fixture_dir, oracle_for, plain_stream, prompt_for, speculative, target_path, trunk
+
+FIXTURE_TOKENS = 256
+GEMMA_TOKENS = 40
+KS = [(k, s) for k in (1, 3, 7, 10) for s in sorted({k, k - 1, 1}) if s >= 1]
+ONE_S_PER_K = [(1, 1), (3, 2), (7, 1), (10, 10)]
+DRAFTERS = {"dflash": "dflash-drafter.gguf", "dflash2": "dflash2-drafter.gguf", "dspark": "dspark-drafter.gguf"}
+
+
+def _speculator(kind: str, model: str, k: int, s: int, n_tokens: int):
+    if kind == "oracle":
+        return oracle_for(model, n_tokens, then=k // 2)  # every round partially wrong, half-way in
+    drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
+    request = SpeculatorRequest(trunk(model, s), max_draft=k, drafter_path=drafter, target_path=target_path(model),
+                                options={"confidence_threshold": 0.0})
+    built = build(kind, request)
+    assert not isinstance(built, Decline), str(built)
+    return built
+
+
+def _assert_exact(model: str, kind: str, k: int, s: int, n_tokens: int) -> None:
+    speculator = _speculator(kind, model, k, s, n_tokens)
+    generation = speculative(model, speculator, k, s).generate(prompt_for(model), n_tokens)
+    reference = plain_stream(model, n_tokens)
+    assert tuple(generation.tokens) == reference
+    assert generation.stats.proposed > 0
+    guarded_replays = generation.stats.replays > 0
+    assert generation.stats.clamps == int(guarded_replays)  # a replay clamps the request, once
+
+
+@pytest.mark.parametrize("k, s", KS)
+@pytest.mark.parametrize("kind", ["oracle", "ngram", *DRAFTERS])
+def test_dense_fixture_greedy_speculation_equals_autoregressive(kind, k, s):
+    _assert_exact("dense", kind, k, s, FIXTURE_TOKENS)
+
+
+@pytest.mark.parametrize("k, s", KS)
+@pytest.mark.parametrize("kind", ["oracle", "ngram"])
+def test_hybrid_fixture_greedy_speculation_equals_autoregressive(kind, k, s):
+    _assert_exact("hybrid", kind, k, s, FIXTURE_TOKENS)
+
+
+@pytest.mark.parametrize("k, s", ONE_S_PER_K)
+@pytest.mark.parametrize("kind", ["mtp", *DRAFTERS])
+def test_hybrid_fixture_learned_drafters_equal_autoregressive(kind, k, s):
+    _assert_exact("hybrid", kind, k, s, FIXTURE_TOKENS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, k, s", [("oracle", 10, 9), ("ngram", 7, 7), ("ngram", 3, 1), ("oracle", 1, 1)])
+def test_gemma_greedy_speculation_equals_autoregressive(kind, k, s):
+    _assert_exact("gemma", kind, k, s, GEMMA_TOKENS)
+
+
+@pytest.mark.parametrize("verify", ["match", "rejection"])
+@pytest.mark.parametrize("model", ["dense", "hybrid"])
+def test_seeded_stochastic_stream_with_an_oracle_drafter(model, verify):
+    """`match` must reproduce the seeded autoregressive stream; `rejection` must stay a valid seeded stream."""
+    params = {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 1234}
+    reference = speculative(model, None, 0, 1, **params).generate(prompt_for(model), FIXTURE_TOKENS).tokens
+    oracle = Oracle(prompt_for(model) + reference, then=2, vocab=trunk(model).config.vocab_size)
+    generation = speculative(model, oracle, 7, 7, verify=verify, **params).generate(prompt_for(model), FIXTURE_TOKENS)
+    if verify == "match":
+        assert generation.stats.accepted > 0
+        assert generation.tokens == reference
+    else:  # a deterministic drafter under the rejection rule: accepted with probability p(draft)
+        assert len(generation.tokens) == FIXTURE_TOKENS
+        repeat = speculative(model, Oracle(prompt_for(model) + reference, then=2, vocab=trunk(model).config.vocab_size),
+                             7, 7, verify=verify, **params).generate(prompt_for(model), FIXTURE_TOKENS)
+        assert repeat.tokens == generation.tokens  # seeded: reproducible
+    other_seed = speculative(model, None, 0, 1, **params | {"seed": 99}).generate(prompt_for(model), FIXTURE_TOKENS)
+    assert other_seed.tokens != reference  # the stream really depends on the seed
+
+
+def test_drafters_decline_a_target_they_cannot_serve():
+    request = SpeculatorRequest(trunk("gemma"), 7, drafter_path=fixture_dir() / "dflash-drafter.gguf",
+                                target_path=target_path("gemma"))
+    declined = build("dflash", request)
+    assert isinstance(declined, Decline) and "d_model" in declined.reason
+    mislabeled = build("dflash", SpeculatorRequest(trunk("dense"), 7, drafter_path=fixture_dir() / "dspark-drafter.gguf",
+                                                   target_path=target_path("dense")))
+    assert isinstance(mislabeled, Decline) and "dspark" in mislabeled.reason

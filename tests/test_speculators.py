@@ -1,0 +1,142 @@
+"""The registry and the learned drafters, each running its real algorithm on the factory's tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from power.runtime.engine import Engine, EngineSettings
+from power.runtime.errors import RuntimeInputError
+from power.runtime.speculators import registry
+from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined
+from power.runtime.speculators.kv_ring import KVRing
+from power.runtime.speculators.registry import SpeculatorRequest
+
+from spec_helpers import CAPACITY, fixture_dir, prompt_for, target_path, trunk
+
+DRAFTER_FILES = {"dflash": "dflash-drafter.gguf", "dflash2": "dflash2-drafter.gguf", "dspark": "dspark-drafter.gguf"}
+
+
+def _request(model: str, kind: str | None = None, **options) -> SpeculatorRequest:
+    drafter = fixture_dir() / DRAFTER_FILES[kind] if kind in DRAFTER_FILES else None
+    return SpeculatorRequest(trunk(model), 7, drafter_path=drafter, target_path=target_path(model), options=options)
+
+
+def _armed(model: str, kind: str, **options):
+    """A drafter that has seen the prompt's real tapped hidden rows, as the transaction arms it."""
+    speculator = registry.create(kind, _request(model, kind, **options))
+    t = trunk(model)
+    t.reset()
+    prompt = prompt_for(model)
+    out = t.prefill(prompt, taps=speculator.taps)
+    speculator.begin(prompt)
+    speculator.commit(prompt, out.hidden, 0)
+    return speculator, prompt + [int(torch.argmax(out.logits[-1]))]
+
+
+def test_the_registry_names_every_algorithm_and_declines_unknown_ones():
+    assert set(registry.names()) == {"ngram", "mtp", "dflash", "dflash2", "dspark"}
+    declined = registry.build("medusa", _request("dense"))
+    assert isinstance(declined, Decline) and "known:" in declined.reason
+
+
+@pytest.mark.parametrize(
+    "kind, model, reason",
+    [
+        ("mtp", "dense", "no nextn/MTP head"),
+        ("mtp", "gemma", "no nextn/MTP head"),
+        ("dflash", "dense-without-drafter", "needs a dflash drafter artifact"),
+        ("dflash2", "dense", "is a dflash artifact"),
+    ],
+)
+def test_an_algorithm_that_cannot_serve_the_target_fails_closed_with_its_reason(kind, model, reason):
+    if model == "dense-without-drafter":
+        request = SpeculatorRequest(trunk("dense"), 7, target_path=target_path("dense"))
+    elif kind == "dflash2":
+        request = SpeculatorRequest(trunk("dense"), 7, drafter_path=fixture_dir() / "dflash-drafter.gguf",
+                                    target_path=target_path("dense"))
+    else:
+        request = _request(model)
+    with pytest.raises(SpeculatorDeclined, match=reason) as raised:
+        registry.create(kind, request)
+    assert isinstance(raised.value, RuntimeInputError)  # the CLI reports it as an input error, exit 2
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dflash2"])
+def test_block_drafters_propose_one_block_from_the_target_taps(kind):
+    drafter, tokens = _armed("dense", kind)
+    assert drafter.name == kind and drafter.taps == (1, 3)
+    assert (drafter.conv, drafter.selector) == ((True, True) if kind == "dflash2" else (False, False))
+    proposal = drafter.propose(DraftContext(tokens, 7))
+    assert len(proposal.tokens) == drafter.hp.block_size - 1 and proposal.head_ran
+    assert drafter.propose(DraftContext(tokens, 2)).tokens == proposal.tokens[:2]
+    assert all(0 <= t < trunk("dense").config.vocab_size for t in proposal.tokens)
+
+
+def test_dflash2_selector_walk_conditions_each_position_on_its_predecessor():
+    drafter, tokens = _armed("dense", "dflash2")
+    rows = drafter._block(tokens[-1])[1:]
+    candidates = drafter._unary(drafter.head.logits(rows)).topk(drafter.hp.selector_top_k, dim=-1).indices
+    walked = drafter._selector_walk(tokens[-1], rows)
+    assert all(t in candidates[e].tolist() for e, t in enumerate(walked))  # every pick is a top-k candidate
+    # Random fixture codebooks are too small to outvote the unary term; scaled up, the predecessor decides.
+    for book in ("selector_predecessor.weight", "selector_successor.weight"):
+        drafter.w[book] = drafter.w[book] * 300
+    first_picks = {drafter._selector_walk(anchor, rows)[0] for anchor in range(0, drafter.hp.vocab_size, 7)}
+    assert len(first_picks) > 1 and first_picks <= set(candidates[0].tolist())
+
+
+def test_dspark_cuts_the_block_at_the_first_low_confidence_position():
+    everything, tokens = _armed("dense", "dspark", confidence_threshold=0.0)
+    nothing, _ = _armed("dense", "dspark", confidence_threshold=1.0)
+    full = everything.propose(DraftContext(tokens, 7))
+    gated = nothing.propose(DraftContext(tokens, 7))
+    assert len(full.tokens) == everything.hp.block_size - 1
+    assert gated.tokens == [] and gated.head_ran  # the head ran: the governor counts a speculative step
+
+
+def test_mtp_chains_the_nextn_head_from_the_last_committed_hidden_row():
+    head, tokens = _armed("hybrid", "mtp")
+    assert head.taps == (trunk("hybrid").config.n_layers,)
+    proposal = head.propose(DraftContext(tokens, 5))
+    assert len(proposal.tokens) == 5 and proposal.head_ran
+    checkpoint = head.checkpoint()
+    again = head.propose(DraftContext(tokens, 5))
+    assert again.tokens == proposal.tokens  # drafting leaves the committed state alone
+    head.restore(checkpoint)
+    assert head.length == len(tokens) - 1
+
+
+def test_fr_cuts_only_the_draft_head_projection():
+    drafter, tokens = _armed("dense", "dflash", fr_vocab=64)
+    assert all(t < 64 for t in drafter.propose(DraftContext(tokens, 7)).tokens)
+    with pytest.raises(ValueError, match="spec_mtp_fr_vocab_size"):
+        registry.create("dflash", _request("dense", "dflash", fr_vocab=10**6))
+
+
+def test_the_drafter_ring_checkpoint_brings_back_rows_a_commit_evicted():
+    ring = KVRing(layers=1, rows=4, kv_heads=1, head_dim=2, guard_rows=CAPACITY)
+    ring.write(0, torch.arange(6.0).view(1, 6, 1, 1).expand(1, 6, 1, 2), torch.zeros(1, 6, 1, 2))
+    before = ring.window(0)
+    checkpoint = ring.checkpoint()
+    ring.write(6, torch.full((1, 3, 1, 2), 99.0), torch.zeros(1, 3, 1, 2))
+    ring.restore(checkpoint)
+    after = ring.window(0)
+    assert torch.equal(before[0], after[0]) and torch.equal(before[2], after[2])
+
+
+def _engine(mode: str, **settings) -> Engine:
+    return Engine(EngineSettings(target_path=target_path("dense"), n_ctx=512, verify_capacity=8, mode=mode, k=7,
+                                 snapshot_rows=7, **settings))
+
+
+def test_the_engine_speculates_with_the_plan_mode_and_emits_the_plain_stream():
+    plain = _engine("none").generate("Hello world! Hello there, how are you today? Hello world! Hello", 48)
+    spec = _engine("ngram", governor=False).generate("Hello world! Hello there, how are you today? Hello world! Hello", 48)
+    assert spec.token_ids == plain.token_ids
+    assert spec.proposed > 0 and plain.proposed == 0
+
+
+def test_the_engine_fails_closed_when_the_mode_cannot_serve_the_target():
+    with pytest.raises(SpeculatorDeclined, match="nextn"):
+        _engine("mtp")
