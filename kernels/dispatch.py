@@ -3,8 +3,8 @@
 Rule: the Triton kernel on a CUDA device, the torch reference elsewhere.
 `POWER_KERNELS` (read at each call) overrides it:
   auto       the rule above (default)
-  triton     always Triton; on the CPU this needs TRITON_INTERPRET=1 in the
-             environment before `power.kernels` is imported (the interpreter)
+  triton     always Triton; CPU tensors need Triton's interpreter, which
+             `power.kernels` selects (TRITON_INTERPRET=1) when no CUDA device exists
   reference  always the torch reference, on any device
 
 Inputs are validated here, before either path runs: a wrong shape, dtype,
@@ -31,7 +31,7 @@ INTEGERS = (torch.int64, torch.int32)
 
 
 def interpreted() -> bool:
-    """True when Triton kernels were built for its CPU interpreter (TRITON_INTERPRET=1 at import)."""
+    """True when the kernels were decorated for Triton's CPU interpreter (Triton decides once, at import)."""
     return not isinstance(gv._accept_kernel, triton.runtime.JITFunction)
 
 
@@ -57,7 +57,8 @@ def _tensor(kernel: str, name: str, value: object, *, ndim: int, dtypes: Sequenc
         raise ValueError(f"{kernel}: `{name}` must have {ndim} dimension(s), got shape {tuple(value.shape)}")
     if value.dtype not in dtypes:
         allowed = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise ValueError(f"{kernel}: `{name}` has dtype {str(value.dtype).removeprefix('torch.')}; expected one of {allowed}")
+        found = str(value.dtype).removeprefix("torch.")
+        raise ValueError(f"{kernel}: `{name}` has dtype {found}; expected one of {allowed}")
     if not value.is_contiguous():
         raise ValueError(f"{kernel}: `{name}` is not contiguous; pass `{name}.contiguous()`")
     return value
@@ -78,17 +79,22 @@ def _nonempty(kernel: str, name: str, size: int, what: str) -> None:
         raise ValueError(f"{kernel}: `{name}` needs at least one {what}")
 
 
-def dequantize(qtype: str, raw: torch.Tensor, shape: Sequence[int], *, device: torch.device | str | None = None) -> torch.Tensor:
+def dequantize(
+    qtype: str, raw: torch.Tensor, shape: Sequence[int], *, device: torch.device | str | None = None
+) -> torch.Tensor:
     """GGUF bytes of type `qtype` ("Q4_K", ...) -> float32 tensor of `shape` on `device` (default: raw's)."""
     raw = _tensor("dequantize", "raw", raw, ndim=1, dtypes=(torch.uint8,))
     if qtype not in dequant.REFERENCES:
-        raise dequant.UnsupportedQuantType(f"dequantize: `qtype` {qtype!r} is not supported; expected one of {', '.join(dequant.REFERENCES)}")
+        supported = ", ".join(dequant.REFERENCES)
+        raise dequant.UnsupportedQuantType(f"dequantize: `qtype` {qtype!r} is not supported; expected one of {supported}")
     shape = tuple(int(s) for s in shape)
     if not shape or any(s < 1 for s in shape):
         raise ValueError(f"dequantize: `shape` must be non-empty with positive sizes, got {shape}")
     per_block, block_bytes = dequant.BLOCK_LAYOUT[qtype]
     if shape[-1] % per_block:
-        raise ValueError(f"dequantize: `shape` {shape} has a last dimension that is not a multiple of {qtype}'s block of {per_block}")
+        raise ValueError(
+            f"dequantize: `shape` {shape} has a last dimension that is not a multiple of {qtype}'s block of {per_block}"
+        )
     expected = math.prod(shape) // per_block * block_bytes
     if raw.numel() != expected:
         raise ValueError(f"dequantize: `raw` holds {raw.numel()} bytes; {qtype} of shape {shape} needs {expected}")
@@ -106,7 +112,8 @@ def greedy_verify(logits: torch.Tensor, proposals: torch.Tensor) -> tuple[torch.
     _nonempty("greedy_verify", "logits", vocab, "vocabulary column")
     if rows != proposals.numel() + 1:
         raise ValueError(
-            f"greedy_verify: `logits` has {rows} rows but `proposals` has {proposals.numel()} entries; expected K+1 rows for K proposals"
+            f"greedy_verify: `logits` has {rows} rows but `proposals` has {proposals.numel()} entries; "
+            "expected K+1 rows for K proposals"
         )
     device = _same_device("greedy_verify", logits=logits, proposals=proposals)
     if backend(device) == "triton":
@@ -135,12 +142,13 @@ def rejection_step(
     k = proposals.numel()
     _nonempty(name, "target_probs", vocab, "vocabulary column")
     if rows != k + 1:
-        raise ValueError(f"{name}: `target_probs` has {rows} rows but `proposals` has {k} entries; expected K+1 rows")
+        raise ValueError(f"{name}: `target_probs` has {rows} rows but `proposals` has {k} entries; expected K+1")
     if tuple(draft_probs.shape) != (k, vocab):
-        raise ValueError(f"{name}: `draft_probs` has shape {tuple(draft_probs.shape)}; expected ({k}, {vocab}) = (K, V)")
+        raise ValueError(f"{name}: `draft_probs` has shape {tuple(draft_probs.shape)}; expected ({k}, {vocab})")
     if tuple(uniforms.shape) != (k + 1, rj.LANES):
-        raise ValueError(f"{name}: `uniforms` has shape {tuple(uniforms.shape)}; expected ({k + 1}, {rj.LANES}) = (K+1, lanes)")
-    device = _same_device(name, target_probs=target_probs, draft_probs=draft_probs, proposals=proposals, uniforms=uniforms)
+        raise ValueError(f"{name}: `uniforms` has shape {tuple(uniforms.shape)}; expected ({k + 1}, {rj.LANES})")
+    device = _same_device(name, target_probs=target_probs, draft_probs=draft_probs, proposals=proposals,
+                          uniforms=uniforms)
     if k and not bool(((proposals >= 0) & (proposals < vocab)).all()):
         raise ValueError(f"{name}: `proposals` holds a token ID outside [0, {vocab})")
     if backend(device) == "triton":
@@ -166,7 +174,8 @@ def qmatmul(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.Tensor:
     row_bytes = inner // per_block * block_bytes
     if weight.shape[1] != row_bytes:
         raise ValueError(
-            f"qmatmul: `weight` rows hold {weight.shape[1]} bytes; {qtype} rows of {inner} weights (x's columns) need {row_bytes}"
+            f"qmatmul: `weight` rows hold {weight.shape[1]} bytes; "
+            f"{qtype} rows of {inner} weights (x's columns) need {row_bytes}"
         )
     device = _same_device("qmatmul", x=x, weight=weight)
     if backend(device) == "triton":
@@ -184,7 +193,7 @@ def fr_argmax(hidden: torch.Tensor, head_weight: torch.Tensor, n_prefix: int) ->
     if width != head_width:
         raise ValueError(f"fr_argmax: `hidden` is {width} wide but `head_weight` rows are {head_width} wide")
     if not 1 <= n_prefix <= vocab:
-        raise ValueError(f"fr_argmax: `n_prefix` is {n_prefix}; expected 1 <= n_prefix <= {vocab} (the head's vocabulary)")
+        raise ValueError(f"fr_argmax: `n_prefix` is {n_prefix}; expected 1 <= n_prefix <= {vocab} (the head's rows)")
     device = _same_device("fr_argmax", hidden=hidden, head_weight=head_weight)
     if backend(device) == "triton":
         return fr.fr_argmax_triton(hidden, head_weight, n_prefix)
