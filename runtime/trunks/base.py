@@ -134,6 +134,11 @@ class FixedShapeTrunk:
 
     # --- the LM head ----------------------------------------------------------
 
+    @property
+    def lm_head(self) -> torch.Tensor:
+        """The output projection [vocab, d] in the matmul dtype."""
+        return self._output
+
     def logits(self, final: torch.Tensor) -> torch.Tensor:
         """final residual rows [m, d] -> logits [m, vocab], the head run on blocks of exactly verify_capacity rows."""
         capacity = self.config.verify_capacity
