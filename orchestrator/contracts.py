@@ -75,6 +75,8 @@ REQUIRED_KEYS: dict[str, dict[str, str]] = {
 }
 
 BACKBONE_TENSORS_PER_LAYER = 11
+# Block drafters are a few layers deep; the contract enumerates tensors per layer, so it is bounded.
+MAX_DRAFTER_BLOCKS = 256
 DFLASH2_MARKER_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
 CONV_SUBLAYERS = ("attn", "ffn")
 NEXTN_REQUIRED = ("eh_proj", "enorm", "hnorm", "shared_head_norm")
@@ -241,34 +243,41 @@ def drafter_metadata(kind: str, hp: DrafterHparams) -> dict[str, Any]:
 
 
 def drafter_hparams(view: HeaderView) -> DrafterHparams:
-    """Read a block drafter's hyper-parameters from its header (missing optional keys stay None)."""
+    """Read a block drafter's hyper-parameters from its header; a missing or mistyped value reads as 0 / None
+    (the key checks report it)."""
     meta, arch = view.metadata, view.architecture
 
-    def get(key: str, default: Any = None) -> Any:
-        return meta.get(f"{arch}.{key}", default)
+    def whole(key: str, default: int | None = 0) -> int | None:
+        value = meta.get(f"{arch}.{key}")
+        return value if _is_int(value) else default
 
+    def real(key: str, default: float | None = None) -> float | None:
+        value = meta.get(f"{arch}.{key}")
+        return float(value) if _has_type(value, FLOAT) else default
+
+    layers = meta.get(f"{arch}.target_layers", ())
     return DrafterHparams(
-        embedding_length=get("embedding_length", 0),
-        block_count=get("block_count", 0),
-        feed_forward_length=get("feed_forward_length", 0),
-        head_count=get("attention.head_count", 0),
-        head_count_kv=get("attention.head_count_kv", 0),
-        head_dim=get("attention.key_length", 0),
-        vocab_size=get("vocab_size", 0),
-        block_size=get("block_size", 0),
-        target_layers=tuple(get("target_layers", ())),
-        mask_token_id=get("mask_token_id", 0),
-        rms_epsilon=get("attention.layer_norm_rms_epsilon", 1e-6),
-        rope_freq_base=get("rope.freq_base", 1_000_000.0),
-        sliding_window=get("attention.sliding_window"),
-        conv_kernel_size=get("conv_kernel_size"),
-        conv_group_size=get("conv_group_size"),
-        selector_rank=get("selector_rank"),
-        selector_top_k=get("selector_top_k"),
-        logit_scale=get("logit_scale"),
-        final_logit_softcapping=get("final_logit_softcapping"),
-        markov_rank=get("markov_rank"),
-        confidence_threshold=get("confidence_threshold"),
+        embedding_length=whole("embedding_length"),
+        block_count=whole("block_count"),
+        feed_forward_length=whole("feed_forward_length"),
+        head_count=whole("attention.head_count"),
+        head_count_kv=whole("attention.head_count_kv"),
+        head_dim=whole("attention.key_length"),
+        vocab_size=whole("vocab_size"),
+        block_size=whole("block_size"),
+        target_layers=tuple(layers) if _has_type(layers, INT_ARRAY) else (),
+        mask_token_id=whole("mask_token_id"),
+        rms_epsilon=real("attention.layer_norm_rms_epsilon", 1e-6),
+        rope_freq_base=real("rope.freq_base", 1_000_000.0),
+        sliding_window=whole("attention.sliding_window", None),
+        conv_kernel_size=whole("conv_kernel_size", None),
+        conv_group_size=whole("conv_group_size", None),
+        selector_rank=whole("selector_rank", None),
+        selector_top_k=whole("selector_top_k", None),
+        logit_scale=real("logit_scale"),
+        final_logit_softcapping=real("final_logit_softcapping"),
+        markov_rank=whole("markov_rank", None),
+        confidence_threshold=real("confidence_threshold"),
     )
 
 
@@ -306,9 +315,9 @@ def drafter_kv_bytes_per_position(view: HeaderView, kv_type_size: int = 2) -> in
         return 0
     meta, arch = view.metadata, view.architecture
     if kind == MTP:
-        block_count = meta.get(f"{arch}.block_count", 0)
-        layers = range(block_count - nextn_layer_count(view), block_count)
-        head_dim = meta.get(f"{arch}.attention.key_length", 0) or _default_head_dim(view)
+        block_count = _meta_int(view, "block_count")
+        layers = range(max(0, block_count - nextn_layer_count(view)), block_count)
+        head_dim = _meta_int(view, "attention.key_length") or _default_head_dim(view)
         return sum(2 * _per_layer(meta.get(f"{arch}.attention.head_count_kv", 0), layer) * head_dim for layer in layers) * kv_type_size
     hp = drafter_hparams(view)
     return hp.block_count * 2 * hp.head_count_kv * hp.head_dim * kv_type_size
@@ -377,6 +386,9 @@ def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
                      "selector_rank": hp.selector_rank, "selector_top_k": hp.selector_top_k}
     if kind == DSPARK:
         positive["markov_rank"] = hp.markov_rank
+    if hp.block_count > MAX_DRAFTER_BLOCKS:
+        findings.append(_finding("PWR211", f"{arch}.block_count = {hp.block_count}, more than {MAX_DRAFTER_BLOCKS} layers",
+                                 view, "re-export the drafter with its real layer count"))
     for key, value in positive.items():
         if value <= 0:
             findings.append(_finding("PWR211", f"{arch}.{key} = {value}, expected a positive integer", view,
@@ -411,13 +423,13 @@ def _drafter_tensor_violations(view: HeaderView, kind: str) -> list[Finding]:
 
 def _mtp_violations(view: HeaderView) -> list[Finding]:
     arch, meta, shapes = view.architecture, view.metadata, view.tensor_shapes
-    n_nextn, block_count = nextn_layer_count(view), meta.get(f"{arch}.block_count", 0)
-    d = meta.get(f"{arch}.embedding_length", 0)
+    n_nextn, block_count = nextn_layer_count(view), _meta_int(view, "block_count")
+    d = _meta_int(view, "embedding_length")
     if n_nextn <= 0:
         return [_finding("PWR212", f"the file carries nextn tensors but {arch}.nextn_predict_layers is not set", view,
                          "re-convert the target with its MTP head (nextn_predict_layers > 0)")]
     findings = []
-    for layer in range(block_count - n_nextn, block_count):
+    for layer in range(max(0, block_count - n_nextn), block_count):
         for name, shape in nextn_tensors(layer, d).items():
             if name not in shapes:
                 findings.append(_finding("PWR211", f"MTP head tensor {name} is missing", view,
@@ -436,6 +448,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _meta_int(view: HeaderView, key: str) -> int:
+    value = view.metadata.get(f"{view.architecture}.{key}", 0)
+    return value if _is_int(value) else 0
+
+
 def _has_type(value: Any, expected: str) -> bool:
     if expected == INT:
         return _is_int(value)
@@ -452,6 +469,5 @@ def _per_layer(value: Any, layer: int) -> int:
 
 
 def _default_head_dim(view: HeaderView) -> int:
-    meta, arch = view.metadata, view.architecture
-    heads = _per_layer(meta.get(f"{arch}.attention.head_count", 0), 0)
-    return meta.get(f"{arch}.embedding_length", 0) // heads if heads else 0
+    heads = _per_layer(view.metadata.get(f"{view.architecture}.attention.head_count", 0), 0)
+    return _meta_int(view, "embedding_length") // heads if heads else 0

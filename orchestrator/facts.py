@@ -33,6 +33,8 @@ __all__ = ["ArtifactError", "ArtifactFacts", "LayerFacts", "QuantCensus", "facts
 # llama.cpp's hard-coded sliding-window patterns for headers that carry no pattern key:
 # n means every n-th layer (index % n == n - 1) is global, the others slide.
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4}
+# Layers are enumerated per block: a hostile block_count must not become a billion-row loop.
+MAX_BLOCK_COUNT = 4096
 GLOBAL, SLIDING, RECURRENT, NEXTN = "global", "sliding", "recurrent", "nextn"
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
@@ -121,6 +123,10 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
     if not isinstance(architecture, str) or not architecture:
         raise artifact_error("PWR117", header.path, "general.architecture is missing or not a string",
                              "re-convert the artifact: every GGUF names its architecture", 0)
+    block_count = meta.get(f"{architecture}.block_count")
+    if isinstance(block_count, int) and not 0 <= block_count <= MAX_BLOCK_COUNT:
+        raise artifact_error("PWR117", header.path, f"{architecture}.block_count is {block_count} (at most "
+                             f"{MAX_BLOCK_COUNT} layers are plausible)", "the header is corrupt: re-convert the artifact")
     view = _HeaderView(header.path, architecture, meta, header.tensors)
     file_type = meta.get("general.file_type")
     return ArtifactFacts(
@@ -137,15 +143,8 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
         tokenizer=tokenizer_facts(header),
         drafter_kind=contracts.classify_drafter(view),
         sliding_window=contracts.drafter_sliding_window(view),
-        drafter_kv_bytes_per_position=_kv_bytes(view),
+        drafter_kv_bytes_per_position=contracts.drafter_kv_bytes_per_position(view),
     )
-
-
-def _kv_bytes(view: _HeaderView) -> int:
-    try:
-        return contracts.drafter_kv_bytes_per_position(view)
-    except TypeError:  # a header whose hparams have the wrong types: the contract check reports it
-        return 0
 
 
 def _census(tensors: tuple[TensorInfo, ...]) -> tuple[QuantCensus, ...]:

@@ -241,8 +241,10 @@ class _HeaderParser:
         at = self.cur.pos
         count = self.cur.u64(what)
         if count * min_bytes > self.cur.size - self.cur.pos:
-            raise self.cur.fail("PWR105", f"{what} is {count}, more than the {self.cur.size - self.cur.pos} bytes left "
-                                "can hold", "the header is corrupt or truncated: re-download the artifact", at)
+            absurd = count * min_bytes > self.cur.size
+            raise self.cur.fail("PWR105" if absurd else "PWR104", f"{what} is {count}, more than the "
+                                f"{self.cur.size - self.cur.pos} bytes left can hold",
+                                "the header is corrupt or truncated: re-download the artifact", at)
         return count
 
     def _key_value(self) -> None:
