@@ -87,7 +87,7 @@ def evidence(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int, 
              measurements: list[Measurement]) -> dict[str, Any]:
     """The `power.evidence/v1` document for one bench run."""
     labels = [c.label for c in configs]
-    per_shape = {shape.name: _shape_result(shape, {label: _receipts(measurements, shape.name, label) for label in labels})
+    per_shape = {shape.name: shape_result(shape, {label: _receipts(measurements, shape.name, label) for label in labels})
                  for shape in shapes}
     lossless = _lossless(per_shape, labels)
     return {
@@ -155,7 +155,7 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
     }
 
 
-def _shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]]) -> dict[str, Any]:
+def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]]) -> dict[str, Any]:
     first = receipts[CANDIDATE][0]
     result: dict[str, Any] = {
         "prompt_sha256": hashlib.sha256(shape.prompt.encode()).hexdigest(), "prompt_tokens": first.prompt_tokens,

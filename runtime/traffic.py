@@ -23,6 +23,7 @@ SHAPE_NAMES = ("prose", "echo", "structured", "identity")
 
 # Word pools for the generated passages. Each generated line draws fresh words and is
 # rejected if it would repeat a word trigram already in the passage.
+_DETERMINERS = ("The", "A", "One", "Each", "That", "This", "Every", "Our")
 _ADJECTIVES = (
     "amber silent narrow copper hollow brisk velvet distant gentle rusty golden frozen "
     "crooked patient bitter humble scarlet quiet wooden hidden lucky pale restless "
@@ -86,7 +87,8 @@ def unique_lines(count: int, seed: int) -> list[str]:
     words: list[str] = []
     seen: set[tuple[str, ...]] = set()
     while len(lines) < count:
-        line = f"{rng.choice(_ADJECTIVES).capitalize()} {rng.choice(_NOUNS)} {rng.choice(_VERBS)} the {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {rng.choice(_PLACES)}."
+        line = (f"{rng.choice(_DETERMINERS)} {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {rng.choice(_VERBS)} "
+                f"the {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {rng.choice(_PLACES)}.")
         candidate = words + line.split()
         new_trigrams = [tuple(candidate[i : i + 3]) for i in range(max(0, len(words) - 2), len(candidate) - 2)]
         if len(set(new_trigrams)) < len(new_trigrams) or seen.intersection(new_trigrams):
@@ -121,7 +123,7 @@ def _prose(max_tokens: int) -> TrafficShape:
 
 def _echo(max_tokens: int) -> TrafficShape:
     passage = "\n".join(unique_lines(_lines_for(max_tokens), seed=2))
-    prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nRepeated verbatim:\n"
+    prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nThe same passage, copied word for word:\n"
     return TrafficShape("echo", prompt, 0.0, max_tokens, "n-gram (the output is the prompt)")
 
 

@@ -1,0 +1,177 @@
+"""`power bench`: the A/B protocol over real engines (the dense fixture planned with n-gram vs the zero-draft control)."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from runtime_plans import fixture_plan
+
+from power.orchestrator.cli import main
+from power.orchestrator.evidence import read_evidence
+from power.orchestrator.plan import load_plan
+from power.runtime import bench
+from power.runtime.receipt import Receipt
+from power.runtime.traffic import SHAPE_NAMES, build_shape
+
+RUNS = 2
+MAX_TOKENS = 12
+
+
+def invoke(*args) -> object:
+    return CliRunner().invoke(main, ["bench", *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def ab(tmp_path_factory) -> tuple[dict, Path, Path, str]:
+    out = tmp_path_factory.mktemp("bench")
+    evidence, report = out / "evidence.json", out / "report.html"
+    result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--runs", RUNS, "--max-tokens", MAX_TOKENS,
+                    "-o", evidence, "--report", report, "--threads", 1)
+    assert result.exit_code == 0, result.output
+    return json.loads(evidence.read_text()), evidence, report, result.stdout
+
+
+def test_the_table_has_a_row_and_a_verdict_per_shape(ab) -> None:
+    document, _, _, stdout = ab
+    lines = stdout.splitlines()
+    assert lines[0].split()[:3] == ["shape", "candidate", "tok/s"]
+    for name in SHAPE_NAMES:
+        row = next(line for line in lines if line.startswith(name))
+        assert document["shapes"][name]["verdict"] in row
+    assert "losslessness: PROVEN" in stdout and "negative control: holds" in stdout
+
+
+def test_evidence_names_both_plans_the_machine_and_every_receipt(ab) -> None:
+    document, _, _, _ = ab
+    assert document["schema"] == "power.evidence/v1"
+    assert document["candidate"]["plan_digest"] == load_plan(fixture_plan("ngram")).digest
+    assert document["baseline"]["plan_digest"] == load_plan(fixture_plan("none")).digest
+    assert (document["candidate"]["mode"], document["baseline"]["mode"]) == ("ngram", "none")
+    assert all(len(sha) == 64 for sha in document["candidate"]["artifacts"].values())
+    assert {"cpu", "cores", "torch", "device"} <= set(document["machine"])
+    receipts = document["receipts"]
+    assert len(receipts) == len(SHAPE_NAMES) * RUNS * 2
+    assert all(r["receipt"]["schema"] == "power.receipt/v1" for r in receipts)
+    # Alternating pairs: A/B, then B/A.
+    echo = [(r["run"], r["config"]) for r in receipts if r["shape"] == "echo"]
+    assert echo == [(0, "candidate"), (0, "baseline"), (1, "baseline"), (1, "candidate")]
+
+
+def test_summaries_agree_with_the_receipts_they_summarise(ab) -> None:
+    document, _, _, _ = ab
+    for name, result in document["shapes"].items():
+        for label in ("candidate", "baseline"):
+            receipts = [r["receipt"] for r in document["receipts"] if r["shape"] == name and r["config"] == label]
+            summary = result[label]
+            rates = sorted(r["decode_tok_s"] for r in receipts)
+            assert summary["requests"] == RUNS and sorted(summary["decode_tok_s_runs"]) == rates
+            assert summary["decode_tok_s_min"] == rates[0] and summary["decode_tok_s_max"] == rates[-1]
+            assert summary["draft_n"] == sum(r["proposed"] for r in receipts)
+            assert summary["draft_n_accepted"] == sum(r["accepted"] for r in receipts)
+            assert summary["tokens_sha256"] == [r["tokens_sha256"] for r in receipts]
+        assert result["speedup"] == pytest.approx(result["candidate"]["decode_tok_s"] / result["baseline"]["decode_tok_s"])
+        assert result["prompt_tokens"] == receipts[0]["prompt_tokens"]
+
+
+def test_greedy_outputs_match_and_the_zero_draft_control_holds(ab) -> None:
+    document, _, _, _ = ab
+    assert all(result["parity"] for result in document["shapes"].values())
+    lossless = document["lossless"]
+    assert lossless["proven"] and document["passed"] and lossless["mismatched_shapes"] == []
+    assert lossless["tokens_sha256"]["candidate"] == lossless["tokens_sha256"]["baseline"]
+    control = document["negative_control"]
+    assert control["holds"] and control["label"] == "baseline"
+    assert control["draft_n"]["baseline"] == 0 < control["draft_n"]["candidate"]
+
+
+def test_the_rollout_reads_the_evidence(ab) -> None:
+    document, path, _, _ = ab
+    evidence, finding = read_evidence(path)
+    assert finding is None
+    assert evidence.lossless and evidence.candidate_digest == document["candidate"]["plan_digest"]
+    assert set(evidence.shapes) == set(SHAPE_NAMES)
+    assert evidence.shapes["echo"].speedup == pytest.approx(document["shapes"]["echo"]["speedup"])
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        self.tags.append(tag)
+
+
+def test_reports_carry_the_table_and_one_chart_per_shape(ab, tmp_path: Path) -> None:
+    document, evidence_path, html_path, _ = ab
+    page = _Page()
+    page.feed(html_path.read_text())
+    assert page.tags.count("svg") == len(SHAPE_NAMES) and page.tags.count("tr") == 1 + len(SHAPE_NAMES)
+    from power.runtime.bench_report import write_report
+
+    markdown = tmp_path / "report.md"
+    write_report(document, markdown)
+    text = markdown.read_text()
+    assert text.count("<svg") == len(SHAPE_NAMES) and "| shape | candidate tok/s |" in text
+    assert all(f"## {name} - {document['shapes'][name]['verdict']}" in text for name in SHAPE_NAMES)
+
+
+def test_without_a_baseline_every_shape_is_measured_and_nothing_is_proven(tmp_path: Path) -> None:
+    out = tmp_path / "solo.json"
+    result = invoke(fixture_plan("ngram"), "--shapes", "echo,identity", "--runs", 1, "--max-tokens", 6, "-o", out)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert document["baseline"] is None and document["negative_control"] is None
+    assert [r["verdict"] for r in document["shapes"].values()] == ["measured", "measured"]
+    assert not document["lossless"]["proven"] and "no baseline" in document["lossless"]["reason"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shapes", "echo,poetry"], "poetry"),
+    (["--report", "report.txt"], ".md or .html"),
+    (["-o", "no/such/dir/evidence.json"], "does not exist"),
+    (["--vs", "missing-plan.json"], "missing-plan.json"),
+])
+def test_bad_input_is_a_usage_error_before_anything_runs(args: list[str], message: str, tmp_path: Path,
+                                                         monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke(fixture_plan("ngram"), *args)
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_a_file_that_is_not_a_plan_is_refused(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.toml"
+    profile.write_text('schema = "power.profile/v1"\nname = "x"\n')
+    result = invoke(profile)
+    assert result.exit_code == 2 and "not a Power plan" in result.output
+
+
+def _receipt(tokens: list[int], decode_s: float, proposed: int = 0, accepted: int = 0) -> Receipt:
+    return Receipt(plan_digest="p", artifacts={}, mode="ngram", prompt_tokens=5, token_ids=tokens, text="t",
+                   stop_reason="length", rounds=len(tokens), proposed=proposed, accepted=accepted, replays=0, clamps=0,
+                   fallbacks=0, load_s=0.0, prefill_s=0.1, decode_s=decode_s, speculative_rounds=1 if proposed else 0)
+
+
+def _evidence(candidate: list[Receipt], baseline: list[Receipt]) -> dict:
+    return bench.shape_result(build_shape("identity"), {"candidate": candidate, "baseline": baseline})
+
+
+def test_different_greedy_tokens_make_a_shape_lossy_whatever_the_speed() -> None:
+    fast_but_wrong = [_receipt([1, 2, 3, 9], 0.01, proposed=3, accepted=2)] * 2
+    plain = [_receipt([1, 2, 3, 4], 0.1)] * 2
+    result = _evidence(fast_but_wrong, plain)
+    assert result["verdict"] == "lossy" and not result["parity"]
+
+
+def test_verdicts_need_the_ranges_apart_and_five_percent() -> None:
+    same = [1, 2, 3, 4]
+    faster = _evidence([_receipt(same, 0.10), _receipt(same, 0.11)], [_receipt(same, 0.20), _receipt(same, 0.21)])
+    assert faster["verdict"] == "faster" and faster["speedup"] == pytest.approx((3 / 0.10 + 3 / 0.11) / (3 / 0.20 + 3 / 0.21))
+    slower = _evidence([_receipt(same, 0.20), _receipt(same, 0.21)], [_receipt(same, 0.10), _receipt(same, 0.11)])
+    assert slower["verdict"] == "slower"
+    overlapping = _evidence([_receipt(same, 0.10), _receipt(same, 0.30)], [_receipt(same, 0.15), _receipt(same, 0.16)])
+    assert overlapping["verdict"] == "no difference"

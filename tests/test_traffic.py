@@ -1,0 +1,61 @@
+"""The A/B protocol's traffic shapes: deterministic, and built the way the protocol says each must be."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from power.runtime.traffic import SHAPE_NAMES, build_shape, longest_repeated_span, parse_shapes, unique_lines
+
+
+def test_shapes_are_the_same_text_on_every_call() -> None:
+    for name in SHAPE_NAMES:
+        assert build_shape(name, 96) == build_shape(name, 96)
+
+
+def test_echo_passage_has_unique_lines_and_no_repeated_span_longer_than_two_words() -> None:
+    passage = build_shape("echo", 256).prompt.split("Passage:\n")[1].split("\n\n")[0]
+    lines = passage.splitlines()
+    assert len(lines) >= 20 and len(set(lines)) == len(lines)
+    assert longest_repeated_span(passage.split()) <= 2
+
+
+def test_the_passage_grows_with_the_token_budget() -> None:
+    assert len(build_shape("echo", 512).prompt) > 3 * len(build_shape("echo", 128).prompt)
+
+
+@pytest.mark.parametrize("count, seed", [(10, 0), (60, 7), (120, 2)])
+def test_unique_lines_never_repeat_a_word_trigram(count: int, seed: int) -> None:
+    words = " ".join(unique_lines(count, seed)).split()
+    trigrams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    assert len(set(trigrams)) == len(trigrams)
+
+
+def test_longest_repeated_span_finds_the_longest_run() -> None:
+    assert longest_repeated_span("a b c d".split()) == 0
+    assert longest_repeated_span("x a b c y a b c z".split()) == 3
+    assert longest_repeated_span("a a a".split()) == 2  # overlapping occurrences count
+
+
+def test_structured_asks_for_unique_ids_and_gives_no_passage_to_copy() -> None:
+    shape = build_shape("structured", 64)
+    assert "unique" in shape.prompt and "counting up" in shape.prompt
+    assert not re.search(r"\b1000\d\d\b.*\|", shape.prompt)  # no sample record line for the matcher to copy
+
+
+def test_prose_asks_for_one_sentence_and_identity_is_short_and_greedy() -> None:
+    assert "one sentence" in build_shape("prose", 64).prompt
+    identity = build_shape("identity", 512)
+    assert identity.temperature == 0.0 and identity.max_tokens == 16
+    assert all(build_shape(name, 64).temperature == 0.0 for name in SHAPE_NAMES)
+
+
+def test_parse_shapes_keeps_order_drops_duplicates_and_names_unknown_shapes() -> None:
+    assert parse_shapes("echo, prose,echo") == ["echo", "prose"]
+    with pytest.raises(ValueError, match="poetry"):
+        parse_shapes("echo,poetry")
+    with pytest.raises(ValueError, match="none given"):
+        parse_shapes(" , ")
+    with pytest.raises(ValueError, match="unknown traffic shape"):
+        build_shape("poetry")
