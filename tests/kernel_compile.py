@@ -45,13 +45,15 @@ def specs():
     yield ("greedy_verify accept", greedy_verify._accept_kernel,
            {"val_ptr": "*fp32", "idx_ptr": "*i64", "proposals_ptr": "*i64", "out_ptr": "*i64", "K": "i32", "n_chunks": "i32"},
            {"BLOCK_R": 32, "BLOCK_C": argmax.BLOCK_C, "NO_INDEX": argmax.NO_INDEX}, {})
+    shared = {"BLOCK_K": 16, "BLOCK_V": rejection.BLOCK_V, "LANES": rejection.LANES, "ACCEPT": rejection.ACCEPT,
+              "WEIGHT_SCALE": float(2**rejection.WEIGHT_BITS)}
+    draw = {"BLOCK_B": rejection.BLOCK_B, "SAMPLE": rejection.SAMPLE, "RESIDUAL": rejection.RESIDUAL,
+            "UNIFORM_BITS": rejection.UNIFORM_BITS}
     for dtype in ("fp32", "fp64"):
-        yield (f"rejection {dtype}", rejection._rejection_kernel,
-               {"p_ptr": f"*{dtype}", "q_ptr": f"*{dtype}", "proposals_ptr": "*i64", "u_ptr": "*fp64", "out_ptr": "*i64",
-                "K": "i32", "V": "i32"},
-               {"BLOCK_K": 16, "BLOCK_V": rejection.BLOCK_V, "LANES": rejection.LANES, "SAMPLE": rejection.SAMPLE,
-                "ACCEPT": rejection.ACCEPT, "RESIDUAL": rejection.RESIDUAL,
-                "WEIGHT_SCALE": float(2**rejection.WEIGHT_BITS), "UNIFORM_BITS": rejection.UNIFORM_BITS}, {})
+        probs = {"p_ptr": f"*{dtype}", "q_ptr": f"*{dtype}", "proposals_ptr": "*i64", "u_ptr": "*fp64", "sums_ptr": "*i64",
+                 "K": "i32", "V": "i32", "n_blocks": "i32"}
+        yield (f"rejection block sums {dtype}", rejection._block_sums_kernel, probs, shared, {})
+        yield (f"rejection draw {dtype}", rejection._draw_kernel, probs | {"out_ptr": "*i64"}, shared | draw, {})
     for dtype in ("fp32", "bf16"):
         yield (f"fr_argmax {dtype}", fr_argmax._fr_partial_kernel,
                {"h_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "M": "i32", "N": "i32",

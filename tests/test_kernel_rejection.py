@@ -43,6 +43,17 @@ def test_triton_equals_the_reference(monkeypatch, vocab, k, dtype):
         assert 0 <= accepted <= k and 0 <= token < vocab
 
 
+@pytest.mark.parametrize("vocab", [262_144, 262_145])  # the Gemma vocabulary; one more token adds a 257th block
+def test_triton_equals_the_reference_at_the_gemma_vocabulary(monkeypatch, vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    p = distributions(3, vocab, gen, torch.float32)
+    q = distributions(2, vocab, gen, torch.float32)
+    for trial, proposals in enumerate([p[:2].argmax(dim=-1), torch.multinomial(q.double(), 1, generator=gen).view(-1)]):
+        u = stream(seed=trial, first_position=0, k=2)
+        triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.rejection_step(p, q, proposals, u))
+        assert ints(triton_out) == ints(reference_out)
+
+
 def test_an_empty_residual_falls_back_to_the_target_row(monkeypatch):
     p = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
     q = p[:1].clone()  # p == q: max(p - q, 0) is empty
