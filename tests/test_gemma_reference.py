@@ -41,7 +41,8 @@ class Float64Gemma:
         values = dequantize(raw, gguf.GGMLQuantizationType(info.ggml_type))
         return values.reshape(info.shape).astype(np.float64)
 
-    def logits(self, ids: list[int]) -> np.ndarray:
+    def logits(self, ids: list[int], last: int | None = None) -> np.ndarray:
+        """Logits of every row, or of the `last` rows only."""
         m = self.meta
         d, n_layers = m["gemma3.embedding_length"], m["gemma3.block_count"]
         n_head, n_kv, hd = m["gemma3.attention.head_count"], m["gemma3.attention.head_count_kv"], m["gemma3.attention.key_length"]
@@ -75,7 +76,7 @@ class Float64Gemma:
             x = rms(h, self.w(p + "ffn_norm.weight"), eps)
             ffn = (gelu_tanh(x @ self.w(p + "ffn_gate.weight").T) * (x @ self.w(p + "ffn_up.weight").T)) @ self.w(p + "ffn_down.weight").T
             h = h + rms(ffn, self.w(p + "post_ffw_norm.weight"), eps)
-        return rms(h, self.w("output_norm.weight"), eps) @ embedding.T
+        return rms(h[-(last or n):], self.w("output_norm.weight"), eps) @ embedding.T
 
 
 def rms(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -106,6 +107,18 @@ def test_float32_trunk_logits_agree_with_the_float64_reference():
     assert actual.shape == expected.shape == (len(PROMPT_IDS), 262_144)
     assert np.abs(actual - expected).max() < LOGIT_TOLERANCE
     assert (actual.argmax(-1) == expected.argmax(-1)).all()
+
+
+@pytest.mark.slow
+def test_past_the_sliding_window_the_last_row_agrees_with_the_float64_reference():
+    """540 positions: the local layers see only the last 512, the global ones everything."""
+    ids = engine().tokenizer.encode("The quick brown fox jumps over the lazy dog near the river bank. " * 45)[:540]
+    assert len(ids) == 540
+    expected = Float64Gemma(gemma()).logits(ids, last=1)
+    model = load_trunk(gemma(), n_ctx=544, verify_capacity=1)
+    actual = model.prefill(ids, all_logits=False).logits.double().numpy()
+    assert np.abs(actual - expected).max() < LOGIT_TOLERANCE
+    assert actual.argmax(-1) == expected.argmax(-1)
 
 
 def test_the_prompt_ids_are_what_the_tokenizer_makes():
