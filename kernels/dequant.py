@@ -169,7 +169,7 @@ def dequantize_reference(qtype: str, raw: torch.Tensor, shape: Sequence[int]) ->
 # at launch so the GPU cannot contract `scale * q - offset` into an FMA).
 
 TRITON_TYPES: dict[str, int] = {"Q4_0": 0, "Q5_0": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
-_TRITON_BLOCK = 1024  # 8 weights per thread: larger blocks spill registers on sm_90 for the K-quants
+_TRITON_WEIGHTS = 1024  # per program (whole quant blocks): larger tiles spill registers on sm_90 for the K-quants
 
 
 @triton.jit
@@ -270,19 +270,21 @@ def dequant_values(base, block_index, e, mask, QTYPE: tl.constexpr):
 
 
 @triton.jit
-def _dequant_kernel(raw_ptr, out_ptr, n, PER_BLOCK: tl.constexpr, QTYPE: tl.constexpr, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    values = dequant_values(raw_ptr, offsets // PER_BLOCK, (offsets % PER_BLOCK).to(tl.int32), mask, QTYPE)
-    tl.store(out_ptr + offsets, values, mask=mask)
+def _dequant_kernel(raw_ptr, out_ptr, n_blocks, PER_BLOCK: tl.constexpr, QTYPE: tl.constexpr,
+                    BLOCKS: tl.constexpr):
+    # A [BLOCKS, PER_BLOCK] tile of whole quant blocks: a block's scales load once, broadcast over its weights.
+    blocks = tl.program_id(0).to(tl.int64) * BLOCKS + tl.arange(0, BLOCKS)[:, None]
+    e = tl.arange(0, PER_BLOCK)[None, :]
+    values = dequant_values(raw_ptr, blocks, e, blocks < n_blocks, QTYPE)
+    tl.store(out_ptr + blocks * PER_BLOCK + e, values, mask=blocks < n_blocks)
 
 
 def dequantize_triton(qtype: str, raw: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """Same contract and bits as `dequantize_reference`, for the types in TRITON_TYPES."""
     per_block, _ = BLOCK_LAYOUT[qtype]
     out = torch.empty(tuple(shape), dtype=torch.float32, device=raw.device)
-    n = out.numel()
-    grid = (triton.cdiv(n, _TRITON_BLOCK),)
-    _dequant_kernel[grid](raw, out, n, PER_BLOCK=per_block, QTYPE=TRITON_TYPES[qtype], BLOCK=_TRITON_BLOCK,
-                          enable_fp_fusion=False)
+    n_blocks = out.numel() // per_block
+    blocks = _TRITON_WEIGHTS // per_block
+    _dequant_kernel[(triton.cdiv(n_blocks, blocks),)](raw, out, n_blocks, PER_BLOCK=per_block,
+                                                       QTYPE=TRITON_TYPES[qtype], BLOCKS=blocks, enable_fp_fusion=False)
     return out

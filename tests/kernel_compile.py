@@ -62,8 +62,9 @@ def specs():
                 "BLOCK_D": fr_argmax.MAX_BLOCK_D, "NO_INDEX": argmax.NO_INDEX}, {"num_warps": fr_argmax.NUM_WARPS})
     for qtype, code in dequant.TRITON_TYPES.items():
         per_block = dequant.BLOCK_LAYOUT[qtype][0]
-        yield (f"dequantize {qtype}", dequant._dequant_kernel, {"raw_ptr": "*u8", "out_ptr": "*fp32", "n": "i64"},
-               {"PER_BLOCK": per_block, "QTYPE": code, "BLOCK": dequant._TRITON_BLOCK}, {"enable_fp_fusion": False})
+        yield (f"dequantize {qtype}", dequant._dequant_kernel, {"raw_ptr": "*u8", "out_ptr": "*fp32", "n_blocks": "i64"},
+               {"PER_BLOCK": per_block, "QTYPE": code, "BLOCKS": dequant._TRITON_WEIGHTS // per_block},
+               {"enable_fp_fusion": False})
         yield (f"qmatmul {qtype}", qmatmul._qmatmul_kernel,
                {"x_ptr": "*fp32", "w_ptr": "*u8", "y_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "row_bytes": "i32"},
                {"PER_BLOCK": per_block, "QTYPE": code, "BLOCK_M": qmatmul.BLOCK_M, "BLOCK_N": qmatmul.BLOCK_N,
