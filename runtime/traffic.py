@@ -122,8 +122,10 @@ def _prose(max_tokens: int) -> TrafficShape:
 
 
 def _echo(max_tokens: int) -> TrafficShape:
-    passage = "\n".join(unique_lines(_lines_for(max_tokens), seed=2))
-    prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nThe same passage, copied word for word:\n"
+    lines = unique_lines(_lines_for(max_tokens) + 1, seed=2)
+    passage = "\n".join(lines)
+    # A base model copies once the copy has started: the prompt opens it with the passage's first line.
+    prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nThe same passage, copied word for word:\n{lines[0]}\n"
     return TrafficShape("echo", prompt, 0.0, max_tokens, "n-gram (the output is the prompt)")
 
 
