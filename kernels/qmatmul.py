@@ -36,14 +36,17 @@ def _qmatmul_kernel(x_ptr, w_ptr, y_ptr, M, N, K, row_bytes, PER_BLOCK: tl.const
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # K is a whole number of quant blocks and BLOCK_K divides a block, so each step reads one block per column:
+    # its scales load once per column ([1, BLOCK_N]) and broadcast over the step's BLOCK_K weights.
+    tl.static_assert(PER_BLOCK % BLOCK_K == 0)
     w_rows = w_ptr + cols[None, :].to(tl.int64) * row_bytes  # [1, BLOCK_N]
+    w_mask = (cols < N)[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for start in range(0, K, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
-        x_mask = (rows < M)[:, None] & (ks < K)[None, :]
-        x = tl.load(x_ptr + rows[:, None] * K + ks[None, :], mask=x_mask, other=0).to(tl.float32)  # [BLOCK_M, BLOCK_K]
-        w_mask = (ks < K)[:, None] & (cols < N)[None, :]
-        w = dequant_values(w_rows, (ks // PER_BLOCK)[:, None], (ks % PER_BLOCK)[:, None], w_mask, QTYPE)  # [BLOCK_K, BLOCK_N]
+        x = tl.load(x_ptr + rows[:, None] * K + ks[None, :], mask=(rows < M)[:, None], other=0).to(tl.float32)
+        e = (start % PER_BLOCK + tl.arange(0, BLOCK_K))[:, None]
+        w = dequant_values(w_rows, start // PER_BLOCK, e, w_mask, QTYPE)  # [BLOCK_K, BLOCK_N]
         acc += tl.dot(x, w, input_precision="ieee")
     y_mask = (rows < M)[:, None] & (cols < N)[None, :]
     tl.store(y_ptr + rows[:, None] * N + cols[None, :], acc, mask=y_mask)
