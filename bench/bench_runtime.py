@@ -51,10 +51,10 @@ class Result:
 
 def power_run(gguf: GGUFFile, prompt: list[int], decode: int, dtype: str, capacity: int) -> Result:
     trunk = load_trunk(gguf, n_ctx=len(prompt) + decode + 1, verify_capacity=capacity, dtype=dtype)
-    trunk.prefill(prompt[:8], all_logits=False)  # warm-up: first-call allocations
+    trunk.prefill(prompt[:8])  # warm-up: first-call allocations
     trunk.reset()
     started = time.perf_counter()
-    token = int(trunk.prefill(prompt, all_logits=False).logits[-1].argmax())
+    token = int(trunk.prefill(prompt).logits[-1].argmax())
     prefill_s = time.perf_counter() - started
     tokens = [token]
     started = time.perf_counter()

@@ -12,6 +12,9 @@ overwritten). Recurrent layers keep per-row state snapshots for the *last*
 from position p the trunk can rewind to any length in [p + n - S, p + n]; a
 shorter length is outside the resident window and `rewind` raises
 `OutsideResidentWindow` - the caller then restores its checkpoint and replays.
+
+Prefill returns the last prompt row's logits by default (`all_logits=True` for
+every row); its hidden taps always cover every prompt row.
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ class Trunk(Protocol):
     def forward(self, tokens: Sequence[int], taps: Sequence[int] = ()) -> ForwardOut:
         """Append `tokens` (1..verify_capacity of them) at [position, position + n), at the fixed shape."""
 
-    def prefill(self, tokens: Sequence[int], taps: Sequence[int] = ()) -> ForwardOut:
-        """Append a prompt of any length (in fixed-shape chunks); returns logits/taps for every prompt row."""
+    def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = False) -> ForwardOut:
+        """Append a prompt of any length (in fixed-shape chunks); taps for every prompt row, logits for the
+        last row only unless `all_logits` (the LM head is the dearest part of a row; values are the same)."""
 
     def rewind(self, length: int) -> None:
         """Keep the first `length` positions; restore recurrent state from the per-row snapshot for that length."""

@@ -68,11 +68,11 @@ def test_prefill_keeps_every_row_or_only_the_last_with_the_same_values(name):
     model = trunk(name)
     prefix, rows = tokens_for(name)
     model.reset()
-    whole = model.prefill(prefix + rows, taps=(0,))
+    whole = model.prefill(prefix + rows, taps=(0,), all_logits=True)
     assert whole.logits.shape == (len(prefix) + len(rows), model.config.vocab_size)
     assert whole.hidden[0].shape == (len(prefix) + len(rows), model.config.d_model)
     model.reset()
-    last_only = model.prefill(prefix + rows, all_logits=False)
+    last_only = model.prefill(prefix + rows)
     assert torch.equal(last_only.logits[0], whole.logits[-1])
     assert model.position == len(prefix) + len(rows)
 

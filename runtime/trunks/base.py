@@ -97,8 +97,8 @@ class FixedShapeTrunk:
         self._position += n
         return ForwardOut(logits=self.logits(final[:n]), hidden={layer: h[:n] for layer, h in tapped.items()})
 
-    def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = True) -> ForwardOut:
-        """Append a prompt in fixed `prefill_chunk` chunks; `all_logits=False` keeps only the last row's logits."""
+    def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = False) -> ForwardOut:
+        """Append a prompt in fixed `prefill_chunk` chunks; logits of the last row, or of every row with `all_logits`."""
         if not tokens:
             raise ValueError("prefill needs at least one token")
         self._check_room(len(tokens))
