@@ -11,8 +11,6 @@ heads, hd = head width, T = cache capacity in positions.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -87,7 +85,3 @@ def gated_mlp(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
     return logits if not cap else torch.tanh(logits / cap) * cap
-
-
-def default_attention_scale(head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim)

@@ -33,7 +33,7 @@ from power.runtime.errors import ArtifactError
 from power.runtime.gguf_weights import GGUFFile
 
 SPM_SPACE = "▁"
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6  # tokenizer.ggml.token_type values
 
 # llama.cpp's pre-tokeniser regexes by `tokenizer.ggml.pre` (llama-vocab.cpp)
 _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
