@@ -38,6 +38,8 @@ from power.orchestrator.lock import FleetLock, LockConflict, read_lock, write_lo
 from power.orchestrator.plan_memo import PlanMemo
 
 IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"
+# Fewer paired runs than this per shape cannot separate a speedup from noise (one run's min-max range is a point).
+MIN_RUNS = 3
 CANARY_LABEL = ("rollout", "canary")
 
 
@@ -228,7 +230,11 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
             findings.append(_gate_finding("PWR072", evidence, f"on {shape!r} the greedy outputs differ between the "
                                           "candidate and the incumbent", "a lossy plan never rolls out: find the "
                                           "divergence before anything else"))
-        if result.verdict != "faster":
+        if result.requests < MIN_RUNS:
+            findings.append(_gate_finding(
+                "PWR073", evidence, f"on {shape!r} only {result.requests} measured run(s) per configuration: too few "
+                "to tell a speedup from noise", f"rerun the bench with --runs {MIN_RUNS} or more"))
+        elif result.verdict != "faster":
             findings.append(_gate_finding(
                 "PWR073", evidence, f"on {shape!r} the bench's verdict is {result.verdict!r}: the candidate decodes at "
                 f"{result.candidate_tok_s:.2f} tok/s vs the incumbent's {result.baseline_tok_s:.2f} "

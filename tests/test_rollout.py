@@ -43,7 +43,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 
 def evidence(path: Path, candidate: str, baseline: str, *, lossless: bool = True, speedup: float = 1.4,
              shapes: tuple[str, ...] = ("prose", "echo", "structured", "identity"), replays: int = 0,
-             fallbacks: int = 0) -> Path:
+             fallbacks: int = 0, runs: int = 4) -> Path:
     """An evidence document in the documented power.evidence/v1 shape (docs/bench.md), the fields the gates read."""
     verdict = "faster" if speedup >= 1.05 else "slower" if speedup <= 0.95 else "no difference"
     document = {
@@ -51,9 +51,9 @@ def evidence(path: Path, candidate: str, baseline: str, *, lossless: bool = True
         "candidate": {"label": "candidate", "plan_digest": candidate},
         "baseline": {"label": "baseline", "plan_digest": baseline},
         "lossless": {"proven": lossless, "shape": "identity"},
-        "shapes": {shape: {"candidate": {"requests": 4, "decode_tok_s": 20.0 * speedup, "replays": replays,
+        "shapes": {shape: {"candidate": {"requests": runs, "decode_tok_s": 20.0 * speedup, "replays": replays,
                                          "fallbacks": fallbacks},
-                           "baseline": {"requests": 4, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
+                           "baseline": {"requests": runs, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
                            "speedup": speedup, "parity": lossless, "verdict": verdict if lossless else "lossy"}
                    for shape in shapes},
         "passed": lossless,
@@ -134,6 +134,7 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
         "PWR072": evidence(tmp_path / "lossy.json", candidate, incumbent, lossless=False),
         "PWR073": evidence(tmp_path / "slow.json", candidate, incumbent, speedup=0.9),
         "'no difference'": evidence(tmp_path / "flat.json", candidate, incumbent, speedup=1.02),
+        "too few to tell a speedup from noise": evidence(tmp_path / "one-run.json", candidate, incumbent, runs=1),
         "PWR074": evidence(tmp_path / "fallback.json", candidate, incumbent, fallbacks=1),
     }
     for code, path in cases.items():
