@@ -63,6 +63,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx:
         click.echo(receipt.to_json(), nl=False)
     else:
         click.echo()
+        sys.stdout.flush()
         click.echo(receipt.summary(), err=True)
 
 
