@@ -63,9 +63,7 @@ def evidence(path: Path, candidate: str, baseline: str, *, lossless: bool = True
 
 
 def _lock(world: World):
-    lock, findings = read_lock(world.lock)
-    assert findings == []
-    return lock
+    return _lock_at(world.lock)
 
 
 def _pair(world: World, key: str) -> tuple[str, str]:
@@ -197,3 +195,37 @@ def test_a_profile_that_cannot_plan_everywhere_is_rolled_out_to_a_selection(worl
     assert selected.exit_code == 0, selected.output
     lock = _lock(world)
     assert "ws-5/dense" not in lock.rollout["candidates"] and "ws-5/dense" in lock.deployments
+
+
+@pytest.mark.slow
+def test_the_gate_reads_real_power_bench_evidence(world: World, tmp_path: Path) -> None:
+    """A real `power bench` of the candidate against the incumbent opens the stage exactly when its verdicts say so."""
+    fleet = world.fleet('[[hosts]]\nname = "ws-1"\ndevices = [{ model = "RTX 4090", vram = "24 GiB" }]\n',
+                        '[[deployments]]\nhost = "ws-1"\nmanifest = "manifests/dense.toml"\n'
+                        'profile = "profiles/target-only.toml"\ntraffic = "identity"\n', name="bench-fleet.toml")
+    lock = world.root / "bench.lock"
+    assert run("fleet", "review", fleet, "--lock", lock, "--write-lock").exit_code == 0
+    assert run("rollout", "plan", fleet, "--lock", lock, "--profile", world.root / "profiles" / "ngram.toml").exit_code == 0
+    plans = tmp_path / "plans"
+    assert run("rollout", "status", fleet, "--lock", lock, "--export-plans", plans).exit_code == 0
+    state, _ = read_lock(lock)
+    candidate = state.rollout["candidates"]["ws-1/dense"]["plan_digest"]
+    incumbent = state.deployments["ws-1/dense"]["plan_digest"]
+    evidence_path = tmp_path / "evidence.json"
+    bench = run("bench", plans / f"{candidate[:12]}.json", "--vs", plans / f"{incumbent[:12]}.json",
+                "--shapes", "identity", "--runs", "3", "--max-tokens", "8", "--threads", "1", "-o", evidence_path)
+    assert bench.exit_code == 0, bench.output
+    measured = json.loads(evidence_path.read_text())
+    identity = measured["shapes"]["identity"]
+    opens = measured["lossless"]["proven"] and identity["verdict"] == "faster" and identity["candidate"]["fallbacks"] == 0
+    result = run("rollout", "advance", fleet, "--lock", lock, "--evidence", evidence_path)
+    assert result.exit_code == (0 if opens else 1), result.output
+    if not opens:
+        assert f"the bench's verdict is {identity['verdict']!r}" in result.output
+    assert (_lock_at(lock).deployments["ws-1/dense"]["plan_digest"] == candidate) == opens
+
+
+def _lock_at(path: Path):
+    lock, findings = read_lock(path)
+    assert findings == []
+    return lock
