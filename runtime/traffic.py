@@ -6,7 +6,7 @@ machine, every run) and says whom it can favour:
 
 - prose: filler + "reply with one sentence" - only model-backed drafters;
 - echo: a passage of unique lines to repeat verbatim - n-gram (the output IS the
-  prompt); no long span repeats inside the passage, so the matcher is measured
+  prompt); no run of more than three words repeats inside the passage, so the matcher is measured
   against the prompt, not against itself;
 - structured: repetitive output whose every line carries a unique id, with no
   passage in the prompt to copy from - n-gram, if spans really repeat;
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 SHAPE_NAMES = ("prose", "echo", "structured", "identity")
 
 # Word pools for the generated passages. Each generated line draws fresh words and is
-# rejected if it would repeat a word trigram already in the passage.
-_DETERMINERS = ("The", "A", "One", "Each", "That", "This", "Every", "Our")
+# rejected if it would repeat a run of more than SPAN_LIMIT words already in the passage.
+_DETERMINERS = ("The", "A", "One", "Each", "That", "This", "Every", "Our", "Your", "Their", "My", "His", "Her",
+                "Some", "No", "Any")
 _ADJECTIVES = (
     "amber silent narrow copper hollow brisk velvet distant gentle rusty golden frozen "
     "crooked patient bitter humble scarlet quiet wooden hidden lucky pale restless "
@@ -48,6 +49,7 @@ _PLACES = (
     "by the river|at the crossroads|in the cellar|over the dunes"
 ).split("|")
 
+SPAN_LIMIT = 3  # the longest run of words that may occur twice in a generated passage
 IDENTITY_QUESTION = "Question: What is the capital of France?\nAnswer:"
 IDENTITY_MAX_TOKENS = 16
 
@@ -81,22 +83,25 @@ def parse_shapes(text: str) -> list[str]:
 
 
 def unique_lines(count: int, seed: int) -> list[str]:
-    """`count` distinct sentence lines in which no word trigram occurs twice (across line ends too)."""
+    """`count` distinct sentence lines in which no run of SPAN_LIMIT + 1 words occurs twice (across line ends too)."""
     rng = random.Random(seed)
     lines: list[str] = []
     words: list[str] = []
     seen: set[tuple[str, ...]] = set()
-    while len(lines) < count:
+    n = SPAN_LIMIT + 1
+    for _ in range(count * 1000):
+        if len(lines) == count:
+            return lines
         line = (f"{rng.choice(_DETERMINERS)} {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {rng.choice(_VERBS)} "
                 f"the {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} {rng.choice(_PLACES)}.")
         candidate = words + line.split()
-        new_trigrams = [tuple(candidate[i : i + 3]) for i in range(max(0, len(words) - 2), len(candidate) - 2)]
-        if len(set(new_trigrams)) < len(new_trigrams) or seen.intersection(new_trigrams):
+        new_grams = [tuple(candidate[i : i + n]) for i in range(max(0, len(words) - n + 1), len(candidate) - n + 1)]
+        if len(set(new_grams)) < len(new_grams) or seen.intersection(new_grams):
             continue
-        seen.update(new_trigrams)
+        seen.update(new_grams)
         words = candidate
         lines.append(line)
-    return lines
+    raise ValueError(f"cannot draw {count} lines without repeating a {n}-word run: ask for fewer")
 
 
 def longest_repeated_span(words: list[str]) -> int:

@@ -57,6 +57,10 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
     for path in (output, report):
         if path is not None and not path.parent.is_dir():
             _fail(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
+    try:
+        traffic = [build_shape(name, max_tokens) for name in names]
+    except ValueError as err:
+        _fail(f"--max-tokens {max_tokens}: {err}")
     paths = [(harness.CANDIDATE, plan)] + ([(harness.BASELINE, baseline)] if baseline else [])
     try:
         plans = [(label, path, load_plan(path)) for label, path in paths]
@@ -65,7 +69,6 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
             click.echo(f"loading {label}: {path} (mode {resolved.mode.resolved})", err=True)
             engine = Engine(EngineSettings.from_plan(resolved, path, dtype=dtype, threads=threads))
             configs.append(harness.BenchConfig(label, path, resolved, engine))
-        traffic = [build_shape(name, max_tokens) for name in names]
         measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
     except (PlanError, RuntimeInputError) as err:
         _fail(str(err))
