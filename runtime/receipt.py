@@ -91,5 +91,6 @@ class Receipt:
     def summary(self) -> str:
         """One human line for the end of a streamed run."""
         return (f"[{self.stop_reason}] {self.prompt_tokens} prompt tokens at {self.prefill_tok_s:.1f} tok/s, "
-                f"{len(self.token_ids)} generated at {self.decode_tok_s:.1f} tok/s; "
-                f"tokens sha256 {self.tokens_sha256[:16]}...")
+                f"{len(self.token_ids)} generated at {self.decode_tok_s:.1f} tok/s; {self.rounds} rounds, "
+                f"{self.accepted}/{self.proposed} drafts accepted (mean accepted length {self.mean_accepted_length:.2f}), "
+                f"{self.replays} replays, {self.fallbacks} fallbacks; tokens sha256 {self.tokens_sha256[:16]}...")

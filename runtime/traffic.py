@@ -12,11 +12,14 @@ machine, every run) and says whom it can favour:
   passage in the prompt to copy from - n-gram, if spans really repeat;
 - identity: a short deterministic question at temperature 0 - the losslessness
   control: configurations must emit the same text.
+
+`python -m power.runtime.traffic SHAPE [MAX_TOKENS]` prints a shape's prompt.
 """
 
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass
 
 SHAPE_NAMES = ("prose", "echo", "structured", "identity")
@@ -145,3 +148,7 @@ def _structured(max_tokens: int) -> TrafficShape:
 
 def _identity(max_tokens: int) -> TrafficShape:
     return TrafficShape("identity", IDENTITY_QUESTION, 0.0, min(max_tokens, IDENTITY_MAX_TOKENS), "nobody: the losslessness control")
+
+
+if __name__ == "__main__":
+    print(build_shape(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 128).prompt, end="")
