@@ -223,7 +223,8 @@ def _missing_file_findings(loaded: Loaded, index: int, deployment: Deployment) -
 def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
     """PWR062: deployments sharing a device whose planned bytes together exceed what the device offers."""
     findings = []
-    for use in (use for uses in review.device_uses().values() for use in uses):
+    uses = [use for host_uses in review.device_uses().values() for use in host_uses]
+    for use in uses:
         planned = [d for d in use.deployments if d.plan]
         if len(planned) < 2 or use.planned_bytes <= use.usable_bytes:
             continue
@@ -235,8 +236,19 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
             f"{format_size(use.planned_bytes)}, over the {format_size(use.usable_bytes)} usable after "
             f"{format_size(use.host.headroom)} headroom",
             where=f"deployments[{planned[-1].index}].host",
-            hint="move one deployment to another device or host, or shrink a plan (context, KV type, drafter)"))
+            hint=_move_hint(planned[-1], use, uses)))
     return findings
+
+
+def _move_hint(moving: DeploymentReview, here: DeviceUse, uses: list[DeviceUse]) -> str:
+    """Devices with room left for the last deployment on an overfull one (its planned bytes do not depend on
+    the device's size), else the generic advice."""
+    needed = moving.plan.memory.total_bytes
+    room = [use for use in uses if use is not here and use.usable_bytes - use.planned_bytes >= needed]
+    if room:
+        places = ", ".join(f"{use.host.name} device {use.index}" for use in room[:3])
+        return f"{moving.key} ({format_size(needed)}) fits as planned on {places}; or shrink a plan (context, KV type, drafter)"
+    return "move one deployment to another device or host, or shrink a plan (context, KV type, drafter)"
 
 
 def _host_hint(name: str, hosts: dict[str, HostSpec]) -> str:

@@ -149,6 +149,9 @@ profile = "profiles/balanced.toml"
     assert result.exit_code == 1
     finding = _finding_at(result.output, "PWR062")
     assert "small device 0" in finding and "small/a" in finding and "small/b" in finding
+    assert "hint: move one deployment" in result.output
+    roomy = review(world.fleet(shared_host + TWO_HOSTS, both))
+    assert "hint: small/b (" in roomy.output and "fits as planned on ws-1 device 0, ws-2 device 0" in roomy.output
     alone = review(world.fleet(shared_host, both.split("[[deployments]]")[1].join(["[[deployments]]", ""])))
     assert alone.exit_code == 0, alone.output
 
