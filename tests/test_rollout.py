@@ -98,6 +98,8 @@ def test_a_full_rollout_walks_canary_waves_all_then_rolls_back(world: World, tmp
     assert canary.exit_code == 0, canary.output
     assert _lock(world).deployments["ws-2/hybrid"]["plan_digest"] == candidate
     assert _lock(world).deployments["ws-1/hybrid"]["plan_digest"] == incumbents["ws-1/hybrid"]
+    reviewed = run("fleet", "review", fleet)
+    assert "Rollout of guarded: in-progress (canary applied, wave-1 next, all pending)" in reviewed.output
     page = tmp_path / "report.html"
     assert run("fleet", "report", fleet, "-o", page).exit_code == 0
     html = page.read_text()

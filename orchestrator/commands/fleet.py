@@ -20,6 +20,7 @@ from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.fleet import DRIFT_EXIT, FleetReview, exit_code, review_fleet
 from power.orchestrator.lock import FleetLock, LockConflict, write_lock
 from power.orchestrator.report import render_report
+from power.orchestrator.rollout import stage_states
 from power.orchestrator.units import format_size
 
 _COLUMNS = ("DEPLOYMENT", "DEV", "FITS", "MARGIN", "MODE", "K/S", "ROLLBACK", "TRAFFIC", "FINDINGS")
@@ -99,6 +100,10 @@ def _print_review(result: FleetReview) -> None:
         click.echo(f"\n{host['name']} ({devices}; headroom {format_size(host['headroom_bytes'])})")
         rows = [_row(item) for item in host["deployments"]] or [("(no deployments)",) + ("",) * (len(_COLUMNS) - 1)]
         click.echo(_table(rows))
+    if result.lock is not None and result.lock.rollout:
+        rollout = result.lock.rollout
+        stages = ", ".join(f"{name} {state}" for name, state, _ in stage_states(rollout))
+        click.echo(f"\nRollout of {rollout['profile']['name']}: {rollout['status']} ({stages})")
     if result.lock is not None:
         click.echo(f"\nDrift against {result.lock_path}:")
         click.echo(result.drift_text())
