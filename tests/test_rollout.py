@@ -100,6 +100,9 @@ def test_a_full_rollout_walks_canary_waves_all_then_rolls_back(world: World, tmp
     assert _lock(world).deployments["ws-1/hybrid"]["plan_digest"] == incumbents["ws-1/hybrid"]
     reviewed = run("fleet", "review", fleet)
     assert "Rollout of guarded: in-progress (canary applied, wave-1 next, all pending)" in reviewed.output
+    during = world.lock.read_bytes()
+    overwrite = run("fleet", "review", fleet, "--write-lock")
+    assert overwrite.exit_code == 1 and "PWR076" in overwrite.output and world.lock.read_bytes() == during
     page = tmp_path / "report.html"
     assert run("fleet", "report", fleet, "-o", page).exit_code == 0
     html = page.read_text()

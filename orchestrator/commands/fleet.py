@@ -17,10 +17,11 @@ import click
 
 from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
+from power.orchestrator.findings import Finding, Severity
 from power.orchestrator.fleet import DRIFT_EXIT, FleetReview, exit_code, review_fleet
 from power.orchestrator.lock import FleetLock, LockConflict, write_lock
 from power.orchestrator.report import render_report
-from power.orchestrator.rollout import stage_states
+from power.orchestrator.rollout import IN_PROGRESS, stage_states
 from power.orchestrator.units import format_size
 
 _COLUMNS = ("DEPLOYMENT", "DEV", "FITS", "MARGIN", "MODE", "K/S", "ROLLBACK", "TRAFFIC", "FINDINGS")
@@ -52,6 +53,12 @@ def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exi
     else:
         _print_review(result)
     code = exit_code(result, detailed_exitcode)
+    if record and _rollout_in_progress(result):
+        refusal = Finding(code="PWR076", severity=Severity.ERROR, file=str(result.lock_path),
+                          message="a rollout is in progress: --write-lock would overwrite the plans its applied "
+                                  "stages recorded", hint="advance or roll back the rollout first")
+        click.echo(refusal.render(), err=True)
+        sys.exit(EXIT_FINDINGS)
     if record and code in (EXIT_OK, DRIFT_EXIT):
         try:
             _record_plans(result)
@@ -80,6 +87,10 @@ def report(fleet_file: Path, lock_path: Path | None, output: Path) -> None:
     write_text_atomic(output, render_report(result.to_json(), result.drift_text(), rollout))
     click.echo(f"wrote {output}")
     sys.exit(EXIT_FINDINGS if result.has_errors else EXIT_OK)
+
+
+def _rollout_in_progress(result: FleetReview) -> bool:
+    return bool(result.lock and result.lock.rollout and result.lock.rollout["status"] == IN_PROGRESS)
 
 
 def _record_plans(result: FleetReview) -> None:
