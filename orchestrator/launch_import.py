@@ -5,7 +5,8 @@ kill the server at start (flag names as in llama.cpp's `common/arg.cpp` and
 `docs/speculative.md`, vLLM's `--speculative-config`):
 
 - PWR450 `--spec-type mtp`: the pre-rename spelling; llama.cpp no longer knows it and runs without speculation
-- PWR451 `-md`/`--spec-draft-model` without `--spec-type`: the drafter's role is left to a guess
+- PWR451 `-md`/`--spec-draft-model` without `--spec-type` (the drafter's role is left to a guess), or with
+  a `--spec-type` list that names no drafter to run it (it is never used)
 - PWR452 two context-backed types in one `--spec-type` list: they need one draft context each and cannot share a process
 - PWR453 a drafter whose header declares no sliding window at a large context: its KV spans the whole context
 - PWR454 removed `--draft*` spellings (`--draft-max` ...): llama-server rejects them at start (as env vars they are ignored)
@@ -189,6 +190,12 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
                 "(Power fails closed rather than guessing the drafter's contract)"))
     else:
         findings += _read_spec_types(spec, *spec_type)
+        if spec.draft_model is not None and spec.mode in {"none", "ngram"} and not findings:
+            findings.append(_finding(
+                "PWR451", spec.draft_model,
+                f"a draft model ({spec.draft_model.text}) is given, but --spec-type {spec_type[1].text} names no "
+                "drafter that runs one: it is never used",
+                "add the drafter's type to the list (e.g. --spec-type draft-dflash,ngram-mod), or drop -md"))
     if spec.mode != "none" and spec.k is None:
         spec.k = LLAMA_DEFAULT_N_MAX
     return spec, findings

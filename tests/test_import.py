@@ -40,6 +40,11 @@ def test_a_draft_model_without_spec_type() -> None:
     assert result.findings[0].source_line[result.findings[0].col - 1:].startswith("d.gguf")
 
 
+def test_a_draft_model_no_listed_type_runs() -> None:
+    result = _llama("-m", "t.gguf", "-md", "d.gguf", "--spec-type", "ngram-mod")
+    assert _codes(result) == ["PWR451"] and "it is never used" in result.findings[0].message
+
+
 def test_two_context_backed_drafters_in_one_list() -> None:
     result = _llama("-m", "t.gguf", "-md", "d.gguf", "--spec-type", "draft-mtp,draft-dflash")
     assert _codes(result) == ["PWR452"]
