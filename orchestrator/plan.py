@@ -30,7 +30,8 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
                 verdict, the largest context that fits
     tokenizer   {vocab_size, merges, model, pre, sha256} of the target, or absent
     findings    every check result that did not stop the plan (warnings, info)
-    digest      sha256 of the canonical JSON of everything above
+    digest      sha256 of the canonical JSON of everything above, file
+                locations (`path`, `file`) left out: files count by sha256
 
 `runtime_settings()` is the one place the runtime maps from.
 """
@@ -266,10 +267,26 @@ def canonical_json(data: Any) -> bytes:
 
 
 def content_digest(plan: ResolvedPlan) -> str:
-    """sha256 over the canonical JSON of every section except the digest itself."""
-    content = plan.document()
+    """sha256 over the canonical JSON of every section except the digest itself and file locations.
+
+    Files are identified by their sha256, not by where they lie, so the same
+    fleet checked out at another path compiles to the same digests; a path
+    edited by hand is caught when the runtime re-hashes the artifact it names.
+    """
+    content = _without_locations(plan.document())
     content.pop("digest")
     return hashlib.sha256(canonical_json(content)).hexdigest()
+
+
+def _without_locations(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: _without_locations(value) for key, value in data.items() if key not in _LOCATION_KEYS}
+    if isinstance(data, list):
+        return [_without_locations(item) for item in data]
+    return data
+
+
+_LOCATION_KEYS = frozenset({"path", "file"})
 
 
 def to_json(plan: ResolvedPlan) -> str:

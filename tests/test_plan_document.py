@@ -57,6 +57,18 @@ def test_document_starts_with_schema_and_digest_covers_content():
     assert sample_plan(name="other").digest != plan.digest
 
 
+def test_digest_does_not_depend_on_where_the_files_lie():
+    plan = sample_plan()
+    moved = sample_plan(
+        sources=Sources(manifest=FileRef(path="/elsewhere/m.toml", sha256="a" * 64),
+                        profile=FileRef(path="/elsewhere/p.toml", sha256="b" * 64)),
+        target=plan.target.model_copy(update={"path": "/elsewhere/t.gguf"}),
+        findings=(FindingRecord.of(Finding("PWR402", Severity.INFO, "guarded", file="/elsewhere/p.toml", line=3, col=1)),),
+    )
+    assert moved.digest == plan.digest
+    assert sample_plan(target=plan.target.model_copy(update={"sha256": "f" * 64})).digest != plan.digest
+
+
 @pytest.mark.parametrize("suffix", [".json", ".toml"])
 def test_hand_edited_plan_fails_its_digest(tmp_path, suffix):
     path = tmp_path / f"plan{suffix}"

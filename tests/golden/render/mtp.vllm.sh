@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest d364e9f6e705043a668ed92da4dc44c816fc39ef3660ad09f993fe362b13dfc6; mode mtp (requested; the target carries nextn tensors)
+# plan digest ddc92a522c289eff3c90e693ddf74bdc2eecadb5ca0c694073e95a40002ba03e; mode mtp (requested; the target carries nextn tensors)
 # kv cache type q8_0: vLLM has no such --kv-cache-dtype; it uses the model dtype
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
