@@ -103,7 +103,9 @@ def _hash_open_file(fd: int, size: int, path: str, progress: Progress) -> tuple[
     callback, bar = _progress_callback(size, path, progress)
     try:
         with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
-            while n := handle.readinto(buffer):
+            # One byte past the size we started with is enough to see growth; a file still
+            # being written must not keep us reading forever.
+            while total <= size and (n := handle.readinto(view[:min(CHUNK_BYTES, size + 1 - total)])):
                 digest.update(view[:n])
                 total += n
                 if callback is not None:
