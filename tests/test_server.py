@@ -21,6 +21,7 @@ from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan
 from power.runtime.engine import Engine, EngineSettings
 from power.runtime.server import ServerLimits, StopScanner, create_app
+from power.runtime.traffic import build_shape
 
 PROMPT = "Hello world! The quick brown fox jumps over the lazy dog. Hello world! The quick"
 HELD = PROMPT + " Hold on."  # the prompt the injected engine holds (see InjectedEngine)
@@ -124,7 +125,16 @@ def test_completion_carries_text_usage_timings_and_receipt() -> None:
         assert timings["tokens_sha256"] == receipt["tokens_sha256"]
         assert (timings["draft_n"], timings["draft_n_accepted"]) == (receipt["proposed"], receipt["accepted"])
         # Greedy and deterministic: the same request gives the same tokens.
-        assert complete(base, max_tokens=12).json()["receipt"]["tokens_sha256"] == receipt["tokens_sha256"]
+        again = complete(base, max_tokens=12).json()["receipt"]
+        assert again["tokens_sha256"] == receipt["tokens_sha256"]
+        echo = complete(base, prompt=build_shape("echo", 24).prompt, max_tokens=12).json()["receipt"]
+        served = (receipt, again, echo)
+        for counter, field in (("power_spec_draft_tokens_total", "proposed"), ("power_spec_accepted_tokens_total", "accepted"),
+                               ("power_spec_drafts_total", "speculative_rounds"), ("power_spec_replays_total", "replays"),
+                               ("power_spec_fallbacks_total", "fallbacks"), ("power_governor_parks_total", "governor_parks")):
+            assert metric(base, counter) == sum(r[field] for r in served), counter
+        assert metric(base, "power_generated_tokens_total") == 36
+        assert metric(base, "power_requests_total", status="ok") == 3
 
 
 def test_streaming_sends_the_same_text_as_a_plain_response_then_the_receipt() -> None:
@@ -217,6 +227,11 @@ def test_concurrent_requests_finish_while_a_cancelled_stream_rolls_back(release:
         assert [r.status_code for r in results] == [200, 200, 200]
         assert len({r.json()["receipt"]["tokens_sha256"] for r in results}) == 1
         assert metric(base, "power_requests_total", status="ok") == 3
+        receipts = [r.json()["receipt"] for r in results]
+        # The finished requests' drafts, plus whatever the cancelled one drafted before it stopped.
+        assert metric(base, "power_spec_draft_tokens_total") >= sum(r["proposed"] for r in receipts)
+        assert metric(base, "power_spec_accepted_tokens_total") >= sum(r["accepted"] for r in receipts)
+        assert metric(base, "power_spec_drafts_total") >= sum(r["speculative_rounds"] for r in receipts)
         generated = metric(base, "power_generated_tokens_total") - tokens_before
         assert 3 * 6 + 1 <= generated < 3 * 6 + LONG  # the cancelled stream stopped long before its budget
         assert metric(base, "power_time_to_first_token_seconds_count") == 4
