@@ -38,21 +38,15 @@ PROFILES = {
 }
 
 
-@lru_cache(maxsize=1)
-def plan_dir() -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="power-runtime-plans-"))
-    target = factory.build_dense_target(directory)
-    (directory / "manifest.toml").write_text(
-        'schema = "power.manifest/v1"\nname = "dense-fixture"\n[target]\n'
-        f'path = "{target.name}"\nsha256 = "{sha256_file(target, progress=False)}"\n[[drafters]]\nkind = "ngram"\n'
-    )
-    return directory
-
-
-@lru_cache(maxsize=None)
-def fixture_plan(profile: str) -> Path:
-    """The dense fixture planned with the `ngram` or `none` profile above (a JSON plan file)."""
-    directory = plan_dir()
+def write_plan(directory: Path, profile: str) -> Path:
+    """The dense fixture planned in `directory` with the `ngram` or `none` profile above (a JSON plan file)."""
+    target = directory / "dense-target.gguf"
+    if not target.exists():
+        factory.build_dense_target(directory)
+        (directory / "manifest.toml").write_text(
+            'schema = "power.manifest/v1"\nname = "dense-fixture"\n[target]\n'
+            f'path = "{target.name}"\nsha256 = "{sha256_file(target, progress=False)}"\n[[drafters]]\nkind = "ngram"\n'
+        )
     profile_path = directory / f"{profile}.profile.toml"
     profile_path.write_text("\n".join(line.strip() for line in PROFILES[profile].splitlines()) + "\n")
     out = directory / f"{profile}.plan.json"
@@ -60,3 +54,14 @@ def fixture_plan(profile: str) -> Path:
                                        "--device", "1 GiB", "-o", str(out)])
     assert result.exit_code == 0, result.output
     return out
+
+
+@lru_cache(maxsize=None)
+def fixture_plan(profile: str) -> Path:
+    """`write_plan` in one temporary folder per test run."""
+    return write_plan(_shared_dir(), profile)
+
+
+@lru_cache(maxsize=1)
+def _shared_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="power-runtime-plans-"))

@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
-from runtime_plans import fixture_plan
+from runtime_plans import fixture_plan, write_plan
 
 from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan
@@ -289,3 +289,11 @@ def test_serve_refuses_a_file_that_is_not_a_plan(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "not a Power plan" in result.output and "power plan" in result.output
     missing = CliRunner().invoke(main, ["serve", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "nope.json" in missing.output
+
+
+def test_serve_stops_with_exit_2_when_the_planned_model_does_not_load(tmp_path: Path) -> None:
+    plan_path = write_plan(tmp_path, "ngram")
+    target = tmp_path / "dense-target.gguf"
+    target.write_bytes(target.read_bytes()[:-1] + b"\x00")  # the artifact changed after planning
+    result = CliRunner().invoke(main, ["serve", str(plan_path), "--port", "0"])
+    assert result.exit_code == 2 and "the model did not load" in result.output and "re-plan" in result.output
