@@ -1,0 +1,87 @@
+"""`power inspect` and `power fixtures build` through the click command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gguf_helpers import fixtures, gemma
+from power.orchestrator.cli import main
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POWER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_report_sections_for_a_dflash2_drafter():
+    result = run("inspect", str(fixtures()["dflash2-drafter"]))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for heading in ("artifact", "hyper-parameters (dflash)", "layers: 2 sliding", "tensor census", "tokenizer", "drafter contract"):
+        assert heading in out
+    assert "dflash2 - DFlash2" in out and "32 positions" in out and "256 B per position" in out
+    assert "selector_rank" in out and "sha256(first 2000 tokens)=" in out
+
+
+def test_report_for_the_hybrid_target_shows_every_layer_kind():
+    out = run("inspect", "--no-hash", str(fixtures()["hybrid-target"])).stdout
+    assert "layers: 3 recurrent, 1 global, 3 recurrent" not in out  # counts are totals, not runs
+    assert "layers: 6 recurrent, 2 global, 1 nextn" in out
+    assert "mtp - MTP/nextn head inside the target" in out and "(not hashed: --no-hash)" in out
+
+
+def test_json_is_one_object_with_the_digest():
+    path = fixtures()["dspark-drafter"]
+    data = json.loads(run("inspect", "--json", str(path)).stdout)
+    assert data["drafter_kind"] == "dspark" and data["sliding_window"] is None and data["findings"] == []
+    assert data["sha256"] == json.loads(run("inspect", "--json", "--no-cache", str(path)).stdout)["sha256"]
+    assert len(data["sha256"]) == 64 and data["tokenizer"]["vocab_size"] == 496
+
+
+def test_gemma_report():
+    data = json.loads(run("inspect", "--json", "--no-hash", str(gemma())).stdout)
+    assert data["architecture"] == "gemma3" and data["tokenizer"]["vocab_size"] == 262_144
+    assert [row["ggml_type"] for row in data["census"]][:2] == ["Q8_0", "Q5_0"]
+    assert data["sliding_window"] == 512 and data["drafter_kind"] is None
+    assert [layer["kind"] for layer in data["layers"]].count("global") == 3
+
+
+@pytest.mark.parametrize(("name", "code"), [("truncated-header", "PWR104"), ("truncated-data", "PWR109")])
+def test_a_bad_file_exits_1_with_its_finding(name, code):
+    path = str(fixtures()[name])
+    text = run("inspect", path)
+    assert text.exit_code == 1 and text.stdout == ""
+    assert text.stderr.startswith(f"{path}:byte ") and code in text.stderr and "hint:" in text.stderr
+    data = json.loads(run("inspect", "--json", path).stdout)
+    assert [finding["code"] for finding in data["findings"]] == [code]
+
+
+def test_a_directory_exits_1(tmp_path):
+    result = run("inspect", str(tmp_path))
+    assert result.exit_code == 1 and "PWR101" in result.stderr
+
+
+def test_fixtures_build_lists_every_fixture(tmp_path):
+    result = run("fixtures", "build", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["name", "path", "size", "sha256", "kind"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == set(fixtures())
+    assert rows["dflash-named-dspark"].rstrip().endswith("dspark")
+    assert rows["hybrid-target"].rstrip().endswith("target (qwen35) + mtp head")
+    assert "invalid (PWR104)" in rows["truncated-header"]
+    assert "(header only: --hash-sparse)" in rows["qwen36-27b-q6k"]
+
+
+def test_fixtures_build_json(tmp_path):
+    rows = json.loads(run("fixtures", "build", "--json", str(tmp_path / "out")).stdout)
+    by_name = {row["name"]: row for row in rows}
+    assert by_name["dflash2-drafter"]["kind"] == "dflash2" and len(by_name["dflash2-drafter"]["sha256"]) == 64
