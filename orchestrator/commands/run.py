@@ -71,17 +71,12 @@ def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capaci
             threads: int | None):
     from power.orchestrator.plan import load_plan
     from power.runtime.engine import DEFAULT_CTX, Engine, EngineSettings
-    from power.runtime.errors import RuntimeInputError
 
     if gguf is not None:
         return Engine(EngineSettings(target_path=gguf, n_ctx=ctx or DEFAULT_CTX, verify_capacity=verify_capacity or 1,
                                      dtype=dtype, threads=threads))
     loaded = load_plan(plan)
-    settings = EngineSettings.from_plan(loaded, plan, dtype=dtype, threads=threads)
-    if settings.mode != "none":
-        raise RuntimeInputError(f"{plan}: the plan resolves to speculative mode {settings.mode!r}, which `power run` "
-                                "cannot execute yet; plan with a `spec_mode = \"none\"` profile for plain decoding")
-    return Engine(settings)
+    return Engine(EngineSettings.from_plan(loaded, plan, dtype=dtype, threads=threads))
 
 
 def _fail(message: str) -> None:
