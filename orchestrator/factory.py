@@ -35,6 +35,7 @@ from gguf import GGUFValueType as V
 
 from power.orchestrator import contracts
 from power.orchestrator.contracts import DrafterHparams
+from power.orchestrator.gguf_reader import read_header
 
 F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = Q.F32, Q.F16, Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K
 
@@ -537,7 +538,7 @@ def build_truncated(directory: Path) -> dict[str, Path]:
     """The dense target cut inside its header, and cut inside its tensor data."""
     directory = Path(directory)
     source = build_dense_target(directory / ".truncated-source")
-    data_offset = gguf.GGUFReader(source).data_offset
+    data_offset = read_header(source).data_offset
     size = source.stat().st_size
     built = {
         "truncated-header": _truncated_copy(source, directory / "truncated-header.gguf", data_offset // 2),
