@@ -14,6 +14,7 @@ from power.orchestrator.cli import main
 from power.orchestrator.evidence import read_evidence
 from power.orchestrator.plan import load_plan
 from power.runtime import bench
+from power.runtime.bench_report import write_report
 from power.runtime.receipt import Receipt
 from power.runtime.traffic import SHAPE_NAMES, build_shape
 
@@ -111,8 +112,6 @@ def test_reports_carry_the_table_and_one_chart_per_shape(ab, tmp_path: Path) -> 
     page = _Page()
     page.feed(html_path.read_text())
     assert page.tags.count("svg") == len(SHAPE_NAMES) and page.tags.count("tr") == 1 + len(SHAPE_NAMES)
-    from power.runtime.bench_report import write_report
-
     markdown = tmp_path / "report.md"
     write_report(document, markdown)
     text = markdown.read_text()
