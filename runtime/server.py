@@ -355,6 +355,8 @@ async def _completions(request: Request, state: ServerState) -> Response:
     count = state.metrics.requests
     if state.worker is None:
         count.labels("unavailable").inc()
+        if state.load_error is not None:
+            return _error(503, f"the model failed to load: {state.load_error}", "unavailable")
         return _error(503, "the model is not loaded yet; poll GET /health until it answers 200", "unavailable")
     try:
         parsed = parse_completion(await request.body(), state.worker.engine.settings.n_ctx)
