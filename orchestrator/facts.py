@@ -28,7 +28,8 @@ from power.orchestrator import contracts
 from power.orchestrator.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
 from power.orchestrator.tokenizer_facts import VOCABULARY_KEYS, TokenizerFacts, tokenizer_facts
 
-__all__ = ["ArtifactError", "ArtifactFacts", "LayerFacts", "QuantCensus", "facts_from_header", "inspect_artifact"]
+__all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "ArtifactFacts", "LayerFacts", "QuantCensus",
+           "facts_from_header", "inspect_artifact"]
 
 # llama.cpp's hard-coded sliding-window patterns for headers that carry no pattern key:
 # n means every n-th layer (index % n == n - 1) is global, the others slide.
