@@ -2,25 +2,29 @@
 
     python bench/bench_runtime.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 2] [--json out.json]
 
-Runs, in one process and one sitting, greedy prefill + decode of the same prompt with:
-- Power at each (dtype, verification capacity) given by --configs (capacity 1 is
-  the cheapest plain decode; a larger capacity shows the fixed-shape cost every
-  speculative plan pays on its plain rounds);
-- llama.cpp through `llama-cpp-python`, when it is installed. It is a benchmark-only
+Every engine is loaded first; then prefill and decode are measured interleaved,
+round-robin in small slices (the A/B protocol's pairing), so load from other
+processes on a shared machine lands on all engines alike and the ratios hold
+even when the absolute figures move. Engines:
+- Power at each (dtype, verification capacity) of --configs: capacity 1 is the
+  cheapest plain decode; a larger one shows the fixed-shape cost a speculative
+  plan's plain rounds pay;
+- llama.cpp through `llama-cpp-python`, when installed. It is a benchmark-only
   dependency, never a runtime one: `pip install llama-cpp-python` (builds from
-  source, ~10-40 minutes on 2 cores; `CMAKE_ARGS="-DGGML_NATIVE=ON"` targets this CPU).
+  source, 10-40 minutes on 2 cores; `CMAKE_ARGS="-DGGML_NATIVE=ON"` targets this CPU).
 
-Reports tok/s, the ratio to llama.cpp, the weight bytes each decode step reads and
-the achieved bandwidth (bytes x tok/s), and whether the greedy tokens agree.
+Reports tok/s, the ratio to llama.cpp, the weight bytes one decode step reads,
+the achieved bandwidth (bytes x tok/s), and how many leading greedy tokens agree
+with llama.cpp (it quantises activations, so a near-tie can flip a token).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,66 +40,71 @@ PROMPT = ("Speculative decoding drafts a few tokens and the target verifies them
           "The capital of France is Paris, and the capital of Italy is Rome. ")
 
 
-@dataclass
-class Result:
-    engine: str
-    prefill_tok_s: float
-    decode_tok_s: float
-    bytes_per_step: int
-    tokens: list[int]
+class PowerEngine:
+    def __init__(self, gguf: GGUFFile, n_ctx: int, dtype: str, capacity: int) -> None:
+        self.name = f"power {dtype} B{capacity}"
+        self.trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=capacity, dtype=dtype)
 
-    @property
-    def bandwidth_gb_s(self) -> float:
-        return self.bytes_per_step * self.decode_tok_s / 1e9
+    def prefill(self, prompt: list[int]) -> int:
+        self.trunk.reset()
+        return int(self.trunk.prefill(prompt).logits[-1].argmax())
 
+    def step(self, token: int) -> int:
+        return int(self.trunk.forward([token]).logits[0].argmax())
 
-def power_run(gguf: GGUFFile, prompt: list[int], decode: int, dtype: str, capacity: int) -> Result:
-    trunk = load_trunk(gguf, n_ctx=len(prompt) + decode + 1, verify_capacity=capacity, dtype=dtype)
-    trunk.prefill(prompt[:8])  # warm-up: first-call allocations
-    trunk.reset()
-    started = time.perf_counter()
-    token = int(trunk.prefill(prompt).logits[-1].argmax())
-    prefill_s = time.perf_counter() - started
-    tokens = [token]
-    started = time.perf_counter()
-    for _ in range(decode - 1):
-        token = int(trunk.forward([token]).logits[0].argmax())
-        tokens.append(token)
-    decode_s = time.perf_counter() - started
-    return Result(f"power {dtype} B{capacity}", len(prompt) / prefill_s, (decode - 1) / decode_s,
-                  _power_bytes_per_step(trunk), tokens)
+    def bytes_per_step(self) -> int:
+        """Every matrix a decode step multiplies by (the layers' and the LM head's), at its stored dtype."""
+        matrices = [t for layer in self.trunk.layers for t in vars(layer).values()
+                    if isinstance(t, torch.Tensor) and t.dim() == 2]
+        return sum(t.numel() * t.element_size() for t in [*matrices, self.trunk.lm_head])
 
 
-def _power_bytes_per_step(trunk) -> int:
-    """Every matrix a decode step multiplies by (the layers' and the LM head's), at its stored dtype."""
-    matrices = [t for layer in trunk.layers for t in vars(layer).values() if isinstance(t, torch.Tensor) and t.dim() == 2]
-    matrices.append(trunk.lm_head)
-    return sum(t.numel() * t.element_size() for t in matrices)
+class LlamaCppEngine:
+    name = "llama.cpp"
 
-
-def llama_cpp_run(path: Path, prompt: list[int], decode: int, threads: int) -> Result | None:
-    try:
+    def __init__(self, path: Path, n_ctx: int, threads: int) -> None:
         from llama_cpp import Llama
-    except ImportError:
-        print("llama-cpp-python is not installed: `pip install llama-cpp-python` to compare (benchmark only)",
-              file=sys.stderr)
-        return None
-    llm = Llama(model_path=str(path), n_ctx=len(prompt) + decode + 8, n_threads=threads, n_batch=512, verbose=False)
-    llm.eval(prompt[:8])  # warm-up
-    llm.reset()
-    started = time.perf_counter()
-    llm.eval(prompt)
-    prefill_s = time.perf_counter() - started
-    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    tokens = [token]
-    started = time.perf_counter()
-    for _ in range(decode - 1):
-        llm.eval([token])
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        tokens.append(token)
-    decode_s = time.perf_counter() - started
-    weight_bytes = sum(info.nbytes for info in GGUFFile(path).tensors.values())
-    return Result("llama.cpp", len(prompt) / prefill_s, (decode - 1) / decode_s, weight_bytes, tokens)
+
+        self.path = path
+        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_batch=512, verbose=False)
+
+    def prefill(self, prompt: list[int]) -> int:
+        self.llm.reset()
+        self.llm.eval(prompt)
+        return self._argmax()
+
+    def step(self, token: int) -> int:
+        self.llm.eval([token])
+        return self._argmax()
+
+    def _argmax(self) -> int:
+        """The last row's greedy token (llama-cpp-python keeps no scores unless logits_all)."""
+        return int(np.argmax(np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))))
+
+    def bytes_per_step(self) -> int:
+        return sum(info.nbytes for info in GGUFFile(self.path).tensors.values())
+
+
+def measure(engines: list, prompt: list[int], decode: int, repeats: int, slice_steps: int) -> dict[str, dict]:
+    """Interleaved: `repeats` prefills per engine (median), then decode in round-robin slices."""
+    prefill_s = {e.name: [] for e in engines}
+    for _ in range(repeats):
+        for engine in engines:
+            started = time.perf_counter()
+            engine.prefill(prompt)
+            prefill_s[engine.name].append(time.perf_counter() - started)
+    tokens = {e.name: [e.prefill(prompt)] for e in engines}
+    decode_s = {e.name: 0.0 for e in engines}
+    while len(tokens[engines[0].name]) < decode:
+        for engine in engines:
+            stream = tokens[engine.name]
+            started = time.perf_counter()
+            for _ in range(min(slice_steps, decode - len(stream))):
+                stream.append(engine.step(stream[-1]))
+            decode_s[engine.name] += time.perf_counter() - started
+    return {e.name: {"prefill_tok_s": len(prompt) / statistics.median(prefill_s[e.name]),
+                     "decode_tok_s": (decode - 1) / decode_s[e.name],
+                     "bytes_per_step": e.bytes_per_step(), "tokens": tokens[e.name]} for e in engines}
 
 
 def main() -> None:
@@ -103,6 +112,8 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--decode-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3, help="prefills per engine (the median is reported)")
+    parser.add_argument("--slice", type=int, default=4, help="decode steps per engine per turn")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--configs", default="float32:1,bfloat16:1,bfloat16:8",
                         help="comma-separated dtype:capacity pairs for Power")
@@ -114,31 +125,37 @@ def main() -> None:
     tokenizer = Tokenizer.from_gguf(gguf)
     text = PROMPT * (1 + args.prompt_tokens // len(tokenizer.encode(PROMPT)))
     prompt = tokenizer.encode(text)[: args.prompt_tokens]
+    n_ctx = len(prompt) + args.decode_tokens + 8
 
-    results = []
-    reference = llama_cpp_run(args.gguf, prompt, args.decode_tokens, args.threads)
+    engines = []
+    try:
+        engines.append(LlamaCppEngine(args.gguf, n_ctx, args.threads))
+    except ImportError:
+        print("llama-cpp-python is not installed: `pip install llama-cpp-python` to compare (benchmark only)",
+              file=sys.stderr)
     for config in args.configs.split(","):
         dtype, capacity = config.split(":")
-        results.append(power_run(gguf, prompt, args.decode_tokens, dtype, int(capacity)))
-    if reference:
-        results.append(reference)
-    _report(results, reference, args)
+        engines.append(PowerEngine(gguf, n_ctx, dtype, int(capacity)))
+    results = measure(engines, prompt, args.decode_tokens, args.repeats, args.slice)
+    _report(results, args)
 
 
-def _report(results: list[Result], reference: Result | None, args) -> None:
+def _report(results: dict[str, dict], args) -> None:
+    reference = results.get(LlamaCppEngine.name)
     print(f"{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, "
-          f"{args.threads} threads, torch {torch.__version__}")
-    print(f"{'engine':<22}{'prefill tok/s':>14}{'decode tok/s':>14}{'x llama.cpp':>13}{'MB/step':>10}{'GB/s':>8}  greedy agrees")
-    rows = []
-    for r in results:
-        ratio = r.decode_tok_s / reference.decode_tok_s if reference else None
-        agree = _agreement(r.tokens, reference.tokens) if reference else None
-        print(f"{r.engine:<22}{r.prefill_tok_s:>14.1f}{r.decode_tok_s:>14.2f}{(f'{ratio:.2f}' if ratio else '-'):>13}"
-              f"{r.bytes_per_step / 1e6:>10.0f}{r.bandwidth_gb_s:>8.2f}  {agree if agree is not None else '-'}")
-        rows.append(asdict(r) | {"bandwidth_gb_s": r.bandwidth_gb_s, "decode_vs_llama_cpp": ratio,
-                                 "greedy_prefix_agreeing": agree})
+          f"{args.threads} threads, torch {torch.__version__}, interleaved")
+    print(f"{'engine':<20}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}  greedy agrees")
+    for name, r in results.items():
+        r["bandwidth_gb_s"] = r["bytes_per_step"] * r["decode_tok_s"] / 1e9
+        if reference:
+            r["prefill_vs_llama_cpp"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
+            r["decode_vs_llama_cpp"] = r["decode_tok_s"] / reference["decode_tok_s"]
+            r["greedy_prefix_agreeing"] = _agreement(r["tokens"], reference["tokens"])
+        print(f"{name:<20}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_cpp', 0):>6.2f}"
+              f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_cpp', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
+              f"{r['bandwidth_gb_s']:>7.2f}  {r.get('greedy_prefix_agreeing', '-')}")
     if args.json:
-        args.json.write_text(json.dumps({"gguf": str(args.gguf), "threads": args.threads, "results": rows}, indent=2))
+        args.json.write_text(json.dumps({"gguf": str(args.gguf), "threads": args.threads, "results": results}, indent=2))
 
 
 def _agreement(tokens: list[int], reference: list[int]) -> int:
