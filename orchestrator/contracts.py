@@ -347,6 +347,37 @@ def contract_violations(view: HeaderView, declared_kind: str) -> list[Finding]:
     return _drafter_key_violations(view, declared_kind) or _drafter_tensor_violations(view, declared_kind)
 
 
+def target_vocab_size(view: HeaderView) -> int:
+    """The target's vocabulary: `{arch}.vocab_size`, else the rows of its token embedding."""
+    declared = _meta_int(view, "vocab_size")
+    embedding = view.tensor_shapes.get("token_embd.weight")
+    return declared or (embedding[0] if embedding else 0)
+
+
+def pairing_violations(drafter: HeaderView, target: HeaderView) -> list[Finding]:
+    """Whether a block drafter (DFlash v1, DFlash2, DSpark) can run on `target` at all.
+
+    It borrows the target's embedding and LM head (same width, same vocabulary) and taps
+    residuals entering `target_layers` (each a trunk layer of the target). [] for other kinds.
+    """
+    if classify_drafter(drafter) not in ARCHITECTURE_OF:
+        return []
+    hp = drafter_hparams(drafter)
+    target_width = _meta_int(target, "embedding_length")
+    trunk_layers = _meta_int(target, "block_count") - nextn_layer_count(target)
+    vocab = target_vocab_size(target)
+    problems = []
+    if hp.embedding_length != target_width:
+        problems.append(f"its width {hp.embedding_length} differs from the target's embedding_length {target_width}")
+    if hp.vocab_size != vocab:
+        problems.append(f"its vocab_size {hp.vocab_size} differs from the target's vocabulary of {vocab}")
+    outside = [layer for layer in hp.target_layers if layer >= trunk_layers]
+    if outside:
+        problems.append(f"target_layers {outside} are not among the target's {trunk_layers} trunk layers")
+    hint = "pair the drafter with the target it was trained for"
+    return [_finding("PWR211", f"the drafter cannot run on {target.path}: {problem}", drafter, hint) for problem in problems]
+
+
 def _kind_mismatch(view: HeaderView, declared: str, found: str | None) -> Finding:
     header = f"general.architecture = {view.architecture!r}" + (f", a {found} drafter" if found else ", no drafter contract")
     if declared == MTP:

@@ -166,3 +166,13 @@ def test_facts_are_json_serialisable_and_frozen():
     assert data["drafter_kind"] == "dflash2" and data["tokenizer"]["vocab_size"] == 496
     with pytest.raises(AttributeError):
         found.architecture = "llama"
+
+
+def test_a_drafter_pairs_only_with_a_target_of_its_shape():
+    assert contracts.pairing_violations(facts("dflash-drafter"), facts("dense-target")) == []
+    assert contracts.pairing_violations(facts("dspark-drafter"), facts("hybrid-target")) == []
+    assert contracts.pairing_violations(facts("qwen36-27b-dflash2"), facts("qwen36-27b-q6k")) == []
+    messages = [f.message for f in contracts.pairing_violations(facts("qwen36-27b-dspark"), facts("dense-target"))]
+    assert len(messages) == 3 and {f.code for f in contracts.pairing_violations(facts("qwen36-27b-dspark"), facts("dense-target"))} == {"PWR211"}
+    assert "width 5120" in messages[0] and "vocab_size 248320" in messages[1] and "[16, 31, 46, 61]" in messages[2]
+    assert contracts.pairing_violations(facts("hybrid-target"), facts("dense-target")) == []
