@@ -74,13 +74,10 @@ REQUIRED_KEYS: dict[str, dict[str, str]] = {
     DSPARK: {**BACKBONE_KEYS, **DSPARK_EXTRA_KEYS},
 }
 
-BACKBONE_TENSORS_PER_LAYER = 11
 # Block drafters are a few layers deep; the contract enumerates tensors per layer, so it is bounded.
 MAX_DRAFTER_BLOCKS = 256
 DFLASH2_MARKER_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
 CONV_SUBLAYERS = ("attn", "ffn")
-NEXTN_REQUIRED = ("eh_proj", "enorm", "hnorm", "shared_head_norm")
-NEXTN_OPTIONAL = ("embed_tokens", "shared_head_head")
 
 
 class HeaderView(Protocol):
