@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pytest
 
 from gguf_helpers import fixtures, gemma
@@ -86,7 +87,7 @@ def _rewrite_drafter(tmp_path, kind, *, drop_tensor=None, reshape=None, drop_key
     metadata = contracts.drafter_metadata(kind, hp)
     if drop_key:
         del metadata[drop_key]
-    tensors = {name: factory.Tensor(factory.np.zeros(shape, dtype="float32")) for name, shape in shapes.items()}
+    tensors = {name: factory.Tensor(np.zeros(shape, dtype="float32")) for name, shape in shapes.items()}
     path = factory.write_gguf(tmp_path / f"{kind}-broken.gguf", contracts.ARCHITECTURE_OF[kind], metadata, tensors)
     return inspect_artifact(path)
 
@@ -154,7 +155,7 @@ def test_tokenizer_fingerprint_is_over_the_whole_vocabulary():
 def test_the_fingerprint_covers_special_ids_and_flags(tmp_path):
     tok = factory.fixture_tokenizer()
     metadata = factory.tokenizer_metadata(tok) | {"tokenizer.ggml.eos_token_id": 493}
-    path = factory.write_gguf(tmp_path / "eos.gguf", "qwen3", metadata, {"w": factory.Tensor(factory.np.zeros(32, "float32"))})
+    path = factory.write_gguf(tmp_path / "eos.gguf", "qwen3", metadata, {"w": factory.Tensor(np.zeros(32, "float32"))})
     moved = inspect_artifact(path).tokenizer
     assert moved.short_fingerprint == facts("dense-target").tokenizer.short_fingerprint
     assert compare_tokenizers(facts("dense-target").tokenizer, moved) == ["special id eos: 494 vs 493"]
