@@ -118,3 +118,18 @@ def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, 
     assert result.exit_code == 2, result.output
     assert needle in result.stderr and "Traceback" not in result.output
     assert result.stdout == ""
+
+
+def test_a_speculative_plan_runs_in_its_mode_and_emits_the_plain_greedy_stream(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", drafters=[{"kind": "ngram"}])
+    profile = write_profile(tmp_path, "ngram", k=3, s=3, runtime={"ctx": 256, "verify_capacity": 4})
+    plan, findings = compiled(manifest, profile)
+    assert plan is not None, findings
+    save_plan(plan, tmp_path / "plan.json")
+    prompt = "Hello world! Hello world! Hello world! Hello world!"
+    speculative = run(str(tmp_path / "plan.json"), "--prompt", prompt, "--max-tokens", "12", "--json")
+    plain = run("--gguf", dense(), "--verify-capacity", "4", "--ctx", "256", "--prompt", prompt, "--max-tokens", "12", "--json")
+    assert speculative.exit_code == plain.exit_code == 0, speculative.output + plain.output
+    spec, base = json.loads(speculative.stdout), json.loads(plain.stdout)
+    assert spec["mode"] == "ngram" and spec["rounds"] >= 1
+    assert spec["token_ids"] == base["token_ids"]  # greedy speculation is exact at the fixed shape

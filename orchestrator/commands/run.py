@@ -32,10 +32,11 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx:
         verify_capacity: int | None, dtype: str, threads: int | None, receipt_path: Path | None, as_json: bool) -> None:
     """Generate on the CPU with the Power runtime; stream the text, then report the receipt.
 
-    Give a resolved PLAN (from `power plan`), or `--gguf FILE` for a direct plain
-    run of a model. Exit codes: 0 ok, 2 usage or input error (unimplemented
-    architecture, missing or mis-shaped tensor, unsupported quant type, a prompt
-    longer than the context, a plan that does not load or whose artifact changed).
+    Give a resolved PLAN (from `power plan`: its mode, drafters, K/S, shapes and
+    sampling apply), or `--gguf FILE` for a direct plain run of a model. Exit
+    codes: 0 ok, 2 usage or input error (unimplemented architecture, missing or
+    mis-shaped tensor, unsupported quant type, a prompt longer than the context,
+    a plan that does not load or whose artifact changed, a declined speculator).
     """
     from power.orchestrator.plan import PlanError
     from power.runtime.errors import RuntimeInputError
