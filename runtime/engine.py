@@ -30,7 +30,7 @@ from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Speculator
 from power.runtime.speculators.registry import SpeculatorRequest
-from power.runtime.tokenizer import StreamDecoder, Tokenizer
+from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
 DEFAULT_CTX = 2048
