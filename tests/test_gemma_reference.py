@@ -21,7 +21,6 @@ from gguf_helpers import gemma
 
 from power.orchestrator.gguf_reader import read_header
 from power.runtime.engine import Engine, EngineSettings
-from power.runtime.trunks import load_trunk
 
 PROMPT_IDS = [2, 50429, 563, 506, 5279, 529]  # "<bos>Paris is the capital of"
 LOGIT_TOLERANCE = 2e-2
@@ -97,12 +96,13 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def engine() -> Engine:
-    return Engine(EngineSettings(target_path=gemma(), n_ctx=128))
+    return Engine(EngineSettings(target_path=gemma(), n_ctx=600))
 
 
 def test_float32_trunk_logits_agree_with_the_float64_reference():
     expected = Float64Gemma(gemma()).logits(PROMPT_IDS)
-    model = load_trunk(gemma(), n_ctx=32, verify_capacity=1)
+    model = engine().trunk
+    model.reset()
     actual = model.prefill(PROMPT_IDS, all_logits=True).logits.double().numpy()
     assert actual.shape == expected.shape == (len(PROMPT_IDS), 262_144)
     assert np.abs(actual - expected).max() < LOGIT_TOLERANCE
@@ -115,7 +115,8 @@ def test_past_the_sliding_window_the_last_row_agrees_with_the_float64_reference(
     ids = engine().tokenizer.encode("The quick brown fox jumps over the lazy dog near the river bank. " * 45)[:540]
     assert len(ids) == 540
     expected = Float64Gemma(gemma()).logits(ids, last=1)
-    model = load_trunk(gemma(), n_ctx=544, verify_capacity=1)
+    model = engine().trunk
+    model.reset()
     actual = model.prefill(ids).logits.double().numpy()
     assert np.abs(actual - expected).max() < LOGIT_TOLERANCE
     assert actual.argmax(-1) == expected.argmax(-1)
