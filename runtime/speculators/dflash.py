@@ -25,6 +25,7 @@ The target's KV cache is untouched: the ring holds the drafter's sliding window
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from power.orchestrator.contracts import DrafterHparams, drafter_hparams
 
 from ..gguf_weights import GGUFFile
-from ..layers import apply_rope, attention, default_attention_scale, gated_mlp, linear, rms_norm, rope_tables, softcap
+from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
 from .base import DraftContext, Proposal, Speculator
 from .kv_ring import KVRing
 from .target_head import TargetHead
@@ -153,7 +154,7 @@ class BlockDrafter(Speculator):
         keys = torch.cat([ring_k, k]).transpose(0, 1)  # [Hkv, ctx + n, hd]
         values = torch.cat([ring_v, v]).transpose(0, 1)
         visible = torch.zeros(n, keys.shape[1])
-        out = attention(q, keys, values, visible, default_attention_scale(hp.head_dim))
+        out = attention(q, keys, values, visible, 1.0 / math.sqrt(hp.head_dim))
         return linear(out, w["attn_output"])
 
     @staticmethod
