@@ -225,6 +225,7 @@ class EngineWorker:
         self.metrics = metrics
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self.service_s = 1.0  # moving average of a request's engine time, for Retry-After
+        self.current: Job | None = None  # the request being decoded
         metrics.queue_depth.set_function(self.jobs.qsize)
         self.thread = threading.Thread(target=self._run, name="power-engine", daemon=True)
         self.thread.start()
@@ -236,7 +237,9 @@ class EngineWorker:
             raise QueueFull(max(1, math.ceil(self.service_s * (self.jobs.qsize() + 1)))) from None
 
     def stop(self) -> None:
-        while True:  # cancel what waits, then let the thread finish the request in hand
+        if self.current is not None:  # the request in hand ends at its next step boundary
+            self.current.cancel.set()
+        while True:  # and every waiting one is refused
             try:
                 job = self.jobs.get_nowait()
             except queue.Empty:
@@ -252,7 +255,9 @@ class EngineWorker:
             if job.cancel.is_set():
                 continue  # its client left (or its time ran out) while it waited
             started = time.perf_counter()
+            self.current = job
             self._execute(job)
+            self.current = None
             self.service_s = 0.8 * self.service_s + 0.2 * (time.perf_counter() - started)
 
     def _execute(self, job: Job) -> None:
