@@ -121,9 +121,10 @@ def test_reports_carry_the_table_and_one_chart_per_shape(ab, tmp_path: Path) -> 
 
 def test_without_a_baseline_every_shape_is_measured_and_nothing_is_proven(tmp_path: Path) -> None:
     out = tmp_path / "solo.json"
-    result = invoke(fixture_plan("ngram"), "--shapes", "echo,identity", "--runs", 1, "--max-tokens", 6, "-o", out)
+    result = invoke(fixture_plan("ngram"), "--shapes", "echo,identity", "--runs", 1, "--max-tokens", 6, "-o", out, "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
+    assert json.loads(result.stdout) == document
     assert document["baseline"] is None and document["negative_control"] is None
     assert [r["verdict"] for r in document["shapes"].values()] == ["measured", "measured"]
     assert not document["lossless"]["proven"] and "no baseline" in document["lossless"]["reason"]

@@ -152,6 +152,14 @@ def test_streaming_sends_the_same_text_as_a_plain_response_then_the_receipt() ->
         assert last["receipt"]["tokens_sha256"] == plain["receipt"]["tokens_sha256"]
 
 
+def test_temperature_and_seed_are_per_request(served_base: str) -> None:
+    greedy = complete(served_base, max_tokens=12).json()["receipt"]["tokens_sha256"]
+    seeded = [complete(served_base, max_tokens=12, temperature=1.5, seed=seed).json()["receipt"]["tokens_sha256"]
+              for seed in (7, 7, 8)]
+    assert seeded[0] == seeded[1]  # the counter-based stream: same seed, same tokens
+    assert len({greedy, seeded[0], seeded[2]}) == 3
+
+
 def test_stop_string_ends_the_text_before_it() -> None:
     with serving(app_for()) as base:
         full = complete(base, max_tokens=16).json()["choices"][0]["text"]
