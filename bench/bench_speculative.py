@@ -12,7 +12,8 @@ Per shape, in one process, the configurations alternate pass by pass:
 - plain B1: plain decoding at verification capacity 1 (the target-only control);
 - plain B{K+1}: plain decoding at the speculative plan's fixed shape (what a parked
   speculator's plain rounds cost);
-- ngram: n-gram speculation, K proposals, verification capacity K + 1, governor on.
+- ngram: n-gram speculation (orders from --ngram), K proposals, verification
+  capacity K + 1, governor on.
 Reported: decode tok/s (prefill excluded), the ratios, acceptance, mean accepted
 length, governor parks, and whether the greedy streams are identical.
 """
@@ -61,6 +62,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--shapes", default="echo,prose")
+    parser.add_argument("--ngram", default="3,6", help="min,max n-gram order (profiles/ngram.toml uses 3,6)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -68,12 +70,13 @@ def main() -> None:
     gguf = GGUFFile(args.gguf)
     tokenizer = Tokenizer.from_gguf(gguf)
     capacity = args.k + 1
+    orders = tuple(int(n) for n in args.ngram.split(","))
     trunks = {
         "plain B1": load_trunk(gguf, n_ctx=1024, verify_capacity=1, dtype=args.dtype),
         f"plain B{capacity}": load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, dtype=args.dtype),
     }
     greedy = Sampler(SamplingParams())
-    report = {"gguf": str(args.gguf), "k": args.k, "tokens": args.tokens, "passes": args.passes,
+    report = {"gguf": str(args.gguf), "k": args.k, "ngram_orders": orders, "tokens": args.tokens, "passes": args.passes,
               "threads": args.threads, "dtype": args.dtype, "torch": torch.__version__, "shapes": {}}
     for name in args.shapes.split(","):
         shape = build_shape(name, args.tokens)
@@ -82,7 +85,7 @@ def main() -> None:
         for _ in range(args.passes):
             for config, trunk in trunks.items():
                 runs.append(Run(config, Decoder(trunk, greedy).generate(prompt, args.tokens, tokenizer.stop_ids)))
-            speculative = Decoder(trunks[f"plain B{capacity}"], greedy, NGramSpeculator(),
+            speculative = Decoder(trunks[f"plain B{capacity}"], greedy, NGramSpeculator(*orders),
                                   SchedulerConfig(k=args.k, s=args.k), CostGovernor())
             runs.append(Run("ngram", speculative.generate(prompt, args.tokens, tokenizer.stop_ids)))
         report["shapes"][name] = _summarise(name, len(prompt), runs, capacity)
