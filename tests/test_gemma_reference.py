@@ -111,7 +111,10 @@ def test_float32_trunk_logits_agree_with_the_float64_reference():
 
 @pytest.mark.slow
 def test_past_the_sliding_window_the_last_row_agrees_with_the_float64_reference():
-    """540 positions: the local layers see only the last 512, the global ones everything."""
+    """540 positions: the local layers see only the last 512, the global ones everything.
+
+    Ignoring the window moves this row's float64 logits by up to 2.7, far past the tolerance.
+    """
     ids = engine().tokenizer.encode("The quick brown fox jumps over the lazy dog near the river bank. " * 45)[:540]
     assert len(ids) == 540
     expected = Float64Gemma(gemma()).logits(ids, last=1)
