@@ -450,7 +450,7 @@ def _drafter_tensor_violations(view: HeaderView, kind: str) -> list[Finding]:
 
 
 def _mtp_violations(view: HeaderView) -> list[Finding]:
-    arch, meta, shapes = view.architecture, view.metadata, view.tensor_shapes
+    arch, shapes = view.architecture, view.tensor_shapes
     n_nextn, block_count = nextn_layer_count(view), _meta_int(view, "block_count")
     d = _meta_int(view, "embedding_length")
     if n_nextn <= 0:

@@ -17,12 +17,12 @@ import json
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Union
 
 import platformdirs
 
+from power.orchestrator.atomic import write_text_atomic
 from power.orchestrator.gguf_reader import ArtifactError, artifact_error, open_regular_file
 
 __all__ = ["ArtifactError", "cache_path", "sha256_file"]
@@ -68,16 +68,10 @@ def _store(key: str, path: str, digest: str) -> None:
     entries.pop(key, None)
     entries[key] = {"sha256": digest, "path": path}
     kept = dict(list(entries.items())[-CACHE_MAX_ENTRIES:])
-    target = cache_path()
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".digests.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"schema": CACHE_SCHEMA, "entries": kept}, handle)
-        os.replace(temp, target)
+        write_text_atomic(cache_path(), json.dumps({"schema": CACHE_SCHEMA, "entries": kept}))
     except OSError:
-        if "temp" in locals() and os.path.exists(temp):
-            os.unlink(temp)
+        pass
 
 
 Progress = Union[bool, Callable[[int], None], None]

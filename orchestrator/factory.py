@@ -20,13 +20,10 @@ Shapes of drafter tensors come from `power.orchestrator.contracts`; see
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import gguf
 import numpy as np
@@ -34,6 +31,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as V
 
 from power.orchestrator import contracts
+from power.orchestrator.atomic import atomic_path
 from power.orchestrator.contracts import DrafterHparams
 from power.orchestrator.gguf_reader import read_header
 
@@ -189,23 +187,9 @@ def _encoded(tensor: Tensor) -> tuple[np.ndarray, Q | None]:
 
 
 
-@contextmanager
-def _atomic_path(path: Path) -> Iterator[Path]:
-    """A temp path beside `path`, renamed onto it only when the block completes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(temp)
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
-
-
 def write_gguf(path: Path, architecture: str, metadata: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
     """Write a complete GGUF (header + tensor data) atomically."""
-    with _atomic_path(Path(path)) as temp:
+    with atomic_path(Path(path)) as temp:
         writer = gguf.GGUFWriter(temp, architecture)
         _add_metadata(writer, metadata)
         for name, tensor in tensors.items():
@@ -229,7 +213,7 @@ def write_sparse_gguf(path: Path, architecture: str, metadata: dict[str, Any],
 
     `total_size` pads the file past the last tensor to a known real artifact's size.
     """
-    with _atomic_path(Path(path)) as temp:
+    with atomic_path(Path(path)) as temp:
         writer = gguf.GGUFWriter(temp, architecture)
         _add_metadata(writer, metadata)
         data_size = 0
@@ -529,7 +513,7 @@ def build_tokenizer_mismatch_drafter(directory: Path) -> Path:
 
 
 def _truncated_copy(source: Path, target: Path, keep: int) -> Path:
-    with _atomic_path(target) as temp:
+    with atomic_path(target) as temp:
         temp.write_bytes(source.read_bytes()[:keep])
     return target
 
