@@ -110,9 +110,7 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
 
 
 def rollout_status(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
-    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
-    lock, findings = read_lock(lock_path)
-    outcome = Outcome(findings=findings)
+    lock_path, lock, outcome = _open_lock(fleet_path, lock_path)
     if lock is None:
         return outcome
     if not lock.rollout:
@@ -142,9 +140,7 @@ def stage_states(rollout: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
 
 
 def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None = None) -> Outcome:
-    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
-    lock, findings = read_lock(lock_path)
-    outcome = Outcome(findings=findings)
+    lock_path, lock, outcome = _open_lock(fleet_path, lock_path)
     if lock is None:
         return outcome
     rollout = lock.rollout
@@ -182,9 +178,7 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
 
 
 def rollback(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
-    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
-    lock, findings = read_lock(lock_path)
-    outcome = Outcome(findings=findings)
+    lock_path, lock, outcome = _open_lock(fleet_path, lock_path)
     if lock is None:
         return outcome
     rollout = lock.rollout
@@ -352,3 +346,10 @@ def _gate_finding(code: str, evidence: Evidence, message: str, hint: str) -> Fin
 
 def _state_finding(lock_path: Path, message: str, hint: str) -> Finding:
     return Finding(code="PWR076", severity=Severity.ERROR, message=message, file=str(lock_path), hint=hint)
+
+
+def _open_lock(fleet_path: Path, lock_path: Path | None) -> tuple[Path, FleetLock | None, Outcome]:
+    """The fleet's lock (beside the fleet unless named) and an outcome carrying its findings."""
+    lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
+    lock, findings = read_lock(lock_path)
+    return lock_path, lock, Outcome(findings=findings)

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from .contract import Trunk
 from .governor import CostGovernor
+from .receipt import SpeculationRates
 from .sampling import Sampler
 from .scheduler import Scheduler, SchedulerConfig
 from .speculators.base import Speculator
@@ -22,7 +23,7 @@ from .transaction import Cancelled, RoundResult, SpeculativeSequence, StepObserv
 
 
 @dataclass
-class SpeculationStats:
+class SpeculationStats(SpeculationRates):
     """The receipt's speculation counters for one request (add them up across requests)."""
 
     rounds: int = 0  # transactions run (plain and speculative)
@@ -35,15 +36,6 @@ class SpeculationStats:
     governor_parks: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Accepted proposals per speculative round."""
-        return self.accepted / self.speculative_rounds if self.speculative_rounds else 0.0
 
     def add_round(self, result: RoundResult) -> None:
         self.rounds += 1

@@ -26,8 +26,25 @@ def tokens_sha256(token_ids: Sequence[int]) -> str:
     return hashlib.sha256(np.asarray(token_ids, dtype="<u4").tobytes()).hexdigest()
 
 
+class SpeculationRates:
+    """Rates over the speculation counters, shared by the decoder's stats and the receipt."""
+
+    accepted: int
+    proposed: int
+    speculative_rounds: int
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted proposals per round that proposed (llama.cpp's mean accepted length)."""
+        return self.accepted / self.speculative_rounds if self.speculative_rounds else 0.0
+
+
 @dataclass(frozen=True)
-class Receipt:
+class Receipt(SpeculationRates):
     plan_digest: str | None  # None for a direct `--gguf` run without a plan
     artifacts: dict[str, str]  # path -> sha256
     mode: str
@@ -61,15 +78,6 @@ class Receipt:
         """Tokens after the first (which the prefill produced) per second of decoding."""
         decoded = len(self.token_ids) - 1
         return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else 0.0
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Accepted proposals per round that proposed."""
-        return self.accepted / self.speculative_rounds if self.speculative_rounds else 0.0
 
     def document(self) -> dict[str, Any]:
         return {
