@@ -120,27 +120,34 @@ class DrafterHparams:
 
 def backbone_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
     """The DFlash backbone (shared by DFlash v1, DFlash2 and DSpark): 11 per layer + fc + two norms."""
-    d, q_width, kv_width = hp.embedding_length, hp.head_count * hp.head_dim, hp.head_count_kv * hp.head_dim
+    d = hp.embedding_length
     shapes: dict[str, tuple[int, ...]] = {
         "fc.weight": (d, len(hp.target_layers) * d),
         "enc.output_norm.weight": (d,),
         "output_norm.weight": (d,),
     }
     for i in range(hp.block_count):
-        shapes |= {
-            f"blk.{i}.attn_norm.weight": (d,),
-            f"blk.{i}.attn_q.weight": (q_width, d),
-            f"blk.{i}.attn_k.weight": (kv_width, d),
-            f"blk.{i}.attn_v.weight": (kv_width, d),
-            f"blk.{i}.attn_q_norm.weight": (hp.head_dim,),
-            f"blk.{i}.attn_k_norm.weight": (hp.head_dim,),
-            f"blk.{i}.attn_output.weight": (d, q_width),
-            f"blk.{i}.ffn_norm.weight": (d,),
-            f"blk.{i}.ffn_gate.weight": (hp.feed_forward_length, d),
-            f"blk.{i}.ffn_up.weight": (hp.feed_forward_length, d),
-            f"blk.{i}.ffn_down.weight": (d, hp.feed_forward_length),
-        }
+        shapes |= qk_norm_block_tensors(i, d, hp.head_count, hp.head_count_kv, hp.head_dim, hp.feed_forward_length)
     return shapes
+
+
+def qk_norm_block_tensors(layer: int, d: int, head_count: int, head_count_kv: int, head_dim: int,
+                          feed_forward_length: int) -> dict[str, tuple[int, ...]]:
+    """One qwen3-style block (11 tensors): attention with per-head q/k norms, then a SwiGLU FFN."""
+    b, q_width, kv_width = f"blk.{layer}.", head_count * head_dim, head_count_kv * head_dim
+    return {
+        b + "attn_norm.weight": (d,),
+        b + "attn_q.weight": (q_width, d),
+        b + "attn_k.weight": (kv_width, d),
+        b + "attn_v.weight": (kv_width, d),
+        b + "attn_q_norm.weight": (head_dim,),
+        b + "attn_k_norm.weight": (head_dim,),
+        b + "attn_output.weight": (d, q_width),
+        b + "ffn_norm.weight": (d,),
+        b + "ffn_gate.weight": (feed_forward_length, d),
+        b + "ffn_up.weight": (feed_forward_length, d),
+        b + "ffn_down.weight": (d, feed_forward_length),
+    }
 
 
 def dflash2_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:

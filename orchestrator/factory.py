@@ -304,22 +304,10 @@ class HybridConfig:
 
 def dense_tensor_shapes(cfg: DenseConfig) -> dict[str, tuple[int, ...]]:
     """llama/qwen3 tensors (qwen3 adds the per-head q/k norms)."""
-    d, q, kv = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    d = cfg.d_model
     shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab, d), "output_norm.weight": (d,), "output.weight": (cfg.vocab, d)}
     for i in range(cfg.n_layers):
-        shapes |= {
-            f"blk.{i}.attn_norm.weight": (d,),
-            f"blk.{i}.attn_q.weight": (q, d),
-            f"blk.{i}.attn_k.weight": (kv, d),
-            f"blk.{i}.attn_v.weight": (kv, d),
-            f"blk.{i}.attn_q_norm.weight": (cfg.head_dim,),
-            f"blk.{i}.attn_k_norm.weight": (cfg.head_dim,),
-            f"blk.{i}.attn_output.weight": (d, q),
-            f"blk.{i}.ffn_norm.weight": (d,),
-            f"blk.{i}.ffn_gate.weight": (cfg.ffn, d),
-            f"blk.{i}.ffn_up.weight": (cfg.ffn, d),
-            f"blk.{i}.ffn_down.weight": (d, cfg.ffn),
-        }
+        shapes |= contracts.qk_norm_block_tensors(i, d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn)
     return shapes
 
 
