@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
@@ -150,22 +151,12 @@ def _report(results: dict[str, dict], args) -> None:
         if reference:
             r["prefill_vs_llama_cpp"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
             r["decode_vs_llama_cpp"] = r["decode_tok_s"] / reference["decode_tok_s"]
-            r["greedy_prefix_agreeing"] = _agreement(r["tokens"], reference["tokens"])
+            r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
         print(f"{name:<20}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_cpp', 0):>6.2f}"
               f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_cpp', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
               f"{r['bandwidth_gb_s']:>7.2f}  {r.get('greedy_prefix_agreeing', '-')}")
     if args.json:
         args.json.write_text(json.dumps({"gguf": str(args.gguf), "threads": args.threads, "results": results}, indent=2))
-
-
-def _agreement(tokens: list[int], reference: list[int]) -> int:
-    """How many leading greedy tokens agree with the reference."""
-    count = 0
-    for a, b in zip(tokens, reference):
-        if a != b:
-            break
-        count += 1
-    return count
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ class NGramSpeculator(Speculator):
         self._index: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in self.orders}
 
     def begin(self, tokens: Sequence[int]) -> None:
-        self._rewind(_common_prefix(self.history, tokens))
+        self._rewind(common_prefix_length(self.history, tokens))
         self._extend(tokens)
 
     def propose(self, ctx: DraftContext) -> Proposal:
@@ -89,7 +89,8 @@ class NGramSpeculator(Speculator):
                     del self._index[n][gram]
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
     length = 0
     for x, y in zip(a, b):
         if x != y:
