@@ -183,19 +183,8 @@ def _decode(loaded: Loaded, raw: bytes) -> bool:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line, col, source = _byte_position(raw, exc.start)
-        loaded.findings.append(
-            Finding(
-                code="PWR006",
-                severity=Severity.ERROR,
-                message=f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
-                file=str(loaded.path),
-                line=line,
-                col=col,
-                hint="save the file as UTF-8 (TOML files must be UTF-8)",
-                source_line=source,
-            )
-        )
-        return False
+        return _fail(loaded, "PWR006", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
+                     "save the file as UTF-8 (TOML files must be UTF-8)", line=line, col=col, source_line=source)
     loaded.text = text.removeprefix("\ufeff")
     return True
 
@@ -206,19 +195,9 @@ def _parse(loaded: Loaded) -> bool:
     except tomli.TOMLDecodeError as exc:
         lines = loaded.text.splitlines()
         source = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else None
-        loaded.findings.append(
-            Finding(
-                code="PWR007",
-                severity=Severity.ERROR,
-                message=f"TOML syntax: {exc.msg[:1].lower()}{exc.msg[1:]}",
-                file=str(loaded.path),
-                line=exc.lineno,
-                col=exc.colno,
-                hint="see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]",
-                source_line=source,
-            )
-        )
-        return False
+        return _fail(loaded, "PWR007", f"TOML syntax: {exc.msg[:1].lower()}{exc.msg[1:]}",
+                     "see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]",
+                     line=exc.lineno, col=exc.colno, source_line=source)
     except RecursionError:
         return _fail(loaded, "PWR008", "nests arrays or inline tables too deeply to read", "flatten the nesting: no Power file nests more than three levels")
     return True
@@ -227,19 +206,9 @@ def _parse(loaded: Loaded) -> bool:
 def _read_kind(loaded: Loaded) -> bool:
     value = loaded.data.get("schema")
     if value is None:
-        loaded.findings.append(
-            Finding(
-                code="PWR010",
-                severity=Severity.ERROR,
-                message="has no `schema` key, so its kind (manifest, profile, host, fleet) is unknown",
-                file=str(loaded.path),
-                line=1,
-                col=1,
-                hint=_SCHEMA_HINT,
-                source_line=loaded.text.splitlines()[0] if loaded.text.splitlines() else "",
-            )
-        )
-        return False
+        first_line = loaded.text.splitlines()[0] if loaded.text.splitlines() else ""
+        return _fail(loaded, "PWR010", "has no `schema` key, so its kind (manifest, profile, host, fleet) is unknown",
+                     _SCHEMA_HINT, line=1, col=1, source_line=first_line)
     match = _SCHEMA_VALUE.match(value) if isinstance(value, str) else None
     if match is not None and match["kind"] in GENERATED_KINDS:
         loaded.kind = match["kind"]
@@ -434,8 +403,11 @@ def _description(model_type: type[BaseModel], path: KeyPath) -> str:
 # --- small helpers ------------------------------------------------------------------
 
 
-def _fail(loaded: Loaded, code: str, message: str, hint: str) -> bool:
-    loaded.findings.append(Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path), hint=hint))
+def _fail(loaded: Loaded, code: str, message: str, hint: str, *,
+          line: int | None = None, col: int | None = None, source_line: str | None = None) -> bool:
+    """Record an error finding for this file (placed at line:col when given) and stop loading it."""
+    loaded.findings.append(Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path),
+                                   line=line, col=col, hint=hint, source_line=source_line))
     return False
 
 
