@@ -352,38 +352,12 @@ def hybrid_tensor_shapes(cfg: HybridConfig) -> dict[str, tuple[int, ...]]:
 
 
 def dense_metadata(cfg: DenseConfig, arch: str, name: str, file_type: int) -> dict[str, Any]:
-    return {
-        "general.name": name,
-        "general.file_type": file_type,
-        "general.quantization_version": 2,
-        f"{arch}.context_length": cfg.ctx,
-        f"{arch}.embedding_length": cfg.d_model,
-        f"{arch}.block_count": cfg.n_layers,
-        f"{arch}.feed_forward_length": cfg.ffn,
-        f"{arch}.attention.head_count": cfg.n_heads,
-        f"{arch}.attention.head_count_kv": cfg.n_kv_heads,
-        f"{arch}.attention.key_length": cfg.head_dim,
-        f"{arch}.attention.value_length": cfg.head_dim,
-        f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
-        f"{arch}.rope.freq_base": 1_000_000.0,
-    }
+    return _trunk_metadata(cfg, arch, name, file_type, block_count=cfg.n_layers, rope_freq_base=1_000_000.0)
 
 
 def hybrid_metadata(cfg: HybridConfig, name: str, file_type: int) -> dict[str, Any]:
     return {
-        "general.name": name,
-        "general.file_type": file_type,
-        "general.quantization_version": 2,
-        "qwen35.context_length": cfg.ctx,
-        "qwen35.embedding_length": cfg.d_model,
-        "qwen35.block_count": cfg.block_count,
-        "qwen35.feed_forward_length": cfg.ffn,
-        "qwen35.attention.head_count": cfg.n_heads,
-        "qwen35.attention.head_count_kv": cfg.n_kv_heads,
-        "qwen35.attention.key_length": cfg.head_dim,
-        "qwen35.attention.value_length": cfg.head_dim,
-        "qwen35.attention.layer_norm_rms_epsilon": 1e-6,
-        "qwen35.rope.freq_base": cfg.rope_freq_base,
+        **_trunk_metadata(cfg, "qwen35", name, file_type, block_count=cfg.block_count, rope_freq_base=cfg.rope_freq_base),
         "qwen35.rope.dimension_count": cfg.rope_dims,
         "qwen35.rope.dimension_sections": list(cfg.rope_sections),
         "qwen35.ssm.conv_kernel": cfg.conv_kernel,
@@ -394,6 +368,26 @@ def hybrid_metadata(cfg: HybridConfig, name: str, file_type: int) -> dict[str, A
         "qwen35.full_attention_interval": cfg.interval,
         "qwen35.nextn_predict_layers": cfg.nextn,
         "qwen35.vocab_size": cfg.vocab,
+    }
+
+
+def _trunk_metadata(cfg: DenseConfig | HybridConfig, arch: str, name: str, file_type: int, *,
+                    block_count: int, rope_freq_base: float) -> dict[str, Any]:
+    """The general keys and the attention header every fixture trunk carries."""
+    return {
+        "general.name": name,
+        "general.file_type": file_type,
+        "general.quantization_version": 2,
+        f"{arch}.context_length": cfg.ctx,
+        f"{arch}.embedding_length": cfg.d_model,
+        f"{arch}.block_count": block_count,
+        f"{arch}.feed_forward_length": cfg.ffn,
+        f"{arch}.attention.head_count": cfg.n_heads,
+        f"{arch}.attention.head_count_kv": cfg.n_kv_heads,
+        f"{arch}.attention.key_length": cfg.head_dim,
+        f"{arch}.attention.value_length": cfg.head_dim,
+        f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+        f"{arch}.rope.freq_base": rope_freq_base,
     }
 
 
