@@ -53,6 +53,37 @@ class TrunkOptions:
         return self.n_ctx + max(self.verify_capacity, self.prefill_chunk)
 
 
+class ArchHeader:
+    """A trunk's GGUF header under its architecture's key prefix, with the attention shape every trunk reads alike.
+
+    An absent head_count_kv means one KV head per query head; absent key/value lengths mean d_model / head_count.
+    """
+
+    def __init__(self, gguf: GGUFFile, arch: str) -> None:
+        self.gguf, self.arch = gguf, arch
+        self.d_model = int(self.require("embedding_length"))
+        self.n_heads = int(self.require("attention.head_count"))
+        self.block_count = int(self.require("block_count"))
+        self.d_ff = int(self.require("feed_forward_length"))
+        self.n_kv_heads = int(self.get("attention.head_count_kv", self.n_heads))
+        self.key_length = int(self.get("attention.key_length", self.d_model // self.n_heads))
+        self.eps = float(self.require("attention.layer_norm_rms_epsilon"))
+
+    @property
+    def value_length(self) -> int:
+        return int(self.get("attention.value_length", self.d_model // self.n_heads))
+
+    @property
+    def vocab(self) -> int:
+        return self.gguf.info("token_embd.weight").shape[0]
+
+    def require(self, name: str) -> Any:
+        return self.gguf.require(f"{self.arch}.{name}")
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.gguf.get(f"{self.arch}.{name}", default)
+
+
 class Weights:
     """Reads a trunk's tensors from its GGUF: matrices in the matmul dtype, vectors in float32."""
 

@@ -24,7 +24,7 @@ from power.runtime.contract import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
 from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, gelu_tanh, linear, rms_norm, rope_tables
-from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 ARCH = "gemma3"
 SWA_PATTERN = 6  # every sixth layer is global
@@ -49,23 +49,21 @@ class Gemma3Params:
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> Gemma3Params:
-        key = lambda name: f"{ARCH}.{name}"  # noqa: E731
-        d_model = int(gguf.require(key("embedding_length")))
-        n_heads = int(gguf.require(key("attention.head_count")))
+        header = ArchHeader(gguf, ARCH)
         return cls(
-            d_model=d_model,
-            n_layers=int(gguf.require(key("block_count"))),
-            d_ff=int(gguf.require(key("feed_forward_length"))),
-            n_heads=n_heads,
-            n_kv_heads=int(gguf.get(key("attention.head_count_kv"), n_heads)),
-            head_dim_k=int(gguf.get(key("attention.key_length"), d_model // n_heads)),
-            head_dim_v=int(gguf.get(key("attention.value_length"), d_model // n_heads)),
-            eps=float(gguf.require(key("attention.layer_norm_rms_epsilon"))),
-            rope_base=float(gguf.get(key("rope.freq_base"), 1_000_000.0)),
-            rope_scale=float(gguf.get(key("rope.scaling.factor"), 1.0)),
-            window=int(gguf.require(key("attention.sliding_window"))),
-            vocab=gguf.info("token_embd.weight").shape[0],
-            logit_softcap=gguf.get(key("final_logit_softcapping")),
+            d_model=header.d_model,
+            n_layers=header.block_count,
+            d_ff=header.d_ff,
+            n_heads=header.n_heads,
+            n_kv_heads=header.n_kv_heads,
+            head_dim_k=header.key_length,
+            head_dim_v=header.value_length,
+            eps=header.eps,
+            rope_base=float(header.get("rope.freq_base", 1_000_000.0)),
+            rope_scale=float(header.get("rope.scaling.factor", 1.0)),
+            window=int(header.require("attention.sliding_window")),
+            vocab=header.vocab,
+            logit_softcap=header.get("final_logit_softcapping"),
         )
 
     def is_global(self, layer: int) -> bool:

@@ -21,7 +21,7 @@ from power.runtime.contract import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
 from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, linear, rms_norm, rope_tables
-from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 NEOX_ARCHITECTURES = ("qwen2", "qwen3")
 
@@ -41,21 +41,18 @@ class LlamaParams:
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> LlamaParams:
-        arch = gguf.architecture
-        key = lambda name: f"{arch}.{name}"  # noqa: E731
-        d_model = int(gguf.require(key("embedding_length")))
-        n_heads = int(gguf.require(key("attention.head_count")))
+        header = ArchHeader(gguf, gguf.architecture)
         return cls(
-            arch=arch,
-            d_model=d_model,
-            n_layers=int(gguf.require(key("block_count"))),
-            d_ff=int(gguf.require(key("feed_forward_length"))),
-            n_heads=n_heads,
-            n_kv_heads=int(gguf.get(key("attention.head_count_kv"), n_heads)),
-            head_dim=int(gguf.get(key("attention.key_length"), d_model // n_heads)),
-            eps=float(gguf.require(key("attention.layer_norm_rms_epsilon"))),
-            rope_base=float(gguf.get(key("rope.freq_base"), 10_000.0)),
-            vocab=gguf.info("token_embd.weight").shape[0],
+            arch=header.arch,
+            d_model=header.d_model,
+            n_layers=header.block_count,
+            d_ff=header.d_ff,
+            n_heads=header.n_heads,
+            n_kv_heads=header.n_kv_heads,
+            head_dim=header.key_length,
+            eps=header.eps,
+            rope_base=float(header.get("rope.freq_base", 10_000.0)),
+            vocab=header.vocab,
         )
 
 

@@ -33,7 +33,7 @@ from power.runtime.contract import OutsideResidentWindow, TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
 from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, linear, rms_norm, rope_tables
-from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 ARCH = "qwen35"
 L2_EPS = 1e-6
@@ -59,26 +59,23 @@ class Qwen35Params:
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> Qwen35Params:
-        key = lambda name: f"{ARCH}.{name}"  # noqa: E731
-        d_model = int(gguf.require(key("embedding_length")))
-        n_heads = int(gguf.require(key("attention.head_count")))
-        head_dim = int(gguf.get(key("attention.key_length"), d_model // n_heads))
+        header = ArchHeader(gguf, ARCH)
         return cls(
-            d_model=d_model,
-            n_layers=int(gguf.require(key("block_count"))) - int(gguf.get(key("nextn_predict_layers"), 0)),
-            d_ff=int(gguf.require(key("feed_forward_length"))),
-            n_heads=n_heads,
-            n_kv_heads=int(gguf.get(key("attention.head_count_kv"), n_heads)),
-            head_dim=head_dim,
-            eps=float(gguf.require(key("attention.layer_norm_rms_epsilon"))),
-            rope_base=float(gguf.get(key("rope.freq_base"), 10_000_000.0)),
-            rope_dims=int(gguf.get(key("rope.dimension_count"), head_dim)),
-            interval=int(gguf.require(key("full_attention_interval"))),
-            conv_kernel=int(gguf.require(key("ssm.conv_kernel"))),
-            state=int(gguf.require(key("ssm.state_size"))),
-            key_heads=int(gguf.require(key("ssm.group_count"))),
-            value_heads=int(gguf.require(key("ssm.time_step_rank"))),
-            vocab=gguf.info("token_embd.weight").shape[0],
+            d_model=header.d_model,
+            n_layers=header.block_count - int(header.get("nextn_predict_layers", 0)),
+            d_ff=header.d_ff,
+            n_heads=header.n_heads,
+            n_kv_heads=header.n_kv_heads,
+            head_dim=header.key_length,
+            eps=header.eps,
+            rope_base=float(header.get("rope.freq_base", 10_000_000.0)),
+            rope_dims=int(header.get("rope.dimension_count", header.key_length)),
+            interval=int(header.require("full_attention_interval")),
+            conv_kernel=int(header.require("ssm.conv_kernel")),
+            state=int(header.require("ssm.state_size")),
+            key_heads=int(header.require("ssm.group_count")),
+            value_heads=int(header.require("ssm.time_step_rank")),
+            vocab=header.vocab,
         )
 
     def is_recurrent(self, layer: int) -> bool:
