@@ -52,7 +52,7 @@ class SpeculationStats(SpeculationRates):
 class Generation:
     tokens: list[int]  # emitted token IDs (prompt excluded)
     stats: SpeculationStats
-    stopped: bool = False  # ended on a stop token
+    stopped: bool = False  # ended on a stop token (the engine also sets it for a stop string)
     cancelled: bool = False  # cancelled mid-round (that round rolled back)
     sequence: SpeculativeSequence | None = field(default=None, repr=False)
 
@@ -81,7 +81,14 @@ class Decoder:
         stop_ids: Sequence[int] = (),
         cancel: threading.Event | None = None,
         observer: StepObserver | None = None,
+        finish: threading.Event | None = None,
     ) -> Generation:
+        """Decode up to `max_new_tokens` after `prompt`, ending early on a token in `stop_ids`.
+
+        Setting `cancel` (from any thread) ends the request at the next step boundary with the open round
+        rolled back. Setting `finish` ends it after the round in hand commits, as a normal end: the caller's
+        own stop condition (a stop string), with nothing rolled back.
+        """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         stats = SpeculationStats()
@@ -95,7 +102,7 @@ class Decoder:
         stats.prefill_s = time.perf_counter() - started
         generation = Generation([first], stats, stopped=first in seq.stop_ids, sequence=seq)
         try:
-            while not generation.stopped and len(seq.emitted) < max_new_tokens:
+            while not generation.stopped and not (finish and finish.is_set()) and len(seq.emitted) < max_new_tokens:
                 self._round(seq, scheduler, stats, max_new_tokens - len(seq.emitted))
                 generation.stopped = seq.tokens[-1] in seq.stop_ids
         except Cancelled:

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -30,6 +30,7 @@ from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Speculator
 from power.runtime.speculators.registry import SpeculatorRequest
+from power.runtime.stops import StopText
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
@@ -88,12 +89,15 @@ class Engine:
         self.load_s = time.perf_counter() - started
 
     def generate(self, prompt: str, max_tokens: int, on_text: Callable[[str], None] | None = None,
-                 cancel: threading.Event | None = None, sampling: SamplingParams | None = None) -> Receipt:
+                 cancel: threading.Event | None = None, sampling: SamplingParams | None = None,
+                 stop: Sequence[str] = ()) -> Receipt:
         """Generate up to `max_tokens` tokens after `prompt`, calling `on_text` with text as it is decoded.
 
         Setting `cancel` (from any thread) ends the request at the next step boundary: the open round is
         rolled back to the last committed transaction and the receipt says `cancelled`. `sampling`
         overrides the plan's sampling for this request (a server's per-request temperature and seed).
+        A `stop` string ends the request normally after the round that completed it (`power.runtime.stops`):
+        the receipt says `stop`, its text ends before the stop string, its tokens with the one that completed it.
         """
         self.decoder.sampler = Sampler(sampling or self.settings.sampling)
         prompt_ids = self.tokenizer.encode(prompt)
@@ -101,20 +105,25 @@ class Engine:
         if room < 1 + (max_tokens > 1):
             raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.settings.n_ctx} "
                                   "positions: shorten the prompt or plan a larger ctx")
-        text = self.tokenizer.stream()
+        text = StopText(self.tokenizer.stream(), stop)
+        finish = threading.Event()
         pieces: list[str] = []
 
         def emit(token_ids: list[int]) -> None:
-            piece = "".join(text.feed(t) for t in token_ids)
+            piece = text.feed(token_ids)
             pieces.append(piece)
             if on_text and piece:
                 on_text(piece)
+            if text.hit:
+                finish.set()
 
         generation = self.decoder.generate_streaming(prompt_ids, min(max_tokens, room), self.tokenizer.stop_ids, emit,
-                                                     cancel)
+                                                     cancel, finish)
         tail = text.flush()
         if on_text and tail:
             on_text(tail)
+        if text.hit:
+            generation.tokens, generation.stopped = generation.tokens[: text.tokens], True
         return self._receipt(prompt_ids, generation, "".join(pieces) + tail, max_tokens, room)
 
     def _receipt(self, prompt_ids: list[int], generation: Generation, text: str, max_tokens: int,
@@ -144,9 +153,9 @@ class _StreamingDecoder(Decoder):
     """The decode loop with a callback for each round's emitted tokens."""
 
     def generate_streaming(self, prompt: list[int], max_new_tokens: int, stop_ids, on_tokens,
-                           cancel: threading.Event | None = None) -> Generation:
+                           cancel: threading.Event | None = None, finish: threading.Event | None = None) -> Generation:
         self._on_tokens, self._streamed = on_tokens, 0
-        generation = self.generate(prompt, max_new_tokens, stop_ids, cancel)
+        generation = self.generate(prompt, max_new_tokens, stop_ids, cancel, finish=finish)
         self._flush(generation.tokens)
         return generation
 

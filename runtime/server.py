@@ -10,7 +10,8 @@ Faults stay inside their request: bad JSON or parameters are a 400 with a
 message; an exception while generating is that request's 500 and the engine
 thread carries on; a client that disconnects, or a request past its timeout,
 sets the request's cancel event, and the decoder restores its last committed
-transaction at the next round boundary. Stop strings end a request the same way.
+transaction at the next round boundary. A stop string is a normal end: the
+engine finishes after the round that completed it and its receipt says `stop`.
 """
 
 from __future__ import annotations
@@ -121,34 +122,6 @@ def _boolean(data: dict[str, Any], key: str) -> bool:
     return value
 
 
-class StopScanner:
-    """Streams text through, holding back just enough to never emit part of a stop string."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self.stops = stops
-        self.hold = max((len(s) for s in stops), default=1) - 1
-        self.pending = ""
-        self.hit = False
-
-    def feed(self, piece: str) -> str:
-        """The text that is safe to emit now; after a stop string is seen, nothing more."""
-        if self.hit:
-            return ""
-        self.pending += piece
-        found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
-        if found:
-            self.hit = True
-            safe, self.pending = self.pending[: min(found)], ""
-            return safe
-        cut = max(0, len(self.pending) - self.hold)
-        safe, self.pending = self.pending[:cut], self.pending[cut:]
-        return safe
-
-    def flush(self) -> str:
-        rest, self.pending = ("" if self.hit else self.pending), ""
-        return rest
-
-
 class Metrics:
     """The server's Prometheus metrics, in a registry of their own (one per app)."""
 
@@ -191,8 +164,7 @@ class Metrics:
 class Outcome:
     """What the engine thread hands back for one request."""
 
-    receipt: Receipt
-    text: str  # what the client was sent (cut at a stop string)
+    receipt: Receipt  # its text is what the client was sent (cut before a stop string)
     finish_reason: str  # "stop" or "length"; a cancelled request has no finish reason
 
 
@@ -262,22 +234,18 @@ class EngineWorker:
 
     def _execute(self, job: Job) -> None:
         request = job.request
-        scanner = StopScanner(request.stop)
-        sent: list[str] = []
+        first = True
 
         def on_text(piece: str) -> None:
-            if not sent:
+            nonlocal first
+            if first:
                 self.metrics.ttft.observe(time.perf_counter() - job.arrived)
-            safe = scanner.feed(piece)
-            sent.append(safe)
-            if safe:
-                job.push("text", safe)
-            if scanner.hit:
-                job.cancel.set()
+                first = False
+            job.push("text", piece)
 
         try:
             receipt = self.engine.generate(request.prompt, request.max_tokens, on_text, cancel=job.cancel,
-                                           sampling=self._sampling(request))
+                                           sampling=self._sampling(request), stop=request.stop)
         except RuntimeInputError as err:
             job.push("error", (400, str(err)))
             return
@@ -285,12 +253,8 @@ class EngineWorker:
             traceback.print_exc(file=sys.stderr)
             job.push("error", (500, "the engine failed on this request; the server carries on (see its log)"))
             return
-        tail = scanner.flush()
-        if tail:
-            job.push("text", tail)
         self.metrics.record_receipt(receipt)
-        finish = "stop" if scanner.hit or receipt.stop_reason == "stop" else "length"
-        job.push("done", Outcome(receipt, "".join(sent) + tail, finish))
+        job.push("done", Outcome(receipt, "stop" if receipt.stop_reason == "stop" else "length"))
 
     def _sampling(self, request: CompletionRequest) -> SamplingParams:
         plan = self.engine.settings.sampling
@@ -463,7 +427,7 @@ def _sse(data: dict[str, Any]) -> str:
 def _completion_body(identity: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
     receipt = outcome.receipt
     return identity | {
-        "choices": [{"index": 0, "text": outcome.text, "finish_reason": outcome.finish_reason, "logprobs": None}],
+        "choices": [{"index": 0, "text": receipt.text, "finish_reason": outcome.finish_reason, "logprobs": None}],
         "usage": {"prompt_tokens": receipt.prompt_tokens, "completion_tokens": len(receipt.token_ids),
                   "total_tokens": receipt.prompt_tokens + len(receipt.token_ids)},
         "timings": timings(receipt),

@@ -20,7 +20,9 @@ from runtime_plans import fixture_plan, write_plan
 from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan
 from power.runtime.engine import Engine, EngineSettings
-from power.runtime.server import ServerLimits, StopScanner, create_app
+from power.runtime.receipt import Receipt
+from power.runtime.server import ServerLimits, create_app
+from power.runtime.stops import StopText
 from power.runtime.traffic import build_shape
 
 PROMPT = "Hello world! The quick brown fox jumps over the lazy dog. Hello world! The quick"
@@ -31,21 +33,26 @@ BOUND_S = 60.0  # every wait in these tests gives up after this long
 
 class InjectedEngine(Engine):
     """Fault injection around the real engine: the prompt "boom" raises inside generation, and the prompt HELD
-    holds the engine thread after its first text until `release` is set (so a test acts while it runs)."""
+    holds the engine thread after its first text until `release` is set (so a test acts while it runs); the HELD
+    requests' receipts, which no client reads once it has gone, are kept in `held_receipts`."""
 
     release = threading.Event()
+    held_receipts: list[Receipt] = []
 
-    def generate(self, prompt, max_tokens, on_text=None, cancel=None, sampling=None):
+    def generate(self, prompt, max_tokens, on_text=None, cancel=None, sampling=None, stop=()):
         if prompt == "boom":
             raise RuntimeError("injected fault")
-        if prompt == HELD:
-            streamed = on_text
+        if prompt != HELD:
+            return super().generate(prompt, max_tokens, on_text, cancel, sampling, stop)
+        streamed = on_text
 
-            def on_text(piece: str) -> None:
-                streamed(piece)
-                self.release.wait(BOUND_S)
+        def held(piece: str) -> None:
+            streamed(piece)
+            self.release.wait(BOUND_S)
 
-        return super().generate(prompt, max_tokens, on_text, cancel, sampling)
+        receipt = super().generate(prompt, max_tokens, held, cancel, sampling, stop)
+        self.held_receipts.append(receipt)
+        return receipt
 
 
 @lru_cache(maxsize=1)
@@ -58,6 +65,7 @@ def engine() -> Engine:
 def release() -> Iterator[threading.Event]:
     """The HELD request's gate: closed during the test, always opened afterwards."""
     InjectedEngine.release.clear()
+    InjectedEngine.held_receipts.clear()
     yield InjectedEngine.release
     InjectedEngine.release.set()
 
@@ -160,20 +168,64 @@ def test_temperature_and_seed_are_per_request(served_base: str) -> None:
     assert len({greedy, seeded[0], seeded[2]}) == 3
 
 
-def test_stop_string_ends_the_text_before_it() -> None:
+def test_a_stop_string_ends_the_request_as_stop_in_the_response_and_in_the_receipt() -> None:
     with serving(app_for()) as base:
-        full = complete(base, max_tokens=16).json()["choices"][0]["text"]
-        stop = full[5:8]
+        full = complete(base, max_tokens=16).json()
+        text = full["choices"][0]["text"]
+        stop = text[5:8]
         cut = complete(base, max_tokens=16, stop=[stop]).json()
-        assert cut["choices"][0]["text"] == full[: full.index(stop)]
-        assert cut["choices"][0]["finish_reason"] == "stop"
+        receipt = cut["receipt"]
+        assert cut["choices"][0]["text"] == text[: text.index(stop)] == receipt["text"]
+        assert cut["choices"][0]["finish_reason"] == "stop" and receipt["stop_reason"] == "stop"
+        ids = receipt["token_ids"]
+        assert ids == full["receipt"]["token_ids"][: len(ids)]
+        decode = engine().tokenizer.decode
+        assert stop in decode(ids) and stop not in decode(ids[:-1])  # the last token completed the stop string
+        assert cut["usage"]["completion_tokens"] == len(ids) and cut["timings"]["tokens_sha256"] == receipt["tokens_sha256"]
+        with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": 16, "stop": stop,
+                                                                   "stream": True}, timeout=BOUND_S) as response:
+            events = list(stream_events(response))
+        last = events[-2]
+        assert "".join(e["choices"][0]["text"] for e in events[:-2]) == receipt["text"]
+        assert last["choices"][0]["finish_reason"] == "stop" and last["receipt"]["stop_reason"] == "stop"
+        assert last["receipt"]["tokens_sha256"] == receipt["tokens_sha256"]
 
 
-def test_stop_scanner_never_emits_part_of_a_stop_string() -> None:
-    scanner = StopScanner(("END",))
-    pieces = [scanner.feed(p) for p in ("abc E", "N", "x yE", "ND tail")]
-    assert "".join(pieces) == "abc ENx y" and scanner.hit and scanner.flush() == ""
-    assert StopScanner(()).feed("anything") == "anything"
+def overshooting_stop(speculative: Engine, prompt: str, max_tokens: int) -> str:
+    """A stop string completed inside a round that emitted tokens past it (first found at a round's start)."""
+    rounds: list[str] = []
+    text = speculative.generate(prompt, max_tokens, rounds.append).text
+    starts = [len("".join(rounds[:i])) for i in range(2, len(rounds))]
+    for stop in (text[at - 2: at + 1] for at in starts if text.find(text[at - 2: at + 1]) == at - 2):
+        receipt = speculative.generate(prompt, max_tokens, stop=[stop])
+        if 1 + receipt.rounds + receipt.accepted > len(receipt.token_ids):  # tokens emitted, tokens kept
+            return stop
+    raise AssertionError(f"no n-gram round ran past a stop string in {text!r}: the case under test did not happen")
+
+
+def test_a_stop_string_ends_a_speculative_and_a_plain_run_on_the_same_tokens() -> None:
+    prompt, max_tokens = build_shape("echo", 24).prompt, 64
+    # No governor: the search below runs many requests, and a parked speculator would never run past a stop.
+    ngram, plain = (Engine(EngineSettings.from_plan(load_plan(fixture_plan(p)), fixture_plan(p), governor=False))
+                    for p in ("ngram", "none"))
+    stop = overshooting_stop(ngram, prompt, max_tokens)
+    speculative, control = (e.generate(prompt, max_tokens, stop=[stop]) for e in (ngram, plain))
+    assert speculative.stop_reason == control.stop_reason == "stop"
+    assert speculative.text == control.text and stop not in speculative.text
+    assert speculative.tokens_sha256 == control.tokens_sha256  # what a rollout's losslessness gate compares
+
+
+def test_stop_text_never_emits_part_of_a_stop_string_and_counts_the_tokens_through_it() -> None:
+    tokenizer = engine().tokenizer
+    text = "abc EN x yEND tail END"
+    ids = tokenizer.encode(text, add_bos=False)
+    stops = StopText(tokenizer.stream(), ("END", "never"))
+    pieces = [stops.feed([token]) for token in ids]
+    assert "".join(pieces) + stops.flush() == "abc EN x y" and stops.hit
+    assert "END" in tokenizer.decode(ids[: stops.tokens]) and "END" not in tokenizer.decode(ids[: stops.tokens - 1])
+    assert stops.feed(ids) == "" and stops.tokens < len(ids)  # nothing is taken after the stop
+    plain = StopText(tokenizer.stream())
+    assert plain.feed(ids) + plain.flush() == text and plain.tokens == len(ids) and not plain.hit
 
 
 @pytest.mark.parametrize("body, field", [
@@ -242,6 +294,7 @@ def test_concurrent_requests_finish_while_a_cancelled_stream_rolls_back(release:
         assert metric(base, "power_spec_drafts_total") >= sum(r["speculative_rounds"] for r in receipts)
         generated = metric(base, "power_generated_tokens_total") - tokens_before
         assert 3 * 6 + 1 <= generated < 3 * 6 + LONG  # the cancelled stream stopped long before its budget
+        assert [r.stop_reason for r in InjectedEngine.held_receipts] == ["cancelled"]
         assert metric(base, "power_time_to_first_token_seconds_count") == 4
         assert metric(base, "power_decode_tokens_per_second_count") >= 3
         # After the cancellation the engine answers exactly as before it.
@@ -278,6 +331,7 @@ def test_a_request_past_its_timeout_is_cancelled_and_the_server_carries_on(relea
         until(lambda: metric(base, "power_queue_depth") == 0 and complete(base, max_tokens=2).status_code == 200,
               "the engine to serve again")
         assert metric(base, "power_generated_tokens_total") < LONG  # the timed-out request was cancelled
+        assert [r.stop_reason for r in InjectedEngine.held_receipts] == ["cancelled"]
 
 
 def test_a_failing_request_does_not_take_the_server_down() -> None:
