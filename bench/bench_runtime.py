@@ -6,7 +6,7 @@ Every engine is loaded first; then prefill and decode are measured interleaved,
 round-robin in small slices (the A/B protocol's pairing), so load from other
 processes on a shared machine lands on all engines alike and the ratios hold
 even when the absolute figures move. Engines:
-- Power at each (dtype, verification capacity) of --configs: capacity 1 is the
+- Power at each `dtype[/lm-head-dtype]:capacity` of --configs: capacity 1 is the
   cheapest plain decode; a larger one shows the fixed-shape cost a speculative
   plan's plain rounds pay;
 - llama.cpp through `llama-cpp-python`, when installed. It is a benchmark-only
@@ -16,6 +16,10 @@ even when the absolute figures move. Engines:
 Reports tok/s, the ratio to llama.cpp, the weight bytes one decode step reads,
 the achieved bandwidth (bytes x tok/s), and how many leading greedy tokens agree
 with llama.cpp (it quantises activations, so a near-tie can flip a token).
+
+`--accuracy` then scores every engine's logits against Power in float32 (the
+exactly dequantised weights), teacher-forced over the prompt and llama.cpp's
+continuation: max and mean |logit difference| and top-1 agreement per row.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy as np
 import torch
 
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.linear import Linear
 from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
@@ -42,9 +47,9 @@ PROMPT = ("Speculative decoding drafts a few tokens and the target verifies them
 
 
 class PowerEngine:
-    def __init__(self, gguf: GGUFFile, n_ctx: int, dtype: str, capacity: int) -> None:
-        self.name = f"power {dtype} B{capacity}"
-        self.trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=capacity, dtype=dtype)
+    def __init__(self, gguf: GGUFFile, n_ctx: int, dtype: str, capacity: int, lm_head_dtype: str | None = None) -> None:
+        self.name = f"power {dtype}{f'/{lm_head_dtype}' if lm_head_dtype else ''} B{capacity}"
+        self.trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=capacity, dtype=dtype, lm_head_dtype=lm_head_dtype)
 
     def prefill(self, prompt: list[int]) -> int:
         self.trunk.reset()
@@ -54,10 +59,13 @@ class PowerEngine:
         return int(self.trunk.forward([token]).logits[0].argmax())
 
     def bytes_per_step(self) -> int:
-        """Every matrix a decode step multiplies by (the layers' and the LM head's), at its stored dtype."""
-        matrices = [t for layer in self.trunk.layers for t in vars(layer).values()
-                    if isinstance(t, torch.Tensor) and t.dim() == 2]
-        return sum(t.numel() * t.element_size() for t in [*matrices, self.trunk.lm_head])
+        """Every matrix a decode step multiplies by (the layers' and the LM head's), as packed."""
+        matrices = [m for layer in self.trunk.layers for m in vars(layer).values() if isinstance(m, Linear)]
+        return sum(m.nbytes for m in [*matrices, self.trunk.lm_head])
+
+    def all_logits(self, ids: list[int]) -> torch.Tensor:
+        self.trunk.reset()
+        return self.trunk.prefill(ids, all_logits=True).logits
 
 
 class LlamaCppEngine:
@@ -77,6 +85,13 @@ class LlamaCppEngine:
     def step(self, token: int) -> int:
         self.llm.eval([token])
         return self._argmax()
+
+    def all_logits(self, ids: list[int]) -> torch.Tensor:
+        from llama_cpp import Llama
+
+        scorer = Llama(model_path=str(self.path), n_ctx=len(ids) + 8, n_threads=1, logits_all=True, verbose=False)
+        scorer.eval(ids)
+        return torch.from_numpy(np.array(scorer.scores[: len(ids)], dtype=np.float32))
 
     def _argmax(self) -> int:
         """The last row's greedy token (llama-cpp-python keeps no scores unless logits_all)."""
@@ -116,8 +131,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="prefills per engine (the median is reported)")
     parser.add_argument("--slice", type=int, default=4, help="decode steps per engine per turn")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--configs", default="float32:1,bfloat16:1,bfloat16:8",
-                        help="comma-separated dtype:capacity pairs for Power")
+    parser.add_argument("--configs", default="float32:1,bfloat16:1,bfloat16:8,bfloat16/int8:1,bfloat16/int8:8",
+                        help="comma-separated dtype[/lm-head-dtype]:capacity for Power")
+    parser.add_argument("--accuracy", action="store_true",
+                        help="also score every engine's logits against Power float32 (teacher-forced)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -135,28 +152,45 @@ def main() -> None:
         print("llama-cpp-python is not installed: `pip install llama-cpp-python` to compare (benchmark only)",
               file=sys.stderr)
     for config in args.configs.split(","):
-        dtype, capacity = config.split(":")
-        engines.append(PowerEngine(gguf, n_ctx, dtype, int(capacity)))
+        dtypes, capacity = config.split(":")
+        dtype, _, lm_head_dtype = dtypes.partition("/")
+        engines.append(PowerEngine(gguf, n_ctx, dtype, int(capacity), lm_head_dtype or None))
     results = measure(engines, prompt, args.decode_tokens, args.repeats, args.slice)
     _report(results, args)
+    if args.accuracy:
+        _report_accuracy(engines, gguf, prompt + results[engines[0].name]["tokens"][:-1], n_ctx, results)
+    if args.json:
+        args.json.write_text(json.dumps({"gguf": str(args.gguf), "threads": args.threads, "results": results}, indent=2))
 
 
 def _report(results: dict[str, dict], args) -> None:
     reference = results.get(LlamaCppEngine.name)
     print(f"{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, "
           f"{args.threads} threads, torch {torch.__version__}, interleaved")
-    print(f"{'engine':<20}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}  greedy agrees")
+    print(f"{'engine':<24}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}  greedy agrees")
     for name, r in results.items():
         r["bandwidth_gb_s"] = r["bytes_per_step"] * r["decode_tok_s"] / 1e9
         if reference:
             r["prefill_vs_llama_cpp"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
             r["decode_vs_llama_cpp"] = r["decode_tok_s"] / reference["decode_tok_s"]
             r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
-        print(f"{name:<20}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_cpp', 0):>6.2f}"
+        print(f"{name:<24}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_cpp', 0):>6.2f}"
               f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_cpp', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
               f"{r['bandwidth_gb_s']:>7.2f}  {r.get('greedy_prefix_agreeing', '-')}")
-    if args.json:
-        args.json.write_text(json.dumps({"gguf": str(args.gguf), "threads": args.threads, "results": results}, indent=2))
+
+
+def _report_accuracy(engines: list, gguf: GGUFFile, ids: list[int], n_ctx: int, results: dict) -> None:
+    """Every engine's logits over `ids` against Power float32 at capacity 1 (the exactly dequantised weights)."""
+    exact = PowerEngine(gguf, n_ctx, "float32", 1).all_logits(ids)
+    print(f"\nlogits vs Power float32 (exact dequantised weights), teacher-forced over {len(ids)} rows")
+    print(f"{'engine':<24}{'max |d|':>9}{'mean |d|':>10}{'top-1 agrees':>14}")
+    for engine in engines:
+        logits = engine.all_logits(ids)
+        difference = (logits - exact).abs()
+        agree = (logits.argmax(-1) == exact.argmax(-1)).double().mean().item()
+        results[engine.name] |= {"max_abs_logit_diff": difference.max().item(),
+                                 "mean_abs_logit_diff": difference.mean().item(), "top1_agreement": agree}
+        print(f"{engine.name:<24}{difference.max().item():>9.3f}{difference.mean().item():>10.3f}{agree:>14.1%}")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ class EngineSettings:
     n_ctx: int = DEFAULT_CTX
     verify_capacity: int = 1
     snapshot_rows: int = 0
-    dtype: str = "float32"
+    dtype: str = "float32"  # the layers' weight dtype (`power.runtime.dtypes.WEIGHT_DTYPES`)
+    lm_head_dtype: str | None = None  # None: the same as dtype
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
     sampling: SamplingParams = SamplingParams()
     mode: str = "none"
@@ -83,7 +84,8 @@ class Engine:
         self.target_sha256 = _verified_sha256(settings.target_path, settings.target_sha256)
         gguf = GGUFFile(settings.target_path)
         self.trunk = load_trunk(gguf, n_ctx=settings.n_ctx, verify_capacity=settings.verify_capacity,
-                                snapshot_rows=settings.snapshot_rows, dtype=settings.dtype)
+                                snapshot_rows=settings.snapshot_rows, dtype=settings.dtype,
+                                lm_head_dtype=settings.lm_head_dtype)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.decoder = _StreamingDecoder(self.trunk, Sampler(settings.sampling), *_speculation(settings, self.trunk))
         self.load_s = time.perf_counter() - started
@@ -143,7 +145,7 @@ class Engine:
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
             governor_parks=stats.governor_parks,
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
-            runtime={"device": "cpu", "dtype": s.dtype, "threads": torch.get_num_threads(), "n_ctx": s.n_ctx,
+            runtime={"device": "cpu", "dtype": s.dtype, "lm_head_dtype": self.trunk.options.head_dtype, "threads": torch.get_num_threads(), "n_ctx": s.n_ctx,
                      "verify_capacity": s.verify_capacity, "prefill_chunk": self.trunk.options.prefill_chunk,
                      "architecture": self.trunk.config.architecture, "torch": torch.__version__},
         )

@@ -11,6 +11,8 @@ heads, hd = head width, T = cache capacity in positions.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -78,9 +80,11 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-def gated_mlp(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, act) -> torch.Tensor:
-    """down(act(gate(x)) * up(x)): SwiGLU with `F.silu`, GeGLU with `gelu_tanh`."""
-    return linear(act(linear(x, gate)) * linear(x, up), down)
+def gated_mlp(x: torch.Tensor, gate_up: Callable, down: Callable, act: Callable) -> torch.Tensor:
+    """down(act(gate(x)) * up(x)), gate and up as one projection [n, 2 * d_ff] (gate first): SwiGLU with
+    `F.silu`, GeGLU with `gelu_tanh`."""
+    gate, up = gate_up(x).chunk(2, dim=-1)
+    return down(act(gate) * up)
 
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:

@@ -25,9 +25,10 @@ S = 2
 
 
 @functools.cache
-def trunk(name: str, dtype: str = "float32"):
+def trunk(name: str, dtype: str = "float32", lm_head_dtype: str | None = None):
     path = gemma() if name == "gemma" else fixtures()[name]
-    return load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, dtype=dtype)
+    return load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, dtype=dtype,
+                      lm_head_dtype=lm_head_dtype)
 
 
 def tokens_for(name: str) -> tuple[list[int], list[int]]:
@@ -37,13 +38,15 @@ def tokens_for(name: str) -> tuple[list[int], list[int]]:
     return [t % vocab for t in PREFIX], [t % vocab for t in ROWS]
 
 
-TRUNKS = [("gemma", "float32"), ("gemma", "bfloat16"), ("dense-target", "float32"), ("dense-target", "bfloat16"),
+TRUNKS = [("gemma", "float32"), ("gemma", "bfloat16"), ("gemma", "bfloat16/int8"), ("gemma", "int8"),
+          ("dense-target", "float32"), ("dense-target", "bfloat16"), ("dense-target", "int8"), ("hybrid-target", "int8"),
           ("hybrid-target", "float32")]
 
 
 @pytest.mark.parametrize("name,dtype", TRUNKS)
 def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, dtype):
-    model = trunk(name, dtype)
+    """`dtype` is the layers' weight dtype, then the LM head's after a slash when they differ."""
+    model = trunk(name, *dtype.split("/"))
     prefix, rows = tokens_for(name)
     taps = (1, model.config.n_layers)
     model.reset()

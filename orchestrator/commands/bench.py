@@ -9,8 +9,7 @@ from pathlib import Path
 import click
 
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_USAGE
-
-DTYPES = ("bfloat16", "float32")
+from power.orchestrator.commands.runtime_options import runtime_options
 
 
 @click.command("bench")
@@ -27,19 +26,17 @@ DTYPES = ("bfloat16", "float32")
               help="Write the power.evidence/v1 document here (atomically).")
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Write a report with a per-shape chart: report.md (Markdown) or report.html.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="bfloat16", show_default=True,
-              help="Matmul dtype for the weights, the same for both configurations.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch intra-op threads (default: torch's).")
+@runtime_options(default_dtype="bfloat16")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens: int, output: Path | None,
-          report: Path | None, dtype: str, threads: int | None, as_json: bool) -> None:
+          report: Path | None, dtype: str, lm_head_dtype: str | None, threads: int | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
     length, replay/fallback counts, greedy parity and a per-shape verdict ("a
     traffic decision, not a winner"). Exit codes: 0 measured (and, with --vs,
     no greedy output differed), 1 greedy outputs differ between the
-    configurations (lossy), 2 usage or input error.
+    configurations (lossy), 2 usage or input error. Both configurations load with the same dtypes.
     """
     from power.orchestrator.plan import PlanError, load_plan
     from power.runtime import bench as harness
@@ -67,7 +64,8 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         configs = []
         for label, path, resolved in plans:
             click.echo(f"loading {label}: {path} (mode {resolved.mode.resolved})", err=True)
-            engine = Engine(EngineSettings.from_plan(resolved, path, dtype=dtype, threads=threads))
+            engine = Engine(EngineSettings.from_plan(resolved, path, dtype=dtype, lm_head_dtype=lm_head_dtype,
+                                                           threads=threads))
             configs.append(harness.BenchConfig(label, path, resolved, engine))
         measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
     except (PlanError, RuntimeInputError) as err:

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from power.orchestrator.cli import EXIT_USAGE
-
-DTYPES = ("float32", "bfloat16")
+from power.orchestrator.commands.runtime_options import runtime_options
 
 
 @click.command("run")
@@ -22,14 +21,12 @@ DTYPES = ("float32", "bfloat16")
               help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
 @click.option("--verify-capacity", type=click.IntRange(min=1), default=None,
               help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
-              help="Matmul dtype for the weights (activations, norms and the cache stay float32).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch intra-op threads (default: torch's).")
+@runtime_options(default_dtype="float32")
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
               help="Also write the receipt JSON to this file (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) instead of streaming.")
 def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx: int | None,
-        verify_capacity: int | None, dtype: str, threads: int | None, receipt_path: Path | None, as_json: bool) -> None:
+        verify_capacity: int | None, dtype: str, lm_head_dtype: str | None, threads: int | None, receipt_path: Path | None, as_json: bool) -> None:
     """Generate on the CPU with the Power runtime; stream the text, then report the receipt.
 
     Give a resolved PLAN (from `power plan`: its mode, drafters, K/S, shapes and
@@ -54,7 +51,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx:
         sys.stdout.flush()
 
     try:
-        engine = _engine(plan, gguf, ctx, verify_capacity, dtype, threads)
+        engine = _engine(plan, gguf, ctx, verify_capacity, dict(dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads))
         receipt = engine.generate(prompt, max_tokens, None if as_json else stream)
     except (PlanError, RuntimeInputError) as err:
         _fail(f"{err}{' (the text above is incomplete)' if streamed else ''}")
@@ -68,16 +65,15 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx:
         click.echo(receipt.summary(), err=True)
 
 
-def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, dtype: str,
-            threads: int | None):
+def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, runtime: dict):
     from power.orchestrator.plan import load_plan
     from power.runtime.engine import DEFAULT_CTX, Engine, EngineSettings
 
     if gguf is not None:
         return Engine(EngineSettings(target_path=gguf, n_ctx=ctx or DEFAULT_CTX, verify_capacity=verify_capacity or 1,
-                                     dtype=dtype, threads=threads))
+                                     **runtime))
     loaded = load_plan(plan)
-    return Engine(EngineSettings.from_plan(loaded, plan, dtype=dtype, threads=threads))
+    return Engine(EngineSettings.from_plan(loaded, plan, **runtime))
 
 
 def _fail(message: str) -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from power.orchestrator.cli import EXIT_USAGE
-
-DTYPES = ("bfloat16", "float32")
+from power.orchestrator.commands.runtime_options import runtime_options
 
 
 @click.command("serve")
@@ -20,10 +19,9 @@ DTYPES = ("bfloat16", "float32")
               help="Requests that may wait behind the one being decoded; more are refused with 429 and Retry-After.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds a request may take from arrival to its last token (queue wait included) before it is cancelled.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="bfloat16", show_default=True,
-              help="Matmul dtype for the weights (bf16 is about 5x faster than fp32 on AVX512-BF16 CPUs).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch intra-op threads (default: torch's).")
-def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, dtype: str, threads: int | None) -> None:
+@runtime_options(default_dtype="bfloat16")
+def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, dtype: str, lm_head_dtype: str | None,
+          threads: int | None) -> None:
     """Serve a resolved PLAN: POST /v1/completions (streaming SSE or not), GET /health, GET /metrics.
 
     /health answers 503 until the plan's model is loaded, then 200. Exit codes:
@@ -40,7 +38,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
         resolved = load_plan(plan)
     except PlanError as err:
         _fail(str(err))
-    settings = EngineSettings.from_plan(resolved, plan, dtype=dtype, threads=threads)
+    settings = EngineSettings.from_plan(resolved, plan, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
 

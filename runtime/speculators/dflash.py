@@ -159,11 +159,12 @@ class BlockDrafter(Speculator):
 
     @staticmethod
     def _ffn(u: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
-        return gated_mlp(u, w["ffn_gate"], w["ffn_up"], w["ffn_down"], F.silu)
+        return gated_mlp(u, lambda x: linear(x, w["ffn_gate_up"]), lambda x: linear(x, w["ffn_down"]), F.silu)
 
     def _layer_weights(self, i: int) -> dict[str, torch.Tensor]:
         prefix = f"blk.{i}."
-        return {name[len(prefix) :].removesuffix(".weight"): t for name, t in self.w.items() if name.startswith(prefix)}
+        weights = {name[len(prefix) :].removesuffix(".weight"): t for name, t in self.w.items() if name.startswith(prefix)}
+        return weights | {"ffn_gate_up": torch.cat((weights["ffn_gate"], weights["ffn_up"]))}
 
     # --- reading a block out ----------------------------------------------------
     def _read_block(self, anchor: int, rows: torch.Tensor) -> list[int]:

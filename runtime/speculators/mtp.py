@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 
 from ..gguf_weights import GGUFFile
-from ..layers import causal_mask, linear, rms_norm, rope_tables
+from ..layers import causal_mask, rms_norm, rope_tables
 from ..trunks.base import Weights
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
 from .base import DraftContext, Proposal, Speculator
@@ -36,7 +36,7 @@ class MTPHead(Speculator):
         p = self.params = Qwen35Params.from_gguf(target)
         self.taps = (p.n_layers,)  # the final residual before the output norm
         b = f"blk.{p.n_layers}."
-        w = Weights(target, "float32")
+        w = Weights(target, "float32", rows=1)
         self.block = GatedAttentionLayer(w, p, p.n_layers, n_ctx + 1)
         self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
         self.enorm = w.vector(b + "nextn.enorm.weight", [p.d_model])
@@ -85,7 +85,7 @@ class MTPHead(Speculator):
         """Head rows for `tokens` at [start, start + n), each paired with its predecessor's hidden row."""
         p = self.params
         e = rms_norm(self.head.embed(tokens), self.enorm, p.eps)
-        x = linear(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1), self.eh_proj)
+        x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1))
         positions = torch.arange(start, start + len(tokens))
         rope = tuple(t[positions] for t in self.rope)
         return self.block(x, start, rope, causal_mask(positions, self.block.cache.capacity), p)

@@ -23,11 +23,12 @@ import torch
 from power.runtime.contract import ForwardOut, TrunkConfig
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.layers import linear, rms_norm, softcap
+from power.runtime.layers import rms_norm, softcap
+from power.runtime.dtypes import WEIGHT_DTYPES
+from power.runtime.linear import Linear, pack, pack_head
 
 PAD_TOKEN = 0
 DEFAULT_PREFILL_CHUNK = 32
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,20 @@ class TrunkOptions:
     snapshot_rows: int = 0
     dtype: str = "float32"
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
+    lm_head_dtype: str | None = None  # None: the same as `dtype`
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise RuntimeInputError(f"dtype {self.dtype!r} is not supported (choose {', '.join(DTYPES)})")
+        for dtype in (self.dtype, self.head_dtype):
+            if dtype not in WEIGHT_DTYPES:
+                raise RuntimeInputError(f"weight dtype {dtype!r} is not supported (choose {', '.join(WEIGHT_DTYPES)})")
         if self.verify_capacity < 1 or self.n_ctx < 1 or self.prefill_chunk < 1:
             raise RuntimeInputError(f"n_ctx ({self.n_ctx}), verify_capacity ({self.verify_capacity}) and "
                                     f"prefill_chunk ({self.prefill_chunk}) must be positive")
+
+    @property
+    def head_dtype(self) -> str:
+        """The LM head's weight dtype (the largest matrix of a small model: int8 halves what it reads)."""
+        return self.lm_head_dtype or self.dtype
 
     @property
     def cache_capacity(self) -> int:
@@ -85,13 +93,25 @@ class ArchHeader:
 
 
 class Weights:
-    """Reads a trunk's tensors from its GGUF: matrices in the matmul dtype, vectors in float32."""
+    """Reads a trunk's tensors from its GGUF: matrices packed for the matmul (`power.runtime.linear`), vectors in float32.
 
-    def __init__(self, gguf: GGUFFile, dtype: str) -> None:
-        self.gguf, self.dtype = gguf, DTYPES[dtype]
+    `rows` is the forward shape the matrices are laid out for (the verification capacity).
+    """
 
-    def matrix(self, name: str, shape: Sequence[int]) -> torch.Tensor:
-        return self.gguf.tensor(name, shape).to(self.dtype)
+    def __init__(self, gguf: GGUFFile, dtype: str, rows: int) -> None:
+        self.gguf, self.dtype, self.rows = gguf, dtype, rows
+
+    def matrix(self, name: str, shape: Sequence[int]) -> Linear:
+        return pack(self.gguf.tensor(name, shape), self.dtype, self.rows)
+
+    def lm_head(self, dtype: str, shape: Sequence[int]) -> Linear:
+        """`output.weight` [vocab, d], or the token embedding when the output is tied to it, packed as an LM head."""
+        name = "output.weight" if self.gguf.has("output.weight") else "token_embd.weight"
+        return pack_head(self.gguf.tensor(name, shape), dtype, self.rows)
+
+    def fused(self, *matrices: tuple[str, Sequence[int]]) -> Linear:
+        """One matmul for several matrices that read the same input: their outputs side by side, in order."""
+        return pack(torch.cat([self.gguf.tensor(name, shape) for name, shape in matrices]), self.dtype, self.rows)
 
     def vector(self, name: str, shape: Sequence[int]) -> torch.Tensor:
         return self.gguf.tensor(name, shape)
@@ -106,14 +126,9 @@ class FixedShapeTrunk:
     config: TrunkConfig
 
     def __init__(self, config: TrunkConfig, options: TrunkOptions, output_norm: torch.Tensor,
-                 output: torch.Tensor, norm_eps: float, logit_softcap: float | None = None) -> None:
+                 output: Linear, norm_eps: float, logit_softcap: float | None = None) -> None:
         self.config, self.options = config, options
         self._output_norm, self._output, self._norm_eps = output_norm, output, norm_eps
-        # The LM head's layout is fixed with the shape: for one float32 row, x @ W with W stored [d, vocab]
-        # streams ~1.8x faster through MKL than x @ W.T over [vocab, d] (bench/bench_runtime.py); at more
-        # rows, or in bfloat16, the [vocab, d] layout is the faster one.
-        one_row_float32 = config.verify_capacity == 1 and output.dtype == torch.float32
-        self._output_columns = output.t().contiguous() if one_row_float32 else None
         self._logit_softcap = logit_softcap
         self._position = 0
 
@@ -171,8 +186,8 @@ class FixedShapeTrunk:
     # --- the LM head ----------------------------------------------------------
 
     @property
-    def lm_head(self) -> torch.Tensor:
-        """The output projection [vocab, d] in the matmul dtype."""
+    def lm_head(self) -> Linear:
+        """The output projection [vocab, d], packed in the matmul dtype."""
         return self._output
 
     def logits(self, final: torch.Tensor) -> torch.Tensor:
@@ -183,8 +198,7 @@ class FixedShapeTrunk:
         for begin in range(0, normed.shape[0], capacity):
             rows = normed[begin:begin + capacity]
             padded = torch.cat((rows, rows.new_zeros(capacity - rows.shape[0], rows.shape[1])))
-            projected = padded @ self._output_columns if self._output_columns is not None else linear(padded, self._output)
-            blocks.append(projected[:rows.shape[0]])
+            blocks.append(self._output(padded)[:rows.shape[0]])
         return softcap(torch.cat(blocks), self._logit_softcap)
 
     # --- for concrete trunks ------------------------------------------------

@@ -23,7 +23,8 @@ import torch
 from power.runtime.contract import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, gelu_tanh, linear, rms_norm, rope_tables
+from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, gelu_tanh, rms_norm, rope_tables
+from power.runtime.linear import pack_head
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 ARCH = "gemma3"
@@ -74,16 +75,14 @@ class Gemma3Layer:
     def __init__(self, w: Weights, p: Gemma3Params, i: int, cache_capacity: int) -> None:
         b, d = f"blk.{i}.", p.d_model
         self.attn_norm = w.vector(b + "attn_norm.weight", [d])
-        self.wq = w.matrix(b + "attn_q.weight", [p.n_heads * p.head_dim_k, d])
-        self.wk = w.matrix(b + "attn_k.weight", [p.n_kv_heads * p.head_dim_k, d])
-        self.wv = w.matrix(b + "attn_v.weight", [p.n_kv_heads * p.head_dim_v, d])
+        self.split_qkv = [p.n_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_v]
+        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
         self.q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim_k])
         self.k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim_k])
         self.wo = w.matrix(b + "attn_output.weight", [d, p.n_heads * p.head_dim_v])
         self.post_attn_norm = w.vector(b + "post_attention_norm.weight", [d])
         self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
-        self.gate = w.matrix(b + "ffn_gate.weight", [p.d_ff, d])
-        self.up = w.matrix(b + "ffn_up.weight", [p.d_ff, d])
+        self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
         self.post_ffn_norm = w.vector(b + "post_ffw_norm.weight", [d])
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim_k, p.head_dim_v)
@@ -93,24 +92,25 @@ class Gemma3Layer:
                  p: Gemma3Params) -> torch.Tensor:
         n = h.shape[0]
         x = rms_norm(h, self.attn_norm, p.eps)
-        q = rms_norm(linear(x, self.wq).view(n, p.n_heads, p.head_dim_k), self.q_norm, p.eps)
-        k = rms_norm(linear(x, self.wk).view(n, p.n_kv_heads, p.head_dim_k), self.k_norm, p.eps)
-        v = linear(x, self.wv).view(n, p.n_kv_heads, p.head_dim_v)
+        q, k, v = self.qkv(x).split(self.split_qkv, dim=-1)
+        q = rms_norm(q.view(n, p.n_heads, p.head_dim_k), self.q_norm, p.eps)
+        k = rms_norm(k.view(n, p.n_kv_heads, p.head_dim_k), self.k_norm, p.eps)
+        v = v.reshape(n, p.n_kv_heads, p.head_dim_v)
         q, k = apply_rope(q, *rope, neox=True), apply_rope(k, *rope, neox=True)
         self.cache.write(start, k, v)
         a = attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim_k))
-        h = h + rms_norm(linear(a, self.wo), self.post_attn_norm, p.eps)
-        f = gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate, self.up, self.down, gelu_tanh)
+        h = h + rms_norm(self.wo(a), self.post_attn_norm, p.eps)
+        f = gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, gelu_tanh)
         return h + rms_norm(f, self.post_ffn_norm, p.eps)
 
 
 class Gemma3Trunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = Gemma3Params.from_gguf(gguf)
-        w = Weights(gguf, options.dtype)
+        w = Weights(gguf, options.dtype, options.verify_capacity)
         capacity = options.cache_capacity
         self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
-        output = self.embedding.to(w.dtype)
+        output = pack_head(self.embedding, options.head_dtype, options.verify_capacity)  # tied
         self.layers = [Gemma3Layer(w, p, i, capacity) for i in range(p.n_layers)]
         self.local_rope = rope_tables(capacity, p.head_dim_k, LOCAL_ROPE_BASE)
         self.global_rope = rope_tables(capacity, p.head_dim_k, p.rope_base, p.rope_scale)

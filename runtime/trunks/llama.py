@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from power.runtime.contract import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, linear, rms_norm, rope_tables
+from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, rms_norm, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 NEOX_ARCHITECTURES = ("qwen2", "qwen3")
@@ -60,16 +60,14 @@ class LlamaLayer:
     def __init__(self, w: Weights, p: LlamaParams, i: int, cache_capacity: int) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.vector(b + "attn_norm.weight", [d])
-        self.wq = w.matrix(b + "attn_q.weight", [q_dim, d])
-        self.wk = w.matrix(b + "attn_k.weight", [kv_dim, d])
-        self.wv = w.matrix(b + "attn_v.weight", [kv_dim, d])
-        self.biases = [w.optional_vector(b + f"attn_{x}.bias", [n]) for x, n in (("q", q_dim), ("k", kv_dim), ("v", kv_dim))]
+        self.split_qkv = [q_dim, kv_dim, kv_dim]
+        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
+        self.biases = [w.optional_vector(b + f"attn_{x}.bias", [n]) for x, n in zip("qkv", self.split_qkv)]
         self.q_norm = w.optional_vector(b + "attn_q_norm.weight", [p.head_dim])
         self.k_norm = w.optional_vector(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
         self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
-        self.gate = w.matrix(b + "ffn_gate.weight", [p.d_ff, d])
-        self.up = w.matrix(b + "ffn_up.weight", [p.d_ff, d])
+        self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim)
 
@@ -77,34 +75,33 @@ class LlamaLayer:
                  p: LlamaParams) -> torch.Tensor:
         n, neox = h.shape[0], p.arch in NEOX_ARCHITECTURES
         x = rms_norm(h, self.attn_norm, p.eps)
-        q, k, v = (_biased(linear(x, wt), bias) for wt, bias in zip((self.wq, self.wk, self.wv), self.biases))
-        q = q.view(n, p.n_heads, p.head_dim)
-        k = k.view(n, p.n_kv_heads, p.head_dim)
-        v = v.view(n, p.n_kv_heads, p.head_dim)
+        q, k, v = (_biased(y, bias) for y, bias in zip(self.qkv(x).split(self.split_qkv, dim=-1), self.biases))
+        q = q.reshape(n, p.n_heads, p.head_dim)
+        k = k.reshape(n, p.n_kv_heads, p.head_dim)
+        v = v.reshape(n, p.n_kv_heads, p.head_dim)
         if self.q_norm is not None:
             q = rms_norm(q, self.q_norm, p.eps)
         if self.k_norm is not None:
             k = rms_norm(k, self.k_norm, p.eps)
         q, k = apply_rope(q, *rope, neox=neox), apply_rope(k, *rope, neox=neox)
         self.cache.write(start, k, v)
-        h = h + linear(attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim)), self.wo)
-        return h + gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate, self.up, self.down, F.silu)
+        h = h + self.wo(attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim)))
+        return h + gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, F.silu)
 
 
 class LlamaTrunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = LlamaParams.from_gguf(gguf)
-        w = Weights(gguf, options.dtype)
+        w = Weights(gguf, options.dtype, options.verify_capacity)
         capacity = options.cache_capacity
         self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
-        output_name = "output.weight" if gguf.has("output.weight") else "token_embd.weight"
         self.layers = [LlamaLayer(w, p, i, capacity) for i in range(p.n_layers)]
         self.rope = rope_tables(capacity, p.head_dim, p.rope_base)
         config = TrunkConfig(architecture=p.arch, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False)
-        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]),
-                         w.matrix(output_name, [p.vocab, p.d_model]), p.eps)
+        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), w.lm_head(options.head_dtype, [p.vocab, p.d_model]),
+                         p.eps)
 
     def _run(self, tokens: torch.Tensor, start: int, n_real: int,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:

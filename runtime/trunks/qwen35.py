@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from power.runtime.contract import OutsideResidentWindow, TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, linear, rms_norm, rope_tables
+from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, rms_norm, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 ARCH = "qwen35"
@@ -98,25 +98,23 @@ class RecurrentState:
 class FFN:
     def __init__(self, w: Weights, p: Qwen35Params, b: str) -> None:
         self.norm = w.vector(b + "post_attention_norm.weight", [p.d_model])
-        self.gate = w.matrix(b + "ffn_gate.weight", [p.d_ff, p.d_model])
-        self.up = w.matrix(b + "ffn_up.weight", [p.d_ff, p.d_model])
+        self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, p.d_model]), (b + "ffn_up.weight", [p.d_ff, p.d_model]))
         self.down = w.matrix(b + "ffn_down.weight", [p.d_model, p.d_ff])
 
     def __call__(self, h: torch.Tensor, eps: float) -> torch.Tensor:
-        return gated_mlp(rms_norm(h, self.norm, eps), self.gate, self.up, self.down, F.silu)
+        return gated_mlp(rms_norm(h, self.norm, eps), self.gate_up, self.down, F.silu)
 
 
 class GatedDeltaNetLayer:
     def __init__(self, w: Weights, p: Qwen35Params, i: int) -> None:
         b, d, value_dim = f"blk.{i}.", p.d_model, p.state * p.value_heads
         self.attn_norm = w.vector(b + "attn_norm.weight", [d])
-        self.w_qkv = w.matrix(b + "attn_qkv.weight", [p.conv_channels, d])
-        self.w_gate = w.matrix(b + "attn_gate.weight", [value_dim, d])
+        self.split_in = [p.conv_channels, value_dim, p.value_heads, p.value_heads]
+        self.w_in = w.fused((b + "attn_qkv.weight", [p.conv_channels, d]), (b + "attn_gate.weight", [value_dim, d]),
+                            (b + "ssm_beta.weight", [p.value_heads, d]), (b + "ssm_alpha.weight", [p.value_heads, d]))
         self.conv = w.vector(b + "ssm_conv1d.weight", [p.conv_channels, p.conv_kernel])
         self.dt_bias = w.vector(b + "ssm_dt.bias", [p.value_heads])
         self.a = w.vector(b + "ssm_a", [p.value_heads])  # -exp(A_log)
-        self.w_beta = w.matrix(b + "ssm_beta.weight", [p.value_heads, d])
-        self.w_alpha = w.matrix(b + "ssm_alpha.weight", [p.value_heads, d])
         self.norm = w.vector(b + "ssm_norm.weight", [p.state])
         self.w_out = w.matrix(b + "ssm_out.weight", [d, value_dim])
         self.ffn = FFN(w, p, b)
@@ -132,9 +130,9 @@ class GatedDeltaNetLayer:
         Also returns {rows consumed: state} for the last `keep` real rows.
         """
         x = rms_norm(h, self.attn_norm, p.eps)
-        qkv, z = linear(x, self.w_qkv), linear(x, self.w_gate)  # [m, C], [m, Hv*dv]
-        beta = torch.sigmoid(linear(x, self.w_beta))  # [m, Hv]
-        decay = self.a * F.softplus(linear(x, self.w_alpha) + self.dt_bias)  # [m, Hv], log decay <= 0
+        qkv, z, beta, alpha = self.w_in(x).split(self.split_in, dim=-1)  # [m, C], [m, Hv*dv], [m, Hv], [m, Hv]
+        beta = torch.sigmoid(beta)
+        decay = self.a * F.softplus(alpha + self.dt_bias)  # [m, Hv], log decay <= 0
         mixed, conv_states = self._conv(qkv[:n_real], state.conv, p)  # [n, C]
         q, k, v = torch.split(mixed, [p.state * p.key_heads, p.state * p.key_heads, p.state * p.value_heads], dim=-1)
         repeat = p.value_heads // p.key_heads
@@ -153,7 +151,7 @@ class GatedDeltaNetLayer:
                 snapshots[t + 1] = RecurrentState(conv_states[t], s)
         state.conv, state.delta = conv_states[n_real - 1], s
         gated = rms_norm(out, self.norm, p.eps) * F.silu(z.view(-1, p.value_heads, p.state))
-        h = h + linear(gated.reshape(h.shape[0], -1), self.w_out)
+        h = h + self.w_out(gated.reshape(h.shape[0], -1))
         return h + self.ffn(h, p.eps), snapshots
 
     def _conv(self, rows: torch.Tensor, conv_state: torch.Tensor, p: Qwen35Params) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -171,9 +169,8 @@ class GatedAttentionLayer:
     def __init__(self, w: Weights, p: Qwen35Params, i: int, cache_capacity: int) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.vector(b + "attn_norm.weight", [d])
-        self.wq = w.matrix(b + "attn_q.weight", [2 * q_dim, d])
-        self.wk = w.matrix(b + "attn_k.weight", [kv_dim, d])
-        self.wv = w.matrix(b + "attn_v.weight", [kv_dim, d])
+        self.split_qkv = [2 * q_dim, kv_dim, kv_dim]
+        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
         self.q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim])
         self.k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
@@ -184,24 +181,24 @@ class GatedAttentionLayer:
                  p: Qwen35Params) -> torch.Tensor:
         n = h.shape[0]
         x = rms_norm(h, self.attn_norm, p.eps)
-        q, gate = linear(x, self.wq).view(n, p.n_heads, 2 * p.head_dim).chunk(2, dim=-1)
+        q_gate, k, v = self.qkv(x).split(self.split_qkv, dim=-1)
+        q, gate = q_gate.reshape(n, p.n_heads, 2 * p.head_dim).chunk(2, dim=-1)
         q = rms_norm(q, self.q_norm, p.eps)
-        k = rms_norm(linear(x, self.wk).view(n, p.n_kv_heads, p.head_dim), self.k_norm, p.eps)
-        v = linear(x, self.wv).view(n, p.n_kv_heads, p.head_dim)
+        k = rms_norm(k.reshape(n, p.n_kv_heads, p.head_dim), self.k_norm, p.eps)
+        v = v.reshape(n, p.n_kv_heads, p.head_dim)
         q, k = _partial_rope(q, rope, p.rope_dims), _partial_rope(k, rope, p.rope_dims)
         self.cache.write(start, k, v)
         a = attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim))
-        h = h + linear(a * torch.sigmoid(gate.reshape(n, -1)), self.wo)
+        h = h + self.wo(a * torch.sigmoid(gate.reshape(n, -1)))
         return h + self.ffn(h, p.eps)
 
 
 class Qwen35Trunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = Qwen35Params.from_gguf(gguf)
-        w = Weights(gguf, options.dtype)
+        w = Weights(gguf, options.dtype, options.verify_capacity)
         capacity = options.cache_capacity
         self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])
-        output_name = "output.weight" if gguf.has("output.weight") else "token_embd.weight"
         self.layers = [GatedDeltaNetLayer(w, p, i) if p.is_recurrent(i) else GatedAttentionLayer(w, p, i, capacity)
                        for i in range(p.n_layers)]
         self.rope = rope_tables(capacity, p.rope_dims, p.rope_base)
@@ -210,8 +207,8 @@ class Qwen35Trunk(FixedShapeTrunk):
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
                              snapshot_rows=options.snapshot_rows, recurrent=True)
-        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]),
-                         w.matrix(output_name, [p.vocab, p.d_model]), p.eps)
+        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), w.lm_head(options.head_dtype, [p.vocab, p.d_model]),
+                         p.eps)
 
     def _initial_states(self) -> dict[int, RecurrentState]:
         return {i: layer.initial_state(self.params) for i, layer in enumerate(self.layers)

@@ -1,0 +1,30 @@
+"""The options every command that loads the runtime shares: weight dtypes and threads."""
+
+from __future__ import annotations
+
+import click
+
+from power.runtime.dtypes import WEIGHT_DTYPES
+
+
+def runtime_options(default_dtype: str):
+    """Adds --dtype, --lm-head-dtype and --threads to a command (parameters dtype, lm_head_dtype, threads)."""
+
+    def decorate(command):
+        options = [
+            click.option("--dtype", type=click.Choice(WEIGHT_DTYPES), default=default_dtype, show_default=True,
+                         help="Weight dtype of the layers' matrices: float32 (exact dequantised weights), bfloat16 "
+                              "(half the bytes; about 5x faster than float32 on AVX512-BF16 CPUs) or int8 (rows "
+                              "requantised, activations at two int8 levels; CPU only). Norms, activations and the "
+                              "cache stay float32."),
+            click.option("--lm-head-dtype", type=click.Choice(WEIGHT_DTYPES), default=None,
+                         help="Weight dtype of the LM head (default: --dtype). int8 halves the bytes of a "
+                              "bfloat16 head, the largest matrix of a small-vocabulary-heavy model such as Gemma 3 270M."),
+            click.option("--threads", type=click.IntRange(min=1), default=None,
+                         help="Torch intra-op threads (default: torch's)."),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
