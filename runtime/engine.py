@@ -10,6 +10,7 @@ timings and the receipt.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from power.orchestrator import digests, gguf_reader
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.governor import CostGovernor
 from power.runtime.governor import shared as shared_governor
-from power.runtime.errors import ArtifactError, ContextOverflow
+from power.runtime.errors import ArtifactError, ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
@@ -47,6 +48,7 @@ class EngineSettings:
     snapshot_rows: int = 0
     dtype: str = "float32"  # the layers' weight dtype (`power.runtime.dtypes.WEIGHT_DTYPES`)
     lm_head_dtype: str | None = None  # None: the same as dtype
+    device: str = "auto"  # the target's device: "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda"
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
     sampling: SamplingParams = SamplingParams()
     mode: str = "none"
@@ -82,10 +84,11 @@ class Engine:
             torch.set_num_threads(settings.threads)
         self.settings = settings
         self.target_sha256 = _verified_sha256(settings.target_path, settings.target_sha256)
+        self.device = resolve_device(settings.device)
         gguf = GGUFFile(settings.target_path)
         self.trunk = load_trunk(gguf, n_ctx=settings.n_ctx, verify_capacity=settings.verify_capacity,
                                 snapshot_rows=settings.snapshot_rows, dtype=settings.dtype,
-                                lm_head_dtype=settings.lm_head_dtype)
+                                lm_head_dtype=settings.lm_head_dtype, device=self.device)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.decoder = _StreamingDecoder(self.trunk, Sampler(settings.sampling), *_speculation(settings, self.trunk))
         self.load_s = time.perf_counter() - started
@@ -145,7 +148,7 @@ class Engine:
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
             governor_parks=stats.governor_parks,
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
-            runtime={"device": "cpu", "dtype": s.dtype, "lm_head_dtype": self.trunk.options.head_dtype, "threads": torch.get_num_threads(), "n_ctx": s.n_ctx,
+            runtime={"device": self.device, "dtype": s.dtype, "lm_head_dtype": self.trunk.options.head_dtype, "threads": torch.get_num_threads(), "n_ctx": s.n_ctx,
                      "verify_capacity": s.verify_capacity, "prefill_chunk": self.trunk.options.prefill_chunk,
                      "architecture": self.trunk.config.architecture, "torch": torch.__version__},
         )
@@ -170,6 +173,19 @@ class _StreamingDecoder(Decoder):
         if len(emitted) > self._streamed:
             self._on_tokens(emitted[self._streamed:])
             self._streamed = len(emitted)
+
+
+def resolve_device(device: str) -> str:
+    """"auto" -> "cuda" when torch sees a CUDA device, else "cpu"; an explicit CUDA device must exist (fail closed)."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    cuda = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if device != "cpu" and not cuda:
+        raise RuntimeInputError(f"device {device!r} is not supported; choose auto, cpu, cuda or cuda:N")
+    if cuda and int(cuda.group(1) or 0) >= torch.cuda.device_count():
+        raise RuntimeInputError(f"device {device!r}: this torch ({torch.__version__}) sees {torch.cuda.device_count()} "
+                                "CUDA device(s); use a CUDA build of torch on a machine with that GPU, or --device cpu")
+    return device
 
 
 def _relative_to(plan_path: Path, path: str) -> Path:

@@ -70,8 +70,9 @@ class GGUFFile:
             raise ArtifactError(f"{self.path}: tensor {name!r} is missing; a {self.architecture} model needs it")
         return self.tensors[name]
 
-    def tensor(self, name: str, shape: Sequence[int] | None = None) -> torch.Tensor:
-        """Dequantise `name` to float32 in torch order, checking it has `shape` when given."""
+    def tensor(self, name: str, shape: Sequence[int] | None = None, device: str = "cpu") -> torch.Tensor:
+        """Dequantise `name` to float32 in torch order on `device` (its packed bytes move there first, so a GPU
+        dequantises with the Triton kernels), checking it has `shape` when given."""
         info = self.info(name)
         if shape is not None and tuple(info.shape) != tuple(shape):
             raise ArtifactError(f"{self.path}: tensor {name!r} has shape {list(info.shape)}, expected {list(shape)} "
@@ -79,7 +80,7 @@ class GGUFFile:
         if info.qtype not in BLOCK_LAYOUT:
             raise ArtifactError(f"{self.path}: tensor {name!r} is {info.qtype}, which the runtime cannot dequantise "
                                 f"(supported: {', '.join(BLOCK_LAYOUT)}); requantise the model to one of them")
-        return dispatch.dequantize(info.qtype, self.raw(name), info.shape)
+        return dispatch.dequantize(info.qtype, self.raw(name).to(device), info.shape)
 
     def has(self, name: str) -> bool:
         return name in self.tensors

@@ -13,9 +13,9 @@ import torch
 
 
 class KVCache:
-    def __init__(self, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int) -> None:
-        self.k = torch.zeros(n_kv_heads, capacity, head_dim_k)  # [Hkv, T, hd_k]
-        self.v = torch.zeros(n_kv_heads, capacity, head_dim_v)  # [Hkv, T, hd_v]
+    def __init__(self, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int, device: str = "cpu") -> None:
+        self.k = torch.zeros(n_kv_heads, capacity, head_dim_k, device=device)  # [Hkv, T, hd_k]
+        self.v = torch.zeros(n_kv_heads, capacity, head_dim_v, device=device)  # [Hkv, T, hd_v]
 
     @property
     def capacity(self) -> int:

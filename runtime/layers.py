@@ -27,11 +27,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
-def rope_tables(positions: int, dim: int, base: float, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [positions, dim // 2] for rotary embeddings; `scale` divides positions (linear rope scaling)."""
+def rope_tables(positions: int, dim: int, base: float, scale: float = 1.0,
+                device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [positions, dim // 2] for rotary embeddings; `scale` divides positions (linear rope scaling).
+
+    Computed in float64 on the CPU, so every device gets the same tables."""
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # [dim/2]
     angles = torch.outer(torch.arange(positions, dtype=torch.float64) / scale, inv_freq)
-    return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
+    return angles.cos().to(device, torch.float32), angles.sin().to(device, torch.float32)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
@@ -50,12 +53,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool
 
 def causal_mask(query_positions: torch.Tensor, capacity: int, window: int | None = None) -> torch.Tensor:
     """Additive mask [n, T]: 0 where query at position p may read slot j (j <= p, and p - j < window), else -inf."""
-    slots = torch.arange(capacity)[None, :]
+    slots = torch.arange(capacity, device=query_positions.device)[None, :]
     q = query_positions[:, None]
     allowed = slots <= q
     if window is not None:
         allowed &= (q - slots) < window
-    return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+    return torch.zeros(allowed.shape, device=q.device).masked_fill(~allowed, float("-inf"))
 
 
 def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor,

@@ -105,7 +105,8 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 def draw(probs: torch.Tensor, u: float) -> int:
     """Inverse-CDF draw in token-ID order: the first token whose cumulative mass exceeds u * total."""
     cdf = torch.cumsum(probs.to(torch.float64), dim=0)
-    index = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=torch.float64), right=True))
+    index = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=torch.float64,
+                                                     device=cdf.device), right=True))
     index = min(index, probs.numel() - 1)
     while probs[index] <= 0:  # u * total landed exactly on a zero-mass boundary
         index -= 1

@@ -116,7 +116,7 @@ class SpeculativeSequence:
         self.prompt_length = len(prompt)
         if self.speculator:
             self.speculator.begin(prompt)
-            self.speculator.commit(list(prompt), out.hidden, 0)
+            self.speculator.commit(list(prompt), _for_drafters(out.hidden, len(prompt)), 0)
         return first
 
     def round(self, width: int) -> RoundResult:
@@ -147,7 +147,7 @@ class SpeculativeSequence:
         kept = [anchor, *drafts[:accepted]]
         replayed = self._discard_rejected(start, kept, checkpoint)
         if self.speculator:
-            self.speculator.commit(kept, {layer: rows[: len(kept)] for layer, rows in out.hidden.items()}, start)
+            self.speculator.commit(kept, _for_drafters(out.hidden, len(kept)), start)
         self._after(Step.COMMIT)
 
         emitted = [*drafts[:accepted], last]
@@ -179,11 +179,11 @@ class SpeculativeSequence:
         self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None, first_position: int
     ) -> tuple[int, int]:
         target = torch.stack([self.sampler.probs(row) for row in logits])
-        draft = probs.to(target) if probs is not None else _one_hot(drafts, target.shape[-1])
+        draft = (probs if probs is not None else _one_hot(drafts, target.shape[-1])).to(target)
         seed = self.sampler.params.seed
         uniforms = torch.tensor(
             [[uniform(seed, first_position + row, lane) for lane in Lane] for row in range(len(drafts) + 1)],
-            dtype=torch.float64,
+            dtype=torch.float64, device=target.device,
         )
         accepted, last = dispatch.rejection_step(target, draft.contiguous(), _ids(drafts, target.device), uniforms)
         return int(accepted), int(last)
@@ -222,6 +222,11 @@ class SpeculativeSequence:
             raise Cancelled(step)
         if self.observer:
             self.observer(step)
+
+
+def _for_drafters(hidden: dict[int, torch.Tensor], rows: int) -> dict[int, torch.Tensor]:
+    """The first `rows` hidden rows of each tap, on the CPU where the drafters run (a no-op for a CPU trunk)."""
+    return {layer: tapped[:rows].cpu() for layer, tapped in hidden.items()}
 
 
 def _ids(tokens: list[int], device: torch.device) -> torch.Tensor:

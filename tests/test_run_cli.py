@@ -10,6 +10,7 @@ import struct
 import gguf
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from gguf_helpers import fixtures
 from plan_helpers import compiled, write_manifest, write_profile
@@ -99,6 +100,8 @@ def _gguf(path, architecture: str, tensors: dict[str, np.ndarray], metadata: dic
     ("shape", "tensor 'blk.0.attn_norm.weight' has shape [4], expected [8]"),
     ("context", "the prompt is"),
     ("usage", "give exactly one of PLAN or --gguf"),
+    ("no such device", "CUDA device(s); use a CUDA build of torch on a machine with that GPU, or --device cpu"),
+    ("unknown device", "device 'tpu' is not supported; choose auto, cpu, cuda or cuda:N"),
 ])
 def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, needle):
     if case == "architecture":
@@ -112,6 +115,10 @@ def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, 
         args = ["--gguf", _gguf(tmp_path / "l.gguf", "llama", tensors, meta)]
     elif case == "context":
         args = ["--gguf", dense(), "--ctx", "4"]
+    elif case == "no such device":  # one past the last CUDA device torch sees, on any machine
+        args = ["--gguf", dense(), "--device", f"cuda:{torch.cuda.device_count()}"]
+    elif case == "unknown device":
+        args = ["--gguf", dense(), "--device", "tpu"]
     else:
         args = []
     result = run(*args, "--prompt", "The quick brown fox jumps over the lazy dog", "--max-tokens", "3")
@@ -120,16 +127,20 @@ def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, 
     assert result.stdout == ""
 
 
-def test_a_speculative_plan_runs_in_its_mode_and_emits_the_plain_greedy_stream(tmp_path):
+@pytest.mark.parametrize("dtype,lm_head_dtype", [("float32", None), ("bfloat16", "int8"), ("int8", None)])
+def test_a_speculative_plan_runs_in_its_mode_and_emits_the_plain_greedy_stream(tmp_path, dtype, lm_head_dtype):
     manifest = write_manifest(tmp_path, "dense-target", drafters=[{"kind": "ngram"}])
     profile = write_profile(tmp_path, "ngram", k=3, s=3, runtime={"ctx": 256, "verify_capacity": 4})
     plan, findings = compiled(manifest, profile)
     assert plan is not None, findings
     save_plan(plan, tmp_path / "plan.json")
     prompt = "Hello world! Hello world! Hello world! Hello world!"
-    speculative = run(str(tmp_path / "plan.json"), "--prompt", prompt, "--max-tokens", "12", "--json")
-    plain = run("--gguf", dense(), "--verify-capacity", "4", "--ctx", "256", "--prompt", prompt, "--max-tokens", "12", "--json")
+    weights = ["--dtype", dtype, *(["--lm-head-dtype", lm_head_dtype] if lm_head_dtype else [])]
+    speculative = run(str(tmp_path / "plan.json"), "--prompt", prompt, "--max-tokens", "12", "--json", *weights)
+    plain = run("--gguf", dense(), "--verify-capacity", "4", "--ctx", "256", "--prompt", prompt, "--max-tokens", "12",
+                "--json", *weights)
     assert speculative.exit_code == plain.exit_code == 0, speculative.output + plain.output
     spec, base = json.loads(speculative.stdout), json.loads(plain.stdout)
     assert spec["mode"] == "ngram" and spec["rounds"] >= 1
+    assert spec["runtime"] | {"device": "cpu", "dtype": dtype, "lm_head_dtype": lm_head_dtype or dtype} == spec["runtime"]
     assert spec["token_ids"] == base["token_ids"]  # greedy speculation is exact at the fixed shape

@@ -145,3 +145,19 @@ def test_a_forward_past_the_context_is_refused_with_the_limit():
     assert model.position == 62
     with pytest.raises(ValueError, match="1..4 rows"):
         model.forward([1] * 5)
+
+
+@pytest.mark.parametrize("name", ["dense-target", "hybrid-target", "gemma"])
+def test_every_tensor_a_trunk_makes_lives_on_its_device(name):
+    """On the meta device every op checks placement without computing: a tensor left on the CPU would raise here."""
+    path = gemma() if name == "gemma" else fixtures()[name]
+    model = load_trunk(path, n_ctx=32, verify_capacity=CAPACITY, snapshot_rows=S, dtype="bfloat16", device="meta")
+    prefix, rows = tokens_for(name)
+    model.prefill(prefix, taps=(1,))
+    start = model.checkpoint()
+    out = model.forward(rows[:3], taps=(1,))
+    model.rewind(model.position - 1)
+    model.restore(start)
+    assert out.logits.device.type == out.hidden[1].device.type == "meta"
+    assert out.logits.shape == (3, model.config.vocab_size)
+

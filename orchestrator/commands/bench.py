@@ -29,7 +29,8 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @runtime_options(default_dtype="bfloat16")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens: int, output: Path | None,
-          report: Path | None, dtype: str, lm_head_dtype: str | None, threads: int | None, as_json: bool) -> None:
+          report: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
+          as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
@@ -64,8 +65,8 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         configs = []
         for label, path, resolved in plans:
             click.echo(f"loading {label}: {path} (mode {resolved.mode.resolved})", err=True)
-            engine = Engine(EngineSettings.from_plan(resolved, path, dtype=dtype, lm_head_dtype=lm_head_dtype,
-                                                           threads=threads))
+            engine = Engine(EngineSettings.from_plan(resolved, path, device=device, dtype=dtype,
+                                                           lm_head_dtype=lm_head_dtype, threads=threads))
             configs.append(harness.BenchConfig(label, path, resolved, engine))
         measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
     except (PlanError, RuntimeInputError) as err:

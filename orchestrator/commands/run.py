@@ -26,8 +26,9 @@ from power.orchestrator.commands.runtime_options import runtime_options
               help="Also write the receipt JSON to this file (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) instead of streaming.")
 def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx: int | None,
-        verify_capacity: int | None, dtype: str, lm_head_dtype: str | None, threads: int | None, receipt_path: Path | None, as_json: bool) -> None:
-    """Generate on the CPU with the Power runtime; stream the text, then report the receipt.
+        verify_capacity: int | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
+        receipt_path: Path | None, as_json: bool) -> None:
+    """Generate with the Power runtime (on a GPU when torch sees one); stream the text, then report the receipt.
 
     Give a resolved PLAN (from `power plan`: its mode, drafters, K/S, shapes and
     sampling apply), or `--gguf FILE` for a direct plain run of a model. Exit
@@ -51,7 +52,8 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx:
         sys.stdout.flush()
 
     try:
-        engine = _engine(plan, gguf, ctx, verify_capacity, dict(dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads))
+        runtime = {"device": device, "dtype": dtype, "lm_head_dtype": lm_head_dtype, "threads": threads}
+        engine = _engine(plan, gguf, ctx, verify_capacity, runtime)
         receipt = engine.generate(prompt, max_tokens, None if as_json else stream)
     except (PlanError, RuntimeInputError) as err:
         _fail(f"{err}{' (the text above is incomplete)' if streamed else ''}")

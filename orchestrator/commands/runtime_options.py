@@ -1,4 +1,4 @@
-"""The options every command that loads the runtime shares: weight dtypes and threads."""
+"""The options every command that loads the runtime shares: device, weight dtypes and threads."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from power.runtime.dtypes import WEIGHT_DTYPES
 
 
 def runtime_options(default_dtype: str):
-    """Adds --dtype, --lm-head-dtype and --threads to a command (parameters dtype, lm_head_dtype, threads)."""
+    """Adds --device, --dtype, --lm-head-dtype and --threads (parameters device, dtype, lm_head_dtype, threads)."""
 
     def decorate(command):
         options = [
+            click.option("--device", default="auto", show_default=True,
+                         help="Where the target runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda "
+                              "or cuda:N. An unavailable device is an error, never a silent CPU run."),
             click.option("--dtype", type=click.Choice(WEIGHT_DTYPES), default=default_dtype, show_default=True,
                          help="Weight dtype of the layers' matrices: float32 (exact dequantised weights), bfloat16 "
                               "(half the bytes; about 5x faster than float32 on AVX512-BF16 CPUs) or int8 (rows "

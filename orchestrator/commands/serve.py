@@ -20,8 +20,8 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds a request may take from arrival to its last token (queue wait included) before it is cancelled.")
 @runtime_options(default_dtype="bfloat16")
-def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, dtype: str, lm_head_dtype: str | None,
-          threads: int | None) -> None:
+def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, device: str, dtype: str,
+          lm_head_dtype: str | None, threads: int | None) -> None:
     """Serve a resolved PLAN: POST /v1/completions (streaming SSE or not), GET /health, GET /metrics.
 
     /health answers 503 until the plan's model is loaded, then 200. Exit codes:
@@ -38,7 +38,8 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
         resolved = load_plan(plan)
     except PlanError as err:
         _fail(str(err))
-    settings = EngineSettings.from_plan(resolved, plan, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
+    settings = EngineSettings.from_plan(resolved, plan, device=device, dtype=dtype, lm_head_dtype=lm_head_dtype,
+                                        threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
 

@@ -24,7 +24,7 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 
 
 def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int, snapshot_rows: int = 0,
-               dtype: str = "float32", lm_head_dtype: str | None = None,
+               dtype: str = "float32", lm_head_dtype: str | None = None, device: str = "cpu",
                prefill_chunk: int | None = None) -> FixedShapeTrunk:
     """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) at the given fixed shapes."""
     gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
@@ -34,7 +34,7 @@ def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int,
                             f"(implemented: {', '.join(sorted(ARCHITECTURES))}); use a plan whose target is one of "
                             "these, or render the plan for llama-server instead")
     options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows, dtype=dtype,
-                           lm_head_dtype=lm_head_dtype,
+                           lm_head_dtype=lm_head_dtype, device=device,
                            **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))
     module_name, class_name = ARCHITECTURES[architecture]
     module = importlib.import_module(f"power.runtime.trunks.{module_name}")

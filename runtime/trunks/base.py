@@ -41,6 +41,7 @@ class TrunkOptions:
     dtype: str = "float32"
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
     lm_head_dtype: str | None = None  # None: the same as `dtype`
+    device: str = "cpu"  # where weights, caches and activations live ("cpu", "cuda", "cuda:1", ...)
 
     def __post_init__(self) -> None:
         for dtype in (self.dtype, self.head_dtype):
@@ -98,23 +99,27 @@ class Weights:
     `rows` is the forward shape the matrices are laid out for (the verification capacity).
     """
 
-    def __init__(self, gguf: GGUFFile, dtype: str, rows: int) -> None:
-        self.gguf, self.dtype, self.rows = gguf, dtype, rows
+    def __init__(self, gguf: GGUFFile, dtype: str, rows: int, device: str = "cpu") -> None:
+        self.gguf, self.dtype, self.rows, self.device = gguf, dtype, rows, device
 
     def matrix(self, name: str, shape: Sequence[int]) -> Linear:
-        return pack(self.gguf.tensor(name, shape), self.dtype, self.rows)
+        return pack(self.tensor(name, shape), self.dtype, self.rows)
 
     def lm_head(self, dtype: str, shape: Sequence[int]) -> Linear:
         """`output.weight` [vocab, d], or the token embedding when the output is tied to it, packed as an LM head."""
         name = "output.weight" if self.gguf.has("output.weight") else "token_embd.weight"
-        return pack_head(self.gguf.tensor(name, shape), dtype, self.rows)
+        return pack_head(self.tensor(name, shape), dtype, self.rows)
 
     def fused(self, *matrices: tuple[str, Sequence[int]]) -> Linear:
         """One matmul for several matrices that read the same input: their outputs side by side, in order."""
-        return pack(torch.cat([self.gguf.tensor(name, shape) for name, shape in matrices]), self.dtype, self.rows)
+        return pack(torch.cat([self.tensor(name, shape) for name, shape in matrices]), self.dtype, self.rows)
+
+    def tensor(self, name: str, shape: Sequence[int]) -> torch.Tensor:
+        """A float32 tensor on the trunk's device (embeddings, vectors, and matrices before packing)."""
+        return self.gguf.tensor(name, shape, self.device)
 
     def vector(self, name: str, shape: Sequence[int]) -> torch.Tensor:
-        return self.gguf.tensor(name, shape)
+        return self.tensor(name, shape)
 
     def optional_vector(self, name: str, shape: Sequence[int]) -> torch.Tensor | None:
         return self.vector(name, shape) if self.gguf.has(name) else None
@@ -227,7 +232,10 @@ class FixedShapeTrunk:
             raise ContextOverflow(f"{self._position + n} positions do not fit the context of {self.config.n_ctx} "
                                   f"({self._position} in the cache + {n} new); raise the plan's ctx or shorten the prompt")
 
-    @staticmethod
-    def _padded(tokens: Sequence[int], rows: int) -> torch.Tensor:
-        return torch.tensor(list(tokens) + [PAD_TOKEN] * (rows - len(tokens)), dtype=torch.long)
+    def _padded(self, tokens: Sequence[int], rows: int) -> torch.Tensor:
+        return torch.tensor(list(tokens) + [PAD_TOKEN] * (rows - len(tokens)), dtype=torch.long,
+                            device=self.options.device)
+
+    def _positions(self, start: int, rows: int) -> torch.Tensor:
+        return torch.arange(start, start + rows, device=self.options.device)
 

@@ -85,7 +85,7 @@ class Gemma3Layer:
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
         self.post_ffn_norm = w.vector(b + "post_ffw_norm.weight", [d])
-        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim_k, p.head_dim_v)
+        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim_k, p.head_dim_v, w.device)
         self.is_global = p.is_global(i)
 
     def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
@@ -107,13 +107,13 @@ class Gemma3Layer:
 class Gemma3Trunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = Gemma3Params.from_gguf(gguf)
-        w = Weights(gguf, options.dtype, options.verify_capacity)
+        w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
         capacity = options.cache_capacity
-        self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
+        self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
         output = pack_head(self.embedding, options.head_dtype, options.verify_capacity)  # tied
         self.layers = [Gemma3Layer(w, p, i, capacity) for i in range(p.n_layers)]
-        self.local_rope = rope_tables(capacity, p.head_dim_k, LOCAL_ROPE_BASE)
-        self.global_rope = rope_tables(capacity, p.head_dim_k, p.rope_base, p.rope_scale)
+        self.local_rope = rope_tables(capacity, p.head_dim_k, LOCAL_ROPE_BASE, device=options.device)
+        self.global_rope = rope_tables(capacity, p.head_dim_k, p.rope_base, p.rope_scale, options.device)
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False)
@@ -123,7 +123,7 @@ class Gemma3Trunk(FixedShapeTrunk):
     def _run(self, tokens: torch.Tensor, start: int, n_real: int,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p = self.params
-        positions = torch.arange(start, start + tokens.shape[0])
+        positions = self._positions(start, tokens.shape[0])
         capacity = self.layers[0].cache.capacity
         global_mask = causal_mask(positions, capacity)
         local_mask = causal_mask(positions, capacity, p.window)

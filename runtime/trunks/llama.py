@@ -69,7 +69,7 @@ class LlamaLayer:
         self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
-        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim)
+        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
 
     def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
                  p: LlamaParams) -> torch.Tensor:
@@ -92,20 +92,20 @@ class LlamaLayer:
 class LlamaTrunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = LlamaParams.from_gguf(gguf)
-        w = Weights(gguf, options.dtype, options.verify_capacity)
+        w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
         capacity = options.cache_capacity
-        self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
+        self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
         self.layers = [LlamaLayer(w, p, i, capacity) for i in range(p.n_layers)]
-        self.rope = rope_tables(capacity, p.head_dim, p.rope_base)
+        self.rope = rope_tables(capacity, p.head_dim, p.rope_base, device=options.device)
         config = TrunkConfig(architecture=p.arch, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False)
-        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), w.lm_head(options.head_dtype, [p.vocab, p.d_model]),
-                         p.eps)
+        output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
+        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), output, p.eps)
 
     def _run(self, tokens: torch.Tensor, start: int, n_real: int,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        positions = torch.arange(start, start + tokens.shape[0])
+        positions = self._positions(start, tokens.shape[0])
         mask = causal_mask(positions, self.layers[0].cache.capacity)
         rope = tuple(t[positions] for t in self.rope)
         h = self.embedding[tokens]  # [m, d]

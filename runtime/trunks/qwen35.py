@@ -119,9 +119,9 @@ class GatedDeltaNetLayer:
         self.w_out = w.matrix(b + "ssm_out.weight", [d, value_dim])
         self.ffn = FFN(w, p, b)
 
-    def initial_state(self, p: Qwen35Params) -> RecurrentState:
-        return RecurrentState(torch.zeros(p.conv_channels, p.conv_kernel - 1),
-                              torch.zeros(p.value_heads, p.state, p.state))
+    def initial_state(self, p: Qwen35Params, device: str) -> RecurrentState:
+        return RecurrentState(torch.zeros(p.conv_channels, p.conv_kernel - 1, device=device),
+                              torch.zeros(p.value_heads, p.state, p.state, device=device))
 
     def __call__(self, h: torch.Tensor, n_real: int, state: RecurrentState, p: Qwen35Params,
                  keep: int) -> tuple[torch.Tensor, dict[int, RecurrentState]]:
@@ -139,7 +139,7 @@ class GatedDeltaNetLayer:
         q = _l2norm(q.view(n_real, p.key_heads, p.state)).repeat_interleave(repeat, dim=1) / math.sqrt(p.state)
         k = _l2norm(k.view(n_real, p.key_heads, p.state)).repeat_interleave(repeat, dim=1)
         v = v.view(n_real, p.value_heads, p.state)
-        out = torch.zeros(h.shape[0], p.value_heads, p.state)
+        out = h.new_zeros(h.shape[0], p.value_heads, p.state)
         snapshots = {}
         s = state.delta
         for t in range(n_real):  # the recurrence, one row at a time: [Hv, dk, dv]
@@ -158,7 +158,7 @@ class GatedDeltaNetLayer:
         """Causal depthwise conv + silu over rows [n, C]; also the conv state after each row."""
         window = torch.cat((conv_state, rows.T), dim=1)  # [C, K-1+n]
         n, kernel = rows.shape[0], p.conv_kernel
-        out = torch.zeros(rows.shape)
+        out = torch.zeros_like(rows)
         for tap in range(kernel):  # elementwise per tap: every row summed in the same order
             out = out + (self.conv[:, tap:tap + 1] * window[:, tap:tap + n]).T
         states = [window[:, t + 1:t + kernel].clone() for t in range(n)]
@@ -175,7 +175,7 @@ class GatedAttentionLayer:
         self.k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
         self.ffn = FFN(w, p, b)
-        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim)
+        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
 
     def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
                  p: Qwen35Params) -> torch.Tensor:
@@ -196,28 +196,28 @@ class GatedAttentionLayer:
 class Qwen35Trunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = Qwen35Params.from_gguf(gguf)
-        w = Weights(gguf, options.dtype, options.verify_capacity)
+        w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
         capacity = options.cache_capacity
-        self.embedding = gguf.tensor("token_embd.weight", [p.vocab, p.d_model])
+        self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])
         self.layers = [GatedDeltaNetLayer(w, p, i) if p.is_recurrent(i) else GatedAttentionLayer(w, p, i, capacity)
                        for i in range(p.n_layers)]
-        self.rope = rope_tables(capacity, p.rope_dims, p.rope_base)
-        self.states = self._initial_states()
+        self.rope = rope_tables(capacity, p.rope_dims, p.rope_base, device=options.device)
         self.snapshots: dict[int, list[RecurrentState]] = {}  # committed length -> every recurrent layer's state
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
                              snapshot_rows=options.snapshot_rows, recurrent=True)
-        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), w.lm_head(options.head_dtype, [p.vocab, p.d_model]),
-                         p.eps)
+        output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
+        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), output, p.eps)
+        self.states = self._initial_states()
 
     def _initial_states(self) -> dict[int, RecurrentState]:
-        return {i: layer.initial_state(self.params) for i, layer in enumerate(self.layers)
+        return {i: layer.initial_state(self.params, self.options.device) for i, layer in enumerate(self.layers)
                 if isinstance(layer, GatedDeltaNetLayer)}
 
     def _run(self, tokens: torch.Tensor, start: int, n_real: int,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
-        positions = torch.arange(start, start + tokens.shape[0])
+        positions = self._positions(start, tokens.shape[0])
         attention_layer = next(layer for layer in self.layers if isinstance(layer, GatedAttentionLayer))
         mask = causal_mask(positions, attention_layer.cache.capacity)
         rope = tuple(t[positions] for t in self.rope)
@@ -266,7 +266,6 @@ class Qwen35Trunk(FixedShapeTrunk):
         self.snapshots = {}
 
     def _reset_state(self) -> None:
-        self.states = self._initial_states()
         self.snapshots = {}
 
 
