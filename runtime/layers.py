@@ -23,8 +23,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """[..., d] -> [..., d]: x / sqrt(mean(x^2) + eps) * weight (llama.cpp `ggml_rms_norm` then `ggml_mul`)."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    """[..., d] -> [..., d]: x / sqrt(mean(x^2) + eps) * weight (llama.cpp `ggml_rms_norm` then `ggml_mul`).
+
+    `weight` is [d], or [..., d] broadcasting over x (e.g. one row per head)."""
+    if weight.dim() == 1:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return F.rms_norm(x, x.shape[-1:], eps=eps) * weight
 
 
 def rope_tables(positions: int, dim: int, base: float, scale: float = 1.0,

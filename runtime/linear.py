@@ -20,7 +20,9 @@ runs at most often (its verification capacity); it only guides the packed layout
 Every variant keeps a row's result independent of the other rows in the call:
 no reduction crosses rows, and int8 scales are per row. The trunks' fixed shapes
 do the rest, so greedy speculation stays bit-identical to plain decoding in every
-dtype.
+dtype. int8 goes further: a row's result does not depend on how many rows the
+call has either (`row_count_invariant`), so an int8 LM head runs on the real
+rows alone instead of a padded block.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Linear:
     """A packed weight: call it on float32 rows; `nbytes` is what one call reads from memory."""
 
     shape: tuple[int, int]  # [out, in]
+    row_count_invariant = False  # True: a row's result is the same bits whatever the number of rows in the call
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -82,6 +85,7 @@ class BFloat16Linear(Linear):
 
 
 class Int8Linear(Linear):
+    row_count_invariant = True  # integer sums are exact in any order; every scale is per row or per output
     def __init__(self, weight: torch.Tensor, rows: int, levels: int = 2) -> None:
         if not _onednn_cpu(weight):
             raise RuntimeInputError("int8 weights run on the CPU through oneDNN, which this torch lacks here; "

@@ -54,6 +54,17 @@ def test_each_dtype_stays_within_its_error_relative_to_the_exact_product(make, b
     assert error < bound
 
 
+@pytest.mark.parametrize("make", [lambda w: pack(w, "int8", ROWS), lambda w: pack_head(w, "int8", ROWS)],
+                         ids=["int8", "int8-head"])
+def test_int8_rows_are_the_same_bits_at_any_row_count(make):
+    linear = make(weights())
+    x = activations(17, seed=5)
+    full = linear(x)
+    assert linear.row_count_invariant
+    for rows in range(1, 17):
+        assert torch.equal(linear(x[:rows]), full[:rows]), f"{rows} rows differ from the same rows among 17"
+
+
 def test_int8_is_integer_products_of_the_requantised_rows_and_two_activation_levels():
     w, x = weights(), activations(ROWS, seed=3)
     w_scale = w.abs().amax(dim=1) / 127

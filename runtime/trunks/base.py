@@ -7,7 +7,9 @@ class owns the shapes:
 
 - `forward` pads its 1..verify_capacity rows to exactly `verify_capacity`;
 - `prefill` runs the prompt in chunks of exactly `prefill_chunk` rows;
-- the LM head always runs on blocks of exactly `verify_capacity` rows.
+- the LM head always runs on blocks of exactly `verify_capacity` rows, unless
+  its packing computes a row the same way at any row count (int8's exact
+  integer products), when it runs on the real rows alone.
 
 So a row's logits never depend on how many real rows ran beside it, and a
 prompt's logits are the same whoever prefills it.
@@ -196,9 +198,12 @@ class FixedShapeTrunk:
         return self._output
 
     def logits(self, final: torch.Tensor) -> torch.Tensor:
-        """final residual rows [m, d] -> logits [m, vocab], the head run on blocks of exactly verify_capacity rows."""
+        """final residual rows [m, d] -> logits [m, vocab], the head run on blocks of exactly verify_capacity rows
+        (or on the m rows alone when its rows are the same at any row count, as an int8 head's are)."""
         capacity = self.config.verify_capacity
         normed = rms_norm(final, self._output_norm, self._norm_eps)
+        if self._output.row_count_invariant:
+            return softcap(self._output(normed), self._logit_softcap)
         blocks = []
         for begin in range(0, normed.shape[0], capacity):
             rows = normed[begin:begin + capacity]

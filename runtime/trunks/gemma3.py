@@ -77,8 +77,9 @@ class Gemma3Layer:
         self.attn_norm = w.vector(b + "attn_norm.weight", [d])
         self.split_qkv = [p.n_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_v]
         self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
-        self.q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim_k])
-        self.k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim_k])
+        q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim_k])
+        k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim_k])
+        self.qk_norm = torch.stack([q_norm] * p.n_heads + [k_norm] * p.n_kv_heads)  # [H + Hkv, hd]: one norm, one rope
         self.wo = w.matrix(b + "attn_output.weight", [d, p.n_heads * p.head_dim_v])
         self.post_attn_norm = w.vector(b + "post_attention_norm.weight", [d])
         self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
@@ -92,11 +93,10 @@ class Gemma3Layer:
                  p: Gemma3Params) -> torch.Tensor:
         n = h.shape[0]
         x = rms_norm(h, self.attn_norm, p.eps)
-        q, k, v = self.qkv(x).split(self.split_qkv, dim=-1)
-        q = rms_norm(q.view(n, p.n_heads, p.head_dim_k), self.q_norm, p.eps)
-        k = rms_norm(k.view(n, p.n_kv_heads, p.head_dim_k), self.k_norm, p.eps)
+        qk, v = self.qkv(x).split([self.split_qkv[0] + self.split_qkv[1], self.split_qkv[2]], dim=-1)
+        qk = apply_rope(rms_norm(qk.reshape(n, -1, p.head_dim_k), self.qk_norm, p.eps), *rope, neox=True)
+        q, k = qk.split([p.n_heads, p.n_kv_heads], dim=1)  # [n, H, hd], [n, Hkv, hd]
         v = v.reshape(n, p.n_kv_heads, p.head_dim_v)
-        q, k = apply_rope(q, *rope, neox=True), apply_rope(k, *rope, neox=True)
         self.cache.write(start, k, v)
         a = attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim_k))
         h = h + rms_norm(self.wo(a), self.post_attn_norm, p.eps)

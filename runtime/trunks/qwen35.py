@@ -266,6 +266,7 @@ class Qwen35Trunk(FixedShapeTrunk):
         self.snapshots = {}
 
     def _reset_state(self) -> None:
+        self.states = self._initial_states()
         self.snapshots = {}
 
 
