@@ -42,6 +42,18 @@ def test_json_receipt_carries_the_stream_its_digest_and_zero_speculation_counter
     assert receipt["stop_reason"] in ("length", "stop")
 
 
+def test_a_stop_string_ends_the_run_before_it_and_the_receipt_says_stop():
+    full = json.loads(run("--gguf", dense(), "--prompt", "Hello world", "--max-tokens", "12", "--json").stdout)
+    stop = full["text"][len(full["text"]) // 2:][:3]
+    assert stop.strip(), full["text"]
+    result = run("--gguf", dense(), "--prompt", "Hello world", "--max-tokens", "12", "--stop", stop)
+    as_json = json.loads(run("--gguf", dense(), "--prompt", "Hello world", "--max-tokens", "12", "--stop", stop,
+                             "--json").stdout)
+    assert result.exit_code == 0, result.output
+    assert as_json["stop_reason"] == "stop" and as_json["text"] == full["text"][:full["text"].index(stop)]
+    assert result.stdout == as_json["text"] + "\n"
+
+
 def test_streamed_text_is_the_receipts_text():
     streamed = run("--gguf", dense(), "--prompt", "Hello world", "--max-tokens", "8")
     as_json = run("--gguf", dense(), "--prompt", "Hello world", "--max-tokens", "8", "--json")

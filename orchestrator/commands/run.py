@@ -17,6 +17,9 @@ from power.orchestrator.commands.runtime_options import runtime_options
               help="Run this GGUF directly, without a plan: plain greedy decoding (for quick checks and tests).")
 @click.option("--prompt", required=True, help="The prompt text (BOS is added when the model's header asks for it).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--stop", "stops", multiple=True,
+              help="End the generation at this text (repeatable); the text and receipt end before it, the receipt "
+                   "says `stop`.")
 @click.option("--ctx", type=click.IntRange(min=2), default=None,
               help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
 @click.option("--verify-capacity", type=click.IntRange(min=1), default=None,
@@ -25,7 +28,7 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
               help="Also write the receipt JSON to this file (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) instead of streaming.")
-def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx: int | None,
+def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stops: tuple[str, ...], ctx: int | None,
         verify_capacity: int | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
         receipt_path: Path | None, as_json: bool) -> None:
     """Generate with the Power runtime (on a GPU when torch sees one); stream the text, then report the receipt.
@@ -54,7 +57,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, ctx:
     try:
         runtime = {"device": device, "dtype": dtype, "lm_head_dtype": lm_head_dtype, "threads": threads}
         engine = _engine(plan, gguf, ctx, verify_capacity, runtime)
-        receipt = engine.generate(prompt, max_tokens, None if as_json else stream)
+        receipt = engine.generate(prompt, max_tokens, None if as_json else stream, stop=stops)
     except (PlanError, RuntimeInputError) as err:
         _fail(f"{err}{' (the text above is incomplete)' if streamed else ''}")
     if receipt_path is not None:
