@@ -30,7 +30,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from power.runtime.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import RuntimeInputError
 
 INT8_MAX = 127
@@ -86,10 +85,12 @@ class BFloat16Linear(Linear):
 
 class Int8Linear(Linear):
     row_count_invariant = True  # integer sums are exact in any order; every scale is per row or per output
+
     def __init__(self, weight: torch.Tensor, rows: int, levels: int = 2) -> None:
         if not _onednn_cpu(weight):
-            raise RuntimeInputError("int8 weights run on the CPU through oneDNN, which this torch lacks here; "
-                                    "use dtype bfloat16 (or float32) instead")
+            raise RuntimeInputError(f"int8 weights run on the CPU through oneDNN; this one is on {weight.device} "
+                                    f"(oneDNN available: {torch.backends.mkldnn.is_available()}): use dtype bfloat16 "
+                                    "(or float32) there instead")
         self.shape = tuple(weight.shape)
         self._scale = (weight.abs().amax(dim=1) / INT8_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [out]
         quantised = torch.round(weight / self._scale[:, None]).to(torch.int8)  # [out, in]
@@ -123,7 +124,7 @@ KINDS: dict[str, type[Linear]] = {"float32": Float32Linear, "bfloat16": BFloat16
 
 
 def pack(weight: torch.Tensor, dtype: str, rows: int) -> Linear:
-    """weight [out, in] float32 -> a `Linear` in `dtype` (one of `WEIGHT_DTYPES`), laid out for calls of about `rows` rows."""
+    """weight [out, in] float32 -> a `Linear` in `dtype` (a key of KINDS), laid out for calls of about `rows` rows."""
     return KINDS[dtype](weight, rows)
 
 

@@ -23,10 +23,10 @@ from typing import Any, Sequence
 import torch
 
 from power.runtime.contract import ForwardOut, TrunkConfig
+from power.runtime.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm, softcap
-from power.runtime.dtypes import WEIGHT_DTYPES
 from power.runtime.linear import Linear, pack, pack_head
 
 PAD_TOKEN = 0
