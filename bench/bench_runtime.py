@@ -128,6 +128,8 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--decode-tokens", type=int, default=32)
+    parser.add_argument("--ctx", type=int, default=4096,
+                        help="every engine's context (the bundled profiles' 4096; at least prompt + decode tokens)")
     parser.add_argument("--repeats", type=int, default=3, help="prefills per engine (the median is reported)")
     parser.add_argument("--slice", type=int, default=4, help="decode steps per engine per turn")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -143,7 +145,7 @@ def main() -> None:
     tokenizer = Tokenizer.from_gguf(gguf)
     text = PROMPT * (1 + args.prompt_tokens // len(tokenizer.encode(PROMPT)))
     prompt = tokenizer.encode(text)[: args.prompt_tokens]
-    n_ctx = len(prompt) + args.decode_tokens + 8
+    n_ctx = max(args.ctx, len(prompt) + args.decode_tokens + 8)
 
     engines = []
     try:
@@ -165,7 +167,7 @@ def main() -> None:
 
 def _report(results: dict[str, dict], args) -> None:
     reference = results.get(LlamaCppEngine.name)
-    print(f"{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, "
+    print(f"{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
           f"{args.threads} threads, torch {torch.__version__}, interleaved")
     print(f"{'engine':<24}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}  greedy agrees")
     for name, r in results.items():

@@ -1,21 +1,63 @@
-"""The fixed-capacity key/value cache of one attention layer.
+"""The fixed-capacity key/value cache of one attention layer, and exact block-wise attention over it.
 
-Slots are positions: position p lives in slot p. Attention always reads every
-slot under a mask (see `layers.attention`), so rewinding is only a matter of the
-trunk's position counter: slots past it are masked now and overwritten later.
-Capacity is the context plus the largest forward shape, so the padding rows of a
-forward that ends at the context limit still have somewhere to land.
+Slots are positions: position p lives in slot p. Rewinding is only a matter of
+the trunk's position counter: slots past it are masked now and overwritten
+later. Capacity is the context plus the largest forward shape (so the padding
+rows of a forward that ends at the context limit still have somewhere to land),
+rounded up to whole blocks of ATTENTION_BLOCK slots.
+
+Attention visits only the blocks that hold a slot some row of the forward may
+read, so its cost follows the filled part of the cache (and a local layer's
+window), not the capacity. Skipping a block changes no bit of any row's
+result (see `KVCache.attend`), so a row's arithmetic still never depends on
+which forward it ran in: alone, among others, or after a rewind.
+
+Shapes: n = rows in the forward, H / Hkv = query / key-value heads, G = H / Hkv,
+hd = head width, T = cache capacity in slots, B = ATTENTION_BLOCK.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
+
+ATTENTION_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class CacheMask:
+    """What the rows of one forward may read, for `KVCache.attend`.
+
+    additive: [G*n, T], 0 where a row may read a slot and -inf elsewhere, its n
+        rows repeated for each of the G query heads that share a KV head;
+    blocks: the blocks of ATTENTION_BLOCK slots that hold a slot some row may read.
+    """
+
+    additive: torch.Tensor
+    blocks: range
+
+
+def causal_mask(start: int, rows: int, capacity: int, window: int | None = None, group: int = 1,
+                device: str | torch.device = "cpu") -> CacheMask:
+    """Rows at positions [start, start + rows) read slot j when j <= p (and p - j < window, for a local layer)."""
+    slots = torch.arange(capacity, device=device)[None, :]
+    q = torch.arange(start, start + rows, device=device)[:, None]
+    allowed = slots <= q
+    if window is not None:
+        allowed &= (q - slots) < window
+    additive = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))
+    lowest = 0 if window is None else max(0, start - window + 1)
+    blocks = range(lowest // ATTENTION_BLOCK, (start + rows - 1) // ATTENTION_BLOCK + 1)
+    return CacheMask(additive.repeat(group, 1), blocks)
 
 
 class KVCache:
     def __init__(self, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int, device: str = "cpu") -> None:
-        self.k = torch.zeros(n_kv_heads, capacity, head_dim_k, device=device)  # [Hkv, T, hd_k]
-        self.v = torch.zeros(n_kv_heads, capacity, head_dim_v, device=device)  # [Hkv, T, hd_v]
+        slots = -(-capacity // ATTENTION_BLOCK) * ATTENTION_BLOCK
+        self.k = torch.zeros(n_kv_heads, slots, head_dim_k, device=device)  # [Hkv, T, hd_k]
+        self.v = torch.zeros(n_kv_heads, slots, head_dim_v, device=device)  # [Hkv, T, hd_v]
 
     @property
     def capacity(self) -> int:
@@ -26,3 +68,26 @@ class KVCache:
         n = k.shape[0]
         self.k[:, start:start + n] = k.transpose(0, 1)
         self.v[:, start:start + n] = v.transpose(0, 1)
+
+    def attend(self, q: torch.Tensor, mask: CacheMask, scale: float) -> torch.Tensor:
+        """q [n, H, hd] against the readable blocks under `mask` -> [n, H * hd_v].
+
+        Softmax in fixed blocks, exactly: each block's scores are one product of
+        fixed shape, the maximum is taken over every visited block, and the
+        blocks' exponential sums and value products are added in slot order. A
+        block a row may not read gives that row exact zeros, which leave a sum
+        unchanged, so the blocks a forward skips or visits beyond a row's own
+        never move its bits.
+        """
+        n, n_heads, head_dim = q.shape
+        n_kv = self.k.shape[0]
+        q = q.permute(1, 0, 2).reshape(n_kv, -1, head_dim)  # [Hkv, G*n, hd]
+        spans = [slice(b * ATTENTION_BLOCK, (b + 1) * ATTENTION_BLOCK) for b in mask.blocks]
+        scores = [torch.baddbmm(mask.additive[:, s], q, self.k[:, s].transpose(1, 2), alpha=scale)
+                  for s in spans]  # each [Hkv, G*n, B]
+        peak = functools.reduce(torch.maximum, [s.amax(-1, keepdim=True) for s in scores])  # [Hkv, G*n, 1]
+        weights = [s.sub_(peak).exp_() for s in scores]
+        total = functools.reduce(torch.add, [w.sum(-1, keepdim=True) for w in weights])  # [Hkv, G*n, 1]
+        out = functools.reduce(torch.add, [torch.bmm(w, self.v[:, s]) for w, s in zip(weights, spans)])
+        out = out.div_(total)  # [Hkv, G*n, hd_v]
+        return out.view(n_heads, n, -1).permute(1, 0, 2).reshape(n, -1)

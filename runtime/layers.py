@@ -1,4 +1,4 @@
-"""Building blocks every trunk shares: norms, rotary embeddings, masked attention over a fixed cache, MLPs.
+"""Building blocks every trunk shares: norms, rotary embeddings, masked attention over explicit keys, MLPs.
 
 Everything here is row-independent: a row's result depends only on that row's
 inputs (and the cache), never on how many rows run beside it, provided the
@@ -55,22 +55,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
 
-def causal_mask(query_positions: torch.Tensor, capacity: int, window: int | None = None) -> torch.Tensor:
-    """Additive mask [n, T]: 0 where query at position p may read slot j (j <= p, and p - j < window), else -inf."""
-    slots = torch.arange(capacity, device=query_positions.device)[None, :]
-    q = query_positions[:, None]
-    allowed = slots <= q
-    if window is not None:
-        allowed &= (q - slots) < window
-    return torch.zeros(allowed.shape, device=q.device).masked_fill(~allowed, float("-inf"))
-
-
 def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor,
               scale: float) -> torch.Tensor:
-    """q [n, H, hd] against the whole cache k/v [Hkv, T, hd] under `mask` [n, T] -> [n, H * hd_v].
+    """q [n, H, hd] against explicit keys/values [Hkv, T, hd] under `mask` [n, T] -> [n, H * hd_v].
 
-    The attention length is always the cache capacity T, masked, never the
-    current length: that keeps every forward's arithmetic the same shape.
+    For a drafter's own keys; the trunks attend to their fixed caches through `KVCache.attend`.
     """
     n, n_heads, head_dim = q.shape
     n_kv = k_cache.shape[0]

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import torch
 
 from ..gguf_weights import GGUFFile
-from ..layers import causal_mask, rms_norm, rope_tables
+from ..kv_cache import causal_mask
+from ..layers import rms_norm, rope_tables
 from ..trunks.base import Weights
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
 from .base import DraftContext, Proposal, Speculator
@@ -88,4 +89,5 @@ class MTPHead(Speculator):
         x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1))
         positions = torch.arange(start, start + len(tokens))
         rope = tuple(t[positions] for t in self.rope)
-        return self.block(x, start, rope, causal_mask(positions, self.block.cache.capacity), p)
+        mask = causal_mask(start, len(tokens), self.block.cache.capacity, group=p.n_heads // p.n_kv_heads)
+        return self.block(x, start, rope, mask, p)

@@ -22,8 +22,8 @@ import torch
 
 from power.runtime.contract import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, gelu_tanh, rms_norm, rope_tables
+from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_tables
 from power.runtime.linear import pack_head
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
@@ -89,7 +89,7 @@ class Gemma3Layer:
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim_k, p.head_dim_v, w.device)
         self.is_global = p.is_global(i)
 
-    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: CacheMask,
                  p: Gemma3Params) -> torch.Tensor:
         n = h.shape[0]
         x = rms_norm(h, self.attn_norm, p.eps)
@@ -98,7 +98,7 @@ class Gemma3Layer:
         q, k = qk.split([p.n_heads, p.n_kv_heads], dim=1)  # [n, H, hd], [n, Hkv, hd]
         v = v.reshape(n, p.n_kv_heads, p.head_dim_v)
         self.cache.write(start, k, v)
-        a = attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim_k))
+        a = self.cache.attend(q, mask, 1.0 / math.sqrt(p.head_dim_k))
         h = h + rms_norm(self.wo(a), self.post_attn_norm, p.eps)
         f = gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, gelu_tanh)
         return h + rms_norm(f, self.post_ffn_norm, p.eps)
@@ -125,8 +125,9 @@ class Gemma3Trunk(FixedShapeTrunk):
         p = self.params
         positions = self._positions(start, tokens.shape[0])
         capacity = self.layers[0].cache.capacity
-        global_mask = causal_mask(positions, capacity)
-        local_mask = causal_mask(positions, capacity, p.window)
+        group = p.n_heads // p.n_kv_heads
+        global_mask = causal_mask(start, tokens.shape[0], capacity, group=group, device=positions.device)
+        local_mask = causal_mask(start, tokens.shape[0], capacity, p.window, group, positions.device)
         local_rope = tuple(t[positions] for t in self.local_rope)
         global_rope = tuple(t[positions] for t in self.global_rope)
         h = self.embedding[tokens] * math.sqrt(p.d_model)  # [m, d]

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from power.runtime.contract import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, rms_norm, rope_tables
+from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 NEOX_ARCHITECTURES = ("qwen2", "qwen3")
@@ -71,7 +71,7 @@ class LlamaLayer:
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
 
-    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: CacheMask,
                  p: LlamaParams) -> torch.Tensor:
         n, neox = h.shape[0], p.arch in NEOX_ARCHITECTURES
         x = rms_norm(h, self.attn_norm, p.eps)
@@ -85,7 +85,7 @@ class LlamaLayer:
             k = rms_norm(k, self.k_norm, p.eps)
         q, k = apply_rope(q, *rope, neox=neox), apply_rope(k, *rope, neox=neox)
         self.cache.write(start, k, v)
-        h = h + self.wo(attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim)))
+        h = h + self.wo(self.cache.attend(q, mask, 1.0 / math.sqrt(p.head_dim)))
         return h + gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, F.silu)
 
 
@@ -106,7 +106,8 @@ class LlamaTrunk(FixedShapeTrunk):
     def _run(self, tokens: torch.Tensor, start: int, n_real: int,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         positions = self._positions(start, tokens.shape[0])
-        mask = causal_mask(positions, self.layers[0].cache.capacity)
+        group = self.params.n_heads // self.params.n_kv_heads
+        mask = causal_mask(start, tokens.shape[0], self.layers[0].cache.capacity, group=group, device=positions.device)
         rope = tuple(t[positions] for t in self.rope)
         h = self.embedding[tokens]  # [m, d]
         tapped = {}

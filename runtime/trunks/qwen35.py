@@ -31,8 +31,8 @@ import torch.nn.functional as F
 
 from power.runtime.contract import OutsideResidentWindow, TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, attention, causal_mask, gated_mlp, rms_norm, rope_tables
+from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 
 ARCH = "qwen35"
@@ -177,7 +177,7 @@ class GatedAttentionLayer:
         self.ffn = FFN(w, p, b)
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
 
-    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: CacheMask,
                  p: Qwen35Params) -> torch.Tensor:
         n = h.shape[0]
         x = rms_norm(h, self.attn_norm, p.eps)
@@ -188,7 +188,7 @@ class GatedAttentionLayer:
         v = v.reshape(n, p.n_kv_heads, p.head_dim)
         q, k = _partial_rope(q, rope, p.rope_dims), _partial_rope(k, rope, p.rope_dims)
         self.cache.write(start, k, v)
-        a = attention(q, self.cache.k, self.cache.v, mask, 1.0 / math.sqrt(p.head_dim))
+        a = self.cache.attend(q, mask, 1.0 / math.sqrt(p.head_dim))
         h = h + self.wo(a * torch.sigmoid(gate.reshape(n, -1)))
         return h + self.ffn(h, p.eps)
 
@@ -219,7 +219,8 @@ class Qwen35Trunk(FixedShapeTrunk):
         p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
         positions = self._positions(start, tokens.shape[0])
         attention_layer = next(layer for layer in self.layers if isinstance(layer, GatedAttentionLayer))
-        mask = causal_mask(positions, attention_layer.cache.capacity)
+        mask = causal_mask(start, tokens.shape[0], attention_layer.cache.capacity, group=p.n_heads // p.n_kv_heads,
+                           device=positions.device)
         rope = tuple(t[positions] for t in self.rope)
         before = {i: s.clone() for i, s in self.states.items()} if self.options.snapshot_rows >= n_real else None
         per_row: dict[int, dict[int, RecurrentState]] = {}
