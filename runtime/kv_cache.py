@@ -4,7 +4,7 @@ Slots are positions: position p lives in slot p. Rewinding is only a matter of
 the trunk's position counter: slots past it are masked now and overwritten
 later. Capacity is the context plus the largest forward shape (so the padding
 rows of a forward that ends at the context limit still have somewhere to land),
-rounded up to whole blocks of ATTENTION_BLOCK slots.
+rounded up to a whole number of ATTENTION_BLOCK slots.
 
 Attention visits only the blocks that hold a slot some row of the forward may
 read, so its cost follows the filled part of the cache (and a local layer's
@@ -12,17 +12,23 @@ window), not the capacity. Skipping a block changes no bit of any row's
 result (see `KVCache.attend`), so a row's arithmetic still never depends on
 which forward it ran in: alone, among others, or after a rewind.
 
+The cache is cut into fixed blocks: SMALL_BLOCK slots up to slot ATTENTION_BLOCK,
+so a short context computes little, then ATTENTION_BLOCK slots, so a long one
+takes few steps.
+
 Shapes: n = rows in the forward, H / Hkv = query / key-value heads, G = H / Hkv,
-hd = head width, T = cache capacity in slots, B = ATTENTION_BLOCK.
+hd = head width, T = cache capacity in slots, B = slots in a block.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 
+SMALL_BLOCK = 64
 ATTENTION_BLOCK = 256
 
 
@@ -32,11 +38,11 @@ class CacheMask:
 
     additive: [G*n, T], 0 where a row may read a slot and -inf elsewhere, its n
         rows repeated for each of the G query heads that share a KV head;
-    blocks: the blocks of ATTENTION_BLOCK slots that hold a slot some row may read.
+    blocks: the cache's blocks that hold a slot some row may read, in slot order.
     """
 
     additive: torch.Tensor
-    blocks: range
+    blocks: tuple[slice, ...]
 
 
 def causal_mask(start: int, rows: int, capacity: int, window: int | None = None, group: int = 1,
@@ -48,9 +54,14 @@ def causal_mask(start: int, rows: int, capacity: int, window: int | None = None,
     if window is not None:
         allowed &= (q - slots) < window
     additive = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))
-    lowest = 0 if window is None else max(0, start - window + 1)
-    blocks = range(lowest // ATTENTION_BLOCK, (start + rows - 1) // ATTENTION_BLOCK + 1)
+    lowest, last = 0 if window is None else max(0, start - window + 1), start + rows - 1
+    blocks = tuple(slice(a, b) for a, b in pairwise(_block_edges(capacity)) if b > lowest and a <= last)
     return CacheMask(additive.repeat(group, 1), blocks)
+
+
+def _block_edges(capacity: int) -> list[int]:
+    """[0, 64, 128, 192, 256, 512, 768, ..., capacity]: where the cache's blocks begin and end."""
+    return [*range(0, ATTENTION_BLOCK, SMALL_BLOCK), *range(ATTENTION_BLOCK, capacity + 1, ATTENTION_BLOCK)]
 
 
 class KVCache:
@@ -82,12 +93,11 @@ class KVCache:
         n, n_heads, head_dim = q.shape
         n_kv = self.k.shape[0]
         q = q.permute(1, 0, 2).reshape(n_kv, -1, head_dim)  # [Hkv, G*n, hd]
-        spans = [slice(b * ATTENTION_BLOCK, (b + 1) * ATTENTION_BLOCK) for b in mask.blocks]
         scores = [torch.baddbmm(mask.additive[:, s], q, self.k[:, s].transpose(1, 2), alpha=scale)
-                  for s in spans]  # each [Hkv, G*n, B]
+                  for s in mask.blocks]  # each [Hkv, G*n, B]
         peak = functools.reduce(torch.maximum, [s.amax(-1, keepdim=True) for s in scores])  # [Hkv, G*n, 1]
         weights = [s.sub_(peak).exp_() for s in scores]
         total = functools.reduce(torch.add, [w.sum(-1, keepdim=True) for w in weights])  # [Hkv, G*n, 1]
-        out = functools.reduce(torch.add, [torch.bmm(w, self.v[:, s]) for w, s in zip(weights, spans)])
+        out = functools.reduce(torch.add, [torch.bmm(w, self.v[:, s]) for w, s in zip(weights, mask.blocks)])
         out = out.div_(total)  # [Hkv, G*n, hd_v]
         return out.view(n_heads, n, -1).permute(1, 0, 2).reshape(n, -1)

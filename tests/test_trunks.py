@@ -16,7 +16,7 @@ from gguf_helpers import fixtures, gemma
 
 from power.runtime.contract import OutsideResidentWindow
 from power.runtime.errors import ContextOverflow
-from power.runtime.kv_cache import ATTENTION_BLOCK
+from power.runtime.kv_cache import ATTENTION_BLOCK, SMALL_BLOCK
 from power.runtime.trunks import load_trunk
 
 PREFIX = [2, 818, 5279, 529, 7001]  # "<bos>The capital of France" in Gemma's vocabulary; plain ids for the fixtures
@@ -67,8 +67,10 @@ def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, dtype)
     assert torch.equal(again.logits[0], together.logits[-1]), "re-forward after rewind differs"
 
 
-DEEP_START = 764  # a forward of 8 rows from here crosses slot 768, where the cache's attention blocks
-# change (ATTENTION_BLOCK = 256) and a local Gemma layer stops reading the block [0, 256) from position 767 on.
+# Forwards of 8 rows from these positions cross slot 64 (the first block edge), 256 (where blocks grow from
+# SMALL_BLOCK to ATTENTION_BLOCK slots) and 768, where a local Gemma layer (window 512) stops reading the block
+# [192, 256) from position 767 on.
+CROSSINGS = (60, 252, 764)
 
 
 @pytest.mark.parametrize("name,dtype", [("gemma", "bfloat16/int8"), ("dense-target", "float32"),
@@ -76,21 +78,23 @@ DEEP_START = 764  # a forward of 8 rows from here crosses slot 768, where the ca
 def test_rows_stay_bit_identical_across_attention_blocks_and_the_sliding_window(name, dtype):
     """Attention visits only the blocks some row of the forward may read: a row among others (which visit more
     blocks, before and after its own) must still match it alone, deep in a long context."""
-    assert ATTENTION_BLOCK == 256
+    assert (SMALL_BLOCK, ATTENTION_BLOCK) == (64, 256)
     path = gemma() if name == "gemma" else fixtures()[name]
     model = load_trunk(path, n_ctx=1024, verify_capacity=8, dtype=dtype.split("/")[0],
                        lm_head_dtype=(dtype.split("/") + [None])[1])
     vocab = model.config.vocab_size
-    prefix = [2] + [(7919 * i) % (vocab - 10) + 10 for i in range(1, DEEP_START)]
+    prefix = [2] + [(7919 * i) % (vocab - 10) + 10 for i in range(1, max(CROSSINGS))]
     rows = [(104729 * i) % (vocab - 10) + 10 for i in range(8)]
-    model.prefill(prefix)
-    start = model.checkpoint()
-    together = model.forward(rows, taps=(1,))
-    model.restore(start)
-    for j, token in enumerate(rows):
-        alone = model.forward([token], taps=(1,))
-        assert torch.equal(alone.logits[0], together.logits[j]), f"position {DEEP_START + j} differs alone"
-        assert torch.equal(alone.hidden[1][0], together.hidden[1][j])
+    for start in CROSSINGS:
+        model.reset()
+        model.prefill(prefix[:start])
+        before = model.checkpoint()
+        together = model.forward(rows, taps=(1,))
+        model.restore(before)
+        for j, token in enumerate(rows):
+            alone = model.forward([token], taps=(1,))
+            assert torch.equal(alone.logits[0], together.logits[j]), f"position {start + j} differs alone"
+            assert torch.equal(alone.hidden[1][0], together.hidden[1][j])
 
 
 @pytest.mark.parametrize("name", ["dense-target", "hybrid-target"])
