@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from itertools import pairwise
 
 import torch
 
@@ -36,32 +35,44 @@ ATTENTION_BLOCK = 256
 class CacheMask:
     """What the rows of one forward may read, for `KVCache.attend`.
 
-    additive: [G*n, T], 0 where a row may read a slot and -inf elsewhere, its n
-        rows repeated for each of the G query heads that share a KV head;
-    blocks: the cache's blocks that hold a slot some row may read, in slot order.
+    blocks: the cache's blocks that hold a slot some row may read, in slot order;
+    additive: [G*n, slots the blocks span], 0 where a row may read a slot and
+        -inf elsewhere, its n rows repeated for each of the G query heads that
+        share a KV head.
     """
 
-    additive: torch.Tensor
     blocks: tuple[slice, ...]
+    additive: torch.Tensor
+
+    def on(self, block: slice) -> torch.Tensor:
+        """The additive mask over one of `blocks`: [G*n, B]."""
+        first = self.blocks[0].start
+        return self.additive[:, block.start - first:block.stop - first]
 
 
-def causal_mask(start: int, rows: int, capacity: int, window: int | None = None, group: int = 1,
+def causal_mask(start: int, rows: int, window: int | None = None, group: int = 1,
                 device: str | torch.device = "cpu") -> CacheMask:
     """Rows at positions [start, start + rows) read slot j when j <= p (and p - j < window, for a local layer)."""
-    slots = torch.arange(capacity, device=device)[None, :]
+    blocks = _blocks(0 if window is None else max(0, start - window + 1), start + rows - 1)
+    slots = torch.arange(blocks[0].start, blocks[-1].stop, device=device)[None, :]
     q = torch.arange(start, start + rows, device=device)[:, None]
     allowed = slots <= q
     if window is not None:
         allowed &= (q - slots) < window
     additive = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))
-    lowest, last = 0 if window is None else max(0, start - window + 1), start + rows - 1
-    blocks = tuple(slice(a, b) for a, b in pairwise(_block_edges(capacity)) if b > lowest and a <= last)
-    return CacheMask(additive.repeat(group, 1), blocks)
+    return CacheMask(blocks, additive.repeat(group, 1))
 
 
-def _block_edges(capacity: int) -> list[int]:
-    """[0, 64, 128, 192, 256, 512, 768, ..., capacity]: where the cache's blocks begin and end."""
-    return [*range(0, ATTENTION_BLOCK, SMALL_BLOCK), *range(ATTENTION_BLOCK, capacity + 1, ATTENTION_BLOCK)]
+def _blocks(first_slot: int, last_slot: int) -> tuple[slice, ...]:
+    """The blocks that hold slots [first_slot, last_slot]: SMALL_BLOCK-wide below slot ATTENTION_BLOCK, then
+    ATTENTION_BLOCK-wide, each starting at a multiple of its width."""
+    blocks, slot = [], first_slot
+    while slot <= last_slot:
+        width = SMALL_BLOCK if slot < ATTENTION_BLOCK else ATTENTION_BLOCK
+        begin = slot // width * width
+        blocks.append(slice(begin, begin + width))
+        slot = begin + width
+    return tuple(blocks)
 
 
 class KVCache:
@@ -93,7 +104,7 @@ class KVCache:
         n, n_heads, head_dim = q.shape
         n_kv = self.k.shape[0]
         q = q.permute(1, 0, 2).reshape(n_kv, -1, head_dim)  # [Hkv, G*n, hd]
-        scores = [torch.baddbmm(mask.additive[:, s], q, self.k[:, s].transpose(1, 2), alpha=scale)
+        scores = [torch.baddbmm(mask.on(s), q, self.k[:, s].transpose(1, 2), alpha=scale)
                   for s in mask.blocks]  # each [Hkv, G*n, B]
         peak = functools.reduce(torch.maximum, [s.amax(-1, keepdim=True) for s in scores])  # [Hkv, G*n, 1]
         weights = [s.sub_(peak).exp_() for s in scores]

@@ -89,5 +89,5 @@ class MTPHead(Speculator):
         x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1))
         positions = torch.arange(start, start + len(tokens))
         rope = tuple(t[positions] for t in self.rope)
-        mask = causal_mask(start, len(tokens), self.block.cache.capacity, group=p.n_heads // p.n_kv_heads)
+        mask = causal_mask(start, len(tokens), group=p.n_heads // p.n_kv_heads)
         return self.block(x, start, rope, mask, p)

@@ -124,10 +124,9 @@ class Gemma3Trunk(FixedShapeTrunk):
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p = self.params
         positions = self._positions(start, tokens.shape[0])
-        capacity = self.layers[0].cache.capacity
         group = p.n_heads // p.n_kv_heads
-        global_mask = causal_mask(start, tokens.shape[0], capacity, group=group, device=positions.device)
-        local_mask = causal_mask(start, tokens.shape[0], capacity, p.window, group, positions.device)
+        global_mask = causal_mask(start, tokens.shape[0], group=group, device=positions.device)
+        local_mask = causal_mask(start, tokens.shape[0], p.window, group, positions.device)
         local_rope = tuple(t[positions] for t in self.local_rope)
         global_rope = tuple(t[positions] for t in self.global_rope)
         h = self.embedding[tokens] * math.sqrt(p.d_model)  # [m, d]

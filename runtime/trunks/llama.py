@@ -107,7 +107,7 @@ class LlamaTrunk(FixedShapeTrunk):
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         positions = self._positions(start, tokens.shape[0])
         group = self.params.n_heads // self.params.n_kv_heads
-        mask = causal_mask(start, tokens.shape[0], self.layers[0].cache.capacity, group=group, device=positions.device)
+        mask = causal_mask(start, tokens.shape[0], group=group, device=positions.device)
         rope = tuple(t[positions] for t in self.rope)
         h = self.embedding[tokens]  # [m, d]
         tapped = {}

@@ -218,9 +218,7 @@ class Qwen35Trunk(FixedShapeTrunk):
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
         positions = self._positions(start, tokens.shape[0])
-        attention_layer = next(layer for layer in self.layers if isinstance(layer, GatedAttentionLayer))
-        mask = causal_mask(start, tokens.shape[0], attention_layer.cache.capacity, group=p.n_heads // p.n_kv_heads,
-                           device=positions.device)
+        mask = causal_mask(start, tokens.shape[0], group=p.n_heads // p.n_kv_heads, device=positions.device)
         rope = tuple(t[positions] for t in self.rope)
         before = {i: s.clone() for i, s in self.states.items()} if self.options.snapshot_rows >= n_real else None
         per_row: dict[int, dict[int, RecurrentState]] = {}
