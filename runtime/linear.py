@@ -9,7 +9,8 @@ runs at most often (its verification capacity); it only guides the packed layout
 - **bfloat16**: on the CPU the matrix is reordered once into oneDNN's blocked
   layout (`mkldnn._reorder_linear_weight`) so no call repacks it: the LM head of
   Gemma 3 270M costs 24 ms at 8 rows instead of 48 ms, one thread. Elsewhere
-  (CUDA, or a torch without oneDNN) it is a plain bf16 `F.linear`.
+  (CUDA, a torch without oneDNN, or a CPU without oneDNN's bf16 support such
+  as an AVX2-only one) it is a plain bf16 `F.linear`.
 - **int8** (CPU): each output row is requantised to int8 with its own scale
   (max |w| / 127), and each activation row to two int8 levels, `x = s * (hi +
   lo / 254)`, so activations keep ~15 bits. The products are integer (oneDNN's
@@ -69,7 +70,7 @@ class BFloat16Linear(Linear):
     def __init__(self, weight: torch.Tensor, rows: int) -> None:
         self.shape = tuple(weight.shape)
         weight = weight.to(torch.bfloat16)
-        self._packed = _onednn_cpu(weight)
+        self._packed = _onednn_cpu(weight) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
         self._weight = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if self._packed else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
