@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from power.orchestrator.compile import ArtifactMemo, compile_plan
-from power.orchestrator.factory import build_dense_target, build_hybrid_target
-from power.orchestrator.fleet import review_fleet
+from power.artifacts.factory import build_dense_target, build_hybrid_target
+from power.orchestrator.fleet.review import review_fleet
 from power.orchestrator.loading import load_fleet, load_manifest, load_profile
 
 DEVICES = ('{ model = "RTX 4090", vram = "24 GiB" }', '{ model = "RTX 6000 Ada", vram = "48 GiB" }',

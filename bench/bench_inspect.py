@@ -23,9 +23,9 @@ from pathlib import Path
 
 import gguf
 
-from power.orchestrator.bundled import ensure_gemma
-from power.orchestrator.digests import sha256_file
-from power.orchestrator.facts import inspect_artifact
+from power.artifacts.bundled import ensure_gemma
+from power.artifacts.digests import sha256_file
+from power.artifacts.facts import inspect_artifact
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,14 +8,32 @@ Each sub-command lives in its own module under `power.orchestrator.commands`, so
 from __future__ import annotations
 
 import importlib
+import json
+import sys
+from typing import NoReturn
 
 import click
 
 from power import __version__
+from power.findings import Finding, PowerError
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+
+
+def refuse(error: PowerError, as_json: bool = False, exit_code: int = EXIT_USAGE) -> NoReturn:
+    """End the command on a refusal: its finding on stderr as text (and on stdout as JSON with --json)."""
+    print_findings([error.finding], as_json)
+    sys.exit(exit_code)
+
+
+def print_findings(findings: list[Finding], as_json: bool) -> None:
+    """Findings as every command reports them: text to stderr; with --json also `{"findings": [...]}` to stdout."""
+    if as_json:
+        click.echo(json.dumps({"findings": [f.to_json() for f in findings]}, indent=2))
+    for finding in findings:
+        click.echo(finding.render(), err=True)
 
 # command name -> (module under power.orchestrator.commands, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {

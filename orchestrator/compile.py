@@ -14,15 +14,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.orchestrator import contracts
+from power import modes
+from power.artifacts import contracts
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
 from power.orchestrator.checks.drafters import check_drafter, contract_facts
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
-from power.orchestrator.digests import sha256_file
-from power.orchestrator.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
-from power.orchestrator.findings import Finding, has_errors
+from power.artifacts.digests import sha256_file
+from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
+from power.findings import Finding, has_errors
 from power.orchestrator.loading import Loaded
 from power.orchestrator.plan import (
     Device, Drafter, FileRef, FindingRecord, Memory, MemoryComponent, Mode, ResolvedPlan, Runtime, Sampling, Sources,
@@ -91,15 +92,15 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
     for index, declared in enumerate(model.drafters):
         own = drafters.get(index)
         findings += check_drafter(manifest, index, declared, own, target)
-        if own is not None and declared.kind.value in contracts.FILE_KINDS:
-            findings += check_tokenizer(index, declared.kind.value, own, target)
+        if own is not None and declared.kind in contracts.FILE_KINDS:
+            findings += check_tokenizer(index, declared.kind, own, target)
     return Artifacts(target, drafters), findings
 
 
 def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Chosen | None, list[Finding]]:
-    declared = [d.kind.value for d in manifest.model.drafters]
+    declared = [d.kind for d in manifest.model.drafters]
     facts = artifacts.target.facts
-    resolution, findings = resolve(profile.model.spec_mode.value, declared, facts.drafter_kind == contracts.MTP,
+    resolution, findings = resolve(profile.model.spec_mode, declared, facts.drafter_kind == contracts.MTP,
                                    manifest, profile, is_recurrent(facts))
     if resolution is None:
         return None, findings
@@ -125,7 +126,8 @@ def target_vocab(facts: ArtifactFacts) -> int:
 def size_for(profile: Loaded, chosen: Chosen, artifacts: Artifacts, budget: Budget, ctx: int | None = None) -> Sizing:
     """The memory breakdown for the resolved mode, with the largest context that fits."""
     settings, target = profile.model, artifacts.target.facts
-    speculating = chosen.resolution.resolved != "none"
+    resolved = chosen.resolution.resolved
+    speculating = resolved != modes.NONE
     runtime = settings.runtime
     request = Request(
         ctx=ctx or runtime.ctx,
@@ -135,8 +137,8 @@ def size_for(profile: Loaded, chosen: Chosen, artifacts: Artifacts, budget: Budg
         flash_attn=runtime.flash_attn,
         cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,
-        use_mtp=chosen.resolution.resolved == contracts.MTP,
-        fr_vocab_size=settings.spec_mtp_fr_vocab_size if chosen.resolution.resolved == contracts.MTP else None,
+        use_mtp=speculating and modes.mode(resolved).artifact == "target",
+        fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolved) else None,
         vocab=target_vocab(target),
     )
     drafter = chosen.drafter.facts if chosen.drafter else None
@@ -180,10 +182,11 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
                artifacts: Artifacts, chosen: Chosen, sizing: Sizing, findings: list[Finding]) -> ResolvedPlan:
     settings, runtime, resolution = profile.model, profile.model.runtime, chosen.resolution
     target = artifacts.target
-    speculating = resolution.resolved != "none"
+    speculating = resolution.resolved != modes.NONE
     k = settings.spec_draft_max if speculating else 0
     s = settings.spec_mtp_recurrent_snapshots if speculating else 0
     chain = resolution.chain
+    weight_free = any(kind in modes.WEIGHT_FREE for kind in chain)
     return ResolvedPlan.build(
         name=manifest.model.name,
         sources=Sources(manifest=_file_ref(manifest.path), profile=_file_ref(profile.path),
@@ -200,20 +203,25 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
         drafters=tuple(_drafter(manifest, index, artifacts) for index in resolution.drafters),
         speculation=Speculation(
             k=k, s=s, rollback="none" if not speculating else ("full" if s >= k else "guarded"),
-            fr_vocab_size=settings.spec_mtp_fr_vocab_size if resolution.resolved == contracts.MTP else None,
+            fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolution.resolved) else None,
             adaptive=settings.spec_mtp_adaptive and speculating),
         runtime=Runtime(
             ctx=sizing.ctx, batch=runtime.batch, verify_capacity=settings.verify_rows, gpu_layers=runtime.gpu_layers,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
             draft_kv_cache_type=runtime.kv_cache_type,
-            ngram_n_min=runtime.ngram_n_min if "ngram" in chain else None,
-            ngram_n_max=runtime.ngram_n_max if "ngram" in chain else None),
+            ngram_n_min=runtime.ngram_n_min if weight_free else None,
+            ngram_n_max=runtime.ngram_n_max if weight_free else None),
         sampling=Sampling(temperature=settings.sampling.temperature, seed=settings.sampling.seed,
                           verify=settings.sampling.verify),
         memory=memory_section(sizing),
         tokenizer=_tokenizer(target.facts),
         findings=tuple(FindingRecord.of(f) for f in findings),
     )
+
+
+def _has_draft_head(resolved: str) -> bool:
+    """Whether the resolved mode projects through a draft head whose vocabulary FR may cut."""
+    return resolved != modes.NONE and modes.mode(resolved).fr
 
 
 def memory_section(sizing: Sizing) -> Memory:
@@ -227,12 +235,12 @@ def _drafter(manifest: Loaded, index: int, artifacts: Artifacts) -> Drafter:
     declared = manifest.model.drafters[index]
     own = artifacts.drafters.get(index)
     return Drafter(
-        kind=declared.kind.value,
+        kind=declared.kind,
         path=own.facts.path if own else None,
         size=own.facts.size if own else None,
         sha256=own.sha256 if own else None,
         target_sha256=declared.target_sha256,
-        contract=contract_facts(declared.kind.value, own, artifacts.target),
+        contract=contract_facts(declared.kind, own, artifacts.target),
     )
 
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from power.orchestrator import contracts
-from power.orchestrator.facts import ArtifactError, inspect_artifact
-from power.orchestrator.findings import Finding, Severity
+from power import modes
+from power.artifacts import contracts
+from power.artifacts.facts import ArtifactError, inspect_artifact
+from power.findings import Finding, Severity
 from power.orchestrator.launch_tokens import Token
 from power.orchestrator.units import format_size
 
@@ -60,19 +61,18 @@ REMOVED_DRAFT_FLAGS = {
     "--draft-n-max": "--spec-draft-n-max", "--draft-min": "--spec-draft-n-min", "--draft-n-min": "--spec-draft-n-min",
     "-cd": None, "--ctx-size-draft": None,
 }
-CONTEXT_BACKED = {"draft-mtp": "mtp", "draft-dflash": "dflash", "draft-dspark": "dspark", "draft-eagle3": None,
-                  "draft-simple": "draft-model"}
-DRAFTLESS = {"none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
-PRE_RENAME = {"mtp": "draft-mtp", "dflash": "draft-dflash", "dspark": "draft-dspark", "eagle3": "draft-eagle3",
-              "draft": "draft-simple"}
+# llama.cpp `--spec-type` values of context-backed drafters -> Power's mode (None: no Power adapter).
+CONTEXT_BACKED: dict[str, str | None] = {
+    spelling: kind for spelling, kind in modes.BY_LLAMA_SPEC_TYPE.items() if kind in modes.CONTEXT_BACKED
+} | dict.fromkeys(modes.FOREIGN_LLAMA_SPEC_TYPES)
+# `--spec-type` values that need no drafter: no speculation, or a weight-free n-gram kind.
+DRAFTLESS = {modes.LLAMA_NO_SPECULATION} | {
+    spelling for spelling, kind in modes.BY_LLAMA_SPEC_TYPE.items() if kind in modes.WEIGHT_FREE}
 LLAMA_DEFAULT_N_MAX = 3
 
 VLLM_REMOVED = {"--speculative-model", "--num-speculative-tokens", "--speculative-draft-tensor-parallel-size",
                 "--speculative-max-model-len", "--speculative-disable-by-batch-size", "--ngram-prompt-lookup-max",
                 "--ngram-prompt-lookup-min", "--speculative-disable-mqa-scorer", "--spec-decoding-acceptance-method"}
-VLLM_METHODS = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "dflash": "dflash",
-                "dspark": "dspark", "ngram": "ngram", "draft_model": "draft-model"}
-VLLM_UNSUPPORTED = {"eagle", "eagle3", "medusa", "mlp_speculator"}
 
 # A drafter without a window at this context or more caches enough KV to matter (DSpark: 5 GiB at 262144).
 LARGE_CONTEXT = 32768
@@ -85,7 +85,7 @@ class LaunchSpec:
     engine: str
     model: Token | None = None
     draft_model: Token | None = None
-    mode: str = "none"
+    mode: str = modes.NONE
     chain: list[str] = field(default_factory=list)
     k: int | None = None
     ctx: int | None = None
@@ -190,13 +190,13 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
                 "(Power fails closed rather than guessing the drafter's contract)"))
     else:
         findings += _read_spec_types(spec, *spec_type)
-        if spec.draft_model is not None and spec.mode in {"none", "ngram"} and not findings:
+        if spec.draft_model is not None and not _runs_a_file(spec.mode) and not findings:
             findings.append(_finding(
                 "PWR451", spec.draft_model,
                 f"a draft model ({spec.draft_model.text}) is given, but --spec-type {spec_type[1].text} names no "
                 "drafter that runs one: it is never used",
                 "add the drafter's type to the list (e.g. --spec-type draft-dflash,ngram-mod), or drop -md"))
-    if spec.mode != "none" and spec.k is None:
+    if spec.mode != modes.NONE and spec.k is None:
         spec.k = LLAMA_DEFAULT_N_MAX
     return spec, findings
 
@@ -205,18 +205,18 @@ def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Findin
     findings, drafters = [], []
     names = [name.strip() for name in value.text.split(",") if name.strip()]
     for name in names:
-        if name in PRE_RENAME:
-            code = "PWR450" if name == "mtp" else "PWR455"
+        if name in modes.LLAMA_RETIRED:
+            code = "PWR450" if name == modes.MTP else "PWR455"
             findings.append(_finding(
                 code, value,
                 f"--spec-type {name} is the pre-rename spelling: current llama.cpp does not know it and serves "
                 "without speculation, silently",
-                f"use --spec-type {PRE_RENAME[name]} (renamed in May 2026, llama.cpp b9180+)"))
+                f"use --spec-type {modes.LLAMA_RETIRED[name]} (renamed in May 2026, llama.cpp b9180+)"))
         elif name in CONTEXT_BACKED:
             drafters.append(name)
         elif name in DRAFTLESS:
-            if name != "none":
-                spec.chain.append("ngram")
+            if name != modes.LLAMA_NO_SPECULATION:
+                spec.chain.append(modes.BY_LLAMA_SPEC_TYPE[name])
         else:
             findings.append(_finding("PWR455", value, f"unknown speculative type {name!r}",
                                      "known: " + ", ".join(sorted(DRAFTLESS | set(CONTEXT_BACKED)))))
@@ -236,7 +236,7 @@ def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Findin
             spec.mode = mode
             spec.chain.append(mode)
     elif spec.chain:
-        spec.mode = "ngram"
+        spec.mode = spec.chain[0]
     return findings
 
 
@@ -276,17 +276,17 @@ def _read_vllm(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
 
 def _read_vllm_config(spec: LaunchSpec, where: Token, config: dict[str, Any]) -> list[Finding]:
     method = str(config.get("method", ""))
-    if method in VLLM_UNSUPPORTED:
+    if method in modes.FOREIGN_VLLM_METHODS:
         return [_finding("PWR455", where, f"Power has no adapter for the vLLM method {method!r}",
                          "plan it as mtp, dflash, dspark or ngram, or keep it outside Power")]
-    if method not in VLLM_METHODS:
+    if method not in modes.BY_VLLM_METHOD:
         return [_finding("PWR455", where, f"unknown speculative method {method!r} in --speculative-config",
-                         "known: " + ", ".join(sorted(VLLM_METHODS)))]
-    spec.mode = VLLM_METHODS[method]
+                         "known: " + ", ".join(sorted(modes.BY_VLLM_METHOD)))]
+    spec.mode = modes.BY_VLLM_METHOD[method]
     spec.chain = [spec.mode]
     tokens = config.get("num_speculative_tokens")
     spec.k = int(tokens) if _is_number(str(tokens)) else None
-    if config.get("model") and spec.mode not in {"mtp", "ngram"}:
+    if config.get("model") and _runs_a_file(spec.mode):
         spec.draft_model = _retext(where, str(config["model"]))
     return []
 
@@ -315,7 +315,7 @@ def _window_findings(spec: LaunchSpec) -> list[Finding]:
 
 def _window_by_contract(spec: LaunchSpec) -> list[Finding]:
     """Without the file, the DSpark contract still says it: DSpark headers carry no sliding-window key."""
-    if spec.mode != "dspark" or "attention.sliding_window" in contracts.REQUIRED_KEYS[contracts.DSPARK]:
+    if spec.mode != contracts.DSPARK or "attention.sliding_window" in contracts.REQUIRED_KEYS[contracts.DSPARK]:
         return []
     return [_finding(
         "PWR453", spec.draft_model,
@@ -323,6 +323,11 @@ def _window_by_contract(spec: LaunchSpec) -> list[Finding]:
         f"positions of the context (the Qwen3.6-27B DSpark: 20 KiB per position, 5.00 GiB at 262,144)",
         "budget that memory on the draft device (`power size`), or shorten the context; run the import where the "
         "file is to get the exact figure", severity=Severity.WARNING)]
+
+
+def _runs_a_file(mode: str) -> bool:
+    """Whether the mode runs a drafter given by file (`-md`, or `model` in vLLM's config)."""
+    return mode != modes.NONE and modes.mode(mode).file_backed
 
 
 def _removed_draft_flag(flag: Token) -> Finding:
@@ -383,14 +388,13 @@ def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path
     target = Path(spec.model.text).absolute()
     target_sha = sha256_of(target)
     drafters: list[dict[str, Any]] = []
-    if spec.mode == "mtp" and spec.draft_model is None:
-        drafters.append({"kind": "mtp"})
-    elif spec.draft_model is not None and spec.mode not in {"none", "ngram"}:
+    if spec.mode != modes.NONE and modes.mode(spec.mode).artifact == "target" and spec.draft_model is None:
+        drafters.append({"kind": spec.mode})
+    elif spec.draft_model is not None and _runs_a_file(spec.mode):
         path = Path(spec.draft_model.text).absolute()
         drafters.append({"kind": spec.mode, "path": os.path.relpath(path, out_dir), "size": path.stat().st_size,
                          "sha256": sha256_of(path), "target_sha256": target_sha})
-    if "ngram" in spec.chain and spec.mode != "ngram":
-        drafters.append({"kind": "ngram"})
+    drafters += [{"kind": kind} for kind in spec.chain if kind in modes.WEIGHT_FREE and kind != spec.mode]
     return {
         "schema": "power.manifest/v1",
         "name": target.stem,

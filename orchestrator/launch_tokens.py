@@ -13,6 +13,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from power.findings import PowerError
+
 COMMAND_LINE = "<command line>"
 
 # One shell word: unquoted runs and quoted strings glued together.
@@ -20,8 +22,10 @@ _WORD = re.compile(r"""(?:[^\s'"\\]+|\\.|'[^']*'|"(?:\\.|[^"\\])*")+""")
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
-class LaunchInputError(ValueError):
+class LaunchInputError(PowerError):
     """A launch input that cannot be read; the message names the file and the place."""
+
+    code = "PWR459"
 
 
 @dataclass(frozen=True)

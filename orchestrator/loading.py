@@ -24,10 +24,13 @@ from typing import Any, get_args
 import tomli
 from pydantic import BaseModel, ValidationError
 
-from power.orchestrator import codes, rules
-from power.orchestrator.findings import Finding, Severity, has_errors
+from power import codes
+
+from power.orchestrator import rules
+from power.findings import Finding, Severity, has_errors
 from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
-from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, LLAMA_CPP_SPEC_TYPES, RENAMED_KEYS, SCHEMA_VERSION, schema_id
+from power import modes
+from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, RENAMED_KEYS, SCHEMA_VERSION, schema_id
 from power.orchestrator.units import ACCEPTED_FORMS, SizeError
 
 MAX_TOML_BYTES = 8 * 1024**2
@@ -335,8 +338,8 @@ def _unknown_key(loaded: Loaded, model_type: type[BaseModel], path: KeyPath) -> 
 
 
 def _value_hint(model_type: type[BaseModel], path: KeyPath, value: Any) -> str:
-    if isinstance(value, str) and value in LLAMA_CPP_SPEC_TYPES:
-        return f'"{value}" is llama.cpp\'s --spec-type name; Power calls it "{LLAMA_CPP_SPEC_TYPES[value]}"'
+    if isinstance(value, str) and value in modes.LLAMA_SPELLINGS:
+        return f'"{value}" is llama.cpp\'s --spec-type name; Power calls it "{modes.LLAMA_SPELLINGS[value]}"'
     return f"{path[-1]}: {_description(model_type, path)}" if path else _SCHEMA_HINT
 
 

@@ -33,7 +33,7 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     digest      sha256 of the canonical JSON of everything above, file
                 locations (`path`, `file`) left out: files count by sha256
 
-`runtime_settings()` is the one place the runtime maps from.
+The runtime reads these sections as they are (`power.runtime.engine.Workload`).
 """
 
 from __future__ import annotations
@@ -41,21 +41,22 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from power.orchestrator.atomic import write_text_atomic
-from power.orchestrator.findings import Finding
+from power.artifacts.atomic import write_text_atomic
+from power.findings import Finding, PowerError
 
 PLAN_SCHEMA = "power.plan/v1"
 
 
-class PlanError(ValueError):
+class PlanError(PowerError):
     """A plan file that cannot be used: unreadable, malformed, or edited after it was compiled."""
+
+    code = "PWR080"
 
 
 class _Frozen(BaseModel):
@@ -213,54 +214,6 @@ class ResolvedPlan(_Frozen):
         """The plan as plain JSON data, in document order (`schema` first)."""
         return self.model_dump(mode="json", by_alias=True)
 
-    def runtime_settings(self) -> RuntimeSettings:
-        return RuntimeSettings(
-            plan_digest=self.digest,
-            target_path=self.target.path,
-            architecture=self.target.architecture,
-            mode=self.mode.resolved,
-            chain=self.mode.chain,
-            drafter_paths={d.kind: d.path for d in self.drafters if d.path is not None},
-            k=self.speculation.k,
-            s=self.speculation.s,
-            rollback=self.speculation.rollback,
-            fr_vocab_size=self.speculation.fr_vocab_size,
-            adaptive=self.speculation.adaptive,
-            verify_capacity=self.runtime.verify_capacity,
-            ctx=self.runtime.ctx,
-            batch=self.runtime.batch,
-            temperature=self.sampling.temperature,
-            seed=self.sampling.seed,
-            verify=self.sampling.verify,
-            ngram_n_min=self.runtime.ngram_n_min,
-            ngram_n_max=self.runtime.ngram_n_max,
-        )
-
-
-@dataclass(frozen=True)
-class RuntimeSettings:
-    """Everything the runtime needs from a plan, flat."""
-
-    plan_digest: str
-    target_path: str
-    architecture: str
-    mode: str
-    chain: tuple[str, ...]
-    drafter_paths: dict[str, str]
-    k: int
-    s: int
-    rollback: str
-    fr_vocab_size: int | None
-    adaptive: bool
-    verify_capacity: int
-    ctx: int
-    batch: int
-    temperature: float
-    seed: int
-    verify: str
-    ngram_n_min: int | None
-    ngram_n_max: int | None
-
 
 def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -308,19 +261,20 @@ def load_plan(path: Path) -> ResolvedPlan:
     path = Path(path)
     data = _read_document(path)
     if data.get("schema") != PLAN_SCHEMA:
-        raise PlanError(f"{path}: not a Power plan (schema is {data.get('schema')!r}, expected {PLAN_SCHEMA!r}); "
-                        "compile one with `power plan MANIFEST PROFILE --device ... -o plan.json`")
+        raise PlanError(f"not a Power plan (schema is {data.get('schema')!r}, expected {PLAN_SCHEMA!r})", file=str(path),
+                        hint="compile one with `power plan MANIFEST PROFILE --device ... -o plan.json`")
     try:
         plan = ResolvedPlan.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise PlanError(f"{path}: {where}: {first['msg']}; recompile the plan with `power plan`") from None
+        raise PlanError(f"{where}: {first['msg']}", code="PWR081", file=str(path),
+                        hint="recompile the plan with `power plan`") from None
     expected = content_digest(plan)
     if plan.digest != expected:
-        raise PlanError(f"{path}: digest mismatch (file says {plan.digest[:16]}..., content hashes to {expected[:16]}...): "
-                        "the plan was edited after it was compiled; change the manifest or profile and recompile "
-                        "with `power plan` instead of editing the plan")
+        raise PlanError(f"digest mismatch (file says {plan.digest[:16]}..., content hashes to {expected[:16]}...): "
+                        "the plan was edited after it was compiled", code="PWR082", file=str(path),
+                        hint="change the manifest or profile and recompile with `power plan` instead of editing the plan")
     return plan
 
 
@@ -328,16 +282,18 @@ def _read_document(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise PlanError(f"{path}: cannot read the plan ({err.strerror})") from None
+        raise PlanError(f"cannot read the plan ({err.strerror})", file=str(path),
+                        hint="check the path and the file's permissions") from None
     try:
         if path.suffix == ".toml":
             return tomllib.loads(text)
         data = json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise PlanError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({err}); "
-                        "recompile the plan with `power plan`") from None
+        raise PlanError(f"not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({err})", file=str(path),
+                        hint="recompile the plan with `power plan`") from None
     if not isinstance(data, dict):
-        raise PlanError(f"{path}: a plan is a JSON object; recompile the plan with `power plan`")
+        raise PlanError("a plan is a JSON object", code="PWR081", file=str(path),
+                        hint="recompile the plan with `power plan`")
     return data
 
 

@@ -17,20 +17,20 @@ from pathlib import Path
 
 import jinja2
 
+from power import modes
+from power.findings import PowerError
 from power.orchestrator.plan import ResolvedPlan
 
 TARGETS = ("llama-server", "vllm", "power", "env", "systemd")
 
-# llama.cpp's current --spec-type names (renamed from `mtp` etc. in PR #22673; the old names disable speculation).
-LLAMA_SPEC_TYPES = {"mtp": "draft-mtp", "dflash": "draft-dflash", "dspark": "draft-dspark", "ngram": "ngram-mod"}
-# vLLM's --speculative-config methods.
-VLLM_METHODS = {"mtp": "mtp", "dflash": "dflash", "dspark": "dspark", "ngram": "ngram"}
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
 VLLM_KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
 
 
-class RenderError(ValueError):
+class RenderError(PowerError):
     """The plan asks for something the chosen engine cannot run; the message says which target can."""
+
+    code = "PWR460"
 
 
 def _environment() -> jinja2.Environment:
@@ -84,10 +84,11 @@ def unsupported_notes(plan: ResolvedPlan) -> list[str]:
 
 def llama_server_context(plan: ResolvedPlan, plan_path: Path) -> dict:
     chain = plan.mode.chain
-    if "dflash2" in chain:
-        raise RenderError("llama-server has no DFlash2 speculative type; render this plan with --target power")
-    if "draft-model" in chain:
-        raise RenderError("`draft-model` is reserved and has no production adapter; nothing to render")
+    for kind in chain:
+        if modes.mode(kind).reserved:
+            raise RenderError(f"`{kind}` is reserved and has no production adapter; nothing to render")
+        if modes.llama_spec_type(kind) is None:
+            raise RenderError(f"llama-server has no {kind} speculative type; render this plan with --target power")
     rt = plan.runtime
     args: list[tuple[str, object]] = [
         ("-m", plan.target.path),
@@ -101,15 +102,15 @@ def llama_server_context(plan: ResolvedPlan, plan_path: Path) -> dict:
         ("--temp", plan.sampling.temperature),
     ]
     if chain:
-        args.append(("--spec-type", ",".join(LLAMA_SPEC_TYPES[kind] for kind in chain)))
-    drafting = [d for d in plan.drafters if d.kind != "ngram"]
+        args.append(("--spec-type", ",".join(str(modes.llama_spec_type(kind)) for kind in chain)))
+    drafting = [d for d in plan.drafters if d.kind not in modes.WEIGHT_FREE]
     if drafting:
         args.append(("--spec-draft-n-max", plan.speculation.k))
         args += [("--spec-draft-type-k", rt.draft_kv_cache_type), ("--spec-draft-type-v", rt.draft_kv_cache_type)]
         if rt.draft_device is not None:
             args.append(("--spec-draft-device", rt.draft_device))
     args += [("--spec-draft-model", d.path) for d in drafting if d.path is not None]
-    if "ngram" in chain:
+    if any(kind in modes.WEIGHT_FREE for kind in chain):
         args += [("--spec-ngram-mod-n-min", rt.ngram_n_min), ("--spec-ngram-mod-n-max", rt.ngram_n_max)]
     notes = unsupported_notes(plan) if chain else []
     return {"args": args, "notes": notes, "disable_cuda_graphs": not rt.cuda_graphs}
@@ -120,7 +121,7 @@ def vllm_context(plan: ResolvedPlan, plan_path: Path) -> dict:
     if len(chain) > 1:
         raise RenderError(f"vLLM runs one speculative method; this plan chains {' + '.join(chain)}: "
                           "render with --target llama-server or --target power")
-    if chain and chain[0] not in VLLM_METHODS:
+    if chain and modes.vllm_method(chain[0]) is None:
         raise RenderError(f"vLLM has no {chain[0]} speculative method; render this plan with --target power")
     rt = plan.runtime
     args: list[tuple[str, object]] = [("--served-model-name", plan.name), ("--max-model-len", rt.ctx),
@@ -139,11 +140,11 @@ def vllm_context(plan: ResolvedPlan, plan_path: Path) -> dict:
 
 def speculative_config(plan: ResolvedPlan) -> dict:
     kind = plan.mode.chain[0]
-    config: dict[str, object] = {"method": VLLM_METHODS[kind], "num_speculative_tokens": plan.speculation.k}
+    config: dict[str, object] = {"method": modes.vllm_method(kind), "num_speculative_tokens": plan.speculation.k}
     drafter = next(d for d in plan.drafters if d.kind == kind)
     if drafter.path is not None:
         config["model"] = drafter.path
-    if kind == "ngram":
+    if kind in modes.WEIGHT_FREE:
         config |= {"prompt_lookup_min": plan.runtime.ngram_n_min, "prompt_lookup_max": plan.runtime.ngram_n_max}
     return config
 
@@ -170,6 +171,6 @@ def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
     }
     for name, value in variables.items():
         if any(ord(ch) < 32 for ch in str(value)):
-            raise RenderError(f"{name} ({str(value)!r}) contains a control character, which env files and systemd "
+            raise RenderError(code="PWR461", message=f"{name} ({str(value)!r}) contains a control character, which env files and systemd "
                               "cannot carry; rename it in the manifest and recompile the plan")
     return {"variables": variables}

@@ -1,15 +1,15 @@
 """Mode resolution: which drafters a plan runs, failing closed.
 
 - `none`: no drafter.
-- `auto`: a verified external artifact (dflash, dflash2, dspark) in the manifest
-  wins; otherwise native MTP when the target carries it; otherwise none. Two
-  external artifacts make `auto` ambiguous: the profile must name one.
+- `auto`: the manifest's drafters that `power.modes` lets auto choose, by
+  priority: a verified external artifact wins; otherwise native MTP when the
+  target carries it; otherwise weight-free n-gram; otherwise none. Two
+  candidates of the same priority make `auto` ambiguous: the profile must name one.
 - an explicit mode needs the manifest to declare that drafter (and, for `mtp`,
   the target to carry nextn tensors); otherwise it is an error, never a downgrade.
-- `draft-model` is reserved: no production adapter, so it fails closed.
-- at most one context-backed drafter (mtp, dflash, dflash2, dspark) runs; a
-  manifest's weight-free n-gram drafter chains in front of it (llama.cpp runs
-  n-gram types first, then the drafter).
+- a reserved mode (`draft-model`) has no production adapter, so it fails closed.
+- at most one context-backed drafter runs; a manifest's weight-free n-gram
+  drafter chains in front of it (llama.cpp runs n-gram types first, then the drafter).
 
 Drafters reach resolution only after their artifact checks passed: a drafter
 whose file failed is an error finding already, so `auto` never skips past it.
@@ -19,12 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from power.orchestrator.findings import Finding
+from power import modes
+from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
-CONTEXT_BACKED = ("mtp", "dflash", "dflash2", "dspark")
-EXTERNAL = ("dflash", "dflash2", "dspark")
-NGRAM = "ngram"
+# Why `auto` chose a drafter, by where its weights live.
+AUTO_REASONS = {
+    "file": "auto: the manifest's verified external {kind} artifact",
+    "target": "auto: no external artifact; the target carries native {kind_upper}",
+    "none": "auto: no external artifact or native MTP; weight-free n-gram",
+}
 
 
 @dataclass(frozen=True)
@@ -40,13 +44,14 @@ class Resolution:
 def resolve(requested: str, declared: list[str], target_has_mtp: bool, manifest: Loaded, profile: Loaded,
             recurrent_target: bool) -> tuple[Resolution | None, list[Finding]]:
     """The resolution of `requested` (the profile's spec_mode) over the manifest's declared drafter kinds."""
-    if requested == "draft-model":
-        return None, [profile.finding("PWR214", 'spec_mode = "draft-model" is reserved: it has no production adapter, '
+    if requested in modes.BY_NAME and modes.mode(requested).reserved:
+        usable = [m.name for m in modes.MODES if not m.reserved] + [modes.AUTO]
+        return None, [profile.finding("PWR214", f'spec_mode = "{requested}" is reserved: it has no production adapter, '
                                       "so the plan fails closed", where="spec_mode",
-                                      hint='use "mtp", "dflash", "dflash2", "dspark", "ngram" or "auto"')]
-    if requested == "none":
+                                      hint=f"use {modes.quoted(usable)}")]
+    if requested == modes.NONE:
         return Resolution(requested, "none", (), (), "speculation off"), []
-    if requested == "auto":
+    if requested == modes.AUTO:
         choice, findings = _auto(declared, target_has_mtp, manifest, profile)
     else:
         choice, findings = _explicit(requested, declared, target_has_mtp, manifest, profile)
@@ -57,21 +62,20 @@ def resolve(requested: str, declared: list[str], target_has_mtp: bool, manifest:
 
 
 def _auto(declared: list[str], target_has_mtp: bool, manifest: Loaded, profile: Loaded):
-    external = [i for i, kind in enumerate(declared) if kind in EXTERNAL]
-    if len(external) > 1:
-        kinds = ", ".join(declared[i] for i in external)
-        return None, [profile.finding(
-            "PWR215", f'spec_mode = "auto" would load one of several context-backed drafters ({kinds}); '
-            "two never run together and auto will not guess", where="spec_mode",
-            hint="set spec_mode to the one you mean: " + " or ".join(f'"{declared[i]}"' for i in external))]
-    if external:
-        index = external[0]
-        return (index, f"auto: the manifest's verified external {declared[index]} artifact"), []
-    mtp = [i for i, kind in enumerate(declared) if kind == "mtp"]
-    if mtp and target_has_mtp:
-        return (mtp[0], "auto: no external artifact; the target carries native MTP"), []
-    if NGRAM in declared:
-        return (declared.index(NGRAM), "auto: no external artifact or native MTP; weight-free n-gram"), []
+    for priority in sorted({m.auto_priority for m in modes.auto_candidates()}):
+        kinds = {m.name for m in modes.auto_candidates() if m.auto_priority == priority}
+        candidates = [i for i, kind in enumerate(declared)
+                      if kind in kinds and (modes.mode(kind).artifact != "target" or target_has_mtp)]
+        if len(candidates) > 1 and modes.mode(declared[candidates[0]]).context_backed:
+            named = ", ".join(declared[i] for i in candidates)
+            return None, [profile.finding(
+                "PWR215", f'spec_mode = "auto" would load one of several context-backed drafters ({named}); '
+                "two never run together and auto will not guess", where="spec_mode",
+                hint="set spec_mode to the one you mean: " + " or ".join(f'"{declared[i]}"' for i in candidates))]
+        if candidates:
+            kind = declared[candidates[0]]
+            reason = AUTO_REASONS[modes.mode(kind).artifact].format(kind=kind, kind_upper=kind.upper())
+            return (candidates[0], reason), []
     return (None, "auto: no external artifact, no native MTP, no n-gram: speculation off"), []
 
 
@@ -88,7 +92,7 @@ def _explicit(requested: str, declared: list[str], target_has_mtp: bool, manifes
         return None, [manifest.finding(
             "PWR215", f"the manifest declares {len(matches)} {requested} drafters; a plan runs exactly one",
             where=f"drafters[{matches[1]}].kind", hint=f"keep one {requested} entry per manifest")]
-    if requested == "mtp" and not target_has_mtp:
+    if modes.mode(requested).artifact == "target" and not target_has_mtp:
         # The target's contract check reports PWR212 at the artifact; nothing to resolve.
         return None, []
     return (matches[0], "named by the profile's spec_mode"), []
@@ -99,12 +103,13 @@ def _chained(requested: str, index: int | None, declared: list[str], reason: str
     if index is None:
         return Resolution(requested, "none", (), (), reason), findings
     kind = declared[index]
-    if kind == NGRAM or NGRAM not in declared:
+    weight_free = [i for i, declared_kind in enumerate(declared) if declared_kind in modes.WEIGHT_FREE]
+    if kind in modes.WEIGHT_FREE or not weight_free:
         return Resolution(requested, kind, (index,), (kind,), reason), findings
-    ngram = declared.index(NGRAM)
+    ngram = weight_free[0]
     note = manifest.finding(
-        "PWR218", f"weight-free n-gram chained in front of {kind} (n-gram proposes first, then the drafter)",
+        "PWR218", f"weight-free {declared[ngram]} chained in front of {kind} (n-gram proposes first, then the drafter)",
         where=f"drafters[{ngram}].kind",
         hint="on a recurrent target llama.cpp disables rollback with n-gram in the chain: measure both arms"
         if recurrent_target else None)
-    return Resolution(requested, kind, (ngram, index), (NGRAM, kind), reason), [*findings, note]
+    return Resolution(requested, kind, (ngram, index), (declared[ngram], kind), reason), [*findings, note]

@@ -10,16 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from power import modes
 from power.orchestrator.locator import KeyPath
-from power.orchestrator.schema import (
-    ADAPTIVE_MODES,
-    FILE_BACKED_DRAFTERS,
-    FR_MODES,
-    DrafterKind,
-    Profile,
-    RuntimeSettings,
-    SpecMode,
-)
+from power.orchestrator.schema import Profile, ProfileRuntime
 
 
 @dataclass(frozen=True)
@@ -53,17 +46,17 @@ def _manifest(data: dict[str, Any]) -> list[Issue]:
 
 
 def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
-    kind = _enum(DrafterKind, drafter.get("kind"))
-    if kind is None:
+    kind = drafter.get("kind")
+    if kind not in modes.DRAFTER_KINDS:
         return []
     here: KeyPath = ("drafters", index)
-    if kind in FILE_BACKED_DRAFTERS:
+    if kind in modes.FILE_BACKED:
         missing = [key for key in ("path", "sha256", "target_sha256") if key not in drafter]
         if missing:
             return [
                 Issue(
                     "PWR025",
-                    f"a {kind.value} drafter is a separate GGUF file, but this entry has no {_and(missing)}",
+                    f"a {kind} drafter is a separate GGUF file, but this entry has no {_and(missing)}",
                     here + ("kind",),
                     hint=f"add {_and(f'`{key} = ...`' for key in missing)} to this [[drafters]] entry "
                     "(target_sha256 is the sha256 of the target it was built for)",
@@ -72,14 +65,15 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
         return []
     stray = [key for key in ("path", "size", "sha256", "target_sha256", "quant") if key in drafter]
     if stray:
-        reason = "lives in the target file" if kind is DrafterKind.MTP else "needs no file"
+        in_target = modes.mode(kind).artifact == "target"
+        reason = "lives in the target file" if in_target else "needs no file"
         return [
             Issue(
                 "PWR025",
-                f"a {kind.value} drafter {reason}, but this entry names {_and(stray)}",
+                f"a {kind} drafter {reason}, but this entry names {_and(stray)}",
                 here + (stray[0],),
                 hint=f"remove {_and(stray)} from this entry"
-                + (", or use kind dflash/dflash2/dspark if it is a separate drafter file" if kind is DrafterKind.MTP else ""),
+                + (f", or use kind {'/'.join(_external_kinds())} if it is a separate drafter file" if in_target else ""),
             )
         ]
     return []
@@ -89,33 +83,33 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
 
 
 def _profile(data: dict[str, Any]) -> list[Issue]:
-    mode = _enum(SpecMode, data.get("spec_mode", SpecMode.AUTO.value))
+    mode = _spec_mode(data.get("spec_mode", modes.AUTO))
     k = _positive_int(data, "spec_draft_max", Profile, upper=64)
     s = _positive_int(data, "spec_mtp_recurrent_snapshots", Profile)
     runtime = data.get("runtime") if isinstance(data.get("runtime"), dict) else {}
     issues = _fr(data, mode) + _adaptive(data, mode) + _ngram_window(runtime)
-    if mode is SpecMode.DRAFT_MODEL:
+    if mode is not None and mode in modes.BY_NAME and modes.mode(mode).reserved:
         issues.append(
             Issue(
                 "PWR410",
-                "spec_mode = \"draft-model\" is reserved: it has no production adapter, so a plan fails closed",
+                f"spec_mode = \"{mode}\" is reserved: it has no production adapter, so a plan fails closed",
                 ("spec_mode",),
-                hint='use "mtp", "dflash", "dflash2", "dspark" or "ngram", or "auto" to pick from the manifest',
+                hint=f'use {modes.quoted(_usable_kinds())}, or "auto" to pick from the manifest',
             )
         )
-    if mode is not None and mode is not SpecMode.NONE and k is not None and s is not None:
+    if mode is not None and mode != modes.NONE and k is not None and s is not None:
         issues += _snapshots_vs_width(k, s)
     if k is not None:
         issues += _verify_capacity(runtime, k)
     return issues
 
 
-def _fr(data: dict[str, Any], mode: SpecMode | None) -> list[Issue]:
+def _fr(data: dict[str, Any], mode: str | None) -> list[Issue]:
     fr = data.get("spec_mtp_fr_vocab_size")
-    if not _is_int(fr) or fr < 1 or mode is None or mode in FR_MODES:
+    if not _is_int(fr) or fr < 1 or mode is None or mode in modes.FR_SPEC_MODES:
         return []
     where = ("spec_mtp_fr_vocab_size",)
-    if mode is SpecMode.AUTO:
+    if mode == modes.AUTO:
         return [
             Issue(
                 "PWR404",
@@ -128,28 +122,24 @@ def _fr(data: dict[str, Any], mode: SpecMode | None) -> list[Issue]:
     return [
         Issue(
             "PWR404",
-            f"spec_mtp_fr_vocab_size cuts a draft head's vocabulary projection, but spec_mode = \"{mode.value}\" has no draft head",
+            f"spec_mtp_fr_vocab_size cuts a draft head's vocabulary projection, but spec_mode = \"{mode}\" has no draft head",
             where,
             hint='remove spec_mtp_fr_vocab_size, or use spec_mode = "mtp"',
         )
     ]
 
 
-def _adaptive(data: dict[str, Any], mode: SpecMode | None) -> list[Issue]:
-    if data.get("spec_mtp_adaptive") is not True or mode is None or mode in ADAPTIVE_MODES:
+def _adaptive(data: dict[str, Any], mode: str | None) -> list[Issue]:
+    if data.get("spec_mtp_adaptive") is not True or mode is None or mode in modes.ADAPTIVE_SPEC_MODES:
         return []
-    reason = {
-        SpecMode.DFLASH2: "DFlash2 keeps a fixed draft shape",
-        SpecMode.NONE: "there is no speculation to adapt",
-        SpecMode.NGRAM: "n-gram proposals are not scheduled by the adaptive controller",
-        SpecMode.DRAFT_MODEL: "draft-model has no adapter",
-    }[mode]
+    reason = "there is no speculation to adapt" if mode == modes.NONE else modes.mode(mode).fixed_shape
+    driven = sorted(modes.ADAPTIVE_SPEC_MODES - {modes.AUTO}, key=modes.DRAFTER_KINDS.index)
     return [
         Issue(
             "PWR405",
-            f"spec_mtp_adaptive = true with spec_mode = \"{mode.value}\": {reason}",
+            f"spec_mtp_adaptive = true with spec_mode = \"{mode}\": {reason}",
             ("spec_mtp_adaptive",),
-            hint="set spec_mtp_adaptive = false (the adaptive controller drives mtp, dflash and dspark)",
+            hint=f"set spec_mtp_adaptive = false (the adaptive controller drives {_and(driven)})",
         )
     ]
 
@@ -195,8 +185,8 @@ def _verify_capacity(runtime: dict[str, Any], k: int) -> list[Issue]:
 
 
 def _ngram_window(runtime: dict[str, Any]) -> list[Issue]:
-    n_min = _positive_int(runtime, "ngram_n_min", RuntimeSettings)
-    n_max = _positive_int(runtime, "ngram_n_max", RuntimeSettings)
+    n_min = _positive_int(runtime, "ngram_n_min", ProfileRuntime)
+    n_max = _positive_int(runtime, "ngram_n_max", ProfileRuntime)
     if n_min is None or n_max is None or n_min <= n_max:
         return []
     key = "ngram_n_min" if "ngram_n_min" in runtime else "ngram_n_max"
@@ -225,11 +215,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _enum(enum_type: type, value: Any):
-    try:
-        return enum_type(value)
-    except (ValueError, TypeError):
-        return None
+def _spec_mode(value: Any) -> str | None:
+    return value if value in modes.SPEC_MODES else None
+
+
+def _usable_kinds() -> list[str]:
+    return [m.name for m in modes.MODES if not m.reserved]
+
+
+def _external_kinds() -> list[str]:
+    return [m.name for m in modes.MODES if m.file_backed and not m.reserved]
 
 
 def _and(items) -> str:

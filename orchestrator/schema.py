@@ -11,7 +11,6 @@ Paths are resolved against the directory of the file that names them: pass
 
 from __future__ import annotations
 
-import enum
 import json
 from pathlib import Path
 from typing import Annotated, Literal
@@ -30,38 +29,16 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from power import modes
 from power.orchestrator.units import ACCEPTED_FORMS, parse_size
 
 SCHEMA_VERSION = "v1"
 DEFAULT_HEADROOM = 512 * 1024**2
 
 
-class SpecMode(str, enum.Enum):
-    AUTO = "auto"
-    NONE = "none"
-    MTP = "mtp"
-    DFLASH = "dflash"
-    DFLASH2 = "dflash2"
-    DSPARK = "dspark"
-    NGRAM = "ngram"
-    DRAFT_MODEL = "draft-model"
-
-
-class DrafterKind(str, enum.Enum):
-    MTP = "mtp"
-    DFLASH = "dflash"
-    DFLASH2 = "dflash2"
-    DSPARK = "dspark"
-    NGRAM = "ngram"
-    DRAFT_MODEL = "draft-model"
-
-
-# Drafters whose weights are a separate GGUF: they need a path and a sha256, and name their target's digest.
-FILE_BACKED_DRAFTERS = frozenset({DrafterKind.DFLASH, DrafterKind.DFLASH2, DrafterKind.DSPARK, DrafterKind.DRAFT_MODEL})
-# Modes with a draft head whose vocabulary projection FR can cut (DFlash/DSpark reuse the target's head).
-FR_MODES = frozenset({SpecMode.MTP})
-# Modes driven by the adaptive controller; DFlash2 keeps its fixed shape.
-ADAPTIVE_MODES = frozenset({SpecMode.AUTO, SpecMode.MTP, SpecMode.DFLASH, SpecMode.DSPARK})
+# The modes and drafter kinds, spelled as `power.modes` defines them (one record per mode).
+SpecModeName = Literal[modes.SPEC_MODES]  # type: ignore[valid-type]  # pyright: ignore[reportInvalidTypeForm]
+DrafterKindName = Literal[modes.DRAFTER_KINDS]  # type: ignore[valid-type]  # pyright: ignore[reportInvalidTypeForm]
 
 # Keys as llama.cpp (or an older Power) spells them -> Power's key; a file using one gets PWR026, never a silent ignore.
 RENAMED_KEYS = {
@@ -75,15 +52,6 @@ RENAMED_KEYS = {
     "flash_attention": "flash_attn",
     "cache_type_k": "kv_cache_type",
     "temp": "temperature",
-}
-# llama.cpp `--spec-type` names -> the spec_mode / drafter kind Power means by them.
-LLAMA_CPP_SPEC_TYPES = {
-    "draft-mtp": "mtp",
-    "draft-dflash": "dflash",
-    "draft-dspark": "dspark",
-    "ngram-mod": "ngram",
-    "ngram-simple": "ngram",
-    "draft": "draft-model",
 }
 
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -133,7 +101,7 @@ def _schema_field(kind: str):
 # --- manifest -----------------------------------------------------------------
 
 
-class Target(_Strict):
+class TargetEntry(_Strict):
     path: FilePath = Field(description="the target GGUF, relative to this manifest")
     size: Bytes | None = Field(None, description="the file's size in bytes, checked against the file")
     sha256: Sha256 = Field(description="the file's sha256 (64 hex digits), checked against the file")
@@ -141,9 +109,9 @@ class Target(_Strict):
     architecture: StrictStr | None = Field(None, description="general.architecture the header must declare, e.g. qwen35, gemma3")
 
 
-class Drafter(_Strict):
-    kind: DrafterKind = Field(description="mtp | dflash | dflash2 | dspark | ngram | draft-model; the artifact's header must agree")
-    path: FilePath | None = Field(None, description="the drafter GGUF (dflash, dflash2, dspark, draft-model); mtp lives in the target, ngram needs none")
+class DrafterEntry(_Strict):
+    kind: DrafterKindName = Field(description=" | ".join(modes.DRAFTER_KINDS) + "; the artifact's header must agree")
+    path: FilePath | None = Field(None, description=f"the drafter GGUF ({', '.join(sorted(modes.FILE_BACKED))}); mtp lives in the target, ngram needs none")
     size: Bytes | None = Field(None, description="the drafter file's size in bytes")
     sha256: Sha256 | None = Field(None, description="the drafter file's sha256 (64 hex digits)")
     target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was built for: the binding")
@@ -154,14 +122,14 @@ class Manifest(_Strict):
     schema_id: Literal["power.manifest/v1"] = _schema_field("manifest")
     name: StrictStr = Field(min_length=1, description="the manifest's name")
     description: StrictStr | None = Field(None, description="free text")
-    target: Target
-    drafters: list[Drafter] = Field(default_factory=list, description="the drafters available for this target")
+    target: TargetEntry
+    drafters: list[DrafterEntry] = Field(default_factory=list, description="the drafters available for this target")
 
 
 # --- profile ------------------------------------------------------------------
 
 
-class RuntimeSettings(_Strict):
+class ProfileRuntime(_Strict):
     ctx: StrictInt = Field(4096, ge=1, description="context length in tokens")
     verify_capacity: StrictInt | None = Field(
         None, ge=1, description="fixed target verification shape in rows (B11 = 11); at least K+1; default K+1"
@@ -185,14 +153,14 @@ class Profile(_Strict):
     schema_id: Literal["power.profile/v1"] = _schema_field("profile")
     name: StrictStr = Field(min_length=1, description="the profile's name")
     description: StrictStr | None = Field(None, description="free text")
-    spec_mode: SpecMode = Field(SpecMode.AUTO, description="auto | none | mtp | dflash | dflash2 | dspark | ngram | draft-model")
+    spec_mode: SpecModeName = Field(modes.AUTO, description=" | ".join(modes.SPEC_MODES))
     spec_draft_max: StrictInt = Field(7, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
     spec_mtp_recurrent_snapshots: StrictInt = Field(7, ge=1, description="S, the resident rollback window: an integer >= 1")
     spec_mtp_fr_vocab_size: StrictInt | None = Field(
         None, ge=1, description="FR, the draft head's token-ID prefix: an integer >= 1 (omit for the full vocabulary)"
     )
     spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, dspark; not dflash2)")
-    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    runtime: ProfileRuntime = Field(default_factory=ProfileRuntime)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
 
     @property
@@ -204,14 +172,14 @@ class Profile(_Strict):
 # --- host and fleet -------------------------------------------------------------
 
 
-class Device(_Strict):
+class DeviceSpec(_Strict):
     model: StrictStr = Field(min_length=1, description='the device model, e.g. "RTX 4090"')
     vram: Bytes = Field(description='device memory, e.g. "24 GiB"')
 
 
 class HostSpec(_Strict):
     name: StrictStr = Field(min_length=1, description="the host's name")
-    devices: list[Device] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX 4090", vram = "24 GiB" }]')
+    devices: list[DeviceSpec] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX 4090", vram = "24 GiB" }]')
     headroom: Bytes = Field(DEFAULT_HEADROOM, description="memory kept free on each device (default 512 MiB)")
     labels: dict[str, StrictStr] = Field(default_factory=dict, description="free-form labels, e.g. { zone = \"lab\" }")
 
@@ -223,7 +191,6 @@ class Host(HostSpec):
 class Deployment(_Strict):
     name: StrictStr | None = Field(None, min_length=1, description="the deployment's name on its host (default: the manifest's name)")
     host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
-    device: StrictInt = Field(0, ge=0, description="the index of the host's device it runs on (0 is the first)")
     device: StrictInt = Field(0, ge=0, description="the index of the host's device the deployment runs on (default 0)")
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")

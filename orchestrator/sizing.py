@@ -14,7 +14,7 @@ Components (docs/sizing.md gives every constant and where it comes from):
     CUDA context, graphs  fixed overheads
     headroom              kept free on the device (the host's setting)
 
-Layers come one by one from `ArtifactFacts.layers` (power.orchestrator.facts): a
+Layers come one by one from `ArtifactFacts.layers` (power.artifacts.facts): a
 per-layer `head_count_kv` array is honoured element by element, sliding-window
 layers follow the header's pattern (or llama.cpp's per-architecture rule when the
 header carries none), recurrent layers carry state instead of KV, and the nextn
@@ -30,9 +30,9 @@ from typing import Any, Literal
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from power.orchestrator.contracts import drafter_kv_bytes_per_position
-from power.orchestrator.facts import NEXTN, RECURRENT, SLIDING, ArtifactFacts, LayerFacts
-from power.orchestrator.gguf_reader import TensorInfo
+from power.artifacts.contracts import drafter_kv_bytes_per_position
+from power.artifacts.facts import NEXTN, RECURRENT, SLIDING, ArtifactFacts, LayerFacts
+from power.artifacts.gguf_reader import TensorInfo
 from power.orchestrator.units import format_size
 
 MiB = 1024**2

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from power import __version__
-from power.orchestrator.atomic import write_text_atomic
+from power.artifacts.atomic import write_text_atomic
 from power.orchestrator.plan import ResolvedPlan
 from power.runtime.engine import Engine
 from power.runtime.receipt import Receipt
@@ -48,7 +48,7 @@ class BenchConfig:
             "label": self.label, "plan": str(self.plan_path), "plan_digest": plan.digest, "name": plan.name,
             "mode": plan.mode.resolved, "k": plan.speculation.k, "s": plan.speculation.s,
             "verify_capacity": plan.runtime.verify_capacity,
-            "artifacts": {str(self.engine.settings.target_path): self.engine.target_sha256},
+            "artifacts": dict(self.engine.artifacts),
         }
 
 
@@ -79,7 +79,7 @@ def run_protocol(configs: list[BenchConfig], shapes: list[TrafficShape], runs: i
 
 
 def _generate(config: BenchConfig, shape: TrafficShape) -> Receipt:
-    sampling = replace(config.engine.settings.sampling, temperature=shape.temperature)
+    sampling = replace(config.engine.sampling, temperature=shape.temperature)
     return config.engine.generate(shape.prompt, shape.max_tokens, sampling=sampling)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from power.orchestrator.atomic import write_text_atomic
+from power.artifacts.atomic import write_text_atomic
 
 REPORT_FORMATS = {".md": "bench_report.md.j2", ".html": "bench_report.html.j2"}
 CHART_WIDTH, BAR_HEIGHT, LABEL_WIDTH = 520, 22, 90

@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
-from .contract import Trunk
+from power.runtime.trunks.protocol import Trunk
 from .governor import CostGovernor
 from .receipt import SpeculationRates
 from .sampling import Sampler
@@ -82,12 +82,14 @@ class Decoder:
         cancel: threading.Event | None = None,
         observer: StepObserver | None = None,
         finish: threading.Event | None = None,
+        on_tokens: Callable[[list[int]], None] | None = None,
     ) -> Generation:
         """Decode up to `max_new_tokens` after `prompt`, ending early on a token in `stop_ids`.
 
         Setting `cancel` (from any thread) ends the request at the next step boundary with the open round
         rolled back. Setting `finish` ends it after the round in hand commits, as a normal end: the caller's
-        own stop condition (a stop string), with nothing rolled back.
+        own stop condition (a stop string), with nothing rolled back. `on_tokens` receives each committed
+        round's emitted tokens (the prefill's first token included) as they land.
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -101,9 +103,13 @@ class Decoder:
         first = seq.start(prompt)
         stats.prefill_s = time.perf_counter() - started
         generation = Generation([first], stats, stopped=first in seq.stop_ids, sequence=seq)
+        if on_tokens:
+            on_tokens([first])
         try:
             while not generation.stopped and not (finish and finish.is_set()) and len(seq.emitted) < max_new_tokens:
-                self._round(seq, scheduler, stats, max_new_tokens - len(seq.emitted))
+                emitted = self._round(seq, scheduler, stats, max_new_tokens - len(seq.emitted))
+                if on_tokens:
+                    on_tokens(emitted)
                 generation.stopped = seq.tokens[-1] in seq.stop_ids
         except Cancelled:
             generation.cancelled = True
@@ -113,7 +119,7 @@ class Decoder:
         generation.tokens = seq.emitted
         return generation
 
-    def _round(self, seq: SpeculativeSequence, scheduler: Scheduler, stats: SpeculationStats, remaining: int) -> None:
+    def _round(self, seq: SpeculativeSequence, scheduler: Scheduler, stats: SpeculationStats, remaining: int) -> list[int]:
         speculate = self.speculator is not None and (self.governor is None or self.governor.speculate())
         width = min(scheduler.width(), remaining - 1) if speculate else 0
         started = time.perf_counter()
@@ -123,3 +129,4 @@ class Decoder:
         scheduler.record(result.proposed, result.accepted, result.replayed)
         if self.governor:
             self.governor.record(result.attempted, len(result.emitted), seconds, result.accepted)
+        return result.emitted

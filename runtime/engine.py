@@ -13,24 +13,25 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from power.orchestrator import digests, gguf_reader
+from power import modes
+from power.artifacts import digests
+from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation
 from power.runtime.decoder import Decoder, Generation
+from power.artifacts.gguf_reader import ArtifactError
+from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.governor import CostGovernor
-from power.runtime.governor import shared as shared_governor
-from power.runtime.errors import ArtifactError, ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import Speculator
-from power.runtime.speculators.registry import SpeculatorRequest
+from power.runtime.speculators.base import Speculator, SpeculatorRequest
 from power.runtime.stops import StopText
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
@@ -39,59 +40,103 @@ DEFAULT_CTX = 2048
 
 
 @dataclass(frozen=True)
-class EngineSettings:
-    """What the runtime needs to load a target and generate; a plan maps into it in `from_plan`."""
+class EngineOptions:
+    """How this machine runs a workload: choices a plan leaves to the host (they are not in its digest)."""
 
-    target_path: Path
-    n_ctx: int = DEFAULT_CTX
-    verify_capacity: int = 1
-    snapshot_rows: int = 0
+    device: str = "auto"  # "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda", "cuda:N"
     dtype: str = "float32"  # the layers' weight dtype (`power.runtime.dtypes.WEIGHT_DTYPES`)
     lm_head_dtype: str | None = None  # None: the same as dtype
-    device: str = "auto"  # the target's device: "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda"
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
-    sampling: SamplingParams = SamplingParams()
-    mode: str = "none"
-    plan_digest: str | None = None
-    target_sha256: str | None = None  # the digest the plan promises; checked before loading
-    k: int = 0  # spec_draft_max
-    adaptive: bool = False  # spec_mtp_adaptive
-    drafter_paths: dict[str, Path] = field(default_factory=dict)  # drafter kind -> artifact
-    fr_vocab_size: int | None = None
-    ngram_orders: tuple[int, int] | None = None  # (min, max) n-gram order
     governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
 
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file the workload names, with the sha256 it must have (None: any, for a plan-less run)."""
+
+    role: str  # "target" or the drafter's kind
+    path: Path
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the engine runs: the plan's own sections, read as they are, and where its artifacts lie.
+
+    `of_plan` takes a resolved plan; `of_gguf` is a plan-less, target-only run of one GGUF.
+    """
+
+    artifacts: tuple[Artifact, ...]  # the target first, then the drafters with files
+    mode: Mode
+    speculation: Speculation
+    runtime: Runtime
+    sampling: Sampling
+    plan_digest: str | None
+
     @classmethod
-    def from_plan(cls, plan, plan_path: Path, **overrides) -> EngineSettings:
-        """The one mapping from a `ResolvedPlan` to the runtime (target path relative to the plan's folder)."""
-        rs = plan.runtime_settings()
-        target = _relative_to(plan_path, rs.target_path)
-        settings = cls(
-            target_path=target, n_ctx=rs.ctx, verify_capacity=rs.verify_capacity, snapshot_rows=rs.s,
-            sampling=SamplingParams(temperature=rs.temperature, seed=rs.seed, verify=rs.verify),
-            mode=rs.mode, plan_digest=rs.plan_digest, target_sha256=plan.target.sha256,
-            k=rs.k, adaptive=rs.adaptive, fr_vocab_size=rs.fr_vocab_size,
-            drafter_paths={kind: _relative_to(plan_path, path) for kind, path in rs.drafter_paths.items()},
-            ngram_orders=(rs.ngram_n_min, rs.ngram_n_max) if rs.ngram_n_min and rs.ngram_n_max else None,
+    def of_plan(cls, plan: ResolvedPlan, plan_path: Path) -> Workload:
+        """Relative artifact paths are relative to the plan's folder."""
+        target = Artifact("target", _relative_to(plan_path, plan.target.path), plan.target.sha256)
+        drafters = tuple(Artifact(d.kind, _relative_to(plan_path, d.path), d.sha256)
+                         for d in plan.drafters if d.path is not None)
+        return cls((target, *drafters), plan.mode, plan.speculation, plan.runtime, plan.sampling, plan.digest)
+
+    @classmethod
+    def of_gguf(cls, path: Path, ctx: int = DEFAULT_CTX, verify_capacity: int = 1) -> Workload:
+        return cls(
+            artifacts=(Artifact("target", Path(path), None),),
+            mode=Mode(requested=modes.NONE, resolved=modes.NONE, chain=(), reason="a direct run of one GGUF"),
+            speculation=Speculation(k=0, s=0, rollback="none"),
+            runtime=Runtime(ctx=ctx, batch=1, verify_capacity=verify_capacity, gpu_layers="all", flash_attn=False,
+                            cuda_graphs=False, kv_cache_type="f32", draft_kv_cache_type="f32"),
+            sampling=Sampling(temperature=0.0, seed=0, verify="match"),
+            plan_digest=None,
         )
-        return replace(settings, **overrides)
+
+    @property
+    def target(self) -> Artifact:
+        return self.artifacts[0]
+
+    def drafter(self, kind: str) -> Path | None:
+        return next((a.path for a in self.artifacts[1:] if a.role == kind), None)
+
+    @property
+    def sampling_params(self) -> SamplingParams:
+        s = self.sampling
+        return SamplingParams(temperature=s.temperature, seed=s.seed, verify=s.verify)
 
 
 class Engine:
-    def __init__(self, settings: EngineSettings) -> None:
+    def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
-        if settings.threads:
-            torch.set_num_threads(settings.threads)
-        self.settings = settings
-        self.target_sha256 = _verified_sha256(settings.target_path, settings.target_sha256)
-        self.device = resolve_device(settings.device)
-        gguf = GGUFFile(settings.target_path)
-        self.trunk = load_trunk(gguf, n_ctx=settings.n_ctx, verify_capacity=settings.verify_capacity,
-                                snapshot_rows=settings.snapshot_rows, dtype=settings.dtype,
-                                lm_head_dtype=settings.lm_head_dtype, device=self.device)
+        if options.threads:
+            torch.set_num_threads(options.threads)
+        self.workload, self.options = workload, options
+        self.artifacts = {str(a.path): verified_sha256(a) for a in workload.artifacts}
+        self.device = resolve_device(options.device)
+        runtime = workload.runtime
+        gguf = GGUFFile(workload.target.path)
+        self.trunk = load_trunk(gguf, n_ctx=runtime.ctx, verify_capacity=runtime.verify_capacity,
+                                snapshot_rows=workload.speculation.s, dtype=options.dtype,
+                                lm_head_dtype=options.lm_head_dtype, device=self.device)
         self.tokenizer = Tokenizer.from_gguf(gguf)
-        self.decoder = _StreamingDecoder(self.trunk, Sampler(settings.sampling), *_speculation(settings, self.trunk))
+        speculator = _speculator(workload, self.trunk)
+        self.width = ProposalWidth.of(workload, speculator)
+        schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
+                                   adaptive=workload.speculation.adaptive)
+        # One governor per engine: its verdict on this speculator outlives a request.
+        governor = CostGovernor() if speculator is not None and options.governor else None
+        self.decoder = Decoder(self.trunk, Sampler(workload.sampling_params), speculator, schedule, governor)
         self.load_s = time.perf_counter() - started
+
+    @property
+    def n_ctx(self) -> int:
+        return self.workload.runtime.ctx
+
+    @property
+    def sampling(self) -> SamplingParams:
+        """The plan's sampling; a request may override it."""
+        return self.workload.sampling_params
 
     def generate(self, prompt: str, max_tokens: int, on_text: Callable[[str], None] | None = None,
                  cancel: threading.Event | None = None, sampling: SamplingParams | None = None,
@@ -104,12 +149,12 @@ class Engine:
         A `stop` string ends the request normally after the round that completed it (`power.runtime.stops`):
         the receipt says `stop`, its text ends before the stop string, its tokens with the one that completed it.
         """
-        self.decoder.sampler = Sampler(sampling or self.settings.sampling)
+        self.decoder.sampler = Sampler(sampling or self.sampling)
         prompt_ids = self.tokenizer.encode(prompt)
-        room = self.settings.n_ctx - len(prompt_ids) + 1  # the last emitted token needs no cache slot
+        room = self.n_ctx - len(prompt_ids) + 1  # the last emitted token needs no cache slot
         if room < 1 + (max_tokens > 1):
-            raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.settings.n_ctx} "
-                                  "positions: shorten the prompt or plan a larger ctx")
+            raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.n_ctx} positions",
+                                  hint="shorten the prompt or plan a larger ctx")
         text = StopText(self.tokenizer.stream(), stop)
         finish = threading.Event()
         pieces: list[str] = []
@@ -122,8 +167,8 @@ class Engine:
             if text.hit:
                 finish.set()
 
-        generation = self.decoder.generate_streaming(prompt_ids, min(max_tokens, room), self.tokenizer.stop_ids, emit,
-                                                     cancel, finish)
+        generation = self.decoder.generate(prompt_ids, min(max_tokens, room), self.tokenizer.stop_ids, cancel,
+                                           finish=finish, on_tokens=emit)
         tail = text.flush()
         if on_text and tail:
             on_text(tail)
@@ -140,39 +185,46 @@ class Engine:
             reason = "stop"
         else:
             reason = "context" if len(generation.tokens) >= room and room < max_tokens else "length"
-        s = self.settings
+        options, runtime = self.options, self.workload.runtime
         return Receipt(
-            plan_digest=s.plan_digest, artifacts={str(s.target_path): self.target_sha256}, mode=s.mode,
+            plan_digest=self.workload.plan_digest, artifacts=dict(self.artifacts), mode=self.workload.mode.resolved,
             prompt_tokens=len(prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
             governor_parks=stats.governor_parks,
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
-            runtime={"device": self.device, "dtype": s.dtype, "lm_head_dtype": self.trunk.options.head_dtype, "threads": torch.get_num_threads(), "n_ctx": s.n_ctx,
-                     "verify_capacity": s.verify_capacity, "prefill_chunk": self.trunk.options.prefill_chunk,
+            runtime={"device": self.device, "dtype": options.dtype, "lm_head_dtype": self.trunk.options.head_dtype,
+                     "threads": torch.get_num_threads(), "n_ctx": runtime.ctx,
+                     "verify_capacity": runtime.verify_capacity, "prefill_chunk": self.trunk.options.prefill_chunk,
                      "architecture": self.trunk.config.architecture, "torch": torch.__version__},
+            proposal_width=self.width.document(),
         )
 
 
-class _StreamingDecoder(Decoder):
-    """The decode loop with a callback for each round's emitted tokens."""
+@dataclass(frozen=True)
+class ProposalWidth:
+    """K as the engine runs it: the plan's K, cut once, here, to what the fixed shape and the drafter allow.
 
-    def generate_streaming(self, prompt: list[int], max_new_tokens: int, stop_ids, on_tokens,
-                           cancel: threading.Event | None = None, finish: threading.Event | None = None) -> Generation:
-        self._on_tokens, self._streamed = on_tokens, 0
-        generation = self.generate(prompt, max_new_tokens, stop_ids, cancel, finish=finish)
-        self._flush(generation.tokens)
-        return generation
+    Each round also stops one short of the tokens the request has left (the round's own token is the last).
+    """
 
-    def _round(self, seq, scheduler, stats, remaining) -> None:
-        self._flush(seq.emitted)  # the first token, drawn by the prefill
-        super()._round(seq, scheduler, stats, remaining)
-        self._flush(seq.emitted)
+    planned: int
+    effective: int
+    limited_by: str | None
 
-    def _flush(self, emitted: list[int]) -> None:
-        if len(emitted) > self._streamed:
-            self._on_tokens(emitted[self._streamed:])
-            self._streamed = len(emitted)
+    @classmethod
+    def of(cls, workload: Workload, speculator: Speculator | None) -> ProposalWidth:
+        planned = workload.speculation.k if speculator is not None else 0
+        limits = [(workload.runtime.verify_capacity - 1, f"the verification capacity of "
+                                                         f"{workload.runtime.verify_capacity} rows (anchor + K)")]
+        if speculator is not None and speculator.max_proposals is not None:
+            limits.append((speculator.max_proposals, f"the {speculator.name} drafter's block "
+                                                     f"({speculator.max_proposals} proposals)"))
+        limit, reason = min(limits)
+        return cls(planned, min(planned, limit), reason if limit < planned else None)
+
+    def document(self) -> dict[str, object]:
+        return {"planned": self.planned, "effective": self.effective, "limited_by": self.limited_by}
 
 
 def resolve_device(device: str) -> str:
@@ -181,10 +233,12 @@ def resolve_device(device: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     cuda = re.fullmatch(r"cuda(?::(\d+))?", device)
     if device != "cpu" and not cuda:
-        raise RuntimeInputError(f"device {device!r} is not supported; choose auto, cpu, cuda or cuda:N")
+        raise RuntimeInputError(f"device {device!r} is not supported", code="PWR601",
+                                hint="choose auto, cpu, cuda or cuda:N")
     if cuda and int(cuda.group(1) or 0) >= torch.cuda.device_count():
-        raise RuntimeInputError(f"device {device!r}: this torch ({torch.__version__}) sees {torch.cuda.device_count()} "
-                                "CUDA device(s); use a CUDA build of torch on a machine with that GPU, or --device cpu")
+        raise RuntimeInputError(f"device {device!r}: this torch ({torch.__version__}) sees "
+                                f"{torch.cuda.device_count()} CUDA device(s)", code="PWR601",
+                                hint="use a CUDA build of torch on a machine with that GPU, or --device cpu")
     return device
 
 
@@ -192,30 +246,26 @@ def _relative_to(plan_path: Path, path: str) -> Path:
     return Path(path) if Path(path).is_absolute() else Path(plan_path).parent / path
 
 
-def _speculation(settings: EngineSettings, trunk) -> tuple[Speculator | None, SchedulerConfig, CostGovernor | None]:
-    """The plan's speculator (fail closed: a decline is an error), its K/S schedule and the shared governor."""
-    schedule = SchedulerConfig(k=settings.k, s=max(1, settings.snapshot_rows), adaptive=settings.adaptive)
-    if settings.mode == "none":
-        return None, schedule, None
-    options = {"fr_vocab": settings.fr_vocab_size}
-    if settings.ngram_orders:
-        options |= {"ngram_min": settings.ngram_orders[0], "ngram_max": settings.ngram_orders[1]}
-    request = SpeculatorRequest(trunk, settings.k, drafter_path=settings.drafter_paths.get(settings.mode),
-                                target_path=settings.target_path, options=options)
-    speculator = registry.create(settings.mode, request)
-    governor = shared_governor(str(settings.target_path), settings.mode) if settings.governor else None
-    return speculator, schedule, governor
+def _speculator(workload: Workload, trunk) -> Speculator | None:
+    """The plan's speculator; a decline is an error (fail closed)."""
+    kind = workload.mode.resolved
+    if kind == modes.NONE:
+        return None
+    runtime, speculation = workload.runtime, workload.speculation
+    orders = (runtime.ngram_n_min, runtime.ngram_n_max) if runtime.ngram_n_min and runtime.ngram_n_max else None
+    request = SpeculatorRequest(trunk, target_path=workload.target.path, drafter_path=workload.drafter(kind),
+                                fr_vocab_size=speculation.fr_vocab_size, ngram_orders=orders)
+    return registry.create(kind, request)
 
 
-def _verified_sha256(path: Path, expected: str | None) -> str:
-    """The artifact's sha256 (cached by the orchestrator); a mismatch with the plan's digest is an error."""
-    if not Path(path).is_file():
-        raise ArtifactError(f"{path}: the target artifact does not exist; fix the manifest's target.path and re-plan")
-    try:
-        actual = digests.sha256_file(path)
-    except gguf_reader.ArtifactError as err:
-        raise ArtifactError(str(err)) from None
-    if expected is not None and actual != expected:
-        raise ArtifactError(f"{path}: sha256 is {actual[:16]}..., the plan expects {expected[:16]}...; "
-                            "the artifact changed after planning: re-plan, or restore the planned file")
+def verified_sha256(artifact: Artifact) -> str:
+    """The artifact's sha256 (cached, `power.artifacts.digests`); a mismatch with the plan's digest is an error."""
+    if not artifact.path.is_file():
+        raise ArtifactError(f"the {artifact.role} artifact does not exist", code="PWR110", file=str(artifact.path),
+                            hint="fix the manifest's path and re-plan, or restore the planned file there")
+    actual = digests.sha256_file(artifact.path)
+    if artifact.sha256 is not None and actual != artifact.sha256:
+        raise ArtifactError(f"sha256 is {actual[:16]}..., the plan expects {artifact.sha256[:16]}... for the "
+                            f"{artifact.role}: the artifact changed after planning", code="PWR115",
+                            file=str(artifact.path), hint="restore the planned file, or re-plan")
     return actual

@@ -1,19 +1,23 @@
 """Input errors the runtime reports to the user (exit code 2), as opposed to bugs.
 
-Each message names the artifact, tensor or limit at fault and what to do about it;
-the CLI prints it without a traceback.
+Each carries a finding from the check catalogue (`power.codes`) that names the
+artifact, tensor or limit at fault and what to do about it; the CLI prints it
+through the same renderer as every check, without a traceback. Artifacts the
+runtime cannot load raise `power.artifacts.gguf_reader.ArtifactError` (PWR1xx).
 """
 
 from __future__ import annotations
 
-
-class RuntimeInputError(ValueError):
-    """Bad input to the runtime: an artifact, a setting or a request it cannot serve."""
+from power.findings import PowerError
 
 
-class ArtifactError(RuntimeInputError):
-    """A GGUF artifact the runtime cannot load: unreadable, unimplemented architecture, missing/mis-shaped tensor."""
+class RuntimeInputError(PowerError):
+    """Bad input to the runtime: a setting or a request it cannot serve."""
+
+    code = "PWR600"
 
 
 class ContextOverflow(RuntimeInputError):
     """A request that does not fit the context the runtime was planned for."""
+
+    code = "PWR602"

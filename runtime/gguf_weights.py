@@ -1,7 +1,7 @@
 """GGUF weights for the runtime: header metadata and tensors from a memory map.
 
 The header comes from the orchestrator's bounded reader
-(`power.orchestrator.gguf_reader`); the file is mapped once (`numpy.memmap`,
+(`power.artifacts.gguf_reader`); the file is mapped once (`numpy.memmap`,
 read-only) and a tensor's bytes are a view into the map until they are
 dequantised, so loading never reads the whole file into Python bytes.
 
@@ -20,8 +20,8 @@ import torch
 
 from power.kernels import dispatch
 from power.kernels.dequant import BLOCK_LAYOUT
-from power.orchestrator import gguf_reader
-from power.runtime.errors import ArtifactError
+from power.artifacts import gguf_reader
+from power.artifacts.gguf_reader import ArtifactError
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,7 @@ class GGUFFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            header = gguf_reader.read_header(self.path)
-        except gguf_reader.ArtifactError as err:
-            raise ArtifactError(str(err)) from None
+        header = gguf_reader.read_header(self.path)
         self.metadata: dict[str, Any] = header.metadata
         self.tensors = {t.name: TensorInfo(t.name, _type_name(t.ggml_type), t.shape, header.data_offset + t.offset,
                                            t.nbytes) for t in header.tensors}
@@ -56,8 +53,9 @@ class GGUFFile:
 
     def require(self, key: str) -> Any:
         if key not in self.metadata:
-            raise ArtifactError(f"{self.path}: header key {key!r} is missing; the artifact does not describe "
-                                f"a complete {self.architecture} model")
+            raise ArtifactError(f"header key {key!r} is missing: the artifact does not describe a complete "
+                                f"{self.architecture} model", code="PWR121", file=str(self.path),
+                                hint="re-convert the model with a current llama.cpp convert script")
         return self.metadata[key]
 
     def raw(self, name: str) -> torch.Tensor:
@@ -67,7 +65,8 @@ class GGUFFile:
 
     def info(self, name: str) -> TensorInfo:
         if name not in self.tensors:
-            raise ArtifactError(f"{self.path}: tensor {name!r} is missing; a {self.architecture} model needs it")
+            raise ArtifactError(f"tensor {name!r} is missing; a {self.architecture} model needs it", code="PWR121",
+                                file=str(self.path), hint="re-convert the model completely")
         return self.tensors[name]
 
     def tensor(self, name: str, shape: Sequence[int] | None = None, device: str = "cpu") -> torch.Tensor:
@@ -75,11 +74,13 @@ class GGUFFile:
         dequantises with the Triton kernels), checking it has `shape` when given."""
         info = self.info(name)
         if shape is not None and tuple(info.shape) != tuple(shape):
-            raise ArtifactError(f"{self.path}: tensor {name!r} has shape {list(info.shape)}, expected {list(shape)} "
-                                "from the header's hyperparameters; the artifact is inconsistent")
+            raise ArtifactError(f"tensor {name!r} has shape {list(info.shape)}, expected {list(shape)} from the "
+                                "header's hyperparameters", code="PWR121", file=str(self.path),
+                                hint="the artifact is inconsistent: re-convert it")
         if info.qtype not in BLOCK_LAYOUT:
-            raise ArtifactError(f"{self.path}: tensor {name!r} is {info.qtype}, which the runtime cannot dequantise "
-                                f"(supported: {', '.join(BLOCK_LAYOUT)}); requantise the model to one of them")
+            raise ArtifactError(f"tensor {name!r} is {info.qtype}, which the runtime cannot dequantise "
+                                f"(supported: {', '.join(BLOCK_LAYOUT)})", code="PWR122", file=str(self.path),
+                                hint="requantise the model to one of them")
         return dispatch.dequantize(info.qtype, self.raw(name).to(device), info.shape)
 
     def has(self, name: str) -> bool:

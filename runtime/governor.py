@@ -1,9 +1,9 @@
 """The cost governor: speculation must never make decoding slower.
 
 It measures speculative steps against plain steps (seconds per emitted token),
-parks a losing speculator - every step plain - and re-probes with backoff. One
-governor is shared per (model, speculator) across requests, so a verdict is not
-rediscovered on every short request. It never reads a clock: the engine times
+parks a losing speculator - every step plain - and re-probes with backoff. The
+engine owns one governor for its speculator and keeps it across requests, so a
+verdict is not rediscovered on every short request. It never reads a clock: the engine times
 each step and calls `record`.
 
 Accounting rules (the TensorSharp seed's, each of which fixed a real regression):
@@ -165,11 +165,3 @@ class CostGovernor:
 
 def _mean(values) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-_SHARED: dict[tuple[str, str], CostGovernor] = {}
-
-
-def shared(model: str, speculator: str) -> CostGovernor:
-    """The one governor for a (model, speculator) pair: its verdict outlives a request."""
-    return _SHARED.setdefault((model, speculator), CostGovernor())

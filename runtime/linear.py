@@ -13,10 +13,14 @@ runs at most often (its verification capacity); it only guides the packed layout
   as an AVX2-only one) it is a plain bf16 `F.linear`.
 - **int8** (CPU): each output row is requantised to int8 with its own scale
   (max |w| / 127), and each activation row to two int8 levels, `x = s * (hi +
-  lo / 254)`, so activations keep ~15 bits. The products are integer (oneDNN's
-  u8 x s8 GEMM, exact int32 sums), scaled afterwards. Measured on Gemma 3 270M
-  (bench/bench_runtime.py --accuracy): logits deviate from the exactly
-  dequantised weights about as much as llama.cpp's own CPU path does.
+  lo / LOW_LEVEL)`, so activations keep ~15 bits. The products are integer
+  (oneDNN's u8 x s8 GEMM, exact int32 sums), scaled afterwards. Measured on
+  Gemma 3 270M (bench/bench_runtime.py --accuracy): logits deviate from the
+  exactly dequantised weights about as much as llama.cpp's own CPU path does.
+  A CPU without VNNI (AVX2 only, or AVX-512 without VNNI) adds u8 x s8 products
+  in pairs into saturating int16, so there activations use 7 bits per level
+  (u8 at most 127, PyTorch's `reduce_range`): the sums stay exact, with ~13
+  bits per activation instead of ~15.
 
 Every variant keeps a row's result independent of the other rows in the call:
 no reduction crosses rows, and int8 scales are per row. The trunks' fixed shapes
@@ -28,14 +32,32 @@ rows alone instead of a padded block.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 from power.runtime.errors import RuntimeInputError
 
-INT8_MAX = 127
-LOW_LEVEL = 254  # the second int8 level carries the residual at 1/254 of the first's step
-UINT8_ZERO = 128  # oneDNN's int8 GEMM takes unsigned activations with a zero point
+INT8_MAX = 127  # weights: each row requantised to [-127, 127]
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+@functools.cache
+def exact_int8_pairs() -> bool:
+    """Whether this CPU sums u8 x s8 products straight into int32 (VNNI or AMX); read from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            flags = set(cpuinfo.read().split())
+    except OSError:
+        return False  # unknown: the reduced range is exact on every CPU
+    return any(flag in flags for flag in VNNI_FLAGS)
+
+
+# Activations: each level in [-ACTIVATION_MAX, ACTIVATION_MAX], sent to oneDNN as u8 around UINT8_ZERO.
+ACTIVATION_MAX = 127 if exact_int8_pairs() else 63
+UINT8_ZERO = ACTIVATION_MAX + 1  # oneDNN's int8 GEMM takes unsigned activations with a zero point
+LOW_LEVEL = 2 * ACTIVATION_MAX  # the second level carries the residual at 1/LOW_LEVEL of the first's step
 
 
 class Linear:
@@ -90,8 +112,8 @@ class Int8Linear(Linear):
     def __init__(self, weight: torch.Tensor, rows: int, levels: int = 2) -> None:
         if not _onednn_cpu(weight):
             raise RuntimeInputError(f"int8 weights run on the CPU through oneDNN; this one is on {weight.device} "
-                                    f"(oneDNN available: {torch.backends.mkldnn.is_available()}): use dtype bfloat16 "
-                                    "(or float32) there instead")
+                                    f"(oneDNN available: {torch.backends.mkldnn.is_available()})", code="PWR601",
+                                    hint="use dtype bfloat16 (or float32) there instead")
         self.shape = tuple(weight.shape)
         self._scale = (weight.abs().amax(dim=1) / INT8_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [out]
         quantised = torch.round(weight / self._scale[:, None]).to(torch.int8)  # [out, in]
@@ -101,7 +123,7 @@ class Int8Linear(Linear):
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
-        step = (x.abs().amax(dim=1, keepdim=True) / INT8_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [n, 1]
+        step = (x.abs().amax(dim=1, keepdim=True) / ACTIVATION_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [n, 1]
         units = x / step
         high = torch.round(units)
         if self._levels == 1:
@@ -111,7 +133,8 @@ class Int8Linear(Linear):
         return sums[:n].add_(sums[n:].div_(LOW_LEVEL)).mul_(step)  # [n, out]
 
     def _sums(self, levels: torch.Tensor) -> torch.Tensor:
-        """Integer rows [m, in] in [-127, 127] -> exact integer products [m, out], times the weight rows' scales."""
+        """Integer rows [m, in] in [-ACTIVATION_MAX, ACTIVATION_MAX] -> exact integer products [m, out], times the
+        weight rows' scales."""
         unsigned = levels.add(UINT8_ZERO).to(torch.uint8)
         return torch.ops.onednn.qlinear_pointwise(unsigned, 1.0, UINT8_ZERO, self._weight, self._scale,
                                                   self._zero_points, None, 1.0, 0, torch.float32, "none", [], "")

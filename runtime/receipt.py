@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from power.orchestrator.atomic import write_text_atomic
+from power.artifacts.atomic import write_text_atomic
 
 RECEIPT_SCHEMA = "power.receipt/v1"
 STOP_REASONS = ("stop", "length", "context", "cancelled")
@@ -64,6 +64,8 @@ class Receipt(SpeculationRates):
     runtime: dict[str, Any] = field(default_factory=dict)  # device, dtype, threads, shapes, versions
     speculative_rounds: int = 0  # rounds that verified at least one proposal (llama.cpp's "drafts")
     governor_parks: int = 0
+    # K as planned and as run: {"planned", "effective", "limited_by"} (`power.runtime.engine.ProposalWidth`)
+    proposal_width: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens_sha256(self) -> str:

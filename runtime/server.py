@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from power.runtime.engine import Engine
-from power.runtime.errors import RuntimeInputError
+from power.findings import PowerError
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import SamplingParams
 
@@ -246,8 +246,8 @@ class EngineWorker:
         try:
             receipt = self.engine.generate(request.prompt, request.max_tokens, on_text, cancel=job.cancel,
                                            sampling=self._sampling(request), stop=request.stop)
-        except RuntimeInputError as err:
-            job.push("error", (400, str(err)))
+        except PowerError as err:
+            job.push("error", (400, err.finding.message))
             return
         except Exception:  # one request's failure must not take the engine thread down
             traceback.print_exc(file=sys.stderr)
@@ -257,7 +257,7 @@ class EngineWorker:
         job.push("done", Outcome(receipt, "stop" if receipt.stop_reason == "stop" else "length"))
 
     def _sampling(self, request: CompletionRequest) -> SamplingParams:
-        plan = self.engine.settings.sampling
+        plan = self.engine.sampling
         return SamplingParams(
             temperature=plan.temperature if request.temperature is None else request.temperature,
             top_k=plan.top_k, top_p=plan.top_p, verify=plan.verify,
@@ -284,8 +284,12 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
         try:
             engine = load_engine()
         except Exception as err:  # noqa: BLE001 - reported on /health and to the operator, never a dead thread
-            state.load_error = str(err) if isinstance(err, RuntimeInputError) else f"{type(err).__name__}: {err}"
-            print(f"error: the model did not load: {state.load_error}", file=sys.stderr)
+            if isinstance(err, PowerError):
+                state.load_error = err.finding.message
+                print(f"the model did not load:\n{err.finding.render()}", file=sys.stderr)
+            else:
+                state.load_error = f"{type(err).__name__}: {err}"
+                print(f"error: the model did not load: {state.load_error}", file=sys.stderr)
             if on_load_failure:
                 on_load_failure(state.load_error)
             return
@@ -328,7 +332,7 @@ async def _completions(request: Request, state: ServerState) -> Response:
             return _error(503, f"the model failed to load: {state.load_error}", "unavailable")
         return _error(503, "the model is not loaded yet; poll GET /health until it answers 200", "unavailable")
     try:
-        parsed = parse_completion(await request.body(), state.worker.engine.settings.n_ctx)
+        parsed = parse_completion(await request.body(), state.worker.engine.n_ctx)
     except BadRequest as err:
         count.labels("bad_request").inc()
         return _error(400, str(err), "invalid_request_error")

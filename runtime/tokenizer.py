@@ -29,7 +29,7 @@ from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.models import BPE
 
-from power.runtime.errors import ArtifactError
+from power.artifacts.gguf_reader import ArtifactError
 from power.runtime.gguf_weights import GGUFFile
 
 SPM_SPACE = "▁"
@@ -73,8 +73,9 @@ class Vocabulary:
     def from_gguf(cls, gguf: GGUFFile) -> Vocabulary:
         tokens = gguf.get("tokenizer.ggml.tokens")
         if not tokens:
-            raise ArtifactError(f"{gguf.path}: the header carries no tokenizer (tokenizer.ggml.tokens is missing); "
-                                "the runtime needs the target's own vocabulary")
+            raise ArtifactError("the header carries no tokenizer (tokenizer.ggml.tokens is missing)", code="PWR121",
+                                file=str(gguf.path), hint="the runtime needs the target's own vocabulary: use a target "
+                                "converted with its tokenizer")
         model = gguf.get("tokenizer.ggml.model", "<none>")
         return cls(
             tokens=tokens,
@@ -99,13 +100,15 @@ class Tokenizer:
             self._bytes = [_spm_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types)]
         elif vocab.model == "gpt2":
             if vocab.pre not in PRE_TOKENIZER_SPLITS:
-                raise ArtifactError(f"{source}: tokenizer.ggml.pre = {vocab.pre!r} has no pre-tokeniser here "
-                                    f"(known: {', '.join(PRE_TOKENIZER_SPLITS)})")
+                raise ArtifactError(f"tokenizer.ggml.pre = {vocab.pre!r} has no pre-tokeniser here "
+                                    f"(known: {', '.join(PRE_TOKENIZER_SPLITS)})", code="PWR120", file=source,
+                                    hint="render the plan for llama-server instead")
             self._hf = _byte_level_bpe(vocab)
             self._bytes = [_byte_level_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types)]
         else:
-            raise ArtifactError(f"{source}: tokenizer.ggml.model = {vocab.model!r} is not supported "
-                                "(llama = SentencePiece BPE, gpt2 = byte-level BPE)")
+            raise ArtifactError(f"tokenizer.ggml.model = {vocab.model!r} is not supported "
+                                "(llama = SentencePiece BPE, gpt2 = byte-level BPE)", code="PWR120", file=source,
+                                hint="render the plan for llama-server instead")
         _add_verbatim_tokens(self._hf, vocab)
 
     @classmethod

@@ -32,7 +32,7 @@ import torch
 
 from power.kernels import dispatch
 
-from .contract import OutsideResidentWindow, Trunk
+from power.runtime.trunks.protocol import OutsideResidentWindow, Trunk
 from .sampling import Lane, Sampler, uniform
 from .speculators.base import DraftContext, Proposal, Speculator
 
@@ -132,7 +132,9 @@ class SpeculativeSequence:
     def _round(self, width: int, checkpoint: _Checkpoint) -> RoundResult:
         self._after(Step.CHECKPOINT)
         anchor, start = self.tokens[-1], self.trunk.position
-        width = max(0, min(width, self.trunk.config.verify_capacity - 1))
+        if not 0 <= width < self.trunk.config.verify_capacity:
+            raise ValueError(f"a round of {width} proposals needs {width + 1} rows; the verification capacity is "
+                             f"{self.trunk.config.verify_capacity} (the engine cuts K once: ProposalWidth)")
         attempted = width > 0 and self.speculator is not None
         proposal = self.speculator.propose(DraftContext(self.tokens, width)) if attempted else Proposal()
         drafts = proposal.tokens[:width]

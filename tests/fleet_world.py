@@ -7,7 +7,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.orchestrator.factory import build_dense_target, build_hybrid_target
+from power.artifacts.factory import build_dense_target, build_hybrid_target
 
 
 def sha256(path: Path) -> str:

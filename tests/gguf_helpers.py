@@ -9,8 +9,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from power.orchestrator.bundled import ensure_gemma
-from power.orchestrator.factory import build_fixtures
+from power.artifacts.bundled import ensure_gemma
+from power.artifacts.factory import build_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 # Fixtures with tensor data (the header-only ones are sparse files of real sizes).

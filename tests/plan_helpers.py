@@ -9,11 +9,11 @@ from pathlib import Path
 from gguf_helpers import fixtures
 
 from power.orchestrator.compile import compile_plan
-from power.orchestrator.digests import sha256_file
-from power.orchestrator.findings import Finding
+from power.artifacts.digests import sha256_file
+from power.findings import Finding
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan import ResolvedPlan
-from power.orchestrator.schema import Device, HostSpec
+from power.orchestrator.schema import DeviceSpec, HostSpec
 
 
 @cache
@@ -68,7 +68,7 @@ def write_profile(directory: Path, mode: str, k: int = 3, s: int = 3, name: str 
 
 
 def host(vram: int = 24 << 30, headroom: int = 512 << 20) -> HostSpec:
-    return HostSpec(name="test", devices=[Device(model="test device", vram=vram)], headroom=headroom)
+    return HostSpec(name="test", devices=[DeviceSpec(model="test device", vram=vram)], headroom=headroom)
 
 
 def compiled(manifest: Path, profile: Path, vram: int = 24 << 30, headroom: int = 512 << 20) -> tuple[ResolvedPlan | None, list[Finding]]:

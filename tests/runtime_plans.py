@@ -8,9 +8,9 @@ import tempfile
 
 from click.testing import CliRunner
 
-from power.orchestrator import factory
+from power.artifacts import factory
 from power.orchestrator.cli import main
-from power.orchestrator.digests import sha256_file
+from power.artifacts.digests import sha256_file
 
 VERIFY_CAPACITY = 8  # one fixed shape for both plans, so their greedy streams are comparable bit for bit
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from power.orchestrator import factory
+from power.artifacts import factory
 from power.runtime.decoder import Decoder
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams

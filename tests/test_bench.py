@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from runtime_plans import fixture_plan
 
 from power.orchestrator.cli import main
-from power.orchestrator.evidence import read_evidence
+from power.orchestrator.fleet.evidence import read_evidence
 from power.orchestrator.plan import load_plan
 from power.runtime import bench
 from power.runtime.bench_report import write_report

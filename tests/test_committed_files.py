@@ -7,12 +7,12 @@ from pathlib import Path
 import gguf
 import pytest
 
-from power.orchestrator import codes
-from power.orchestrator.bundled import GEMMA_SHA256, GEMMA_SIZE
-from power.orchestrator.findings import Severity
-from power.orchestrator.gguf_reader import read_header
+from power import codes
+from power.artifacts.bundled import GEMMA_SHA256, GEMMA_SIZE
+from power.findings import Severity
+from power.artifacts.gguf_reader import read_header
 from power.orchestrator.loading import load_document, load_manifest, load_profile
-from power.orchestrator.schema import KIND_MODELS, SpecMode, json_schema
+from power.orchestrator.schema import KIND_MODELS, json_schema
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = sorted([*REPO.glob("manifests/*.toml"), *REPO.glob("profiles/*.toml"), *REPO.glob("examples/hosts/*.toml")])
@@ -56,7 +56,7 @@ def test_committed_json_schema_is_fresh(kind):
 
 def test_docs_checks_md_is_generated_from_the_code_table():
     assert (REPO / "docs" / "checks.md").read_text() == codes.markdown_table(), (
-        "stale: regenerate docs/checks.md (see the top of orchestrator/codes.py)"
+        "stale: regenerate docs/checks.md (see the top of power/codes.py)"
     )
 
 
@@ -77,7 +77,7 @@ def test_gemma_manifest_quant_and_architecture_are_what_the_header_says():
 def test_qwen_manifest_carries_the_seeds_artifact_set():
     manifest = load_manifest(REPO / "manifests" / "qwen3.6-27b-q6k.toml").model
     assert (manifest.target.size, manifest.target.quant, manifest.target.architecture) == (22_884_408_288, "Q6_K", "qwen35")
-    kinds = [drafter.kind.value for drafter in manifest.drafters]
+    kinds = [drafter.kind for drafter in manifest.drafters]
     assert kinds == ["mtp", "dspark", "dflash2"]
     assert manifest.drafters[2].size == 1_140_000_000
     assert all(drafter.target_sha256 == manifest.target.sha256 for drafter in manifest.drafters[1:])
@@ -85,7 +85,7 @@ def test_qwen_manifest_carries_the_seeds_artifact_set():
 
 def test_q6k_peak_profile_matches_the_seed():
     peak = load_profile(REPO / "profiles" / "q6k-peak-fr8192.toml").model
-    assert peak.spec_mode is SpecMode.MTP
+    assert peak.spec_mode == "mtp"
     assert (peak.spec_draft_max, peak.spec_mtp_recurrent_snapshots, peak.spec_mtp_fr_vocab_size) == (7, 6, 8192)
     runtime = peak.runtime
     assert (runtime.verify_capacity, runtime.cuda_graphs, runtime.flash_attn, runtime.gpu_layers) == (11, True, False, "all")
@@ -93,8 +93,8 @@ def test_q6k_peak_profile_matches_the_seed():
 
 def test_dspark_and_control_profiles_match_the_seed():
     dspark = load_profile(REPO / "profiles" / "dspark-k10s6.toml").model
-    assert (dspark.spec_mode, dspark.spec_draft_max, dspark.spec_mtp_recurrent_snapshots) == (SpecMode.DSPARK, 10, 6)
+    assert (dspark.spec_mode, dspark.spec_draft_max, dspark.spec_mtp_recurrent_snapshots) == ("dspark", 10, 6)
     assert (dspark.runtime.ctx, dspark.runtime.batch) == (512, 12)
-    assert load_profile(REPO / "profiles" / "target-only.toml").model.spec_mode is SpecMode.NONE
+    assert load_profile(REPO / "profiles" / "target-only.toml").model.spec_mode == "none"
     dflash2 = load_profile(REPO / "profiles" / "dflash2.toml").model
-    assert dflash2.spec_mode is SpecMode.DFLASH2 and dflash2.spec_mtp_adaptive is False
+    assert dflash2.spec_mode == "dflash2" and dflash2.spec_mtp_adaptive is False

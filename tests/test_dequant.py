@@ -13,7 +13,7 @@ from gguf.quants import quantize as gguf_quantize
 from gguf_helpers import gemma
 
 from power.kernels.dequant import BLOCK_LAYOUT, REFERENCES, UnsupportedQuantType, dequantize_reference
-from power.runtime.errors import ArtifactError
+from power.artifacts.gguf_reader import ArtifactError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.trunks import load_trunk
 
@@ -85,7 +85,7 @@ def test_the_loader_names_a_missing_tensor_a_wrong_shape_and_an_unsupported_type
     })
     model = GGUFFile(path)
     assert torch.equal(model.tensor("plain.weight", (4, 32)), torch.ones(4, 32))
-    with pytest.raises(ArtifactError, match=r"odd\.gguf: tensor 'absent\.weight' is missing"):
+    with pytest.raises(ArtifactError, match=r"odd\.gguf: PWR121 \[error\] tensor 'absent\.weight' is missing"):
         model.tensor("absent.weight")
     with pytest.raises(ArtifactError, match=r"'plain\.weight' has shape \[4, 32\], expected \[32, 4\]"):
         model.tensor("plain.weight", (32, 4))
@@ -95,7 +95,7 @@ def test_the_loader_names_a_missing_tensor_a_wrong_shape_and_an_unsupported_type
 
 def test_an_unimplemented_architecture_is_refused_by_name(tmp_path):
     path = _write(tmp_path / "mamba.gguf", "mamba", {"x.weight": (np.ones(32, dtype=np.float32), gguf.GGMLQuantizationType.F32)})
-    with pytest.raises(ArtifactError, match=r"mamba\.gguf: architecture 'mamba' is not implemented.*gemma3"):
+    with pytest.raises(ArtifactError, match=r"mamba\.gguf: PWR120 \[error\] architecture 'mamba' is not implemented.*gemma3"):
         load_trunk(path, n_ctx=16, verify_capacity=1)
 
 

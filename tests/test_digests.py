@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from power.orchestrator.digests import CHUNK_BYTES, cache_path, sha256_file
-from power.orchestrator.gguf_reader import ArtifactError
+from power.artifacts.digests import CHUNK_BYTES, cache_path, sha256_file
+from power.artifacts.gguf_reader import ArtifactError
 
 
 @pytest.fixture(autouse=True)

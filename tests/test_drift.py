@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from power.orchestrator.drift import ADD, CHANGE, REMOVE, diff, render, summary
+from power.orchestrator.fleet.drift import ADD, CHANGE, REMOVE, diff, render, summary
 
 
 def _record(**fields):

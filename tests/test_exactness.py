@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from power.runtime.speculators.registry import SpeculatorRequest, build
+from power.runtime.speculators.base import SpeculatorRequest
+from power.runtime.speculators.registry import build
 from power.runtime.speculators.base import Decline
 
 from spec_helpers import Oracle, fixture_dir, oracle_for, plain_stream, prompt_for, speculative, target_path, trunk
@@ -28,8 +29,8 @@ def _speculator(kind: str, model: str, k: int, s: int, n_tokens: int):
     if kind == "oracle":
         return oracle_for(model, n_tokens, then=k // 2)  # every round partially wrong, half-way in
     drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
-    request = SpeculatorRequest(trunk(model, s), max_draft=k, drafter_path=drafter, target_path=target_path(model),
-                                options={"confidence_threshold": 0.0})
+    request = SpeculatorRequest(trunk(model, s), drafter_path=drafter, target_path=target_path(model), p_min=0.0,
+                                ngram_orders=(2, 4))
     built = build(kind, request)
     assert not isinstance(built, Decline), str(built)
     return built
@@ -84,10 +85,10 @@ def test_seeded_stochastic_stream_with_an_oracle_drafter(model, verify):
 
 
 def test_drafters_decline_a_target_they_cannot_serve():
-    request = SpeculatorRequest(trunk("gemma"), 7, drafter_path=fixture_dir() / "dflash-drafter.gguf",
+    request = SpeculatorRequest(trunk("gemma"), drafter_path=fixture_dir() / "dflash-drafter.gguf",
                                 target_path=target_path("gemma"))
     declined = build("dflash", request)
     assert isinstance(declined, Decline) and "d_model" in declined.reason
-    mislabeled = build("dflash", SpeculatorRequest(trunk("dense"), 7, drafter_path=fixture_dir() / "dspark-drafter.gguf",
+    mislabeled = build("dflash", SpeculatorRequest(trunk("dense"), drafter_path=fixture_dir() / "dspark-drafter.gguf",
                                                    target_path=target_path("dense")))
     assert isinstance(mislabeled, Decline) and "dspark" in mislabeled.reason

@@ -8,9 +8,9 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from gguf_helpers import HEADER_ONLY, RUNNABLE, fixtures
-from power.orchestrator import factory
-from power.orchestrator.facts import inspect_artifact
-from power.orchestrator.gguf_reader import read_header
+from power.artifacts import factory
+from power.artifacts.facts import inspect_artifact
+from power.artifacts.gguf_reader import read_header
 
 QUANTISED = (gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q5_0, gguf.GGMLQuantizationType.Q8_0)
 

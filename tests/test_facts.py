@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from gguf_helpers import fixtures, gemma
-from power.orchestrator import contracts, factory
-from power.orchestrator.facts import inspect_artifact
-from power.orchestrator.gguf_reader import read_header
-from power.orchestrator.tokenizer_facts import compare_tokenizers
+from power.artifacts import contracts, factory
+from power.artifacts.facts import inspect_artifact
+from power.artifacts.gguf_reader import read_header
+from power.artifacts.tokenizer_facts import compare_tokenizers
 
 
 def facts(name):

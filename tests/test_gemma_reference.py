@@ -19,8 +19,8 @@ import pytest
 from gguf.quants import dequantize
 from gguf_helpers import gemma
 
-from power.orchestrator.gguf_reader import read_header
-from power.runtime.engine import Engine, EngineSettings
+from power.artifacts.gguf_reader import read_header
+from power.runtime.engine import Engine, Workload
 
 PROMPT_IDS = [2, 50429, 563, 506, 5279, 529]  # "<bos>Paris is the capital of"
 LOGIT_TOLERANCE = 2e-2
@@ -96,7 +96,7 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def engine() -> Engine:
-    return Engine(EngineSettings(target_path=gemma(), n_ctx=600))
+    return Engine(Workload.of_gguf(gemma(), ctx=600))
 
 
 def test_float32_trunk_logits_agree_with_the_float64_reference():

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gguf_helpers import fixtures, gemma
-from power.orchestrator.contracts import FILE_KINDS, contract_violations
-from power.orchestrator.facts import inspect_artifact
-from power.orchestrator.gguf_reader import ArtifactError, read_header
+from power.artifacts.contracts import FILE_KINDS, contract_violations
+from power.artifacts.facts import inspect_artifact
+from power.artifacts.gguf_reader import ArtifactError, read_header
 
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gguf_helpers import fixtures, gemma, gguf_string, header, kv_string, kv_u32, tensor_info, with_data
-from power.orchestrator.gguf_reader import ArtifactError, read_header
+from power.artifacts.gguf_reader import ArtifactError, read_header
 
 
 def _reference_value(field: gguf.ReaderField):

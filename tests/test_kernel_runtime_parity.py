@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from power.orchestrator import factory
+from power.artifacts import factory
 from power.runtime.decoder import Decoder
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
-from power.runtime.speculators.registry import SpeculatorRequest
+from power.runtime.speculators.base import SpeculatorRequest
 from power.runtime.trunks import load_trunk
 from spec_helpers import Oracle
 
@@ -48,8 +48,8 @@ def generate(fixtures: dict[str, Path], speculator: str | None, params: Sampling
         truth = PROMPT + generate(fixtures, None, params, n_tokens).tokens
         drafter = Oracle(truth, then=2, vocab=trunk.config.vocab_size)
     elif speculator is not None:
-        request = SpeculatorRequest(trunk=trunk, max_draft=K, drafter_path=fixtures.get(speculator),
-                                    target_path=fixtures["target"], options={"fr_vocab": 300})
+        request = SpeculatorRequest(trunk=trunk, drafter_path=fixtures.get(speculator),
+                                    target_path=fixtures["target"], fr_vocab_size=300, ngram_orders=(2, 4))
         drafter = registry.build(speculator, request)
     else:
         drafter = None

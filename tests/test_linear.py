@@ -7,7 +7,7 @@ import torch
 
 from power.runtime.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import RuntimeInputError
-from power.runtime.linear import KINDS, Int8Linear, pack, pack_head
+from power.runtime.linear import ACTIVATION_MAX, KINDS, LOW_LEVEL, Int8Linear, pack, pack_head
 
 OUT, IN, ROWS = 300, 160, 8
 
@@ -44,7 +44,8 @@ def test_a_rows_result_ignores_the_rows_beside_it(make):
 @pytest.mark.parametrize(("make", "bound"), [(lambda w: pack(w, "float32", ROWS), 1e-5),
                                              (lambda w: pack(w, "bfloat16", ROWS), 2e-2),
                                              (lambda w: pack(w, "int8", ROWS), 2e-2),
-                                             (lambda w: pack_head(w, "int8", ROWS), 6e-2)],
+                                             # one activation level: its step is 1/ACTIVATION_MAX of the row's max
+                                             (lambda w: pack_head(w, "int8", ROWS), 6e-2 * 127 / ACTIVATION_MAX)],
                          ids=["float32", "bfloat16", "int8", "int8-head"])
 def test_each_dtype_stays_within_its_error_relative_to_the_exact_product(make, bound):
     w, x = weights(), activations(ROWS, seed=2)
@@ -69,17 +70,17 @@ def test_int8_is_integer_products_of_the_requantised_rows_and_two_activation_lev
     w, x = weights(), activations(ROWS, seed=3)
     w_scale = w.abs().amax(dim=1) / 127
     q = torch.round(w / w_scale[:, None])
-    step = x.abs().amax(dim=1, keepdim=True) / 127
+    step = x.abs().amax(dim=1, keepdim=True) / ACTIVATION_MAX
     high = torch.round(x / step)
-    low = torch.round((x / step - high) * 254)
-    expected = (high.double() @ q.double().T + low.double() @ q.double().T / 254) * w_scale.double() * step.double()
+    low = torch.round((x / step - high) * LOW_LEVEL)
+    expected = (high.double() @ q.double().T + low.double() @ q.double().T / LOW_LEVEL) * w_scale.double() * step.double()
     torch.testing.assert_close(pack(w, "int8", ROWS)(x).double(), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_one_level_drops_the_residual_level():
     w, x = weights(), activations(ROWS, seed=4)
     w_scale = w.abs().amax(dim=1) / 127
-    step = x.abs().amax(dim=1, keepdim=True) / 127
+    step = x.abs().amax(dim=1, keepdim=True) / ACTIVATION_MAX
     expected = (torch.round(x / step).double() @ torch.round(w / w_scale[:, None]).double().T
                 * w_scale.double() * step.double())
     torch.testing.assert_close(pack_head(w, "int8", ROWS)(x).double(), expected, rtol=1e-6, atol=1e-6)

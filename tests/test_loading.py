@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toml_helpers import MANIFEST_HEAD, PROFILE_HEAD, SHA_A, codes, toml_key, toml_value, write
 
-from power.orchestrator.findings import Severity
+from power.findings import Severity
 from power.orchestrator.loading import MAX_TOML_BYTES, load_document, load_manifest, load_profile
 from power.orchestrator.schema import KIND_MODELS
 

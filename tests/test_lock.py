@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from power.orchestrator.lock import LOCK_SCHEMA, FleetLock, LockConflict, read_lock, write_lock
+from power.orchestrator.fleet.lock import LOCK_SCHEMA, FleetLock, LockConflict, read_lock, write_lock
 
 RECORD = {"host": "gpu-a", "manifest": "qwen", "profile": "balanced-k7s7", "mode": "mtp", "k": 7, "s": 7,
           "plan_digest": "a" * 64}

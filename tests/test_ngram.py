@@ -39,7 +39,7 @@ def test_longer_orders_win_over_more_recent_shorter_matches():
 
 
 def test_no_match_and_no_budget_propose_nothing():
-    spec = NGramSpeculator()
+    spec = NGramSpeculator(min_order=2, max_order=4)
     assert _propose(spec, [1, 2, 3, 4]) == []
     assert _propose(spec, [1, 2, 1, 2], budget=0) == []
 
@@ -64,12 +64,12 @@ def test_incremental_index_matches_a_scan_at_every_step(tokens, budget):
     st.integers(0, 40),
 )
 def test_prefix_reuse_keeps_the_shared_prefix_and_equals_a_fresh_index(first, second, shared):
-    reused = NGramSpeculator()
+    reused = NGramSpeculator(min_order=2, max_order=4)
     reused.begin(first)
     _propose(reused, first)
     follow_up = first[:shared] + second
     reused.begin(follow_up)
-    fresh = NGramSpeculator()
+    fresh = NGramSpeculator(min_order=2, max_order=4)
     fresh.begin(follow_up)
     continuation = follow_up + [1, 2, 3, 1, 2]
     for length in range(len(follow_up), len(continuation) + 1):

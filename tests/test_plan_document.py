@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
 import pytest
 from pydantic import ValidationError
 
-from power.orchestrator.findings import Finding, Severity
+from power.findings import Finding, Severity
 from power.orchestrator.plan import (
     Device, Drafter, FileRef, FindingRecord, Memory, MemoryComponent, Mode, PlanError, ResolvedPlan, Runtime,
     Sampling, Sources, Speculation, Target, Tokenizer, load_plan, save_plan,
@@ -94,11 +96,18 @@ def test_plan_is_immutable():
         plan.speculation.k = 3  # type: ignore[misc]
 
 
-def test_runtime_settings_map_the_sections():
-    settings = sample_plan().runtime_settings()
-    assert (settings.mode, settings.chain, settings.k, settings.s, settings.rollback) == ("dspark", ("ngram", "dspark"), 10, 6, "guarded")
-    assert settings.drafter_paths == {"dspark": "/d.gguf"}
-    assert (settings.verify_capacity, settings.ctx, settings.batch, settings.verify) == (11, 512, 12, "match")
+def test_the_engine_reads_the_plan_sections_as_they_are():
+    from power.runtime.engine import Workload
+
+    plan = sample_plan()
+    workload = Workload.of_plan(plan, Path("/plans/p.json"))
+    assert (workload.speculation, workload.runtime, workload.sampling, workload.mode) == (
+        plan.speculation, plan.runtime, plan.sampling, plan.mode)
+    assert (workload.mode.resolved, workload.mode.chain, workload.speculation.k, workload.speculation.s,
+            workload.speculation.rollback) == ("dspark", ("ngram", "dspark"), 10, 6, "guarded")
+    assert workload.drafter("dspark") == Path("/d.gguf") and workload.plan_digest == plan.digest
+    assert (workload.runtime.verify_capacity, workload.runtime.ctx, workload.runtime.batch,
+            workload.sampling.verify) == (11, 512, 12, "match")
 
 
 def test_findings_keep_their_place():

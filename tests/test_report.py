@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from fleet_world import World, build_world
 from power.orchestrator.cli import main
-from power.orchestrator.report import BAR_WIDTH
+from power.orchestrator.fleet.report import BAR_WIDTH
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")

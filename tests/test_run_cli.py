@@ -90,7 +90,8 @@ def test_a_changed_artifact_fails_the_plan_closed(tmp_path):
         handle.write(b"\0" * 32)
     result = run(str(tmp_path / "plan.json"), "--prompt", "Hello", "--json")
     assert result.exit_code == 2
-    assert "sha256" in result.stderr and "re-plan" in result.stderr and result.stdout == ""
+    assert "sha256" in result.stderr and "re-plan" in result.stderr
+    assert [f["code"] for f in json.loads(result.stdout)["findings"]] == ["PWR115"]  # no receipt, only the refusal
 
 
 def _gguf(path, architecture: str, tensors: dict[str, np.ndarray], metadata: dict | None = None) -> str:
@@ -112,8 +113,8 @@ def _gguf(path, architecture: str, tensors: dict[str, np.ndarray], metadata: dic
     ("shape", "tensor 'blk.0.attn_norm.weight' has shape [4], expected [8]"),
     ("context", "the prompt is"),
     ("usage", "give exactly one of PLAN or --gguf"),
-    ("no such device", "CUDA device(s); use a CUDA build of torch on a machine with that GPU, or --device cpu"),
-    ("unknown device", "device 'tpu' is not supported; choose auto, cpu, cuda or cuda:N"),
+    ("no such device", "CUDA device(s)\n  hint: use a CUDA build of torch on a machine with that GPU, or --device cpu"),
+    ("unknown device", "device 'tpu' is not supported\n  hint: choose auto, cpu, cuda or cuda:N"),
 ])
 def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, needle):
     if case == "architecture":

@@ -19,7 +19,7 @@ from runtime_plans import fixture_plan, write_plan
 
 from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan
-from power.runtime.engine import Engine, EngineSettings
+from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.receipt import Receipt
 from power.runtime.server import ServerLimits, create_app
 from power.runtime.stops import StopText
@@ -58,7 +58,7 @@ class InjectedEngine(Engine):
 @lru_cache(maxsize=1)
 def engine() -> Engine:
     plan_path = fixture_plan("ngram")
-    return InjectedEngine(EngineSettings.from_plan(load_plan(plan_path), plan_path))
+    return InjectedEngine(Workload.of_plan(load_plan(plan_path), plan_path))
 
 
 @pytest.fixture
@@ -206,7 +206,7 @@ def overshooting_stop(speculative: Engine, prompt: str, max_tokens: int) -> str:
 def test_a_stop_string_ends_a_speculative_and_a_plain_run_on_the_same_tokens() -> None:
     prompt, max_tokens = build_shape("echo", 24).prompt, 64
     # No governor: the search below runs many requests, and a parked speculator would never run past a stop.
-    ngram, plain = (Engine(EngineSettings.from_plan(load_plan(fixture_plan(p)), fixture_plan(p), governor=False))
+    ngram, plain = (Engine(Workload.of_plan(load_plan(fixture_plan(p)), fixture_plan(p)), EngineOptions(governor=False))
                     for p in ("ngram", "none"))
     stop = overshooting_stop(ngram, prompt, max_tokens)
     speculative, control = (e.generate(prompt, max_tokens, stop=[stop]) for e in (ngram, plain))

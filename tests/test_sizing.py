@@ -16,8 +16,8 @@ from gguf_helpers import REPO, gemma
 from plan_helpers import compiled, fixture, write_manifest, write_profile
 
 from power.orchestrator.cli import main
-from power.orchestrator.facts import inspect_artifact
-from power.orchestrator.factory import write_sparse_gguf
+from power.artifacts.facts import inspect_artifact
+from power.artifacts.factory import write_sparse_gguf
 from power.orchestrator.sizing import Budget, Request, drafter_kv_component, largest_context, size_plan
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3

@@ -5,26 +5,31 @@ from __future__ import annotations
 import pytest
 import torch
 
-from power.runtime.engine import Engine, EngineSettings
+from dataclasses import replace
+
+from power.orchestrator.plan import Mode, Speculation
+from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.errors import RuntimeInputError
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined
 from power.runtime.speculators.kv_ring import KVRing
-from power.runtime.speculators.registry import SpeculatorRequest
+from power.runtime.speculators.base import SpeculatorRequest
 
 from spec_helpers import CAPACITY, fixture_dir, prompt_for, target_path, trunk
 
 DRAFTER_FILES = {"dflash": "dflash-drafter.gguf", "dflash2": "dflash2-drafter.gguf", "dspark": "dspark-drafter.gguf"}
 
 
-def _request(model: str, kind: str | None = None, **options) -> SpeculatorRequest:
+def _request(model: str, kind: str | None = None, fr_vocab_size: int | None = None,
+             p_min: float | None = None) -> SpeculatorRequest:
     drafter = fixture_dir() / DRAFTER_FILES[kind] if kind in DRAFTER_FILES else None
-    return SpeculatorRequest(trunk(model), 7, drafter_path=drafter, target_path=target_path(model), options=options)
+    return SpeculatorRequest(trunk(model), drafter_path=drafter, target_path=target_path(model),
+                             fr_vocab_size=fr_vocab_size, p_min=p_min)
 
 
-def _armed(model: str, kind: str, **options):
+def _armed(model: str, kind: str, fr_vocab_size: int | None = None, p_min: float | None = None):
     """A drafter that has seen the prompt's real tapped hidden rows, as the transaction arms it."""
-    speculator = registry.create(kind, _request(model, kind, **options))
+    speculator = registry.create(kind, _request(model, kind, fr_vocab_size, p_min))
     t = trunk(model)
     t.reset()
     prompt = prompt_for(model)
@@ -51,9 +56,9 @@ def test_the_registry_names_every_algorithm_and_declines_unknown_ones():
 )
 def test_an_algorithm_that_cannot_serve_the_target_fails_closed_with_its_reason(kind, model, reason):
     if model == "dense-without-drafter":
-        request = SpeculatorRequest(trunk("dense"), 7, target_path=target_path("dense"))
+        request = SpeculatorRequest(trunk("dense"), target_path=target_path("dense"))
     elif kind == "dflash2":
-        request = SpeculatorRequest(trunk("dense"), 7, drafter_path=fixture_dir() / "dflash-drafter.gguf",
+        request = SpeculatorRequest(trunk("dense"), drafter_path=fixture_dir() / "dflash-drafter.gguf",
                                     target_path=target_path("dense"))
     else:
         request = _request(model)
@@ -87,8 +92,8 @@ def test_dflash2_selector_walk_conditions_each_position_on_its_predecessor():
 
 
 def test_dspark_cuts_the_block_at_the_first_low_confidence_position():
-    everything, tokens = _armed("dense", "dspark", confidence_threshold=0.0)
-    nothing, _ = _armed("dense", "dspark", confidence_threshold=1.0)
+    everything, tokens = _armed("dense", "dspark", p_min=0.0)
+    nothing, _ = _armed("dense", "dspark", p_min=1.0)
     full = everything.propose(DraftContext(tokens, 7))
     gated = nothing.propose(DraftContext(tokens, 7))
     assert len(full.tokens) == everything.hp.block_size - 1
@@ -108,10 +113,10 @@ def test_mtp_chains_the_nextn_head_from_the_last_committed_hidden_row():
 
 
 def test_fr_cuts_only_the_draft_head_projection():
-    drafter, tokens = _armed("dense", "dflash", fr_vocab=64)
+    drafter, tokens = _armed("dense", "dflash", fr_vocab_size=64)
     assert all(t < 64 for t in drafter.propose(DraftContext(tokens, 7)).tokens)
     with pytest.raises(ValueError, match="spec_mtp_fr_vocab_size"):
-        registry.create("dflash", _request("dense", "dflash", fr_vocab=10**6))
+        registry.create("dflash", _request("dense", "dflash", fr_vocab_size=10**6))
 
 
 def test_the_drafter_ring_checkpoint_brings_back_rows_a_commit_evicted():
@@ -125,9 +130,13 @@ def test_the_drafter_ring_checkpoint_brings_back_rows_a_commit_evicted():
     assert torch.equal(before[0], after[0]) and torch.equal(before[2], after[2])
 
 
-def _engine(mode: str, **settings) -> Engine:
-    return Engine(EngineSettings(target_path=target_path("dense"), n_ctx=512, verify_capacity=8, mode=mode, k=7,
-                                 snapshot_rows=7, **settings))
+def _engine(mode: str, governor: bool = True) -> Engine:
+    """The dense fixture at K = S = 7 in `mode`, without a plan (n-gram match lengths 2..4)."""
+    plain = Workload.of_gguf(target_path("dense"), ctx=512, verify_capacity=8)
+    workload = replace(plain, mode=Mode(requested=mode, resolved=mode, chain=(mode,) if mode != "none" else (), reason="test"),
+                       speculation=Speculation(k=7, s=7, rollback="full"),
+                       runtime=plain.runtime.model_copy(update={"ngram_n_min": 2, "ngram_n_max": 4}))
+    return Engine(workload, EngineOptions(governor=governor))
 
 
 def test_the_engine_speculates_with_the_plan_mode_and_emits_the_plain_stream():

@@ -14,8 +14,8 @@ import functools
 import pytest
 from gguf_helpers import fixtures, gemma
 
-from power.orchestrator.factory import TOKENIZER as FIXTURE_TOKENIZER
-from power.orchestrator.factory import _apply_merge, byte_to_unicode
+from power.artifacts.factory import TOKENIZER as FIXTURE_TOKENIZER
+from power.artifacts.factory import _apply_merge, byte_to_unicode
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.tokenizer import Tokenizer
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from gguf_helpers import fixtures, gemma
 
-from power.runtime.contract import OutsideResidentWindow
+from power.runtime.trunks.protocol import OutsideResidentWindow
 from power.runtime.errors import ContextOverflow
 from power.runtime.kv_cache import ATTENTION_BLOCK, SMALL_BLOCK
 from power.runtime.trunks import load_trunk

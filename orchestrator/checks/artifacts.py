@@ -14,8 +14,8 @@ from typing import Protocol
 
 from gguf import LlamaFileType
 
-from power.orchestrator.facts import ArtifactError, ArtifactFacts
-from power.orchestrator.findings import Finding
+from power.artifacts.facts import ArtifactError, ArtifactFacts
+from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
 

@@ -1,20 +1,20 @@
 """PWR21x: each drafter against its header's contract and its binding to the target's digest.
 
 The contract itself (kind from the header, required keys and tensors) is
-`power.orchestrator.contracts`; this module applies it to a manifest's drafters.
+`power.artifacts.contracts`; this module applies it to a manifest's drafters.
 """
 
 from __future__ import annotations
 
-from power.orchestrator import contracts
+from power.artifacts import contracts
 from power.orchestrator.checks.artifacts import Checked
-from power.orchestrator.findings import Finding
+from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
 
 def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | None, target: Checked) -> list[Finding]:
     """Contract and binding findings for `drafters[index]` (`checked` is its own file, None for in-target kinds)."""
-    kind = declared.kind.value
+    kind = declared.kind
     if kind == contracts.MTP:
         return _at_declaration(manifest, index, contracts.contract_violations(target.facts, kind))
     if checked is None:

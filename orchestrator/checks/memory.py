@@ -5,8 +5,8 @@ Located at the profile's `runtime.ctx`, the setting an operator usually turns.
 
 from __future__ import annotations
 
-from power.orchestrator.facts import ArtifactFacts
-from power.orchestrator.findings import Finding
+from power.artifacts.facts import ArtifactFacts
+from power.findings import Finding
 from power.orchestrator.loading import Loaded
 from power.orchestrator.sizing import MiB, Sizing
 from power.orchestrator.units import format_size

@@ -7,9 +7,10 @@ are the ones that depend on what `auto` resolved to or on header facts.
 
 from __future__ import annotations
 
-from power.orchestrator import contracts
+from power import modes
+from power.artifacts import contracts
 from power.orchestrator.checks.artifacts import Checked
-from power.orchestrator.findings import Finding
+from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
 
@@ -22,16 +23,17 @@ def check_speculation(profile: Loaded, resolved: str, target: Checked, drafter: 
         findings.append(profile.finding(
             "PWR422", f"spec_mtp_fr_vocab_size = {fr:,} exceeds the target's vocabulary of {vocab_size:,} tokens",
             where="spec_mtp_fr_vocab_size", hint=f"use at most {vocab_size}, or omit it for the full vocabulary"))
-    if fr is not None and resolved != contracts.MTP:
+    if fr is not None and (resolved == modes.NONE or not modes.mode(resolved).fr):
         findings.append(profile.finding(
             "PWR423", f'spec_mtp_fr_vocab_size is set but the mode resolved to "{resolved}", which has no draft head '
             "whose projection FR could cut", where="spec_mtp_fr_vocab_size",
             hint='remove spec_mtp_fr_vocab_size, or set spec_mode = "mtp" on a target with an MTP head'))
-    if settings.spec_mtp_adaptive and resolved == contracts.DFLASH2:
+    if settings.spec_mtp_adaptive and resolved != modes.NONE and modes.mode(resolved).context_backed \
+            and not modes.mode(resolved).adaptive:
         findings.append(profile.finding(
-            "PWR424", 'spec_mtp_adaptive = true but the mode resolved to "dflash2", which keeps a fixed draft shape',
+            "PWR424", f'spec_mtp_adaptive = true but the mode resolved to "{resolved}": {modes.mode(resolved).fixed_shape}',
             where="spec_mtp_adaptive", hint='set spec_mtp_adaptive = false, or name another mode in spec_mode'))
-    if drafter is not None and resolved in (contracts.DFLASH, contracts.DFLASH2, contracts.DSPARK):
+    if drafter is not None and resolved in contracts.ARCHITECTURE_OF:
         block = contracts.drafter_hparams(drafter.facts).block_size
         if block and settings.spec_draft_max > block - 1:
             findings.append(profile.finding(

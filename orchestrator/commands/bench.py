@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_USAGE
+from power.findings import PowerError
+from power.orchestrator.cli import EXIT_FINDINGS, refuse
 from power.orchestrator.commands.runtime_options import runtime_options
 
 
@@ -39,38 +40,37 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
     no greedy output differed), 1 greedy outputs differ between the
     configurations (lossy), 2 usage or input error. Both configurations load with the same dtypes.
     """
-    from power.orchestrator.plan import PlanError, load_plan
+    from power.orchestrator.plan import load_plan
     from power.runtime import bench as harness
     from power.runtime.bench_report import REPORT_FORMATS, text_table, write_report
-    from power.runtime.engine import Engine, EngineSettings
-    from power.runtime.errors import RuntimeInputError
+    from power.runtime.engine import Engine, EngineOptions, Workload
     from power.runtime.traffic import build_shape, parse_shapes
 
     try:
         names = parse_shapes(shapes)
     except ValueError as err:
-        _fail(f"--shapes: {err}")
+        raise click.BadParameter(str(err), param_hint="--shapes") from None
     if report is not None and report.suffix not in REPORT_FORMATS:
-        _fail(f"--report {report}: give a .md or .html file name")
+        raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
     for path in (output, report):
         if path is not None and not path.parent.is_dir():
-            _fail(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
+            raise click.UsageError(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
     try:
         traffic = [build_shape(name, max_tokens) for name in names]
     except ValueError as err:
-        _fail(f"--max-tokens {max_tokens}: {err}")
+        raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
     paths = [(harness.CANDIDATE, plan)] + ([(harness.BASELINE, baseline)] if baseline else [])
     try:
         plans = [(label, path, load_plan(path)) for label, path in paths]
         configs = []
         for label, path, resolved in plans:
             click.echo(f"loading {label}: {path} (mode {resolved.mode.resolved})", err=True)
-            engine = Engine(EngineSettings.from_plan(resolved, path, device=device, dtype=dtype,
-                                                           lm_head_dtype=lm_head_dtype, threads=threads))
+            options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
+            engine = Engine(Workload.of_plan(resolved, path), options)
             configs.append(harness.BenchConfig(label, path, resolved, engine))
         measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
-    except (PlanError, RuntimeInputError) as err:
-        _fail(str(err))
+    except PowerError as err:
+        refuse(err, as_json)
     document = harness.evidence(configs, traffic, runs, max_tokens, measurements)
     if output is not None:
         harness.write_evidence(document, output)
@@ -82,7 +82,3 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
     if any(result["verdict"] == "lossy" for result in document["shapes"].values()):
         sys.exit(EXIT_FINDINGS)
 
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_USAGE)

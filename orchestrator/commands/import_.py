@@ -19,12 +19,12 @@ from pathlib import Path
 import click
 import tomli_w
 
-from power.orchestrator.atomic import write_text_atomic
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from power.artifacts.atomic import write_text_atomic
+from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, refuse
 from power.orchestrator.commands.plan import DeviceSize, host_from_options
 from power.orchestrator.compile import compile_plan
-from power.orchestrator.digests import sha256_file
-from power.orchestrator.findings import Finding, Severity, has_errors
+from power.artifacts.digests import sha256_file
+from power.findings import Finding, Severity, has_errors
 from power.orchestrator.launch_import import (ENV_PREFIX, LLAMA_SERVER, VLLM, LaunchSpec, import_launch,
                                               manifest_document, profile_document)
 from power.orchestrator.launch_tokens import (LaunchInputError, Token, tokens_from_argv, tokens_from_env_file,
@@ -56,8 +56,7 @@ def _engine_command(engine: str):
         try:
             tokens = _tokens(engine, list(argv), env_file, unit)
         except LaunchInputError as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(EXIT_USAGE)
+            refuse(err, as_json)
         result = import_launch(engine, tokens)
         findings = list(result.findings)
         documents = {}

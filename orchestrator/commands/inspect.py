@@ -13,9 +13,9 @@ from typing import Any
 import click
 
 from power.orchestrator.cli import EXIT_FINDINGS
-from power.orchestrator.contracts import DFLASH, DFLASH2, DSPARK, MTP
-from power.orchestrator.digests import sha256_file
-from power.orchestrator.facts import ArtifactError, ArtifactFacts, inspect_artifact
+from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
+from power.artifacts.digests import sha256_file
+from power.artifacts.facts import ArtifactError, ArtifactFacts, inspect_artifact
 
 CONTRACT_NAMES = {DFLASH: "DFlash v1", DFLASH2: "DFlash2 (convolution + selector)",
                   DSPARK: "DSpark (Markov head, confidence-scheduled)", MTP: "MTP/nextn head inside the target"}

@@ -10,11 +10,11 @@ import click
 
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.compile import compile_plan
-from power.orchestrator.findings import Finding
+from power.findings import Finding
 from power.orchestrator.loading import load_host, load_manifest, load_profile
 from power.orchestrator.plan import save_plan, to_json, to_toml
-from power.orchestrator.plan_report import summary_text
-from power.orchestrator.schema import DEFAULT_HEADROOM, Device, HostSpec
+from power.orchestrator.plan_text import summary_text
+from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
 from power.orchestrator.units import SizeError, format_size, parse_size
 
 # Loader codes that mean the command was pointed at nothing: usage errors, not check failures.
@@ -36,7 +36,7 @@ def host_from_options(host_path: Path | None, device: int | None) -> tuple[HostS
     if host_path is not None:
         loaded = load_host(host_path)
         return (loaded.model if loaded.ok else None), loaded.findings
-    return HostSpec(name="command line", devices=[Device(model=f"{format_size(device)} device", vram=device)],
+    return HostSpec(name="command line", devices=[DeviceSpec(model=f"{format_size(device)} device", vram=device)],
                     headroom=DEFAULT_HEADROOM), []
 
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from power.orchestrator.cli import EXIT_USAGE
-from power.orchestrator.atomic import write_text_atomic
-from power.orchestrator.plan import PlanError, load_plan
-from power.orchestrator.render import TARGETS, RenderError, render as render_plan
+from power.artifacts.atomic import write_text_atomic
+from power.findings import PowerError
+from power.orchestrator.cli import refuse
+from power.orchestrator.plan import load_plan
+from power.orchestrator.render import TARGETS, render as render_plan
 
 
 @click.command("render")
@@ -20,9 +21,8 @@ def render(plan_path: Path, target: str, output: Path | None) -> None:
     """Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan (JSON or TOML)."""
     try:
         text = render_plan(load_plan(plan_path), target, plan_path)
-    except (PlanError, RenderError) as err:
-        click.echo(f"error: {err}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
+    except PowerError as err:
+        refuse(err)
     if output is None:
         click.echo(text, nl=False)
     else:

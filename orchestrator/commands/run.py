@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from power.orchestrator.cli import EXIT_USAGE
+from power.findings import PowerError
+from power.orchestrator.cli import refuse
 from power.orchestrator.commands.runtime_options import runtime_options
 
 
@@ -39,13 +40,12 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
     mis-shaped tensor, unsupported quant type, a prompt longer than the context,
     a plan that does not load or whose artifact changed, a declined speculator).
     """
-    from power.orchestrator.plan import PlanError
-    from power.runtime.errors import RuntimeInputError
+    from power.runtime.engine import EngineOptions
 
     if (plan is None) == (gguf is None):
-        _fail("give exactly one of PLAN or --gguf FILE")
+        raise click.UsageError("give exactly one of PLAN or --gguf FILE")
     if plan is not None and (ctx is not None or verify_capacity is not None):
-        _fail("--ctx and --verify-capacity are fixed by the plan; change the profile and re-plan instead")
+        raise click.UsageError("--ctx and --verify-capacity are fixed by the plan; change the profile and re-plan instead")
     streamed = False
 
     def stream(piece: str) -> None:
@@ -55,11 +55,13 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         sys.stdout.flush()
 
     try:
-        runtime = {"device": device, "dtype": dtype, "lm_head_dtype": lm_head_dtype, "threads": threads}
-        engine = _engine(plan, gguf, ctx, verify_capacity, runtime)
+        options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
+        engine = _engine(plan, gguf, ctx, verify_capacity, options)
         receipt = engine.generate(prompt, max_tokens, None if as_json else stream, stop=stops)
-    except (PlanError, RuntimeInputError) as err:
-        _fail(f"{err}{' (the text above is incomplete)' if streamed else ''}")
+    except PowerError as err:
+        if streamed:
+            click.echo("\n(the text above is incomplete)", err=True)
+        refuse(err, as_json)
     if receipt_path is not None:
         receipt.save(receipt_path)
     if as_json:
@@ -70,18 +72,12 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         click.echo(receipt.summary(), err=True)
 
 
-def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, runtime: dict):
+def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, options):
     from power.orchestrator.plan import load_plan
-    from power.runtime.engine import DEFAULT_CTX, Engine, EngineSettings
+    from power.runtime.engine import DEFAULT_CTX, Engine, Workload
 
     if gguf is not None:
-        return Engine(EngineSettings(target_path=gguf, n_ctx=ctx or DEFAULT_CTX, verify_capacity=verify_capacity or 1,
-                                     **runtime))
-    loaded = load_plan(plan)
-    return Engine(EngineSettings.from_plan(loaded, plan, **runtime))
+        return Engine(Workload.of_gguf(gguf, ctx or DEFAULT_CTX, verify_capacity or 1), options)
+    return Engine(Workload.of_plan(load_plan(plan), plan), options)
 
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_USAGE)
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from power.orchestrator.cli import EXIT_USAGE
+from power.findings import PowerError
+from power.orchestrator.cli import EXIT_USAGE, refuse
 from power.orchestrator.commands.runtime_options import runtime_options
 
 
@@ -30,16 +31,16 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
     """
     import uvicorn
 
-    from power.orchestrator.plan import PlanError, load_plan
-    from power.runtime.engine import Engine, EngineSettings
+    from power.orchestrator.plan import load_plan
+    from power.runtime.engine import Engine, EngineOptions, Workload
     from power.runtime.server import ServerLimits, create_app
 
     try:
         resolved = load_plan(plan)
-    except PlanError as err:
-        _fail(str(err))
-    settings = EngineSettings.from_plan(resolved, plan, device=device, dtype=dtype, lm_head_dtype=lm_head_dtype,
-                                        threads=threads)
+    except PowerError as err:
+        refuse(err)
+    workload = Workload.of_plan(resolved, plan)
+    options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
 
@@ -47,14 +48,10 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
         failed.append(message)
         server.should_exit = True
 
-    app = create_app(lambda: Engine(settings), resolved.name, resolved.digest,
+    app = create_app(lambda: Engine(workload, options), resolved.name, resolved.digest,
                      ServerLimits(queue_size=queue_size, request_timeout_s=timeout_s), stop_on_load_failure)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5))
     server.run()
     if failed:
         sys.exit(EXIT_USAGE)
 
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_USAGE)

@@ -12,9 +12,9 @@ from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.commands.plan import DeviceSize, exit_code, host_from_options
 from power.orchestrator.compile import ArtifactMemo, budget_of, check_artifacts, choose, memory_section, size_for
-from power.orchestrator.findings import has_errors
+from power.findings import has_errors
 from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.plan_report import memory_text
+from power.orchestrator.plan_text import memory_text
 
 
 @click.command("size")

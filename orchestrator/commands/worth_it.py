@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from power.orchestrator import worth_it as arithmetic
-from power.orchestrator.cli import EXIT_USAGE
+from power.orchestrator.cli import refuse
 from power.orchestrator.plan import PlanError, load_plan
 
 _DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*$")
@@ -64,7 +64,6 @@ def worth_it(target_step, draft_step, k, incumbent, incumbent_commit, p_band, pl
         try:
             fit = arithmetic.fit_of(load_plan(plan_path))
         except PlanError as err:
-            click.echo(f"error: {err}", err=True)
-            raise SystemExit(EXIT_USAGE) from None
+            refuse(err, as_json)
     report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band, fit)
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else arithmetic.render_text(report))

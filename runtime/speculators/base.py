@@ -9,11 +9,25 @@ a learned drafter's cache and a lookup drafter's index both track reality.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from ..errors import RuntimeInputError
+from ..trunks.protocol import Trunk
+
+
+@dataclass(frozen=True)
+class SpeculatorRequest:
+    """What a speculator's `build` gets: the target it serves and the plan's settings for it."""
+
+    trunk: Trunk
+    target_path: Path | None = None  # the target GGUF (native heads such as mtp live in it)
+    drafter_path: Path | None = None  # an external drafter artifact (dflash, dflash2, dspark)
+    fr_vocab_size: int | None = None  # FR: the draft head's token-ID prefix
+    ngram_orders: tuple[int, int] | None = None  # (shortest, longest) suffix match an n-gram lookup tries
+    p_min: float | None = None  # the confidence a drafted position needs (DSpark's gate); None: the header's
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,8 @@ class Speculator:
     name: str = ""
     # Target layers whose entering residual the speculator reads (n_layers = the final residual before the norm).
     taps: tuple[int, ...] = ()
+    # The most tokens one proposal can hold (a block drafter's block); None: as many as asked for.
+    max_proposals: int | None = None
 
     def begin(self, tokens: Sequence[int]) -> None:
         """Arm for a request whose committed tokens are `tokens` (its prompt, or a reused prefix plus the prompt)."""
@@ -70,6 +86,8 @@ class Decline:
 
 
 class SpeculatorDeclined(RuntimeInputError):
+    code = "PWR603"
+
     def __init__(self, decline: Decline) -> None:
-        super().__init__(str(decline))
+        super().__init__(str(decline), hint="plan a mode this target serves; Power never downgrades a requested mode")
         self.decline = decline

@@ -32,11 +32,12 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from power.orchestrator.contracts import DrafterHparams, drafter_hparams
+from power import modes
+from power.artifacts.contracts import DrafterHparams, classify_drafter, drafter_hparams
 
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
-from .base import DraftContext, Proposal, Speculator
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
 from .kv_ring import KVRing
 from .target_head import TargetHead
 
@@ -52,7 +53,7 @@ def grouped_conv(x: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, group
 
 @dataclass(frozen=True)
 class _HeaderView:
-    """What `power.orchestrator.contracts` reads from a header, over the runtime's GGUF reader."""
+    """What `power.artifacts.contracts` reads from a header, over the runtime's GGUF reader."""
 
     path: str
     architecture: str
@@ -64,10 +65,36 @@ def header_view(gguf: GGUFFile) -> _HeaderView:
     return _HeaderView(str(gguf.path), gguf.architecture, gguf.metadata, {n: i.shape for n, i in gguf.tensors.items()})
 
 
+def load_block_drafter(kind: str, request: SpeculatorRequest) -> tuple[GGUFFile, TargetHead] | Decline:
+    """The drafter file and the target head it borrows, once the header says it is a `kind` drafter for this trunk."""
+    if request.drafter_path is None or request.target_path is None:
+        return Decline(kind, f"needs a {kind} drafter artifact and the target GGUF; the plan names none")
+    drafter = GGUFFile(request.drafter_path)
+    found = classify_drafter(header_view(drafter))
+    if found != kind:
+        return Decline(kind, f"{request.drafter_path} is a {found or 'non-drafter'} artifact by its header, not {kind}")
+    config = request.trunk.config
+    width = drafter.get(f"{drafter.architecture}.embedding_length")
+    if width != config.d_model:
+        return Decline(kind, f"drafter width {width} does not match the target's d_model {config.d_model}")
+    layers = drafter.get(f"{drafter.architecture}.target_layers", [])
+    if any(not 0 <= layer <= config.n_layers for layer in layers):
+        return Decline(kind, f"drafter reads target layers {list(layers)}; the target has {config.n_layers}")
+    return drafter, TargetHead.load(request.target_path, request.fr_vocab_size)
+
+
+def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
+    loaded = load_block_drafter(kind, request)
+    if isinstance(loaded, Decline):
+        return loaded
+    config = request.trunk.config
+    return BlockDrafter(*loaded, context_rows=config.n_ctx, guard_rows=config.verify_capacity)
+
+
 class BlockDrafter(Speculator):
     """The DFlash backbone; DFlash2's convolution and selector switch on when the header carries them."""
 
-    name = "dflash"
+    name = modes.DFLASH
 
     def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int, guard_rows: int) -> None:
         self.hp: DrafterHparams = drafter_hparams(header_view(drafter))
@@ -75,10 +102,11 @@ class BlockDrafter(Speculator):
         self.w = {name: drafter.tensor(name) for name in drafter.tensors}
         self.layers = [self._layer_weights(i) for i in range(self.hp.block_count)]
         self.taps = tuple(self.hp.target_layers)
+        self.max_proposals = self.hp.block_size - 1
         self.conv = self.hp.conv_kernel_size is not None
         self.selector = "selector_hidden.weight" in self.w
         if self.conv or self.selector:
-            self.name = "dflash2"
+            self.name = modes.DFLASH2
         rows = min(self.hp.sliding_window or context_rows, context_rows)
         self.ring = KVRing(self.hp.block_count, rows, self.hp.head_count_kv, self.hp.head_dim, guard_rows)
         self._cos, self._sin = rope_tables(context_rows + self.hp.block_size, self.hp.head_dim, self.hp.rope_freq_base)

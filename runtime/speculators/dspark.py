@@ -18,19 +18,31 @@ from __future__ import annotations
 
 import torch
 
-from .base import DraftContext, Proposal
+from power import modes
+
+from ..gguf_weights import GGUFFile
 from ..layers import rms_norm
-from .dflash import BlockDrafter
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from .dflash import BlockDrafter, load_block_drafter
+from .target_head import TargetHead
+
+
+def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
+    loaded = load_block_drafter(kind, request)
+    if isinstance(loaded, Decline):
+        return loaded
+    config = request.trunk.config
+    return DSparkDrafter(*loaded, context_rows=config.n_ctx, guard_rows=config.verify_capacity, p_min=request.p_min)
 
 
 class DSparkDrafter(BlockDrafter):
-    name = "dspark"
-    # The operator's confidence gate (TensorSharp's --spec-pmin); None keeps the header's threshold.
-    threshold_override: float | None = None
+    name = modes.DSPARK
 
-    @property
-    def threshold(self) -> float:
-        return self.hp.confidence_threshold if self.threshold_override is None else self.threshold_override
+    def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int, guard_rows: int,
+                 p_min: float | None = None) -> None:
+        super().__init__(drafter, head, context_rows, guard_rows)
+        # The operator's confidence gate (the profile's spec_draft_p_min); None keeps the header's threshold.
+        self.threshold = self.hp.confidence_threshold if p_min is None else p_min
 
     def propose(self, ctx: DraftContext) -> Proposal:
         n = min(ctx.max_tokens, self.hp.block_size - 1)

@@ -21,17 +21,35 @@ from typing import Any, Sequence
 
 import torch
 
+from power import modes
+from power.artifacts.contracts import nextn_layer_count
+
 from ..gguf_weights import GGUFFile
 from ..kv_cache import causal_mask
 from ..layers import rms_norm, rope_tables
 from ..trunks.base import Weights
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
-from .base import DraftContext, Proposal, Speculator
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from .dflash import header_view
 from .target_head import TargetHead
+
+# The trunk whose nextn block this head implements.
+MTP_ARCHITECTURE = "qwen35"
+
+
+def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
+    if request.target_path is None:
+        return Decline(kind, "needs the target GGUF (the nextn head lives in it)")
+    target = GGUFFile(request.target_path)
+    if nextn_layer_count(header_view(target)) == 0:
+        return Decline(kind, f"{request.target_path} carries no nextn/MTP head ({target.architecture}.nextn_predict_layers)")
+    if target.architecture != MTP_ARCHITECTURE:
+        return Decline(kind, f"the runtime's MTP head is implemented for {MTP_ARCHITECTURE} targets, not {target.architecture}")
+    return MTPHead(target, TargetHead(target, request.fr_vocab_size), request.trunk.config.n_ctx)
 
 
 class MTPHead(Speculator):
-    name = "mtp"
+    name = modes.MTP
 
     def __init__(self, target: GGUFFile, head: TargetHead, n_ctx: int) -> None:
         p = self.params = Qwen35Params.from_gguf(target)
@@ -40,9 +58,9 @@ class MTPHead(Speculator):
         w = Weights(target, "float32", rows=1)
         self.block = GatedAttentionLayer(w, p, p.n_layers, n_ctx + 1)
         self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
-        self.enorm = w.vector(b + "nextn.enorm.weight", [p.d_model])
-        self.hnorm = w.vector(b + "nextn.hnorm.weight", [p.d_model])
-        self.head_norm = w.vector(b + "nextn.shared_head_norm.weight", [p.d_model])
+        self.enorm = w.tensor(b + "nextn.enorm.weight", [p.d_model])
+        self.hnorm = w.tensor(b + "nextn.hnorm.weight", [p.d_model])
+        self.head_norm = w.tensor(b + "nextn.shared_head_norm.weight", [p.d_model])
         self.head = head
         self.rope = rope_tables(n_ctx + 1, p.rope_dims, p.rope_base)
         self.capacity = n_ctx

@@ -13,13 +13,21 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import DraftContext, Proposal, Speculator
+from power import modes
+
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+
+
+def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
+    if request.ngram_orders is None:
+        return Decline(kind, "needs its match lengths (the plan's runtime.ngram_n_min and ngram_n_max)")
+    return NGramSpeculator(*request.ngram_orders)
 
 
 class NGramSpeculator(Speculator):
-    name = "ngram"
+    name = modes.NGRAM
 
-    def __init__(self, min_order: int = 2, max_order: int = 4) -> None:
+    def __init__(self, min_order: int, max_order: int) -> None:
         if not 1 <= min_order <= max_order:
             raise ValueError(f"n-gram orders need 1 <= min_order <= max_order, got {min_order}..{max_order}")
         self.orders = tuple(range(max_order, min_order - 1, -1))

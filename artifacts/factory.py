@@ -14,7 +14,7 @@ Header-only fixtures (`qwen36-27b-*`) declare the real Qwen3.6-27B target and
 drafter dimensions over sparse files: the tensor data region is a hole, so a
 22.9 GB artifact occupies a few KB on disk. They carry no tokenizer.
 
-Shapes of drafter tensors come from `power.orchestrator.contracts`; see
+Shapes of drafter tensors come from `power.artifacts.contracts`; see
 `docs/contracts.md` for every fixture's layout.
 """
 
@@ -30,10 +30,10 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as V
 
-from power.orchestrator import contracts
-from power.orchestrator.atomic import atomic_path
-from power.orchestrator.contracts import DrafterHparams
-from power.orchestrator.gguf_reader import read_header
+from power.artifacts import contracts
+from power.artifacts.atomic import atomic_path
+from power.artifacts.contracts import DrafterHparams
+from power.artifacts.gguf_reader import read_header
 
 F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = Q.F32, Q.F16, Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K
 

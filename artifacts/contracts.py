@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
-from power.orchestrator.findings import Finding, Severity
+from power.findings import Finding, Severity
 
 DFLASH = "dflash"
 DFLASH2 = "dflash2"
@@ -299,9 +299,9 @@ def _has_dflash2_markers(view: HeaderView) -> bool:
 
 def classify_drafter(view: HeaderView) -> str | None:
     """The drafter contract the header declares: `dflash`, `dflash2`, `dspark`, `mtp` or None."""
-    if view.architecture == "dflash":
+    if view.architecture == ARCHITECTURE_OF[DFLASH]:
         return DFLASH2 if _has_dflash2_markers(view) else DFLASH
-    if view.architecture == "dspark":
+    if view.architecture == ARCHITECTURE_OF[DSPARK]:
         return DSPARK
     if nextn_layer_count(view) > 0 or any(".nextn." in name for name in view.tensor_shapes):
         return MTP

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from power.orchestrator.gguf_reader import GGUFHeader
+from power.artifacts.gguf_reader import GGUFHeader
 
 TOKENS, TYPES, MERGES, SCORES = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
                                  "tokenizer.ggml.scores")

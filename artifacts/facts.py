@@ -24,9 +24,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from power.orchestrator import contracts
-from power.orchestrator.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
-from power.orchestrator.tokenizer_facts import VOCABULARY_KEYS, TokenizerFacts, tokenizer_facts
+from power.artifacts import contracts
+from power.artifacts.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
+from power.artifacts.tokenizer_facts import VOCABULARY_KEYS, TokenizerFacts, tokenizer_facts
 
 __all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "ArtifactFacts", "LayerFacts", "QuantCensus",
            "facts_from_header", "inspect_artifact"]

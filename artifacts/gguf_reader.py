@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from power.orchestrator.findings import Finding, Severity
+from power.findings import PowerError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSION = 3
@@ -68,16 +68,15 @@ _NUMPY_TYPES: dict[GGUFValueType, str] = {
 }
 
 
-class ArtifactError(Exception):
-    """A file that is not a readable GGUF artifact; `.finding` says where and why."""
+class ArtifactError(PowerError):
+    """An artifact Power cannot use (unreadable, not a GGUF, changed, or not what the runtime can load);
+    `.finding` names the file, the code and, for a bad header, the byte offset."""
 
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.render())
-        self.finding = finding
+    code = "PWR100"
 
 
 def artifact_error(code: str, path: str | os.PathLike[str], message: str, hint: str, offset: int | None = None) -> ArtifactError:
-    return ArtifactError(Finding(code=code, severity=Severity.ERROR, message=message, file=str(path), offset=offset, hint=hint))
+    return ArtifactError(message, code=code, file=str(path), offset=offset, hint=hint)
 
 
 @dataclass(frozen=True)

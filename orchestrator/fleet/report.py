@@ -12,7 +12,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from power.orchestrator.rollout import stage_states
+from power.orchestrator.fleet.rollout import stage_states
 from power.orchestrator.units import format_size
 
 BAR_WIDTH = 640

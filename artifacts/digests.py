@@ -22,8 +22,8 @@ from typing import Any, Callable, Union
 
 import platformdirs
 
-from power.orchestrator.atomic import write_text_atomic
-from power.orchestrator.gguf_reader import ArtifactError, artifact_error, open_regular_file
+from power.artifacts.atomic import write_text_atomic
+from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regular_file
 
 __all__ = ["ArtifactError", "cache_path", "sha256_file"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from power.orchestrator.findings import Finding, Severity
+from power.findings import Finding, Severity
 
 EVIDENCE_SCHEMA = "power.evidence/v1"
 

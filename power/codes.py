@@ -2,10 +2,11 @@
 
 Codes are like a linter's rules: CI pipelines grep them, so a code is never
 renumbered or reused. `docs/checks.md` is generated from this table
-(`python -m power.orchestrator.codes > docs/checks.md`; a test keeps it in step).
+(`python -m power.codes > docs/checks.md`; a test keeps it in step).
 
 Families: PWR0xx files and schema; PWR1xx artifacts; PWR2xx drafters;
-PWR3xx tokenizer identity; PWR4xx speculation settings; PWR5xx memory.
+PWR3xx tokenizer identity; PWR4xx speculation settings and launch lines;
+PWR5xx memory; PWR6xx the runtime.
 Each family's owner adds its rows in its own section below.
 """
 
@@ -39,7 +40,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR024": ("error", "a sha256 is not 64 hexadecimal digits"),
     "PWR025": ("error", "a drafter entry lacks the file its kind needs, or names a file its kind cannot use"),
     "PWR026": ("error", "a key spelled the llama.cpp way or renamed: use Power's name for it"),
-    # PWR06x fleet files and the fleet lock (orchestrator/fleet.py, lock.py)
+    # PWR06x fleet files and the fleet lock (orchestrator/fleet/review.py, lock.py)
     "PWR060": ("error", "a deployment names a host the fleet does not define"),
     "PWR061": ("warning", "a path leaves the fleet's directory tree through `..`"),
     "PWR062": ("error", "deployments sharing one device do not fit together"),
@@ -49,7 +50,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR066": ("error", "two deployments share one name on a host"),
     "PWR067": ("error", "a deployment could not be planned"),
     "PWR068": ("error", "the fleet lock changed on disk while this command ran"),
-    # PWR07x profile rollout and its evidence gates (orchestrator/rollout.py)
+    # PWR07x profile rollout and its evidence gates (orchestrator/fleet/rollout.py)
     "PWR070": ("error", "a rollout stage has no evidence file"),
     "PWR071": ("error", "an evidence file is unreadable or not power.evidence/v1"),
     "PWR072": ("error", "the evidence does not prove losslessness"),
@@ -57,8 +58,12 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR074": ("error", "the evidence shows unexpected replays or fallbacks"),
     "PWR075": ("error", "the evidence is for another plan than the one being rolled out"),
     "PWR076": ("error", "no rollout in progress, or one already in progress"),
+    # PWR08x plan documents (orchestrator/plan.py)
+    "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
+    "PWR081": ("error", "the plan does not match the plan schema"),
+    "PWR082": ("error", "the plan was edited after it was compiled (its digest does not match)"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
-    # PWR10x the GGUF file itself (orchestrator/gguf_reader.py, digests.py): each names the byte offset
+    # PWR10x the GGUF file itself (artifacts/gguf_reader.py, digests.py): each names the byte offset
     "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),
     "PWR101": ("error", "the artifact is not a regular file (a directory, a FIFO, a device)"),
     "PWR102": ("error", "not a GGUF file: wrong magic"),
@@ -77,6 +82,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR112": ("error", "the declared sha256 differs from the file's digest"),
     "PWR113": ("error", "the declared quant differs from the file's header"),
     "PWR114": ("error", "the declared architecture differs from the file's header"),
+    "PWR115": ("error", "the artifact differs from the sha256 the plan was compiled with"),
+    # PWR12x what the runtime can load (runtime/gguf_weights.py, trunks, tokenizer)
+    "PWR120": ("error", "the runtime implements no such architecture or tokenizer"),
+    "PWR121": ("error", "a tensor or header key the runtime needs is missing or mis-shaped"),
+    "PWR122": ("error", "a tensor's quant type the runtime cannot dequantise"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),
@@ -116,6 +126,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR457": ("error", "`--speculative-config` is not a JSON object"),
     "PWR458": ("error", "the launch line names no model"),
     "PWR459": ("error", "the launch input cannot be read"),
+    # PWR46x renders (orchestrator/render.py)
+    "PWR460": ("error", "the render target cannot run this plan (an engine without the plan's speculation)"),
+    "PWR461": ("error", "a value cannot be written into this render target (control characters)"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
@@ -127,6 +140,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
     "PWR503": ("info", "thin margin: the plan needs a quiet device"),
+    # --- PWR6xx: the runtime (runtime/) ------------------------------------
+    "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
+    "PWR601": ("error", "the device or weight dtype is not available here"),
+    "PWR602": ("error", "the prompt does not fit the planned context"),
+    "PWR603": ("error", "the plan's speculator cannot serve this target (it declined; never downgraded)"),
 }
 
 
@@ -146,7 +164,7 @@ def title(code: str) -> str:
 def markdown_table() -> str:
     rows = ["| code | severity | meaning |", "| --- | --- | --- |"]
     rows += [f"| `{code}` | {sev} | {text} |" for code, (sev, text) in sorted(CODES.items())]
-    return "# Check codes\n\nStable codes; never renumbered. Generated from `orchestrator/codes.py`.\n\n" + EXIT_CODES + "\n".join(rows) + "\n"
+    return "# Check codes\n\nStable codes; never renumbered. Generated from `power/codes.py`.\n\n" + EXIT_CODES + "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":

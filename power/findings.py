@@ -69,3 +69,18 @@ class Finding:
 
 def has_errors(findings: list[Finding]) -> bool:
     return any(f.is_error for f in findings)
+
+
+class PowerError(Exception):
+    """A refusal that carries its finding, so every refusal prints (and parses, with `--json`) like a check.
+
+    Subclasses name their default code; a raise site may give a more precise one from the catalogue.
+    """
+
+    code: str  # each subclass names its default
+
+    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None, file: str | None = None,
+                 offset: int | None = None) -> None:
+        self.finding = Finding(code=code or self.code, severity=Severity.ERROR, message=message, file=file,
+                               offset=offset, hint=hint)
+        super().__init__(self.finding.render())

@@ -1,0 +1,1 @@
+"""Fleets: review, the lock, drift, profile rollouts, evidence and the HTML report."""
