@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from power.orchestrator.compile import ArtifactMemo, compile_plan
 from power.artifacts.factory import build_dense_target, build_hybrid_target
+from power.orchestrator.compile import ArtifactMemo, compile_plan
 from power.orchestrator.fleet.review import review_fleet
 from power.orchestrator.loading import load_fleet, load_manifest, load_profile
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from gguf import GGMLQuantizationType as Q
 
 from power.artifacts.bundled import ensure_gemma
-from power.artifacts.facts import inspect_artifact
 from power.artifacts.factory import build_qwen36_27b_q6k, write_sparse_gguf
+from power.artifacts.facts import inspect_artifact
 from power.orchestrator.sizing import Budget, Request, size_plan
 from power.orchestrator.units import format_size
 

@@ -22,7 +22,11 @@ from typing import Sequence
 import torch
 import triton
 
-from power.kernels import dequant, fr_argmax as fr, greedy_verify as gv, qmatmul as qm, rejection as rj
+from power.kernels import dequant
+from power.kernels import fr_argmax as fr
+from power.kernels import greedy_verify as gv
+from power.kernels import qmatmul as qm
+from power.kernels import rejection as rj
 
 BACKENDS = ("auto", "triton", "reference")
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)

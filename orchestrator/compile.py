@@ -16,18 +16,30 @@ from pathlib import Path
 
 from power import modes
 from power.artifacts import contracts
+from power.artifacts.digests import sha256_file
+from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
+from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
 from power.orchestrator.checks.drafters import check_drafter, contract_facts
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
-from power.artifacts.digests import sha256_file
-from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
-from power.findings import Finding, has_errors
 from power.orchestrator.loading import Loaded
 from power.orchestrator.plan import (
-    Device, Drafter, FileRef, FindingRecord, Memory, MemoryComponent, Mode, ResolvedPlan, Runtime, Sampling, Sources,
-    Speculation, Target, Tokenizer,
+    Device,
+    Drafter,
+    FileRef,
+    FindingRecord,
+    Memory,
+    MemoryComponent,
+    Mode,
+    ResolvedPlan,
+    Runtime,
+    Sampling,
+    Sources,
+    Speculation,
+    Target,
+    Tokenizer,
 )
 from power.orchestrator.resolve import Resolution, resolve
 from power.orchestrator.schema import HostSpec

@@ -24,12 +24,10 @@ from typing import Any, get_args
 import tomli
 from pydantic import BaseModel, ValidationError
 
-from power import codes
-
-from power.orchestrator import rules
+from power import codes, modes
 from power.findings import Finding, Severity, has_errors
+from power.orchestrator import rules
 from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
-from power import modes
 from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, RENAMED_KEYS, SCHEMA_VERSION, schema_id
 from power.orchestrator.units import ACCEPTED_FORMS, SizeError
 

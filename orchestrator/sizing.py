@@ -24,8 +24,8 @@ blocks of an MTP head are charged only when MTP runs.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType

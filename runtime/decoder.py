@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from power.runtime.trunks.protocol import Trunk
+
 from .governor import CostGovernor
 from .receipt import SpeculationRates
 from .sampling import Sampler

@@ -21,12 +21,12 @@ import torch
 
 from power import modes
 from power.artifacts import digests
+from power.artifacts.gguf_reader import ArtifactError
 from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation
 from power.runtime.decoder import Decoder, Generation
-from power.artifacts.gguf_reader import ArtifactError
 from power.runtime.errors import ContextOverflow, RuntimeInputError
-from power.runtime.governor import CostGovernor
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.governor import CostGovernor
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig

@@ -18,10 +18,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from power.kernels import dispatch
-from power.kernels.dequant import BLOCK_LAYOUT
 from power.artifacts import gguf_reader
 from power.artifacts.gguf_reader import ArtifactError
+from power.kernels import dispatch
+from power.kernels.dequant import BLOCK_LAYOUT
 
 
 @dataclass(frozen=True)

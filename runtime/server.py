@@ -35,8 +35,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from power.runtime.engine import Engine
 from power.findings import PowerError
+from power.runtime.engine import Engine
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import SamplingParams
 

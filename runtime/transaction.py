@@ -31,8 +31,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from power.kernels import dispatch
-
 from power.runtime.trunks.protocol import OutsideResidentWindow, Trunk
+
 from .sampling import Lane, Sampler, uniform
 from .speculators.base import DraftContext, Proposal, Speculator
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import tempfile
 from functools import lru_cache
 from pathlib import Path
-import tempfile
 
 from click.testing import CliRunner
 
 from power.artifacts import factory
-from power.orchestrator.cli import main
 from power.artifacts.digests import sha256_file
+from power.orchestrator.cli import main
 
 VERIFY_CAPACITY = 8  # one fixed shape for both plans, so their greedy streams are comparable bit for bit
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from plan_helpers import codes, compiled, digest, fixture, write_manifest, write_profile
 
 

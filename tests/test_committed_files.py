@@ -9,8 +9,8 @@ import pytest
 
 from power import codes
 from power.artifacts.bundled import GEMMA_SHA256, GEMMA_SIZE
-from power.findings import Severity
 from power.artifacts.gguf_reader import read_header
+from power.findings import Severity
 from power.orchestrator.loading import load_document, load_manifest, load_profile
 from power.orchestrator.schema import KIND_MODELS, json_schema
 

@@ -12,8 +12,8 @@ from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 from gguf_helpers import gemma
 
-from power.kernels.dequant import BLOCK_LAYOUT, REFERENCES, UnsupportedQuantType, dequantize_reference
 from power.artifacts.gguf_reader import ArtifactError
+from power.kernels.dequant import BLOCK_LAYOUT, REFERENCES, UnsupportedQuantType, dequantize_reference
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.trunks import load_trunk
 

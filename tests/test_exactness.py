@@ -12,12 +12,10 @@ random weights its header threshold gates nearly every block).
 from __future__ import annotations
 
 import pytest
-
-from power.runtime.speculators.base import SpeculatorRequest
-from power.runtime.speculators.registry import build
-from power.runtime.speculators.base import Decline
-
 from spec_helpers import Oracle, fixture_dir, oracle_for, plain_stream, prompt_for, speculative, target_path, trunk
+
+from power.runtime.speculators.base import Decline, SpeculatorRequest
+from power.runtime.speculators.registry import build
 
 FIXTURE_TOKENS = 256
 GEMMA_TOKENS = 40

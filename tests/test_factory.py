@@ -5,9 +5,9 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import pytest
+from gguf_helpers import HEADER_ONLY, RUNNABLE, fixtures
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from gguf_helpers import HEADER_ONLY, RUNNABLE, fixtures
 from power.artifacts import factory
 from power.artifacts.facts import inspect_artifact
 from power.artifacts.gguf_reader import read_header

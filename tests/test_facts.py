@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-
 from gguf_helpers import fixtures, gemma
+
 from power.artifacts import contracts, factory
 from power.artifacts.facts import inspect_artifact
 from power.artifacts.gguf_reader import read_header

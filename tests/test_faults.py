@@ -12,13 +12,12 @@ import threading
 
 import pytest
 import torch
+from spec_helpers import oracle_for, plain_stream, prompt_for, trunk
 
 from power.runtime.decoder import Decoder
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.transaction import Cancelled, SpeculativeSequence, Step
-
-from spec_helpers import oracle_for, plain_stream, prompt_for, trunk
 
 N = 48
 S = 2  # a small resident window: the broken round below rejects past it on the hybrid (the replay path)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fleet_world import World, build_world, write
 
 import power.orchestrator.compile as compiler
-from fleet_world import World, build_world, write
 from power.orchestrator.cli import main
 
 TWO_HOSTS = '''

@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import struct
 
+from gguf_helpers import fixtures, gemma
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gguf_helpers import fixtures, gemma
 from power.artifacts.contracts import FILE_KINDS, contract_violations
 from power.artifacts.facts import inspect_artifact
 from power.artifacts.gguf_reader import ArtifactError, read_header
-
 
 
 def fuzz(examples: int) -> settings:

@@ -8,8 +8,8 @@ import struct
 import gguf
 import numpy as np
 import pytest
-
 from gguf_helpers import fixtures, gemma, gguf_string, header, kv_string, kv_u32, tensor_info, with_data
+
 from power.artifacts.gguf_reader import ArtifactError, read_header
 
 

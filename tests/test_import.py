@@ -10,10 +10,15 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from power.orchestrator.cli import main
 from power.artifacts.factory import build_dense_target, build_dflash_drafter, build_dspark_drafter
+from power.orchestrator.cli import main
 from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, import_launch
-from power.orchestrator.launch_tokens import COMMAND_LINE, tokens_from_argv, tokens_from_env_file, tokens_from_systemd_unit
+from power.orchestrator.launch_tokens import (
+    COMMAND_LINE,
+    tokens_from_argv,
+    tokens_from_env_file,
+    tokens_from_systemd_unit,
+)
 
 
 def _codes(result) -> list[str]:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from gguf_helpers import fixtures, gemma
+
 from power.orchestrator.cli import main
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from spec_helpers import Oracle
 
 from power.artifacts import factory
 from power.runtime.decoder import Decoder
@@ -20,7 +21,6 @@ from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import SpeculatorRequest
 from power.runtime.trunks import load_trunk
-from spec_helpers import Oracle
 
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 32, 84, 104, 101, 32]
 K = 4

@@ -1,7 +1,6 @@
 import tomli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from toml_helpers import toml_key, toml_value
 
 from power.orchestrator.locator import TomlLocator, format_where, parse_where

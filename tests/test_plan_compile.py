@@ -6,7 +6,6 @@ import json
 import tomllib
 
 from click.testing import CliRunner
-
 from gguf_helpers import REPO, gemma
 
 from power.orchestrator.cli import main

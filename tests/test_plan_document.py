@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from power.findings import Finding, Severity
 from power.orchestrator.plan import (
-    Device, Drafter, FileRef, FindingRecord, Memory, MemoryComponent, Mode, PlanError, ResolvedPlan, Runtime,
-    Sampling, Sources, Speculation, Target, Tokenizer, load_plan, save_plan,
+    Device,
+    Drafter,
+    FileRef,
+    FindingRecord,
+    Memory,
+    MemoryComponent,
+    Mode,
+    PlanError,
+    ResolvedPlan,
+    Runtime,
+    Sampling,
+    Sources,
+    Speculation,
+    Target,
+    Tokenizer,
+    load_plan,
+    save_plan,
 )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from fleet_world import World, build_world
+
 from power.orchestrator.cli import main
 from power.orchestrator.fleet.report import BAR_WIDTH
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from fleet_world import World, build_world
+
 from power.orchestrator.cli import main
 from power.orchestrator.fleet.lock import read_lock
 

@@ -7,17 +7,16 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as Q
-
 from gguf_helpers import REPO, gemma
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from plan_helpers import compiled, fixture, write_manifest, write_profile
 
-from power.orchestrator.cli import main
-from power.artifacts.facts import inspect_artifact
 from power.artifacts.factory import write_sparse_gguf
+from power.artifacts.facts import inspect_artifact
+from power.orchestrator.cli import main
 from power.orchestrator.sizing import Budget, Request, drafter_kv_component, largest_context, size_plan
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3

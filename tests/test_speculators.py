@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
-
-from dataclasses import replace
+from spec_helpers import CAPACITY, fixture_dir, prompt_for, target_path, trunk
 
 from power.orchestrator.plan import Mode, Speculation
 from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.errors import RuntimeInputError
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined
+from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined, SpeculatorRequest
 from power.runtime.speculators.kv_ring import KVRing
-from power.runtime.speculators.base import SpeculatorRequest
-
-from spec_helpers import CAPACITY, fixture_dir, prompt_for, target_path, trunk
 
 DRAFTER_FILES = {"dflash": "dflash-drafter.gguf", "dflash2": "dflash2-drafter.gguf", "dspark": "dspark-drafter.gguf"}
 

@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from power.runtime.traffic import SHAPE_NAMES, SPAN_LIMIT, build_shape, longest_repeated_span, parse_shapes, unique_lines
+from power.runtime.traffic import (
+    SHAPE_NAMES,
+    SPAN_LIMIT,
+    build_shape,
+    longest_repeated_span,
+    parse_shapes,
+    unique_lines,
+)
 
 
 def test_shapes_are_the_same_text_on_every_call() -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from spec_helpers import oracle_for, plain_stream, prompt_for, speculative, trunk
 
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.transaction import SpeculativeSequence
-
-from spec_helpers import oracle_for, plain_stream, prompt_for, speculative, trunk
 
 N = 64
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from gguf_helpers import fixtures, gemma
 
-from power.runtime.trunks.protocol import OutsideResidentWindow
 from power.runtime.errors import ContextOverflow
 from power.runtime.kv_cache import ATTENTION_BLOCK, SMALL_BLOCK
 from power.runtime.trunks import load_trunk
+from power.runtime.trunks.protocol import OutsideResidentWindow
 
 PREFIX = [2, 818, 5279, 529, 7001]  # "<bos>The capital of France" in Gemma's vocabulary; plain ids for the fixtures
 ROWS = [563, 9079, 236761, 1030]  # " is", " Paris", ".", " The"

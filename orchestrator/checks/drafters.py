@@ -7,8 +7,8 @@ The contract itself (kind from the header, required keys and tensors) is
 from __future__ import annotations
 
 from power.artifacts import contracts
-from power.orchestrator.checks.artifacts import Checked
 from power.findings import Finding
+from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.loading import Loaded
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from power import modes
 from power.artifacts import contracts
-from power.orchestrator.checks.artifacts import Checked
 from power.findings import Finding
+from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.loading import Loaded
 
 

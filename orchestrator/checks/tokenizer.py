@@ -8,9 +8,9 @@ fails closed (llama.cpp tolerates a 128-token size difference: we do not).
 
 from __future__ import annotations
 
-from power.orchestrator.checks.artifacts import Checked
-from power.findings import Finding, Severity
 from power.artifacts.tokenizer_facts import compare_tokenizers
+from power.findings import Finding, Severity
+from power.orchestrator.checks.artifacts import Checked
 
 
 def check_tokenizer(index: int, kind: str, drafter: Checked, target: Checked) -> list[Finding]:

@@ -9,8 +9,8 @@ import click
 
 from power.artifacts.contracts import MTP
 from power.artifacts.digests import sha256_file
-from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.artifacts.factory import build_fixtures
+from power.artifacts.facts import ArtifactError, inspect_artifact
 
 # Header-only fixtures are sparse files of real artifact sizes: hashing reads every byte of the hole.
 HASH_LIMIT_BYTES = 100_000_000

@@ -16,11 +16,11 @@ from pathlib import Path
 import click
 
 from power.artifacts.atomic import write_text_atomic
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.findings import Finding, Severity
-from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, exit_code, review_fleet
+from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, write_lock
 from power.orchestrator.fleet.report import render_report
+from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, exit_code, review_fleet
 from power.orchestrator.fleet.rollout import IN_PROGRESS, stage_states
 from power.orchestrator.units import format_size
 

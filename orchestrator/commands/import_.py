@@ -20,15 +20,27 @@ import click
 import tomli_w
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.digests import sha256_file
+from power.findings import Finding, Severity, has_errors
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, refuse
 from power.orchestrator.commands.plan import DeviceSize, host_from_options
 from power.orchestrator.compile import compile_plan
-from power.artifacts.digests import sha256_file
-from power.findings import Finding, Severity, has_errors
-from power.orchestrator.launch_import import (ENV_PREFIX, LLAMA_SERVER, VLLM, LaunchSpec, import_launch,
-                                              manifest_document, profile_document)
-from power.orchestrator.launch_tokens import (LaunchInputError, Token, tokens_from_argv, tokens_from_env_file,
-                                              tokens_from_systemd_unit)
+from power.orchestrator.launch_import import (
+    ENV_PREFIX,
+    LLAMA_SERVER,
+    VLLM,
+    LaunchSpec,
+    import_launch,
+    manifest_document,
+    profile_document,
+)
+from power.orchestrator.launch_tokens import (
+    LaunchInputError,
+    Token,
+    tokens_from_argv,
+    tokens_from_env_file,
+    tokens_from_systemd_unit,
+)
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.units import format_size

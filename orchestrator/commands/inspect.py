@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
-from power.orchestrator.cli import EXIT_FINDINGS
 from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, ArtifactFacts, inspect_artifact
+from power.orchestrator.cli import EXIT_FINDINGS
 
 CONTRACT_NAMES = {DFLASH: "DFlash v1", DFLASH2: "DFlash2 (convolution + selector)",
                   DSPARK: "DSpark (Markov head, confidence-scheduled)", MTP: "MTP/nextn head inside the target"}

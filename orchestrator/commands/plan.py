@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
+from power.findings import Finding
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.compile import compile_plan
-from power.findings import Finding
 from power.orchestrator.loading import load_host, load_manifest, load_profile
 from power.orchestrator.plan import save_plan, to_json, to_toml
 from power.orchestrator.plan_text import summary_text

@@ -10,7 +10,8 @@ from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
 from power.orchestrator.cli import refuse
 from power.orchestrator.plan import load_plan
-from power.orchestrator.render import TARGETS, render as render_plan
+from power.orchestrator.render import TARGETS
+from power.orchestrator.render import render as render_plan
 
 
 @click.command("render")

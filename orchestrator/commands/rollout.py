@@ -13,10 +13,10 @@ from pathlib import Path
 import click
 
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
-from power.orchestrator.fleet.review import default_lock_path
 from power.orchestrator.fleet.lock import read_lock
-from power.orchestrator.plan import ResolvedPlan, save_plan
+from power.orchestrator.fleet.review import default_lock_path
 from power.orchestrator.fleet.rollout import Outcome, advance, plan_rollout, rollback, rollout_status
+from power.orchestrator.plan import ResolvedPlan, save_plan
 
 _FLEET = click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 _LOCK = click.option("--lock", "lock_path", type=click.Path(path_type=Path),

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
+from power.findings import has_errors
 from power.orchestrator.checks.memory import check_memory
+from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.commands.plan import DeviceSize, exit_code, host_from_options
 from power.orchestrator.compile import ArtifactMemo, budget_of, check_artifacts, choose, memory_section, size_for
-from power.findings import has_errors
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan_text import memory_text
 

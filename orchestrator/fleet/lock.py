@@ -18,8 +18,8 @@ guard file (`.fleet.lock.guard`), that the file is still the one that was read.
 
 from __future__ import annotations
 
-import hashlib
 import fcntl
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field

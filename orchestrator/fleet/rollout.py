@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from power.orchestrator.fleet.evidence import Evidence, read_evidence
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.fleet.review import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
+from power.orchestrator.fleet.evidence import Evidence, read_evidence
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, read_lock, write_lock
+from power.orchestrator.fleet.review import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
 from power.orchestrator.plan_memo import PlanMemo
 
 IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"

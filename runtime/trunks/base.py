@@ -22,12 +22,12 @@ from typing import Any, Sequence
 
 import torch
 
-from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 from power.runtime.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm, softcap
 from power.runtime.linear import Linear, pack, pack_head
+from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
 PAD_TOKEN = 0
 DEFAULT_PREFILL_CHUNK = 32

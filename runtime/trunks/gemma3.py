@@ -20,12 +20,12 @@ from typing import Sequence
 
 import torch
 
-from power.runtime.trunks.protocol import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
 from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_tables
 from power.runtime.linear import pack_head
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.protocol import TrunkConfig
 
 ARCH = "gemma3"
 SWA_PATTERN = 6  # every sixth layer is global

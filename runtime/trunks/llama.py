@@ -17,11 +17,11 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from power.runtime.trunks.protocol import TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.protocol import TrunkConfig
 
 NEOX_ARCHITECTURES = ("qwen2", "qwen3")
 

@@ -29,11 +29,11 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
 
 ARCH = "qwen35"
 L2_EPS = 1e-6
