@@ -135,6 +135,9 @@ class ProfileRuntime(_Strict):
         None, ge=1, description="fixed target verification shape in rows (B11 = 11); at least K+1; default K+1"
     )
     batch: StrictInt = Field(1, ge=1, description="target batch size (tokens per forward)")
+    slots: StrictInt = Field(1, ge=1, le=256, description="parallel sequences the engine serves at once (llama-server -np)")
+    kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
+                                                      "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
     kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
