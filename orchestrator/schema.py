@@ -134,7 +134,9 @@ class ProfileRuntime(_Strict):
     verify_capacity: StrictInt | None = Field(
         None, ge=1, description="fixed target verification shape in rows (B11 = 11); at least K+1; default K+1"
     )
-    batch: StrictInt = Field(1, ge=1, description="target batch size (tokens per forward)")
+    batch: StrictInt = Field(2048, ge=1, description="logical batch: most prompt tokens per decode call (llama.cpp -b)")
+    ubatch: StrictInt = Field(512, ge=1, description="micro-batch: tokens per graph evaluation (llama.cpp -ub); the "
+                                                     "compute buffer is sized for it")
     slots: StrictInt = Field(1, ge=1, le=256, description="parallel sequences the engine serves at once (llama-server -np)")
     kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
                                                       "instead of ctx / slots cells per slot")
