@@ -54,6 +54,7 @@ RENAMED_KEYS = {
     "temp": "temperature",
 }
 
+EngineName = Literal["power", "llama-server", "vllm"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 VerifyRule = Literal["match", "rejection"]
 TrafficShape = Literal["prose", "echo", "structured", "identity"]
@@ -200,6 +201,8 @@ class Deployment(_Strict):
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
     traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
+    engine: EngineName = Field("power", description="the engine the deployment runs: power (Power's runtime, "
+                                                    "`power serve`) | llama-server | vllm")
 
 
 class Fleet(_Strict):
