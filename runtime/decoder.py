@@ -1,26 +1,54 @@
-"""The decode loop: rounds of the exactness transaction, sized by the scheduler, gated by the governor.
+"""The decode loop: up to `slots` requests at once, rounds of the exactness transaction sharing one forward.
 
 Plain (autoregressive) decoding is this loop with no speculator: every round is
 a zero-proposal round through the same transaction, the same fixed-shape target
 forward and the same sampler. That is what makes a greedy speculative stream
 bit-identical to the plain one.
+
+The trunk holds `slots` sequences, each with its own cache region and recurrent
+state (`power.runtime.trunks.batch`). A request takes a free slot and gets its
+own transaction, speculator (the slot's: weights shared, state its own),
+scheduler, sampler and counters; each slot keeps its own cost governor across
+its requests. One `step` of the loop runs:
+
+1. admission: waiting requests take free slots, each the slot whose cache holds
+   the longest prefix of its prompt that can be reused exactly (whole prefill
+   chunks, `Trunk.reusable_prefix`): those positions are not computed again;
+2. one prefill forward of `prefill_chunk` rows holding the next piece of every
+   prompt being prefilled that fits (a piece never crosses a chunk boundary of
+   its own sequence);
+3. one decode round: every decoding request's open round - its anchor row and
+   its proposals - verified in one forward of `verify_capacity` rows, then each
+   request samples, commits and emits on its own rows.
+
+How a round's rows are shared: every decoding request gets its anchor row, in
+a order that rotates by one each round; the rows left go to proposals in that
+order. A request whose tokens do not depend on its proposals (greedy, or the
+`match` rule) proposes fewer when its scheduled width does not fit; one whose
+tokens do (the `rejection` rule at a temperature) waits for a round where its
+whole width fits, and gets it when it heads the order. When more requests
+decode than the shape has rows, the ones at the end of the order wait a round.
+Cancellation, stop strings and faults act on one request at a round boundary;
+the others go on. A request's tokens are the same bits alone or beside others.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
-from power.runtime.trunks.protocol import Trunk
+from power.runtime.trunks.base import FixedShapeTrunk, Part, TrunkSequence
 
-from .governor import CostGovernor
+from .governor import CostGovernor, GovernorConfig
 from .receipt import SpeculationRates
 from .sampling import Sampler
 from .scheduler import Scheduler, SchedulerConfig
 from .speculators.base import Speculator
-from .transaction import Cancelled, RoundResult, SpeculativeSequence, StepObserver
+from .speculators.ngram import common_prefix_length
+from .transaction import Cancelled, OpenRound, RoundResult, SpeculativeSequence, StepObserver
 
 
 @dataclass
@@ -56,24 +84,115 @@ class Generation:
     stopped: bool = False  # ended on a stop token (the engine also sets it for a stop string)
     cancelled: bool = False  # cancelled mid-round (that round rolled back)
     sequence: SpeculativeSequence | None = field(default=None, repr=False)
+    reused: int = 0  # prompt positions taken from the slot's cache instead of prefilled
+
+
+@dataclass
+class DecodeRequest:
+    """One request for the decoder.
+
+    Setting `cancel` (from any thread) ends the request at the next step boundary with the open round rolled
+    back. Setting `finish` ends it after the round in hand commits, as a normal end: the caller's own stop
+    condition (a stop string), with nothing rolled back. `on_tokens` receives each committed round's emitted
+    tokens (the prefill's first token included) as they land; `on_done` the request once it has ended.
+    """
+
+    prompt: Sequence[int]
+    max_new_tokens: int
+    sampler: Sampler
+    stop_ids: Sequence[int] = ()
+    cancel: threading.Event | None = None
+    observer: StepObserver | None = None
+    finish: threading.Event | None = None
+    on_tokens: Callable[[list[int]], None] | None = None
+    on_done: Callable[[Decoding], None] | None = None
+
+
+@dataclass(eq=False)
+class Slot:
+    """One of the trunk's sequences, with what outlives a request there."""
+
+    index: int
+    trunk: TrunkSequence
+    speculator: Speculator | None
+    governor: CostGovernor | None
+    cached: list[int] = field(default_factory=list)  # prompt tokens whose rows the slot's cache holds, as prefilled
+    holder: Decoding | None = None
+
+
+@dataclass(eq=False)
+class Decoding:
+    """A request inside the decoder: waiting, prefilling, decoding, then done with a generation or an error."""
+
+    request: DecodeRequest
+    stats: SpeculationStats = field(default_factory=SpeculationStats)
+    slot: Slot | None = None
+    seq: SpeculativeSequence | None = None
+    scheduler: Scheduler | None = None
+    generation: Generation | None = None  # set when it ends normally or cancelled
+    error: Exception | None = None  # set when it failed
+    reused: int = 0
+    _started: float = 0.0
+    _parks_before: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.generation is not None or self.error is not None
+
+    @property
+    def decoding(self) -> bool:
+        return not self.done and self.seq is not None and not self.seq.prefilling
+
+    @property
+    def draws_depend_on_proposals(self) -> bool:
+        return self.request.sampler.params.draws_depend_on_proposals
 
 
 class Decoder:
-    """Decodes requests on one trunk with an optional speculator (None: plain decoding)."""
+    """Decodes requests on one trunk, `trunk.config.slots` at a time, with an optional speculator (None: plain
+    decoding; other slots get `speculator.spawn()`). `governor`: each slot's cost governor settings (None: off)."""
 
     def __init__(
         self,
-        trunk: Trunk,
+        trunk: FixedShapeTrunk,
         sampler: Sampler,
         speculator: Speculator | None = None,
         schedule: SchedulerConfig | None = None,
-        governor: CostGovernor | None = None,
+        governor: GovernorConfig | None = None,
     ) -> None:
         self.trunk = trunk
-        self.sampler = sampler
+        self.sampler = sampler  # what `generate` samples with
         self.speculator = speculator
         self.schedule = schedule or SchedulerConfig(k=0, s=max(1, trunk.config.snapshot_rows))
         self.governor = governor
+        self.slots = [Slot(i, trunk.sequence(i), None, None) for i in range(trunk.config.slots)]
+        self.waiting: deque[Decoding] = deque()
+        self._turn = 0
+
+    # --- the interface --------------------------------------------------------
+    def submit(self, request: DecodeRequest) -> Decoding:
+        """Queue a request; `step` admits it when a slot is free."""
+        if request.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        if not request.prompt:
+            raise ValueError("the prompt is empty: at least one token is needed to condition on")
+        decoding = Decoding(request)
+        self.waiting.append(decoding)
+        return decoding
+
+    def step(self) -> None:
+        """Admit what fits, run one prefill forward and one decode round (each only when it has rows)."""
+        self._admit()
+        self._prefill()
+        self._decode()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(slot.holder for slot in self.slots)
+
+    @property
+    def free_slots(self) -> int:
+        return sum(slot.holder is None for slot in self.slots) - len(self.waiting)
 
     def generate(
         self,
@@ -85,49 +204,202 @@ class Decoder:
         finish: threading.Event | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
     ) -> Generation:
-        """Decode up to `max_new_tokens` after `prompt`, ending early on a token in `stop_ids`.
+        """Decode one request to its end with `self.sampler` (stepping any others in flight too)."""
+        decoding = self.submit(DecodeRequest(prompt, max_new_tokens, self.sampler, stop_ids, cancel, observer,
+                                             finish, on_tokens))
+        while not decoding.done:
+            self.step()
+        if decoding.error is not None:
+            raise decoding.error
+        return decoding.generation
 
-        Setting `cancel` (from any thread) ends the request at the next step boundary with the open round
-        rolled back. Setting `finish` ends it after the round in hand commits, as a normal end: the caller's
-        own stop condition (a stop string), with nothing rolled back. `on_tokens` receives each committed
-        round's emitted tokens (the prefill's first token included) as they land.
-        """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        stats = SpeculationStats()
-        seq = SpeculativeSequence(self.trunk, self.sampler, self.speculator, stop_ids, cancel, observer)
-        scheduler = Scheduler(self.schedule)
-        parks_before = self.governor.parks if self.governor else 0
-        if self.governor:
-            self.governor.new_request()
-        started = time.perf_counter()
-        first = seq.start(prompt)
-        stats.prefill_s = time.perf_counter() - started
-        generation = Generation([first], stats, stopped=first in seq.stop_ids, sequence=seq)
-        if on_tokens:
-            on_tokens([first])
+    # --- 1. admission -----------------------------------------------------------
+    def _admit(self) -> None:
+        while self.waiting and (free := [slot for slot in self.slots if slot.holder is None]):
+            decoding = self.waiting.popleft()
+            cancel = decoding.request.cancel
+            if cancel is not None and cancel.is_set():  # its client left while it waited
+                self._end(decoding, cancelled=True)
+                continue
+            slot = max(free, key=lambda s: (self._reusable(s, decoding.request), -s.index))
+            self._place(decoding, slot)
+
+    def _reusable(self, slot: Slot, request: DecodeRequest) -> int:
+        """Prompt positions `slot` can hand to `request` exactly (none when a drafter's state would shape its draws)."""
+        if request.sampler.params.draws_depend_on_proposals and self.speculator is not None:
+            return 0
+        shared = common_prefix_length(slot.cached, request.prompt)
+        return slot.trunk.reusable_prefix(min(shared, len(request.prompt) - 1))
+
+    def _place(self, decoding: Decoding, slot: Slot) -> None:
+        request = decoding.request
+        if self.speculator is not None and slot.speculator is None:
+            slot.speculator = self.speculator if slot.index == 0 else self.speculator.spawn()
+            slot.governor = CostGovernor(self.governor) if self.governor else None
+        decoding.slot, slot.holder = slot, decoding
+        decoding._started = time.perf_counter()
+        seq = SpeculativeSequence(slot.trunk, request.sampler, slot.speculator, request.stop_ids, request.cancel,
+                                  request.observer)
+        decoding.reused = self._reusable(slot, request)
         try:
-            while not generation.stopped and not (finish and finish.is_set()) and len(seq.emitted) < max_new_tokens:
-                emitted = self._round(seq, scheduler, stats, max_new_tokens - len(seq.emitted))
-                if on_tokens:
-                    on_tokens(emitted)
-                generation.stopped = seq.tokens[-1] in seq.stop_ids
-        except Cancelled:
-            generation.cancelled = True
-        stats.decode_s = time.perf_counter() - started - stats.prefill_s
-        stats.clamps, stats.fallbacks = scheduler.clamps, scheduler.fallbacks
-        stats.governor_parks = (self.governor.parks - parks_before) if self.governor else 0
-        generation.tokens = seq.emitted
-        return generation
+            seq.begin(request.prompt, decoding.reused)
+        except Exception as err:  # noqa: BLE001 - one request's failure, reported on it
+            self._end(decoding, error=err)
+            return
+        slot.cached = list(request.prompt[: decoding.reused])
+        decoding.seq, decoding.scheduler = seq, Scheduler(self.schedule)
+        if slot.governor:
+            decoding._parks_before = slot.governor.parks
+            slot.governor.new_request()
 
-    def _round(self, seq: SpeculativeSequence, scheduler: Scheduler, stats: SpeculationStats, remaining: int) -> list[int]:
-        speculate = self.speculator is not None and (self.governor is None or self.governor.speculate())
-        width = min(scheduler.width(), remaining - 1) if speculate else 0
+    # --- 2. prefill ---------------------------------------------------------------
+    def _prefill(self) -> None:
+        chunk = self.trunk.options.prefill_chunk
+        parts, pieces, rows = [], [], 0
+        for slot in self.slots:
+            decoding = slot.holder
+            if decoding is None or decoding.done or not decoding.seq.prefilling:
+                continue
+            if decoding.seq.cancel.is_set():
+                self._end(decoding, cancelled=True)
+                continue
+            piece = decoding.seq.next_piece()
+            if rows + len(piece) > chunk:
+                continue
+            last = decoding.seq.prefilled + len(piece) == decoding.seq.prompt_length
+            parts.append(Part(slot.index, piece, int(last)))
+            pieces.append((decoding, piece))
+            rows += len(piece)
+        if not parts:
+            return
+        try:
+            outs = self.trunk.prefill_parts(parts, self._taps)
+        except Exception as err:  # noqa: BLE001 - the forward failed: every request in it fails, the loop goes on
+            for decoding, _ in pieces:
+                self._end(decoding, error=err)
+            return
+        for (decoding, piece), out in zip(pieces, outs, strict=True):
+            seq = decoding.seq
+            try:
+                first = seq.take_piece(piece, out)
+                decoding.slot.cached = seq.tokens[: seq.prefilled]
+                if first is not None:
+                    decoding.stats.prefill_s = time.perf_counter() - decoding._started
+                    self._landed(decoding, [first])
+            except Exception as err:  # noqa: BLE001
+                self._end(decoding, error=err)
+
+    # --- 3. a decode round --------------------------------------------------------
+    def _decode(self) -> None:
+        ready = [slot.holder for slot in self.slots if slot.holder is not None and slot.holder.decoding]
+        if not ready:
+            return
+        turn = self._turn % len(ready)
+        self._turn += 1
         started = time.perf_counter()
-        result = seq.round(width)
+        opened: list[tuple[Decoding, OpenRound]] = []
+        for decoding, width in self._grants(ready[turn:] + ready[:turn]):
+            try:
+                opened.append((decoding, decoding.seq.open_round(width)))
+            except Exception as err:  # noqa: BLE001 - restored by the transaction; this request ends
+                self._failed(decoding, err)
+        if not opened:
+            return
+        try:
+            outs = self.trunk.forward_parts([Part(d.slot.index, r.rows) for d, r in opened], self._taps)
+        except Exception as err:  # noqa: BLE001 - every request in the failed forward is restored and ends
+            for decoding, round_ in opened:
+                decoding.seq.abort_round(round_)
+                self._failed(decoding, err)
+            return
+        closed: list[tuple[Decoding, RoundResult]] = []
+        for (decoding, round_), out in zip(opened, outs, strict=True):
+            try:
+                closed.append((decoding, decoding.seq.close_round(round_, out)))
+            except Exception as err:  # noqa: BLE001
+                self._failed(decoding, err)
         seconds = time.perf_counter() - started
-        stats.add_round(result)
-        scheduler.record(result.proposed, result.accepted, result.replayed)
-        if self.governor:
-            self.governor.record(result.attempted, len(result.emitted), seconds, result.accepted)
-        return result.emitted
+        for decoding, result in closed:
+            self._account(decoding, result, seconds)
+
+    def _grants(self, order: list[Decoding]) -> list[tuple[Decoding, int]]:
+        """Each request's proposal width this round (module docstring: how a round's rows are shared)."""
+        left = self.trunk.config.verify_capacity
+        widths: dict[Decoding, int] = {}
+        head = order[0]
+        if head.draws_depend_on_proposals:  # its whole width before anyone's anchor
+            widths[head] = self._wanted(head)
+            left -= 1 + widths[head]
+        for decoding in order:
+            if decoding not in widths and left:
+                widths[decoding] = 0
+                left -= 1
+        for decoding in list(widths):
+            if decoding is head and head.draws_depend_on_proposals:
+                continue
+            wanted = self._wanted(decoding)
+            if wanted <= left:
+                widths[decoding] = wanted
+                left -= wanted
+            elif not decoding.draws_depend_on_proposals:
+                widths[decoding], left = left, 0
+            else:  # it waits for a round where its whole width fits
+                del widths[decoding]
+                left += 1
+        return [(decoding, widths[decoding]) for decoding in order if decoding in widths]
+
+    def _wanted(self, decoding: Decoding) -> int:
+        slot, remaining = decoding.slot, decoding.request.max_new_tokens - len(decoding.seq.emitted)
+        speculate = slot.speculator is not None and (slot.governor is None or slot.governor.speculate())
+        return min(decoding.scheduler.width(), remaining - 1) if speculate else 0
+
+    def _account(self, decoding: Decoding, result: RoundResult, seconds: float) -> None:
+        decoding.stats.add_round(result)
+        decoding.scheduler.record(result.proposed, result.accepted, result.replayed)
+        if decoding.slot.governor:
+            decoding.slot.governor.record(result.attempted, len(result.emitted), seconds, result.accepted)
+        try:
+            self._landed(decoding, result.emitted)
+        except Exception as err:  # noqa: BLE001 - the caller's callback failed: this request ends
+            self._end(decoding, error=err)
+
+    def _landed(self, decoding: Decoding, tokens: list[int]) -> None:
+        """Committed tokens: hand them on, then end the request if they finished it."""
+        request, seq = decoding.request, decoding.seq
+        if request.on_tokens:
+            request.on_tokens(tokens)
+        stopped = seq.tokens[-1] in seq.stop_ids
+        finished = request.finish is not None and request.finish.is_set()
+        if stopped or finished or len(seq.emitted) >= request.max_new_tokens:
+            self._end(decoding, stopped=stopped)
+
+    # --- the end of a request -------------------------------------------------------
+    def _failed(self, decoding: Decoding, err: Exception) -> None:
+        if isinstance(err, Cancelled):
+            self._end(decoding, cancelled=True)
+        else:
+            self._end(decoding, error=err)
+
+    def _end(self, decoding: Decoding, stopped: bool = False, cancelled: bool = False,
+             error: Exception | None = None) -> None:
+        if decoding.done:
+            return
+        stats, slot, seq = decoding.stats, decoding.slot, decoding.seq
+        if decoding._started:
+            stats.decode_s = time.perf_counter() - decoding._started - stats.prefill_s
+        if decoding.scheduler is not None:
+            stats.clamps, stats.fallbacks = decoding.scheduler.clamps, decoding.scheduler.fallbacks
+        if slot is not None:
+            if slot.governor:
+                stats.governor_parks = slot.governor.parks - decoding._parks_before
+            slot.holder = None
+        if error is not None:
+            decoding.error = error
+        else:
+            decoding.generation = Generation(seq.emitted if seq else [], stats, stopped, cancelled, seq, decoding.reused)
+        if decoding.request.on_done:
+            decoding.request.on_done(decoding)
+
+    @property
+    def _taps(self) -> tuple[int, ...]:
+        return self.speculator.taps if self.speculator else ()

@@ -1,11 +1,17 @@
-"""The engine: a loaded target (trunk + tokenizer + sampler) that turns a prompt into text and a receipt.
+"""The engine: a loaded target (trunk + tokenizer + sampler) that turns prompts into text and receipts.
 
 It composes, it does not decode: the loop is `power.runtime.decoder.Decoder`
 (rounds of the exactness transaction; plain decoding is the zero-proposal
 round), so the autoregressive and speculative paths share one code path. What
 lives here is what a run needs around that loop: the settings a plan maps to,
 the artifact digest check, the context limit, streaming text out as tokens land,
-timings and the receipt.
+stop strings, timings and the receipt.
+
+The plan's `runtime.slots` is how many requests decode side by side, each in its
+own slot of ctx / slots positions (llama-server's split without a unified KV
+cache). `submit` queues a request and `step` advances every request in flight by
+one round (a server's engine thread calls it in a loop); `generate` runs one
+request to its end.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,10 +29,10 @@ from power import modes
 from power.artifacts import digests
 from power.artifacts.gguf_reader import ArtifactError
 from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation
-from power.runtime.decoder import Decoder, Generation
+from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.governor import CostGovernor
+from power.runtime.governor import GovernorConfig
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
@@ -106,98 +112,169 @@ class Workload:
         return SamplingParams(temperature=s.temperature, seed=s.seed, verify=s.verify)
 
 
+@dataclass(eq=False)
+class Ticket:
+    """One request in the engine: its text as it goes out, and its receipt (or error) once it has ended."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    room: int  # tokens the context leaves the request
+    text: StopText
+    on_text: Callable[[str], None] | None
+    on_done: Callable[[Ticket], None] | None
+    finish: threading.Event = field(default_factory=threading.Event)
+    pieces: list[str] = field(default_factory=list)
+    decoding: Decoding | None = None
+    receipt: Receipt | None = None
+    error: Exception | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.receipt is not None or self.error is not None
+
+    def result(self) -> Receipt:
+        if self.error is not None:
+            raise self.error
+        return self.receipt
+
+    def emit(self, token_ids: list[int]) -> None:
+        piece = self.text.feed(token_ids)
+        self.pieces.append(piece)
+        if self.on_text and piece:
+            self.on_text(piece)
+        if self.text.hit:
+            self.finish.set()
+
+
 class Engine:
     def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
         if options.threads:
             torch.set_num_threads(options.threads)
         self.workload, self.options = workload, options
+        runtime = workload.runtime
+        self.slots = _slots(runtime)
         self.artifacts = {str(a.path): verified_sha256(a) for a in workload.artifacts}
         self.device = resolve_device(options.device)
-        runtime = workload.runtime
         gguf = GGUFFile(workload.target.path)
-        self.trunk = load_trunk(gguf, n_ctx=runtime.ctx, verify_capacity=runtime.verify_capacity,
+        self.trunk = load_trunk(gguf, n_ctx=runtime.ctx // self.slots, verify_capacity=runtime.verify_capacity,
                                 snapshot_rows=workload.speculation.s, dtype=options.dtype,
-                                lm_head_dtype=options.lm_head_dtype, device=self.device)
+                                lm_head_dtype=options.lm_head_dtype, device=self.device, slots=self.slots)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         speculator = _speculator(workload, self.trunk)
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
                                    adaptive=workload.speculation.adaptive)
-        # One governor per engine: its verdict on this speculator outlives a request.
-        governor = CostGovernor() if speculator is not None and options.governor else None
+        # One governor per slot: its verdict on the speculator outlives a request.
+        governor = GovernorConfig() if speculator is not None and options.governor else None
         self.decoder = Decoder(self.trunk, Sampler(workload.sampling_params), speculator, schedule, governor)
         self.load_s = time.perf_counter() - started
 
     @property
     def n_ctx(self) -> int:
-        return self.workload.runtime.ctx
+        """The positions one request may use: the plan's ctx split between its slots."""
+        return self.trunk.config.n_ctx
 
     @property
     def sampling(self) -> SamplingParams:
         """The plan's sampling; a request may override it."""
         return self.workload.sampling_params
 
+    @property
+    def busy(self) -> bool:
+        """Requests are in flight or waiting for a slot."""
+        return self.decoder.busy
+
+    @property
+    def free_slots(self) -> int:
+        return self.decoder.free_slots
+
+    def encode(self, prompt: str, max_tokens: int) -> list[int]:
+        """The prompt's token IDs; ContextOverflow when it leaves no room for `max_tokens` in a slot's context."""
+        prompt_ids = self.tokenizer.encode(prompt)
+        self._room(prompt_ids, max_tokens)
+        return prompt_ids
+
     def generate(self, prompt: str, max_tokens: int, on_text: Callable[[str], None] | None = None,
                  cancel: threading.Event | None = None, sampling: SamplingParams | None = None,
                  stop: Sequence[str] = ()) -> Receipt:
-        """Generate up to `max_tokens` tokens after `prompt`, calling `on_text` with text as it is decoded.
+        """Generate up to `max_tokens` tokens after `prompt`, calling `on_text` with text as it is decoded
+        (`submit` says what the arguments do); steps any other request in flight too."""
+        ticket = self.submit(self.encode(prompt, max_tokens), max_tokens, on_text, cancel, sampling, stop)
+        while not ticket.done:
+            self.step()
+        return ticket.result()
 
-        Setting `cancel` (from any thread) ends the request at the next step boundary: the open round is
-        rolled back to the last committed transaction and the receipt says `cancelled`. `sampling`
-        overrides the plan's sampling for this request (a server's per-request temperature and seed).
-        A `stop` string ends the request normally after the round that completed it (`power.runtime.stops`):
-        the receipt says `stop`, its text ends before the stop string, its tokens with the one that completed it.
+    def submit(self, prompt_ids: list[int], max_tokens: int, on_text: Callable[[str], None] | None = None,
+               cancel: threading.Event | None = None, sampling: SamplingParams | None = None,
+               stop: Sequence[str] = (), on_done: Callable[[Ticket], None] | None = None) -> Ticket:
+        """Queue a request; `step` decodes it beside the others, calling `on_text` with text as it is decoded and
+        `on_done` with the ticket once its receipt (or error) is in.
+
+        Setting `cancel` (from any thread) ends the request at the next round boundary: its open round is
+        rolled back to the last committed transaction and the receipt says `cancelled`. `sampling` overrides
+        the plan's sampling for this request (a server's per-request temperature and seed). A `stop` string
+        ends the request normally after the round that completed it (`power.runtime.stops`): the receipt says
+        `stop`, its text ends before the stop string, its tokens with the one that completed it.
         """
-        self.decoder.sampler = Sampler(sampling or self.sampling)
-        prompt_ids = self.tokenizer.encode(prompt)
+        room = self._room(prompt_ids, max_tokens)
+        ticket = Ticket(list(prompt_ids), max_tokens, room, StopText(self.tokenizer.stream(), stop), on_text, on_done)
+        request = DecodeRequest(ticket.prompt_ids, min(max_tokens, room), Sampler(sampling or self.sampling),
+                                self.tokenizer.stop_ids, cancel, finish=ticket.finish, on_tokens=ticket.emit,
+                                on_done=lambda decoding: self._ended(ticket, decoding))
+        ticket.decoding = self.decoder.submit(request)
+        return ticket
+
+    def step(self) -> None:
+        """One round for every request in flight (admitting waiting ones into free slots first)."""
+        self.decoder.step()
+
+    def _room(self, prompt_ids: list[int], max_tokens: int) -> int:
         room = self.n_ctx - len(prompt_ids) + 1  # the last emitted token needs no cache slot
         if room < 1 + (max_tokens > 1):
-            raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.n_ctx} positions",
-                                  hint="shorten the prompt or plan a larger ctx")
-        text = StopText(self.tokenizer.stream(), stop)
-        finish = threading.Event()
-        pieces: list[str] = []
+            per_slot = f" (the plan's {self.workload.runtime.ctx} split between {self.slots} slots)" if self.slots > 1 else ""
+            raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.n_ctx} positions"
+                                  f"{per_slot}", hint="shorten the prompt or plan a larger ctx")
+        return room
 
-        def emit(token_ids: list[int]) -> None:
-            piece = text.feed(token_ids)
-            pieces.append(piece)
-            if on_text and piece:
-                on_text(piece)
-            if text.hit:
-                finish.set()
+    def _ended(self, ticket: Ticket, decoding: Decoding) -> None:
+        if decoding.error is not None:
+            ticket.error = decoding.error
+        else:
+            generation = decoding.generation
+            tail = ticket.text.flush()
+            if ticket.on_text and tail:
+                ticket.on_text(tail)
+            if ticket.text.hit:
+                generation.tokens, generation.stopped = generation.tokens[: ticket.text.tokens], True
+            ticket.receipt = self._receipt(ticket, generation, "".join(ticket.pieces) + tail)
+        if ticket.on_done:
+            ticket.on_done(ticket)
 
-        generation = self.decoder.generate(prompt_ids, min(max_tokens, room), self.tokenizer.stop_ids, cancel,
-                                           finish=finish, on_tokens=emit)
-        tail = text.flush()
-        if on_text and tail:
-            on_text(tail)
-        if text.hit:
-            generation.tokens, generation.stopped = generation.tokens[: text.tokens], True
-        return self._receipt(prompt_ids, generation, "".join(pieces) + tail, max_tokens, room)
-
-    def _receipt(self, prompt_ids: list[int], generation: Generation, text: str, max_tokens: int,
-                 room: int) -> Receipt:
+    def _receipt(self, ticket: Ticket, generation: Generation, text: str) -> Receipt:
         stats = generation.stats
         if generation.cancelled:
             reason = "cancelled"
         elif generation.stopped:
             reason = "stop"
         else:
-            reason = "context" if len(generation.tokens) >= room and room < max_tokens else "length"
+            room = ticket.room
+            reason = "context" if len(generation.tokens) >= room and room < ticket.max_tokens else "length"
         options, runtime = self.options, self.workload.runtime
         return Receipt(
             plan_digest=self.workload.plan_digest, artifacts=dict(self.artifacts), mode=self.workload.mode.resolved,
-            prompt_tokens=len(prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
+            prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
             governor_parks=stats.governor_parks,
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
             runtime={"device": self.device, "dtype": options.dtype, "lm_head_dtype": self.trunk.options.head_dtype,
-                     "threads": torch.get_num_threads(), "n_ctx": runtime.ctx,
-                     "verify_capacity": runtime.verify_capacity, "prefill_chunk": self.trunk.options.prefill_chunk,
+                     "threads": torch.get_num_threads(), "n_ctx": runtime.ctx, "slots": self.slots,
+                     "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,
+                     "prefill_chunk": self.trunk.options.prefill_chunk,
                      "architecture": self.trunk.config.architecture, "torch": torch.__version__},
             proposal_width=self.width.document(),
+            prompt_reused=generation.reused,
         )
 
 
@@ -240,6 +317,20 @@ def resolve_device(device: str) -> str:
                                 f"{torch.cuda.device_count()} CUDA device(s)", code="PWR601",
                                 hint="use a CUDA build of torch on a machine with that GPU, or --device cpu")
     return device
+
+
+def _slots(runtime: Runtime) -> int:
+    """The plan's slots, each with a region of ctx / slots positions; a unified KV cache is refused (fail closed)."""
+    if runtime.kv_unified:
+        raise RuntimeInputError(f"the plan shares one KV cache between its {runtime.slots} slots (runtime.kv_unified); "
+                                f"the Power runtime gives each slot its own region of ctx / slots positions",
+                                code="PWR600", hint="set kv_unified = false in the profile's [runtime] and re-plan, or "
+                                                    "render the plan for llama-server, which implements it")
+    if runtime.ctx // runtime.slots < 2:
+        raise RuntimeInputError(f"ctx {runtime.ctx} split between {runtime.slots} slots leaves "
+                                f"{runtime.ctx // runtime.slots} positions a slot", code="PWR600",
+                                hint="plan a larger ctx or fewer slots")
+    return runtime.slots
 
 
 def _relative_to(plan_path: Path, path: str) -> Path:

@@ -66,6 +66,7 @@ class Receipt(SpeculationRates):
     governor_parks: int = 0
     # K as planned and as run: {"planned", "effective", "limited_by"} (`power.runtime.engine.ProposalWidth`)
     proposal_width: dict[str, Any] = field(default_factory=dict)
+    prompt_reused: int = 0  # prompt positions taken from the slot's cache instead of computed (prefix reuse)
 
     @property
     def tokens_sha256(self) -> str:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 
 VERIFY_RULES = ("match", "rejection")
+# Temperatures below this are greedy: dividing logits by less could overflow to inf and give NaN probabilities.
+GREEDY_BELOW = 1e-5
 _MASK64 = (1 << 64) - 1
 
 
@@ -54,7 +56,13 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
+
+    @property
+    def draws_depend_on_proposals(self) -> bool:
+        """Whether the emitted tokens depend on what was proposed: only the rejection rule at a temperature
+        (greedy verification and the match rule emit the target's own draws whatever is proposed)."""
+        return self.verify == "rejection" and not self.greedy
 
 
 def _splitmix64(x: int) -> int:

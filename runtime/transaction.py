@@ -19,6 +19,19 @@ next round computes. Each round runs the seeds' seven steps:
                state equals a run that never attempted the round.
 
 The autoregressive path is the same round with zero proposals.
+
+Steps 1-2 (`open_round`) and 4-7 (`close_round`) are the sequence's own; step 3's
+forward may be shared: the decoder verifies the open rounds of several
+sequences in one fixed-shape forward (`power.runtime.trunks.batch`), in which
+each sequence's rows are computed exactly as in a forward of their own. A
+failure inside one sequence's steps restores that sequence alone; a failed
+shared forward restores every sequence that was in it (`abort_round`).
+`round` is the whole transaction for one sequence on its own.
+
+The prompt goes in the same way, piece by piece (`begin`, `next_piece`,
+`take_piece`): each piece lies inside one prefill chunk of the sequence's
+positions, so a prompt's rows are the same bits however its pieces are
+grouped with other sequences' pieces.
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from power.kernels import dispatch
-from power.runtime.trunks.protocol import OutsideResidentWindow, Trunk
+from power.runtime.trunks.protocol import ForwardOut, OutsideResidentWindow, Trunk
 
 from .sampling import Lane, Sampler, uniform
 from .speculators.base import DraftContext, Proposal, Speculator
@@ -72,6 +85,22 @@ class _Checkpoint:
     length: int
 
 
+@dataclass(frozen=True)
+class OpenRound:
+    """A round between its proposal and its verification: the rows to verify and the state to return to."""
+
+    checkpoint: _Checkpoint
+    start: int  # the anchor's position
+    rows: list[int]  # the anchor, then the proposals
+    probs: torch.Tensor | None  # the proposals' draft distributions (None: certain guesses)
+    head_ran: bool
+    attempted: bool
+
+    @property
+    def drafts(self) -> list[int]:
+        return self.rows[1:]
+
+
 # Called after each step completes; raising from it aborts the round (fault injection, instrumentation).
 StepObserver = Callable[[Step], None]
 
@@ -96,6 +125,7 @@ class SpeculativeSequence:
         self.observer = observer
         self.tokens: list[int] = []
         self.prompt_length = 0
+        self.prefilled = 0  # prompt positions in the target
 
     @property
     def taps(self) -> tuple[int, ...]:
@@ -105,31 +135,83 @@ class SpeculativeSequence:
     def emitted(self) -> list[int]:
         return self.tokens[self.prompt_length :]
 
+    # --- the prompt -----------------------------------------------------------
     def start(self, prompt: Sequence[int]) -> int:
-        """Prefill the prompt and emit the first token (drawn from the prompt's last row)."""
+        """Prefill the whole prompt in one go and emit the first token (drawn from the prompt's last row)."""
+        self.begin(prompt)
+        rest = self.tokens[self.prefilled :]
+        return self.take_piece(rest, self.trunk.prefill(rest, taps=self.taps))
+
+    def begin(self, prompt: Sequence[int], reuse: int = 0) -> None:
+        """Arm for `prompt`, keeping the target's first `reuse` positions (a prefix it already holds exactly,
+        `Trunk.reusable_prefix`) and emptying the rest."""
         if not prompt:
             raise ValueError("the prompt is empty: at least one token is needed to condition on")
-        self.trunk.reset()
-        out = self.trunk.prefill(list(prompt), taps=self.taps)
-        first = self.sampler.sample(out.logits[-1], len(prompt))
-        self.tokens = [*prompt, first]
-        self.prompt_length = len(prompt)
+        if not 0 <= reuse < len(prompt):
+            raise ValueError(f"a reused prefix of {reuse} positions must leave a prompt row to compute "
+                             f"(the prompt is {len(prompt)} tokens)")
+        if reuse:
+            self.trunk.resume(reuse)
+        else:
+            self.trunk.reset()
+        self.tokens, self.prompt_length, self.prefilled = list(prompt), len(prompt), reuse
         if self.speculator:
             self.speculator.begin(prompt)
-            self.speculator.commit(list(prompt), _for_drafters(out.hidden, len(prompt)), 0)
+
+    def next_piece(self) -> list[int]:
+        """The prompt rows still to prefill, up to the end of the target's current prefill chunk."""
+        end = min(self.prompt_length, self.prefilled + self.trunk.chunk_room())
+        return self.tokens[self.prefilled : end]
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefilled < self.prompt_length
+
+    def take_piece(self, piece: Sequence[int], out: ForwardOut) -> int | None:
+        """The piece's rows are in the target: tell the speculator; after the last one, emit the first token."""
+        if self.speculator:
+            self.speculator.commit(list(piece), _for_drafters(out.hidden, len(piece)), self.prefilled)
+        self.prefilled += len(piece)
+        if self.prefilling:
+            return None
+        first = self.sampler.sample(out.logits[-1], self.prompt_length)
+        self.tokens.append(first)
         return first
 
+    # --- a round ----------------------------------------------------------------
     def round(self, width: int) -> RoundResult:
         """Advance by one transaction asking for at most `width` proposals; emits 1..width+1 tokens."""
+        opened = self.open_round(width)
+        try:
+            out = self.trunk.forward(opened.rows, taps=self.taps)
+        except BaseException:
+            self.abort_round(opened)
+            raise
+        return self.close_round(opened, out)
+
+    def open_round(self, width: int) -> OpenRound:
+        """Steps 1-2: checkpoint and propose; the returned rows go to the target (step 3)."""
         checkpoint = self._checkpoint()
         try:
-            return self._round(width, checkpoint)
+            return self._open(width, checkpoint)
         except BaseException:
             self._restore(checkpoint)
             raise
 
+    def close_round(self, opened: OpenRound, out: ForwardOut) -> RoundResult:
+        """Steps 4-6 on the target's rows for `opened` (step 7 on any failure)."""
+        try:
+            return self._close(opened, out)
+        except BaseException:
+            self._restore(opened.checkpoint)
+            raise
+
+    def abort_round(self, opened: OpenRound) -> None:
+        """The forward that was to verify `opened` failed: step 7."""
+        self._restore(opened.checkpoint)
+
     # --- the seven steps ----------------------------------------------------
-    def _round(self, width: int, checkpoint: _Checkpoint) -> RoundResult:
+    def _open(self, width: int, checkpoint: _Checkpoint) -> OpenRound:
         self._after(Step.CHECKPOINT)
         anchor, start = self.tokens[-1], self.trunk.position
         if not 0 <= width < self.trunk.config.verify_capacity:
@@ -139,23 +221,24 @@ class SpeculativeSequence:
         proposal = self.speculator.propose(DraftContext(self.tokens, width)) if attempted else Proposal()
         drafts = proposal.tokens[:width]
         self._after(Step.PROPOSE)
+        return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, proposal.head_ran, attempted)
 
-        out = self.trunk.forward([anchor, *drafts], taps=self.taps)
+    def _close(self, opened: OpenRound, out: ForwardOut) -> RoundResult:
         self._after(Step.VERIFY)
-
-        accepted, last = self._sample(out.logits, drafts, proposal.probs)
+        drafts = opened.drafts
+        accepted, last = self._sample(out.logits, drafts, opened.probs)
         self._after(Step.SAMPLE)
 
-        kept = [anchor, *drafts[:accepted]]
-        replayed = self._discard_rejected(start, kept, checkpoint)
+        kept = [opened.rows[0], *drafts[:accepted]]
+        replayed = self._discard_rejected(opened.start, kept, opened.checkpoint)
         if self.speculator:
-            self.speculator.commit(kept, _for_drafters(out.hidden, len(kept)), start)
+            self.speculator.commit(kept, _for_drafters(out.hidden, len(kept)), opened.start)
         self._after(Step.COMMIT)
 
         emitted = [*drafts[:accepted], last]
         self.tokens.extend(emitted)
         self._after(Step.EMIT)
-        return RoundResult(emitted, len(drafts), accepted, replayed, proposal.head_ran, attempted)
+        return RoundResult(emitted, len(drafts), accepted, replayed, opened.head_ran, opened.attempted)
 
     def _sample(self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
         """Rows through the first mismatch: (accepted proposals, the correction or bonus token)."""

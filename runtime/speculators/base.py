@@ -66,6 +66,10 @@ class Speculator:
     def reset(self) -> None:
         """Forget everything (a new, unrelated request)."""
 
+    def spawn(self) -> Speculator:
+        """A speculator with the same weights and settings and no state, for another sequence beside this one."""
+        raise NotImplementedError(f"the {self.name or type(self).__name__} speculator serves one sequence only")
+
     def checkpoint(self) -> Any:
         """An opaque copy of the committed state, restored if the round fails."""
         return None

@@ -25,6 +25,7 @@ The target's KV cache is untouched: the ring holds the drafter's sliding window
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -133,6 +134,11 @@ class BlockDrafter(Speculator):
 
     def reset(self) -> None:
         self.ring.reset()
+
+    def spawn(self) -> BlockDrafter:
+        twin = copy.copy(self)  # the weights and rope tables are shared, read-only
+        twin.ring = self.ring.empty_like()
+        return twin
 
     def checkpoint(self) -> Any:
         return self.ring.checkpoint()

@@ -31,6 +31,11 @@ class KVRing:
         self.first = 0  # positions before it were never written (a gap: an adopted prefix)
         self.length = 0  # positions written: [first, length)
 
+    def empty_like(self) -> KVRing:
+        """A ring of the same shape, holding nothing."""
+        layers, rows, kv_heads, head_dim = self.keys.shape
+        return KVRing(layers, rows, kv_heads, head_dim, self.guard_rows)
+
     def write(self, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """keys/values [layers, n, kv_heads, head_dim] for positions [start, start + n)."""
         if start != self.length:

@@ -17,6 +17,7 @@ committed row read them before they are overwritten.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Sequence
 
 import torch
@@ -25,9 +26,10 @@ from power import modes
 from power.artifacts.contracts import nextn_layer_count
 
 from ..gguf_weights import GGUFFile
-from ..kv_cache import causal_mask
+from ..kv_cache import KVCache
 from ..layers import rms_norm, rope_tables
 from ..trunks.base import Weights
+from ..trunks.batch import RowBatch, Segment
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
 from .dflash import header_view
@@ -56,7 +58,7 @@ class MTPHead(Speculator):
         self.taps = (p.n_layers,)  # the final residual before the output norm
         b = f"blk.{p.n_layers}."
         w = Weights(target, "float32", rows=1)
-        self.block = GatedAttentionLayer(w, p, p.n_layers, n_ctx + 1)
+        self.block = GatedAttentionLayer(w, p, p.n_layers, [self._cache(n_ctx)])
         self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
         self.enorm = w.tensor(b + "nextn.enorm.weight", [p.d_model])
         self.hnorm = w.tensor(b + "nextn.hnorm.weight", [p.d_model])
@@ -94,6 +96,13 @@ class MTPHead(Speculator):
     def reset(self) -> None:
         self.length, self.last_hidden = 0, None
 
+    def spawn(self) -> MTPHead:
+        twin = copy.copy(self)
+        twin.block = copy.copy(self.block)
+        twin.block.caches = [self._cache(self.capacity)]
+        twin.reset()
+        return twin
+
     def checkpoint(self) -> Any:
         return self.length, self.last_hidden
 
@@ -105,7 +114,11 @@ class MTPHead(Speculator):
         p = self.params
         e = rms_norm(self.head.embed(tokens), self.enorm, p.eps)
         x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1))
-        positions = torch.arange(start, start + len(tokens))
-        rope = tuple(t[positions] for t in self.rope)
-        mask = causal_mask(start, len(tokens), group=p.n_heads // p.n_kv_heads)
-        return self.block(x, start, rope, mask, p)
+        batch = RowBatch(len(tokens), (Segment(0, 0, len(tokens), start),))
+        rope = tuple(t[batch.positions] for t in self.rope)
+        return self.block(x, batch, rope, p)
+
+    def _cache(self, n_ctx: int) -> KVCache:
+        """The head's own cache: one position past the context (the draft row after the last committed one)."""
+        p = self.params
+        return KVCache(p.n_kv_heads, n_ctx + 1, p.head_dim, p.head_dim)

@@ -49,6 +49,9 @@ class NGramSpeculator(Speculator):
             return Proposal()
         return Proposal(tokens=self.history[end + 1 : end + 1 + ctx.max_tokens])
 
+    def spawn(self) -> NGramSpeculator:
+        return NGramSpeculator(self.orders[-1], self.orders[0])
+
     def reset(self) -> None:
         self.history = []
         self._index = {n: {} for n in self.orders}

@@ -25,8 +25,9 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 
 def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int, snapshot_rows: int = 0,
                dtype: str = "float32", lm_head_dtype: str | None = None, device: str = "cpu",
-               prefill_chunk: int | None = None) -> FixedShapeTrunk:
-    """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) at the given fixed shapes."""
+               prefill_chunk: int | None = None, slots: int = 1) -> FixedShapeTrunk:
+    """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) at the given fixed shapes, holding `slots`
+    sequences of `n_ctx` positions each."""
     gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
     architecture = gguf.architecture
     if architecture not in ARCHITECTURES:
@@ -34,7 +35,7 @@ def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int,
                             f"(implemented: {', '.join(sorted(ARCHITECTURES))})", code="PWR120", file=str(gguf.path),
                             hint="use a plan whose target is one of these, or render the plan for llama-server instead")
     options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows, dtype=dtype,
-                           lm_head_dtype=lm_head_dtype, device=device,
+                           lm_head_dtype=lm_head_dtype, device=device, slots=slots,
                            **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))
     module_name, class_name = ARCHITECTURES[architecture]
     module = importlib.import_module(f"power.runtime.trunks.{module_name}")

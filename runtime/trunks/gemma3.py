@@ -21,10 +21,11 @@ from typing import Sequence
 import torch
 
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+from power.runtime.kv_cache import KVCache
 from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_tables
 from power.runtime.linear import pack_head
-from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
+from power.runtime.trunks.batch import RowBatch
 from power.runtime.trunks.protocol import TrunkConfig
 
 ARCH = "gemma3"
@@ -72,7 +73,7 @@ class Gemma3Params:
 
 
 class Gemma3Layer:
-    def __init__(self, w: Weights, p: Gemma3Params, i: int, cache_capacity: int) -> None:
+    def __init__(self, w: Weights, p: Gemma3Params, i: int, caches: list[KVCache]) -> None:
         b, d = f"blk.{i}.", p.d_model
         self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [p.n_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_v]
@@ -86,10 +87,10 @@ class Gemma3Layer:
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
         self.post_ffn_norm = w.tensor(b + "post_ffw_norm.weight", [d])
-        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim_k, p.head_dim_v, w.device)
-        self.is_global = p.is_global(i)
+        self.caches = caches  # one per slot
+        self.window = None if p.is_global(i) else p.window
 
-    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: CacheMask,
+    def __call__(self, h: torch.Tensor, batch: RowBatch, rope: tuple[torch.Tensor, torch.Tensor],
                  p: Gemma3Params) -> torch.Tensor:
         n = h.shape[0]
         x = rms_norm(h, self.attn_norm, p.eps)
@@ -97,8 +98,7 @@ class Gemma3Layer:
         qk = apply_rope(rms_norm(qk.reshape(n, -1, p.head_dim_k), self.qk_norm, p.eps), *rope, neox=True)
         q, k = qk.split([p.n_heads, p.n_kv_heads], dim=1)  # [n, H, hd], [n, Hkv, hd]
         v = v.reshape(n, p.n_kv_heads, p.head_dim_v)
-        self.cache.write(start, k, v)
-        a = self.cache.attend(q, mask, 1.0 / math.sqrt(p.head_dim_k))
+        a = batch.attend(self.caches, q, k, v, 1.0 / math.sqrt(p.head_dim_k), self.window)
         h = h + rms_norm(self.wo(a), self.post_attn_norm, p.eps)
         f = gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, gelu_tanh)
         return h + rms_norm(f, self.post_ffn_norm, p.eps)
@@ -111,33 +111,27 @@ class Gemma3Trunk(FixedShapeTrunk):
         capacity = options.cache_capacity
         self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
         output = pack_head(self.embedding, options.head_dtype, options.verify_capacity)  # tied
-        self.layers = [Gemma3Layer(w, p, i, capacity) for i in range(p.n_layers)]
+        self.layers = [Gemma3Layer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim_k, p.head_dim_v))
+                       for i in range(p.n_layers)]
         self.local_rope = rope_tables(capacity, p.head_dim_k, LOCAL_ROPE_BASE, device=options.device)
         self.global_rope = rope_tables(capacity, p.head_dim_k, p.rope_base, p.rope_scale, options.device)
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
-                             recurrent=False)
+                             recurrent=False, slots=options.slots)
         super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps,
                          p.logit_softcap)
 
-    def _run(self, tokens: torch.Tensor, start: int, n_real: int,
+    def _run(self, tokens: torch.Tensor, batch: RowBatch,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p = self.params
-        positions = self._positions(start, tokens.shape[0])
-        group = p.n_heads // p.n_kv_heads
-        global_mask = causal_mask(start, tokens.shape[0], group=group, device=positions.device)
-        local_mask = causal_mask(start, tokens.shape[0], p.window, group, positions.device)
-        local_rope = tuple(t[positions] for t in self.local_rope)
-        global_rope = tuple(t[positions] for t in self.global_rope)
+        local_rope = tuple(t[batch.positions] for t in self.local_rope)
+        global_rope = tuple(t[batch.positions] for t in self.global_rope)
         h = self.embedding[tokens] * math.sqrt(p.d_model)  # [m, d]
         tapped = {}
         for i, layer in enumerate(self.layers):
             if i in taps:
                 tapped[i] = h
-            if layer.is_global:
-                h = layer(h, start, global_rope, global_mask, p)
-            else:
-                h = layer(h, start, local_rope, local_mask, p)
+            h = layer(h, batch, local_rope if layer.window else global_rope, p)
         if p.n_layers in taps:
             tapped[p.n_layers] = h
         return h, tapped

@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+from power.runtime.kv_cache import KVCache
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
-from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
+from power.runtime.trunks.batch import RowBatch
 from power.runtime.trunks.protocol import TrunkConfig
 
 NEOX_ARCHITECTURES = ("qwen2", "qwen3")
@@ -57,7 +58,7 @@ class LlamaParams:
 
 
 class LlamaLayer:
-    def __init__(self, w: Weights, p: LlamaParams, i: int, cache_capacity: int) -> None:
+    def __init__(self, w: Weights, p: LlamaParams, i: int, caches: list[KVCache]) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [q_dim, kv_dim, kv_dim]
@@ -69,9 +70,9 @@ class LlamaLayer:
         self.ffn_norm = w.tensor(b + "ffn_norm.weight", [d])
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
-        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
+        self.caches = caches  # one per slot
 
-    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: CacheMask,
+    def __call__(self, h: torch.Tensor, batch: RowBatch, rope: tuple[torch.Tensor, torch.Tensor],
                  p: LlamaParams) -> torch.Tensor:
         n, neox = h.shape[0], p.arch in NEOX_ARCHITECTURES
         x = rms_norm(h, self.attn_norm, p.eps)
@@ -84,8 +85,7 @@ class LlamaLayer:
         if self.k_norm is not None:
             k = rms_norm(k, self.k_norm, p.eps)
         q, k = apply_rope(q, *rope, neox=neox), apply_rope(k, *rope, neox=neox)
-        self.cache.write(start, k, v)
-        h = h + self.wo(self.cache.attend(q, mask, 1.0 / math.sqrt(p.head_dim)))
+        h = h + self.wo(batch.attend(self.caches, q, k, v, 1.0 / math.sqrt(p.head_dim)))
         return h + gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, F.silu)
 
 
@@ -93,28 +93,25 @@ class LlamaTrunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = LlamaParams.from_gguf(gguf)
         w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
-        capacity = options.cache_capacity
         self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
-        self.layers = [LlamaLayer(w, p, i, capacity) for i in range(p.n_layers)]
-        self.rope = rope_tables(capacity, p.head_dim, p.rope_base, device=options.device)
+        self.layers = [LlamaLayer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim, p.head_dim))
+                       for i in range(p.n_layers)]
+        self.rope = rope_tables(options.cache_capacity, p.head_dim, p.rope_base, device=options.device)
         config = TrunkConfig(architecture=p.arch, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
-                             recurrent=False)
+                             recurrent=False, slots=options.slots)
         output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
         super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
 
-    def _run(self, tokens: torch.Tensor, start: int, n_real: int,
+    def _run(self, tokens: torch.Tensor, batch: RowBatch,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        positions = self._positions(start, tokens.shape[0])
-        group = self.params.n_heads // self.params.n_kv_heads
-        mask = causal_mask(start, tokens.shape[0], group=group, device=positions.device)
-        rope = tuple(t[positions] for t in self.rope)
+        rope = tuple(t[batch.positions] for t in self.rope)
         h = self.embedding[tokens]  # [m, d]
         tapped = {}
         for i, layer in enumerate(self.layers):
             if i in taps:
                 tapped[i] = h
-            h = layer(h, start, rope, mask, self.params)
+            h = layer(h, batch, rope, self.params)
         if self.params.n_layers in taps:
             tapped[self.params.n_layers] = h
         return h, tapped

@@ -14,7 +14,10 @@ shorter length is outside the resident window and `rewind` raises
 `OutsideResidentWindow` - the caller then restores its checkpoint and replays.
 
 Prefill returns the last prompt row's logits by default (`all_logits=True` for
-every row); its hidden taps always cover every prompt row.
+every row); its hidden taps always cover every prompt row. A prompt's rows are
+computed in chunks aligned to positions [j * chunk, (j + 1) * chunk), so its
+first j * chunk positions hold the same bits whichever request computed them: a
+new request that shares them resumes there (`reusable_prefix`, `resume`).
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ class TrunkConfig:
     vocab_size: int
     d_model: int
     n_layers: int
-    n_ctx: int  # cache capacity in positions
+    n_ctx: int  # one sequence's context in positions
     verify_capacity: int  # fixed number of rows every forward runs at
     snapshot_rows: int  # S: resident per-row recurrent snapshots (0 for attention-only trunks)
     recurrent: bool
+    slots: int = 1  # sequences the trunk holds side by side, each with its own cache region and state
 
 
 @dataclass
@@ -61,6 +65,15 @@ class Trunk(Protocol):
     def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = False) -> ForwardOut:
         """Append a prompt of any length (in fixed-shape chunks); taps for every prompt row, logits for the
         last row only unless `all_logits` (the LM head is the dearest part of a row; values are the same)."""
+
+    def chunk_room(self) -> int:
+        """Rows left in the current prefill chunk (chunks cover positions [j * chunk, (j + 1) * chunk))."""
+
+    def reusable_prefix(self, length: int) -> int:
+        """The longest prefix, at most `length` positions, a new request sharing it can `resume` from exactly."""
+
+    def resume(self, length: int) -> None:
+        """Keep the first `length` positions (a `reusable_prefix`) for a new request; forget the rest."""
 
     def rewind(self, length: int) -> None:
         """Keep the first `length` positions; restore recurrent state from the per-row snapshot for that length."""

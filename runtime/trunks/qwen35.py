@@ -14,10 +14,12 @@ Gated attention: `attn_q` yields [query | gate] per head; out = attn(q, k, v) * 
 Rope (NEOX) covers the first `rope.dimension_count` dims of each head; for text the
 multi-section positions are all equal, so the sections reduce to ordinary rope.
 
-Recurrent state is real state: a forward commits the state after its last real
-row and keeps per-row snapshots for the last S (`snapshot_rows`) rows, so
-`rewind` can return to any length in [end - S, end]; shorter raises
-`OutsideResidentWindow`. Padding rows never touch the recurrent state.
+Recurrent state is real state, one per slot: a forward commits each sequence's
+state after its last real row and keeps per-row snapshots for its last S
+(`snapshot_rows`) rows, so `rewind` can return to any length in [end - S, end];
+shorter raises `OutsideResidentWindow`. Padding rows never touch the recurrent
+state. A slot also keeps its state at the end of its last whole prefill chunk,
+the one length a new request sharing that prompt prefix can resume from.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ import torch
 import torch.nn.functional as F
 
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+from power.runtime.kv_cache import KVCache
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
-from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
+from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
+from power.runtime.trunks.batch import RowBatch
 from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
 
 ARCH = "qwen35"
@@ -123,36 +126,48 @@ class GatedDeltaNetLayer:
         return RecurrentState(torch.zeros(p.conv_channels, p.conv_kernel - 1, device=device),
                               torch.zeros(p.value_heads, p.state, p.state, device=device))
 
-    def __call__(self, h: torch.Tensor, n_real: int, state: RecurrentState, p: Qwen35Params,
-                 keep: int) -> tuple[torch.Tensor, dict[int, RecurrentState]]:
-        """Rows [m, d] -> [m, d]; advances `state` over the first n_real rows.
+    def __call__(self, h: torch.Tensor, batch: RowBatch, states: list[dict[int, RecurrentState]], layer: int,
+                 p: Qwen35Params, keep: int) -> tuple[torch.Tensor, dict[int, dict[int, RecurrentState]]]:
+        """Rows [m, d] -> [m, d]; advances each segment's slot state (`states[slot][layer]`) over its rows.
 
-        Also returns {rows consumed: state} for the last `keep` real rows.
+        Also returns {slot: {rows consumed: state}} for each segment's last `keep` rows.
         """
         x = rms_norm(h, self.attn_norm, p.eps)
         qkv, z, beta, alpha = self.w_in(x).split(self.split_in, dim=-1)  # [m, C], [m, Hv*dv], [m, Hv], [m, Hv]
         beta = torch.sigmoid(beta)
         decay = self.a * F.softplus(alpha + self.dt_bias)  # [m, Hv], log decay <= 0
-        mixed, conv_states = self._conv(qkv[:n_real], state.conv, p)  # [n, C]
-        q, k, v = torch.split(mixed, [p.state * p.key_heads, p.state * p.key_heads, p.state * p.value_heads], dim=-1)
-        repeat = p.value_heads // p.key_heads
-        q = _l2norm(q.view(n_real, p.key_heads, p.state)).repeat_interleave(repeat, dim=1) / math.sqrt(p.state)
-        k = _l2norm(k.view(n_real, p.key_heads, p.state)).repeat_interleave(repeat, dim=1)
-        v = v.view(n_real, p.value_heads, p.state)
         out = h.new_zeros(h.shape[0], p.value_heads, p.state)
         snapshots = {}
+        for segment in batch.segments:
+            rows = segment.rows
+            snapshots[segment.slot] = self._recur(qkv[rows], decay[rows], beta[rows], states[segment.slot][layer],
+                                                  out[rows], p, keep)
+        gated = rms_norm(out, self.norm, p.eps) * F.silu(z.view(-1, p.value_heads, p.state))
+        h = h + self.w_out(gated.reshape(h.shape[0], -1))
+        return h + self.ffn(h, p.eps), snapshots
+
+    def _recur(self, qkv: torch.Tensor, decay: torch.Tensor, beta: torch.Tensor, state: RecurrentState,
+               out: torch.Tensor, p: Qwen35Params, keep: int) -> dict[int, RecurrentState]:
+        """One sequence's rows [n, C] through its state: writes `out` [n, Hv, dv], advances `state`, and returns
+        {rows consumed: state} for the last `keep` rows."""
+        n = qkv.shape[0]
+        mixed, conv_states = self._conv(qkv, state.conv, p)  # [n, C]
+        q, k, v = torch.split(mixed, [p.state * p.key_heads, p.state * p.key_heads, p.state * p.value_heads], dim=-1)
+        repeat = p.value_heads // p.key_heads
+        q = _l2norm(q.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1) / math.sqrt(p.state)
+        k = _l2norm(k.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1)
+        v = v.view(n, p.value_heads, p.state)
+        snapshots = {}
         s = state.delta
-        for t in range(n_real):  # the recurrence, one row at a time: [Hv, dk, dv]
+        for t in range(n):  # the recurrence, one row at a time: [Hv, dk, dv]
             s = s * decay[t].exp()[:, None, None]
             remembered = (s * k[t][:, :, None]).sum(dim=1)  # [Hv, dv]
             s = s + k[t][:, :, None] * ((v[t] - remembered) * beta[t][:, None])[:, None, :]
             out[t] = (s * q[t][:, :, None]).sum(dim=1)
-            if t >= n_real - keep:
+            if t >= n - keep:
                 snapshots[t + 1] = RecurrentState(conv_states[t], s)
-        state.conv, state.delta = conv_states[n_real - 1], s
-        gated = rms_norm(out, self.norm, p.eps) * F.silu(z.view(-1, p.value_heads, p.state))
-        h = h + self.w_out(gated.reshape(h.shape[0], -1))
-        return h + self.ffn(h, p.eps), snapshots
+        state.conv, state.delta = conv_states[n - 1], s
+        return snapshots
 
     def _conv(self, rows: torch.Tensor, conv_state: torch.Tensor, p: Qwen35Params) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Causal depthwise conv + silu over rows [n, C]; also the conv state after each row."""
@@ -166,7 +181,7 @@ class GatedDeltaNetLayer:
 
 
 class GatedAttentionLayer:
-    def __init__(self, w: Weights, p: Qwen35Params, i: int, cache_capacity: int) -> None:
+    def __init__(self, w: Weights, p: Qwen35Params, i: int, caches: list[KVCache]) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [2 * q_dim, kv_dim, kv_dim]
@@ -175,9 +190,9 @@ class GatedAttentionLayer:
         self.k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
         self.ffn = FFN(w, p, b)
-        self.cache = KVCache(p.n_kv_heads, cache_capacity, p.head_dim, p.head_dim, w.device)
+        self.caches = caches  # one per slot
 
-    def __call__(self, h: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor], mask: CacheMask,
+    def __call__(self, h: torch.Tensor, batch: RowBatch, rope: tuple[torch.Tensor, torch.Tensor],
                  p: Qwen35Params) -> torch.Tensor:
         n = h.shape[0]
         x = rms_norm(h, self.attn_norm, p.eps)
@@ -187,8 +202,7 @@ class GatedAttentionLayer:
         k = rms_norm(k.reshape(n, p.n_kv_heads, p.head_dim), self.k_norm, p.eps)
         v = v.reshape(n, p.n_kv_heads, p.head_dim)
         q, k = _partial_rope(q, rope, p.rope_dims), _partial_rope(k, rope, p.rope_dims)
-        self.cache.write(start, k, v)
-        a = self.cache.attend(q, mask, 1.0 / math.sqrt(p.head_dim))
+        a = batch.attend(self.caches, q, k, v, 1.0 / math.sqrt(p.head_dim))
         h = h + self.wo(a * torch.sigmoid(gate.reshape(n, -1)))
         return h + self.ffn(h, p.eps)
 
@@ -197,76 +211,105 @@ class Qwen35Trunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = Qwen35Params.from_gguf(gguf)
         w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
-        capacity = options.cache_capacity
         self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])
-        self.layers = [GatedDeltaNetLayer(w, p, i) if p.is_recurrent(i) else GatedAttentionLayer(w, p, i, capacity)
+        self.layers = [GatedDeltaNetLayer(w, p, i) if p.is_recurrent(i)
+                       else GatedAttentionLayer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim, p.head_dim))
                        for i in range(p.n_layers)]
-        self.rope = rope_tables(capacity, p.rope_dims, p.rope_base, device=options.device)
-        self.snapshots: dict[int, list[RecurrentState]] = {}  # committed length -> every recurrent layer's state
+        self.rope = rope_tables(options.cache_capacity, p.rope_dims, p.rope_base, device=options.device)
+        # Per slot: committed length -> every recurrent layer's state (the resident window), and the state at the
+        # end of the slot's last whole prefill chunk (where a new request sharing that prefix may resume).
+        self.snapshots: list[dict[int, dict[int, RecurrentState]]] = [{} for _ in range(options.slots)]
+        self.chunk_states: list[tuple[int, dict[int, RecurrentState]] | None] = [None] * options.slots
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
-                             snapshot_rows=options.snapshot_rows, recurrent=True)
+                             snapshot_rows=options.snapshot_rows, recurrent=True, slots=options.slots)
         output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
         super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
-        self.states = self._initial_states()
+        self.states = [self._initial_states() for _ in range(options.slots)]
 
     def _initial_states(self) -> dict[int, RecurrentState]:
         return {i: layer.initial_state(self.params, self.options.device) for i, layer in enumerate(self.layers)
                 if isinstance(layer, GatedDeltaNetLayer)}
 
-    def _run(self, tokens: torch.Tensor, start: int, n_real: int,
+    def _run(self, tokens: torch.Tensor, batch: RowBatch,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
-        positions = self._positions(start, tokens.shape[0])
-        mask = causal_mask(start, tokens.shape[0], group=p.n_heads // p.n_kv_heads, device=positions.device)
-        rope = tuple(t[positions] for t in self.rope)
-        before = {i: s.clone() for i, s in self.states.items()} if self.options.snapshot_rows >= n_real else None
-        per_row: dict[int, dict[int, RecurrentState]] = {}
+        rope = tuple(t[batch.positions] for t in self.rope)
+        before = {s.slot: _copy(self.states[s.slot]) for s in batch.segments if self.options.snapshot_rows >= s.n}
+        per_row: dict[int, dict[int, dict[int, RecurrentState]]] = {s.slot: {} for s in batch.segments}
         h = self.embedding[tokens]
         tapped = {}
         for i, layer in enumerate(self.layers):
             if i in taps:
                 tapped[i] = h
             if isinstance(layer, GatedDeltaNetLayer):
-                h, per_row[i] = layer(h, n_real, self.states[i], p, keep)
+                h, consumed = layer(h, batch, self.states, i, p, keep)
+                for slot, rows in consumed.items():
+                    per_row[slot][i] = rows
             else:
-                h = layer(h, start, rope, mask, p)
+                h = layer(h, batch, rope, p)
         if p.n_layers in taps:
             tapped[p.n_layers] = h
-        self._keep_snapshots(start, per_row, before)
+        for segment in batch.segments:
+            self._keep_snapshots(segment.slot, segment.start, per_row[segment.slot], before.get(segment.slot))
+            if batch.prefill and (segment.start + segment.n) % batch.rows == 0:
+                self.chunk_states[segment.slot] = (segment.start + segment.n, _copy(self.states[segment.slot]))
         return h, tapped
 
-    def _keep_snapshots(self, start: int, per_row: dict[int, dict[int, RecurrentState]],
+    def _keep_snapshots(self, slot: int, start: int, per_row: dict[int, dict[int, RecurrentState]],
                         before: dict[int, RecurrentState] | None) -> None:
-        """Replace the resident window with this forward's: lengths [end - S, end] that it passed through."""
+        """Replace the slot's resident window with this forward's: lengths [end - S, end] that it passed through."""
         consumed = next(iter(per_row.values())).keys()
-        self.snapshots = {start + rows: {i: layer_rows[rows] for i, layer_rows in per_row.items()} for rows in consumed}
+        self.snapshots[slot] = {start + rows: {i: layer_rows[rows] for i, layer_rows in per_row.items()}
+                                for rows in consumed}
         if before is not None:
-            self.snapshots[start] = before
+            self.snapshots[slot][start] = before
 
     # --- recurrent state ----------------------------------------------------------
 
-    def _rewind_state(self, length: int) -> None:
-        if length == self.position:
+    def _rewind_state(self, slot: int, length: int) -> None:
+        position, snapshots = self.position_of(slot), self.snapshots[slot]
+        if length == position:
             return
-        if length not in self.snapshots:
-            resident = sorted(self.snapshots)
-            window = f"[{resident[0]}, {self.position}]" if resident else f"[{self.position}, {self.position}]"
+        if length not in snapshots:
+            resident = sorted(snapshots)
+            window = f"[{resident[0]}, {position}]" if resident else f"[{position}, {position}]"
             raise OutsideResidentWindow(f"length {length} is outside the resident window {window} "
                                         f"(S = {self.options.snapshot_rows})")
-        self.states = {i: s.clone() for i, s in self.snapshots[length].items()}
-        self.snapshots = {kept: states for kept, states in self.snapshots.items() if kept <= length}
+        self.states[slot] = _copy(snapshots[length])
+        self.snapshots[slot] = {kept: states for kept, states in snapshots.items() if kept <= length}
 
-    def _state_checkpoint(self) -> Any:
-        return {i: s.clone() for i, s in self.states.items()}
+    def _state_checkpoint(self, slot: int) -> Any:
+        return _copy(self.states[slot])
 
-    def _restore_state(self, state: Any) -> None:
-        self.states = {i: s.clone() for i, s in state.items()}
-        self.snapshots = {}
+    def _restore_state(self, slot: int, state: Any) -> None:
+        self.states[slot] = _copy(state)
+        self.snapshots[slot] = {}
 
-    def _reset_state(self) -> None:
-        self.states = self._initial_states()
-        self.snapshots = {}
+    def _reset_state(self, slot: int) -> None:
+        self.states[slot] = self._initial_states()
+        self.snapshots[slot] = {}
+        self.chunk_states[slot] = None
+
+    # --- prefix reuse: only where the state at that length was kept ------------------
+
+    def reusable_prefix(self, length: int, slot: int = 0) -> int:
+        kept = self.chunk_states[slot]
+        return kept[0] if kept is not None and kept[0] <= super().reusable_prefix(length, slot) else 0
+
+    def resume(self, length: int, slot: int = 0) -> None:
+        if length == 0:
+            self.reset(slot)
+            return
+        kept = self.chunk_states[slot]
+        if kept is None or kept[0] != length or length > self.position_of(slot):
+            raise ValueError(f"slot {slot} cannot resume at {length}: its state is kept at "
+                             f"{kept[0] if kept else 'no length'}")
+        self.restore((length, kept[1]), slot)
+
+
+def _copy(states: dict[int, RecurrentState]) -> dict[int, RecurrentState]:
+    return {i: s.clone() for i, s in states.items()}
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:

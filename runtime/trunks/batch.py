@@ -1,0 +1,83 @@
+"""How the rows of one fixed-shape forward map to sequences, and what runs once per sequence.
+
+A forward runs exactly `rows` rows (the verification capacity, or the prefill
+chunk). Its real rows come in segments, one per sequence (a slot of the trunk):
+rows [row, row + n) hold that slot's positions [start, start + n); the rows
+after the last segment are padding. Everything row-wise (embeddings, norms,
+matrix products, rope, activations) runs once over all the rows at the fixed
+shape, where a row's result never depends on the other rows. What reads a
+sequence's history runs once per segment, in exactly the shape a forward of
+that sequence alone would use:
+
+- attention: the segment's keys and values go into its own slot's cache, and its
+  queries, padded to `rows` rows, attend there under the mask of a lone forward
+  that starts at the segment's start (`causal_mask(start, rows)`), so each of
+  the segment's rows performs the lone forward's arithmetic on the same data;
+- a recurrent layer runs the segment's rows through its own slot's state.
+
+So a row's bits never depend on which other sequences shared its forward, how
+many rows they took, or where in the forward its segment sits. Padding rows
+write nothing: no cache slot, no recurrent state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One sequence's real rows in a forward: rows [row, row + n) at its positions [start, start + n)."""
+
+    slot: int
+    row: int
+    n: int
+    start: int
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.row, self.row + self.n)
+
+
+class RowBatch:
+    """The segments of one forward of `rows` rows, with the per-row positions and each segment's masks.
+
+    `prefill`: a prefill chunk forward (each segment's rows are prompt rows of its sequence).
+    """
+
+    def __init__(self, rows: int, segments: Sequence[Segment], device: str | torch.device = "cpu",
+                 prefill: bool = False) -> None:
+        self.rows, self.segments, self.device, self.prefill = rows, tuple(segments), device, prefill
+        positions = torch.zeros(rows, dtype=torch.long)  # padding rows sit at position 0 (they write nothing)
+        for segment in self.segments:
+            positions[segment.rows] = torch.arange(segment.start, segment.start + segment.n)
+        self.positions = positions.to(device)
+        self._masks: dict[tuple[int | None, int], tuple[CacheMask, ...]] = {}
+
+    def masks(self, window: int | None, group: int) -> tuple[CacheMask, ...]:
+        """Each segment's mask for a layer with this sliding window (None: global) and query-head group."""
+        key = (window, group)
+        if key not in self._masks:
+            self._masks[key] = tuple(causal_mask(s.start, self.rows, window, group, self.device) for s in self.segments)
+        return self._masks[key]
+
+    def attend(self, caches: Sequence[KVCache], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+               window: int | None = None) -> torch.Tensor:
+        """q [rows, H, hd], k/v [rows, Hkv, hd]: write each segment's k/v to its slot's cache and attend there.
+
+        Returns [rows, H * hd_v]; padding rows are zeros.
+        """
+        masks = self.masks(window, q.shape[1] // k.shape[1])
+        out = q.new_zeros(self.rows, q.shape[1] * v.shape[2])
+        for segment, mask in zip(self.segments, masks, strict=True):
+            cache = caches[segment.slot]
+            cache.write(segment.start, k[segment.rows], v[segment.rows])
+            queries = q.new_zeros(q.shape)
+            queries[: segment.n] = q[segment.rows]
+            out[segment.rows] = cache.attend(queries, mask, scale)[: segment.n]
+        return out
