@@ -440,10 +440,19 @@ def _dense_layer_type(name: str, shape: tuple[int, ...]) -> Q:
     return Q8_0
 
 
-def build_dense_target(directory: Path) -> Path:
-    """`qwen3` dense target: 4 layers, GQA 4/2, d 64; layer i's matrices in Q4_0, Q5_0, Q8_0, F16."""
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_dense_target(directory: Path, chat_template: str | None = None) -> Path:
+    """`qwen3` dense target: 4 layers, GQA 4/2, d 64; layer i's matrices in Q4_0, Q5_0, Q8_0, F16. With
+    `chat_template` (e.g. CHATML_TEMPLATE, which the fixture vocabulary's special tokens fit) its header carries one."""
     tensors = _Weights(FIXTURE_SEED).fill(dense_tensor_shapes(DENSE), _dense_layer_type)
     metadata = dense_metadata(DENSE, "qwen3", "fixture-dense-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    if chat_template is not None:
+        metadata["tokenizer.chat_template"] = chat_template
     return write_gguf(Path(directory) / "dense-target.gguf", "qwen3", metadata, tensors)
 
 

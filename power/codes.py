@@ -145,6 +145,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR601": ("error", "the device or weight dtype is not available here"),
     "PWR602": ("error", "the prompt does not fit the planned context"),
     "PWR603": ("error", "the plan's speculator cannot serve this target (it declined; never downgraded)"),
+    "PWR604": ("error", "the chat template is missing, does not compile, or refused the messages"),
 }
 
 

@@ -40,6 +40,7 @@ from power.runtime.speculators import registry
 from power.runtime.speculators.base import Speculator, SpeculatorRequest
 from power.runtime.stops import StopText
 from power.runtime.tokenizer import Tokenizer
+from power.runtime.transaction import StepObserver
 from power.runtime.trunks import load_trunk
 
 DEFAULT_CTX = 2048
@@ -161,6 +162,7 @@ class Engine:
                                 snapshot_rows=workload.speculation.s, dtype=options.dtype,
                                 lm_head_dtype=options.lm_head_dtype, device=self.device, slots=self.slots)
         self.tokenizer = Tokenizer.from_gguf(gguf)
+        self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk)
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
@@ -189,9 +191,19 @@ class Engine:
     def free_slots(self) -> int:
         return self.decoder.free_slots
 
-    def encode(self, prompt: str, max_tokens: int) -> list[int]:
-        """The prompt's token IDs; ContextOverflow when it leaves no room for `max_tokens` in a slot's context."""
-        prompt_ids = self.tokenizer.encode(prompt)
+    def encode(self, prompt: str, max_tokens: int, add_bos: bool | None = None) -> list[int]:
+        """The prompt's token IDs; ContextOverflow when it leaves no room for `max_tokens` in a slot's context
+        (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says."""
+        try:
+            size = len(prompt.encode("utf-8"))
+        except UnicodeEncodeError as err:
+            raise RuntimeInputError(f"the prompt is not valid Unicode: {err.reason} at character {err.start}",
+                                    hint="send UTF-8 text (a lone surrogate such as \\ud800 is not text)") from None
+        if size > self.n_ctx * self.tokenizer.max_token_bytes:
+            raise ContextOverflow(f"the prompt is {size} bytes: more tokens than the context of {self.n_ctx} positions "
+                                  f"holds (a token covers at most {self.tokenizer.max_token_bytes} bytes)",
+                                  hint="shorten the prompt")
+        prompt_ids = self.tokenizer.encode(prompt, add_bos)
         self._room(prompt_ids, max_tokens)
         return prompt_ids
 
@@ -207,7 +219,8 @@ class Engine:
 
     def submit(self, prompt_ids: list[int], max_tokens: int, on_text: Callable[[str], None] | None = None,
                cancel: threading.Event | None = None, sampling: SamplingParams | None = None,
-               stop: Sequence[str] = (), on_done: Callable[[Ticket], None] | None = None) -> Ticket:
+               stop: Sequence[str] = (), on_done: Callable[[Ticket], None] | None = None,
+               observer: StepObserver | None = None) -> Ticket:
         """Queue a request; `step` decodes it beside the others, calling `on_text` with text as it is decoded and
         `on_done` with the ticket once its receipt (or error) is in.
 
@@ -215,12 +228,13 @@ class Engine:
         rolled back to the last committed transaction and the receipt says `cancelled`. `sampling` overrides
         the plan's sampling for this request (a server's per-request temperature and seed). A `stop` string
         ends the request normally after the round that completed it (`power.runtime.stops`): the receipt says
-        `stop`, its text ends before the stop string, its tokens with the one that completed it.
+        `stop`, its text ends before the stop string, its tokens with the one that completed it. `observer`
+        sees every step of the request's transactions (`power.runtime.transaction`; fault injection).
         """
         room = self._room(prompt_ids, max_tokens)
         ticket = Ticket(list(prompt_ids), max_tokens, room, StopText(self.tokenizer.stream(), stop), on_text, on_done)
         request = DecodeRequest(ticket.prompt_ids, min(max_tokens, room), Sampler(sampling or self.sampling),
-                                self.tokenizer.stop_ids, cancel, finish=ticket.finish, on_tokens=ticket.emit,
+                                self.tokenizer.stop_ids, cancel, observer, ticket.finish, ticket.emit,
                                 on_done=lambda decoding: self._ended(ticket, decoding))
         ticket.decoding = self.decoder.submit(request)
         return ticket

@@ -74,7 +74,9 @@ class Receipt(SpeculationRates):
 
     @property
     def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+        """Prompt tokens computed (those reused from a slot's cache excluded) per second of prefill."""
+        computed = self.prompt_tokens - self.prompt_reused
+        return computed / self.prefill_s if self.prefill_s > 0 else 0.0
 
     @property
     def decode_tok_s(self) -> float:

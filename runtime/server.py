@@ -1,17 +1,20 @@
-"""`power serve`: an OpenAI-style completions endpoint over one engine, with /health and Prometheus /metrics.
+"""`power serve`: OpenAI-compatible completions and chat over one engine, with /health and Prometheus /metrics.
 
-One model, one engine thread: the runtime decodes one request at a time, so
-requests wait in a bounded queue (full: 429 with Retry-After) and the engine
-thread takes them in order. The HTTP side is starlette on uvicorn; the engine
-thread talks to a request's handler through an asyncio queue fed with
-`call_soon_threadsafe`.
+One model, one engine thread. The engine decodes up to the plan's `slots`
+requests side by side (`power.runtime.decoder`); more wait in a bounded queue
+(full: 429 with Retry-After) and take slots in arrival order as they free. The
+HTTP side is starlette on uvicorn; the engine thread talks to a request's handler
+through an asyncio queue fed with `call_soon_threadsafe`.
 
-Faults stay inside their request: bad JSON or parameters are a 400 with a
-message; an exception while generating is that request's 500 and the engine
-thread carries on; a client that disconnects, or a request past its timeout,
-sets the request's cancel event, and the decoder restores its last committed
-transaction at the next round boundary. A stop string is a normal end: the
-engine finishes after the round that completed it and its receipt says `stop`.
+The event loop never does a request's heavy work: a body is read up to a size
+limit (413 past it), and parsing, chat-template rendering and tokenizing run on a
+worker thread, under the request's timeout, after a length check that needs no
+tokenizer. Faults stay inside their request: bad input is a 400 naming the field,
+an exception while generating is that request's 500 and the others go on, and
+any other failure is still a JSON error in OpenAI's shape, counted. A client
+that disconnects (noticed at once, streaming or not), or a request past its
+timeout, sets the request's cancel event, and the decoder restores its last
+committed transaction at the next round boundary. A stop string is a normal end.
 """
 
 from __future__ import annotations
@@ -31,62 +34,143 @@ from typing import Any, AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from power.findings import PowerError
-from power.runtime.engine import Engine
+from power.runtime.chat import ChatTemplate
+from power.runtime.engine import Engine, Ticket
+from power.runtime.errors import ContextOverflow
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import SamplingParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP_STRINGS = 4
-DISCONNECT_POLL_S = 0.25
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 
 DECODE_TOK_S_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 TTFT_S_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 class BadRequest(ValueError):
-    """A request the server refuses with 400: the message says which field and what is allowed."""
+    """A request the server refuses with 400: the message says which field (`param`) and what is allowed."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+
+class TooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request body is larger than {limit} bytes")
+        self.limit = limit
 
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    prompt: str
+    prompt: str  # for a chat request: the messages rendered through the chat template
     max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float | None = None  # None: the plan's sampling
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
+    chat: bool = False
+    add_bos: bool | None = None  # None: as the model says (a rendered chat template may already carry BOS)
 
 
 @dataclass(frozen=True)
 class ServerLimits:
-    queue_size: int = 8  # requests waiting behind the one being decoded
+    queue_size: int = 8  # requests waiting for a slot
     request_timeout_s: float = 300.0  # from arrival to the last token, queue wait included
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+# --- request bodies ----------------------------------------------------------------------------------------------
 
 
 def parse_completion(body: bytes, max_tokens_limit: int) -> CompletionRequest:
     """Validate a /v1/completions body; unknown fields (model, user, ...) are ignored as OpenAI clients send them."""
+    data = _json_object(body, "a \"prompt\" string")
+    prompt = data.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("\"prompt\" must be a non-empty string", "prompt")
+    return CompletionRequest(prompt=_text(prompt, "prompt"), **_sampling_fields(data, "max_tokens", max_tokens_limit))
+
+
+def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None,
+               template_problem: str | None) -> CompletionRequest:
+    """Validate a /v1/chat/completions body and render its messages through the model's chat template."""
+    data = _json_object(body, "a \"messages\" list")
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("\"messages\" must be a non-empty list of {\"role\", \"content\"} objects", "messages")
+    if template is None:
+        raise BadRequest(template_problem or "this server has no chat template", "messages", "no_chat_template")
+    if data.get("n", 1) != 1:
+        raise BadRequest("\"n\" must be 1: one choice per request", "n")
+    limit_key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
+    fields = _sampling_fields(data, limit_key, max_tokens_limit)
+    try:
+        prompt = template.render([_message(m, i) for i, m in enumerate(messages)])
+    except PowerError as err:
+        raise BadRequest(err.finding.message, "messages") from None
+    add_bos = False if template.bos_token and prompt.startswith(template.bos_token) else None
+    return CompletionRequest(prompt=prompt, chat=True, add_bos=add_bos, **fields)
+
+
+def _json_object(body: bytes, needs: str) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BadRequest(f"the body is not valid JSON ({err})") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply to be a request") from None
+    except ValueError as err:  # an integer with more digits than Python converts
+        raise BadRequest(f"the body has a number the server does not read ({err})") from None
     if not isinstance(data, dict):
-        raise BadRequest("the body must be a JSON object with at least a \"prompt\" string")
-    prompt = data.get("prompt")
-    if not isinstance(prompt, str) or not prompt:
-        raise BadRequest("\"prompt\" must be a non-empty string")
-    return CompletionRequest(
-        prompt=prompt,
-        max_tokens=_integer(data, "max_tokens", DEFAULT_MAX_TOKENS, 1, max_tokens_limit),
-        temperature=_temperature(data.get("temperature")),
-        seed=_integer(data, "seed", None, 0, 2**63 - 1),
-        stop=_stop(data.get("stop")),
-        stream=_boolean(data, "stream"),
-    )
+        raise BadRequest(f"the body must be a JSON object with at least {needs}")
+    return data
+
+
+def _sampling_fields(data: dict[str, Any], max_tokens_key: str, max_tokens_limit: int) -> dict[str, Any]:
+    return {
+        "max_tokens": _integer(data, max_tokens_key, DEFAULT_MAX_TOKENS, 1, max_tokens_limit),
+        "temperature": _temperature(data.get("temperature")),
+        "seed": _integer(data, "seed", None, 0, 2**63 - 1),
+        "stop": _stop(data.get("stop")),
+        "stream": _boolean(data, "stream"),
+    }
+
+
+def _message(message: Any, index: int) -> dict[str, str]:
+    """One chat message as the template reads it: {"role", "content"} with the content as plain text."""
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise BadRequest(f"\"{where}\" must be an object with \"role\" and \"content\"", where)
+    role, content = message.get("role"), message.get("content")
+    if role not in CHAT_ROLES:
+        raise BadRequest(f"\"{where}.role\" must be one of {', '.join(CHAT_ROLES)}, got {json.dumps(role)}",
+                         f"{where}.role")
+    if isinstance(content, list):  # OpenAI's content parts: only text parts carry text for this model
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise BadRequest(f"\"{where}.content\" parts must be {{\"type\": \"text\", \"text\": ...}}: this model "
+                             f"reads text only", f"{where}.content")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise BadRequest(f"\"{where}.content\" must be a string or a list of text parts", f"{where}.content")
+    return {"role": role, "content": _text(content, f"{where}.content")}
+
+
+def _text(value: str, name: str) -> str:
+    """`value` if it is Unicode text (JSON lets a lone surrogate such as \\ud800 through; UTF-8 cannot carry one)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise BadRequest(f"\"{name}\" is not valid Unicode: a lone surrogate at character {err.start}", name) from None
+    return value
 
 
 def _integer(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int | None:
@@ -94,15 +178,16 @@ def _integer(data: dict[str, Any], key: str, default: int | None, low: int, high
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadRequest(f"\"{key}\" must be an integer in [{low}, {high}], got {json.dumps(value)}")
+        raise BadRequest(f"\"{key}\" must be an integer in [{low}, {high}], got {_shown(value)}", key)
     return value
 
 
 def _temperature(value: Any) -> float | None:
+    """0..2; below GREEDY_BELOW (1e-5) it samples greedily (`power.runtime.sampling`)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 2.0:
-        raise BadRequest(f"\"temperature\" must be a number in [0, 2], got {json.dumps(value)}")
+        raise BadRequest(f"\"temperature\" must be a number in [0, 2], got {_shown(value)}", "temperature")
     return float(value)
 
 
@@ -111,15 +196,23 @@ def _stop(value: Any) -> tuple[str, ...]:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOP_STRINGS:
-        raise BadRequest(f"\"stop\" must be a non-empty string or a list of at most {MAX_STOP_STRINGS} of them")
-    return tuple(stops)
+        raise BadRequest(f"\"stop\" must be a non-empty string or a list of at most {MAX_STOP_STRINGS} of them", "stop")
+    return tuple(_text(s, "stop") for s in stops)
 
 
 def _boolean(data: dict[str, Any], key: str) -> bool:
     value = data.get(key, False)
     if not isinstance(value, bool):
-        raise BadRequest(f"\"{key}\" must be true or false, got {json.dumps(value)}")
+        raise BadRequest(f"\"{key}\" must be true or false, got {_shown(value)}", key)
     return value
+
+
+def _shown(value: Any) -> str:
+    shown = json.dumps(value, ensure_ascii=True)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+# --- metrics -------------------------------------------------------------------------------------------------------
 
 
 class Metrics:
@@ -136,12 +229,15 @@ class Metrics:
         self.fallbacks = Counter("power_spec_fallbacks", "One-way adaptive fallbacks to the target.", registry=r)
         self.governor_parks = Counter("power_governor_parks", "Times the cost governor parked the speculator.", registry=r)
         self.generated_tokens = Counter("power_generated_tokens", "Tokens emitted.", registry=r)
+        self.prompt_tokens = Counter("power_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
+        self.reused_tokens = Counter("power_prompt_reused_tokens", "Prompt tokens taken from a slot's cache.", registry=r)
         self.requests = Counter("power_requests", "Completion requests by outcome.", ["status"], registry=r)
         self.decode_tok_s = Histogram("power_decode_tokens_per_second", "Per-request decode rate (tokens after the first).",
                                       buckets=DECODE_TOK_S_BUCKETS, registry=r)
         self.ttft = Histogram("power_time_to_first_token_seconds", "Arrival to the first streamed text, queue wait included.",
                               buckets=TTFT_S_BUCKETS, registry=r)
-        self.queue_depth = Gauge("power_queue_depth", "Requests waiting for the engine thread.", registry=r)
+        self.queue_depth = Gauge("power_queue_depth", "Requests waiting for a slot.", registry=r)
+        self.slots_busy = Gauge("power_slots_busy", "Slots holding a request.", registry=r)
         self.ready = Gauge("power_ready", "1 once the plan's model is loaded.", registry=r)
 
     def record_receipt(self, receipt: Receipt) -> None:
@@ -153,11 +249,16 @@ class Metrics:
         self.fallbacks.inc(receipt.fallbacks)
         self.governor_parks.inc(receipt.governor_parks)
         self.generated_tokens.inc(len(receipt.token_ids))
+        self.prompt_tokens.inc(receipt.prompt_tokens)
+        self.reused_tokens.inc(receipt.prompt_reused)
         if len(receipt.token_ids) > 1:
             self.decode_tok_s.observe(receipt.decode_tok_s)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+# --- the engine thread -------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -168,9 +269,10 @@ class Outcome:
     finish_reason: str  # "stop" or "length"; a cancelled request has no finish reason
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     request: CompletionRequest
+    prompt_ids: list[int]
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -190,15 +292,17 @@ class QueueFull(Exception):
 
 
 class EngineWorker:
-    """The one thread that runs the engine: requests in arrival order, one at a time."""
+    """The one thread that runs the engine: it admits queued requests into free slots and steps the engine."""
 
     def __init__(self, engine: Engine, metrics: Metrics, queue_size: int) -> None:
         self.engine = engine
         self.metrics = metrics
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
-        self.service_s = 1.0  # moving average of a request's engine time, for Retry-After
-        self.current: Job | None = None  # the request being decoded
+        self.service_s = 1.0  # moving average of a request's time in a slot, for Retry-After
+        self.running: dict[Job, float] = {}  # requests in slots -> when they took one
+        self._lock = threading.Lock()
         metrics.queue_depth.set_function(self.jobs.qsize)
+        metrics.slots_busy.set_function(lambda: len(self.running))
         self.thread = threading.Thread(target=self._run, name="power-engine", daemon=True)
         self.thread.start()
 
@@ -206,11 +310,13 @@ class EngineWorker:
         try:
             self.jobs.put_nowait(job)
         except queue.Full:
-            raise QueueFull(max(1, math.ceil(self.service_s * (self.jobs.qsize() + 1)))) from None
+            waves = (self.jobs.qsize() + 1) / self.engine.slots
+            raise QueueFull(max(1, math.ceil(self.service_s * waves))) from None
 
     def stop(self) -> None:
-        if self.current is not None:  # the request in hand ends at its next step boundary
-            self.current.cancel.set()
+        with self._lock:
+            for job in self.running:  # the requests in hand end at their next round boundary
+                job.cancel.set()
         while True:  # and every waiting one is refused
             try:
                 job = self.jobs.get_nowait()
@@ -223,16 +329,26 @@ class EngineWorker:
         self.thread.join(timeout=30)
 
     def _run(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            if job.cancel.is_set():
-                continue  # its client left (or its time ran out) while it waited
-            started = time.perf_counter()
-            self.current = job
-            self._execute(job)
-            self.current = None
-            self.service_s = 0.8 * self.service_s + 0.2 * (time.perf_counter() - started)
+        while self._admit():
+            if self.engine.busy:
+                self.engine.step()
 
-    def _execute(self, job: Job) -> None:
+    def _admit(self) -> bool:
+        """Move queued requests into free slots (waiting for one when the engine is idle); False once stopped."""
+        block = not self.engine.busy
+        while self.engine.free_slots > 0:
+            try:
+                job = self.jobs.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if job is None:
+                return False
+            if not job.cancel.is_set():  # else its client left (or its time ran out) while it waited
+                self._start(job)
+        return True
+
+    def _start(self, job: Job) -> None:
         request = job.request
         first = True
 
@@ -244,17 +360,28 @@ class EngineWorker:
             job.push("text", piece)
 
         try:
-            receipt = self.engine.generate(request.prompt, request.max_tokens, on_text, cancel=job.cancel,
-                                           sampling=self._sampling(request), stop=request.stop)
+            self.engine.submit(job.prompt_ids, request.max_tokens, on_text, cancel=job.cancel,
+                               sampling=self._sampling(request), stop=request.stop,
+                               on_done=lambda ticket: self._done(job, ticket))
         except PowerError as err:
             job.push("error", (400, err.finding.message))
             return
-        except Exception:  # one request's failure must not take the engine thread down
-            traceback.print_exc(file=sys.stderr)
+        with self._lock:
+            self.running[job] = time.perf_counter()
+
+    def _done(self, job: Job, ticket: Ticket) -> None:
+        with self._lock:
+            started = self.running.pop(job, None)
+        if started is not None:
+            self.service_s = 0.8 * self.service_s + 0.2 * (time.perf_counter() - started)
+        if isinstance(ticket.error, PowerError):
+            job.push("error", (400, ticket.error.finding.message))
+        elif ticket.error is not None:  # one request's failure must not take the engine thread down
+            traceback.print_exception(ticket.error, file=sys.stderr)
             job.push("error", (500, "the engine failed on this request; the server carries on (see its log)"))
-            return
-        self.metrics.record_receipt(receipt)
-        job.push("done", Outcome(receipt, "stop" if receipt.stop_reason == "stop" else "length"))
+        else:
+            self.metrics.record_receipt(ticket.receipt)
+            job.push("done", Outcome(ticket.receipt, "stop" if ticket.receipt.stop_reason == "stop" else "length"))
 
     def _sampling(self, request: CompletionRequest) -> SamplingParams:
         plan = self.engine.sampling
@@ -265,6 +392,9 @@ class EngineWorker:
         )
 
 
+# --- the app -----------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class ServerState:
     model: str
@@ -273,11 +403,18 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     worker: EngineWorker | None = None
     load_error: str | None = None
+    template: ChatTemplate | None = None
+    template_problem: str | None = None  # why there is no chat endpoint
+    created: int = field(default_factory=lambda: int(time.time()))
 
 
 def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str | None,
-               limits: ServerLimits = ServerLimits(), on_load_failure: Callable[[str], None] | None = None) -> Starlette:
-    """The ASGI app. The engine loads on a background thread at startup; /health answers 503 until it is ready."""
+               limits: ServerLimits = ServerLimits(), on_load_failure: Callable[[str], None] | None = None,
+               chat_template: ChatTemplate | None = None) -> Starlette:
+    """The ASGI app. The engine loads on a background thread at startup; /health answers 503 until it is ready.
+
+    `chat_template`: the operator's template for /v1/chat/completions; None uses the model's own.
+    """
     state = ServerState(model, plan_digest, limits)
 
     def load() -> None:
@@ -293,108 +430,193 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
             if on_load_failure:
                 on_load_failure(state.load_error)
             return
+        state.template, state.template_problem = _chat_template(engine, chat_template)
+        if state.template_problem:
+            print(f"note: no chat endpoint: {state.template_problem}", file=sys.stderr)
         state.worker = EngineWorker(engine, state.metrics, limits.queue_size)
         state.metrics.ready.set(1)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         threading.Thread(target=load, name="power-load", daemon=True).start()
         yield
         if state.worker:
             state.worker.stop()
 
-    async def health(request: Request) -> Response:
+    async def health(_request: Request) -> Response:
         if state.worker is not None:
-            return JSONResponse({"status": "ok", "model": state.model, "plan_digest": state.plan_digest})
+            return JSONResponse({"status": "ok", "model": state.model, "plan_digest": state.plan_digest,
+                                 "slots": state.worker.engine.slots})
         if state.load_error is not None:
             return JSONResponse({"status": "error", "error": state.load_error}, status_code=503)
         return JSONResponse({"status": "loading", "model": state.model}, status_code=503)
 
-    async def metrics(request: Request) -> Response:
+    async def metrics(_request: Request) -> Response:
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+    async def models(_request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": state.model, "object": "model", "created": state.created, "owned_by": "power",
+             "plan_digest": state.plan_digest}]})
+
     async def completions(request: Request) -> Response:
-        return await _completions(request, state)
+        return await _serve(request, state, chat=False)
+
+    async def chat_completions(request: Request) -> Response:
+        return await _serve(request, state, chat=True)
+
+    async def not_found(request: Request, exc: HTTPException) -> Response:
+        return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", "invalid_request_error")
+
+    async def internal_error(_request: Request, exc: Exception) -> Response:
+        state.metrics.requests.labels("error").inc()
+        return _error(500, f"the server failed on this request ({type(exc).__name__}); it carries on", "server_error")
 
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={HTTPException: not_found, Exception: internal_error})
 
 
-async def _completions(request: Request, state: ServerState) -> Response:
+def _chat_template(engine: Engine, given: ChatTemplate | None) -> tuple[ChatTemplate | None, str | None]:
+    """The chat template the endpoint renders with, or why there is none."""
+    if given is not None:
+        return given, None
+    if not engine.chat_template:
+        return None, ("the model's GGUF carries no chat template (tokenizer.chat_template); start power serve with "
+                      "--chat-template-file FILE, or use /v1/completions")
+    tokenizer = engine.tokenizer
+    try:
+        return ChatTemplate.load(engine.chat_template, "the model's tokenizer.chat_template",
+                                 tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id)), None
+    except PowerError as err:
+        return None, f"{err.finding.message}; {err.finding.hint}"
+
+
+# --- one request -------------------------------------------------------------------------------------------------
+
+
+async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     count = state.metrics.requests
     if state.worker is None:
         count.labels("unavailable").inc()
         if state.load_error is not None:
             return _error(503, f"the model failed to load: {state.load_error}", "unavailable")
         return _error(503, "the model is not loaded yet; poll GET /health until it answers 200", "unavailable")
+    job_arrived = time.perf_counter()
+    deadline = job_arrived + state.limits.request_timeout_s
     try:
-        parsed = parse_completion(await request.body(), state.worker.engine.n_ctx)
+        body = await _body(request, state.limits.max_body_bytes)
+        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, state, body, chat),
+                                                    max(0.0, deadline - time.perf_counter()))
+    except TooLarge as err:
+        count.labels("bad_request").inc()
+        return _error(413, f"{err}; send a shorter prompt", "invalid_request_error", code="request_too_large")
     except BadRequest as err:
         count.labels("bad_request").inc()
-        return _error(400, str(err), "invalid_request_error")
-    job = Job(parsed, asyncio.get_running_loop())
+        return _error(400, str(err), "invalid_request_error", err.param, err.code)
+    except ContextOverflow as err:
+        count.labels("bad_request").inc()
+        return _error(400, err.finding.message, "invalid_request_error", "prompt", "context_length_exceeded")
+    except PowerError as err:
+        count.labels("bad_request").inc()
+        return _error(400, err.finding.message, "invalid_request_error", "prompt")
+    except asyncio.TimeoutError:
+        count.labels("timeout").inc()
+        return _error(504, _timeout_message(state), "timeout")
+    job = Job(parsed, prompt_ids, asyncio.get_running_loop(), job_arrived)
     try:
         state.worker.submit(job)
     except QueueFull as err:
         count.labels("rejected").inc()
         return _error(429, str(err), "queue_full", headers={"Retry-After": str(err.retry_after_s)})
-    identity = _identity(state)
+    shape = ChatShape(state.model) if chat else CompletionShape(state.model)
     if parsed.stream:
-        return StreamingResponse(_stream(job, state, identity), media_type="text/event-stream")
-    return await _collect(job, request, state, identity)
+        return StreamingResponse(_stream(job, state, shape), media_type="text/event-stream")
+    return await _collect(job, request, state, shape)
 
 
-def _identity(state: ServerState) -> dict[str, Any]:
-    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": state.model}
+async def _body(request: Request, limit: int) -> bytes:
+    """The body, refused as soon as it passes `limit` bytes (or when its Content-Length says it will)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
-async def _next_event(job: Job, until: float) -> tuple[str, Any]:
-    """The job's next event, or ("tick", None) when none came before `until` (a perf_counter time)."""
-    try:
-        return await asyncio.wait_for(job.events.get(), timeout=max(0.0, until - time.perf_counter()))
-    except asyncio.TimeoutError:
-        return "tick", None
+def _prepare(state: ServerState, body: bytes, chat: bool) -> tuple[CompletionRequest, list[int]]:
+    """Parse, render and tokenize (on a worker thread): the request and its prompt's token IDs."""
+    engine = state.worker.engine
+    if chat:
+        parsed = parse_chat(body, engine.n_ctx, state.template, state.template_problem)
+    else:
+        parsed = parse_completion(body, engine.n_ctx)
+    return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos)
 
 
-async def _collect(job: Job, request: Request, state: ServerState, identity: dict[str, Any]) -> Response:
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away (after the body is read, the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _collect(job: Job, request: Request, state: ServerState, shape: ResponseShape) -> Response:
     deadline = job.arrived + state.limits.request_timeout_s
     count = state.metrics.requests
-    while True:
-        kind, payload = await _next_event(job, min(deadline, time.perf_counter() + DISCONNECT_POLL_S))
-        if kind == "tick":
-            if time.perf_counter() >= deadline:
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        while True:
+            event = asyncio.ensure_future(job.events.get())
+            done, _ = await asyncio.wait({event, gone}, timeout=max(0.0, deadline - time.perf_counter()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if event not in done:
+                event.cancel()
                 job.cancel.set()
+                if gone in done:
+                    count.labels("cancelled").inc()
+                    return _error(499, "client disconnected", "cancelled")
                 count.labels("timeout").inc()
                 return _error(504, _timeout_message(state), "timeout")
-            if await request.is_disconnected():
-                job.cancel.set()
-                count.labels("cancelled").inc()
-                return _error(499, "client disconnected", "cancelled")
-            continue
-        if kind == "error":
-            status, message = payload
-            count.labels("error" if status >= 500 else "bad_request").inc()
-            return _error(status, message, "engine_error" if status >= 500 else "invalid_request_error")
-        if kind == "done":
-            count.labels("ok").inc()
-            return JSONResponse(_completion_body(identity, payload))
+            kind, payload = event.result()
+            if kind == "error":
+                status, message = payload
+                count.labels("error" if status >= 500 else "bad_request").inc()
+                return _error(status, message, "server_error" if status >= 500 else "invalid_request_error")
+            if kind == "done":
+                count.labels("ok").inc()
+                return JSONResponse(shape.body(payload))
+    finally:
+        gone.cancel()
 
 
-async def _stream(job: Job, state: ServerState, identity: dict[str, Any]) -> AsyncIterator[str]:
+async def _stream(job: Job, state: ServerState, shape: ResponseShape) -> AsyncIterator[str]:
     deadline = job.arrived + state.limits.request_timeout_s
     finished = False
     try:
+        opening = shape.opening()
+        if opening is not None:
+            yield _sse(opening)
         while True:
-            kind, payload = await _next_event(job, deadline)
+            try:
+                kind, payload = await asyncio.wait_for(job.events.get(), max(0.0, deadline - time.perf_counter()))
+            except asyncio.TimeoutError:
+                kind, payload = "timeout", None
             if kind == "text":
-                yield _sse(identity | {"choices": [{"index": 0, "text": payload, "finish_reason": None, "logprobs": None}]})
+                yield _sse(shape.chunk(payload))
                 continue
             finished = True
-            yield _sse(_last_event(kind, payload, job, state, identity))
+            yield _sse(_last_event(kind, payload, job, state, shape))
             yield "data: [DONE]\n\n"
             return
     finally:
@@ -403,21 +625,112 @@ async def _stream(job: Job, state: ServerState, identity: dict[str, Any]) -> Asy
             state.metrics.requests.labels("cancelled").inc()
 
 
-def _last_event(kind: str, payload: Any, job: Job, state: ServerState, identity: dict[str, Any]) -> dict[str, Any]:
-    """The stream's closing event (the receipt, a timeout or an error), counted by outcome."""
+def _last_event(kind: str, payload: Any, job: Job, state: ServerState, shape: ResponseShape) -> dict[str, Any]:
+    """The stream's closing event (the finish reason, usage and receipt, a timeout or an error), counted by outcome."""
     count = state.metrics.requests
     if kind == "done":
         count.labels("ok").inc()
-        body = _completion_body(identity, payload)
-        body["choices"][0]["text"] = ""  # the text went out in the chunks before
-        return body
-    if kind == "tick":
+        return shape.closing(payload)
+    if kind == "timeout":
         job.cancel.set()
         count.labels("timeout").inc()
-        return {"error": {"message": _timeout_message(state), "type": "timeout"}}
+        return _error_body(_timeout_message(state), "timeout")
     status, message = payload
     count.labels("error" if status >= 500 else "bad_request").inc()
-    return {"error": {"message": message, "type": "engine_error" if status >= 500 else "invalid_request_error"}}
+    return _error_body(message, "server_error" if status >= 500 else "invalid_request_error")
+
+
+# --- response shapes ---------------------------------------------------------------------------------------------
+
+
+class ResponseShape:
+    """How one endpoint writes its responses: a whole body, or a stream's opening, text chunks and closing chunk."""
+
+    object_name = ""
+    chunk_name = ""
+    id_prefix = ""
+
+    def __init__(self, model: str) -> None:
+        self.identity = {"id": f"{self.id_prefix}-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
+
+    def body(self, outcome: Outcome) -> dict[str, Any]:
+        return self.identity | {"object": self.object_name, "choices": [self._choice(outcome)]} | _extras(outcome)
+
+    def opening(self) -> dict[str, Any] | None:
+        return None
+
+    def chunk(self, text: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def closing(self, outcome: Outcome) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _choice(self, outcome: Outcome) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class CompletionShape(ResponseShape):
+    object_name = chunk_name = "text_completion"
+    id_prefix = "cmpl"
+
+    def chunk(self, text: str) -> dict[str, Any]:
+        return self.identity | {"object": self.chunk_name,
+                                "choices": [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}]}
+
+    def closing(self, outcome: Outcome) -> dict[str, Any]:
+        body = self.body(outcome)
+        body["choices"][0]["text"] = ""  # the text went out in the chunks before
+        return body
+
+    def _choice(self, outcome: Outcome) -> dict[str, Any]:
+        return {"index": 0, "text": outcome.receipt.text, "finish_reason": outcome.finish_reason, "logprobs": None}
+
+
+class ChatShape(ResponseShape):
+    object_name, chunk_name = "chat.completion", "chat.completion.chunk"
+    id_prefix = "chatcmpl"
+
+    def opening(self) -> dict[str, Any]:
+        return self._delta({"role": "assistant", "content": ""}, None)
+
+    def chunk(self, text: str) -> dict[str, Any]:
+        return self._delta({"content": text}, None)
+
+    def closing(self, outcome: Outcome) -> dict[str, Any]:
+        return self._delta({}, outcome.finish_reason) | _extras(outcome)
+
+    def _delta(self, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
+        return self.identity | {"object": self.chunk_name,
+                                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason,
+                                             "logprobs": None}]}
+
+    def _choice(self, outcome: Outcome) -> dict[str, Any]:
+        return {"index": 0, "message": {"role": "assistant", "content": outcome.receipt.text},
+                "finish_reason": outcome.finish_reason, "logprobs": None}
+
+
+def _extras(outcome: Outcome) -> dict[str, Any]:
+    """What every finished response carries besides its choices: usage, llama.cpp-style timings, the receipt."""
+    receipt = outcome.receipt
+    return {
+        "usage": {"prompt_tokens": receipt.prompt_tokens, "completion_tokens": len(receipt.token_ids),
+                  "total_tokens": receipt.prompt_tokens + len(receipt.token_ids),
+                  "prompt_tokens_details": {"cached_tokens": receipt.prompt_reused}},
+        "timings": timings(receipt),
+        "receipt": receipt.document(),
+    }
+
+
+def timings(receipt: Receipt) -> dict[str, Any]:
+    """llama.cpp-style per-request timings, so clients that read those read ours."""
+    return {
+        "cache_n": receipt.prompt_reused,
+        "prompt_n": receipt.prompt_tokens - receipt.prompt_reused, "prompt_ms": receipt.prefill_s * 1e3,
+        "prompt_per_second": receipt.prefill_tok_s,
+        "predicted_n": len(receipt.token_ids), "predicted_ms": receipt.decode_s * 1e3,
+        "predicted_per_second": receipt.decode_tok_s,
+        "draft_n": receipt.proposed, "draft_n_accepted": receipt.accepted, "tokens_sha256": receipt.tokens_sha256,
+    }
 
 
 def _timeout_message(state: ServerState) -> str:
@@ -428,26 +741,11 @@ def _sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def _completion_body(identity: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
-    receipt = outcome.receipt
-    return identity | {
-        "choices": [{"index": 0, "text": receipt.text, "finish_reason": outcome.finish_reason, "logprobs": None}],
-        "usage": {"prompt_tokens": receipt.prompt_tokens, "completion_tokens": len(receipt.token_ids),
-                  "total_tokens": receipt.prompt_tokens + len(receipt.token_ids)},
-        "timings": timings(receipt),
-        "receipt": receipt.document(),
-    }
+def _error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def timings(receipt: Receipt) -> dict[str, Any]:
-    """llama.cpp-style per-request timings, so clients that read those read ours."""
-    return {
-        "prompt_n": receipt.prompt_tokens, "prompt_ms": receipt.prefill_s * 1e3, "prompt_per_second": receipt.prefill_tok_s,
-        "predicted_n": len(receipt.token_ids), "predicted_ms": receipt.decode_s * 1e3,
-        "predicted_per_second": receipt.decode_tok_s,
-        "draft_n": receipt.proposed, "draft_n_accepted": receipt.accepted, "tokens_sha256": receipt.tokens_sha256,
-    }
-
-
-def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
+def _error(status: int, message: str, kind: str, param: str | None = None, code: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(_error_body(message, kind, param, code), status_code=status, headers=headers)

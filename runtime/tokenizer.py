@@ -137,6 +137,15 @@ class Tokenizer:
             ids = [self.vocab.bos_id, *ids]
         return ids
 
+    @property
+    def max_token_bytes(self) -> int:
+        """The most text bytes one token covers: a text of n bytes has at least n / max_token_bytes tokens."""
+        return max(1, max(len(b) for b in self._bytes), max(len(t.encode()) for t in self.vocab.tokens))
+
+    def token_text(self, token_id: int | None) -> str:
+        """A token's text as it is written in a prompt (control tokens by name, e.g. "<bos>"); "" for None."""
+        return "" if token_id is None else self.vocab.tokens[token_id]
+
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token contributes to the text (control tokens contribute none)."""
         return self._bytes[token_id]

@@ -27,6 +27,19 @@ PROFILES = {
         ngram_n_min = 2
         ngram_n_max = 4
     """,
+    "slots": f"""
+        schema = "power.profile/v1"
+        name = "ngram-k3-slots4"
+        spec_mode = "ngram"
+        spec_draft_max = 3
+        spec_mtp_recurrent_snapshots = 3
+        [runtime]
+        ctx = 2048
+        slots = 4
+        verify_capacity = {VERIFY_CAPACITY}
+        ngram_n_min = 2
+        ngram_n_max = 4
+    """,
     "none": f"""
         schema = "power.profile/v1"
         name = "control"
@@ -38,11 +51,12 @@ PROFILES = {
 }
 
 
-def write_plan(directory: Path, profile: str) -> Path:
-    """The dense fixture planned in `directory` with the `ngram` or `none` profile above (a JSON plan file)."""
+def write_plan(directory: Path, profile: str, chat_template: str | None = None) -> Path:
+    """The dense fixture planned in `directory` with a profile above (a JSON plan file); with `chat_template`, the
+    target's header carries that chat template."""
     target = directory / "dense-target.gguf"
     if not target.exists():
-        factory.build_dense_target(directory)
+        factory.build_dense_target(directory, chat_template)
         (directory / "manifest.toml").write_text(
             'schema = "power.manifest/v1"\nname = "dense-fixture"\n[target]\n'
             f'path = "{target.name}"\nsha256 = "{sha256_file(target, progress=False)}"\n[[drafters]]\nkind = "ngram"\n'
@@ -59,9 +73,15 @@ def write_plan(directory: Path, profile: str) -> Path:
 @lru_cache(maxsize=None)
 def fixture_plan(profile: str) -> Path:
     """`write_plan` in one temporary folder per test run."""
-    return write_plan(_shared_dir(), profile)
+    return write_plan(_shared_dir("plain"), profile)
 
 
-@lru_cache(maxsize=1)
-def _shared_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="power-runtime-plans-"))
+@lru_cache(maxsize=None)
+def chat_plan(profile: str) -> Path:
+    """`write_plan` over a target whose header carries the ChatML template its vocabulary's special tokens fit."""
+    return write_plan(_shared_dir("chat"), profile, factory.CHATML_TEMPLATE)
+
+
+@lru_cache(maxsize=None)
+def _shared_dir(kind: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"power-runtime-plans-{kind}-"))

@@ -19,7 +19,8 @@ from power.runtime.decoder import Decoder
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
-from power.runtime.speculators.base import DraftContext, Proposal, Speculator
+from power.runtime.speculators.base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from power.runtime.speculators.registry import build as build_speculator
 from power.runtime.trunks import load_trunk
 
 # Tiny fixture forwards are dominated by thread hand-offs; one thread is several times faster on a shared CPU.
@@ -28,6 +29,7 @@ torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 GEMMA = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
 CAPACITY = 11  # verification shape: anchor + up to K = 10 proposals
+DRAFTERS = {"dflash": "dflash-drafter.gguf", "dflash2": "dflash2-drafter.gguf", "dspark": "dspark-drafter.gguf"}
 FIXTURE_PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 32, 84, 104, 101, 32]
 
 
@@ -121,6 +123,17 @@ class Oracle(Speculator):
 def oracle_for(name: str, n_tokens: int, plan: Sequence[int | None] = (), then: int | None = None) -> Oracle:
     truth = prompt_for(name) + list(plain_stream(name, n_tokens))
     return Oracle(truth, plan, then, vocab=trunk(name).config.vocab_size)
+
+
+def built(kind: str, model: str, target) -> Speculator:
+    """A real speculator of `kind` for `target` (a trunk of `model`); DSpark's confidence gate at 0 so that its
+    blocks are verified (with random weights its header threshold gates nearly every block)."""
+    drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
+    request = SpeculatorRequest(target, drafter_path=drafter, target_path=target_path(model), p_min=0.0,
+                                ngram_orders=(2, 4))
+    speculator = build_speculator(kind, request)
+    assert not isinstance(speculator, Decline), str(speculator)
+    return speculator
 
 
 def speculative(name: str, speculator: Speculator | None, k: int, s: int, adaptive: bool = False, **params) -> Decoder:

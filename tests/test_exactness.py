@@ -12,7 +12,18 @@ random weights its header threshold gates nearly every block).
 from __future__ import annotations
 
 import pytest
-from spec_helpers import Oracle, fixture_dir, oracle_for, plain_stream, prompt_for, speculative, target_path, trunk
+from spec_helpers import (
+    DRAFTERS,
+    Oracle,
+    built,
+    fixture_dir,
+    oracle_for,
+    plain_stream,
+    prompt_for,
+    speculative,
+    target_path,
+    trunk,
+)
 
 from power.runtime.speculators.base import Decline, SpeculatorRequest
 from power.runtime.speculators.registry import build
@@ -20,18 +31,12 @@ from power.runtime.speculators.registry import build
 FIXTURE_TOKENS = 256
 GEMMA_TOKENS = 40
 KS = [(k, s) for k in (1, 3, 7, 10) for s in sorted({k, k - 1, 1}) if s >= 1]
-DRAFTERS = {"dflash": "dflash-drafter.gguf", "dflash2": "dflash2-drafter.gguf", "dspark": "dspark-drafter.gguf"}
 
 
 def _speculator(kind: str, model: str, k: int, s: int, n_tokens: int):
     if kind == "oracle":
         return oracle_for(model, n_tokens, then=k // 2)  # every round partially wrong, half-way in
-    drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
-    request = SpeculatorRequest(trunk(model, s), drafter_path=drafter, target_path=target_path(model), p_min=0.0,
-                                ngram_orders=(2, 4))
-    built = build(kind, request)
-    assert not isinstance(built, Decline), str(built)
-    return built
+    return built(kind, model, trunk(model, s))
 
 
 def _assert_exact(model: str, kind: str, k: int, s: int, n_tokens: int) -> None:

@@ -24,41 +24,63 @@ from power.runtime.receipt import Receipt
 from power.runtime.server import ServerLimits, create_app
 from power.runtime.stops import StopText
 from power.runtime.traffic import build_shape
+from power.runtime.transaction import Step
 
 PROMPT = "Hello world! The quick brown fox jumps over the lazy dog. Hello world! The quick"
 HELD = PROMPT + " Hold on."  # the prompt the injected engine holds (see InjectedEngine)
+SLOW = PROMPT + " Slowly."  # the prompt the injected engine decodes slowly
+SLOW_ROUND_S = 0.1  # at most K + 1 = 4 tokens a round: LONG tokens take 10 s or more
 LONG = 400
 BOUND_S = 60.0  # every wait in these tests gives up after this long
+# Tiny fixture forwards are dominated by thread hand-offs; one thread is several times faster on a shared CPU.
+ONE_THREAD = EngineOptions(threads=1)
 
 
 class InjectedEngine(Engine):
-    """Fault injection around the real engine: the prompt "boom" raises inside generation, and the prompt HELD
-    holds the engine thread after its first text until `release` is set (so a test acts while it runs); the HELD
-    requests' receipts, which no client reads once it has gone, are kept in `held_receipts`."""
+    """Fault injection around the real engine, by prompt: "boom" fails inside its transaction; HELD holds the engine
+    thread after its first text until `release` is set (so a test acts while it runs), and its receipts, which no
+    client reads once it has gone, are kept in `held_receipts`; SLOW sleeps SLOW_ROUND_S in each round, so its
+    tokens keep flowing for seconds."""
 
     release = threading.Event()
     held_receipts: list[Receipt] = []
 
-    def generate(self, prompt, max_tokens, on_text=None, cancel=None, sampling=None, stop=()):
+    def submit(self, prompt_ids, max_tokens, on_text=None, cancel=None, sampling=None, stop=(), on_done=None,
+               observer=None):
+        prompt = self.tokenizer.decode(prompt_ids)
         if prompt == "boom":
-            raise RuntimeError("injected fault")
-        if prompt != HELD:
-            return super().generate(prompt, max_tokens, on_text, cancel, sampling, stop)
-        streamed = on_text
+            observer = _fail_at_verify
+        elif prompt == SLOW:
+            observer = _sleep_at_verify
+        elif prompt == HELD:
+            streamed, finished = on_text, on_done
 
-        def held(piece: str) -> None:
-            streamed(piece)
-            self.release.wait(BOUND_S)
+            def on_text(piece: str) -> None:
+                streamed(piece)
+                self.release.wait(BOUND_S)
 
-        receipt = super().generate(prompt, max_tokens, held, cancel, sampling, stop)
-        self.held_receipts.append(receipt)
-        return receipt
+            def on_done(ticket) -> None:
+                if ticket.receipt is not None:
+                    self.held_receipts.append(ticket.receipt)
+                finished(ticket)
+
+        return super().submit(prompt_ids, max_tokens, on_text, cancel, sampling, stop, on_done, observer)
+
+
+def _fail_at_verify(step: Step) -> None:
+    if step is Step.VERIFY:
+        raise RuntimeError("injected fault")
+
+
+def _sleep_at_verify(step: Step) -> None:
+    if step is Step.VERIFY:
+        time.sleep(SLOW_ROUND_S)
 
 
 @lru_cache(maxsize=1)
 def engine() -> Engine:
     plan_path = fixture_plan("ngram")
-    return InjectedEngine(Workload.of_plan(load_plan(plan_path), plan_path))
+    return InjectedEngine(Workload.of_plan(load_plan(plan_path), plan_path), ONE_THREAD)
 
 
 @pytest.fixture
@@ -206,7 +228,7 @@ def overshooting_stop(speculative: Engine, prompt: str, max_tokens: int) -> str:
 def test_a_stop_string_ends_a_speculative_and_a_plain_run_on_the_same_tokens() -> None:
     prompt, max_tokens = build_shape("echo", 24).prompt, 64
     # No governor: the search below runs many requests, and a parked speculator would never run past a stop.
-    ngram, plain = (Engine(Workload.of_plan(load_plan(fixture_plan(p)), fixture_plan(p)), EngineOptions(governor=False))
+    ngram, plain = (Engine(Workload.of_plan(load_plan(fixture_plan(p)), fixture_plan(p)), EngineOptions(governor=False, threads=1))
                     for p in ("ngram", "none"))
     stop = overshooting_stop(ngram, prompt, max_tokens)
     speculative, control = (e.generate(prompt, max_tokens, stop=[stop]) for e in (ngram, plain))
@@ -359,3 +381,98 @@ def test_serve_stops_with_exit_2_when_the_planned_model_does_not_load(tmp_path: 
     target.write_bytes(target.read_bytes()[:-1] + b"\x00")  # the artifact changed after planning
     result = CliRunner().invoke(main, ["serve", str(plan_path), "--port", "0"])
     assert result.exit_code == 2 and "the model did not load" in result.output and "re-plan" in result.output
+
+
+# --- requests side by side (a plan with four slots) --------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def slots_engine() -> Engine:
+    plan_path = fixture_plan("slots")
+    return InjectedEngine(Workload.of_plan(load_plan(plan_path), plan_path), ONE_THREAD)
+
+
+def slots_app(limits: ServerLimits = ServerLimits()):
+    plan = load_plan(fixture_plan("slots"))
+    return create_app(slots_engine, plan.name, plan.digest, limits)
+
+
+def test_concurrent_requests_decode_side_by_side_with_their_alone_tokens() -> None:
+    prompts = [PROMPT, build_shape("echo", 24).prompt, "The lazy dog sleeps.", "Quick brown foxes"]
+    with serving(slots_app()) as base:
+        assert httpx.get(f"{base}/health").json()["slots"] == 4
+        alone = [complete(base, prompt=p, max_tokens=24).json()["receipt"] for p in prompts]
+        results: dict[int, dict] = {}
+        threads = [threading.Thread(target=lambda i=i, p=p: results.update(
+            {i: complete(base, prompt=p, max_tokens=24).json()["receipt"]})) for i, p in enumerate(prompts * 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(BOUND_S)
+        assert [results[i]["tokens_sha256"] for i in range(8)] == [r["tokens_sha256"] for r in alone * 2]
+        assert metric(base, "power_requests_total", status="ok") == 12
+
+
+def test_a_cancelled_stream_beside_others_leaves_their_tokens_alone(release: threading.Event) -> None:
+    with serving(slots_app()) as base:
+        expected = complete(base, max_tokens=20).json()["receipt"]["tokens_sha256"]
+        with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": SLOW, "max_tokens": LONG, "stream": True},
+                          timeout=BOUND_S) as cancelled:
+            events = stream_events(cancelled)  # kept: a dropped iterator closes the stream
+            next(events)
+            beside = complete(base, max_tokens=20)  # decoded while the slow stream holds another slot
+            assert metric(base, "power_slots_busy") == 1
+        until(lambda: metric(base, "power_requests_total", status="cancelled") == 1, "the cancellation to be counted")
+        assert beside.json()["receipt"]["tokens_sha256"] == expected
+        assert complete(base, max_tokens=20).json()["receipt"]["tokens_sha256"] == expected
+
+
+# --- server defects: each answered with the right status, promptly ------------------------------------------------
+
+
+def test_a_plain_client_that_disconnects_is_cancelled_while_tokens_flow() -> None:
+    """The request would decode LONG tokens for seconds; its client gives up after half a second."""
+    with serving(slots_app()) as base:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{base}/v1/completions", json={"prompt": SLOW, "max_tokens": LONG}, timeout=0.5)
+        until(lambda: metric(base, "power_requests_total", status="cancelled") == 1, "the disconnect to cancel it")
+        until(lambda: metric(base, "power_slots_busy") == 0, "its slot to free")
+        assert metric(base, "power_generated_tokens_total") < LONG / 2
+        assert complete(base, max_tokens=4).status_code == 200
+
+
+def test_an_oversized_body_is_413_and_a_long_prompt_is_refused_before_tokenizing() -> None:
+    with serving(slots_app(ServerLimits(request_timeout_s=2.0))) as base:
+        huge = httpx.post(f"{base}/v1/completions", json={"prompt": "a" * 10_000_000}, timeout=BOUND_S)
+        assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
+        long = httpx.post(f"{base}/v1/completions", json={"prompt": "word " * 400_000}, timeout=BOUND_S)
+        assert long.status_code == 400 and long.json()["error"]["code"] == "context_length_exceeded"
+        assert "bytes" in long.json()["error"]["message"]  # refused on its length, before any tokenizing
+        assert httpx.get(f"{base}/health").status_code == 200
+        assert metric(base, "power_requests_total", status="bad_request") == 2
+
+
+@pytest.mark.parametrize("body, param", [
+    (b'{"prompt": "a\\ud800b"}', "prompt"),
+    (b'{"prompt": "x", "stop": ["\\udfff"]}', "stop"),
+    (b"[" * 100_000 + b"]" * 100_000, None),
+    (b'{"prompt": "x", "max_tokens": 1' + b"0" * 5000 + b"}", None),
+])
+def test_malformed_text_deep_nesting_and_huge_numbers_are_400_in_openai_shape(body: bytes, param, served_base) -> None:
+    before = metric(served_base, "power_requests_total", status="bad_request")
+    response = httpx.post(f"{served_base}/v1/completions", content=body, timeout=BOUND_S)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["param"] == param
+    assert metric(served_base, "power_requests_total", status="bad_request") == before + 1
+
+
+def test_a_vanishing_temperature_samples_greedily(served_base: str) -> None:
+    greedy = complete(served_base, max_tokens=12).json()["receipt"]
+    tiny = complete(served_base, max_tokens=12, temperature=5e-324, seed=3).json()["receipt"]
+    assert tiny["token_ids"] == greedy["token_ids"]
+
+
+def test_unknown_routes_answer_in_openai_shape(served_base: str) -> None:
+    response = httpx.get(f"{served_base}/v1/nothing")
+    assert response.status_code == 404 and response.json()["error"]["type"] == "invalid_request_error"

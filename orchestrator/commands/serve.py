@@ -17,17 +17,24 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to bind (0: any free port).")
 @click.option("--queue-size", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Requests that may wait behind the one being decoded; more are refused with 429 and Retry-After.")
+              help="Requests that may wait for a slot (the plan's runtime.slots decode at once); more are refused "
+                   "with 429 and Retry-After.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds a request may take from arrival to its last token (queue wait included) before it is cancelled.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=None,
+              help="Larger request bodies are refused with 413 (default: 4 MiB).")
+@click.option("--chat-template-file", type=click.Path(path_type=Path), default=None,
+              help="A Jinja chat template for /v1/chat/completions instead of the GGUF's tokenizer.chat_template.")
 @runtime_options(default_dtype="bfloat16")
-def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, device: str, dtype: str,
-          lm_head_dtype: str | None, threads: int | None) -> None:
-    """Serve a resolved PLAN: POST /v1/completions (streaming SSE or not), GET /health, GET /metrics.
+def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, max_body_bytes: int | None,
+          chat_template_file: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
+          threads: int | None) -> None:
+    """Serve a resolved PLAN: POST /v1/completions and /v1/chat/completions (streaming SSE or not),
+    GET /v1/models, GET /health, GET /metrics. The plan's runtime.slots requests decode side by side.
 
     /health answers 503 until the plan's model is loaded, then 200. Exit codes:
     0 stopped cleanly, 2 usage or input error (a file that is not a valid plan, a
-    model that does not load).
+    chat template file that does not compile, a model that does not load).
     """
     import uvicorn
 
@@ -37,6 +44,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
 
     try:
         resolved = load_plan(plan)
+        template = _template_file(chat_template_file, resolved, plan)
     except PowerError as err:
         refuse(err)
     workload = Workload.of_plan(resolved, plan)
@@ -48,10 +56,26 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
         failed.append(message)
         server.should_exit = True
 
-    app = create_app(lambda: Engine(workload, options), resolved.name, resolved.digest,
-                     ServerLimits(queue_size=queue_size, request_timeout_s=timeout_s), stop_on_load_failure)
+    limits = ServerLimits(queue_size=queue_size, request_timeout_s=timeout_s,
+                          **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
+    app = create_app(lambda: Engine(workload, options), resolved.name, resolved.digest, limits, stop_on_load_failure,
+                     template)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5))
     server.run()
     if failed:
         sys.exit(EXIT_USAGE)
+
+
+def _template_file(path: Path | None, plan, plan_path: Path):
+    """The operator's chat template, compiled before anything binds; its BOS/EOS text from the plan's target."""
+    if path is None:
+        return None
+    from power.runtime.chat import ChatTemplate
+    from power.runtime.engine import Workload
+    from power.runtime.gguf_weights import GGUFFile
+    from power.runtime.tokenizer import Tokenizer
+
+    target = Workload.of_plan(plan, plan_path).target
+    tokenizer = Tokenizer.from_gguf(GGUFFile(target.path))
+    return ChatTemplate.from_file(path, tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id))
 
