@@ -392,9 +392,9 @@ def slots_engine() -> Engine:
     return InjectedEngine(Workload.of_plan(load_plan(plan_path), plan_path), ONE_THREAD)
 
 
-def slots_app(limits: ServerLimits = ServerLimits()):
+def slots_app(limits: ServerLimits | None = None):
     plan = load_plan(fixture_plan("slots"))
-    return create_app(slots_engine, plan.name, plan.digest, limits)
+    return create_app(slots_engine, plan.name, plan.digest, limits or ServerLimits())
 
 
 def test_concurrent_requests_decode_side_by_side_with_their_alone_tokens() -> None:
@@ -413,7 +413,7 @@ def test_concurrent_requests_decode_side_by_side_with_their_alone_tokens() -> No
         assert metric(base, "power_requests_total", status="ok") == 12
 
 
-def test_a_cancelled_stream_beside_others_leaves_their_tokens_alone(release: threading.Event) -> None:
+def test_a_cancelled_stream_beside_others_leaves_their_tokens_alone() -> None:
     with serving(slots_app()) as base:
         expected = complete(base, max_tokens=20).json()["receipt"]["tokens_sha256"]
         with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": SLOW, "max_tokens": LONG, "stream": True},
