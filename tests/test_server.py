@@ -476,3 +476,18 @@ def test_a_vanishing_temperature_samples_greedily(served_base: str) -> None:
 def test_unknown_routes_answer_in_openai_shape(served_base: str) -> None:
     response = httpx.get(f"{served_base}/v1/nothing")
     assert response.status_code == 404 and response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_chat_without_a_template_says_how_to_give_one(served_base: str) -> None:
+    response = httpx.post(f"{served_base}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "no_chat_template" and "--chat-template-file" in error["message"]
+
+
+def test_serve_refuses_a_chat_template_file_that_does_not_compile(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for message in messages %}{{ message['content'] }")
+    result = CliRunner().invoke(main, ["serve", str(fixture_plan("ngram")), "--port", "0",
+                                       "--chat-template-file", str(broken)])
+    assert result.exit_code == 2 and "does not compile" in result.output and "broken.jinja" in result.output

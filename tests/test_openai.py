@@ -1,0 +1,147 @@
+"""The official `openai` client against a real `power serve`: the CLI in a subprocess, uvicorn on a loopback port.
+
+The plan is the dense fixture with four slots, its header carrying a ChatML template
+(which the fixture vocabulary's special tokens fit), decoded greedily, so a request's
+text is the same however it is sent: alone or beside others, streamed or not, as chat
+messages or as the prompt the template renders from them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import jinja2.sandbox
+import openai
+import pytest
+from runtime_plans import chat_plan
+
+from power.artifacts.factory import CHATML_TEMPLATE
+from power.orchestrator.plan import load_plan
+
+BOUND_S = 120.0
+MESSAGES = [{"role": "system", "content": "You answer briefly."},
+            {"role": "user", "content": "Hello world! The quick brown fox"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[openai.OpenAI, str]]:
+    plan = chat_plan("slots")
+    port = _free_port()
+    command = [str(Path(sys.executable).parent / "power"), "serve", str(plan), "--port", str(port), "--dtype",
+               "float32", "--threads", "1"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=os.environ | {"TRITON_INTERPRET": "1"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while not _healthy(base):
+            assert server.poll() is None, server.stdout.read()
+            assert time.monotonic() < deadline, "power serve did not come up"
+            time.sleep(0.2)
+        yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=BOUND_S, max_retries=0), \
+            load_plan(plan).name
+    finally:
+        server.terminate()
+        server.wait(BOUND_S)
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_models_lists_the_plan(served) -> None:
+    client, name = served
+    assert [m.id for m in client.models.list().data] == [name]
+
+
+def test_chat_renders_the_models_template_and_answers_with_usage(served) -> None:
+    client, name = served
+    chat = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=12)
+    choice = chat.choices[0]
+    assert chat.object == "chat.completion" and choice.message.role == "assistant"
+    assert choice.finish_reason in ("length", "stop") and chat.usage.completion_tokens <= 12
+    # The same text as a completion of the prompt the model's template renders from the messages.
+    rendered = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) \
+        .from_string(CHATML_TEMPLATE).render(messages=MESSAGES, add_generation_prompt=True)
+    completion = client.completions.create(model=name, prompt=rendered, max_tokens=12)
+    assert completion.choices[0].text == choice.message.content
+    assert completion.usage.prompt_tokens == chat.usage.prompt_tokens
+    assert chat.model_extra["receipt"]["tokens_sha256"] == completion.model_extra["receipt"]["tokens_sha256"]
+
+
+def test_a_streamed_chat_sends_the_same_text_then_the_finish_and_usage(served) -> None:
+    client, name = served
+    whole = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=16)
+    chunks = list(client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=16, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_a_streamed_completion_sends_the_same_text(served) -> None:
+    client, name = served
+    whole = client.completions.create(model=name, prompt="Hello world! The quick", max_tokens=16)
+    chunks = list(client.completions.create(model=name, prompt="Hello world! The quick", max_tokens=16, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
+    assert chunks[-1].usage.total_tokens == whole.usage.total_tokens
+
+
+def test_concurrent_chats_answer_as_they_do_one_at_a_time(served) -> None:
+    client, name = served
+    conversations = [[{"role": "user", "content": text}] for text in
+                     ("Hello world!", "The quick brown fox", "jumps over the lazy dog", "Hello there, how are you?")]
+    alone = [client.chat.completions.create(model=name, messages=m, max_tokens=20).choices[0].message.content
+             for m in conversations]
+    together: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        reply = client.chat.completions.create(model=name, messages=conversations[i % 4], max_tokens=20)
+        together[i] = reply.choices[0].message.content
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(BOUND_S)
+    assert [together[i] for i in range(8)] == alone * 2
+
+
+def test_a_follow_up_turn_reuses_the_cached_conversation(served) -> None:
+    client, name = served
+    system = {"role": "system", "content": "You are a terse assistant. " * 12}
+    first = client.chat.completions.create(model=name, messages=[system, MESSAGES[1]], max_tokens=8)
+    follow_up = [system, MESSAGES[1], {"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And then?"}]
+    second = client.chat.completions.create(model=name, messages=follow_up, max_tokens=8)
+    assert second.usage.prompt_tokens_details.cached_tokens >= 64
+
+
+def test_bad_requests_raise_the_clients_errors_with_openais_shape(served) -> None:
+    client, name = served
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=name, messages=MESSAGES, temperature=5)
+    assert refused.value.status_code == 400 and refused.value.body["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError) as unknown_role:
+        client.chat.completions.create(model=name, messages=[{"role": "narrator", "content": "x"}])
+    assert "role" in unknown_role.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.completions.create(model=name, prompt="word " * 2000, max_tokens=4)
+    assert too_long.value.body["code"] == "context_length_exceeded"
