@@ -98,7 +98,7 @@ def tokens_of(decodings: list[Decoding]) -> tuple[tuple[int, ...], ...]:
 
 @pytest.mark.parametrize("model, kind", [("dense", "none"), ("dense", "ngram"), ("dense", "dflash"),
                                          ("dense", "dspark"), ("hybrid", "none"), ("hybrid", "ngram"),
-                                         ("hybrid", "mtp"), ("hybrid", "dflash")])
+                                         ("hybrid", "mtp"), ("hybrid", "dflash"), ("hybrid", "dspark")])
 def test_requests_side_by_side_emit_the_tokens_they_emit_alone(model, kind):
     together = run(decoder(model, kind, SLOTS), fixture_prompts())
     assert tokens_of(together) == reference(model)

@@ -1,0 +1,343 @@
+"""`power serve` under concurrent clients, beside llama-server with the same slots, on the bundled Gemma 3 270M.
+
+    python bench/bench_serve.py [--clients 1,2,4,8] [--tokens 64] [--runs 3] [--threads 2]
+                                [--dtype float32] [--lm-head-dtype DTYPE] [--json out.json]
+
+Both engines run as servers on loopback, started once, and are measured in
+turns: every measurement alternates which engine goes first, run by run, so
+load from other processes on a shared machine lands on both alike. Three parts:
+
+1. Aggregate decode throughput. N concurrent greedy clients, each with its own
+   prompt, against a target-only plan (profiles/target-only.toml) with
+   `slots` = the largest N; llama-server runs the line Power renders for that
+   plan, plus `-np` with the same slot count. Aggregate tok/s = the completion
+   tokens of all N clients / the wall time from the first request sent to the
+   last answer. Reported with the ratios Power(N) / Power(1) and Power /
+   llama-server at each N.
+2. n-gram speculation on the echo shape: Power serving profiles/ngram.toml (with
+   the same slots) against llama-server launched with the line Power renders
+   for that plan (its n-gram flags), at one client and at the largest N.
+3. Prefix reuse: time to first token (to the first streamed text) of a request
+   whose ~1k-token system prompt a slot already holds, against one whose
+   equally long system prompt is new, on a plan with two slots of 2048
+   positions; llama-server (its prompt cache) alongside for reference.
+
+llama-server is the binary `scripts/build-llama-server` builds (cached after the
+first build); when it cannot be built, the bench says so and measures Power alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import tomli_w
+
+from power.runtime.traffic import build_shape, unique_lines
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFEST = REPO / "manifests" / "gemma3-270m.toml"
+POWER = Path(sys.executable).parent / "power"
+SYSTEM_LINES = 72  # about 1,000 Gemma tokens of unique sentences
+BOUND_S = 600.0
+
+
+@dataclass
+class Server:
+    """A server process on a loopback port."""
+
+    name: str
+    command: list[str]
+    port: int
+    log: Path
+    process: subprocess.Popen | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.command, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                        env=os.environ | {"TRITON_INTERPRET": "1"})
+        deadline = time.monotonic() + BOUND_S
+        while not self._healthy():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{self.name} did not come up: {self.command}\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(60)
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.base}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+@dataclass
+class Sample:
+    engine: str
+    clients: int
+    tokens: int
+    seconds: float
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+@dataclass
+class Results:
+    throughput: list[Sample] = field(default_factory=list)
+    ngram: list[Sample] = field(default_factory=list)
+    ttft: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+
+# --- plans and launch lines ----------------------------------------------------------------------------------------
+
+
+def plan(profile: Path, slots: int, ctx: int, directory: Path) -> Path:
+    """The bundled Gemma manifest planned with `profile`, its runtime.slots and ctx set as given."""
+    document = tomllib.loads(profile.read_text())
+    document["runtime"] |= {"slots": slots, "ctx": ctx}
+    derived = directory / f"{profile.stem}-slots{slots}.toml"
+    derived.write_text(tomli_w.dumps(document))
+    out = directory / f"{profile.stem}-slots{slots}.plan.json"
+    subprocess.run([str(POWER), "plan", str(MANIFEST), str(derived), "--device", "24 GiB", "-o", str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+def llama_server_binary() -> str | None:
+    built = subprocess.run([str(REPO / "scripts" / "build-llama-server")], capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"llama-server: scripts/build-llama-server failed (exit {built.returncode}); measuring Power alone\n"
+              f"{built.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return built.stdout.strip().splitlines()[-1]
+
+
+def rendered_llama_server(plan_path: Path, binary: str, port: int, threads: int, slots: int) -> list[str]:
+    """The llama-server line Power renders for the plan, on this port and thread count, with `-np slots`."""
+    script = subprocess.run([str(POWER), "render", str(plan_path), "--target", "llama-server"], check=True,
+                            capture_output=True, text=True).stdout
+    line = script[script.index("exec llama-server"):].replace("\\\n", " ")
+    argv = shlex.split(line)[1:]
+    argv[0] = binary
+    if "-np" not in argv and "--parallel" not in argv:
+        argv += ["-np", str(slots)]
+    return argv + ["--host", "127.0.0.1", "--port", str(port), "-t", str(threads), "-tb", str(threads)]
+
+
+def power_server(plan_path: Path, port: int, args: argparse.Namespace, log: Path) -> Server:
+    command = [str(POWER), "serve", str(plan_path), "--port", str(port), "--threads", str(args.threads),
+               "--dtype", args.dtype, "--queue-size", "64"]
+    if args.lm_head_dtype:
+        command += ["--lm-head-dtype", args.lm_head_dtype]
+    return Server("power", command, port, log)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- measurements --------------------------------------------------------------------------------------------------
+
+
+def complete(base: str, prompt: str, max_tokens: int) -> int:
+    """One greedy completion; the completion tokens it produced."""
+    response = httpx.post(f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": max_tokens,
+                                                          "temperature": 0.0}, timeout=BOUND_S)
+    response.raise_for_status()
+    return response.json()["usage"]["completion_tokens"]
+
+
+def concurrent(server: Server, prompts: list[str], max_tokens: int) -> Sample:
+    """Every prompt sent at once, one client each: completion tokens and the wall time to the last answer."""
+    produced = [0] * len(prompts)
+    start = threading.Barrier(len(prompts) + 1)
+
+    def client(i: int) -> None:
+        start.wait()
+        produced[i] = complete(server.base, prompts[i], max_tokens)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return Sample(server.name, len(prompts), sum(produced), time.perf_counter() - began)
+
+
+def first_text_s(base: str, prompt: str) -> float:
+    """Seconds from sending a streamed request to its first text."""
+    began = time.perf_counter()
+    with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": 4, "temperature": 0.0,
+                                                              "stream": True}, timeout=BOUND_S) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                if json.loads(line[6:])["choices"][0].get("text"):
+                    return time.perf_counter() - began
+    raise RuntimeError(f"{base} streamed no text for the prompt")
+
+
+def client_prompts(n: int) -> list[str]:
+    """n distinct prose prompts (the traffic module's unique lines), each asking to go on."""
+    return [" ".join(unique_lines(3, seed=100 + i)) + " Then" for i in range(n)]
+
+
+def in_turns(servers: list[Server], runs: int, measure) -> None:
+    for run in range(runs):
+        for server in (servers if run % 2 == 0 else servers[::-1]):
+            measure(server, run)
+
+
+# --- the report ------------------------------------------------------------------------------------------------------
+
+
+def median_tok_s(samples: list[Sample], engine: str, clients: int) -> float | None:
+    rates = [s.tok_s for s in samples if s.engine == engine and s.clients == clients]
+    return statistics.median(rates) if rates else None
+
+
+def report(results: Results, clients: list[int], has_llama: bool) -> str:
+    lines = ["## Aggregate decode tok/s (greedy, target-only plan; median of runs)", "",
+             "| clients | Power | x Power(1) | llama-server | Power / llama-server |", "| ---: | ---: | ---: | ---: | ---: |"]
+    single = median_tok_s(results.throughput, "power", clients[0])
+    for n in clients:
+        power = median_tok_s(results.throughput, "power", n)
+        llama = median_tok_s(results.throughput, "llama-server", n)
+        lines.append(f"| {n} | {power:.1f} | {power / single:.2f} | {_f(llama)} | {_ratio(power, llama)} |")
+    lines += ["", "## n-gram speculation on the echo shape (aggregate tok/s, median of runs)", "",
+              "| clients | Power (ngram plan) | llama-server (rendered n-gram line) | Power / llama-server |",
+              "| ---: | ---: | ---: | ---: |"]
+    for n in sorted({s.clients for s in results.ngram}):
+        power = median_tok_s(results.ngram, "power", n)
+        llama = median_tok_s(results.ngram, "llama-server", n)
+        lines.append(f"| {n} | {power:.1f} | {_f(llama)} | {_ratio(power, llama)} |")
+    lines += ["", "## Time to first token with a ~1k-token system prompt (median seconds)", "",
+              "| engine | new system prompt | cached system prompt | speed-up |", "| --- | ---: | ---: | ---: |"]
+    for engine, ttft in results.ttft.items():
+        cold, warm = statistics.median(ttft["cold"]), statistics.median(ttft["warm"])
+        lines.append(f"| {engine} | {cold:.3f} | {warm:.3f} | {cold / warm:.1f}x |")
+    if not has_llama:
+        lines += ["", "llama-server could not be built here: only Power was measured."]
+    return "\n".join(lines)
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.2f}"
+
+
+# --- main --------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", default="1,2,4,8", help="concurrency levels, comma-separated")
+    parser.add_argument("--tokens", type=int, default=64, help="completion tokens per request")
+    parser.add_argument("--runs", type=int, default=3, help="runs per engine and level (alternating)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="float32", help="Power's layer weights (float32, bfloat16, int8)")
+    parser.add_argument("--lm-head-dtype", default=None)
+    parser.add_argument("--json", type=Path, default=None, help="also write every sample here")
+    args = parser.parse_args()
+    clients = sorted({int(c) for c in args.clients.split(",")})
+    slots = clients[-1]
+    binary = llama_server_binary()
+    work = Path(tempfile.mkdtemp(prefix="power-bench-serve-"))
+    print(f"work directory: {work}", file=sys.stderr)
+    results = Results()
+
+    def pair(plan_path: Path, server_slots: int) -> list[Server]:
+        servers = [power_server(plan_path, free_port(), args, work / f"power-{plan_path.stem}.log")]
+        if binary:
+            port = free_port()
+            servers.append(Server("llama-server", rendered_llama_server(plan_path, binary, port, args.threads,
+                                                                        server_slots), port,
+                                  work / f"llama-{plan_path.stem}.log"))
+        for server in servers:
+            server.start()
+            complete(server.base, "Warm up.", 4)
+        return servers
+
+    def run_part(servers: list[Server], body) -> None:
+        try:
+            body(servers)
+        finally:
+            for server in servers:
+                server.stop()
+
+    target_only = plan(REPO / "profiles" / "target-only.toml", slots, 512 * slots, work)
+
+    def throughput(servers: list[Server]) -> None:
+        for n in clients:
+            prompts = client_prompts(n)
+            in_turns(servers, args.runs, lambda server, _run: _record(results.throughput, concurrent(
+                server, prompts, args.tokens)))
+
+    run_part(pair(target_only, slots), throughput)
+
+    ngram = plan(REPO / "profiles" / "ngram.toml", slots, 512 * slots, work)
+    echo = build_shape("echo", args.tokens).prompt
+
+    def speculation(servers: list[Server]) -> None:
+        for n in sorted({1, slots}):
+            in_turns(servers, args.runs, lambda server, _run: _record(results.ngram, concurrent(
+                server, [echo] * n, args.tokens)))
+
+    run_part(pair(ngram, slots), speculation)
+
+    reuse = plan(REPO / "profiles" / "target-only.toml", 2, 4096, work)
+
+    def prefix_reuse(servers: list[Server]) -> None:
+        def measure(server: Server, run: int) -> None:
+            system = " ".join(unique_lines(SYSTEM_LINES, seed=1000 + run)) + "\n"
+            ttft = results.ttft.setdefault(server.name, {"cold": [], "warm": []})
+            ttft["cold"].append(first_text_s(server.base, system + "Question: what comes first?\nAnswer:"))
+            ttft["warm"].append(first_text_s(server.base, system + "Question: what comes last?\nAnswer:"))
+            print(f"{server.name}: time to first token {ttft['cold'][-1]:.3f} s new, {ttft['warm'][-1]:.3f} s cached",
+                  file=sys.stderr)
+        in_turns(servers, args.runs, measure)
+
+    run_part(pair(reuse, 2), prefix_reuse)
+
+    print(report(results, clients, binary is not None))
+    if args.json:
+        args.json.write_text(json.dumps({"throughput": [vars(s) for s in results.throughput],
+                                         "ngram": [vars(s) for s in results.ngram], "ttft": results.ttft,
+                                         "args": {k: str(v) for k, v in vars(args).items()}}, indent=2))
+
+
+def _record(samples: list[Sample], sample: Sample) -> None:
+    samples.append(sample)
+    print(f"{sample.engine} x{sample.clients}: {sample.tokens} tokens in {sample.seconds:.2f} s = "
+          f"{sample.tok_s:.1f} tok/s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
