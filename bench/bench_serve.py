@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import socket
 import statistics
@@ -70,8 +69,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.command, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-                                        env=os.environ | {"TRITON_INTERPRET": "1"})
+        self.process = subprocess.Popen(self.command, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + BOUND_S
         while not self._healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -297,8 +295,8 @@ def main() -> None:
     def throughput(servers: list[Server]) -> None:
         for n in clients:
             prompts = client_prompts(n)
-            in_turns(servers, args.runs, lambda server, _run: _record(results.throughput, concurrent(
-                server, prompts, args.tokens)))
+            in_turns(servers, args.runs, lambda server, _run, prompts=prompts: _record(
+                results.throughput, concurrent(server, prompts, args.tokens)))
 
     run_part(pair(target_only, slots), throughput)
 
@@ -307,8 +305,8 @@ def main() -> None:
 
     def speculation(servers: list[Server]) -> None:
         for n in sorted({1, slots}):
-            in_turns(servers, args.runs, lambda server, _run: _record(results.ngram, concurrent(
-                server, [echo] * n, args.tokens)))
+            in_turns(servers, args.runs, lambda server, _run, n=n: _record(
+                results.ngram, concurrent(server, [echo] * n, args.tokens)))
 
     run_part(pair(ngram, slots), speculation)
 

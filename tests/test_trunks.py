@@ -17,6 +17,7 @@ from gguf_helpers import fixtures, gemma
 from power.runtime.errors import ContextOverflow
 from power.runtime.kv_cache import ATTENTION_BLOCK, SMALL_BLOCK
 from power.runtime.trunks import load_trunk
+from power.runtime.trunks.base import Part
 from power.runtime.trunks.protocol import OutsideResidentWindow
 
 PREFIX = [2, 818, 5279, 529, 7001]  # "<bos>The capital of France" in Gemma's vocabulary; plain ids for the fixtures
@@ -65,6 +66,34 @@ def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, dtype)
     model.rewind(start[0] + len(rows) - 1)
     again = model.forward(rows[-1:])
     assert torch.equal(again.logits[0], together.logits[-1]), "re-forward after rewind differs"
+
+
+@pytest.mark.parametrize("name,dtype", TRUNKS)
+def test_rows_of_several_sequences_in_one_forward_equal_each_sequence_alone(name, dtype):
+    """Three sequences of different lengths share one forward (and one prefill chunk): every row, logits and taps,
+    equals the same rows forwarded in their own slot alone - whatever row offset their segment had."""
+    head = (dtype.split("/") + [None])[1]
+    path = gemma() if name == "gemma" else fixtures()[name]
+    model = load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, dtype=dtype.split("/")[0],
+                       lm_head_dtype=head, slots=3)
+    prefix, rows = tokens_for(name)
+    taps = (1, model.config.n_layers)
+    prompts = [prefix, prefix[:2], [*prefix, *rows]]
+    for slot in range(3):
+        model.reset(slot)
+    prefilled = model.prefill_parts([Part(slot, p) for slot, p in enumerate(prompts)], taps)
+    parts = [Part(0, rows[:1]), Part(1, rows[1:3]), Part(2, rows[3:])]
+    before = [model.checkpoint(slot) for slot in range(3)]
+    together = model.forward_parts(parts, taps)
+    for slot, part in enumerate(parts):
+        model.reset(slot)
+        alone_prefill = model.prefill(prompts[slot], taps, all_logits=True, slot=slot)
+        assert torch.equal(alone_prefill.logits, prefilled[slot].logits)
+        assert model.checkpoint(slot)[0] == before[slot][0]
+        alone = model.forward(part.tokens, taps, slot=slot)
+        assert torch.equal(alone.logits, together[slot].logits), f"slot {slot}'s rows differ from their lone forward"
+        for layer in taps:
+            assert torch.equal(alone.hidden[layer], together[slot].hidden[layer])
 
 
 # Forwards of 8 rows from these positions cross slot 64 (the first block edge), 256 (where blocks grow from
