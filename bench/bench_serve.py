@@ -214,25 +214,37 @@ def in_turns(servers: list[Server], runs: int, measure) -> None:
 
 
 def median_tok_s(samples: list[Sample], engine: str, clients: int) -> float | None:
-    rates = [s.tok_s for s in samples if s.engine == engine and s.clients == clients]
+    rates = _rates(samples, engine, clients)
     return statistics.median(rates) if rates else None
 
 
+def _rates(samples: list[Sample], engine: str, clients: int) -> list[float]:
+    return [s.tok_s for s in samples if s.engine == engine and s.clients == clients]
+
+
+def _spread(samples: list[Sample], engine: str, clients: int) -> str:
+    """The median and, in brackets, the range of the runs."""
+    rates = _rates(samples, engine, clients)
+    return f"{statistics.median(rates):.1f} [{min(rates):.1f}-{max(rates):.1f}]" if rates else "-"
+
+
 def report(results: Results, clients: list[int], has_llama: bool) -> str:
-    lines = ["## Aggregate decode tok/s (greedy, target-only plan; median of runs)", "",
+    lines = ["## Aggregate decode tok/s (greedy, target-only plan; median [range] of runs)", "",
              "| clients | Power | x Power(1) | llama-server | Power / llama-server |", "| ---: | ---: | ---: | ---: | ---: |"]
     single = median_tok_s(results.throughput, "power", clients[0])
-    for n in clients:
+    for n in clients if single else ():
         power = median_tok_s(results.throughput, "power", n)
         llama = median_tok_s(results.throughput, "llama-server", n)
-        lines.append(f"| {n} | {power:.1f} | {power / single:.2f} | {_f(llama)} | {_ratio(power, llama)} |")
-    lines += ["", "## n-gram speculation on the echo shape (aggregate tok/s, median of runs)", "",
+        lines.append(f"| {n} | {_spread(results.throughput, 'power', n)} | {power / single:.2f} | "
+                     f"{_spread(results.throughput, 'llama-server', n)} | {_ratio(power, llama)} |")
+    lines += ["", "## n-gram speculation on the echo shape (aggregate tok/s, median [range] of runs)", "",
               "| clients | Power (ngram plan) | llama-server (rendered n-gram line) | Power / llama-server |",
               "| ---: | ---: | ---: | ---: |"]
     for n in sorted({s.clients for s in results.ngram}):
         power = median_tok_s(results.ngram, "power", n)
         llama = median_tok_s(results.ngram, "llama-server", n)
-        lines.append(f"| {n} | {power:.1f} | {_f(llama)} | {_ratio(power, llama)} |")
+        lines.append(f"| {n} | {_spread(results.ngram, 'power', n)} | {_spread(results.ngram, 'llama-server', n)} | "
+                     f"{_ratio(power, llama)} |")
     lines += ["", "## Time to first token with a ~1k-token system prompt (median seconds)", "",
               "| engine | new system prompt | cached system prompt | speed-up |", "| --- | ---: | ---: | ---: |"]
     for engine, ttft in results.ttft.items():
@@ -241,10 +253,6 @@ def report(results: Results, clients: list[int], has_llama: bool) -> str:
     if not has_llama:
         lines += ["", "llama-server could not be built here: only Power was measured."]
     return "\n".join(lines)
-
-
-def _f(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -262,6 +270,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="float32", help="Power's layer weights (float32, bfloat16, int8)")
     parser.add_argument("--lm-head-dtype", default=None)
+    parser.add_argument("--parts", default="throughput,ngram,reuse", help="which parts to run, comma-separated")
     parser.add_argument("--json", type=Path, default=None, help="also write every sample here")
     args = parser.parse_args()
     clients = sorted({int(c) for c in args.clients.split(",")})
@@ -298,7 +307,9 @@ def main() -> None:
             in_turns(servers, args.runs, lambda server, _run, prompts=prompts: _record(
                 results.throughput, concurrent(server, prompts, args.tokens)))
 
-    run_part(pair(target_only, slots), throughput)
+    parts = set(args.parts.split(","))
+    if "throughput" in parts:
+        run_part(pair(target_only, slots), throughput)
 
     ngram = plan(REPO / "profiles" / "ngram.toml", slots, 512 * slots, work)
     echo = build_shape("echo", args.tokens).prompt
@@ -308,7 +319,8 @@ def main() -> None:
             in_turns(servers, args.runs, lambda server, _run, n=n: _record(
                 results.ngram, concurrent(server, [echo] * n, args.tokens)))
 
-    run_part(pair(ngram, slots), speculation)
+    if "ngram" in parts:
+        run_part(pair(ngram, slots), speculation)
 
     reuse = plan(REPO / "profiles" / "target-only.toml", 2, 4096, work)
 
@@ -322,7 +334,8 @@ def main() -> None:
                   file=sys.stderr)
         in_turns(servers, args.runs, measure)
 
-    run_part(pair(reuse, 2), prefix_reuse)
+    if "reuse" in parts:
+        run_part(pair(reuse, 2), prefix_reuse)
 
     print(report(results, clients, binary is not None))
     if args.json:

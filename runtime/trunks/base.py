@@ -356,9 +356,6 @@ class TrunkSequence:
     def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = False) -> ForwardOut:
         return self.trunk.prefill(tokens, taps, all_logits, slot=self.slot)
 
-    def prefill_piece(self, tokens: Sequence[int], taps: Sequence[int] = (), last: bool = True) -> ForwardOut:
-        return self.trunk.prefill_parts([Part(self.slot, tokens, int(last))], taps)[0]
-
     def chunk_room(self) -> int:
         return self.trunk.chunk_room(self.slot)
 
