@@ -41,7 +41,7 @@ from power.orchestrator.plan import (
     Target,
     Tokenizer,
 )
-from power.orchestrator.resolve import Resolution, resolve
+from power.orchestrator.resolve import Declared, Resolution, resolve
 from power.orchestrator.schema import HostSpec
 from power.orchestrator.sizing import Budget, Request, Sizing, largest_context, size_plan, trunk_layers, whole
 
@@ -110,10 +110,13 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
 
 
 def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Chosen | None, list[Finding]]:
-    declared = [d.kind for d in manifest.model.drafters]
+    drafters = manifest.model.drafters
     facts = artifacts.target.facts
-    resolution, findings = resolve(profile.model.spec_mode, declared, facts.drafter_kind == contracts.MTP,
-                                   manifest, profile, is_recurrent(facts))
+    target_has_head = facts.drafter_kind == contracts.MTP
+    sidecar = [modes.mode(d.kind).sidecar and d.path is not None for d in drafters]
+    runnable = [modes.mode(d.kind).artifact != "target" or target_has_head or sidecar[i] for i, d in enumerate(drafters)]
+    declared = Declared([d.kind for d in drafters], runnable, sidecar)
+    resolution, findings = resolve(profile.model.spec_mode, declared, manifest, profile, is_recurrent(facts))
     if resolution is None:
         return None, findings
     files = [artifacts.drafters[i] for i in resolution.drafters if i in artifacts.drafters]
@@ -199,6 +202,7 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
     s = settings.spec_mtp_recurrent_snapshots if speculating else 0
     chain = resolution.chain
     weight_free = any(kind in modes.WEIGHT_FREE for kind in chain)
+    drafters = tuple(_drafter(manifest, index, artifacts) for index in resolution.drafters)
     return ResolvedPlan.build(
         name=manifest.model.name,
         sources=Sources(manifest=_file_ref(manifest.path), profile=_file_ref(profile.path),
@@ -212,25 +216,37 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
             has_mtp=target.facts.drafter_kind == contracts.MTP,
             recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),
-        drafters=tuple(_drafter(manifest, index, artifacts) for index in resolution.drafters),
+        drafters=drafters,
         speculation=Speculation(
             k=k, s=s, rollback="none" if not speculating else ("full" if s >= k else "guarded"),
             fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolution.resolved) else None,
-            adaptive=settings.spec_mtp_adaptive and speculating),
+            adaptive=settings.spec_mtp_adaptive and speculating, p_min=_p_min(settings, resolution, drafters)),
         runtime=Runtime(
             ctx=sizing.ctx, batch=runtime.batch, ubatch=runtime.ubatch, slots=runtime.slots,
             kv_unified=runtime.kv_unified,
             verify_capacity=settings.verify_rows, gpu_layers=runtime.gpu_layers,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
             draft_kv_cache_type=runtime.kv_cache_type,
-            ngram_n_min=runtime.ngram_n_min if weight_free else None,
-            ngram_n_max=runtime.ngram_n_max if weight_free else None),
+            ngram_match=runtime.ngram_match if weight_free else None,
+            ngram_draft_min=runtime.ngram_draft_min if weight_free else None,
+            ngram_draft_max=(runtime.ngram_draft_max or settings.spec_draft_max) if weight_free else None),
         sampling=Sampling(temperature=settings.sampling.temperature, seed=settings.sampling.seed,
                           verify=settings.sampling.verify),
         memory=memory_section(sizing),
         tokenizer=_tokenizer(target.facts),
         findings=tuple(FindingRecord.of(f) for f in findings),
     )
+
+
+def _p_min(settings, resolution: Resolution, drafters: tuple[Drafter, ...]) -> float | None:
+    """The confidence gate a gated drafter runs with: the profile's, else its header's threshold (never an engine's)."""
+    if resolution.resolved not in modes.CONFIDENCE_GATED:
+        return None
+    if settings.spec_draft_p_min is not None:
+        return settings.spec_draft_p_min
+    gated = next(d for d in drafters if d.kind == resolution.resolved)
+    threshold = gated.contract.get("confidence_threshold")
+    return float(threshold) if threshold is not None else None
 
 
 def _has_draft_head(resolved: str) -> bool:

@@ -18,12 +18,12 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     drafters    [{kind, path, size, sha256, target_sha256, contract}]: the
                 drafters in the chain; `contract` holds header facts (block
                 size, sliding window, target layers, layer count, ...)
-    speculation {k, s, rollback, fr_vocab_size, adaptive}: rollback is "full"
+    speculation {k, s, rollback, fr_vocab_size, adaptive, p_min}: rollback is "full"
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
                 or "none" (no speculation, and then K = S = 0)
     runtime     launch settings: ctx, batch, ubatch, slots, kv_unified, verify_capacity, gpu_layers,
                 flash_attn, cuda_graphs, kv_cache_type, draft_kv_cache_type,
-                draft_device, ngram_n_min, ngram_n_max
+                draft_device, ngram_match, ngram_draft_min, ngram_draft_max
     sampling    {temperature, seed, verify}: verify is "match" or "rejection"
     memory      the sizing verdict: device/headroom bytes, per-component
                 bytes with the header facts behind each, total, margin,
@@ -120,6 +120,8 @@ class Speculation(_Frozen):
     rollback: Literal["full", "guarded", "none"]
     fr_vocab_size: int | None = None
     adaptive: bool = False
+    # the confidence a drafted position needs (DSpark's gate: the profile's, else the header's threshold)
+    p_min: float | None = None
 
 
 class Runtime(_Frozen):
@@ -136,8 +138,10 @@ class Runtime(_Frozen):
     draft_kv_cache_type: str
     # None: the drafter follows the target's device (llama.cpp's default for --spec-draft-device)
     draft_device: str | None = None
-    ngram_n_min: int | None = None
-    ngram_n_max: int | None = None
+    # n-gram (None without one in the chain): the tokens its lookup matches, the shortest draft it keeps, the longest
+    ngram_match: int | None = None
+    ngram_draft_min: int | None = None
+    ngram_draft_max: int | None = None
 
 
 class Sampling(_Frozen):

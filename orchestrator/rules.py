@@ -50,13 +50,14 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
     if kind not in modes.DRAFTER_KINDS:
         return []
     here: KeyPath = ("drafters", index)
-    if kind in modes.FILE_BACKED:
+    if kind in modes.FILE_BACKED or (modes.mode(kind).sidecar and "path" in drafter):
         missing = [key for key in ("path", "sha256", "target_sha256") if key not in drafter]
         if missing:
             return [
                 Issue(
                     "PWR025",
-                    f"a {kind} drafter is a separate GGUF file, but this entry has no {_and(missing)}",
+                    f"a {kind} drafter{' sidecar' if kind not in modes.FILE_BACKED else ''} is a separate GGUF file, "
+                    f"but this entry has no {_and(missing)}",
                     here + ("kind",),
                     hint=f"add {_and(f'`{key} = ...`' for key in missing)} to this [[drafters]] entry "
                     "(target_sha256 is the sha256 of the target it was built for)",
@@ -66,7 +67,8 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
     stray = [key for key in ("path", "size", "sha256", "target_sha256", "quant") if key in drafter]
     if stray:
         in_target = modes.mode(kind).artifact == "target"
-        reason = "lives in the target file" if in_target else "needs no file"
+        reason = ("lives in the target file unless `path` names its sidecar" if in_target and modes.mode(kind).sidecar
+                  else "lives in the target file" if in_target else "needs no file")
         return [
             Issue(
                 "PWR025",
@@ -87,7 +89,9 @@ def _profile(data: dict[str, Any]) -> list[Issue]:
     k = _positive_int(data, "spec_draft_max", Profile, upper=64)
     s = _positive_int(data, "spec_mtp_recurrent_snapshots", Profile)
     runtime = data.get("runtime") if isinstance(data.get("runtime"), dict) else {}
-    issues = _fr(data, mode) + _adaptive(data, mode) + _ngram_window(runtime)
+    issues = _fr(data, mode) + _adaptive(data, mode)
+    if k is not None:
+        issues += _ngram_window(runtime, k)
     if mode is not None and mode in modes.BY_NAME and modes.mode(mode).reserved:
         issues.append(
             Issue(
@@ -184,18 +188,20 @@ def _verify_capacity(runtime: dict[str, Any], k: int) -> list[Issue]:
     ]
 
 
-def _ngram_window(runtime: dict[str, Any]) -> list[Issue]:
-    n_min = _positive_int(runtime, "ngram_n_min", ProfileRuntime)
-    n_max = _positive_int(runtime, "ngram_n_max", ProfileRuntime)
-    if n_min is None or n_max is None or n_min <= n_max:
+def _ngram_window(runtime: dict[str, Any], k: int) -> list[Issue]:
+    """The n-gram's draft lengths: the shortest kept must not exceed the longest (default K)."""
+    draft_min = _positive_int(runtime, "ngram_draft_min", ProfileRuntime, upper=1024)
+    draft_max = runtime.get("ngram_draft_max", k)
+    if draft_min is None or not _is_int(draft_max) or draft_max < 1 or draft_min <= draft_max:
         return []
-    key = "ngram_n_min" if "ngram_n_min" in runtime else "ngram_n_max"
+    named = "ngram_draft_max" if "ngram_draft_max" in runtime else f"K (spec_draft_max = {k})"
     return [
         Issue(
             "PWR411",
-            f"ngram_n_min = {n_min} > ngram_n_max = {n_max}: no match length fits the window",
-            ("runtime", key),
-            hint="make ngram_n_min <= ngram_n_max",
+            f"ngram_draft_min = {draft_min} > the longest n-gram draft, {named} = {draft_max}: every draft would "
+            "be dropped, so the n-gram never proposes",
+            ("runtime", "ngram_draft_min"),
+            hint=f"lower ngram_draft_min to {draft_max} or less, or raise the longest draft",
         )
     ]
 

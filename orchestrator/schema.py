@@ -52,6 +52,16 @@ RENAMED_KEYS = {
     "flash_attention": "flash_attn",
     "cache_type_k": "kv_cache_type",
     "temp": "temperature",
+    "spec_ngram_mod_n_match": "ngram_match",
+    "spec_ngram_mod_n_min": "ngram_draft_min",
+    "spec_ngram_mod_n_max": "ngram_draft_max",
+    "ngram_n_min": "ngram_match",  # Power's former match-length range: the lookup now matches one length
+    "ngram_n_max": "ngram_match",
+    "draft_p_min": "spec_draft_p_min",
+    "n_parallel": "slots",
+    "parallel": "slots",
+    "batch_size": "batch",
+    "ubatch_size": "ubatch",
 }
 
 EngineName = Literal["power", "llama-server", "vllm"]
@@ -145,8 +155,12 @@ class ProfileRuntime(_Strict):
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
     kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
     gpu_layers: Annotated[StrictInt, Field(ge=0)] | Literal["all"] = Field("all", description='layers offloaded to the GPU: an integer >= 0 or "all" (full offload)')
-    ngram_n_min: StrictInt = Field(3, ge=1, description="n-gram speculation: shortest suffix match that may propose")
-    ngram_n_max: StrictInt = Field(5, ge=1, description="n-gram speculation: longest suffix match tried first")
+    ngram_match: StrictInt = Field(24, ge=1, le=1024, description="n-gram speculation: how many trailing tokens the "
+                                   "lookup matches (llama.cpp --spec-ngram-mod-n-match)")
+    ngram_draft_min: StrictInt = Field(1, ge=1, le=1024, description="n-gram speculation: a draft shorter than this "
+                                       "is dropped (llama.cpp --spec-ngram-mod-n-min)")
+    ngram_draft_max: StrictInt | None = Field(None, ge=1, le=64, description="n-gram speculation: the longest draft "
+                                              "(llama.cpp --spec-ngram-mod-n-max); default K (spec_draft_max)")
 
 
 class SamplingSettings(_Strict):
@@ -164,6 +178,10 @@ class Profile(_Strict):
     spec_mtp_recurrent_snapshots: StrictInt = Field(7, ge=1, description="S, the resident rollback window: an integer >= 1")
     spec_mtp_fr_vocab_size: StrictInt | None = Field(
         None, ge=1, description="FR, the draft head's token-ID prefix: an integer >= 1 (omit for the full vocabulary)"
+    )
+    spec_draft_p_min: StrictFloat | None = Field(
+        None, ge=0.0, le=1.0, description="the confidence a drafted position needs (llama.cpp --spec-draft-p-min; "
+        "DSpark's gate); omit for the drafter's own threshold"
     )
     spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, dspark; not dflash2)")
     runtime: ProfileRuntime = Field(default_factory=ProfileRuntime)

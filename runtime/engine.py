@@ -31,7 +31,7 @@ from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import Speculator, SpeculatorRequest
+from power.runtime.speculators.base import NGramWindow, Speculator, SpeculatorRequest
 from power.runtime.stops import StopText
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
@@ -252,9 +252,10 @@ def _speculator(workload: Workload, trunk) -> Speculator | None:
     if kind == modes.NONE:
         return None
     runtime, speculation = workload.runtime, workload.speculation
-    orders = (runtime.ngram_n_min, runtime.ngram_n_max) if runtime.ngram_n_min and runtime.ngram_n_max else None
+    window = (NGramWindow(runtime.ngram_match, runtime.ngram_draft_min, runtime.ngram_draft_max)
+              if runtime.ngram_match and runtime.ngram_draft_min and runtime.ngram_draft_max else None)
     request = SpeculatorRequest(trunk, target_path=workload.target.path, drafter_path=workload.drafter(kind),
-                                fr_vocab_size=speculation.fr_vocab_size, ngram_orders=orders)
+                                fr_vocab_size=speculation.fr_vocab_size, ngram=window, p_min=speculation.p_min)
     return registry.create(kind, request)
 
 

@@ -56,10 +56,11 @@ def test_fr_without_a_draft_head_when_auto_resolves_to_an_external_drafter(tmp_p
     assert plan is None and [f.code for f in findings if f.is_error] == ["PWR423"]
 
 
-def test_adaptive_when_auto_resolves_to_dflash2(tmp_path):
+def test_auto_never_meets_dflash2s_fixed_shape_with_the_adaptive_controller(tmp_path):
     manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "auto", spec_mtp_adaptive=True))
-    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR424"]
+    assert plan is not None and plan.mode.resolved == "none" and not plan.speculation.adaptive
+    assert "PWR217" in codes(findings)
 
 
 def test_adaptive_with_explicit_dflash2_is_the_loaders_rule(tmp_path):

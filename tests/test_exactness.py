@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from spec_helpers import Oracle, fixture_dir, oracle_for, plain_stream, prompt_for, speculative, target_path, trunk
 
-from power.runtime.speculators.base import Decline, SpeculatorRequest
+from power.runtime.speculators.base import Decline, NGramWindow, SpeculatorRequest
 from power.runtime.speculators.registry import build
 
 FIXTURE_TOKENS = 256
@@ -28,7 +28,7 @@ def _speculator(kind: str, model: str, k: int, s: int, n_tokens: int):
         return oracle_for(model, n_tokens, then=k // 2)  # every round partially wrong, half-way in
     drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
     request = SpeculatorRequest(trunk(model, s), drafter_path=drafter, target_path=target_path(model), p_min=0.0,
-                                ngram_orders=(2, 4))
+                                ngram=NGramWindow(2, 1, 64))
     built = build(kind, request)
     assert not isinstance(built, Decline), str(built)
     return built

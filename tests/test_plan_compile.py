@@ -78,5 +78,6 @@ def test_the_compiled_plan_renders(tmp_path):
     out = tmp_path / "plan.json"
     assert plan_command(MANIFEST, PROFILES / "ngram.toml", "--device", "24 GiB", "-o", out).exit_code == 0
     script = render(load_plan(out), "llama-server", out)
-    assert "--spec-type ngram-mod" in script and "--spec-ngram-mod-n-min 3" in script
+    assert "--spec-type ngram-mod" in script and "--spec-ngram-mod-n-match 4" in script
+    assert "--spec-ngram-mod-n-min 2" in script and "--spec-ngram-mod-n-max 7" in script
     assert str(gemma().resolve()) in script

@@ -23,6 +23,7 @@ CASES = [
     (CHAIN_PLAN, "power", "dspark-ngram.power.sh"),
     (CHAIN_PLAN, "env", "dspark-ngram.env"),
     (CHAIN_PLAN, "systemd", "dspark-ngram.systemd.conf"),
+    (CHAIN_PLAN, "llama-server-env", "dspark-ngram.llama-server.env"),
     (MTP_PLAN, "llama-server", "mtp.llama-server.sh"),
     (MTP_PLAN, "vllm", "mtp.vllm.sh"),
 ]
@@ -102,7 +103,7 @@ def test_hostile_names_render_inert_in_shell_scripts(tmp_path, hostile_plan, tar
     if target == "llama-server":
         assert argv[argv.index("--alias") + 1] == HOSTILE
     else:
-        assert argv == ["serve", str(hostile_plan)]
+        assert argv == ["serve", str(hostile_plan), "--host", "127.0.0.1", "--port", "8080"]
 
 
 def test_hostile_names_render_inert_in_env_and_systemd(tmp_path, hostile_plan):

@@ -129,11 +129,11 @@ def test_the_drafter_ring_checkpoint_brings_back_rows_a_commit_evicted():
 
 
 def _engine(mode: str, governor: bool = True) -> Engine:
-    """The dense fixture at K = S = 7 in `mode`, without a plan (n-gram match lengths 2..4)."""
+    """The dense fixture at K = S = 7 in `mode`, without a plan (n-gram match length 2)."""
     plain = Workload.of_gguf(target_path("dense"), ctx=512, verify_capacity=8)
     workload = replace(plain, mode=Mode(requested=mode, resolved=mode, chain=(mode,) if mode != "none" else (), reason="test"),
                        speculation=Speculation(k=7, s=7, rollback="full"),
-                       runtime=plain.runtime.model_copy(update={"ngram_n_min": 2, "ngram_n_max": 4}))
+                       runtime=plain.runtime.model_copy(update={"ngram_match": 2, "ngram_draft_min": 1, "ngram_draft_max": 7}))
     return Engine(workload, EngineOptions(governor=governor))
 
 

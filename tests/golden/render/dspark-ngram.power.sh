@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Power runtime launch for plan qwen3.6-27b-q6k-dspark (digest 2fe6268e6ba2207ff7ab017a9545f84e399dc2dad21f6a5862bc94638bb4fbc5)
+# Power runtime launch for plan qwen3.6-27b-q6k-dspark (digest 7c7b01e97ab9b92bc545307c7f945864b1725aee3ba03a9087bb520e066ff04a)
 # mode dspark, K=10 S=6 (guarded rollback)
 set -euo pipefail
-exec power serve <golden>/dspark-ngram.plan.json
+exec power serve <golden>/dspark-ngram.plan.json --host 127.0.0.1 --port 8080
