@@ -382,6 +382,22 @@ def pairing_violations(drafter: HeaderView, target: HeaderView) -> list[Finding]
     return [_finding("PWR211", f"the drafter cannot run on {target.path}: {problem}", drafter, hint) for problem in problems]
 
 
+def sidecar_violations(sidecar: HeaderView, target: HeaderView) -> list[Finding]:
+    """Whether an MTP-only GGUF carries the head of `target`'s model: the same architecture, width, trunk depth and
+    vocabulary (llama.cpp loads it as a draft model of the target's architecture whose trunk tensors are absent)."""
+    checks = [
+        ("general.architecture", sidecar.architecture, target.architecture),
+        ("embedding_length", _meta_int(sidecar, "embedding_length"), _meta_int(target, "embedding_length")),
+        ("trunk layers (block_count - nextn_predict_layers)",
+         _meta_int(sidecar, "block_count") - nextn_layer_count(sidecar),
+         _meta_int(target, "block_count") - nextn_layer_count(target)),
+        ("vocabulary", target_vocab_size(sidecar), target_vocab_size(target)),
+    ]
+    hint = "use the MTP-only GGUF converted from this target's base model"
+    return [_finding("PWR211", f"the MTP sidecar cannot serve {target.path}: its {what} is {mine}, the target's {theirs}",
+                     sidecar, hint) for what, mine, theirs in checks if mine != theirs]
+
+
 def _kind_mismatch(view: HeaderView, declared: str, found: str | None) -> Finding:
     header = f"general.architecture = {view.architecture!r}" + (f", a {found} drafter" if found else ", no drafter contract")
     if declared == MTP:

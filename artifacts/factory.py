@@ -21,7 +21,7 @@ Shapes of drafter tensors come from `power.artifacts.contracts`; see
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -447,15 +447,40 @@ def build_dense_target(directory: Path) -> Path:
     return write_gguf(Path(directory) / "dense-target.gguf", "qwen3", metadata, tensors)
 
 
-def build_hybrid_target(directory: Path) -> Path:
-    """`qwen35` hybrid target: 8 layers (gated delta net, attention at 3 and 7) + one nextn/MTP block."""
+def _hybrid_tensors() -> dict[str, Tensor]:
     weights = _Weights(FIXTURE_SEED + 1)
     tensors = weights.fill(hybrid_tensor_shapes(HYBRID), _small_matrix_type)
     for name in tensors:
         if name.endswith(".ssm_a"):  # A = -exp(A_log): negative decay rates
             tensors[name] = Tensor(-np.exp(weights.rng.uniform(-1.0, 1.0, HYBRID.ssm_v_heads)).astype(np.float32), F32)
+    return tensors
+
+
+def build_hybrid_target(directory: Path) -> Path:
+    """`qwen35` hybrid target: 8 layers (gated delta net, attention at 3 and 7) + one nextn/MTP block."""
     metadata = hybrid_metadata(HYBRID, "fixture-hybrid-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
-    return write_gguf(Path(directory) / "hybrid-target.gguf", "qwen35", metadata, tensors)
+    return write_gguf(Path(directory) / "hybrid-target.gguf", "qwen35", metadata, _hybrid_tensors())
+
+
+def _is_head(name: str) -> bool:
+    return name.startswith(f"blk.{HYBRID.n_layers}.")
+
+
+def build_headless_hybrid_target(directory: Path) -> Path:
+    """The hybrid target shipped without its MTP head (the seeds' HauhauCS case): the same trunk, no nextn block."""
+    headless = replace(HYBRID, nextn=0)
+    tensors = {name: t for name, t in _hybrid_tensors().items() if not _is_head(name)}
+    metadata = hybrid_metadata(headless, "fixture-headless-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    return write_gguf(Path(directory) / "headless-hybrid-target.gguf", "qwen35", metadata, tensors)
+
+
+def build_mtp_sidecar(directory: Path) -> Path:
+    """An MTP-only GGUF for the headless target (`convert_hf_to_gguf.py --mtp`): the base model's header, its
+    embedding, output head and nextn block, no trunk tensors."""
+    shared = {"token_embd.weight", "output_norm.weight", "output.weight"}
+    tensors = {name: t for name, t in _hybrid_tensors().items() if _is_head(name) or name in shared}
+    metadata = hybrid_metadata(HYBRID, "fixture-mtp-only", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    return write_gguf(Path(directory) / "mtp-sidecar.gguf", "qwen35", metadata, tensors)
 
 
 def _build_drafter(path: Path, kind: str, seed: int, name: str, tokenizer: FixtureTokenizer = TOKENIZER) -> Path:
@@ -585,6 +610,8 @@ def build_qwen36_27b_dspark(directory: Path) -> Path:
 SINGLE_FIXTURES: dict[str, Callable[[Path], Path]] = {
     "dense-target": build_dense_target,
     "hybrid-target": build_hybrid_target,
+    "headless-hybrid-target": build_headless_hybrid_target,
+    "mtp-sidecar": build_mtp_sidecar,
     "dflash-drafter": build_dflash_drafter,
     "dflash2-drafter": build_dflash2_drafter,
     "dspark-drafter": build_dspark_drafter,

@@ -128,3 +128,37 @@ def test_auto_prefers_external_then_native_mtp_then_none(tmp_path, drafters, res
     plan, findings = compiled(manifest, write_profile(tmp_path, "auto"))
     assert plan is not None, [f.render() for f in findings]
     assert plan.mode.requested == "auto" and plan.mode.resolved == resolved and reason in plan.mode.reason
+
+
+def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
+    """The seeds' `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked, planned, sized, rendered."""
+    from power.orchestrator.render import llama_server_argv
+
+    headless = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp"}])
+    plan, findings = compiled(headless, write_profile(tmp_path, "mtp"))
+    assert plan is None and errors(findings) == ["PWR212"]
+    manifest = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp", "fixture": "mtp-sidecar"}])
+    for mode in ("mtp", "auto"):
+        plan, findings = compiled(manifest, write_profile(tmp_path, mode))
+        assert plan is not None, [f.render() for f in findings]
+        (drafter,) = plan.drafters
+        assert (drafter.kind, drafter.path, drafter.sha256) == ("mtp", str(fixture("mtp-sidecar")),
+                                                                digest(fixture("mtp-sidecar")))
+        assert drafter.target_sha256 == plan.target.sha256 and drafter.contract == {"nextn_predict_layers": 1}
+    assert "sidecar" in plan.mode.reason
+    weights = {c.name: c.bytes for c in plan.memory.components}
+    assert weights["drafter weights"] > 0
+    argv = llama_server_argv(plan)
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
+    assert argv[argv.index("--spec-draft-model") + 1] == str(fixture("mtp-sidecar"))
+
+
+def test_an_mtp_sidecar_for_another_model_or_target_is_refused(tmp_path):
+    bound_elsewhere = write_manifest(tmp_path, "headless-hybrid-target",
+                                     [{"kind": "mtp", "fixture": "mtp-sidecar", "target_sha256": "ab" * 32}])
+    plan, findings = compiled(bound_elsewhere, write_profile(tmp_path, "mtp"))
+    assert plan is None and errors(findings) == ["PWR213"]
+    other_model = write_manifest(tmp_path, "dense-target", [{"kind": "mtp", "fixture": "mtp-sidecar"}])
+    plan, findings = compiled(other_model, write_profile(tmp_path, "mtp"))
+    assert plan is None and set(errors(findings)) == {"PWR211"}
+    assert any("general.architecture is qwen35, the target's qwen3" in f.message for f in findings)

@@ -38,7 +38,7 @@ class SpeculatorRequest:
 
     trunk: Trunk
     target_path: Path | None = None  # the target GGUF (native heads such as mtp live in it)
-    drafter_path: Path | None = None  # an external drafter artifact (dflash, dflash2, dspark)
+    drafter_path: Path | None = None  # an external drafter artifact (dflash, dflash2, dspark, an MTP-only sidecar)
     fr_vocab_size: int | None = None  # FR: the draft head's token-ID prefix
     ngram: NGramWindow | None = None  # the n-gram lookup's window
     p_min: float | None = None  # the confidence a drafted position needs (DSpark's gate); None: the header's
