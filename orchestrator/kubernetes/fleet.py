@@ -7,7 +7,7 @@ overlay for each stage `power rollout advance` applied, moving that stage's
 deployments and every earlier stage's to their candidate plans. A staged
 deployment whose fleet file already names the candidate needs no patch; one
 that runs neither plan is refused (PWR095). Nothing is written unless the whole
-tree renders.
+tree renders (`write_tree` then replaces the output folder whole).
 """
 
 from __future__ import annotations
@@ -17,26 +17,24 @@ from pathlib import Path
 from power.findings import Finding, has_errors
 from power.orchestrator.fleet.review import FleetReview, review_fleet
 from power.orchestrator.fleet.rollout import ROLLED_BACK
-from power.orchestrator.kubernetes.placement import Placed, fleet_placements
-from power.orchestrator.kubernetes.tree import Stage, build_tree, tree_finding, write_tree
+from power.orchestrator.kubernetes.placement import fleet_placements
+from power.orchestrator.kubernetes.tree import Stage, build_tree, tree_finding
 from power.orchestrator.loading import load_fleet
 from power.orchestrator.plan import ResolvedPlan
 
 
-def render_fleet(fleet_path: Path, output: Path, lock_path: Path | None = None,
-                 dry_run: bool = False) -> tuple[list[Finding], FleetReview]:
-    """Review, render and write the tree to `output`; with error findings nothing is written."""
+def render_fleet(fleet_path: Path, lock_path: Path | None = None,
+                 dry_run: bool = False) -> tuple[dict[str, str] | None, list[Finding]]:
+    """The whole tree as {relative path: text}, or None with the error findings that keep it from a cluster."""
     review = review_fleet(fleet_path, lock_path, images_required=not dry_run)
     findings = review.all_findings
     if review.fleet is not None and review.fleet.kubernetes is None:
         findings += fleet_placements(load_fleet(fleet_path), review.fleet, [], not dry_run)[1]
     if has_errors(findings):
-        return findings, review
+        return None, findings
     files, tree_findings = fleet_tree(review)
     findings += tree_findings
-    if not has_errors(findings):
-        write_tree(output, files)
-    return findings, review
+    return (None if has_errors(findings) else files), findings
 
 
 def fleet_tree(review: FleetReview) -> tuple[dict[str, str], list[Finding]]:

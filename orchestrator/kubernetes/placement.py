@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.findings import Finding
+from power.findings import Finding, Severity, has_errors
 from power.orchestrator.kubernetes.objects import ModelMount, Placement, artifact_paths, container_path, dry_run_image
 from power.orchestrator.loading import Loaded
 from power.orchestrator.plan import ResolvedPlan
@@ -117,13 +117,14 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
     return placements, findings
 
 
-def _selection_findings(loaded: Loaded, index: int, host: HostSpec, reported: set[str]) -> list[Finding]:
+def _selection_findings(loaded: Loaded, index: int, host: HostSpec, reported: set[str],
+                        where: str | None = None) -> list[Finding]:
     if node_selector(host.kubernetes) or host.name in reported:
         return []
     reported.add(host.name)
     return [loaded.finding(
         "PWR091", f"host {host.name} names no node for Kubernetes: its pods could land on any GPU node",
-        where=f"hosts[{index}].kubernetes" if host.kubernetes else f"hosts[{index}].name",
+        where=where or (f"hosts[{index}].kubernetes" if host.kubernetes else f"hosts[{index}].name"),
         hint=f"add [hosts.kubernetes] under this host with node_name = \"{host.name}\" or node_selector = "
              "{ \"nvidia.com/gpu.product\" = \"...\" }")]
 
@@ -146,9 +147,9 @@ def _image_findings(loaded: Loaded, settings: FleetKubernetes, item: Placed, hos
     return findings
 
 
-def _image_hint(engine: str) -> str:
-    return (f"name one in [kubernetes] images = {{ {engine} = \"registry/image:tag\" }} (or in the host's "
-            "[hosts.kubernetes] images); Power builds no images. `--dry-run` renders with placeholders")
+def _image_hint(engine: str, table: str = "the fleet's [kubernetes] table (or the host's [hosts.kubernetes])") -> str:
+    return (f"add images = {{ {engine} = \"registry/image:tag\" }} to {table}; Power builds no images. "
+            "`--dry-run` renders with placeholders")
 
 
 def _volume(loaded: Loaded, settings: FleetKubernetes, item: Placed) -> tuple[str | None, list[Finding]]:
@@ -180,3 +181,33 @@ def _outside_volume_findings(loaded: Loaded, volume: ModelVolume, name: str, ite
         hint="point `local` at the folder holding every artifact the deployment's manifest names, or copy the "
              "files into it and fix the manifest's paths")
         for path in artifact_paths(item.plan) if container_path(mount, path) is None]
+
+
+def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: ModelMount, *, dry_run: bool,
+                   namespace: str | None = None, pod_monitor: bool = False) -> tuple[Placement | None, list[Finding]]:
+    """One plan placed on the host a host file describes (`power render PLAN --target kubernetes --host HOST`)."""
+    host = loaded_host.model
+    findings = list(loaded_host.findings)
+    if host is None:
+        return None, findings
+    findings += _selection_findings(loaded_host, 0, host, set(), where="kubernetes" if host.kubernetes else "name")
+    images = host.kubernetes.images if host.kubernetes else {}
+    for needed in dict.fromkeys((engine, VERIFY_ENGINE)):
+        if needed not in images and not dry_run:
+            findings.append(loaded_host.finding("PWR069", f"the host file names no image for {needed}",
+                                                where="kubernetes.images" if host.kubernetes else "name",
+                                                hint=_image_hint(needed, "the host file's [kubernetes] table")))
+    findings += [Finding(code="PWR093", severity=Severity.ERROR, file=path,
+                         message=f"{path} is not under the model volume's local folder {mount.local}",
+                         hint="pass --models-local with the folder holding every artifact the plan names")
+                 for path in artifact_paths(plan) if container_path(mount, path) is None]
+    if has_errors(findings):
+        return None, findings
+    placement = Placement(
+        key=f"{host.name}/{plan.name}", name=object_name(f"{host.name}/{plan.name}"), engine=engine,
+        image=images.get(engine, dry_run_image(engine)) if not dry_run else dry_run_image(engine),
+        verify_image=images.get(VERIFY_ENGINE, "") if not dry_run else dry_run_image(VERIFY_ENGINE),
+        mount=mount, node_selector=node_selector(host.kubernetes), tolerations=tolerations(host.kubernetes),
+        host=host.name, namespace=namespace, pod_monitor=pod_monitor, dry_run=dry_run,
+        base_dir=loaded_host.path.absolute().parent)
+    return placement, findings

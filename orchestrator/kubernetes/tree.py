@@ -47,7 +47,7 @@ def yaml_text(*documents: dict[str, Any]) -> str:
 
 
 class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, _data: Any) -> bool:
         return True  # objects share sub-dicts (the mounts of both containers); a manifest spells each out
 
 
