@@ -169,7 +169,7 @@ def test_the_container_runs_what_power_render_prints_for_the_carried_plan(rolled
     assert command == shell_argv + LISTEN + extra
 
 
-def test_the_example_carries_the_plan_the_review_compiled(rolled_out, tmp_path: Path) -> None:
+def test_the_example_carries_the_plan_the_review_compiled(rolled_out) -> None:
     tree, lock_path = rolled_out
     lock, _ = read_lock(lock_path)
     config_map = yaml.safe_load((tree / "base" / "a100-gemma3-270m" / "plan.yaml").read_text())
@@ -228,7 +228,7 @@ def test_the_init_container_refuses_a_tampered_model(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "artifacts", models)
     command = [str(plan_mount / PLAN_FILE) if word == f"{PLAN_DIR}/{PLAN_FILE}" else word for word in init["command"]]
     assert command[:2] == ["power", "verify"]
-    power = [sys.executable, "-m", "power.orchestrator.cli"]
+    power = [sys.executable, "-c", "from power.orchestrator.cli import main; main()"]
 
     intact = subprocess.run(power + command[1:], capture_output=True, text=True, check=False)
     assert intact.returncode == 0, intact.stdout + intact.stderr
