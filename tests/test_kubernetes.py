@@ -59,7 +59,8 @@ def evidence_for_every_pair(lock_path: Path, folder: Path) -> list[Path]:
         path = folder / f"{record['plan_digest'][:12]}-{incumbent[:12]}.json"
         shapes = {shape: {"candidate": {"requests": 4, "decode_tok_s": 30.0, "replays": 0, "fallbacks": 0},
                           "baseline": {"requests": 4, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
-                          "speedup": 1.5, "parity": True, "verdict": "faster"} for shape in ("echo", "identity")}
+                          "speedup": 1.5, "parity": True, "verdict": "faster"}
+                  for shape in ("prose", "echo", "structured", "identity")}
         path.write_text(json.dumps({"schema": "power.evidence/v1", "candidate": {"plan_digest": record["plan_digest"]},
                                     "baseline": {"plan_digest": incumbent}, "lossless": {"proven": True},
                                     "shapes": shapes}))
@@ -351,3 +352,37 @@ def test_a_plan_renders_alone_with_a_host_file(tmp_path: Path) -> None:
     refused = run("render", plan, "--target", "kubernetes", "--host", host, "--engine", "llama-server",
                   "--models-claim", "models")
     assert refused.exit_code == 1 and "PWR069" in refused.output and f"{host}:" in refused.output
+
+
+def test_advance_writes_the_opened_stage_and_rollback_removes_the_overlays(tmp_path: Path) -> None:
+    hosts = "".join(f'''
+        [[hosts]]
+        name = "gpu-{n}"
+        devices = [{{ model = "RTX 4090", vram = "24 GiB" }}]
+        [hosts.kubernetes]
+        node_name = "gpu-{n}"
+        ''' for n in (1, 2))
+    deployments = "".join(f'''
+        [[deployments]]
+        host = "gpu-{n}"
+        manifest = "manifests/dense.toml"
+        profile = "profiles/ngram.toml"
+        engine = "llama-server"
+        ''' for n in (1, 2))
+    fleet = _cluster_world(tmp_path, hosts=hosts, deployments=deployments)
+    tree, lock = tmp_path / "k8s", tmp_path / "fleet.lock"
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    assert run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree).exit_code == 0
+    assert run("rollout", "plan", fleet, "--profile", tmp_path / "profiles" / "target-only.toml").exit_code == 0
+    refused = run("rollout", "advance", fleet, "--kubernetes", tree)
+    assert refused.exit_code == 1 and "PWR070" in refused.output
+    assert not (tree / "stages").exists()
+    evidence = [f"--evidence={path}" for path in evidence_for_every_pair(lock, tmp_path)]
+    assert run("rollout", "advance", fleet, *evidence, "--kubernetes", tree).exit_code == 0
+    assert sorted(p.name for p in (tree / "stages").iterdir()) == ["canary"]
+    canary = {(d["kind"], d["metadata"]["name"]): d for d in kustomize(tree / "stages" / "canary")}
+    assert canary[("Deployment", "gpu-1-dense")]["metadata"]["labels"]["power/mode"] == "none"
+    assert canary[("Deployment", "gpu-2-dense")]["metadata"]["labels"]["power/mode"] == "ngram"
+    rolled_back = run("rollout", "rollback", fleet, "--kubernetes", tree)
+    assert rolled_back.exit_code == 0, rolled_back.output
+    assert not (tree / "stages").exists() and (tree / "base" / "kustomization.yaml").is_file()
