@@ -205,8 +205,8 @@ def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: 
         return None, findings
     placement = Placement(
         key=f"{host.name}/{plan.name}", name=object_name(f"{host.name}/{plan.name}"), engine=engine,
-        image=images.get(engine, dry_run_image(engine)) if not dry_run else dry_run_image(engine),
-        verify_image=images.get(VERIFY_ENGINE, "") if not dry_run else dry_run_image(VERIFY_ENGINE),
+        image=dry_run_image(engine) if dry_run else images[engine],
+        verify_image=dry_run_image(VERIFY_ENGINE) if dry_run else images[VERIFY_ENGINE],
         mount=mount, node_selector=node_selector(host.kubernetes), tolerations=tolerations(host.kubernetes),
         host=host.name, namespace=namespace, pod_monitor=pod_monitor, dry_run=dry_run,
         base_dir=loaded_host.path.absolute().parent)
