@@ -1,20 +1,21 @@
-"""Launch artifacts from a resolved plan: llama-server, vLLM, the Power runtime, env files, a systemd drop-in.
+"""Launch artifacts from a resolved plan: llama-server (a script and its LLAMA_ARG_* env file), vLLM, the Power
+runtime, a POWER_* env file, a systemd drop-in.
 
 The templates under `templates/` lay the artifacts out; this module decides what
-goes in them. A rendered engine runs what the plan says: every setting whose
-engine default differs from the plan is written (slots, unified KV, batch and
-micro-batch, the n-gram's match and draft lengths, the confidence gate, the
-sampler chain, listen address, metrics). `llama_server_args` is the one
-source of the llama-server command line: the shell script, the env file
-(`LLAMA_ARG_*` as llama.cpp's `common/arg.cpp` names them, `power.orchestrator.llama_flags`)
-and `power bench --engine llama-server` all take it from there.
-
-Every value that reaches a shell line passes through `shlex.quote` (systemd
-additionally doubles `%` and `$`, which it expands itself); every value that
-reaches a comment has its line breaks escaped. A plan feature an engine has no
-flag for (S snapshots, FR, the adaptive controller, the fixed verification
-shape) is said in a comment, never invented as a flag; a mode or artifact an
-engine cannot run is refused (RenderError), never downgraded.
+goes in them. `engine_launch` is the one source of an engine's command line: the
+shell templates print it, the llama-server env file spells the same options as
+the variables llama.cpp's `common/arg.cpp` names (`power.orchestrator.llama_flags`),
+the Kubernetes render puts the same words in a container's command, and
+`power bench --engine` launches exactly it. A rendered engine runs what the plan
+says: every setting whose engine default differs from the plan is written (slots
+and unified KV, batch and micro-batch, the n-gram's match and draft lengths, the
+confidence gate, the sampler chain, /metrics). Every value that reaches a shell
+line passes through `shlex.quote` (systemd additionally doubles `%` and `$`,
+which it expands itself); every value that reaches a comment has its line breaks
+escaped. A plan feature an engine has no flag for (S snapshots, FR, the adaptive
+controller, the fixed verification shape) is said in a comment, never invented
+as a flag; a mode or artifact an engine cannot run is refused (RenderError),
+never downgraded.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from power.orchestrator import llama_flags
 from power.orchestrator.plan import ResolvedPlan
 
 TARGETS = ("llama-server", "llama-server-env", "vllm", "power", "env", "systemd")
+ENGINES = ("power", "llama-server", "vllm")
 
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
 VLLM_KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
@@ -44,18 +46,6 @@ class RenderError(PowerError):
     """The plan asks for something the chosen engine cannot run; the message says which target can."""
 
     code = "PWR460"
-
-
-@dataclass(frozen=True)
-class Listen:
-    """Where the rendered server listens (llama-server's and vLLM's defaults differ: written explicitly)."""
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-
-
-# One option on an engine's command line: the flag, and its value (None for a switch).
-Arg = tuple[str, object]
 
 
 def _environment() -> jinja2.Environment:
@@ -83,22 +73,58 @@ def comment_safe(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
 
 
-def render(plan: ResolvedPlan, target: str, plan_path: Path, listen: Listen = Listen()) -> str:
+@dataclass(frozen=True)
+class Listen:
+    """Where a served engine binds (a container binds every address; the shell renders keep the engine's default)."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """An engine's command line: the program words, then each option with its value(s), the environment it needs,
+    and the plan features the engine has no flag for."""
+
+    program: tuple[str, ...]
+    options: tuple[tuple[str, ...], ...]
+    env: dict[str, str]
+    notes: tuple[str, ...]
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.program, *(word for option in self.options for word in option)]
+
+
+def render(plan: ResolvedPlan, target: str, plan_path: Path, listen: Listen | None = None) -> str:
+    """The `target` artifact for `plan`; `listen` (an engine's address) is written when given, else the engine's own."""
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     plan_path = Path(plan_path).resolve()
-    if target == "llama-server":
-        context = llama_server_context(plan, listen)
+    if target in ENGINES:
+        context = {"launch": engine_launch(plan, target, plan_path, listen)}
     elif target == "llama-server-env":
-        context = llama_server_env_context(plan, listen)
-    elif target == "vllm":
-        context = vllm_context(plan, listen)
-    elif target == "power":
-        context = {"listen": listen}
+        context = llama_server_env_context(engine_launch(plan, "llama-server", plan_path, listen))
     else:
         context = env_context(plan, plan_path)
     template = _environment().get_template(f"{target}.j2")
     return template.render(plan=plan, plan_path=str(plan_path), **context)
+
+
+def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: Listen | None = None) -> Launch:
+    """The command line that runs `plan` on `engine` (power | llama-server | vllm); RenderError if it cannot."""
+    if engine not in ENGINES:
+        raise RenderError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    launch = {"llama-server": llama_server_launch, "vllm": vllm_launch, "power": power_launch}[engine](plan, plan_path)
+    if listen is None:
+        return launch
+    address = (("--host", listen.host), ("--port", str(listen.port)))
+    return Launch(launch.program, launch.options + address, launch.env, launch.notes)
+
+
+def _options(pairs: list[tuple[str, object]]) -> tuple[tuple[str, ...], ...]:
+    """(flag, value) pairs as option words; a None value is a switch (the flag alone)."""
+    return tuple((flag,) if value is None else (flag, str(value)) for flag, value in pairs)
 
 
 def unsupported_notes(plan: ResolvedPlan) -> list[str]:
@@ -115,12 +141,7 @@ def unsupported_notes(plan: ResolvedPlan) -> list[str]:
     return notes
 
 
-# --- llama-server --------------------------------------------------------------------------------
-
-
-def llama_server_args(plan: ResolvedPlan, listen: Listen = Listen()) -> list[Arg]:
-    """The llama-server command line (without the program) that runs `plan`, every engine default the plan differs
-    from written out; RenderError when llama-server cannot run the plan's speculation."""
+def llama_server_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:  # noqa: ARG001 - one signature per engine
     chain = plan.mode.chain
     for kind in chain:
         if modes.mode(kind).reserved:
@@ -128,7 +149,7 @@ def llama_server_args(plan: ResolvedPlan, listen: Listen = Listen()) -> list[Arg
         if modes.llama_spec_type(kind) is None:
             raise RenderError(f"llama-server has no {kind} speculative type; render this plan with --target power")
     rt, sampling = plan.runtime, plan.sampling
-    args: list[Arg] = [
+    args: list[tuple[str, object]] = [
         ("-m", plan.target.path),
         ("--alias", plan.name),
         ("-c", rt.ctx),
@@ -146,8 +167,7 @@ def llama_server_args(plan: ResolvedPlan, listen: Listen = Listen()) -> list[Arg
         ("--top-k", 0),
         ("--top-p", 1.0),
         ("--min-p", 0.0),
-        ("--host", listen.host),
-        ("--port", listen.port),
+        # the counters the A/B protocol and the fleet read (llama-server serves /metrics only when asked)
         ("--metrics", None),
     ]
     if chain:
@@ -164,34 +184,25 @@ def llama_server_args(plan: ResolvedPlan, listen: Listen = Listen()) -> list[Arg
     if any(kind in modes.WEIGHT_FREE for kind in chain):
         args += [("--spec-ngram-mod-n-match", rt.ngram_match), ("--spec-ngram-mod-n-min", rt.ngram_draft_min),
                  ("--spec-ngram-mod-n-max", rt.ngram_draft_max)]
-    return args
+    notes = unsupported_notes(plan) if chain else []
+    env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if not rt.cuda_graphs else {}
+    return Launch(("llama-server",), _options(args), env, tuple(notes))
 
 
-def llama_server_argv(plan: ResolvedPlan, listen: Listen = Listen()) -> list[str]:
-    """`llama_server_args` as the argv words after the program name."""
-    return [str(word) for flag, value in llama_server_args(plan, listen)
-            for word in ((flag,) if value is None else (flag, value))]
-
-
-def llama_server_context(plan: ResolvedPlan, listen: Listen) -> dict:
-    args = llama_server_args(plan, listen)
-    notes = unsupported_notes(plan) if plan.mode.chain else []
-    return {"args": args, "notes": notes, "disable_cuda_graphs": not plan.runtime.cuda_graphs}
-
-
-def llama_server_env_context(plan: ResolvedPlan, listen: Listen) -> dict:
-    """The same command line as LLAMA_ARG_* variables; options llama.cpp gives no variable go in EXTRA_ARGS."""
+def llama_server_env_context(launch: Launch) -> dict:
+    """The llama-server command line as LLAMA_ARG_* variables; options llama.cpp gives no variable go in EXTRA_ARGS."""
     table = llama_flags.table()
-    variables: dict[str, object] = {}
+    variables: dict[str, object] = dict(launch.env)
     extra: list[str] = []
-    for flag, value in llama_server_args(plan, listen):
-        option = table.option(flag)
-        if option.env is None:
-            extra += [flag] if value is None else [flag, str(value)]
-        elif value is None:
-            variables[option.env] = "false" if llama_flags.negative(flag) else "true"
+    for option in launch.options:
+        flag, values = option[0], option[1:]
+        env = table.option(flag).env
+        if env is None:
+            extra += option
+        elif not values:
+            variables[env] = "false" if llama_flags.negative(flag) else "true"
         else:
-            variables[option.env] = value
+            variables[env] = " ".join(values)
     unsplittable = [word for word in extra if not word or any(ch.isspace() or ch in "'\"\\$" for ch in word)]
     if unsplittable:
         raise RenderError(code="PWR461", message=f"{EXTRA_ARGS} would carry {unsplittable[0]!r}, which a serve "
@@ -199,16 +210,10 @@ def llama_server_env_context(plan: ResolvedPlan, listen: Listen) -> dict:
     if extra:
         variables[EXTRA_ARGS] = " ".join(extra)
     _no_control_characters(variables)
-    notes = unsupported_notes(plan) if plan.mode.chain else []
-    if not plan.runtime.cuda_graphs:
-        variables["GGML_CUDA_DISABLE_GRAPHS"] = 1
-    return {"variables": variables, "notes": notes, "extra": EXTRA_ARGS}
+    return {"variables": variables, "notes": launch.notes, "extra": EXTRA_ARGS}
 
 
-# --- vLLM ----------------------------------------------------------------------------------------
-
-
-def vllm_context(plan: ResolvedPlan, listen: Listen) -> dict:
+def vllm_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:  # noqa: ARG001 - one signature per engine
     chain = plan.mode.chain
     if len(chain) > 1:
         raise RenderError(f"vLLM runs one speculative method; this plan chains {' + '.join(chain)}: "
@@ -223,11 +228,11 @@ def vllm_context(plan: ResolvedPlan, listen: Listen) -> dict:
                           "head is a separate MTP-only GGUF, which vLLM cannot attach",
                           hint="render this plan with --target llama-server or --target power")
     rt = plan.runtime
-    args: list[Arg] = [("--served-model-name", plan.name), ("--max-model-len", rt.ctx),
-                       ("--max-num-seqs", rt.slots), ("--max-num-batched-tokens", rt.batch),
-                       ("--seed", plan.sampling.seed), ("--host", listen.host), ("--port", listen.port),
-                       # the model's generation_config.json would override the plan's sampling otherwise
-                       ("--generation-config", "vllm")]
+    args: list[tuple[str, object]] = [("--served-model-name", plan.name), ("--max-model-len", rt.ctx),
+                                      ("--max-num-seqs", rt.slots), ("--max-num-batched-tokens", rt.batch),
+                                      ("--seed", plan.sampling.seed),
+                                      # the model's generation_config.json would override the plan's sampling
+                                      ("--generation-config", "vllm")]
     notes = []
     if rt.kv_cache_type in VLLM_KV_DTYPES:
         args.append(("--kv-cache-dtype", VLLM_KV_DTYPES[rt.kv_cache_type]))
@@ -237,8 +242,8 @@ def vllm_context(plan: ResolvedPlan, listen: Listen) -> dict:
         config, config_notes = speculative_config(plan)
         args.append(("--speculative-config", json.dumps(config, sort_keys=True)))
         notes += config_notes + unsupported_notes(plan)
-    flags = ["--enforce-eager"] if not rt.cuda_graphs else []
-    return {"args": args, "flags": flags, "notes": notes}
+    flags = (("--enforce-eager",),) if not rt.cuda_graphs else ()
+    return Launch(("vllm", "serve", plan.target.path), flags + _options(args), {}, tuple(notes))
 
 
 def speculative_config(plan: ResolvedPlan) -> tuple[dict, list[str]]:
@@ -256,7 +261,8 @@ def speculative_config(plan: ResolvedPlan) -> tuple[dict, list[str]]:
     return config, notes
 
 
-# --- the POWER_* env file (and the systemd drop-in) ------------------------------------------------------------
+def power_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:
+    return Launch(("power", "serve", str(plan_path)), (), {}, ())
 
 
 def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:

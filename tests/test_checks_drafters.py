@@ -132,7 +132,7 @@ def test_auto_prefers_external_then_native_mtp_then_none(tmp_path, drafters, res
 
 def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
     """The seeds' `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked, planned, sized, rendered."""
-    from power.orchestrator.render import llama_server_argv
+    from power.orchestrator.render import engine_launch
 
     headless = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp"}])
     plan, findings = compiled(headless, write_profile(tmp_path, "mtp"))
@@ -148,7 +148,7 @@ def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
     assert "sidecar" in plan.mode.reason
     weights = {c.name: c.bytes for c in plan.memory.components}
     assert weights["drafter weights"] > 0
-    argv = llama_server_argv(plan)
+    argv = engine_launch(plan, "llama-server", tmp_path / "plan.json").argv
     assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
     assert argv[argv.index("--spec-draft-model") + 1] == str(fixture("mtp-sidecar"))
 

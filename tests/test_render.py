@@ -103,7 +103,7 @@ def test_hostile_names_render_inert_in_shell_scripts(tmp_path, hostile_plan, tar
     if target == "llama-server":
         assert argv[argv.index("--alias") + 1] == HOSTILE
     else:
-        assert argv == ["serve", str(hostile_plan), "--host", "127.0.0.1", "--port", "8080"]
+        assert argv == ["serve", str(hostile_plan)]
 
 
 def test_hostile_names_render_inert_in_env_and_systemd(tmp_path, hostile_plan):

@@ -22,8 +22,6 @@ exec llama-server \
   --top-k 0 \
   --top-p 1.0 \
   --min-p 0.0 \
-  --host 127.0.0.1 \
-  --port 8080 \
   --metrics \
   --spec-type ngram-mod,draft-dspark \
   --spec-draft-n-max 10 \

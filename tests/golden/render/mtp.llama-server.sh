@@ -23,8 +23,6 @@ exec llama-server \
   --top-k 0 \
   --top-p 1.0 \
   --min-p 0.0 \
-  --host 127.0.0.1 \
-  --port 8080 \
   --metrics \
   --spec-type draft-mtp \
   --spec-draft-n-max 7 \

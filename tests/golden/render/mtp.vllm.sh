@@ -13,7 +13,5 @@ exec vllm serve /srv/models/Qwen3.6-27B-Q6_K.gguf \
   --max-num-seqs 1 \
   --max-num-batched-tokens 1 \
   --seed 0 \
-  --host 127.0.0.1 \
-  --port 8080 \
   --generation-config vllm \
   --speculative-config '{"method": "mtp", "num_speculative_tokens": 7}'
