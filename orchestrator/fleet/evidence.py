@@ -18,6 +18,7 @@ from typing import Any
 from power.findings import Finding, Severity
 
 EVIDENCE_SCHEMA = "power.evidence/v1"
+CANDIDATE, BASELINE = "candidate", "baseline"
 
 
 @dataclass(frozen=True)
