@@ -59,6 +59,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR074": ("error", "the evidence shows unexpected replays or fallbacks"),
     "PWR075": ("error", "the evidence is for another plan than the one being rolled out"),
     "PWR076": ("error", "no rollout in progress, or one already in progress"),
+    "PWR077": ("error", "the evidence was measured on another engine than the deployment runs"),
+    "PWR078": ("error", "a bench sweep cannot be built (bad --sweep value, changed sources, a variant that does not compile)"),
+    "PWR079": ("error", "a bench option the engine cannot honour (--write-env for vLLM)"),
     # PWR08x plan documents (orchestrator/plan.py)
     "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
     "PWR081": ("error", "the plan does not match the plan schema"),
@@ -142,6 +145,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR460": ("error", "the render target cannot run this plan (an engine without the plan's speculation)"),
     "PWR461": ("error", "a value cannot be written into this render target (control characters, unsplittable words)"),
     "PWR462": ("error", "the engine cannot load this plan's artifact (vLLM drafters are Hugging Face checkpoints)"),
+    # PWR47x live engines for `power bench --engine` (orchestrator/live.py)
+    "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
+    "PWR471": ("error", "the live engine exited or never answered /health"),
+    "PWR472": ("error", "the live engine refused or dropped a request"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),

@@ -15,11 +15,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from power import modes
+from power import __version__, modes
 from power.artifacts import digests
 from power.artifacts.gguf_reader import ArtifactError
 from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation
@@ -128,6 +128,11 @@ class Engine:
         governor = CostGovernor() if speculator is not None and options.governor else None
         self.decoder = Decoder(self.trunk, Sampler(workload.sampling_params), speculator, schedule, governor)
         self.load_s = time.perf_counter() - started
+
+    def identity(self) -> dict[str, Any]:
+        """Which engine and build produced a measurement (evidence records it; a rollout compares it)."""
+        return {"name": "power", "build": __version__, "torch": torch.__version__, "device": self.device,
+                "dtype": self.options.dtype, "threads": torch.get_num_threads()}
 
     @property
     def n_ctx(self) -> int:

@@ -218,7 +218,8 @@ def test_the_gate_reads_real_power_bench_evidence(world: World, tmp_path: Path) 
     incumbent = state.deployments["ws-1/dense"]["plan_digest"]
     evidence_path = tmp_path / "evidence.json"
     bench = run("bench", plans / f"{candidate[:12]}.json", "--vs", plans / f"{incumbent[:12]}.json",
-                "--shapes", "identity", "--runs", "3", "--max-tokens", "8", "--threads", "1", "-o", evidence_path)
+                "--shapes", "identity", "--runs", "3", "--max-tokens", "8", "--threads", "1", "--prompt-tokens", "48",
+                "-o", evidence_path)
     assert bench.exit_code == 0, bench.output
     measured = json.loads(evidence_path.read_text())
     identity = measured["shapes"]["identity"]

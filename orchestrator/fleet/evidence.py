@@ -1,7 +1,7 @@
 """Reading `power bench` evidence files (`power.evidence/v1`, documented in docs/bench.md) for the rollout gates.
 
-Only what the gates need is read: which plans were compared, whether their
-greedy outputs were proven identical, and per traffic shape the paired decode
+Only what the gates need is read: which plans were compared, on which engine
+(and build), whether their greedy outputs were proven identical, and per traffic shape the paired decode
 rates, the bench's speedup and verdict, output parity, and the candidate's
 request, replay and fallback counts. A file that is not readable
 evidence comes back as a PWR071 finding, never an exception.
@@ -43,6 +43,9 @@ class Evidence:
     baseline_digest: str
     lossless: bool
     shapes: dict[str, ShapeResult]
+    # the engine that produced it (evidence written before engines were recorded came from Power's runtime)
+    engine: str = "power"
+    engine_build: str = ""
 
 
 def read_evidence(path: Path) -> tuple[Evidence | None, Finding | None]:
@@ -67,6 +70,8 @@ def read_evidence(path: Path) -> tuple[Evidence | None, Finding | None]:
             baseline_digest=str(data["baseline"]["plan_digest"]),
             lossless=data["lossless"]["proven"] is True,
             shapes={name: _shape(name, result) for name, result in data["shapes"].items()},
+            engine=str((data.get("engine") or {}).get("name", "power")),
+            engine_build=str((data.get("engine") or {}).get("build", "")),
         )
     except (KeyError, TypeError, ValueError) as err:
         return None, _unreadable(path, f"the evidence document lacks or mistypes {err}")

@@ -129,6 +129,7 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "manifest": plan.name,
         "profile": profile_name,
         "traffic": deployment.traffic,
+        "engine": deployment.engine,
         "mode": plan.mode.resolved,
         "chain": list(plan.mode.chain),
         "k": plan.speculation.k,
