@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -162,3 +163,53 @@ def test_rendered_llama_server_lines_pass_the_launch_line_review(plan_path):
     result = CliRunner().invoke(main, ["import", "llama-server", "--", *argv[1:]])
     assert result.exit_code == 0, result.output
     assert "0 error(s)" in result.output
+
+
+def test_vllm_refuses_gguf_drafters_and_sidecars_with_the_reason(tmp_path):
+    from plan_helpers import compiled, write_manifest, write_profile
+
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash", "fixture": "dflash-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", k=3))
+    assert plan is not None, [f.render() for f in findings]
+    with pytest.raises(RenderError) as refused:
+        render(plan, "vllm", tmp_path / "plan.json")
+    assert refused.value.finding.code == "PWR462" and "Hugging Face checkpoints" in str(refused.value)
+    assert "flash_attn" in str(refused.value)
+    sidecar = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp", "fixture": "mtp-sidecar"}])
+    plan, _ = compiled(sidecar, write_profile(tmp_path, "mtp"))
+    with pytest.raises(RenderError, match="MTP-only GGUF"):
+        render(plan, "vllm", tmp_path / "plan.json")
+
+
+def test_vllm_runs_the_ngram_window_and_the_slots_of_the_plan(tmp_path):
+    from plan_helpers import compiled, write_manifest, write_profile
+
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    plan, _ = compiled(manifest, write_profile(tmp_path, "ngram", k=5, s=5,
+                                               runtime={"slots": 4, "ngram_match": 3, "ngram_draft_min": 2}))
+    words = shlex.split(render(plan, "vllm", tmp_path / "plan.json"), comments=True)
+    assert words[words.index("--max-num-seqs") + 1] == "4"
+    config = json.loads(words[words.index("--speculative-config") + 1])
+    assert config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 3, "prompt_lookup_max": 3}
+    assert "n-gram shortest draft 2: vLLM has no such setting" in render(plan, "vllm", tmp_path / "plan.json")
+
+
+def test_the_llama_arg_env_file_names_each_option_as_llama_cpp_does(tmp_path):
+    from power.orchestrator import llama_flags
+    from power.orchestrator.render import Listen, engine_launch
+
+    plan = load_plan(CHAIN_PLAN)
+    launch = engine_launch(plan, "llama-server", CHAIN_PLAN, Listen("127.0.0.1", 8081))
+    text = render(plan, "llama-server-env", CHAIN_PLAN, Listen("127.0.0.1", 8081))
+    variables = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    extra = shlex.split(shlex.split(variables["LLAMA_SERVER_EXTRA_ARGS"])[0])
+    table = llama_flags.table()
+    for option in launch.options:
+        env = table.option(option[0]).env
+        if env is None:
+            assert option[0] in extra and list(option) == extra[extra.index(option[0]):][:len(option)]
+        elif len(option) == 1:
+            assert variables[env] == "false" if option[0].startswith("--no-") else variables[env] == "true"
+        else:
+            assert shlex.split(variables[env]) == [option[1]]
+    assert variables["LLAMA_ARG_PORT"] == "8081" and variables["LLAMA_ARG_KV_UNIFIED"] == "false"
