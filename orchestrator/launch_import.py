@@ -261,7 +261,7 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
                 "(Power fails closed rather than guessing the drafter's contract)"))
     else:
         findings += _read_spec_types(spec, *spec_type)
-        if spec.draft_model is not None and not _runs_a_file(spec.mode) and not findings:
+        if spec.draft_model is not None and not (_runs_a_file(spec.mode) or _sidecar(spec.mode)) and not findings:
             findings.append(_finding(
                 "PWR451", spec.draft_model,
                 f"a draft model ({spec.draft_model.text}) is given, but --spec-type {spec_type[1].text} names no "

@@ -11,7 +11,13 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from power.artifacts.factory import build_dense_target, build_dflash_drafter, build_dspark_drafter
+from power.artifacts.factory import (
+    build_dense_target,
+    build_dflash_drafter,
+    build_dspark_drafter,
+    build_headless_hybrid_target,
+    build_mtp_sidecar,
+)
 from power.orchestrator.cli import main
 from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, env_names, import_launch
 from power.orchestrator.launch_tokens import (
@@ -348,3 +354,17 @@ def test_nothing_is_written_when_the_written_files_do_not_compile(tmp_path: Path
     assert result.exit_code == 1 and "PWR212" in result.output  # the dense target carries no MTP head
     assert not out.exists() and not list(tmp_path.glob(".imported.import-*"))
     assert f"{out / 'manifest.toml'}" in result.output or "manifest" in result.output
+
+
+def test_an_mtp_only_draft_model_imports_as_the_targets_sidecar(tmp_path: Path) -> None:
+    target, sidecar = build_headless_hybrid_target(tmp_path), build_mtp_sidecar(tmp_path)
+    out = tmp_path / "imported"
+    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--json", "--device", "8 GiB", "--",
+                                       "-m", str(target), "--spec-draft-model", str(sidecar), "--spec-type", "draft-mtp",
+                                       "--spec-draft-n-max", "2", "-np", "1", "-c", "2048"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    [drafter] = report["documents"]["manifest"]["drafters"]
+    assert drafter["kind"] == "mtp" and drafter["path"].endswith("mtp-sidecar.gguf")
+    assert drafter["target_sha256"] == report["documents"]["manifest"]["target"]["sha256"]
+    assert report["documents"]["plan"]["mode"] == "mtp"
