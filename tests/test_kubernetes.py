@@ -56,16 +56,18 @@ def evidence_for_every_pair(lock_path: Path, folder: Path) -> list[Path]:
     paths = []
     for key, record in rollout["candidates"].items():
         incumbent = (rollout["previous"].get(key) or lock.deployments[key])["plan_digest"]
-        path = folder / f"{record['plan_digest'][:12]}-{incumbent[:12]}.json"
+        engine = record.get("engine", "power")  # evidence counts only from the engine the deployment runs
+        path = folder / f"{record['plan_digest'][:12]}-{incumbent[:12]}-{engine}.json"
         shapes = {shape: {"candidate": {"requests": 4, "decode_tok_s": 30.0, "replays": 0, "fallbacks": 0},
                           "baseline": {"requests": 4, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
                           "speedup": 1.5, "parity": True, "verdict": "faster"}
                   for shape in ("prose", "echo", "structured", "identity")}
-        path.write_text(json.dumps({"schema": "power.evidence/v1", "candidate": {"plan_digest": record["plan_digest"]},
+        path.write_text(json.dumps({"schema": "power.evidence/v1", "engine": {"name": engine},
+                                    "candidate": {"plan_digest": record["plan_digest"]},
                                     "baseline": {"plan_digest": incumbent}, "lossless": {"proven": True},
                                     "shapes": shapes}))
         paths.append(path)
-    return paths
+    return sorted(set(paths))
 
 
 @pytest.fixture(scope="module")
