@@ -8,7 +8,7 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     schema      "power.plan/v1"
     name        the manifest's name
     sources     manifest / profile / host: {path, sha256} of the files compiled
-    device      {name, vram_bytes, headroom_bytes}: the device planned for
+    devices     [{index, name, kind, vram_bytes, headroom_bytes}]: the host's devices planned for
     target      {path, size, sha256, architecture, quant, n_layers, vocab_size,
                  context_length, has_mtp, recurrent_layers}
     mode        {requested, resolved, chain, reason}: the profile's spec_mode,
@@ -22,12 +22,14 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
                 or "none" (no speculation, and then K = S = 0)
     runtime     launch settings: ctx, batch, ubatch, slots, kv_unified, verify_capacity, gpu_layers,
+                split_mode, tensor_split, main_gpu, tensor_parallel,
                 flash_attn, cuda_graphs, kv_cache_type, draft_kv_cache_type,
                 draft_device, ngram_n_min, ngram_n_max
     sampling    {temperature, seed, verify}: verify is "match" or "rejection"
-    memory      the sizing verdict: device/headroom bytes, per-component
-                bytes with the header facts behind each, total, margin,
-                verdict, the largest context that fits
+    memory      the sizing for one engine: what each slot gets, per device the
+                components (bytes, the header facts behind them, and whether
+                each is exact to the engine, estimated or measured), its total,
+                margin and verdict; host memory; the largest context that fits
     tokenizer   {vocab_size, merges, model, pre, sha256} of the target, or absent
     findings    every check result that did not stop the plan (warnings, info)
     digest      sha256 of the canonical JSON of everything above, file
@@ -75,9 +77,11 @@ class Sources(_Frozen):
 
 
 class Device(_Frozen):
+    index: int  # in the host's device list
     name: str
     vram_bytes: int
     headroom_bytes: int
+    kind: Literal["gpu", "cpu"] = "gpu"
 
 
 class Target(_Frozen):
@@ -130,6 +134,11 @@ class Runtime(_Frozen):
     kv_unified: bool = False  # one KV cache shared by the slots; else each slot has ctx / slots cells
     verify_capacity: int
     gpu_layers: int | Literal["all"]
+    # several devices: llama.cpp -sm / -ts (one ratio per device, in the plan's device order) / -mg; vLLM TP
+    split_mode: Literal["layer", "none"] = "layer"
+    tensor_split: tuple[float, ...] | None = None
+    main_gpu: int = 0
+    tensor_parallel: int = 1
     flash_attn: bool
     cuda_graphs: bool
     kv_cache_type: str
@@ -150,17 +159,46 @@ class MemoryComponent(_Frozen):
     name: str
     bytes: int
     detail: str
+    # exact: the engine's allocation rule, checked against the engine; estimated: a documented model; measured: a run
+    basis: Literal["exact", "estimated", "measured"] = "exact"
 
 
-class Memory(_Frozen):
+class DeviceMemory(_Frozen):
+    index: int  # in the host's device list
+    name: str
     device_bytes: int
     headroom_bytes: int
-    ctx: int
+    holds: str  # the layers placed here
     components: tuple[MemoryComponent, ...]
     total_bytes: int
     # device_bytes - headroom_bytes - total_bytes; negative when over the headroom line
     margin_bytes: int
     verdict: Literal["fits", "fits-below-headroom", "does-not-fit"]
+
+
+class MemorySlots(_Frozen):
+    """What each parallel sequence gets, as the engine derives it."""
+
+    slots: int
+    kv_unified: bool
+    engine_ctx: int  # the engine's whole context after its padding
+    ctx_per_slot: int
+    kv_streams: int
+    sliding_cells: int | None = None  # per stream, of a sliding-window cache
+    batch: int  # after the engine's clamping
+    ubatch: int
+    outputs: int  # logits rows reserved per decode
+
+
+class Memory(_Frozen):
+    engine: Literal["power", "llama-server", "vllm"]
+    ctx: int
+    slots: MemorySlots
+    devices: tuple[DeviceMemory, ...]
+    host: tuple[MemoryComponent, ...] = ()  # host memory: the input layer, the output buffer, ... (no verdict)
+    total_bytes: int  # over the devices
+    margin_bytes: int  # the smallest device margin
+    verdict: Literal["fits", "fits-below-headroom", "does-not-fit"]  # the worst device's
     max_ctx: int | None = None
 
 
@@ -192,7 +230,7 @@ class ResolvedPlan(_Frozen):
     schema_: Literal["power.plan/v1"] = Field(PLAN_SCHEMA, alias="schema")
     name: str
     sources: Sources
-    device: Device
+    devices: tuple[Device, ...]
     target: Target
     mode: Mode
     drafters: tuple[Drafter, ...]

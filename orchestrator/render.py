@@ -161,9 +161,28 @@ def llama_server_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:
     args += [("--spec-draft-model", d.path) for d in drafting if d.path is not None]
     if any(kind in modes.WEIGHT_FREE for kind in chain):
         args += [("--spec-ngram-mod-n-min", rt.ngram_n_min), ("--spec-ngram-mod-n-max", rt.ngram_n_max)]
+    args += llama_split_options(plan)
     notes = unsupported_notes(plan) if chain else []
     env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if not rt.cuda_graphs else {}
-    return Launch(("llama-server",), _options(args), env, tuple(notes))
+    return Launch(("llama-server",), _options(args), env | visible_devices(plan), tuple(notes))
+
+
+def llama_split_options(plan: ResolvedPlan) -> list[tuple[str, object]]:
+    """Several devices: the layer split the plan was sized for (-sm layer -ts, one ratio per device in order),
+    or the main device alone (-sm none -mg)."""
+    rt = plan.runtime
+    if len(plan.devices) < 2:
+        return []
+    if rt.split_mode == "none":
+        return [("-sm", "none"), ("-mg", rt.main_gpu)]
+    return [("-sm", "layer"), ("-ts", ",".join(f"{r:g}" for r in rt.tensor_split or ()))]
+
+
+def visible_devices(plan: ResolvedPlan) -> dict[str, str]:
+    """The host devices the plan was sized for, as the engine's CUDA device list (so it uses no other GPU);
+    nothing for a plan on the host's first device alone."""
+    indices = [d.index for d in plan.devices if d.kind == "gpu"]
+    return {} if indices in ([], [0]) else {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
 
 
 def vllm_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:
@@ -184,8 +203,10 @@ def vllm_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:
     if chain:
         args.append(("--speculative-config", json.dumps(speculative_config(plan), sort_keys=True)))
         notes += unsupported_notes(plan)
+    if rt.tensor_parallel > 1:
+        args.append(("--tensor-parallel-size", rt.tensor_parallel))
     flags = (("--enforce-eager",),) if not rt.cuda_graphs else ()
-    return Launch(("vllm", "serve", plan.target.path), flags + _options(args), {}, tuple(notes))
+    return Launch(("vllm", "serve", plan.target.path), flags + _options(args), visible_devices(plan), tuple(notes))
 
 
 def speculative_config(plan: ResolvedPlan) -> dict:

@@ -56,6 +56,8 @@ RENAMED_KEYS = {
 }
 
 EngineName = Literal["power", "llama-server", "vllm"]
+SplitMode = Literal["layer", "none"]
+DeviceKind = Literal["gpu", "cpu"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 VerifyRule = Literal["match", "rejection"]
 TrafficShape = Literal["prose", "echo", "structured", "identity"]
@@ -146,6 +148,15 @@ class ProfileRuntime(_Strict):
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
     kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
     gpu_layers: Annotated[StrictInt, Field(ge=0)] | Literal["all"] = Field("all", description='layers offloaded to the GPU: an integer >= 0 or "all" (full offload)')
+    split_mode: SplitMode = Field("layer", description='several devices under llama-server: "layer" (each device a run '
+                                                       'of layers, -sm layer) or "none" (the main device only, -sm none)')
+    tensor_split: list[StrictInt | StrictFloat] | None = Field(
+        None, description="each device's share of the layers (llama-server -ts), one ratio >= 0 per device of the "
+                          "deployment; default: each device's memory after the headroom")
+    main_gpu: StrictInt = Field(0, ge=0, description="with split_mode none: which of the deployment's devices runs the "
+                                                     "model (llama-server -mg), counted in the deployment's device list")
+    tensor_parallel: StrictInt = Field(1, ge=1, description="vLLM --tensor-parallel-size: each layer sharded over this "
+                                                            "many devices (the deployment's device count)")
     ngram_n_min: StrictInt = Field(3, ge=1, description="n-gram speculation: shortest suffix match that may propose")
     ngram_n_max: StrictInt = Field(5, ge=1, description="n-gram speculation: longest suffix match tried first")
 
@@ -181,7 +192,9 @@ class Profile(_Strict):
 
 class DeviceSpec(_Strict):
     model: StrictStr = Field(min_length=1, description='the device model, e.g. "RTX 4090"')
-    vram: Bytes = Field(description='device memory, e.g. "24 GiB"')
+    vram: Bytes = Field(description='device memory, e.g. "24 GiB" (for a cpu device: the RAM the engine may use)')
+    kind: DeviceKind = Field("gpu", description='"gpu" (an accelerator) or "cpu" (the engine runs on the host\'s CPU '
+                                                'and memory)')
 
 
 # An engine's container image, e.g. "ghcr.io/ggml-org/llama.cpp:server-cuda-b9180" (Power builds none).
@@ -223,6 +236,9 @@ class Deployment(_Strict):
     name: StrictStr | None = Field(None, min_length=1, description="the deployment's name on its host (default: the manifest's name)")
     host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
     device: StrictInt = Field(0, ge=0, description="the index of the host's device the deployment runs on (default 0)")
+    devices: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+        None, min_length=1, description="several of the host's devices (by index) for one deployment: a llama-server "
+                                        "layer split or vLLM tensor parallelism; instead of `device`")
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
     traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
@@ -230,6 +246,20 @@ class Deployment(_Strict):
                                                     "`power serve`) | llama-server | vllm")
     volume: StrictStr | None = Field(None, min_length=1, description="the [kubernetes.volumes] entry holding the "
                                                                      "deployment's model files (default: the only one)")
+
+
+    @model_validator(mode="after")
+    def _one_placement(self) -> Deployment:
+        if self.devices is not None and "device" in self.model_fields_set:
+            raise ValueError("name `device` (one device) or `devices` (several), not both")
+        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices {self.devices} names a device twice")
+        return self
+
+    @property
+    def device_indices(self) -> tuple[int, ...]:
+        """The host device indices the deployment runs on, in order."""
+        return tuple(self.devices) if self.devices is not None else (self.device,)
 
 
 class ModelVolume(_Strict):

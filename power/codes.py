@@ -143,11 +143,19 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR424": ("error", "adaptive scheduling set, but the mode resolved to DFlash2's fixed shape"),
     "PWR425": ("error", "K exceeds what the drafter can propose in one block"),
     # --- PWR5xx: memory -----------------------------------------------------
-    # PWR50x sizing (orchestrator/checks/memory.py, sizing.py)
+    # PWR50x sizing (orchestrator/checks/memory.py, checks/devices.py, rules.py, sizing/)
     "PWR500": ("error", "the plan does not fit the device"),
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
     "PWR503": ("info", "thin margin: the plan needs a quiet device"),
+    "PWR504": ("warning", "the micro-batch exceeds the batch: the engine clamps it to the batch"),
+    "PWR505": ("error", "runtime.tensor_split has a negative ratio or is all zero"),
+    "PWR506": ("error", "runtime.tensor_split does not give one ratio per device of the deployment"),
+    "PWR507": ("error", "runtime.main_gpu is not one of the deployment's devices"),
+    "PWR508": ("error", "runtime.tensor_parallel does not divide the model's heads"),
+    "PWR509": ("error", "the devices do not suit the engine (several devices for Power's runtime, a tensor-parallel "
+                        "size other than the device count, a CPU among GPUs)"),
+    "PWR510": ("error", "a quantized V cache without flash attention (llama-server refuses to start)"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),

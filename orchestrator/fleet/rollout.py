@@ -253,7 +253,8 @@ def _candidates(review: FleetReview, selected: list[DeploymentReview], profile_p
     candidates = {}
     for item in selected:
         manifest = memo.manifest(item.deployment.manifest)
-        plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device)
+        plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device_indices,
+                                   item.deployment.engine)
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
         if plan is not None:
             memo.keep(plan)
