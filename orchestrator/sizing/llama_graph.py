@@ -143,6 +143,51 @@ def compute_phases(shape: GraphShape, alignment: int, with_layers: bool = True, 
     return phases
 
 
+def mtp_phases(shape: GraphShape, alignment: int) -> list[Phase]:
+    """qwen35's MTP head graph in a draft-mtp context (llama_model_qwen35::build_mtp, src/models/qwen35.cpp): one
+    block over the target's hidden state. Its inputs are those of the trunk graph less inp_embd and rs_s_copy (the
+    head embeds its tokens with get_rows and keeps no recurrent state); with a single block they are freed after the
+    attention, so the FFN products take that hole where they fit (best fit, as ggml-alloc places them). Alive at each
+    peak (replayed on dumps of the fixture and of a Qwen3.6-27B-shaped header, flash attention on and off):
+
+    - attention (flash attention on): inputs + the embedding and eh_proj rows + double-width gated Q + roped Q + K, V;
+    - kq (off): inputs + 2 rows + 3 Q + scores cells x T x n_head f32;
+    - ffn: inputs + 2 rows (3 without flash attention: the freed embedding row stays below) + each FFN product that
+      fits no hole."""
+    def p(n_bytes: int) -> int:
+        return pad(n_bytes, alignment)
+
+    t = shape.tokens
+    (cells,) = shape.cache_cells
+    row, q, ff = p(F32 * t * shape.n_embd), p(F32 * t * shape.n_head * shape.head_dim_k), p(F32 * t * shape.n_ff)
+    mask_element = F16 if shape.flash_attn else F32
+    v_index = I64 * t if shape.flash_attn else I64 * t * shape.n_head_kv * shape.head_dim_v
+    freed = p(I32 * t) + p(I32 * t * MROPE_POSITIONS) + p(I64 * t) + p(v_index) + p(mask_element * cells * t)
+    inputs = freed + p(I32 * shape.outputs)
+    terms = f"inputs {inputs} (tokens, positions, KV indices, mask {cells} cells, out_ids)"
+    rows = 2 if shape.flash_attn else 3
+    holes = [freed + (0 if shape.flash_attn else row), row]
+    on_top = 0
+    for _ in range(3):
+        fitting = [i for i, hole in enumerate(holes) if hole >= ff]
+        if fitting:
+            best = min(fitting, key=lambda i: holes[i])
+            holes[best] -= ff
+        else:
+            on_top += ff
+    phases = [Phase("ffn", inputs + rows * row + on_top, f"{terms} + {rows} rows {row} + FFN products above the "
+                                                         f"holes {on_top}")]
+    if shape.flash_attn:
+        kv = p(F32 * t * shape.n_head_kv * shape.head_dim_k) + p(F32 * t * shape.n_head_kv * shape.head_dim_v)
+        phases.append(Phase("attention", inputs + 2 * row + 3 * q + kv,
+                            f"{terms} + 2 rows {row} + gated Q 2 x {q} + Q {q} + K, V {kv}"))
+    else:
+        kq = p(F32 * cells * t * shape.n_head)
+        phases.append(Phase(f"kq ({cells} cells)", inputs + 2 * row + 3 * q + kq,
+                            f"{terms} + 2 rows {row} + 3 x Q {q} + scores {kq}"))
+    return phases
+
+
 def input_bytes(shape: GraphShape, alignment: int) -> tuple[int, str]:
     """The graph inputs, allocated before any node (llm_graph_input_* in src/llama-graph.cpp):
     inp_tokens i32 [T]; inp_embd f32 [n_embd, T] (the embeddings-input branch, always allocated);

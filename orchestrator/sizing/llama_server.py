@@ -89,7 +89,7 @@ def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, requ
     placement = place_layers(len(target.layers), request.gpu_layers, devices, request.split)
     on_cpu = devices[0].kind == "cpu"
     ledger = _Ledger(defaultdict(list))
-    _weights(ledger, target, placement, "target weights", on_cpu)
+    _weights(ledger, target, placement, "target weights", on_cpu, request.use_mtp)
     _kv(ledger, target, [l for l in target.layers if l.kind in (GLOBAL, SLIDING)], placement, context,
         request.kv_cache_type, "target KV", "exact")
     _recurrent(ledger, target, placement, context)
@@ -135,30 +135,34 @@ def tensor_location(tensor: TensorInfo, placement: Placement, input_at: int | No
     return placement.output
 
 
-def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, name: str, on_cpu: bool) -> None:
+def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, name: str, on_cpu: bool,
+             load_mtp: bool = False) -> None:
+    """The tensors llama.cpp loads, where it places them. MTP (nextn) blocks load only with draft-mtp
+    (`llama_model_params.load_mtp`, common/common.cpp; the architecture's loader marks them TENSOR_SKIP otherwise)."""
     input_at = 0 if on_cpu else HOST
+    nextn = sum(1 for layer in facts.layers if layer.kind == NEXTN)
     by_location: dict[int | None, list[TensorInfo]] = defaultdict(list)
     for tensor in facts.tensors:
-        by_location[tensor_location(tensor, placement, input_at)].append(tensor)
+        if load_mtp or not _in_nextn_block(tensor, facts, nextn):
+            by_location[tensor_location(tensor, placement, input_at)].append(tensor)
     tied = "output.weight" not in {t.name for t in facts.tensors}
     embedding = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
     if tied and embedding is not None and placement.output != input_at:
         by_location[placement.output].append(embedding)
-    nextn = sum(1 for layer in facts.layers if layer.kind == NEXTN)
     for where, tensors in by_location.items():
         detail = _by_type(tensors)
         if where == input_at and not on_cpu:
             detail += "; the input layer (token_embd) and any layer not offloaded, mmap'ed"
         if tied and embedding is not None and where == placement.output and not on_cpu:
             detail += "; with a duplicate of token_embd as the tied output"
-        if nextn and any(_in_nextn_block(t, facts, nextn) for t in tensors):
-            detail += f"; the {nextn} MTP block(s) load whether or not MTP runs"
+        if any(_in_nextn_block(t, facts, nextn) for t in tensors):
+            detail += f"; with the {nextn} MTP block(s) draft-mtp loads"
         ledger.add(where, Component(name, sum(t.nbytes for t in tensors), detail))
 
 
 def _in_nextn_block(tensor: TensorInfo, facts: ArtifactFacts, nextn: int) -> bool:
     block = block_index(tensor.name)
-    return block is not None and block >= len(facts.layers) - nextn
+    return nextn > 0 and block is not None and block >= len(facts.layers) - nextn
 
 
 def _by_type(tensors: list[TensorInfo]) -> str:
@@ -204,7 +208,7 @@ def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placeme
         padded = not context.flash_attn and any(l.n_head_kv * l.head_dim_v < v_widest for l in members)
         v_note = " (V transposed, padded to the widest layer)" if padded else ""
         ledger.add(where, Component(
-            f"{label} ({kind if kind != NEXTN else 'MTP'})", total,
+            label if kind == NEXTN else f"{label} ({kind})", total,
             f"{len(members)} layers x n_head_kv {heads} x (k {sample.head_dim_k} + v {sample.head_dim_v}){v_note} x "
             f"{cells} cells x {context.n_stream} stream(s) x {cache_type}", basis))
 
@@ -324,7 +328,12 @@ def _mtp_context(ledger: _Ledger, target: ArtifactFacts, placement: Placement, r
                   for l in nextn]
     shape = graph_shape(target, context, request.vocab, request.draft_kv_cache_type, mtp_layers)
     where = 0 if on_cpu else placement.layers[nextn[0].index] if nextn else placement.output
-    alignment = llama_graph.CPU_ALIGNMENT if where is HOST or on_cpu else llama_graph.CUDA_ALIGNMENT
-    size, peak = llama_graph.compute_bytes(shape, alignment)
-    ledger.add(where, Component("MTP compute buffer", size, f"the one-block form, peak at {peak.name}: {peak.terms} "
-                                                            "(the MTP graph itself is not replayed here)", "estimated"))
+    cpu = on_cpu or where is HOST
+    alignment = llama_graph.CPU_ALIGNMENT if cpu else llama_graph.CUDA_ALIGNMENT
+    modelled = target.architecture in llama_graph.HYBRID_ARCHITECTURES and len(nextn) == 1
+    phases = llama_graph.mtp_phases(shape, alignment) if modelled else llama_graph.compute_phases(shape, alignment)
+    peak = max(phases, key=lambda phase: phase.bytes)
+    why = "" if modelled else " (the trunk's one-block form: this architecture's MTP graph is not modelled)"
+    gpu = "" if cpu else " (at CUDA's 128 B alignment; not measured on a GPU)"
+    ledger.add(where, Component("MTP compute buffer", peak.bytes, f"peak at {peak.name}: {peak.terms}{why}{gpu}",
+                                "exact" if modelled and cpu else "estimated"))
