@@ -19,6 +19,7 @@ from power.artifacts.facts import inspect_artifact
 from power.orchestrator.cli import main
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context, size_plan
 from power.orchestrator.sizing.placement import place_layers
+from power.runtime.trunks import load_trunk
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REPO_PROFILES = REPO / "profiles"
@@ -90,15 +91,16 @@ def test_recurrent_rows_per_sequence_and_rollback_rows():
 
 
 def test_power_runtime_kv_is_the_runtimes_own_allocation():
-    """Power's runtime keeps every attention layer (sliding ones too) at ctx + max(verify, prefill chunk), in f32."""
-    from power.runtime.kv_cache import ATTENTION_BLOCK
-    from power.runtime.trunks.base import DEFAULT_PREFILL_CHUNK
-    from power.orchestrator.sizing import power_runtime
-
-    assert (power_runtime.ATTENTION_BLOCK, power_runtime.PREFILL_CHUNK) == (ATTENTION_BLOCK, DEFAULT_PREFILL_CHUNK)
-    sizing = size_plan("power", gemma_facts(), None, Request(ctx=1000, verify_rows=8, slots=2, vocab=GEMMA_VOCAB), CPU)
-    assert parts(sizing)["target KV"] == 18 * 1 * (256 + 256) * 4 * 1280 * 2  # pad(1000 + 32, 256) positions, 2 slots
+    """Power's runtime keeps every attention layer (sliding ones too) at pad(ctx + max(verify, prefill chunk), 256)
+    positions, in f32: the plan's figure is what the runtime's trunk allocates."""
+    dense = inspect_artifact(fixture("dense-target"))
+    sizing = size_plan("power", dense, None, Request(ctx=1000, verify_rows=8, vocab=300), CPU)
+    trunk = load_trunk(fixture("dense-target"), n_ctx=1000, verify_capacity=8)
+    allocated = sum(layer.cache.k.nbytes + layer.cache.v.nbytes for layer in trunk.layers)
+    assert parts(sizing)["target KV"] == allocated == 4 * 2 * 16 * 2 * 4 * 1280
     assert sizing.engine == "power"
+    two = size_plan("power", gemma_facts(), None, Request(ctx=1000, verify_rows=8, slots=2, vocab=GEMMA_VOCAB), CPU)
+    assert parts(two)["target KV"] == 18 * 1 * (256 + 256) * 4 * 1280 * 2  # sliding layers too, one region per slot
 
 
 # --- placement on several devices ----------------------------------------------------
