@@ -44,7 +44,7 @@ def check_devices(profile: Loaded, host: HostSpec, devices: tuple[int, ...], eng
         findings.append(profile.finding(
             "PWR509", f"runtime.tensor_parallel = {tp}, but the deployment runs on {count} device(s): vLLM shards "
             "each layer over exactly the devices it is given", where="runtime.tensor_parallel",
-            hint=f"set tensor_parallel = {count}, or give the deployment {tp} devices"))
+            hint=f"set tensor_parallel = {count}, or give the deployment {tp} device(s)"))
     if engine != "vllm" and tp > 1:
         findings.append(profile.finding(
             "PWR509", f"runtime.tensor_parallel = {tp} is vLLM's setting; {engine} does not shard layers",

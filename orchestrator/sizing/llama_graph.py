@@ -207,11 +207,12 @@ def input_bytes(shape: GraphShape, alignment: int) -> tuple[int, str]:
     mask_element = F16 if shape.flash_attn else F32
     v_index = I64 * t if shape.flash_attn else I64 * t * shape.n_head_kv * shape.head_dim_v
     for index, cells in enumerate(shape.cache_cells):
-        parts[f"cache{index}"] = p(I64 * t) + p(v_index) + p(mask_element * cells * t)
+        key = f"cache{index} {cells} cells"
+        parts[key] = p(I64 * t) + p(v_index) + p(mask_element * cells * t)
         if shape.quantized_kv and shape.head_dim_k % 64 == 0:
-            parts[f"cache{index}"] += p(F32 * _k_rotation(shape.head_dim_k) ** 2)
+            parts[key] += p(F32 * _k_rotation(shape.head_dim_k) ** 2)
         if shape.quantized_kv and shape.head_dim_v % 64 == 0:
-            parts[f"cache{index}"] += p(F32 * 64 * 64)
+            parts[key] += p(F32 * 64 * 64)
     parts["out_ids"] = p(I32 * shape.outputs)
     return sum(parts.values()), " + ".join(f"{name} {size}" for name, size in parts.items())
 

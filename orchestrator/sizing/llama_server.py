@@ -224,8 +224,8 @@ def _recurrent(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, cont
         groups[placement.layers[layer.index]] += 1
     for where, count in groups.items():
         ledger.add(where, Component("recurrent state", count * (conv + state) * STATE_BYTES * rows,
-                                    f"{count} layers x (conv {conv} + state {state}) x f32 x {rows} rows "
-                                    f"({context.n_seq_max} sequence(s) x (1 + {context.n_rs_seq} rollback rows))"))
+                                    f"{count} layers x (conv {conv} + state {state}) x f32 x {rows} row(s): "
+                                    f"{context.n_seq_max} sequence(s) x (1 + {context.n_rs_seq} rollback rows)"))
 
 
 def recurrent_row_widths(facts: ArtifactFacts) -> tuple[int, int]:
@@ -243,7 +243,7 @@ def recurrent_row_widths(facts: ArtifactFacts) -> tuple[int, int]:
 def _output_buffer(ledger: _Ledger, where: int | None, vocab: int, context: LlamaContext, prefix: str) -> None:
     at_load = context.n_seq_max
     ledger.add(where, Component(f"{prefix}output buffer", vocab * 4 * at_load,
-                                f"{at_load} rows x vocab {vocab} x f32 (one per sequence, at load)"))
+                                f"{at_load} row(s) x vocab {vocab} x f32 (one per sequence, at load)"))
     grown = max(context.n_outputs_max, at_load) - at_load
     ledger.add(where, Component(f"{prefix}output buffer growth", vocab * 4 * grown,
                                 f"{grown} more rows x vocab {vocab} x f32: {context.n_outputs_max} rows once a decode "
