@@ -48,9 +48,10 @@ def fitting_split(engine: str, target: ArtifactFacts, drafter: ArtifactFacts | N
 
     The offloaded units (the blocks, then the output layer) go to the devices in order, so a split is a run of
     counts; two devices try every boundary, more devices fill each device in turn with as many layers as fit."""
-    if engine != "llama-server" or len(devices) < 2:
+    if engine != "llama-server" or len(devices) < 2 or request.split.mode != "layer":
         return None
-    units = len(target.layers) + 1
+    offloadable = len(target.layers) + 1  # the blocks and the output layer
+    units = offloadable if request.gpu_layers is None else min(request.gpu_layers, offloadable)
 
     def sized(counts: tuple[int, ...]) -> Sizing:
         split = replace(request.split, mode="layer", ratios=tuple(float(c) for c in counts))
@@ -62,15 +63,13 @@ def fitting_split(engine: str, target: ArtifactFacts, drafter: ArtifactFacts | N
         candidates = [_greedy(units, len(devices), lambda counts: sized(counts).devices)]
     best, best_margin = None, None
     for counts in candidates:
-        if counts is None or sum(counts) != units:
-            continue
         margin = sized(counts).margin_bytes
         if margin >= 0 and (best_margin is None or margin > best_margin):
             best, best_margin = counts, margin
     return best
 
 
-def _greedy(units: int, n_devices: int, devices_of) -> tuple[int, ...] | None:
+def _greedy(units: int, n_devices: int, devices_of) -> tuple[int, ...]:
     """Give each device in turn the most units it holds (the later ones taking the rest), checking that device only."""
     counts = [0] * n_devices
     left = units

@@ -62,7 +62,6 @@ CUDA_CONTEXT_BYTES = 384 * MiB
 CUDA_GRAPH_BYTES_PER_SHAPE = 64 * MiB
 # Recurrent conv and ssm state are f32 (type_r, type_s).
 STATE_BYTES = 4
-OUTPUT_TENSORS_PREFIXES = ("output", "output_norm")
 INPUT_TENSORS = frozenset({"token_embd.weight", "token_types.weight", "position_embd.weight"})
 # x86-64 AVX2 builds repack these matrices into interleaved copies (ggml-cpu/repack.cpp,
 # ggml_repack_get_optimal_repack_type) when their row count is a multiple of 8; `--no-repack` turns it off.
@@ -103,9 +102,10 @@ def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, requ
     elif request.use_mtp:
         _mtp_context(ledger, target, placement, request, context, devices)
     for position in _initialised_gpus(devices, request):
+        runs_layers = bool(ledger.by_location[position])
         ledger.add(position, Component("CUDA context", CUDA_CONTEXT_BYTES,
                                        "CUDA runtime, cuBLAS workspace, kernel images (not measured here)", "estimated"))
-        if request.cuda_graphs and ledger.by_location[position]:
+        if request.cuda_graphs and runs_layers:
             shapes = 2 if (drafter is not None or request.use_mtp) else 1
             ledger.add(position, Component("CUDA graphs", shapes * CUDA_GRAPH_BYTES_PER_SHAPE,
                                            f"{shapes} captured graph(s) x {CUDA_GRAPH_BYTES_PER_SHAPE // MiB} MiB pool "
@@ -126,7 +126,7 @@ def _initialised_gpus(devices: tuple[DeviceBudget, ...], request: Request) -> li
 # --- weights ---------------------------------------------------------------------
 
 
-def tensor_location(tensor: TensorInfo, placement: Placement, input_at: int | None) -> int | None:
+def _tensor_location(tensor: TensorInfo, placement: Placement, input_at: int | None) -> int | None:
     block = block_index(tensor.name)
     if block is not None:
         return placement.layers[block]
@@ -144,7 +144,7 @@ def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, name: 
     by_location: dict[int | None, list[TensorInfo]] = defaultdict(list)
     for tensor in facts.tensors:
         if load_mtp or not _in_nextn_block(tensor, facts, nextn):
-            by_location[tensor_location(tensor, placement, input_at)].append(tensor)
+            by_location[_tensor_location(tensor, placement, input_at)].append(tensor)
     tied = "output.weight" not in {t.name for t in facts.tensors}
     embedding = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
     if tied and embedding is not None and placement.output != input_at:
