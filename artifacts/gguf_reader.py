@@ -19,7 +19,6 @@ header's end rounded up to `general.alignment` (32 by default).
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from power.artifacts.documents import DocumentError, Reason, open_regular
 from power.findings import PowerError
 
 GGUF_MAGIC = b"GGUF"
@@ -388,23 +388,13 @@ class _HeaderParser:
 def open_regular_file(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     """Open `path` for reading only if it is a regular file (a FIFO would block, a directory cannot be read)."""
     try:
-        before = os.stat(path)
-    except OSError as exc:
-        raise artifact_error("PWR100", path, f"cannot open the artifact: {exc.strerror}",
-                             "check the path (relative paths are relative to the manifest)") from None
-    if not stat.S_ISREG(before.st_mode):
-        kind = "a directory" if stat.S_ISDIR(before.st_mode) else "a FIFO" if stat.S_ISFIFO(before.st_mode) else "not a regular file"
-        raise artifact_error("PWR101", path, f"the artifact is {kind}", "point the manifest at the .gguf file itself")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise artifact_error("PWR100", path, f"cannot open the artifact: {exc.strerror}",
-                             "check the file's permissions") from None
-    opened = os.fstat(fd)
-    if not stat.S_ISREG(opened.st_mode):
-        os.close(fd)
-        raise artifact_error("PWR101", path, "the artifact is not a regular file", "point the manifest at the .gguf file itself")
-    return fd, opened
+        return open_regular(path)
+    except DocumentError as err:
+        if err.reason is Reason.NOT_REGULAR:
+            raise artifact_error("PWR101", path, f"the artifact {err.message}",
+                                 "point the manifest at the .gguf file itself") from None
+        raise artifact_error("PWR100", path, f"cannot open the artifact: {err.message.removeprefix('cannot read: ')}",
+                             "check the path (relative paths are relative to the manifest) and its permissions") from None
 
 
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:

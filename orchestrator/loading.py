@@ -13,25 +13,23 @@ a locator so that later checks can point at the exact line:
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-import tomli
 from pydantic import BaseModel, ValidationError
 
 from power import codes, modes
+from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, Reason, decode_utf8, parse_toml, read_bytes
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator import rules
 from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
 from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, RENAMED_KEYS, SCHEMA_VERSION, schema_id
 from power.orchestrator.units import ACCEPTED_FORMS, SizeError
-
-MAX_TOML_BYTES = 8 * 1024**2
 
 _EDITOR_SCHEMA = re.compile(r"#:schema\s+(?P<target>\S+)[^\n]*")
 _SCHEMA_VALUE = re.compile(r"^power\.(?P<kind>[A-Za-z0-9_-]+)/(?P<version>v\d+)$")
@@ -59,6 +57,8 @@ class Loaded:
     findings: list[Finding] = field(default_factory=list)
     data: dict[str, Any] | None = None
     text: str | None = None
+    # sha256 of the bytes read: a plan records the digest of exactly what it was compiled from.
+    sha256: str | None = None
     _locator: TomlLocator | None = field(default=None, repr=False)
 
     @property
@@ -147,61 +147,49 @@ def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
 # --- reading and parsing ----------------------------------------------------------
 
 
+# Why a file cannot be read or parsed -> (code, hint).
+_READ_FAILURES = {
+    Reason.MISSING: ("PWR001", "check the path (it is relative to the current directory)"),
+    Reason.UNREADABLE: ("PWR013", "check the path and the file's permissions"),
+    Reason.NOT_REGULAR: ("PWR002", "pass a .toml file (or, to `power validate`, a directory of them)"),
+    Reason.TOO_LARGE: ("PWR003", "a manifest or profile is a few hundred bytes: check that this is the file you meant"),
+    Reason.NOT_UTF8: ("PWR006", "save the file as UTF-8 (TOML files must be UTF-8)"),
+    Reason.SYNTAX: ("PWR007", "see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]"),
+    Reason.TOO_DEEP: ("PWR008", "flatten the nesting: no Power file nests more than three levels"),
+    Reason.NUMBER: ("PWR016", "write the value in range (sizes take units: \"24 GiB\")"),
+}
+
+
 def _read(loaded: Loaded) -> bool:
     """Set loaded.text, or add the finding that says why the file cannot be read as text."""
     try:
-        info = os.stat(loaded.path)
-    except FileNotFoundError:
-        return _fail(loaded, "PWR001", "no such file or directory", "check the path (it is relative to the current directory)")
-    except (OSError, ValueError) as exc:
-        return _fail(loaded, "PWR013", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "check the path and the file's permissions")
-    if not stat.S_ISREG(info.st_mode):
-        what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-        return _fail(loaded, "PWR002", f"is {what}", "pass a .toml file (or, to `power validate`, a directory of them)")
-    if info.st_size > MAX_TOML_BYTES:
-        return _fail(
-            loaded,
-            "PWR003",
-            f"is {info.st_size:,} bytes; a Power TOML file may be at most {MAX_TOML_BYTES:,} bytes (8 MiB)",
-            "a manifest or profile is a few hundred bytes: check that this is the file you meant",
-        )
-    try:
-        with open(loaded.path, "rb") as handle:
-            raw = handle.read(MAX_TOML_BYTES + 1)
-    except OSError as exc:
-        return _fail(loaded, "PWR013", f"cannot read: {exc.strerror}", "check the file's permissions")
-    return _decode(loaded, raw)
-
-
-def _decode(loaded: Loaded, raw: bytes) -> bool:
-    if len(raw) > MAX_TOML_BYTES:
-        return _fail(loaded, "PWR003", f"is larger than {MAX_TOML_BYTES:,} bytes (8 MiB)", "check that this is the file you meant")
-    if not raw.strip():
-        return _fail(loaded, "PWR004", "is empty", _SCHEMA_HINT)
-    if b"\x00" in raw:
-        return _fail(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text", "pass the .toml file, not a GGUF or other binary")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line, col, source = _byte_position(raw, exc.start)
-        return _fail(loaded, "PWR006", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
-                     "save the file as UTF-8 (TOML files must be UTF-8)", line=line, col=col, source_line=source)
-    loaded.text = text.removeprefix("\ufeff")
+        raw = read_bytes(loaded.path, MAX_TOML_BYTES)
+        if not raw.strip():
+            return _fail(loaded, "PWR004", "is empty", _SCHEMA_HINT)
+        if b"\x00" in raw:
+            return _fail(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text",
+                         "pass the .toml file, not a GGUF or other binary")
+        loaded.text = decode_utf8(raw).removeprefix("\ufeff")
+        loaded.sha256 = hashlib.sha256(raw).hexdigest()
+    except DocumentError as err:
+        return _failed_document(loaded, err)
     return True
 
 
 def _parse(loaded: Loaded) -> bool:
     try:
-        loaded.data = tomli.loads(loaded.text)
-    except tomli.TOMLDecodeError as exc:
-        lines = loaded.text.splitlines()
-        source = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else None
-        return _fail(loaded, "PWR007", f"TOML syntax: {exc.msg[:1].lower()}{exc.msg[1:]}",
-                     "see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]",
-                     line=exc.lineno, col=exc.colno, source_line=source)
-    except RecursionError:
-        return _fail(loaded, "PWR008", "nests arrays or inline tables too deeply to read", "flatten the nesting: no Power file nests more than three levels")
+        loaded.data = parse_toml(loaded.text)
+    except DocumentError as err:
+        return _failed_document(loaded, err)
     return True
+
+
+def _failed_document(loaded: Loaded, err: DocumentError) -> bool:
+    code, hint = _READ_FAILURES[err.reason]
+    if err.where is not None:
+        loaded.findings.append(loaded.finding(code, err.message, where=err.where, hint=hint))
+        return False
+    return _fail(loaded, code, err.message, hint, line=err.line, col=err.col, source_line=err.source_line)
 
 
 def _read_kind(loaded: Loaded) -> bool:
@@ -410,14 +398,6 @@ def _fail(loaded: Loaded, code: str, message: str, hint: str, *,
     loaded.findings.append(Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path),
                                    line=line, col=col, hint=hint, source_line=source_line))
     return False
-
-
-def _byte_position(raw: bytes, offset: int) -> tuple[int, int, str]:
-    line_start = raw.rfind(b"\n", 0, offset) + 1
-    line_end = raw.find(b"\n", offset)
-    source = raw[line_start : line_end if line_end != -1 else len(raw)].decode("utf-8", errors="replace")
-    col = len(raw[line_start:offset].decode("utf-8", errors="replace")) + 1
-    return raw.count(b"\n", 0, offset) + 1, col, source
 
 
 def _toml(value: Any, limit: int = 60) -> str:

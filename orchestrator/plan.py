@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +47,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, parse_json, parse_toml, read_text
 from power.findings import Finding, PowerError
 
 PLAN_SCHEMA = "power.plan/v1"
@@ -282,17 +282,11 @@ def load_plan(path: Path) -> ResolvedPlan:
 
 def _read_document(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise PlanError(f"cannot read the plan ({err.strerror})", file=str(path),
-                        hint="check the path and the file's permissions") from None
-    try:
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        data = json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise PlanError(f"not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({err})", file=str(path),
-                        hint="recompile the plan with `power plan`") from None
+        text = read_text(path, MAX_JSON_BYTES)
+        data = parse_toml(text) if path.suffix == ".toml" else parse_json(text)
+    except DocumentError as err:
+        raise PlanError.of(err.finding("PWR080", path, "pass a plan written by `power plan -o`, or recompile it",
+                                       what="the plan")) from None
     if not isinstance(data, dict):
         raise PlanError("a plan is a JSON object", code="PWR081", file=str(path),
                         hint="recompile the plan with `power plan`")

@@ -84,3 +84,11 @@ class PowerError(Exception):
         self.finding = Finding(code=code or self.code, severity=Severity.ERROR, message=message, file=file,
                                offset=offset, hint=hint)
         super().__init__(self.finding.render())
+
+    @classmethod
+    def of(cls, finding: Finding) -> PowerError:
+        """The refusal that carries `finding` as it is (with its line and column)."""
+        error = cls(finding.message, code=finding.code, hint=finding.hint, file=finding.file, offset=finding.offset)
+        error.finding = finding
+        error.args = (finding.render(),)
+        return error

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, Reason, parse_json, read_json, read_text
 from power.findings import Finding, Severity
 from power.orchestrator.plan import canonical_json
 
@@ -77,20 +78,15 @@ def body_digest(body: dict[str, Any]) -> str:
 def read_lock(path: Path) -> tuple[FleetLock | None, list[Finding]]:
     """The lock at `path`: an empty lock when the file does not exist, None with findings when it cannot be used."""
     path = Path(path)
-    if not path.exists():
-        return FleetLock(), []
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        return None, [_finding("PWR065", path, f"cannot read the fleet lock ({err.strerror})", text=None,
-                               hint="check the path and its permissions")]
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        return None, [_finding("PWR065", path, f"the fleet lock is not valid JSON ({err.msg})", text=text,
-                               line=err.lineno, col=err.colno,
-                               hint="restore the lock from version control, or delete it and run "
-                                    "`power fleet review FLEET --write-lock` to record the current plans")]
+        text = read_text(path, MAX_JSON_BYTES)
+        data = parse_json(text)
+    except DocumentError as err:
+        if err.reason is Reason.MISSING:
+            return FleetLock(), []
+        return None, [err.finding("PWR065", path, "restore the lock from version control, or delete it and run "
+                                  "`power fleet review FLEET --write-lock` to record the current plans",
+                                  what="the fleet lock")]
     problem = _schema_problem(path, data, text)
     if problem is not None:
         return None, [problem]
@@ -133,10 +129,10 @@ def write_lock(path: Path, lock: FleetLock) -> None:
 
 def _digest_on_disk(path: Path) -> str | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("digest")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, AttributeError):
+        return read_json(path).get("digest")
+    except DocumentError as err:
+        return None if err.reason is Reason.MISSING else "unreadable"
+    except AttributeError:
         return "unreadable"
 
 

@@ -1,0 +1,95 @@
+"""Every document a command reads (plan, fleet lock, env file, unit, TOML) through the CLI, made hostile.
+
+A FIFO, /dev/zero, bytes that are not UTF-8, JSON or TOML nested 100,000 deep, a 5,000-digit integer: each
+is refused with the reader's own finding code and the documented exit code, never a hang or a traceback,
+and nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hostile_documents import JSON_CASES, TEXT_CASES, TOML_CASES, hostile
+
+from power.orchestrator.cli import main
+
+pytestmark = pytest.mark.timeout(120)
+
+FLEET = '''schema = "power.fleet/v1"
+name = "lab"
+[[hosts]]
+name = "a"
+devices = [{ model = "x", vram = "24 GiB" }]
+'''
+
+
+def invoke(*args) -> object:
+    result = CliRunner().invoke(main, [str(arg) for arg in args])
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def snapshot(path: Path) -> object:
+    return path.read_bytes() if path.is_file() and not str(path).startswith("/dev/") else os.stat(path).st_mode
+
+
+# command -> (argv before the plan, argv after it, the file it would write)
+PLAN_COMMANDS = {
+    "render": (["render"], ["--target", "env", "-o", "{out}/out.env"], "out.env"),
+    "run": (["run"], ["--prompt", "hi", "--receipt", "{out}/receipt.json"], "receipt.json"),
+    "serve": (["serve"], ["--port", "0"], None),
+    "bench": (["bench"], ["-o", "{out}/evidence.json"], "evidence.json"),
+    "worth-it": (["worth-it", "--draft-step", "1ms", "-k", "3", "--incumbent", "10", "--plan"], [], None),
+}
+
+
+@pytest.mark.parametrize("case", [*JSON_CASES, *TOML_CASES])
+@pytest.mark.parametrize("command", PLAN_COMMANDS)
+def test_a_hostile_plan_is_refused_by_every_command_that_reads_plans(tmp_path, command, case):
+    plan = hostile(tmp_path, case)
+    before, after, written = PLAN_COMMANDS[command]
+    result = invoke(*before, plan, *[arg.format(out=tmp_path) for arg in after])
+    assert result.exit_code == 2, result.output
+    assert "PWR080" in result.output and str(plan) in result.output
+    if written:
+        assert not (tmp_path / written).exists()
+
+
+@pytest.mark.parametrize("case", JSON_CASES)
+def test_a_hostile_fleet_lock_is_a_finding_and_is_left_as_it_is(tmp_path, case):
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(FLEET)
+    lock = hostile(tmp_path, case)
+    before = snapshot(lock)
+    reviewed = invoke("fleet", "review", fleet, "--lock", lock, "--write-lock")
+    assert reviewed.exit_code == 1 and "PWR065" in reviewed.output
+    assert invoke("rollout", "status", fleet, "--lock", lock).exit_code == 1
+    assert snapshot(lock) == before
+
+
+@pytest.mark.parametrize("case", TEXT_CASES)
+@pytest.mark.parametrize("option", ["--env-file", "--unit"])
+def test_a_hostile_launch_file_is_an_input_error(tmp_path, option, case):
+    launch = hostile(tmp_path, case, suffix=".env")
+    result = invoke("import", "llama-server", option, launch, "-o", tmp_path / "out")
+    assert result.exit_code == 2 and "PWR459" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_hostile_speculative_config_is_a_finding():
+    deep = "[" * 100_000 + "]" * 100_000
+    result = invoke("import", "vllm", "--", "vllm", "serve", "m.gguf", "--speculative-config", deep)
+    assert result.exit_code == 1 and "PWR457" in result.output
+
+
+@pytest.mark.parametrize("case", ["fifo", "dev-zero", *TOML_CASES])
+def test_a_hostile_toml_file_is_one_finding_and_the_rest_of_the_directory_is_validated(tmp_path, case):
+    hostile(tmp_path, case, suffix=".toml")
+    (tmp_path / "good.toml").write_text(FLEET)
+    result = invoke("validate", tmp_path, "/dev/zero" if case == "dev-zero" else tmp_path, "--json")
+    assert result.exit_code == 1, result.output
+    assert '"file": "' + str(tmp_path / "good.toml") + '"' in result.stdout
