@@ -138,7 +138,7 @@ def parse_json(text: str) -> Any:
                             source_line=_source_line(text, err.lineno)) from None
     except RecursionError:
         raise DocumentError(Reason.TOO_DEEP, f"nests arrays or objects more than {MAX_DEPTH} levels deep") from None
-    _check_depth(data)
+    _check_structure(data)
     return data
 
 
@@ -160,11 +160,7 @@ def parse_toml(text: str) -> dict[str, Any]:
         raise DocumentError(Reason.NUMBER, "an integer of thousands of digits: TOML integers are 64-bit "
                             f"({INT64_MIN} to {INT64_MAX})", line=line, col=col,
                             source_line=_source_line(text, line)) from None
-    _check_depth(data)
-    where = _outside_int64(data)
-    if where is not None:
-        raise DocumentError(Reason.NUMBER, f"`{_dotted(where)}` is an integer outside TOML's 64-bit range "
-                            f"({INT64_MIN} to {INT64_MAX})", where=where)
+    _check_structure(data)
     return data
 
 
@@ -200,31 +196,32 @@ def _json_constant(name: str) -> float:
     raise DocumentError(Reason.NUMBER, f"{name} is not a JSON number")
 
 
-def _check_depth(data: Any) -> None:
-    """Iteratively, so that checking a deep document cannot itself recurse too deeply."""
-    pending = [(data, 1)]
+def _check_structure(data: Any) -> None:
+    """Nesting at most MAX_DEPTH deep and integers within 64 bits, in one iterative walk (a recursive one could
+    itself recurse too deeply)."""
+    pending: list[tuple[Any, int]] = [(data, 0)]
     while pending:
         node, depth = pending.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if children is None:
-            continue
-        if depth > MAX_DEPTH:
-            raise DocumentError(Reason.TOO_DEEP, f"nests arrays or tables more than {MAX_DEPTH} levels deep")
-        pending += [(child, depth + 1) for child in children]
+        if isinstance(node, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise DocumentError(Reason.TOO_DEEP, f"nests arrays or tables more than {MAX_DEPTH} levels deep")
+            pending += [(child, depth + 1) for child in (node.values() if isinstance(node, dict) else node)]
+        elif isinstance(node, int) and not isinstance(node, bool) and not INT64_MIN <= node <= INT64_MAX:
+            path = _path_to(data, node)
+            raise DocumentError(Reason.NUMBER, f"`{_dotted(path)}` is an integer outside the 64-bit range "
+                                f"({INT64_MIN} to {INT64_MAX})", where=path)
 
 
-def _outside_int64(data: Any) -> tuple[str | int, ...] | None:
-    """The key path of the first integer outside the 64-bit range, or None."""
+def _path_to(data: Any, target: Any) -> tuple[str | int, ...]:
+    """The key path of the value `target` (by identity) in `data`, whose depth is already checked."""
     pending: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
     while pending:
         node, path = pending.pop()
-        if isinstance(node, dict):
-            pending += [(value, (*path, key)) for key, value in node.items()]
-        elif isinstance(node, list):
-            pending += [(value, (*path, index)) for index, value in enumerate(node)]
-        elif isinstance(node, int) and not isinstance(node, bool) and not INT64_MIN <= node <= INT64_MAX:
+        if node is target:
             return path
-    return None
+        if isinstance(node, (dict, list)):
+            pending += [(value, (*path, key)) for key, value in (node.items() if isinstance(node, dict) else enumerate(node))]
+    return ()
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:

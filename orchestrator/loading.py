@@ -31,6 +31,8 @@ from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_wh
 from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, RENAMED_KEYS, SCHEMA_VERSION, schema_id
 from power.orchestrator.units import ACCEPTED_FORMS, SizeError
 
+# Findings listed per file; the rest are counted in one PWR017 finding.
+MAX_FINDINGS_PER_FILE = 200
 _EDITOR_SCHEMA = re.compile(r"#:schema\s+(?P<target>\S+)[^\n]*")
 _SCHEMA_VALUE = re.compile(r"^power\.(?P<kind>[A-Za-z0-9_-]+)/(?P<version>v\d+)$")
 # Errors on these fields carry the speculation-settings code instead of the generic PWR022.
@@ -59,6 +61,8 @@ class Loaded:
     text: str | None = None
     # sha256 of the bytes read: a plan records the digest of exactly what it was compiled from.
     sha256: str | None = None
+    # Findings beyond MAX_FINDINGS_PER_FILE that were counted but never built.
+    unlisted: int = field(default=0, repr=False)
     _locator: TomlLocator | None = field(default=None, repr=False)
 
     @property
@@ -110,6 +114,7 @@ def load_document(path: str | os.PathLike[str]) -> Loaded:
     loaded = Loaded(path=Path(path))
     if _read(loaded) and _parse(loaded) and _read_kind(loaded):
         _validate(loaded)
+    _bound_findings(loaded)
     return loaded
 
 
@@ -253,32 +258,89 @@ def _schema_value_hint(value: Any) -> str:
 
 
 def _validate(loaded: Loaded) -> None:
+    """Unknown keys first (found by walking the models: one finding each, however many there are, costs
+    no pydantic error), then the model on the data without them, then the cross-field rules."""
     model_type = KIND_MODELS[loaded.kind]
+    unknown = _unknown_keys(model_type, loaded.data)
+    data = _without(loaded.data, unknown)
+    loaded.findings += [_unknown_key(loaded, model_type, path) for path in unknown[:MAX_FINDINGS_PER_FILE]]
+    loaded.unlisted = max(0, len(unknown) - MAX_FINDINGS_PER_FILE)
     try:
-        model = model_type.model_validate(loaded.data, context={"base_dir": loaded.path.absolute().parent})
+        model = model_type.model_validate(data, context={"base_dir": loaded.path.absolute().parent})
     except ValidationError as exc:
         model = None
-        loaded.findings += _schema_findings(loaded, model_type, exc)
+        loaded.findings += _schema_findings(loaded, model_type, exc, data)
     for issue in rules.check(loaded.kind, loaded.data):
         loaded.findings.append(loaded.finding(issue.code, issue.message, where=issue.where, hint=issue.hint, severity=issue.severity))
-    loaded.findings.sort(key=lambda finding: (finding.line or 0, finding.col or 0))
     loaded.model = None if has_errors(loaded.findings) else model
 
 
-def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: ValidationError) -> list[Finding]:
+def _bound_findings(loaded: Loaded) -> None:
+    """The findings in file order, at most MAX_FINDINGS_PER_FILE of them, then one that counts the rest."""
+    loaded.findings.sort(key=lambda finding: (finding.line or 0, finding.col or 0))
+    unlisted = loaded.findings[MAX_FINDINGS_PER_FILE:]
+    count = len(unlisted) + loaded.unlisted
+    if not count:
+        return
+    # Keys never listed are unknown keys: errors.
+    errors = sum(f.is_error for f in unlisted) + loaded.unlisted
+    del loaded.findings[MAX_FINDINGS_PER_FILE:]
+    loaded.findings.append(Finding(
+        code="PWR017", severity=Severity.ERROR if errors else Severity.WARNING, file=str(loaded.path),
+        message=f"{count:,} more finding(s) in this file are not listed ({errors:,} of them errors); "
+                f"only the first {MAX_FINDINGS_PER_FILE} are",
+        hint="fix the findings listed and validate again; a file with this many is rarely the file you meant"))
+
+
+def _unknown_keys(model_type: type[BaseModel], data: Any, here: KeyPath = ()) -> list[KeyPath]:
+    """Every key in `data` that its model does not define, as a key path, in document order."""
+    if not isinstance(data, dict):
+        return []
+    fields = {key: info for name, info in model_type.model_fields.items() for key in (name, info.alias or name)}
+    found: list[KeyPath] = []
+    for key, value in data.items():
+        if key not in fields:
+            found.append((*here, key))
+            continue
+        nested = _nested_model(fields[key].annotation)
+        if nested is not None and isinstance(value, list):
+            for index, item in enumerate(value):
+                found += _unknown_keys(nested, item, (*here, key, index))
+        elif nested is not None:
+            found += _unknown_keys(nested, value, (*here, key))
+    return found
+
+
+def _without(data: Any, paths: list[KeyPath]) -> Any:
+    """`data` without the keys at `paths`: the containers on those paths are copied, all others shared."""
+    if not paths or not isinstance(data, (dict, list)):
+        return data
+    removed = {path[0] for path in paths if len(path) == 1}
+    deeper: dict[str | int, list[KeyPath]] = {}
+    for path in paths:
+        if len(path) > 1:
+            deeper.setdefault(path[0], []).append(path[1:])
+    if isinstance(data, list):
+        return [_without(item, deeper[index]) if index in deeper else item for index, item in enumerate(data)]
+    return {key: _without(value, deeper[key]) if key in deeper else value
+            for key, value in data.items() if key not in removed}
+
+
+def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: ValidationError,
+                     data: dict[str, Any]) -> list[Finding]:
     """One finding per offending key: pydantic reports a union's alternatives as several errors for one value."""
     by_path: dict[KeyPath, list[dict[str, Any]]] = {}
-    for error in exc.errors():
-        by_path.setdefault(_data_path(error["loc"], loaded.data), []).append(error)
-    return [_error_finding(loaded, model_type, path, errors) for path, errors in by_path.items()]
+    for error in exc.errors(include_url=False):
+        by_path.setdefault(_data_path(error["loc"], data), []).append(error)
+    paths = list(by_path)[:MAX_FINDINGS_PER_FILE]
+    loaded.unlisted += len(by_path) - len(paths)
+    return [_error_finding(loaded, model_type, path, by_path[path]) for path in paths]
 
 
 def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[dict[str, Any]]) -> Finding:
     where = format_where(path)
     key = path[-1] if path else ""
     kinds = {error["type"] for error in errors}
-    if "extra_forbidden" in kinds:
-        return _unknown_key(loaded, model_type, path)
     if "missing" in kinds:
         table = format_where(path[:-1])
         return loaded.finding(

@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from power import modes
-from power.orchestrator.units import ACCEPTED_FORMS, parse_size
+from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_size
 
 SCHEMA_VERSION = "v1"
 DEFAULT_HEADROOM = 512 * 1024**2
@@ -78,7 +78,7 @@ Bytes = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": 0, "maximum": MAX_BYTES},
                 {"type": "string", "pattern": r"^\s*\d[\d_]*(\.\d+)?\s*(([kKmMgGtT][iI]?)?B)?\s*$"},
             ],
             "description": f"a size: {ACCEPTED_FORMS}",

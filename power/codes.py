@@ -33,6 +33,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR014": ("info", "a document Power generates (plan, fleet lock, evidence): not validated as user input"),
     "PWR015": ("warning", "the `#:schema` first line names another kind's JSON Schema"),
     "PWR016": ("error", "an integer outside TOML's 64-bit range (or of thousands of digits)"),
+    "PWR017": ("error", "more findings in one file than are listed (200): their count"),
     # PWR02x fields (orchestrator/schema.py, rules.py)
     "PWR020": ("error", "unknown key"),
     "PWR021": ("error", "a required key is missing"),

@@ -7,6 +7,7 @@ and nothing is written.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -86,10 +87,29 @@ def test_a_hostile_speculative_config_is_a_finding():
     assert result.exit_code == 1 and "PWR457" in result.output
 
 
-@pytest.mark.parametrize("case", ["fifo", "dev-zero", *TOML_CASES])
+TOML_CODES = {"fifo": "PWR002", "dev-zero": "PWR002", "toml-nested-100k": "PWR008",
+              "toml-integer-5000-digits": "PWR016", "toml-integer-past-64-bits": "PWR016", "toml-not-utf8": "PWR006"}
+
+
+@pytest.mark.parametrize("case", TOML_CODES)
 def test_a_hostile_toml_file_is_one_finding_and_the_rest_of_the_directory_is_validated(tmp_path, case):
-    hostile(tmp_path, case, suffix=".toml")
+    bad = hostile(tmp_path, case, suffix=".toml")
     (tmp_path / "good.toml").write_text(FLEET)
-    result = invoke("validate", tmp_path, "/dev/zero" if case == "dev-zero" else tmp_path, "--json")
+    result = invoke("validate", tmp_path, bad, "--json")
     assert result.exit_code == 1, result.output
-    assert '"file": "' + str(tmp_path / "good.toml") + '"' in result.stdout
+    report = json.loads(result.stdout)
+    assert [(f["file"], f["code"]) for f in report["findings"]] == [(str(bad), TOML_CODES[case])]
+    assert {"file": str(tmp_path / "good.toml"), "kind": "fleet", "valid": True} in report["files"]
+
+
+def test_a_5000_digit_integer_in_a_manifest_is_located(tmp_path):
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('schema = "power.manifest/v1"\nname = "m"\n[target]\npath = "t.gguf"\nsize = ' + "9" * 5000 + "\n")
+    result = invoke("validate", manifest)
+    assert result.exit_code == 1 and f"{manifest}:5:8: PWR016" in result.output
+
+
+@pytest.mark.parametrize("command", ["plan", "size"])
+def test_a_5000_digit_device_size_is_a_usage_error(tmp_path, command):
+    result = invoke(command, tmp_path / "m.toml", tmp_path / "p.toml", "--device", "9" * 5000)
+    assert result.exit_code == 2 and "larger than 1.00 PiB" in result.output
