@@ -1,9 +1,10 @@
 """Launch artifacts from a resolved plan: llama-server, vLLM, the Power runtime, an env file, a systemd drop-in.
 
 The templates under `templates/` lay the artifacts out; this module decides what
-goes in them. Every value that reaches a shell line passes through `shlex.quote`
-(systemd additionally doubles `%` and `$`, which it expands itself); every value
-that reaches a comment has its line breaks escaped. A plan feature an engine has
+goes in them. Every value that reaches a shell line passes through `shlex.quote`;
+every value that reaches a systemd unit is double-quoted the way systemd.syntax(7)
+unquotes it (`systemd_assignment`, `systemd_word`); every value that reaches a
+comment has its line breaks escaped. The systemd unit starts Power by absolute path. A plan feature an engine has
 no flag for (S snapshots, FR, the adaptive controller, the fixed verification
 shape) is said in a comment, never invented as a flag; a mode an engine cannot
 run at all is refused (RenderError), never downgraded.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import sys
 from pathlib import Path
 
 import jinja2
@@ -43,14 +46,40 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
-    env.filters["systemd"] = systemd_quote
+    env.filters["systemd_assignment"] = systemd_assignment
+    env.filters["systemd_word"] = systemd_word
     env.filters["comment"] = comment_safe
     return env
 
 
-def systemd_quote(value: object) -> str:
-    """A shell-quoted word that systemd's own `%specifier` and `$VAR` expansion leaves alone."""
-    return shlex.quote(str(value)).replace("%", "%%").replace("$", "$$")
+def systemd_assignment(name: str, value: object) -> str:
+    """One `Environment=` assignment that systemd reads back as exactly NAME=value.
+
+    Environment= splits double-quoted words and interprets C escapes in them, expands
+    `%specifiers` but never `$`: so `\\`, `"` and control characters are escaped, `%` doubled,
+    `$` left alone (doubling it would put `$$` in the service's environment).
+    """
+    return '"' + _systemd_escaped(f"{name}={value}", dollar="$") + '"'
+
+
+def systemd_word(value: object) -> str:
+    """One `ExecStart=` word that systemd reads back as exactly `value`: as in an assignment, and `$`
+    doubled, since ExecStart= expands `$VAR`. Quoted, so a lone `;` stays an argument."""
+    return '"' + _systemd_escaped(str(value), dollar="$$") + '"'
+
+
+def _systemd_escaped(text: str, dollar: str) -> str:
+    escaped = {"\\": "\\\\", '"': '\\"', "%": "%%", "$": dollar, "\n": "\\n", "\t": "\\t"}
+    return "".join(escaped.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 32 or ord(ch) == 127 else ch) for ch in text)
+
+
+def power_executable() -> str | None:
+    """The `power` console script beside this interpreter (the installed one), else the first on PATH."""
+    beside = Path(sys.executable).with_name("power")
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("power")
+    return str(Path(found).resolve()) if found else None
 
 
 def comment_safe(value: object) -> str:
@@ -58,11 +87,13 @@ def comment_safe(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
 
 
-def render(plan: ResolvedPlan, target: str, plan_path: Path) -> str:
+def render(plan: ResolvedPlan, target: str, plan_path: Path, executable: str | None = None) -> str:
+    """The launch artifact for `target`; `executable` is the absolute path of `power` a systemd unit starts
+    (default: `power_executable()`)."""
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     builders = {"llama-server": llama_server_context, "vllm": vllm_context, "power": power_context,
-                "env": env_context, "systemd": env_context}
+                "env": env_file_context, "systemd": lambda plan, path: systemd_context(plan, path, executable)}
     context = builders[target](plan, Path(plan_path).resolve())
     template = _environment().get_template(f"{target}.j2")
     return template.render(plan=plan, plan_path=str(Path(plan_path).resolve()), **context)
@@ -153,6 +184,25 @@ def power_context(plan: ResolvedPlan, plan_path: Path) -> dict:
     return {}
 
 
+def env_file_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+    """An env file is shell-quoted text: a value with a control character cannot be carried in it."""
+    context = env_context(plan, plan_path)
+    for name, value in context["variables"].items():
+        if any(ord(ch) < 32 for ch in str(value)):
+            raise RenderError(code="PWR461", message=f"{name} ({str(value)!r}) contains a control character, which "
+                              "an env file cannot carry; rename it in the manifest and recompile the plan")
+    return context
+
+
+def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None) -> dict:
+    executable = executable or power_executable()
+    if executable is None or not Path(executable).is_absolute():
+        raise RenderError(code="PWR462", message=f"the systemd unit needs the absolute path of the power executable, "
+                          f"and {'none was found' if executable is None else repr(executable) + ' is not one'}",
+                          hint="pass --power-executable /path/to/power (e.g. `command -v power`)")
+    return {**env_context(plan, plan_path), "executable": executable}
+
+
 def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
     spec = plan.speculation
     variables = {
@@ -169,8 +219,4 @@ def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
         "POWER_CTX": plan.runtime.ctx,
         "POWER_VERIFY_CAPACITY": plan.runtime.verify_capacity,
     }
-    for name, value in variables.items():
-        if any(ord(ch) < 32 for ch in str(value)):
-            raise RenderError(code="PWR461", message=f"{name} ({str(value)!r}) contains a control character, which env files and systemd "
-                              "cannot carry; rename it in the manifest and recompile the plan")
     return {"variables": variables}

@@ -131,6 +131,7 @@ CODES: dict[str, tuple[str, str]] = {
     # PWR46x renders (orchestrator/render.py)
     "PWR460": ("error", "the render target cannot run this plan (an engine without the plan's speculation)"),
     "PWR461": ("error", "a value cannot be written into this render target (control characters)"),
+    "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),

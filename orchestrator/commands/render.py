@@ -18,10 +18,12 @@ from power.orchestrator.render import render as render_plan
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--target", "target", type=click.Choice(TARGETS), required=True, help="What to render.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE (atomically) instead of stdout.")
-def render(plan_path: Path, target: str, output: Path | None) -> None:
+@click.option("--power-executable", metavar="PATH",
+              help="The absolute path of `power` the systemd unit's ExecStart= runs (default: this power's own).")
+def render(plan_path: Path, target: str, output: Path | None, power_executable: str | None) -> None:
     """Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan (JSON or TOML)."""
     try:
-        text = render_plan(load_plan(plan_path), target, plan_path)
+        text = render_plan(load_plan(plan_path), target, plan_path, executable=power_executable)
     except PowerError as err:
         refuse(err)
     if output is None:
