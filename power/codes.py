@@ -34,6 +34,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR015": ("warning", "the `#:schema` first line names another kind's JSON Schema"),
     "PWR016": ("error", "an integer outside TOML's 64-bit range (or of thousands of digits)"),
     "PWR017": ("error", "more findings in one file than are listed (200): their count"),
+    "PWR018": ("error", "an output path cannot be written (no such folder, a directory, not writable)"),
     # PWR02x fields (orchestrator/schema.py, rules.py)
     "PWR020": ("error", "unknown key"),
     "PWR021": ("error", "a required key is missing"),

@@ -9,6 +9,7 @@ import click
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
 from power.orchestrator.cli import refuse
+from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.plan import load_plan
 from power.orchestrator.render import TARGETS
 from power.orchestrator.render import render as render_plan
@@ -22,6 +23,7 @@ from power.orchestrator.render import render as render_plan
               help="The absolute path of `power` the systemd unit's ExecStart= runs (default: this power's own).")
 def render(plan_path: Path, target: str, output: Path | None, power_executable: str | None) -> None:
     """Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan (JSON or TOML)."""
+    require_outputs(files=(output,))
     try:
         text = render_plan(load_plan(plan_path), target, plan_path, executable=power_executable)
     except PowerError as err:
@@ -29,7 +31,8 @@ def render(plan_path: Path, target: str, output: Path | None, power_executable: 
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_text_atomic(output, text)
+        with writing(output):
+            write_text_atomic(output, text)
         if target not in ("env", "systemd"):
             output.chmod(0o755)
         click.echo(f"wrote {output}", err=True)

@@ -16,6 +16,7 @@ from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.fleet.lock import read_lock
 from power.orchestrator.fleet.review import default_lock_path
 from power.orchestrator.fleet.rollout import Outcome, advance, plan_rollout, rollback, rollout_status
+from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan, save_plan
 
 _FLEET = click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
@@ -42,6 +43,7 @@ def rollout() -> None:
 def plan_command(fleet_file: Path, profile_path: Path, canary: tuple[str, ...], waves: int, select: str,
                  lock_path: Path | None, as_json: bool) -> None:
     """Compile the selected deployments with PROFILE and stage the hosts whose plan changes."""
+    _require_lock(fleet_file, lock_path, as_json)
     _finish(plan_rollout(fleet_file, profile_path, lock_path, list(canary), waves, select), as_json)
 
 
@@ -53,6 +55,7 @@ def plan_command(fleet_file: Path, profile_path: Path, canary: tuple[str, ...], 
               help="Write every plan the lock holds to DIR/<digest[:12]>.json, ready for `power bench`.")
 def status(fleet_file: Path, lock_path: Path | None, as_json: bool, export_plans: Path | None) -> None:
     """Show the stages, which are applied, and the evidence the next one needs."""
+    require_outputs(directories=(export_plans,), as_json=as_json)
     outcome = rollout_status(fleet_file, lock_path)
     if export_plans is not None and outcome.ok:
         _export_plans(lock_path or default_lock_path(fleet_file), export_plans, outcome)
@@ -67,6 +70,7 @@ def status(fleet_file: Path, lock_path: Path | None, as_json: bool, export_plans
 @_JSON
 def advance_command(fleet_file: Path, evidence_paths: tuple[Path, ...], lock_path: Path | None, as_json: bool) -> None:
     """Apply the next stage, if the evidence opens its gate; otherwise say what is missing."""
+    _require_lock(fleet_file, lock_path, as_json)
     _finish(advance(fleet_file, list(evidence_paths), lock_path), as_json)
 
 
@@ -76,7 +80,13 @@ def advance_command(fleet_file: Path, evidence_paths: tuple[Path, ...], lock_pat
 @_JSON
 def rollback_command(fleet_file: Path, lock_path: Path | None, as_json: bool) -> None:
     """Restore every deployment the rollout changed to its previous plan."""
+    _require_lock(fleet_file, lock_path, as_json)
     _finish(rollback(fleet_file, lock_path), as_json)
+
+
+def _require_lock(fleet_file: Path, lock_path: Path | None, as_json: bool) -> None:
+    """The lock these commands write must be writable before the fleet is reviewed."""
+    require_outputs(files=(lock_path or default_lock_path(fleet_file),), as_json=as_json)
 
 
 def _export_plans(lock_path: Path, directory: Path, outcome: Outcome) -> None:

@@ -10,6 +10,7 @@ import click
 from power.findings import PowerError
 from power.orchestrator.cli import refuse
 from power.orchestrator.commands.runtime_options import runtime_options
+from power.orchestrator.outputs import require_outputs, writing
 
 
 @click.command("run")
@@ -40,12 +41,13 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
     mis-shaped tensor, unsupported quant type, a prompt longer than the context,
     a plan that does not load or whose artifact changed, a declined speculator).
     """
-    from power.runtime.engine import EngineOptions
-
     if (plan is None) == (gguf is None):
         raise click.UsageError("give exactly one of PLAN or --gguf FILE")
     if plan is not None and (ctx is not None or verify_capacity is not None):
         raise click.UsageError("--ctx and --verify-capacity are fixed by the plan; change the profile and re-plan instead")
+    require_outputs(files=(receipt_path,), as_json=as_json)
+    from power.runtime.engine import EngineOptions
+
     streamed = False
 
     def stream(piece: str) -> None:
@@ -62,14 +64,16 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         if streamed:
             click.echo("\n(the text above is incomplete)", err=True)
         refuse(err, as_json)
-    if receipt_path is not None:
-        receipt.save(receipt_path)
     if as_json:
         click.echo(receipt.to_json(), nl=False)
     else:
         click.echo()
         sys.stdout.flush()
         click.echo(receipt.summary(), err=True)
+    if receipt_path is not None:
+        # After the output: a receipt that cannot be written never costs the generation (its finding is on stderr).
+        with writing(receipt_path):
+            receipt.save(receipt_path)
 
 
 def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, options):

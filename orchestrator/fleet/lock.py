@@ -38,7 +38,8 @@ _SCHEMA_PATTERN = re.compile(rf"^{re.escape(LOCK_KIND)}/v(\d+)$")
 
 
 class LockConflict(Exception):
-    """The lock on disk is no longer the one this command read (another command wrote it meanwhile)."""
+    """The lock was not written: the one on disk is no longer the one this command read (another command wrote it
+    meanwhile, PWR068), or its folder cannot be written (PWR018)."""
 
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.render())
@@ -115,15 +116,20 @@ def write_lock(path: Path, lock: FleetLock) -> None:
     lock.prune_plans()
     document = {**lock.body(), "digest": lock.digest()}
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    with open(path.parent / f".{path.name}.guard", "a") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        on_disk = _digest_on_disk(path)
-        if on_disk != lock.read_digest:
-            raise LockConflict(Finding(
-                code="PWR068", severity=Severity.ERROR, file=str(path),
-                message="the fleet lock changed on disk while this command ran (another review or rollout wrote it)",
-                hint="nothing was written; run the command again on the lock as it is now"))
-        write_text_atomic(path, text)
+    try:
+        with open(path.parent / f".{path.name}.guard", "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            on_disk = _digest_on_disk(path)
+            if on_disk != lock.read_digest:
+                raise LockConflict(Finding(
+                    code="PWR068", severity=Severity.ERROR, file=str(path),
+                    message="the fleet lock changed on disk while this command ran (another review or rollout wrote it)",
+                    hint="nothing was written; run the command again on the lock as it is now"))
+            write_text_atomic(path, text)
+    except OSError as err:
+        raise LockConflict(Finding(code="PWR018", severity=Severity.ERROR, file=str(path),
+                                   message=f"cannot write the fleet lock ({err.strerror or err})",
+                                   hint="nothing was written; choose a --lock path in a folder you can write to")) from None
     lock.read_digest = document["digest"]
 
 
