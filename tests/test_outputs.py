@@ -3,6 +3,8 @@ nothing written, no traceback."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,32 @@ def test_directory_outputs_refuse(tmp_path, command):
     refused(invoke(*["/proc/power-test" if arg == "{out}" else arg for arg in args]), "cannot write in /proc")
     # A file where a directory belongs: click's own check or PWR018, either way a usage error.
     assert invoke(*[str(tmp_path / "file") if arg == "{out}" else arg for arg in args]).exit_code == 2
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test; the old one comes back after."""
+    previous = os.umask(0o022)
+    yield lambda mask: os.umask(mask)
+    os.umask(previous)
+
+
+@pytest.mark.parametrize(("mask", "plain", "script"), [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750), (0o077, 0o600, 0o700)])
+def test_written_files_follow_the_umask(tmp_path, umask, mask, plain, script):
+    umask(mask)
+    manifest, profile = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}]), write_profile(tmp_path, "ngram")
+    assert invoke("plan", manifest, profile, "--device", "24 GiB", "-o", tmp_path / "plan.json").exit_code == 0
+    assert invoke("render", tmp_path / "plan.json", "--target", "systemd", "-o", tmp_path / "unit.conf").exit_code == 0
+    assert invoke("render", tmp_path / "plan.json", "--target", "power", "-o", tmp_path / "launch.sh").exit_code == 0
+    modes = {name: stat.S_IMODE((tmp_path / name).stat().st_mode) for name in ("plan.json", "unit.conf", "launch.sh")}
+    assert modes == {"plan.json": plain, "unit.conf": plain, "launch.sh": script}
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path, umask):
+    umask(0o022)
+    out = tmp_path / "plan.json"
+    out.write_text("{}")
+    out.chmod(0o640)
+    manifest, profile = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}]), write_profile(tmp_path, "ngram")
+    assert invoke("plan", manifest, profile, "--device", "24 GiB", "-o", out).exit_code == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and out.read_text() != "{}"

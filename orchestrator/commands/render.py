@@ -32,7 +32,5 @@ def render(plan_path: Path, target: str, output: Path | None, power_executable: 
         click.echo(text, nl=False)
     else:
         with writing(output):
-            write_text_atomic(output, text)
-        if target not in ("env", "systemd"):
-            output.chmod(0o755)
+            write_text_atomic(output, text, executable=target not in ("env", "systemd"))
         click.echo(f"wrote {output}", err=True)
