@@ -238,7 +238,7 @@ class _HeaderParser:
     def parse(self) -> GGUFHeader:
         cur = self.cur
         cur.need(4, "the magic")
-        magic = cur.buf[0:4]
+        magic = bytes(cur.buf[0:4])
         if magic != GGUF_MAGIC:
             raise cur.fail("PWR102", f"not a GGUF file: magic is {magic!r}, expected b'GGUF'",
                            "point the manifest at a .gguf artifact", 0)

@@ -184,7 +184,8 @@ class FindingRecord(_Frozen):
 
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
-        return cls(**finding.to_json())
+        # A plan holds warnings and info, never an artifact's errors: `declared_at` has no place here.
+        return cls(**{key: value for key, value in finding.to_json().items() if key in cls.model_fields})
 
 
 class ResolvedPlan(_Frozen):

@@ -149,6 +149,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR601": ("error", "the device or weight dtype is not available here"),
     "PWR602": ("error", "the prompt does not fit the planned context"),
     "PWR603": ("error", "the plan's speculator cannot serve this target (it declined; never downgraded)"),
+    "PWR604": ("error", "the server cannot listen on the address (port taken, unknown host, not permitted)"),
 }
 
 
