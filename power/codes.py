@@ -108,14 +108,14 @@ CODES: dict[str, tuple[str, str]] = {
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
     # PWR40x/41x profile settings that need no artifact (orchestrator/schema.py, rules.py)
     "PWR401": ("error", "K (spec_draft_max) is not an integer from 1 to 64"),
-    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer >= 1"),
-    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer >= 1"),
+    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer from 1 to 4096"),
+    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer from 1 to 16,777,216"),
     "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp only)"),
     "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 keeps a fixed shape)"),
     "PWR406": ("info", "S < K: the guarded path (one exact replay, then every later round clamped to S)"),
     "PWR407": ("warning", "S > K: resident rollback state that is never used"),
     "PWR408": ("error", "runtime.verify_capacity is smaller than K+1"),
-    "PWR409": ("error", "sampling.temperature is not a number >= 0"),
+    "PWR409": ("error", "sampling.temperature is not a finite number >= 0"),
     "PWR410": ("warning", "spec_mode draft-model is reserved: a plan fails closed unless the runtime adapter exists"),
     "PWR411": ("error", "the n-gram window is empty (ngram_n_min > ngram_n_max)"),
     # PWR45x existing launch lines (orchestrator/launch_import.py)

@@ -11,6 +11,7 @@ from power.findings import PowerError
 from power.orchestrator.cli import refuse
 from power.orchestrator.commands.runtime_options import runtime_options
 from power.orchestrator.outputs import require_outputs, writing
+from power.orchestrator.schema import MAX_CTX, MAX_ROWS
 
 
 @click.command("run")
@@ -22,9 +23,9 @@ from power.orchestrator.outputs import require_outputs, writing
 @click.option("--stop", "stops", multiple=True,
               help="End the generation at this text (repeatable); the text and receipt end before it, the receipt "
                    "says `stop`.")
-@click.option("--ctx", type=click.IntRange(min=2), default=None,
+@click.option("--ctx", type=click.IntRange(min=2, max=MAX_CTX), default=None,
               help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
-@click.option("--verify-capacity", type=click.IntRange(min=1), default=None,
+@click.option("--verify-capacity", type=click.IntRange(min=1, max=MAX_ROWS), default=None,
               help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
 @runtime_options(default_dtype="float32")
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,

@@ -10,6 +10,7 @@ import click
 
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_USAGE, refuse
+from power.orchestrator.commands.params import FiniteFloatRange
 from power.orchestrator.commands.runtime_options import runtime_options
 
 
@@ -19,7 +20,7 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to bind (0: any free port).")
 @click.option("--queue-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Requests that may wait behind the one being decoded; more are refused with 429 and Retry-After.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds a request may take from arrival to its last token (queue wait included) before it is cancelled.")
 @runtime_options(default_dtype="bfloat16")
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, device: str, dtype: str,
