@@ -138,7 +138,7 @@ def parse_json(text: str) -> Any:
                             source_line=_source_line(text, err.lineno)) from None
     except RecursionError:
         raise DocumentError(Reason.TOO_DEEP, f"nests arrays or objects more than {MAX_DEPTH} levels deep") from None
-    _check_structure(data)
+    check_structure(data)
     return data
 
 
@@ -160,7 +160,7 @@ def parse_toml(text: str) -> dict[str, Any]:
         raise DocumentError(Reason.NUMBER, "an integer of thousands of digits: TOML integers are 64-bit "
                             f"({INT64_MIN} to {INT64_MAX})", line=line, col=col,
                             source_line=_source_line(text, line)) from None
-    _check_structure(data)
+    check_structure(data)
     return data
 
 
@@ -196,7 +196,7 @@ def _json_constant(name: str) -> float:
     raise DocumentError(Reason.NUMBER, f"{name} is not a JSON number")
 
 
-def _check_structure(data: Any) -> None:
+def check_structure(data: Any) -> None:
     """Nesting at most MAX_DEPTH deep and integers within 64 bits, in one iterative walk (a recursive one could
     itself recurse too deeply)."""
     pending: list[tuple[Any, int]] = [(data, 0)]

@@ -9,6 +9,7 @@ finding means no plan; warnings and info travel inside the plan.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -192,7 +193,12 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int 
                           host=_host_ref(host_path) if host_path else None)
     except DocumentError as err:
         return None, [*findings, err.finding("PWR013", host_path, "check the host file", what="the host file")]
-    plan = build_plan(manifest, profile, host, device, sources, checked, chosen, sizing, findings)
+    try:
+        plan = build_plan(manifest, profile, host, device, sources, checked, chosen, sizing, findings)
+    except DocumentError as err:
+        refusal = err.finding("PWR504", checked.target.facts.path, "a header value is past physical sense: check "
+                              "the artifact's hyper-parameters with `power inspect`")
+        return None, [*findings, dataclasses.replace(refusal, message=f"no plan: {refusal.message}")]
     return plan, findings
 
 

@@ -47,7 +47,14 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from power.artifacts.atomic import write_text_atomic
-from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, parse_json, parse_toml, read_text
+from power.artifacts.documents import (
+    MAX_JSON_BYTES,
+    DocumentError,
+    check_structure,
+    parse_json,
+    parse_toml,
+    read_text,
+)
 from power.findings import Finding, PowerError
 
 PLAN_SCHEMA = "power.plan/v1"
@@ -209,8 +216,13 @@ class ResolvedPlan(_Frozen):
 
     @classmethod
     def build(cls, **content: Any) -> ResolvedPlan:
-        """A plan from its sections, with its digest computed."""
+        """A plan from its sections, with its digest computed.
+
+        DocumentError when a number in it leaves 64 bits (sizes computed from absurd header values):
+        such a plan could be written but never read back (TOML integers are 64-bit).
+        """
         unsigned = cls(**content)
+        check_structure(unsigned.document())
         return unsigned.model_copy(update={"digest": content_digest(unsigned)})
 
     def document(self) -> dict[str, Any]:

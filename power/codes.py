@@ -144,6 +144,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
     "PWR503": ("info", "thin margin: the plan needs a quiet device"),
+    "PWR504": ("error", "a size computed from the headers leaves 64 bits (a header value past physical sense)"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),
