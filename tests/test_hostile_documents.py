@@ -113,3 +113,12 @@ def test_a_5000_digit_integer_in_a_manifest_is_located(tmp_path):
 def test_a_5000_digit_device_size_is_a_usage_error(tmp_path, command):
     result = invoke(command, tmp_path / "m.toml", tmp_path / "p.toml", "--device", "9" * 5000)
     assert result.exit_code == 2 and "larger than 1.00 PiB" in result.output
+
+
+def test_a_fifo_planted_as_the_lock_guard_is_a_finding_not_a_hang(tmp_path):
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(FLEET)
+    os.mkfifo(tmp_path / ".fleet.lock.guard")
+    result = invoke("fleet", "review", fleet, "--write-lock")
+    assert result.exit_code == 1 and "PWR018" in result.output and "cannot write the fleet lock" in result.output
+    assert not (tmp_path / "fleet.lock").exists()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,10 @@ def write_lock(path: Path, lock: FleetLock) -> None:
     document = {**lock.body(), "digest": lock.digest()}
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     try:
-        with open(path.parent / f".{path.name}.guard", "a") as guard:
+        # Non-blocking open: a FIFO planted as the guard is an error here, never a hang.
+        guard_fd = os.open(path.parent / f".{path.name}.guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK
+                           | os.O_CLOEXEC, 0o666)
+        with os.fdopen(guard_fd, "a") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
             on_disk = _digest_on_disk(path)
             if on_disk != lock.read_digest:
