@@ -39,15 +39,19 @@ def write_text_atomic(path: Path, text: str, executable: bool = False) -> None:
         temp.write_text(text, encoding="utf-8")
 
 
+def new_mode(executable: bool = False) -> int:
+    """The mode `open()` (0666) or `mkdir()` and an executable (0777) would get under the current umask."""
+    return (0o777 if executable else 0o666) & ~_umask()
+
+
 def _mode(path: Path, executable: bool) -> int:
     """The replaced file's own mode (with the execute bits the umask allows, for an executable), else the
     umask's default for a new file."""
-    umask = _umask()
     try:
         existing = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
-        return (0o777 if executable else 0o666) & ~umask
-    return existing | (0o111 & ~umask) if executable else existing
+        return new_mode(executable)
+    return existing | (0o111 & ~_umask()) if executable else existing
 
 
 def _umask() -> int:

@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -302,12 +302,18 @@ def _unknown_keys(model_type: type[BaseModel], data: Any, here: KeyPath = ()) ->
         if key not in fields:
             found.append((*here, key))
             continue
-        nested = _nested_model(fields[key].annotation)
-        if nested is not None and isinstance(value, list):
+        shape = _shape(fields[key].annotation)
+        if shape is None:
+            continue
+        container, nested = shape
+        if container == "one":
+            found += _unknown_keys(nested, value, (*here, key))
+        elif container == "list" and isinstance(value, list):
             for index, item in enumerate(value):
                 found += _unknown_keys(nested, item, (*here, key, index))
-        elif nested is not None:
-            found += _unknown_keys(nested, value, (*here, key))
+        elif container == "dict" and isinstance(value, dict):
+            for name, item in value.items():
+                found += _unknown_keys(nested, item, (*here, key, name))
     return found
 
 
@@ -413,13 +419,17 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> KeyPath:
 
 
 def _model_at(model_type: type[BaseModel], path: KeyPath) -> type[BaseModel] | None:
-    """The model class that describes the table at `path` (list indices are skipped)."""
+    """The model class that describes the table at `path` (list indices and dict keys are stepped over)."""
     current: type[BaseModel] | None = model_type
+    keyed = False
     for part in path:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         field_info = _field(current, part) if current else None
-        current = _nested_model(field_info.annotation) if field_info else None
+        shape = _shape(field_info.annotation) if field_info else None
+        current = shape[1] if shape else None
+        keyed = shape is not None and shape[0] == "dict"
     return current
 
 
@@ -430,11 +440,19 @@ def _field(model_type: type[BaseModel], key: str):
     return None
 
 
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
+def _shape(annotation: Any) -> tuple[str, type[BaseModel]] | None:
+    """How a field holds a model: ("one" | "list" | "dict", the model), through Optional, unions and Annotated."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _nested_model(arg)
+        return "one", annotation
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (list, tuple) and args:
+        inner = _shape(args[0])
+        return ("list", inner[1]) if inner and inner[0] == "one" else None
+    if origin is dict and len(args) == 2:
+        inner = _shape(args[1])
+        return ("dict", inner[1]) if inner and inner[0] == "one" else None
+    for arg in args:
+        found = _shape(arg)
         if found is not None:
             return found
     return None

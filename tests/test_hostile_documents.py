@@ -66,9 +66,13 @@ def test_a_hostile_fleet_lock_is_a_finding_and_is_left_as_it_is(tmp_path, case):
     fleet.write_text(FLEET)
     lock = hostile(tmp_path, case)
     before = snapshot(lock)
-    reviewed = invoke("fleet", "review", fleet, "--lock", lock, "--write-lock")
+    reviewed = invoke("fleet", "review", fleet, "--lock", lock)
     assert reviewed.exit_code == 1 and "PWR065" in reviewed.output
     assert invoke("rollout", "status", fleet, "--lock", lock).exit_code == 1
+    # Asked to record over it: a lock that is not a regular file is no place to write (PWR018, before the review).
+    recorded = invoke("fleet", "review", fleet, "--lock", lock, "--write-lock")
+    exit_code, code = (1, "PWR065") if lock.is_file() else (2, "PWR018")
+    assert recorded.exit_code == exit_code and code in recorded.output
     assert snapshot(lock) == before
 
 

@@ -191,11 +191,11 @@ def test_the_systemd_unit_starts_power_by_absolute_path(tmp_path):
     result = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "systemd"])
     assert result.exit_code == 0, result.output
     exec_line = result.stdout.splitlines()[-1]
-    assert exec_line.startswith(f'ExecStart="{EXECUTABLE}" serve ')
+    assert exec_line.startswith(f'ExecStart="{EXECUTABLE}" "serve" ')
     assert _systemd_verify(tmp_path, result.stdout).stderr == ""
     chosen = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "systemd", "--power-executable",
                                        "/opt/power/bin/power"])
-    assert chosen.stdout.splitlines()[-1].startswith('ExecStart="/opt/power/bin/power" serve ')
+    assert chosen.stdout.splitlines()[-1].startswith('ExecStart="/opt/power/bin/power" "serve" ')
     relative = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "systemd", "--power-executable", "power"])
     assert relative.exit_code == 2 and "PWR462" in relative.output and "Traceback" not in relative.output
 

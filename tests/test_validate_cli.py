@@ -153,3 +153,21 @@ def test_validate_does_not_import_torch():
         f"CliRunner().invoke(main, ['validate', {str(REPO / 'profiles')!r}]); print('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_unknown_keys_are_found_inside_tables_of_tables(tmp_path):
+    fleet = write(tmp_path, "fleet.toml", """
+        schema = "power.fleet/v1"
+        [kubernetes.volumes.models]
+        host_path = "/srv/models"
+        local = "models"
+        mount_pth = "/models"
+        [[hosts]]
+        name = "a"
+        devices = [{ model = "x", vram = "24 GiB", vrma = 1 }]
+        """)
+    (tmp_path / "models").mkdir()
+    findings = json.loads(run("validate", str(fleet), "--json").stdout)["findings"]
+    assert [(f["code"], f["line"], f["where"]) for f in findings] == [
+        ("PWR020", 5, "kubernetes.volumes.models.mount_pth"), ("PWR020", 8, "hosts[0].devices[0].vrma")]
+    assert findings[0]["hint"] == "did you mean `mount_path`?"
