@@ -23,6 +23,7 @@ from typing import Any, Callable, Union
 import platformdirs
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import DocumentError, read_json
 from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regular_file
 
 __all__ = ["ArtifactError", "cache_path", "sha256_file"]
@@ -48,8 +49,8 @@ def _cache_key(st: os.stat_result) -> str:
 def _load_cache() -> dict[str, Any]:
     """The cache's entries, or {} when it is missing, unreadable or not what this version writes."""
     try:
-        data = json.loads(cache_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(cache_path())
+    except DocumentError:
         return {}
     if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA or not isinstance(data.get("entries"), dict):
         return {}

@@ -18,11 +18,14 @@ Per-layer attention kind, from the header:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+import numpy as np
 
 from power.artifacts import contracts
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
@@ -92,7 +95,8 @@ class ArtifactFacts:
         return {
             "path": self.path, "size": self.size, "version": self.version, "alignment": self.alignment,
             "data_offset": self.data_offset, "architecture": self.architecture, "name": self.name,
-            "file_type": self.file_type, "metadata": self.metadata, "value_types": self.value_types,
+            "file_type": self.file_type, "metadata": {key: _json_value(value) for key, value in self.metadata.items()},
+            "value_types": self.value_types,
             "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "offset": t.offset, "nbytes": t.nbytes}
                         for t in self.tensors],
             "census": [vars(row) for row in self.census],
@@ -103,6 +107,15 @@ class ArtifactFacts:
             "sliding_window": self.sliding_window,
             "drafter_kv_bytes_per_position": self.drafter_kv_bytes_per_position,
         }
+
+
+def _json_value(value: Any) -> Any:
+    """A metadata value as JSON: a long numeric array (a numpy view) as its element type, count and sha256."""
+    if isinstance(value, np.ndarray):
+        return {"elements": str(value.dtype), "count": int(value.size), "sha256": hashlib.sha256(value).hexdigest()}
+    if isinstance(value, list):
+        return [_json_value(item) for item in value]
+    return value
 
 
 class _HeaderView:
@@ -180,8 +193,15 @@ def _layers(view: _HeaderView, tensors: tuple[TensorInfo, ...]) -> tuple[LayerFa
     by_layer: dict[int, list[TensorInfo]] = defaultdict(list)
     for tensor in tensors:
         match = _LAYER.match(tensor.name)
-        if match:
-            by_layer[int(match.group(1))].append(tensor)
+        if match is None:
+            continue
+        # Compared as text first: int() of thousands of digits raises, a billion layers would be a billion rows.
+        digits = match.group(1)
+        if len(digits) > len(str(MAX_BLOCK_COUNT)) or int(digits) >= MAX_BLOCK_COUNT:
+            raise artifact_error("PWR117", view.path, f"tensor {tensor.name[:80]!r} names a layer past "
+                                 f"{MAX_BLOCK_COUNT} (more layers than any model has)",
+                                 "the header is corrupt: re-convert the artifact")
+        by_layer[int(digits)].append(tensor)
     block_count = max(_int(meta.get(f"{arch}.block_count")), max(by_layer, default=-1) + 1)
     n_nextn = contracts.nextn_layer_count(view)
     head_count = meta.get(f"{arch}.attention.head_count")

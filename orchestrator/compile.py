@@ -9,6 +9,7 @@ finding means no plan; warnings and info travel inside the plan.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from power import modes
 from power.artifacts import contracts
 from power.artifacts.digests import sha256_file
+from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
@@ -186,11 +188,21 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int 
     findings += check_memory(profile, sizing, device_name, chosen.drafter.facts if chosen.drafter else None)
     if has_errors(findings):
         return None, findings
-    plan = build_plan(manifest, profile, host, device, host_path, checked, chosen, sizing, findings)
+    try:
+        sources = Sources(manifest=_file_ref(manifest), profile=_file_ref(profile),
+                          host=_host_ref(host_path) if host_path else None)
+    except DocumentError as err:
+        return None, [*findings, err.finding("PWR013", host_path, "check the host file", what="the host file")]
+    try:
+        plan = build_plan(manifest, profile, host, device, sources, checked, chosen, sizing, findings)
+    except DocumentError as err:
+        refusal = err.finding("PWR504", checked.target.facts.path, "a header value is past physical sense: check "
+                              "the artifact's hyper-parameters with `power inspect`")
+        return None, [*findings, dataclasses.replace(refusal, message=f"no plan: {refusal.message}")]
     return plan, findings
 
 
-def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, host_path: Path | None,
+def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, sources: Sources,
                artifacts: Artifacts, chosen: Chosen, sizing: Sizing, findings: list[Finding]) -> ResolvedPlan:
     settings, runtime, resolution = profile.model, profile.model.runtime, chosen.resolution
     target = artifacts.target
@@ -201,8 +213,7 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
     weight_free = any(kind in modes.WEIGHT_FREE for kind in chain)
     return ResolvedPlan.build(
         name=manifest.model.name,
-        sources=Sources(manifest=_file_ref(manifest.path), profile=_file_ref(profile.path),
-                        host=_file_ref(host_path) if host_path else None),
+        sources=sources,
         device=Device(name=host.devices[device].model, vram_bytes=sizing.budget.device_bytes,
                       headroom_bytes=sizing.budget.headroom_bytes),
         target=Target(
@@ -266,6 +277,11 @@ def _tokenizer(facts: ArtifactFacts) -> Tokenizer | None:
                      sha256=tok.fingerprint)
 
 
-def _file_ref(path: Path) -> FileRef:
+def _file_ref(loaded: Loaded) -> FileRef:
+    """The file as it was loaded: the digest of the bytes that were validated and compiled."""
+    return FileRef(path=str(loaded.path.resolve()), sha256=loaded.sha256)
+
+
+def _host_ref(path: Path) -> FileRef:
     resolved = Path(path).resolve()
-    return FileRef(path=str(resolved), sha256=hashlib.sha256(resolved.read_bytes()).hexdigest())
+    return FileRef(path=str(resolved), sha256=hashlib.sha256(read_bytes(resolved, MAX_TOML_BYTES)).hexdigest())

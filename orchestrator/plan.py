@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +47,14 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import (
+    MAX_JSON_BYTES,
+    DocumentError,
+    check_structure,
+    parse_json,
+    parse_toml,
+    read_text,
+)
 from power.findings import Finding, PowerError
 
 PLAN_SCHEMA = "power.plan/v1"
@@ -185,7 +192,8 @@ class FindingRecord(_Frozen):
 
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
-        return cls(**finding.to_json())
+        # A plan holds warnings and info, never an artifact's errors: `declared_at` has no place here.
+        return cls(**{key: value for key, value in finding.to_json().items() if key in cls.model_fields})
 
 
 class ResolvedPlan(_Frozen):
@@ -209,8 +217,13 @@ class ResolvedPlan(_Frozen):
 
     @classmethod
     def build(cls, **content: Any) -> ResolvedPlan:
-        """A plan from its sections, with its digest computed."""
+        """A plan from its sections, with its digest computed.
+
+        DocumentError when a number in it leaves 64 bits (sizes computed from absurd header values):
+        such a plan could be written but never read back (TOML integers are 64-bit).
+        """
         unsigned = cls(**content)
+        check_structure(unsigned.document())
         return unsigned.model_copy(update={"digest": content_digest(unsigned)})
 
     def document(self) -> dict[str, Any]:
@@ -283,17 +296,11 @@ def load_plan(path: Path) -> ResolvedPlan:
 
 def _read_document(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise PlanError(f"cannot read the plan ({err.strerror})", file=str(path),
-                        hint="check the path and the file's permissions") from None
-    try:
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        data = json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise PlanError(f"not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({err})", file=str(path),
-                        hint="recompile the plan with `power plan`") from None
+        text = read_text(path, MAX_JSON_BYTES)
+        data = parse_toml(text) if path.suffix == ".toml" else parse_json(text)
+    except DocumentError as err:
+        raise PlanError.of(err.finding("PWR080", path, "pass a plan written by `power plan -o`, or recompile it",
+                                       what="the plan")) from None
     if not isinstance(data, dict):
         raise PlanError("a plan is a JSON object", code="PWR081", file=str(path),
                         hint="recompile the plan with `power plan`")

@@ -32,6 +32,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR013": ("error", "the file cannot be read (permission or I/O error)"),
     "PWR014": ("info", "a document Power generates (plan, fleet lock, evidence): not validated as user input"),
     "PWR015": ("warning", "the `#:schema` first line names another kind's JSON Schema"),
+    "PWR016": ("error", "an integer outside TOML's 64-bit range (or of thousands of digits)"),
+    "PWR017": ("error", "more findings in one file than are listed (200): their count"),
+    "PWR018": ("error", "an output path cannot be written (no such folder, a directory, not writable)"),
     # PWR02x fields (orchestrator/schema.py, rules.py)
     "PWR020": ("error", "unknown key"),
     "PWR021": ("error", "a required key is missing"),
@@ -113,14 +116,14 @@ CODES: dict[str, tuple[str, str]] = {
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
     # PWR40x/41x profile settings that need no artifact (orchestrator/schema.py, rules.py)
     "PWR401": ("error", "K (spec_draft_max) is not an integer from 1 to 64"),
-    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer >= 1"),
-    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer >= 1"),
+    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer from 1 to 4096"),
+    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer from 1 to 16,777,216"),
     "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp only)"),
     "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 keeps a fixed shape)"),
     "PWR406": ("info", "S < K: the guarded path (one exact replay, then every later round clamped to S)"),
     "PWR407": ("warning", "S > K: resident rollback state that is never used"),
     "PWR408": ("error", "runtime.verify_capacity is smaller than K+1"),
-    "PWR409": ("error", "sampling.temperature is not a number >= 0"),
+    "PWR409": ("error", "sampling.temperature is not a finite number >= 0"),
     "PWR410": ("warning", "spec_mode draft-model is reserved: a plan fails closed unless the runtime adapter exists"),
     "PWR411": ("error", "the n-gram window is empty (ngram_n_min > ngram_n_max)"),
     # PWR45x existing launch lines (orchestrator/launch_import.py)
@@ -137,6 +140,7 @@ CODES: dict[str, tuple[str, str]] = {
     # PWR46x renders (orchestrator/render.py)
     "PWR460": ("error", "the render target cannot run this plan (an engine without the plan's speculation)"),
     "PWR461": ("error", "a value cannot be written into this render target (control characters)"),
+    "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
@@ -148,11 +152,13 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
     "PWR503": ("info", "thin margin: the plan needs a quiet device"),
+    "PWR504": ("error", "a size computed from the headers leaves 64 bits (a header value past physical sense)"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),
     "PWR602": ("error", "the prompt does not fit the planned context"),
     "PWR603": ("error", "the plan's speculator cannot serve this target (it declined; never downgraded)"),
+    "PWR604": ("error", "the server cannot listen on the address (port taken, unknown host, not permitted)"),
 }
 
 

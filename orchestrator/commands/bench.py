@@ -11,6 +11,7 @@ import click
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_FINDINGS, refuse
 from power.orchestrator.commands.runtime_options import runtime_options
+from power.orchestrator.outputs import require_outputs, writing
 
 
 @click.command("bench")
@@ -40,6 +41,7 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
     no greedy output differed), 1 greedy outputs differ between the
     configurations (lossy), 2 usage or input error. Both configurations load with the same dtypes.
     """
+    require_outputs(files=(output, report), as_json=as_json)
     from power.orchestrator.plan import load_plan
     from power.runtime import bench as harness
     from power.runtime.bench_report import REPORT_FORMATS, text_table, write_report
@@ -52,9 +54,6 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         raise click.BadParameter(str(err), param_hint="--shapes") from None
     if report is not None and report.suffix not in REPORT_FORMATS:
         raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
-    for path in (output, report):
-        if path is not None and not path.parent.is_dir():
-            raise click.UsageError(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
     try:
         traffic = [build_shape(name, max_tokens) for name in names]
     except ValueError as err:
@@ -73,10 +72,12 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         refuse(err, as_json)
     document = harness.evidence(configs, traffic, runs, max_tokens, measurements)
     if output is not None:
-        harness.write_evidence(document, output)
+        with writing(output, as_json):
+            harness.write_evidence(document, output)
         click.echo(f"wrote {output}", err=True)
     if report is not None:
-        write_report(document, report)
+        with writing(report, as_json):
+            write_report(document, report)
         click.echo(f"wrote {report}", err=True)
     click.echo(json.dumps(document, indent=2, ensure_ascii=False) if as_json else text_table(document), nl=not as_json)
     if any(result["verdict"] == "lossy" for result in document["shapes"].values()):

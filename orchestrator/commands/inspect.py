@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import click
+import numpy as np
 
 from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.artifacts.digests import sha256_file
@@ -63,6 +64,9 @@ def _bytes(n: int) -> str:
 
 
 def _value(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        shown = ", ".join(_value(item) for item in value[:ARRAY_PREVIEW].tolist())
+        return f"[{shown}, ...] ({value.size:,} {value.dtype} items)"
     if isinstance(value, list):
         shown = ", ".join(_value(item) for item in value[:ARRAY_PREVIEW])
         return f"[{shown}{', ...' if len(value) > ARRAY_PREVIEW else ''}] ({len(value)} items)" if len(value) > ARRAY_PREVIEW else f"[{shown}]"

@@ -12,6 +12,7 @@ from power.findings import Finding
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.compile import compile_plan
 from power.orchestrator.loading import load_host, load_manifest, load_profile
+from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.plan import save_plan, to_json, to_toml
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
@@ -58,6 +59,7 @@ def plan(manifest, profile, host_path, device, device_index, output, as_json, as
     """Compile MANIFEST + PROFILE for a host into a resolved engine plan; refuse with every finding."""
     if (host_path is None) == (device is None):
         raise click.UsageError("give exactly one of --host HOST.toml or --device SIZE")
+    require_outputs(files=(output,), as_json=as_json)
     host, findings = host_from_options(host_path, device)
     if host is not None and device_index >= len(host.devices):
         raise click.UsageError(f"--device-index {device_index}: {host_path} has {len(host.devices)} device(s)")
@@ -69,7 +71,8 @@ def plan(manifest, profile, host_path, device, device_index, output, as_json, as
     if resolved is None:
         _refuse(findings, as_json)
     if output is not None:
-        save_plan(resolved, output)
+        with writing(output, as_json):
+            save_plan(resolved, output)
     if as_json:
         click.echo(to_json(resolved), nl=False)
     elif as_toml:

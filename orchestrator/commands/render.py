@@ -9,6 +9,7 @@ import click
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError, has_errors
 from power.orchestrator.cli import EXIT_FINDINGS, print_findings, refuse
+from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.plan import ResolvedPlan, load_plan
 from power.orchestrator.render import ENGINES, TARGETS
 from power.orchestrator.render import render as render_plan
@@ -31,25 +32,27 @@ KUBERNETES = "kubernetes"
 @click.option("--namespace", help="kubernetes: the objects' namespace (default: none, kubectl's current one).")
 @click.option("--pod-monitor", is_flag=True, help="kubernetes: also a Prometheus Operator PodMonitor.")
 @click.option("--dry-run", is_flag=True, help="kubernetes: placeholder images (under dry-run.invalid) instead of the host's.")
+@click.option("--power-executable", metavar="PATH",
+              help="systemd: the absolute path of `power` ExecStart= runs (default: this power's own).")
 def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str,
            models_host_path: str | None, models_claim: str | None, models_local: Path | None, namespace: str | None,
-           pod_monitor: bool, dry_run: bool) -> None:
+           pod_monitor: bool, dry_run: bool, power_executable: str | None) -> None:
     """Render launch artifacts (llama-server, vLLM, Power, env, systemd, Kubernetes) from a plan (JSON or TOML)."""
+    require_outputs(files=(output,))
     try:
         plan = load_plan(plan_path)
         if target == KUBERNETES:
             text = _kubernetes(plan, host_path, engine, models_host_path, models_claim, models_local, namespace,
                                pod_monitor, dry_run)
         else:
-            text = render_plan(plan, target, plan_path)
+            text = render_plan(plan, target, plan_path, executable=power_executable)
     except PowerError as err:
         refuse(err)
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_text_atomic(output, text)
-        if target in ENGINES:
-            output.chmod(0o755)
+        with writing(output):
+            write_text_atomic(output, text, executable=target in ENGINES)
         click.echo(f"wrote {output}", err=True)
 
 

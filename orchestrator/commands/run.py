@@ -10,6 +10,8 @@ import click
 from power.findings import PowerError
 from power.orchestrator.cli import refuse
 from power.orchestrator.commands.runtime_options import runtime_options
+from power.orchestrator.outputs import require_outputs, writing
+from power.orchestrator.schema import MAX_CTX, MAX_ROWS
 
 
 @click.command("run")
@@ -21,9 +23,9 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--stop", "stops", multiple=True,
               help="End the generation at this text (repeatable); the text and receipt end before it, the receipt "
                    "says `stop`.")
-@click.option("--ctx", type=click.IntRange(min=2), default=None,
+@click.option("--ctx", type=click.IntRange(min=2, max=MAX_CTX), default=None,
               help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
-@click.option("--verify-capacity", type=click.IntRange(min=1), default=None,
+@click.option("--verify-capacity", type=click.IntRange(min=1, max=MAX_ROWS), default=None,
               help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
 @runtime_options(default_dtype="float32")
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
@@ -40,12 +42,13 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
     mis-shaped tensor, unsupported quant type, a prompt longer than the context,
     a plan that does not load or whose artifact changed, a declined speculator).
     """
-    from power.runtime.engine import EngineOptions
-
     if (plan is None) == (gguf is None):
         raise click.UsageError("give exactly one of PLAN or --gguf FILE")
     if plan is not None and (ctx is not None or verify_capacity is not None):
         raise click.UsageError("--ctx and --verify-capacity are fixed by the plan; change the profile and re-plan instead")
+    require_outputs(files=(receipt_path,), as_json=as_json)
+    from power.runtime.engine import EngineOptions
+
     streamed = False
 
     def stream(piece: str) -> None:
@@ -62,14 +65,16 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         if streamed:
             click.echo("\n(the text above is incomplete)", err=True)
         refuse(err, as_json)
-    if receipt_path is not None:
-        receipt.save(receipt_path)
     if as_json:
         click.echo(receipt.to_json(), nl=False)
     else:
         click.echo()
         sys.stdout.flush()
         click.echo(receipt.summary(), err=True)
+    if receipt_path is not None:
+        # After the output: a receipt that cannot be written never costs the generation (its finding is on stderr).
+        with writing(receipt_path):
+            receipt.save(receipt_path)
 
 
 def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, options):

@@ -15,6 +15,7 @@ from power.orchestrator.commands.plan import DeviceSize, exit_code, host_from_op
 from power.orchestrator.compile import ArtifactMemo, budget_of, check_artifacts, choose, memory_section, size_for
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan_text import memory_text
+from power.orchestrator.schema import MAX_CTX
 
 
 @click.command("size")
@@ -24,7 +25,7 @@ from power.orchestrator.plan_text import memory_text
 @click.option("--host", "host_path", type=click.Path(path_type=Path), help="A host file (power.host/v1).")
 @click.option("--device-index", type=click.IntRange(min=0), default=0, show_default=True,
               help="Which of the host's devices to size for.")
-@click.option("--ctx", type=click.IntRange(min=1), help="Size at this context instead of the profile's runtime.ctx.")
+@click.option("--ctx", type=click.IntRange(min=1, max=MAX_CTX), help="Size at this context instead of the profile's runtime.ctx.")
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
 def size(manifest, profile, device, host_path, device_index, ctx, as_json) -> None:
     """Per-component VRAM breakdown from the GGUF headers, the verdict, and the largest context that fits."""
