@@ -16,7 +16,7 @@ from pathlib import Path
 
 from power import modes
 from power.artifacts import contracts
-from power.artifacts.digests import sha256_file
+from power.artifacts.digests import file_stamp, sha256_file
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
@@ -47,7 +47,7 @@ from power.orchestrator.sizing import Budget, Request, Sizing, largest_context, 
 
 
 class ArtifactMemo:
-    """Each artifact's header and digest read once (keyed by path, size and mtime), errors included."""
+    """Each artifact's header and digest read once (keyed by path and `file_stamp`), errors included."""
 
     def __init__(self) -> None:
         self._facts: dict[tuple, ArtifactFacts | ArtifactError] = {}
@@ -61,8 +61,7 @@ class ArtifactMemo:
 
     @staticmethod
     def _memo(store: dict, path: Path, compute):
-        info = os.stat(path)
-        key = (str(Path(path).resolve()), info.st_size, info.st_mtime_ns)
+        key = (str(Path(path).resolve()), file_stamp(os.stat(path)))
         if key not in store:
             try:
                 store[key] = compute(path)

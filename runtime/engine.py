@@ -259,11 +259,11 @@ def _speculator(workload: Workload, trunk) -> Speculator | None:
 
 
 def verified_sha256(artifact: Artifact) -> str:
-    """The artifact's sha256 (cached, `power.artifacts.digests`); a mismatch with the plan's digest is an error."""
+    """The artifact's sha256, hashed in full (never from the digest cache); a mismatch with the plan's is an error."""
     if not artifact.path.is_file():
         raise ArtifactError(f"the {artifact.role} artifact does not exist", code="PWR110", file=str(artifact.path),
                             hint="fix the manifest's path and re-plan, or restore the planned file there")
-    actual = digests.sha256_file(artifact.path)
+    actual = digests.sha256_file(artifact.path, use_cache=False)
     if artifact.sha256 is not None and actual != artifact.sha256:
         raise ArtifactError(f"sha256 is {actual[:16]}..., the plan expects {artifact.sha256[:16]}... for the "
                             f"{artifact.role}: the artifact changed after planning", code="PWR115",
