@@ -58,14 +58,17 @@ def comment_safe(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
 
 
-def render(plan: ResolvedPlan, target: str, plan_path: Path) -> str:
+def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None = None) -> str:
+    """The `target` launch for `plan`, whose artifact paths are as given (`power.orchestrator.plan.located`);
+    a Power launch passes `root` on to `power serve`."""
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     builders = {"llama-server": llama_server_context, "vllm": vllm_context, "power": power_context,
                 "env": env_context, "systemd": env_context}
     context = builders[target](plan, Path(plan_path).resolve())
     template = _environment().get_template(f"{target}.j2")
-    return template.render(plan=plan, plan_path=str(Path(plan_path).resolve()), **context)
+    return template.render(plan=plan, plan_path=str(Path(plan_path).resolve()),
+                           root=str(Path(root).resolve()) if root is not None else None, **context)
 
 
 def unsupported_notes(plan: ResolvedPlan) -> list[str]:

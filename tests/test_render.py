@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from plan_helpers import compiled, write_manifest, write_profile
+from runtime_plans import write_plan
 
 from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan, save_plan
@@ -129,7 +130,8 @@ def test_line_breaks_cannot_escape_a_comment_or_an_env_line(tmp_path):
 
 def test_command_writes_output_and_refuses_edited_plans(tmp_path):
     out = tmp_path / "launch.sh"
-    result = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "llama-server", "-o", str(out)])
+    plan = write_plan(tmp_path, "ngram")  # the command verifies the plan's artifacts: they must exist
+    result = CliRunner().invoke(main, ["render", str(plan), "--target", "llama-server", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith("#!/usr/bin/env bash") and os.access(out, os.X_OK)
     edited = tmp_path / "edited.plan.json"
