@@ -8,8 +8,8 @@ system call lets a user choose it: only changing the system clock or writing the
 block device (both privileged) can bring a matching ctime back. A cache entry is used
 only when all five match the file as it is now.
 
-The cache only speeds up what reads artifacts before a plan exists (validate, inspect,
-plan, size, fleet review). Where a plan is launched, rendered or verified (run, serve,
+The cache only speeds up what hashes artifacts before a plan exists (inspect, plan, the
+fleet review, import). Where a plan is launched, rendered or verified (run, serve,
 bench, render, verify) every artifact is hashed in full (`use_cache=False`,
 `power.artifacts.verify`).
 

@@ -26,7 +26,9 @@ from typing import Any, Mapping
 
 from power.artifacts import contracts
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
+from power.artifacts.header_values import header_findings, require_plausible_layers
 from power.artifacts.tokenizer_facts import VOCABULARY_KEYS, TokenizerFacts, tokenizer_facts
+from power.findings import Finding
 
 __all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "ArtifactFacts", "LayerFacts", "QuantCensus",
            "facts_from_header", "inspect_artifact"]
@@ -34,8 +36,6 @@ __all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "Artifact
 # llama.cpp's hard-coded sliding-window patterns for headers that carry no pattern key:
 # n means every n-th layer (index % n == n - 1) is global, the others slide.
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4}
-# Layers are enumerated per block: a hostile block_count must not become a billion-row loop.
-MAX_BLOCK_COUNT = 4096
 GLOBAL, SLIDING, RECURRENT, NEXTN = "global", "sliding", "recurrent", "nextn"
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
@@ -79,6 +79,8 @@ class ArtifactFacts:
     drafter_kind: str | None
     sliding_window: int | None
     drafter_kv_bytes_per_position: int
+    # Header values no engine can run (`power.artifacts.header_values`): errors refuse a plan.
+    findings: tuple[Finding, ...] = ()
 
     @property
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -102,6 +104,7 @@ class ArtifactFacts:
             "drafter_kind": self.drafter_kind,
             "sliding_window": self.sliding_window,
             "drafter_kv_bytes_per_position": self.drafter_kv_bytes_per_position,
+            "findings": [finding.to_json() for finding in self.findings],
         }
 
 
@@ -124,10 +127,7 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
     if not isinstance(architecture, str) or not architecture:
         raise artifact_error("PWR117", header.path, "general.architecture is missing or not a string",
                              "re-convert the artifact: every GGUF names its architecture", 0)
-    block_count = meta.get(f"{architecture}.block_count")
-    if isinstance(block_count, int) and not 0 <= block_count <= MAX_BLOCK_COUNT:
-        raise artifact_error("PWR117", header.path, f"{architecture}.block_count is {block_count} (at most "
-                             f"{MAX_BLOCK_COUNT} layers are plausible)", "the header is corrupt: re-convert the artifact")
+    require_plausible_layers(header)
     view = _HeaderView(header.path, architecture, meta, header.tensors)
     file_type = meta.get("general.file_type")
     return ArtifactFacts(
@@ -145,6 +145,7 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
         drafter_kind=contracts.classify_drafter(view),
         sliding_window=contracts.drafter_sliding_window(view),
         drafter_kv_bytes_per_position=contracts.drafter_kv_bytes_per_position(view),
+        findings=tuple(header_findings(header)),
     )
 
 

@@ -120,6 +120,8 @@ class GGUFHeader:
     array_spans: dict[str, ArraySpan] = field(default_factory=dict)
     # The header's bytes as read (array spans index into them): tokenizer fingerprints hash them directly.
     raw: bytes = field(default=b"", repr=False, compare=False)
+    # key -> the byte offset of its metadata entry, so a finding about a value can point at it.
+    key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _type_label(vtype: GGUFValueType, sub: str | None = None) -> str:
@@ -211,6 +213,7 @@ class _HeaderParser:
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, str] = {}
         self.spans: dict[str, ArraySpan] = {}
+        self.offsets: dict[str, int] = {}
 
     def parse(self) -> GGUFHeader:
         cur = self.cur
@@ -234,7 +237,7 @@ class _HeaderParser:
         self._check_extents(tensors, data_offset, alignment)
         return GGUFHeader(path=cur.path, size=cur.size, version=version, alignment=alignment, data_offset=data_offset,
                           metadata=self.metadata, value_types=self.value_types, tensors=tensors, array_spans=self.spans,
-                          raw=cur.buf)
+                          raw=cur.buf, key_offsets=self.offsets)
 
     def _count(self, what: str, min_bytes: int) -> int:
         at = self.cur.pos
@@ -259,6 +262,7 @@ class _HeaderParser:
             value, label = self._scalar(vtype, key), _type_label(vtype)
         self.metadata[key] = value
         self.value_types[key] = label
+        self.offsets[key] = at
 
     def _scalar(self, vtype: GGUFValueType, key: str) -> Any:
         if vtype == GGUFValueType.STRING:
