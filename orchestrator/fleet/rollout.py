@@ -257,7 +257,8 @@ def _candidates(review: FleetReview, selected: list[DeploymentReview], profile_p
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
         if plan is not None:
             memo.keep(plan)
-            candidates[item.key] = plan_record(plan, item.deployment, profile.model.name)
+            candidates[item.key] = plan_record(plan, item.deployment, profile.model.name,
+                                               review.objects_digest(item.key, plan))
     return candidates
 
 
