@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.artifacts.digests import Progress, sha256_file
+from power.artifacts.digests import sha256_file
 from power.artifacts.gguf_reader import ArtifactError
 
 __all__ = ["Artifact", "ArtifactError", "verified_sha256"]
@@ -35,7 +35,7 @@ class Artifact:
         return TARGET if self.role == TARGET else f"{self.role} drafter"
 
 
-def verified_sha256(artifact: Artifact, progress: Progress = None) -> str:
+def verified_sha256(artifact: Artifact) -> str:
     """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file."""
     path = str(artifact.path)
     if not os.path.exists(path):
@@ -43,7 +43,7 @@ def verified_sha256(artifact: Artifact, progress: Progress = None) -> str:
                             hint="restore the planned file there, or fix the path and re-plan")
     if artifact.size is not None and os.path.isfile(path) and (size := os.path.getsize(path)) != artifact.size:
         raise _changed(artifact, f"is {size:,} bytes, the plan expects {artifact.size:,} (so its sha256 cannot match)")
-    actual = sha256_file(path, use_cache=False, progress=progress)
+    actual = sha256_file(path, use_cache=False)  # a progress bar on a terminal for files over 100 MB
     if artifact.sha256 is not None and actual != artifact.sha256:
         raise _changed(artifact, f"has sha256 {actual[:16]}..., the plan expects {artifact.sha256[:16]}...")
     return actual
