@@ -29,7 +29,9 @@ import numpy as np
 
 from power.artifacts import contracts
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
+from power.artifacts.header_values import header_findings, require_plausible_layers
 from power.artifacts.tokenizer_facts import VOCABULARY_KEYS, TokenizerFacts, tokenizer_facts
+from power.findings import Finding
 
 __all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "ArtifactFacts", "LayerFacts", "QuantCensus",
            "facts_from_header", "inspect_artifact"]
@@ -37,8 +39,6 @@ __all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "Artifact
 # llama.cpp's hard-coded sliding-window patterns for headers that carry no pattern key:
 # n means every n-th layer (index % n == n - 1) is global, the others slide.
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4}
-# Layers are enumerated per block: a hostile block_count must not become a billion-row loop.
-MAX_BLOCK_COUNT = 4096
 GLOBAL, SLIDING, RECURRENT, NEXTN = "global", "sliding", "recurrent", "nextn"
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
@@ -82,6 +82,8 @@ class ArtifactFacts:
     drafter_kind: str | None
     sliding_window: int | None
     drafter_kv_bytes_per_position: int
+    # Header values no engine can run (`power.artifacts.header_values`): errors refuse a plan.
+    findings: tuple[Finding, ...] = ()
 
     @property
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -106,6 +108,7 @@ class ArtifactFacts:
             "drafter_kind": self.drafter_kind,
             "sliding_window": self.sliding_window,
             "drafter_kv_bytes_per_position": self.drafter_kv_bytes_per_position,
+            "findings": [finding.to_json() for finding in self.findings],
         }
 
 
@@ -137,10 +140,7 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
     if not isinstance(architecture, str) or not architecture:
         raise artifact_error("PWR117", header.path, "general.architecture is missing or not a string",
                              "re-convert the artifact: every GGUF names its architecture", 0)
-    block_count = meta.get(f"{architecture}.block_count")
-    if isinstance(block_count, int) and not 0 <= block_count <= MAX_BLOCK_COUNT:
-        raise artifact_error("PWR117", header.path, f"{architecture}.block_count is {block_count} (at most "
-                             f"{MAX_BLOCK_COUNT} layers are plausible)", "the header is corrupt: re-convert the artifact")
+    require_plausible_layers(header)
     view = _HeaderView(header.path, architecture, meta, header.tensors)
     file_type = meta.get("general.file_type")
     return ArtifactFacts(
@@ -158,6 +158,7 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
         drafter_kind=contracts.classify_drafter(view),
         sliding_window=contracts.drafter_sliding_window(view),
         drafter_kv_bytes_per_position=contracts.drafter_kv_bytes_per_position(view),
+        findings=tuple(header_findings(header)),
     )
 
 
@@ -193,15 +194,8 @@ def _layers(view: _HeaderView, tensors: tuple[TensorInfo, ...]) -> tuple[LayerFa
     by_layer: dict[int, list[TensorInfo]] = defaultdict(list)
     for tensor in tensors:
         match = _LAYER.match(tensor.name)
-        if match is None:
-            continue
-        # Compared as text first: int() of thousands of digits raises, a billion layers would be a billion rows.
-        digits = match.group(1)
-        if len(digits) > len(str(MAX_BLOCK_COUNT)) or int(digits) >= MAX_BLOCK_COUNT:
-            raise artifact_error("PWR117", view.path, f"tensor {tensor.name[:80]!r} names a layer past "
-                                 f"{MAX_BLOCK_COUNT} (more layers than any model has)",
-                                 "the header is corrupt: re-convert the artifact")
-        by_layer[int(digits)].append(tensor)
+        if match is not None:  # every index is below MAX_BLOCK_COUNT: require_plausible_layers ran first
+            by_layer[int(match.group(1))].append(tensor)
     block_count = max(_int(meta.get(f"{arch}.block_count")), max(by_layer, default=-1) + 1)
     n_nextn = contracts.nextn_layer_count(view)
     head_count = meta.get(f"{arch}.attention.head_count")

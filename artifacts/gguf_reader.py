@@ -135,6 +135,8 @@ class GGUFHeader:
     # The header's bytes as read (array spans index into them, long numeric arrays are views of them):
     # tokenizer fingerprints hash them directly. Never modified.
     raw: bytes | bytearray = field(default=b"", repr=False, compare=False)
+    # key -> the byte offset of its metadata entry, so a finding about a value can point at it.
+    key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _type_label(vtype: GGUFValueType, sub: str | None = None) -> str:
@@ -234,6 +236,7 @@ class _HeaderParser:
         self.objects = 0
         # Long numeric arrays, viewed once the header's bytes are final: (container, key or index, dtype, count, start).
         self.views: list[tuple[Any, Any, str, int, int]] = []
+        self.offsets: dict[str, int] = {}
 
     def parse(self) -> GGUFHeader:
         cur = self.cur
@@ -260,7 +263,7 @@ class _HeaderParser:
             view.flags.writeable = False
         return GGUFHeader(path=cur.path, size=cur.size, version=version, alignment=alignment, data_offset=data_offset,
                           metadata=self.metadata, value_types=self.value_types, tensors=tensors, array_spans=self.spans,
-                          raw=cur.buf)
+                          raw=cur.buf, key_offsets=self.offsets)
 
     def _count(self, what: str, min_bytes: int, limit: int) -> int:
         at = self.cur.pos
@@ -287,6 +290,7 @@ class _HeaderParser:
         else:
             self.metadata[key], label = self._scalar(vtype, key), _type_label(vtype)
         self.value_types[key] = label
+        self.offsets[key] = at
 
     def _scalar(self, vtype: GGUFValueType, key: str) -> Any:
         if vtype == GGUFValueType.STRING:

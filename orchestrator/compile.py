@@ -17,7 +17,7 @@ from pathlib import Path
 
 from power import modes
 from power.artifacts import contracts
-from power.artifacts.digests import sha256_file
+from power.artifacts.digests import file_stamp, sha256_file
 from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.findings import Finding, has_errors
@@ -49,7 +49,7 @@ from power.orchestrator.sizing import Budget, Request, Sizing, largest_context, 
 
 
 class ArtifactMemo:
-    """Each artifact's header and digest read once (keyed by path, size and mtime), errors included."""
+    """Each artifact's header and digest read once (keyed by path and `file_stamp`), errors included."""
 
     def __init__(self) -> None:
         self._facts: dict[tuple, ArtifactFacts | ArtifactError] = {}
@@ -63,8 +63,7 @@ class ArtifactMemo:
 
     @staticmethod
     def _memo(store: dict, path: Path, compute):
-        info = os.stat(path)
-        key = (str(Path(path).resolve()), info.st_size, info.st_mtime_ns)
+        key = (str(Path(path).resolve()), file_stamp(os.stat(path)))
         if key not in store:
             try:
                 store[key] = compute(path)

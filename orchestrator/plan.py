@@ -34,6 +34,9 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
                 locations (`path`, `file`) left out: files count by sha256
 
 The runtime reads these sections as they are (`power.runtime.engine.Workload`).
+Because paths are outside the digest, whoever opens an artifact finds it with
+`located` and checks its bytes against the plan's sha256
+(`power.artifacts.verify`): run, serve, bench, render and verify all do.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.documents import (
@@ -55,6 +58,7 @@ from power.artifacts.documents import (
     parse_toml,
     read_text,
 )
+from power.artifacts.verify import TARGET, Artifact
 from power.findings import Finding, PowerError
 
 PLAN_SCHEMA = "power.plan/v1"
@@ -119,6 +123,12 @@ class Drafter(_Frozen):
     sha256: str | None = None
     target_sha256: str | None = None
     contract: dict[str, ContractValue] = {}
+
+    @model_validator(mode="after")
+    def _a_file_has_its_digest(self) -> Drafter:
+        if self.path is not None and self.sha256 is None:
+            raise ValueError("a drafter with a file must carry the file's sha256")
+        return self
 
 
 class Speculation(_Frozen):
@@ -256,6 +266,29 @@ def _without_locations(data: Any) -> Any:
 
 
 _LOCATION_KEYS = frozenset({"path", "file"})
+
+
+def located(plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> ResolvedPlan:
+    """The plan with every artifact path where this machine opens it (the digest is unchanged: paths are outside it).
+
+    Without `root`, a relative path is relative to the plan file's folder and an absolute path
+    stays as it is. With `root`, every artifact is looked for in `root` by its file name (a
+    container mounts the models there): the sha256 still decides whether it is the planned file.
+    """
+    def where(path: str) -> str:
+        if root is not None:
+            return str(Path(root) / Path(path).name)
+        return path if Path(path).is_absolute() else str(Path(plan_path).parent / path)
+
+    drafters = tuple(d if d.path is None else d.model_copy(update={"path": where(d.path)}) for d in plan.drafters)
+    return plan.model_copy(update={"target": plan.target.model_copy(update={"path": where(plan.target.path)}),
+                                   "drafters": drafters})
+
+
+def planned_artifacts(plan: ResolvedPlan) -> tuple[Artifact, ...]:
+    """Every file the plan names, with the size and sha256 it was compiled with: the target, then each drafter's."""
+    target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size)
+    return (target, *(Artifact(d.kind, Path(d.path), d.sha256, d.size) for d in plan.drafters if d.path is not None))
 
 
 def to_json(plan: ResolvedPlan) -> str:

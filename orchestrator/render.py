@@ -18,7 +18,7 @@ import json
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -114,27 +114,36 @@ class Launch:
         return [*self.program, *(word for option in self.options for word in option)]
 
 
-def render(plan: ResolvedPlan, target: str, plan_path: Path, executable: str | None = None) -> str:
-    """The launch artifact for `target`; `executable` is the absolute path of `power` a systemd unit starts
-    (default: `power_executable()`)."""
+def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None = None,
+           executable: str | None = None) -> str:
+    """The `target` launch for `plan`, whose artifact paths are as given (`power.orchestrator.plan.located`);
+    a Power launch passes `root` on to `power serve`; `executable` is the absolute path of `power` a systemd
+    unit starts (default: `power_executable()`)."""
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     plan_path = Path(plan_path).resolve()
     if target in ENGINES:
-        context = {"launch": engine_launch(plan, target, plan_path)}
+        context = {"launch": engine_launch(plan, target, plan_path, root=root)}
     elif target == "systemd":
-        context = systemd_context(plan, plan_path, executable)
+        context = systemd_context(plan, plan_path, executable, root)
     else:
         context = env_file_context(plan, plan_path)
     template = _environment().get_template(f"{target}.j2")
-    return template.render(plan=plan, plan_path=str(plan_path), **context)
+    return template.render(plan=plan, plan_path=str(plan_path), root=str(Path(root).resolve()) if root else None,
+                           **context)
 
 
-def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: Listen | None = None) -> Launch:
-    """The command line that runs `plan` on `engine` (power | llama-server | vllm); RenderError if it cannot."""
+def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: Listen | None = None,
+                  root: Path | None = None) -> Launch:
+    """The command line that runs `plan` on `engine` (power | llama-server | vllm); RenderError if it cannot.
+
+    `root`: where `power serve` looks for the artifacts (`--root`); the other engines are given their paths.
+    """
     if engine not in ENGINES:
         raise RenderError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     launch = {"llama-server": llama_server_launch, "vllm": vllm_launch, "power": power_launch}[engine](plan, plan_path)
+    if root is not None and engine == "power":
+        launch = replace(launch, options=launch.options + (("--root", str(Path(root).resolve())),))
     if listen is None:
         return launch
     address = (("--host", listen.host), ("--port", str(listen.port)))
@@ -246,7 +255,7 @@ def env_file_context(plan: ResolvedPlan, plan_path: Path) -> dict:
     return context
 
 
-def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None) -> dict:
+def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None, root: Path | None) -> dict:
     """The plan's environment, and Power's own command line with `power` as an absolute path (systemd runs no
     shell and, before v239, resolves no PATH)."""
     executable = executable or power_executable()
@@ -254,7 +263,7 @@ def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None)
         raise RenderError(code="PWR462", message=f"the systemd unit needs the absolute path of the power executable, "
                           f"and {'none was found' if executable is None else repr(executable) + ' is not one'}",
                           hint="pass --power-executable /path/to/power (e.g. `command -v power`)")
-    argv = power_launch(plan, plan_path).argv
+    argv = engine_launch(plan, "power", plan_path, root=root).argv
     return {**env_context(plan, plan_path), "exec_start": [executable, *argv[1:]]}
 
 

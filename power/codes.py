@@ -86,7 +86,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR108": ("error", "invalid tensor info: dimensions, unknown quant type, or a row not a whole number of blocks"),
     "PWR109": ("error", "tensor data lies outside the file, overlaps, or is misaligned (truncated data)"),
     "PWR116": ("error", "the artifact changed while it was being read or hashed"),
-    "PWR117": ("error", "invalid metadata value (bad UTF-8, bad general.alignment)"),
+    "PWR117": ("error", "invalid metadata value (bad UTF-8 in a key, name or token; bad general.alignment)"),
     # PWR11x declared vs file (orchestrator/checks/artifacts.py)
     "PWR110": ("error", "a declared artifact file does not exist"),
     "PWR111": ("error", "the declared size differs from the file's size"),
@@ -98,6 +98,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR120": ("error", "the runtime implements no such architecture or tokenizer"),
     "PWR121": ("error", "a tensor or header key the runtime needs is missing or mis-shaped"),
     "PWR122": ("error", "a tensor's quant type the runtime cannot dequantise"),
+    # PWR123-125 header values the runtime trusts (artifacts/header_values.py): plan and runtime refuse alike
+    "PWR123": ("error", "a header value is out of range or of the wrong type (0 heads, NaN epsilon, rope base 0, ...)"),
+    "PWR124": ("error", "header values contradict each other or the tensors (block_count vs blocks present, "
+                        "vocabulary vs embedding rows, heads vs KV heads)"),
+    "PWR125": ("error", "a special token id the runtime uses lies outside the vocabulary"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),

@@ -84,9 +84,9 @@ class PowerError(Exception):
     code: str  # each subclass names its default
 
     def __init__(self, message: str, *, code: str | None = None, hint: str | None = None, file: str | None = None,
-                 offset: int | None = None) -> None:
+                 offset: int | None = None, where: str | None = None) -> None:
         self.finding = Finding(code=code or self.code, severity=Severity.ERROR, message=message, file=file,
-                               offset=offset, hint=hint)
+                               offset=offset, hint=hint, where=where)
         super().__init__(self.finding.render())
 
     @classmethod

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from plan_helpers import compiled, write_manifest, write_profile
+from runtime_plans import write_plan
 
 from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan, save_plan
@@ -188,15 +189,16 @@ def test_systemd_reads_back_exactly_what_the_plan_says(tmp_path):
 
 
 def test_the_systemd_unit_starts_power_by_absolute_path(tmp_path):
-    result = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "systemd"])
+    plan = str(write_plan(tmp_path, "ngram"))  # the command verifies the plan's artifacts: they must exist
+    result = CliRunner().invoke(main, ["render", plan, "--target", "systemd"])
     assert result.exit_code == 0, result.output
     exec_line = result.stdout.splitlines()[-1]
     assert exec_line.startswith(f'ExecStart="{EXECUTABLE}" "serve" ')
     assert _systemd_verify(tmp_path, result.stdout).stderr == ""
-    chosen = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "systemd", "--power-executable",
+    chosen = CliRunner().invoke(main, ["render", plan, "--target", "systemd", "--power-executable",
                                        "/opt/power/bin/power"])
     assert chosen.stdout.splitlines()[-1].startswith('ExecStart="/opt/power/bin/power" "serve" ')
-    relative = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "systemd", "--power-executable", "power"])
+    relative = CliRunner().invoke(main, ["render", plan, "--target", "systemd", "--power-executable", "power"])
     assert relative.exit_code == 2 and "PWR462" in relative.output and "Traceback" not in relative.output
 
 
@@ -211,7 +213,8 @@ def test_line_breaks_cannot_escape_a_comment_or_an_env_line(tmp_path):
 
 def test_command_writes_output_and_refuses_edited_plans(tmp_path):
     out = tmp_path / "launch.sh"
-    result = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "llama-server", "-o", str(out)])
+    plan = write_plan(tmp_path, "ngram")  # the command verifies the plan's artifacts: they must exist
+    result = CliRunner().invoke(main, ["render", str(plan), "--target", "llama-server", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith("#!/usr/bin/env bash") and os.access(out, os.X_OK)
     edited = tmp_path / "edited.plan.json"

@@ -2,8 +2,10 @@
 
 A missing file names its path and the manifest line that declared it; a file
 that is not a readable GGUF is the reader's own PWR10x finding (artifact path and
-byte offset) that also names the manifest line pointing at it (`declared_at`); size, sha256, quant and architecture mismatches point at the
-manifest key to correct.
+byte offset) that also names the manifest line pointing at it (`declared_at`); a header
+value no engine can run is a PWR117/PWR12x finding at the key's byte offset
+(`power.artifacts.header_values`); size, sha256, quant and architecture mismatches point
+at the manifest key to correct.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def check_artifact(manifest: Loaded, where: str, declared, source: ArtifactSourc
     except ArtifactError as err:
         return None, [_named_by(manifest, f"{where}.path", err.finding)]
     findings = [
+        *facts.findings,
         *_size(manifest, where, declared.size, facts),
         *_digest(manifest, where, declared.sha256, digest),
         *_quant(manifest, where, declared.quant, facts),

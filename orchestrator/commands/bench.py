@@ -10,6 +10,7 @@ import click
 
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_FINDINGS, refuse
+from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
 from power.orchestrator.outputs import require_outputs, writing
 
@@ -29,10 +30,11 @@ from power.orchestrator.outputs import require_outputs, writing
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Write a report with a per-shape chart: report.md (Markdown) or report.html.")
 @runtime_options(default_dtype="bfloat16")
+@root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens: int, output: Path | None,
           report: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
-          as_json: bool) -> None:
+          root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
@@ -65,7 +67,7 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         for label, path, resolved in plans:
             click.echo(f"loading {label}: {path} (mode {resolved.mode.resolved})", err=True)
             options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
-            engine = Engine(Workload.of_plan(resolved, path), options)
+            engine = Engine(Workload.of_plan(resolved, path, root), options)
             configs.append(harness.BenchConfig(label, path, resolved, engine))
         measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
     except PowerError as err:

@@ -10,6 +10,7 @@ import click
 
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_USAGE, refuse
+from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.params import FiniteFloatRange
 from power.orchestrator.commands.runtime_options import runtime_options
 
@@ -23,13 +24,15 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds a request may take from arrival to its last token (queue wait included) before it is cancelled.")
 @runtime_options(default_dtype="bfloat16")
+@root_option
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, device: str, dtype: str,
-          lm_head_dtype: str | None, threads: int | None) -> None:
+          lm_head_dtype: str | None, threads: int | None, root: Path | None) -> None:
     """Serve a resolved PLAN: POST /v1/completions (streaming SSE or not), GET /health, GET /metrics.
 
-    /health answers 503 until the plan's model is loaded, then 200. Exit codes:
-    0 stopped cleanly, 2 usage or input error (a file that is not a valid plan, an
-    address it cannot listen on, a model that does not load).
+    /health answers 503 until the plan's model is loaded (every artifact hashed in full first),
+    then 200. Exit codes: 0 stopped cleanly, 2 usage or input error (a file that is not a
+    valid plan, an address it cannot listen on, an artifact that is not the planned file, a
+    model that does not load).
     """
     import uvicorn
 
@@ -42,7 +45,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
         listening = listen(host, port)
     except PowerError as err:
         refuse(err)
-    workload = Workload.of_plan(resolved, plan)
+    workload = Workload.of_plan(resolved, plan, root)
     options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
