@@ -4,21 +4,23 @@ Order, failing closed at each step: the loaded files' own findings; every
 declared artifact against its file (PWR11x, PWR10x); each drafter's contract,
 binding and tokenizer (PWR21x, PWR31x); mode resolution (PWR21x); settings
 against the resolved mode and the artifacts (PWR42x); the devices against the
-engine and the split settings (PWR506-510); sizing for the deployment's engine
+engine and the split settings (PWR507-511); sizing for the deployment's engine
 (PWR50x). Any error finding means no plan; warnings and info travel inside the
 plan.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from power import modes
 from power.artifacts import contracts
-from power.artifacts.digests import sha256_file
+from power.artifacts.digests import file_stamp, sha256_file
+from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
@@ -65,7 +67,7 @@ from power.orchestrator.sizing.placement import default_ratios
 
 
 class ArtifactMemo:
-    """Each artifact's header and digest read once (keyed by path, size and mtime), errors included."""
+    """Each artifact's header and digest read once (keyed by path and `file_stamp`), errors included."""
 
     def __init__(self) -> None:
         self._facts: dict[tuple, ArtifactFacts | ArtifactError] = {}
@@ -79,8 +81,7 @@ class ArtifactMemo:
 
     @staticmethod
     def _memo(store: dict, path: Path, compute):
-        info = os.stat(path)
-        key = (str(Path(path).resolve()), info.st_size, info.st_mtime_ns)
+        key = (str(Path(path).resolve()), file_stamp(os.stat(path)))
         if key not in store:
             try:
                 store[key] = compute(path)
@@ -207,7 +208,7 @@ def size_for(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed: Plac
     limit = whole(target.hparam("context_length")) or request.ctx
     best = largest_context(placed.engine, target, drafter, request, budgets, limit)
     split = fitting_split(placed.engine, target, drafter, request, budgets) if sizing.verdict != "fits" else None
-    return replace(sizing, max_ctx=best, fitting_split=split)
+    return dataclasses.replace(sizing, max_ctx=best, fitting_split=split)
 
 
 def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tuple[int, ...] = (0,),
@@ -236,11 +237,21 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tup
     findings += check_memory(profile, sizing, chosen.drafter.facts if chosen.drafter else None)
     if has_errors(findings):
         return None, findings
-    plan = build_plan(manifest, profile, placed, host_path, checked, chosen, sizing, findings)
+    try:
+        sources = Sources(manifest=_file_ref(manifest), profile=_file_ref(profile),
+                          host=_host_ref(host_path) if host_path else None)
+    except DocumentError as err:
+        return None, [*findings, err.finding("PWR013", host_path, "check the host file", what="the host file")]
+    try:
+        plan = build_plan(manifest, profile, placed, sources, checked, chosen, sizing, findings)
+    except DocumentError as err:
+        refusal = err.finding("PWR504", checked.target.facts.path, "a header value is past physical sense: check "
+                              "the artifact's hyper-parameters with `power inspect`")
+        return None, [*findings, dataclasses.replace(refusal, message=f"no plan: {refusal.message}")]
     return plan, findings
 
 
-def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, host_path: Path | None,
+def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sources,
                artifacts: Artifacts, chosen: Chosen, sizing: Sizing, findings: list[Finding]) -> ResolvedPlan:
     settings, runtime, resolution = profile.model, profile.model.runtime, chosen.resolution
     target = artifacts.target
@@ -252,8 +263,7 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, host_path: Pat
     split = split_of(profile, placed)
     return ResolvedPlan.build(
         name=manifest.model.name,
-        sources=Sources(manifest=_file_ref(manifest.path), profile=_file_ref(profile.path),
-                        host=_file_ref(host_path) if host_path else None),
+        sources=sources,
         devices=tuple(Device(index=b.index, name=b.name, vram_bytes=b.memory_bytes, headroom_bytes=b.headroom_bytes,
                              kind=b.kind) for b in placed.budgets()),
         target=Target(
@@ -331,6 +341,11 @@ def _tokenizer(facts: ArtifactFacts) -> Tokenizer | None:
                      sha256=tok.fingerprint)
 
 
-def _file_ref(path: Path) -> FileRef:
+def _file_ref(loaded: Loaded) -> FileRef:
+    """The file as it was loaded: the digest of the bytes that were validated and compiled."""
+    return FileRef(path=str(loaded.path.resolve()), sha256=loaded.sha256)
+
+
+def _host_ref(path: Path) -> FileRef:
     resolved = Path(path).resolve()
-    return FileRef(path=str(resolved), sha256=hashlib.sha256(resolved.read_bytes()).hexdigest())
+    return FileRef(path=str(resolved), sha256=hashlib.sha256(read_bytes(resolved, MAX_TOML_BYTES)).hexdigest())

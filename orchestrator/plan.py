@@ -36,20 +36,31 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
                 locations (`path`, `file`) left out: files count by sha256
 
 The runtime reads these sections as they are (`power.runtime.engine.Workload`).
+Because paths are outside the digest, whoever opens an artifact finds it with
+`located` and checks its bytes against the plan's sha256
+(`power.artifacts.verify`): run, serve, bench, render and verify all do.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import (
+    MAX_JSON_BYTES,
+    DocumentError,
+    check_structure,
+    parse_json,
+    parse_toml,
+    read_text,
+)
+from power.artifacts.verify import TARGET, Artifact
 from power.findings import Finding, PowerError
 
 PLAN_SCHEMA = "power.plan/v1"
@@ -116,6 +127,12 @@ class Drafter(_Frozen):
     sha256: str | None = None
     target_sha256: str | None = None
     contract: dict[str, ContractValue] = {}
+
+    @model_validator(mode="after")
+    def _a_file_has_its_digest(self) -> Drafter:
+        if self.path is not None and self.sha256 is None:
+            raise ValueError("a drafter with a file must carry the file's sha256")
+        return self
 
 
 class Speculation(_Frozen):
@@ -201,6 +218,11 @@ class Memory(_Frozen):
     verdict: Literal["fits", "fits-below-headroom", "does-not-fit"]  # the worst device's
     max_ctx: int | None = None
 
+    @property
+    def components(self) -> tuple[MemoryComponent, ...]:
+        """Every device's components, in device order (host memory apart)."""
+        return tuple(c for device in self.devices for c in device.components)
+
 
 class Tokenizer(_Frozen):
     vocab_size: int
@@ -223,7 +245,8 @@ class FindingRecord(_Frozen):
 
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
-        return cls(**finding.to_json())
+        # A plan holds warnings and info, never an artifact's errors: `declared_at` has no place here.
+        return cls(**{key: value for key, value in finding.to_json().items() if key in cls.model_fields})
 
 
 class ResolvedPlan(_Frozen):
@@ -247,8 +270,13 @@ class ResolvedPlan(_Frozen):
 
     @classmethod
     def build(cls, **content: Any) -> ResolvedPlan:
-        """A plan from its sections, with its digest computed."""
+        """A plan from its sections, with its digest computed.
+
+        DocumentError when a number in it leaves 64 bits (sizes computed from absurd header values):
+        such a plan could be written but never read back (TOML integers are 64-bit).
+        """
         unsigned = cls(**content)
+        check_structure(unsigned.document())
         return unsigned.model_copy(update={"digest": content_digest(unsigned)})
 
     def document(self) -> dict[str, Any]:
@@ -281,6 +309,29 @@ def _without_locations(data: Any) -> Any:
 
 
 _LOCATION_KEYS = frozenset({"path", "file"})
+
+
+def located(plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> ResolvedPlan:
+    """The plan with every artifact path where this machine opens it (the digest is unchanged: paths are outside it).
+
+    Without `root`, a relative path is relative to the plan file's folder and an absolute path
+    stays as it is. With `root`, every artifact is looked for in `root` by its file name (a
+    container mounts the models there): the sha256 still decides whether it is the planned file.
+    """
+    def where(path: str) -> str:
+        if root is not None:
+            return str(Path(root) / Path(path).name)
+        return path if Path(path).is_absolute() else str(Path(plan_path).parent / path)
+
+    drafters = tuple(d if d.path is None else d.model_copy(update={"path": where(d.path)}) for d in plan.drafters)
+    return plan.model_copy(update={"target": plan.target.model_copy(update={"path": where(plan.target.path)}),
+                                   "drafters": drafters})
+
+
+def planned_artifacts(plan: ResolvedPlan) -> tuple[Artifact, ...]:
+    """Every file the plan names, with the size and sha256 it was compiled with: the target, then each drafter's."""
+    target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size)
+    return (target, *(Artifact(d.kind, Path(d.path), d.sha256, d.size) for d in plan.drafters if d.path is not None))
 
 
 def to_json(plan: ResolvedPlan) -> str:
@@ -321,17 +372,11 @@ def load_plan(path: Path) -> ResolvedPlan:
 
 def _read_document(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise PlanError(f"cannot read the plan ({err.strerror})", file=str(path),
-                        hint="check the path and the file's permissions") from None
-    try:
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        data = json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise PlanError(f"not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({err})", file=str(path),
-                        hint="recompile the plan with `power plan`") from None
+        text = read_text(path, MAX_JSON_BYTES)
+        data = parse_toml(text) if path.suffix == ".toml" else parse_json(text)
+    except DocumentError as err:
+        raise PlanError.of(err.finding("PWR080", path, "pass a plan written by `power plan -o`, or recompile it",
+                                       what="the plan")) from None
     if not isinstance(data, dict):
         raise PlanError("a plan is a JSON object", code="PWR081", file=str(path),
                         hint="recompile the plan with `power plan`")

@@ -208,7 +208,7 @@ def _batches(runtime: dict[str, Any]) -> list[Issue]:
         return []
     return [
         Issue(
-            "PWR504",
+            "PWR505",
             f"runtime.ubatch = {ubatch} > runtime.batch = {batch}: the engine runs micro-batches of {batch} "
             f"(n_ubatch = min(n_batch, n_ubatch)) and the plan is sized for that",
             ("runtime", "ubatch"),
@@ -223,11 +223,11 @@ def _tensor_split(runtime: dict[str, Any]) -> list[Issue]:
         return []
     for index, ratio in enumerate(ratios):
         if ratio < 0:
-            return [Issue("PWR505", f"runtime.tensor_split[{index}] = {ratio} is negative: a device's share of the "
+            return [Issue("PWR506", f"runtime.tensor_split[{index}] = {ratio} is negative: a device's share of the "
                                     "layers is a ratio >= 0", ("runtime", "tensor_split", index),
                           hint="give each device a ratio >= 0, e.g. tensor_split = [3, 1]")]
     if ratios and not any(ratios):
-        return [Issue("PWR505", "runtime.tensor_split is all zero: no device gets a layer (llama.cpp would split by "
+        return [Issue("PWR506", "runtime.tensor_split is all zero: no device gets a layer (llama.cpp would split by "
                                 "free memory at start, which the plan cannot size)", ("runtime", "tensor_split"),
                       hint="give the devices their shares, e.g. tensor_split = [3, 1], or remove the key")]
     return []

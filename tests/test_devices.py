@@ -116,15 +116,15 @@ def test_the_split_is_written_as_the_profile_gives_it(files):
 
 BAD = [
     ({"slots": 0}, (0, 1), "llama-server", "PWR022", "runtime.slots"),
-    ({"tensor_split": [1, 1, 1]}, (0, 1), "llama-server", "PWR506", "runtime.tensor_split"),
-    ({"tensor_split": [1, -1]}, (0, 1), "llama-server", "PWR505", "runtime.tensor_split[1]"),
-    ({"tensor_split": [0, 0]}, (0, 1), "llama-server", "PWR505", "runtime.tensor_split"),
-    ({"tensor_parallel": 3}, (0, 1, 2), "vllm", "PWR508", "runtime.tensor_parallel"),
-    ({"tensor_parallel": 2}, (0, 1, 2), "vllm", "PWR509", "runtime.tensor_parallel"),
-    ({"main_gpu": 2}, (0, 1), "llama-server", "PWR507", "runtime.main_gpu"),
-    ({}, (0, 1), "power", "PWR509", "runtime"),
-    ({}, (0, 3), "llama-server", "PWR509", "runtime"),
-    ({"kv_cache_type": "q8_0", "flash_attn": False}, (0,), "llama-server", "PWR510", "runtime.kv_cache_type"),
+    ({"tensor_split": [1, 1, 1]}, (0, 1), "llama-server", "PWR507", "runtime.tensor_split"),
+    ({"tensor_split": [1, -1]}, (0, 1), "llama-server", "PWR506", "runtime.tensor_split[1]"),
+    ({"tensor_split": [0, 0]}, (0, 1), "llama-server", "PWR506", "runtime.tensor_split"),
+    ({"tensor_parallel": 3}, (0, 1, 2), "vllm", "PWR509", "runtime.tensor_parallel"),
+    ({"tensor_parallel": 2}, (0, 1, 2), "vllm", "PWR510", "runtime.tensor_parallel"),
+    ({"main_gpu": 2}, (0, 1), "llama-server", "PWR508", "runtime.main_gpu"),
+    ({}, (0, 1), "power", "PWR510", "runtime"),
+    ({}, (0, 3), "llama-server", "PWR510", "runtime"),
+    ({"kv_cache_type": "q8_0", "flash_attn": False}, (0,), "llama-server", "PWR511", "runtime.kv_cache_type"),
 ]
 
 
@@ -143,8 +143,8 @@ def test_bad_split_settings_are_located_findings_and_no_plan(files, runtime, dev
 
 def test_a_micro_batch_above_the_batch_is_a_located_warning(tmp_path):
     loaded = load_profile(profile(tmp_path, "batches", batch=256, ubatch=512))
-    (finding,) = [f for f in loaded.findings if f.code == "PWR504"]
-    assert finding.where == "runtime.ubatch" and finding.line == 8 and codes(loaded.findings) == ["PWR504"]
+    (finding,) = [f for f in loaded.findings if f.code == "PWR505"]
+    assert finding.where == "runtime.ubatch" and finding.line == 8 and codes(loaded.findings) == ["PWR505"]
 
 
 FLEET = '''schema = "power.fleet/v1"

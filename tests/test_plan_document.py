@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from power.artifacts.documents import DocumentError
 from power.findings import Finding, Severity
 from power.orchestrator.plan import (
     Device,
@@ -136,3 +137,14 @@ def test_the_engine_reads_the_plan_sections_as_they_are():
 def test_findings_keep_their_place():
     record = sample_plan().findings[0]
     assert (record.code, record.severity, record.file, record.line, record.col) == ("PWR402", "info", "/p.toml", 3, 1)
+
+
+def test_a_plan_with_a_number_past_64_bits_is_never_built():
+    memory = sample_plan().memory
+    device = memory.devices[0].model_copy(update={
+        "components": (MemoryComponent(name="target KV", bytes=2**70, detail="absurd header"),),
+        "total_bytes": 2**70, "margin_bytes": -(2**70), "verdict": "does-not-fit"})
+    huge = memory.model_copy(update={"devices": (device,), "total_bytes": 2**70, "margin_bytes": -(2**70),
+                                     "verdict": "does-not-fit"})
+    with pytest.raises(DocumentError, match=r"`memory\.\w+.*` is an integer outside the 64-bit range"):
+        sample_plan(memory=huge)

@@ -42,6 +42,7 @@ from power.orchestrator.launch_tokens import (
     tokens_from_systemd_unit,
 )
 from power.orchestrator.loading import load_manifest, load_profile
+from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.units import format_size
 
@@ -65,6 +66,7 @@ def _engine_command(engine: str):
                 device: int | None, host_path: Path | None, as_json: bool) -> None:
         if output is None and (device is not None or host_path is not None):
             raise click.UsageError("--device and --host compile the written files: give -o DIR as well")
+        require_outputs(directories=(output,), as_json=as_json)
         try:
             tokens = _tokens(engine, list(argv), env_file, unit)
         except LaunchInputError as err:

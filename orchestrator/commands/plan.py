@@ -12,6 +12,7 @@ from power.findings import Finding
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.compile import Placed, compile_plan
 from power.orchestrator.loading import load_host, load_manifest, load_profile
+from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.plan import save_plan, to_json, to_toml
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
@@ -89,6 +90,7 @@ def exit_code(findings: list[Finding]) -> int:
 @click.option("--toml", "as_toml", is_flag=True, help="Print the plan document as TOML.")
 def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, as_toml) -> None:
     """Compile MANIFEST + PROFILE for a host into a resolved engine plan; refuse with every finding."""
+    require_outputs(files=(output,), as_json=as_json)
     placed, findings = placement_from_options(host_path, sizes, indices, engine)
     resolved = None
     if placed is not None:
@@ -98,7 +100,8 @@ def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, 
     if resolved is None:
         _refuse(findings, as_json)
     if output is not None:
-        save_plan(resolved, output)
+        with writing(output, as_json):
+            save_plan(resolved, output)
     if as_json:
         click.echo(to_json(resolved), nl=False)
     elif as_toml:

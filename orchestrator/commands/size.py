@@ -17,13 +17,14 @@ from power.orchestrator.commands.plan import exit_code, placement_from_options, 
 from power.orchestrator.compile import ArtifactMemo, check_artifacts, choose, memory_section, size_for
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan_text import memory_text
+from power.orchestrator.schema import MAX_CTX
 
 
 @click.command("size")
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.argument("profile", type=click.Path(path_type=Path))
 @placement_options
-@click.option("--ctx", type=click.IntRange(min=1), help="Size at this context instead of the profile's runtime.ctx.")
+@click.option("--ctx", type=click.IntRange(min=1, max=MAX_CTX), help="Size at this context instead of the profile's runtime.ctx.")
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
 def size(manifest, profile, host_path, sizes, indices, engine, ctx, as_json) -> None:
     """Per-device, per-component memory from the GGUF headers for one engine, each device's verdict, and the largest
