@@ -2,7 +2,7 @@
 
 The command line is `render.engine_launch`'s, the one every render of the plan
 prints, plus the machine's thread count (a host choice, not the plan's) and a
-loopback address. `LiveEngine` starts the server it owns, polls `/health`,
+loopback address. `LiveEngine` verifies every artifact the plan names (the seal), starts the server it owns, polls `/health`,
 completes prompts, reads the engine's own counters (llama-server: the
 per-request `timings.draft_n` / `draft_n_accepted`, and `/metrics` for the
 verification steps and decode calls a request took), and stops exactly the
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from power.artifacts.verify import verified_sha256
 from power.findings import PowerError
-from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.plan import ResolvedPlan, planned_artifacts
 from power.orchestrator.render import Listen, engine_launch
 from power.runtime.receipt import Receipt
 from power.runtime.sampling import SamplingParams
@@ -117,7 +118,12 @@ class LiveEngine:
         self.wait_healthy(timeout_s)
 
     def start_process(self) -> None:
-        """Launch the rendered line on a free loopback port (several engines may load at once, then wait)."""
+        """Launch the rendered line on a free loopback port (several engines may load at once, then wait).
+
+        Every artifact the plan names is hashed in full first (the seal): an engine never starts on a file that is
+        not the one the plan was compiled with."""
+        for artifact in planned_artifacts(self.plan):
+            verified_sha256(artifact)
         self._started = time.perf_counter()
         self.port = free_port()
         launch_env = engine_launch(self.plan, self.engine, self.plan_path).env

@@ -14,7 +14,9 @@ import click
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_FINDINGS, refuse
+from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
+from power.orchestrator.outputs import require_outputs, writing
 from power.runtime.traffic import SEEDS_PROMPT_TOKENS
 
 ENGINES = ("power", "llama-server", "vllm")
@@ -50,11 +52,12 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
               help="Write the winner (else the incumbent) as the deployment's env file, the measured table as its "
               "comment: LLAMA_ARG_* for llama-server, POWER_* for power.")
 @runtime_options(default_dtype="bfloat16")
+@root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,
           max_tokens: int, prompt_tokens: int, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
           env_path: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
-          as_json: bool) -> None:
+          root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
@@ -65,8 +68,9 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     output differed), 1 greedy outputs differ between the configurations (lossy),
     2 usage or input error (a missing engine binary included: nothing is measured).
     """
+    require_outputs(files=(output, report, env_path), as_json=as_json)
     from power.orchestrator import live, sweep
-    from power.orchestrator.plan import load_plan
+    from power.orchestrator.plan import load_plan, located
     from power.runtime import bench as harness
     from power.runtime.bench_report import REPORT_FORMATS, text_table, write_report
     from power.runtime.traffic import build_shape, parse_shapes
@@ -77,9 +81,6 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         raise click.BadParameter(str(err), param_hint="--shapes") from None
     if report is not None and report.suffix not in REPORT_FORMATS:
         raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
-    for path in (output, report, env_path):
-        if path is not None and not path.parent.is_dir():
-            raise click.UsageError(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
     if env_path is not None and engine not in ENV_TARGETS:
         raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
                                f"--engine {' or '.join(ENV_TARGETS)}")
@@ -89,7 +90,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
     try:
         binary = live.engine_binary(engine, engine_binary) if engine in live.LIVE_ENGINES else None
-        candidate_plan = load_plan(plan)
+        candidate_plan = located(load_plan(plan), plan, root)
         candidates = [(harness.CANDIDATE, plan, candidate_plan)]
         if sweeps:
             folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
@@ -97,12 +98,12 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
             for overrides in sweep.parse(list(sweeps)):
                 variant, variant_path = sweep.variant(candidate_plan, overrides, folder)
                 candidates.append((sweep.label(overrides), variant_path, variant))
-        plans = candidates + ([(harness.BASELINE, baseline, load_plan(baseline))] if baseline else [])
+        plans = candidates + ([(harness.BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline else [])
     except PowerError as err:
         refuse(err, as_json)
     with contextlib.ExitStack() as running:
         try:
-            configs = _configs(plans, engine, binary, device, dtype, lm_head_dtype, threads, running)
+            configs = _configs(plans, engine, binary, device, dtype, lm_head_dtype, threads, root, running)
             measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
         except PowerError as err:
             refuse(err, as_json)  # exits; the stack stops every server it started
@@ -114,23 +115,26 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     if sweeps:
         document["sweep"] = _sweep_section(documents, [label for label, _, _ in candidates], best)
     if output is not None:
-        harness.write_evidence(document, output)
+        with writing(output, as_json):
+            harness.write_evidence(document, output)
         click.echo(f"wrote {output}", err=True)
     if report is not None:
-        write_report(document, report)
+        with writing(report, as_json):
+            write_report(document, report)
         click.echo(f"wrote {report}", err=True)
     table = text_table(document)
     if sweeps:
         table = _sweep_table(document["sweep"]) + "\n" + table
     if env_path is not None:
-        _write_env(env_path, engine, best, configs, control, table)
+        with writing(env_path, as_json):
+            _write_env(env_path, engine, best, configs, control, table)
     click.echo(json.dumps(document, indent=2, ensure_ascii=False) if as_json else table, nl=not as_json)
     if any(result["verdict"] == "lossy" for d in documents for result in d["shapes"].values()):
         sys.exit(EXIT_FINDINGS)
 
 
 def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
-             threads: int | None, running: contextlib.ExitStack):
+             threads: int | None, root: Path | None, running: contextlib.ExitStack):
     """One configuration per plan, its engine loaded (Power) or started and healthy (live; stopped by `running`)."""
     from power.orchestrator.live import LiveEngine
     from power.runtime import bench as harness
@@ -141,7 +145,8 @@ def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, l
         click.echo(f"loading {label}: {path} (mode {plan.mode.resolved}) on {engine}", err=True)
         if engine == "power":
             options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
-            configs.append(harness.BenchConfig(label, Path(path), plan, Engine(Workload.of_plan(plan, path), options)))
+            runtime_engine = Engine(Workload.of_plan(plan, path, root), options)
+            configs.append(harness.BenchConfig(label, Path(path), plan, runtime_engine))
         else:
             server = LiveEngine(engine, plan, Path(path), binary, threads=threads)
             running.callback(server.stop)

@@ -48,6 +48,7 @@ from power.orchestrator.launch_tokens import (
     tokens_from_systemd_unit,
 )
 from power.orchestrator.loading import load_manifest, load_profile
+from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.units import format_size
 
@@ -71,6 +72,7 @@ def _engine_command(engine: str):
                 device: int | None, host_path: Path | None, as_json: bool) -> None:
         if output is None and (device is not None or host_path is not None):
             raise click.UsageError("--device and --host compile the written files: give -o DIR as well")
+        require_outputs(directories=(output,), as_json=as_json)
         try:
             tokens = _tokens(engine, list(argv), env_file, unit)
         except LaunchInputError as err:
@@ -81,7 +83,7 @@ def _engine_command(engine: str):
         if output is not None and not has_errors(findings):
             findings += _missing_files(result.spec)
         if output is not None and not has_errors(findings):
-            documents, checked = _checked_documents(result.spec, output, host_path, device)
+            documents, checked = _checked_documents(result.spec, output, host_path, device, engine)
             findings += [f for f in checked if f not in findings]
         _report(findings, documents, as_json)
         sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
@@ -117,8 +119,8 @@ def _at(token: Token, message: str) -> Finding:
                    hint="run the import on the machine that holds the files, or pass their local paths")
 
 
-def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None,
-                       device: int | None) -> tuple[dict, list[Finding]]:
+def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None, device: int | None,
+                       engine: str) -> tuple[dict, list[Finding]]:
     """Write manifest and profile into a scratch folder beside `output`, check (and compile) them there, and move
     them into `output` only when nothing found an error; the documents and every finding come back."""
     parent = output.absolute().parent
@@ -127,7 +129,7 @@ def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None,
     try:
         documents, findings = _write(spec, scratch)
         if not has_errors(findings) and (device is not None or host_path is not None):
-            plan, compiled = _compile(scratch, host_path, device)
+            plan, compiled = _compile(scratch, host_path, device, engine)
             findings += [f for f in compiled if f not in findings]
             documents["plan"] = _plan_summary(plan) if plan else None
         if not has_errors(findings):
@@ -167,15 +169,18 @@ def _model_context(spec: LaunchSpec) -> int | None:
         return None
 
 
-def _compile(folder: Path, host_path: Path | None, device: int | None):
-    host, findings = host_from_options(host_path, device)
+def _compile(folder: Path, host_path: Path | None, device: int | None, engine: str):
+    """The written files compiled for the engine the launch line runs (its allocation is what must fit)."""
+    host, findings = host_from_options(host_path, (device,) if device is not None else ())
     if host is None:
         return None, findings
-    return compile_plan(load_manifest(folder / "manifest.toml"), load_profile(folder / "profile.toml"), host)
+    return compile_plan(load_manifest(folder / "manifest.toml"), load_profile(folder / "profile.toml"), host,
+                        engine=engine)
 
 
 def _plan_summary(plan: ResolvedPlan) -> dict:
-    return {"digest": plan.digest, "device": plan.device.name, "verdict": plan.memory.verdict,
+    return {"digest": plan.digest, "device": plan.devices[0].name, "engine": plan.memory.engine,
+            "verdict": plan.memory.verdict,
             "margin_bytes": plan.memory.margin_bytes, "mode": plan.mode.resolved, "chain": list(plan.mode.chain),
             "k": plan.speculation.k, "s": plan.speculation.s, "rollback": plan.speculation.rollback}
 

@@ -9,9 +9,12 @@ from pathlib import Path
 import click
 
 from power import modes
+from power.artifacts.documents import DocumentError, read_json
 from power.findings import PowerError
 from power.orchestrator import worth_it as arithmetic
 from power.orchestrator.cli import refuse
+from power.orchestrator.commands.params import FiniteFloatRange
+from power.orchestrator.fleet.evidence import EVIDENCE_SCHEMA
 from power.orchestrator.plan import PlanError, load_plan
 
 
@@ -21,6 +24,8 @@ class EvidenceInputError(PowerError):
     code = "PWR071"
 
 _DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*$")
+# One step of a model, target or drafter, longer than an hour is not a measurement.
+MAX_STEP_S = 3600.0
 
 
 class Duration(click.ParamType):
@@ -32,8 +37,10 @@ class Duration(click.ParamType):
         match = _DURATION.match(str(value))
         if match is None or float(match["number"]) <= 0:
             self.fail(f"{value!r} is not a positive duration; write it with a unit, e.g. 67ms or 0.067s", param, ctx)
-        seconds = float(match["number"])
-        return seconds / 1000 if match["unit"] == "ms" else seconds
+        seconds = float(match["number"]) / (1000 if match["unit"] == "ms" else 1)
+        if seconds > MAX_STEP_S:
+            self.fail(f"{value!r} is longer than an hour: no model step takes that long", param, ctx)
+        return seconds
 
 
 class Band(click.ParamType):
@@ -58,9 +65,9 @@ class Band(click.ParamType):
               show_default=True, help="The drafter's kind, which prices a round: a plain model (draft-model) runs K "
               "forwards, a trained head (mtp, dflash, dflash2, dspark) about one, n-gram none.")
 @click.option("-k", "k", type=click.IntRange(1, 64), help="K: proposals per round.")
-@click.option("--incumbent", type=click.FloatRange(min=0, min_open=True),
+@click.option("--incumbent", type=FiniteFloatRange(min=0, min_open=True),
               help="The rate the operator sees today, tok/s (the incumbent may already speculate).")
-@click.option("--incumbent-commit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+@click.option("--incumbent-commit", type=FiniteFloatRange(min=1.0), default=1.0, show_default=True,
               help="Tokens the incumbent commits per target step (>1 when it already drafts).")
 @click.option("--evidence", "evidence_path", type=click.Path(path_type=Path),
               help="A `power bench` evidence file: t_s, d_s, K, the drafter and the incumbent's rate come from the "
@@ -95,11 +102,16 @@ def worth_it(target_step, draft_step, drafter, k, incumbent, incumbent_commit, e
 
 
 def _measured(path: Path, shape: str | None, as_json: bool) -> arithmetic.MeasuredSteps:
+    hint = "pass a file written by `power bench CANDIDATE --vs BASELINE -o FILE`"
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(document, dict) or document.get("schema") != "power.evidence/v1":
-            raise ValueError("not a power.evidence/v1 document")
+        document = read_json(path)
+    except DocumentError as err:
+        refuse(EvidenceInputError(err.finding("PWR071", path, hint, what="the evidence file").message,
+                                  file=str(path), hint=hint), as_json)
+    try:
+        if not isinstance(document, dict) or document.get("schema") != EVIDENCE_SCHEMA:
+            raise ValueError(f"not a {EVIDENCE_SCHEMA} document")
         return arithmetic.steps_from_evidence(document, shape)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        refuse(EvidenceInputError(f"cannot read step times from the evidence ({err})", file=str(path),
-                                  hint="pass a file written by `power bench CANDIDATE --vs BASELINE -o FILE`"), as_json)
+    except (ValueError, KeyError, TypeError) as err:
+        refuse(EvidenceInputError(f"cannot read step times from the evidence ({err})", file=str(path), hint=hint),
+               as_json)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-dspark
-# plan digest 7c7b01e97ab9b92bc545307c7f945864b1725aee3ba03a9087bb520e066ff04a; mode dspark (verified external artifact)
+# plan digest 4eff27df23c2704cb048828e2f09d445f9c4cd32b6ed3fb2e62d309869be079f; mode dspark (verified external artifact)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # adaptive K/S controller: no flag; the engine drafts a fixed K per round
 # fixed verification capacity 11 rows: no flag

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest 2c3e79ef18634370eda11cae6657b5677afa6703b26dfbdb1d1304404d95c122; mode mtp (requested; the target carries nextn tensors)
+# plan digest 557babf9e7b40bdea6fa82e76f5720eeab4d57eec33f3ac07ab03bb75cfdcee3; mode mtp (requested; the target carries nextn tensors)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
 # fixed verification capacity 11 rows: no flag
