@@ -280,7 +280,7 @@ def test_vllm_runs_the_ngram_window_and_the_slots_of_the_plan(tmp_path):
     assert "n-gram shortest draft 2: vLLM has no such setting" in render(plan, "vllm", tmp_path / "plan.json")
 
 
-def test_the_llama_arg_env_file_names_each_option_as_llama_cpp_does(tmp_path):
+def test_the_llama_arg_env_file_names_each_option_as_llama_cpp_does():
     from power.orchestrator import llama_flags
     from power.orchestrator.render import Listen, engine_launch
 

@@ -26,11 +26,11 @@ import tomli_w
 
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.digests import sha256_file
+from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, refuse
 from power.orchestrator.commands.plan import DeviceSize, host_from_options
 from power.orchestrator.compile import compile_plan
-from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.orchestrator.launch_import import (
     LLAMA_SERVER,
     VLLM,
