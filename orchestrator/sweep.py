@@ -87,9 +87,8 @@ def variant(plan: ResolvedPlan, overrides: dict[str, Any], folder: Path) -> tupl
     folder.mkdir(parents=True, exist_ok=True)
     profile_path = folder / f"{stem}.profile.toml"
     profile_path.write_text(tomli_w.dumps(document))
-    host = HostSpec(name="bench", devices=[DeviceSpec(model=plan.device.name, vram=plan.device.vram_bytes)],
-                    headroom=plan.device.headroom_bytes)
-    compiled, findings = compile_plan(load_manifest(sources.manifest.path), load_profile(profile_path), host)
+    compiled, findings = compile_plan(load_manifest(sources.manifest.path), load_profile(profile_path),
+                                      _host_of(plan), tuple(d.index for d in plan.devices), engine=plan.memory.engine)
     if compiled is None or has_errors(findings):
         first = next(f for f in findings if f.is_error)
         raise SweepError(f"the variant {name} does not compile: {first.code} {first.message}", file=str(profile_path),
@@ -97,6 +96,14 @@ def variant(plan: ResolvedPlan, overrides: dict[str, Any], folder: Path) -> tupl
     plan_path = folder / f"{stem}.plan.json"
     save_plan(compiled, plan_path)
     return compiled, plan_path
+
+
+def _host_of(plan: ResolvedPlan) -> HostSpec:
+    """A host with the plan's devices at their indices (the variant is sized and placed as the plan was)."""
+    by_index = {device.index: device for device in plan.devices}
+    devices = [by_index.get(index, plan.devices[0]) for index in range(max(by_index) + 1)]
+    return HostSpec(name="bench", devices=[DeviceSpec(model=d.name, vram=d.vram_bytes, kind=d.kind) for d in devices],
+                    headroom=plan.devices[0].headroom_bytes)
 
 
 def _profile_document(model: Any, overrides: dict[str, Any], name: str) -> dict[str, Any]:

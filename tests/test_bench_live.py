@@ -75,7 +75,7 @@ def test_the_winner_is_written_as_the_deployments_llama_arg_env_file(rollout):
     assert "LLAMA_ARG_N_PARALLEL=1" in text and "LLAMA_ARG_ENDPOINT_METRICS=true" in text
 
 
-def test_the_llama_server_evidence_opens_the_canary_of_the_llama_server_deployment(rollout):
+def test_the_llama_server_evidence_opens_the_canary_of_the_llama_server_deployment(rollout, tmp_path):
     lock, document, evidence, _, _ = rollout
     assert document["shapes"]["echo"]["verdict"] == "faster", document["shapes"]["echo"]["verdict_reason"]
     opened = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", evidence)
@@ -83,11 +83,20 @@ def test_the_llama_server_evidence_opens_the_canary_of_the_llama_server_deployme
     state, _ = read_lock(lock)
     assert state.deployments[LLAMA_KEY]["engine"] == "llama-server"
     assert state.deployments[LLAMA_KEY]["plan_digest"] == state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
-    # the next stage serves the same plans on Power's runtime: llama-server's evidence says nothing about it
-    refused = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", evidence, "--json")
+    # the next stage runs Power's runtime: its plans (sized for power) measured on llama-server by mistake
+    candidate = state.rollout["candidates"][POWER_KEY]["plan_digest"]
+    incumbent = state.deployments[POWER_KEY]["plan_digest"]
+    plans = tmp_path / "plans"
+    assert run("rollout", "status", FLEET, "--lock", lock, "--export-plans", plans).exit_code == 0
+    wrong = tmp_path / "wrong-engine.json"
+    bench = run("bench", plans / f"{candidate[:12]}.json", "--vs", plans / f"{incumbent[:12]}.json",
+                "--engine", "llama-server", "--engine-binary", binary(), "--shapes", "identity", "--runs", 1,
+                "--max-tokens", 8, "--threads", 1, "-o", wrong)
+    assert bench.exit_code == 0 and "was sized for power; measuring it on llama-server" in bench.output, bench.output
+    refused = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", wrong, "--json")
     assert refused.exit_code == 1
     [finding] = [f for f in json.loads(refused.output)["findings"] if f["code"] == "PWR077"]
     line = FLEET.read_text().splitlines().index('host = "cpu-2"', 20) + 1
     assert finding["file"] == str(FLEET) and finding["where"] == "deployments[1].host" and finding["line"] == line
     assert "runs power" in finding["message"] and "measured on llama-server" in finding["message"]
-    assert read_lock(lock)[0].deployments[POWER_KEY]["plan_digest"] != state.rollout["candidates"][POWER_KEY]["plan_digest"]
+    assert read_lock(lock)[0].deployments[POWER_KEY]["plan_digest"] == incumbent

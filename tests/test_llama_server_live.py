@@ -111,7 +111,7 @@ def test_the_llama_arg_env_file_runs_the_same_server(tmp_path, servers):
     engine = servers["ngram"]
     port = free_port()
     env_file = tmp_path / "ngram.env"
-    env_file.write_text(render(engine.plan, "llama-server-env", engine.plan_path, Listen("127.0.0.1", port)))
+    env_file.write_text(render(engine.plan, "llama-server-env", engine.plan_path, listen=Listen("127.0.0.1", port)))
     script = (f'set -a; . "{env_file}"; set +a; exec "{binary()}" $LLAMA_SERVER_EXTRA_ARGS --threads 1')
     log = tmp_path / "env.log"
     with open(log, "wb") as out:

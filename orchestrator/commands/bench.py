@@ -28,9 +28,10 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.option("--vs", "baseline", type=click.Path(path_type=Path), default=None,
               help="The baseline plan: the incumbent, or a zero-draft control such as a target-only plan.")
-@click.option("--engine", type=click.Choice(ENGINES), default="power", show_default=True,
+@click.option("--engine", type=click.Choice(ENGINES), default=None,
               help="The engine both plans run on: Power's runtime in this process, or a live llama-server / vLLM "
-              "launched from each plan's render on a free loopback port (and stopped afterwards).")
+              "launched from each plan's render on a free loopback port (and stopped afterwards). Default: the "
+              "engine the candidate plan was compiled (sized) for.")
 @click.option("--engine-binary", type=click.Path(path_type=Path), default=None,
               help="The llama-server / vllm executable (default: $POWER_LLAMA_SERVER / $POWER_VLLM, else PATH).")
 @click.option("--shapes", default="prose,echo,structured,identity", show_default=True,
@@ -81,16 +82,20 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         raise click.BadParameter(str(err), param_hint="--shapes") from None
     if report is not None and report.suffix not in REPORT_FORMATS:
         raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
-    if env_path is not None and engine not in ENV_TARGETS:
-        raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
-                               f"--engine {' or '.join(ENV_TARGETS)}")
     try:
         traffic = [build_shape(name, max_tokens, prompt_tokens) for name in names]
     except ValueError as err:
         raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
     try:
-        binary = live.engine_binary(engine, engine_binary) if engine in live.LIVE_ENGINES else None
         candidate_plan = located(load_plan(plan), plan, root)
+    except PowerError as err:
+        refuse(err, as_json)
+    engine = engine or candidate_plan.memory.engine
+    if env_path is not None and engine not in ENV_TARGETS:
+        raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
+                               f"--engine {' or '.join(ENV_TARGETS)}")
+    try:
+        binary = live.engine_binary(engine, engine_binary) if engine in live.LIVE_ENGINES else None
         candidates = [(harness.CANDIDATE, plan, candidate_plan)]
         if sweeps:
             folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
@@ -101,6 +106,10 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         plans = candidates + ([(harness.BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline else [])
     except PowerError as err:
         refuse(err, as_json)
+    for label, path, resolved in plans:
+        if resolved.memory.engine != engine:
+            click.echo(f"note: {label} {path} was sized for {resolved.memory.engine}; measuring it on {engine}: "
+                       f"its evidence counts for {engine} deployments only", err=True)
     with contextlib.ExitStack() as running:
         try:
             configs = _configs(plans, engine, binary, device, dtype, lm_head_dtype, threads, root, running)
