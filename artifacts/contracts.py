@@ -23,7 +23,7 @@ own. DFlash/DFlash2/DSpark read the target's residuals entering `target_layers`;
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, TypeGuard, TypeVar
 
 from power.findings import Finding, Severity
 
@@ -79,13 +79,20 @@ MAX_DRAFTER_BLOCKS = 256
 DFLASH2_MARKER_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
 CONV_SUBLAYERS = ("attn", "ffn")
 
+_T = TypeVar("_T")
+
 
 class HeaderView(Protocol):
-    """What the contracts read from an artifact (ArtifactFacts provides it)."""
+    """What the contracts read from an artifact (ArtifactFacts provides it); read-only."""
 
-    path: str
-    architecture: str
-    metadata: Mapping[str, Any]
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def architecture(self) -> str: ...
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
 
     @property
     def tensor_shapes(self) -> Mapping[str, tuple[int, ...]]: ...
@@ -157,8 +164,9 @@ def dflash2_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
     [K, 2K) its output. `{s}_conv_proj` maps the sublayer's input to the dynamic per-group
     deltas, laid out [2 (input, output), K taps, d / conv_group_size groups].
     """
-    d, k, r = hp.embedding_length, hp.conv_kernel_size, hp.selector_rank
-    groups = d // hp.conv_group_size
+    d = hp.embedding_length
+    k, r = required(hp.conv_kernel_size, "conv_kernel_size"), required(hp.selector_rank, "selector_rank")
+    groups = d // required(hp.conv_group_size, "conv_group_size")
     shapes: dict[str, tuple[int, ...]] = {}
     for i in range(hp.block_count):
         for sublayer in CONV_SUBLAYERS:
@@ -179,7 +187,7 @@ def dspark_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
     with pred_0 the anchor and pred_e the token drafted at e-1, normed by `markov.norm`
     before the target's LM head. Confidence head: sigmoid(confidence.weight @ h'_e + bias).
     """
-    d, r = hp.embedding_length, hp.markov_rank
+    d, r = hp.embedding_length, required(hp.markov_rank, "markov_rank")
     return {
         "markov.token_embd.weight": (hp.vocab_size, r),
         "markov.hidden.weight": (r, d),
@@ -188,6 +196,13 @@ def dspark_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
         "confidence.weight": (1, d),
         "confidence.bias": (1,),
     }
+
+
+def required(value: _T | None, key: str) -> _T:
+    """A hyper-parameter `key` that the drafter's kind requires (the key checks refuse a header without it)."""
+    if value is None:
+        raise ValueError(f"the drafter's header has no {key}, which its kind requires")
+    return value
 
 
 def drafter_tensors(kind: str, hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
@@ -251,13 +266,21 @@ def drafter_hparams(view: HeaderView) -> DrafterHparams:
     (the key checks report it)."""
     meta, arch = view.metadata, view.architecture
 
-    def whole(key: str, default: int | None = 0) -> int | None:
+    def whole(key: str) -> int:
         value = meta.get(f"{arch}.{key}")
-        return value if _is_int(value) else default
+        return value if _is_int(value) else 0
 
-    def real(key: str, default: float | None = None) -> float | None:
+    def optional_whole(key: str) -> int | None:
         value = meta.get(f"{arch}.{key}")
-        return float(value) if _has_type(value, FLOAT) else default
+        return value if _is_int(value) else None
+
+    def real(key: str, default: float) -> float:
+        value = optional_real(key)
+        return default if value is None else value
+
+    def optional_real(key: str) -> float | None:
+        value = meta.get(f"{arch}.{key}")
+        return float(value) if _is_number(value) else None
 
     layers = meta.get(f"{arch}.target_layers", ())
     return DrafterHparams(
@@ -273,15 +296,15 @@ def drafter_hparams(view: HeaderView) -> DrafterHparams:
         mask_token_id=whole("mask_token_id"),
         rms_epsilon=real("attention.layer_norm_rms_epsilon", 1e-6),
         rope_freq_base=real("rope.freq_base", 1_000_000.0),
-        sliding_window=whole("attention.sliding_window", None),
-        conv_kernel_size=whole("conv_kernel_size", None),
-        conv_group_size=whole("conv_group_size", None),
-        selector_rank=whole("selector_rank", None),
-        selector_top_k=whole("selector_top_k", None),
-        logit_scale=real("logit_scale"),
-        final_logit_softcapping=real("final_logit_softcapping"),
-        markov_rank=whole("markov_rank", None),
-        confidence_threshold=real("confidence_threshold"),
+        sliding_window=optional_whole("attention.sliding_window"),
+        conv_kernel_size=optional_whole("conv_kernel_size"),
+        conv_group_size=optional_whole("conv_group_size"),
+        selector_rank=optional_whole("selector_rank"),
+        selector_top_k=optional_whole("selector_top_k"),
+        logit_scale=optional_real("logit_scale"),
+        final_logit_softcapping=optional_real("final_logit_softcapping"),
+        markov_rank=optional_whole("markov_rank"),
+        confidence_threshold=optional_real("confidence_threshold"),
     )
 
 
@@ -411,7 +434,7 @@ def _drafter_key_violations(view: HeaderView, kind: str) -> list[Finding]:
 
 def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
     hp, arch, findings = drafter_hparams(view), view.architecture, []
-    positive = {"embedding_length": hp.embedding_length, "block_count": hp.block_count, "attention.head_count": hp.head_count,
+    positive: dict[str, int | None] = {"embedding_length": hp.embedding_length, "block_count": hp.block_count, "attention.head_count": hp.head_count,
                 "attention.head_count_kv": hp.head_count_kv, "attention.key_length": hp.head_dim, "block_size": hp.block_size,
                 "vocab_size": hp.vocab_size}
     if kind != DSPARK:
@@ -425,7 +448,7 @@ def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
         findings.append(_finding("PWR211", f"{arch}.block_count = {hp.block_count}, more than {MAX_DRAFTER_BLOCKS} layers",
                                  view, "re-export the drafter with its real layer count"))
     for key, value in positive.items():
-        if value <= 0:
+        if value is None or value <= 0:
             findings.append(_finding("PWR211", f"{arch}.{key} = {value}, expected a positive integer", view,
                                      "re-export the drafter with a valid value"))
     if not hp.target_layers or any(layer < 0 for layer in hp.target_layers):
@@ -479,8 +502,12 @@ def _finding(code: str, message: str, view: HeaderView, hint: str) -> Finding:
     return Finding(code=code, severity=Severity.ERROR, message=message, file=view.path, hint=hint)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, float) or _is_int(value)
 
 
 def _meta_int(view: HeaderView, key: str) -> int:
@@ -492,7 +519,7 @@ def _has_type(value: Any, expected: str) -> bool:
     if expected == INT:
         return _is_int(value)
     if expected == FLOAT:
-        return isinstance(value, float) or _is_int(value)
+        return _is_number(value)
     return isinstance(value, (list, tuple)) and all(_is_int(item) for item in value)
 
 

@@ -145,7 +145,7 @@ def tokenizer_facts(header: GGUFHeader) -> TokenizerFacts | None:
 
 
 def _first_difference(a: tuple[Any, ...], b: tuple[Any, ...]) -> int | None:
-    for index, (left, right) in enumerate(zip(a, b)):
+    for index, (left, right) in enumerate(zip(a, b, strict=False)):
         if left != right:
             return index
     return None if len(a) == len(b) else min(len(a), len(b))

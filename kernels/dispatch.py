@@ -71,10 +71,9 @@ def _tensor(kernel: str, name: str, value: object, *, ndim: int, dtypes: Sequenc
 def _same_device(kernel: str, **tensors: torch.Tensor) -> torch.device:
     devices = {name: t.device for name, t in tensors.items()}
     first = next(iter(devices.values()))
-    for name, device in devices.items():
-        if device != first:
-            listing = ", ".join(f"`{n}` on {d}" for n, d in devices.items())
-            raise ValueError(f"{kernel}: inputs must share one device, got {listing}")
+    if any(device != first for device in devices.values()):
+        listing = ", ".join(f"`{n}` on {d}" for n, d in devices.items())
+        raise ValueError(f"{kernel}: inputs must share one device, got {listing}")
     return first
 
 

@@ -180,7 +180,7 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int 
     if chosen is None or has_errors(findings):
         return None, findings
     target_vocab_size = target_vocab(checked.target.facts)
-    findings += check_speculation(profile, chosen.resolution.resolved, checked.target, chosen.drafter, target_vocab_size)
+    findings += check_speculation(profile, chosen.resolution.resolved, chosen.drafter, target_vocab_size)
     budget, device_name = budget_of(host, device)
     sizing = size_for(profile, chosen, checked, budget)
     findings += check_memory(profile, sizing, device_name, chosen.drafter.facts if chosen.drafter else None)

@@ -135,7 +135,8 @@ def _is_program_word(engine: str, word: str) -> bool:
 
 def _pairs(tokens: list[Token], switches: set[str]) -> list[tuple[Token, Token | None]]:
     """(flag, value) pairs; `--flag=value` split; a flag followed by another flag has no value."""
-    pairs, index = [], 0
+    pairs: list[tuple[Token, Token | None]] = []
+    index = 0
     while index < len(tokens):
         token = tokens[index]
         if token.text.startswith("-") and "=" in token.text and token.text.startswith("--"):
@@ -153,7 +154,7 @@ def _pairs(tokens: list[Token], switches: set[str]) -> list[tuple[Token, Token |
 
 def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
     spec, findings = LaunchSpec(LLAMA_SERVER), []
-    spec_type: tuple[Token, Token] | None = None
+    spec_type: Token | None = None
     for flag, value in _pairs(tokens, LLAMA_SWITCHES):
         if flag.text in REMOVED_DRAFT_FLAGS:
             findings.append(_removed_draft_flag(flag))
@@ -166,7 +167,7 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
         elif name == "--spec-draft-model":
             spec.draft_model = value
         elif name == "--spec-type":
-            spec_type = (flag, value)
+            spec_type = value
         elif name == "--spec-draft-n-max":
             spec.k = _int(value, findings)
         elif name == "--ctx-size":
@@ -189,11 +190,11 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
                 "say what the drafter is: --spec-type draft-mtp | draft-dflash | draft-dspark | draft-simple "
                 "(Power fails closed rather than guessing the drafter's contract)"))
     else:
-        findings += _read_spec_types(spec, *spec_type)
+        findings += _read_spec_types(spec, spec_type)
         if spec.draft_model is not None and not _runs_a_file(spec.mode) and not findings:
             findings.append(_finding(
                 "PWR451", spec.draft_model,
-                f"a draft model ({spec.draft_model.text}) is given, but --spec-type {spec_type[1].text} names no "
+                f"a draft model ({spec.draft_model.text}) is given, but --spec-type {spec_type.text} names no "
                 "drafter that runs one: it is never used",
                 "add the drafter's type to the list (e.g. --spec-type draft-dflash,ngram-mod), or drop -md"))
     if spec.mode != modes.NONE and spec.k is None:
@@ -201,7 +202,7 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
     return spec, findings
 
 
-def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Finding]:
+def _read_spec_types(spec: LaunchSpec, value: Token) -> list[Finding]:
     findings, drafters = [], []
     names = [name.strip() for name in value.text.split(",") if name.strip()]
     for name in names:
@@ -284,11 +285,12 @@ def _read_vllm_config(spec: LaunchSpec, where: Token, config: dict[str, Any]) ->
                          "known: " + ", ".join(sorted(modes.BY_VLLM_METHOD)))]
     spec.mode = modes.BY_VLLM_METHOD[method]
     spec.chain = [spec.mode]
+    findings: list[Finding] = []
     tokens = config.get("num_speculative_tokens")
-    spec.k = int(tokens) if _is_number(str(tokens)) else None
+    spec.k = None if tokens is None else _int(_retext(where, str(tokens)), findings)
     if config.get("model") and _runs_a_file(spec.mode):
         spec.draft_model = _retext(where, str(config["model"]))
-    return []
+    return findings
 
 
 def _window_findings(spec: LaunchSpec) -> list[Finding]:
@@ -385,6 +387,8 @@ def _json_object(token: Token, findings: list[Finding]) -> dict[str, Any] | None
 
 def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path], str]) -> dict[str, Any]:
     """The manifest for the launch's model and drafter; paths relative to `out_dir`, where it will be written."""
+    if spec.model is None:
+        raise ValueError("a launch line that names no model has no manifest (import_launch reports it as PWR458)")
     target = Path(spec.model.text).absolute()
     target_sha = sha256_of(target)
     drafters: list[dict[str, Any]] = []

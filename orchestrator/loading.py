@@ -23,6 +23,7 @@ from typing import Any, get_args
 
 import tomli
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from power import codes, modes
 from power.findings import Finding, Severity, has_errors
@@ -108,8 +109,15 @@ class Loaded:
 def load_document(path: str | os.PathLike[str]) -> Loaded:
     """Load any Power TOML file; the kind comes from its `schema` key."""
     loaded = Loaded(path=Path(path))
-    if _read(loaded) and _parse(loaded) and _read_kind(loaded):
-        _validate(loaded)
+    try:
+        loaded.text = text = _read(loaded)
+        loaded.data = data = _parse(loaded, text)
+        kind = _read_kind(loaded, data, text)
+    except _Unloadable as stop:
+        loaded.findings.append(stop.finding)
+        return loaded
+    if kind is not None:
+        _validate(loaded, kind, data)
     return loaded
 
 
@@ -131,7 +139,7 @@ def load_fleet(path: str | os.PathLike[str]) -> Loaded:
 
 def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
     loaded = load_document(path)
-    if loaded.kind is not None and loaded.kind != kind:
+    if loaded.kind is not None and loaded.kind != kind and loaded.data is not None:
         loaded.findings.append(
             loaded.finding(
                 "PWR012",
@@ -147,19 +155,19 @@ def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
 # --- reading and parsing ----------------------------------------------------------
 
 
-def _read(loaded: Loaded) -> bool:
-    """Set loaded.text, or add the finding that says why the file cannot be read as text."""
+def _read(loaded: Loaded) -> str:
+    """The file's text; _Unloadable with the finding that says why it cannot be read as text."""
     try:
         info = os.stat(loaded.path)
     except FileNotFoundError:
-        return _fail(loaded, "PWR001", "no such file or directory", "check the path (it is relative to the current directory)")
+        raise _Unloadable(loaded, "PWR001", "no such file or directory", "check the path (it is relative to the current directory)") from None
     except (OSError, ValueError) as exc:
-        return _fail(loaded, "PWR013", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "check the path and the file's permissions")
+        raise _Unloadable(loaded, "PWR013", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "check the path and the file's permissions") from None
     if not stat.S_ISREG(info.st_mode):
         what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-        return _fail(loaded, "PWR002", f"is {what}", "pass a .toml file (or, to `power validate`, a directory of them)")
+        raise _Unloadable(loaded, "PWR002", f"is {what}", "pass a .toml file (or, to `power validate`, a directory of them)")
     if info.st_size > MAX_TOML_BYTES:
-        return _fail(
+        raise _Unloadable(
             loaded,
             "PWR003",
             f"is {info.st_size:,} bytes; a Power TOML file may be at most {MAX_TOML_BYTES:,} bytes (8 MiB)",
@@ -169,47 +177,46 @@ def _read(loaded: Loaded) -> bool:
         with open(loaded.path, "rb") as handle:
             raw = handle.read(MAX_TOML_BYTES + 1)
     except OSError as exc:
-        return _fail(loaded, "PWR013", f"cannot read: {exc.strerror}", "check the file's permissions")
+        raise _Unloadable(loaded, "PWR013", f"cannot read: {exc.strerror}", "check the file's permissions") from None
     return _decode(loaded, raw)
 
 
-def _decode(loaded: Loaded, raw: bytes) -> bool:
+def _decode(loaded: Loaded, raw: bytes) -> str:
     if len(raw) > MAX_TOML_BYTES:
-        return _fail(loaded, "PWR003", f"is larger than {MAX_TOML_BYTES:,} bytes (8 MiB)", "check that this is the file you meant")
+        raise _Unloadable(loaded, "PWR003", f"is larger than {MAX_TOML_BYTES:,} bytes (8 MiB)", "check that this is the file you meant")
     if not raw.strip():
-        return _fail(loaded, "PWR004", "is empty", _SCHEMA_HINT)
+        raise _Unloadable(loaded, "PWR004", "is empty", _SCHEMA_HINT)
     if b"\x00" in raw:
-        return _fail(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text", "pass the .toml file, not a GGUF or other binary")
+        raise _Unloadable(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text", "pass the .toml file, not a GGUF or other binary")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line, col, source = _byte_position(raw, exc.start)
-        return _fail(loaded, "PWR006", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
-                     "save the file as UTF-8 (TOML files must be UTF-8)", line=line, col=col, source_line=source)
-    loaded.text = text.removeprefix("\ufeff")
-    return True
+        raise _Unloadable(loaded, "PWR006", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
+                          "save the file as UTF-8 (TOML files must be UTF-8)", line=line, col=col, source_line=source) from None
+    return text.removeprefix("\ufeff")
 
 
-def _parse(loaded: Loaded) -> bool:
+def _parse(loaded: Loaded, text: str) -> dict[str, Any]:
     try:
-        loaded.data = tomli.loads(loaded.text)
+        return tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
-        lines = loaded.text.splitlines()
+        lines = text.splitlines()
         source = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else None
-        return _fail(loaded, "PWR007", f"TOML syntax: {exc.msg[:1].lower()}{exc.msg[1:]}",
-                     "see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]",
-                     line=exc.lineno, col=exc.colno, source_line=source)
+        raise _Unloadable(loaded, "PWR007", f"TOML syntax: {exc.msg[:1].lower()}{exc.msg[1:]}",
+                          "see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]",
+                          line=exc.lineno, col=exc.colno, source_line=source) from None
     except RecursionError:
-        return _fail(loaded, "PWR008", "nests arrays or inline tables too deeply to read", "flatten the nesting: no Power file nests more than three levels")
-    return True
+        raise _Unloadable(loaded, "PWR008", "nests arrays or inline tables too deeply to read", "flatten the nesting: no Power file nests more than three levels") from None
 
 
-def _read_kind(loaded: Loaded) -> bool:
-    value = loaded.data.get("schema")
+def _read_kind(loaded: Loaded, data: dict[str, Any], text: str) -> str | None:
+    """The kind to validate the file as; None when the file is not one (with the finding that says so, if any)."""
+    value = data.get("schema")
     if value is None:
-        first_line = loaded.text.splitlines()[0] if loaded.text.splitlines() else ""
-        return _fail(loaded, "PWR010", "has no `schema` key, so its kind (manifest, profile, host, fleet) is unknown",
-                     _SCHEMA_HINT, line=1, col=1, source_line=first_line)
+        first_line = text.splitlines()[0] if text.splitlines() else ""
+        raise _Unloadable(loaded, "PWR010", "has no `schema` key, so its kind (manifest, profile, host, fleet) is unknown",
+                          _SCHEMA_HINT, line=1, col=1, source_line=first_line)
     match = _SCHEMA_VALUE.match(value) if isinstance(value, str) else None
     if match is not None and match["kind"] in GENERATED_KINDS:
         loaded.kind = match["kind"]
@@ -221,20 +228,20 @@ def _read_kind(loaded: Loaded) -> bool:
                 hint="validate the manifests, profiles, hosts and fleets it came from",
             )
         )
-        return False
+        return None
     if match is None or match["kind"] not in KIND_MODELS or match["version"] != SCHEMA_VERSION:
         loaded.findings.append(
             loaded.finding("PWR011", f"schema = {_toml(value)} is not a Power file kind", where="schema", hint=_schema_value_hint(value))
         )
-        return False
+        return None
     loaded.kind = match["kind"]
-    _check_editor_schema_line(loaded)
-    return True
+    _check_editor_schema_line(loaded, text)
+    return loaded.kind
 
 
-def _check_editor_schema_line(loaded: Loaded) -> None:
+def _check_editor_schema_line(loaded: Loaded, text: str) -> None:
     """A `#:schema` first line (taplo, Even Better TOML) must name this kind's JSON Schema."""
-    directive = _EDITOR_SCHEMA.match(loaded.text)
+    directive = _EDITOR_SCHEMA.match(text)
     if directive is None:
         return
     named = directive["target"].rsplit("/", 1)[-1]
@@ -264,28 +271,29 @@ def _schema_value_hint(value: Any) -> str:
 # --- validation ------------------------------------------------------------------
 
 
-def _validate(loaded: Loaded) -> None:
-    model_type = KIND_MODELS[loaded.kind]
+def _validate(loaded: Loaded, kind: str, data: dict[str, Any]) -> None:
+    model_type = KIND_MODELS[kind]
     try:
-        model = model_type.model_validate(loaded.data, context={"base_dir": loaded.path.absolute().parent})
+        model = model_type.model_validate(data, context={"base_dir": loaded.path.absolute().parent})
     except ValidationError as exc:
         model = None
-        loaded.findings += _schema_findings(loaded, model_type, exc)
-    for issue in rules.check(loaded.kind, loaded.data):
+        loaded.findings += _schema_findings(loaded, model_type, data, exc)
+    for issue in rules.check(kind, data):
         loaded.findings.append(loaded.finding(issue.code, issue.message, where=issue.where, hint=issue.hint, severity=issue.severity))
     loaded.findings.sort(key=lambda finding: (finding.line or 0, finding.col or 0))
     loaded.model = None if has_errors(loaded.findings) else model
 
 
-def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: ValidationError) -> list[Finding]:
+def _schema_findings(loaded: Loaded, model_type: type[BaseModel], data: dict[str, Any],
+                     exc: ValidationError) -> list[Finding]:
     """One finding per offending key: pydantic reports a union's alternatives as several errors for one value."""
-    by_path: dict[KeyPath, list[dict[str, Any]]] = {}
+    by_path: dict[KeyPath, list[ErrorDetails]] = {}
     for error in exc.errors():
-        by_path.setdefault(_data_path(error["loc"], loaded.data), []).append(error)
+        by_path.setdefault(_data_path(error["loc"], data), []).append(error)
     return [_error_finding(loaded, model_type, path, errors) for path, errors in by_path.items()]
 
 
-def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[dict[str, Any]]) -> Finding:
+def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[ErrorDetails]) -> Finding:
     where = format_where(path)
     key = path[-1] if path else ""
     kinds = {error["type"] for error in errors}
@@ -404,12 +412,15 @@ def _description(model_type: type[BaseModel], path: KeyPath) -> str:
 # --- small helpers ------------------------------------------------------------------
 
 
-def _fail(loaded: Loaded, code: str, message: str, hint: str, *,
-          line: int | None = None, col: int | None = None, source_line: str | None = None) -> bool:
-    """Record an error finding for this file (placed at line:col when given) and stop loading it."""
-    loaded.findings.append(Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path),
-                                   line=line, col=col, hint=hint, source_line=source_line))
-    return False
+class _Unloadable(Exception):
+    """Loading stops at this error finding (placed at line:col when given): the file cannot be read, decoded or
+    parsed, or names no kind."""
+
+    def __init__(self, loaded: Loaded, code: str, message: str, hint: str, *,
+                 line: int | None = None, col: int | None = None, source_line: str | None = None) -> None:
+        super().__init__(message)
+        self.finding = Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path),
+                               line=line, col=col, hint=hint, source_line=source_line)
 
 
 def _byte_position(raw: bytes, offset: int) -> tuple[int, int, str]:

@@ -42,7 +42,7 @@ import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from power.artifacts.atomic import write_text_atomic
 from power.findings import Finding, PowerError
 
-PLAN_SCHEMA = "power.plan/v1"
+PLAN_SCHEMA: Final = "power.plan/v1"
 
 
 class PlanError(PowerError):

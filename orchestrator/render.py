@@ -61,11 +61,20 @@ def comment_safe(value: object) -> str:
 def render(plan: ResolvedPlan, target: str, plan_path: Path) -> str:
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
-    builders = {"llama-server": llama_server_context, "vllm": vllm_context, "power": power_context,
-                "env": env_context, "systemd": env_context}
-    context = builders[target](plan, Path(plan_path).resolve())
+    resolved_path = Path(plan_path).resolve()
     template = _environment().get_template(f"{target}.j2")
-    return template.render(plan=plan, plan_path=str(Path(plan_path).resolve()), **context)
+    return template.render(plan=plan, plan_path=str(resolved_path), **_context(plan, target, resolved_path))
+
+
+def _context(plan: ResolvedPlan, target: str, plan_path: Path) -> dict:
+    """What `target`'s template needs beyond the plan itself."""
+    if target == "llama-server":
+        return llama_server_context(plan)
+    if target == "vllm":
+        return vllm_context(plan)
+    if target in ("env", "systemd"):
+        return env_context(plan, plan_path)
+    return {}
 
 
 def unsupported_notes(plan: ResolvedPlan) -> list[str]:
@@ -82,7 +91,7 @@ def unsupported_notes(plan: ResolvedPlan) -> list[str]:
     return notes
 
 
-def llama_server_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+def llama_server_context(plan: ResolvedPlan) -> dict:
     chain = plan.mode.chain
     for kind in chain:
         if modes.mode(kind).reserved:
@@ -116,7 +125,7 @@ def llama_server_context(plan: ResolvedPlan, plan_path: Path) -> dict:
     return {"args": args, "notes": notes, "disable_cuda_graphs": not rt.cuda_graphs}
 
 
-def vllm_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+def vllm_context(plan: ResolvedPlan) -> dict:
     chain = plan.mode.chain
     if len(chain) > 1:
         raise RenderError(f"vLLM runs one speculative method; this plan chains {' + '.join(chain)}: "
@@ -147,10 +156,6 @@ def speculative_config(plan: ResolvedPlan) -> dict:
     if kind in modes.WEIGHT_FREE:
         config |= {"prompt_lookup_min": plan.runtime.ngram_n_min, "prompt_lookup_max": plan.runtime.ngram_n_max}
     return config
-
-
-def power_context(plan: ResolvedPlan, plan_path: Path) -> dict:
-    return {}
 
 
 def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:

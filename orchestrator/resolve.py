@@ -52,7 +52,7 @@ def resolve(requested: str, declared: list[str], target_has_mtp: bool, manifest:
     if requested == modes.NONE:
         return Resolution(requested, "none", (), (), "speculation off"), []
     if requested == modes.AUTO:
-        choice, findings = _auto(declared, target_has_mtp, manifest, profile)
+        choice, findings = _auto(declared, target_has_mtp, profile)
     else:
         choice, findings = _explicit(requested, declared, target_has_mtp, manifest, profile)
     if choice is None:
@@ -61,9 +61,8 @@ def resolve(requested: str, declared: list[str], target_has_mtp: bool, manifest:
     return _chained(requested, index, declared, reason, manifest, recurrent_target, findings)
 
 
-def _auto(declared: list[str], target_has_mtp: bool, manifest: Loaded, profile: Loaded):
-    for priority in sorted({m.auto_priority for m in modes.auto_candidates()}):
-        kinds = {m.name for m in modes.auto_candidates() if m.auto_priority == priority}
+def _auto(declared: list[str], target_has_mtp: bool, profile: Loaded):
+    for kinds in modes.auto_tiers():
         candidates = [i for i, kind in enumerate(declared)
                       if kind in kinds and (modes.mode(kind).artifact != "target" or target_has_mtp)]
         if len(candidates) > 1 and modes.mode(declared[candidates[0]]).context_backed:

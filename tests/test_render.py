@@ -118,7 +118,7 @@ def test_hostile_names_render_inert_in_env_and_systemd(tmp_path, hostile_plan):
     assert shlex.split(value) == [f"POWER_NAME={HOSTILE}"]
 
 
-def test_line_breaks_cannot_escape_a_comment_or_an_env_line(tmp_path):
+def test_line_breaks_cannot_escape_a_comment_or_an_env_line():
     plan = load_plan(CHAIN_PLAN)
     broken = type(plan).build(**{**dict(plan), "name": "x\nrm -rf /", "digest": ""})
     script = render(broken, "llama-server", CHAIN_PLAN)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import tomli_w
@@ -71,7 +72,7 @@ def _engine_command(engine: str):
             refuse(err, as_json)
         result = import_launch(engine, tokens)
         findings = list(result.findings)
-        documents = {}
+        documents: dict[str, Any] = {}
         if output is not None and not has_errors(findings):
             findings += _missing_files(result.spec)
         if output is not None and not has_errors(findings):

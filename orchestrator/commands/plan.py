@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -32,12 +33,14 @@ class DeviceSize(click.ParamType):
 
 
 def host_from_options(host_path: Path | None, device: int | None) -> tuple[HostSpec | None, list[Finding]]:
-    """The host to plan for: a host file, or one device of the given size with the default headroom."""
-    if host_path is not None:
+    """The host to plan for: a host file, or one device of the given size with the default headroom (exactly one)."""
+    if host_path is not None and device is None:
         loaded = load_host(host_path)
         return (loaded.model if loaded.ok else None), loaded.findings
-    return HostSpec(name="command line", devices=[DeviceSpec(model=f"{format_size(device)} device", vram=device)],
-                    headroom=DEFAULT_HEADROOM), []
+    if device is not None and host_path is None:
+        return HostSpec(name="command line", devices=[DeviceSpec(model=f"{format_size(device)} device", vram=device)],
+                        headroom=DEFAULT_HEADROOM), []
+    raise click.UsageError("give exactly one of --host HOST.toml or --device SIZE")
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -56,8 +59,6 @@ def exit_code(findings: list[Finding]) -> int:
 @click.option("--toml", "as_toml", is_flag=True, help="Print the plan document as TOML.")
 def plan(manifest, profile, host_path, device, device_index, output, as_json, as_toml) -> None:
     """Compile MANIFEST + PROFILE for a host into a resolved engine plan; refuse with every finding."""
-    if (host_path is None) == (device is None):
-        raise click.UsageError("give exactly one of --host HOST.toml or --device SIZE")
     host, findings = host_from_options(host_path, device)
     if host is not None and device_index >= len(host.devices):
         raise click.UsageError(f"--device-index {device_index}: {host_path} has {len(host.devices)} device(s)")
@@ -83,7 +84,7 @@ def plan(manifest, profile, host_path, device, device_index, output, as_json, as
     sys.exit(EXIT_OK)
 
 
-def _refuse(findings: list[Finding], as_json: bool) -> None:
+def _refuse(findings: list[Finding], as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"plan": None, "findings": [f.to_json() for f in findings]}, indent=2))
     for finding in findings:

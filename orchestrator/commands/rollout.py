@@ -80,7 +80,10 @@ def rollback_command(fleet_file: Path, lock_path: Path | None, as_json: bool) ->
 
 
 def _export_plans(lock_path: Path, directory: Path, outcome: Outcome) -> None:
-    lock, _ = read_lock(lock_path)
+    lock, findings = read_lock(lock_path)
+    if lock is None:
+        outcome.findings += findings
+        return
     directory.mkdir(parents=True, exist_ok=True)
     for digest, document in lock.plans.items():
         save_plan(ResolvedPlan.model_validate(document), directory / f"{digest[:12]}.json")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from power.findings import has_errors
+from power.findings import Finding, has_errors
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.commands.plan import DeviceSize, exit_code, host_from_options
@@ -28,8 +29,6 @@ from power.orchestrator.plan_text import memory_text
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
 def size(manifest, profile, device, host_path, device_index, ctx, as_json) -> None:
     """Per-component VRAM breakdown from the GGUF headers, the verdict, and the largest context that fits."""
-    if (host_path is None) == (device is None):
-        raise click.UsageError("give exactly one of --device SIZE or --host HOST.toml")
     host, findings = host_from_options(host_path, device)
     if host is not None and device_index >= len(host.devices):
         raise click.UsageError(f"--device-index {device_index}: {host_path} has {len(host.devices)} device(s)")
@@ -40,10 +39,10 @@ def size(manifest, profile, device, host_path, device_index, ctx, as_json) -> No
     # Sizing reads headers only: digests are the plan's business.
     artifacts, found = check_artifacts(manifest_doc, ArtifactMemo(), with_digest=False)
     findings += found
-    chosen = None
-    if artifacts is not None and not has_errors(findings):
-        chosen, found = choose(manifest_doc, profile_doc, artifacts)
-        findings += found
+    if artifacts is None or has_errors(findings):
+        _stop(findings)
+    chosen, found = choose(manifest_doc, profile_doc, artifacts)
+    findings += found
     if chosen is None or has_errors(findings):
         _stop(findings)
     budget, device_name = budget_of(host, device_index)
@@ -63,7 +62,7 @@ def size(manifest, profile, device, host_path, device_index, ctx, as_json) -> No
     sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
 
 
-def _stop(findings) -> None:
+def _stop(findings: list[Finding]) -> NoReturn:
     for finding in findings:
         click.echo(finding.render(), err=True)
     sys.exit(exit_code(findings))

@@ -44,6 +44,10 @@ class DeploymentReview:
     def record(self) -> dict[str, Any] | None:
         return plan_record(self.plan, self.deployment, self.profile_name) if self.plan else None
 
+    @property
+    def planned_bytes(self) -> int:
+        return self.plan.memory.total_bytes if self.plan else 0
+
 
 @dataclass
 class DeviceUse:
@@ -57,7 +61,7 @@ class DeviceUse:
 
     @property
     def planned_bytes(self) -> int:
-        return sum(d.plan.memory.total_bytes for d in self.deployments if d.plan)
+        return sum(d.planned_bytes for d in self.deployments)
 
 
 @dataclass
@@ -198,6 +202,8 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
 
 def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
     """PWR061: a manifest or profile path that climbs out of the fleet's directory through `..` (allowed, shown)."""
+    if loaded.data is None:
+        return []
     raw = loaded.data["deployments"][index]
     fleet_dir = loaded.path.absolute().parent.resolve()
     findings = []
@@ -229,7 +235,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
         if len(planned) < 2 or use.planned_bytes <= use.usable_bytes:
             continue
         device = use.host.devices[use.index]
-        parts = " + ".join(f"{d.key} {format_size(d.plan.memory.total_bytes)}" for d in planned)
+        parts = " + ".join(f"{d.key} {format_size(d.planned_bytes)}" for d in planned)
         findings.append(loaded.finding(
             "PWR062",
             f"{use.host.name} device {use.index} ({device.model}, {format_size(device.vram)}): {parts} = "
@@ -243,7 +249,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
 def _move_hint(moving: DeploymentReview, here: DeviceUse, uses: list[DeviceUse]) -> str:
     """Devices with room left for the last deployment on an overfull one (its planned bytes do not depend on
     the device's size), else the generic advice."""
-    needed = moving.plan.memory.total_bytes
+    needed = moving.planned_bytes
     room = [use for use in uses if use is not here and use.usable_bytes - use.planned_bytes >= needed]
     if room:
         places = ", ".join(f"{use.host.name} device {use.index}" for use in room[:3])
