@@ -218,7 +218,9 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
             fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolution.resolved) else None,
             adaptive=settings.spec_mtp_adaptive and speculating),
         runtime=Runtime(
-            ctx=sizing.ctx, batch=runtime.batch, verify_capacity=settings.verify_rows, gpu_layers=runtime.gpu_layers,
+            ctx=sizing.ctx, batch=runtime.batch, ubatch=runtime.ubatch, slots=runtime.slots,
+            kv_unified=runtime.kv_unified,
+            verify_capacity=settings.verify_rows, gpu_layers=runtime.gpu_layers,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
             draft_kv_cache_type=runtime.kv_cache_type,
             ngram_n_min=runtime.ngram_n_min if weight_free else None,

@@ -21,7 +21,7 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     speculation {k, s, rollback, fr_vocab_size, adaptive}: rollback is "full"
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
                 or "none" (no speculation, and then K = S = 0)
-    runtime     launch settings: ctx, batch, verify_capacity, gpu_layers,
+    runtime     launch settings: ctx, batch, ubatch, slots, kv_unified, verify_capacity, gpu_layers,
                 flash_attn, cuda_graphs, kv_cache_type, draft_kv_cache_type,
                 draft_device, ngram_n_min, ngram_n_max
     sampling    {temperature, seed, verify}: verify is "match" or "rejection"
@@ -125,6 +125,9 @@ class Speculation(_Frozen):
 class Runtime(_Frozen):
     ctx: int
     batch: int
+    ubatch: int = 512  # micro-batch (llama.cpp -ub)
+    slots: int = 1  # parallel sequences (llama-server -np)
+    kv_unified: bool = False  # one KV cache shared by the slots; else each slot has ctx / slots cells
     verify_capacity: int
     gpu_layers: int | Literal["all"]
     flash_attn: bool

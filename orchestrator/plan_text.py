@@ -42,7 +42,8 @@ def summary_text(plan: ResolvedPlan) -> str:
         lines.append(f"  K={spec.k} S={spec.s}  {rollback}; FR {spec.fr_vocab_size or 'off'}; "
                      f"adaptive {'on' if spec.adaptive else 'off'}")
     rt = plan.runtime
-    lines.append(f"  runtime  ctx {rt.ctx:,}, batch {rt.batch}, verify capacity {rt.verify_capacity}, "
+    lines.append(f"  runtime  ctx {rt.ctx:,}, slots {rt.slots}{' (unified KV)' if rt.kv_unified else ''}, "
+                 f"batch {rt.batch}, verify capacity {rt.verify_capacity}, "
                  f"kv {rt.kv_cache_type}, cuda graphs {'on' if rt.cuda_graphs else 'off'}, "
                  f"sampling temperature {plan.sampling.temperature:g} seed {plan.sampling.seed} ({plan.sampling.verify})")
     if plan.tokenizer:

@@ -1,7 +1,9 @@
 """Launch artifacts from a resolved plan: llama-server, vLLM, the Power runtime, an env file, a systemd drop-in.
 
 The templates under `templates/` lay the artifacts out; this module decides what
-goes in them. Every value that reaches a shell line passes through `shlex.quote`
+goes in them. `engine_launch` is the one source of an engine's command line: the
+shell templates print it and the Kubernetes render puts the same words in a
+container's command. Every value that reaches a shell line passes through `shlex.quote`
 (systemd additionally doubles `%` and `$`, which it expands itself); every value
 that reaches a comment has its line breaks escaped. A plan feature an engine has
 no flag for (S snapshots, FR, the adaptive controller, the fixed verification
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -22,6 +25,7 @@ from power.findings import PowerError
 from power.orchestrator.plan import ResolvedPlan
 
 TARGETS = ("llama-server", "vllm", "power", "env", "systemd")
+ENGINES = ("power", "llama-server", "vllm")
 
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
 VLLM_KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
@@ -58,23 +62,62 @@ def comment_safe(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
 
 
+@dataclass(frozen=True)
+class Listen:
+    """Where a served engine binds (a container binds every address; the shell renders keep the engine's default)."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """An engine's command line: the program words, then each option with its value(s), the environment it needs,
+    and the plan features the engine has no flag for."""
+
+    program: tuple[str, ...]
+    options: tuple[tuple[str, ...], ...]
+    env: dict[str, str]
+    notes: tuple[str, ...]
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.program, *(word for option in self.options for word in option)]
+
+
 def render(plan: ResolvedPlan, target: str, plan_path: Path) -> str:
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
-    resolved_path = Path(plan_path).resolve()
+    plan_path = Path(plan_path).resolve()
+    if target in ENGINES:
+        context = {"launch": engine_launch(plan, target, plan_path)}
+    else:
+        context = env_context(plan, plan_path)
     template = _environment().get_template(f"{target}.j2")
-    return template.render(plan=plan, plan_path=str(resolved_path), **_context(plan, target, resolved_path))
+    return template.render(plan=plan, plan_path=str(plan_path), **context)
 
 
-def _context(plan: ResolvedPlan, target: str, plan_path: Path) -> dict:
-    """What `target`'s template needs beyond the plan itself."""
-    if target == "llama-server":
-        return llama_server_context(plan)
-    if target == "vllm":
-        return vllm_context(plan)
-    if target in ("env", "systemd"):
-        return env_context(plan, plan_path)
-    return {}
+def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: Listen | None = None) -> Launch:
+    """The command line that runs `plan` on `engine` (power | llama-server | vllm); RenderError if it cannot."""
+    if engine not in ENGINES:
+        raise RenderError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if engine == "power":
+        launch = power_launch(plan_path)
+    else:
+        launch = llama_server_launch(plan) if engine == "llama-server" else vllm_launch(plan)
+    if listen is None:
+        return launch
+    address = (("--host", listen.host), ("--port", str(listen.port)))
+    return Launch(launch.program, launch.options + address + _metrics_options(engine), launch.env, launch.notes)
+
+
+def _metrics_options(engine: str) -> tuple[tuple[str, ...], ...]:
+    """llama-server serves /metrics only when asked; vLLM and `power serve` always do."""
+    return (("--metrics",),) if engine == "llama-server" else ()
+
+
+def _options(pairs: list[tuple[str, object]]) -> tuple[tuple[str, ...], ...]:
+    return tuple((flag, str(value)) for flag, value in pairs)
 
 
 def unsupported_notes(plan: ResolvedPlan) -> list[str]:
@@ -91,7 +134,7 @@ def unsupported_notes(plan: ResolvedPlan) -> list[str]:
     return notes
 
 
-def llama_server_context(plan: ResolvedPlan) -> dict:
+def llama_server_launch(plan: ResolvedPlan) -> Launch:
     chain = plan.mode.chain
     for kind in chain:
         if modes.mode(kind).reserved:
@@ -122,10 +165,11 @@ def llama_server_context(plan: ResolvedPlan) -> dict:
     if any(kind in modes.WEIGHT_FREE for kind in chain):
         args += [("--spec-ngram-mod-n-min", rt.ngram_n_min), ("--spec-ngram-mod-n-max", rt.ngram_n_max)]
     notes = unsupported_notes(plan) if chain else []
-    return {"args": args, "notes": notes, "disable_cuda_graphs": not rt.cuda_graphs}
+    env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if not rt.cuda_graphs else {}
+    return Launch(("llama-server",), _options(args), env, tuple(notes))
 
 
-def vllm_context(plan: ResolvedPlan) -> dict:
+def vllm_launch(plan: ResolvedPlan) -> Launch:
     chain = plan.mode.chain
     if len(chain) > 1:
         raise RenderError(f"vLLM runs one speculative method; this plan chains {' + '.join(chain)}: "
@@ -143,8 +187,8 @@ def vllm_context(plan: ResolvedPlan) -> dict:
     if chain:
         args.append(("--speculative-config", json.dumps(speculative_config(plan), sort_keys=True)))
         notes += unsupported_notes(plan)
-    flags = ["--enforce-eager"] if not rt.cuda_graphs else []
-    return {"args": args, "flags": flags, "notes": notes}
+    flags = (("--enforce-eager",),) if not rt.cuda_graphs else ()
+    return Launch(("vllm", "serve", plan.target.path), flags + _options(args), {}, tuple(notes))
 
 
 def speculative_config(plan: ResolvedPlan) -> dict:
@@ -156,6 +200,10 @@ def speculative_config(plan: ResolvedPlan) -> dict:
     if kind in modes.WEIGHT_FREE:
         config |= {"prompt_lookup_min": plan.runtime.ngram_n_min, "prompt_lookup_max": plan.runtime.ngram_n_max}
     return config
+
+
+def power_launch(plan_path: Path) -> Launch:
+    return Launch(("power", "serve", str(plan_path)), (), {}, ())
 
 
 def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:

@@ -27,6 +27,7 @@ from pydantic import (
     StrictStr,
     ValidationInfo,
     WithJsonSchema,
+    model_validator,
 )
 
 from power import modes
@@ -54,6 +55,7 @@ RENAMED_KEYS = {
     "temp": "temperature",
 }
 
+EngineName = Literal["power", "llama-server", "vllm"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 VerifyRule = Literal["match", "rejection"]
 TrafficShape = Literal["prose", "echo", "structured", "identity"]
@@ -134,7 +136,12 @@ class ProfileRuntime(_Strict):
     verify_capacity: StrictInt | None = Field(
         None, ge=1, description="fixed target verification shape in rows (B11 = 11); at least K+1; default K+1"
     )
-    batch: StrictInt = Field(1, ge=1, description="target batch size (tokens per forward)")
+    batch: StrictInt = Field(2048, ge=1, description="logical batch: most prompt tokens per decode call (llama.cpp -b)")
+    ubatch: StrictInt = Field(512, ge=1, description="micro-batch: tokens per graph evaluation (llama.cpp -ub); the "
+                                                     "compute buffer is sized for it")
+    slots: StrictInt = Field(1, ge=1, le=256, description="parallel sequences the engine serves at once (llama-server -np)")
+    kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
+                                                      "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
     kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
@@ -177,11 +184,35 @@ class DeviceSpec(_Strict):
     vram: Bytes = Field(description='device memory, e.g. "24 GiB"')
 
 
+# An engine's container image, e.g. "ghcr.io/ggml-org/llama.cpp:server-cuda-b9180" (Power builds none).
+Image = Annotated[StrictStr, Field(min_length=1, pattern=r"^\S+$")]
+EngineImages = dict[EngineName, Image]
+
+
+class Toleration(_Strict):
+    key: StrictStr | None = Field(None, description='the taint key, e.g. "nvidia.com/gpu" (omit with operator "Exists" for every taint)')
+    operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal (key and value match) | Exists (the key alone)")
+    value: StrictStr | None = Field(None, description="the taint value, for operator Equal")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="the taint effect (omit: every effect)")
+    toleration_seconds: StrictInt | None = Field(None, ge=0, description="NoExecute only: how long the pod stays once tainted")
+
+
+class HostKubernetes(_Strict):
+    node_name: StrictStr | None = Field(None, min_length=1, description="the node's name (its kubernetes.io/hostname label)")
+    node_selector: dict[str, StrictStr] = Field(
+        default_factory=dict, description='node labels the pod requires, e.g. { "nvidia.com/gpu.product" = "NVIDIA-L4" }')
+    tolerations: list[Toleration] = Field(default_factory=list, description="taints of the host's nodes the pod tolerates")
+    images: EngineImages = Field(default_factory=dict, description="engine images on this host, over the fleet's "
+                                                                   "[kubernetes.images]")
+
+
 class HostSpec(_Strict):
     name: StrictStr = Field(min_length=1, description="the host's name")
     devices: list[DeviceSpec] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX 4090", vram = "24 GiB" }]')
     headroom: Bytes = Field(DEFAULT_HEADROOM, description="memory kept free on each device (default 512 MiB)")
     labels: dict[str, StrictStr] = Field(default_factory=dict, description="free-form labels, e.g. { zone = \"lab\" }")
+    kubernetes: HostKubernetes | None = Field(None, description="where the host's deployments run in a cluster "
+                                                               "(`power fleet render --target kubernetes`)")
 
 
 class Host(HostSpec):
@@ -195,6 +226,34 @@ class Deployment(_Strict):
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
     traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
+    engine: EngineName = Field("power", description="the engine the deployment runs: power (Power's runtime, "
+                                                    "`power serve`) | llama-server | vllm")
+    volume: StrictStr | None = Field(None, min_length=1, description="the [kubernetes.volumes] entry holding the "
+                                                                     "deployment's model files (default: the only one)")
+
+
+class ModelVolume(_Strict):
+    host_path: StrictStr | None = Field(None, pattern=r"^/", description="the folder on every node holding the files (hostPath)")
+    claim: StrictStr | None = Field(None, min_length=1, description="the PersistentVolumeClaim holding the files")
+    local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
+                                        "artifact path under it is the same path under mount_path in the pod")
+    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelVolume:
+        if (self.host_path is None) == (self.claim is None):
+            raise ValueError("name exactly one of host_path (a folder on the node) or claim (a PersistentVolumeClaim)")
+        return self
+
+
+class FleetKubernetes(_Strict):
+    namespace: StrictStr | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+                                        description="the namespace of every object (omit: kubectl's current one)")
+    images: EngineImages = Field(default_factory=dict, description="the image of each engine: power (also the "
+                                                                   "init container running `power verify`), llama-server, vllm")
+    volumes: dict[str, ModelVolume] = Field(default_factory=dict, description="the volumes holding the model files, by name")
+    pod_monitor: StrictBool = Field(False, description="also render a Prometheus Operator PodMonitor per deployment")
+    run_as_user: StrictInt = Field(65532, ge=1, description="the non-root user (and group) the containers run as")
 
 
 class Fleet(_Strict):
@@ -202,6 +261,8 @@ class Fleet(_Strict):
     name: StrictStr | None = Field(None, description="the fleet's name")
     hosts: list[HostSpec] = Field(min_length=1, description="inline host definitions")
     deployments: list[Deployment] = Field(default_factory=list, description="what runs where")
+    kubernetes: FleetKubernetes | None = Field(None, description="cluster settings for `power fleet render --target "
+                                                                 "kubernetes`: images, model volumes, namespace")
 
 
 # Documents Power writes itself (plans, locks, evidence, caches): recognised, but not user input to validate here.

@@ -50,6 +50,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR066": ("error", "two deployments share one name on a host"),
     "PWR067": ("error", "a deployment could not be planned"),
     "PWR068": ("error", "the fleet lock changed on disk while this command ran"),
+    "PWR069": ("error", "a deployment's engine has no container image (Kubernetes renders)"),
     # PWR07x profile rollout and its evidence gates (orchestrator/fleet/rollout.py)
     "PWR070": ("error", "a rollout stage has no evidence file"),
     "PWR071": ("error", "an evidence file is unreadable or not power.evidence/v1"),
@@ -62,6 +63,13 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
     "PWR081": ("error", "the plan does not match the plan schema"),
     "PWR082": ("error", "the plan was edited after it was compiled (its digest does not match)"),
+    # PWR09x Kubernetes renders of a fleet or a plan (orchestrator/kubernetes/)
+    "PWR090": ("error", "the fleet declares no [kubernetes] settings"),
+    "PWR091": ("error", "a host has no node selection (node_name or node_selector)"),
+    "PWR092": ("error", "a deployment's model volume is not declared"),
+    "PWR093": ("error", "a planned artifact lies outside its model volume's local folder"),
+    "PWR094": ("error", "two deployments map to one Kubernetes object name"),
+    "PWR095": ("error", "a rollout's staged deployment runs neither the incumbent nor the candidate plan in the fleet file"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
     # PWR10x the GGUF file itself (artifacts/gguf_reader.py, digests.py): each names the byte offset
     "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),

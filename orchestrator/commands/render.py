@@ -7,27 +7,76 @@ from pathlib import Path
 import click
 
 from power.artifacts.atomic import write_text_atomic
-from power.findings import PowerError
-from power.orchestrator.cli import refuse
-from power.orchestrator.plan import load_plan
-from power.orchestrator.render import TARGETS
+from power.findings import PowerError, has_errors
+from power.orchestrator.cli import EXIT_FINDINGS, print_findings, refuse
+from power.orchestrator.plan import ResolvedPlan, load_plan
+from power.orchestrator.render import ENGINES, TARGETS
 from power.orchestrator.render import render as render_plan
+
+KUBERNETES = "kubernetes"
 
 
 @click.command("render")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
-@click.option("--target", "target", type=click.Choice(TARGETS), required=True, help="What to render.")
+@click.option("--target", "target", type=click.Choice([*TARGETS, KUBERNETES]), required=True, help="What to render.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE (atomically) instead of stdout.")
-def render(plan_path: Path, target: str, output: Path | None) -> None:
-    """Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan (JSON or TOML)."""
+@click.option("--host", "host_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="kubernetes: the host file whose [kubernetes] table names the node and the images.")
+@click.option("--engine", type=click.Choice(ENGINES), default="power", show_default=True,
+              help="kubernetes: the engine the container runs.")
+@click.option("--models-host-path", help="kubernetes: the folder on the node holding the model files (hostPath).")
+@click.option("--models-claim", help="kubernetes: the PersistentVolumeClaim holding the model files.")
+@click.option("--models-local", type=click.Path(path_type=Path, file_okay=False),
+              help="kubernetes: the local folder the volume is a copy of (default: the target's folder).")
+@click.option("--namespace", help="kubernetes: the objects' namespace (default: none, kubectl's current one).")
+@click.option("--pod-monitor", is_flag=True, help="kubernetes: also a Prometheus Operator PodMonitor.")
+@click.option("--dry-run", is_flag=True, help="kubernetes: placeholder images (under dry-run.invalid) instead of the host's.")
+def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str,
+           models_host_path: str | None, models_claim: str | None, models_local: Path | None, namespace: str | None,
+           pod_monitor: bool, dry_run: bool) -> None:
+    """Render launch artifacts (llama-server, vLLM, Power, env, systemd, Kubernetes) from a plan (JSON or TOML)."""
     try:
-        text = render_plan(load_plan(plan_path), target, plan_path)
+        plan = load_plan(plan_path)
+        if target == KUBERNETES:
+            text = _kubernetes(plan, host_path, engine, models_host_path, models_claim, models_local, namespace,
+                               pod_monitor, dry_run)
+        else:
+            text = render_plan(plan, target, plan_path)
     except PowerError as err:
         refuse(err)
     if output is None:
         click.echo(text, nl=False)
     else:
         write_text_atomic(output, text)
-        if target not in ("env", "systemd"):
+        if target in ENGINES:
             output.chmod(0o755)
         click.echo(f"wrote {output}", err=True)
+
+
+def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, models_host_path: str | None,
+                models_claim: str | None, models_local: Path | None, namespace: str | None, pod_monitor: bool,
+                dry_run: bool) -> str:
+    from pydantic import ValidationError
+
+    from power.orchestrator.kubernetes.objects import render_objects
+    from power.orchestrator.kubernetes.placement import host_placement, model_mount
+    from power.orchestrator.kubernetes.tree import yaml_text
+    from power.orchestrator.loading import load_host
+    from power.orchestrator.schema import ModelVolume
+
+    if host_path is None:
+        raise click.UsageError("--target kubernetes needs --host HOST.toml (its [kubernetes] table names the node "
+                               "and the images)")
+    if (models_host_path is None) == (models_claim is None):
+        raise click.UsageError("--target kubernetes needs one of --models-host-path or --models-claim")
+    local = models_local or Path(plan.target.path).parent
+    try:
+        volume = ModelVolume(host_path=models_host_path, claim=models_claim, local=local.resolve())
+    except ValidationError as err:
+        raise click.UsageError(f"--models-host-path: {err.errors()[0]['msg']}") from None
+    placement, findings = host_placement(load_host(host_path), plan, engine, model_mount(volume), dry_run=dry_run,
+                                         namespace=namespace, pod_monitor=pod_monitor)
+    if placement is None or has_errors(findings):
+        print_findings(findings, as_json=False)
+        raise SystemExit(EXIT_FINDINGS)
+    return yaml_text(*render_objects(plan, placement))

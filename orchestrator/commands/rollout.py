@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -16,12 +17,17 @@ from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.fleet.lock import read_lock
 from power.orchestrator.fleet.review import default_lock_path
 from power.orchestrator.fleet.rollout import Outcome, advance, plan_rollout, rollback, rollout_status
+from power.orchestrator.kubernetes.fleet import render_fleet
+from power.orchestrator.kubernetes.tree import write_tree
 from power.orchestrator.plan import ResolvedPlan, save_plan
 
 _FLEET = click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 _LOCK = click.option("--lock", "lock_path", type=click.Path(path_type=Path),
                      help="The fleet lock holding the rollout state (default: fleet.lock beside FLEET).")
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+_KUBERNETES = click.option("--kubernetes", type=click.Path(path_type=Path, file_okay=False),
+                           help="The folder `power fleet render --target kubernetes` wrote: rewrite it with an "
+                                "overlay per applied stage.")
 
 
 @click.group()
@@ -65,18 +71,49 @@ def status(fleet_file: Path, lock_path: Path | None, as_json: bool, export_plans
               help="An evidence file from `power bench` (repeatable).")
 @_LOCK
 @_JSON
-def advance_command(fleet_file: Path, evidence_paths: tuple[Path, ...], lock_path: Path | None, as_json: bool) -> None:
-    """Apply the next stage, if the evidence opens its gate; otherwise say what is missing."""
-    _finish(advance(fleet_file, list(evidence_paths), lock_path), as_json)
+@_KUBERNETES
+def advance_command(fleet_file: Path, evidence_paths: tuple[Path, ...], lock_path: Path | None, as_json: bool,
+                    kubernetes: Path | None) -> None:
+    """Apply the next stage, if the evidence opens its gate; otherwise say what is missing.
+
+    With --kubernetes DIR, the stage's overlay is written too (DIR/stages/<stage>: `kubectl apply -k` it).
+    """
+    _finish(_with_tree(fleet_file, lock_path, kubernetes, lambda: advance(fleet_file, list(evidence_paths), lock_path)),
+            as_json)
 
 
 @rollout.command("rollback")
 @_FLEET
 @_LOCK
 @_JSON
-def rollback_command(fleet_file: Path, lock_path: Path | None, as_json: bool) -> None:
-    """Restore every deployment the rollout changed to its previous plan."""
-    _finish(rollback(fleet_file, lock_path), as_json)
+@_KUBERNETES
+def rollback_command(fleet_file: Path, lock_path: Path | None, as_json: bool, kubernetes: Path | None) -> None:
+    """Restore every deployment the rollout changed to its previous plan.
+
+    With --kubernetes DIR, the stage overlays are removed (`kubectl apply -k DIR/base` restores the cluster).
+    """
+    _finish(_with_tree(fleet_file, lock_path, kubernetes, lambda: rollback(fleet_file, lock_path)), as_json)
+
+
+def _with_tree(fleet_file: Path, lock_path: Path | None, directory: Path | None,
+               command: Callable[[], Outcome]) -> Outcome:
+    """Run a rollout command; with a Kubernetes folder, render the tree before (refusing to touch the lock when it
+    cannot render) and write it after the lock changed."""
+    if directory is None:
+        return command()
+    files, findings = render_fleet(fleet_file, lock_path)
+    if files is None:
+        return Outcome(findings=findings, lines=[f"refused: {directory} cannot be rendered; the lock is unchanged"])
+    outcome = command()
+    if not outcome.ok:
+        return outcome
+    files, findings = render_fleet(fleet_file, lock_path)
+    outcome.findings += findings
+    if files is not None:
+        write_tree(directory, files)
+        stages = sorted({path.split("/")[1] for path in files if path.startswith("stages/")})
+        outcome.lines.append(f"wrote {directory}: " + (f"stages {', '.join(stages)} over base" if stages else "base only"))
+    return outcome
 
 
 def _export_plans(lock_path: Path, directory: Path, outcome: Outcome) -> None:

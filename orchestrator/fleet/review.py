@@ -20,6 +20,8 @@ from typing import Any
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.drift import Change, diff, render, summary
 from power.orchestrator.fleet.lock import FleetLock, read_lock
+from power.orchestrator.kubernetes.objects import Placement, objects_digest, render_objects
+from power.orchestrator.kubernetes.placement import Placed, fleet_placements
 from power.orchestrator.loading import Loaded, load_fleet
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.plan_memo import PlanMemo
@@ -39,10 +41,12 @@ class DeploymentReview:
     profile_name: str | None = None
     plan: ResolvedPlan | None = None
     findings: list[Finding] = field(default_factory=list)
+    # sha256 of the deployment's rendered Kubernetes objects, when the fleet declares [kubernetes]
+    objects_digest: str | None = None
 
     @property
     def record(self) -> dict[str, Any] | None:
-        return plan_record(self.plan, self.deployment, self.profile_name) if self.plan else None
+        return plan_record(self.plan, self.deployment, self.profile_name, self.objects_digest) if self.plan else None
 
     @property
     def planned_bytes(self) -> int:
@@ -73,6 +77,8 @@ class FleetReview:
     findings: list[Finding] = field(default_factory=list)
     lock: FleetLock | None = None
     drift: list[Change] = field(default_factory=list)
+    # where each deployment runs in a cluster, when the fleet declares [kubernetes] (key -> placement)
+    placements: dict[str, Placement] = field(default_factory=dict)
 
     @property
     def all_findings(self) -> list[Finding]:
@@ -108,13 +114,20 @@ class FleetReview:
     def drift_text(self) -> str:
         return render(self.drift)
 
+    def objects_digest(self, key: str, plan: ResolvedPlan) -> str | None:
+        """The digest of the objects `plan` renders to at deployment `key`'s placement (None: not in a cluster)."""
+        placement = self.placements.get(key)
+        return objects_digest(render_objects(plan, placement)) if placement else None
+
     def to_json(self) -> dict[str, Any]:
         return review_document(self)
 
 
-def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | None) -> dict[str, Any]:
-    """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing."""
-    return {
+def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | None,
+                objects_digest: str | None = None) -> dict[str, Any]:
+    """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing,
+    and with [kubernetes] the digest of the objects it renders to (an image or node change shows as drift)."""
+    record = {
         "host": deployment.host,
         "device": deployment.device,
         "manifest": plan.name,
@@ -132,13 +145,18 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "verdict": plan.memory.verdict,
         "plan_digest": plan.digest,
     }
+    if objects_digest is not None:
+        record["objects_digest"] = objects_digest
+    return record
 
 
 def default_lock_path(fleet_path: Path) -> Path:
     return Path(fleet_path).parent / DEFAULT_LOCK_NAME
 
 
-def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | None = None) -> FleetReview:
+def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | None = None,
+                 images_required: bool = True) -> FleetReview:
+    """`images_required=False` (a Kubernetes dry run) places deployments whose engine has no image yet."""
     path = Path(path)
     lock_path = Path(lock_path) if lock_path else default_lock_path(path)
     loaded = load_fleet(path)
@@ -159,6 +177,8 @@ def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | Non
         seen.setdefault(item.key, index)
         review.deployments.append(item)
     review.findings += _device_sum_findings(loaded, review)
+    if review.fleet.kubernetes is not None:
+        _place(loaded, review, images_required)
     review.lock, lock_findings = read_lock(lock_path)
     review.findings += lock_findings
     if review.lock is not None:
@@ -198,6 +218,18 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
             item.findings.append(loaded.finding("PWR067", f"deployment {item.key} could not be planned",
                                                 where=where, hint="run `power plan` on its manifest and profile"))
     return item
+
+
+def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
+    """Each planned deployment's place in the cluster, and the digest of the objects it renders to."""
+    if review.fleet is None:
+        return
+    items = [Placed(d.index, d.key, d.deployment, d.plan) for d in review.deployments]
+    review.placements, findings = fleet_placements(loaded, review.fleet, items, images_required)
+    review.findings += findings
+    for item in review.deployments:
+        if item.plan is not None:
+            item.objects_digest = review.objects_digest(item.key, item.plan)
 
 
 def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:

@@ -81,7 +81,7 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
         outcome.findings.append(_state_finding(fleet_path, f"no deployment key matches {select!r}",
                                                "keys are host/name, as `power fleet review` lists them"))
         return outcome
-    candidates = _candidates(fleet, selected, Path(profile_path), memo, outcome)
+    candidates = _candidates(review, fleet, selected, Path(profile_path), memo, outcome)
     if not outcome.ok:
         return outcome
     incumbents = {key: lock.deployments.get(key) or record for key, record in review.records().items()}
@@ -244,8 +244,8 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
     return findings
 
 
-def _candidates(fleet: Fleet, selected: list[DeploymentReview], profile_path: Path, memo: PlanMemo,
-                outcome: Outcome) -> dict[str, dict[str, Any]]:
+def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentReview], profile_path: Path,
+                memo: PlanMemo, outcome: Outcome) -> dict[str, dict[str, Any]]:
     profile = memo.profile(profile_path)
     outcome.findings += [f for f in profile.findings if f.severity is Severity.ERROR]
     if not profile.ok:
@@ -258,7 +258,8 @@ def _candidates(fleet: Fleet, selected: list[DeploymentReview], profile_path: Pa
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
         if plan is not None:
             memo.keep(plan)
-            candidates[item.key] = plan_record(plan, item.deployment, profile.model.name)
+            candidates[item.key] = plan_record(plan, item.deployment, profile.model.name,
+                                               review.objects_digest(item.key, plan))
     return candidates
 
 

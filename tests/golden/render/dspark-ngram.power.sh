@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Power runtime launch for plan qwen3.6-27b-q6k-dspark (digest 9b836242bdcdb8da31bf0b6978168f00877f477415217eeaed9fc63b2cfd32ec)
+# Power runtime launch for plan qwen3.6-27b-q6k-dspark (digest 2fe6268e6ba2207ff7ab017a9545f84e399dc2dad21f6a5862bc94638bb4fbc5)
 # mode dspark, K=10 S=6 (guarded rollback)
 set -euo pipefail
 exec power serve <golden>/dspark-ngram.plan.json

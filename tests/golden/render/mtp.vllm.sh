@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest ddc92a522c289eff3c90e693ddf74bdc2eecadb5ca0c694073e95a40002ba03e; mode mtp (requested; the target carries nextn tensors)
+# plan digest 56f29425cb3e5b5ef1248b17eca8c5bea3a4c85652aaf1f9a3197b23ea82d709; mode mtp (requested; the target carries nextn tensors)
 # kv cache type q8_0: vLLM has no such --kv-cache-dtype; it uses the model dtype
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
