@@ -90,6 +90,7 @@ class Loaded:
             file=str(self.path),
             line=position.line if position else None,
             col=position.col if position else None,
+            end_col=position.end_col if position else None,
             hint=hint,
             where=format_where(path) if path else None,
             source_line=position.source_line if position else None,
@@ -103,7 +104,7 @@ class Loaded:
         path = parse_where(where) if isinstance(where, str) else tuple(where)
         position = self._locator.key(path) if at == "key" else self._locator.value(path)
         # A key missing from the top level has no place of its own: point at the file's start.
-        return position or Position(line=1, col=1, source_line=self.text.split("\n", 1)[0])
+        return position or Position(line=1, col=1, source_line=self.text.split("\n", 1)[0], end_col=2)
 
 
 def load_document(path: str | os.PathLike[str]) -> Loaded:
@@ -254,6 +255,7 @@ def _check_editor_schema_line(loaded: Loaded, text: str) -> None:
                 file=str(loaded.path),
                 line=1,
                 col=directive.start("target") + 1,
+                end_col=directive.end("target") + 1,
                 hint=f"point it at {loaded.kind}.json (`power schema {loaded.kind}`)",
                 source_line=directive.group(0),
             )

@@ -185,7 +185,10 @@ class FindingRecord(_Frozen):
 
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
-        return cls(**finding.to_json())
+        """The finding as a plan records it: where, not how wide (the caret's end_col is for display)."""
+        data = finding.to_json()
+        del data["end_col"]
+        return cls(**data)
 
 
 class ResolvedPlan(_Frozen):
