@@ -159,6 +159,20 @@ def rejection_step(
     return rj.rejection_step_reference(target_probs, draft_probs, proposals, uniforms)
 
 
+def draw(probs: torch.Tensor, u: float) -> torch.Tensor:
+    """probs [V] and a uniform in [0, 1) -> a 0-d int64 token: the one inverse-CDF draw every non-greedy token takes.
+
+    It is the rejection step with no proposals (its bonus draw from `probs` with u in the SAMPLE lane), so a plain
+    token and a speculative round's bonus or correction token round the same way.
+    """
+    probs = _tensor("draw", "probs", probs, ndim=1, dtypes=PROBS)
+    uniforms = torch.zeros(1, rj.LANES, dtype=torch.float64, device=probs.device)
+    uniforms[0, rj.SAMPLE] = u
+    no_proposals = torch.zeros(0, dtype=torch.int64, device=probs.device)
+    _, token = rejection_step(probs[None], probs.new_zeros(0, probs.numel()), no_proposals, uniforms)
+    return token
+
+
 def qmatmul(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.Tensor:
     """x [M, K] @ dequant(weight).T -> [M, N] float32, batch-invariant: a row's result ignores its neighbours.
 
