@@ -23,8 +23,6 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from power.artifacts.gguf_reader import GGUFHeader
 
 TOKENS, TYPES, MERGES, SCORES = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
@@ -94,13 +92,15 @@ def _string_array_bytes(header: GGUFHeader, key: str) -> bytes:
 
 
 def _types_bytes(header: GGUFHeader) -> bytes:
-    types = header.metadata.get(TYPES)
-    if not isinstance(types, list):
+    types, span = header.metadata.get(TYPES), header.array_spans.get(TYPES)
+    if not isinstance(types, list) or span is None:
         return _U64.pack(0)
-    span = header.array_spans[TYPES]
     if span.element_type == "int32":
         return _U64.pack(span.count) + header.raw[span.start:span.end]
-    return _U64.pack(len(types)) + np.asarray(types, dtype="<i4").tobytes()
+    try:  # another integer width: encoded as int32, so the fingerprint does not depend on the width
+        return _U64.pack(len(types)) + struct.pack(f"<{len(types)}i", *types)
+    except struct.error:  # not integers at all: the array's own bytes, after its element type
+        return _lp(span.element_type) + header.raw[span.start:span.end]
 
 
 def _flag(value: Any) -> bytes:

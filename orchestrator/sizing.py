@@ -28,10 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from power.artifacts.contracts import drafter_kv_bytes_per_position
 from power.artifacts.facts import NEXTN, RECURRENT, SLIDING, ArtifactFacts, LayerFacts
+from power.artifacts.ggml_types import QUANT_BY_NAME
 from power.artifacts.gguf_reader import TensorInfo
 from power.orchestrator.units import format_size
 
@@ -110,8 +109,8 @@ class Sizing:
 
 def type_bytes(n_elements: int, type_name: str) -> int:
     """Bytes of n elements of a GGML type (block-quantised types count whole blocks)."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
-    return -(-n_elements // block) * size
+    quant = QUANT_BY_NAME[type_name.upper()]
+    return -(-n_elements // quant.block_size) * quant.type_size
 
 
 def pad(value: int, to: int) -> int:

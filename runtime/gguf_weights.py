@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from power.artifacts import gguf_reader
+from power.artifacts.ggml_types import QUANT_TYPES
 from power.artifacts.gguf_reader import ArtifactError
 from power.kernels import dispatch
 from power.kernels.dequant import BLOCK_LAYOUT
@@ -88,7 +89,4 @@ class GGUFFile:
 
 
 def _type_name(ggml_type: int) -> str:
-    try:
-        return gguf_reader.GGMLQuantizationType(ggml_type).name
-    except ValueError:
-        return f"GGML type {ggml_type}"
+    return QUANT_TYPES[ggml_type].name if ggml_type in QUANT_TYPES else f"GGML type {ggml_type}"
