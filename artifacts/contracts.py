@@ -22,7 +22,7 @@ own. DFlash/DFlash2/DSpark read the target's residuals entering `target_layers`;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Mapping, Protocol, TypeGuard, TypeVar
 
 from power.findings import Finding, Severity
@@ -123,6 +123,32 @@ class DrafterHparams:
     final_logit_softcapping: float | None = None
     markov_rank: int | None = None
     confidence_threshold: float | None = None
+
+
+# Each DrafterHparams field's header key (after `{arch}.`), in the order the artifact factory writes them.
+HPARAM_KEYS: dict[str, str] = {
+    "embedding_length": "embedding_length",
+    "block_count": "block_count",
+    "feed_forward_length": "feed_forward_length",
+    "head_count": "attention.head_count",
+    "head_count_kv": "attention.head_count_kv",
+    "head_dim": "attention.key_length",
+    "rms_epsilon": "attention.layer_norm_rms_epsilon",
+    "rope_freq_base": "rope.freq_base",
+    "vocab_size": "vocab_size",
+    "block_size": "block_size",
+    "target_layers": "target_layers",
+    "mask_token_id": "mask_token_id",
+    "sliding_window": "attention.sliding_window",
+    "conv_kernel_size": "conv_kernel_size",
+    "conv_group_size": "conv_group_size",
+    "selector_rank": "selector_rank",
+    "selector_top_k": "selector_top_k",
+    "logit_scale": "logit_scale",
+    "final_logit_softcapping": "final_logit_softcapping",
+    "markov_rank": "markov_rank",
+    "confidence_threshold": "confidence_threshold",
+}
 
 
 def backbone_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
@@ -234,69 +260,50 @@ def nextn_tensors(layer: int, embedding_length: int) -> dict[str, tuple[int, ...
 
 def drafter_metadata(kind: str, hp: DrafterHparams) -> dict[str, Any]:
     """The metadata keys (fully qualified) a `kind` drafter with `hp` carries; used by the factory."""
-    arch = ARCHITECTURE_OF[kind]
-    values: dict[str, Any] = {
-        "embedding_length": hp.embedding_length,
-        "block_count": hp.block_count,
-        "feed_forward_length": hp.feed_forward_length,
-        "attention.head_count": hp.head_count,
-        "attention.head_count_kv": hp.head_count_kv,
-        "attention.key_length": hp.head_dim,
-        "attention.layer_norm_rms_epsilon": hp.rms_epsilon,
-        "rope.freq_base": hp.rope_freq_base,
-        "vocab_size": hp.vocab_size,
-        "block_size": hp.block_size,
-        "target_layers": list(hp.target_layers),
-        "mask_token_id": hp.mask_token_id,
-        "attention.sliding_window": hp.sliding_window,
-        "conv_kernel_size": hp.conv_kernel_size,
-        "conv_group_size": hp.conv_group_size,
-        "selector_rank": hp.selector_rank,
-        "selector_top_k": hp.selector_top_k,
-        "logit_scale": hp.logit_scale,
-        "final_logit_softcapping": hp.final_logit_softcapping,
-        "markov_rank": hp.markov_rank,
-        "confidence_threshold": hp.confidence_threshold,
-    }
-    return {f"{arch}.{key}": value for key, value in values.items() if value is not None}
+    values: dict[str, Any] = {key: getattr(hp, name) for name, key in HPARAM_KEYS.items()}
+    values[HPARAM_KEYS["target_layers"]] = list(hp.target_layers)
+    return {f"{ARCHITECTURE_OF[kind]}.{key}": value for key, value in values.items() if value is not None}
 
 
 def drafter_hparams(view: HeaderView) -> DrafterHparams:
-    """Read a block drafter's hyper-parameters from its header; a missing or mistyped value reads as 0 / None
-    (the key checks report it)."""
-    meta, arch = view.metadata, view.architecture
+    """Read a block drafter's hyper-parameters from its header; a missing or mistyped value reads as 0, None or the
+    field's default (the key checks report it)."""
+    defaults: dict[str, Any] = {hparam.name: hparam.default for hparam in fields(DrafterHparams)}
 
-    def whole(key: str) -> int:
-        value = meta.get(f"{arch}.{key}")
+    def value_of(name: str) -> Any:
+        return view.metadata.get(f"{view.architecture}.{HPARAM_KEYS[name]}")
+
+    def whole(name: str) -> int:
+        value = value_of(name)
         return value if _is_int(value) else 0
 
-    def optional_whole(key: str) -> int | None:
-        value = meta.get(f"{arch}.{key}")
+    def optional_whole(name: str) -> int | None:
+        value = value_of(name)
         return value if _is_int(value) else None
 
-    def real(key: str, default: float) -> float:
-        value = optional_real(key)
-        return default if value is None else value
+    def real(name: str) -> float:
+        value = optional_real(name)
+        return defaults[name] if value is None else value
 
-    def optional_real(key: str) -> float | None:
-        value = meta.get(f"{arch}.{key}")
+    def optional_real(name: str) -> float | None:
+        value = value_of(name)
         return float(value) if _is_number(value) else None
 
-    layers = meta.get(f"{arch}.target_layers", ())
+    layers = value_of("target_layers")
     return DrafterHparams(
         embedding_length=whole("embedding_length"),
         block_count=whole("block_count"),
         feed_forward_length=whole("feed_forward_length"),
-        head_count=whole("attention.head_count"),
-        head_count_kv=whole("attention.head_count_kv"),
-        head_dim=whole("attention.key_length"),
+        head_count=whole("head_count"),
+        head_count_kv=whole("head_count_kv"),
+        head_dim=whole("head_dim"),
         vocab_size=whole("vocab_size"),
         block_size=whole("block_size"),
         target_layers=tuple(layers) if _has_type(layers, INT_ARRAY) else (),
         mask_token_id=whole("mask_token_id"),
-        rms_epsilon=real("attention.layer_norm_rms_epsilon", 1e-6),
-        rope_freq_base=real("rope.freq_base", 1_000_000.0),
-        sliding_window=optional_whole("attention.sliding_window"),
+        rms_epsilon=real("rms_epsilon"),
+        rope_freq_base=real("rope_freq_base"),
+        sliding_window=optional_whole("sliding_window"),
         conv_kernel_size=optional_whole("conv_kernel_size"),
         conv_group_size=optional_whole("conv_group_size"),
         selector_rank=optional_whole("selector_rank"),
