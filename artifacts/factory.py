@@ -174,6 +174,9 @@ def _add_metadata(writer: gguf.GGUFWriter, metadata: dict[str, Any]) -> None:
             writer.add_string(key, value)
         elif value and all(isinstance(item, int) for item in value):
             writer.add_key_value(key, list(value), V.ARRAY, sub_type=V.INT32)
+        elif value and all(isinstance(item, (str, bytes)) for item in value):
+            # bytes are written as they are: a test can store a token that is not UTF-8
+            writer.add_key_value(key, list(value), V.ARRAY, sub_type=V.STRING)
         else:
             writer.add_array(key, list(value))
 

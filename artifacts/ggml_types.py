@@ -1,7 +1,8 @@
 """The GGUF value types and the GGML tensor and file types, as small tables of our own.
 
 The `gguf` package defines them too, but importing it costs a command that only
-reads a header more than the rest of its start-up (it pulls in numpy and yaml).
+reads a header more than the rest of its start-up (yaml and a 4,000-line table of
+constants come with it).
 `tests/test_ggml_types.py` keeps every entry here equal to the `gguf` package's.
 """
 

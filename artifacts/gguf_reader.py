@@ -3,7 +3,10 @@
 Only the header is read (buffered, on demand), never the tensor data. Reading is
 bounded: every count and length is checked against the bytes left in the file
 before anything is allocated, arrays nest at most `MAX_ARRAY_DEPTH` deep, and
-tensor extents are checked against the file size. Anything wrong raises
+tensor extents are checked against the file size. What a header may make the
+reader build is capped (metadata keys, tensors, array elements that become Python
+objects); a long numeric array is never turned into Python numbers: its value is
+a read-only numpy view of the header's bytes. Anything wrong raises
 `ArtifactError`, whose `.finding` is a `PWR10x` finding naming the file and the
 byte offset; nothing else escapes (no struct.error, no MemoryError, no hang:
 directories, FIFOs and devices are refused before they are opened for reading).
@@ -19,12 +22,14 @@ header's end rounded up to `general.alignment` (32 by default).
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from power.artifacts.documents import DocumentError, Reason, open_regular
 from power.artifacts.ggml_types import QUANT_TYPES, ValueType
 from power.findings import PowerError
 
@@ -42,17 +47,39 @@ INT64_MAX = 2**63 - 1
 # Real headers are a few MB (a 248k-token vocabulary is about 8 MB); reading stops at this cap.
 MAX_HEADER_BYTES = 256 << 20
 INITIAL_READ = 1 << 20
+GROW_PIECE = 16 << 20
+# What one header may make the reader hold as Python objects. Real models have tens of metadata keys, at most
+# a few thousand tensors and vocabularies of a few hundred thousand tokens (Gemma 3: 262,144); each cap is far
+# above that, and a header past one is refused (PWR105) before anything is built for it.
+MAX_METADATA_KEYS = 1 << 16
+MAX_TENSORS = 1 << 16
+# Array elements that become Python objects (strings, inner arrays, short numeric arrays' numbers), all arrays together.
+MAX_ARRAY_OBJECTS = 1 << 21
+# Numeric arrays up to this length (per-layer values) are lists; longer ones (token types, scores) stay
+# read-only numpy views of the header bytes (bool arrays as uint8): no element becomes a Python object.
+MAX_LIST_ELEMENTS = 4096
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-# The struct format character of each fixed-size value type (little-endian).
-_FORMATS: dict[ValueType, str] = {
-    ValueType.UINT8: "B", ValueType.INT8: "b", ValueType.UINT16: "H", ValueType.INT16: "h", ValueType.UINT32: "I",
-    ValueType.INT32: "i", ValueType.FLOAT32: "f", ValueType.BOOL: "?", ValueType.UINT64: "Q", ValueType.INT64: "q",
-    ValueType.FLOAT64: "d",
+_SCALARS: dict[ValueType, struct.Struct] = {
+    ValueType.UINT8: struct.Struct("<B"),
+    ValueType.INT8: struct.Struct("<b"),
+    ValueType.UINT16: struct.Struct("<H"),
+    ValueType.INT16: struct.Struct("<h"),
+    ValueType.UINT32: struct.Struct("<I"),
+    ValueType.INT32: struct.Struct("<i"),
+    ValueType.FLOAT32: struct.Struct("<f"),
+    ValueType.BOOL: struct.Struct("<?"),
+    ValueType.UINT64: struct.Struct("<Q"),
+    ValueType.INT64: struct.Struct("<q"),
+    ValueType.FLOAT64: struct.Struct("<d"),
 }
-_SCALARS: dict[ValueType, struct.Struct] = {vtype: struct.Struct("<" + char) for vtype, char in _FORMATS.items()}
+_NUMPY_TYPES: dict[ValueType, str] = {
+    ValueType.UINT8: "<u1", ValueType.INT8: "<i1", ValueType.UINT16: "<u2", ValueType.INT16: "<i2",
+    ValueType.UINT32: "<u4", ValueType.INT32: "<i4", ValueType.FLOAT32: "<f4", ValueType.BOOL: "<u1",
+    ValueType.UINT64: "<u8", ValueType.INT64: "<i8", ValueType.FLOAT64: "<f8",
+}
 
 
 class ArtifactError(PowerError):
@@ -105,8 +132,11 @@ class GGUFHeader:
     value_types: dict[str, str]  # key -> "uint32", "string", "array[int32]", ...
     tensors: tuple[TensorInfo, ...]
     array_spans: dict[str, ArraySpan] = field(default_factory=dict)
-    # The header's bytes as read (array spans index into them): tokenizer fingerprints hash them directly.
-    raw: bytes = field(default=b"", repr=False, compare=False)
+    # The header's bytes as read (array spans index into them, long numeric arrays are views of them):
+    # tokenizer fingerprints hash them directly. Never modified.
+    raw: bytes | bytearray = field(default=b"", repr=False, compare=False)
+    # key -> the byte offset of its metadata entry, so a finding about a value can point at it.
+    key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _type_label(vtype: ValueType, sub: str | None = None) -> str:
@@ -118,11 +148,13 @@ class _Cursor:
 
     Buffered reads rather than a memory map: a file truncated underneath us then gives a
     short read (a finding), where a mapped page past the new end would kill the process.
+    One bytearray grown in place, in pieces of at most GROW_PIECE bytes, so a large header
+    costs its own size in memory, not its size plus every smaller copy of it.
     """
 
     def __init__(self, fd: int, size: int, path: str) -> None:
         self.fd, self.size, self.path, self.pos = fd, size, path, 0
-        self.buf = b""
+        self.buf = bytearray()
 
     def fail(self, code: str, message: str, hint: str, offset: int | None = None) -> ArtifactError:
         return artifact_error(code, self.path, message, hint, self.pos if offset is None else offset)
@@ -139,11 +171,14 @@ class _Cursor:
             raise self.fail("PWR105", f"the header runs past {MAX_HEADER_BYTES >> 20} MiB (no real GGUF header is that "
                             "large)", "the header is corrupt or hostile: re-download or re-convert the artifact")
         target = min(self.size, MAX_HEADER_BYTES, max(end, 2 * len(self.buf), INITIAL_READ))
-        chunk = os.pread(self.fd, target - len(self.buf), len(self.buf))
-        if len(self.buf) + len(chunk) < end:
+        while len(self.buf) < target:
+            piece = os.pread(self.fd, min(GROW_PIECE, target - len(self.buf)), len(self.buf))
+            if not piece:
+                break
+            self.buf += piece
+        if len(self.buf) < end:
             raise artifact_error("PWR116", self.path, "the file became shorter while its header was read",
-                                 "wait until the download or copy finishes, then inspect again", len(self.buf) + len(chunk))
-        self.buf += chunk
+                                 "wait until the download or copy finishes, then inspect again", len(self.buf))
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -165,7 +200,7 @@ class _Cursor:
                                 "the header is corrupt: re-download or re-convert the artifact", at)
         self.need(length, what)
 
-    def raw_string(self, what: str) -> bytes:
+    def raw_string(self, what: str) -> bytearray:
         at = self.pos
         length = self.u64(f"the length of {what}")
         self.check_length(length, what, at)
@@ -198,11 +233,15 @@ class _HeaderParser:
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, str] = {}
         self.spans: dict[str, ArraySpan] = {}
+        self.objects = 0
+        # Long numeric arrays, viewed once the header's bytes are final: (container, key or index, dtype, count, start).
+        self.views: list[tuple[Any, Any, str, int, int]] = []
+        self.offsets: dict[str, int] = {}
 
     def parse(self) -> GGUFHeader:
         cur = self.cur
         cur.need(4, "the magic")
-        magic = cur.buf[0:4]
+        magic = bytes(cur.buf[0:4])
         if magic != GGUF_MAGIC:
             raise cur.fail("PWR102", f"not a GGUF file: magic is {magic!r}, expected b'GGUF'",
                            "point the manifest at a .gguf artifact", 0)
@@ -211,21 +250,27 @@ class _HeaderParser:
         if version != SUPPORTED_VERSION:
             raise cur.fail("PWR103", f"GGUF version {version} is not supported (only version {SUPPORTED_VERSION})",
                            "re-convert the model with a current llama.cpp convert script", 4)
-        n_tensors = self._count("the tensor count", MIN_TENSOR_INFO_BYTES)
-        n_kv = self._count("the metadata count", MIN_KV_BYTES)
+        n_tensors = self._count("the tensor count", MIN_TENSOR_INFO_BYTES, MAX_TENSORS)
+        n_kv = self._count("the metadata count", MIN_KV_BYTES, MAX_METADATA_KEYS)
         for _ in range(n_kv):
             self._key_value()
         alignment = self._alignment()
         tensors = tuple(self._tensor_infos(n_tensors))
         data_offset = -(-cur.pos // alignment) * alignment
         self._check_extents(tensors, data_offset, alignment)
+        for container, slot, dtype, count, start in self.views:
+            container[slot] = view = np.frombuffer(cur.buf, dtype=dtype, count=count, offset=start)
+            view.flags.writeable = False
         return GGUFHeader(path=cur.path, size=cur.size, version=version, alignment=alignment, data_offset=data_offset,
                           metadata=self.metadata, value_types=self.value_types, tensors=tensors, array_spans=self.spans,
-                          raw=cur.buf)
+                          raw=cur.buf, key_offsets=self.offsets)
 
-    def _count(self, what: str, min_bytes: int) -> int:
+    def _count(self, what: str, min_bytes: int, limit: int) -> int:
         at = self.cur.pos
         count = self.cur.u64(what)
+        if count > limit:
+            raise self.cur.fail("PWR105", f"{what} is {count}; no real model has more than {limit:,}",
+                                "the header is corrupt or hostile: re-download or re-convert the artifact", at)
         if count * min_bytes > self.cur.size - self.cur.pos:
             absurd = count * min_bytes > self.cur.size
             raise self.cur.fail("PWR105" if absurd else "PWR104", f"{what} is {count}, more than the "
@@ -241,11 +286,11 @@ class _HeaderParser:
                                 "the artifact", at)
         vtype = self.cur.value_type(f"the type of {key!r}")
         if vtype == ValueType.ARRAY:
-            value, label = self._array(key, depth=1)
+            self.metadata[key], label = self._array(key, depth=1, container=self.metadata, slot=key)
         else:
-            value, label = self._scalar(vtype, key), _type_label(vtype)
-        self.metadata[key] = value
+            self.metadata[key], label = self._scalar(vtype, key), _type_label(vtype)
         self.value_types[key] = label
+        self.offsets[key] = at
 
     def _scalar(self, vtype: ValueType, key: str) -> Any:
         if vtype == ValueType.STRING:
@@ -256,7 +301,8 @@ class _HeaderParser:
         self.cur.pos += packer.size
         return value
 
-    def _array(self, key: str, depth: int) -> tuple[list[Any], str]:
+    def _array(self, key: str, depth: int, container: Any, slot: Any) -> tuple[Any, str]:
+        """The array's value: a list, or (long numeric arrays) None until `parse` puts a numpy view in `container[slot]`."""
         cur = self.cur
         at = cur.pos
         element = cur.value_type(f"the element type of {key!r}")
@@ -270,26 +316,45 @@ class _HeaderParser:
         elif element in _SCALARS:
             cur.need(count * min_size, f"the {count} elements of {key!r}")
         start = cur.pos
+        values: Any
+        viewed = element in _SCALARS and count > MAX_LIST_ELEMENTS
+        if not viewed:
+            self._spend(count, key, at)
         if element == ValueType.STRING:
-            values: list[Any] = self._string_elements(key, count)
+            values = self._string_elements(key, count)
         elif element == ValueType.ARRAY:
-            values = []
-            for _ in range(count):
-                values.append(self._array(key, depth + 1)[0])
+            values = [None] * count
+            for index in range(count):
+                values[index] = self._array(key, depth + 1, values, index)[0]
+        elif viewed:
+            values = None
+            self.views.append((container, slot, _NUMPY_TYPES[element], count, cur.pos))
+            cur.pos += count * _SCALARS[element].size
         else:
-            values = list(struct.unpack_from(f"<{count}{_FORMATS[element]}", cur.buf, cur.pos))
+            values = np.frombuffer(cur.buf, dtype=_NUMPY_TYPES[element], count=count, offset=cur.pos).tolist()
+            if element == ValueType.BOOL:
+                values = [bool(v) for v in values]
             cur.pos += count * _SCALARS[element].size
         label = _type_label(element) if element != ValueType.ARRAY else "array"
         if depth == 1:
             self.spans[key] = ArraySpan(label, count, start, cur.pos)
         return values, f"array[{label}]"
 
+    def _spend(self, count: int, key: str, at: int) -> None:
+        """Count array elements that become Python objects against MAX_ARRAY_OBJECTS."""
+        self.objects += count
+        if self.objects > MAX_ARRAY_OBJECTS:
+            raise self.cur.fail("PWR105", f"{key!r} brings the header's array elements to {self.objects:,}; no "
+                                f"real model has more than {MAX_ARRAY_OBJECTS:,} (a vocabulary of a few hundred "
+                                "thousand tokens)", "the header is corrupt or hostile: re-download or re-convert "
+                                "the artifact", at)
+
     def _string_elements(self, key: str, count: int) -> list[str]:
         """One pass over length-prefixed strings: slice, then decode (invalid UTF-8 kept via surrogateescape)."""
         cur, unpack = self.cur, _U64.unpack_from
         buf, pos = cur.buf, cur.pos
         buf_len = len(buf)
-        raw: list[bytes] = [b""] * count
+        raw: list[bytearray] = [bytearray()] * count
         for i in range(count):
             start = pos + 8
             if start > buf_len:
@@ -371,23 +436,13 @@ class _HeaderParser:
 def open_regular_file(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     """Open `path` for reading only if it is a regular file (a FIFO would block, a directory cannot be read)."""
     try:
-        before = os.stat(path)
-    except OSError as exc:
-        raise artifact_error("PWR100", path, f"cannot open the artifact: {exc.strerror}",
-                             "check the path (relative paths are relative to the manifest)") from None
-    if not stat.S_ISREG(before.st_mode):
-        kind = "a directory" if stat.S_ISDIR(before.st_mode) else "a FIFO" if stat.S_ISFIFO(before.st_mode) else "not a regular file"
-        raise artifact_error("PWR101", path, f"the artifact is {kind}", "point the manifest at the .gguf file itself")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise artifact_error("PWR100", path, f"cannot open the artifact: {exc.strerror}",
-                             "check the file's permissions") from None
-    opened = os.fstat(fd)
-    if not stat.S_ISREG(opened.st_mode):
-        os.close(fd)
-        raise artifact_error("PWR101", path, "the artifact is not a regular file", "point the manifest at the .gguf file itself")
-    return fd, opened
+        return open_regular(path)
+    except DocumentError as err:
+        if err.reason is Reason.NOT_REGULAR:
+            raise artifact_error("PWR101", path, f"the artifact {err.message}",
+                                 "point the manifest at the .gguf file itself") from None
+        raise artifact_error("PWR100", path, f"cannot open the artifact: {err.message.removeprefix('cannot read: ')}",
+                             "check the path (relative paths are relative to the manifest) and its permissions") from None
 
 
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:

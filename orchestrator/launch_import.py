@@ -17,7 +17,6 @@ kill the server at start (flag names as in llama.cpp's `common/arg.cpp` and
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Callable
 
 from power import modes
 from power.artifacts import contracts
+from power.artifacts.documents import DocumentError, parse_json
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
 from power.orchestrator.launch_tokens import Token
@@ -373,9 +373,9 @@ def _is_number(text: str) -> bool:
 
 def _json_object(token: Token, findings: list[Finding]) -> dict[str, Any] | None:
     try:
-        value = json.loads(token.text)
-    except json.JSONDecodeError as err:
-        findings.append(_finding("PWR457", token, f"--speculative-config is not valid JSON ({err.msg})",
+        value = parse_json(token.text)
+    except DocumentError as err:
+        findings.append(_finding("PWR457", token, f"--speculative-config cannot be read: {err.message}",
                                  "quote the whole object for the shell: --speculative-config '{\"method\": ...}'"))
         return None
     if not isinstance(value, dict):

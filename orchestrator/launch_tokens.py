@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from power.artifacts.documents import MAX_LAUNCH_BYTES, DocumentError, read_text
 from power.findings import PowerError
 
 COMMAND_LINE = "<command line>"
@@ -140,6 +141,7 @@ def _words(text: str, file: str, number: int, line: str, offset: int) -> list[To
 
 def _read(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise LaunchInputError(f"{path}: cannot read the file ({err.strerror})") from None
+        return read_text(path, MAX_LAUNCH_BYTES)
+    except DocumentError as err:
+        raise LaunchInputError.of(err.finding("PWR459", path, "pass the env file or unit that launches the engine",
+                                              what="the launch file")) from None

@@ -1,18 +1,19 @@
 """Where a dotted key lives in TOML source text: `drafters[1].sha256` -> line 14, column 1.
 
-tomli returns values without positions, so this module scans the text once
-and records, for every key path, where its key and its value start and end:
-tables, arrays of tables, dotted keys, inline tables and array elements. It
-never raises: on text it cannot follow it keeps what it found so far, and a path
-it does not know falls back to its nearest known ancestor.
+tomli returns values without positions, so this module scans the text once,
+lazily (only as far as the paths asked for), and records, for every key path,
+where its key and its value start and end: tables, arrays of tables, dotted
+keys, inline tables and array elements. It never raises: on text it cannot
+follow it keeps what it found so far, and a path it does not know falls back to
+its nearest known ancestor.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 KeyPath = tuple[str | int, ...]
 Span = tuple[int, int]  # [start, end) offsets in the text
@@ -62,23 +63,22 @@ class TomlLocator:
 
     def __init__(self, text: str) -> None:
         self._text = text
-        self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        scan = _Scan(text)
-        scan.run()
-        self._keys = scan.keys
-        self._values = scan.values
+        self._scan = _Scan(text)
 
     def key(self, path: KeyPath) -> Position | None:
         """Where the key of `path` (or of its nearest located ancestor) is."""
-        return self._nearest(path, self._keys, self._values)
+        return self._nearest(path, self._scan.keys, self._scan.values)
 
     def value(self, path: KeyPath) -> Position | None:
         """Where the value of `path` is (or, failing that, its key or an ancestor's)."""
-        return self._nearest(path, self._values, self._keys)
+        return self._nearest(path, self._scan.values, self._scan.keys)
 
     def _nearest(self, path: KeyPath, first: dict[KeyPath, Span], second: dict[KeyPath, Span]) -> Position | None:
+        # The text is scanned only as far as the path's first occurrence (to the end for a path it lacks).
+        path = tuple(path)
+        self._scan.run_until(lambda: path in first or path in second)
         for length in range(len(path), 0, -1):
-            prefix = tuple(path[:length])
+            prefix = path[:length]
             span = first.get(prefix, second.get(prefix))
             if span is not None:
                 return self._position(span)
@@ -86,13 +86,12 @@ class TomlLocator:
 
     def _position(self, span: Span) -> Position:
         offset, end = span
-        index = bisect.bisect_right(self._line_starts, offset) - 1
-        start = self._line_starts[index]
+        start = self._text.rfind("\n", 0, offset) + 1
         line_end = self._text.find("\n", start)
         source_line = self._text[start : line_end if line_end != -1 else len(self._text)].rstrip("\r")
         col = offset - start + 1
-        end_col = min(end - start, len(source_line.rstrip())) + 1
-        return Position(line=index + 1, col=col, source_line=source_line, end_col=max(end_col, col + 1))
+        end_col = max(min(end - start, len(source_line.rstrip())) + 1, col + 1)
+        return Position(line=self._text.count("\n", 0, start) + 1, col=col, source_line=source_line, end_col=end_col)
 
 
 class _Scan:
@@ -105,15 +104,16 @@ class _Scan:
         self.values: dict[KeyPath, Span] = {}
         # Array-of-tables path -> index of its latest element.
         self._latest: dict[KeyPath, int] = {}
+        self._table: KeyPath = ()
 
-    def run(self) -> None:
-        table: KeyPath = ()
-        while self._skip_blank_lines():
+    def run_until(self, found: Callable[[], bool]) -> None:
+        """Scan on, one top-level statement at a time, until `found()` or the end of the text."""
+        while not found() and self._skip_blank_lines():
             before = self.i
             if self._peek() == "[":
-                table = self._table_header(table)
+                self._table = self._table_header(self._table)
             else:
-                self._key_value(table)
+                self._key_value(self._table)
             self._skip_to_next_line()
             if self.i <= before:
                 self.i = before + 1

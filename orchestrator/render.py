@@ -3,9 +3,10 @@
 The templates under `templates/` lay the artifacts out; this module decides what
 goes in them. `engine_launch` is the one source of an engine's command line: the
 shell templates print it and the Kubernetes render puts the same words in a
-container's command. Every value that reaches a shell line passes through `shlex.quote`
-(systemd additionally doubles `%` and `$`, which it expands itself); every value
-that reaches a comment has its line breaks escaped. A plan feature an engine has
+container's command. Every value that reaches a shell line passes through `shlex.quote`;
+every value that reaches a systemd unit is double-quoted the way systemd.syntax(7)
+unquotes it (`systemd_assignment`, `systemd_word`), and the unit starts Power by
+absolute path; every value that reaches a comment has its line breaks escaped. A plan feature an engine has
 no flag for (S snapshots, FR, the adaptive controller, the fixed verification
 shape) is said in a comment, never invented as a flag; a mode an engine cannot
 run at all is refused (RenderError), never downgraded.
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+import shutil
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -47,14 +50,40 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
-    env.filters["systemd"] = systemd_quote
+    env.filters["systemd_assignment"] = systemd_assignment
+    env.filters["systemd_word"] = systemd_word
     env.filters["comment"] = comment_safe
     return env
 
 
-def systemd_quote(value: object) -> str:
-    """A shell-quoted word that systemd's own `%specifier` and `$VAR` expansion leaves alone."""
-    return shlex.quote(str(value)).replace("%", "%%").replace("$", "$$")
+def systemd_assignment(name: str, value: object) -> str:
+    """One `Environment=` assignment that systemd reads back as exactly NAME=value.
+
+    Environment= splits double-quoted words and interprets C escapes in them, expands
+    `%specifiers` but never `$`: so `\\`, `"` and control characters are escaped, `%` doubled,
+    `$` left alone (doubling it would put `$$` in the service's environment).
+    """
+    return '"' + _systemd_escaped(f"{name}={value}", dollar="$") + '"'
+
+
+def systemd_word(value: object) -> str:
+    """One `ExecStart=` word that systemd reads back as exactly `value`: as in an assignment, and `$`
+    doubled, since ExecStart= expands `$VAR`. Quoted, so a lone `;` stays an argument."""
+    return '"' + _systemd_escaped(str(value), dollar="$$") + '"'
+
+
+def _systemd_escaped(text: str, dollar: str) -> str:
+    escaped = {"\\": "\\\\", '"': '\\"', "%": "%%", "$": dollar, "\n": "\\n", "\t": "\\t"}
+    return "".join(escaped.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 32 or ord(ch) == 127 else ch) for ch in text)
+
+
+def power_executable() -> str | None:
+    """The `power` console script beside this interpreter (the installed one), else the first on PATH."""
+    beside = Path(sys.executable).with_name("power")
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("power")
+    return str(Path(found).resolve()) if found else None
 
 
 def comment_safe(value: object) -> str:
@@ -85,24 +114,37 @@ class Launch:
         return [*self.program, *(word for option in self.options for word in option)]
 
 
-def render(plan: ResolvedPlan, target: str, plan_path: Path) -> str:
+def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None = None,
+           executable: str | None = None) -> str:
+    """The `target` launch for `plan`, whose artifact paths are as given (`power.orchestrator.plan.located`);
+    a Power launch passes `root` on to `power serve`; `executable` is the absolute path of `power` a systemd
+    unit starts (default: `power_executable()`)."""
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     plan_path = Path(plan_path).resolve()
     if target in ENGINES:
-        context = {"launch": engine_launch(plan, target, plan_path)}
+        context = {"launch": engine_launch(plan, target, plan_path, root=root)}
+    elif target == "systemd":
+        context = systemd_context(plan, plan_path, executable, root)
     else:
-        context = env_context(plan, plan_path)
+        context = env_file_context(plan, plan_path)
     template = _environment().get_template(f"{target}.j2")
-    return template.render(plan=plan, plan_path=str(plan_path), **context)
+    return template.render(plan=plan, plan_path=str(plan_path), root=str(Path(root).resolve()) if root else None,
+                           **context)
 
 
-def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: Listen | None = None) -> Launch:
-    """The command line that runs `plan` on `engine` (power | llama-server | vllm); RenderError if it cannot."""
+def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: Listen | None = None,
+                  root: Path | None = None) -> Launch:
+    """The command line that runs `plan` on `engine` (power | llama-server | vllm); RenderError if it cannot.
+
+    `root`: where `power serve` looks for the artifacts (`--root`); the other engines are given their paths.
+    """
     if engine not in ENGINES:
         raise RenderError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "power":
         launch = power_launch(plan_path)
+        if root is not None:
+            launch = replace(launch, options=launch.options + (("--root", str(Path(root).resolve())),))
     else:
         launch = llama_server_launch(plan) if engine == "llama-server" else vllm_launch(plan)
     if listen is None:
@@ -164,9 +206,28 @@ def llama_server_launch(plan: ResolvedPlan) -> Launch:
     args += [("--spec-draft-model", d.path) for d in drafting if d.path is not None]
     if any(kind in modes.WEIGHT_FREE for kind in chain):
         args += [("--spec-ngram-mod-n-min", rt.ngram_n_min), ("--spec-ngram-mod-n-max", rt.ngram_n_max)]
+    args += llama_split_options(plan)
     notes = unsupported_notes(plan) if chain else []
     env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if not rt.cuda_graphs else {}
-    return Launch(("llama-server",), _options(args), env, tuple(notes))
+    return Launch(("llama-server",), _options(args), env | visible_devices(plan), tuple(notes))
+
+
+def llama_split_options(plan: ResolvedPlan) -> list[tuple[str, object]]:
+    """Several devices: the layer split the plan was sized for (-sm layer -ts, one ratio per device in order),
+    or the main device alone (-sm none -mg)."""
+    rt = plan.runtime
+    if len(plan.devices) < 2:
+        return []
+    if rt.split_mode == "none":
+        return [("-sm", "none"), ("-mg", rt.main_gpu)]
+    return [("-sm", "layer"), ("-ts", ",".join(f"{r:g}" for r in rt.tensor_split or ()))]
+
+
+def visible_devices(plan: ResolvedPlan) -> dict[str, str]:
+    """The host devices the plan was sized for, as the engine's CUDA device list (so it uses no other GPU);
+    nothing for a plan on the host's first device alone."""
+    indices = [d.index for d in plan.devices if d.kind == "gpu"]
+    return {} if indices in ([], [0]) else {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
 
 
 def vllm_launch(plan: ResolvedPlan) -> Launch:
@@ -187,8 +248,10 @@ def vllm_launch(plan: ResolvedPlan) -> Launch:
     if chain:
         args.append(("--speculative-config", json.dumps(speculative_config(plan), sort_keys=True)))
         notes += unsupported_notes(plan)
+    if rt.tensor_parallel > 1:
+        args.append(("--tensor-parallel-size", rt.tensor_parallel))
     flags = (("--enforce-eager",),) if not rt.cuda_graphs else ()
-    return Launch(("vllm", "serve", plan.target.path), flags + _options(args), {}, tuple(notes))
+    return Launch(("vllm", "serve", plan.target.path), flags + _options(args), visible_devices(plan), tuple(notes))
 
 
 def speculative_config(plan: ResolvedPlan) -> dict:
@@ -204,6 +267,28 @@ def speculative_config(plan: ResolvedPlan) -> dict:
 
 def power_launch(plan_path: Path) -> Launch:
     return Launch(("power", "serve", str(plan_path)), (), {}, ())
+
+
+def env_file_context(plan: ResolvedPlan, plan_path: Path) -> dict:
+    """An env file is shell-quoted text: a value with a control character cannot be carried in it."""
+    context = env_context(plan, plan_path)
+    for name, value in context["variables"].items():
+        if any(ord(ch) < 32 for ch in str(value)):
+            raise RenderError(code="PWR461", message=f"{name} ({str(value)!r}) contains a control character, which "
+                              "an env file cannot carry; rename it in the manifest and recompile the plan")
+    return context
+
+
+def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None, root: Path | None) -> dict:
+    """The plan's environment, and Power's own command line with `power` as an absolute path (systemd runs no
+    shell and, before v239, resolves no PATH)."""
+    executable = executable or power_executable()
+    if executable is None or not Path(executable).is_absolute():
+        raise RenderError(code="PWR462", message=f"the systemd unit needs the absolute path of the power executable, "
+                          f"and {'none was found' if executable is None else repr(executable) + ' is not one'}",
+                          hint="pass --power-executable /path/to/power (e.g. `command -v power`)")
+    argv = engine_launch(plan, "power", plan_path, root=root).argv
+    return {**env_context(plan, plan_path), "exec_start": [executable, *argv[1:]]}
 
 
 def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
@@ -222,8 +307,4 @@ def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
         "POWER_CTX": plan.runtime.ctx,
         "POWER_VERIFY_CAPACITY": plan.runtime.verify_capacity,
     }
-    for name, value in variables.items():
-        if any(ord(ch) < 32 for ch in str(value)):
-            raise RenderError(code="PWR461", message=f"{name} ({str(value)!r}) contains a control character, which env files and systemd "
-                              "cannot carry; rename it in the manifest and recompile the plan")
     return {"variables": variables}

@@ -104,7 +104,7 @@ def _profile(data: dict[str, Any]) -> list[Issue]:
         issues += _snapshots_vs_width(k, s)
     if k is not None:
         issues += _verify_capacity(runtime, k)
-    return issues
+    return issues + _batches(runtime) + _tensor_split(runtime)
 
 
 def _fr(data: dict[str, Any], mode: str | None) -> list[Issue]:
@@ -203,6 +203,39 @@ def _ngram_window(runtime: dict[str, Any]) -> list[Issue]:
     ]
 
 
+def _batches(runtime: dict[str, Any]) -> list[Issue]:
+    """llama.cpp clamps the micro-batch to the batch (llama_context: n_ubatch = min(n_batch, n_ubatch))."""
+    batch = _positive_int(runtime, "batch", ProfileRuntime)
+    ubatch = _positive_int(runtime, "ubatch", ProfileRuntime)
+    if batch is None or ubatch is None or ubatch <= batch:
+        return []
+    return [
+        Issue(
+            "PWR505",
+            f"runtime.ubatch = {ubatch} > runtime.batch = {batch}: the engine runs micro-batches of {batch} "
+            f"(n_ubatch = min(n_batch, n_ubatch)) and the plan is sized for that",
+            ("runtime", "ubatch"),
+            hint=f"set ubatch to at most {batch}, or raise batch to {ubatch}",
+        )
+    ]
+
+
+def _tensor_split(runtime: dict[str, Any]) -> list[Issue]:
+    ratios = runtime.get("tensor_split")
+    if not isinstance(ratios, list) or not all(_is_number(r) for r in ratios):
+        return []
+    for index, ratio in enumerate(ratios):
+        if ratio < 0:
+            return [Issue("PWR506", f"runtime.tensor_split[{index}] = {ratio} is negative: a device's share of the "
+                                    "layers is a ratio >= 0", ("runtime", "tensor_split", index),
+                          hint="give each device a ratio >= 0, e.g. tensor_split = [3, 1]")]
+    if ratios and not any(ratios):
+        return [Issue("PWR506", "runtime.tensor_split is all zero: no device gets a layer (llama.cpp would split by "
+                                "free memory at start, which the plan cannot size)", ("runtime", "tensor_split"),
+                      hint="give the devices their shares, e.g. tensor_split = [3, 1], or remove the key")]
+    return []
+
+
 # --- helpers --------------------------------------------------------------------
 
 
@@ -216,6 +249,10 @@ def _positive_int(data: dict[str, Any], key: str, model: type[BaseModel], upper:
 
 def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _spec_mode(value: Any) -> str | None:

@@ -31,10 +31,18 @@ from pydantic import (
 )
 
 from power import modes
-from power.orchestrator.units import ACCEPTED_FORMS, parse_size
+from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_size
 
 SCHEMA_VERSION = "v1"
 DEFAULT_HEADROOM = 512 * 1024**2
+# Upper bounds where a value stops making physical sense (docs/files.md lists them): far above any real
+# deployment, low enough that no size computed from them leaves 64 bits.
+MAX_CTX = 1 << 26  # 67,108,864 tokens
+MAX_ROWS = 4096  # verification rows, rollback snapshots
+MAX_LAYERS = 1 << 16
+MAX_VOCAB = 1 << 24
+MAX_NGRAM = 1024
+MAX_DEVICES = 256  # devices one deployment spans (llama.cpp's GGML_CUDA_MAX_DEVICES is 16)
 
 
 # The modes and drafter kinds, spelled as `power.modes` defines them (one record per mode).
@@ -56,6 +64,8 @@ RENAMED_KEYS = {
 }
 
 EngineName = Literal["power", "llama-server", "vllm"]
+SplitMode = Literal["layer", "none"]
+DeviceKind = Literal["gpu", "cpu"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 VerifyRule = Literal["match", "rejection"]
 TrafficShape = Literal["prose", "echo", "structured", "identity"]
@@ -80,7 +90,7 @@ Bytes = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": 0, "maximum": MAX_BYTES},
                 {"type": "string", "pattern": r"^\s*\d[\d_]*(\.\d+)?\s*(([kKmMgGtT][iI]?)?B)?\s*$"},
             ],
             "description": f"a size: {ACCEPTED_FORMS}",
@@ -133,26 +143,41 @@ class Manifest(_Strict):
 
 
 class ProfileRuntime(_Strict):
-    ctx: StrictInt = Field(4096, ge=1, description="context length in tokens")
+    ctx: StrictInt = Field(4096, ge=1, le=MAX_CTX, description=f"context length in tokens (at most {MAX_CTX:,})")
     verify_capacity: StrictInt | None = Field(
-        None, ge=1, description="fixed target verification shape in rows (B11 = 11); at least K+1; default K+1"
+        None, ge=1, le=MAX_ROWS,
+        description=f"fixed target verification shape in rows (B11 = 11); at least K+1, at most {MAX_ROWS}; default K+1"
     )
-    batch: StrictInt = Field(2048, ge=1, description="logical batch: most prompt tokens per decode call (llama.cpp -b)")
-    ubatch: StrictInt = Field(512, ge=1, description="micro-batch: tokens per graph evaluation (llama.cpp -ub); the "
-                                                     "compute buffer is sized for it")
+    batch: StrictInt = Field(2048, ge=1, le=MAX_CTX,
+                             description="logical batch: most prompt tokens per decode call (llama.cpp -b)")
+    ubatch: StrictInt = Field(512, ge=1, le=MAX_CTX, description="micro-batch: tokens per graph evaluation (llama.cpp "
+                                                                 "-ub); the compute buffer is sized for it")
     slots: StrictInt = Field(1, ge=1, le=256, description="parallel sequences the engine serves at once (llama-server -np)")
     kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
     kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
-    gpu_layers: Annotated[StrictInt, Field(ge=0)] | Literal["all"] = Field("all", description='layers offloaded to the GPU: an integer >= 0 or "all" (full offload)')
-    ngram_n_min: StrictInt = Field(3, ge=1, description="n-gram speculation: shortest suffix match that may propose")
-    ngram_n_max: StrictInt = Field(5, ge=1, description="n-gram speculation: longest suffix match tried first")
+    gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
+        "all", description=f'layers offloaded to the GPU: an integer from 0 to {MAX_LAYERS} or "all" (full offload)')
+    split_mode: SplitMode = Field("layer", description='several devices under llama-server: "layer" (each device a run '
+                                                       'of layers, -sm layer) or "none" (the main device only, -sm none)')
+    tensor_split: list[StrictInt | Annotated[StrictFloat, Field(allow_inf_nan=False)]] | None = Field(
+        None, max_length=MAX_DEVICES, description="each device's share of the layers (llama-server -ts), one ratio >= 0 "
+                                                  "per device of the deployment; default: each device's memory after "
+                                                  "the headroom")
+    main_gpu: StrictInt = Field(0, ge=0, lt=MAX_DEVICES, description="with split_mode none: which of the deployment's "
+                                                                     "devices runs the model (llama-server -mg), counted "
+                                                                     "in the deployment's device list")
+    tensor_parallel: StrictInt = Field(1, ge=1, le=MAX_DEVICES, description="vLLM --tensor-parallel-size: each layer "
+                                                                            "sharded over this many devices (the "
+                                                                            "deployment's device count)")
+    ngram_n_min: StrictInt = Field(3, ge=1, le=MAX_NGRAM, description="n-gram speculation: shortest suffix match that may propose")
+    ngram_n_max: StrictInt = Field(5, ge=1, le=MAX_NGRAM, description="n-gram speculation: longest suffix match tried first")
 
 
 class SamplingSettings(_Strict):
-    temperature: StrictFloat = Field(0.0, ge=0.0, description="0 is greedy; > 0 samples")
+    temperature: StrictFloat = Field(0.0, ge=0.0, allow_inf_nan=False, description="0 is greedy; > 0 samples (finite)")
     seed: StrictInt = Field(0, ge=0, description="seed of the counter-based sampling stream")
     verify: VerifyRule = Field("match", description='"match" (seeded stream equal to autoregressive) or "rejection" (Leviathan/Chen)')
 
@@ -163,9 +188,11 @@ class Profile(_Strict):
     description: StrictStr | None = Field(None, description="free text")
     spec_mode: SpecModeName = Field(modes.AUTO, description=" | ".join(modes.SPEC_MODES))
     spec_draft_max: StrictInt = Field(7, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
-    spec_mtp_recurrent_snapshots: StrictInt = Field(7, ge=1, description="S, the resident rollback window: an integer >= 1")
+    spec_mtp_recurrent_snapshots: StrictInt = Field(
+        7, ge=1, le=MAX_ROWS, description=f"S, the resident rollback window: an integer from 1 to {MAX_ROWS}")
     spec_mtp_fr_vocab_size: StrictInt | None = Field(
-        None, ge=1, description="FR, the draft head's token-ID prefix: an integer >= 1 (omit for the full vocabulary)"
+        None, ge=1, le=MAX_VOCAB,
+        description=f"FR, the draft head's token-ID prefix: an integer from 1 to {MAX_VOCAB:,} (omit for the full vocabulary)"
     )
     spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, dspark; not dflash2)")
     runtime: ProfileRuntime = Field(default_factory=ProfileRuntime)
@@ -182,7 +209,9 @@ class Profile(_Strict):
 
 class DeviceSpec(_Strict):
     model: StrictStr = Field(min_length=1, description='the device model, e.g. "RTX 4090"')
-    vram: Bytes = Field(description='device memory, e.g. "24 GiB"')
+    vram: Bytes = Field(description='device memory, e.g. "24 GiB" (for a cpu device: the RAM the engine may use)')
+    kind: DeviceKind = Field("gpu", description='"gpu" (an accelerator) or "cpu" (the engine runs on the host\'s CPU '
+                                                'and memory)')
 
 
 # An engine's container image, e.g. "ghcr.io/ggml-org/llama.cpp:server-cuda-b9180" (Power builds none).
@@ -224,6 +253,9 @@ class Deployment(_Strict):
     name: StrictStr | None = Field(None, min_length=1, description="the deployment's name on its host (default: the manifest's name)")
     host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
     device: StrictInt = Field(0, ge=0, description="the index of the host's device the deployment runs on (default 0)")
+    devices: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+        None, min_length=1, max_length=MAX_DEVICES, description="several of the host's devices (by index) for one deployment: a llama-server "
+                                        "layer split or vLLM tensor parallelism; instead of `device`")
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
     traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
@@ -231,6 +263,20 @@ class Deployment(_Strict):
                                                     "`power serve`) | llama-server | vllm")
     volume: StrictStr | None = Field(None, min_length=1, description="the [kubernetes.volumes] entry holding the "
                                                                      "deployment's model files (default: the only one)")
+
+
+    @model_validator(mode="after")
+    def _one_placement(self) -> Deployment:
+        if self.devices is not None and "device" in self.model_fields_set:
+            raise ValueError("name `device` (one device) or `devices` (several), not both")
+        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices {self.devices} names a device twice")
+        return self
+
+    @property
+    def device_indices(self) -> tuple[int, ...]:
+        """The host device indices the deployment runs on, in order."""
+        return tuple(self.devices) if self.devices is not None else (self.device,)
 
 
 class ModelVolume(_Strict):

@@ -83,7 +83,8 @@ def fit_of(plan: ResolvedPlan) -> str:
     memory = plan.memory
     attach = (f"the drafter attaches as {' -> '.join(plan.mode.chain)} ({plan.mode.reason})" if plan.mode.chain
               else "no drafter attaches: the plan resolved to no speculation")
-    return (f"plan {plan.name}: {memory.verdict} on {plan.device.name} at ctx {memory.ctx:,} "
+    devices = " + ".join(device.name for device in plan.devices)
+    return (f"plan {plan.name}: {memory.verdict} on {devices} at ctx {memory.ctx:,} for {memory.engine} "
             f"(margin {format_size(memory.margin_bytes)}, largest context {memory.max_ctx or 0:,}); {attach}")
 
 

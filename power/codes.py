@@ -32,6 +32,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR013": ("error", "the file cannot be read (permission or I/O error)"),
     "PWR014": ("info", "a document Power generates (plan, fleet lock, evidence): not validated as user input"),
     "PWR015": ("warning", "the `#:schema` first line names another kind's JSON Schema"),
+    "PWR016": ("error", "an integer outside TOML's 64-bit range (or of thousands of digits)"),
+    "PWR017": ("error", "more findings in one file than are listed (200): their count"),
+    "PWR018": ("error", "an output path cannot be written (no such folder, a directory, not writable)"),
     # PWR02x fields (orchestrator/schema.py, rules.py)
     "PWR020": ("error", "unknown key"),
     "PWR021": ("error", "a required key is missing"),
@@ -83,7 +86,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR108": ("error", "invalid tensor info: dimensions, unknown quant type, or a row not a whole number of blocks"),
     "PWR109": ("error", "tensor data lies outside the file, overlaps, or is misaligned (truncated data)"),
     "PWR116": ("error", "the artifact changed while it was being read or hashed"),
-    "PWR117": ("error", "invalid metadata value (bad UTF-8, bad general.alignment)"),
+    "PWR117": ("error", "invalid metadata value (bad UTF-8 in a key, name or token; bad general.alignment)"),
     # PWR11x declared vs file (orchestrator/checks/artifacts.py)
     "PWR110": ("error", "a declared artifact file does not exist"),
     "PWR111": ("error", "the declared size differs from the file's size"),
@@ -95,6 +98,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR120": ("error", "the runtime implements no such architecture or tokenizer"),
     "PWR121": ("error", "a tensor or header key the runtime needs is missing or mis-shaped"),
     "PWR122": ("error", "a tensor's quant type the runtime cannot dequantise"),
+    # PWR123-125 header values the runtime trusts (artifacts/header_values.py): plan and runtime refuse alike
+    "PWR123": ("error", "a header value is out of range or of the wrong type (0 heads, NaN epsilon, rope base 0, ...)"),
+    "PWR124": ("error", "header values contradict each other or the tensors (block_count vs blocks present, "
+                        "vocabulary vs embedding rows, heads vs KV heads)"),
+    "PWR125": ("error", "a special token id the runtime uses lies outside the vocabulary"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),
@@ -113,14 +121,14 @@ CODES: dict[str, tuple[str, str]] = {
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
     # PWR40x/41x profile settings that need no artifact (orchestrator/schema.py, rules.py)
     "PWR401": ("error", "K (spec_draft_max) is not an integer from 1 to 64"),
-    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer >= 1"),
-    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer >= 1"),
+    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer from 1 to 4096"),
+    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer from 1 to 16,777,216"),
     "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp only)"),
     "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 keeps a fixed shape)"),
     "PWR406": ("info", "S < K: the guarded path (one exact replay, then every later round clamped to S)"),
     "PWR407": ("warning", "S > K: resident rollback state that is never used"),
     "PWR408": ("error", "runtime.verify_capacity is smaller than K+1"),
-    "PWR409": ("error", "sampling.temperature is not a number >= 0"),
+    "PWR409": ("error", "sampling.temperature is not a finite number >= 0"),
     "PWR410": ("warning", "spec_mode draft-model is reserved: a plan fails closed unless the runtime adapter exists"),
     "PWR411": ("error", "the n-gram window is empty (ngram_n_min > ngram_n_max)"),
     # PWR45x existing launch lines (orchestrator/launch_import.py)
@@ -137,22 +145,33 @@ CODES: dict[str, tuple[str, str]] = {
     # PWR46x renders (orchestrator/render.py)
     "PWR460": ("error", "the render target cannot run this plan (an engine without the plan's speculation)"),
     "PWR461": ("error", "a value cannot be written into this render target (control characters)"),
+    "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
     "PWR424": ("error", "adaptive scheduling set, but the mode resolved to DFlash2's fixed shape"),
     "PWR425": ("error", "K exceeds what the drafter can propose in one block"),
     # --- PWR5xx: memory -----------------------------------------------------
-    # PWR50x sizing (orchestrator/checks/memory.py, sizing.py)
+    # PWR50x sizing (orchestrator/checks/memory.py, checks/devices.py, rules.py, sizing/)
     "PWR500": ("error", "the plan does not fit the device"),
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
     "PWR503": ("info", "thin margin: the plan needs a quiet device"),
+    "PWR504": ("error", "a size computed from the headers leaves 64 bits (a header value past physical sense)"),
+    "PWR505": ("warning", "the micro-batch exceeds the batch: the engine clamps it to the batch"),
+    "PWR506": ("error", "runtime.tensor_split has a negative ratio or is all zero"),
+    "PWR507": ("error", "runtime.tensor_split does not give one ratio per device of the deployment"),
+    "PWR508": ("error", "runtime.main_gpu is not one of the deployment's devices"),
+    "PWR509": ("error", "runtime.tensor_parallel does not divide the model's heads"),
+    "PWR510": ("error", "the devices do not suit the engine (several devices for Power's runtime, a tensor-parallel "
+                        "size other than the device count, a CPU among GPUs)"),
+    "PWR511": ("error", "a quantized V cache without flash attention (llama-server refuses to start)"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),
     "PWR602": ("error", "the prompt does not fit the planned context"),
     "PWR603": ("error", "the plan's speculator cannot serve this target (it declined; never downgraded)"),
+    "PWR604": ("error", "the server cannot listen on the address (port taken, unknown host, not permitted)"),
 }
 
 

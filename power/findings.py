@@ -34,6 +34,8 @@ class Finding:
     offset: int | None = None
     # The dotted place in the document (`drafters[1].sha256`), when there is one.
     where: str | None = None
+    # For a finding about an artifact: `manifest.toml:LINE:COL` of the manifest key that names it (`where`).
+    declared_at: str | None = None
     # The offending source line, for the caret rendering.
     source_line: str | None = field(default=None, compare=False)
 
@@ -66,6 +68,8 @@ class Finding:
             if self.col is not None:
                 width = max(1, self.end_col - self.col) if self.end_col is not None else 1
                 lines.append("  " + " " * (len(gutter) + self.col - 1) + "^" * width)
+        if self.declared_at:
+            lines.append(f"  named by {self.where or 'the manifest'} at {self.declared_at}")
         if self.hint:
             lines.append(f"  hint: {self.hint}")
         return "\n".join(lines)
@@ -84,7 +88,15 @@ class PowerError(Exception):
     code: str  # each subclass names its default
 
     def __init__(self, message: str, *, code: str | None = None, hint: str | None = None, file: str | None = None,
-                 offset: int | None = None) -> None:
+                 offset: int | None = None, where: str | None = None) -> None:
         self.finding = Finding(code=code or self.code, severity=Severity.ERROR, message=message, file=file,
-                               offset=offset, hint=hint)
+                               offset=offset, hint=hint, where=where)
         super().__init__(self.finding.render())
+
+    @classmethod
+    def of(cls, finding: Finding) -> PowerError:
+        """The refusal that carries `finding` as it is (with its line and column)."""
+        error = cls(finding.message, code=finding.code, hint=finding.hint, file=finding.file, offset=finding.offset)
+        error.finding = finding
+        error.args = (finding.render(),)
+        return error

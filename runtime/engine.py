@@ -20,9 +20,8 @@ from typing import Callable, Sequence
 import torch
 
 from power import modes
-from power.artifacts import digests
-from power.artifacts.gguf_reader import ArtifactError
-from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation
+from power.artifacts.verify import TARGET, Artifact, verified_sha256
+from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
@@ -51,15 +50,6 @@ class EngineOptions:
 
 
 @dataclass(frozen=True)
-class Artifact:
-    """A file the workload names, with the sha256 it must have (None: any, for a plan-less run)."""
-
-    role: str  # "target" or the drafter's kind
-    path: Path
-    sha256: str | None
-
-
-@dataclass(frozen=True)
 class Workload:
     """What the engine runs: the plan's own sections, read as they are, and where its artifacts lie.
 
@@ -74,17 +64,15 @@ class Workload:
     plan_digest: str | None
 
     @classmethod
-    def of_plan(cls, plan: ResolvedPlan, plan_path: Path) -> Workload:
-        """Relative artifact paths are relative to the plan's folder."""
-        target = Artifact("target", _relative_to(plan_path, plan.target.path), plan.target.sha256)
-        drafters = tuple(Artifact(d.kind, _relative_to(plan_path, d.path), d.sha256)
-                         for d in plan.drafters if d.path is not None)
-        return cls((target, *drafters), plan.mode, plan.speculation, plan.runtime, plan.sampling, plan.digest)
+    def of_plan(cls, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Workload:
+        """Artifacts where `power.orchestrator.plan.located` finds them (relative to the plan's folder, or in `root`)."""
+        artifacts = planned_artifacts(located(plan, plan_path, root))
+        return cls(artifacts, plan.mode, plan.speculation, plan.runtime, plan.sampling, plan.digest)
 
     @classmethod
     def of_gguf(cls, path: Path, ctx: int = DEFAULT_CTX, verify_capacity: int = 1) -> Workload:
         return cls(
-            artifacts=(Artifact("target", Path(path), None),),
+            artifacts=(Artifact(TARGET, Path(path), None),),
             mode=Mode(requested=modes.NONE, resolved=modes.NONE, chain=(), reason="a direct run of one GGUF"),
             speculation=Speculation(k=0, s=0, rollback="none"),
             runtime=Runtime(ctx=ctx, batch=1, verify_capacity=verify_capacity, gpu_layers="all", flash_attn=False,
@@ -242,10 +230,6 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _relative_to(plan_path: Path, path: str) -> Path:
-    return Path(path) if Path(path).is_absolute() else Path(plan_path).parent / path
-
-
 def _speculator(workload: Workload, trunk) -> Speculator | None:
     """The plan's speculator; a decline is an error (fail closed)."""
     kind = workload.mode.resolved
@@ -256,16 +240,3 @@ def _speculator(workload: Workload, trunk) -> Speculator | None:
     request = SpeculatorRequest(trunk, target_path=workload.target.path, drafter_path=workload.drafter(kind),
                                 fr_vocab_size=speculation.fr_vocab_size, ngram_orders=orders)
     return registry.create(kind, request)
-
-
-def verified_sha256(artifact: Artifact) -> str:
-    """The artifact's sha256 (cached, `power.artifacts.digests`); a mismatch with the plan's digest is an error."""
-    if not artifact.path.is_file():
-        raise ArtifactError(f"the {artifact.role} artifact does not exist", code="PWR110", file=str(artifact.path),
-                            hint="fix the manifest's path and re-plan, or restore the planned file there")
-    actual = digests.sha256_file(artifact.path)
-    if artifact.sha256 is not None and actual != artifact.sha256:
-        raise ArtifactError(f"sha256 is {actual[:16]}..., the plan expects {artifact.sha256[:16]}... for the "
-                            f"{artifact.role}: the artifact changed after planning", code="PWR115",
-                            file=str(artifact.path), hint="restore the planned file, or re-plan")
-    return actual

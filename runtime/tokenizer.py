@@ -23,8 +23,9 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Sequence
 
+import numpy as np
 from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.models import BPE
@@ -77,15 +78,10 @@ class Vocabulary:
                                 file=str(gguf.path), hint="the runtime needs the target's own vocabulary: use a target "
                                 "converted with its tokenizer")
         model = gguf.get("tokenizer.ggml.model", "<none>")
-        types = gguf.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
-        if len(types) != len(tokens):
-            raise ArtifactError(f"tokenizer.ggml.token_type has {len(types):,} entries for {len(tokens):,} tokens",
-                                code="PWR121", file=str(gguf.path), hint="re-convert the model: every token needs "
-                                "exactly one type")
         return cls(
             tokens=tokens,
-            types=types,
-            scores=gguf.get("tokenizer.ggml.scores") or [0.0] * len(tokens),
+            types=_per_token(gguf.get("tokenizer.ggml.token_type"), NORMAL, len(tokens)),
+            scores=_per_token(gguf.get("tokenizer.ggml.scores"), 0.0, len(tokens)),
             merges=gguf.get("tokenizer.ggml.merges") or [],
             model=model,
             pre=gguf.get("tokenizer.ggml.pre", "default"),
@@ -93,6 +89,14 @@ class Vocabulary:
             eos_id=gguf.get("tokenizer.ggml.eos_token_id"),
             add_bos=bool(gguf.get("tokenizer.ggml.add_bos_token", model == "llama")),
         )
+
+
+def _per_token(value: Any, default: int | float, count: int) -> list:
+    """A per-token header array (a list, or a numpy view when long) as a list of at most `count` values;
+    `default` for every token when the header has none."""
+    if value is None or len(value) == 0:
+        return [default] * count
+    return np.asarray(value)[:count].tolist()
 
 
 class Tokenizer:

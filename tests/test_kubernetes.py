@@ -160,9 +160,12 @@ def test_the_container_runs_what_power_render_prints_for_the_carried_plan(rolled
     plan_path = tmp_path / PLAN_FILE
     plan_path.write_text(carried)
     assert load_plan(plan_path).target.path == "/models/gemma-3-270m-q4_k_m.gguf"
-    script = run("render", plan_path, "--target", engine)
+    # render verifies the artifacts: this machine holds the pod's /models in the checkout's models/
+    local = REPO / "models"
+    script = run("render", plan_path, "--target", engine, "--root", local)
     assert script.exit_code == 0, script.output
-    words = shlex.split(script.output.replace("\\\n", " "), comments=True)  # line continuations are spaces
+    script_text = script.output.replace(str(local), "/models")
+    words = shlex.split(script_text.replace("\\\n", " "), comments=True)  # line continuations are spaces
     shell_argv = words[words.index("exec") + 1:]
     command = yaml.safe_load((tree / "base" / name / "deployment.yaml").read_text())[
         "spec"]["template"]["spec"]["containers"][0]["command"]

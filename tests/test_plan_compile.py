@@ -32,7 +32,7 @@ def test_plan_writes_a_loadable_plan_and_prints_its_summary(tmp_path):
     assert plan.target.size == 253_113_024 and plan.target.vocab_size == 262_144
     assert (plan.mode.resolved, plan.speculation.k, plan.speculation.rollback) == ("ngram", 7, "full")
     assert plan.sources.manifest.path == str(MANIFEST.resolve())
-    assert plan.memory.verdict == "fits" and plan.device.vram_bytes == 24 << 30
+    assert plan.memory.verdict == "fits" and plan.devices[0].vram_bytes == 24 << 30
 
 
 def test_json_and_toml_print_the_same_plan(tmp_path):

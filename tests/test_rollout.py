@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from fleet_world import World, build_world
+from hostile_documents import JSON_CASES, hostile
 
 from power.orchestrator.cli import main
 from power.orchestrator.fleet.lock import read_lock
@@ -161,6 +162,16 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert run("rollout", "advance", fleet, "--evidence", too_many).exit_code == 1
     once_each = evidence(tmp_path / "replays.json", candidate, incumbent, replays=4)
     assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
+
+
+def test_hostile_evidence_files_are_findings_and_leave_the_lock_as_it_is(world: World, tmp_path: Path) -> None:
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 0
+    before = world.lock.read_bytes()
+    for case in JSON_CASES:
+        result = run("rollout", "advance", fleet, "--evidence", hostile(tmp_path, case))
+        assert result.exit_code == 1 and "PWR071" in result.output and "Traceback" not in result.output, case
+    assert world.lock.read_bytes() == before
 
 
 def test_a_rollback_after_the_canary_restores_only_the_canary(world: World, tmp_path: Path) -> None:

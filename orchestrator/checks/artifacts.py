@@ -2,12 +2,15 @@
 
 A missing file names its path and the manifest line that declared it; a file
 that is not a readable GGUF is the reader's own PWR10x finding (artifact path and
-byte offset); size, sha256, quant and architecture mismatches point at the
-manifest key to correct.
+byte offset) that also names the manifest line pointing at it (`declared_at`); a header
+value no engine can run is a PWR117/PWR12x finding at the key's byte offset
+(`power.artifacts.header_values`); size, sha256, quant and architecture mismatches point
+at the manifest key to correct.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -46,14 +49,22 @@ def check_artifact(manifest: Loaded, where: str, declared, source: ArtifactSourc
         facts = source.facts(path)
         digest = source.sha256(path) if with_digest else None
     except ArtifactError as err:
-        return None, [err.finding]
+        return None, [_named_by(manifest, f"{where}.path", err.finding)]
     findings = [
+        *facts.findings,
         *_size(manifest, where, declared.size, facts),
         *_digest(manifest, where, declared.sha256, digest),
         *_quant(manifest, where, declared.quant, facts),
         *_architecture(manifest, where, getattr(declared, "architecture", None), facts),
     ]
     return (None if findings else Checked(facts, digest)), findings
+
+
+def _named_by(manifest: Loaded, where: str, finding: Finding) -> Finding:
+    """The artifact's own finding (file, byte offset), with the manifest line that points at the artifact."""
+    line, col, _ = manifest.locate(where) or (None, None, None)
+    place = ":".join(str(part) for part in (manifest.path, line, col) if part is not None)
+    return dataclasses.replace(finding, where=where, declared_at=place)
 
 
 def file_quant(facts: ArtifactFacts) -> str:

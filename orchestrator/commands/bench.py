@@ -10,7 +10,9 @@ import click
 
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_FINDINGS, refuse
+from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
+from power.orchestrator.outputs import require_outputs, writing
 
 
 @click.command("bench")
@@ -28,10 +30,11 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Write a report with a per-shape chart: report.md (Markdown) or report.html.")
 @runtime_options(default_dtype="bfloat16")
+@root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens: int, output: Path | None,
           report: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
-          as_json: bool) -> None:
+          root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
@@ -40,6 +43,7 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
     no greedy output differed), 1 greedy outputs differ between the
     configurations (lossy), 2 usage or input error. Both configurations load with the same dtypes.
     """
+    require_outputs(files=(output, report), as_json=as_json)
     from power.orchestrator.plan import load_plan
     from power.runtime import bench as harness
     from power.runtime.bench_report import REPORT_FORMATS, text_table, write_report
@@ -52,9 +56,6 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         raise click.BadParameter(str(err), param_hint="--shapes") from None
     if report is not None and report.suffix not in REPORT_FORMATS:
         raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
-    for path in (output, report):
-        if path is not None and not path.parent.is_dir():
-            raise click.UsageError(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
     try:
         traffic = [build_shape(name, max_tokens) for name in names]
     except ValueError as err:
@@ -66,17 +67,19 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         for label, path, resolved in plans:
             click.echo(f"loading {label}: {path} (mode {resolved.mode.resolved})", err=True)
             options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
-            engine = Engine(Workload.of_plan(resolved, path), options)
+            engine = Engine(Workload.of_plan(resolved, path, root), options)
             configs.append(harness.BenchConfig(label, path, resolved, engine))
         measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
     except PowerError as err:
         refuse(err, as_json)
     document = harness.evidence(configs, traffic, runs, max_tokens, measurements)
     if output is not None:
-        harness.write_evidence(document, output)
+        with writing(output, as_json):
+            harness.write_evidence(document, output)
         click.echo(f"wrote {output}", err=True)
     if report is not None:
-        write_report(document, report)
+        with writing(report, as_json):
+            write_report(document, report)
         click.echo(f"wrote {report}", err=True)
     click.echo(json.dumps(document, indent=2, ensure_ascii=False) if as_json else text_table(document), nl=not as_json)
     if any(result["verdict"] == "lossy" for result in document["shapes"].values()):

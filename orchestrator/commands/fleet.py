@@ -21,10 +21,11 @@ from power.findings import Finding, Severity
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, write_lock
 from power.orchestrator.fleet.report import render_report
-from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, exit_code, review_fleet
+from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, default_lock_path, exit_code, review_fleet
 from power.orchestrator.fleet.rollout import IN_PROGRESS, stage_states
 from power.orchestrator.kubernetes.fleet import render_fleet
 from power.orchestrator.kubernetes.tree import write_tree
+from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.units import format_size
 
 _COLUMNS = ("DEPLOYMENT", "DEV", "FITS", "MARGIN", "MODE", "K/S", "ROLLBACK", "TRAFFIC", "FINDINGS")
@@ -50,6 +51,8 @@ def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exi
     Exit codes: 0 clean, 1 error findings, 2 usage error,
     3 (with --detailed-exitcode) clean but drifted from the lock.
     """
+    if record:
+        require_outputs(files=(lock_path or default_lock_path(fleet_file),), as_json=as_json)
     result = review_fleet(fleet_file, lock_path)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
@@ -81,13 +84,15 @@ def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exi
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The HTML file to write.")
 def report(fleet_file: Path, lock_path: Path | None, output: Path) -> None:
     """Write the fleet review as one self-contained HTML page (hosts, VRAM bars, findings, drift)."""
+    require_outputs(files=(output,))
     result = review_fleet(fleet_file, lock_path)
     if result.input_error:
         for finding in result.findings:
             click.echo(finding.render(), err=True)
         sys.exit(exit_code(result, False))
     rollout = result.lock.rollout if result.lock else None
-    write_text_atomic(output, render_report(result.to_json(), result.drift_text(), rollout))
+    with writing(output):
+        write_text_atomic(output, render_report(result.to_json(), result.drift_text(), rollout))
     click.echo(f"wrote {output}")
     sys.exit(EXIT_FINDINGS if result.has_errors else EXIT_OK)
 
@@ -105,6 +110,7 @@ def render(fleet_file: Path, output: Path, dry_run: bool, lock_path: Path | None
 
     Exit codes: 0 written, 1 error findings (nothing written), 2 usage error.
     """
+    require_outputs(directories=(output,))
     files, findings = render_fleet(fleet_file, lock_path, dry_run)
     for finding in findings:
         click.echo(finding.render(), err=True)

@@ -43,6 +43,7 @@ from power.orchestrator.launch_tokens import (
     tokens_from_systemd_unit,
 )
 from power.orchestrator.loading import load_manifest, load_profile
+from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.units import format_size
 
@@ -66,6 +67,7 @@ def _engine_command(engine: str):
                 device: int | None, host_path: Path | None, as_json: bool) -> None:
         if output is None and (device is not None or host_path is not None):
             raise click.UsageError("--device and --host compile the written files: give -o DIR as well")
+        require_outputs(directories=(output,), as_json=as_json)
         try:
             tokens = _tokens(engine, list(argv), env_file, unit)
         except LaunchInputError as err:
@@ -79,7 +81,7 @@ def _engine_command(engine: str):
             documents, written = _write(result.spec, output)
             findings += written
             if not has_errors(findings) and (device is not None or host_path is not None):
-                plan, compiled = _compile(output, host_path, device)
+                plan, compiled = _compile(output, host_path, device, engine)
                 findings += [f for f in compiled if f not in findings]
                 documents["plan"] = _plan_summary(plan) if plan else None
         _report(findings, documents, as_json)
@@ -127,15 +129,18 @@ def _write(spec: LaunchSpec, output: Path) -> tuple[dict, list[Finding]]:
     return documents, findings
 
 
-def _compile(output: Path, host_path: Path | None, device: int | None):
-    host, findings = host_from_options(host_path, device)
+def _compile(output: Path, host_path: Path | None, device: int | None, engine: str):
+    """The written files compiled for the engine the launch line runs (its allocation is what must fit)."""
+    host, findings = host_from_options(host_path, (device,) if device is not None else ())
     if host is None:
         return None, findings
-    return compile_plan(load_manifest(output / "manifest.toml"), load_profile(output / "profile.toml"), host)
+    return compile_plan(load_manifest(output / "manifest.toml"), load_profile(output / "profile.toml"), host,
+                        engine=engine)
 
 
 def _plan_summary(plan: ResolvedPlan) -> dict:
-    return {"digest": plan.digest, "device": plan.device.name, "verdict": plan.memory.verdict,
+    return {"digest": plan.digest, "device": plan.devices[0].name, "engine": plan.memory.engine,
+            "verdict": plan.memory.verdict,
             "margin_bytes": plan.memory.margin_bytes, "mode": plan.mode.resolved, "chain": list(plan.mode.chain),
             "k": plan.speculation.k, "s": plan.speculation.s, "rollback": plan.speculation.rollback}
 

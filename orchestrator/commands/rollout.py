@@ -19,6 +19,7 @@ from power.orchestrator.fleet.review import default_lock_path
 from power.orchestrator.fleet.rollout import Outcome, advance, plan_rollout, rollback, rollout_status
 from power.orchestrator.kubernetes.fleet import render_fleet
 from power.orchestrator.kubernetes.tree import write_tree
+from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan, save_plan
 
 _FLEET = click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
@@ -48,6 +49,7 @@ def rollout() -> None:
 def plan_command(fleet_file: Path, profile_path: Path, canary: tuple[str, ...], waves: int, select: str,
                  lock_path: Path | None, as_json: bool) -> None:
     """Compile the selected deployments with PROFILE and stage the hosts whose plan changes."""
+    _require_lock(fleet_file, lock_path, as_json)
     _finish(plan_rollout(fleet_file, profile_path, lock_path, list(canary), waves, select), as_json)
 
 
@@ -59,6 +61,7 @@ def plan_command(fleet_file: Path, profile_path: Path, canary: tuple[str, ...], 
               help="Write every plan the lock holds to DIR/<digest[:12]>.json, ready for `power bench`.")
 def status(fleet_file: Path, lock_path: Path | None, as_json: bool, export_plans: Path | None) -> None:
     """Show the stages, which are applied, and the evidence the next one needs."""
+    require_outputs(directories=(export_plans,), as_json=as_json)
     outcome = rollout_status(fleet_file, lock_path)
     if export_plans is not None and outcome.ok:
         _export_plans(lock_path or default_lock_path(fleet_file), export_plans, outcome)
@@ -78,6 +81,7 @@ def advance_command(fleet_file: Path, evidence_paths: tuple[Path, ...], lock_pat
 
     With --kubernetes DIR, the stage's overlay is written too (DIR/stages/<stage>: `kubectl apply -k` it).
     """
+    _require_lock(fleet_file, lock_path, as_json, kubernetes)
     _finish(_with_tree(fleet_file, lock_path, kubernetes, lambda: advance(fleet_file, list(evidence_paths), lock_path)),
             as_json)
 
@@ -92,7 +96,13 @@ def rollback_command(fleet_file: Path, lock_path: Path | None, as_json: bool, ku
 
     With --kubernetes DIR, the stage overlays are removed (`kubectl apply -k DIR/base` restores the cluster).
     """
+    _require_lock(fleet_file, lock_path, as_json, kubernetes)
     _finish(_with_tree(fleet_file, lock_path, kubernetes, lambda: rollback(fleet_file, lock_path)), as_json)
+
+
+def _require_lock(fleet_file: Path, lock_path: Path | None, as_json: bool, tree: Path | None = None) -> None:
+    """The lock these commands write (and the Kubernetes tree) must be writable before the fleet is reviewed."""
+    require_outputs(files=(lock_path or default_lock_path(fleet_file),), directories=(tree,), as_json=as_json)
 
 
 def _with_tree(fleet_file: Path, lock_path: Path | None, directory: Path | None,

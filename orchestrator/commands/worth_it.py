@@ -10,9 +10,12 @@ import click
 
 from power.orchestrator import worth_it as arithmetic
 from power.orchestrator.cli import refuse
+from power.orchestrator.commands.params import FiniteFloatRange
 from power.orchestrator.plan import PlanError, load_plan
 
 _DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*$")
+# One step of a model, target or drafter, longer than an hour is not a measurement.
+MAX_STEP_S = 3600.0
 
 
 class Duration(click.ParamType):
@@ -24,8 +27,10 @@ class Duration(click.ParamType):
         match = _DURATION.match(str(value))
         if match is None or float(match["number"]) <= 0:
             self.fail(f"{value!r} is not a positive duration; write it with a unit, e.g. 67ms or 0.067s", param, ctx)
-        seconds = float(match["number"])
-        return seconds / 1000 if match["unit"] == "ms" else seconds
+        seconds = float(match["number"]) / (1000 if match["unit"] == "ms" else 1)
+        if seconds > MAX_STEP_S:
+            self.fail(f"{value!r} is longer than an hour: no model step takes that long", param, ctx)
+        return seconds
 
 
 class Band(click.ParamType):
@@ -47,9 +52,9 @@ class Band(click.ParamType):
 @click.option("--target-step", type=Duration(), help="Target step time t_s (e.g. 67ms); default: incumbent commit per round / incumbent rate.")
 @click.option("--draft-step", type=Duration(), required=True, help="Drafter step time d_s per proposed token (e.g. 12ms).")
 @click.option("-k", "k", type=click.IntRange(1, 64), required=True, help="K: proposals per round.")
-@click.option("--incumbent", type=click.FloatRange(min=0, min_open=True), required=True,
+@click.option("--incumbent", type=FiniteFloatRange(min=0, min_open=True), required=True,
               help="The rate the operator sees today, tok/s (the incumbent may already speculate).")
-@click.option("--incumbent-commit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+@click.option("--incumbent-commit", type=FiniteFloatRange(min=1.0), default=1.0, show_default=True,
               help="Tokens the incumbent commits per target step (>1 when it already drafts).")
 @click.option("--p-band", type=Band(), default="0.4:0.6", show_default=True, help="Realistic acceptance band.")
 @click.option("--plan", "plan_path", type=click.Path(path_type=Path),

@@ -10,14 +10,15 @@ evidence comes back as a PWR071 finding, never an exception.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, decode_utf8, parse_json, read_bytes
 from power.findings import Finding, Severity
 
 EVIDENCE_SCHEMA = "power.evidence/v1"
+_HINT = "pass files written by `power bench CANDIDATE --vs INCUMBENT -o evidence.json`"
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,10 @@ class Evidence:
 def read_evidence(path: Path) -> tuple[Evidence | None, Finding | None]:
     path = Path(path)
     try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
-    except OSError as err:
-        return None, _unreadable(path, f"cannot read the evidence file ({err.strerror})")
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return None, _unreadable(path, f"the evidence file is not JSON ({err})")
+        raw = read_bytes(path, MAX_JSON_BYTES)
+        data = parse_json(decode_utf8(raw))
+    except DocumentError as err:
+        return None, err.finding("PWR071", path, _HINT, what="the evidence file")
     if not isinstance(data, dict) or data.get("schema") != EVIDENCE_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         return None, _unreadable(path, f"not a {EVIDENCE_SCHEMA} document (schema is {found!r})")
@@ -87,5 +86,4 @@ def _shape(name: str, result: dict[str, Any]) -> ShapeResult:
 
 
 def _unreadable(path: Path, message: str) -> Finding:
-    return Finding(code="PWR071", severity=Severity.ERROR, message=message, file=str(path),
-                   hint="pass files written by `power bench CANDIDATE --vs INCUMBENT -o evidence.json`")
+    return Finding(code="PWR071", severity=Severity.ERROR, message=message, file=str(path), hint=_HINT)

@@ -48,9 +48,9 @@ class DeploymentReview:
     def record(self) -> dict[str, Any] | None:
         return plan_record(self.plan, self.deployment, self.profile_name, self.objects_digest) if self.plan else None
 
-    @property
-    def planned_bytes(self) -> int:
-        return self.plan.memory.total_bytes if self.plan else 0
+    def bytes_on(self, index: int) -> int:
+        """What this deployment's plan puts on its host's device `index` (nothing without a plan)."""
+        return bytes_on(self.plan, index) if self.plan else 0
 
 
 @dataclass
@@ -65,7 +65,12 @@ class DeviceUse:
 
     @property
     def planned_bytes(self) -> int:
-        return sum(d.planned_bytes for d in self.deployments)
+        return sum(d.bytes_on(self.index) for d in self.deployments)
+
+
+def bytes_on(plan: ResolvedPlan, index: int) -> int:
+    """What `plan` puts on the host's device `index` (a split plan puts a part on each of its devices)."""
+    return sum(device.total_bytes for device in plan.memory.devices if device.index == index)
 
 
 @dataclass
@@ -107,8 +112,9 @@ class FleetReview:
         uses = {host.name: [DeviceUse(host, index, []) for index in range(len(host.devices))] for host in self.fleet.hosts}
         for item in self.deployments:
             devices = uses.get(item.deployment.host, [])
-            if item.deployment.device < len(devices):
-                devices[item.deployment.device].deployments.append(item)
+            for index in item.deployment.device_indices:
+                if index < len(devices):
+                    devices[index].deployments.append(item)
         return uses
 
     def drift_text(self) -> str:
@@ -123,13 +129,19 @@ class FleetReview:
         return review_document(self)
 
 
+def _device_field(deployment: Deployment) -> int | list[int]:
+    """One device index, or the list of a deployment that spans several."""
+    indices = deployment.device_indices
+    return indices[0] if len(indices) == 1 else list(indices)
+
+
 def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | None,
                 objects_digest: str | None = None) -> dict[str, Any]:
     """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing,
     and with [kubernetes] the digest of the objects it renders to (an image or node change shows as drift)."""
     record = {
         "host": deployment.host,
-        "device": deployment.device,
+        "device": _device_field(deployment),
         "manifest": plan.name,
         "profile": profile_name,
         "traffic": deployment.traffic,
@@ -204,15 +216,17 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
             "PWR060", f"deployment {item.key} names host {deployment.host!r}, which this fleet does not define",
             where=f"{where}.host", hint=_host_hint(deployment.host, hosts)))
         return item
-    if deployment.device >= len(host.devices):
+    missing = [i for i in deployment.device_indices if i >= len(host.devices)]
+    if missing:
+        key = "device" if deployment.devices is None else "devices"
         item.findings.append(loaded.finding(
-            "PWR060", f"host {host.name} has {len(host.devices)} device(s); there is no device {deployment.device}",
-            where=f"{where}.device", hint=f"use a device index from 0 to {len(host.devices) - 1}"))
+            "PWR060", f"host {host.name} has {len(host.devices)} device(s); there is no device {missing[0]}",
+            where=f"{where}.{key}", hint=f"use a device index from 0 to {len(host.devices) - 1}"))
         return item
     if not (manifest.ok and profile.ok):
         item.findings += manifest.findings + profile.findings
     else:
-        item.plan, plan_findings = memo.plan(manifest, profile, host, deployment.device)
+        item.plan, plan_findings = memo.plan(manifest, profile, host, deployment.device_indices, deployment.engine)
         item.findings += plan_findings
         if item.plan is None and not has_errors(plan_findings):
             item.findings.append(loaded.finding("PWR067", f"deployment {item.key} could not be planned",
@@ -267,7 +281,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
         if len(planned) < 2 or use.planned_bytes <= use.usable_bytes:
             continue
         device = use.host.devices[use.index]
-        parts = " + ".join(f"{d.key} {format_size(d.planned_bytes)}" for d in planned)
+        parts = " + ".join(f"{d.key} {format_size(d.bytes_on(use.index))}" for d in planned)
         findings.append(loaded.finding(
             "PWR062",
             f"{use.host.name} device {use.index} ({device.model}, {format_size(device.vram)}): {parts} = "
@@ -281,7 +295,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
 def _move_hint(moving: DeploymentReview, here: DeviceUse, uses: list[DeviceUse]) -> str:
     """Devices with room left for the last deployment on an overfull one (its planned bytes do not depend on
     the device's size), else the generic advice."""
-    needed = moving.planned_bytes
+    needed = moving.bytes_on(here.index)
     room = [use for use in uses if use is not here and use.usable_bytes - use.planned_bytes >= needed]
     if room:
         places = ", ".join(f"{use.host.name} device {use.index}" for use in room[:3])
@@ -338,7 +352,7 @@ def _host_document(host: HostSpec, uses: list[DeviceUse], deployments: list[Depl
             "model": host.devices[use.index].model,
             "vram_bytes": host.devices[use.index].vram,
             "planned_bytes": use.planned_bytes,
-            "uses": [{"key": d.key, "bytes": d.plan.memory.total_bytes} for d in use.deployments if d.plan],
+            "uses": [{"key": d.key, "bytes": d.bytes_on(use.index)} for d in use.deployments if d.plan],
         } for use in uses],
         "deployments": [_deployment_document(d) for d in deployments],
     }
@@ -348,7 +362,7 @@ def _deployment_document(item: DeploymentReview) -> dict[str, Any]:
     plan = item.plan
     return {
         "key": item.key,
-        "device": item.deployment.device,
+        "device": _device_field(item.deployment),
         "manifest": os.fspath(item.deployment.manifest),
         "profile": os.fspath(item.deployment.profile),
         "traffic": item.deployment.traffic,

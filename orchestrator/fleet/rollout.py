@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.evidence import Evidence, read_evidence
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, read_lock, write_lock
@@ -254,7 +255,8 @@ def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentRevi
     candidates = {}
     for item in selected:
         manifest = memo.manifest(item.deployment.manifest)
-        plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device)
+        plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device_indices,
+                                   item.deployment.engine)
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
         if plan is not None:
             memo.keep(plan)
@@ -332,8 +334,8 @@ def _profile_changed(rollout: dict[str, Any], lock: FleetLock) -> list[Finding]:
     any_candidate = next(iter(rollout["candidates"].values()))
     compiled_from = lock.plans[any_candidate["plan_digest"]]["sources"]["profile"]["sha256"]
     try:
-        now = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+        now = hashlib.sha256(read_bytes(path, MAX_TOML_BYTES)).hexdigest()
+    except DocumentError:
         now = None
     if now == compiled_from:
         return []

@@ -60,7 +60,6 @@ class Placement:
     mount: ModelMount
     node_selector: dict[str, str]
     tolerations: tuple[dict[str, Any], ...] = ()
-    gpus: int = 1
     fleet: str | None = None
     host: str | None = None
     namespace: str | None = None
@@ -205,7 +204,7 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
         "command": launch.argv,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": [{"name": name, "value": value} for name, value in launch.env.items()] + writable_env,
-        "resources": _resources(plan, placement.gpus),
+        "resources": _resources(plan),
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": STARTUP_SECONDS // 10},
         "readinessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
@@ -255,8 +254,10 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
     }
 
 
-def _resources(plan: ResolvedPlan, gpus: int) -> dict[str, Any]:
-    """Memory: the model files the engine maps plus a fixed overhead; CPU: one core per slot and one for the server."""
+def _resources(plan: ResolvedPlan) -> dict[str, Any]:
+    """Memory: the model files the engine maps plus a fixed overhead; CPU: one core per slot and one for the server;
+    one GPU per GPU device the plan runs on (a layer split or tensor parallelism takes several)."""
+    gpus = sum(1 for device in plan.devices if device.kind == "gpu")
     mapped = plan.target.size + sum(d.size or 0 for d in plan.drafters)
     memory = f"{math.ceil((mapped + ENGINE_OVERHEAD_BYTES) / MIB)}Mi"
     requests = {"cpu": str(plan.runtime.slots + 1), "memory": memory}

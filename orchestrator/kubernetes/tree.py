@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from power.artifacts.atomic import new_mode
 from power.findings import Finding, Severity
 from power.orchestrator.kubernetes.objects import PREFIX, Placement, render_objects
 from power.orchestrator.plan import ResolvedPlan
@@ -152,7 +153,7 @@ def write_tree(directory: Path, files: dict[str, str]) -> None:
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        os.chmod(staging, 0o755)
+        os.chmod(staging, new_mode(executable=True))  # a directory as mkdir makes it: 0777 less the umask
         retired = None
         if directory.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old.", dir=directory.parent))

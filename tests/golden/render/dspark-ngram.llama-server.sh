@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-dspark
-# plan digest 2fe6268e6ba2207ff7ab017a9545f84e399dc2dad21f6a5862bc94638bb4fbc5; mode dspark (verified external artifact)
+# plan digest 539060189bb1a3b571b6dc47f7543f9664de758872376810d5cce6d1aaeb6ad6; mode dspark (verified external artifact)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # adaptive K/S controller: no flag; the engine drafts a fixed K per round
 # fixed verification capacity 11 rows: no flag

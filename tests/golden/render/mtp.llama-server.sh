@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest 56f29425cb3e5b5ef1248b17eca8c5bea3a4c85652aaf1f9a3197b23ea82d709; mode mtp (requested; the target carries nextn tensors)
+# plan digest 343d6b8b7d6d116baa1146de49608ca325a97c5313f3c7667e5bd4164157804c; mode mtp (requested; the target carries nextn tensors)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
 # fixed verification capacity 11 rows: no flag
