@@ -29,13 +29,16 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import platformdirs
 
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.documents import DocumentError, read_json
 from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regular_file
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["ArtifactError", "cache_path", "file_stamp", "sha256_file"]
 
@@ -94,7 +97,7 @@ def _store(key: str, path: str, digest: str) -> None:
 Progress = Union[bool, Callable[[int], None], None]
 
 
-def _progress_callback(size: int, path: str, progress: Progress) -> tuple[Callable[[int], None] | None, Any]:
+def _progress_callback(size: int, path: str, progress: Progress) -> tuple[Callable[[int], object] | None, tqdm[Any] | None]:
     """(per-chunk callback, bar to close): a caller's callback, a tqdm bar, or nothing."""
     if callable(progress):
         return progress, None

@@ -20,6 +20,7 @@ Shapes of drafter tensors come from `power.artifacts.contracts`; see
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -98,7 +99,7 @@ def _learn_merges(text: str, count: int) -> list[tuple[str, str]]:
         pairs: Counter[tuple[str, str]] = Counter()
         for word, freq in words.items():
             symbols = pieces[word]
-            for pair in zip(symbols, symbols[1:]):
+            for pair in itertools.pairwise(symbols):
                 pairs[pair] += freq
         if not pairs:
             break
@@ -227,6 +228,7 @@ def write_sparse_gguf(path: Path, architecture: str, metadata: dict[str, Any],
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
+        assert writer.fout is not None  # write_header_to_file opened it
         fout = writer.fout[0]
         data_start = gguf.GGUFWriter.ggml_pad(fout.tell(), writer.data_alignment)
         end = data_start + data_size
@@ -415,15 +417,15 @@ HYBRID = HybridConfig(d_model=FIXTURE_D_MODEL, n_layers=8, nextn=1, n_heads=4, n
 
 def fixture_drafter_hparams(kind: str) -> DrafterHparams:
     """Drafters for the fixture targets: same width (they borrow the target's embedding and LM head)."""
-    common = dict(embedding_length=FIXTURE_D_MODEL, block_count=2, feed_forward_length=128, head_count=4, head_count_kv=2,
-                  head_dim=16, vocab_size=TOKENIZER.vocab_size, block_size=4, target_layers=(1, 3),
-                  mask_token_id=TOKENIZER.id_of("<|mask|>"))
+    common = DrafterHparams(embedding_length=FIXTURE_D_MODEL, block_count=2, feed_forward_length=128, head_count=4,
+                            head_count_kv=2, head_dim=16, vocab_size=TOKENIZER.vocab_size, block_size=4,
+                            target_layers=(1, 3), mask_token_id=TOKENIZER.id_of("<|mask|>"))
     if kind == contracts.DFLASH:
-        return DrafterHparams(**common, sliding_window=32)
+        return replace(common, sliding_window=32)
     if kind == contracts.DFLASH2:
-        return DrafterHparams(**common, sliding_window=32, conv_kernel_size=3, conv_group_size=16, selector_rank=8,
-                              selector_top_k=4, logit_scale=1.0, final_logit_softcapping=30.0)
-    return DrafterHparams(**common, markov_rank=8, confidence_threshold=0.5)
+        return replace(common, sliding_window=32, conv_kernel_size=3, conv_group_size=16, selector_rank=8,
+                       selector_top_k=4, logit_scale=1.0, final_logit_softcapping=30.0)
+    return replace(common, markov_rank=8, confidence_threshold=0.5)
 
 
 def _small_matrix_type(name: str, shape: tuple[int, ...]) -> Q:
@@ -552,15 +554,15 @@ QWEN36_27B = HybridConfig(d_model=5120, n_layers=64, nextn=1, n_heads=24, n_kv_h
 
 def real_drafter_hparams(kind: str) -> DrafterHparams:
     """Qwen3.6-27B drafters: 5 layers x 8 kv heads x head dim 128 at the target's width 5120."""
-    common = dict(embedding_length=5120, block_count=5, feed_forward_length=17408, head_count=32, head_count_kv=8,
-                  head_dim=128, vocab_size=QWEN36_27B.vocab, block_size=16, target_layers=(1, 16, 31, 46, 61),
-                  mask_token_id=248077)
+    common = DrafterHparams(embedding_length=5120, block_count=5, feed_forward_length=17408, head_count=32,
+                            head_count_kv=8, head_dim=128, vocab_size=QWEN36_27B.vocab, block_size=16,
+                            target_layers=(1, 16, 31, 46, 61), mask_token_id=248077)
     if kind == contracts.DFLASH:
-        return DrafterHparams(**common, sliding_window=2048)
+        return replace(common, sliding_window=2048)
     if kind == contracts.DFLASH2:
-        return DrafterHparams(**common, sliding_window=2048, conv_kernel_size=4, conv_group_size=128, selector_rank=64,
-                              selector_top_k=8, logit_scale=1.0, final_logit_softcapping=0.0)
-    return DrafterHparams(**common, markov_rank=256, confidence_threshold=0.5)
+        return replace(common, sliding_window=2048, conv_kernel_size=4, conv_group_size=128, selector_rank=64,
+                       selector_top_k=8, logit_scale=1.0, final_logit_softcapping=0.0)
+    return replace(common, markov_rank=256, confidence_threshold=0.5)
 
 
 def _real_type(main: Q) -> Callable[[str, tuple[int, ...]], Q]:

@@ -115,7 +115,9 @@ class ArtifactFacts:
 def _json_value(value: Any) -> Any:
     """A metadata value as JSON: a long numeric array (a numpy view) as its element type, count and sha256."""
     if isinstance(value, np.ndarray):
-        return {"elements": str(value.dtype), "count": int(value.size), "sha256": hashlib.sha256(value).hexdigest()}
+        # An ndarray is a buffer; numpy's stubs do not declare it, hence the ignore.
+        sha256 = hashlib.sha256(value).hexdigest()  # type: ignore[arg-type]
+        return {"elements": str(value.dtype), "count": int(value.size), "sha256": sha256}
     if isinstance(value, list):
         return [_json_value(item) for item in value]
     return value

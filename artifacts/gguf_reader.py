@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from power.artifacts.documents import DocumentError, Reason, open_regular
+from power.artifacts.ggml_types import QUANT_TYPES, ValueType
 from power.findings import PowerError
 
 GGUF_MAGIC = b"GGUF"
@@ -62,23 +62,23 @@ MAX_LIST_ELEMENTS = 4096
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-_SCALARS: dict[GGUFValueType, struct.Struct] = {
-    GGUFValueType.UINT8: struct.Struct("<B"),
-    GGUFValueType.INT8: struct.Struct("<b"),
-    GGUFValueType.UINT16: struct.Struct("<H"),
-    GGUFValueType.INT16: struct.Struct("<h"),
-    GGUFValueType.UINT32: struct.Struct("<I"),
-    GGUFValueType.INT32: struct.Struct("<i"),
-    GGUFValueType.FLOAT32: struct.Struct("<f"),
-    GGUFValueType.BOOL: struct.Struct("<?"),
-    GGUFValueType.UINT64: struct.Struct("<Q"),
-    GGUFValueType.INT64: struct.Struct("<q"),
-    GGUFValueType.FLOAT64: struct.Struct("<d"),
+_SCALARS: dict[ValueType, struct.Struct] = {
+    ValueType.UINT8: struct.Struct("<B"),
+    ValueType.INT8: struct.Struct("<b"),
+    ValueType.UINT16: struct.Struct("<H"),
+    ValueType.INT16: struct.Struct("<h"),
+    ValueType.UINT32: struct.Struct("<I"),
+    ValueType.INT32: struct.Struct("<i"),
+    ValueType.FLOAT32: struct.Struct("<f"),
+    ValueType.BOOL: struct.Struct("<?"),
+    ValueType.UINT64: struct.Struct("<Q"),
+    ValueType.INT64: struct.Struct("<q"),
+    ValueType.FLOAT64: struct.Struct("<d"),
 }
-_NUMPY_TYPES: dict[GGUFValueType, str] = {
-    GGUFValueType.UINT8: "<u1", GGUFValueType.INT8: "<i1", GGUFValueType.UINT16: "<u2", GGUFValueType.INT16: "<i2",
-    GGUFValueType.UINT32: "<u4", GGUFValueType.INT32: "<i4", GGUFValueType.FLOAT32: "<f4", GGUFValueType.BOOL: "<u1",
-    GGUFValueType.UINT64: "<u8", GGUFValueType.INT64: "<i8", GGUFValueType.FLOAT64: "<f8",
+_NUMPY_TYPES: dict[ValueType, str] = {
+    ValueType.UINT8: "<u1", ValueType.INT8: "<i1", ValueType.UINT16: "<u2", ValueType.INT16: "<i2",
+    ValueType.UINT32: "<u4", ValueType.INT32: "<i4", ValueType.FLOAT32: "<f4", ValueType.BOOL: "<u1",
+    ValueType.UINT64: "<u8", ValueType.INT64: "<i8", ValueType.FLOAT64: "<f8",
 }
 
 
@@ -103,7 +103,7 @@ class TensorInfo:
 
     @property
     def type_name(self) -> str:
-        return GGMLQuantizationType(self.ggml_type).name
+        return QUANT_TYPES[self.ggml_type].name
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -139,8 +139,8 @@ class GGUFHeader:
     key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
 
-def _type_label(vtype: GGUFValueType, sub: str | None = None) -> str:
-    return f"array[{sub}]" if vtype == GGUFValueType.ARRAY else vtype.name.lower()
+def _type_label(vtype: ValueType, sub: str | None = None) -> str:
+    return f"array[{sub}]" if vtype == ValueType.ARRAY else vtype.name.lower()
 
 
 class _Cursor:
@@ -200,7 +200,7 @@ class _Cursor:
                                 "the header is corrupt: re-download or re-convert the artifact", at)
         self.need(length, what)
 
-    def raw_string(self, what: str) -> bytes:
+    def raw_string(self, what: str) -> bytearray:
         at = self.pos
         length = self.u64(f"the length of {what}")
         self.check_length(length, what, at)
@@ -217,11 +217,11 @@ class _Cursor:
             raise self.fail("PWR117", f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start} of the string)",
                             "the header is corrupt: re-download or re-convert the artifact", at) from None
 
-    def value_type(self, what: str) -> GGUFValueType:
+    def value_type(self, what: str) -> ValueType:
         at = self.pos
         raw = self.u32(what)
         try:
-            return GGUFValueType(raw)
+            return ValueType(raw)
         except ValueError:
             raise self.fail("PWR106", f"{what} has unknown value type {raw}", "the header is corrupt or from a newer "
                             "GGUF revision: re-convert the artifact with a current gguf writer", at) from None
@@ -285,15 +285,15 @@ class _HeaderParser:
             raise self.cur.fail("PWR107", f"metadata key {key!r} appears twice", "the header is corrupt: re-convert "
                                 "the artifact", at)
         vtype = self.cur.value_type(f"the type of {key!r}")
-        if vtype == GGUFValueType.ARRAY:
+        if vtype == ValueType.ARRAY:
             self.metadata[key], label = self._array(key, depth=1, container=self.metadata, slot=key)
         else:
             self.metadata[key], label = self._scalar(vtype, key), _type_label(vtype)
         self.value_types[key] = label
         self.offsets[key] = at
 
-    def _scalar(self, vtype: GGUFValueType, key: str) -> Any:
-        if vtype == GGUFValueType.STRING:
+    def _scalar(self, vtype: ValueType, key: str) -> Any:
+        if vtype == ValueType.STRING:
             return self.cur.string(f"the value of {key!r}")
         packer = _SCALARS[vtype]
         self.cur.need(packer.size, f"the value of {key!r}")
@@ -307,10 +307,10 @@ class _HeaderParser:
         at = cur.pos
         element = cur.value_type(f"the element type of {key!r}")
         count = cur.u64(f"the element count of {key!r}")
-        if element == GGUFValueType.ARRAY and depth >= MAX_ARRAY_DEPTH:
+        if element == ValueType.ARRAY and depth >= MAX_ARRAY_DEPTH:
             raise cur.fail("PWR106", f"{key!r} nests arrays deeper than {MAX_ARRAY_DEPTH}",
                            "the header is corrupt or hostile: re-convert the artifact", at)
-        min_size = _SCALARS[element].size if element in _SCALARS else (8 if element == GGUFValueType.STRING else 12)
+        min_size = _SCALARS[element].size if element in _SCALARS else (8 if element == ValueType.STRING else 12)
         if count * min_size > cur.size - cur.pos:
             cur.check_length(count * min_size, f"the {count} elements of {key!r}", at)
         elif element in _SCALARS:
@@ -320,9 +320,9 @@ class _HeaderParser:
         viewed = element in _SCALARS and count > MAX_LIST_ELEMENTS
         if not viewed:
             self._spend(count, key, at)
-        if element == GGUFValueType.STRING:
+        if element == ValueType.STRING:
             values = self._string_elements(key, count)
-        elif element == GGUFValueType.ARRAY:
+        elif element == ValueType.ARRAY:
             values = [None] * count
             for index in range(count):
                 values[index] = self._array(key, depth + 1, values, index)[0]
@@ -332,10 +332,10 @@ class _HeaderParser:
             cur.pos += count * _SCALARS[element].size
         else:
             values = np.frombuffer(cur.buf, dtype=_NUMPY_TYPES[element], count=count, offset=cur.pos).tolist()
-            if element == GGUFValueType.BOOL:
+            if element == ValueType.BOOL:
                 values = [bool(v) for v in values]
             cur.pos += count * _SCALARS[element].size
-        label = _type_label(element) if element != GGUFValueType.ARRAY else "array"
+        label = _type_label(element) if element != ValueType.ARRAY else "array"
         if depth == 1:
             self.spans[key] = ArraySpan(label, count, start, cur.pos)
         return values, f"array[{label}]"
@@ -354,7 +354,7 @@ class _HeaderParser:
         cur, unpack = self.cur, _U64.unpack_from
         buf, pos = cur.buf, cur.pos
         buf_len = len(buf)
-        raw: list[bytes] = [b""] * count
+        raw: list[bytearray] = [bytearray()] * count
         for i in range(count):
             start = pos + 8
             if start > buf_len:
@@ -398,23 +398,21 @@ class _HeaderParser:
         return infos
 
     def _nbytes(self, name: str, dims: tuple[int, ...], ggml_type: int, at: int) -> int:
-        try:
-            quant = GGMLQuantizationType(ggml_type)
-            block_size, type_size = GGML_QUANT_SIZES[quant]
-        except (ValueError, KeyError):
+        if ggml_type not in QUANT_TYPES:
             raise self.cur.fail("PWR108", f"tensor {name!r} has unknown ggml type {ggml_type}",
-                                "the artifact uses a quant type this gguf version does not know: upgrade gguf or "
-                                "re-quantise", at) from None
+                                "the artifact uses a quant type Power does not know (artifacts/ggml_types.py): "
+                                "re-quantise it to a known type", at)
+        quant = QUANT_TYPES[ggml_type]
         elements = 1
         for dim in dims:
             elements *= dim
         if any(dim == 0 for dim in dims) or elements > INT64_MAX:
             raise self.cur.fail("PWR108", f"tensor {name!r} has dimensions {list(dims)}: empty or over 2^63 elements",
                                 "the header is corrupt: re-convert the artifact", at)
-        if dims[0] % block_size:
+        if dims[0] % quant.block_size:
             raise self.cur.fail("PWR108", f"tensor {name!r} rows of {dims[0]} are not whole {quant.name} blocks of "
-                                f"{block_size}", "the header is corrupt: re-quantise the artifact", at)
-        return elements // block_size * type_size
+                                f"{quant.block_size}", "the header is corrupt: re-quantise the artifact", at)
+        return elements // quant.block_size * quant.type_size
 
     def _check_extents(self, tensors: tuple[TensorInfo, ...], data_offset: int, alignment: int) -> None:
         data_size = self.cur.size - data_offset

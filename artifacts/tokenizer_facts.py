@@ -95,7 +95,7 @@ def _string_array_bytes(header: GGUFHeader, key: str) -> bytes:
     return _U64.pack(span.count) + header.raw[span.start:span.end]
 
 
-def _types_parts(header: GGUFHeader) -> Iterator[bytes]:
+def _types_parts(header: GGUFHeader) -> Iterator[bytes | bytearray]:
     """The token types as the fingerprint serialises them (count, then i32s), in bounded pieces."""
     span = header.array_spans.get(TYPES)
     if span is None or span.element_type not in _NUMBERS:
@@ -160,7 +160,7 @@ def tokenizer_facts(header: GGUFHeader) -> TokenizerFacts | None:
 
 
 def _first_difference(a: tuple[Any, ...], b: tuple[Any, ...]) -> int | None:
-    for index, (left, right) in enumerate(zip(a, b)):
+    for index, (left, right) in enumerate(zip(a, b, strict=False)):
         if left != right:
             return index
     return None if len(a) == len(b) else min(len(a), len(b))

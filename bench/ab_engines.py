@@ -29,6 +29,7 @@ from power.orchestrator.plan import save_plan
 from power.orchestrator.schema import DeviceSpec, HostSpec
 from power.runtime.bench import BenchConfig, run_protocol
 from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.served import ServedEngine
 from power.runtime.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,17 +59,18 @@ def main() -> None:
         plans[name] = (plan, folder / f"{name}.plan.json")
     shapes = [build_shape(name, args.max_tokens, args.prompt_tokens) for name in parse_shapes(args.shapes)]
     with contextlib.ExitStack() as running:
-        configs = []
+        configs, servers = [], []
         for name, (plan, path) in plans.items():
             server = LiveEngine("llama-server", plan, path, Path(binary), threads=args.threads)
             running.callback(server.stop)
             server.start_process()
-            configs.append(BenchConfig(f"llama-server {name}", path, plan, server))
+            servers.append(server)
+            configs.append(BenchConfig(f"llama-server {name}", path, plan, ServedEngine(server)))
         for name, (plan, path) in plans.items():
             engine = Engine(Workload.of_plan(plan, path), EngineOptions(dtype=args.dtype, threads=args.threads))
             configs.append(BenchConfig(f"power {name}", path, plan, engine))
-        for config in configs[: len(PLANS)]:
-            config.engine.wait_healthy()
+        for server in servers:
+            server.wait_healthy()
         measurements = run_protocol(configs, shapes, args.runs, lambda line: print(line, flush=True))
     table = summarise(configs, shapes, measurements)
     print(markdown(table, args))

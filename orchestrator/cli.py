@@ -8,11 +8,13 @@ Each sub-command lives in its own module under `power.orchestrator.commands`, so
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 from typing import NoReturn
 
 import click
+from typing_extensions import override
 
 from power import __version__
 from power.findings import Finding, PowerError
@@ -58,9 +60,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 class LazyGroup(click.Group):
     """A group that imports a sub-command's module only when that command runs."""
 
+    @override
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name in COMMANDS if self._module_exists(name)]
 
+    @override
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS or not self._module_exists(cmd_name):
             return None
@@ -68,6 +72,7 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"power.orchestrator.commands.{module_name}")
         return getattr(module, attribute)
 
+    @override
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
         if rows:

@@ -232,7 +232,7 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tup
     if chosen is None or has_errors(findings):
         return None, findings
     target_vocab_size = target_vocab(checked.target.facts)
-    findings += check_speculation(profile, chosen.resolution.resolved, checked.target, chosen.drafter, target_vocab_size)
+    findings += check_speculation(profile, chosen.resolution.resolved, chosen.drafter, target_vocab_size)
     placed = Placed(host, tuple(devices), engine)
     findings += check_devices(profile, host, placed.devices, engine, checked.target.facts)
     if has_errors(findings):
@@ -241,11 +241,13 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tup
     findings += check_memory(profile, sizing, chosen.drafter.facts if chosen.drafter else None)
     if has_errors(findings):
         return None, findings
-    try:
-        sources = Sources(manifest=_file_ref(manifest), profile=_file_ref(profile),
-                          host=_host_ref(host_path) if host_path else None)
-    except DocumentError as err:
-        return None, [*findings, err.finding("PWR013", host_path, "check the host file", what="the host file")]
+    host_ref = None
+    if host_path is not None:
+        try:
+            host_ref = _host_ref(host_path)
+        except DocumentError as err:
+            return None, [*findings, err.finding("PWR013", host_path, "check the host file", what="the host file")]
+    sources = Sources(manifest=_file_ref(manifest), profile=_file_ref(profile), host=host_ref)
     try:
         plan = build_plan(manifest, profile, placed, sources, checked, chosen, sizing, findings)
     except DocumentError as err:
@@ -309,7 +311,7 @@ def _p_min(settings, resolution: Resolution, drafters: tuple[Drafter, ...]) -> f
         return settings.spec_draft_p_min
     gated = next(d for d in drafters if d.kind == resolution.resolved)
     threshold = gated.contract.get("confidence_threshold")
-    return float(threshold) if threshold is not None else None
+    return float(threshold) if isinstance(threshold, (int, float)) else None
 
 
 def _has_draft_head(resolved: str) -> bool:

@@ -239,7 +239,8 @@ def _stop_error(flag: Token, reason: str) -> str:
 
 
 def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
-    spec, findings = LaunchSpec(LLAMA_SERVER), []
+    spec = LaunchSpec(LLAMA_SERVER)
+    findings: list[Finding] = []
     spec_type: tuple[Token, Token] | None = None
     for given in list(_llama_options(tokens, findings)):
         name = given.option.name
@@ -330,7 +331,8 @@ def _llama_defaults(spec: LaunchSpec) -> None:
 
 
 def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Finding]:
-    findings, drafters = [], []
+    findings: list[Finding] = []
+    drafters: list[str] = []
     names = [name.strip() for name in value.text.split(",") if name.strip()]
     for name in names:
         if name in modes.LLAMA_RETIRED:
@@ -378,7 +380,8 @@ def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Findin
 
 def _vllm_pairs(tokens: list[Token]) -> list[tuple[Token, Token | None]]:
     """(flag, value) pairs as vLLM's argparse reads them: `--flag=value` split; a flag before another flag has none."""
-    pairs, index = [], 0
+    pairs: list[tuple[Token, Token | None]] = []
+    index = 0
     while index < len(tokens):
         token = tokens[index]
         if token.text.startswith("--") and "=" in token.text:
@@ -443,8 +446,9 @@ def _read_vllm_config(spec: LaunchSpec, where: Token, config: dict[str, Any]) ->
                          "known: " + ", ".join(sorted(modes.BY_VLLM_METHOD)))]
     spec.mode = modes.BY_VLLM_METHOD[method]
     spec.chain = [spec.mode]
+    findings: list[Finding] = []
     tokens = config.get("num_speculative_tokens")
-    spec.k = int(tokens) if _is_number(str(tokens)) else None
+    spec.k = None if tokens is None else _int(_retext(where, str(tokens)), findings)
     if config.get("model") and _runs_a_file(spec.mode):
         spec.draft_model = _retext(where, str(config["model"]))
     if spec.mode not in modes.WEIGHT_FREE:
@@ -550,6 +554,8 @@ def _json_object(token: Token, findings: list[Finding]) -> dict[str, Any] | None
 
 def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path], str]) -> dict[str, Any]:
     """The manifest for the launch's model and drafters; paths relative to `out_dir`, where it will be written."""
+    if spec.model is None:
+        raise ValueError("a launch without a model has no manifest (PWR458 says so first)")
     target = Path(spec.model.text).absolute()
     target_sha = sha256_of(target)
     drafters: list[dict[str, Any]] = []

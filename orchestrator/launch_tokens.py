@@ -117,7 +117,7 @@ def tokens_from_systemd_unit(path: Path, env: EnvNames | None) -> list[Token]:
     return tokens
 
 
-def _expanded(words: list[Token], variables: dict[str, list[str]]) -> list[Token]:
+def _expanded(words: list[_RawToken], variables: dict[str, list[str]]) -> list[Token]:
     """ExecStart words with the unit's variables put in, as systemd does (systemd.service(5), "Command lines")."""
     tokens = []
     for word in words:
@@ -143,7 +143,7 @@ def _substituted(text: str, variables: dict[str, list[str]]) -> tuple[str, str |
             return match.group(0)
         return " ".join(variables[name])
 
-    return _VARIABLE.sub(put, text), (missing or [None])[0]
+    return _VARIABLE.sub(put, text), missing[0] if missing else None
 
 
 def _at(word: "_RawToken", text: str) -> Token:

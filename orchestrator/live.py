@@ -10,16 +10,14 @@ process it started, in `stop` (callers use it as a context manager, so the
 server stops in a `finally`). Nothing else on the machine is touched: the port
 is a free one, never a configured one.
 
-A completion comes back as a `power.runtime.receipt.Receipt`, so the A/B harness
-(`power.runtime.bench`) measures a live engine and Power's runtime alike: decode
-tok/s is the engine's own decode time over the tokens after the first, and the
-engine's raw timings travel in `receipt.runtime`.
+A completion comes back as the engine gave it (`Completion`); `power.runtime.served`
+turns it into a receipt, so the A/B harness measures a live engine and Power's
+runtime alike.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import socket
@@ -36,8 +34,6 @@ from power.artifacts.verify import verified_sha256
 from power.findings import PowerError
 from power.orchestrator.plan import ResolvedPlan, planned_artifacts
 from power.orchestrator.render import Listen, engine_launch
-from power.runtime.receipt import Receipt
-from power.runtime.sampling import SamplingParams
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
 LIVE_ENGINES = (LLAMA_SERVER, VLLM)
@@ -51,7 +47,6 @@ LLAMA_COUNTERS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepte
                   "spec_decode_num_drafts_total", "n_decode_total")
 VLLM_COUNTERS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
                  "spec_decode_num_drafts_total")
-STOP_REASONS = {"limit": "length", "eos": "stop", "word": "stop"}
 
 
 class LiveEngineError(PowerError):
@@ -227,59 +222,35 @@ class LiveEngine:
             return str(self.props().get("build_info", ""))
         return str(self.get_json("/version").get("version", ""))
 
-    # --- the bench's engine interface ---------------------------------------------------------------
-
-    @property
-    def sampling(self) -> SamplingParams:
-        s = self.plan.sampling
-        return SamplingParams(temperature=s.temperature, seed=s.seed, verify=s.verify)
+    # --- completions -------------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
         return {"name": self.engine, "build": self.build, "binary": str(self.binary), "threads": self.threads}
 
-    def generate(self, prompt: str, max_tokens: int, sampling: SamplingParams | None = None) -> Receipt:
-        """One completion of `prompt`, measured by the engine's own timings and counters."""
-        sampling = sampling or self.sampling
+    def complete(self, prompt: str, max_tokens: int, temperature: float, seed: int) -> Completion:
+        """One completion of `prompt`, with the engine's /metrics counters read around it."""
         counters = LLAMA_COUNTERS if self.engine == LLAMA_SERVER else VLLM_COUNTERS
         before = self.metrics()
         started = time.perf_counter()
         if self.engine == LLAMA_SERVER:
             body = self.post_json("/completion", {
-                "prompt": prompt, "n_predict": max_tokens, "temperature": sampling.temperature,
-                "seed": sampling.seed, "cache_prompt": False, "return_tokens": True})
+                "prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "seed": seed,
+                "cache_prompt": False, "return_tokens": True})
         else:
             body = self.post_json("/v1/completions", {
-                "model": self.plan.name, "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": sampling.temperature, "seed": sampling.seed, "return_token_ids": True})
+                "model": self.plan.name, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
+                "seed": seed, "return_token_ids": True})
         wall_s = time.perf_counter() - started
-        delta = {name: self.metrics().get(name, 0.0) - before.get(name, 0.0) for name in counters}
-        return self._receipt(body, delta, wall_s)
+        after = self.metrics()
+        return Completion(self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in counters},
+                          wall_s)
 
-    def _receipt(self, body: dict[str, Any], delta: dict[str, float], wall_s: float) -> Receipt:
-        if self.engine == LLAMA_SERVER:
-            timings = body.get("timings", {})
-            tokens = [int(t) for t in body.get("tokens", [])]
-            text, stop = str(body.get("content", "")), STOP_REASONS.get(str(body.get("stop_type")), "stop")
-            prompt_n = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
-            prefill_s, decode_s = timings.get("prompt_ms", 0.0) / 1000, timings.get("predicted_ms", 0.0) / 1000
-            proposed, accepted = int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
-            chunks = math.ceil(int(timings.get("prompt_n", 0)) / max(1, self.plan.runtime.ubatch))
-            rounds = max(0, int(delta["n_decode_total"]) - chunks) or len(tokens)
-        else:
-            choice = body["choices"][0]
-            tokens = [int(t) for t in choice.get("token_ids") or []]
-            text, stop = str(choice.get("text", "")), "length" if choice.get("finish_reason") == "length" else "stop"
-            prompt_n = int(body.get("usage", {}).get("prompt_tokens", 0))
-            prefill_s, decode_s, timings = 0.0, wall_s, {}
-            proposed = int(delta["spec_decode_num_draft_tokens_total"])
-            accepted = int(delta["spec_decode_num_accepted_tokens_total"])
-            rounds = len(tokens)
-        return Receipt(
-            plan_digest=self.plan.digest, artifacts=dict(self.artifacts), mode=self.plan.mode.resolved,
-            prompt_tokens=prompt_n, token_ids=tokens, text=text, stop_reason=stop, rounds=rounds, proposed=proposed,
-            accepted=accepted, replays=0, clamps=0, fallbacks=0, load_s=self.load_s, prefill_s=prefill_s,
-            decode_s=decode_s, speculative_rounds=int(delta["spec_decode_num_drafts_total"]),
-            runtime={"engine": self.engine, "build": self.build, "threads": self.threads, "port": self.port,
-                     "timings": timings, "counters": delta, "wall_s": wall_s,
-                     "generation_settings": {key: value for key, value in body.get("generation_settings", {}).items()
-                                             if key.startswith("speculative") or key in ("seed", "temperature")}})
+
+@dataclass(frozen=True)
+class Completion:
+    """One request's answer as the engine gave it, and what its counters moved by while it ran."""
+
+    engine: str
+    body: dict[str, Any]  # llama-server's /completion response, or vLLM's /v1/completions response
+    counters: dict[str, float]  # /metrics deltas (names without the engine's prefix)
+    wall_s: float

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from power import codes, modes
 from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, Reason, decode_utf8, parse_toml, read_bytes
@@ -93,6 +94,7 @@ class Loaded:
             file=str(self.path),
             line=position.line if position else None,
             col=position.col if position else None,
+            end_col=position.end_col if position else None,
             hint=hint,
             where=format_where(path) if path else None,
             source_line=position.source_line if position else None,
@@ -106,14 +108,21 @@ class Loaded:
         path = parse_where(where) if isinstance(where, str) else tuple(where)
         position = self._locator.key(path) if at == "key" else self._locator.value(path)
         # A key missing from the top level has no place of its own: point at the file's start.
-        return position or Position(line=1, col=1, source_line=self.text.split("\n", 1)[0])
+        return position or Position(line=1, col=1, source_line=self.text.split("\n", 1)[0], end_col=2)
 
 
 def load_document(path: str | os.PathLike[str]) -> Loaded:
     """Load any Power TOML file; the kind comes from its `schema` key."""
     loaded = Loaded(path=Path(path))
-    if _read(loaded) and _parse(loaded) and _read_kind(loaded):
-        _validate(loaded)
+    try:
+        loaded.text = text = _read(loaded)
+        loaded.data = data = _parse(loaded, text)
+        kind = _read_kind(loaded, data, text)
+    except _Unloadable as stop:
+        loaded.findings.append(stop.finding)
+    else:
+        if kind is not None:
+            _validate(loaded, kind, data)
     _bound_findings(loaded)
     return loaded
 
@@ -136,7 +145,7 @@ def load_fleet(path: str | os.PathLike[str]) -> Loaded:
 
 def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
     loaded = load_document(path)
-    if loaded.kind is not None and loaded.kind != kind:
+    if loaded.kind is not None and loaded.kind != kind and loaded.data is not None:
         loaded.findings.append(
             loaded.finding(
                 "PWR012",
@@ -165,44 +174,43 @@ _READ_FAILURES = {
 }
 
 
-def _read(loaded: Loaded) -> bool:
-    """Set loaded.text, or add the finding that says why the file cannot be read as text."""
+def _read(loaded: Loaded) -> str:
+    """The file's text; _Unloadable with the finding that says why it cannot be read as text."""
     try:
         raw = read_bytes(loaded.path, MAX_TOML_BYTES)
         if not raw.strip():
-            return _fail(loaded, "PWR004", "is empty", _SCHEMA_HINT)
+            raise _Unloadable(_error(loaded, "PWR004", "is empty", _SCHEMA_HINT))
         if b"\x00" in raw:
-            return _fail(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text",
-                         "pass the .toml file, not a GGUF or other binary")
-        loaded.text = decode_utf8(raw).removeprefix("\ufeff")
-        loaded.sha256 = hashlib.sha256(raw).hexdigest()
+            raise _Unloadable(_error(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text",
+                                     "pass the .toml file, not a GGUF or other binary"))
+        text = decode_utf8(raw).removeprefix("\ufeff")
     except DocumentError as err:
-        return _failed_document(loaded, err)
-    return True
+        raise _failed_document(loaded, err) from None
+    loaded.sha256 = hashlib.sha256(raw).hexdigest()
+    return text
 
 
-def _parse(loaded: Loaded) -> bool:
+def _parse(loaded: Loaded, text: str) -> dict[str, Any]:
     try:
-        loaded.data = parse_toml(loaded.text)
+        return parse_toml(text)
     except DocumentError as err:
-        return _failed_document(loaded, err)
-    return True
+        raise _failed_document(loaded, err) from None
 
 
-def _failed_document(loaded: Loaded, err: DocumentError) -> bool:
+def _failed_document(loaded: Loaded, err: DocumentError) -> _Unloadable:
     code, hint = _READ_FAILURES[err.reason]
     if err.where is not None:
-        loaded.findings.append(loaded.finding(code, err.message, where=err.where, hint=hint))
-        return False
-    return _fail(loaded, code, err.message, hint, line=err.line, col=err.col, source_line=err.source_line)
+        return _Unloadable(loaded.finding(code, err.message, where=err.where, hint=hint))
+    return _Unloadable(_error(loaded, code, err.message, hint, line=err.line, col=err.col, source_line=err.source_line))
 
 
-def _read_kind(loaded: Loaded) -> bool:
-    value = loaded.data.get("schema")
+def _read_kind(loaded: Loaded, data: dict[str, Any], text: str) -> str | None:
+    """The kind to validate the file as; None when the file is not one (with the finding that says so, if any)."""
+    value = data.get("schema")
     if value is None:
-        first_line = loaded.text.splitlines()[0] if loaded.text.splitlines() else ""
-        return _fail(loaded, "PWR010", "has no `schema` key, so its kind (manifest, profile, host, fleet) is unknown",
-                     _SCHEMA_HINT, line=1, col=1, source_line=first_line)
+        first_line = text.splitlines()[0] if text.splitlines() else ""
+        raise _Unloadable(_error(loaded, "PWR010", "has no `schema` key, so its kind (manifest, profile, host, fleet) "
+                                 "is unknown", _SCHEMA_HINT, line=1, col=1, source_line=first_line))
     match = _SCHEMA_VALUE.match(value) if isinstance(value, str) else None
     if match is not None and match["kind"] in GENERATED_KINDS:
         loaded.kind = match["kind"]
@@ -214,20 +222,20 @@ def _read_kind(loaded: Loaded) -> bool:
                 hint="validate the manifests, profiles, hosts and fleets it came from",
             )
         )
-        return False
+        return None
     if match is None or match["kind"] not in KIND_MODELS or match["version"] != SCHEMA_VERSION:
         loaded.findings.append(
             loaded.finding("PWR011", f"schema = {_toml(value)} is not a Power file kind", where="schema", hint=_schema_value_hint(value))
         )
-        return False
+        return None
     loaded.kind = match["kind"]
-    _check_editor_schema_line(loaded)
-    return True
+    _check_editor_schema_line(loaded, text)
+    return loaded.kind
 
 
-def _check_editor_schema_line(loaded: Loaded) -> None:
+def _check_editor_schema_line(loaded: Loaded, text: str) -> None:
     """A `#:schema` first line (taplo, Even Better TOML) must name this kind's JSON Schema."""
-    directive = _EDITOR_SCHEMA.match(loaded.text)
+    directive = _EDITOR_SCHEMA.match(text)
     if directive is None:
         return
     named = directive["target"].rsplit("/", 1)[-1]
@@ -240,6 +248,7 @@ def _check_editor_schema_line(loaded: Loaded) -> None:
                 file=str(loaded.path),
                 line=1,
                 col=directive.start("target") + 1,
+                end_col=directive.end("target") + 1,
                 hint=f"point it at {loaded.kind}.json (`power schema {loaded.kind}`)",
                 source_line=directive.group(0),
             )
@@ -257,12 +266,12 @@ def _schema_value_hint(value: Any) -> str:
 # --- validation ------------------------------------------------------------------
 
 
-def _validate(loaded: Loaded) -> None:
+def _validate(loaded: Loaded, kind: str, document: dict[str, Any]) -> None:
     """Unknown keys first (found by walking the models: one finding each, however many there are, costs
     no pydantic error), then the model on the data without them, then the cross-field rules."""
-    model_type = KIND_MODELS[loaded.kind]
-    unknown = _unknown_keys(model_type, loaded.data)
-    data = _without(loaded.data, unknown)
+    model_type = KIND_MODELS[kind]
+    unknown = _unknown_keys(model_type, document)
+    data = _without(document, unknown)
     loaded.findings += [_unknown_key(loaded, model_type, path) for path in unknown[:MAX_FINDINGS_PER_FILE]]
     loaded.unlisted = max(0, len(unknown) - MAX_FINDINGS_PER_FILE)
     try:
@@ -270,7 +279,7 @@ def _validate(loaded: Loaded) -> None:
     except ValidationError as exc:
         model = None
         loaded.findings += _schema_findings(loaded, model_type, exc, data)
-    for issue in rules.check(loaded.kind, loaded.data):
+    for issue in rules.check(kind, document):
         loaded.findings.append(loaded.finding(issue.code, issue.message, where=issue.where, hint=issue.hint, severity=issue.severity))
     loaded.model = None if has_errors(loaded.findings) else model
 
@@ -335,7 +344,7 @@ def _without(data: Any, paths: list[KeyPath]) -> Any:
 def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: ValidationError,
                      data: dict[str, Any]) -> list[Finding]:
     """One finding per offending key: pydantic reports a union's alternatives as several errors for one value."""
-    by_path: dict[KeyPath, list[dict[str, Any]]] = {}
+    by_path: dict[KeyPath, list[ErrorDetails]] = {}
     for error in exc.errors(include_url=False):
         by_path.setdefault(_data_path(error["loc"], data), []).append(error)
     paths = list(by_path)[:MAX_FINDINGS_PER_FILE]
@@ -343,7 +352,7 @@ def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: Validatio
     return [_error_finding(loaded, model_type, path, by_path[path]) for path in paths]
 
 
-def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[dict[str, Any]]) -> Finding:
+def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[ErrorDetails]) -> Finding:
     where = format_where(path)
     key = path[-1] if path else ""
     kinds = {error["type"] for error in errors}
@@ -472,12 +481,19 @@ def _description(model_type: type[BaseModel], path: KeyPath) -> str:
 # --- small helpers ------------------------------------------------------------------
 
 
-def _fail(loaded: Loaded, code: str, message: str, hint: str, *,
-          line: int | None = None, col: int | None = None, source_line: str | None = None) -> bool:
-    """Record an error finding for this file (placed at line:col when given) and stop loading it."""
-    loaded.findings.append(Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path),
-                                   line=line, col=col, hint=hint, source_line=source_line))
-    return False
+class _Unloadable(Exception):
+    """Loading stops at this finding: the file cannot be read, decoded or parsed, or names no kind."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def _error(loaded: Loaded, code: str, message: str, hint: str, *,
+           line: int | None = None, col: int | None = None, source_line: str | None = None) -> Finding:
+    """An error finding for this file, placed at line:col when given."""
+    return Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path), line=line, col=col,
+                   hint=hint, source_line=source_line)
 
 
 def _toml(value: Any, limit: int = 60) -> str:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -63,7 +63,7 @@ from power.artifacts.documents import (
 from power.artifacts.verify import TARGET, Artifact
 from power.findings import Finding, PowerError
 
-PLAN_SCHEMA = "power.plan/v1"
+PLAN_SCHEMA: Final = "power.plan/v1"
 
 
 class PlanError(PowerError):
@@ -249,7 +249,8 @@ class FindingRecord(_Frozen):
 
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
-        # A plan holds warnings and info, never an artifact's errors: `declared_at` has no place here.
+        # Where, not how wide (the caret's end_col is for display); a plan holds warnings and info, never an
+        # artifact's errors, so `declared_at` has no place here either.
         return cls(**{key: value for key, value in finding.to_json().items() if key in cls.model_fields})
 
 

@@ -58,7 +58,8 @@ def summary_text(plan: ResolvedPlan) -> str:
         + (f"; chain {' -> '.join(mode.chain)}" if len(mode.chain) > 1 else ""),
     ]
     for drafter in plan.drafters:
-        where = f"{drafter.path} (sha256 {drafter.sha256[:16]}...)" if drafter.path else "weight-free / in the target"
+        where = (f"{drafter.path} (sha256 {drafter.sha256[:16]}...)" if drafter.path and drafter.sha256
+                 else "weight-free / in the target")
         lines.append(f"  drafter  {drafter.kind}: {where}")
     if spec.rollback != "none":
         rollback = {"full": "full rollback (S >= K)", "guarded": "guarded: one exact replay, then clamp to S"}[spec.rollback]

@@ -155,9 +155,12 @@ def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: List
     """
     if engine not in ENGINES:
         raise RenderError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    launch = {"llama-server": llama_server_launch, "vllm": vllm_launch, "power": power_launch}[engine](plan, plan_path)
-    if root is not None and engine == "power":
-        launch = replace(launch, options=launch.options + (("--root", str(Path(root).resolve())),))
+    if engine == "power":
+        launch = power_launch(plan_path)
+        if root is not None:
+            launch = replace(launch, options=launch.options + (("--root", str(Path(root).resolve())),))
+    else:
+        launch = llama_server_launch(plan) if engine == "llama-server" else vllm_launch(plan)
     if listen is None:
         return launch
     address = (("--host", listen.host), ("--port", str(listen.port)))
@@ -183,7 +186,7 @@ def unsupported_notes(plan: ResolvedPlan) -> list[str]:
     return notes
 
 
-def llama_server_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:  # noqa: ARG001 - one signature per engine
+def llama_server_launch(plan: ResolvedPlan) -> Launch:
     chain = plan.mode.chain
     for kind in chain:
         if modes.mode(kind).reserved:
@@ -277,7 +280,7 @@ def llama_server_env_context(launch: Launch) -> dict:
     return {"variables": variables, "notes": launch.notes, "extra": EXTRA_ARGS}
 
 
-def vllm_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:  # noqa: ARG001 - one signature per engine
+def vllm_launch(plan: ResolvedPlan) -> Launch:
     chain = plan.mode.chain
     if len(chain) > 1:
         raise RenderError(f"vLLM runs one speculative method; this plan chains {' + '.join(chain)}: "
@@ -327,7 +330,7 @@ def speculative_config(plan: ResolvedPlan) -> tuple[dict, list[str]]:
     return config, notes
 
 
-def power_launch(plan: ResolvedPlan, plan_path: Path) -> Launch:
+def power_launch(plan_path: Path) -> Launch:
     return Launch(("power", "serve", str(plan_path)), (), {}, ())
 
 

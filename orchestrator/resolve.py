@@ -81,8 +81,7 @@ def resolve(requested: str, declared: Declared, manifest: Loaded, profile: Loade
 def _auto(declared: Declared, manifest: Loaded, profile: Loaded,
           recurrent_target: bool) -> tuple[Resolution | None, list[Finding]]:
     kinds = declared.kinds
-    for priority in sorted({m.auto_priority for m in modes.auto_candidates()}):
-        allowed = {m.name for m in modes.auto_candidates() if m.auto_priority == priority}
+    for allowed in modes.auto_tiers():
         candidates = [i for i, kind in enumerate(kinds) if kind in allowed and declared.runnable[i]]
         if len(candidates) > 1 and modes.mode(kinds[candidates[0]]).context_backed:
             named = ", ".join(kinds[i] for i in candidates)

@@ -8,7 +8,9 @@ fields it relates are individually valid (or absent, taking their defaults).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
+
+from pydantic import BaseModel
 
 from power import modes
 from power.orchestrator.locator import KeyPath
@@ -88,7 +90,8 @@ def _profile(data: dict[str, Any]) -> list[Issue]:
     mode = _spec_mode(data.get("spec_mode", modes.AUTO))
     k = _positive_int(data, "spec_draft_max", Profile, upper=64)
     s = _positive_int(data, "spec_mtp_recurrent_snapshots", Profile)
-    runtime = data.get("runtime") if isinstance(data.get("runtime"), dict) else {}
+    table = data.get("runtime")
+    runtime: dict[str, Any] = table if isinstance(table, dict) else {}
     issues = _fr(data, mode) + _adaptive(data, mode)
     if k is not None:
         issues += _ngram_window(runtime, k)
@@ -242,7 +245,7 @@ def _tensor_split(runtime: dict[str, Any]) -> list[Issue]:
 # --- helpers --------------------------------------------------------------------
 
 
-def _positive_int(data: dict[str, Any], key: str, model: type, upper: int | None = None) -> int | None:
+def _positive_int(data: dict[str, Any], key: str, model: type[BaseModel], upper: int | None = None) -> int | None:
     """The value if present and valid, the model's default if absent, None if invalid."""
     value = data.get(key, model.model_fields[key].default)
     if not _is_int(value) or value < 1 or (upper is not None and value > upper):
@@ -250,7 +253,7 @@ def _positive_int(data: dict[str, Any], key: str, model: type, upper: int | None
     return value
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -112,7 +112,8 @@ FilePath = Annotated[Path, AfterValidator(_resolve_against_file), WithJsonSchema
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # defer_build: a model builds its validator on first use, so `power validate` on profiles never builds a fleet's.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
 
 def _schema_field(kind: str):

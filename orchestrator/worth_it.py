@@ -127,7 +127,7 @@ def steps_from_evidence(evidence: dict[str, Any], shape: str | None = None) -> M
     draft_step = max(0.0, (cand_round - VERIFY_COST * target_step) / per_round) if per_round else 0.0
     measured_p = acceptance_of(cand_commit, k) if cand.get("draft_n") else None
     engine = str((evidence.get("engine") or {}).get("name", "power"))
-    return MeasuredSteps(engine, name, target_step, draft_step, base["decode_tok_s"], base_commit, drafter, k,
+    return MeasuredSteps(engine, str(name), target_step, draft_step, base["decode_tok_s"], base_commit, drafter, k,
                          measured_p)
 
 

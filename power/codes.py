@@ -195,6 +195,13 @@ not exist (PWR001), a directory or glob with no .toml file (PWR009). A file that
 cannot be used (FIFO or device PWR002, too large PWR003, empty PWR004, binary PWR005, not
 UTF-8 PWR006, bad TOML PWR007/PWR008, bad `schema` PWR010/PWR011) is a finding: exit 1.
 
+A finding prints as `FILE:LINE:COL: CODE [severity] message`, then the source line with
+carets under the whole offending key or value (a value that goes on over more lines is
+underlined to the end of its first line), then `hint: ...`; an artifact finding names a
+byte offset instead of a line. With `--json` each finding is an object with `code`,
+`severity`, `message`, `file`, `line`, `col`, `end_col` (just past the offending text:
+`end_col - col` characters), `hint`, `offset` and `where` (the dotted key path).
+
 """
 
 

@@ -2,7 +2,8 @@
 
 A finding names the file and the place in it (TOML line/column, or a GGUF byte
 offset), says what was found, and a hint says what to do. The text rendering is
-ruff/uv-like: `path:line:col: CODE message`, the source line, a caret, the hint.
+ruff/uv-like: `path:line:col: CODE message`, the source line, carets under the
+offending key or value (`^^^^`), the hint.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Finding:
     file: str | None = None
     line: int | None = None
     col: int | None = None
+    # Just past the offending key or value on `line` (end_col - col characters), when known.
+    end_col: int | None = None
     hint: str | None = None
     # A GGUF byte offset, for artifact findings.
     offset: int | None = None
@@ -57,13 +60,14 @@ class Finding:
         return ":".join(parts)
 
     def render(self) -> str:
-        """Human text: location, code and message; then the source line with a caret; then the hint."""
+        """Human text: location, code and message; then the source line, carets under the offending text; the hint."""
         lines = [f"{self.location()}: {self.code} [{self.severity.value}] {self.message}"]
         if self.source_line is not None and self.line is not None:
             gutter = f"{self.line} | "
             lines.append(f"  {gutter}{self.source_line.rstrip()}")
             if self.col is not None:
-                lines.append("  " + " " * (len(gutter) + self.col - 1) + "^")
+                width = max(1, self.end_col - self.col) if self.end_col is not None else 1
+                lines.append("  " + " " * (len(gutter) + self.col - 1) + "^" * width)
         if self.declared_at:
             lines.append(f"  named by {self.where or 'the manifest'} at {self.declared_at}")
         if self.hint:

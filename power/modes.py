@@ -166,10 +166,10 @@ def mode(name: str) -> Mode:
     return BY_NAME[name]
 
 
-def auto_candidates() -> tuple[Mode, ...]:
-    """The modes `auto` may choose, best first."""
-    chosen = [m for m in MODES if m.auto_priority is not None]
-    return tuple(sorted(chosen, key=lambda m: m.auto_priority or 0))
+def auto_tiers() -> tuple[frozenset[str], ...]:
+    """The modes `auto` may choose, grouped by priority, the best group first."""
+    priorities = sorted({m.auto_priority for m in MODES if m.auto_priority is not None})
+    return tuple(frozenset(m.name for m in MODES if m.auto_priority == priority) for priority in priorities)
 
 
 def llama_spec_type(name: str) -> str | None:

@@ -43,14 +43,15 @@ VACUOUS_TOKENS = 4
 
 
 class BenchEngine(Protocol):
-    """What the harness drives: Power's `Engine` or a live server (`power.orchestrator.live.LiveEngine`)."""
+    """What the harness drives: Power's `Engine` or a live server (`power.runtime.served.ServedEngine`)."""
 
-    artifacts: dict[str, str]
+    @property
+    def artifacts(self) -> dict[str, str]: ...
 
     @property
     def sampling(self) -> SamplingParams: ...
 
-    def generate(self, prompt: str, max_tokens: int, sampling: SamplingParams | None = None) -> Receipt: ...
+    def generate(self, prompt: str, max_tokens: int, *, sampling: SamplingParams | None = None) -> Receipt: ...
 
     def identity(self) -> dict[str, Any]: ...
 
@@ -84,7 +85,7 @@ class Measurement:
 
 
 def run_protocol(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int,
-                 progress: Callable[[str], None] = lambda line: None) -> list[Measurement]:
+                 progress: Callable[[str], None]) -> list[Measurement]:
     """One unmeasured warm-up request per configuration, then per shape `runs` alternating pairs."""
     warmup = build_shape(WARMUP_SHAPE)
     for config in configs:
@@ -244,7 +245,7 @@ def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[s
 def _negative_control(per_shape: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A zero-draft configuration proves the other configuration's drafts came from its proposer."""
     drafts = {label: sum(r[label]["draft_n"] for r in per_shape.values()) for label in (CANDIDATE, BASELINE)}
-    control = min(drafts, key=drafts.get)
+    control = min(drafts, key=drafts.__getitem__)
     other = CANDIDATE if control == BASELINE else BASELINE
     holds = drafts[control] == 0 and drafts[other] > 0
     if holds:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from power.runtime.trunks.protocol import Trunk
 
@@ -79,7 +79,7 @@ class Decoder:
         self,
         prompt: Sequence[int],
         max_new_tokens: int,
-        stop_ids: Sequence[int] = (),
+        stop_ids: Collection[int] = (),
         cancel: threading.Event | None = None,
         observer: StepObserver | None = None,
         finish: threading.Event | None = None,

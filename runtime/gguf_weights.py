@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from power.artifacts import gguf_reader
+from power.artifacts.ggml_types import QUANT_TYPES
 from power.artifacts.gguf_reader import ArtifactError
 from power.artifacts.header_values import require_valid_header
 from power.kernels import dispatch
@@ -92,7 +93,4 @@ class GGUFFile:
 
 
 def _type_name(ggml_type: int) -> str:
-    try:
-        return gguf_reader.GGMLQuantizationType(ggml_type).name
-    except ValueError:
-        return f"GGML type {ggml_type}"
+    return QUANT_TYPES[ggml_type].name if ggml_type in QUANT_TYPES else f"GGML type {ggml_type}"

@@ -83,16 +83,21 @@ def parse_completion(body: bytes, max_tokens_limit: int) -> CompletionRequest:
         prompt=prompt,
         max_tokens=_integer(data, "max_tokens", DEFAULT_MAX_TOKENS, 1, max_tokens_limit),
         temperature=_temperature(data.get("temperature")),
-        seed=_integer(data, "seed", None, 0, 2**63 - 1),
+        seed=_optional_integer(data, "seed", 0, 2**63 - 1),
         stop=_stop(data.get("stop")),
         stream=_boolean(data, "stream"),
     )
 
 
-def _integer(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int | None:
+def _integer(data: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = _optional_integer(data, key, low, high)
+    return default if value is None else value
+
+
+def _optional_integer(data: dict[str, Any], key: str, low: int, high: int) -> int | None:
     value = data.get(key)
     if value is None:
-        return default
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadRequest(f"\"{key}\" must be an integer in [{low}, {high}], got {json.dumps(value)}")
     return value
@@ -297,20 +302,20 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
         state.metrics.ready.set(1)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         threading.Thread(target=load, name="power-load", daemon=True).start()
         yield
         if state.worker:
             state.worker.stop()
 
-    async def health(request: Request) -> Response:
+    async def health(_request: Request) -> Response:
         if state.worker is not None:
             return JSONResponse({"status": "ok", "model": state.model, "plan_digest": state.plan_digest})
         if state.load_error is not None:
             return JSONResponse({"status": "error", "error": state.load_error}, status_code=503)
         return JSONResponse({"status": "loading", "model": state.model}, status_code=503)
 
-    async def metrics(request: Request) -> Response:
+    async def metrics(_request: Request) -> Response:
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def completions(request: Request) -> Response:

@@ -106,14 +106,14 @@ class Tokenizer:
         self.vocab = vocab
         if vocab.model == "llama":
             self._hf = _sentencepiece_bpe(vocab)
-            self._bytes = [_spm_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types)]
+            self._bytes = [_spm_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types, strict=True)]
         elif vocab.model == "gpt2":
             if vocab.pre not in PRE_TOKENIZER_SPLITS:
                 raise ArtifactError(f"tokenizer.ggml.pre = {vocab.pre!r} has no pre-tokeniser here "
                                     f"(known: {', '.join(PRE_TOKENIZER_SPLITS)})", code="PWR120", file=source,
                                     hint="render the plan for llama-server instead")
             self._hf = _byte_level_bpe(vocab)
-            self._bytes = [_byte_level_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types)]
+            self._bytes = [_byte_level_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types, strict=True)]
         else:
             raise ArtifactError(f"tokenizer.ggml.model = {vocab.model!r} is not supported "
                                 "(llama = SentencePiece BPE, gpt2 = byte-level BPE)", code="PWR120", file=source,
@@ -175,7 +175,7 @@ def _spm_merges(vocab: Vocabulary) -> list[tuple[str, str]]:
     """Every (left, right) split of a normal piece into two pieces, highest merged score first."""
     ids = {t: i for i, t in enumerate(vocab.tokens)}
     ranked = []
-    for merged_id, (piece, kind) in enumerate(zip(vocab.tokens, vocab.types)):
+    for merged_id, (piece, kind) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
         if kind != NORMAL or len(piece) < 2:
             continue
         for cut in range(1, len(piece)):
@@ -188,7 +188,7 @@ def _spm_merges(vocab: Vocabulary) -> list[tuple[str, str]]:
 
 def _sentencepiece_bpe(vocab: Vocabulary) -> HFTokenizer:
     ids = {t: i for i, t in enumerate(vocab.tokens)}
-    unk = next((t for t, k in zip(vocab.tokens, vocab.types) if k == UNKNOWN), None)
+    unk = next((t for t, k in zip(vocab.tokens, vocab.types, strict=True) if k == UNKNOWN), None)
     model = BPE(vocab=ids, merges=_spm_merges(vocab), unk_token=unk, byte_fallback=True, fuse_unk=True)
     tokenizer = HFTokenizer(model)
     tokenizer.normalizer = normalizers.Replace(" ", SPM_SPACE)
@@ -197,7 +197,7 @@ def _sentencepiece_bpe(vocab: Vocabulary) -> HFTokenizer:
 
 def _byte_level_bpe(vocab: Vocabulary) -> HFTokenizer:
     ids = {t: i for i, t in enumerate(vocab.tokens)}
-    merges = [tuple(m.split(" ", 1)) for m in vocab.merges]
+    merges = [(left, right) for left, right in (m.split(" ", 1) for m in vocab.merges)]
     tokenizer = HFTokenizer(BPE(vocab=ids, merges=merges, fuse_unk=False))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLITS[vocab.pre]), behavior="isolated"),
@@ -210,7 +210,7 @@ def _add_verbatim_tokens(tokenizer: HFTokenizer, vocab: Vocabulary) -> None:
     """Control and user-defined tokens match verbatim in the raw text, before normalisation."""
     tokenizer.add_tokens([
         AddedToken(text, special=(kind == CONTROL), normalized=False)
-        for text, kind in zip(vocab.tokens, vocab.types) if kind in (CONTROL, USER_DEFINED)
+        for text, kind in zip(vocab.tokens, vocab.types, strict=True) if kind in (CONTROL, USER_DEFINED)
     ])
 
 
@@ -242,4 +242,4 @@ def _unicode_to_byte() -> dict[str, int]:
             printable.append(byte)
             codepoints.append(256 + extra)
             extra += 1
-    return {chr(cp): byte for byte, cp in zip(printable, codepoints)}
+    return {chr(cp): byte for byte, cp in zip(printable, codepoints, strict=True)}

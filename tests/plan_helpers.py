@@ -41,7 +41,9 @@ def write_manifest(directory: Path, target: str, drafters: list[dict] = (), name
 
     hashed=False declares placeholder digests (enough for `power size`, which reads headers only).
     """
-    sha = digest if hashed else (lambda path: "0" * 64)
+    def sha(path: Path) -> str:
+        return digest(path) if hashed else "0" * 64
+
     target_path = fixture(target)
     target_table = {"path": str(target_path), "sha256": sha(target_path)} | target_keys
     lines = ['schema = "power.manifest/v1"', f'name = "{name}"', "[target]"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from runtime_plans import fixture_plan
+from typing_extensions import override
 
 from power.orchestrator.cli import main
 from power.orchestrator.fleet.evidence import read_evidence
@@ -107,6 +108,7 @@ class _Page(HTMLParser):
         super().__init__()
         self.tags: list[str] = []
 
+    @override
     def handle_starttag(self, tag, attrs) -> None:
         self.tags.append(tag)
 

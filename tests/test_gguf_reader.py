@@ -35,7 +35,7 @@ def assert_agrees_with_gguf_reader(path) -> None:
             assert actual == expected, key
     assert ours.data_offset == theirs.data_offset
     assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
-    for mine, other in zip(ours.tensors, theirs.tensors):
+    for mine, other in zip(ours.tensors, theirs.tensors, strict=True):
         assert list(mine.dims) == [int(d) for d in other.shape], mine.name
         assert mine.ggml_type == other.tensor_type
         assert ours.data_offset + mine.offset == other.data_offset, mine.name

@@ -196,6 +196,14 @@ def test_vllm_removed_flags_and_speculative_config() -> None:
     assert _codes(broken) == ["PWR457"]
 
 
+def test_a_fractional_number_of_speculative_tokens_is_a_finding() -> None:
+    config = '{"method": "ngram", "num_speculative_tokens": "3.5"}'
+    result = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--speculative-config", config]))
+    assert _codes(result) == ["PWR459"]
+    assert "expected a whole number, found '3.5'" in result.findings[0].message
+    assert result.spec.k is None
+
+
 def test_a_drafter_without_a_sliding_window_at_a_large_context(tmp_path: Path) -> None:
     dspark, dflash = build_dspark_drafter(tmp_path), build_dflash_drafter(tmp_path)
     large = _llama("-m", "t.gguf", "-md", str(dspark), "--spec-type", "draft-dspark", "-c", "262144")

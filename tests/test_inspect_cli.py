@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from pathlib import Path
 
+import gguf
 import pytest
 from click.testing import CliRunner
 from gguf_helpers import fixtures, gemma, gguf_string, header, kv_string, tensor_info, with_data
@@ -133,3 +135,29 @@ def test_fixtures_build_json(tmp_path):
     rows = json.loads(run("fixtures", "build", "--json", str(tmp_path / "out")).stdout)
     by_name = {row["name"]: row for row in rows}
     assert by_name["dflash2-drafter"]["kind"] == "dflash2" and len(by_name["dflash2-drafter"]["sha256"]) == 64
+
+
+
+def _vocabulary_gguf(path: Path, types: list, element_type: gguf.GGUFValueType) -> Path:
+    """A header-only GGUF whose vocabulary's token types are stored as `element_type`."""
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_string("tokenizer.ggml.model", "gpt2")
+    writer.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(len(types))])
+    writer.add_key_value("tokenizer.ggml.token_type", types, gguf.GGUFValueType.ARRAY, sub_type=element_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
+
+
+def test_token_types_of_another_element_type_are_fingerprinted_not_a_traceback(tmp_path):
+    def fingerprint(name: str, types: list, element_type: gguf.GGUFValueType) -> str:
+        result = run("inspect", "--json", str(_vocabulary_gguf(tmp_path / name, types, element_type)))
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["tokenizer"]["fingerprint"]
+
+    types = [1, 1, 3, 4, 1]
+    as_int32 = fingerprint("int32.gguf", types, gguf.GGUFValueType.INT32)
+    assert fingerprint("int64.gguf", types, gguf.GGUFValueType.INT64) == as_int32  # the width does not matter
+    as_strings = fingerprint("strings.gguf", [f"kind-{t}" for t in types], gguf.GGUFValueType.STRING)
+    assert as_strings != as_int32

@@ -67,7 +67,8 @@ def generate(fixtures: dict[str, Path], speculator: str | None, params: Sampling
     ],
     ids=["ngram-greedy", "dflash-fr-greedy", "dflash-fr-rejection", "oracle-rejection"],
 )
-def test_triton_and_reference_paths_emit_identical_tokens(monkeypatch, one_thread, fixtures, speculator, params):
+@pytest.mark.usefixtures("one_thread")
+def test_triton_and_reference_paths_emit_identical_tokens(monkeypatch, fixtures, speculator, params):
     runs = {}
     for path in ("triton", "reference"):
         monkeypatch.setenv("POWER_KERNELS", path)

@@ -20,6 +20,7 @@ from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan import load_plan, save_plan
 from power.orchestrator.render import Listen, render
 from power.orchestrator.schema import DeviceSpec, HostSpec
+from power.runtime.served import ServedEngine
 from power.runtime.traffic import build_shape
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,7 +65,7 @@ def servers(tmp_path_factory):
 
 def _complete(engine: LiveEngine, shape: str, max_tokens: int = 32):
     traffic = build_shape(shape, max_tokens)
-    return engine.generate(traffic.prompt, traffic.max_tokens)
+    return ServedEngine(engine).generate(traffic.prompt, traffic.max_tokens)
 
 
 def test_the_rendered_lines_start_and_answer_health(servers):
@@ -125,7 +126,7 @@ def test_the_llama_arg_env_file_runs_the_same_server(tmp_path, servers):
         assert probe.healthy(), log.read_text()[-3000:]
         assert probe.props()["total_slots"] == 1 and probe.props()["model_alias"] == engine.plan.name
         assert "n_slots = 1, n_ctx_slot = 1024, kv_unified = 'false'" in log.read_text()
-        echo = probe.generate(build_shape("echo", 32).prompt, 32)
+        echo = ServedEngine(probe).generate(build_shape("echo", 32).prompt, 32)
         assert echo.proposed > 0
         assert echo.token_ids == _complete(engine, "echo").token_ids
     finally:

@@ -55,7 +55,7 @@ def test_refusal_prints_every_finding_with_its_place_and_exits_1():
     assert result.stdout == ""
 
 
-def test_refusal_as_json(tmp_path):
+def test_refusal_as_json():
     result = plan_command(MANIFEST, PROFILES / "balanced-k7s7.toml", "--device", "24GiB", "--json")
     assert result.exit_code == 1
     data = json.loads(result.stdout)

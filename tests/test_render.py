@@ -204,7 +204,7 @@ def test_the_systemd_unit_starts_power_by_absolute_path(tmp_path):
     assert relative.exit_code == 2 and "PWR462" in relative.output and "Traceback" not in relative.output
 
 
-def test_line_breaks_cannot_escape_a_comment_or_an_env_line(tmp_path):
+def test_line_breaks_cannot_escape_a_comment_or_an_env_line():
     plan = load_plan(CHAIN_PLAN)
     broken = type(plan).build(**{**dict(plan), "name": "x\nrm -rf /", "digest": ""})
     script = render(broken, "llama-server", CHAIN_PLAN)

@@ -71,9 +71,9 @@ def release() -> Iterator[threading.Event]:
     InjectedEngine.release.set()
 
 
-def app_for(limits: ServerLimits = ServerLimits(), load=None):
+def app_for(limits: ServerLimits | None = None, load=None):
     plan = load_plan(fixture_plan("ngram"))
-    return create_app(load or engine, plan.name, plan.digest, limits)
+    return create_app(load or engine, plan.name, plan.digest, limits or ServerLimits())
 
 
 @contextmanager

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gguf import LlamaFileType
-
 from power.artifacts.facts import ArtifactError, ArtifactFacts
+from power.artifacts.ggml_types import FILE_TYPES
 from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
@@ -70,11 +69,8 @@ def _named_by(manifest: Loaded, where: str, finding: Finding) -> Finding:
 
 def file_quant(facts: ArtifactFacts) -> str:
     """The quant the header declares (`general.file_type`, as llama.cpp names it), else the dominant tensor type."""
-    if facts.file_type is not None:
-        try:
-            return LlamaFileType(facts.file_type).name.removeprefix("MOSTLY_")
-        except ValueError:
-            pass
+    if facts.file_type in FILE_TYPES:
+        return FILE_TYPES[facts.file_type]
     return facts.census[0].ggml_type if facts.census else "unknown"
 
 

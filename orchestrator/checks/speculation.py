@@ -14,8 +14,7 @@ from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.loading import Loaded
 
 
-def check_speculation(profile: Loaded, resolved: str, target: Checked, drafter: Checked | None,
-                      vocab_size: int) -> list[Finding]:
+def check_speculation(profile: Loaded, resolved: str, drafter: Checked | None, vocab_size: int) -> list[Finding]:
     settings = profile.model
     findings = []
     fr = settings.spec_mtp_fr_vocab_size

@@ -17,7 +17,6 @@ from power.orchestrator.cli import EXIT_FINDINGS, refuse
 from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
 from power.orchestrator.outputs import require_outputs, writing
-from power.runtime.traffic import SEEDS_PROMPT_TOKENS
 
 ENGINES = ("power", "llama-server", "vllm")
 # What `--write-env` renders per engine: the env file that deployment reads.
@@ -40,8 +39,9 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
               help="Measured runs per configuration and shape (alternating A/B, B/A, ...).")
 @click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
               help="Tokens per request (the identity shape stops at 16).")
-@click.option("--prompt-tokens", type=click.IntRange(min=1), default=SEEDS_PROMPT_TOKENS, show_default=True,
-              help="The echo passage's size in (Gemma-like) tokens, the seeds' ~1.5k; prose filler is 2/3 of it.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
+              help="The echo passage's size in (Gemma-like) tokens (default: the seeds' ~1.5k, 1536); prose filler is "
+              "2/3 of it.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="SETTING=V1,V2,...",
               help="Run variants of PLAN in the same run: k=3,5,7 (draft depth), window=2/7,48/64 (n-gram draft "
               "lengths), ngram_match=4,24 ...; several --sweep combine. The winner becomes the evidence.")
@@ -56,7 +56,7 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,
-          max_tokens: int, prompt_tokens: int, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
+          max_tokens: int, prompt_tokens: int | None, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
           env_path: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
           root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
@@ -74,7 +74,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     from power.orchestrator.plan import load_plan, located
     from power.runtime import bench as harness
     from power.runtime.bench_report import REPORT_FORMATS, text_table, write_report
-    from power.runtime.traffic import build_shape, parse_shapes
+    from power.runtime.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
 
     try:
         names = parse_shapes(shapes)
@@ -83,7 +83,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     if report is not None and report.suffix not in REPORT_FORMATS:
         raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
     try:
-        traffic = [build_shape(name, max_tokens, prompt_tokens) for name in names]
+        traffic = [build_shape(name, max_tokens, prompt_tokens or SEEDS_PROMPT_TOKENS) for name in names]
     except ValueError as err:
         raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
     try:
@@ -145,11 +145,12 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
 def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
              threads: int | None, root: Path | None, running: contextlib.ExitStack):
     """One configuration per plan, its engine loaded (Power) or started and healthy (live; stopped by `running`)."""
-    from power.orchestrator.live import LiveEngine
+    from power.orchestrator.live import LiveEngine, LiveEngineError
     from power.runtime import bench as harness
     from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.served import ServedEngine
 
-    configs = []
+    configs, servers = [], []
     for label, path, plan in plans:
         click.echo(f"loading {label}: {path} (mode {plan.mode.resolved}) on {engine}", err=True)
         if engine == "power":
@@ -157,13 +158,15 @@ def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, l
             runtime_engine = Engine(Workload.of_plan(plan, path, root), options)
             configs.append(harness.BenchConfig(label, Path(path), plan, runtime_engine))
         else:
+            if binary is None:
+                raise LiveEngineError(f"no {engine} binary to launch", hint="pass --engine-binary PATH")
             server = LiveEngine(engine, plan, Path(path), binary, threads=threads)
             running.callback(server.stop)
             server.start_process()
-            configs.append(harness.BenchConfig(label, Path(path), plan, server))
-    for config in configs:  # live servers load side by side, then each must be healthy
-        if isinstance(config.engine, LiveEngine):
-            config.engine.wait_healthy()
+            servers.append(server)
+            configs.append(harness.BenchConfig(label, Path(path), plan, ServedEngine(server)))
+    for server in servers:  # live servers load side by side, then each must be healthy
+        server.wait_healthy()
     return configs
 
 

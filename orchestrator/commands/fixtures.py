@@ -38,7 +38,7 @@ def build(directory: Path, hash_sparse: bool, as_json: bool) -> None:
         for row in rows]
     widths = [max(len(row[i]) for row in table) for i in range(5)]
     for row in table:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 def _kind(drafter_kind: str | None, architecture: str) -> str:

@@ -171,7 +171,7 @@ def _row(item: dict) -> tuple[str, ...]:
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(_COLUMNS, *rows)]
-    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+    widths = [max(len(cell) for cell in column) for column in zip(_COLUMNS, *rows, strict=True)]
+    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
              for line in [_COLUMNS, *rows]]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 import tomli_w
@@ -79,7 +80,7 @@ def _engine_command(engine: str):
             refuse(err, as_json)
         result = import_launch(engine, tokens)
         findings = list(result.findings)
-        documents: dict = {}
+        documents: dict[str, Any] = {}
         if output is not None and not has_errors(findings):
             findings += _missing_files(result.spec)
         if output is not None and not has_errors(findings):
@@ -163,10 +164,13 @@ def _write(spec: LaunchSpec, folder: Path) -> tuple[dict, list[Finding]]:
 
 def _model_context(spec: LaunchSpec) -> int | None:
     """Without -c, llama-server runs the model's trained context (`-c 0`): read it from the header."""
+    if spec.model is None:
+        return None
     try:
-        return inspect_artifact(Path(spec.model.text)).hparam("context_length")
+        context = inspect_artifact(Path(spec.model.text)).hparam("context_length")
     except ArtifactError:
         return None
+    return context if isinstance(context, int) and context > 0 else None
 
 
 def _compile(folder: Path, host_path: Path | None, device: int | None, engine: str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 import click
 import numpy as np
@@ -58,9 +58,9 @@ def render_report(facts: ArtifactFacts, digest: str | None) -> str:
     return "\n\n".join(section for section in sections if section)
 
 
-def _rows(rows: list[tuple[str, ...]], indent: str = "  ") -> str:
+def _rows(rows: Sequence[tuple[str, ...]], indent: str = "  ") -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def _bytes(n: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -115,7 +116,7 @@ def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, 
     sys.exit(EXIT_OK)
 
 
-def _refuse(findings: list[Finding], as_json: bool) -> None:
+def _refuse(findings: list[Finding], as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"plan": None, "findings": [f.to_json() for f in findings]}, indent=2))
     for finding in findings:

@@ -64,7 +64,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
                                pod_monitor, dry_run)
         else:
             text = render_plan(plan, target, plan_path, root, executable=power_executable,
-                               listen=Listen(address, port) if address else None)
+                               listen=Listen(address, port) if address and port else None)
     except PowerError as err:
         refuse(err)
     if output is None:
@@ -98,7 +98,7 @@ def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, models_
         raise click.UsageError(f"--models-host-path: {err.errors()[0]['msg']}") from None
     placement, findings = host_placement(load_host(host_path), plan, engine, model_mount(volume), dry_run=dry_run,
                                          namespace=namespace, pod_monitor=pod_monitor)
-    if has_errors(findings):
+    if placement is None or has_errors(findings):
         print_findings(findings, as_json=False)
         raise SystemExit(EXIT_FINDINGS)
     return yaml_text(*render_objects(plan, placement))

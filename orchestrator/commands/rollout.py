@@ -127,7 +127,10 @@ def _with_tree(fleet_file: Path, lock_path: Path | None, directory: Path | None,
 
 
 def _export_plans(lock_path: Path, directory: Path, outcome: Outcome) -> None:
-    lock, _ = read_lock(lock_path)
+    lock, findings = read_lock(lock_path)
+    if lock is None:
+        outcome.findings += findings
+        return
     directory.mkdir(parents=True, exist_ok=True)
     for digest, document in lock.plans.items():
         save_plan(ResolvedPlan.model_validate(document), directory / f"{digest[:12]}.json")

@@ -87,8 +87,9 @@ def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capaci
     from power.orchestrator.plan import load_plan
     from power.runtime.engine import DEFAULT_CTX, Engine, Workload
 
-    if gguf is not None:
-        return Engine(Workload.of_gguf(gguf, ctx or DEFAULT_CTX, verify_capacity or 1), options)
-    return Engine(Workload.of_plan(load_plan(plan), plan, root), options)
+    if plan is not None:
+        return Engine(Workload.of_plan(load_plan(plan), plan, root), options)
+    assert gguf is not None  # run() takes exactly one of them
+    return Engine(Workload.of_gguf(gguf, ctx or DEFAULT_CTX, verify_capacity or 1), options)
 
 

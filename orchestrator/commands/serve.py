@@ -52,7 +52,8 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, d
 
     def stop_on_load_failure(message: str) -> None:
         failed.append(message)
-        server.should_exit = True
+        if server is not None:
+            server.should_exit = True
 
     app = create_app(lambda: Engine(workload, options), resolved.name, resolved.digest,
                      ServerLimits(queue_size=queue_size, request_timeout_s=timeout_s), stop_on_load_failure)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from power.findings import has_errors
+from power.findings import Finding, has_errors
 from power.orchestrator.checks.devices import check_devices
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
@@ -37,10 +38,10 @@ def size(manifest, profile, host_path, sizes, indices, engine, ctx, as_json) -> 
     # Sizing reads headers only: digests are the plan's business.
     artifacts, found = check_artifacts(manifest_doc, ArtifactMemo(), with_digest=False)
     findings += found
-    chosen = None
-    if artifacts is not None and not has_errors(findings):
-        chosen, found = choose(manifest_doc, profile_doc, artifacts)
-        findings += found
+    if artifacts is None or has_errors(findings):
+        _stop(findings)
+    chosen, found = choose(manifest_doc, profile_doc, artifacts)
+    findings += found
     if chosen is None or has_errors(findings):
         _stop(findings)
     findings += check_devices(profile_doc, placed.host, placed.devices, engine, artifacts.target.facts)
@@ -62,7 +63,7 @@ def size(manifest, profile, host_path, sizes, indices, engine, ctx, as_json) -> 
     sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
 
 
-def _stop(findings) -> None:
+def _stop(findings: list[Finding]) -> NoReturn:
     for finding in findings:
         click.echo(finding.render(), err=True)
     sys.exit(exit_code(findings))

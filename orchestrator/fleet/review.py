@@ -48,6 +48,10 @@ class DeploymentReview:
     def record(self) -> dict[str, Any] | None:
         return plan_record(self.plan, self.deployment, self.profile_name, self.objects_digest) if self.plan else None
 
+    def bytes_on(self, index: int) -> int:
+        """What this deployment's plan puts on its host's device `index` (nothing without a plan)."""
+        return bytes_on(self.plan, index) if self.plan else 0
+
 
 @dataclass
 class DeviceUse:
@@ -61,7 +65,7 @@ class DeviceUse:
 
     @property
     def planned_bytes(self) -> int:
-        return sum(bytes_on(d.plan, self.index) for d in self.deployments if d.plan)
+        return sum(d.bytes_on(self.index) for d in self.deployments)
 
 
 def bytes_on(plan: ResolvedPlan, index: int) -> int:
@@ -233,6 +237,8 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
 
 def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
     """Each planned deployment's place in the cluster, and the digest of the objects it renders to."""
+    if review.fleet is None:
+        return
     items = [Placed(d.index, d.key, d.deployment, d.plan) for d in review.deployments]
     review.placements, findings = fleet_placements(loaded, review.fleet, items, images_required)
     review.findings += findings
@@ -243,6 +249,8 @@ def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
 
 def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
     """PWR061: a manifest or profile path that climbs out of the fleet's directory through `..` (allowed, shown)."""
+    if loaded.data is None:
+        return []
     raw = loaded.data["deployments"][index]
     fleet_dir = loaded.path.absolute().parent.resolve()
     findings = []
@@ -274,7 +282,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
         if len(planned) < 2 or use.planned_bytes <= use.usable_bytes:
             continue
         device = use.host.devices[use.index]
-        parts = " + ".join(f"{d.key} {format_size(bytes_on(d.plan, use.index))}" for d in planned)
+        parts = " + ".join(f"{d.key} {format_size(d.bytes_on(use.index))}" for d in planned)
         findings.append(loaded.finding(
             "PWR062",
             f"{use.host.name} device {use.index} ({device.model}, {format_size(device.vram)}): {parts} = "
@@ -288,7 +296,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
 def _move_hint(moving: DeploymentReview, here: DeviceUse, uses: list[DeviceUse]) -> str:
     """Devices with room left for the last deployment on an overfull one (its planned bytes do not depend on
     the device's size), else the generic advice."""
-    needed = bytes_on(moving.plan, here.index)
+    needed = moving.bytes_on(here.index)
     room = [use for use in uses if use is not here and use.usable_bytes - use.planned_bytes >= needed]
     if room:
         places = ", ".join(f"{use.host.name} device {use.index}" for use in room[:3])
@@ -345,7 +353,7 @@ def _host_document(host: HostSpec, uses: list[DeviceUse], deployments: list[Depl
             "model": host.devices[use.index].model,
             "vram_bytes": host.devices[use.index].vram,
             "planned_bytes": use.planned_bytes,
-            "uses": [{"key": d.key, "bytes": bytes_on(d.plan, use.index)} for d in use.deployments if d.plan],
+            "uses": [{"key": d.key, "bytes": d.bytes_on(use.index)} for d in use.deployments if d.plan],
         } for use in uses],
         "deployments": [_deployment_document(d) for d in deployments],
     }

@@ -41,6 +41,7 @@ from power.orchestrator.fleet.lock import FleetLock, LockConflict, read_lock, wr
 from power.orchestrator.fleet.review import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
 from power.orchestrator.loading import Loaded, load_fleet, load_manifest
 from power.orchestrator.plan_memo import PlanMemo
+from power.orchestrator.schema import Fleet
 
 IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"
 # Fewer paired runs than this per shape cannot separate a speedup from noise (one run's min-max range is a point).
@@ -72,10 +73,10 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
     memo = PlanMemo()
     review = review_fleet(fleet_path, lock_path, memo)
     outcome = Outcome(findings=[f for f in review.all_findings if f.severity is Severity.ERROR])
-    if not outcome.ok or review.lock is None:
+    lock, fleet = review.lock, review.fleet
+    if not outcome.ok or lock is None or fleet is None:
         outcome.lines.append("refused: the fleet review has errors; fix them before rolling out a profile")
         return outcome
-    lock = review.lock
     if lock.rollout and lock.rollout["status"] == IN_PROGRESS:
         outcome.findings.append(_state_finding(lock_path, f"a rollout of {lock.rollout['profile']['name']} is in "
                                                "progress", "advance or roll it back first"))
@@ -85,7 +86,7 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
         outcome.findings.append(_state_finding(fleet_path, f"no deployment key matches {select!r}",
                                                "keys are host/name, as `power fleet review` lists them"))
         return outcome
-    candidates = _candidates(review, selected, Path(profile_path), memo, outcome)
+    candidates = _candidates(review, fleet, selected, Path(profile_path), memo, outcome)
     if not outcome.ok:
         return outcome
     incumbents = {key: lock.deployments.get(key) or record for key, record in review.records().items()}
@@ -94,7 +95,7 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
     if not changing:
         outcome.lines.append("nothing to roll out: every deployment already runs these plans")
         return outcome
-    stages = _stages(review, changing, canary or [], waves)
+    stages = _stages(fleet, changing, canary or [], waves)
     _store_plans(lock, review, memo)
     profile_name = next(iter(candidates.values()))["profile"]
     lock.rollout = {
@@ -254,13 +255,13 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
     return findings
 
 
-def _candidates(review: FleetReview, selected: list[DeploymentReview], profile_path: Path, memo: PlanMemo,
-                outcome: Outcome) -> dict[str, dict[str, Any]]:
+def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentReview], profile_path: Path,
+                memo: PlanMemo, outcome: Outcome) -> dict[str, dict[str, Any]]:
     profile = memo.profile(profile_path)
     outcome.findings += [f for f in profile.findings if f.severity is Severity.ERROR]
     if not profile.ok:
         return {}
-    hosts = {host.name: host for host in review.fleet.hosts}
+    hosts = {host.name: host for host in fleet.hosts}
     candidates = {}
     for item in selected:
         manifest = memo.manifest(item.deployment.manifest)
@@ -274,11 +275,11 @@ def _candidates(review: FleetReview, selected: list[DeploymentReview], profile_p
     return candidates
 
 
-def _stages(review: FleetReview, keys: list[str], canary: list[str], waves: int) -> list[dict[str, Any]]:
-    order = [host.name for host in review.fleet.hosts]
+def _stages(fleet: Fleet, keys: list[str], canary: list[str], waves: int) -> list[dict[str, Any]]:
+    order = [host.name for host in fleet.hosts]
     host_of = {key: key.split("/", 1)[0] for key in keys}
     hosts = [name for name in order if name in host_of.values()]
-    labelled = [h.name for h in review.fleet.hosts if h.labels.get(CANARY_LABEL[0]) == CANARY_LABEL[1]]
+    labelled = [h.name for h in fleet.hosts if h.labels.get(CANARY_LABEL[0]) == CANARY_LABEL[1]]
     canary_hosts = [h for h in hosts if h in (canary or labelled)] or hosts[:1]
     rest = [h for h in hosts if h not in canary_hosts]
     groups = [("canary", canary_hosts)]
@@ -335,7 +336,7 @@ def _read_all(paths: list[Path], outcome: Outcome) -> dict[tuple[str, str], list
         evidence, finding = read_evidence(path)
         if finding is not None:
             outcome.findings.append(finding)
-        else:
+        if evidence is not None:
             found.setdefault((evidence.candidate_digest, evidence.baseline_digest), []).append(evidence)
     return found
 

@@ -39,8 +39,8 @@ def render_fleet(fleet_path: Path, lock_path: Path | None = None,
 
 def fleet_tree(review: FleetReview) -> tuple[dict[str, str], list[Finding]]:
     stages, findings = applied_stages(review)
-    plans = {d.key: d.plan for d in review.deployments if d.key in review.placements}
-    fleet_name = review.fleet.name or review.path.stem
+    plans = {d.key: d.plan for d in review.deployments if d.key in review.placements and d.plan is not None}
+    fleet_name = (review.fleet.name if review.fleet else None) or review.path.stem
     header = (f"Rendered by Power from {review.path.name} (fleet {fleet_name}); regenerate with "
               f"`power fleet render {review.path.name} --target kubernetes -o DIR`, never edit")
     return build_tree(plans, review.placements, stages, header), findings
@@ -48,8 +48,9 @@ def fleet_tree(review: FleetReview) -> tuple[dict[str, str], list[Finding]]:
 
 def applied_stages(review: FleetReview) -> tuple[list[Stage], list[Finding]]:
     """An overlay per applied stage of the lock's rollout: cumulative candidates over the reviewed base."""
-    rollout = review.lock.rollout if review.lock else None
-    if not rollout or rollout["status"] == ROLLED_BACK:
+    lock = review.lock
+    rollout = lock.rollout if lock else None
+    if lock is None or not rollout or rollout["status"] == ROLLED_BACK:
         return [], []
     base = {d.key: d.plan.digest for d in review.deployments if d.plan and d.key in review.placements}
     stages: list[Stage] = []
@@ -68,7 +69,7 @@ def applied_stages(review: FleetReview) -> tuple[list[Stage], list[Finding]]:
                     "finish or roll back the rollout before changing the deployment in the fleet file",
                     str(review.lock_path)))
                 continue
-            moved[key] = ResolvedPlan.model_validate(review.lock.plans[candidate])
+            moved[key] = ResolvedPlan.model_validate(lock.plans[candidate])
         if moved:
             stages.append(Stage(stage["name"], dict(moved)))
     return stages, findings

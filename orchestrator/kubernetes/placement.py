@@ -14,6 +14,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.kubernetes.objects import ModelMount, Placement, artifact_paths, container_path, dry_run_image
@@ -23,7 +24,7 @@ from power.orchestrator.schema import Deployment, Fleet, FleetKubernetes, HostKu
 
 # Service names are DNS-1035 labels: lowercase letters, digits and '-', a letter first, at most 63 characters.
 MAX_NAME = 63
-VERIFY_ENGINE = "power"  # the init container runs `power verify`, so every pod needs Power's image
+VERIFY_ENGINE: Final = "power"  # the init container runs `power verify`, so every pod needs Power's image
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
     unselected: set[str] = set()
     reported: set[str] = set()
     for item in items:
-        if item.deployment.host not in hosts or item.plan is None:
+        plan = item.plan
+        if item.deployment.host not in hosts or plan is None:
             continue
         host_index, host = hosts[item.deployment.host]
         found = _selection_findings(loaded, host_index, host, unselected)
@@ -94,7 +96,7 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
         volume_name, volume_findings = _volume(loaded, settings, item)
         found += volume_findings
         if volume_name is not None:
-            found += _outside_volume_findings(loaded, settings.volumes[volume_name], volume_name, item)
+            found += _outside_volume_findings(loaded, settings.volumes[volume_name], volume_name, item.key, plan)
         name = object_name(item.key)
         if name in names:
             found.append(loaded.finding("PWR094", f"deployments {names[name]} and {item.key} both become Kubernetes "
@@ -102,7 +104,7 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
                                         hint="give one of them another `name`"))
         names.setdefault(name, item.key)
         findings += found
-        if found:
+        if found or volume_name is None:
             continue
         images = settings.images | (host.kubernetes.images if host.kubernetes else {})
         engine = item.deployment.engine
@@ -173,14 +175,15 @@ def _volume(loaded: Loaded, settings: FleetKubernetes, item: Placed) -> tuple[st
              f"declare [kubernetes.volumes.{wanted}], or use one of: {', '.join(declared) or '(none declared)'}")]
 
 
-def _outside_volume_findings(loaded: Loaded, volume: ModelVolume, name: str, item: Placed) -> list[Finding]:
+def _outside_volume_findings(loaded: Loaded, volume: ModelVolume, name: str, key: str,
+                             plan: ResolvedPlan) -> list[Finding]:
     mount = model_mount(volume)
     return [loaded.finding(
-        "PWR093", f"deployment {item.key}: {path} is not under volume {name}'s local folder {volume.local}, so the "
+        "PWR093", f"deployment {key}: {path} is not under volume {name}'s local folder {volume.local}, so the "
         "pod cannot see it", where=f"kubernetes.volumes.{name}.local",
         hint="point `local` at the folder holding every artifact the deployment's manifest names, or copy the "
              "files into it and fix the manifest's paths")
-        for path in artifact_paths(item.plan) if container_path(mount, path) is None]
+        for path in artifact_paths(plan) if container_path(mount, path) is None]
 
 
 def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: ModelMount, *, dry_run: bool,

@@ -41,7 +41,7 @@ class Stage:
     candidates: dict[str, ResolvedPlan] = field(default_factory=dict)
 
 
-def yaml_text(*documents: dict[str, Any]) -> str:
+def yaml_text(*documents: object) -> str:
     """Plain YAML documents (`---` between them); multi-line strings as literal blocks, so the plan reads as JSON."""
     return "---\n".join(yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096)
                         for document in documents)

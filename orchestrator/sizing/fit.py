@@ -58,7 +58,7 @@ def fitting_split(engine: str, target: ArtifactFacts, drafter: ArtifactFacts | N
         return size_plan(engine, target, drafter, replace(request, split=split), devices)
 
     if len(devices) == 2:
-        candidates = [(first, units - first) for first in range(units + 1)]
+        candidates: list[tuple[int, ...]] = [(first, units - first) for first in range(units + 1)]
     else:
         candidates = [_greedy(units, len(devices), lambda counts: sized(counts).devices)]
     best, best_margin = None, None

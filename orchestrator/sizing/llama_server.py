@@ -41,6 +41,7 @@ from power.artifacts.gguf_reader import TensorInfo
 from power.orchestrator.sizing import llama_graph
 from power.orchestrator.sizing.llama_context import LlamaContext, draft_context, slot_facts, target_context
 from power.orchestrator.sizing.model import (
+    Basis,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -191,7 +192,7 @@ def kv_cell_bytes(layer: LayerFacts, k_type: str, v_type: str, v_width: int) -> 
 
 
 def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placement: Placement, context: LlamaContext,
-        cache_type: str, label: str, basis: str) -> None:
+        cache_type: str, label: str, basis: Basis) -> None:
     n_swa = whole(facts.hparam("attention.sliding_window"))
     v_widest = max((l.n_head_kv * l.head_dim_v for l in layers), default=0)
     groups: dict[tuple[int | None, str], list[LayerFacts]] = defaultdict(list)

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from power.artifacts.facts import NEXTN, ArtifactFacts, LayerFacts
+from power.artifacts.ggml_types import QUANT_BY_NAME
 
 MiB = 1024**2
 Basis = Literal["exact", "estimated", "measured"]
@@ -172,12 +171,12 @@ class Sizing:
 
 def type_bytes(n_elements: int, type_name: str) -> int:
     """Bytes of n elements of a GGML type (block-quantised types count whole blocks: ggml_row_size)."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
-    return -(-n_elements // block) * size
+    quant = QUANT_BY_NAME[type_name.upper()]
+    return -(-n_elements // quant.block_size) * quant.type_size
 
 
 def is_quantized(type_name: str) -> bool:
-    return GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]][0] > 1
+    return QUANT_BY_NAME[type_name.upper()].block_size > 1
 
 
 def pad(value: int, to: int) -> int:

@@ -39,7 +39,7 @@ class Placement:
     layers: tuple[int | None, ...]
     output: int | None
 
-    def layers_on(self, position: int) -> list[int]:
+    def layers_on(self, position: int | None) -> list[int]:
         return [il for il, where in enumerate(self.layers) if where == position]
 
     def describe(self, position: int) -> str:

@@ -20,13 +20,14 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+from typing_extensions import override
 
 from power import modes
 from power.artifacts.contracts import nextn_layer_count
 
 from ..gguf_weights import GGUFFile
 from ..kv_cache import causal_mask
-from ..layers import rms_norm, rope_tables
+from ..layers import rms_norm, rope_rows, rope_tables
 from ..trunks.base import Weights
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
@@ -71,6 +72,7 @@ class MTPHead(Speculator):
         self.length = 0  # head cache rows committed: positions [1, length) hold real entries
         self.last_hidden: torch.Tensor | None = None  # the target's final residual at position length - 1
 
+    @override
     def begin(self, tokens: Sequence[int]) -> None:
         self.reset()
 
@@ -110,6 +112,6 @@ class MTPHead(Speculator):
         e = rms_norm(self.head.embed(tokens), self.enorm, p.eps)
         x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1))
         positions = torch.arange(start, start + len(tokens))
-        rope = tuple(t[positions] for t in self.rope)
+        rope = rope_rows(self.rope, positions)
         mask = causal_mask(start, len(tokens), group=p.n_heads // p.n_kv_heads)
         return self.block(x, start, rope, mask, p)

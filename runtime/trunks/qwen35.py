@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
-from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
+from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_rows, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights
 from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
 
@@ -170,7 +170,7 @@ class GatedAttentionLayer:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [2 * q_dim, kv_dim, kv_dim]
-        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
+        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
         self.q_norm = w.tensor(b + "attn_q_norm.weight", [p.head_dim])
         self.k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
@@ -202,7 +202,7 @@ class Qwen35Trunk(FixedShapeTrunk):
         self.layers = [GatedDeltaNetLayer(w, p, i) if p.is_recurrent(i) else GatedAttentionLayer(w, p, i, capacity)
                        for i in range(p.n_layers)]
         self.rope = rope_tables(capacity, p.rope_dims, p.rope_base, device=options.device)
-        self.snapshots: dict[int, list[RecurrentState]] = {}  # committed length -> every recurrent layer's state
+        self.snapshots: dict[int, dict[int, RecurrentState]] = {}  # committed length -> every recurrent layer's state
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
                              snapshot_rows=options.snapshot_rows, recurrent=True)
@@ -219,7 +219,7 @@ class Qwen35Trunk(FixedShapeTrunk):
         p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
         positions = self._positions(start, tokens.shape[0])
         mask = causal_mask(start, tokens.shape[0], group=p.n_heads // p.n_kv_heads, device=positions.device)
-        rope = tuple(t[positions] for t in self.rope)
+        rope = rope_rows(self.rope, positions)
         before = {i: s.clone() for i, s in self.states.items()} if self.options.snapshot_rows >= n_real else None
         per_row: dict[int, dict[int, RecurrentState]] = {}
         h = self.embedding[tokens]
