@@ -452,16 +452,16 @@ def _read_vllm_config(spec: LaunchSpec, where: Token, config: dict[str, Any]) ->
     if config.get("model") and _runs_a_file(spec.mode):
         spec.draft_model = _retext(where, str(config["model"]))
     if spec.mode not in modes.WEIGHT_FREE:
-        return []
+        return findings
     # vLLM's prompt lookup tries match lengths from prompt_lookup_max down to prompt_lookup_min (default 1).
     longest, shortest = config.get("prompt_lookup_max"), config.get("prompt_lookup_min", 1)
     spec.ngram_match, spec.ngram_draft_min, spec.ngram_draft_max = longest, 1, spec.k
     if longest is not None and shortest != longest:
-        return [_finding("PWR455", where, f"prompt lookup over match lengths {shortest}..{longest}: Power's n-gram "
-                         f"matches one length (llama.cpp's n-match); imported as ngram_match = {longest}",
-                         "set prompt_lookup_min = prompt_lookup_max to run the same lookup on both engines",
-                         Severity.WARNING)]
-    return []
+        findings.append(_finding(
+            "PWR455", where, f"prompt lookup over match lengths {shortest}..{longest}: Power's n-gram matches one "
+            f"length (llama.cpp's n-match); imported as ngram_match = {longest}",
+            "set prompt_lookup_min = prompt_lookup_max to run the same lookup on both engines", Severity.WARNING))
+    return findings
 
 
 def _window_findings(spec: LaunchSpec) -> list[Finding]:
