@@ -22,8 +22,8 @@ own. DFlash/DFlash2/DSpark read the target's residuals entering `target_layers`;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Protocol, TypeGuard, TypeVar
 
 from power.findings import Finding, Severity
 
@@ -79,13 +79,20 @@ MAX_DRAFTER_BLOCKS = 256
 DFLASH2_MARKER_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
 CONV_SUBLAYERS = ("attn", "ffn")
 
+_T = TypeVar("_T")
+
 
 class HeaderView(Protocol):
-    """What the contracts read from an artifact (ArtifactFacts provides it)."""
+    """What the contracts read from an artifact (ArtifactFacts provides it); read-only."""
 
-    path: str
-    architecture: str
-    metadata: Mapping[str, Any]
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def architecture(self) -> str: ...
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
 
     @property
     def tensor_shapes(self) -> Mapping[str, tuple[int, ...]]: ...
@@ -116,6 +123,32 @@ class DrafterHparams:
     final_logit_softcapping: float | None = None
     markov_rank: int | None = None
     confidence_threshold: float | None = None
+
+
+# Each DrafterHparams field's header key (after `{arch}.`), in the order the artifact factory writes them.
+HPARAM_KEYS: dict[str, str] = {
+    "embedding_length": "embedding_length",
+    "block_count": "block_count",
+    "feed_forward_length": "feed_forward_length",
+    "head_count": "attention.head_count",
+    "head_count_kv": "attention.head_count_kv",
+    "head_dim": "attention.key_length",
+    "rms_epsilon": "attention.layer_norm_rms_epsilon",
+    "rope_freq_base": "rope.freq_base",
+    "vocab_size": "vocab_size",
+    "block_size": "block_size",
+    "target_layers": "target_layers",
+    "mask_token_id": "mask_token_id",
+    "sliding_window": "attention.sliding_window",
+    "conv_kernel_size": "conv_kernel_size",
+    "conv_group_size": "conv_group_size",
+    "selector_rank": "selector_rank",
+    "selector_top_k": "selector_top_k",
+    "logit_scale": "logit_scale",
+    "final_logit_softcapping": "final_logit_softcapping",
+    "markov_rank": "markov_rank",
+    "confidence_threshold": "confidence_threshold",
+}
 
 
 def backbone_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
@@ -157,8 +190,9 @@ def dflash2_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
     [K, 2K) its output. `{s}_conv_proj` maps the sublayer's input to the dynamic per-group
     deltas, laid out [2 (input, output), K taps, d / conv_group_size groups].
     """
-    d, k, r = hp.embedding_length, hp.conv_kernel_size, hp.selector_rank
-    groups = d // hp.conv_group_size
+    d = hp.embedding_length
+    k, r = required(hp.conv_kernel_size, "conv_kernel_size"), required(hp.selector_rank, "selector_rank")
+    groups = d // required(hp.conv_group_size, "conv_group_size")
     shapes: dict[str, tuple[int, ...]] = {}
     for i in range(hp.block_count):
         for sublayer in CONV_SUBLAYERS:
@@ -179,7 +213,7 @@ def dspark_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
     with pred_0 the anchor and pred_e the token drafted at e-1, normed by `markov.norm`
     before the target's LM head. Confidence head: sigmoid(confidence.weight @ h'_e + bias).
     """
-    d, r = hp.embedding_length, hp.markov_rank
+    d, r = hp.embedding_length, required(hp.markov_rank, "markov_rank")
     return {
         "markov.token_embd.weight": (hp.vocab_size, r),
         "markov.hidden.weight": (r, d),
@@ -188,6 +222,13 @@ def dspark_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
         "confidence.weight": (1, d),
         "confidence.bias": (1,),
     }
+
+
+def required(value: _T | None, key: str) -> _T:
+    """A hyper-parameter `key` that the drafter's kind requires (the key checks refuse a header without it)."""
+    if value is None:
+        raise ValueError(f"the drafter's header has no {key}, which its kind requires")
+    return value
 
 
 def drafter_tensors(kind: str, hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
@@ -219,69 +260,58 @@ def nextn_tensors(layer: int, embedding_length: int) -> dict[str, tuple[int, ...
 
 def drafter_metadata(kind: str, hp: DrafterHparams) -> dict[str, Any]:
     """The metadata keys (fully qualified) a `kind` drafter with `hp` carries; used by the factory."""
-    arch = ARCHITECTURE_OF[kind]
-    values: dict[str, Any] = {
-        "embedding_length": hp.embedding_length,
-        "block_count": hp.block_count,
-        "feed_forward_length": hp.feed_forward_length,
-        "attention.head_count": hp.head_count,
-        "attention.head_count_kv": hp.head_count_kv,
-        "attention.key_length": hp.head_dim,
-        "attention.layer_norm_rms_epsilon": hp.rms_epsilon,
-        "rope.freq_base": hp.rope_freq_base,
-        "vocab_size": hp.vocab_size,
-        "block_size": hp.block_size,
-        "target_layers": list(hp.target_layers),
-        "mask_token_id": hp.mask_token_id,
-        "attention.sliding_window": hp.sliding_window,
-        "conv_kernel_size": hp.conv_kernel_size,
-        "conv_group_size": hp.conv_group_size,
-        "selector_rank": hp.selector_rank,
-        "selector_top_k": hp.selector_top_k,
-        "logit_scale": hp.logit_scale,
-        "final_logit_softcapping": hp.final_logit_softcapping,
-        "markov_rank": hp.markov_rank,
-        "confidence_threshold": hp.confidence_threshold,
-    }
-    return {f"{arch}.{key}": value for key, value in values.items() if value is not None}
+    values: dict[str, Any] = {key: getattr(hp, name) for name, key in HPARAM_KEYS.items()}
+    values[HPARAM_KEYS["target_layers"]] = list(hp.target_layers)
+    return {f"{ARCHITECTURE_OF[kind]}.{key}": value for key, value in values.items() if value is not None}
 
 
 def drafter_hparams(view: HeaderView) -> DrafterHparams:
-    """Read a block drafter's hyper-parameters from its header; a missing or mistyped value reads as 0 / None
-    (the key checks report it)."""
-    meta, arch = view.metadata, view.architecture
+    """Read a block drafter's hyper-parameters from its header; a missing or mistyped value reads as 0, None or the
+    field's default (the key checks report it)."""
+    defaults: dict[str, Any] = {hparam.name: hparam.default for hparam in fields(DrafterHparams)}
 
-    def whole(key: str, default: int | None = 0) -> int | None:
-        value = meta.get(f"{arch}.{key}")
-        return value if _is_int(value) else default
+    def value_of(name: str) -> Any:
+        return view.metadata.get(f"{view.architecture}.{HPARAM_KEYS[name]}")
 
-    def real(key: str, default: float | None = None) -> float | None:
-        value = meta.get(f"{arch}.{key}")
-        return float(value) if _has_type(value, FLOAT) else default
+    def whole(name: str) -> int:
+        value = value_of(name)
+        return value if _is_int(value) else 0
 
-    layers = meta.get(f"{arch}.target_layers", ())
+    def optional_whole(name: str) -> int | None:
+        value = value_of(name)
+        return value if _is_int(value) else None
+
+    def real(name: str) -> float:
+        value = optional_real(name)
+        return defaults[name] if value is None else value
+
+    def optional_real(name: str) -> float | None:
+        value = value_of(name)
+        return float(value) if _is_number(value) else None
+
+    layers = value_of("target_layers")
     return DrafterHparams(
         embedding_length=whole("embedding_length"),
         block_count=whole("block_count"),
         feed_forward_length=whole("feed_forward_length"),
-        head_count=whole("attention.head_count"),
-        head_count_kv=whole("attention.head_count_kv"),
-        head_dim=whole("attention.key_length"),
+        head_count=whole("head_count"),
+        head_count_kv=whole("head_count_kv"),
+        head_dim=whole("head_dim"),
         vocab_size=whole("vocab_size"),
         block_size=whole("block_size"),
         target_layers=tuple(layers) if _has_type(layers, INT_ARRAY) else (),
         mask_token_id=whole("mask_token_id"),
-        rms_epsilon=real("attention.layer_norm_rms_epsilon", 1e-6),
-        rope_freq_base=real("rope.freq_base", 1_000_000.0),
-        sliding_window=whole("attention.sliding_window", None),
-        conv_kernel_size=whole("conv_kernel_size", None),
-        conv_group_size=whole("conv_group_size", None),
-        selector_rank=whole("selector_rank", None),
-        selector_top_k=whole("selector_top_k", None),
-        logit_scale=real("logit_scale"),
-        final_logit_softcapping=real("final_logit_softcapping"),
-        markov_rank=whole("markov_rank", None),
-        confidence_threshold=real("confidence_threshold"),
+        rms_epsilon=real("rms_epsilon"),
+        rope_freq_base=real("rope_freq_base"),
+        sliding_window=optional_whole("sliding_window"),
+        conv_kernel_size=optional_whole("conv_kernel_size"),
+        conv_group_size=optional_whole("conv_group_size"),
+        selector_rank=optional_whole("selector_rank"),
+        selector_top_k=optional_whole("selector_top_k"),
+        logit_scale=optional_real("logit_scale"),
+        final_logit_softcapping=optional_real("final_logit_softcapping"),
+        markov_rank=optional_whole("markov_rank"),
+        confidence_threshold=optional_real("confidence_threshold"),
     )
 
 
@@ -382,6 +412,22 @@ def pairing_violations(drafter: HeaderView, target: HeaderView) -> list[Finding]
     return [_finding("PWR211", f"the drafter cannot run on {target.path}: {problem}", drafter, hint) for problem in problems]
 
 
+def sidecar_violations(sidecar: HeaderView, target: HeaderView) -> list[Finding]:
+    """Whether an MTP-only GGUF carries the head of `target`'s model: the same architecture, width, trunk depth and
+    vocabulary (llama.cpp loads it as a draft model of the target's architecture whose trunk tensors are absent)."""
+    checks = [
+        ("general.architecture", sidecar.architecture, target.architecture),
+        ("embedding_length", _meta_int(sidecar, "embedding_length"), _meta_int(target, "embedding_length")),
+        ("trunk layers (block_count - nextn_predict_layers)",
+         _meta_int(sidecar, "block_count") - nextn_layer_count(sidecar),
+         _meta_int(target, "block_count") - nextn_layer_count(target)),
+        ("vocabulary", target_vocab_size(sidecar), target_vocab_size(target)),
+    ]
+    hint = "use the MTP-only GGUF converted from this target's base model"
+    return [_finding("PWR211", f"the MTP sidecar cannot serve {target.path}: its {what} is {mine}, the target's {theirs}",
+                     sidecar, hint) for what, mine, theirs in checks if mine != theirs]
+
+
 def _kind_mismatch(view: HeaderView, declared: str, found: str | None) -> Finding:
     header = f"general.architecture = {view.architecture!r}" + (f", a {found} drafter" if found else ", no drafter contract")
     if declared == MTP:
@@ -411,7 +457,7 @@ def _drafter_key_violations(view: HeaderView, kind: str) -> list[Finding]:
 
 def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
     hp, arch, findings = drafter_hparams(view), view.architecture, []
-    positive = {"embedding_length": hp.embedding_length, "block_count": hp.block_count, "attention.head_count": hp.head_count,
+    positive: dict[str, int | None] = {"embedding_length": hp.embedding_length, "block_count": hp.block_count, "attention.head_count": hp.head_count,
                 "attention.head_count_kv": hp.head_count_kv, "attention.key_length": hp.head_dim, "block_size": hp.block_size,
                 "vocab_size": hp.vocab_size}
     if kind != DSPARK:
@@ -425,7 +471,7 @@ def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
         findings.append(_finding("PWR211", f"{arch}.block_count = {hp.block_count}, more than {MAX_DRAFTER_BLOCKS} layers",
                                  view, "re-export the drafter with its real layer count"))
     for key, value in positive.items():
-        if value <= 0:
+        if value is None or value <= 0:
             findings.append(_finding("PWR211", f"{arch}.{key} = {value}, expected a positive integer", view,
                                      "re-export the drafter with a valid value"))
     if not hp.target_layers or any(layer < 0 for layer in hp.target_layers):
@@ -479,8 +525,12 @@ def _finding(code: str, message: str, view: HeaderView, hint: str) -> Finding:
     return Finding(code=code, severity=Severity.ERROR, message=message, file=view.path, hint=hint)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, float) or _is_int(value)
 
 
 def _meta_int(view: HeaderView, key: str) -> int:
@@ -492,7 +542,7 @@ def _has_type(value: Any, expected: str) -> bool:
     if expected == INT:
         return _is_int(value)
     if expected == FLOAT:
-        return isinstance(value, float) or _is_int(value)
+        return _is_number(value)
     return isinstance(value, (list, tuple)) and all(_is_int(item) for item in value)
 
 

@@ -1,12 +1,23 @@
 """Streaming sha256 of artifacts, with a digest cache so an unchanged 22 GB file is hashed once.
 
-The cache maps (device, inode, size, mtime_ns) to a digest. It lives in the user cache
-directory (`platformdirs`), or in `$POWER_CACHE_DIR` when set (tests point it at a temp
-dir), as one JSON file written atomically (temp file + rename). A cache that cannot be
-read or parsed is ignored and rebuilt: it only ever saves a hash, and an entry is used
-only when all four keys match the file as it is now.
+The cache maps a file's stamp, (device, inode, size, mtime_ns, ctime_ns), to a digest.
+What it trusts: that a file whose stamp is unchanged has unchanged bytes. The mtime alone
+is not enough (any user who can write the file can set it back with `touch -d`); the
+ctime is, because the kernel sets it on every write, truncate, rename or `utimes`, and no
+system call lets a user choose it: only changing the system clock or writing the raw
+block device (both privileged) can bring a matching ctime back. A cache entry is used
+only when all five match the file as it is now.
 
-A file that changes while it is hashed (size or mtime before vs after, or a short read)
+The cache only speeds up what hashes artifacts before a plan exists (inspect, plan, the
+fleet review, import). Where a plan is launched, rendered or verified (run, serve,
+bench, render, verify) every artifact is hashed in full (`use_cache=False`,
+`power.artifacts.verify`).
+
+It lives in the user cache directory (`platformdirs`), or in `$POWER_CACHE_DIR` when set
+(tests point it at a temp dir), as one JSON file written atomically (temp file + rename).
+A cache that cannot be read or parsed is ignored and rebuilt: it only ever saves a hash.
+
+A file that changes while it is hashed (its stamp before vs after, or a short read)
 raises ArtifactError with PWR116.
 """
 
@@ -18,20 +29,24 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import platformdirs
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import DocumentError, read_json
 from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regular_file
 
-__all__ = ["ArtifactError", "cache_path", "sha256_file"]
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+__all__ = ["ArtifactError", "cache_path", "file_stamp", "sha256_file"]
 
 CHUNK_BYTES = 8 << 20
 PROGRESS_MIN_BYTES = 100_000_000
 CACHE_ENV = "POWER_CACHE_DIR"
 CACHE_FILE_NAME = "digests.json"
-CACHE_SCHEMA = "power.digest-cache/v1"
+CACHE_SCHEMA = "power.digest-cache/v2"
 CACHE_MAX_ENTRIES = 4096
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -41,15 +56,20 @@ def cache_path() -> Path:
     return Path(root) / CACHE_FILE_NAME
 
 
+def file_stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What must be unchanged for a file's bytes to count as unchanged: device, inode, size, mtime and ctime."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def _cache_key(st: os.stat_result) -> str:
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    return ":".join(str(part) for part in file_stamp(st))
 
 
 def _load_cache() -> dict[str, Any]:
     """The cache's entries, or {} when it is missing, unreadable or not what this version writes."""
     try:
-        data = json.loads(cache_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(cache_path())
+    except DocumentError:
         return {}
     if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA or not isinstance(data.get("entries"), dict):
         return {}
@@ -77,7 +97,7 @@ def _store(key: str, path: str, digest: str) -> None:
 Progress = Union[bool, Callable[[int], None], None]
 
 
-def _progress_callback(size: int, path: str, progress: Progress) -> tuple[Callable[[int], None] | None, Any]:
+def _progress_callback(size: int, path: str, progress: Progress) -> tuple[Callable[[int], object] | None, tqdm[Any] | None]:
     """(per-chunk callback, bar to close): a caller's callback, a tqdm bar, or nothing."""
     if callable(progress):
         return progress, None
@@ -113,6 +133,7 @@ def _hash_open_file(fd: int, size: int, path: str, progress: Progress) -> tuple[
 def sha256_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress: Progress = None) -> str:
     """The file's sha256 (hex).
 
+    `use_cache=False` hashes every byte whatever the cache says (the result still refreshes the cache).
     `progress`: None shows a tqdm bar when stderr is a terminal and the file is over 100 MB;
     True/False force it; a callable is called with the byte count of every chunk read.
     """
@@ -127,10 +148,9 @@ def sha256_file(path: str | os.PathLike[str], *, use_cache: bool = True, progres
         after = os.fstat(fd)
     finally:
         os.close(fd)
-    if total != before.st_size or (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+    if total != before.st_size or file_stamp(after) != file_stamp(before):
         raise artifact_error("PWR116", name, f"the file changed while it was hashed ({before.st_size} bytes before, "
                              f"{total} read, {after.st_size} after)", "wait until the download or copy finishes, then "
                              "validate again", min(total, before.st_size))
-    if use_cache:
-        _store(key, os.path.abspath(name), digest)
+    _store(key, os.path.abspath(name), digest)
     return digest

@@ -20,8 +20,9 @@ Shapes of drafter tensors come from `power.artifacts.contracts`; see
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -98,7 +99,7 @@ def _learn_merges(text: str, count: int) -> list[tuple[str, str]]:
         pairs: Counter[tuple[str, str]] = Counter()
         for word, freq in words.items():
             symbols = pieces[word]
-            for pair in zip(symbols, symbols[1:]):
+            for pair in itertools.pairwise(symbols):
                 pairs[pair] += freq
         if not pairs:
             break
@@ -173,6 +174,9 @@ def _add_metadata(writer: gguf.GGUFWriter, metadata: dict[str, Any]) -> None:
             writer.add_string(key, value)
         elif value and all(isinstance(item, int) for item in value):
             writer.add_key_value(key, list(value), V.ARRAY, sub_type=V.INT32)
+        elif value and all(isinstance(item, (str, bytes)) for item in value):
+            # bytes are written as they are: a test can store a token that is not UTF-8
+            writer.add_key_value(key, list(value), V.ARRAY, sub_type=V.STRING)
         else:
             writer.add_array(key, list(value))
 
@@ -224,6 +228,7 @@ def write_sparse_gguf(path: Path, architecture: str, metadata: dict[str, Any],
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
+        assert writer.fout is not None  # write_header_to_file opened it
         fout = writer.fout[0]
         data_start = gguf.GGUFWriter.ggml_pad(fout.tell(), writer.data_alignment)
         end = data_start + data_size
@@ -412,15 +417,15 @@ HYBRID = HybridConfig(d_model=FIXTURE_D_MODEL, n_layers=8, nextn=1, n_heads=4, n
 
 def fixture_drafter_hparams(kind: str) -> DrafterHparams:
     """Drafters for the fixture targets: same width (they borrow the target's embedding and LM head)."""
-    common = dict(embedding_length=FIXTURE_D_MODEL, block_count=2, feed_forward_length=128, head_count=4, head_count_kv=2,
-                  head_dim=16, vocab_size=TOKENIZER.vocab_size, block_size=4, target_layers=(1, 3),
-                  mask_token_id=TOKENIZER.id_of("<|mask|>"))
+    common = DrafterHparams(embedding_length=FIXTURE_D_MODEL, block_count=2, feed_forward_length=128, head_count=4,
+                            head_count_kv=2, head_dim=16, vocab_size=TOKENIZER.vocab_size, block_size=4,
+                            target_layers=(1, 3), mask_token_id=TOKENIZER.id_of("<|mask|>"))
     if kind == contracts.DFLASH:
-        return DrafterHparams(**common, sliding_window=32)
+        return replace(common, sliding_window=32)
     if kind == contracts.DFLASH2:
-        return DrafterHparams(**common, sliding_window=32, conv_kernel_size=3, conv_group_size=16, selector_rank=8,
-                              selector_top_k=4, logit_scale=1.0, final_logit_softcapping=30.0)
-    return DrafterHparams(**common, markov_rank=8, confidence_threshold=0.5)
+        return replace(common, sliding_window=32, conv_kernel_size=3, conv_group_size=16, selector_rank=8,
+                       selector_top_k=4, logit_scale=1.0, final_logit_softcapping=30.0)
+    return replace(common, markov_rank=8, confidence_threshold=0.5)
 
 
 def _small_matrix_type(name: str, shape: tuple[int, ...]) -> Q:
@@ -456,15 +461,40 @@ def build_dense_target(directory: Path, chat_template: str | None = None) -> Pat
     return write_gguf(Path(directory) / "dense-target.gguf", "qwen3", metadata, tensors)
 
 
-def build_hybrid_target(directory: Path) -> Path:
-    """`qwen35` hybrid target: 8 layers (gated delta net, attention at 3 and 7) + one nextn/MTP block."""
+def _hybrid_tensors() -> dict[str, Tensor]:
     weights = _Weights(FIXTURE_SEED + 1)
     tensors = weights.fill(hybrid_tensor_shapes(HYBRID), _small_matrix_type)
     for name in tensors:
         if name.endswith(".ssm_a"):  # A = -exp(A_log): negative decay rates
             tensors[name] = Tensor(-np.exp(weights.rng.uniform(-1.0, 1.0, HYBRID.ssm_v_heads)).astype(np.float32), F32)
+    return tensors
+
+
+def build_hybrid_target(directory: Path) -> Path:
+    """`qwen35` hybrid target: 8 layers (gated delta net, attention at 3 and 7) + one nextn/MTP block."""
     metadata = hybrid_metadata(HYBRID, "fixture-hybrid-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
-    return write_gguf(Path(directory) / "hybrid-target.gguf", "qwen35", metadata, tensors)
+    return write_gguf(Path(directory) / "hybrid-target.gguf", "qwen35", metadata, _hybrid_tensors())
+
+
+def _is_head(name: str) -> bool:
+    return name.startswith(f"blk.{HYBRID.n_layers}.")
+
+
+def build_headless_hybrid_target(directory: Path) -> Path:
+    """The hybrid target shipped without its MTP head (the seeds' HauhauCS case): the same trunk, no nextn block."""
+    headless = replace(HYBRID, nextn=0)
+    tensors = {name: t for name, t in _hybrid_tensors().items() if not _is_head(name)}
+    metadata = hybrid_metadata(headless, "fixture-headless-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    return write_gguf(Path(directory) / "headless-hybrid-target.gguf", "qwen35", metadata, tensors)
+
+
+def build_mtp_sidecar(directory: Path) -> Path:
+    """An MTP-only GGUF for the headless target (`convert_hf_to_gguf.py --mtp`): the base model's header, its
+    embedding, output head and nextn block, no trunk tensors."""
+    shared = {"token_embd.weight", "output_norm.weight", "output.weight"}
+    tensors = {name: t for name, t in _hybrid_tensors().items() if _is_head(name) or name in shared}
+    metadata = hybrid_metadata(HYBRID, "fixture-mtp-only", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    return write_gguf(Path(directory) / "mtp-sidecar.gguf", "qwen35", metadata, tensors)
 
 
 def _build_drafter(path: Path, kind: str, seed: int, name: str, tokenizer: FixtureTokenizer = TOKENIZER) -> Path:
@@ -533,15 +563,15 @@ QWEN36_27B = HybridConfig(d_model=5120, n_layers=64, nextn=1, n_heads=24, n_kv_h
 
 def real_drafter_hparams(kind: str) -> DrafterHparams:
     """Qwen3.6-27B drafters: 5 layers x 8 kv heads x head dim 128 at the target's width 5120."""
-    common = dict(embedding_length=5120, block_count=5, feed_forward_length=17408, head_count=32, head_count_kv=8,
-                  head_dim=128, vocab_size=QWEN36_27B.vocab, block_size=16, target_layers=(1, 16, 31, 46, 61),
-                  mask_token_id=248077)
+    common = DrafterHparams(embedding_length=5120, block_count=5, feed_forward_length=17408, head_count=32,
+                            head_count_kv=8, head_dim=128, vocab_size=QWEN36_27B.vocab, block_size=16,
+                            target_layers=(1, 16, 31, 46, 61), mask_token_id=248077)
     if kind == contracts.DFLASH:
-        return DrafterHparams(**common, sliding_window=2048)
+        return replace(common, sliding_window=2048)
     if kind == contracts.DFLASH2:
-        return DrafterHparams(**common, sliding_window=2048, conv_kernel_size=4, conv_group_size=128, selector_rank=64,
-                              selector_top_k=8, logit_scale=1.0, final_logit_softcapping=0.0)
-    return DrafterHparams(**common, markov_rank=256, confidence_threshold=0.5)
+        return replace(common, sliding_window=2048, conv_kernel_size=4, conv_group_size=128, selector_rank=64,
+                       selector_top_k=8, logit_scale=1.0, final_logit_softcapping=0.0)
+    return replace(common, markov_rank=256, confidence_threshold=0.5)
 
 
 def _real_type(main: Q) -> Callable[[str, tuple[int, ...]], Q]:
@@ -594,6 +624,8 @@ def build_qwen36_27b_dspark(directory: Path) -> Path:
 SINGLE_FIXTURES: dict[str, Callable[[Path], Path]] = {
     "dense-target": build_dense_target,
     "hybrid-target": build_hybrid_target,
+    "headless-hybrid-target": build_headless_hybrid_target,
+    "mtp-sidecar": build_mtp_sidecar,
     "dflash-drafter": build_dflash_drafter,
     "dflash2-drafter": build_dflash2_drafter,
     "dspark-drafter": build_dspark_drafter,

@@ -18,15 +18,20 @@ Per-layer attention kind, from the header:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
 from power.artifacts import contracts
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
+from power.artifacts.header_values import header_findings, require_plausible_layers
 from power.artifacts.tokenizer_facts import VOCABULARY_KEYS, TokenizerFacts, tokenizer_facts
+from power.findings import Finding
 
 __all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "ArtifactFacts", "LayerFacts", "QuantCensus",
            "facts_from_header", "inspect_artifact"]
@@ -34,8 +39,6 @@ __all__ = ["GLOBAL", "NEXTN", "RECURRENT", "SLIDING", "ArtifactError", "Artifact
 # llama.cpp's hard-coded sliding-window patterns for headers that carry no pattern key:
 # n means every n-th layer (index % n == n - 1) is global, the others slide.
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4}
-# Layers are enumerated per block: a hostile block_count must not become a billion-row loop.
-MAX_BLOCK_COUNT = 4096
 GLOBAL, SLIDING, RECURRENT, NEXTN = "global", "sliding", "recurrent", "nextn"
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
@@ -79,6 +82,8 @@ class ArtifactFacts:
     drafter_kind: str | None
     sliding_window: int | None
     drafter_kv_bytes_per_position: int
+    # Header values no engine can run (`power.artifacts.header_values`): errors refuse a plan.
+    findings: tuple[Finding, ...] = ()
 
     @property
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -92,7 +97,8 @@ class ArtifactFacts:
         return {
             "path": self.path, "size": self.size, "version": self.version, "alignment": self.alignment,
             "data_offset": self.data_offset, "architecture": self.architecture, "name": self.name,
-            "file_type": self.file_type, "metadata": self.metadata, "value_types": self.value_types,
+            "file_type": self.file_type, "metadata": {key: _json_value(value) for key, value in self.metadata.items()},
+            "value_types": self.value_types,
             "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "offset": t.offset, "nbytes": t.nbytes}
                         for t in self.tensors],
             "census": [vars(row) for row in self.census],
@@ -102,7 +108,19 @@ class ArtifactFacts:
             "drafter_kind": self.drafter_kind,
             "sliding_window": self.sliding_window,
             "drafter_kv_bytes_per_position": self.drafter_kv_bytes_per_position,
+            "findings": [finding.to_json() for finding in self.findings],
         }
+
+
+def _json_value(value: Any) -> Any:
+    """A metadata value as JSON: a long numeric array (a numpy view) as its element type, count and sha256."""
+    if isinstance(value, np.ndarray):
+        # An ndarray is a buffer; numpy's stubs do not declare it, hence the ignore.
+        sha256 = hashlib.sha256(value).hexdigest()  # type: ignore[arg-type]
+        return {"elements": str(value.dtype), "count": int(value.size), "sha256": sha256}
+    if isinstance(value, list):
+        return [_json_value(item) for item in value]
+    return value
 
 
 class _HeaderView:
@@ -124,10 +142,7 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
     if not isinstance(architecture, str) or not architecture:
         raise artifact_error("PWR117", header.path, "general.architecture is missing or not a string",
                              "re-convert the artifact: every GGUF names its architecture", 0)
-    block_count = meta.get(f"{architecture}.block_count")
-    if isinstance(block_count, int) and not 0 <= block_count <= MAX_BLOCK_COUNT:
-        raise artifact_error("PWR117", header.path, f"{architecture}.block_count is {block_count} (at most "
-                             f"{MAX_BLOCK_COUNT} layers are plausible)", "the header is corrupt: re-convert the artifact")
+    require_plausible_layers(header)
     view = _HeaderView(header.path, architecture, meta, header.tensors)
     file_type = meta.get("general.file_type")
     return ArtifactFacts(
@@ -145,6 +160,7 @@ def facts_from_header(header: GGUFHeader) -> ArtifactFacts:
         drafter_kind=contracts.classify_drafter(view),
         sliding_window=contracts.drafter_sliding_window(view),
         drafter_kv_bytes_per_position=contracts.drafter_kv_bytes_per_position(view),
+        findings=tuple(header_findings(header)),
     )
 
 
@@ -180,7 +196,7 @@ def _layers(view: _HeaderView, tensors: tuple[TensorInfo, ...]) -> tuple[LayerFa
     by_layer: dict[int, list[TensorInfo]] = defaultdict(list)
     for tensor in tensors:
         match = _LAYER.match(tensor.name)
-        if match:
+        if match is not None:  # every index is below MAX_BLOCK_COUNT: require_plausible_layers ran first
             by_layer[int(match.group(1))].append(tensor)
     block_count = max(_int(meta.get(f"{arch}.block_count")), max(by_layer, default=-1) + 1)
     n_nextn = contracts.nextn_layer_count(view)

@@ -3,7 +3,10 @@
 Only the header is read (buffered, on demand), never the tensor data. Reading is
 bounded: every count and length is checked against the bytes left in the file
 before anything is allocated, arrays nest at most `MAX_ARRAY_DEPTH` deep, and
-tensor extents are checked against the file size. Anything wrong raises
+tensor extents are checked against the file size. What a header may make the
+reader build is capped (metadata keys, tensors, array elements that become Python
+objects); a long numeric array is never turned into Python numbers: its value is
+a read-only numpy view of the header's bytes. Anything wrong raises
 `ArtifactError`, whose `.finding` is a `PWR10x` finding naming the file and the
 byte offset; nothing else escapes (no struct.error, no MemoryError, no hang:
 directories, FIFOs and devices are refused before they are opened for reading).
@@ -19,15 +22,15 @@ header's end rounded up to `general.alignment` (32 by default).
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from power.artifacts.documents import DocumentError, Reason, open_regular
+from power.artifacts.ggml_types import QUANT_TYPES, ValueType
 from power.findings import PowerError
 
 GGUF_MAGIC = b"GGUF"
@@ -44,27 +47,38 @@ INT64_MAX = 2**63 - 1
 # Real headers are a few MB (a 248k-token vocabulary is about 8 MB); reading stops at this cap.
 MAX_HEADER_BYTES = 256 << 20
 INITIAL_READ = 1 << 20
+GROW_PIECE = 16 << 20
+# What one header may make the reader hold as Python objects. Real models have tens of metadata keys, at most
+# a few thousand tensors and vocabularies of a few hundred thousand tokens (Gemma 3: 262,144); each cap is far
+# above that, and a header past one is refused (PWR105) before anything is built for it.
+MAX_METADATA_KEYS = 1 << 16
+MAX_TENSORS = 1 << 16
+# Array elements that become Python objects (strings, inner arrays, short numeric arrays' numbers), all arrays together.
+MAX_ARRAY_OBJECTS = 1 << 21
+# Numeric arrays up to this length (per-layer values) are lists; longer ones (token types, scores) stay
+# read-only numpy views of the header bytes (bool arrays as uint8): no element becomes a Python object.
+MAX_LIST_ELEMENTS = 4096
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-_SCALARS: dict[GGUFValueType, struct.Struct] = {
-    GGUFValueType.UINT8: struct.Struct("<B"),
-    GGUFValueType.INT8: struct.Struct("<b"),
-    GGUFValueType.UINT16: struct.Struct("<H"),
-    GGUFValueType.INT16: struct.Struct("<h"),
-    GGUFValueType.UINT32: struct.Struct("<I"),
-    GGUFValueType.INT32: struct.Struct("<i"),
-    GGUFValueType.FLOAT32: struct.Struct("<f"),
-    GGUFValueType.BOOL: struct.Struct("<?"),
-    GGUFValueType.UINT64: struct.Struct("<Q"),
-    GGUFValueType.INT64: struct.Struct("<q"),
-    GGUFValueType.FLOAT64: struct.Struct("<d"),
+_SCALARS: dict[ValueType, struct.Struct] = {
+    ValueType.UINT8: struct.Struct("<B"),
+    ValueType.INT8: struct.Struct("<b"),
+    ValueType.UINT16: struct.Struct("<H"),
+    ValueType.INT16: struct.Struct("<h"),
+    ValueType.UINT32: struct.Struct("<I"),
+    ValueType.INT32: struct.Struct("<i"),
+    ValueType.FLOAT32: struct.Struct("<f"),
+    ValueType.BOOL: struct.Struct("<?"),
+    ValueType.UINT64: struct.Struct("<Q"),
+    ValueType.INT64: struct.Struct("<q"),
+    ValueType.FLOAT64: struct.Struct("<d"),
 }
-_NUMPY_TYPES: dict[GGUFValueType, str] = {
-    GGUFValueType.UINT8: "<u1", GGUFValueType.INT8: "<i1", GGUFValueType.UINT16: "<u2", GGUFValueType.INT16: "<i2",
-    GGUFValueType.UINT32: "<u4", GGUFValueType.INT32: "<i4", GGUFValueType.FLOAT32: "<f4", GGUFValueType.BOOL: "<u1",
-    GGUFValueType.UINT64: "<u8", GGUFValueType.INT64: "<i8", GGUFValueType.FLOAT64: "<f8",
+_NUMPY_TYPES: dict[ValueType, str] = {
+    ValueType.UINT8: "<u1", ValueType.INT8: "<i1", ValueType.UINT16: "<u2", ValueType.INT16: "<i2",
+    ValueType.UINT32: "<u4", ValueType.INT32: "<i4", ValueType.FLOAT32: "<f4", ValueType.BOOL: "<u1",
+    ValueType.UINT64: "<u8", ValueType.INT64: "<i8", ValueType.FLOAT64: "<f8",
 }
 
 
@@ -89,7 +103,7 @@ class TensorInfo:
 
     @property
     def type_name(self) -> str:
-        return GGMLQuantizationType(self.ggml_type).name
+        return QUANT_TYPES[self.ggml_type].name
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -118,12 +132,15 @@ class GGUFHeader:
     value_types: dict[str, str]  # key -> "uint32", "string", "array[int32]", ...
     tensors: tuple[TensorInfo, ...]
     array_spans: dict[str, ArraySpan] = field(default_factory=dict)
-    # The header's bytes as read (array spans index into them): tokenizer fingerprints hash them directly.
-    raw: bytes = field(default=b"", repr=False, compare=False)
+    # The header's bytes as read (array spans index into them, long numeric arrays are views of them):
+    # tokenizer fingerprints hash them directly. Never modified.
+    raw: bytes | bytearray = field(default=b"", repr=False, compare=False)
+    # key -> the byte offset of its metadata entry, so a finding about a value can point at it.
+    key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
 
-def _type_label(vtype: GGUFValueType, sub: str | None = None) -> str:
-    return f"array[{sub}]" if vtype == GGUFValueType.ARRAY else vtype.name.lower()
+def _type_label(vtype: ValueType, sub: str | None = None) -> str:
+    return f"array[{sub}]" if vtype == ValueType.ARRAY else vtype.name.lower()
 
 
 class _Cursor:
@@ -131,11 +148,13 @@ class _Cursor:
 
     Buffered reads rather than a memory map: a file truncated underneath us then gives a
     short read (a finding), where a mapped page past the new end would kill the process.
+    One bytearray grown in place, in pieces of at most GROW_PIECE bytes, so a large header
+    costs its own size in memory, not its size plus every smaller copy of it.
     """
 
     def __init__(self, fd: int, size: int, path: str) -> None:
         self.fd, self.size, self.path, self.pos = fd, size, path, 0
-        self.buf = b""
+        self.buf = bytearray()
 
     def fail(self, code: str, message: str, hint: str, offset: int | None = None) -> ArtifactError:
         return artifact_error(code, self.path, message, hint, self.pos if offset is None else offset)
@@ -152,11 +171,14 @@ class _Cursor:
             raise self.fail("PWR105", f"the header runs past {MAX_HEADER_BYTES >> 20} MiB (no real GGUF header is that "
                             "large)", "the header is corrupt or hostile: re-download or re-convert the artifact")
         target = min(self.size, MAX_HEADER_BYTES, max(end, 2 * len(self.buf), INITIAL_READ))
-        chunk = os.pread(self.fd, target - len(self.buf), len(self.buf))
-        if len(self.buf) + len(chunk) < end:
+        while len(self.buf) < target:
+            piece = os.pread(self.fd, min(GROW_PIECE, target - len(self.buf)), len(self.buf))
+            if not piece:
+                break
+            self.buf += piece
+        if len(self.buf) < end:
             raise artifact_error("PWR116", self.path, "the file became shorter while its header was read",
-                                 "wait until the download or copy finishes, then inspect again", len(self.buf) + len(chunk))
-        self.buf += chunk
+                                 "wait until the download or copy finishes, then inspect again", len(self.buf))
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -178,7 +200,7 @@ class _Cursor:
                                 "the header is corrupt: re-download or re-convert the artifact", at)
         self.need(length, what)
 
-    def raw_string(self, what: str) -> bytes:
+    def raw_string(self, what: str) -> bytearray:
         at = self.pos
         length = self.u64(f"the length of {what}")
         self.check_length(length, what, at)
@@ -195,11 +217,11 @@ class _Cursor:
             raise self.fail("PWR117", f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start} of the string)",
                             "the header is corrupt: re-download or re-convert the artifact", at) from None
 
-    def value_type(self, what: str) -> GGUFValueType:
+    def value_type(self, what: str) -> ValueType:
         at = self.pos
         raw = self.u32(what)
         try:
-            return GGUFValueType(raw)
+            return ValueType(raw)
         except ValueError:
             raise self.fail("PWR106", f"{what} has unknown value type {raw}", "the header is corrupt or from a newer "
                             "GGUF revision: re-convert the artifact with a current gguf writer", at) from None
@@ -211,11 +233,15 @@ class _HeaderParser:
         self.metadata: dict[str, Any] = {}
         self.value_types: dict[str, str] = {}
         self.spans: dict[str, ArraySpan] = {}
+        self.objects = 0
+        # Long numeric arrays, viewed once the header's bytes are final: (container, key or index, dtype, count, start).
+        self.views: list[tuple[Any, Any, str, int, int]] = []
+        self.offsets: dict[str, int] = {}
 
     def parse(self) -> GGUFHeader:
         cur = self.cur
         cur.need(4, "the magic")
-        magic = cur.buf[0:4]
+        magic = bytes(cur.buf[0:4])
         if magic != GGUF_MAGIC:
             raise cur.fail("PWR102", f"not a GGUF file: magic is {magic!r}, expected b'GGUF'",
                            "point the manifest at a .gguf artifact", 0)
@@ -224,21 +250,27 @@ class _HeaderParser:
         if version != SUPPORTED_VERSION:
             raise cur.fail("PWR103", f"GGUF version {version} is not supported (only version {SUPPORTED_VERSION})",
                            "re-convert the model with a current llama.cpp convert script", 4)
-        n_tensors = self._count("the tensor count", MIN_TENSOR_INFO_BYTES)
-        n_kv = self._count("the metadata count", MIN_KV_BYTES)
+        n_tensors = self._count("the tensor count", MIN_TENSOR_INFO_BYTES, MAX_TENSORS)
+        n_kv = self._count("the metadata count", MIN_KV_BYTES, MAX_METADATA_KEYS)
         for _ in range(n_kv):
             self._key_value()
         alignment = self._alignment()
         tensors = tuple(self._tensor_infos(n_tensors))
         data_offset = -(-cur.pos // alignment) * alignment
         self._check_extents(tensors, data_offset, alignment)
+        for container, slot, dtype, count, start in self.views:
+            container[slot] = view = np.frombuffer(cur.buf, dtype=dtype, count=count, offset=start)
+            view.flags.writeable = False
         return GGUFHeader(path=cur.path, size=cur.size, version=version, alignment=alignment, data_offset=data_offset,
                           metadata=self.metadata, value_types=self.value_types, tensors=tensors, array_spans=self.spans,
-                          raw=cur.buf)
+                          raw=cur.buf, key_offsets=self.offsets)
 
-    def _count(self, what: str, min_bytes: int) -> int:
+    def _count(self, what: str, min_bytes: int, limit: int) -> int:
         at = self.cur.pos
         count = self.cur.u64(what)
+        if count > limit:
+            raise self.cur.fail("PWR105", f"{what} is {count}; no real model has more than {limit:,}",
+                                "the header is corrupt or hostile: re-download or re-convert the artifact", at)
         if count * min_bytes > self.cur.size - self.cur.pos:
             absurd = count * min_bytes > self.cur.size
             raise self.cur.fail("PWR105" if absurd else "PWR104", f"{what} is {count}, more than the "
@@ -253,15 +285,15 @@ class _HeaderParser:
             raise self.cur.fail("PWR107", f"metadata key {key!r} appears twice", "the header is corrupt: re-convert "
                                 "the artifact", at)
         vtype = self.cur.value_type(f"the type of {key!r}")
-        if vtype == GGUFValueType.ARRAY:
-            value, label = self._array(key, depth=1)
+        if vtype == ValueType.ARRAY:
+            self.metadata[key], label = self._array(key, depth=1, container=self.metadata, slot=key)
         else:
-            value, label = self._scalar(vtype, key), _type_label(vtype)
-        self.metadata[key] = value
+            self.metadata[key], label = self._scalar(vtype, key), _type_label(vtype)
         self.value_types[key] = label
+        self.offsets[key] = at
 
-    def _scalar(self, vtype: GGUFValueType, key: str) -> Any:
-        if vtype == GGUFValueType.STRING:
+    def _scalar(self, vtype: ValueType, key: str) -> Any:
+        if vtype == ValueType.STRING:
             return self.cur.string(f"the value of {key!r}")
         packer = _SCALARS[vtype]
         self.cur.need(packer.size, f"the value of {key!r}")
@@ -269,42 +301,60 @@ class _HeaderParser:
         self.cur.pos += packer.size
         return value
 
-    def _array(self, key: str, depth: int) -> tuple[list[Any], str]:
+    def _array(self, key: str, depth: int, container: Any, slot: Any) -> tuple[Any, str]:
+        """The array's value: a list, or (long numeric arrays) None until `parse` puts a numpy view in `container[slot]`."""
         cur = self.cur
         at = cur.pos
         element = cur.value_type(f"the element type of {key!r}")
         count = cur.u64(f"the element count of {key!r}")
-        if element == GGUFValueType.ARRAY and depth >= MAX_ARRAY_DEPTH:
+        if element == ValueType.ARRAY and depth >= MAX_ARRAY_DEPTH:
             raise cur.fail("PWR106", f"{key!r} nests arrays deeper than {MAX_ARRAY_DEPTH}",
                            "the header is corrupt or hostile: re-convert the artifact", at)
-        min_size = _SCALARS[element].size if element in _SCALARS else (8 if element == GGUFValueType.STRING else 12)
+        min_size = _SCALARS[element].size if element in _SCALARS else (8 if element == ValueType.STRING else 12)
         if count * min_size > cur.size - cur.pos:
             cur.check_length(count * min_size, f"the {count} elements of {key!r}", at)
         elif element in _SCALARS:
             cur.need(count * min_size, f"the {count} elements of {key!r}")
         start = cur.pos
-        if element == GGUFValueType.STRING:
-            values: list[Any] = self._string_elements(key, count)
-        elif element == GGUFValueType.ARRAY:
-            values = []
-            for _ in range(count):
-                values.append(self._array(key, depth + 1)[0])
+        values: Any
+        viewed = element in _SCALARS and count > MAX_LIST_ELEMENTS
+        if not viewed:
+            self._spend(count, key, at)
+        if element == ValueType.STRING:
+            values = self._string_elements(key, count)
+        elif element == ValueType.ARRAY:
+            values = [None] * count
+            for index in range(count):
+                values[index] = self._array(key, depth + 1, values, index)[0]
+        elif viewed:
+            values = None
+            self.views.append((container, slot, _NUMPY_TYPES[element], count, cur.pos))
+            cur.pos += count * _SCALARS[element].size
         else:
             values = np.frombuffer(cur.buf, dtype=_NUMPY_TYPES[element], count=count, offset=cur.pos).tolist()
-            if element == GGUFValueType.BOOL:
+            if element == ValueType.BOOL:
                 values = [bool(v) for v in values]
             cur.pos += count * _SCALARS[element].size
-        label = _type_label(element) if element != GGUFValueType.ARRAY else "array"
+        label = _type_label(element) if element != ValueType.ARRAY else "array"
         if depth == 1:
             self.spans[key] = ArraySpan(label, count, start, cur.pos)
         return values, f"array[{label}]"
+
+    def _spend(self, count: int, key: str, at: int) -> None:
+        """Count array elements that become Python objects against MAX_ARRAY_OBJECTS."""
+        self.objects += count
+        if self.objects > MAX_ARRAY_OBJECTS:
+            raise self.cur.fail("PWR105", f"{key!r} brings the header's array elements to {self.objects:,}; no "
+                                f"real model has more than {MAX_ARRAY_OBJECTS:,} (a vocabulary of a few hundred "
+                                "thousand tokens)", "the header is corrupt or hostile: re-download or re-convert "
+                                "the artifact", at)
 
     def _string_elements(self, key: str, count: int) -> list[str]:
         """One pass over length-prefixed strings: slice, then decode (invalid UTF-8 kept via surrogateescape)."""
         cur, unpack = self.cur, _U64.unpack_from
         buf, pos = cur.buf, cur.pos
         buf_len = len(buf)
-        raw: list[bytes] = [b""] * count
+        raw: list[bytearray] = [bytearray()] * count
         for i in range(count):
             start = pos + 8
             if start > buf_len:
@@ -348,23 +398,21 @@ class _HeaderParser:
         return infos
 
     def _nbytes(self, name: str, dims: tuple[int, ...], ggml_type: int, at: int) -> int:
-        try:
-            quant = GGMLQuantizationType(ggml_type)
-            block_size, type_size = GGML_QUANT_SIZES[quant]
-        except (ValueError, KeyError):
+        if ggml_type not in QUANT_TYPES:
             raise self.cur.fail("PWR108", f"tensor {name!r} has unknown ggml type {ggml_type}",
-                                "the artifact uses a quant type this gguf version does not know: upgrade gguf or "
-                                "re-quantise", at) from None
+                                "the artifact uses a quant type Power does not know (artifacts/ggml_types.py): "
+                                "re-quantise it to a known type", at)
+        quant = QUANT_TYPES[ggml_type]
         elements = 1
         for dim in dims:
             elements *= dim
         if any(dim == 0 for dim in dims) or elements > INT64_MAX:
             raise self.cur.fail("PWR108", f"tensor {name!r} has dimensions {list(dims)}: empty or over 2^63 elements",
                                 "the header is corrupt: re-convert the artifact", at)
-        if dims[0] % block_size:
+        if dims[0] % quant.block_size:
             raise self.cur.fail("PWR108", f"tensor {name!r} rows of {dims[0]} are not whole {quant.name} blocks of "
-                                f"{block_size}", "the header is corrupt: re-quantise the artifact", at)
-        return elements // block_size * type_size
+                                f"{quant.block_size}", "the header is corrupt: re-quantise the artifact", at)
+        return elements // quant.block_size * quant.type_size
 
     def _check_extents(self, tensors: tuple[TensorInfo, ...], data_offset: int, alignment: int) -> None:
         data_size = self.cur.size - data_offset
@@ -388,23 +436,13 @@ class _HeaderParser:
 def open_regular_file(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     """Open `path` for reading only if it is a regular file (a FIFO would block, a directory cannot be read)."""
     try:
-        before = os.stat(path)
-    except OSError as exc:
-        raise artifact_error("PWR100", path, f"cannot open the artifact: {exc.strerror}",
-                             "check the path (relative paths are relative to the manifest)") from None
-    if not stat.S_ISREG(before.st_mode):
-        kind = "a directory" if stat.S_ISDIR(before.st_mode) else "a FIFO" if stat.S_ISFIFO(before.st_mode) else "not a regular file"
-        raise artifact_error("PWR101", path, f"the artifact is {kind}", "point the manifest at the .gguf file itself")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise artifact_error("PWR100", path, f"cannot open the artifact: {exc.strerror}",
-                             "check the file's permissions") from None
-    opened = os.fstat(fd)
-    if not stat.S_ISREG(opened.st_mode):
-        os.close(fd)
-        raise artifact_error("PWR101", path, "the artifact is not a regular file", "point the manifest at the .gguf file itself")
-    return fd, opened
+        return open_regular(path)
+    except DocumentError as err:
+        if err.reason is Reason.NOT_REGULAR:
+            raise artifact_error("PWR101", path, f"the artifact {err.message}",
+                                 "point the manifest at the .gguf file itself") from None
+        raise artifact_error("PWR100", path, f"cannot open the artifact: {err.message.removeprefix('cannot read: ')}",
+                             "check the path (relative paths are relative to the manifest) and its permissions") from None
 
 
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:

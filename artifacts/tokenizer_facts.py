@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -49,6 +49,8 @@ SPECIAL_ID_KEYS = {
 }
 SHORT_FINGERPRINT_TOKENS = 2000
 _U64 = struct.Struct("<Q")
+_NUMBERS = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float32", "float64", "bool"}
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -93,14 +95,27 @@ def _string_array_bytes(header: GGUFHeader, key: str) -> bytes:
     return _U64.pack(span.count) + header.raw[span.start:span.end]
 
 
-def _types_bytes(header: GGUFHeader) -> bytes:
-    types = header.metadata.get(TYPES)
-    if not isinstance(types, list):
-        return _U64.pack(0)
-    span = header.array_spans[TYPES]
+def _types_parts(header: GGUFHeader) -> Iterator[bytes | bytearray]:
+    """The token types as the fingerprint serialises them (count, then i32s), in bounded pieces."""
+    span = header.array_spans.get(TYPES)
+    if span is None or span.element_type not in _NUMBERS:
+        yield _U64.pack(0)
+        return
+    yield _U64.pack(span.count)
     if span.element_type == "int32":
-        return _U64.pack(span.count) + header.raw[span.start:span.end]
-    return _U64.pack(len(types)) + np.asarray(types, dtype="<i4").tobytes()
+        yield header.raw[span.start:span.end]
+        return
+    types = np.asarray(header.metadata[TYPES])
+    for start in range(0, types.size, _CHUNK):
+        yield types[start:start + _CHUNK].astype("<i4").tobytes()
+
+
+def _leading_types(types: Any, vocab_size: int) -> tuple[int, ...]:
+    """The types of the vocabulary's tokens and one past them (enough to name where two differ); the
+    fingerprint covers the rest."""
+    if not isinstance(types, (list, np.ndarray)):
+        return ()
+    return tuple(np.asarray(types)[:vocab_size + 1].tolist())
 
 
 def _flag(value: Any) -> bytes:
@@ -123,7 +138,7 @@ def tokenizer_facts(header: GGUFHeader) -> TokenizerFacts | None:
     model, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre")
     add_bos, add_eos = meta.get("tokenizer.ggml.add_bos_token"), meta.get("tokenizer.ggml.add_eos_token")
     digest = hashlib.sha256(b"power-tokenizer-v1\n")
-    for part in (_lp(model), _lp(pre), _string_array_bytes(header, TOKENS), _types_bytes(header),
+    for part in (_lp(model), _lp(pre), _string_array_bytes(header, TOKENS), *_types_parts(header),
                  _string_array_bytes(header, MERGES), _U64.pack(len(special))):
         digest.update(part)
     for name in sorted(special):
@@ -140,12 +155,12 @@ def tokenizer_facts(header: GGUFHeader) -> TokenizerFacts | None:
         add_eos=add_eos if isinstance(add_eos, bool) else None,
         fingerprint=digest.hexdigest(),
         short_fingerprint=short,
-        vocabulary=Vocabulary(tokens, tuple(types) if isinstance(types, list) else (), merges),
+        vocabulary=Vocabulary(tokens, _leading_types(types, len(tokens)), merges),
     )
 
 
 def _first_difference(a: tuple[Any, ...], b: tuple[Any, ...]) -> int | None:
-    for index, (left, right) in enumerate(zip(a, b)):
+    for index, (left, right) in enumerate(zip(a, b, strict=False)):
         if left != right:
             return index
     return None if len(a) == len(b) else min(len(a), len(b))

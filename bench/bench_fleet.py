@@ -69,7 +69,8 @@ def per_deployment(fleet_path: Path, limit: int) -> tuple[float, int]:
     start = time.perf_counter()
     for deployment in fleet.deployments[:limit]:
         plan, _ = compile_plan(load_manifest(deployment.manifest), load_profile(deployment.profile),
-                               hosts[deployment.host], deployment.device, ArtifactMemo())
+                               hosts[deployment.host], deployment.device_indices, ArtifactMemo(),
+                               engine=deployment.engine)
         assert plan is not None
     return time.perf_counter() - start, min(limit, len(fleet.deployments))
 

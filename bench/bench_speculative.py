@@ -33,6 +33,7 @@ from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import CostGovernor
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
+from power.runtime.speculators.base import NGramWindow
 from power.runtime.speculators.ngram import NGramSpeculator
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.traffic import build_shape
@@ -62,7 +63,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--shapes", default="echo,prose")
-    parser.add_argument("--ngram", default="3,6", help="min,max n-gram order (profiles/ngram.toml uses 3,6)")
+    parser.add_argument("--ngram", default="4,2", help="match length, shortest draft (profiles/ngram.toml: 4,2)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -70,13 +71,14 @@ def main() -> None:
     gguf = GGUFFile(args.gguf)
     tokenizer = Tokenizer.from_gguf(gguf)
     capacity = args.k + 1
-    orders = tuple(int(n) for n in args.ngram.split(","))
+    match, draft_min = (int(n) for n in args.ngram.split(","))
+    window = NGramWindow(match, draft_min, args.k)
     trunks = {
         "plain B1": load_trunk(gguf, n_ctx=1024, verify_capacity=1, dtype=args.dtype),
         f"plain B{capacity}": load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, dtype=args.dtype),
     }
     greedy = Sampler(SamplingParams())
-    report = {"gguf": str(args.gguf), "k": args.k, "ngram_orders": orders, "tokens": args.tokens, "passes": args.passes,
+    report = {"gguf": str(args.gguf), "k": args.k, "ngram_window": [window.match, window.draft_min, window.draft_max], "tokens": args.tokens, "passes": args.passes,
               "threads": args.threads, "dtype": args.dtype, "torch": torch.__version__, "shapes": {}}
     for name in args.shapes.split(","):
         shape = build_shape(name, args.tokens)
@@ -85,7 +87,7 @@ def main() -> None:
         for _ in range(args.passes):
             for config, trunk in trunks.items():
                 runs.append(Run(config, Decoder(trunk, greedy).generate(prompt, args.tokens, tokenizer.stop_ids)))
-            speculative = Decoder(trunks[f"plain B{capacity}"], greedy, NGramSpeculator(*orders),
+            speculative = Decoder(trunks[f"plain B{capacity}"], greedy, NGramSpeculator(window),
                                   SchedulerConfig(k=args.k, s=args.k), CostGovernor())
             runs.append(Run("ngram", speculative.generate(prompt, args.tokens, tokenizer.stop_ids)))
         report["shapes"][name] = _summarise(name, len(prompt), runs, capacity)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Callable
 
 import click
@@ -80,7 +81,7 @@ def cases(device: str) -> list[Case]:
     for qtype in ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q6_K"):
         per_block, block_bytes = BLOCK_LAYOUT[qtype]
         raw = _scaled_blocks(qtype, rows * cols // per_block, block_bytes, device, gen)
-        out.append(Case(f"dequantize {qtype}", f"{rows}x{cols}", lambda q=qtype, r=raw: dispatch.dequantize(q, r, (rows, cols)),
+        out.append(Case(f"dequantize {qtype}", f"{rows}x{cols}", partial(dispatch.dequantize, qtype, raw, (rows, cols)),
                         raw.numel() + rows * cols * 4, _same_bits))
         if qtype in ("Q4_K", "Q8_0"):
             weight = raw.view(rows, -1)
@@ -88,7 +89,7 @@ def cases(device: str) -> list[Case]:
             for m in (1, 8, 16):
                 x = torch.randn(m, cols, device=device, generator=gen)
                 out.append(Case(f"qmatmul {qtype}", f"{m}x{cols} @ {rows}x{cols}",
-                                lambda x=x, w=weight, q=qtype: dispatch.qmatmul(x, w, q),
+                                partial(dispatch.qmatmul, x, weight, qtype),
                                 weight.numel() + x.numel() * 4 + m * rows * 4, _within_fp32_bound(x, dense)))
 
     vocab = 262_144
@@ -101,7 +102,7 @@ def cases(device: str) -> list[Case]:
     head = torch.randint(-3, 4, (vocab, 640), device=device, generator=gen).to(torch.float16)
     hidden = torch.randint(-3, 4, (8, 640), device=device, generator=gen).to(torch.float16)
     for n_prefix in (8192, vocab):
-        out.append(Case("fr_argmax", f"8x640 @ {n_prefix}x640 f16", lambda n=n_prefix: dispatch.fr_argmax(hidden, head, n),
+        out.append(Case("fr_argmax", f"8x640 @ {n_prefix}x640 f16", partial(dispatch.fr_argmax, hidden, head, n_prefix),
                         n_prefix * 640 * 2, torch.equal))
 
     probs = torch.softmax(torch.randn(17, vocab, device=device, generator=gen), dim=-1)
@@ -140,11 +141,7 @@ def measure(device: int = 0) -> tuple[list[Result], float | None, float]:
 
     torch.cuda.set_device(device)
     name = f"cuda:{device}"
-    source = torch.empty(1 << 30, dtype=torch.uint8, device=name)
-    target = torch.empty_like(source)
-    copy_ms = triton.testing.do_bench(lambda: target.copy_(source))
-    copy_gbps = 2 * source.numel() / copy_ms / 1e6
-    del source, target
+    copy_gbps = _copy_gbps(name)
     peak = peak_gbps(device)
     results = []
     for case in cases(name):
@@ -154,6 +151,16 @@ def measure(device: int = 0) -> tuple[list[Result], float | None, float]:
         results.append(Result(case.kernel, case.shape, ms, case.nbytes, gbps, gbps / peak if peak else None,
                               gbps / copy_gbps, matches))
     return results, peak, copy_gbps
+
+
+def _copy_gbps(device: str) -> float:
+    """Device-to-device copy bandwidth over 1 GiB (its buffers are freed on return)."""
+    import triton.testing
+
+    source = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    copy_ms = triton.testing.do_bench(lambda: target.copy_(source))
+    return 2 * source.numel() / copy_ms / 1e6
 
 
 @click.command(name="python -m power.kernels.bench", help=__doc__.splitlines()[0])

@@ -71,10 +71,9 @@ def _tensor(kernel: str, name: str, value: object, *, ndim: int, dtypes: Sequenc
 def _same_device(kernel: str, **tensors: torch.Tensor) -> torch.device:
     devices = {name: t.device for name, t in tensors.items()}
     first = next(iter(devices.values()))
-    for name, device in devices.items():
-        if device != first:
-            listing = ", ".join(f"`{n}` on {d}" for n, d in devices.items())
-            raise ValueError(f"{kernel}: inputs must share one device, got {listing}")
+    if any(device != first for device in devices.values()):
+        listing = ", ".join(f"`{n}` on {d}" for n, d in devices.items())
+        raise ValueError(f"{kernel}: inputs must share one device, got {listing}")
     return first
 
 
@@ -158,6 +157,20 @@ def rejection_step(
     if backend(device) == "triton":
         return rj.rejection_step_triton(target_probs, draft_probs, proposals, uniforms)
     return rj.rejection_step_reference(target_probs, draft_probs, proposals, uniforms)
+
+
+def draw(probs: torch.Tensor, u: float) -> torch.Tensor:
+    """probs [V] and a uniform in [0, 1) -> a 0-d int64 token: the one inverse-CDF draw every non-greedy token takes.
+
+    It is the rejection step with no proposals (its bonus draw from `probs` with u in the SAMPLE lane), so a plain
+    token and a speculative round's bonus or correction token round the same way.
+    """
+    probs = _tensor("draw", "probs", probs, ndim=1, dtypes=PROBS)
+    uniforms = torch.zeros(1, rj.LANES, dtype=torch.float64, device=probs.device)
+    uniforms[0, rj.SAMPLE] = u
+    no_proposals = torch.zeros(0, dtype=torch.int64, device=probs.device)
+    _, token = rejection_step(probs[None], probs.new_zeros(0, probs.numel()), no_proposals, uniforms)
+    return token
 
 
 def qmatmul(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.Tensor:

@@ -12,7 +12,8 @@ floor(w * 2^36) as int64 (integer sums are exact in any order), the uniform
 becomes floor(u * 2^24), and the token is the first whose cumulative weight
 exceeds floor(u_int * total / 2^24). Weights below 2^-36 are dropped: at most
 V * 2^-36 (4e-6 for a 262,144 vocabulary) of probability mass. Probabilities
-are compared in float64 whatever their input dtype.
+are compared in float64 whatever their input dtype. It is the runtime's one
+draw: a plain token is a step with no proposals (`dispatch.draw`).
 
 Uniform columns follow `power.runtime.sampling.Lane`: one row per emitted position.
 """

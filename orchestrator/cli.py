@@ -8,11 +8,13 @@ Each sub-command lives in its own module under `power.orchestrator.commands`, so
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 from typing import NoReturn
 
 import click
+from typing_extensions import override
 
 from power import __version__
 from power.findings import Finding, PowerError
@@ -44,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("plan", "plan", "Compile manifest + profile + host into a resolved engine plan."),
     "size": ("size", "size", "Dry-run VRAM sizing: per-component breakdown and the largest context that fits."),
     "worth-it": ("worth_it", "worth_it", "Break-even arithmetic for a drafter against the incumbent."),
+    "verify": ("verify", "verify", "Verify a plan before it runs: its seal, every artifact by full sha256, tokenizers."),
     "render": ("render", "render", "Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan."),
     "run": ("run", "run", "Generate with the Power runtime on a plan and print the receipt."),
     "serve": ("serve", "serve", "Serve a plan over OpenAI-style HTTP with /health and /metrics."),
@@ -57,9 +60,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 class LazyGroup(click.Group):
     """A group that imports a sub-command's module only when that command runs."""
 
+    @override
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name in COMMANDS if self._module_exists(name)]
 
+    @override
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS or not self._module_exists(cmd_name):
             return None
@@ -67,6 +72,7 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"power.orchestrator.commands.{module_name}")
         return getattr(module, attribute)
 
+    @override
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
         if rows:

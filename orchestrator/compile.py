@@ -3,12 +3,15 @@
 Order, failing closed at each step: the loaded files' own findings; every
 declared artifact against its file (PWR11x, PWR10x); each drafter's contract,
 binding and tokenizer (PWR21x, PWR31x); mode resolution (PWR21x); settings
-against the resolved mode and the artifacts (PWR42x); sizing (PWR50x). Any error
-finding means no plan; warnings and info travel inside the plan.
+against the resolved mode and the artifacts (PWR42x); the devices against the
+engine and the split settings (PWR507-511); sizing for the deployment's engine
+(PWR50x). Any error finding means no plan; warnings and info travel inside the
+plan.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -16,10 +19,12 @@ from pathlib import Path
 
 from power import modes
 from power.artifacts import contracts
-from power.artifacts.digests import sha256_file
+from power.artifacts.digests import file_stamp, sha256_file
+from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
+from power.orchestrator.checks.devices import check_devices
 from power.orchestrator.checks.drafters import check_drafter, contract_facts
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.checks.speculation import check_speculation
@@ -27,11 +32,13 @@ from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.loading import Loaded
 from power.orchestrator.plan import (
     Device,
+    DeviceMemory,
     Drafter,
     FileRef,
     FindingRecord,
     Memory,
     MemoryComponent,
+    MemorySlots,
     Mode,
     ResolvedPlan,
     Runtime,
@@ -41,13 +48,26 @@ from power.orchestrator.plan import (
     Target,
     Tokenizer,
 )
-from power.orchestrator.resolve import Resolution, resolve
+from power.orchestrator.resolve import Declared, Resolution, resolve
 from power.orchestrator.schema import HostSpec
-from power.orchestrator.sizing import Budget, Request, Sizing, largest_context, size_plan, trunk_layers, whole
+from power.orchestrator.sizing import (
+    Component,
+    DeviceBudget,
+    Request,
+    Sizing,
+    Split,
+    fitting_split,
+    largest_context,
+    size_plan,
+    trunk_layers,
+    whole,
+)
+from power.orchestrator.sizing.llama_context import speculation
+from power.orchestrator.sizing.placement import default_ratios
 
 
 class ArtifactMemo:
-    """Each artifact's header and digest read once (keyed by path, size and mtime), errors included."""
+    """Each artifact's header and digest read once (keyed by path and `file_stamp`), errors included."""
 
     def __init__(self) -> None:
         self._facts: dict[tuple, ArtifactFacts | ArtifactError] = {}
@@ -61,8 +81,7 @@ class ArtifactMemo:
 
     @staticmethod
     def _memo(store: dict, path: Path, compute):
-        info = os.stat(path)
-        key = (str(Path(path).resolve()), info.st_size, info.st_mtime_ns)
+        key = (str(Path(path).resolve()), file_stamp(os.stat(path)))
         if key not in store:
             try:
                 store[key] = compute(path)
@@ -110,10 +129,13 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
 
 
 def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Chosen | None, list[Finding]]:
-    declared = [d.kind for d in manifest.model.drafters]
+    drafters = manifest.model.drafters
     facts = artifacts.target.facts
-    resolution, findings = resolve(profile.model.spec_mode, declared, facts.drafter_kind == contracts.MTP,
-                                   manifest, profile, is_recurrent(facts))
+    target_has_head = facts.drafter_kind == contracts.MTP
+    sidecar = [modes.mode(d.kind).sidecar and d.path is not None for d in drafters]
+    runnable = [modes.mode(d.kind).artifact != "target" or target_has_head or sidecar[i] for i, d in enumerate(drafters)]
+    declared = Declared([d.kind for d in drafters], runnable, sidecar)
+    resolution, findings = resolve(profile.model.spec_mode, declared, manifest, profile, is_recurrent(facts))
     if resolution is None:
         return None, findings
     files = [artifacts.drafters[i] for i in resolution.drafters if i in artifacts.drafters]
@@ -135,38 +157,68 @@ def target_vocab(facts: ArtifactFacts) -> int:
     return head[0] if head else 0
 
 
-def size_for(profile: Loaded, chosen: Chosen, artifacts: Artifacts, budget: Budget, ctx: int | None = None) -> Sizing:
-    """The memory breakdown for the resolved mode, with the largest context that fits."""
+@dataclass(frozen=True)
+class Placed:
+    """Where and on what a plan runs: the host's devices (by index) and the engine."""
+
+    host: HostSpec
+    devices: tuple[int, ...] = (0,)
+    engine: str = "power"
+
+    def budgets(self) -> tuple[DeviceBudget, ...]:
+        return tuple(DeviceBudget(index, self.host.devices[index].model, self.host.devices[index].vram,
+                                  self.host.headroom, self.host.devices[index].kind) for index in self.devices)
+
+
+def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed: Placed, ctx: int | None = None) -> Request:
+    """The settings the engine's allocation depends on, for the resolved mode."""
     settings, target = profile.model, artifacts.target.facts
     resolved = chosen.resolution.resolved
     speculating = resolved != modes.NONE
     runtime = settings.runtime
-    request = Request(
-        ctx=ctx or runtime.ctx,
-        verify_rows=settings.verify_rows,
+    spec_types = tuple(t for kind in chosen.resolution.chain if (t := modes.llama_spec_type(kind)) is not None)
+    llama = speculation(spec_types, settings.spec_draft_max, runtime.ngram_draft_max or settings.spec_draft_max,
+                        target.architecture)
+    return Request(
+        ctx=ctx or runtime.ctx, slots=runtime.slots, kv_unified=runtime.kv_unified, batch=runtime.batch,
+        ubatch=runtime.ubatch, verify_rows=settings.verify_rows,
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
-        kv_cache_type=runtime.kv_cache_type,
-        flash_attn=runtime.flash_attn,
-        cuda_graphs=runtime.cuda_graphs,
+        draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
+        kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=runtime.kv_cache_type,
+        flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,
         use_mtp=speculating and modes.mode(resolved).artifact == "target",
         fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolved) else None,
-        vocab=target_vocab(target),
-    )
+        vocab=target_vocab(target), split=split_of(profile, placed))
+
+
+def split_of(profile: Loaded, placed: Placed) -> Split:
+    """The profile's split settings; several devices without tensor_split get each device's memory after the
+    headroom as ratios (written into the plan, so the engine never splits by what happens to be free)."""
+    runtime = profile.model.runtime
+    ratios = tuple(float(r) for r in runtime.tensor_split) if runtime.tensor_split is not None else None
+    if ratios is None and len(placed.devices) > 1:
+        ratios = tuple(float(r // (1024**2)) for r in default_ratios(placed.budgets()))
+    return Split(mode=runtime.split_mode, ratios=ratios, main=runtime.main_gpu, tensor_parallel=runtime.tensor_parallel)
+
+
+def size_for(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed: Placed, ctx: int | None = None) -> Sizing:
+    """The breakdown with the largest context that fits, and a layer split that fits when the plan's does not."""
+    target = artifacts.target.facts
+    request = sizing_request(profile, chosen, artifacts, placed, ctx)
     drafter = chosen.drafter.facts if chosen.drafter else None
-    sizing = size_plan(target, drafter, request, budget)
+    budgets = placed.budgets()
+    sizing = size_plan(placed.engine, target, drafter, request, budgets)
     limit = whole(target.hparam("context_length")) or request.ctx
-    return Sizing(sizing.ctx, sizing.components, budget, largest_context(target, drafter, request, budget, limit))
+    best = largest_context(placed.engine, target, drafter, request, budgets, limit)
+    split = fitting_split(placed.engine, target, drafter, request, budgets) if sizing.verdict != "fits" else None
+    return dataclasses.replace(sizing, max_ctx=best, fitting_split=split)
 
 
-def budget_of(host: HostSpec, device: int) -> tuple[Budget, str]:
-    spec = host.devices[device]
-    return Budget(spec.vram, host.headroom), spec.model
-
-
-def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int = 0,
-                 artifacts: ArtifactMemo | None = None, host_path: Path | None = None) -> tuple[ResolvedPlan | None, list[Finding]]:
-    """The plan for `manifest` + `profile` on `host`'s device `device`, and every finding; None on any error."""
+def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tuple[int, ...] = (0,),
+                 artifacts: ArtifactMemo | None = None, host_path: Path | None = None,
+                 engine: str = "power") -> tuple[ResolvedPlan | None, list[Finding]]:
+    """The plan for `manifest` + `profile` run by `engine` on `host`'s `devices`, and every finding; None on any error."""
     findings = [*manifest.findings, *profile.findings]
     if not (manifest.ok and profile.ok):
         return None, findings
@@ -180,17 +232,32 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int 
     if chosen is None or has_errors(findings):
         return None, findings
     target_vocab_size = target_vocab(checked.target.facts)
-    findings += check_speculation(profile, chosen.resolution.resolved, checked.target, chosen.drafter, target_vocab_size)
-    budget, device_name = budget_of(host, device)
-    sizing = size_for(profile, chosen, checked, budget)
-    findings += check_memory(profile, sizing, device_name, chosen.drafter.facts if chosen.drafter else None)
+    findings += check_speculation(profile, chosen.resolution.resolved, chosen.drafter, target_vocab_size)
+    placed = Placed(host, tuple(devices), engine)
+    findings += check_devices(profile, host, placed.devices, engine, checked.target.facts)
     if has_errors(findings):
         return None, findings
-    plan = build_plan(manifest, profile, host, device, host_path, checked, chosen, sizing, findings)
+    sizing = size_for(profile, chosen, checked, placed)
+    findings += check_memory(profile, sizing, chosen.drafter.facts if chosen.drafter else None)
+    if has_errors(findings):
+        return None, findings
+    host_ref = None
+    if host_path is not None:
+        try:
+            host_ref = _host_ref(host_path)
+        except DocumentError as err:
+            return None, [*findings, err.finding("PWR013", host_path, "check the host file", what="the host file")]
+    sources = Sources(manifest=_file_ref(manifest), profile=_file_ref(profile), host=host_ref)
+    try:
+        plan = build_plan(manifest, profile, placed, sources, checked, chosen, sizing, findings)
+    except DocumentError as err:
+        refusal = err.finding("PWR504", checked.target.facts.path, "a header value is past physical sense: check "
+                              "the artifact's hyper-parameters with `power inspect`")
+        return None, [*findings, dataclasses.replace(refusal, message=f"no plan: {refusal.message}")]
     return plan, findings
 
 
-def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, host_path: Path | None,
+def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sources,
                artifacts: Artifacts, chosen: Chosen, sizing: Sizing, findings: list[Finding]) -> ResolvedPlan:
     settings, runtime, resolution = profile.model, profile.model.runtime, chosen.resolution
     target = artifacts.target
@@ -199,12 +266,13 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
     s = settings.spec_mtp_recurrent_snapshots if speculating else 0
     chain = resolution.chain
     weight_free = any(kind in modes.WEIGHT_FREE for kind in chain)
+    split = split_of(profile, placed)
+    drafters = tuple(_drafter(manifest, index, artifacts) for index in resolution.drafters)
     return ResolvedPlan.build(
         name=manifest.model.name,
-        sources=Sources(manifest=_file_ref(manifest.path), profile=_file_ref(profile.path),
-                        host=_file_ref(host_path) if host_path else None),
-        device=Device(name=host.devices[device].model, vram_bytes=sizing.budget.device_bytes,
-                      headroom_bytes=sizing.budget.headroom_bytes),
+        sources=sources,
+        devices=tuple(Device(index=b.index, name=b.name, vram_bytes=b.memory_bytes, headroom_bytes=b.headroom_bytes,
+                             kind=b.kind) for b in placed.budgets()),
         target=Target(
             path=target.facts.path, size=target.facts.size, sha256=target.sha256, architecture=target.facts.architecture,
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
@@ -212,19 +280,21 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
             has_mtp=target.facts.drafter_kind == contracts.MTP,
             recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),
-        drafters=tuple(_drafter(manifest, index, artifacts) for index in resolution.drafters),
+        drafters=drafters,
         speculation=Speculation(
             k=k, s=s, rollback="none" if not speculating else ("full" if s >= k else "guarded"),
             fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolution.resolved) else None,
-            adaptive=settings.spec_mtp_adaptive and speculating),
+            adaptive=settings.spec_mtp_adaptive and speculating, p_min=_p_min(settings, resolution, drafters)),
         runtime=Runtime(
             ctx=sizing.ctx, batch=runtime.batch, ubatch=runtime.ubatch, slots=runtime.slots,
             kv_unified=runtime.kv_unified,
             verify_capacity=settings.verify_rows, gpu_layers=runtime.gpu_layers,
+            split_mode=split.mode, tensor_split=split.ratios, main_gpu=split.main, tensor_parallel=split.tensor_parallel,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
             draft_kv_cache_type=runtime.kv_cache_type,
-            ngram_n_min=runtime.ngram_n_min if weight_free else None,
-            ngram_n_max=runtime.ngram_n_max if weight_free else None),
+            ngram_match=runtime.ngram_match if weight_free else None,
+            ngram_draft_min=runtime.ngram_draft_min if weight_free else None,
+            ngram_draft_max=(runtime.ngram_draft_max or settings.spec_draft_max) if weight_free else None),
         sampling=Sampling(temperature=settings.sampling.temperature, seed=settings.sampling.seed,
                           verify=settings.sampling.verify),
         memory=memory_section(sizing),
@@ -233,16 +303,40 @@ def build_plan(manifest: Loaded, profile: Loaded, host: HostSpec, device: int, h
     )
 
 
+def _p_min(settings, resolution: Resolution, drafters: tuple[Drafter, ...]) -> float | None:
+    """The confidence gate a gated drafter runs with: the profile's, else its header's threshold (never an engine's)."""
+    if resolution.resolved not in modes.CONFIDENCE_GATED:
+        return None
+    if settings.spec_draft_p_min is not None:
+        return settings.spec_draft_p_min
+    gated = next(d for d in drafters if d.kind == resolution.resolved)
+    threshold = gated.contract.get("confidence_threshold")
+    return float(threshold) if isinstance(threshold, (int, float)) else None
+
+
 def _has_draft_head(resolved: str) -> bool:
     """Whether the resolved mode projects through a draft head whose vocabulary FR may cut."""
     return resolved != modes.NONE and modes.mode(resolved).fr
 
 
 def memory_section(sizing: Sizing) -> Memory:
+    slots = sizing.slots
     return Memory(
-        device_bytes=sizing.budget.device_bytes, headroom_bytes=sizing.budget.headroom_bytes, ctx=sizing.ctx,
-        components=tuple(MemoryComponent(name=c.name, bytes=c.bytes, detail=c.detail) for c in sizing.components),
-        total_bytes=sizing.total_bytes, margin_bytes=sizing.margin_bytes, verdict=sizing.verdict, max_ctx=sizing.max_ctx)
+        engine=sizing.engine, ctx=sizing.ctx,
+        slots=MemorySlots(slots=slots.slots, kv_unified=slots.kv_unified, engine_ctx=slots.engine_ctx,
+                          ctx_per_slot=slots.ctx_per_slot, kv_streams=slots.kv_streams,
+                          sliding_cells=slots.sliding_cells, batch=slots.batch, ubatch=slots.ubatch,
+                          outputs=slots.outputs),
+        devices=tuple(DeviceMemory(index=d.device.index, name=d.device.name, device_bytes=d.device.memory_bytes,
+                                   headroom_bytes=d.device.headroom_bytes, holds=d.holds,
+                                   components=_components(d.components), total_bytes=d.total_bytes,
+                                   margin_bytes=d.margin_bytes, verdict=d.verdict) for d in sizing.devices),
+        host=_components(sizing.host), total_bytes=sizing.total_bytes, margin_bytes=sizing.margin_bytes,
+        verdict=sizing.verdict, max_ctx=sizing.max_ctx)
+
+
+def _components(components: tuple[Component, ...]) -> tuple[MemoryComponent, ...]:
+    return tuple(MemoryComponent(name=c.name, bytes=c.bytes, detail=c.detail, basis=c.basis) for c in components)
 
 
 def _drafter(manifest: Loaded, index: int, artifacts: Artifacts) -> Drafter:
@@ -266,6 +360,11 @@ def _tokenizer(facts: ArtifactFacts) -> Tokenizer | None:
                      sha256=tok.fingerprint)
 
 
-def _file_ref(path: Path) -> FileRef:
+def _file_ref(loaded: Loaded) -> FileRef:
+    """The file as it was loaded: the digest of the bytes that were validated and compiled."""
+    return FileRef(path=str(loaded.path.resolve()), sha256=loaded.sha256)
+
+
+def _host_ref(path: Path) -> FileRef:
     resolved = Path(path).resolve()
-    return FileRef(path=str(resolved), sha256=hashlib.sha256(resolved.read_bytes()).hexdigest())
+    return FileRef(path=str(resolved), sha256=hashlib.sha256(read_bytes(resolved, MAX_TOML_BYTES)).hexdigest())

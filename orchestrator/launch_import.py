@@ -1,65 +1,66 @@
 """`power import`: an existing llama-server or vLLM launch turned into a Power manifest + profile, with findings.
 
-The findings are the launch-line mistakes that cost speculation silently or
-kill the server at start (flag names as in llama.cpp's `common/arg.cpp` and
-`docs/speculative.md`, vLLM's `--speculative-config`):
+llama-server's command line is read through the table of the pinned llama.cpp's
+options (`power.orchestrator.llama_flags`, generated from the real binary), so
+every word is read the way llama-server reads it: its spellings, which options
+take a value, which variable sets which option, and what the server does with a
+word it does not know. vLLM's speculative methods are `power.modes`' (from
+`vllm/config/speculative.py`). The findings are the launch-line mistakes that
+cost speculation silently or kill the server at start:
 
+- PWR440 a word llama-server does not know (it stops: `error: invalid argument: X`)
+- PWR441 an option without its value (it stops: `expected value for argument`)
+- PWR442 a `$VAR` in a unit's ExecStart that the unit does not define (systemd expands it to nothing)
+- PWR443 an engine-prefixed variable the engine does not read (ignored, silently)
 - PWR450 `--spec-type mtp`: the pre-rename spelling; llama.cpp no longer knows it and runs without speculation
 - PWR451 `-md`/`--spec-draft-model` without `--spec-type` (the drafter's role is left to a guess), or with
   a `--spec-type` list that names no drafter to run it (it is never used)
 - PWR452 two context-backed types in one `--spec-type` list: they need one draft context each and cannot share a process
 - PWR453 a drafter whose header declares no sliding window at a large context: its KV spans the whole context
-- PWR454 removed `--draft*` spellings (`--draft-max` ...): llama-server rejects them at start (as env vars they are ignored)
+- PWR454 a removed option (`--draft-max`, `--spec-ngram-size-n`, ...), given as a flag or as its variable
+  (`LLAMA_ARG_DRAFT_MAX`): llama-server stops at start with the error it prints, quoted
 - PWR455 a speculative type nobody (or Power) knows
-- PWR456 removed vLLM speculative flags; PWR457 a `--speculative-config` that is not a JSON object
+- PWR456 removed vLLM flags; PWR457 a `--speculative-config` that is not a JSON object
 - PWR458 no model on the line
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from power import modes
 from power.artifacts import contracts
+from power.artifacts.documents import DocumentError, parse_json
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
-from power.orchestrator.launch_tokens import Token
+from power.orchestrator import llama_flags
+from power.orchestrator.launch_tokens import EnvNames, Token
 from power.orchestrator.units import format_size
 
 LLAMA_SERVER = "llama-server"
 VLLM = "vllm"
-# Env variables that stand for flags (`LLAMA_ARG_CTX_SIZE` is `--ctx-size`); vLLM has no such convention.
-ENV_PREFIX: dict[str, str | None] = {LLAMA_SERVER: "LLAMA_ARG_", VLLM: None}
+LLAMA_ENV_PREFIX = "LLAMA_ARG_"
 
-# llama-server: every spelling of the flags the import reads -> one canonical name.
-LLAMA_ALIASES = {
-    "-m": "--model", "--model": "--model",
-    "-hf": "--hf-repo", "--hf-repo": "--hf-repo",
-    "-c": "--ctx-size", "--ctx-size": "--ctx-size",
-    "--spec-type": "--spec-type",
-    "-md": "--spec-draft-model", "--spec-draft-model": "--spec-draft-model", "--model-draft": "--spec-draft-model",
-    "-hfd": "--spec-draft-hf", "--spec-draft-hf": "--spec-draft-hf",
-    "--spec-draft-n-max": "--spec-draft-n-max",
-    "--spec-draft-n-min": "--spec-draft-n-min",
-    "-ctk": "--cache-type-k", "--cache-type-k": "--cache-type-k",
-    "-ctkd": "--spec-draft-type-k", "--spec-draft-type-k": "--spec-draft-type-k", "--cache-type-k-draft": "--spec-draft-type-k",
-    "-fa": "--flash-attn", "--flash-attn": "--flash-attn",
-    "-devd": "--spec-draft-device", "--spec-draft-device": "--spec-draft-device", "--device-draft": "--spec-draft-device",
-    "--spec-ngram-size-n": "--spec-ngram-size-n", "--spec-ngram-size-m": "--spec-ngram-size-m",
-    "-s": "--seed", "--seed": "--seed",
-    "--temp": "--temp",
-}
-# Flags that take no value (everything else the import does not know is assumed to take one when one follows).
-LLAMA_SWITCHES = {"--jinja", "--no-mmap", "--mlock", "--metrics", "--no-webui", "--cont-batching", "--no-warmup",
-                  "--kv-unified", "--no-kv-offload", "--verbose", "-v", "--embedding", "--slots", "--no-slots"}
-REMOVED_DRAFT_FLAGS = {
-    "--draft": "--spec-draft-n-max", "--draft-n": "--spec-draft-n-max", "--draft-max": "--spec-draft-n-max",
-    "--draft-n-max": "--spec-draft-n-max", "--draft-min": "--spec-draft-n-min", "--draft-n-min": "--spec-draft-n-min",
-    "-cd": None, "--ctx-size-draft": None,
+
+def env_names(engine: str) -> EnvNames | None:
+    """The variables an engine reads as options (`LLAMA_ARG_CTX_SIZE` is `--ctx-size`); vLLM has no such convention."""
+    if engine != LLAMA_SERVER:
+        return None
+    table = llama_flags.table()
+    return EnvNames(LLAMA_ENV_PREFIX, {env: option.name for env, option in table.by_env.items()})
+
+
+# `-np` left at its default (-1, "auto") makes llama-server serve 4 slots over one unified KV cache
+# (tools/server/server.cpp: "n_parallel is set to auto, using n_parallel = 4 and kv_unified = true").
+LLAMA_AUTO_SLOTS = 4
+# Options llama.cpp dropped without keeping a removal message: they are unknown words now.
+FORMER_OPTIONS = {
+    "-cd": "drop it: the draft context is built at the target's context size; budget drafter KV with `power size`",
+    "--ctx-size-draft": "drop it: the draft context is built at the target's context size; budget drafter KV with "
+                        "`power size`",
 }
 # llama.cpp `--spec-type` values of context-backed drafters -> Power's mode (None: no Power adapter).
 CONTEXT_BACKED: dict[str, str | None] = {
@@ -68,11 +69,16 @@ CONTEXT_BACKED: dict[str, str | None] = {
 # `--spec-type` values that need no drafter: no speculation, or a weight-free n-gram kind.
 DRAFTLESS = {modes.LLAMA_NO_SPECULATION} | {
     spelling for spelling, kind in modes.BY_LLAMA_SPEC_TYPE.items() if kind in modes.WEIGHT_FREE}
-LLAMA_DEFAULT_N_MAX = 3
 
-VLLM_REMOVED = {"--speculative-model", "--num-speculative-tokens", "--speculative-draft-tensor-parallel-size",
-                "--speculative-max-model-len", "--speculative-disable-by-batch-size", "--ngram-prompt-lookup-max",
-                "--ngram-prompt-lookup-min", "--speculative-disable-mqa-scorer", "--spec-decoding-acceptance-method"}
+VLLM_REMOVED = {
+    "--speculative-model": None, "--num-speculative-tokens": None, "--speculative-draft-tensor-parallel-size": None,
+    "--speculative-max-model-len": None, "--speculative-disable-by-batch-size": None,
+    "--ngram-prompt-lookup-max": None, "--ngram-prompt-lookup-min": None, "--speculative-disable-mqa-scorer": None,
+    "--spec-decoding-acceptance-method": None,
+    "--swap-space": "drop it: CPU swap space is retired; vLLM's CPU KV offloading is --kv-offloading-size with "
+                    "--kv-offloading-backend",
+}
+VLLM_SWITCHES = {"--trust-remote-code", "--enforce-eager", "--enable-prefix-caching"}
 
 # A drafter without a window at this context or more caches enough KV to matter (DSpark: 5 GiB at 262144).
 LARGE_CONTEXT = 32768
@@ -80,7 +86,7 @@ LARGE_CONTEXT = 32768
 
 @dataclass
 class LaunchSpec:
-    """What the launch line asks for, in Power's terms."""
+    """What the launch line asks for, in Power's terms (None: the engine's default, filled in by `profile_document`)."""
 
     engine: str
     model: Token | None = None
@@ -94,6 +100,14 @@ class LaunchSpec:
     flash_attn: bool | None = None
     seed: int | None = None
     temperature: float | None = None
+    slots: int | None = None
+    kv_unified: bool | None = None
+    batch: int | None = None
+    ubatch: int | None = None
+    p_min: float | None = None
+    ngram_match: int | None = None
+    ngram_draft_min: int | None = None
+    ngram_draft_max: int | None = None
 
 
 @dataclass
@@ -105,10 +119,12 @@ class ImportResult:
 def import_launch(engine: str, tokens: list[Token]) -> ImportResult:
     """Read a launch line (tokens already located) into a LaunchSpec and its findings."""
     tokens = _without_program(engine, tokens)
+    findings = [_unresolved(token) for token in tokens if token.unresolved]
     if engine == LLAMA_SERVER:
-        spec, findings = _read_llama_server(tokens)
+        spec, read = _read_llama_server(tokens)
     else:
-        spec, findings = _read_vllm(tokens)
+        spec, read = _read_vllm(tokens)
+    findings += read
     if spec.model is None:
         findings.append(_finding("PWR458", tokens[0] if tokens else None,
                                  "the launch line names no local model file",
@@ -120,10 +136,11 @@ def import_launch(engine: str, tokens: list[Token]) -> ImportResult:
 
 def _without_program(engine: str, tokens: list[Token]) -> list[Token]:
     """Drop the program name (`llama-server`, `vllm serve`, `python -m vllm.entrypoints...`) when present."""
-    rest = list(tokens)
+    environment = [token for token in tokens if token.env is not None]
+    rest = [token for token in tokens if token.env is None]
     while rest and not rest[0].text.startswith("-") and _is_program_word(engine, rest[0].text):
         rest.pop(0)
-    return rest
+    return environment + rest
 
 
 def _is_program_word(engine: str, word: str) -> bool:
@@ -133,54 +150,109 @@ def _is_program_word(engine: str, word: str) -> bool:
     return name in {"vllm", "serve", "python", "python3", "-m"} or name.startswith("vllm.entrypoints")
 
 
-def _pairs(tokens: list[Token], switches: set[str]) -> list[tuple[Token, Token | None]]:
-    """(flag, value) pairs; `--flag=value` split; a flag followed by another flag has no value."""
-    pairs, index = [], 0
+def _unresolved(token: Token) -> Finding:
+    return _finding("PWR442", token, f"${token.unresolved} is not defined by the unit (no Environment= or "
+                    f"EnvironmentFile= sets it): systemd expands it to nothing, so the engine never sees this word",
+                    f"define {token.unresolved} in the unit, or write the value itself", Severity.WARNING)
+
+
+@dataclass(frozen=True)
+class _Given:
+    """One option as llama-server reads it: the option, the word (or variable) that named it, its value word."""
+
+    option: llama_flags.Option
+    flag: Token
+    value: Token | None
+
+    @property
+    def on(self) -> bool:
+        """A switch's setting: its spelling (`--no-kv-unified` is off), or its variable's value."""
+        if self.flag.env is not None:
+            return (self.value.text if self.value else "").strip().lower() in {"1", "true", "on", "enabled", "yes"}
+        return not llama_flags.negative(self.flag.text)
+
+
+def _llama_options(tokens: list[Token], findings: list[Finding]) -> Iterator[_Given]:
+    """The options a llama-server launch sets, each known mistake a finding (as llama-server would stop at it)."""
+    table = llama_flags.table()
+    index = 0
     while index < len(tokens):
         token = tokens[index]
-        if token.text.startswith("-") and "=" in token.text and token.text.startswith("--"):
-            flag, value = token.text.split("=", 1)
-            pairs.append((_retext(token, flag), _retext(token, value, shift=len(flag) + 1)))
+        if token.env is not None:  # LLAMA_ARG_NAME=value: a flag token and its value token
+            value = tokens[index + 1] if index + 1 < len(tokens) and tokens[index + 1].env == token.env else None
+            index += 2 if value is not None else 1
+            option = table.by_env.get(token.env)
+            if option is None:
+                findings.append(_finding(
+                    "PWR443", token, f"llama-server reads no variable {token.env}: it is ignored, silently",
+                    "use the variable llama-server names for the option (`llama-server --help` lists them as env:)",
+                    Severity.WARNING))
+            elif option.removed:
+                findings.append(_removed(option, token))
+            else:
+                yield _Given(option, token, value)
+            continue
+        option = table.lookup(token.text)
+        if option is None:
+            findings.append(_invalid_argument(token))
             index += 1
             continue
-        following = tokens[index + 1] if index + 1 < len(tokens) else None
-        takes_value = token.text not in switches and following is not None and (
-            not following.text.startswith("-") or _is_number(following.text))
-        pairs.append((token, following if takes_value else None))
-        index += 2 if takes_value else 1
-    return pairs
+        values = tokens[index + 1 : index + 1 + option.values]
+        index += 1 + len(values)
+        if len(values) < option.values:
+            findings.append(_finding(
+                "PWR441", token, f"{token.text} takes a value ({option.value}) but the line ends: llama-server stops at "
+                f"start with `{llama_flags.ARGUMENT_ERROR.format(flag=token.text, reason=llama_flags.MISSING_VALUE)}`",
+                f"write {token.text} {option.value}, or drop it"))
+        elif option.removed:
+            findings.append(_removed(option, token))
+        else:
+            yield _Given(option, token, values[0] if values else None)
+
+
+def _invalid_argument(token: Token) -> Finding:
+    word = llama_flags.normalised(token.text)
+    if token.text.startswith("--") and "=" in token.text:
+        hint = f"llama-server reads `{token.text.split('=', 1)[0]} VALUE`, not `--option=VALUE`: split it in two"
+    elif not token.text.startswith("-"):
+        hint = "a stray word: every value belongs to the option before it; quote values that hold spaces"
+    else:
+        hint = FORMER_OPTIONS.get(word, "check the spelling against `llama-server --help` for this llama.cpp")
+    return _finding("PWR440", token, f"llama-server does not know {token.text!r}: it stops at start with "
+                    f"`{llama_flags.INVALID_ARGUMENT.format(flag=word)}`", hint)
+
+
+def _removed(option: llama_flags.Option, token: Token) -> Finding:
+    """PWR454 with the error llama-server prints for a removed option, as a flag or as its variable."""
+    error = _stop_error(token, str(option.removed))
+    where = f"{token.env} (the variable of the removed {option.name})" if token.env else token.text
+    replacement = str(option.removed).split(". use ", 1)[-1] if ". use " in str(option.removed) else None
+    return _finding("PWR454", token, f"{where} was removed: llama-server stops at start with `{error}`",
+                    f"use {replacement}" if replacement else "drop it")
+
+
+def _stop_error(flag: Token, reason: str) -> str:
+    """The error llama-server prints when the option (or its variable) carries a value it refuses."""
+    if flag.env is not None:
+        return llama_flags.ENV_ERROR.format(env=flag.env, reason=reason)
+    return llama_flags.ARGUMENT_ERROR.format(flag=llama_flags.normalised(flag.text), reason=reason)
 
 
 def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
-    spec, findings = LaunchSpec(LLAMA_SERVER), []
+    spec = LaunchSpec(LLAMA_SERVER)
+    findings: list[Finding] = []
     spec_type: tuple[Token, Token] | None = None
-    for flag, value in _pairs(tokens, LLAMA_SWITCHES):
-        if flag.text in REMOVED_DRAFT_FLAGS:
-            findings.append(_removed_draft_flag(flag))
+    for given in list(_llama_options(tokens, findings)):
+        name = given.option.name
+        if name == "--kv-unified":
+            spec.kv_unified = given.on
+        elif given.value is None:
             continue
-        name = LLAMA_ALIASES.get(flag.text)
-        if name is None or value is None:
-            continue
-        if name == "--model":
-            spec.model = value
-        elif name == "--spec-draft-model":
-            spec.draft_model = value
         elif name == "--spec-type":
-            spec_type = (flag, value)
-        elif name == "--spec-draft-n-max":
-            spec.k = _int(value, findings)
-        elif name == "--ctx-size":
-            spec.ctx = _int(value, findings)
-        elif name == "--cache-type-k":
-            spec.kv_cache_type = value.text
-        elif name == "--spec-draft-type-k":
-            spec.draft_kv_cache_type = value.text
-        elif name == "--flash-attn":
-            spec.flash_attn = value.text.lower() in {"on", "1", "true", "yes"}
-        elif name == "--seed":
-            spec.seed = _int(value, findings)
-        elif name == "--temp":
-            spec.temperature = float(value.text) if _is_number(value.text) else None
+            spec_type = (given.flag, given.value)
+        elif name in _LLAMA_SETTINGS:
+            attribute, read = _LLAMA_SETTINGS[name]
+            setattr(spec, attribute, read(given.value, findings))
     if spec_type is None:
         if spec.draft_model is not None:
             findings.append(_finding(
@@ -190,36 +262,102 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
                 "(Power fails closed rather than guessing the drafter's contract)"))
     else:
         findings += _read_spec_types(spec, *spec_type)
-        if spec.draft_model is not None and not _runs_a_file(spec.mode) and not findings:
+        if spec.draft_model is not None and not (_runs_a_file(spec.mode) or _sidecar(spec.mode)) and not findings:
             findings.append(_finding(
                 "PWR451", spec.draft_model,
                 f"a draft model ({spec.draft_model.text}) is given, but --spec-type {spec_type[1].text} names no "
                 "drafter that runs one: it is never used",
                 "add the drafter's type to the list (e.g. --spec-type draft-dflash,ngram-mod), or drop -md"))
-    if spec.mode != modes.NONE and spec.k is None:
-        spec.k = LLAMA_DEFAULT_N_MAX
+    _llama_defaults(spec)
     return spec, findings
 
 
+def _token(token: Token, findings: list[Finding]) -> Token:  # noqa: ARG001 - the readers share one signature
+    return token
+
+
+def _text(token: Token, findings: list[Finding]) -> str:  # noqa: ARG001
+    return token.text
+
+
+def _switch(token: Token, findings: list[Finding]) -> bool:  # noqa: ARG001
+    return token.text.lower() in {"on", "1", "true", "yes"}
+
+
+# llama-server option -> (LaunchSpec attribute, how its value reads).
+_LLAMA_SETTINGS: dict[str, tuple[str, Callable[[Token, list[Finding]], Any]]] = {
+    "--model": ("model", _token),
+    "--spec-draft-model": ("draft_model", _token),
+    "--spec-draft-n-max": ("k", lambda t, f: _int(t, f)),
+    "--ctx-size": ("ctx", lambda t, f: _int(t, f)),
+    "--cache-type-k": ("kv_cache_type", _text),
+    "--spec-draft-type-k": ("draft_kv_cache_type", _text),
+    "--flash-attn": ("flash_attn", _switch),
+    "--seed": ("seed", lambda t, f: _int(t, f)),
+    "--temp": ("temperature", lambda t, f: _float(t, f)),
+    "--parallel": ("slots", lambda t, f: _int(t, f)),
+    "--batch-size": ("batch", lambda t, f: _int(t, f)),
+    "--ubatch-size": ("ubatch", lambda t, f: _int(t, f)),
+    "--spec-draft-p-min": ("p_min", lambda t, f: _float(t, f)),
+    "--spec-ngram-mod-n-match": ("ngram_match", lambda t, f: _int(t, f)),
+    "--spec-ngram-mod-n-min": ("ngram_draft_min", lambda t, f: _int(t, f)),
+    "--spec-ngram-mod-n-max": ("ngram_draft_max", lambda t, f: _int(t, f)),
+}
+
+
+def _llama_defaults(spec: LaunchSpec) -> None:
+    """What llama-server runs where the line leaves a setting to it (the defaults its help states)."""
+    table = llama_flags.table()
+
+    def default(option: str) -> int | None:
+        return table.option(option).default_int
+
+    if spec.slots is None or spec.slots < 1:
+        spec.slots = LLAMA_AUTO_SLOTS
+        spec.kv_unified = True if spec.kv_unified is None else spec.kv_unified
+    spec.kv_unified = bool(spec.kv_unified)
+    spec.batch = spec.batch or default("--batch-size")
+    spec.ubatch = spec.ubatch or default("--ubatch-size")
+    if spec.mode != modes.NONE and spec.k is None:
+        spec.k = default("--spec-draft-n-max")
+    if any(kind in modes.WEIGHT_FREE for kind in spec.chain):
+        spec.ngram_match = spec.ngram_match or default("--spec-ngram-mod-n-match")
+        spec.ngram_draft_min = spec.ngram_draft_min if spec.ngram_draft_min is not None else default("--spec-ngram-mod-n-min")
+        spec.ngram_draft_max = spec.ngram_draft_max or default("--spec-ngram-mod-n-max")
+        if spec.mode in modes.WEIGHT_FREE:  # n-gram alone: its longest draft is the proposal width
+            spec.k = spec.ngram_draft_max
+    if spec.mode in modes.CONFIDENCE_GATED and spec.p_min is None:
+        spec.p_min = table.option("--spec-draft-p-min").default_float
+
+
 def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Finding]:
-    findings, drafters = [], []
+    findings: list[Finding] = []
+    drafters: list[str] = []
     names = [name.strip() for name in value.text.split(",") if name.strip()]
     for name in names:
         if name in modes.LLAMA_RETIRED:
             code = "PWR450" if name == modes.MTP else "PWR455"
             findings.append(_finding(
-                code, value,
-                f"--spec-type {name} is the pre-rename spelling: current llama.cpp does not know it and serves "
-                "without speculation, silently",
+                code, value, f"--spec-type {name} is the pre-rename spelling: this llama.cpp stops at start with "
+                f"`{_stop_error(flag, f'unknown speculative type: {name}')}` (builds between the rename and this "
+                "check served without speculation, silently)",
                 f"use --spec-type {modes.LLAMA_RETIRED[name]} (renamed in May 2026, llama.cpp b9180+)"))
         elif name in CONTEXT_BACKED:
             drafters.append(name)
+        elif name == modes.LLAMA_NO_SPECULATION and len(names) > 1:
+            findings.append(_finding(
+                "PWR455", value, f"`none` in --spec-type {value.text} turns speculation off: llama.cpp drops every "
+                "other type in the list, silently", "drop `none` from the list, or give `none` alone"))
+            spec.chain.clear()
+            return findings
         elif name in DRAFTLESS:
             if name != modes.LLAMA_NO_SPECULATION:
                 spec.chain.append(modes.BY_LLAMA_SPEC_TYPE[name])
         else:
-            findings.append(_finding("PWR455", value, f"unknown speculative type {name!r}",
-                                     "known: " + ", ".join(sorted(DRAFTLESS | set(CONTEXT_BACKED)))))
+            findings.append(_finding(
+                "PWR455", value, f"unknown speculative type {name!r}: llama-server stops at start with "
+                f"`{_stop_error(flag, f'unknown speculative type: {name}')}`",
+                "known: " + ", ".join(sorted(DRAFTLESS | set(CONTEXT_BACKED)))))
     if len(drafters) > 1:
         findings.append(_finding(
             "PWR452", value,
@@ -240,23 +378,47 @@ def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Findin
     return findings
 
 
+def _vllm_pairs(tokens: list[Token]) -> list[tuple[Token, Token | None]]:
+    """(flag, value) pairs as vLLM's argparse reads them: `--flag=value` split; a flag before another flag has none."""
+    pairs: list[tuple[Token, Token | None]] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token.text.startswith("--") and "=" in token.text:
+            flag, value = token.text.split("=", 1)
+            pairs.append((_retext(token, flag), _retext(token, value, shift=len(flag) + 1)))
+            index += 1
+            continue
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        takes_value = token.text not in VLLM_SWITCHES and following is not None and (
+            not following.text.startswith("-") or _is_number(following.text))
+        pairs.append((token, following if takes_value else None))
+        index += 2 if takes_value else 1
+    return pairs
+
+
 def _read_vllm(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
     spec, findings = LaunchSpec(VLLM), []
     if tokens and not tokens[0].text.startswith("-"):
         spec.model = tokens[0]
         tokens = tokens[1:]
     config: tuple[Token, dict[str, Any]] | None = None
-    for flag, value in _pairs(tokens, {"--trust-remote-code", "--enforce-eager", "--enable-prefix-caching"}):
+    for flag, value in _vllm_pairs(tokens):
         if flag.text in VLLM_REMOVED:
-            findings.append(_finding("PWR456", flag, f"{flag.text} was removed from vLLM",
-                                     "pass the drafter through --speculative-config "
-                                     "'{\"method\": ..., \"model\": ..., \"num_speculative_tokens\": N}'"))
+            hint = VLLM_REMOVED[flag.text] or ("pass the drafter through --speculative-config "
+                                               "'{\"method\": ..., \"model\": ..., \"num_speculative_tokens\": N}'")
+            findings.append(_finding("PWR456", flag, f"{flag.text} was removed from vLLM: it stops at start with "
+                                     f"`unrecognized arguments: {flag.text}`", hint))
         elif value is None:
             continue
         elif flag.text == "--model":
             spec.model = value
         elif flag.text == "--max-model-len":
             spec.ctx = _int(value, findings)
+        elif flag.text == "--max-num-seqs":
+            spec.slots = _int(value, findings)
+        elif flag.text == "--max-num-batched-tokens":
+            spec.batch = _int(value, findings)
         elif flag.text == "--kv-cache-dtype":
             spec.kv_cache_type = value.text
         elif flag.text == "--seed":
@@ -284,11 +446,22 @@ def _read_vllm_config(spec: LaunchSpec, where: Token, config: dict[str, Any]) ->
                          "known: " + ", ".join(sorted(modes.BY_VLLM_METHOD)))]
     spec.mode = modes.BY_VLLM_METHOD[method]
     spec.chain = [spec.mode]
+    findings: list[Finding] = []
     tokens = config.get("num_speculative_tokens")
-    spec.k = int(tokens) if _is_number(str(tokens)) else None
+    spec.k = None if tokens is None else _int(_retext(where, str(tokens)), findings)
     if config.get("model") and _runs_a_file(spec.mode):
         spec.draft_model = _retext(where, str(config["model"]))
-    return []
+    if spec.mode not in modes.WEIGHT_FREE:
+        return findings
+    # vLLM's prompt lookup tries match lengths from prompt_lookup_max down to prompt_lookup_min (default 1).
+    longest, shortest = config.get("prompt_lookup_max"), config.get("prompt_lookup_min", 1)
+    spec.ngram_match, spec.ngram_draft_min, spec.ngram_draft_max = longest, 1, spec.k
+    if longest is not None and shortest != longest:
+        findings.append(_finding(
+            "PWR455", where, f"prompt lookup over match lengths {shortest}..{longest}: Power's n-gram matches one "
+            f"length (llama.cpp's n-match); imported as ngram_match = {longest}",
+            "set prompt_lookup_min = prompt_lookup_max to run the same lookup on both engines", Severity.WARNING))
+    return findings
 
 
 def _window_findings(spec: LaunchSpec) -> list[Finding]:
@@ -330,17 +503,6 @@ def _runs_a_file(mode: str) -> bool:
     return mode != modes.NONE and modes.mode(mode).file_backed
 
 
-def _removed_draft_flag(flag: Token) -> Finding:
-    replacement = REMOVED_DRAFT_FLAGS[flag.text]
-    if flag.env is not None:
-        message = f"{flag.env} is the env name of the removed {flag.text}: llama-server ignores it, silently"
-    else:
-        message = f"{flag.text} was removed: llama-server stops at start with `error: invalid argument: {flag.text}`"
-    hint = (f"use {replacement}" if replacement else
-            "drop it: the draft context is built at the target's context size; budget drafter KV with `power size`")
-    return _finding("PWR454", flag, message, hint)
-
-
 def _finding(code: str, token: Token | None, message: str, hint: str, severity: Severity = Severity.ERROR) -> Finding:
     if token is None:
         return Finding(code=code, severity=severity, message=message, hint=hint)
@@ -361,6 +523,13 @@ def _int(token: Token, findings: list[Finding]) -> int | None:
         return None
 
 
+def _float(token: Token, findings: list[Finding]) -> float | None:
+    if _is_number(token.text):
+        return float(token.text)
+    findings.append(_finding("PWR459", token, f"expected a number, found {token.text!r}", "write the value as digits"))
+    return None
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -371,9 +540,9 @@ def _is_number(text: str) -> bool:
 
 def _json_object(token: Token, findings: list[Finding]) -> dict[str, Any] | None:
     try:
-        value = json.loads(token.text)
-    except json.JSONDecodeError as err:
-        findings.append(_finding("PWR457", token, f"--speculative-config is not valid JSON ({err.msg})",
+        value = parse_json(token.text)
+    except DocumentError as err:
+        findings.append(_finding("PWR457", token, f"--speculative-config cannot be read: {err.message}",
                                  "quote the whole object for the shell: --speculative-config '{\"method\": ...}'"))
         return None
     if not isinstance(value, dict):
@@ -384,17 +553,19 @@ def _json_object(token: Token, findings: list[Finding]) -> dict[str, Any] | None
 
 
 def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path], str]) -> dict[str, Any]:
-    """The manifest for the launch's model and drafter; paths relative to `out_dir`, where it will be written."""
+    """The manifest for the launch's model and drafters; paths relative to `out_dir`, where it will be written."""
+    if spec.model is None:
+        raise ValueError("a launch without a model has no manifest (PWR458 says so first)")
     target = Path(spec.model.text).absolute()
     target_sha = sha256_of(target)
     drafters: list[dict[str, Any]] = []
-    if spec.mode != modes.NONE and modes.mode(spec.mode).artifact == "target" and spec.draft_model is None:
-        drafters.append({"kind": spec.mode})
-    elif spec.draft_model is not None and _runs_a_file(spec.mode):
+    if spec.draft_model is not None and (_runs_a_file(spec.mode) or _sidecar(spec.mode)):
         path = Path(spec.draft_model.text).absolute()
         drafters.append({"kind": spec.mode, "path": os.path.relpath(path, out_dir), "size": path.stat().st_size,
                          "sha256": sha256_of(path), "target_sha256": target_sha})
-    drafters += [{"kind": kind} for kind in spec.chain if kind in modes.WEIGHT_FREE and kind != spec.mode]
+    elif spec.mode != modes.NONE and modes.mode(spec.mode).artifact == "target":
+        drafters.append({"kind": spec.mode})
+    drafters += [{"kind": kind} for kind in spec.chain if kind in modes.WEIGHT_FREE]
     return {
         "schema": "power.manifest/v1",
         "name": target.stem,
@@ -404,13 +575,28 @@ def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path
     }
 
 
+def _sidecar(mode: str) -> bool:
+    """Whether the mode's head may come as its own file (`--spec-draft-model MTP-only.gguf --spec-type draft-mtp`)."""
+    return mode != modes.NONE and modes.mode(mode).sidecar
+
+
 def profile_document(spec: LaunchSpec) -> dict[str, Any]:
-    """The profile the launch line amounts to. llama.cpp keeps one rollback point per drafted token, so S = K."""
-    k = spec.k or LLAMA_DEFAULT_N_MAX
-    runtime = {key: value for key, value in (("ctx", spec.ctx), ("flash_attn", spec.flash_attn),
-                                             ("kv_cache_type", spec.kv_cache_type)) if value is not None}
+    """The profile the launch line amounts to, every setting as the engine runs it (its defaults filled in).
+
+    llama.cpp keeps one rollback point per drafted token, so S = K.
+    """
+    k = spec.k or llama_flags.table().option("--spec-draft-n-max").default_int or 1
+    ngram = {}
+    if any(kind in modes.WEIGHT_FREE for kind in spec.chain):
+        ngram = {"ngram_match": spec.ngram_match, "ngram_draft_min": max(1, spec.ngram_draft_min or 1),
+                 "ngram_draft_max": spec.ngram_draft_max if spec.ngram_draft_max != k else None}
+    runtime = {key: value for key, value in (
+        ("ctx", spec.ctx), ("slots", spec.slots), ("kv_unified", spec.kv_unified), ("batch", spec.batch),
+        ("ubatch", spec.ubatch), ("flash_attn", spec.flash_attn), ("kv_cache_type", spec.kv_cache_type),
+        *ngram.items()) if value is not None}
     sampling = {key: value for key, value in (("temperature", spec.temperature), ("seed", spec.seed))
                 if value is not None}
+    settings = {"spec_draft_p_min": spec.p_min} if spec.p_min is not None else {}
     return {
         "schema": "power.profile/v1",
         "name": f"imported-{spec.engine}-{spec.mode}",
@@ -418,6 +604,7 @@ def profile_document(spec: LaunchSpec) -> dict[str, Any]:
         "spec_mode": spec.mode,
         "spec_draft_max": k,
         "spec_mtp_recurrent_snapshots": k,
+        **settings,
         "runtime": runtime,
         "sampling": sampling,
     }

@@ -2,8 +2,11 @@
 
 Every token keeps the file, line and column it came from, so a launch-line
 finding points at the flag the way a TOML finding points at a key. Env-file
-variables are turned into the flags they stand for (`LLAMA_ARG_SPEC_TYPE=x`
-is `--spec-type x`), keeping their own line.
+variables the engine reads (`LLAMA_ARG_SPEC_TYPE=x`) become the option they
+set, keeping their own line and the variable's name. In a systemd unit,
+`ExecStart=` is expanded the way systemd does it: `$VAR` standing alone
+becomes the variable's words, `${VAR}` its value inside a word, `$$` a `$`; a
+variable the unit does not define stays as written and is marked unresolved.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
+from power.artifacts.documents import MAX_LAUNCH_BYTES, DocumentError, read_text
 from power.findings import PowerError
 
 COMMAND_LINE = "<command line>"
@@ -20,6 +25,8 @@ COMMAND_LINE = "<command line>"
 # One shell word: unquoted runs and quoted strings glued together.
 _WORD = re.compile(r"""(?:[^\s'"\\]+|\\.|'[^']*'|"(?:\\.|[^"\\])*")+""")
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_LONE_VARIABLE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class LaunchInputError(PowerError):
@@ -29,14 +36,36 @@ class LaunchInputError(PowerError):
 
 
 @dataclass(frozen=True)
+class EnvNames:
+    """How an engine reads its environment: a variable prefix and, per variable it knows, the option it sets."""
+
+    prefix: str
+    options: Mapping[str, str]  # `LLAMA_ARG_CTX_SIZE` -> `--ctx-size`
+
+
+@dataclass(frozen=True)
 class Token:
     text: str
     file: str
     line: int
     col: int
     source_line: str
-    # The env variable this token came from, when it came from one (`LLAMA_ARG_SPEC_TYPE`).
+    # The env variable this token came from, when it came from one (`LLAMA_ARG_SPEC_TYPE`). A variable with the
+    # engine's prefix that names no option it knows keeps the variable's name as its text.
     env: str | None = None
+    # A `$VAR` in a unit's ExecStart that the unit does not define: systemd expands it to nothing.
+    unresolved: str | None = None
+
+
+@dataclass(frozen=True)
+class _Assignment:
+    name: str
+    words: list[str]  # the value, unquoted into shell words
+    file: str
+    line: int
+    col: int  # where the assignment starts
+    value_col: int  # where its value starts
+    source_line: str
 
 
 def tokens_from_argv(argv: list[str]) -> list[Token]:
@@ -51,17 +80,18 @@ def tokens_from_argv(argv: list[str]) -> list[Token]:
     return tokens
 
 
-def tokens_from_env_file(path: Path, env_prefix: str | None) -> list[Token]:
-    """Flags from `PREFIX_NAME=value` lines, plus any variable whose value is itself a flag list."""
+def tokens_from_env_file(path: Path, env: EnvNames | None) -> list[Token]:
+    """Options from the engine's own variables, plus any variable whose value is itself a flag list."""
     tokens = []
-    for number, line in enumerate(_read(path).splitlines(), start=1):
-        tokens += _tokens_from_assignment(line, str(path), number, line, env_prefix)
+    for assignment in _env_file_assignments(path):
+        tokens += _env_tokens(assignment, env) or _flag_list(assignment)
     return tokens
 
 
-def tokens_from_systemd_unit(path: Path, env_prefix: str | None) -> list[Token]:
-    """`Environment=` and `EnvironmentFile=` variables, then the `ExecStart=` command line."""
-    environment, command = [], []
+def tokens_from_systemd_unit(path: Path, env: EnvNames | None) -> list[Token]:
+    """The engine's variables from `Environment=` and `EnvironmentFile=`, then the expanded `ExecStart=` line."""
+    assignments: list[_Assignment] = []
+    command: list[tuple[str, int, str, int]] = []  # (body, line number, line, offset)
     in_exec = False
     for number, line in enumerate(_read(path).splitlines(), start=1):
         stripped = line.strip()
@@ -69,47 +99,109 @@ def tokens_from_systemd_unit(path: Path, env_prefix: str | None) -> list[Token]:
             body = stripped.removeprefix("ExecStart=") if not in_exec else line
             offset = line.index(body) if body else 0
             in_exec = body.rstrip().endswith("\\")
-            command += _words(body.rstrip().removesuffix("\\"), str(path), number, line, offset)
+            command.append((body.rstrip().removesuffix("\\"), number, line, offset))
         elif stripped.startswith("Environment="):
             offset = line.index("Environment=") + len("Environment=")
             for word in _words(line[offset:], str(path), number, line, offset):
-                environment += _tokens_from_assignment(word.text, str(path), number, line, env_prefix, word.col)
+                assignment = _assignment(word.text, str(path), number, line, word.col)
+                if assignment is not None:
+                    assignments.append(assignment)
         elif stripped.startswith("EnvironmentFile="):
-            environment += _environment_file(stripped.removeprefix("EnvironmentFile="), path, env_prefix)
+            assignments += _environment_file(stripped.removeprefix("EnvironmentFile="), path)
     if not command:
         raise LaunchInputError(f"{path}: no ExecStart= line; point --unit at the service that runs the engine")
-    return environment + command
+    variables = {a.name: a.words for a in assignments}
+    tokens = [token for a in assignments for token in _env_tokens(a, env)]
+    for body, number, line, offset in command:
+        tokens += _expanded(_words(body, str(path), number, line, offset), variables)
+    return tokens
 
 
-def _environment_file(value: str, unit: Path, env_prefix: str | None) -> list[Token]:
+def _expanded(words: list[_RawToken], variables: dict[str, list[str]]) -> list[Token]:
+    """ExecStart words with the unit's variables put in, as systemd does (systemd.service(5), "Command lines")."""
+    tokens = []
+    for word in words:
+        lone = _LONE_VARIABLE.match(word.raw)
+        if lone and lone.group(1) in variables:
+            tokens += [_at(word, text) for text in " ".join(variables[lone.group(1)]).split()]
+            continue
+        text, missing = _substituted(word.text, variables)
+        tokens.append(Token(text, word.file, word.line, word.col, word.source_line, unresolved=missing))
+    return tokens
+
+
+def _substituted(text: str, variables: dict[str, list[str]]) -> tuple[str, str | None]:
+    """`text` with `${VAR}` and `$VAR` put in and `$$` made `$`; the first variable the unit lacks, if any."""
+    missing: list[str] = []
+
+    def put(match: re.Match) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1) or match.group(2)
+        if name not in variables:
+            missing.append(name)
+            return match.group(0)
+        return " ".join(variables[name])
+
+    return _VARIABLE.sub(put, text), missing[0] if missing else None
+
+
+def _at(word: "_RawToken", text: str) -> Token:
+    return Token(text, word.file, word.line, word.col, word.source_line)
+
+
+def _environment_file(value: str, unit: Path) -> list[_Assignment]:
     optional = value.startswith("-")
     env_path = Path(value.removeprefix("-"))
     if not env_path.is_absolute():
         env_path = unit.parent / env_path
     if optional and not env_path.exists():
         return []
-    return tokens_from_env_file(env_path, env_prefix)
+    return _env_file_assignments(env_path)
 
 
-def _tokens_from_assignment(text: str, file: str, number: int, line: str, env_prefix: str | None,
-                            col: int = 1) -> list[Token]:
+def _env_file_assignments(path: Path) -> list[_Assignment]:
+    found = []
+    for number, line in enumerate(_read(path).splitlines(), start=1):
+        assignment = _assignment(line, str(path), number, line)
+        if assignment is not None:
+            found.append(assignment)
+    return found
+
+
+def _assignment(text: str, file: str, number: int, line: str, col: int = 1) -> _Assignment | None:
     match = _ASSIGNMENT.match(text)
     if match is None:
-        return []
+        return None
     name, raw = match.group(1), match.group(2).strip()
     value_col = col + match.start(2) + (len(match.group(2)) - len(match.group(2).lstrip()))
     try:
         words = shlex.split(raw, comments=True)
     except ValueError as err:
-        raise LaunchInputError(f"{file}:{number}: cannot read the value of {name} ({err})") from None
-    if env_prefix and name.startswith(env_prefix):
-        flag = "--" + name.removeprefix(env_prefix).lower().replace("_", "-")
-        value = " ".join(words)
-        return [Token(flag, file, number, col, line, env=name), Token(value, file, number, value_col, line, env=name)]
-    # A quoted flag list (`ARGS="--a 1 --b 2"`) is one shell word holding the words of the command line.
-    flags = shlex.split(" ".join(words)) if words else []
+        raise LaunchInputError(f"{file}:{number}:{value_col}: cannot read the value of {name} ({err})") from None
+    return _Assignment(name, words, file, number, col, value_col, line)
+
+
+def _env_tokens(assignment: _Assignment, env: EnvNames | None) -> list[Token]:
+    """The option an engine variable sets, and its value (`LLAMA_ARG_CTX_SIZE=8192` -> `--ctx-size 8192`)."""
+    if env is None or not assignment.name.startswith(env.prefix):
+        return []
+    a = assignment
+    flag = env.options.get(a.name, a.name)
+    return [Token(flag, a.file, a.line, a.col, a.source_line, env=a.name),
+            Token(" ".join(a.words), a.file, a.line, a.value_col, a.source_line, env=a.name)]
+
+
+def _flag_list(assignment: _Assignment) -> list[Token]:
+    """A quoted flag list (`ARGS="--a 1 --b 2"`) is one shell word holding the words of the command line."""
+    a = assignment
+    try:
+        flags = shlex.split(" ".join(a.words)) if a.words else []
+    except ValueError as err:
+        raise LaunchInputError(f"{a.file}:{a.line}:{a.value_col}: cannot read the flag list in {a.name} ({err}); "
+                               "balance its quotes") from None
     if flags and flags[0].startswith("-"):
-        return _located(flags, file, number, line, value_col - 1)
+        return _located(flags, a.file, a.line, a.source_line, a.value_col - 1)
     return []
 
 
@@ -124,7 +216,12 @@ def _located(words: list[str], file: str, number: int, line: str, start: int) ->
     return tokens
 
 
-def _words(text: str, file: str, number: int, line: str, offset: int) -> list[Token]:
+@dataclass(frozen=True)
+class _RawToken(Token):
+    raw: str = ""  # the word as written, quotes included
+
+
+def _words(text: str, file: str, number: int, line: str, offset: int) -> list[_RawToken]:
     tokens = []
     for match in _WORD.finditer(text):
         raw = match.group(0)
@@ -134,12 +231,13 @@ def _words(text: str, file: str, number: int, line: str, offset: int) -> list[To
             [value] = shlex.split(raw) or [""]
         except ValueError as err:
             raise LaunchInputError(f"{file}:{number}:{offset + match.start() + 1}: cannot read {raw!r} ({err})") from None
-        tokens.append(Token(value, file, number, offset + match.start() + 1, line))
+        tokens.append(_RawToken(value, file, number, offset + match.start() + 1, line, raw=raw))
     return tokens
 
 
 def _read(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise LaunchInputError(f"{path}: cannot read the file ({err.strerror})") from None
+        return read_text(path, MAX_LAUNCH_BYTES)
+    except DocumentError as err:
+        raise LaunchInputError.of(err.finding("PWR459", path, "pass the env file or unit that launches the engine",
+                                              what="the launch file")) from None

@@ -13,26 +13,27 @@ a locator so that later checks can point at the exact line:
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
-import tomli
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from power import codes, modes
+from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, Reason, decode_utf8, parse_toml, read_bytes
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator import rules
 from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
 from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, RENAMED_KEYS, SCHEMA_VERSION, schema_id
 from power.orchestrator.units import ACCEPTED_FORMS, SizeError
 
-MAX_TOML_BYTES = 8 * 1024**2
-
+# Findings listed per file; the rest are counted in one PWR017 finding.
+MAX_FINDINGS_PER_FILE = 200
 _EDITOR_SCHEMA = re.compile(r"#:schema\s+(?P<target>\S+)[^\n]*")
 _SCHEMA_VALUE = re.compile(r"^power\.(?P<kind>[A-Za-z0-9_-]+)/(?P<version>v\d+)$")
 # Errors on these fields carry the speculation-settings code instead of the generic PWR022.
@@ -59,6 +60,10 @@ class Loaded:
     findings: list[Finding] = field(default_factory=list)
     data: dict[str, Any] | None = None
     text: str | None = None
+    # sha256 of the bytes read: a plan records the digest of exactly what it was compiled from.
+    sha256: str | None = None
+    # Findings beyond MAX_FINDINGS_PER_FILE that were counted but never built.
+    unlisted: int = field(default=0, repr=False)
     _locator: TomlLocator | None = field(default=None, repr=False)
 
     @property
@@ -89,6 +94,7 @@ class Loaded:
             file=str(self.path),
             line=position.line if position else None,
             col=position.col if position else None,
+            end_col=position.end_col if position else None,
             hint=hint,
             where=format_where(path) if path else None,
             source_line=position.source_line if position else None,
@@ -102,14 +108,22 @@ class Loaded:
         path = parse_where(where) if isinstance(where, str) else tuple(where)
         position = self._locator.key(path) if at == "key" else self._locator.value(path)
         # A key missing from the top level has no place of its own: point at the file's start.
-        return position or Position(line=1, col=1, source_line=self.text.split("\n", 1)[0])
+        return position or Position(line=1, col=1, source_line=self.text.split("\n", 1)[0], end_col=2)
 
 
 def load_document(path: str | os.PathLike[str]) -> Loaded:
     """Load any Power TOML file; the kind comes from its `schema` key."""
     loaded = Loaded(path=Path(path))
-    if _read(loaded) and _parse(loaded) and _read_kind(loaded):
-        _validate(loaded)
+    try:
+        loaded.text = text = _read(loaded)
+        loaded.data = data = _parse(loaded, text)
+        kind = _read_kind(loaded, data, text)
+    except _Unloadable as stop:
+        loaded.findings.append(stop.finding)
+    else:
+        if kind is not None:
+            _validate(loaded, kind, data)
+    _bound_findings(loaded)
     return loaded
 
 
@@ -131,7 +145,7 @@ def load_fleet(path: str | os.PathLike[str]) -> Loaded:
 
 def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
     loaded = load_document(path)
-    if loaded.kind is not None and loaded.kind != kind:
+    if loaded.kind is not None and loaded.kind != kind and loaded.data is not None:
         loaded.findings.append(
             loaded.finding(
                 "PWR012",
@@ -147,69 +161,56 @@ def _load_expecting(path: str | os.PathLike[str], kind: str) -> Loaded:
 # --- reading and parsing ----------------------------------------------------------
 
 
-def _read(loaded: Loaded) -> bool:
-    """Set loaded.text, or add the finding that says why the file cannot be read as text."""
+# Why a file cannot be read or parsed -> (code, hint).
+_READ_FAILURES = {
+    Reason.MISSING: ("PWR001", "check the path (it is relative to the current directory)"),
+    Reason.UNREADABLE: ("PWR013", "check the path and the file's permissions"),
+    Reason.NOT_REGULAR: ("PWR002", "pass a .toml file (or, to `power validate`, a directory of them)"),
+    Reason.TOO_LARGE: ("PWR003", "a manifest or profile is a few hundred bytes: check that this is the file you meant"),
+    Reason.NOT_UTF8: ("PWR006", "save the file as UTF-8 (TOML files must be UTF-8)"),
+    Reason.SYNTAX: ("PWR007", "see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]"),
+    Reason.TOO_DEEP: ("PWR008", "flatten the nesting: no Power file nests more than three levels"),
+    Reason.NUMBER: ("PWR016", "write the value in range (sizes take units: \"24 GiB\")"),
+}
+
+
+def _read(loaded: Loaded) -> str:
+    """The file's text; _Unloadable with the finding that says why it cannot be read as text."""
     try:
-        info = os.stat(loaded.path)
-    except FileNotFoundError:
-        return _fail(loaded, "PWR001", "no such file or directory", "check the path (it is relative to the current directory)")
-    except (OSError, ValueError) as exc:
-        return _fail(loaded, "PWR013", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "check the path and the file's permissions")
-    if not stat.S_ISREG(info.st_mode):
-        what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-        return _fail(loaded, "PWR002", f"is {what}", "pass a .toml file (or, to `power validate`, a directory of them)")
-    if info.st_size > MAX_TOML_BYTES:
-        return _fail(
-            loaded,
-            "PWR003",
-            f"is {info.st_size:,} bytes; a Power TOML file may be at most {MAX_TOML_BYTES:,} bytes (8 MiB)",
-            "a manifest or profile is a few hundred bytes: check that this is the file you meant",
-        )
+        raw = read_bytes(loaded.path, MAX_TOML_BYTES)
+        if not raw.strip():
+            raise _Unloadable(_error(loaded, "PWR004", "is empty", _SCHEMA_HINT))
+        if b"\x00" in raw:
+            raise _Unloadable(_error(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text",
+                                     "pass the .toml file, not a GGUF or other binary"))
+        text = decode_utf8(raw).removeprefix("\ufeff")
+    except DocumentError as err:
+        raise _failed_document(loaded, err) from None
+    loaded.sha256 = hashlib.sha256(raw).hexdigest()
+    return text
+
+
+def _parse(loaded: Loaded, text: str) -> dict[str, Any]:
     try:
-        with open(loaded.path, "rb") as handle:
-            raw = handle.read(MAX_TOML_BYTES + 1)
-    except OSError as exc:
-        return _fail(loaded, "PWR013", f"cannot read: {exc.strerror}", "check the file's permissions")
-    return _decode(loaded, raw)
+        return parse_toml(text)
+    except DocumentError as err:
+        raise _failed_document(loaded, err) from None
 
 
-def _decode(loaded: Loaded, raw: bytes) -> bool:
-    if len(raw) > MAX_TOML_BYTES:
-        return _fail(loaded, "PWR003", f"is larger than {MAX_TOML_BYTES:,} bytes (8 MiB)", "check that this is the file you meant")
-    if not raw.strip():
-        return _fail(loaded, "PWR004", "is empty", _SCHEMA_HINT)
-    if b"\x00" in raw:
-        return _fail(loaded, "PWR005", "is binary (it contains NUL bytes), not TOML text", "pass the .toml file, not a GGUF or other binary")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line, col, source = _byte_position(raw, exc.start)
-        return _fail(loaded, "PWR006", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
-                     "save the file as UTF-8 (TOML files must be UTF-8)", line=line, col=col, source_line=source)
-    loaded.text = text.removeprefix("\ufeff")
-    return True
+def _failed_document(loaded: Loaded, err: DocumentError) -> _Unloadable:
+    code, hint = _READ_FAILURES[err.reason]
+    if err.where is not None:
+        return _Unloadable(loaded.finding(code, err.message, where=err.where, hint=hint))
+    return _Unloadable(_error(loaded, code, err.message, hint, line=err.line, col=err.col, source_line=err.source_line))
 
 
-def _parse(loaded: Loaded) -> bool:
-    try:
-        loaded.data = tomli.loads(loaded.text)
-    except tomli.TOMLDecodeError as exc:
-        lines = loaded.text.splitlines()
-        source = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else None
-        return _fail(loaded, "PWR007", f"TOML syntax: {exc.msg[:1].lower()}{exc.msg[1:]}",
-                     "see https://toml.io/en/v1.0.0 for the syntax; strings need quotes, tables [brackets]",
-                     line=exc.lineno, col=exc.colno, source_line=source)
-    except RecursionError:
-        return _fail(loaded, "PWR008", "nests arrays or inline tables too deeply to read", "flatten the nesting: no Power file nests more than three levels")
-    return True
-
-
-def _read_kind(loaded: Loaded) -> bool:
-    value = loaded.data.get("schema")
+def _read_kind(loaded: Loaded, data: dict[str, Any], text: str) -> str | None:
+    """The kind to validate the file as; None when the file is not one (with the finding that says so, if any)."""
+    value = data.get("schema")
     if value is None:
-        first_line = loaded.text.splitlines()[0] if loaded.text.splitlines() else ""
-        return _fail(loaded, "PWR010", "has no `schema` key, so its kind (manifest, profile, host, fleet) is unknown",
-                     _SCHEMA_HINT, line=1, col=1, source_line=first_line)
+        first_line = text.splitlines()[0] if text.splitlines() else ""
+        raise _Unloadable(_error(loaded, "PWR010", "has no `schema` key, so its kind (manifest, profile, host, fleet) "
+                                 "is unknown", _SCHEMA_HINT, line=1, col=1, source_line=first_line))
     match = _SCHEMA_VALUE.match(value) if isinstance(value, str) else None
     if match is not None and match["kind"] in GENERATED_KINDS:
         loaded.kind = match["kind"]
@@ -221,20 +222,20 @@ def _read_kind(loaded: Loaded) -> bool:
                 hint="validate the manifests, profiles, hosts and fleets it came from",
             )
         )
-        return False
+        return None
     if match is None or match["kind"] not in KIND_MODELS or match["version"] != SCHEMA_VERSION:
         loaded.findings.append(
             loaded.finding("PWR011", f"schema = {_toml(value)} is not a Power file kind", where="schema", hint=_schema_value_hint(value))
         )
-        return False
+        return None
     loaded.kind = match["kind"]
-    _check_editor_schema_line(loaded)
-    return True
+    _check_editor_schema_line(loaded, text)
+    return loaded.kind
 
 
-def _check_editor_schema_line(loaded: Loaded) -> None:
+def _check_editor_schema_line(loaded: Loaded, text: str) -> None:
     """A `#:schema` first line (taplo, Even Better TOML) must name this kind's JSON Schema."""
-    directive = _EDITOR_SCHEMA.match(loaded.text)
+    directive = _EDITOR_SCHEMA.match(text)
     if directive is None:
         return
     named = directive["target"].rsplit("/", 1)[-1]
@@ -247,6 +248,7 @@ def _check_editor_schema_line(loaded: Loaded) -> None:
                 file=str(loaded.path),
                 line=1,
                 col=directive.start("target") + 1,
+                end_col=directive.end("target") + 1,
                 hint=f"point it at {loaded.kind}.json (`power schema {loaded.kind}`)",
                 source_line=directive.group(0),
             )
@@ -264,33 +266,96 @@ def _schema_value_hint(value: Any) -> str:
 # --- validation ------------------------------------------------------------------
 
 
-def _validate(loaded: Loaded) -> None:
-    model_type = KIND_MODELS[loaded.kind]
+def _validate(loaded: Loaded, kind: str, document: dict[str, Any]) -> None:
+    """Unknown keys first (found by walking the models: one finding each, however many there are, costs
+    no pydantic error), then the model on the data without them, then the cross-field rules."""
+    model_type = KIND_MODELS[kind]
+    unknown = _unknown_keys(model_type, document)
+    data = _without(document, unknown)
+    loaded.findings += [_unknown_key(loaded, model_type, path) for path in unknown[:MAX_FINDINGS_PER_FILE]]
+    loaded.unlisted = max(0, len(unknown) - MAX_FINDINGS_PER_FILE)
     try:
-        model = model_type.model_validate(loaded.data, context={"base_dir": loaded.path.absolute().parent})
+        model = model_type.model_validate(data, context={"base_dir": loaded.path.absolute().parent})
     except ValidationError as exc:
         model = None
-        loaded.findings += _schema_findings(loaded, model_type, exc)
-    for issue in rules.check(loaded.kind, loaded.data):
+        loaded.findings += _schema_findings(loaded, model_type, exc, data)
+    for issue in rules.check(kind, document):
         loaded.findings.append(loaded.finding(issue.code, issue.message, where=issue.where, hint=issue.hint, severity=issue.severity))
-    loaded.findings.sort(key=lambda finding: (finding.line or 0, finding.col or 0))
     loaded.model = None if has_errors(loaded.findings) else model
 
 
-def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: ValidationError) -> list[Finding]:
+def _bound_findings(loaded: Loaded) -> None:
+    """The findings in file order, at most MAX_FINDINGS_PER_FILE of them, then one that counts the rest."""
+    loaded.findings.sort(key=lambda finding: (finding.line or 0, finding.col or 0))
+    unlisted = loaded.findings[MAX_FINDINGS_PER_FILE:]
+    count = len(unlisted) + loaded.unlisted
+    if not count:
+        return
+    # Keys never listed are unknown keys: errors.
+    errors = sum(f.is_error for f in unlisted) + loaded.unlisted
+    del loaded.findings[MAX_FINDINGS_PER_FILE:]
+    loaded.findings.append(Finding(
+        code="PWR017", severity=Severity.ERROR if errors else Severity.WARNING, file=str(loaded.path),
+        message=f"{count:,} more finding(s) in this file are not listed ({errors:,} of them errors); "
+                f"only the first {MAX_FINDINGS_PER_FILE} are",
+        hint="fix the findings listed and validate again; a file with this many is rarely the file you meant"))
+
+
+def _unknown_keys(model_type: type[BaseModel], data: Any, here: KeyPath = ()) -> list[KeyPath]:
+    """Every key in `data` that its model does not define, as a key path, in document order."""
+    if not isinstance(data, dict):
+        return []
+    fields = {key: info for name, info in model_type.model_fields.items() for key in (name, info.alias or name)}
+    found: list[KeyPath] = []
+    for key, value in data.items():
+        if key not in fields:
+            found.append((*here, key))
+            continue
+        shape = _shape(fields[key].annotation)
+        if shape is None:
+            continue
+        container, nested = shape
+        if container == "one":
+            found += _unknown_keys(nested, value, (*here, key))
+        elif container == "list" and isinstance(value, list):
+            for index, item in enumerate(value):
+                found += _unknown_keys(nested, item, (*here, key, index))
+        elif container == "dict" and isinstance(value, dict):
+            for name, item in value.items():
+                found += _unknown_keys(nested, item, (*here, key, name))
+    return found
+
+
+def _without(data: Any, paths: list[KeyPath]) -> Any:
+    """`data` without the keys at `paths`: the containers on those paths are copied, all others shared."""
+    if not paths or not isinstance(data, (dict, list)):
+        return data
+    removed = {path[0] for path in paths if len(path) == 1}
+    deeper: dict[str | int, list[KeyPath]] = {}
+    for path in paths:
+        if len(path) > 1:
+            deeper.setdefault(path[0], []).append(path[1:])
+    if isinstance(data, list):
+        return [_without(item, deeper[index]) if index in deeper else item for index, item in enumerate(data)]
+    return {key: _without(value, deeper[key]) if key in deeper else value
+            for key, value in data.items() if key not in removed}
+
+
+def _schema_findings(loaded: Loaded, model_type: type[BaseModel], exc: ValidationError,
+                     data: dict[str, Any]) -> list[Finding]:
     """One finding per offending key: pydantic reports a union's alternatives as several errors for one value."""
-    by_path: dict[KeyPath, list[dict[str, Any]]] = {}
-    for error in exc.errors():
-        by_path.setdefault(_data_path(error["loc"], loaded.data), []).append(error)
-    return [_error_finding(loaded, model_type, path, errors) for path, errors in by_path.items()]
+    by_path: dict[KeyPath, list[ErrorDetails]] = {}
+    for error in exc.errors(include_url=False):
+        by_path.setdefault(_data_path(error["loc"], data), []).append(error)
+    paths = list(by_path)[:MAX_FINDINGS_PER_FILE]
+    loaded.unlisted += len(by_path) - len(paths)
+    return [_error_finding(loaded, model_type, path, by_path[path]) for path in paths]
 
 
-def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[dict[str, Any]]) -> Finding:
+def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, errors: list[ErrorDetails]) -> Finding:
     where = format_where(path)
     key = path[-1] if path else ""
     kinds = {error["type"] for error in errors}
-    if "extra_forbidden" in kinds:
-        return _unknown_key(loaded, model_type, path)
     if "missing" in kinds:
         table = format_where(path[:-1])
         return loaded.finding(
@@ -363,13 +428,17 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> KeyPath:
 
 
 def _model_at(model_type: type[BaseModel], path: KeyPath) -> type[BaseModel] | None:
-    """The model class that describes the table at `path` (list indices are skipped)."""
+    """The model class that describes the table at `path` (list indices and dict keys are stepped over)."""
     current: type[BaseModel] | None = model_type
+    keyed = False
     for part in path:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         field_info = _field(current, part) if current else None
-        current = _nested_model(field_info.annotation) if field_info else None
+        shape = _shape(field_info.annotation) if field_info else None
+        current = shape[1] if shape else None
+        keyed = shape is not None and shape[0] == "dict"
     return current
 
 
@@ -380,11 +449,19 @@ def _field(model_type: type[BaseModel], key: str):
     return None
 
 
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
+def _shape(annotation: Any) -> tuple[str, type[BaseModel]] | None:
+    """How a field holds a model: ("one" | "list" | "dict", the model), through Optional, unions and Annotated."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _nested_model(arg)
+        return "one", annotation
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (list, tuple) and args:
+        inner = _shape(args[0])
+        return ("list", inner[1]) if inner and inner[0] == "one" else None
+    if origin is dict and len(args) == 2:
+        inner = _shape(args[1])
+        return ("dict", inner[1]) if inner and inner[0] == "one" else None
+    for arg in args:
+        found = _shape(arg)
         if found is not None:
             return found
     return None
@@ -404,20 +481,19 @@ def _description(model_type: type[BaseModel], path: KeyPath) -> str:
 # --- small helpers ------------------------------------------------------------------
 
 
-def _fail(loaded: Loaded, code: str, message: str, hint: str, *,
-          line: int | None = None, col: int | None = None, source_line: str | None = None) -> bool:
-    """Record an error finding for this file (placed at line:col when given) and stop loading it."""
-    loaded.findings.append(Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path),
-                                   line=line, col=col, hint=hint, source_line=source_line))
-    return False
+class _Unloadable(Exception):
+    """Loading stops at this finding: the file cannot be read, decoded or parsed, or names no kind."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
 
 
-def _byte_position(raw: bytes, offset: int) -> tuple[int, int, str]:
-    line_start = raw.rfind(b"\n", 0, offset) + 1
-    line_end = raw.find(b"\n", offset)
-    source = raw[line_start : line_end if line_end != -1 else len(raw)].decode("utf-8", errors="replace")
-    col = len(raw[line_start:offset].decode("utf-8", errors="replace")) + 1
-    return raw.count(b"\n", 0, offset) + 1, col, source
+def _error(loaded: Loaded, code: str, message: str, hint: str, *,
+           line: int | None = None, col: int | None = None, source_line: str | None = None) -> Finding:
+    """An error finding for this file, placed at line:col when given."""
+    return Finding(code=code, severity=Severity.ERROR, message=message, file=str(loaded.path), line=line, col=col,
+                   hint=hint, source_line=source_line)
 
 
 def _toml(value: Any, limit: int = 60) -> str:

@@ -1,20 +1,22 @@
 """Where a dotted key lives in TOML source text: `drafters[1].sha256` -> line 14, column 1.
 
-tomli returns values without positions, so this module scans the text once
-and records, for every key path, where its key and its value start: tables,
-arrays of tables, dotted keys, inline tables and array elements. It never
-raises: on text it cannot follow it keeps what it found so far, and a path it
-does not know falls back to its nearest known ancestor.
+tomli returns values without positions, so this module scans the text once,
+lazily (only as far as the paths asked for), and records, for every key path,
+where its key and its value start and end: tables, arrays of tables, dotted
+keys, inline tables and array elements. It never raises: on text it cannot
+follow it keeps what it found so far, and a path it does not know falls back to
+its nearest known ancestor.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 KeyPath = tuple[str | int, ...]
+Span = tuple[int, int]  # [start, end) offsets in the text
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _WHERE_PART = re.compile(r'\.?(?:"((?:[^"\\]|\\.)*)"|([^.\[\]"]+))|\[(\d+)\]')
@@ -27,6 +29,9 @@ class Position:
     line: int  # 1-based
     col: int  # 1-based, in characters
     source_line: str
+    # Just past the key or value's last character on this line (a value that goes on over more lines ends here at
+    # the line's end), so end_col - col characters are underlined.
+    end_col: int
 
 
 def parse_where(where: str) -> KeyPath:
@@ -58,34 +63,35 @@ class TomlLocator:
 
     def __init__(self, text: str) -> None:
         self._text = text
-        self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        scan = _Scan(text)
-        scan.run()
-        self._keys = scan.keys
-        self._values = scan.values
+        self._scan = _Scan(text)
 
     def key(self, path: KeyPath) -> Position | None:
-        """Where the key of `path` (or of its nearest located ancestor) starts."""
-        return self._nearest(path, self._keys, self._values)
+        """Where the key of `path` (or of its nearest located ancestor) is."""
+        return self._nearest(path, self._scan.keys, self._scan.values)
 
     def value(self, path: KeyPath) -> Position | None:
-        """Where the value of `path` starts (or, failing that, its key or an ancestor's)."""
-        return self._nearest(path, self._values, self._keys)
+        """Where the value of `path` is (or, failing that, its key or an ancestor's)."""
+        return self._nearest(path, self._scan.values, self._scan.keys)
 
-    def _nearest(self, path: KeyPath, first: dict[KeyPath, int], second: dict[KeyPath, int]) -> Position | None:
+    def _nearest(self, path: KeyPath, first: dict[KeyPath, Span], second: dict[KeyPath, Span]) -> Position | None:
+        # The text is scanned only as far as the path's first occurrence (to the end for a path it lacks).
+        path = tuple(path)
+        self._scan.run_until(lambda: path in first or path in second)
         for length in range(len(path), 0, -1):
-            prefix = tuple(path[:length])
-            offset = first.get(prefix, second.get(prefix))
-            if offset is not None:
-                return self._position(offset)
+            prefix = path[:length]
+            span = first.get(prefix, second.get(prefix))
+            if span is not None:
+                return self._position(span)
         return None
 
-    def _position(self, offset: int) -> Position:
-        index = bisect.bisect_right(self._line_starts, offset) - 1
-        start = self._line_starts[index]
-        end = self._text.find("\n", start)
-        source_line = self._text[start : end if end != -1 else len(self._text)].rstrip("\r")
-        return Position(line=index + 1, col=offset - start + 1, source_line=source_line)
+    def _position(self, span: Span) -> Position:
+        offset, end = span
+        start = self._text.rfind("\n", 0, offset) + 1
+        line_end = self._text.find("\n", start)
+        source_line = self._text[start : line_end if line_end != -1 else len(self._text)].rstrip("\r")
+        col = offset - start + 1
+        end_col = max(min(end - start, len(source_line.rstrip())) + 1, col + 1)
+        return Position(line=self._text.count("\n", 0, start) + 1, col=col, source_line=source_line, end_col=end_col)
 
 
 class _Scan:
@@ -94,19 +100,20 @@ class _Scan:
     def __init__(self, text: str) -> None:
         self.text = text
         self.i = 0
-        self.keys: dict[KeyPath, int] = {}
-        self.values: dict[KeyPath, int] = {}
+        self.keys: dict[KeyPath, Span] = {}
+        self.values: dict[KeyPath, Span] = {}
         # Array-of-tables path -> index of its latest element.
         self._latest: dict[KeyPath, int] = {}
+        self._table: KeyPath = ()
 
-    def run(self) -> None:
-        table: KeyPath = ()
-        while self._skip_blank_lines():
+    def run_until(self, found: Callable[[], bool]) -> None:
+        """Scan on, one top-level statement at a time, until `found()` or the end of the text."""
+        while not found() and self._skip_blank_lines():
             before = self.i
             if self._peek() == "[":
-                table = self._table_header(table)
+                self._table = self._table_header(self._table)
             else:
-                self._key_value(table)
+                self._key_value(self._table)
             self._skip_to_next_line()
             if self.i <= before:
                 self.i = before + 1
@@ -120,13 +127,15 @@ class _Scan:
         names = [name for name, _ in self._key()]
         if not names:
             return current
+        closing = "]]" if is_array else "]"
+        span = (start, self.i + len(closing) if self.text.startswith(closing, self.i) else self.i)
         path = self._with_latest_indices(tuple(names))
         if is_array:
             index = self._latest.get(path, -1) + 1
             self._latest[path] = index
-            self.keys.setdefault(path, start)
+            self.keys.setdefault(path, span)
             path = path + (index,)
-        self.keys[path] = start
+        self.keys[path] = span
         return path
 
     def _with_latest_indices(self, names: KeyPath) -> KeyPath:
@@ -143,9 +152,9 @@ class _Scan:
         if not segments:
             return
         path = table
-        for name, offset in segments:
+        for name, span in segments:
             path = path + (name,)
-            self.keys.setdefault(path, offset)
+            self.keys.setdefault(path, span)
         self._skip_spaces()
         if self._peek() != "=":
             return
@@ -157,7 +166,7 @@ class _Scan:
         char = self._peek()
         if not char:
             return
-        self.values.setdefault(path, self.i)
+        start = self.i
         if depth > _MAX_DEPTH and char in "[{":
             self._skip_nested()
         elif char == "{":
@@ -168,6 +177,9 @@ class _Scan:
             self._string()
         else:
             self._scalar()
+        # A scalar runs up to the next separator: its span ends before the spaces in front of it.
+        end = start + len(self.text[start : self.i].rstrip())
+        self.values.setdefault(path, (start, max(end, start + 1)))
 
     def _inline_table(self, path: KeyPath, depth: int) -> None:
         self.i += 1
@@ -215,8 +227,8 @@ class _Scan:
 
     # -- tokens ----------------------------------------------------------------
 
-    def _key(self) -> list[tuple[str, int]]:
-        segments: list[tuple[str, int]] = []
+    def _key(self) -> list[tuple[str, Span]]:
+        segments: list[tuple[str, Span]] = []
         while True:
             self._skip_spaces()
             offset = self.i
@@ -228,7 +240,7 @@ class _Scan:
                     return segments
                 name = match.group()
                 self.i = match.end()
-            segments.append((name, offset))
+            segments.append((name, (offset, self.i)))
             self._skip_spaces()
             if self._peek() != ".":
                 return segments

@@ -8,7 +8,7 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     schema      "power.plan/v1"
     name        the manifest's name
     sources     manifest / profile / host: {path, sha256} of the files compiled
-    device      {name, vram_bytes, headroom_bytes}: the device planned for
+    devices     [{index, name, kind, vram_bytes, headroom_bytes}]: the host's devices planned for
     target      {path, size, sha256, architecture, quant, n_layers, vocab_size,
                  context_length, has_mtp, recurrent_layers}
     mode        {requested, resolved, chain, reason}: the profile's spec_mode,
@@ -18,39 +18,52 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     drafters    [{kind, path, size, sha256, target_sha256, contract}]: the
                 drafters in the chain; `contract` holds header facts (block
                 size, sliding window, target layers, layer count, ...)
-    speculation {k, s, rollback, fr_vocab_size, adaptive}: rollback is "full"
+    speculation {k, s, rollback, fr_vocab_size, adaptive, p_min}: rollback is "full"
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
                 or "none" (no speculation, and then K = S = 0)
     runtime     launch settings: ctx, batch, ubatch, slots, kv_unified, verify_capacity, gpu_layers,
+                split_mode, tensor_split, main_gpu, tensor_parallel,
                 flash_attn, cuda_graphs, kv_cache_type, draft_kv_cache_type,
-                draft_device, ngram_n_min, ngram_n_max
+                draft_device, ngram_match, ngram_draft_min, ngram_draft_max
     sampling    {temperature, seed, verify}: verify is "match" or "rejection"
-    memory      the sizing verdict: device/headroom bytes, per-component
-                bytes with the header facts behind each, total, margin,
-                verdict, the largest context that fits
+    memory      the sizing for one engine: what each slot gets, per device the
+                components (bytes, the header facts behind them, and whether
+                each is exact to the engine, estimated or measured), its total,
+                margin and verdict; host memory; the largest context that fits
     tokenizer   {vocab_size, merges, model, pre, sha256} of the target, or absent
     findings    every check result that did not stop the plan (warnings, info)
     digest      sha256 of the canonical JSON of everything above, file
                 locations (`path`, `file`) left out: files count by sha256
 
 The runtime reads these sections as they are (`power.runtime.engine.Workload`).
+Because paths are outside the digest, whoever opens an artifact finds it with
+`located` and checks its bytes against the plan's sha256
+(`power.artifacts.verify`): run, serve, bench, render and verify all do.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import (
+    MAX_JSON_BYTES,
+    DocumentError,
+    check_structure,
+    parse_json,
+    parse_toml,
+    read_text,
+)
+from power.artifacts.verify import TARGET, Artifact
 from power.findings import Finding, PowerError
 
-PLAN_SCHEMA = "power.plan/v1"
+PLAN_SCHEMA: Final = "power.plan/v1"
 
 
 class PlanError(PowerError):
@@ -75,9 +88,11 @@ class Sources(_Frozen):
 
 
 class Device(_Frozen):
+    index: int  # in the host's device list
     name: str
     vram_bytes: int
     headroom_bytes: int
+    kind: Literal["gpu", "cpu"] = "gpu"
 
 
 class Target(_Frozen):
@@ -113,6 +128,12 @@ class Drafter(_Frozen):
     target_sha256: str | None = None
     contract: dict[str, ContractValue] = {}
 
+    @model_validator(mode="after")
+    def _a_file_has_its_digest(self) -> Drafter:
+        if self.path is not None and self.sha256 is None:
+            raise ValueError("a drafter with a file must carry the file's sha256")
+        return self
+
 
 class Speculation(_Frozen):
     k: int
@@ -120,6 +141,8 @@ class Speculation(_Frozen):
     rollback: Literal["full", "guarded", "none"]
     fr_vocab_size: int | None = None
     adaptive: bool = False
+    # the confidence a drafted position needs (DSpark's gate: the profile's, else the header's threshold)
+    p_min: float | None = None
 
 
 class Runtime(_Frozen):
@@ -130,14 +153,21 @@ class Runtime(_Frozen):
     kv_unified: bool = False  # one KV cache shared by the slots; else each slot has ctx / slots cells
     verify_capacity: int
     gpu_layers: int | Literal["all"]
+    # several devices: llama.cpp -sm / -ts (one ratio per device, in the plan's device order) / -mg; vLLM TP
+    split_mode: Literal["layer", "none"] = "layer"
+    tensor_split: tuple[float, ...] | None = None
+    main_gpu: int = 0
+    tensor_parallel: int = 1
     flash_attn: bool
     cuda_graphs: bool
     kv_cache_type: str
     draft_kv_cache_type: str
     # None: the drafter follows the target's device (llama.cpp's default for --spec-draft-device)
     draft_device: str | None = None
-    ngram_n_min: int | None = None
-    ngram_n_max: int | None = None
+    # n-gram (None without one in the chain): the tokens its lookup matches, the shortest draft it keeps, the longest
+    ngram_match: int | None = None
+    ngram_draft_min: int | None = None
+    ngram_draft_max: int | None = None
 
 
 class Sampling(_Frozen):
@@ -150,18 +180,52 @@ class MemoryComponent(_Frozen):
     name: str
     bytes: int
     detail: str
+    # exact: the engine's allocation rule, checked against the engine; estimated: a documented model; measured: a run
+    basis: Literal["exact", "estimated", "measured"] = "exact"
 
 
-class Memory(_Frozen):
+class DeviceMemory(_Frozen):
+    index: int  # in the host's device list
+    name: str
     device_bytes: int
     headroom_bytes: int
-    ctx: int
+    holds: str  # the layers placed here
     components: tuple[MemoryComponent, ...]
     total_bytes: int
     # device_bytes - headroom_bytes - total_bytes; negative when over the headroom line
     margin_bytes: int
     verdict: Literal["fits", "fits-below-headroom", "does-not-fit"]
+
+
+class MemorySlots(_Frozen):
+    """What each parallel sequence gets, as the engine derives it."""
+
+    slots: int
+    kv_unified: bool
+    engine_ctx: int  # the engine's whole context after its padding
+    ctx_per_slot: int
+    kv_streams: int
+    sliding_cells: int | None = None  # per stream, of a sliding-window cache
+    batch: int  # after the engine's clamping
+    ubatch: int
+    outputs: int  # logits rows reserved per decode
+
+
+class Memory(_Frozen):
+    engine: Literal["power", "llama-server", "vllm"]
+    ctx: int
+    slots: MemorySlots
+    devices: tuple[DeviceMemory, ...]
+    host: tuple[MemoryComponent, ...] = ()  # host memory: the input layer, the output buffer, ... (no verdict)
+    total_bytes: int  # over the devices
+    margin_bytes: int  # the smallest device margin
+    verdict: Literal["fits", "fits-below-headroom", "does-not-fit"]  # the worst device's
     max_ctx: int | None = None
+
+    @property
+    def components(self) -> tuple[MemoryComponent, ...]:
+        """Every device's components, in device order (host memory apart)."""
+        return tuple(c for device in self.devices for c in device.components)
 
 
 class Tokenizer(_Frozen):
@@ -185,14 +249,16 @@ class FindingRecord(_Frozen):
 
     @classmethod
     def of(cls, finding: Finding) -> FindingRecord:
-        return cls(**finding.to_json())
+        # Where, not how wide (the caret's end_col is for display); a plan holds warnings and info, never an
+        # artifact's errors, so `declared_at` has no place here either.
+        return cls(**{key: value for key, value in finding.to_json().items() if key in cls.model_fields})
 
 
 class ResolvedPlan(_Frozen):
     schema_: Literal["power.plan/v1"] = Field(PLAN_SCHEMA, alias="schema")
     name: str
     sources: Sources
-    device: Device
+    devices: tuple[Device, ...]
     target: Target
     mode: Mode
     drafters: tuple[Drafter, ...]
@@ -209,8 +275,13 @@ class ResolvedPlan(_Frozen):
 
     @classmethod
     def build(cls, **content: Any) -> ResolvedPlan:
-        """A plan from its sections, with its digest computed."""
+        """A plan from its sections, with its digest computed.
+
+        DocumentError when a number in it leaves 64 bits (sizes computed from absurd header values):
+        such a plan could be written but never read back (TOML integers are 64-bit).
+        """
         unsigned = cls(**content)
+        check_structure(unsigned.document())
         return unsigned.model_copy(update={"digest": content_digest(unsigned)})
 
     def document(self) -> dict[str, Any]:
@@ -243,6 +314,29 @@ def _without_locations(data: Any) -> Any:
 
 
 _LOCATION_KEYS = frozenset({"path", "file"})
+
+
+def located(plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> ResolvedPlan:
+    """The plan with every artifact path where this machine opens it (the digest is unchanged: paths are outside it).
+
+    Without `root`, a relative path is relative to the plan file's folder and an absolute path
+    stays as it is. With `root`, every artifact is looked for in `root` by its file name (a
+    container mounts the models there): the sha256 still decides whether it is the planned file.
+    """
+    def where(path: str) -> str:
+        if root is not None:
+            return str(Path(root) / Path(path).name)
+        return path if Path(path).is_absolute() else str(Path(plan_path).parent / path)
+
+    drafters = tuple(d if d.path is None else d.model_copy(update={"path": where(d.path)}) for d in plan.drafters)
+    return plan.model_copy(update={"target": plan.target.model_copy(update={"path": where(plan.target.path)}),
+                                   "drafters": drafters})
+
+
+def planned_artifacts(plan: ResolvedPlan) -> tuple[Artifact, ...]:
+    """Every file the plan names, with the size and sha256 it was compiled with: the target, then each drafter's."""
+    target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size)
+    return (target, *(Artifact(d.kind, Path(d.path), d.sha256, d.size) for d in plan.drafters if d.path is not None))
 
 
 def to_json(plan: ResolvedPlan) -> str:
@@ -283,17 +377,11 @@ def load_plan(path: Path) -> ResolvedPlan:
 
 def _read_document(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise PlanError(f"cannot read the plan ({err.strerror})", file=str(path),
-                        hint="check the path and the file's permissions") from None
-    try:
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        data = json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise PlanError(f"not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({err})", file=str(path),
-                        hint="recompile the plan with `power plan`") from None
+        text = read_text(path, MAX_JSON_BYTES)
+        data = parse_toml(text) if path.suffix == ".toml" else parse_json(text)
+    except DocumentError as err:
+        raise PlanError.of(err.finding("PWR080", path, "pass a plan written by `power plan -o`, or recompile it",
+                                       what="the plan")) from None
     if not isinstance(data, dict):
         raise PlanError("a plan is a JSON object", code="PWR081", file=str(path),
                         hint="recompile the plan with `power plan`")

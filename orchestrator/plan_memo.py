@@ -4,7 +4,7 @@ A fleet of 1,000 hosts over 20 artifacts compiles in seconds because nothing
 is done per deployment that depends only on the files: manifests and
 profiles are loaded once per path, the compiler reads each artifact's header
 and digest once through the shared artifact memo, and a plan is compiled once
-per (manifest, profile, device model, VRAM, headroom).
+per (manifest, profile, engine, the devices' index, model, kind and VRAM, headroom).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from power.orchestrator.loading import Loaded, load_manifest, load_profile
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.schema import HostSpec
 
-PlanKey = tuple[str, str, str, int, int]
+PlanKey = tuple[str, str, str, tuple[tuple[int, str, str, int], ...], int]
 
 
 class PlanMemo:
@@ -40,12 +40,14 @@ class PlanMemo:
             self._profiles[path] = load_profile(path)
         return self._profiles[path]
 
-    def plan(self, manifest: Loaded, profile: Loaded, host: HostSpec, device: int) -> tuple[ResolvedPlan | None, list[Finding]]:
-        """The plan for `manifest` + `profile` on `host`'s device `device`, compiled once per distinct input."""
-        spec = host.devices[device]
-        key = (str(manifest.path), str(profile.path), spec.model, spec.vram, host.headroom)
+    def plan(self, manifest: Loaded, profile: Loaded, host: HostSpec, devices: tuple[int, ...],
+             engine: str) -> tuple[ResolvedPlan | None, list[Finding]]:
+        """The plan for `manifest` + `profile` run by `engine` on `host`'s `devices`, compiled once per distinct input."""
+        specs = tuple((index, host.devices[index].model, host.devices[index].kind, host.devices[index].vram)
+                      for index in devices)
+        key = (str(manifest.path), str(profile.path), engine, specs, host.headroom)
         if key not in self._plans:
-            self._plans[key] = compile_plan(manifest, profile, host, device=device, artifacts=self.artifacts)
+            self._plans[key] = compile_plan(manifest, profile, host, devices, artifacts=self.artifacts, engine=engine)
         plan, findings = self._plans[key]
         return plan, list(findings)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from power.orchestrator.plan import Memory, ResolvedPlan
+from power.orchestrator.plan import Memory, MemoryComponent, ResolvedPlan
 from power.orchestrator.units import format_size
 
 VERDICTS = {
@@ -12,16 +12,40 @@ VERDICTS = {
 }
 
 
-def memory_text(memory: Memory, device_name: str) -> str:
-    width = max(len(c.name) for c in memory.components)
-    lines = [f"  {c.name:<{width}}  {format_size(c.bytes):>11}  {c.detail}" for c in memory.components]
-    lines.append(f"  {'total':<{width}}  {format_size(memory.total_bytes):>11}")
-    lines.append(f"  {'headroom':<{width}}  {format_size(memory.headroom_bytes):>11}  kept free on the device")
-    lines.append(f"  {'device':<{width}}  {format_size(memory.device_bytes):>11}  {device_name}")
-    margin = f"margin {format_size(memory.margin_bytes)} after the headroom"
+def memory_text(memory: Memory) -> str:
+    """The breakdown device by device: each component with its basis (exact to the engine, estimated, measured)."""
+    named = [c.name for device in memory.devices for c in device.components] + [c.name for c in memory.host]
+    width = max(len(name) for name in [*named, "headroom"])
+    lines = [f"  sized for {memory.engine}: {_slots_text(memory)}"]
+    for device in memory.devices:
+        lines.append(f"  device {device.index}: {device.name}, {format_size(device.device_bytes)}; {device.holds}")
+        lines += [_component_line(c, width) for c in device.components]
+        lines.append(f"    {'total':<{width}}  {format_size(device.total_bytes):>11}")
+        lines.append(f"    {'headroom':<{width}}  {format_size(device.headroom_bytes):>11}  kept free on the device")
+        lines.append(f"    {VERDICTS[device.verdict]} (margin {format_size(device.margin_bytes)} after the headroom)")
+    if memory.host:
+        lines.append("  host memory (no verdict: the host's RAM)")
+        lines += [_component_line(c, width) for c in memory.host]
     largest = f"largest context that fits: {memory.max_ctx:,}" if memory.max_ctx else "no context fits"
-    lines.append(f"  verdict at ctx {memory.ctx:,}: {VERDICTS[memory.verdict]} ({margin}); {largest}")
+    lines.append(f"  verdict at ctx {memory.ctx:,}: {VERDICTS[memory.verdict]} (smallest margin "
+                 f"{format_size(memory.margin_bytes)}); {largest}")
+    estimated = sorted({c.name for d in memory.devices for c in d.components if c.basis == "estimated"})
+    if estimated:
+        lines.append(f"  estimated, not exact to the engine: {', '.join(estimated)}")
     return "\n".join(lines)
+
+
+def _component_line(component: MemoryComponent, width: int) -> str:
+    return f"    {component.name:<{width}}  {format_size(component.bytes):>11}  {component.basis:<9}  {component.detail}"
+
+
+def _slots_text(memory: Memory) -> str:
+    slots = memory.slots
+    kv = (f"one KV cache of {slots.ctx_per_slot:,} cells shared" if slots.kv_unified else
+          f"{slots.ctx_per_slot:,} KV cells each ({slots.kv_streams} stream(s))")
+    sliding = f", sliding-window cache {slots.sliding_cells:,} cells per stream" if slots.sliding_cells else ""
+    return (f"{slots.slots} slot(s), {kv}{sliding}; engine context {slots.engine_ctx:,}; batch {slots.batch}, "
+            f"micro-batch {slots.ubatch}, {slots.outputs} output row(s) per decode")
 
 
 def summary_text(plan: ResolvedPlan) -> str:
@@ -34,13 +58,19 @@ def summary_text(plan: ResolvedPlan) -> str:
         + (f"; chain {' -> '.join(mode.chain)}" if len(mode.chain) > 1 else ""),
     ]
     for drafter in plan.drafters:
-        where = f"{drafter.path} (sha256 {drafter.sha256[:16]}...)" if drafter.path else "weight-free / in the target"
+        where = (f"{drafter.path} (sha256 {drafter.sha256[:16]}...)" if drafter.path and drafter.sha256
+                 else "weight-free / in the target")
         lines.append(f"  drafter  {drafter.kind}: {where}")
     if spec.rollback != "none":
         rollback = {"full": "full rollback (S >= K)", "guarded": "guarded: one exact replay, then clamp to S"}[spec.rollback]
         lines.append(f"  K={spec.k} S={spec.s}  {rollback}; FR {spec.fr_vocab_size or 'off'}; "
                      f"adaptive {'on' if spec.adaptive else 'off'}")
     rt = plan.runtime
+    split = ""
+    if len(plan.devices) > 1:
+        split = (f", tensor parallel {rt.tensor_parallel}" if rt.tensor_parallel > 1 else
+                 f", split {rt.split_mode} {list(rt.tensor_split or ())} main {rt.main_gpu}")
+    lines.append(f"  devices  {', '.join(f'{d.index}: {d.name}' for d in plan.devices)}{split}")
     lines.append(f"  runtime  ctx {rt.ctx:,}, slots {rt.slots}{' (unified KV)' if rt.kv_unified else ''}, "
                  f"batch {rt.batch}, verify capacity {rt.verify_capacity}, "
                  f"kv {rt.kv_cache_type}, cuda graphs {'on' if rt.cuda_graphs else 'off'}, "
@@ -50,5 +80,5 @@ def summary_text(plan: ResolvedPlan) -> str:
         lines.append(f"  tokenizer {tok.model}/{tok.pre}, vocab {tok.vocab_size:,}, merges {tok.merges:,}, "
                      f"sha256 {tok.sha256[:16]}...")
     lines.append("  memory")
-    lines.append(memory_text(plan.memory, plan.device.name))
+    lines.append(memory_text(plan.memory))
     return "\n".join(lines)

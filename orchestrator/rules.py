@@ -8,7 +8,9 @@ fields it relates are individually valid (or absent, taking their defaults).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
+
+from pydantic import BaseModel
 
 from power import modes
 from power.orchestrator.locator import KeyPath
@@ -50,13 +52,14 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
     if kind not in modes.DRAFTER_KINDS:
         return []
     here: KeyPath = ("drafters", index)
-    if kind in modes.FILE_BACKED:
+    if kind in modes.FILE_BACKED or (modes.mode(kind).sidecar and "path" in drafter):
         missing = [key for key in ("path", "sha256", "target_sha256") if key not in drafter]
         if missing:
             return [
                 Issue(
                     "PWR025",
-                    f"a {kind} drafter is a separate GGUF file, but this entry has no {_and(missing)}",
+                    f"a {kind} drafter{' sidecar' if kind not in modes.FILE_BACKED else ''} is a separate GGUF file, "
+                    f"but this entry has no {_and(missing)}",
                     here + ("kind",),
                     hint=f"add {_and(f'`{key} = ...`' for key in missing)} to this [[drafters]] entry "
                     "(target_sha256 is the sha256 of the target it was built for)",
@@ -66,7 +69,8 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
     stray = [key for key in ("path", "size", "sha256", "target_sha256", "quant") if key in drafter]
     if stray:
         in_target = modes.mode(kind).artifact == "target"
-        reason = "lives in the target file" if in_target else "needs no file"
+        reason = ("lives in the target file unless `path` names its sidecar" if in_target and modes.mode(kind).sidecar
+                  else "lives in the target file" if in_target else "needs no file")
         return [
             Issue(
                 "PWR025",
@@ -86,8 +90,11 @@ def _profile(data: dict[str, Any]) -> list[Issue]:
     mode = _spec_mode(data.get("spec_mode", modes.AUTO))
     k = _positive_int(data, "spec_draft_max", Profile, upper=64)
     s = _positive_int(data, "spec_mtp_recurrent_snapshots", Profile)
-    runtime = data.get("runtime") if isinstance(data.get("runtime"), dict) else {}
-    issues = _fr(data, mode) + _adaptive(data, mode) + _ngram_window(runtime)
+    table = data.get("runtime")
+    runtime: dict[str, Any] = table if isinstance(table, dict) else {}
+    issues = _fr(data, mode) + _adaptive(data, mode)
+    if k is not None:
+        issues += _ngram_window(runtime, k)
     if mode is not None and mode in modes.BY_NAME and modes.mode(mode).reserved:
         issues.append(
             Issue(
@@ -101,7 +108,7 @@ def _profile(data: dict[str, Any]) -> list[Issue]:
         issues += _snapshots_vs_width(k, s)
     if k is not None:
         issues += _verify_capacity(runtime, k)
-    return issues
+    return issues + _batches(runtime) + _tensor_split(runtime)
 
 
 def _fr(data: dict[str, Any], mode: str | None) -> list[Issue]:
@@ -184,26 +191,61 @@ def _verify_capacity(runtime: dict[str, Any], k: int) -> list[Issue]:
     ]
 
 
-def _ngram_window(runtime: dict[str, Any]) -> list[Issue]:
-    n_min = _positive_int(runtime, "ngram_n_min", ProfileRuntime)
-    n_max = _positive_int(runtime, "ngram_n_max", ProfileRuntime)
-    if n_min is None or n_max is None or n_min <= n_max:
+def _ngram_window(runtime: dict[str, Any], k: int) -> list[Issue]:
+    """The n-gram's draft lengths: the shortest kept must not exceed the longest (default K)."""
+    draft_min = _positive_int(runtime, "ngram_draft_min", ProfileRuntime, upper=1024)
+    draft_max = runtime.get("ngram_draft_max", k)
+    if draft_min is None or not _is_int(draft_max) or draft_max < 1 or draft_min <= draft_max:
         return []
-    key = "ngram_n_min" if "ngram_n_min" in runtime else "ngram_n_max"
+    named = "ngram_draft_max" if "ngram_draft_max" in runtime else f"K (spec_draft_max = {k})"
     return [
         Issue(
             "PWR411",
-            f"ngram_n_min = {n_min} > ngram_n_max = {n_max}: no match length fits the window",
-            ("runtime", key),
-            hint="make ngram_n_min <= ngram_n_max",
+            f"ngram_draft_min = {draft_min} > the longest n-gram draft, {named} = {draft_max}: every draft would "
+            "be dropped, so the n-gram never proposes",
+            ("runtime", "ngram_draft_min"),
+            hint=f"lower ngram_draft_min to {draft_max} or less, or raise the longest draft",
         )
     ]
+
+
+def _batches(runtime: dict[str, Any]) -> list[Issue]:
+    """llama.cpp clamps the micro-batch to the batch (llama_context: n_ubatch = min(n_batch, n_ubatch))."""
+    batch = _positive_int(runtime, "batch", ProfileRuntime)
+    ubatch = _positive_int(runtime, "ubatch", ProfileRuntime)
+    if batch is None or ubatch is None or ubatch <= batch:
+        return []
+    return [
+        Issue(
+            "PWR505",
+            f"runtime.ubatch = {ubatch} > runtime.batch = {batch}: the engine runs micro-batches of {batch} "
+            f"(n_ubatch = min(n_batch, n_ubatch)) and the plan is sized for that",
+            ("runtime", "ubatch"),
+            hint=f"set ubatch to at most {batch}, or raise batch to {ubatch}",
+        )
+    ]
+
+
+def _tensor_split(runtime: dict[str, Any]) -> list[Issue]:
+    ratios = runtime.get("tensor_split")
+    if not isinstance(ratios, list) or not all(_is_number(r) for r in ratios):
+        return []
+    for index, ratio in enumerate(ratios):
+        if ratio < 0:
+            return [Issue("PWR506", f"runtime.tensor_split[{index}] = {ratio} is negative: a device's share of the "
+                                    "layers is a ratio >= 0", ("runtime", "tensor_split", index),
+                          hint="give each device a ratio >= 0, e.g. tensor_split = [3, 1]")]
+    if ratios and not any(ratios):
+        return [Issue("PWR506", "runtime.tensor_split is all zero: no device gets a layer (llama.cpp would split by "
+                                "free memory at start, which the plan cannot size)", ("runtime", "tensor_split"),
+                      hint="give the devices their shares, e.g. tensor_split = [3, 1], or remove the key")]
+    return []
 
 
 # --- helpers --------------------------------------------------------------------
 
 
-def _positive_int(data: dict[str, Any], key: str, model: type, upper: int | None = None) -> int | None:
+def _positive_int(data: dict[str, Any], key: str, model: type[BaseModel], upper: int | None = None) -> int | None:
     """The value if present and valid, the model's default if absent, None if invalid."""
     value = data.get(key, model.model_fields[key].default)
     if not _is_int(value) or value < 1 or (upper is not None and value > upper):
@@ -211,8 +253,12 @@ def _positive_int(data: dict[str, Any], key: str, model: type, upper: int | None
     return value
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _spec_mode(value: Any) -> str | None:

@@ -27,13 +27,22 @@ from pydantic import (
     StrictStr,
     ValidationInfo,
     WithJsonSchema,
+    model_validator,
 )
 
 from power import modes
-from power.orchestrator.units import ACCEPTED_FORMS, parse_size
+from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_size
 
 SCHEMA_VERSION = "v1"
 DEFAULT_HEADROOM = 512 * 1024**2
+# Upper bounds where a value stops making physical sense (docs/files.md lists them): far above any real
+# deployment, low enough that no size computed from them leaves 64 bits.
+MAX_CTX = 1 << 26  # 67,108,864 tokens
+MAX_ROWS = 4096  # verification rows, rollback snapshots
+MAX_LAYERS = 1 << 16
+MAX_VOCAB = 1 << 24
+MAX_NGRAM = 1024
+MAX_DEVICES = 256  # devices one deployment spans (llama.cpp's GGML_CUDA_MAX_DEVICES is 16)
 
 
 # The modes and drafter kinds, spelled as `power.modes` defines them (one record per mode).
@@ -52,9 +61,21 @@ RENAMED_KEYS = {
     "flash_attention": "flash_attn",
     "cache_type_k": "kv_cache_type",
     "temp": "temperature",
+    "spec_ngram_mod_n_match": "ngram_match",
+    "spec_ngram_mod_n_min": "ngram_draft_min",
+    "spec_ngram_mod_n_max": "ngram_draft_max",
+    "ngram_n_min": "ngram_match",  # Power's former match-length range: the lookup now matches one length
+    "ngram_n_max": "ngram_match",
+    "draft_p_min": "spec_draft_p_min",
+    "n_parallel": "slots",
+    "parallel": "slots",
+    "batch_size": "batch",
+    "ubatch_size": "ubatch",
 }
 
 EngineName = Literal["power", "llama-server", "vllm"]
+SplitMode = Literal["layer", "none"]
+DeviceKind = Literal["gpu", "cpu"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 VerifyRule = Literal["match", "rejection"]
 TrafficShape = Literal["prose", "echo", "structured", "identity"]
@@ -79,7 +100,7 @@ Bytes = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": 0, "maximum": MAX_BYTES},
                 {"type": "string", "pattern": r"^\s*\d[\d_]*(\.\d+)?\s*(([kKmMgGtT][iI]?)?B)?\s*$"},
             ],
             "description": f"a size: {ACCEPTED_FORMS}",
@@ -91,7 +112,8 @@ FilePath = Annotated[Path, AfterValidator(_resolve_against_file), WithJsonSchema
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # defer_build: a model builds its validator on first use, so `power validate` on profiles never builds a fleet's.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
 
 def _schema_field(kind: str):
@@ -131,26 +153,45 @@ class Manifest(_Strict):
 
 
 class ProfileRuntime(_Strict):
-    ctx: StrictInt = Field(4096, ge=1, description="context length in tokens")
+    ctx: StrictInt = Field(4096, ge=1, le=MAX_CTX, description=f"context length in tokens (at most {MAX_CTX:,})")
     verify_capacity: StrictInt | None = Field(
-        None, ge=1, description="fixed target verification shape in rows (B11 = 11); at least K+1; default K+1"
+        None, ge=1, le=MAX_ROWS,
+        description=f"fixed target verification shape in rows (B11 = 11); at least K+1, at most {MAX_ROWS}; default K+1"
     )
-    batch: StrictInt = Field(2048, ge=1, description="logical batch: most prompt tokens per decode call (llama.cpp -b)")
-    ubatch: StrictInt = Field(512, ge=1, description="micro-batch: tokens per graph evaluation (llama.cpp -ub); the "
-                                                     "compute buffer is sized for it")
+    batch: StrictInt = Field(2048, ge=1, le=MAX_CTX,
+                             description="logical batch: most prompt tokens per decode call (llama.cpp -b)")
+    ubatch: StrictInt = Field(512, ge=1, le=MAX_CTX, description="micro-batch: tokens per graph evaluation (llama.cpp "
+                                                                 "-ub); the compute buffer is sized for it")
     slots: StrictInt = Field(1, ge=1, le=256, description="parallel sequences the engine serves at once (llama-server -np)")
     kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
     kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
-    gpu_layers: Annotated[StrictInt, Field(ge=0)] | Literal["all"] = Field("all", description='layers offloaded to the GPU: an integer >= 0 or "all" (full offload)')
-    ngram_n_min: StrictInt = Field(3, ge=1, description="n-gram speculation: shortest suffix match that may propose")
-    ngram_n_max: StrictInt = Field(5, ge=1, description="n-gram speculation: longest suffix match tried first")
+    gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
+        "all", description=f'layers offloaded to the GPU: an integer from 0 to {MAX_LAYERS} or "all" (full offload)')
+    split_mode: SplitMode = Field("layer", description='several devices under llama-server: "layer" (each device a run '
+                                                       'of layers, -sm layer) or "none" (the main device only, -sm none)')
+    tensor_split: list[StrictInt | Annotated[StrictFloat, Field(allow_inf_nan=False)]] | None = Field(
+        None, max_length=MAX_DEVICES, description="each device's share of the layers (llama-server -ts), one ratio >= 0 "
+                                                  "per device of the deployment; default: each device's memory after "
+                                                  "the headroom")
+    main_gpu: StrictInt = Field(0, ge=0, lt=MAX_DEVICES, description="with split_mode none: which of the deployment's "
+                                                                     "devices runs the model (llama-server -mg), counted "
+                                                                     "in the deployment's device list")
+    tensor_parallel: StrictInt = Field(1, ge=1, le=MAX_DEVICES, description="vLLM --tensor-parallel-size: each layer "
+                                                                            "sharded over this many devices (the "
+                                                                            "deployment's device count)")
+    ngram_match: StrictInt = Field(24, ge=1, le=MAX_NGRAM, description="n-gram speculation: how many trailing tokens the "
+                                   "lookup matches (llama.cpp --spec-ngram-mod-n-match)")
+    ngram_draft_min: StrictInt = Field(1, ge=1, le=MAX_NGRAM, description="n-gram speculation: a draft shorter than this "
+                                       "is dropped (llama.cpp --spec-ngram-mod-n-min)")
+    ngram_draft_max: StrictInt | None = Field(None, ge=1, le=64, description="n-gram speculation: the longest draft "
+                                              "(llama.cpp --spec-ngram-mod-n-max); default K (spec_draft_max)")
 
 
 class SamplingSettings(_Strict):
-    temperature: StrictFloat = Field(0.0, ge=0.0, description="0 is greedy; > 0 samples")
+    temperature: StrictFloat = Field(0.0, ge=0.0, allow_inf_nan=False, description="0 is greedy; > 0 samples (finite)")
     seed: StrictInt = Field(0, ge=0, description="seed of the counter-based sampling stream")
     verify: VerifyRule = Field("match", description='"match" (seeded stream equal to autoregressive) or "rejection" (Leviathan/Chen)')
 
@@ -161,9 +202,15 @@ class Profile(_Strict):
     description: StrictStr | None = Field(None, description="free text")
     spec_mode: SpecModeName = Field(modes.AUTO, description=" | ".join(modes.SPEC_MODES))
     spec_draft_max: StrictInt = Field(7, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
-    spec_mtp_recurrent_snapshots: StrictInt = Field(7, ge=1, description="S, the resident rollback window: an integer >= 1")
+    spec_mtp_recurrent_snapshots: StrictInt = Field(
+        7, ge=1, le=MAX_ROWS, description=f"S, the resident rollback window: an integer from 1 to {MAX_ROWS}")
     spec_mtp_fr_vocab_size: StrictInt | None = Field(
-        None, ge=1, description="FR, the draft head's token-ID prefix: an integer >= 1 (omit for the full vocabulary)"
+        None, ge=1, le=MAX_VOCAB,
+        description=f"FR, the draft head's token-ID prefix: an integer from 1 to {MAX_VOCAB:,} (omit for the full vocabulary)"
+    )
+    spec_draft_p_min: StrictFloat | None = Field(
+        None, ge=0.0, le=1.0, description="the confidence a drafted position needs (llama.cpp --spec-draft-p-min; "
+        "DSpark's gate); omit for the drafter's own threshold"
     )
     spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, dspark; not dflash2)")
     runtime: ProfileRuntime = Field(default_factory=ProfileRuntime)
@@ -180,7 +227,31 @@ class Profile(_Strict):
 
 class DeviceSpec(_Strict):
     model: StrictStr = Field(min_length=1, description='the device model, e.g. "RTX 4090"')
-    vram: Bytes = Field(description='device memory, e.g. "24 GiB"')
+    vram: Bytes = Field(description='device memory, e.g. "24 GiB" (for a cpu device: the RAM the engine may use)')
+    kind: DeviceKind = Field("gpu", description='"gpu" (an accelerator) or "cpu" (the engine runs on the host\'s CPU '
+                                                'and memory)')
+
+
+# An engine's container image, e.g. "ghcr.io/ggml-org/llama.cpp:server-cuda-b9180" (Power builds none).
+Image = Annotated[StrictStr, Field(min_length=1, pattern=r"^\S+$")]
+EngineImages = dict[EngineName, Image]
+
+
+class Toleration(_Strict):
+    key: StrictStr | None = Field(None, description='the taint key, e.g. "nvidia.com/gpu" (omit with operator "Exists" for every taint)')
+    operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal (key and value match) | Exists (the key alone)")
+    value: StrictStr | None = Field(None, description="the taint value, for operator Equal")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="the taint effect (omit: every effect)")
+    toleration_seconds: StrictInt | None = Field(None, ge=0, description="NoExecute only: how long the pod stays once tainted")
+
+
+class HostKubernetes(_Strict):
+    node_name: StrictStr | None = Field(None, min_length=1, description="the node's name (its kubernetes.io/hostname label)")
+    node_selector: dict[str, StrictStr] = Field(
+        default_factory=dict, description='node labels the pod requires, e.g. { "nvidia.com/gpu.product" = "NVIDIA-L4" }')
+    tolerations: list[Toleration] = Field(default_factory=list, description="taints of the host's nodes the pod tolerates")
+    images: EngineImages = Field(default_factory=dict, description="engine images on this host, over the fleet's "
+                                                                   "[kubernetes.images]")
 
 
 class HostSpec(_Strict):
@@ -188,6 +259,8 @@ class HostSpec(_Strict):
     devices: list[DeviceSpec] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX 4090", vram = "24 GiB" }]')
     headroom: Bytes = Field(DEFAULT_HEADROOM, description="memory kept free on each device (default 512 MiB)")
     labels: dict[str, StrictStr] = Field(default_factory=dict, description="free-form labels, e.g. { zone = \"lab\" }")
+    kubernetes: HostKubernetes | None = Field(None, description="where the host's deployments run in a cluster "
+                                                               "(`power fleet render --target kubernetes`)")
 
 
 class Host(HostSpec):
@@ -198,11 +271,54 @@ class Deployment(_Strict):
     name: StrictStr | None = Field(None, min_length=1, description="the deployment's name on its host (default: the manifest's name)")
     host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
     device: StrictInt = Field(0, ge=0, description="the index of the host's device the deployment runs on (default 0)")
+    devices: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+        None, min_length=1, max_length=MAX_DEVICES, description="several of the host's devices (by index) for one deployment: a llama-server "
+                                        "layer split or vLLM tensor parallelism; instead of `device`")
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
     traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
     engine: EngineName = Field("power", description="the engine the deployment runs: power (Power's runtime, "
                                                     "`power serve`) | llama-server | vllm")
+    volume: StrictStr | None = Field(None, min_length=1, description="the [kubernetes.volumes] entry holding the "
+                                                                     "deployment's model files (default: the only one)")
+
+
+    @model_validator(mode="after")
+    def _one_placement(self) -> Deployment:
+        if self.devices is not None and "device" in self.model_fields_set:
+            raise ValueError("name `device` (one device) or `devices` (several), not both")
+        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices {self.devices} names a device twice")
+        return self
+
+    @property
+    def device_indices(self) -> tuple[int, ...]:
+        """The host device indices the deployment runs on, in order."""
+        return tuple(self.devices) if self.devices is not None else (self.device,)
+
+
+class ModelVolume(_Strict):
+    host_path: StrictStr | None = Field(None, pattern=r"^/", description="the folder on every node holding the files (hostPath)")
+    claim: StrictStr | None = Field(None, min_length=1, description="the PersistentVolumeClaim holding the files")
+    local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
+                                        "artifact path under it is the same path under mount_path in the pod")
+    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelVolume:
+        if (self.host_path is None) == (self.claim is None):
+            raise ValueError("name exactly one of host_path (a folder on the node) or claim (a PersistentVolumeClaim)")
+        return self
+
+
+class FleetKubernetes(_Strict):
+    namespace: StrictStr | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+                                        description="the namespace of every object (omit: kubectl's current one)")
+    images: EngineImages = Field(default_factory=dict, description="the image of each engine: power (also the "
+                                                                   "init container running `power verify`), llama-server, vllm")
+    volumes: dict[str, ModelVolume] = Field(default_factory=dict, description="the volumes holding the model files, by name")
+    pod_monitor: StrictBool = Field(False, description="also render a Prometheus Operator PodMonitor per deployment")
+    run_as_user: StrictInt = Field(65532, ge=1, description="the non-root user (and group) the containers run as")
 
 
 class Fleet(_Strict):
@@ -210,6 +326,8 @@ class Fleet(_Strict):
     name: StrictStr | None = Field(None, description="the fleet's name")
     hosts: list[HostSpec] = Field(min_length=1, description="inline host definitions")
     deployments: list[Deployment] = Field(default_factory=list, description="what runs where")
+    kubernetes: FleetKubernetes | None = Field(None, description="cluster settings for `power fleet render --target "
+                                                                 "kubernetes`: images, model volumes, namespace")
 
 
 # Documents Power writes itself (plans, locks, evidence, caches): recognised, but not user input to validate here.

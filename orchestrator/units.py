@@ -23,7 +23,12 @@ UNITS: dict[str, int] = {
     "TIB": 1024**4,
 }
 
-ACCEPTED_FORMS = 'an integer number of bytes, or a string such as "24 GiB", "512MiB", "1.5 GB", "250 kB" or "1_140_000_000" (units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)'
+# No device or artifact is anywhere near 1 PiB; a larger size is a typo (or an attack on the arithmetic).
+MAX_BYTES = 1 << 50
+# More digits than any size up to MAX_BYTES needs (whole or fraction): refused before int() reads them.
+_MAX_DIGITS = 20
+
+ACCEPTED_FORMS = 'an integer number of bytes, or a string such as "24 GiB", "512MiB", "1.5 GB", "250 kB" or "1_140_000_000" (units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB), at most 1 PiB'
 
 _SIZE = re.compile(r"^\s*(?P<number>\d[\d_]*(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
 
@@ -39,31 +44,34 @@ def parse_size(value: object) -> int:
     if isinstance(value, bool):
         raise SizeError(f"a size must be a number of bytes or a string with a unit, not the boolean {value!r}")
     if isinstance(value, int):
-        return _non_negative(value, value)
+        return _in_range(value, value)
     if isinstance(value, float):
         if not value.is_integer():
             raise SizeError(f"a size in bytes must be a whole number, not {value!r}")
-        return _non_negative(int(value), value)
+        return _in_range(int(value), value)
     if not isinstance(value, str):
         raise SizeError(f"a size must be an integer or a string, not {type(value).__name__}")
     match = _SIZE.match(value)
     if match is None:
-        raise SizeError(f"cannot read {value!r} as a size")
+        raise SizeError(f"cannot read {_cut(value)} as a size")
     unit = match["unit"]
     multiplier = _unit_multiplier(unit, value)
-    number = match["number"].replace("_", "")
-    if "." in number:
-        whole, fraction = number.split(".")
+    whole, _, fraction = match["number"].replace("_", "").partition(".")
+    if len(whole) > _MAX_DIGITS:
+        raise SizeError(f"{_cut(value)} is larger than {format_size(MAX_BYTES)}, more than any device or artifact")
+    if len(fraction) > _MAX_DIGITS:
+        raise SizeError(f"{_cut(value)} has more decimal places than any size needs")
+    if fraction:
         total = (int(whole) * 10 ** len(fraction) + int(fraction)) * multiplier
         if total % 10 ** len(fraction):
-            raise SizeError(f"{value!r} is not a whole number of bytes")
-        return total // 10 ** len(fraction)
-    return int(number) * multiplier
+            raise SizeError(f"{_cut(value)} is not a whole number of bytes")
+        return _in_range(total // 10 ** len(fraction), value)
+    return _in_range(int(whole) * multiplier, value)
 
 
 def format_size(n_bytes: int) -> str:
     """The binary-unit rendering used in reports: `24.00 GiB`, `512.00 MiB`, `17 B`."""
-    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    for unit, factor in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if abs(n_bytes) >= factor:
             return f"{n_bytes / factor:.2f} {unit}"
     return f"{n_bytes} B"
@@ -78,7 +86,14 @@ def _unit_multiplier(unit: str, original: str) -> int:
     return multiplier
 
 
-def _non_negative(n_bytes: int, original: object) -> int:
+def _in_range(n_bytes: int, original: object) -> int:
     if n_bytes < 0:
-        raise SizeError(f"a size cannot be negative ({original!r})")
+        raise SizeError(f"a size cannot be negative ({_cut(original)})")
+    if n_bytes > MAX_BYTES:
+        raise SizeError(f"{_cut(original)} is larger than {format_size(MAX_BYTES)}, more than any device or artifact")
     return n_bytes
+
+
+def _cut(value: object, keep: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"

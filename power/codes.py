@@ -32,6 +32,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR013": ("error", "the file cannot be read (permission or I/O error)"),
     "PWR014": ("info", "a document Power generates (plan, fleet lock, evidence): not validated as user input"),
     "PWR015": ("warning", "the `#:schema` first line names another kind's JSON Schema"),
+    "PWR016": ("error", "an integer outside TOML's 64-bit range (or of thousands of digits)"),
+    "PWR017": ("error", "more findings in one file than are listed (200): their count"),
+    "PWR018": ("error", "an output path cannot be written (no such folder, a directory, not writable)"),
     # PWR02x fields (orchestrator/schema.py, rules.py)
     "PWR020": ("error", "unknown key"),
     "PWR021": ("error", "a required key is missing"),
@@ -50,6 +53,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR066": ("error", "two deployments share one name on a host"),
     "PWR067": ("error", "a deployment could not be planned"),
     "PWR068": ("error", "the fleet lock changed on disk while this command ran"),
+    "PWR069": ("error", "a deployment's engine has no container image (Kubernetes renders)"),
     # PWR07x profile rollout and its evidence gates (orchestrator/fleet/rollout.py)
     "PWR070": ("error", "a rollout stage has no evidence file"),
     "PWR071": ("error", "an evidence file is unreadable or not power.evidence/v1"),
@@ -58,10 +62,20 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR074": ("error", "the evidence shows unexpected replays or fallbacks"),
     "PWR075": ("error", "the evidence is for another plan than the one being rolled out"),
     "PWR076": ("error", "no rollout in progress, or one already in progress"),
+    "PWR077": ("error", "the evidence was measured on another engine than the deployment runs"),
+    "PWR078": ("error", "a bench sweep cannot be built (bad --sweep value, changed sources, a variant that does not compile)"),
+    "PWR079": ("error", "a bench option the engine cannot honour (--write-env for vLLM)"),
     # PWR08x plan documents (orchestrator/plan.py)
     "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
     "PWR081": ("error", "the plan does not match the plan schema"),
     "PWR082": ("error", "the plan was edited after it was compiled (its digest does not match)"),
+    # PWR09x Kubernetes renders of a fleet or a plan (orchestrator/kubernetes/)
+    "PWR090": ("error", "the fleet declares no [kubernetes] settings"),
+    "PWR091": ("error", "a host has no node selection (node_name or node_selector)"),
+    "PWR092": ("error", "a deployment's model volume is not declared"),
+    "PWR093": ("error", "a planned artifact lies outside its model volume's local folder"),
+    "PWR094": ("error", "two deployments map to one Kubernetes object name"),
+    "PWR095": ("error", "a rollout's staged deployment runs neither the incumbent nor the candidate plan in the fleet file"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
     # PWR10x the GGUF file itself (artifacts/gguf_reader.py, digests.py): each names the byte offset
     "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),
@@ -75,7 +89,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR108": ("error", "invalid tensor info: dimensions, unknown quant type, or a row not a whole number of blocks"),
     "PWR109": ("error", "tensor data lies outside the file, overlaps, or is misaligned (truncated data)"),
     "PWR116": ("error", "the artifact changed while it was being read or hashed"),
-    "PWR117": ("error", "invalid metadata value (bad UTF-8, bad general.alignment)"),
+    "PWR117": ("error", "invalid metadata value (bad UTF-8 in a key, name or token; bad general.alignment)"),
     # PWR11x declared vs file (orchestrator/checks/artifacts.py)
     "PWR110": ("error", "a declared artifact file does not exist"),
     "PWR111": ("error", "the declared size differs from the file's size"),
@@ -87,6 +101,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR120": ("error", "the runtime implements no such architecture or tokenizer"),
     "PWR121": ("error", "a tensor or header key the runtime needs is missing or mis-shaped"),
     "PWR122": ("error", "a tensor's quant type the runtime cannot dequantise"),
+    # PWR123-125 header values the runtime trusts (artifacts/header_values.py): plan and runtime refuse alike
+    "PWR123": ("error", "a header value is out of range or of the wrong type (0 heads, NaN epsilon, rope base 0, ...)"),
+    "PWR124": ("error", "header values contradict each other or the tensors (block_count vs blocks present, "
+                        "vocabulary vs embedding rows, heads vs KV heads)"),
+    "PWR125": ("error", "a special token id the runtime uses lies outside the vocabulary"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),
@@ -105,47 +124,69 @@ CODES: dict[str, tuple[str, str]] = {
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
     # PWR40x/41x profile settings that need no artifact (orchestrator/schema.py, rules.py)
     "PWR401": ("error", "K (spec_draft_max) is not an integer from 1 to 64"),
-    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer >= 1"),
-    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer >= 1"),
+    "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer from 1 to 4096"),
+    "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer from 1 to 16,777,216"),
     "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp only)"),
     "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 keeps a fixed shape)"),
     "PWR406": ("info", "S < K: the guarded path (one exact replay, then every later round clamped to S)"),
     "PWR407": ("warning", "S > K: resident rollback state that is never used"),
     "PWR408": ("error", "runtime.verify_capacity is smaller than K+1"),
-    "PWR409": ("error", "sampling.temperature is not a number >= 0"),
+    "PWR409": ("error", "sampling.temperature is not a finite number >= 0"),
     "PWR410": ("warning", "spec_mode draft-model is reserved: a plan fails closed unless the runtime adapter exists"),
-    "PWR411": ("error", "the n-gram window is empty (ngram_n_min > ngram_n_max)"),
-    # PWR45x existing launch lines (orchestrator/launch_import.py)
-    "PWR450": ("error", "`--spec-type mtp` is the pre-rename spelling and silently disables speculation"),
+    "PWR411": ("error", "the n-gram window is empty (ngram_draft_min > the longest draft)"),
+    # PWR44x/45x existing launch lines (orchestrator/launch_import.py)
+    "PWR440": ("error", "a word llama-server does not know (it stops at start: invalid argument)"),
+    "PWR441": ("error", "an option without its value at the end of the launch line"),
+    "PWR442": ("warning", "a `$VAR` in a unit's ExecStart that the unit does not define"),
+    "PWR443": ("warning", "an engine-prefixed env variable the engine does not read (ignored silently)"),
+    "PWR450": ("error", "`--spec-type mtp` is the pre-rename spelling (rejected at start, or silently no speculation)"),
     "PWR451": ("error", "a draft model is given without a `--spec-type`"),
     "PWR452": ("error", "two context-backed drafter types in one `--spec-type` list"),
     "PWR453": ("warning", "a drafter without a sliding window caches the whole context"),
-    "PWR454": ("error", "a removed `--draft*` spelling (llama-server rejects it at startup)"),
+    "PWR454": ("error", "a removed option or its env variable (llama-server stops at start with the error quoted)"),
     "PWR455": ("error", "an unknown speculative type"),
-    "PWR456": ("error", "a removed vLLM speculative flag"),
+    "PWR456": ("error", "a removed vLLM flag (speculative flags, --swap-space)"),
     "PWR457": ("error", "`--speculative-config` is not a JSON object"),
     "PWR458": ("error", "the launch line names no model"),
     "PWR459": ("error", "the launch input cannot be read"),
     # PWR46x renders (orchestrator/render.py)
     "PWR460": ("error", "the render target cannot run this plan (an engine without the plan's speculation)"),
-    "PWR461": ("error", "a value cannot be written into this render target (control characters)"),
+    "PWR461": ("error", "a value cannot be written into this render target (control characters, unsplittable words)"),
+    "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
+    "PWR463": ("error", "the engine cannot load this plan's artifact (vLLM drafters are Hugging Face checkpoints)"),
+    # PWR47x live engines for `power bench --engine` (orchestrator/live.py)
+    "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
+    "PWR471": ("error", "the live engine exited or never answered /health"),
+    "PWR472": ("error", "the live engine refused or dropped a request"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
-    "PWR424": ("error", "adaptive scheduling set, but the mode resolved to DFlash2's fixed shape"),
+    "PWR424": ("error", "retired: adaptive scheduling with auto resolved to DFlash2 (auto never chooses DFlash2 now)"),
     "PWR425": ("error", "K exceeds what the drafter can propose in one block"),
+    "PWR426": ("error", "spec_draft_p_min set, but the resolved mode's speculator has no confidence gate"),
+    "PWR427": ("error", "the n-gram's longest draft exceeds K, the drafts Power verifies per round"),
     # --- PWR5xx: memory -----------------------------------------------------
-    # PWR50x sizing (orchestrator/checks/memory.py, sizing.py)
+    # PWR50x sizing (orchestrator/checks/memory.py, checks/devices.py, rules.py, sizing/)
     "PWR500": ("error", "the plan does not fit the device"),
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
     "PWR503": ("info", "thin margin: the plan needs a quiet device"),
+    "PWR504": ("error", "a size computed from the headers leaves 64 bits (a header value past physical sense)"),
+    "PWR505": ("warning", "the micro-batch exceeds the batch: the engine clamps it to the batch"),
+    "PWR506": ("error", "runtime.tensor_split has a negative ratio or is all zero"),
+    "PWR507": ("error", "runtime.tensor_split does not give one ratio per device of the deployment"),
+    "PWR508": ("error", "runtime.main_gpu is not one of the deployment's devices"),
+    "PWR509": ("error", "runtime.tensor_parallel does not divide the model's heads"),
+    "PWR510": ("error", "the devices do not suit the engine (several devices for Power's runtime, a tensor-parallel "
+                        "size other than the device count, a CPU among GPUs)"),
+    "PWR511": ("error", "a quantized V cache without flash attention (llama-server refuses to start)"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),
     "PWR602": ("error", "the prompt does not fit the planned context"),
     "PWR603": ("error", "the plan's speculator cannot serve this target (it declined; never downgraded)"),
-    "PWR604": ("error", "the chat template is missing, does not compile, or refused the messages"),
+    "PWR604": ("error", "the server cannot listen on the address (port taken, unknown host, not permitted)"),
+    "PWR605": ("error", "the chat template is missing, does not compile, or refused the messages"),
 }
 
 
@@ -154,6 +195,13 @@ error finding was reported, and 2 on a usage or input error: a bad option, a pat
 not exist (PWR001), a directory or glob with no .toml file (PWR009). A file that exists but
 cannot be used (FIFO or device PWR002, too large PWR003, empty PWR004, binary PWR005, not
 UTF-8 PWR006, bad TOML PWR007/PWR008, bad `schema` PWR010/PWR011) is a finding: exit 1.
+
+A finding prints as `FILE:LINE:COL: CODE [severity] message`, then the source line with
+carets under the whole offending key or value (a value that goes on over more lines is
+underlined to the end of its first line), then `hint: ...`; an artifact finding names a
+byte offset instead of a line. With `--json` each finding is an object with `code`,
+`severity`, `message`, `file`, `line`, `col`, `end_col` (just past the offending text:
+`end_col - col` characters), `hint`, `offset` and `where` (the dotted key path).
 
 """
 

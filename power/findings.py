@@ -2,7 +2,8 @@
 
 A finding names the file and the place in it (TOML line/column, or a GGUF byte
 offset), says what was found, and a hint says what to do. The text rendering is
-ruff/uv-like: `path:line:col: CODE message`, the source line, a caret, the hint.
+ruff/uv-like: `path:line:col: CODE message`, the source line, carets under the
+offending key or value (`^^^^`), the hint.
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ class Finding:
     file: str | None = None
     line: int | None = None
     col: int | None = None
+    # Just past the offending key or value on `line` (end_col - col characters), when known.
+    end_col: int | None = None
     hint: str | None = None
     # A GGUF byte offset, for artifact findings.
     offset: int | None = None
     # The dotted place in the document (`drafters[1].sha256`), when there is one.
     where: str | None = None
+    # For a finding about an artifact: `manifest.toml:LINE:COL` of the manifest key that names it (`where`).
+    declared_at: str | None = None
     # The offending source line, for the caret rendering.
     source_line: str | None = field(default=None, compare=False)
 
@@ -55,13 +60,16 @@ class Finding:
         return ":".join(parts)
 
     def render(self) -> str:
-        """Human text: location, code and message; then the source line with a caret; then the hint."""
+        """Human text: location, code and message; then the source line, carets under the offending text; the hint."""
         lines = [f"{self.location()}: {self.code} [{self.severity.value}] {self.message}"]
         if self.source_line is not None and self.line is not None:
             gutter = f"{self.line} | "
             lines.append(f"  {gutter}{self.source_line.rstrip()}")
             if self.col is not None:
-                lines.append("  " + " " * (len(gutter) + self.col - 1) + "^")
+                width = max(1, self.end_col - self.col) if self.end_col is not None else 1
+                lines.append("  " + " " * (len(gutter) + self.col - 1) + "^" * width)
+        if self.declared_at:
+            lines.append(f"  named by {self.where or 'the manifest'} at {self.declared_at}")
         if self.hint:
             lines.append(f"  hint: {self.hint}")
         return "\n".join(lines)
@@ -80,7 +88,15 @@ class PowerError(Exception):
     code: str  # each subclass names its default
 
     def __init__(self, message: str, *, code: str | None = None, hint: str | None = None, file: str | None = None,
-                 offset: int | None = None) -> None:
+                 offset: int | None = None, where: str | None = None) -> None:
         self.finding = Finding(code=code or self.code, severity=Severity.ERROR, message=message, file=file,
-                               offset=offset, hint=hint)
+                               offset=offset, hint=hint, where=where)
         super().__init__(self.finding.render())
+
+    @classmethod
+    def of(cls, finding: Finding) -> PowerError:
+        """The refusal that carries `finding` as it is (with its line and column)."""
+        error = cls(finding.message, code=finding.code, hint=finding.hint, file=finding.file, offset=finding.offset)
+        error.finding = finding
+        error.args = (finding.render(),)
+        return error

@@ -18,7 +18,17 @@ Vocabulary:
 - **adaptive**: the adaptive controller (`spec_mtp_adaptive`) schedules it.
 - **fr**: it projects through a draft head whose vocabulary FR can cut.
 - **auto**: whether `spec_mode = "auto"` may choose it, and with what priority
-  (lower first); None means it must be named explicitly.
+  (lower first); None means it must be named explicitly, and `opt_in` says why
+  (what the seeds measured). `auto` chooses only what is known to win.
+- **chain_loss**: for weight-free n-gram, what the seeds measured when it is
+  chained in front of a context-backed drafter on a recurrent (hybrid) target:
+  `auto` never builds that chain, and an explicit one is warned about.
+- **draft_cost**: what one round of drafting costs in drafter steps, by kind
+  (the seeds' step 3): a plain model runs K sequential forwards, a trained head
+  about one pass whatever K, n-gram lookup nothing (`power worth-it` prices it).
+- **confidence_gate**: `spec_draft_p_min` cuts its drafts (DSpark's confidence head).
+- **sidecar**: a native head that may also come as a separate file (an MTP-only
+  GGUF for a target shipped without its head), bound by the target's sha256.
 - **llama.cpp / vLLM**: how the engines spell it today, and the spellings they
   retired.
 """
@@ -29,6 +39,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 Artifact = Literal["none", "target", "file"]
+# Drafter steps one round costs: K sequential forwards, about one pass whatever K, or none.
+DraftCost = Literal["per-token", "per-round", "none"]
+DRAFT_COST_TEXT = {"per-token": "K sequential forwards", "per-round": "about one pass per round",
+                   "none": "no model pass"}
 
 AUTO = "auto"
 NONE = "none"
@@ -49,12 +63,18 @@ class Mode:
     context_backed: bool
     adaptive: bool = False
     fr: bool = False
+    draft_cost: DraftCost = "per-round"
     auto_priority: int | None = None
+    opt_in: str | None = None  # why `auto` never chooses it (None when it may)
+    chain_loss: str | None = None  # n-gram: the measured loss of chaining it on a recurrent target
+    confidence_gate: bool = False
+    sidecar: bool = False
     reserved: bool = False  # no production adapter: a plan fails closed
     header_architecture: str | None = None  # the `general.architecture` a file-backed drafter carries
     llama: LlamaSpelling | None = None
     vllm_method: str | None = None
     vllm_aliases: tuple[str, ...] = ()  # other vLLM methods Power reads as this mode
+    vllm_refusal: str | None = None  # why Power cannot render it for vLLM (None when it can)
     speculator: str | None = None  # the runtime module (under power.runtime.speculators) whose `build` makes it
     fixed_shape: str | None = None  # why the adaptive controller does not drive it (None when `adaptive`)
 
@@ -63,21 +83,41 @@ class Mode:
         return self.artifact == "file"
 
 
+# vLLM's MTP model types (vllm/config/speculative.py `MTPModelTypes`): each is native MTP.
+VLLM_MTP_METHODS = (
+    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp",
+    "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp",
+    "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp",
+    "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp",
+    "glm5_next_mtp",
+)
+# vLLM loads these drafters from Hugging Face checkpoints (safetensors + config.json); Power's are GGUF files.
+_VLLM_HF_DRAFTER = ("vLLM loads {name} drafters as Hugging Face checkpoints (e.g. z-lab/Qwen3.6-35B-A3B-DFlash), "
+                    "not GGUF, and DFlash's non-causal attention needs its flash_attn backend; Power's drafter is a "
+                    "GGUF file")
+
 MODES: tuple[Mode, ...] = (
-    Mode(MTP, "target", context_backed=True, adaptive=True, fr=True, auto_priority=2,
+    Mode(MTP, "target", context_backed=True, adaptive=True, fr=True, auto_priority=2, sidecar=True,
          llama=LlamaSpelling("draft-mtp", retired=("mtp",)),
-         vllm_method="mtp", vllm_aliases=("deepseek_mtp", "qwen3_next_mtp"), speculator="mtp"),
+         vllm_method="mtp", vllm_aliases=VLLM_MTP_METHODS, speculator="mtp"),
     Mode(DFLASH, "file", context_backed=True, adaptive=True, auto_priority=1, header_architecture="dflash",
-         llama=LlamaSpelling("draft-dflash", retired=("dflash",)), vllm_method="dflash", speculator="dflash"),
-    Mode(DFLASH2, "file", context_backed=True, auto_priority=1, header_architecture="dflash", speculator="dflash",
+         llama=LlamaSpelling("draft-dflash", retired=("dflash",)), vllm_method="dflash", speculator="dflash",
+         vllm_refusal=_VLLM_HF_DRAFTER.format(name="DFlash")),
+    Mode(DFLASH2, "file", context_backed=True, header_architecture="dflash", speculator="dflash",
+         opt_in="the seeds keep DFlash2 opt-in: its 12-task quality calibration kept only 7/12 complete outputs",
          fixed_shape="DFlash2 keeps a fixed draft shape"),
-    Mode(DSPARK, "file", context_backed=True, adaptive=True, auto_priority=1, header_architecture="dspark",
-         llama=LlamaSpelling("draft-dspark", retired=("dspark",)), vllm_method="dspark", speculator="dspark"),
-    Mode(NGRAM, "none", context_backed=False, auto_priority=3,
+    Mode(DSPARK, "file", context_backed=True, adaptive=True, header_architecture="dspark", confidence_gate=True,
+         opt_in="the seeds measured DSpark as no lossless production default: at context 1024 only 54/100 outputs "
+                "matched the control and every request entered fallback replay",
+         llama=LlamaSpelling("draft-dspark", retired=("dspark",)), vllm_method="dspark", speculator="dspark",
+         vllm_refusal=_VLLM_HF_DRAFTER.format(name="DSpark")),
+    Mode(NGRAM, "none", context_backed=False, draft_cost="none", auto_priority=3,
+         chain_loss="the seeds measured draft-mtp,ngram-mod losing on all traffic on the qwen35 hybrid: with n-gram "
+                    "in the chain llama.cpp disables recurrent rollback, which the drafter's verification depends on",
          llama=LlamaSpelling("ngram-mod", aliases=("ngram-simple", "ngram-cache", "ngram-map-k", "ngram-map-k4v")),
-         vllm_method="ngram", speculator="ngram",
+         vllm_method="ngram", vllm_aliases=("ngram_gpu",), speculator="ngram",
          fixed_shape="n-gram proposals are not scheduled by the adaptive controller"),
-    Mode(DRAFT_MODEL, "file", context_backed=True, reserved=True,
+    Mode(DRAFT_MODEL, "file", context_backed=True, draft_cost="per-token", reserved=True,
          llama=LlamaSpelling("draft-simple", retired=("draft",)), vllm_method="draft_model",
          fixed_shape="draft-model has no adapter"),
 )
@@ -85,7 +125,8 @@ MODES: tuple[Mode, ...] = (
 # Engine spellings of drafters Power has no adapter for: an import names them instead of calling them unknown.
 FOREIGN_LLAMA_SPEC_TYPES = {"draft-eagle3": "eagle3"}
 FOREIGN_LLAMA_RETIRED = {"eagle3": "draft-eagle3"}
-FOREIGN_VLLM_METHODS = ("eagle", "eagle3", "medusa", "mlp_speculator")
+FOREIGN_VLLM_METHODS = ("eagle", "eagle3", "medusa", "mlp_speculator", "suffix", "custom_class",
+                        "extract_hidden_states")
 # llama.cpp's `--spec-type none`: no speculation.
 LLAMA_NO_SPECULATION = "none"
 
@@ -100,6 +141,7 @@ HEADER_CONTRACT: frozenset[str] = frozenset(m.name for m in MODES if m.artifact 
 # spec_mode values the adaptive controller may drive (auto: when it resolves to one of them).
 ADAPTIVE_SPEC_MODES: frozenset[str] = frozenset({AUTO, *(m.name for m in MODES if m.adaptive)})
 FR_SPEC_MODES: frozenset[str] = frozenset(m.name for m in MODES if m.fr)
+CONFIDENCE_GATED: frozenset[str] = frozenset(m.name for m in MODES if m.confidence_gate)
 
 # llama.cpp `--spec-type` value -> Power's mode, current spellings and aliases.
 BY_LLAMA_SPEC_TYPE: dict[str, str] = {
@@ -124,10 +166,10 @@ def mode(name: str) -> Mode:
     return BY_NAME[name]
 
 
-def auto_candidates() -> tuple[Mode, ...]:
-    """The modes `auto` may choose, best first."""
-    chosen = [m for m in MODES if m.auto_priority is not None]
-    return tuple(sorted(chosen, key=lambda m: m.auto_priority or 0))
+def auto_tiers() -> tuple[frozenset[str], ...]:
+    """The modes `auto` may choose, grouped by priority, the best group first."""
+    priorities = sorted({m.auto_priority for m in MODES if m.auto_priority is not None})
+    return tuple(frozenset(m.name for m in MODES if m.auto_priority == priority) for priority in priorities)
 
 
 def llama_spec_type(name: str) -> str | None:

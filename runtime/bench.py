@@ -1,11 +1,16 @@
-"""The A/B harness: paired, alternating runs of two plans' engines over fixed traffic shapes -> evidence.
+"""The A/B harness: paired, alternating runs of plans' engines over fixed traffic shapes -> evidence.
 
-Both engines live in one process and are loaded once. Per shape the runs
+An engine is anything that turns a prompt into a `Receipt` and says what it is
+(`identity()`): Power's runtime (`power.runtime.engine.Engine`, loaded in this
+process) or a live server launched from the plan's render
+(`power.orchestrator.live.LiveEngine`). Each is loaded once. Per shape the runs
 alternate A/B, B/A, A/B, ... so neither configuration always runs second (warm
-caches, thermal drift). The result is the `power.evidence/v1` document described
-in docs/bench.md: per-shape summaries and verdicts, the losslessness proof (every
-greedy shape's tokens identical across configurations; `identity` is the
-designated proof), the zero-draft negative control, and every receipt.
+caches, thermal drift); with a sweep, every variant takes its turn the same way.
+The result is the `power.evidence/v1` document described in docs/bench.md:
+which engine and build produced it, per-shape summaries and verdicts, the
+losslessness proof (every greedy shape's tokens identical across configurations,
+and not vacuous; `identity` is the designated proof), the zero-draft negative
+control, and every receipt.
 """
 
 from __future__ import annotations
@@ -18,36 +23,55 @@ import statistics
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
 from power import __version__
 from power.artifacts.atomic import write_text_atomic
 from power.orchestrator.plan import ResolvedPlan
-from power.runtime.engine import Engine
 from power.runtime.receipt import Receipt
+from power.runtime.sampling import SamplingParams
 from power.runtime.traffic import TrafficShape, build_shape
 
 EVIDENCE_SCHEMA = "power.evidence/v1"
 CANDIDATE, BASELINE = "candidate", "baseline"
 NOISE_BAND = 0.05  # a median ratio within 5 % of 1 is "no difference"
 WARMUP_SHAPE = "identity"
+# Greedy outputs this short (or blank) are identical for free: they prove nothing about losslessness.
+VACUOUS_TOKENS = 4
+
+
+class BenchEngine(Protocol):
+    """What the harness drives: Power's `Engine` or a live server (`power.runtime.served.ServedEngine`)."""
+
+    @property
+    def artifacts(self) -> dict[str, str]: ...
+
+    @property
+    def sampling(self) -> SamplingParams: ...
+
+    def generate(self, prompt: str, max_tokens: int, *, sampling: SamplingParams | None = None) -> Receipt: ...
+
+    def identity(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    label: str  # CANDIDATE or BASELINE
+    label: str  # CANDIDATE, BASELINE, or a sweep variant's label
     plan_path: Path
     plan: ResolvedPlan
-    engine: Engine
+    engine: BenchEngine
 
-    def document(self) -> dict[str, Any]:
+    def document(self, label: str | None = None) -> dict[str, Any]:
         plan = self.plan
         return {
-            "label": self.label, "plan": str(self.plan_path), "plan_digest": plan.digest, "name": plan.name,
-            "mode": plan.mode.resolved, "k": plan.speculation.k, "s": plan.speculation.s,
-            "verify_capacity": plan.runtime.verify_capacity,
+            "label": label or self.label, "plan": str(self.plan_path), "plan_digest": plan.digest, "name": plan.name,
+            "mode": plan.mode.resolved, "chain": list(plan.mode.chain), "k": plan.speculation.k,
+            "s": plan.speculation.s, "verify_capacity": plan.runtime.verify_capacity,
+            "ngram": [plan.runtime.ngram_match, plan.runtime.ngram_draft_min, plan.runtime.ngram_draft_max]
+            if plan.runtime.ngram_match else None,
+            "engine": self.engine.identity(),
             "artifacts": dict(self.engine.artifacts),
         }
 
@@ -61,7 +85,7 @@ class Measurement:
 
 
 def run_protocol(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int,
-                 progress: Callable[[str], None] = lambda line: None) -> list[Measurement]:
+                 progress: Callable[[str], None]) -> list[Measurement]:
     """One unmeasured warm-up request per configuration, then per shape `runs` alternating pairs."""
     warmup = build_shape(WARMUP_SHAPE)
     for config in configs:
@@ -83,28 +107,31 @@ def _generate(config: BenchConfig, shape: TrafficShape) -> Receipt:
     return config.engine.generate(shape.prompt, shape.max_tokens, sampling=sampling)
 
 
-def evidence(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int, max_tokens: int,
-             measurements: list[Measurement]) -> dict[str, Any]:
-    """The `power.evidence/v1` document for one bench run."""
-    labels = [c.label for c in configs]
-    per_shape = {shape.name: shape_result(shape, {label: _receipts(measurements, shape.name, label) for label in labels})
+def evidence(candidate: BenchConfig, baseline: BenchConfig | None, shapes: list[TrafficShape], runs: int,
+             max_tokens: int, measurements: list[Measurement]) -> dict[str, Any]:
+    """The `power.evidence/v1` document for one candidate (of possibly several that ran) against the baseline."""
+    roles = {candidate.label: CANDIDATE} | ({baseline.label: BASELINE} if baseline else {})
+    per_shape = {shape.name: shape_result(shape, {role: _receipts(measurements, shape.name, label)
+                                                  for label, role in roles.items()})
                  for shape in shapes}
-    lossless = _lossless(per_shape, labels)
+    lossless = _lossless(per_shape, list(roles.values()))
     return {
         "schema": EVIDENCE_SCHEMA,
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "power_version": __version__,
+        "engine": candidate.engine.identity(),
         "machine": machine(),
         "protocol": {"shapes": [s.name for s in shapes], "runs": runs, "max_tokens": max_tokens,
+                     "prompt_tokens": {s.name: per_shape[s.name]["prompt_tokens"] for s in shapes},
                      "order": "alternating", "warmup_requests": 1},
-        CANDIDATE: configs[0].document(),
-        BASELINE: configs[1].document() if len(configs) > 1 else None,
+        CANDIDATE: candidate.document(CANDIDATE),
+        BASELINE: baseline.document(BASELINE) if baseline else None,
         "shapes": per_shape,
         "lossless": lossless,
-        "negative_control": _negative_control(per_shape) if BASELINE in labels else None,
+        "negative_control": _negative_control(per_shape) if baseline else None,
         "passed": lossless["proven"],
-        "receipts": [{"shape": m.shape, "config": m.label, "run": m.run, "receipt": m.receipt.document()}
-                     for m in measurements],
+        "receipts": [{"shape": m.shape, "config": roles[m.label], "run": m.run, "receipt": m.receipt.document()}
+                     for m in measurements if m.label in roles],
     }
 
 
@@ -164,12 +191,18 @@ def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]]) -> dic
     result |= {label: summarise(rs) for label, rs in receipts.items()}
     digests = {r.tokens_sha256 for rs in receipts.values() for r in rs}
     result["parity"] = len(digests) == 1
+    result["vacuous"] = any(_vacuous(r) for rs in receipts.values() for r in rs)
     if BASELINE not in receipts:
         return result | {"speedup": None, "verdict": "measured", "verdict_reason": "no baseline (--vs) to compare with"}
     verdict, reason, speedup = _verdict(result[CANDIDATE], result[BASELINE])
     if shape.temperature == 0.0 and not result["parity"]:
         verdict, reason = "lossy", "greedy outputs differ between the configurations: a correctness bug, whatever the speed"
     return result | {"speedup": speedup, "verdict": verdict, "verdict_reason": reason}
+
+
+def _vacuous(receipt: Receipt) -> bool:
+    """Empty or near-empty: an output every configuration could match without generating anything."""
+    return len(receipt.token_ids) < VACUOUS_TOKENS or not receipt.text.strip()
 
 
 def _verdict(candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[str, str, float | None]:
@@ -188,8 +221,10 @@ def _verdict(candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[str, 
 def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[str, Any]:
     greedy = {name: r for name, r in per_shape.items() if r["temperature"] == 0.0}
     mismatched = [name for name, r in greedy.items() if not r["parity"]]
+    vacuous = [name for name, r in greedy.items() if r["vacuous"]]
     identity = per_shape.get("identity")
-    proof: dict[str, Any] = {"shape": "identity", "mismatched_shapes": mismatched, "tokens_sha256": None, "texts": None}
+    proof: dict[str, Any] = {"shape": "identity", "mismatched_shapes": mismatched, "vacuous_shapes": vacuous,
+                             "tokens_sha256": None, "texts": None}
     if identity is not None:
         proof["tokens_sha256"] = {label: identity[label]["tokens_sha256"][0] for label in labels}
         proof["texts"] = {label: identity[label]["text"] for label in labels}
@@ -199,6 +234,9 @@ def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[s
         return proof | {"proven": False, "reason": f"greedy outputs differ between the configurations on: {', '.join(mismatched)}"}
     if identity is None:
         return proof | {"proven": False, "reason": "the identity shape did not run: add it to --shapes for the proof"}
+    if vacuous:
+        return proof | {"proven": False, "reason": f"the greedy outputs on {', '.join(vacuous)} are empty or shorter "
+                        f"than {VACUOUS_TOKENS} tokens: identical outputs that say nothing prove nothing"}
     tokens = identity[CANDIDATE]["generated_tokens"]
     return proof | {"proven": True, "reason": f"identity: both configurations emitted the same {tokens} tokens in every run; "
                                               f"every shape at temperature 0 matched ({', '.join(greedy)})"}
@@ -207,7 +245,7 @@ def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[s
 def _negative_control(per_shape: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A zero-draft configuration proves the other configuration's drafts came from its proposer."""
     drafts = {label: sum(r[label]["draft_n"] for r in per_shape.values()) for label in (CANDIDATE, BASELINE)}
-    control = min(drafts, key=drafts.get)
+    control = min(drafts, key=drafts.__getitem__)
     other = CANDIDATE if control == BASELINE else BASELINE
     holds = drafts[control] == 0 and drafts[other] > 0
     if holds:
@@ -215,6 +253,23 @@ def _negative_control(per_shape: dict[str, dict[str, Any]]) -> dict[str, Any]:
     else:
         reason = f"no zero-draft control: {CANDIDATE} proposed {drafts[CANDIDATE]}, {BASELINE} {drafts[BASELINE]}"
     return {"label": control, "draft_n": drafts, "holds": holds, "reason": reason}
+
+
+def winner(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The candidate to deploy: lossless, never slower (nor lossy) on a shape, faster on at least one, and the
+    best geometric-mean speedup among those; None when no candidate qualifies (the incumbent stays).
+
+    A candidate that wins on echo and loses on prose is a traffic decision, not a winner: it does not qualify.
+    """
+    def qualifies(document: dict[str, Any]) -> bool:
+        verdicts = [r["verdict"] for r in document["shapes"].values()]
+        return document["lossless"]["proven"] and "faster" in verdicts and not {"slower", "lossy"} & set(verdicts)
+
+    def mean_speedup(document: dict[str, Any]) -> float:
+        speedups = [r["speedup"] for r in document["shapes"].values() if r.get("speedup")]
+        return statistics.geometric_mean(speedups) if speedups else 0.0
+
+    return max((d for d in documents if qualifies(d)), key=mean_speedup, default=None)
 
 
 def write_evidence(document: dict[str, Any], path: Path) -> None:

@@ -28,7 +28,7 @@ from power.runtime.errors import RuntimeInputError
 class ChatTemplateError(RuntimeInputError):
     """A template that does not compile, or that refuses the messages it was given (`raise_exception`)."""
 
-    code = "PWR604"
+    code = "PWR605"
 
 
 class _Refusal(Exception):

@@ -38,7 +38,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from power.runtime.trunks.base import FixedShapeTrunk, Part, TrunkSequence
 
@@ -198,7 +198,7 @@ class Decoder:
         self,
         prompt: Sequence[int],
         max_new_tokens: int,
-        stop_ids: Sequence[int] = (),
+        stop_ids: Collection[int] = (),
         cancel: threading.Event | None = None,
         observer: StepObserver | None = None,
         finish: threading.Event | None = None,

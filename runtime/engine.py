@@ -21,14 +21,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from power import modes
-from power.artifacts import digests
-from power.artifacts.gguf_reader import ArtifactError
-from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation
+from power import __version__, modes
+from power.artifacts.verify import TARGET, Artifact, verified_sha256
+from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
@@ -37,7 +36,7 @@ from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import Speculator, SpeculatorRequest
+from power.runtime.speculators.base import NGramWindow, Speculator, SpeculatorRequest
 from power.runtime.stops import StopText
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.transaction import StepObserver
@@ -58,15 +57,6 @@ class EngineOptions:
 
 
 @dataclass(frozen=True)
-class Artifact:
-    """A file the workload names, with the sha256 it must have (None: any, for a plan-less run)."""
-
-    role: str  # "target" or the drafter's kind
-    path: Path
-    sha256: str | None
-
-
-@dataclass(frozen=True)
 class Workload:
     """What the engine runs: the plan's own sections, read as they are, and where its artifacts lie.
 
@@ -81,17 +71,15 @@ class Workload:
     plan_digest: str | None
 
     @classmethod
-    def of_plan(cls, plan: ResolvedPlan, plan_path: Path) -> Workload:
-        """Relative artifact paths are relative to the plan's folder."""
-        target = Artifact("target", _relative_to(plan_path, plan.target.path), plan.target.sha256)
-        drafters = tuple(Artifact(d.kind, _relative_to(plan_path, d.path), d.sha256)
-                         for d in plan.drafters if d.path is not None)
-        return cls((target, *drafters), plan.mode, plan.speculation, plan.runtime, plan.sampling, plan.digest)
+    def of_plan(cls, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Workload:
+        """Artifacts where `power.orchestrator.plan.located` finds them (relative to the plan's folder, or in `root`)."""
+        artifacts = planned_artifacts(located(plan, plan_path, root))
+        return cls(artifacts, plan.mode, plan.speculation, plan.runtime, plan.sampling, plan.digest)
 
     @classmethod
     def of_gguf(cls, path: Path, ctx: int = DEFAULT_CTX, verify_capacity: int = 1) -> Workload:
         return cls(
-            artifacts=(Artifact("target", Path(path), None),),
+            artifacts=(Artifact(TARGET, Path(path), None),),
             mode=Mode(requested=modes.NONE, resolved=modes.NONE, chain=(), reason="a direct run of one GGUF"),
             speculation=Speculation(k=0, s=0, rollback="none"),
             runtime=Runtime(ctx=ctx, batch=1, verify_capacity=verify_capacity, gpu_layers="all", flash_attn=False,
@@ -171,6 +159,11 @@ class Engine:
         governor = GovernorConfig() if speculator is not None and options.governor else None
         self.decoder = Decoder(self.trunk, Sampler(workload.sampling_params), speculator, schedule, governor)
         self.load_s = time.perf_counter() - started
+
+    def identity(self) -> dict[str, Any]:
+        """Which engine and build produced a measurement (evidence records it; a rollout compares it)."""
+        return {"name": "power", "build": __version__, "torch": torch.__version__, "device": self.device,
+                "dtype": self.options.dtype, "threads": torch.get_num_threads()}
 
     @property
     def n_ctx(self) -> int:
@@ -347,30 +340,14 @@ def _slots(runtime: Runtime) -> int:
     return runtime.slots
 
 
-def _relative_to(plan_path: Path, path: str) -> Path:
-    return Path(path) if Path(path).is_absolute() else Path(plan_path).parent / path
-
-
 def _speculator(workload: Workload, trunk) -> Speculator | None:
     """The plan's speculator; a decline is an error (fail closed)."""
     kind = workload.mode.resolved
     if kind == modes.NONE:
         return None
     runtime, speculation = workload.runtime, workload.speculation
-    orders = (runtime.ngram_n_min, runtime.ngram_n_max) if runtime.ngram_n_min and runtime.ngram_n_max else None
+    window = (NGramWindow(runtime.ngram_match, runtime.ngram_draft_min, runtime.ngram_draft_max)
+              if runtime.ngram_match and runtime.ngram_draft_min and runtime.ngram_draft_max else None)
     request = SpeculatorRequest(trunk, target_path=workload.target.path, drafter_path=workload.drafter(kind),
-                                fr_vocab_size=speculation.fr_vocab_size, ngram_orders=orders)
+                                fr_vocab_size=speculation.fr_vocab_size, ngram=window, p_min=speculation.p_min)
     return registry.create(kind, request)
-
-
-def verified_sha256(artifact: Artifact) -> str:
-    """The artifact's sha256 (cached, `power.artifacts.digests`); a mismatch with the plan's digest is an error."""
-    if not artifact.path.is_file():
-        raise ArtifactError(f"the {artifact.role} artifact does not exist", code="PWR110", file=str(artifact.path),
-                            hint="fix the manifest's path and re-plan, or restore the planned file there")
-    actual = digests.sha256_file(artifact.path)
-    if artifact.sha256 is not None and actual != artifact.sha256:
-        raise ArtifactError(f"sha256 is {actual[:16]}..., the plan expects {artifact.sha256[:16]}... for the "
-                            f"{artifact.role}: the artifact changed after planning", code="PWR115",
-                            file=str(artifact.path), hint="restore the planned file, or re-plan")
-    return actual

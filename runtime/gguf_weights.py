@@ -1,7 +1,9 @@
 """GGUF weights for the runtime: header metadata and tensors from a memory map.
 
 The header comes from the orchestrator's bounded reader
-(`power.artifacts.gguf_reader`); the file is mapped once (`numpy.memmap`,
+(`power.artifacts.gguf_reader`) and must pass the header-value checks every plan
+passes (`power.artifacts.header_values`) before anything reads a value from it;
+the file is mapped once (`numpy.memmap`,
 read-only) and a tensor's bytes are a view into the map until they are
 dequantised, so loading never reads the whole file into Python bytes.
 
@@ -19,7 +21,9 @@ import numpy as np
 import torch
 
 from power.artifacts import gguf_reader
+from power.artifacts.ggml_types import QUANT_TYPES
 from power.artifacts.gguf_reader import ArtifactError
+from power.artifacts.header_values import require_valid_header
 from power.kernels import dispatch
 from power.kernels.dequant import BLOCK_LAYOUT
 
@@ -39,6 +43,7 @@ class GGUFFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         header = gguf_reader.read_header(self.path)
+        require_valid_header(header)
         self.metadata: dict[str, Any] = header.metadata
         self.tensors = {t.name: TensorInfo(t.name, _type_name(t.ggml_type), t.shape, header.data_offset + t.offset,
                                            t.nbytes) for t in header.tensors}
@@ -88,7 +93,4 @@ class GGUFFile:
 
 
 def _type_name(ggml_type: int) -> str:
-    try:
-        return gguf_reader.GGMLQuantizationType(ggml_type).name
-    except ValueError:
-        return f"GGML type {ggml_type}"
+    return QUANT_TYPES[ggml_type].name if ggml_type in QUANT_TYPES else f"GGML type {ggml_type}"

@@ -109,6 +109,6 @@ class KVCache:
         peak = functools.reduce(torch.maximum, [s.amax(-1, keepdim=True) for s in scores])  # [Hkv, G*n, 1]
         weights = [s.sub_(peak).exp_() for s in scores]
         total = functools.reduce(torch.add, [w.sum(-1, keepdim=True) for w in weights])  # [Hkv, G*n, 1]
-        out = functools.reduce(torch.add, [torch.bmm(w, self.v[:, s]) for w, s in zip(weights, mask.blocks)])
+        out = functools.reduce(torch.add, [torch.bmm(w, self.v[:, s]) for w, s in zip(weights, mask.blocks, strict=True)])
         out = out.div_(total)  # [Hkv, G*n, hd_v]
         return out.view(n_heads, n, -1).permute(1, 0, 2).reshape(n, -1)

@@ -41,6 +41,13 @@ def rope_tables(positions: int, dim: int, base: float, scale: float = 1.0,
     return angles.cos().to(device, torch.float32), angles.sin().to(device, torch.float32)
 
 
+def rope_rows(tables: tuple[torch.Tensor, torch.Tensor],
+              positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (cos, sin) rows of `rope_tables` at `positions`."""
+    cos, sin = tables
+    return cos[positions], sin[positions]
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
     """x [n, heads, hd], cos/sin [n, hd/2] -> rotated x.
 

@@ -33,6 +33,7 @@ rows alone instead of a padded block.
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -76,12 +77,12 @@ class Linear:
 
 class Float32Linear(Linear):
     def __init__(self, weight: torch.Tensor, rows: int) -> None:
-        self.shape = tuple(weight.shape)
-        self._columns = weight.t().contiguous() if rows == 1 else None  # [in, out]
-        self._weight = None if rows == 1 else weight  # [out, in]
+        self.shape = _matrix_shape(weight)
+        self._transposed = rows == 1
+        self._weight = weight.t().contiguous() if self._transposed else weight  # [in, out] or [out, in]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self._columns if self._columns is not None else F.linear(x, self._weight)
+        return x @ self._weight if self._transposed else F.linear(x, self._weight)
 
     @property
     def nbytes(self) -> int:
@@ -90,7 +91,7 @@ class Float32Linear(Linear):
 
 class BFloat16Linear(Linear):
     def __init__(self, weight: torch.Tensor, rows: int) -> None:
-        self.shape = tuple(weight.shape)
+        self.shape = _matrix_shape(weight)
         weight = weight.to(torch.bfloat16)
         self._packed = _onednn_cpu(weight) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
         self._weight = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if self._packed else weight
@@ -114,7 +115,7 @@ class Int8Linear(Linear):
             raise RuntimeInputError(f"int8 weights run on the CPU through oneDNN; this one is on {weight.device} "
                                     f"(oneDNN available: {torch.backends.mkldnn.is_available()})", code="PWR601",
                                     hint="use dtype bfloat16 (or float32) there instead")
-        self.shape = tuple(weight.shape)
+        self.shape = _matrix_shape(weight)
         self._scale = (weight.abs().amax(dim=1) / INT8_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [out]
         quantised = torch.round(weight / self._scale[:, None]).to(torch.int8)  # [out, in]
         self._levels = levels
@@ -144,7 +145,7 @@ class Int8Linear(Linear):
         return self.shape[0] * self.shape[1] + self.shape[0] * 4
 
 
-KINDS: dict[str, type[Linear]] = {"float32": Float32Linear, "bfloat16": BFloat16Linear, "int8": Int8Linear}
+KINDS: dict[str, Callable[[torch.Tensor, int], Linear]] = {"float32": Float32Linear, "bfloat16": BFloat16Linear, "int8": Int8Linear}
 
 
 def pack(weight: torch.Tensor, dtype: str, rows: int) -> Linear:
@@ -159,6 +160,11 @@ def pack_head(weight: torch.Tensor, dtype: str, rows: int) -> Linear:
     dequantised weights as llama.cpp's own are (docs/runtime.md), at half the rows of two levels.
     """
     return Int8Linear(weight, rows, levels=1) if dtype == "int8" else pack(weight, dtype, rows)
+
+
+def _matrix_shape(weight: torch.Tensor) -> tuple[int, int]:
+    out_features, in_features = weight.shape
+    return out_features, in_features
 
 
 def _onednn_cpu(weight: torch.Tensor) -> bool:

@@ -6,6 +6,10 @@ later rejects therefore leaves no trace in the stream - the next round draws the
 same uniform for that position that plain decoding would have drawn - and a
 restored checkpoint needs no sampler state at all.
 
+Every non-greedy token is drawn by one inverse CDF in token-ID order, in fixed
+point (`power.kernels.dispatch.draw`, the rejection kernel's own draw): a plain
+token and a speculative round's bonus or correction token round the same way.
+
 Two verification rules use it:
 - `match`: every row's token is drawn from the target distribution with the
   position's uniform; a proposal survives while it equals the draw. The emitted
@@ -21,6 +25,8 @@ import enum
 from dataclasses import dataclass
 
 import torch
+
+from power.kernels import dispatch
 
 VERIFY_RULES = ("match", "rejection")
 # Temperatures below this are greedy: dividing logits by less could overflow to inf and give NaN probabilities.
@@ -110,17 +116,6 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return kept / kept.sum()
 
 
-def draw(probs: torch.Tensor, u: float) -> int:
-    """Inverse-CDF draw in token-ID order: the first token whose cumulative mass exceeds u * total."""
-    cdf = torch.cumsum(probs.to(torch.float64), dim=0)
-    index = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=torch.float64,
-                                                     device=cdf.device), right=True))
-    index = min(index, probs.numel() - 1)
-    while probs[index] <= 0:  # u * total landed exactly on a zero-mass boundary
-        index -= 1
-    return index
-
-
 class Sampler:
     """Turns target logits rows into emitted tokens for one request."""
 
@@ -134,19 +129,4 @@ class Sampler:
         """The token emitted at `position` (0-based index in the sequence) from its logits row."""
         if self.params.greedy:
             return int(torch.argmax(logits))
-        return draw(self.probs(logits), uniform(self.params.seed, position, Lane.SAMPLE))
-
-    def accept(self, p: torch.Tensor, q: torch.Tensor, token: int, position: int) -> bool:
-        """Rejection rule: keep proposal `token` (drawn from q) with probability min(1, p/q)."""
-        q_token = float(q[token])
-        if q_token <= 0.0:  # a token the drafter could not have drawn: never accepted
-            return False
-        ratio = float(p[token]) / q_token
-        return uniform(self.params.seed, position, Lane.ACCEPT) < ratio
-
-    def correct(self, p: torch.Tensor, q: torch.Tensor, position: int) -> int:
-        """Rejection rule: the correction after a rejected proposal, drawn from norm(max(0, p - q))."""
-        residual = torch.clamp(p.to(torch.float64) - q.to(torch.float64), min=0.0)
-        if float(residual.sum()) <= 0.0:  # p == q: a rejection cannot happen; fall back to p itself
-            residual = p.to(torch.float64)
-        return draw(residual, uniform(self.params.seed, position, Lane.RESIDUAL))
+        return int(dispatch.draw(self.probs(logits), uniform(self.params.seed, position, Lane.SAMPLE)))

@@ -139,7 +139,7 @@ def _sampling_fields(data: dict[str, Any], max_tokens_key: str, max_tokens_limit
     return {
         "max_tokens": _integer(data, max_tokens_key, DEFAULT_MAX_TOKENS, 1, max_tokens_limit),
         "temperature": _temperature(data.get("temperature")),
-        "seed": _integer(data, "seed", None, 0, 2**63 - 1),
+        "seed": _optional_integer(data, "seed", 0, 2**63 - 1),
         "stop": _stop(data.get("stop")),
         "stream": _boolean(data, "stream"),
     }
@@ -173,10 +173,15 @@ def _text(value: str, name: str) -> str:
     return value
 
 
-def _integer(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int | None:
+def _integer(data: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = _optional_integer(data, key, low, high)
+    return default if value is None else value
+
+
+def _optional_integer(data: dict[str, Any], key: str, low: int, high: int) -> int | None:
     value = data.get(key)
     if value is None:
-        return default
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadRequest(f"\"{key}\" must be an integer in [{low}, {high}], got {_shown(value)}", key)
     return value

@@ -23,8 +23,9 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Sequence
 
+import numpy as np
 from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.models import BPE
@@ -79,8 +80,8 @@ class Vocabulary:
         model = gguf.get("tokenizer.ggml.model", "<none>")
         return cls(
             tokens=tokens,
-            types=gguf.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens),
-            scores=gguf.get("tokenizer.ggml.scores") or [0.0] * len(tokens),
+            types=_per_token(gguf.get("tokenizer.ggml.token_type"), NORMAL, len(tokens)),
+            scores=_per_token(gguf.get("tokenizer.ggml.scores"), 0.0, len(tokens)),
             merges=gguf.get("tokenizer.ggml.merges") or [],
             model=model,
             pre=gguf.get("tokenizer.ggml.pre", "default"),
@@ -90,6 +91,14 @@ class Vocabulary:
         )
 
 
+def _per_token(value: Any, default: int | float, count: int) -> list:
+    """A per-token header array (a list, or a numpy view when long) as a list of at most `count` values;
+    `default` for every token when the header has none."""
+    if value is None or len(value) == 0:
+        return [default] * count
+    return np.asarray(value)[:count].tolist()
+
+
 class Tokenizer:
     """encode(text) -> ids (with BOS when the header asks), per-token bytes, stop ids."""
 
@@ -97,14 +106,14 @@ class Tokenizer:
         self.vocab = vocab
         if vocab.model == "llama":
             self._hf = _sentencepiece_bpe(vocab)
-            self._bytes = [_spm_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types)]
+            self._bytes = [_spm_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types, strict=True)]
         elif vocab.model == "gpt2":
             if vocab.pre not in PRE_TOKENIZER_SPLITS:
                 raise ArtifactError(f"tokenizer.ggml.pre = {vocab.pre!r} has no pre-tokeniser here "
                                     f"(known: {', '.join(PRE_TOKENIZER_SPLITS)})", code="PWR120", file=source,
                                     hint="render the plan for llama-server instead")
             self._hf = _byte_level_bpe(vocab)
-            self._bytes = [_byte_level_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types)]
+            self._bytes = [_byte_level_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types, strict=True)]
         else:
             raise ArtifactError(f"tokenizer.ggml.model = {vocab.model!r} is not supported "
                                 "(llama = SentencePiece BPE, gpt2 = byte-level BPE)", code="PWR120", file=source,
@@ -175,7 +184,7 @@ def _spm_merges(vocab: Vocabulary) -> list[tuple[str, str]]:
     """Every (left, right) split of a normal piece into two pieces, highest merged score first."""
     ids = {t: i for i, t in enumerate(vocab.tokens)}
     ranked = []
-    for merged_id, (piece, kind) in enumerate(zip(vocab.tokens, vocab.types)):
+    for merged_id, (piece, kind) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
         if kind != NORMAL or len(piece) < 2:
             continue
         for cut in range(1, len(piece)):
@@ -188,7 +197,7 @@ def _spm_merges(vocab: Vocabulary) -> list[tuple[str, str]]:
 
 def _sentencepiece_bpe(vocab: Vocabulary) -> HFTokenizer:
     ids = {t: i for i, t in enumerate(vocab.tokens)}
-    unk = next((t for t, k in zip(vocab.tokens, vocab.types) if k == UNKNOWN), None)
+    unk = next((t for t, k in zip(vocab.tokens, vocab.types, strict=True) if k == UNKNOWN), None)
     model = BPE(vocab=ids, merges=_spm_merges(vocab), unk_token=unk, byte_fallback=True, fuse_unk=True)
     tokenizer = HFTokenizer(model)
     tokenizer.normalizer = normalizers.Replace(" ", SPM_SPACE)
@@ -197,7 +206,7 @@ def _sentencepiece_bpe(vocab: Vocabulary) -> HFTokenizer:
 
 def _byte_level_bpe(vocab: Vocabulary) -> HFTokenizer:
     ids = {t: i for i, t in enumerate(vocab.tokens)}
-    merges = [tuple(m.split(" ", 1)) for m in vocab.merges]
+    merges = [(left, right) for left, right in (m.split(" ", 1) for m in vocab.merges)]
     tokenizer = HFTokenizer(BPE(vocab=ids, merges=merges, fuse_unk=False))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLITS[vocab.pre]), behavior="isolated"),
@@ -210,7 +219,7 @@ def _add_verbatim_tokens(tokenizer: HFTokenizer, vocab: Vocabulary) -> None:
     """Control and user-defined tokens match verbatim in the raw text, before normalisation."""
     tokenizer.add_tokens([
         AddedToken(text, special=(kind == CONTROL), normalized=False)
-        for text, kind in zip(vocab.tokens, vocab.types) if kind in (CONTROL, USER_DEFINED)
+        for text, kind in zip(vocab.tokens, vocab.types, strict=True) if kind in (CONTROL, USER_DEFINED)
     ])
 
 
@@ -242,4 +251,4 @@ def _unicode_to_byte() -> dict[str, int]:
             printable.append(byte)
             codepoints.append(256 + extra)
             extra += 1
-    return {chr(cp): byte for byte, cp in zip(printable, codepoints)}
+    return {chr(cp): byte for byte, cp in zip(printable, codepoints, strict=True)}

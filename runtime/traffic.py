@@ -13,6 +13,11 @@ machine, every run) and says whom it can favour:
 - identity: a short deterministic question at temperature 0 - the losslessness
   control: configurations must emit the same text.
 
+Sizes: `power bench` runs the seeds' sizes (`SEEDS_PROMPT_TOKENS`: an echo passage
+of about 1.5k tokens, prose over about 1k tokens of filler, at about 12 Gemma
+tokens per generated line); a caller may size a shape by its answer instead
+(`prompt_tokens=None`: just enough passage to echo `max_tokens`).
+
 `python -m power.runtime.traffic SHAPE [MAX_TOKENS]` prints a shape's prompt.
 """
 
@@ -53,6 +58,9 @@ _PLACES = (
 ).split("|")
 
 SPAN_LIMIT = 3  # the longest run of words that may occur twice in a generated passage
+# The seeds' A/B sizes: echo "~1.5k passage", prose "1k filler" (2/3 of it).
+SEEDS_PROMPT_TOKENS = 1536
+TOKENS_PER_LINE = 12  # a generated line is about 12 Gemma tokens (measured: 12.2 over 120 lines)
 IDENTITY_QUESTION = "Question: What is the capital of France?\nAnswer:"
 IDENTITY_MAX_TOKENS = 16
 
@@ -66,14 +74,17 @@ class TrafficShape:
     favours: str  # who this shape can favour, in the protocol's words
 
 
-def build_shape(name: str, max_tokens: int = 128) -> TrafficShape:
-    """The shape called `name`, sized so that its expected answer can fill `max_tokens`."""
+def build_shape(name: str, max_tokens: int = 128, prompt_tokens: int | None = None) -> TrafficShape:
+    """The shape called `name`: its passage about `prompt_tokens` long (echo; prose 2/3 of it), or, without it,
+    just long enough that its expected answer can fill `max_tokens`."""
     builders = {"prose": _prose, "echo": _echo, "structured": _structured, "identity": _identity}
     if name not in builders:
         raise ValueError(f"unknown traffic shape {name!r}: choose from {', '.join(SHAPE_NAMES)}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-    return builders[name](max_tokens)
+    if prompt_tokens is not None and prompt_tokens < 1:
+        raise ValueError(f"prompt_tokens must be at least 1, got {prompt_tokens}")
+    return builders[name](max_tokens, prompt_tokens)
 
 
 def parse_shapes(text: str) -> list[str]:
@@ -118,26 +129,27 @@ def longest_repeated_span(words: list[str]) -> int:
     return longest
 
 
-def _lines_for(max_tokens: int) -> int:
-    # A generated line is about 14 Gemma/Llama-style tokens; leave room to echo the whole budget.
-    return max(4, max_tokens // 10)
+def _lines_for(max_tokens: int, prompt_tokens: int | None, share: float = 1.0) -> int:
+    """Lines for a passage of `prompt_tokens * share` tokens, never fewer than it takes to echo `max_tokens`."""
+    answer = max(4, max_tokens // 10)
+    return answer if prompt_tokens is None else max(answer, round(prompt_tokens * share / TOKENS_PER_LINE))
 
 
-def _prose(max_tokens: int) -> TrafficShape:
-    filler = " ".join(unique_lines(_lines_for(max_tokens), seed=1))
+def _prose(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:
+    filler = " ".join(unique_lines(_lines_for(max_tokens, prompt_tokens, share=2 / 3), seed=1))
     prompt = f"{filler}\n\nReply with one sentence: which of these scenes would you paint first, and why?\nReply:"
     return TrafficShape("prose", prompt, 0.0, max_tokens, "model-backed drafters only")
 
 
-def _echo(max_tokens: int) -> TrafficShape:
-    lines = unique_lines(_lines_for(max_tokens) + 1, seed=2)
+def _echo(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:
+    lines = unique_lines(_lines_for(max_tokens, prompt_tokens) + 1, seed=2)
     passage = "\n".join(lines)
     # A base model copies once the copy has started: the prompt opens it with the passage's first line.
     prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nThe same passage, copied word for word:\n{lines[0]}\n"
     return TrafficShape("echo", prompt, 0.0, max_tokens, "n-gram (the output is the prompt)")
 
 
-def _structured(max_tokens: int) -> TrafficShape:
+def _structured(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # noqa: ARG001 - no passage
     prompt = (
         "Write a shipping log with one record per line. Each record gives a unique "
         "six-digit record number counting up from 100001, then the status, the dock "
@@ -146,7 +158,7 @@ def _structured(max_tokens: int) -> TrafficShape:
     return TrafficShape("structured", prompt, 0.0, max_tokens, "n-gram, if spans really repeat")
 
 
-def _identity(max_tokens: int) -> TrafficShape:
+def _identity(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # noqa: ARG001 - a fixed question
     return TrafficShape("identity", IDENTITY_QUESTION, 0.0, min(max_tokens, IDENTITY_MAX_TOKENS), "nobody: the losslessness control")
 
 

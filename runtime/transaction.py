@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import torch
 
@@ -113,7 +113,7 @@ class SpeculativeSequence:
         trunk: Trunk,
         sampler: Sampler,
         speculator: Speculator | None = None,
-        stop_ids: Sequence[int] = (),
+        stop_ids: Collection[int] = (),
         cancel: threading.Event | None = None,
         observer: StepObserver | None = None,
     ) -> None:
@@ -217,8 +217,9 @@ class SpeculativeSequence:
         if not 0 <= width < self.trunk.config.verify_capacity:
             raise ValueError(f"a round of {width} proposals needs {width + 1} rows; the verification capacity is "
                              f"{self.trunk.config.verify_capacity} (the engine cuts K once: ProposalWidth)")
-        attempted = width > 0 and self.speculator is not None
-        proposal = self.speculator.propose(DraftContext(self.tokens, width)) if attempted else Proposal()
+        speculator = self.speculator if width > 0 else None
+        attempted = speculator is not None
+        proposal = speculator.propose(DraftContext(self.tokens, width)) if speculator is not None else Proposal()
         drafts = proposal.tokens[:width]
         self._after(Step.PROPOSE)
         return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, proposal.head_ran, attempted)
@@ -245,8 +246,7 @@ class SpeculativeSequence:
         first_position = len(self.tokens)
         params = self.sampler.params
         if params.greedy and params.verify == "match":
-            accepted, last = dispatch.greedy_verify(logits.contiguous(), _ids(drafts, logits.device))
-            accepted, last = int(accepted), int(last)
+            accepted, last = map(int, dispatch.greedy_verify(logits.contiguous(), _ids(drafts, logits.device)))
         elif params.verify == "rejection" and drafts:
             accepted, last = self._verify_rejection(logits, drafts, probs, first_position)
         else:

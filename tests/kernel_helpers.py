@@ -16,12 +16,12 @@ import torch
 from power.kernels.dequant import BLOCK_LAYOUT
 
 
-def on_both_paths(monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any]) -> tuple[Any, Any]:
-    """(result with POWER_KERNELS=triton, result with POWER_KERNELS=reference)."""
+def on_both_paths(monkeypatch: pytest.MonkeyPatch, call: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
+    """(call(*args) with POWER_KERNELS=triton, call(*args) with POWER_KERNELS=reference)."""
     results = []
     for path in ("triton", "reference"):
         monkeypatch.setenv("POWER_KERNELS", path)
-        results.append(call())
+        results.append(call(*args))
     monkeypatch.delenv("POWER_KERNELS")
     return results[0], results[1]
 

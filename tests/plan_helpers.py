@@ -30,6 +30,8 @@ def toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
     return f'"{value}"'
 
 
@@ -39,7 +41,9 @@ def write_manifest(directory: Path, target: str, drafters: list[dict] = (), name
 
     hashed=False declares placeholder digests (enough for `power size`, which reads headers only).
     """
-    sha = digest if hashed else (lambda path: "0" * 64)
+    def sha(path: Path) -> str:
+        return digest(path) if hashed else "0" * 64
+
     target_path = fixture(target)
     target_table = {"path": str(target_path), "sha256": sha(target_path)} | target_keys
     lines = ['schema = "power.manifest/v1"', f'name = "{name}"', "[target]"]

@@ -24,8 +24,7 @@ PROFILES = {
         [runtime]
         ctx = 512
         verify_capacity = {VERIFY_CAPACITY}
-        ngram_n_min = 2
-        ngram_n_max = 4
+        ngram_match = 2
     """,
     "slots": f"""
         schema = "power.profile/v1"

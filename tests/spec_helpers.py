@@ -19,7 +19,7 @@ from power.runtime.decoder import Decoder
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
-from power.runtime.speculators.base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from power.runtime.speculators.base import Decline, DraftContext, NGramWindow, Proposal, Speculator, SpeculatorRequest
 from power.runtime.speculators.registry import build as build_speculator
 from power.runtime.trunks import load_trunk
 
@@ -130,7 +130,7 @@ def built(kind: str, model: str, target) -> Speculator:
     blocks are verified (with random weights its header threshold gates nearly every block)."""
     drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
     request = SpeculatorRequest(target, drafter_path=drafter, target_path=target_path(model), p_min=0.0,
-                                ngram_orders=(2, 4))
+                                ngram=NGramWindow(2, 1, 64))
     speculator = build_speculator(kind, request)
     assert not isinstance(speculator, Decline), str(speculator)
     return speculator

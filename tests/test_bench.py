@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from runtime_plans import fixture_plan
+from typing_extensions import override
 
 from power.orchestrator.cli import main
 from power.orchestrator.fleet.evidence import read_evidence
@@ -22,8 +23,12 @@ RUNS = 2
 MAX_TOKENS = 12
 
 
+# The dense fixture's tokenizer spends ~39 tokens on a passage line and its plans hold 512: a short passage.
+PROMPT_TOKENS = 48
+
+
 def invoke(*args) -> object:
-    return CliRunner().invoke(main, ["bench", *map(str, args)])
+    return CliRunner().invoke(main, ["bench", *map(str, args), "--prompt-tokens", str(PROMPT_TOKENS)])
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +108,7 @@ class _Page(HTMLParser):
         super().__init__()
         self.tags: list[str] = []
 
+    @override
     def handle_starttag(self, tag, attrs) -> None:
         self.tags.append(tag)
 
@@ -175,3 +181,47 @@ def test_verdicts_need_the_ranges_apart_and_five_percent() -> None:
     assert slower["verdict"] == "slower"
     overlapping = _evidence([_receipt(same, 0.10), _receipt(same, 0.30)], [_receipt(same, 0.15), _receipt(same, 0.16)])
     assert overlapping["verdict"] == "no difference"
+
+
+def test_empty_or_near_empty_greedy_outputs_prove_nothing() -> None:
+    short = [_receipt([1, 2], 0.01)] * 2
+    per_shape = {"identity": _evidence(short, short)}
+    assert per_shape["identity"]["parity"] and per_shape["identity"]["vacuous"]
+    proof = bench._lossless(per_shape, ["candidate", "baseline"])
+    assert not proof["proven"] and "prove nothing" in proof["reason"] and proof["vacuous_shapes"] == ["identity"]
+
+
+@pytest.mark.parametrize("engine", ["llama-server", "vllm"])
+def test_a_live_engine_that_is_not_here_fails_closed_before_anything_runs(engine, tmp_path: Path) -> None:
+    result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--engine", engine,
+                    "--engine-binary", tmp_path / "missing", "-o", tmp_path / "evidence.json")
+    assert result.exit_code == 2 and "PWR470" in result.output and "is not here" in result.output
+    assert not (tmp_path / "evidence.json").exists() and "warm-up" not in result.output
+
+
+def test_a_sweep_runs_every_variant_in_one_run_and_the_winner_is_the_evidence(tmp_path: Path) -> None:
+    evidence, env = tmp_path / "evidence.json", tmp_path / "deploy.env"
+    result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--sweep", "k=2,3", "--shapes", "echo,identity",
+                    "--runs", 1, "--max-tokens", 12, "--threads", 1, "-o", evidence, "--write-env", env)
+    assert result.exit_code == 0, result.output
+    document = json.loads(evidence.read_text())
+    sweep = document["sweep"]
+    assert [v["label"] for v in sweep["variants"]] == ["k=2", "k=3"] and [v["k"] for v in sweep["variants"]] == [2, 3]
+    # every variant ran in the same alternating run; each is a plan of its own, compiled from the candidate's sources
+    assert len({v["plan_digest"] for v in sweep["variants"]}) == 2
+    assert all(Path(v["plan"]).parent == tmp_path / "evidence.sweep" for v in sweep["variants"])
+    chosen = sweep["winner"]
+    assert (document["candidate"]["label"] == "candidate")
+    if chosen:
+        assert document["candidate"]["plan_digest"] == next(v["plan_digest"] for v in sweep["variants"]
+                                                            if v["label"] == chosen)
+    text = env.read_text()
+    assert text.startswith("# power bench on power:") and "# sweep:" in text and "POWER_PLAN_DIGEST=" in text
+    assert ("the winner" in text) == bool(chosen) and ("do not switch without re-measuring" in text) != bool(chosen)
+
+
+def test_a_bad_sweep_is_a_usage_error() -> None:
+    result = invoke(fixture_plan("ngram"), "--sweep", "depth=3")
+    assert result.exit_code == 2 and "PWR078" in result.output and "SETTING=V1,V2" in result.output
+    too_deep = invoke(fixture_plan("ngram"), "--sweep", "ngram_draft_max=9")  # K = 3: Power verifies 3 per round
+    assert too_deep.exit_code == 2 and "PWR427" in too_deep.output

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
+from click.testing import CliRunner
 from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
+
+from power.orchestrator.cli import main
 
 
 def only(findings, code):
@@ -69,3 +73,18 @@ def test_truncated_artifact_is_the_readers_finding_with_a_byte_offset(tmp_path):
     (finding,) = [f for f in findings if f.code.startswith("PWR10")]
     assert finding.file == str(fixture("truncated-data")) and finding.offset is not None
     assert codes(findings) == [finding.code]
+
+
+def test_an_artifact_finding_also_names_the_manifest_line_that_points_at_it(tmp_path):
+    not_gguf = tmp_path / "drafter.gguf"
+    not_gguf.write_bytes(b"not a gguf at all")
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dspark", "fixture": "dspark-drafter"}])
+    manifest.write_text(manifest.read_text().replace(str(fixture("dspark-drafter")), str(not_gguf)))
+    line = next(number for number, text in enumerate(manifest.read_text().splitlines(), 1) if str(not_gguf) in text)
+    result = CliRunner().invoke(main, ["plan", str(manifest), str(write_profile(tmp_path, "dspark")),
+                                       "--device", "24 GiB", "--json"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert finding["code"] == "PWR102" and finding["file"] == str(not_gguf) and finding["offset"] == 0
+    assert finding["where"] == "drafters[0].path" and finding["declared_at"] == f"{manifest}:{line}:1"
+    assert f"named by drafters[0].path at {manifest}:{line}:1" in result.stderr

@@ -61,21 +61,50 @@ def test_draft_model_is_reserved_and_fails_closed(tmp_path):
 
 def test_two_context_backed_drafters_never_load_together(tmp_path):
     manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-drafter"},
-                                                          {"kind": "dspark", "fixture": "dspark-drafter"}])
+                                                          {"kind": "dflash", "fixture": "dflash-drafter"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "auto"))
     assert plan is None and errors(findings) == ["PWR215"]
-    # Naming one of them resolves it, and only that one is in the plan.
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash"))
+    assert plan is None and errors(findings) == ["PWR215"]
+    # Naming one of two different kinds resolves it, and only that one is in the plan.
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-drafter"},
+                                                          {"kind": "dspark", "fixture": "dspark-drafter"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "dspark"))
     assert plan is not None and [d.kind for d in plan.drafters] == ["dspark"]
 
 
 def test_ngram_chains_in_front_of_one_drafter(tmp_path):
-    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-drafter"},
-                                                          {"kind": "ngram"}])
-    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", runtime={"ngram_n_min": 2, "ngram_n_max": 4}))
-    assert plan is not None and "PWR218" in codes(findings)
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash", "fixture": "dflash-drafter"},
+                                                         {"kind": "ngram"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", k=3, runtime={"ngram_match": 2}))
+    assert plan is not None and "PWR218" in codes(findings), [f.render() for f in findings]
     assert plan.mode.chain == ("ngram", "dflash") and [d.kind for d in plan.drafters] == ["ngram", "dflash"]
-    assert (plan.runtime.ngram_n_min, plan.runtime.ngram_n_max) == (2, 4)
+    # the chain's n-gram drafts up to K unless the profile says otherwise
+    assert (plan.runtime.ngram_match, plan.runtime.ngram_draft_min, plan.runtime.ngram_draft_max) == (2, 1, 3)
+
+
+def test_auto_never_chains_ngram_in_front_of_a_drafter_on_a_recurrent_target(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "ngram"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "auto"))
+    assert plan is not None and plan.mode.chain == ("mtp",) and "not chained" in plan.mode.reason
+    (how,) = [f for f in findings if f.code == "PWR217"]
+    assert how.severity.value == "info" and "resolved to mtp" in how.message and "losing on all traffic" in how.message
+    # named explicitly, the chain is built, with the seeds' measurement as a warning
+    plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
+    assert plan is not None and plan.mode.chain == ("ngram", "mtp")
+    (chained,) = [f for f in findings if f.code == "PWR218"]
+    assert chained.severity.value == "warning" and "disables recurrent rollback" in chained.message
+
+
+@pytest.mark.parametrize("kind, why", [("dflash2", "7/12 complete outputs"), ("dspark", "54/100")])
+def test_auto_passes_over_opt_in_drafters_and_says_why(tmp_path, kind, why):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": kind, "fixture": f"{kind}-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "auto"))
+    assert plan is not None and plan.mode.resolved == "none"
+    (how,) = [f for f in findings if f.code == "PWR217"]
+    assert f"passed over {kind}" in how.message and why in how.message and f'spec_mode = "{kind}"' in how.hint
+    plan, _ = compiled(manifest, write_profile(tmp_path, kind))
+    assert plan is not None and plan.mode.resolved == kind
 
 
 @pytest.mark.parametrize("mode", ["dspark", "dflash2", "ngram"])
@@ -89,6 +118,7 @@ def test_an_explicit_mode_the_manifest_cannot_serve_is_an_error_not_a_downgrade(
 
 @pytest.mark.parametrize("drafters, resolved, reason", [
     ([{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}], "dflash", "verified external"),
+    ([{"kind": "mtp"}, {"kind": "dspark", "fixture": "dspark-drafter"}], "mtp", "native MTP"),
     ([{"kind": "mtp"}, {"kind": "ngram"}], "mtp", "native MTP"),
     ([{"kind": "ngram"}], "ngram", "n-gram"),
     ([], "none", "speculation off"),
@@ -98,3 +128,37 @@ def test_auto_prefers_external_then_native_mtp_then_none(tmp_path, drafters, res
     plan, findings = compiled(manifest, write_profile(tmp_path, "auto"))
     assert plan is not None, [f.render() for f in findings]
     assert plan.mode.requested == "auto" and plan.mode.resolved == resolved and reason in plan.mode.reason
+
+
+def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
+    """The seeds' `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked, planned, sized, rendered."""
+    from power.orchestrator.render import engine_launch
+
+    headless = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp"}])
+    plan, findings = compiled(headless, write_profile(tmp_path, "mtp"))
+    assert plan is None and errors(findings) == ["PWR212"]
+    manifest = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp", "fixture": "mtp-sidecar"}])
+    for mode in ("mtp", "auto"):
+        plan, findings = compiled(manifest, write_profile(tmp_path, mode))
+        assert plan is not None, [f.render() for f in findings]
+        (drafter,) = plan.drafters
+        assert (drafter.kind, drafter.path, drafter.sha256) == ("mtp", str(fixture("mtp-sidecar")),
+                                                                digest(fixture("mtp-sidecar")))
+        assert drafter.target_sha256 == plan.target.sha256 and drafter.contract == {"nextn_predict_layers": 1}
+    assert "sidecar" in plan.mode.reason
+    weights = {c.name: c.bytes for c in plan.memory.components}
+    assert weights["drafter weights"] > 0
+    argv = engine_launch(plan, "llama-server", tmp_path / "plan.json").argv
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
+    assert argv[argv.index("--spec-draft-model") + 1] == str(fixture("mtp-sidecar"))
+
+
+def test_an_mtp_sidecar_for_another_model_or_target_is_refused(tmp_path):
+    bound_elsewhere = write_manifest(tmp_path, "headless-hybrid-target",
+                                     [{"kind": "mtp", "fixture": "mtp-sidecar", "target_sha256": "ab" * 32}])
+    plan, findings = compiled(bound_elsewhere, write_profile(tmp_path, "mtp"))
+    assert plan is None and errors(findings) == ["PWR213"]
+    other_model = write_manifest(tmp_path, "dense-target", [{"kind": "mtp", "fixture": "mtp-sidecar"}])
+    plan, findings = compiled(other_model, write_profile(tmp_path, "mtp"))
+    assert plan is None and set(errors(findings)) == {"PWR211"}
+    assert any("general.architecture is qwen35, the target's qwen3" in f.message for f in findings)

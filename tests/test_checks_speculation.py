@@ -56,10 +56,11 @@ def test_fr_without_a_draft_head_when_auto_resolves_to_an_external_drafter(tmp_p
     assert plan is None and [f.code for f in findings if f.is_error] == ["PWR423"]
 
 
-def test_adaptive_when_auto_resolves_to_dflash2(tmp_path):
+def test_auto_never_meets_dflash2s_fixed_shape_with_the_adaptive_controller(tmp_path):
     manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "auto", spec_mtp_adaptive=True))
-    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR424"]
+    assert plan is not None and plan.mode.resolved == "none" and not plan.speculation.adaptive
+    assert "PWR217" in codes(findings)
 
 
 def test_adaptive_with_explicit_dflash2_is_the_loaders_rule(tmp_path):
@@ -73,3 +74,30 @@ def test_k_beyond_the_drafters_block(tmp_path):
     plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", k=4, s=4))
     assert plan is None and [f.code for f in findings if f.is_error] == ["PWR425"]
     assert "block_size 4" in findings[-1].message and "at most 3" in findings[-1].message
+
+
+def test_the_confidence_gate_comes_from_the_profile_else_the_drafters_header(tmp_path):
+    from power.orchestrator.render import engine_launch
+
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dspark", "fixture": "dspark-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dspark"))
+    assert plan is not None, [f.render() for f in findings]
+    assert plan.speculation.p_min == 0.5  # the fixture header's dspark.confidence_threshold
+    gated, _ = compiled(manifest, write_profile(tmp_path, "dspark", spec_draft_p_min=0.25))
+    assert gated.speculation.p_min == 0.25
+    argv = engine_launch(gated, "llama-server", tmp_path / "plan.json").argv
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0.25"
+
+
+def test_a_confidence_gate_for_a_mode_without_one_is_refused(tmp_path):
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "mtp", spec_draft_p_min=0.5))
+    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR426"]
+
+
+def test_an_ngram_plans_longest_draft_is_at_most_k(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "ngram", k=3, runtime={"ngram_draft_max": 8}))
+    assert plan is None and [f.code for f in findings if f.is_error] == ["PWR427"]
+    plan, _ = compiled(manifest, write_profile(tmp_path, "ngram", k=8, s=8, runtime={"ngram_draft_max": 8}))
+    assert plan is not None and plan.runtime.ngram_draft_max == 8

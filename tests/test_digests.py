@@ -41,12 +41,32 @@ def test_the_cache_answers_for_an_unchanged_file(artifact):
     digest = sha256_file(artifact)
     [(key, entry)] = _entries().items()
     stat = artifact.stat()
-    assert key == f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}" and entry["sha256"] == digest
+    assert key == f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
+    assert entry["sha256"] == digest
     # Prove the answer comes from the cache: plant another digest under the same key.
     planted = "0" * 64
-    cache_path().write_text(json.dumps({"schema": "power.digest-cache/v1", "entries": {key: {"sha256": planted}}}))
+    cache_path().write_text(json.dumps({"schema": "power.digest-cache/v2", "entries": {key: {"sha256": planted}}}))
     assert sha256_file(artifact) == planted
     assert sha256_file(artifact, use_cache=False) == digest
+
+
+def test_an_in_place_change_with_the_old_mtime_set_back_is_hashed_again(artifact):
+    first = sha256_file(artifact)
+    before = artifact.stat()
+    with open(artifact, "r+b") as handle:
+        handle.write(b"tampered")
+    os.utime(artifact, ns=(before.st_atime_ns, before.st_mtime_ns))  # `touch -d`: the ctime moves on regardless
+    assert artifact.stat().st_mtime_ns == before.st_mtime_ns
+    assert sha256_file(artifact) == hashlib.sha256(artifact.read_bytes()).hexdigest() != first
+
+
+def test_a_full_hash_ignores_the_cache_and_refreshes_it(artifact):
+    sha256_file(artifact)
+    [key] = _entries()
+    cache_path().write_text(json.dumps({"schema": "power.digest-cache/v2", "entries": {key: {"sha256": "0" * 64}}}))
+    actual = hashlib.sha256(artifact.read_bytes()).hexdigest()
+    assert sha256_file(artifact, use_cache=False) == actual
+    assert _entries()[key]["sha256"] == actual
 
 
 def test_a_changed_file_is_hashed_again(artifact):
@@ -68,7 +88,7 @@ def test_a_corrupt_cache_is_ignored_and_rebuilt(artifact, garbage):
 def test_a_cached_value_that_is_not_a_digest_is_not_trusted(artifact):
     sha256_file(artifact)
     [key] = _entries()
-    cache_path().write_text(json.dumps({"schema": "power.digest-cache/v1", "entries": {key: {"sha256": "../../etc"}}}))
+    cache_path().write_text(json.dumps({"schema": "power.digest-cache/v2", "entries": {key: {"sha256": "../../etc"}}}))
     assert sha256_file(artifact) == hashlib.sha256(artifact.read_bytes()).hexdigest()
 
 

@@ -87,7 +87,7 @@ def test_the_other_tokenizer_differs_in_exactly_one_token():
     ours = read_header(fixtures()["dflash-drafter"]).metadata["tokenizer.ggml.tokens"]
     theirs = read_header(fixtures()["dflash-drafter-other-tokenizer"]).metadata["tokenizer.ggml.tokens"]
     assert len(ours) == len(theirs)
-    assert [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b] == [491]
+    assert [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b] == [491]
 
 
 def test_header_only_fixtures_are_sparse_and_real_sized():

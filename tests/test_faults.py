@@ -36,7 +36,7 @@ def _state(seq: SpeculativeSequence):
 
 def _assert_same_state(a, b) -> None:
     assert a[0] == b[0] and a[1] == b[1] and a[3] == b[3]
-    assert len(a[2]) == len(b[2]) and all(torch.equal(x, y) for x, y in zip(a[2], b[2]))
+    assert len(a[2]) == len(b[2]) and all(torch.equal(x, y) for x, y in zip(a[2], b[2], strict=True))
 
 
 def _sequence(model: str) -> SpeculativeSequence:

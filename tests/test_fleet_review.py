@@ -119,14 +119,14 @@ profile = "profiles/balanced.toml"
     assert "ws-2/outside" in result.output  # planned anyway: allowed, only shown
 
 
-def _planned_bytes(world: World, fleet: Path) -> int:
+def _planned_bytes(fleet: Path) -> int:
     document = json.loads(review(fleet, "--json").output)
     return document["hosts"][0]["devices"][0]["planned_bytes"]
 
 
 def test_two_deployments_that_do_not_fit_one_device_together(world: World) -> None:
     one = world.fleet(TWO_HOSTS, CLEAN)
-    single = _planned_bytes(world, one)
+    single = _planned_bytes(one)
     shared_host = f'''
 [[hosts]]
 name = "small"

@@ -29,7 +29,7 @@ def test_random_blocks_match_gguf_quants_bit_for_bit(monkeypatch, qtype):
     per_block, _ = BLOCK_LAYOUT[qtype]
     rows, cols = 7, per_block * 3
     raw = random_blocks(qtype, rows, cols, seed=len(qtype))
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.dequantize(qtype, raw.reshape(-1), (rows, cols)))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.dequantize, qtype, raw.reshape(-1), (rows, cols))
     expected = gguf_dequantize(raw.numpy(), gguf.GGMLQuantizationType[qtype])
     assert triton_out.shape == reference_out.shape == (rows, cols)
     assert np.array_equal(bits(triton_out), bits(expected))
@@ -48,7 +48,7 @@ def test_real_gemma_rows_match_gguf_quants(monkeypatch):
         info = gemma.info(name)
         rows, cols = 48, info.shape[-1]
         raw = gemma.raw(name)[: rows * info.nbytes // info.shape[0]]
-        triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.dequantize(qtype, raw, (rows, cols)))
+        triton_out, reference_out = on_both_paths(monkeypatch, dispatch.dequantize, qtype, raw, (rows, cols))
         expected = gguf_dequantize(raw.numpy().reshape(rows, -1), gguf.GGMLQuantizationType[qtype])
         assert np.array_equal(bits(triton_out), bits(expected)), name
         assert np.array_equal(bits(reference_out), bits(expected)), name
@@ -58,6 +58,6 @@ def test_real_gemma_rows_match_gguf_quants(monkeypatch):
 def test_float_types_pass_through_the_reference(monkeypatch, qtype, dtype):
     values = np.random.default_rng(1).standard_normal((3, 5)).astype(dtype)
     raw = torch.from_numpy(values.reshape(-1).view(np.uint8).copy())
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.dequantize(qtype, raw, (3, 5)))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.dequantize, qtype, raw, (3, 5))
     assert np.array_equal(bits(triton_out), bits(values.astype(np.float32)))
     assert np.array_equal(bits(reference_out), bits(values.astype(np.float32)))

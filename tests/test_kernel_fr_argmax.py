@@ -29,7 +29,7 @@ def exact_argmax(hidden: torch.Tensor, head: torch.Tensor, n_prefix: int) -> tor
 )
 def test_integer_scores_pick_the_exact_argmax_lowest_id_first(monkeypatch, rows, vocab, width, n_prefix):
     hidden, head = integer_valued(rows, vocab, width, seed=vocab + n_prefix)
-    triton_ids, reference_ids = on_both_paths(monkeypatch, lambda: dispatch.fr_argmax(hidden, head, n_prefix))
+    triton_ids, reference_ids = on_both_paths(monkeypatch, dispatch.fr_argmax, hidden, head, n_prefix)
     assert torch.equal(triton_ids, reference_ids)
     assert torch.equal(triton_ids, exact_argmax(hidden, head, n_prefix))
     assert triton_ids.dtype == torch.int64 and triton_ids.shape == (rows,)
@@ -38,7 +38,7 @@ def test_integer_scores_pick_the_exact_argmax_lowest_id_first(monkeypatch, rows,
 def test_rows_past_the_prefix_are_never_chosen(monkeypatch):
     hidden, head = integer_valued(2, 3000, 16, seed=1)
     head[2500:] = hidden.sum(dim=0) * 100  # every row past the prefix outscores the prefix
-    triton_ids, reference_ids = on_both_paths(monkeypatch, lambda: dispatch.fr_argmax(hidden, head, 2500))
+    triton_ids, reference_ids = on_both_paths(monkeypatch, dispatch.fr_argmax, hidden, head, 2500)
     assert torch.equal(triton_ids, reference_ids)
     assert bool((triton_ids < 2500).all())
     assert torch.equal(triton_ids, exact_argmax(hidden, head, 2500))
@@ -53,6 +53,6 @@ def test_random_heads_choose_a_best_scoring_row(monkeypatch, dtype):
     exact = hidden.double() @ head[:2049].double().T
     best = exact.max(dim=-1).values
     tolerance = 72 * 2.0**-23 * (hidden.double().abs() @ head[:2049].double().abs().T).max(dim=-1).values
-    for ids in on_both_paths(monkeypatch, lambda: dispatch.fr_argmax(hidden, head, 2049)):
+    for ids in on_both_paths(monkeypatch, dispatch.fr_argmax, hidden, head, 2049):
         chosen = exact.gather(1, ids[:, None]).squeeze(1)
         assert bool(((best - chosen) <= tolerance).all())

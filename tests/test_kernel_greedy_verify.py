@@ -31,14 +31,14 @@ def test_accepted_prefix_and_next_token_match_the_oracle(monkeypatch, k, vocab, 
     stop = {"none": k, "first": 0, "middle": k // 2}[mismatch] if k else 0
     if stop < k:
         proposals[stop] = (proposals[stop] + 1) % vocab
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.greedy_verify(logits, proposals))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.greedy_verify, logits, proposals)
     assert ints(triton_out) == ints(reference_out) == [stop, int(targets[stop])]
 
 
 def test_fp16_logits_agree(monkeypatch):
     logits, targets = planted(5, 3001, seed=3, dtype=torch.float16)
     proposals = targets[:5].clone()
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.greedy_verify(logits, proposals))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.greedy_verify, logits, proposals)
     assert ints(triton_out) == ints(reference_out) == [5, int(targets[5])]
 
 
@@ -47,11 +47,11 @@ def test_ties_resolve_to_the_lowest_token_id_across_chunks(monkeypatch):
     logits[0, [8000, 4100]] = 1.0  # equal maxima in different chunks
     logits[1] = float("-inf")  # a row with no finite entry
     proposals = torch.tensor([4100, 0])
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.greedy_verify(logits, proposals))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.greedy_verify, logits, proposals)
     assert ints(triton_out) == ints(reference_out) == [2, 0]
 
 
 def test_results_are_int64_scalars_on_the_logits_device(monkeypatch):
     logits, targets = planted(3, 100, seed=1)
-    for out in on_both_paths(monkeypatch, lambda: dispatch.greedy_verify(logits, targets[:3].to(torch.int32))):
+    for out in on_both_paths(monkeypatch, dispatch.greedy_verify, logits, targets[:3].to(torch.int32)):
         assert all(t.shape == () and t.dtype == torch.int64 and t.device == logits.device for t in out)

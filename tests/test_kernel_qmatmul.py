@@ -50,7 +50,7 @@ def test_both_paths_stay_within_the_fp32_bound_of_the_exact_product(monkeypatch,
     x = torch.randn(5, inner, generator=torch.Generator().manual_seed(2)).to(dtype)
     w = dequantize_reference(qtype, weight.reshape(-1), (N_OUT, inner))
     exact = x.double() @ w.double().T
-    for y in on_both_paths(monkeypatch, lambda: dispatch.qmatmul(x, weight, qtype)):
+    for y in on_both_paths(monkeypatch, dispatch.qmatmul, x, weight, qtype):
         assert y.dtype == torch.float32 and y.shape == (5, N_OUT)
         assert bool(((y.double() - exact).abs() <= fp32_bound(x, w)).all())
 
@@ -62,7 +62,7 @@ def test_exactly_representable_products_agree_to_the_bit(monkeypatch, qtype):
     weight = random_blocks(qtype, N_OUT, inner, seed=8, scale=2.0**-8)
     x = torch.randint(-1, 2, (3, inner), generator=torch.Generator().manual_seed(4)).float()
     w = dequantize_reference(qtype, weight.reshape(-1), (N_OUT, inner))
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.qmatmul(x, weight, qtype))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.qmatmul, x, weight, qtype)
     assert torch.equal(triton_out, reference_out)
     assert torch.equal(triton_out.double(), x.double() @ w.double().T)
 
@@ -75,7 +75,7 @@ def test_real_gemma_projection_rows_are_batch_invariant(monkeypatch):
     row_bytes = info.nbytes // info.shape[0]
     weight = gemma.raw(info.name)[: 40 * row_bytes].reshape(40, row_bytes)
     x = torch.randn(3, info.shape[1], generator=torch.Generator().manual_seed(0))
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.qmatmul(x, weight, "Q4_K"))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.qmatmul, x, weight, "Q4_K")
     monkeypatch.setenv("POWER_KERNELS", "triton")
     assert torch.equal(dispatch.qmatmul(x[:1].contiguous(), weight, "Q4_K"), triton_out[:1])
     w = dequantize_reference("Q4_K", weight.reshape(-1), (40, info.shape[1]))

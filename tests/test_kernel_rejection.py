@@ -37,7 +37,7 @@ def test_triton_equals_the_reference(monkeypatch, vocab, k, dtype):
         q = distributions(k, vocab, gen, dtype)
         proposals = torch.multinomial(q.double(), 1, generator=gen).view(-1) if k else torch.zeros(0, dtype=torch.int64)
         u = stream(seed=trial, first_position=vocab, k=k)
-        triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.rejection_step(p, q, proposals, u))
+        triton_out, reference_out = on_both_paths(monkeypatch, dispatch.rejection_step, p, q, proposals, u)
         assert ints(triton_out) == ints(reference_out)
         accepted, token = ints(reference_out)
         assert 0 <= accepted <= k and 0 <= token < vocab
@@ -50,7 +50,7 @@ def test_triton_equals_the_reference_at_the_gemma_vocabulary(monkeypatch, vocab)
     q = distributions(2, vocab, gen, torch.float32)
     for trial, proposals in enumerate([p[:2].argmax(dim=-1), torch.multinomial(q.double(), 1, generator=gen).view(-1)]):
         u = stream(seed=trial, first_position=0, k=2)
-        triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.rejection_step(p, q, proposals, u))
+        triton_out, reference_out = on_both_paths(monkeypatch, dispatch.rejection_step, p, q, proposals, u)
         assert ints(triton_out) == ints(reference_out)
 
 
@@ -59,7 +59,7 @@ def test_an_empty_residual_falls_back_to_the_target_row(monkeypatch):
     q = p[:1].clone()  # p == q: max(p - q, 0) is empty
     proposals = torch.tensor([3])  # q(3) == 0: never accepted
     u = torch.tensor([[0.0, 0.0, 0.9], [0.0, 0.0, 0.0]], dtype=torch.float64)
-    triton_out, reference_out = on_both_paths(monkeypatch, lambda: dispatch.rejection_step(p, q, proposals, u))
+    triton_out, reference_out = on_both_paths(monkeypatch, dispatch.rejection_step, p, q, proposals, u)
     assert ints(triton_out) == ints(reference_out) == [0, 2]
 
 
@@ -69,7 +69,7 @@ def test_the_draw_is_an_inverse_cdf_in_token_order(monkeypatch):
         u = torch.tensor([[u_sample, 0.0, 0.0]], dtype=torch.float64)
         empty = torch.zeros(0, 4, dtype=torch.float64)
         triton_out, reference_out = on_both_paths(
-            monkeypatch, lambda: dispatch.rejection_step(p, empty, torch.zeros(0, dtype=torch.int64), u))
+            monkeypatch, dispatch.rejection_step, p, empty, torch.zeros(0, dtype=torch.int64), u)
         assert ints(triton_out) == ints(reference_out) == [0, expected]
 
 

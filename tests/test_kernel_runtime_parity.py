@@ -19,7 +19,7 @@ from power.runtime.decoder import Decoder
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import SpeculatorRequest
+from power.runtime.speculators.base import NGramWindow, SpeculatorRequest
 from power.runtime.trunks import load_trunk
 
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 32, 84, 104, 101, 32]
@@ -49,7 +49,7 @@ def generate(fixtures: dict[str, Path], speculator: str | None, params: Sampling
         drafter = Oracle(truth, then=2, vocab=trunk.config.vocab_size)
     elif speculator is not None:
         request = SpeculatorRequest(trunk=trunk, drafter_path=fixtures.get(speculator),
-                                    target_path=fixtures["target"], fr_vocab_size=300, ngram_orders=(2, 4))
+                                    target_path=fixtures["target"], fr_vocab_size=300, ngram=NGramWindow(2, 1, 64))
         drafter = registry.build(speculator, request)
     else:
         drafter = None
@@ -67,7 +67,8 @@ def generate(fixtures: dict[str, Path], speculator: str | None, params: Sampling
     ],
     ids=["ngram-greedy", "dflash-fr-greedy", "dflash-fr-rejection", "oracle-rejection"],
 )
-def test_triton_and_reference_paths_emit_identical_tokens(monkeypatch, one_thread, fixtures, speculator, params):
+@pytest.mark.usefixtures("one_thread")
+def test_triton_and_reference_paths_emit_identical_tokens(monkeypatch, fixtures, speculator, params):
     runs = {}
     for path in ("triton", "reference"):
         monkeypatch.setenv("POWER_KERNELS", path)

@@ -144,3 +144,21 @@ def test_every_key_of_a_generated_document_is_located_exactly(document):
         key = path[-1] if isinstance(path[-1], str) else None
         if key is not None:
             assert written.startswith((toml_key(key), f"[{toml_key(key)}]", f"[[{toml_key(key)}]]")), (path, text)
+
+
+def span(locator, where, kind="key"):
+    position = getattr(locator, kind)(parse_where(where))
+    return position.line, position.col, position.end_col
+
+
+def test_keys_and_values_end_where_their_text_ends_on_the_line():
+    locator = TomlLocator(FLEET)
+    assert span(locator, "schema", "value") == (2, 10, 26)  # "power.fleet/v1" with its quotes
+    assert span(locator, "name", "value") == (3, 8, 13)  # 'lab', not the comment after it
+    assert span(locator, "hosts[0]") == (5, 1, 10)  # the whole [[hosts]] header
+    assert span(locator, "hosts[0].devices[1].vram", "value") == (8, 33, 34)  # a number ends before its "}"
+    assert span(locator, "hosts[0].devices[0]", "value") == (7, 12, 51)  # an inline table, braces included
+    assert span(locator, "hosts[0].devices", "value") == (7, 11, 52)  # an array going on: to its line's end
+    assert span(locator, "hosts[0].labels.zone") == (9, 8, 12)  # one segment of a dotted key
+    assert span(locator, "hosts[1].notes", "value") == (13, 9, 17)  # a multi-line string: its first line
+    assert span(locator, 'hosts[1].labels."a.b"') == (20, 1, 6)  # a quoted key, quotes included

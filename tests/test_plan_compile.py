@@ -32,7 +32,7 @@ def test_plan_writes_a_loadable_plan_and_prints_its_summary(tmp_path):
     assert plan.target.size == 253_113_024 and plan.target.vocab_size == 262_144
     assert (plan.mode.resolved, plan.speculation.k, plan.speculation.rollback) == ("ngram", 7, "full")
     assert plan.sources.manifest.path == str(MANIFEST.resolve())
-    assert plan.memory.verdict == "fits" and plan.device.vram_bytes == 24 << 30
+    assert plan.memory.verdict == "fits" and plan.devices[0].vram_bytes == 24 << 30
 
 
 def test_json_and_toml_print_the_same_plan(tmp_path):
@@ -55,7 +55,7 @@ def test_refusal_prints_every_finding_with_its_place_and_exits_1():
     assert result.stdout == ""
 
 
-def test_refusal_as_json(tmp_path):
+def test_refusal_as_json():
     result = plan_command(MANIFEST, PROFILES / "balanced-k7s7.toml", "--device", "24GiB", "--json")
     assert result.exit_code == 1
     data = json.loads(result.stdout)
@@ -78,5 +78,6 @@ def test_the_compiled_plan_renders(tmp_path):
     out = tmp_path / "plan.json"
     assert plan_command(MANIFEST, PROFILES / "ngram.toml", "--device", "24 GiB", "-o", out).exit_code == 0
     script = render(load_plan(out), "llama-server", out)
-    assert "--spec-type ngram-mod" in script and "--spec-ngram-mod-n-min 3" in script
+    assert "--spec-type ngram-mod" in script and "--spec-ngram-mod-n-match 4" in script
+    assert "--spec-ngram-mod-n-min 2" in script and "--spec-ngram-mod-n-max 7" in script
     assert str(gemma().resolve()) in script

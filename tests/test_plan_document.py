@@ -8,14 +8,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from power.artifacts.documents import DocumentError
 from power.findings import Finding, Severity
 from power.orchestrator.plan import (
     Device,
+    DeviceMemory,
     Drafter,
     FileRef,
     FindingRecord,
     Memory,
     MemoryComponent,
+    MemorySlots,
     Mode,
     PlanError,
     ResolvedPlan,
@@ -34,7 +37,7 @@ def sample_plan(**overrides) -> ResolvedPlan:
     sections = dict(
         name="demo",
         sources=Sources(manifest=FileRef(path="/m.toml", sha256="a" * 64), profile=FileRef(path="/p.toml", sha256="b" * 64)),
-        device=Device(name="24 GiB", vram_bytes=24 << 30, headroom_bytes=512 << 20),
+        devices=(Device(index=0, name="24 GiB", vram_bytes=24 << 30, headroom_bytes=512 << 20),),
         target=Target(path="/t.gguf", size=1000, sha256="c" * 64, architecture="qwen35", quant="Q6_K",
                       n_layers=4, vocab_size=512, has_mtp=True),
         mode=Mode(requested="auto", resolved="dspark", chain=("ngram", "dspark"), reason="verified external artifact"),
@@ -43,10 +46,18 @@ def sample_plan(**overrides) -> ResolvedPlan:
                           contract={"block_size": 16, "target_layers": (1, 3)})),
         speculation=Speculation(k=10, s=6, rollback="guarded", adaptive=True),
         runtime=Runtime(ctx=512, batch=12, verify_capacity=11, gpu_layers=999, flash_attn=False, cuda_graphs=True,
-                        kv_cache_type="f16", draft_kv_cache_type="f16", ngram_n_min=12, ngram_n_max=48),
+                        kv_cache_type="f16", draft_kv_cache_type="f16", ngram_match=24, ngram_draft_min=12,
+                            ngram_draft_max=48),
         sampling=Sampling(temperature=0.0, seed=0, verify="match"),
-        memory=Memory(device_bytes=24 << 30, headroom_bytes=512 << 20, ctx=512,
-                      components=(MemoryComponent(name="target weights", bytes=1000, detail="Q6_K"),),
+        memory=Memory(engine="llama-server", ctx=512,
+                      slots=MemorySlots(slots=1, kv_unified=False, engine_ctx=512, ctx_per_slot=512, kv_streams=1,
+                                        batch=12, ubatch=12, outputs=11),
+                      devices=(DeviceMemory(index=0, name="24 GiB", device_bytes=24 << 30, headroom_bytes=512 << 20,
+                                            holds="layers 0-3 + output layer",
+                                            components=(MemoryComponent(name="target weights", bytes=1000,
+                                                                        detail="Q6_K"),),
+                                            total_bytes=1000, margin_bytes=(24 << 30) - (512 << 20) - 1000,
+                                            verdict="fits"),),
                       total_bytes=1000, margin_bytes=(24 << 30) - (512 << 20) - 1000, verdict="fits", max_ctx=4096),
         tokenizer=Tokenizer(vocab_size=512, merges=10, model="gpt2", pre="qwen35", sha256="e" * 64),
         findings=(FindingRecord.of(Finding("PWR402", Severity.INFO, "guarded", file="/p.toml", line=3, col=1)),),
@@ -127,3 +138,14 @@ def test_the_engine_reads_the_plan_sections_as_they_are():
 def test_findings_keep_their_place():
     record = sample_plan().findings[0]
     assert (record.code, record.severity, record.file, record.line, record.col) == ("PWR402", "info", "/p.toml", 3, 1)
+
+
+def test_a_plan_with_a_number_past_64_bits_is_never_built():
+    memory = sample_plan().memory
+    device = memory.devices[0].model_copy(update={
+        "components": (MemoryComponent(name="target KV", bytes=2**70, detail="absurd header"),),
+        "total_bytes": 2**70, "margin_bytes": -(2**70), "verdict": "does-not-fit"})
+    huge = memory.model_copy(update={"devices": (device,), "total_bytes": 2**70, "margin_bytes": -(2**70),
+                                     "verdict": "does-not-fit"})
+    with pytest.raises(DocumentError, match=r"`memory\.\w+.*` is an integer outside the 64-bit range"):
+        sample_plan(memory=huge)

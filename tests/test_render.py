@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from plan_helpers import compiled, write_manifest, write_profile
+from runtime_plans import write_plan
 
 from power.orchestrator.cli import main
 from power.orchestrator.plan import load_plan, save_plan
-from power.orchestrator.render import RenderError, render
+from power.orchestrator.render import RenderError, env_context, render
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 CHAIN_PLAN = GOLDEN / "dspark-ngram.plan.json"
@@ -23,6 +27,7 @@ CASES = [
     (CHAIN_PLAN, "power", "dspark-ngram.power.sh"),
     (CHAIN_PLAN, "env", "dspark-ngram.env"),
     (CHAIN_PLAN, "systemd", "dspark-ngram.systemd.conf"),
+    (CHAIN_PLAN, "llama-server-env", "dspark-ngram.llama-server.env"),
     (MTP_PLAN, "llama-server", "mtp.llama-server.sh"),
     (MTP_PLAN, "vllm", "mtp.vllm.sh"),
 ]
@@ -30,7 +35,8 @@ CASES = [
 
 def rendered(plan_path: Path, target: str) -> str:
     """The rendering with this checkout's location replaced, so goldens hold on any machine."""
-    return render(load_plan(plan_path), target, plan_path).replace(str(GOLDEN.resolve()), "<golden>")
+    return render(load_plan(plan_path), target, plan_path, executable="/usr/local/bin/power").replace(
+        str(GOLDEN.resolve()), "<golden>")
 
 
 @pytest.mark.parametrize("plan_path, target, golden", CASES)
@@ -105,20 +111,100 @@ def test_hostile_names_render_inert_in_shell_scripts(tmp_path, hostile_plan, tar
         assert argv == ["serve", str(hostile_plan)]
 
 
-def test_hostile_names_render_inert_in_env_and_systemd(tmp_path, hostile_plan):
+def test_hostile_names_render_inert_in_env_files(tmp_path, hostile_plan):
     env_file = tmp_path / "plan.env"
     env_file.write_text(render(load_plan(hostile_plan), "env", hostile_plan))
     result = subprocess.run(["bash", "-c", f'set -a; . {shlex.quote(str(env_file))}; printf "%s" "$POWER_NAME"'],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.stdout == HOSTILE and not list(tmp_path.glob("PWNED*"))
-    unit = render(load_plan(hostile_plan), "systemd", hostile_plan)
-    name_line = next(line for line in unit.splitlines() if "POWER_NAME" in line)
-    # systemd expands %specifiers and $VARS itself: both are doubled, then the word unquotes to the name.
-    value = name_line.removeprefix("Environment=").replace("%%", "%").replace("$$", "$")
-    assert shlex.split(value) == [f"POWER_NAME={HOSTILE}"]
 
 
-def test_line_breaks_cannot_escape_a_comment_or_an_env_line(tmp_path):
+# Everything systemd treats specially in a unit: quotes, $ and ${} (expanded in ExecStart=, not in Environment=),
+# %specifiers, backslash escapes written as text (\x41, \n), a real newline and tab, spaces, a trailing backslash.
+SYSTEMD_HOSTILE = "it's \"q\" $HOME ${X} $$ %n %% \\x41 \\n a\tb\nline two ; \\"
+EXECUTABLE = str(Path(sys.executable).with_name("power"))
+
+
+def _systemd_words(text: str, exec_line: bool) -> list[str]:
+    """Words as systemd.syntax(7) reads a double-quoted line: C escapes, `%%` -> `%`, and in ExecStart= `$$` -> `$`.
+    Deliberately written from the manual, not from the renderer, to read its output back independently."""
+    escapes = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "s": " "}
+    words, i = [], 0
+    while i < len(text):
+        if text[i] == " ":
+            i += 1
+            continue
+        if text[i] != '"':  # a bare word: only characters no rule touches
+            end = text.find(" ", i) if " " in text[i:] else len(text)
+            assert set(text[i:end]) <= set("abcdefghijklmnopqrstuvwxyz"), text[i:]
+            words.append(text[i:end])
+            i = end
+            continue
+        word, i = "", i + 1
+        while text[i] != '"':
+            if text[i] == "\\":
+                code = text[i + 1]
+                if code == "x":
+                    word, i = word + chr(int(text[i + 2:i + 4], 16)), i + 4
+                else:
+                    word, i = word + escapes[code], i + 2
+            elif text[i] in "%$" and text[i + 1] == text[i] and (text[i] == "%" or exec_line):
+                word, i = word + text[i], i + 2
+            else:
+                assert text[i] != "%" and (text[i] != "$" or not exec_line), text[i:]
+                word, i = word + text[i], i + 1
+        words.append(word)
+        i += 1
+    return words
+
+
+def _systemd_verify(tmp_path: Path, drop_in: str) -> subprocess.CompletedProcess:
+    """`systemd-analyze verify` on a minimal unit with the drop-in installed beside it."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is not installed: run scripts/bootstrap (it installs Debian's systemd package)")
+    units = tmp_path / "units"
+    (units / "power-test.service.d").mkdir(parents=True)
+    (units / "power-test.service").write_text("[Unit]\nDescription=Power render test\n[Service]\nExecStart=/bin/false\n")
+    (units / "power-test.service.d" / "power.conf").write_text(drop_in)
+    return subprocess.run([analyze, "verify", str(units / "power-test.service")], capture_output=True, text=True,
+                          env={**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"})
+
+
+def test_systemd_reads_back_exactly_what_the_plan_says(tmp_path):
+    plan = load_plan(CHAIN_PLAN)
+    hostile_dir = tmp_path / SYSTEMD_HOSTILE.replace("/", "_")
+    hostile_dir.mkdir()
+    path = hostile_dir / "plan.json"
+    save_plan(type(plan).build(**{**dict(plan), "name": SYSTEMD_HOSTILE, "digest": ""}), path)
+    hostile = load_plan(path)
+    unit = render(hostile, "systemd", path, executable=EXECUTABLE)
+    verified = _systemd_verify(tmp_path, unit)
+    assert verified.returncode == 0 and verified.stderr == "" and verified.stdout == "", verified.stderr
+    lines = unit.splitlines()
+    environment = dict(word.split("=", 1) for line in lines if line.startswith("Environment=")
+                       for word in _systemd_words(line.removeprefix("Environment="), exec_line=False))
+    assert environment["POWER_NAME"] == SYSTEMD_HOSTILE and environment["POWER_PLAN"] == str(path)
+    assert environment == {name: str(value) for name, value in env_context(hostile, path)["variables"].items()}
+    assert lines[-2:][0] == "ExecStart="
+    assert _systemd_words(lines[-1].removeprefix("ExecStart="), exec_line=True) == [EXECUTABLE, "serve", str(path)]
+
+
+def test_the_systemd_unit_starts_power_by_absolute_path(tmp_path):
+    plan = str(write_plan(tmp_path, "ngram"))  # the command verifies the plan's artifacts: they must exist
+    result = CliRunner().invoke(main, ["render", plan, "--target", "systemd"])
+    assert result.exit_code == 0, result.output
+    exec_line = result.stdout.splitlines()[-1]
+    assert exec_line.startswith(f'ExecStart="{EXECUTABLE}" "serve" ')
+    assert _systemd_verify(tmp_path, result.stdout).stderr == ""
+    chosen = CliRunner().invoke(main, ["render", plan, "--target", "systemd", "--power-executable",
+                                       "/opt/power/bin/power"])
+    assert chosen.stdout.splitlines()[-1].startswith('ExecStart="/opt/power/bin/power" "serve" ')
+    relative = CliRunner().invoke(main, ["render", plan, "--target", "systemd", "--power-executable", "power"])
+    assert relative.exit_code == 2 and "PWR462" in relative.output and "Traceback" not in relative.output
+
+
+def test_line_breaks_cannot_escape_a_comment_or_an_env_line():
     plan = load_plan(CHAIN_PLAN)
     broken = type(plan).build(**{**dict(plan), "name": "x\nrm -rf /", "digest": ""})
     script = render(broken, "llama-server", CHAIN_PLAN)
@@ -129,7 +215,8 @@ def test_line_breaks_cannot_escape_a_comment_or_an_env_line(tmp_path):
 
 def test_command_writes_output_and_refuses_edited_plans(tmp_path):
     out = tmp_path / "launch.sh"
-    result = CliRunner().invoke(main, ["render", str(CHAIN_PLAN), "--target", "llama-server", "-o", str(out)])
+    plan = write_plan(tmp_path, "ngram")  # the command verifies the plan's artifacts: they must exist
+    result = CliRunner().invoke(main, ["render", str(plan), "--target", "llama-server", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith("#!/usr/bin/env bash") and os.access(out, os.X_OK)
     edited = tmp_path / "edited.plan.json"
@@ -147,8 +234,9 @@ def test_a_manifest_named_rm_rf_renders_as_one_inert_word(tmp_path):
     for target in ("llama-server", "power", "env", "systemd"):
         for line in render(plan, target, tmp_path / "plan.json").splitlines():
             if "x; rm -rf /" in line:
-                # In a comment, or inside an open single quote.
-                assert line.startswith("#") or line.split("x; rm -rf /")[0].count("'") % 2 == 1, (target, line)
+                # In a comment, or inside an open quote (single in shell lines, double in systemd's).
+                quote = '"' if target == "systemd" else "'"
+                assert line.startswith("#") or line.split("x; rm -rf /")[0].count(quote) % 2 == 1, (target, line)
     words = shlex.split(render(plan, "llama-server", tmp_path / "plan.json"), comments=True)
     assert words[words.index("--alias") + 1] == "x; rm -rf /" and "rm" not in words
 
@@ -161,3 +249,53 @@ def test_rendered_llama_server_lines_pass_the_launch_line_review(plan_path):
     result = CliRunner().invoke(main, ["import", "llama-server", "--", *argv[1:]])
     assert result.exit_code == 0, result.output
     assert "0 error(s)" in result.output
+
+
+def test_vllm_refuses_gguf_drafters_and_sidecars_with_the_reason(tmp_path):
+    from plan_helpers import compiled, write_manifest, write_profile
+
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash", "fixture": "dflash-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", k=3))
+    assert plan is not None, [f.render() for f in findings]
+    with pytest.raises(RenderError) as refused:
+        render(plan, "vllm", tmp_path / "plan.json")
+    assert refused.value.finding.code == "PWR463" and "Hugging Face checkpoints" in str(refused.value)
+    assert "flash_attn" in str(refused.value)
+    sidecar = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp", "fixture": "mtp-sidecar"}])
+    plan, _ = compiled(sidecar, write_profile(tmp_path, "mtp"))
+    with pytest.raises(RenderError, match="MTP-only GGUF"):
+        render(plan, "vllm", tmp_path / "plan.json")
+
+
+def test_vllm_runs_the_ngram_window_and_the_slots_of_the_plan(tmp_path):
+    from plan_helpers import compiled, write_manifest, write_profile
+
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    plan, _ = compiled(manifest, write_profile(tmp_path, "ngram", k=5, s=5,
+                                               runtime={"slots": 4, "ngram_match": 3, "ngram_draft_min": 2}))
+    words = shlex.split(render(plan, "vllm", tmp_path / "plan.json"), comments=True)
+    assert words[words.index("--max-num-seqs") + 1] == "4"
+    config = json.loads(words[words.index("--speculative-config") + 1])
+    assert config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 3, "prompt_lookup_max": 3}
+    assert "n-gram shortest draft 2: vLLM has no such setting" in render(plan, "vllm", tmp_path / "plan.json")
+
+
+def test_the_llama_arg_env_file_names_each_option_as_llama_cpp_does():
+    from power.orchestrator import llama_flags
+    from power.orchestrator.render import Listen, engine_launch
+
+    plan = load_plan(CHAIN_PLAN)
+    launch = engine_launch(plan, "llama-server", CHAIN_PLAN, Listen("127.0.0.1", 8081))
+    text = render(plan, "llama-server-env", CHAIN_PLAN, listen=Listen("127.0.0.1", 8081))
+    variables = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    extra = shlex.split(shlex.split(variables["LLAMA_SERVER_EXTRA_ARGS"])[0])
+    table = llama_flags.table()
+    for option in launch.options:
+        env = table.option(option[0]).env
+        if env is None:
+            assert option[0] in extra and list(option) == extra[extra.index(option[0]):][:len(option)]
+        elif len(option) == 1:
+            assert variables[env] == "false" if option[0].startswith("--no-") else variables[env] == "true"
+        else:
+            assert shlex.split(variables[env]) == [option[1]]
+    assert variables["LLAMA_ARG_PORT"] == "8081" and variables["LLAMA_ARG_KV_UNIFIED"] == "false"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from fleet_world import World, build_world
+from hostile_documents import JSON_CASES, hostile
 
 from power.orchestrator.cli import main
 from power.orchestrator.fleet.lock import read_lock
@@ -163,6 +164,16 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
 
 
+def test_hostile_evidence_files_are_findings_and_leave_the_lock_as_it_is(world: World, tmp_path: Path) -> None:
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 0
+    before = world.lock.read_bytes()
+    for case in JSON_CASES:
+        result = run("rollout", "advance", fleet, "--evidence", hostile(tmp_path, case))
+        assert result.exit_code == 1 and "PWR071" in result.output and "Traceback" not in result.output, case
+    assert world.lock.read_bytes() == before
+
+
 def test_a_rollback_after_the_canary_restores_only_the_canary(world: World, tmp_path: Path) -> None:
     fleet = world.root / "fleet.toml"
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 0
@@ -218,7 +229,8 @@ def test_the_gate_reads_real_power_bench_evidence(world: World, tmp_path: Path) 
     incumbent = state.deployments["ws-1/dense"]["plan_digest"]
     evidence_path = tmp_path / "evidence.json"
     bench = run("bench", plans / f"{candidate[:12]}.json", "--vs", plans / f"{incumbent[:12]}.json",
-                "--shapes", "identity", "--runs", "3", "--max-tokens", "8", "--threads", "1", "-o", evidence_path)
+                "--shapes", "identity", "--runs", "3", "--max-tokens", "8", "--threads", "1", "--prompt-tokens", "48",
+                "-o", evidence_path)
     assert bench.exit_code == 0, bench.output
     measured = json.loads(evidence_path.read_text())
     identity = measured["shapes"]["identity"]

@@ -1,11 +1,15 @@
-"""Sampling: the counter-based stream, the warps, and the two verification rules' distributions."""
+"""Sampling: the counter-based stream, the warps, the one draw, and the rejection rule's distribution."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import sampling_reference as reference
 import torch
 
-from power.runtime.sampling import Lane, Sampler, SamplingParams, draw, target_probs, uniform
+from power.kernels import dispatch
+from power.runtime.sampling import Lane, Sampler, SamplingParams, target_probs, uniform
 
 
 def _histogram(tokens: list[int], vocab: int) -> torch.Tensor:
@@ -60,7 +64,37 @@ def test_top_k_and_top_p_restrict_the_support():
 
 def test_draw_never_lands_on_a_zero_mass_token():
     probs = torch.tensor([0.0, 0.5, 0.0, 0.5, 0.0], dtype=torch.float64)
-    assert {draw(probs, u) for u in (0.0, 0.25, 0.5, 0.75, 1.0 - 2**-53)} == {1, 3}
+    uniforms = (0.0, 0.25, 0.5, 0.75, 1.0 - 2**-53)
+    assert {int(dispatch.draw(probs, u)) for u in uniforms} == {1, 3}
+    assert {reference.draw(probs, u) for u in uniforms} == {1, 3}
+
+
+def test_the_runtime_draw_agrees_with_the_float64_reference():
+    gen = torch.Generator().manual_seed(2)
+    for vocab in (7, 1000):
+        for trial in range(200):
+            probs = torch.softmax(torch.randn(vocab, generator=gen, dtype=torch.float64) * 3, dim=0)
+            u = uniform(trial, vocab)
+            assert int(dispatch.draw(probs, u)) == reference.draw(probs, u)
+
+
+def test_a_plain_token_and_a_bonus_token_take_the_same_draw():
+    """Under `rejection`, a plain round's token and a speculative round's bonus token at the same position come
+    from one draw, even for a uniform between a CDF boundary and that boundary rounded to the fixed-point grid."""
+    params = SamplingParams(temperature=1.0, seed=21, verify="rejection")
+    position = 3
+    u = uniform(params.seed, position, Lane.SAMPLE)
+    mass = u - 2**-30  # token 0's mass: just below the uniform, above the uniform rounded down to 2^-24
+    assert math.floor(u * 2**24) / 2**24 < mass
+    p = torch.tensor([mass, 1.0 - mass], dtype=torch.float64)
+    plain = Sampler(params).sample(p.log(), position)
+
+    certain = torch.tensor([[0.0, 1.0]], dtype=torch.float64)  # the one proposal (token 1) has p = q = 1: kept
+    uniforms = torch.tensor([[uniform(params.seed, row, lane) for lane in Lane] for row in (position - 1, position)],
+                            dtype=torch.float64)
+    accepted, bonus = dispatch.rejection_step(torch.cat([certain, p[None]]), certain, torch.tensor([1]), uniforms)
+    assert (int(accepted), int(bonus)) == (1, plain)
+    assert reference.draw(p, u) != plain  # the case can tell two draws apart: float64 rounds it the other way
 
 
 def test_seeded_sampling_converges_to_the_target_distribution():
@@ -72,11 +106,11 @@ def test_seeded_sampling_converges_to_the_target_distribution():
     assert _tv(_histogram(tokens, 8), target) < 0.02
 
 
-def _rejection_round(sampler: Sampler, p, q, position: int, proposal_gen: torch.Generator) -> int:
+def _rejection_round(seed: int, p, q, position: int, proposal_gen: torch.Generator) -> int:
     proposal = int(torch.multinomial(q, 1, generator=proposal_gen))
-    if sampler.accept(p, q, proposal, position):
+    if reference.accept(p, q, proposal, uniform(seed, position, Lane.ACCEPT)):
         return proposal
-    return sampler.correct(p, q, position)
+    return reference.correct(p, q, uniform(seed, position, Lane.RESIDUAL))
 
 
 def test_rejection_rule_output_converges_to_the_target_distribution():
@@ -84,7 +118,6 @@ def test_rejection_rule_output_converges_to_the_target_distribution():
     vocab = 10
     gen = torch.Generator().manual_seed(3)
     params = SamplingParams(temperature=1.0, seed=9, verify="rejection")
-    sampler = Sampler(params)
     p = target_probs(torch.randn(vocab, generator=gen) * 2, params)
     q = torch.softmax(torch.randn(vocab, generator=gen, dtype=torch.float64) * 2, dim=0)
     assert _tv(p, q) > 0.2  # the drafter is genuinely wrong
@@ -93,7 +126,7 @@ def test_rejection_rule_output_converges_to_the_target_distribution():
     distances = []
     tokens: list[int] = []
     for total in (100, 1000, 20000):
-        tokens += [_rejection_round(sampler, p, q, pos, proposal_gen) for pos in range(len(tokens), total)]
+        tokens += [_rejection_round(params.seed, p, q, pos, proposal_gen) for pos in range(len(tokens), total)]
         distances.append(_tv(_histogram(tokens, vocab), p))
     assert distances[-1] < 0.02
     assert distances[-1] < distances[0]
@@ -102,11 +135,13 @@ def test_rejection_rule_output_converges_to_the_target_distribution():
 
 
 def test_rejection_never_accepts_a_token_the_drafter_could_not_draw():
-    sampler = Sampler(SamplingParams(temperature=1.0, verify="rejection"))
-    p = torch.tensor([0.5, 0.5], dtype=torch.float64)
-    q = torch.tensor([1.0, 0.0], dtype=torch.float64)
-    assert not any(sampler.accept(p, q, 1, pos) for pos in range(100))
-    assert all(sampler.correct(p, q, pos) == 1 for pos in range(100))
+    p = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    for pos in range(100):
+        uniforms = torch.tensor([[uniform(0, row, lane) for lane in Lane] for row in (pos, pos + 1)], dtype=torch.float64)
+        assert [int(t) for t in dispatch.rejection_step(p, q, torch.tensor([1]), uniforms)] == [0, 1]
+    assert not any(reference.accept(p[0], q[0], 1, uniform(0, pos, Lane.ACCEPT)) for pos in range(100))
+    assert all(reference.correct(p[0], q[0], uniform(0, pos, Lane.RESIDUAL)) == 1 for pos in range(100))
 
 
 @pytest.mark.parametrize(

@@ -130,8 +130,18 @@ def test_verify_capacity_must_hold_the_anchor_and_k_proposals(tmp_path):
 
 
 def test_ngram_window_must_not_be_empty(tmp_path):
-    finding = only(profile(tmp_path, "[runtime]\nngram_n_min = 6\nngram_n_max = 4\n"), "PWR411")
-    assert finding.where == "runtime.ngram_n_min"
+    finding = only(profile(tmp_path, "[runtime]\nngram_draft_min = 6\nngram_draft_max = 4\n"), "PWR411")
+    assert finding.where == "runtime.ngram_draft_min" and "ngram_draft_max = 4" in finding.message
+    by_k = only(profile(tmp_path, "spec_draft_max = 3\n[runtime]\nngram_draft_min = 4\n"), "PWR411")
+    assert "K (spec_draft_max = 3)" in by_k.message
+    assert "PWR411" not in codes(profile(tmp_path, "spec_draft_max = 4\n[runtime]\nngram_draft_min = 4\n"))
+
+
+def test_former_ngram_keys_name_their_successor(tmp_path):
+    finding = only(profile(tmp_path, "[runtime]\nngram_n_min = 3\n"), "PWR026")
+    assert finding.hint == "rename `ngram_n_min` to `ngram_match`"
+    llama = only(profile(tmp_path, "[runtime]\nspec_ngram_mod_n_max = 64\n"), "PWR026")
+    assert llama.hint == "rename `spec_ngram_mod_n_max` to `ngram_draft_max`"
 
 
 def test_cross_field_rules_still_run_when_another_field_is_bad(tmp_path):
@@ -164,11 +174,17 @@ def test_a_file_backed_drafter_needs_path_sha256_and_binding(tmp_path, kind):
     assert "path, sha256 and target_sha256" in finding.message
 
 
-@pytest.mark.parametrize(("kind", "reason"), [("mtp", "lives in the target"), ("ngram", "needs no file")])
-def test_mtp_and_ngram_drafters_name_no_file(tmp_path, kind, reason):
+@pytest.mark.parametrize(("kind", "stray", "reason"), [("mtp", "quant", "lives in the target file unless `path` names"),
+                                                       ("ngram", "path", "needs no file")])
+def test_mtp_and_ngram_drafters_name_no_file(tmp_path, kind, stray, reason):
     assert manifest(tmp_path, f'[[drafters]]\nkind = "{kind}"\n').findings == []
-    finding = only(manifest(tmp_path, f'[[drafters]]\nkind = "{kind}"\npath = "x.gguf"\n'), "PWR025")
-    assert reason in finding.message and finding.where == "drafters[0].path"
+    finding = only(manifest(tmp_path, f'[[drafters]]\nkind = "{kind}"\n{stray} = "x"\n'), "PWR025")
+    assert reason in finding.message and finding.where == f"drafters[0].{stray}"
+
+
+def test_an_mtp_sidecar_is_a_bound_file(tmp_path):
+    finding = only(manifest(tmp_path, '[[drafters]]\nkind = "mtp"\npath = "mtp-only.gguf"\n'), "PWR025")
+    assert "mtp drafter sidecar is a separate GGUF file" in finding.message and "sha256 and target_sha256" in finding.message
 
 
 def test_a_malformed_sha256_is_named(tmp_path):
@@ -257,7 +273,7 @@ def test_fleet_errors_in_the_second_host_are_located_there(tmp_path):
 
 
 def test_json_schemas_forbid_unknown_keys_and_pin_the_schema_line():
-    for kind, model in KIND_MODELS.items():
+    for kind in KIND_MODELS:
         schema = json_schema(kind)
         assert schema["additionalProperties"] is False
         assert schema["properties"]["schema"]["const"] == f"power.{kind}/v1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -92,9 +93,9 @@ def release() -> Iterator[threading.Event]:
     InjectedEngine.release.set()
 
 
-def app_for(limits: ServerLimits = ServerLimits(), load=None):
+def app_for(limits: ServerLimits | None = None, load=None):
     plan = load_plan(fixture_plan("ngram"))
-    return create_app(load or engine, plan.name, plan.digest, limits)
+    return create_app(load or engine, plan.name, plan.digest, limits or ServerLimits())
 
 
 @contextmanager
@@ -373,6 +374,20 @@ def test_serve_refuses_a_file_that_is_not_a_plan(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "not a Power plan" in result.output and "power plan" in result.output
     missing = CliRunner().invoke(main, ["serve", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "nope.json" in missing.output
+
+
+@pytest.mark.parametrize("case", ["port taken", "unknown host", "unusable host"])
+def test_serve_exits_2_with_one_finding_when_it_cannot_listen(tmp_path: Path, case: str) -> None:
+    plan_path = write_plan(tmp_path, "ngram")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = {"port taken": ["--port", str(taken.getsockname()[1])],
+                   "unknown host": ["--host", "no-such-host.invalid", "--port", "0"],
+                   "unusable host": ["--host", "a" * 300, "--port", "0"]}[case]
+        result = CliRunner().invoke(main, ["serve", str(plan_path), *address])
+    assert result.exit_code == 2 and "PWR604" in result.output and "cannot listen on" in result.output, result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
 
 
 def test_serve_stops_with_exit_2_when_the_planned_model_does_not_load(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The memory model on real headers: the seeds' arithmetic, llama.cpp's per-layer accounting, the verdicts."""
+"""The memory model on real headers: llama-server's slot semantics, the layer split, the seeds' arithmetic, verdicts."""
 
 from __future__ import annotations
 
@@ -12,34 +12,161 @@ from gguf import GGMLQuantizationType as Q
 from gguf_helpers import REPO, gemma
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from plan_helpers import compiled, fixture, write_manifest, write_profile
+from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
 from power.orchestrator.cli import main
-from power.orchestrator.sizing import Budget, Request, drafter_kv_component, largest_context, size_plan
+from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context, size_plan
+from power.orchestrator.sizing.placement import place_layers
+from power.runtime.trunks import load_trunk
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REPO_PROFILES = REPO / "profiles"
+GEMMA_VOCAB = 262_144
+CPU = (DeviceBudget(0, "cpu", 64 * GiB, 0, "cpu"),)
+GPU = (DeviceBudget(0, "gpu", 24 * GiB, 0),)
 
 
-def components(sizing) -> dict[str, int]:
-    return {c.name: c.bytes for c in sizing.components}
+def parts(sizing, device: int = 0) -> dict[str, int]:
+    return {c.name: c.bytes for c in sizing.devices[device].components}
+
+
+def host_parts(sizing) -> dict[str, int]:
+    return {c.name: c.bytes for c in sizing.host}
+
+
+@cache
+def gemma_facts():
+    return inspect_artifact(gemma())
+
+
+def gemma_on_cpu(**settings):
+    return size_plan("llama-server", gemma_facts(), None, Request(vocab=GEMMA_VOCAB, **({"ctx": 4096} | settings)), CPU)
+
+
+# --- llama-server's slot semantics -------------------------------------------------
+
+
+def test_slots_split_the_context_unless_the_kv_is_unified():
+    # 3 slots of pad(4096 / 3, 256) = 1536 cells: llama.cpp grows the context to 4608.
+    split = gemma_on_cpu(slots=3)
+    assert (split.slots.ctx_per_slot, split.slots.engine_ctx, split.slots.kv_streams) == (1536, 4608, 3)
+    assert parts(split)["target KV (global)"] == 3 * 512 * 2 * 1536 * 3  # 3 global layers x (k+v) f16 x cells x streams
+    unified = gemma_on_cpu(slots=3, kv_unified=True)
+    assert (unified.slots.ctx_per_slot, unified.slots.engine_ctx, unified.slots.kv_streams) == (4096, 4096, 1)
+
+
+def test_sliding_cells_follow_the_window_per_stream_or_shared():
+    # per stream: pad(512 + 512, 256) = 1024 cells for each of 4 slots; unified: pad(512 x 4 + 512, 256) = 2560 shared
+    assert gemma_on_cpu(slots=4).slots.sliding_cells == 1024
+    assert parts(gemma_on_cpu(slots=4))["target KV (sliding)"] == 15 * 512 * 2 * 1024 * 4
+    assert gemma_on_cpu(slots=4, kv_unified=True).slots.sliding_cells == 2560
+    assert gemma_on_cpu(ctx=512).slots.sliding_cells == 512  # never more than the context
+
+
+def test_batches_are_clamped_and_outputs_reserved_per_slot_and_draft():
+    clamped = gemma_on_cpu(ctx=1000, batch=4096, ubatch=4096)
+    assert (clamped.slots.batch, clamped.slots.ubatch) == (1000, 1000)  # n_batch = min(the given -c, -b)
+    drafting = gemma_on_cpu(slots=4, draft_len=3)
+    assert drafting.slots.outputs == 16
+    assert parts(drafting)["output buffer"] == 4 * GEMMA_VOCAB * 4  # one row per sequence at load
+    assert parts(drafting)["output buffer growth"] == 12 * GEMMA_VOCAB * 4  # to 16 rows on a full verification
+    assert gemma_on_cpu(slots=2, batch=5, draft_len=48).slots.outputs == 5  # never more than -b
+
+
+@pytest.mark.parametrize("flash, expected", [(True, 23_875_616), (False, 54_276_128)])
+def test_compute_buffer_is_llamas_graph_reservation(flash, expected):
+    """-c 4096 -np 1 -ub 512, to the byte (llama-server logs 22.7696 / 51.7617 MiB); the conformance test runs it."""
+    component = next(c for c in gemma_on_cpu(flash_attn=flash).devices[0].components if c.name == "target compute buffer")
+    assert (component.bytes, component.basis) == (expected, "exact")
+    assert ("kq" in component.detail) != flash
+
+
+def test_recurrent_rows_per_sequence_and_rollback_rows():
+    hybrid = inspect_artifact(fixture("hybrid-target"))
+    one = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300), CPU)
+    four = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300, slots=4, rs_snapshots=3), CPU)
+    assert parts(four)["recurrent state"] == parts(one)["recurrent state"] * 4 * (1 + 3)
+
+
+def test_power_runtime_kv_is_the_runtimes_own_allocation():
+    """Power's runtime keeps every attention layer (sliding ones too) at pad(ctx + max(verify, prefill chunk), 256)
+    positions, in f32: the plan's figure is what the runtime's trunk allocates."""
+    dense = inspect_artifact(fixture("dense-target"))
+    sizing = size_plan("power", dense, None, Request(ctx=1000, verify_rows=8, vocab=300), CPU)
+    trunk = load_trunk(fixture("dense-target"), n_ctx=1000, verify_capacity=8)
+    allocated = sum(layer.cache.k.nbytes + layer.cache.v.nbytes for layer in trunk.layers)
+    assert parts(sizing)["target KV"] == allocated == 4 * 2 * 16 * 2 * 4 * 1280
+    assert sizing.engine == "power"
+    two = size_plan("power", gemma_facts(), None, Request(ctx=1000, verify_rows=8, slots=2, vocab=GEMMA_VOCAB), CPU)
+    assert parts(two)["target KV"] == 18 * 1 * (256 + 256) * 4 * 1280 * 2  # sliding layers too, one region per slot
+
+
+# --- placement on several devices ----------------------------------------------------
+
+
+def test_layer_split_follows_llamas_float32_rule():
+    two = (DeviceBudget(0, "a", 24 * GiB, 0), DeviceBudget(1, "b", 24 * GiB, 0))
+    placed = place_layers(18, None, two, Split(ratios=(3.0, 1.0)))
+    assert placed.layers_on(0) == list(range(15)) and placed.layers_on(1) == [15, 16, 17] and placed.output == 1
+    counts = place_layers(18, None, two, Split(ratios=(10.0, 9.0)))
+    assert len(counts.layers_on(0)) == 10  # ratios as layer counts (the output layer counted last) are exact
+    partial = place_layers(18, 5, two, Split(ratios=(1.0, 1.0)))  # -ngl 5: the output layer and 4 blocks
+    assert partial.layers.count(None) == 14 and partial.output == 1
+    alone = place_layers(18, None, two, Split(mode="none", main=1))
+    assert set(alone.layers) == {1} and alone.output == 1
+
+
+def test_each_device_holds_its_layers_weights_and_kv_and_the_host_the_input_layer():
+    two = (DeviceBudget(0, "a", 24 * GiB, 0), DeviceBudget(1, "b", 24 * GiB, 0))
+    sizing = size_plan("llama-server", gemma_facts(), None,
+                       Request(ctx=4096, vocab=GEMMA_VOCAB, split=Split(ratios=(15.0, 4.0))), two)
+    first, second = parts(sizing, 0), parts(sizing, 1)
+    assert first["target KV (global)"] == 2 * 512 * 2 * 4096  # layers 5, 11 on device 0; 17 on device 1
+    assert second["target KV (global)"] == 1 * 512 * 2 * 4096
+    embedding = next(t.nbytes for t in gemma_facts().tensors if t.name == "token_embd.weight")
+    assert host_parts(sizing)["target weights"] == embedding  # the input layer stays in host memory
+    assert "duplicate of token_embd" in next(c.detail for c in sizing.devices[1].components
+                                             if c.name == "target weights")  # tied output on the output device
+    assert {c.name for d in sizing.devices for c in d.components if c.basis == "estimated"} >= {"CUDA context"}
+    assert "output buffer" in host_parts(sizing)  # the output buffer is the output device's host buffer
+
+
+def test_a_model_neither_device_holds_alone_fits_split_across_both(tmp_path):
+    """Qwen3.6-27B Q6_K (21.3 GiB of weights) on two 16 GiB devices, as llama-server layer-splits it."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", hashed=False)
+    profile = write_profile(tmp_path, "none", runtime={"ctx": 8192, "flash_attn": True})
+    runner = CliRunner()
+    alone = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "16GiB", "--engine", "llama-server"])
+    assert alone.exit_code == 1 and "PWR500" in alone.stderr
+    both = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "16GiB", "--device", "16GiB",
+                                "--engine", "llama-server", "--json"])
+    assert both.exit_code == 0, both.stderr
+    memory = json.loads(both.stdout)["memory"]
+    assert [d["verdict"] for d in memory["devices"]] == ["fits", "fits"]
+    holds = [d["holds"] for d in memory["devices"]]
+    assert holds[0].startswith("layers 0-") and holds[1].endswith("+ output layer")
+
+
+# --- the seeds' arithmetic ---------------------------------------------------------
 
 
 def test_dspark_drafter_kv_is_20_kib_per_position_and_5_gib_at_262144():
-    dspark = inspect_artifact(fixture("qwen36-27b-dspark"))
-    assert dspark.sliding_window is None
-    kv = drafter_kv_component(dspark, 262_144, "f16")
-    assert kv.bytes == 20 * KiB * 262_144 == 5 * GiB
-    assert "20.00 KiB per position" in kv.detail and "no sliding window" in kv.detail
+    target, dspark = _qwen_headers()
+    sizing = size_plan("llama-server", target, dspark, Request(ctx=262_144, vocab=248_320), GPU)
+    assert parts(sizing)["drafter KV (global)"] == 20 * KiB * 262_144 == 5 * GiB
 
 
-def test_a_2048_window_caps_the_same_drafter_kv_at_40_mib():
+def test_a_2048_window_caps_the_drafter_kv():
+    target, _ = _qwen_headers()
     dflash = inspect_artifact(fixture("qwen36-27b-dflash"))
     assert dflash.sliding_window == 2048
-    assert drafter_kv_component(dflash, 262_144, "f16").bytes == 40 * MiB
-    assert drafter_kv_component(dflash, 1024, "f16").bytes == 20 * KiB * 1024
+    llama = size_plan("llama-server", target, dflash, Request(ctx=262_144, vocab=248_320), GPU)
+    # llama.cpp's sliding cache: pad(2048 + n_ubatch 512, 256) = 2560 cells of 20 KiB
+    assert parts(llama)["drafter KV (sliding)"] == 20 * KiB * 2560
+    power = size_plan("power", target, dflash, Request(ctx=262_144, vocab=248_320), GPU)
+    assert parts(power)["drafter KV"] == 40 * KiB * 2048  # Power's ring: the window itself, in f32
 
 
 def test_q6k_target_is_the_seeds_artifact_size():
@@ -49,11 +176,17 @@ def test_q6k_target_is_the_seeds_artifact_size():
 
 @pytest.fixture(scope="module")
 def dspark_plan(tmp_path_factory):
-    """The seeds' DSpark K10/S6 profile at ctx 512, batch 12, on a 24 GiB device (hashes the 22.9 GB sparse target once)."""
+    """The seeds' DSpark K10/S6 profile at ctx 512, batch 12, for llama-server on a 24 GiB device."""
+    from plan_helpers import host
+
+    from power.orchestrator.compile import compile_plan
+    from power.orchestrator.loading import load_manifest, load_profile
+
     directory = tmp_path_factory.mktemp("dspark")
     manifest = write_manifest(directory, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
                               quant="Q6_K", architecture="qwen35")
-    return compiled(manifest, REPO_PROFILES / "dspark-k10s6.toml", vram=24 * GiB)
+    return compile_plan(load_manifest(manifest), load_profile(REPO_PROFILES / "dspark-k10s6.toml"), host(24 * GiB),
+                        engine="llama-server")
 
 
 @pytest.mark.slow
@@ -61,7 +194,8 @@ def test_dspark_k10s6_at_ctx_512_fits_24_gib_only_with_a_thin_margin(dspark_plan
     plan, findings = dspark_plan
     assert plan is not None, [f.render() for f in findings]
     memory = plan.memory
-    assert (plan.runtime.ctx, plan.runtime.batch, plan.speculation.rollback) == (512, 12, "guarded")
+    assert (plan.runtime.ctx, plan.runtime.batch, plan.speculation.rollback, memory.engine) == (512, 12, "guarded",
+                                                                                              "llama-server")
     assert memory.verdict == "fits" and 0 < memory.margin_bytes < 1 * GiB
     # The seeds measured a 23,847 MiB peak; the header-only target lacks 443 MiB of the real file's mixed quants.
     assert 23_000 * MiB < memory.total_bytes < 23_847 * MiB
@@ -72,23 +206,16 @@ def test_dspark_k10s6_at_ctx_512_fits_24_gib_only_with_a_thin_margin(dspark_plan
 @pytest.mark.slow
 def test_every_component_of_the_dspark_plan_is_present(dspark_plan):
     plan, _ = dspark_plan
-    names = [c.name for c in plan.memory.components]
-    assert names == ["target weights", "target KV (global)", "recurrent state", "drafter weights", "drafter KV",
-                     "target compute + logits", "drafter compute + logits", "CUDA context", "CUDA graphs"]
-    kv = {c.name: c for c in plan.memory.components}["target KV (global)"]
+    (device,) = plan.memory.devices
+    names = [c.name for c in device.components]
+    assert names == ["target weights", "target KV (global)", "recurrent state", "target compute buffer",
+                     "drafter weights", "drafter KV (global)", "drafter compute buffer", "CUDA context", "CUDA graphs"]
+    kv = {c.name: c for c in device.components}["target KV (global)"]
     # 16 attention layers of 64 (full_attention_interval 4): the 48 recurrent ones hold state, not KV.
     assert kv.bytes == 16 * 4 * (256 + 256) * 512 * 2 and "16 layers" in kv.detail
-
-
-def test_sliding_window_layers_sized_as_llama_cpp_sizes_them():
-    facts = inspect_artifact(gemma())
-    sizing = size_plan(facts, None, Request(ctx=32_768, verify_rows=8, snapshots=0, vocab=262_144), Budget(GiB, 0))
-    parts = components(sizing)
-    # 15 sliding layers cache pad(512 + n_ubatch 512, 256) = 1024 cells; the 3 global layers the whole context.
-    assert parts["target KV (sliding)"] == 15 * 1 * (256 + 256) * 1024 * 2
-    assert parts["target KV (global)"] == 3 * 1 * (256 + 256) * 32_768 * 2
-    small = components(size_plan(facts, None, Request(ctx=512, verify_rows=8, snapshots=0, vocab=262_144), Budget(GiB, 0)))
-    assert small["target KV (sliding)"] == 15 * 512 * 512 * 2
+    recurrent = {c.name: c for c in device.components}["recurrent state"]
+    assert "1 + 10 rollback rows" in recurrent.detail  # draft-dspark keeps --spec-draft-n-max rows per sequence
+    assert {c.name for c in plan.memory.host} >= {"target weights", "output buffer", "output buffer growth"}
 
 
 def test_per_layer_head_count_kv_arrays_are_honoured(tmp_path):
@@ -98,27 +225,36 @@ def test_per_layer_head_count_kv_arrays_are_honoured(tmp_path):
                 "llama.attention.key_length": 32, "llama.context_length": 4096}
     tensors = {f"blk.{i}.attn_q.weight": ((256, 256), Q.F16) for i in range(layers)}
     facts = inspect_artifact(write_sparse_gguf(tmp_path / "gqa.gguf", "llama", metadata, tensors))
-    kv = components(size_plan(facts, None, Request(ctx=1024, verify_rows=4, snapshots=0, vocab=1000), Budget(GiB, 0)))
-    assert kv["target KV (global)"] == (8 + 2 + 8 + 2) * (32 + 32) * 1024 * 2  # not 4 x element 0
+    flash = parts(size_plan("llama-server", facts, None, Request(ctx=1024, vocab=1000, flash_attn=True), CPU))
+    assert flash["target KV (global)"] == (8 + 2 + 8 + 2) * (32 + 32) * 1024 * 2  # not 4 x element 0
+    # without flash attention V is stored transposed, every layer padded to the widest (n_embd_v_gqa_max)
+    plain = parts(size_plan("llama-server", facts, None, Request(ctx=1024, vocab=1000), CPU))
+    assert plain["target KV (global)"] == ((8 + 2 + 8 + 2) * 32 + 4 * 8 * 32) * 1024 * 2
 
 
 def test_largest_context_is_the_boundary():
-    facts = inspect_artifact(gemma())
-    request = Request(ctx=4096, verify_rows=8, snapshots=0, vocab=262_144)
-    budget = Budget(1536 * MiB, 128 * MiB)
-    best = largest_context(facts, None, request, budget, 32_768)
-    assert best is not None and best < 32_768
-    assert size_plan(facts, None, replace(request, ctx=best), budget).margin_bytes >= 0
-    assert size_plan(facts, None, replace(request, ctx=best + 1), budget).margin_bytes < 0
+    facts = gemma_facts()
+    request = Request(ctx=4096, vocab=GEMMA_VOCAB, verify_rows=8)
+    for engine, memory in (("llama-server", 1024 * MiB), ("power", 2048 * MiB)):
+        device = (DeviceBudget(0, "small", memory, 128 * MiB),)
+        best = largest_context(engine, facts, None, request, device, 32_768)
+        assert best is not None and best < 32_768
+        assert size_plan(engine, facts, None, replace(request, ctx=best), device).margin_bytes >= 0
+        assert size_plan(engine, facts, None, replace(request, ctx=best + 1), device).margin_bytes < 0
 
 
-def test_partial_offload_places_fewer_bytes_on_the_device():
+def test_partial_offload_keeps_the_first_layers_on_the_host():
     facts = inspect_artifact(fixture("qwen36-27b-q6k"))
-    full = components(size_plan(facts, None, Request(ctx=512, verify_rows=8, snapshots=0, vocab=248_320), Budget(GiB, 0)))
-    half = components(size_plan(facts, None, Request(ctx=512, verify_rows=8, snapshots=0, vocab=248_320, gpu_layers=32),
-                                Budget(GiB, 0)))
-    assert half["target weights"] < full["target weights"] * 0.6
-    assert half["target KV (global)"] == full["target KV (global)"] // 2
+    full = size_plan("llama-server", facts, None, Request(ctx=512, vocab=248_320), GPU)
+    part = size_plan("llama-server", facts, None, Request(ctx=512, vocab=248_320, gpu_layers=32), GPU)
+    # -ngl 32 of 65 blocks + output: i_gpu_start = 66 - 32 = 34, blocks 34-64 and the output layer on the device
+    assert part.devices[0].holds == "layers 34-64 + output layer"
+    assert parts(part)["target weights"] < parts(full)["target weights"] * 0.6
+    assert parts(part)["target KV (global)"] == 32 * MiB // 2  # attention layers 35, 39, ..., 59, 63 of 3, 7, ..., 63
+    assert host_parts(part)["target KV (global)"] == 32 * MiB // 2
+
+
+# --- verdicts and their findings ------------------------------------------------------
 
 
 def test_a_device_smaller_than_the_weights_says_by_how_much(tmp_path):
@@ -137,36 +273,58 @@ def test_fits_only_below_the_headroom_is_a_warning_and_still_plans(tmp_path):
     total = probe.memory.total_bytes
     plan, findings = compiled(manifest, profile, vram=total + 10 * MiB, headroom=100 * MiB)
     assert plan is not None and plan.memory.verdict == "fits-below-headroom"
-    assert "PWR501" in [f.code for f in plan.findings]
+    assert "PWR501" in codes(plan.findings)
+
+
+def test_the_hint_proposes_a_split_before_a_smaller_context(tmp_path):
+    """An even split overflows the smaller device; a split skewed to the larger one fits at the same ctx."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", hashed=False)
+    profile = write_profile(tmp_path, "none", runtime={"ctx": 8192, "flash_attn": True, "tensor_split": [1, 1]})
+    devices = ["--device", "8GiB", "--device", "16GiB", "--engine", "llama-server"]
+    result = CliRunner().invoke(main, ["size", str(manifest), str(profile), *devices, "--json"])
+    findings = json.loads(result.stdout)["findings"]
+    over = [f for f in findings if f["code"] == "PWR500"]
+    assert over and over[0]["where"] == "runtime.tensor_split"
+    assert "set runtime.tensor_split = [" in over[0]["hint"] and "to fit at ctx 8,192" in over[0]["hint"]
+    counts = json.loads(over[0]["hint"].split("= ", 1)[1].split("]")[0] + "]")
+    skewed = write_profile(tmp_path, "none", name="skewed",
+                           runtime={"ctx": 8192, "flash_attn": True, "tensor_split": counts})
+    fits = CliRunner().invoke(main, ["size", str(manifest), str(skewed), *devices])
+    assert fits.exit_code == 0, fits.stderr
 
 
 def test_size_command_table_json_and_exit_codes(tmp_path):
     manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "dspark", "fixture": "qwen36-27b-dspark"}], hashed=False)
     profile = REPO_PROFILES / "dspark-k10s6.toml"
     runner = CliRunner()
-    result = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--ctx", "262144", "--json"])
+    result = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--ctx", "262144",
+                                  "--engine", "llama-server", "--json"])
     assert result.exit_code == 1
     data = json.loads(result.stdout)
-    drafter_kv = next(c for c in data["memory"]["components"] if c["name"] == "drafter KV")
+    drafter_kv = next(c for c in data["memory"]["devices"][0]["components"] if c["name"] == "drafter KV (global)")
     assert drafter_kv["bytes"] == 5 * GiB and data["memory"]["verdict"] == "does-not-fit"
+    assert data["engine"] == "llama-server" and drafter_kv["basis"] == "estimated"
     assert {"PWR500", "PWR502"} <= {f["code"] for f in data["findings"]}
-    text = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB"])
+    text = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--engine", "llama-server"])
     assert text.exit_code == 0 and "largest context that fits" in text.stdout and "drafter KV" in text.stdout
+    assert "estimated, not exact to the engine: CUDA context" in text.stdout
     assert runner.invoke(main, ["size", str(manifest), str(profile)]).exit_code == 2
 
 
-
-@settings(max_examples=60, deadline=None)
-@given(a=st.integers(1, 262_144), b=st.integers(1, 262_144), s=st.integers(0, 16),
-       cache=st.sampled_from(["f16", "q8_0", "q4_0", "f32"]), flash=st.booleans())
-def test_every_total_grows_with_the_context(a, b, s, cache, flash):
+@settings(max_examples=40, deadline=None)
+@given(a=st.integers(1, 262_144), b=st.integers(1, 262_144), s=st.integers(0, 16), slots=st.integers(1, 8),
+       unified=st.booleans(), cache=st.sampled_from(["f16", "q8_0", "q4_0", "f32"]), flash=st.booleans(),
+       engine=st.sampled_from(["llama-server", "power", "vllm"]))
+def test_every_total_grows_with_the_context(a, b, s, slots, unified, cache, flash, engine):
     """The largest-context search assumes it: a longer context never needs less memory."""
     target, drafter = _qwen_headers()
     low, high = sorted((a, b))
-    request = Request(ctx=low, verify_rows=11, snapshots=s, kv_cache_type=cache, flash_attn=flash, vocab=248_320)
-    small = size_plan(target, drafter, request, Budget(GiB, 0)).total_bytes
-    large = size_plan(target, drafter, replace(request, ctx=high), Budget(GiB, 0)).total_bytes
-    assert small <= large
+    request = Request(ctx=low, verify_rows=11, snapshots=s, rs_snapshots=s, slots=slots, kv_unified=unified,
+                      kv_cache_type=cache, flash_attn=flash, vocab=248_320)
+    drafter = None if engine == "vllm" else drafter
+    small = size_plan(engine, target, drafter, request, GPU)
+    large = size_plan(engine, target, drafter, replace(request, ctx=high), GPU)
+    assert small.total_bytes <= large.total_bytes
 
 
 @cache

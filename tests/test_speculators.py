@@ -8,6 +8,7 @@ import pytest
 import torch
 from spec_helpers import CAPACITY, fixture_dir, prompt_for, target_path, trunk
 
+from power.artifacts import factory
 from power.orchestrator.plan import Mode, Speculation
 from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.errors import RuntimeInputError
@@ -110,6 +111,23 @@ def test_mtp_chains_the_nextn_head_from_the_last_committed_hidden_row():
     assert head.length == len(tokens) - 1
 
 
+def test_an_mtp_sidecar_drafts_what_the_targets_own_head_drafts(tmp_path):
+    """The hybrid target without its head + the MTP-only GGUF of the same model = the hybrid target's own head."""
+    native, tokens = _armed("hybrid", "mtp")
+    sidecar = factory.build_mtp_sidecar(tmp_path)
+    headless = factory.build_headless_hybrid_target(tmp_path)
+    request = SpeculatorRequest(trunk("hybrid"), target_path=headless, drafter_path=sidecar)
+    attached = registry.create("mtp", request)
+    attached.begin(tokens[:-1])
+    t = trunk("hybrid")
+    t.reset()
+    out = t.prefill(tokens[:-1], taps=attached.taps)
+    attached.commit(tokens[:-1], out.hidden, 0)
+    assert attached.propose(DraftContext(tokens, 5)).tokens == native.propose(DraftContext(tokens, 5)).tokens
+    declined = registry.build("mtp", SpeculatorRequest(trunk("hybrid"), target_path=headless))
+    assert isinstance(declined, Decline) and "carries no nextn/MTP head" in declined.reason
+
+
 def test_fr_cuts_only_the_draft_head_projection():
     drafter, tokens = _armed("dense", "dflash", fr_vocab_size=64)
     assert all(t < 64 for t in drafter.propose(DraftContext(tokens, 7)).tokens)
@@ -129,11 +147,11 @@ def test_the_drafter_ring_checkpoint_brings_back_rows_a_commit_evicted():
 
 
 def _engine(mode: str, governor: bool = True) -> Engine:
-    """The dense fixture at K = S = 7 in `mode`, without a plan (n-gram match lengths 2..4)."""
+    """The dense fixture at K = S = 7 in `mode`, without a plan (n-gram match length 2)."""
     plain = Workload.of_gguf(target_path("dense"), ctx=512, verify_capacity=8)
     workload = replace(plain, mode=Mode(requested=mode, resolved=mode, chain=(mode,) if mode != "none" else (), reason="test"),
                        speculation=Speculation(k=7, s=7, rollback="full"),
-                       runtime=plain.runtime.model_copy(update={"ngram_n_min": 2, "ngram_n_max": 4}))
+                       runtime=plain.runtime.model_copy(update={"ngram_match": 2, "ngram_draft_min": 1, "ngram_draft_max": 7}))
     return Engine(workload, EngineOptions(governor=governor))
 
 

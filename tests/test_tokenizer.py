@@ -30,7 +30,7 @@ def gemma_tokenizer() -> Tokenizer:
 def spm_reference(text: str, tok: Tokenizer) -> list[int]:
     vocab = tok.vocab
     ids = {piece: i for i, piece in enumerate(vocab.tokens)}
-    verbatim = sorted((p for p, k in zip(vocab.tokens, vocab.types) if k in (CONTROL, USER_DEFINED)), key=len, reverse=True)
+    verbatim = sorted((p for p, k in zip(vocab.tokens, vocab.types, strict=True) if k in (CONTROL, USER_DEFINED)), key=len, reverse=True)
     out: list[int] = []
     for fragment, is_token in _partition(text, verbatim):
         out += [ids[fragment]] if is_token else _spm_fragment(fragment.replace(" ", "▁"), ids, vocab.scores)
@@ -170,3 +170,4 @@ def test_byte_level_bpe_reads_control_tokens_verbatim():
     ids = tok.encode("<|im_start|>hi<|im_end|>")
     assert ids[0] == FIXTURE_TOKENIZER.id_of("<|im_start|>") and ids[-1] == FIXTURE_TOKENIZER.id_of("<|im_end|>")
     assert tok.decode(ids) == "hi"
+

@@ -21,6 +21,7 @@ from power.orchestrator.units import SizeError, format_size, parse_size
         (22_884_408_288, 22_884_408_288),
         (0, 0),
         (4096.0, 4096),
+        ("1024 TiB", 2**50),
     ],
 )
 def test_accepted_forms(text, expected):
@@ -41,6 +42,14 @@ def test_accepted_forms(text, expected):
         (1.5, "whole number"),
         (True, "boolean"),
         ([24], "integer or a string"),
+        ("1025 TiB", "larger than 1.00 PiB"),
+        (2**50 + 1, "larger than 1.00 PiB"),
+        (10**41, "larger than 1.00 PiB"),
+        (1e300, "larger than 1.00 PiB"),
+        ("9" * 5000, "larger than 1.00 PiB"),
+        ("1." + "0" * 5000, "more decimal places"),
+        (float("nan"), "whole number"),
+        (float("inf"), "whole number"),
     ],
 )
 def test_rejected_forms_say_why_and_list_the_accepted_ones(value, fragment):

@@ -78,3 +78,57 @@ def test_a_plan_answers_fit_and_attachment(tmp_path):
     refused = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25",
                                         "--plan", str(edited)])
     assert refused.exit_code == 2 and "digest mismatch" in refused.output
+
+
+def test_a_round_is_priced_by_the_drafters_kind():
+    # a plain model runs K sequential forwards; a trained head about one pass; n-gram lookup nothing
+    assert round_time(3, 0.012, 0.067, "draft-model") == pytest.approx(3 * 0.012 + 1.1 * 0.067)
+    for head in ("mtp", "dflash", "dflash2", "dspark"):
+        assert round_time(7, 0.012, 0.067, head) == pytest.approx(0.012 + 1.1 * 0.067)
+    assert round_time(7, 0.012, 0.067, "ngram") == pytest.approx(1.1 * 0.067)
+    # the same 12 ms head at K = 7: a loss priced as K forwards, a win priced as the one pass it is
+    assert assess(0.067, 0.012, 7, 25.0, drafter="draft-model").verdict == "loss"
+    assert assess(0.067, 0.012, 7, 25.0, drafter="mtp").verdict == "depends on acceptance"
+    assert rate(0.6, 7, 0.012, 0.067, "mtp") > 1.5 * rate(0.6, 7, 0.012, 0.067, "draft-model")
+
+
+def test_break_even_is_not_monotone_in_k():
+    # each extra proposal costs d_s x incumbent = 0.3 tokens and adds p^(K+1): at p ~ 0.75, K=3 -> 4 still pays
+    # (0.75^4 = 0.32 > 0.3), K=4 -> 5 no longer does (0.75^5 = 0.24)
+    p = {k: break_even_p(k, 0.012, 0.067, 25.0) for k in (3, 4, 5, 7)}
+    assert p[3] == pytest.approx(0.7519, abs=5e-4) and p[4] == pytest.approx(0.7486, abs=5e-4)
+    assert p[4] < p[3] < p[5] < p[7]
+
+
+def test_the_report_warns_that_engine_reported_rates_run_optimistic():
+    result = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25",
+                                       "--drafter", "mtp"])
+    assert result.exit_code == 0, result.output
+    assert "warning: acceptance and decode rates an engine reports about itself run optimistic" in result.output
+    assert "(mtp: about one pass per round)" in result.output
+
+
+def test_step_times_come_from_a_bench_evidence_file(tmp_path):
+    from runtime_plans import fixture_plan
+
+    evidence = tmp_path / "evidence.json"
+    bench = CliRunner().invoke(main, ["bench", str(fixture_plan("ngram")), "--vs", str(fixture_plan("none")),
+                                      "--shapes", "echo,identity", "--runs", "1", "--max-tokens", "12",
+                                      "--dtype", "float32", "--prompt-tokens", "48", "-o", str(evidence)])
+    assert bench.exit_code == 0, bench.output
+    result = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    echo = json.loads(evidence.read_text())["shapes"]["echo"]
+    assert report["drafter"] == "ngram" and report["draft_cost"] == "no model pass" and report["k"] == 3
+    assert report["target_step_s"] == pytest.approx(1 / echo["baseline"]["decode_tok_s"])
+    assert report["incumbent_rate"] == pytest.approx(echo["baseline"]["decode_tok_s"])
+    measured = report["measured"]
+    assert measured["engine"] == "power"
+    if echo["candidate"]["draft_n"]:  # the commit per round it ran at, as a per-position acceptance
+        assert 0.0 < measured["measured_p"] <= 1.0
+        assert "measured on power, 'echo' traffic" in report["settling_measurement"]
+    else:  # the cost governor parked the speculator on this machine: nothing was accepted to measure
+        assert measured["measured_p"] is None
+    missing = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "prose"])
+    assert missing.exit_code == 2 and "no 'prose' shape" in missing.output

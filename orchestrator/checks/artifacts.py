@@ -2,19 +2,21 @@
 
 A missing file names its path and the manifest line that declared it; a file
 that is not a readable GGUF is the reader's own PWR10x finding (artifact path and
-byte offset); size, sha256, quant and architecture mismatches point at the
-manifest key to correct.
+byte offset) that also names the manifest line pointing at it (`declared_at`); a header
+value no engine can run is a PWR117/PWR12x finding at the key's byte offset
+(`power.artifacts.header_values`); size, sha256, quant and architecture mismatches point
+at the manifest key to correct.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gguf import LlamaFileType
-
 from power.artifacts.facts import ArtifactError, ArtifactFacts
+from power.artifacts.ggml_types import FILE_TYPES
 from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
@@ -47,8 +49,9 @@ def check_artifact(manifest: Loaded, where: str, declared, source: ArtifactSourc
         facts = source.facts(path)
         digest = source.sha256(path) if with_digest else None
     except ArtifactError as err:
-        return None, [err.finding]
+        return None, [_named_by(manifest, f"{where}.path", err.finding)]
     findings = [
+        *facts.findings,
         *_size(manifest, where, declared.size, facts),
         *_digest(manifest, where, declared.sha256, digest),
         *_quant(manifest, where, declared.quant, facts),
@@ -57,13 +60,17 @@ def check_artifact(manifest: Loaded, where: str, declared, source: ArtifactSourc
     return (None if findings else Checked(facts, digest)), findings
 
 
+def _named_by(manifest: Loaded, where: str, finding: Finding) -> Finding:
+    """The artifact's own finding (file, byte offset), with the manifest line that points at the artifact."""
+    line, col, _ = manifest.locate(where) or (None, None, None)
+    place = ":".join(str(part) for part in (manifest.path, line, col) if part is not None)
+    return dataclasses.replace(finding, where=where, declared_at=place)
+
+
 def file_quant(facts: ArtifactFacts) -> str:
     """The quant the header declares (`general.file_type`, as llama.cpp names it), else the dominant tensor type."""
-    if facts.file_type is not None:
-        try:
-            return LlamaFileType(facts.file_type).name.removeprefix("MOSTLY_")
-        except ValueError:
-            pass
+    if facts.file_type in FILE_TYPES:
+        return FILE_TYPES[facts.file_type]
     return facts.census[0].ggml_type if facts.census else "unknown"
 
 

@@ -13,13 +13,16 @@ from power.orchestrator.loading import Loaded
 
 
 def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | None, target: Checked) -> list[Finding]:
-    """Contract and binding findings for `drafters[index]` (`checked` is its own file, None for in-target kinds)."""
+    """Contract and binding findings for `drafters[index]` (`checked` is its own file: a file-backed drafter or an MTP
+    sidecar; None for a head in the target or weight-free n-gram)."""
     kind = declared.kind
-    if kind == contracts.MTP:
+    if kind == contracts.MTP and checked is None:
         return _at_declaration(manifest, index, contracts.contract_violations(target.facts, kind))
     if checked is None:
         return []
     findings = _at_declaration(manifest, index, contracts.contract_violations(checked.facts, kind))
+    if kind == contracts.MTP and not findings:  # an MTP-only sidecar: the head of this target's model
+        findings += contracts.sidecar_violations(checked.facts, target.facts)
     bound_to = declared.target_sha256
     if bound_to is not None and target.sha256 is not None and bound_to != target.sha256:
         findings.append(manifest.finding(
@@ -41,7 +44,7 @@ def _at_declaration(manifest: Loaded, index: int, findings: list[Finding]) -> li
 def contract_facts(kind: str, checked: Checked | None, target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
     """The header facts a plan records for a drafter (what the runtime and renderers need, nothing else)."""
     if kind == contracts.MTP:
-        return {"nextn_predict_layers": contracts.nextn_layer_count(target.facts)}
+        return {"nextn_predict_layers": contracts.nextn_layer_count((checked or target).facts)}
     if checked is None:
         return {}
     hp = contracts.drafter_hparams(checked.facts)

@@ -14,8 +14,7 @@ from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.loading import Loaded
 
 
-def check_speculation(profile: Loaded, resolved: str, target: Checked, drafter: Checked | None,
-                      vocab_size: int) -> list[Finding]:
+def check_speculation(profile: Loaded, resolved: str, drafter: Checked | None, vocab_size: int) -> list[Finding]:
     settings = profile.model
     findings = []
     fr = settings.spec_mtp_fr_vocab_size
@@ -28,11 +27,6 @@ def check_speculation(profile: Loaded, resolved: str, target: Checked, drafter: 
             "PWR423", f'spec_mtp_fr_vocab_size is set but the mode resolved to "{resolved}", which has no draft head '
             "whose projection FR could cut", where="spec_mtp_fr_vocab_size",
             hint='remove spec_mtp_fr_vocab_size, or set spec_mode = "mtp" on a target with an MTP head'))
-    if settings.spec_mtp_adaptive and resolved != modes.NONE and modes.mode(resolved).context_backed \
-            and not modes.mode(resolved).adaptive:
-        findings.append(profile.finding(
-            "PWR424", f'spec_mtp_adaptive = true but the mode resolved to "{resolved}": {modes.mode(resolved).fixed_shape}',
-            where="spec_mtp_adaptive", hint='set spec_mtp_adaptive = false, or name another mode in spec_mode'))
     if drafter is not None and resolved in contracts.ARCHITECTURE_OF:
         block = contracts.drafter_hparams(drafter.facts).block_size
         if block and settings.spec_draft_max > block - 1:
@@ -40,4 +34,24 @@ def check_speculation(profile: Loaded, resolved: str, target: Checked, drafter: 
                 "PWR425", f"spec_draft_max = {settings.spec_draft_max} but the {resolved} drafter proposes at most "
                 f"{block - 1} tokens per block (block_size {block} = anchor + {block - 1} drafts)",
                 where="spec_draft_max", hint=f"set spec_draft_max to {block - 1} or less"))
+    findings += _ngram_width(profile, resolved)
+    p_min = settings.spec_draft_p_min
+    if p_min is not None and (resolved == modes.NONE or resolved not in modes.CONFIDENCE_GATED):
+        gated = ", ".join(sorted(modes.CONFIDENCE_GATED))
+        findings.append(profile.finding(
+            "PWR426", f'spec_draft_p_min = {p_min:g} but the mode resolved to "{resolved}", whose Power speculator has '
+            f"no confidence gate: the engines would draft differently (only {gated} gates its drafts by it)",
+            where="spec_draft_p_min", hint="remove spec_draft_p_min, or name a mode that gates its drafts"))
     return findings
+
+
+def _ngram_width(profile: Loaded, resolved: str) -> list[Finding]:
+    """An n-gram plan verifies at most K drafts per round in Power's runtime: its longest draft must fit."""
+    settings = profile.model
+    longest = settings.runtime.ngram_draft_max
+    if resolved not in modes.WEIGHT_FREE or longest is None or longest <= settings.spec_draft_max:
+        return []
+    return [profile.finding(
+        "PWR427", f"ngram_draft_max = {longest} but K = spec_draft_max = {settings.spec_draft_max}: Power's runtime "
+        f"verifies at most K drafts per round while llama-server would draft {longest}", where="runtime.ngram_draft_max",
+        hint=f"set spec_draft_max = {longest} (the n-gram's longest draft is K), or lower ngram_draft_max")]

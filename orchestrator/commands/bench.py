@@ -1,50 +1,80 @@
-"""`power bench PLAN [--vs PLAN2] [--shapes ...]`: the A/B protocol -> a per-shape table, evidence and a report."""
+"""`power bench PLAN [--vs PLAN2] [--engine ...] [--sweep ...]`: the A/B protocol -> a per-shape table, evidence,
+a report, and the winner as a deployment env file."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 
+from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_FINDINGS, refuse
+from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
+from power.orchestrator.outputs import require_outputs, writing
+
+ENGINES = ("power", "llama-server", "vllm")
+# What `--write-env` renders per engine: the env file that deployment reads.
+ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 
 
 @click.command("bench")
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.option("--vs", "baseline", type=click.Path(path_type=Path), default=None,
               help="The baseline plan: the incumbent, or a zero-draft control such as a target-only plan.")
+@click.option("--engine", type=click.Choice(ENGINES), default=None,
+              help="The engine both plans run on: Power's runtime in this process, or a live llama-server / vLLM "
+              "launched from each plan's render on a free loopback port (and stopped afterwards). Default: the "
+              "engine the candidate plan was compiled (sized) for.")
+@click.option("--engine-binary", type=click.Path(path_type=Path), default=None,
+              help="The llama-server / vllm executable (default: $POWER_LLAMA_SERVER / $POWER_VLLM, else PATH).")
 @click.option("--shapes", default="prose,echo,structured,identity", show_default=True,
               help="Traffic shapes to run, comma-separated: prose, echo, structured, identity.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Measured runs per configuration and shape (alternating A/B, B/A, ...).")
 @click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
               help="Tokens per request (the identity shape stops at 16).")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
+              help="The echo passage's size in (Gemma-like) tokens (default: the seeds' ~1.5k, 1536); prose filler is "
+              "2/3 of it.")
+@click.option("--sweep", "sweeps", multiple=True, metavar="SETTING=V1,V2,...",
+              help="Run variants of PLAN in the same run: k=3,5,7 (draft depth), window=2/7,48/64 (n-gram draft "
+              "lengths), ngram_match=4,24 ...; several --sweep combine. The winner becomes the evidence.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write the power.evidence/v1 document here (atomically).")
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Write a report with a per-shape chart: report.md (Markdown) or report.html.")
+@click.option("--write-env", "env_path", type=click.Path(path_type=Path), default=None,
+              help="Write the winner (else the incumbent) as the deployment's env file, the measured table as its "
+              "comment: LLAMA_ARG_* for llama-server, POWER_* for power.")
 @runtime_options(default_dtype="bfloat16")
+@root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
-def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens: int, output: Path | None,
-          report: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
-          as_json: bool) -> None:
+def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,
+          max_tokens: int, prompt_tokens: int | None, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
+          env_path: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
+          root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
     length, replay/fallback counts, greedy parity and a per-shape verdict ("a
-    traffic decision, not a winner"). Exit codes: 0 measured (and, with --vs,
-    no greedy output differed), 1 greedy outputs differ between the
-    configurations (lossy), 2 usage or input error. Both configurations load with the same dtypes.
+    traffic decision, not a winner"). With --engine llama-server|vllm both plans
+    run on that engine as `power render` prints them, and the evidence says which
+    engine and build produced it. Exit codes: 0 measured (and, with --vs, no greedy
+    output differed), 1 greedy outputs differ between the configurations (lossy),
+    2 usage or input error (a missing engine binary included: nothing is measured).
     """
-    from power.orchestrator.plan import load_plan
+    require_outputs(files=(output, report, env_path), as_json=as_json)
+    from power.orchestrator import live, sweep
+    from power.orchestrator.plan import load_plan, located
     from power.runtime import bench as harness
     from power.runtime.bench_report import REPORT_FORMATS, text_table, write_report
-    from power.runtime.engine import Engine, EngineOptions, Workload
-    from power.runtime.traffic import build_shape, parse_shapes
+    from power.runtime.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
 
     try:
         names = parse_shapes(shapes)
@@ -52,33 +82,135 @@ def bench(plan: Path, baseline: Path | None, shapes: str, runs: int, max_tokens:
         raise click.BadParameter(str(err), param_hint="--shapes") from None
     if report is not None and report.suffix not in REPORT_FORMATS:
         raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
-    for path in (output, report):
-        if path is not None and not path.parent.is_dir():
-            raise click.UsageError(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
     try:
-        traffic = [build_shape(name, max_tokens) for name in names]
+        traffic = [build_shape(name, max_tokens, prompt_tokens or SEEDS_PROMPT_TOKENS) for name in names]
     except ValueError as err:
         raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
-    paths = [(harness.CANDIDATE, plan)] + ([(harness.BASELINE, baseline)] if baseline else [])
     try:
-        plans = [(label, path, load_plan(path)) for label, path in paths]
-        configs = []
-        for label, path, resolved in plans:
-            click.echo(f"loading {label}: {path} (mode {resolved.mode.resolved})", err=True)
-            options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
-            engine = Engine(Workload.of_plan(resolved, path), options)
-            configs.append(harness.BenchConfig(label, path, resolved, engine))
-        measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
+        candidate_plan = located(load_plan(plan), plan, root)
     except PowerError as err:
         refuse(err, as_json)
-    document = harness.evidence(configs, traffic, runs, max_tokens, measurements)
+    engine = engine or candidate_plan.memory.engine
+    if env_path is not None and engine not in ENV_TARGETS:
+        raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
+                               f"--engine {' or '.join(ENV_TARGETS)}")
+    try:
+        binary = live.engine_binary(engine, engine_binary) if engine in live.LIVE_ENGINES else None
+        candidates = [(harness.CANDIDATE, plan, candidate_plan)]
+        if sweeps:
+            folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
+            candidates = []
+            for overrides in sweep.parse(list(sweeps)):
+                variant, variant_path = sweep.variant(candidate_plan, overrides, folder)
+                candidates.append((sweep.label(overrides), variant_path, variant))
+        plans = candidates + ([(harness.BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline else [])
+    except PowerError as err:
+        refuse(err, as_json)
+    for label, path, resolved in plans:
+        if resolved.memory.engine != engine:
+            click.echo(f"note: {label} {path} was sized for {resolved.memory.engine}; measuring it on {engine}: "
+                       f"its evidence counts for {engine} deployments only", err=True)
+    with contextlib.ExitStack() as running:
+        try:
+            configs = _configs(plans, engine, binary, device, dtype, lm_head_dtype, threads, root, running)
+            measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
+        except PowerError as err:
+            refuse(err, as_json)  # exits; the stack stops every server it started
+    control = configs[-1] if baseline else None
+    documents = [harness.evidence(config, control, traffic, runs, max_tokens, measurements)
+                 for config in configs[: len(candidates)]]
+    best = harness.winner(documents) if control else None
+    document = best or documents[0]
+    if sweeps:
+        document["sweep"] = _sweep_section(documents, [label for label, _, _ in candidates], best)
     if output is not None:
-        harness.write_evidence(document, output)
+        with writing(output, as_json):
+            harness.write_evidence(document, output)
         click.echo(f"wrote {output}", err=True)
     if report is not None:
-        write_report(document, report)
+        with writing(report, as_json):
+            write_report(document, report)
         click.echo(f"wrote {report}", err=True)
-    click.echo(json.dumps(document, indent=2, ensure_ascii=False) if as_json else text_table(document), nl=not as_json)
-    if any(result["verdict"] == "lossy" for result in document["shapes"].values()):
+    table = text_table(document)
+    if sweeps:
+        table = _sweep_table(document["sweep"]) + "\n" + table
+    if env_path is not None:
+        with writing(env_path, as_json):
+            _write_env(env_path, engine, best, configs, control, table)
+    click.echo(json.dumps(document, indent=2, ensure_ascii=False) if as_json else table, nl=not as_json)
+    if any(result["verdict"] == "lossy" for d in documents for result in d["shapes"].values()):
         sys.exit(EXIT_FINDINGS)
 
+
+def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
+             threads: int | None, root: Path | None, running: contextlib.ExitStack):
+    """One configuration per plan, its engine loaded (Power) or started and healthy (live; stopped by `running`)."""
+    from power.orchestrator.live import LiveEngine, LiveEngineError
+    from power.runtime import bench as harness
+    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.served import ServedEngine
+
+    configs, servers = [], []
+    for label, path, plan in plans:
+        click.echo(f"loading {label}: {path} (mode {plan.mode.resolved}) on {engine}", err=True)
+        if engine == "power":
+            options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
+            runtime_engine = Engine(Workload.of_plan(plan, path, root), options)
+            configs.append(harness.BenchConfig(label, Path(path), plan, runtime_engine))
+        else:
+            if binary is None:
+                raise LiveEngineError(f"no {engine} binary to launch", hint="pass --engine-binary PATH")
+            server = LiveEngine(engine, plan, Path(path), binary, threads=threads)
+            running.callback(server.stop)
+            server.start_process()
+            servers.append(server)
+            configs.append(harness.BenchConfig(label, Path(path), plan, ServedEngine(server)))
+    for server in servers:  # live servers load side by side, then each must be healthy
+        server.wait_healthy()
+    return configs
+
+
+def _sweep_section(documents: list[dict], labels: list[str], best: dict | None) -> dict:
+    variants = []
+    for label, document in zip(labels, documents, strict=True):
+        variants.append({
+            "label": label, "plan_digest": document["candidate"]["plan_digest"], "plan": document["candidate"]["plan"],
+            "k": document["candidate"]["k"], "ngram": document["candidate"]["ngram"],
+            "lossless": document["lossless"]["proven"],
+            "shapes": {name: {"decode_tok_s": r["candidate"]["decode_tok_s"], "speedup": r.get("speedup"),
+                              "acceptance": r["candidate"]["acceptance"], "verdict": r["verdict"]}
+                       for name, r in document["shapes"].items()},
+        })
+    winner = next((label for label, d in zip(labels, documents, strict=True) if d is best), None)
+    return {"variants": variants, "winner": winner,
+            "rule": "lossless, never slower on a shape, faster on one; then the best geometric-mean speedup"}
+
+
+def _sweep_table(section: dict) -> str:
+    shapes = list(section["variants"][0]["shapes"]) if section["variants"] else []
+    lines = ["sweep: " + "  ".join(["variant".ljust(22), *(s.ljust(24) for s in shapes), "lossless"])]
+    for v in section["variants"]:
+        cells = [f"{r['decode_tok_s']:.2f} ({r['speedup']:.2f}x {r['verdict']})" if r.get("speedup")
+                 else f"{r['decode_tok_s']:.2f} ({r['verdict']})" for r in v["shapes"].values()]
+        lines.append("       " + "  ".join([v["label"].ljust(22), *(c.ljust(24) for c in cells),
+                                            "yes" if v["lossless"] else "no"]))
+    lines.append(f"winner: {section['winner'] or 'none: no variant won on every shape; the incumbent stays'}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_env(path: Path, engine: str, best: dict | None, configs, control, table: str) -> None:
+    """The winner (or, when none won, the incumbent) rendered as the deployment's env file, the table as comment."""
+    from power.orchestrator.render import render
+
+    chosen = next((c for c in configs if best and c.plan.digest == best["candidate"]["plan_digest"]), None)
+    if chosen is None:
+        chosen = control or configs[0]
+        verdict = ("no candidate won on every measured shape: this is the incumbent's env; do not switch without "
+                   "re-measuring")
+    else:
+        verdict = f"the winner: {chosen.label} (plan {chosen.plan.digest[:12]}), measured against the incumbent below"
+    body = render(chosen.plan, ENV_TARGETS[engine], chosen.plan_path)
+    measured = "\n".join(f"# {line}".rstrip() for line in [f"power bench on {engine}: {verdict}", "",
+                                                             *table.splitlines()])
+    write_text_atomic(path, measured + "\n" + body)
+    click.echo(f"wrote {path}", err=True)

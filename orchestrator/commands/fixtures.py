@@ -11,6 +11,7 @@ from power.artifacts.contracts import MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.factory import build_fixtures
 from power.artifacts.facts import ArtifactError, inspect_artifact
+from power.orchestrator.outputs import require_outputs
 
 # Header-only fixtures are sparse files of real artifact sizes: hashing reads every byte of the hole.
 HASH_LIMIT_BYTES = 100_000_000
@@ -27,6 +28,7 @@ def fixtures() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def build(directory: Path, hash_sparse: bool, as_json: bool) -> None:
     """Write every fixture into DIRECTORY (deterministic: the same files, the same digests)."""
+    require_outputs(directories=(directory,), as_json=as_json)
     rows = [_describe(name, path, hash_sparse) for name, path in build_fixtures(directory).items()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -36,7 +38,7 @@ def build(directory: Path, hash_sparse: bool, as_json: bool) -> None:
         for row in rows]
     widths = [max(len(row[i]) for row in table) for i in range(5)]
     for row in table:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 def _kind(drafter_kind: str | None, architecture: str) -> str:

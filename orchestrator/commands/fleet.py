@@ -1,4 +1,5 @@
-"""`power fleet review|report FLEET`: plan and check every deployment; show drift against the fleet lock.
+"""`power fleet review|report|render FLEET`: plan and check every deployment; show drift against the fleet lock;
+render the fleet for a cluster.
 
 Exit codes (for CI): 0 clean; 1 error findings (in the fleet file, a manifest,
 a profile, an artifact, a plan or the lock); 2 usage error (a bad option, a
@@ -20,8 +21,11 @@ from power.findings import Finding, Severity
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, write_lock
 from power.orchestrator.fleet.report import render_report
-from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, exit_code, review_fleet
+from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, default_lock_path, exit_code, review_fleet
 from power.orchestrator.fleet.rollout import IN_PROGRESS, stage_states
+from power.orchestrator.kubernetes.fleet import render_fleet
+from power.orchestrator.kubernetes.tree import write_tree
+from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.units import format_size
 
 _COLUMNS = ("DEPLOYMENT", "DEV", "FITS", "MARGIN", "MODE", "K/S", "ROLLBACK", "TRAFFIC", "FINDINGS")
@@ -47,6 +51,8 @@ def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exi
     Exit codes: 0 clean, 1 error findings, 2 usage error,
     3 (with --detailed-exitcode) clean but drifted from the lock.
     """
+    if record:
+        require_outputs(files=(lock_path or default_lock_path(fleet_file),), as_json=as_json)
     result = review_fleet(fleet_file, lock_path)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
@@ -78,15 +84,41 @@ def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exi
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The HTML file to write.")
 def report(fleet_file: Path, lock_path: Path | None, output: Path) -> None:
     """Write the fleet review as one self-contained HTML page (hosts, VRAM bars, findings, drift)."""
+    require_outputs(files=(output,))
     result = review_fleet(fleet_file, lock_path)
     if result.input_error:
         for finding in result.findings:
             click.echo(finding.render(), err=True)
         sys.exit(exit_code(result, False))
     rollout = result.lock.rollout if result.lock else None
-    write_text_atomic(output, render_report(result.to_json(), result.drift_text(), rollout))
+    with writing(output):
+        write_text_atomic(output, render_report(result.to_json(), result.drift_text(), rollout))
     click.echo(f"wrote {output}")
     sys.exit(EXIT_FINDINGS if result.has_errors else EXIT_OK)
+
+
+@fleet.command("render")
+@click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--target", type=click.Choice(["kubernetes"]), required=True, expose_value=False, help="What to render.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="The folder to write (replaced whole): base/ and stages/<stage>/.")
+@click.option("--dry-run", is_flag=True, help="Render without engine images: placeholders under dry-run.invalid "
+                                              "that validate but never pull.")
+@_LOCK_OPTION
+def render(fleet_file: Path, output: Path, dry_run: bool, lock_path: Path | None) -> None:
+    """Render FLEET as Kubernetes manifests: a kustomize base, and an overlay per applied rollout stage.
+
+    Exit codes: 0 written, 1 error findings (nothing written), 2 usage error.
+    """
+    require_outputs(directories=(output,))
+    files, findings = render_fleet(fleet_file, lock_path, dry_run)
+    for finding in findings:
+        click.echo(finding.render(), err=True)
+    if files is None:
+        click.echo(f"{output} is unchanged: the fleet has errors", err=True)
+        sys.exit(EXIT_FINDINGS)
+    write_tree(output, files)
+    click.echo(f"wrote {output} (kubectl apply -k {output / 'base'})")
 
 
 def _rollout_in_progress(result: FleetReview) -> bool:
@@ -139,7 +171,7 @@ def _row(item: dict) -> tuple[str, ...]:
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(_COLUMNS, *rows)]
-    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+    widths = [max(len(cell) for cell in column) for column in zip(_COLUMNS, *rows, strict=True)]
+    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
              for line in [_COLUMNS, *rows]]
     return "\n".join(lines)

@@ -4,32 +4,39 @@ The launch is read from the command line after `--`, an env file, or a systemd
 unit (its Environment=, EnvironmentFile= and ExecStart= lines). Every known
 launch-line mistake is a finding located at the flag. With `-o DIR`, a launch
 that reads without errors becomes DIR/manifest.toml + DIR/profile.toml, which
-are then loaded and checked like any Power file; with `--device SIZE` or
+are first loaded and checked like any Power file; with `--device SIZE` or
 `--host HOST` they are also compiled into a plan (artifact digests and kinds,
-binding, tokenizer, sizing). Exit codes: 0 clean, 1 error findings (nothing
-written when the launch line itself has errors), 2 usage or input error.
+binding, tokenizer, sizing). The files are checked in a scratch folder beside
+DIR and moved into DIR only when no check found an error: any error finding
+writes nothing. Exit codes: 0 clean, 1 error findings, 2 usage or input error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 import tomli_w
 
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.digests import sha256_file
+from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, refuse
 from power.orchestrator.commands.plan import DeviceSize, host_from_options
 from power.orchestrator.compile import compile_plan
 from power.orchestrator.launch_import import (
-    ENV_PREFIX,
     LLAMA_SERVER,
     VLLM,
     LaunchSpec,
+    env_names,
     import_launch,
     manifest_document,
     profile_document,
@@ -42,6 +49,7 @@ from power.orchestrator.launch_tokens import (
     tokens_from_systemd_unit,
 )
 from power.orchestrator.loading import load_manifest, load_profile
+from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.units import format_size
 
@@ -65,22 +73,19 @@ def _engine_command(engine: str):
                 device: int | None, host_path: Path | None, as_json: bool) -> None:
         if output is None and (device is not None or host_path is not None):
             raise click.UsageError("--device and --host compile the written files: give -o DIR as well")
+        require_outputs(directories=(output,), as_json=as_json)
         try:
             tokens = _tokens(engine, list(argv), env_file, unit)
         except LaunchInputError as err:
             refuse(err, as_json)
         result = import_launch(engine, tokens)
         findings = list(result.findings)
-        documents = {}
+        documents: dict[str, Any] = {}
         if output is not None and not has_errors(findings):
             findings += _missing_files(result.spec)
         if output is not None and not has_errors(findings):
-            documents, written = _write(result.spec, output)
-            findings += written
-            if not has_errors(findings) and (device is not None or host_path is not None):
-                plan, compiled = _compile(output, host_path, device)
-                findings += [f for f in compiled if f not in findings]
-                documents["plan"] = _plan_summary(plan) if plan else None
+            documents, checked = _checked_documents(result.spec, output, host_path, device, engine)
+            findings += [f for f in checked if f not in findings]
         _report(findings, documents, as_json)
         sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
 
@@ -97,9 +102,9 @@ def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | No
     if len(sources) != 1:
         raise LaunchInputError("give the launch one way: after `--`, or --env-file FILE, or --unit FILE")
     if env_file is not None:
-        return tokens_from_env_file(env_file, ENV_PREFIX[engine])
+        return tokens_from_env_file(env_file, env_names(engine))
     if unit is not None:
-        return tokens_from_systemd_unit(unit, ENV_PREFIX[engine])
+        return tokens_from_systemd_unit(unit, env_names(engine))
     return tokens_from_argv(argv)
 
 
@@ -115,26 +120,71 @@ def _at(token: Token, message: str) -> Finding:
                    hint="run the import on the machine that holds the files, or pass their local paths")
 
 
-def _write(spec: LaunchSpec, output: Path) -> tuple[dict, list[Finding]]:
-    output.mkdir(parents=True, exist_ok=True)
-    documents = {"manifest": manifest_document(spec, output.absolute(), sha256_file), "profile": profile_document(spec)}
+def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None, device: int | None,
+                       engine: str) -> tuple[dict, list[Finding]]:
+    """Write manifest and profile into a scratch folder beside `output`, check (and compile) them there, and move
+    them into `output` only when nothing found an error; the documents and every finding come back."""
+    parent = output.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}.import-", dir=parent))
+    try:
+        documents, findings = _write(spec, scratch)
+        if not has_errors(findings) and (device is not None or host_path is not None):
+            plan, compiled = _compile(scratch, host_path, device, engine)
+            findings += [f for f in compiled if f not in findings]
+            documents["plan"] = _plan_summary(plan) if plan else None
+        if not has_errors(findings):
+            output.mkdir(parents=True, exist_ok=True)
+            for name in ("manifest.toml", "profile.toml"):
+                os.replace(scratch / name, output / name)
+            return documents, [_moved(f, scratch, output) for f in findings]
+        return {}, [_moved(f, scratch, output) for f in findings]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _moved(finding: Finding, scratch: Path, output: Path) -> Finding:
+    """A finding about a scratch file names the file it is (or would have been) in `output`."""
+    if finding.file and finding.file.startswith(str(scratch)):
+        return dataclasses.replace(finding, file=str(output / Path(finding.file).relative_to(scratch)))
+    return finding
+
+
+def _write(spec: LaunchSpec, folder: Path) -> tuple[dict, list[Finding]]:
+    if spec.ctx is None:
+        spec.ctx = _model_context(spec)
+    documents = {"manifest": manifest_document(spec, folder.absolute(), sha256_file), "profile": profile_document(spec)}
     findings = []
     for kind, loader in (("manifest", load_manifest), ("profile", load_profile)):
-        path = output / f"{kind}.toml"
+        path = folder / f"{kind}.toml"
         write_text_atomic(path, tomli_w.dumps(documents[kind]))
         findings += loader(path).findings
     return documents, findings
 
 
-def _compile(output: Path, host_path: Path | None, device: int | None):
-    host, findings = host_from_options(host_path, device)
+def _model_context(spec: LaunchSpec) -> int | None:
+    """Without -c, llama-server runs the model's trained context (`-c 0`): read it from the header."""
+    if spec.model is None:
+        return None
+    try:
+        context = inspect_artifact(Path(spec.model.text)).hparam("context_length")
+    except ArtifactError:
+        return None
+    return context if isinstance(context, int) and context > 0 else None
+
+
+def _compile(folder: Path, host_path: Path | None, device: int | None, engine: str):
+    """The written files compiled for the engine the launch line runs (its allocation is what must fit)."""
+    host, findings = host_from_options(host_path, (device,) if device is not None else ())
     if host is None:
         return None, findings
-    return compile_plan(load_manifest(output / "manifest.toml"), load_profile(output / "profile.toml"), host)
+    return compile_plan(load_manifest(folder / "manifest.toml"), load_profile(folder / "profile.toml"), host,
+                        engine=engine)
 
 
 def _plan_summary(plan: ResolvedPlan) -> dict:
-    return {"digest": plan.digest, "device": plan.device.name, "verdict": plan.memory.verdict,
+    return {"digest": plan.digest, "device": plan.devices[0].name, "engine": plan.memory.engine,
+            "verdict": plan.memory.verdict,
             "margin_bytes": plan.memory.margin_bytes, "mode": plan.mode.resolved, "chain": list(plan.mode.chain),
             "k": plan.speculation.k, "s": plan.speculation.s, "rollback": plan.speculation.rollback}
 

@@ -1,20 +1,24 @@
 """`power inspect FILE`: what a GGUF artifact's header says, as a readable report or one JSON object.
 
-Exit codes: 0 the header was read; 1 the file is not a readable GGUF (the PWR10x
-finding goes to stderr, or into the JSON object's `findings` with --json).
+Exit codes: 0 the header was read and its values are sound; 1 the file is not a
+readable GGUF (the PWR10x finding goes to stderr, or into the JSON object's
+`findings` with --json), or a header value no engine can run (PWR117/PWR12x: the
+report is printed, the findings follow it on stderr and are in the JSON's `findings`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 import click
+import numpy as np
 
 from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, ArtifactFacts, inspect_artifact
+from power.findings import has_errors
 from power.orchestrator.cli import EXIT_FINDINGS
 
 CONTRACT_NAMES = {DFLASH: "DFlash v1", DFLASH2: "DFlash2 (convolution + selector)",
@@ -40,9 +44,13 @@ def inspect(file: str, as_json: bool, no_cache: bool, no_hash: bool) -> None:
             click.echo(error.finding.render(), err=True)
         sys.exit(EXIT_FINDINGS)
     if as_json:
-        click.echo(json.dumps({**facts.to_json(), "sha256": digest, "findings": []}, indent=2))
+        click.echo(json.dumps({**facts.to_json(), "sha256": digest}, indent=2))
     else:
         click.echo(render_report(facts, digest))
+        for finding in facts.findings:
+            click.echo(finding.render(), err=True)
+    if has_errors(list(facts.findings)):
+        sys.exit(EXIT_FINDINGS)
 
 
 def render_report(facts: ArtifactFacts, digest: str | None) -> str:
@@ -50,9 +58,9 @@ def render_report(facts: ArtifactFacts, digest: str | None) -> str:
     return "\n\n".join(section for section in sections if section)
 
 
-def _rows(rows: list[tuple[str, ...]], indent: str = "  ") -> str:
+def _rows(rows: Sequence[tuple[str, ...]], indent: str = "  ") -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def _bytes(n: int) -> str:
@@ -63,6 +71,9 @@ def _bytes(n: int) -> str:
 
 
 def _value(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        shown = ", ".join(_value(item) for item in value[:ARRAY_PREVIEW].tolist())
+        return f"[{shown}, ...] ({value.size:,} {value.dtype} items)"
     if isinstance(value, list):
         shown = ", ".join(_value(item) for item in value[:ARRAY_PREVIEW])
         return f"[{shown}{', ...' if len(value) > ARRAY_PREVIEW else ''}] ({len(value)} items)" if len(value) > ARRAY_PREVIEW else f"[{shown}]"

@@ -1,20 +1,23 @@
-"""`power plan MANIFEST PROFILE (--host HOST | --device SIZE)`: compile a resolved engine plan."""
+"""`power plan MANIFEST PROFILE (--host HOST | --device SIZE...) [--device-index N...] [--engine E]`: compile a plan."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
 from power.findings import Finding
 from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from power.orchestrator.compile import compile_plan
+from power.orchestrator.compile import Placed, compile_plan
 from power.orchestrator.loading import load_host, load_manifest, load_profile
+from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.plan import save_plan, to_json, to_toml
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
+from power.orchestrator.sizing import ENGINES
 from power.orchestrator.units import SizeError, format_size, parse_size
 
 # Loader codes that mean the command was pointed at nothing: usage errors, not check failures.
@@ -31,13 +34,48 @@ class DeviceSize(click.ParamType):
             self.fail(f"{err}; write e.g. \"24 GiB\"", param, ctx)
 
 
-def host_from_options(host_path: Path | None, device: int | None) -> tuple[HostSpec | None, list[Finding]]:
-    """The host to plan for: a host file, or one device of the given size with the default headroom."""
+def host_from_options(host_path: Path | None, sizes: tuple[int, ...]) -> tuple[HostSpec | None, list[Finding]]:
+    """The host to plan for: a host file, or one device per --device size with the default headroom."""
     if host_path is not None:
         loaded = load_host(host_path)
         return (loaded.model if loaded.ok else None), loaded.findings
-    return HostSpec(name="command line", devices=[DeviceSpec(model=f"{format_size(device)} device", vram=device)],
-                    headroom=DEFAULT_HEADROOM), []
+    return HostSpec(name="command line", devices=[DeviceSpec(model=f"{format_size(size)} device", vram=size)
+                                                  for size in sizes], headroom=DEFAULT_HEADROOM), []
+
+
+def placement_from_options(host_path: Path | None, sizes: tuple[int, ...], indices: tuple[int, ...],
+                           engine: str) -> tuple[Placed | None, list[Finding]]:
+    """Where to plan: the --device-index devices (default: every --device given, or the host's device 0)."""
+    if (host_path is None) == (not sizes):
+        raise click.UsageError("give exactly one of --host HOST.toml or --device SIZE (repeat --device for several)")
+    host, findings = host_from_options(host_path, sizes)
+    if host is None:
+        return None, findings
+    chosen = indices or (tuple(range(len(host.devices))) if host_path is None else (0,))
+    missing = [i for i in chosen if i >= len(host.devices)]
+    if missing:
+        raise click.UsageError(f"--device-index {missing[0]}: {host_path or 'the command line'} has "
+                               f"{len(host.devices)} device(s)")
+    if len(set(chosen)) != len(chosen):
+        raise click.UsageError(f"--device-index names a device twice: {list(chosen)}")
+    return Placed(host, chosen, engine), findings
+
+
+def placement_options(command):
+    """The options `power plan` and `power size` share: where the plan runs and on which engine."""
+    options = [
+        click.option("--host", "host_path", type=click.Path(path_type=Path), help="A host file (power.host/v1)."),
+        click.option("--device", "sizes", type=DeviceSize(), multiple=True,
+                     help='A device of this size, e.g. "24 GiB" (headroom 512 MiB); repeat for several.'),
+        click.option("--device-index", "indices", type=click.IntRange(min=0), multiple=True,
+                     help="Which device(s) to run on, by index (repeat for a split; default: every --device, or the "
+                          "host's device 0)."),
+        click.option("--engine", type=click.Choice(ENGINES), default="power", show_default=True,
+                     help="The engine whose allocation is sized (a fleet deployment's `engine`)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -47,29 +85,24 @@ def exit_code(findings: list[Finding]) -> int:
 @click.command("plan")
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.argument("profile", type=click.Path(path_type=Path))
-@click.option("--host", "host_path", type=click.Path(path_type=Path), help="A host file (power.host/v1).")
-@click.option("--device", type=DeviceSize(), help='One device of this size, e.g. "24 GiB" (headroom 512 MiB).')
-@click.option("--device-index", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Which of the host's devices to plan for.")
+@placement_options
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the plan (JSON, or TOML for a .toml name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan document as JSON.")
 @click.option("--toml", "as_toml", is_flag=True, help="Print the plan document as TOML.")
-def plan(manifest, profile, host_path, device, device_index, output, as_json, as_toml) -> None:
+def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, as_toml) -> None:
     """Compile MANIFEST + PROFILE for a host into a resolved engine plan; refuse with every finding."""
-    if (host_path is None) == (device is None):
-        raise click.UsageError("give exactly one of --host HOST.toml or --device SIZE")
-    host, findings = host_from_options(host_path, device)
-    if host is not None and device_index >= len(host.devices):
-        raise click.UsageError(f"--device-index {device_index}: {host_path} has {len(host.devices)} device(s)")
+    require_outputs(files=(output,), as_json=as_json)
+    placed, findings = placement_from_options(host_path, sizes, indices, engine)
     resolved = None
-    if host is not None:
-        resolved, compiled = compile_plan(load_manifest(manifest), load_profile(profile), host, device_index,
-                                          host_path=host_path)
+    if placed is not None:
+        resolved, compiled = compile_plan(load_manifest(manifest), load_profile(profile), placed.host, placed.devices,
+                                          host_path=host_path, engine=engine)
         findings = findings + compiled
     if resolved is None:
         _refuse(findings, as_json)
     if output is not None:
-        save_plan(resolved, output)
+        with writing(output, as_json):
+            save_plan(resolved, output)
     if as_json:
         click.echo(to_json(resolved), nl=False)
     elif as_toml:
@@ -83,7 +116,7 @@ def plan(manifest, profile, host_path, device, device_index, output, as_json, as
     sys.exit(EXIT_OK)
 
 
-def _refuse(findings: list[Finding], as_json: bool) -> None:
+def _refuse(findings: list[Finding], as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"plan": None, "findings": [f.to_json() for f in findings]}, indent=2))
     for finding in findings:

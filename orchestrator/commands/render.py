@@ -1,4 +1,4 @@
-"""`power render PLAN --target ...`: launch artifacts from a resolved plan."""
+"""`power render PLAN --target ... [--root DIR]`: launch artifacts from a resolved plan whose artifacts verify."""
 
 from __future__ import annotations
 
@@ -7,27 +7,98 @@ from pathlib import Path
 import click
 
 from power.artifacts.atomic import write_text_atomic
-from power.findings import PowerError
-from power.orchestrator.cli import refuse
-from power.orchestrator.plan import load_plan
-from power.orchestrator.render import TARGETS
+from power.artifacts.verify import verified_sha256
+from power.findings import PowerError, has_errors
+from power.orchestrator.cli import EXIT_FINDINGS, print_findings, refuse
+from power.orchestrator.commands.artifact_root import root_option
+from power.orchestrator.outputs import require_outputs, writing
+from power.orchestrator.plan import ResolvedPlan, load_plan, located, planned_artifacts
+from power.orchestrator.render import ENGINES, TARGETS, Listen
 from power.orchestrator.render import render as render_plan
+
+KUBERNETES = "kubernetes"
 
 
 @click.command("render")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
-@click.option("--target", "target", type=click.Choice(TARGETS), required=True, help="What to render.")
+@click.option("--target", "target", type=click.Choice([*TARGETS, KUBERNETES]), required=True, help="What to render.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE (atomically) instead of stdout.")
-def render(plan_path: Path, target: str, output: Path | None) -> None:
-    """Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan (JSON or TOML)."""
+@click.option("--host", "host_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="kubernetes: the host file whose [kubernetes] table names the node and the images.")
+@click.option("--engine", type=click.Choice(ENGINES), default="power", show_default=True,
+              help="kubernetes: the engine the container runs.")
+@click.option("--models-host-path", help="kubernetes: the folder on the node holding the model files (hostPath).")
+@click.option("--models-claim", help="kubernetes: the PersistentVolumeClaim holding the model files.")
+@click.option("--models-local", type=click.Path(path_type=Path, file_okay=False),
+              help="kubernetes: the local folder the volume is a copy of (default: the target's folder).")
+@click.option("--namespace", help="kubernetes: the objects' namespace (default: none, kubectl's current one).")
+@click.option("--pod-monitor", is_flag=True, help="kubernetes: also a Prometheus Operator PodMonitor.")
+@click.option("--dry-run", is_flag=True, help="kubernetes: placeholder images (under dry-run.invalid) instead of the host's.")
+@click.option("--power-executable", metavar="PATH",
+              help="systemd: the absolute path of `power` ExecStart= runs (default: this power's own).")
+@click.option("--address", help="llama-server, llama-server-env, vllm, power: the address the server binds "
+                                "(default: the engine's own, e.g. llama-server's 127.0.0.1).")
+@click.option("--port", type=click.IntRange(1, 65535),
+              help="llama-server, llama-server-env, vllm, power: the port the server binds (default: the engine's own).")
+@root_option
+def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str,
+           models_host_path: str | None, models_claim: str | None, models_local: Path | None, namespace: str | None,
+           pod_monitor: bool, dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
+           root: Path | None) -> None:
+    """Render launch artifacts (llama-server and its LLAMA_ARG_* env file, vLLM, Power, env, systemd, Kubernetes)
+    from a plan (JSON or TOML).
+
+    Every artifact the plan names is hashed in full first: a file that is not the one the plan
+    was compiled with (PWR115) or is missing (PWR110) renders nothing (exit 2). The rendered
+    launch names the artifacts where they were verified.
+    """
+    if (address is None) != (port is None):
+        raise click.UsageError("--address and --port go together: give both, or neither for the engine's default")
+    require_outputs(files=(output,))
     try:
-        text = render_plan(load_plan(plan_path), target, plan_path)
+        plan = located(load_plan(plan_path), plan_path, root)
+        for artifact in planned_artifacts(plan):
+            verified_sha256(artifact)
+        if target == KUBERNETES:
+            text = _kubernetes(plan, host_path, engine, models_host_path, models_claim, models_local, namespace,
+                               pod_monitor, dry_run)
+        else:
+            text = render_plan(plan, target, plan_path, root, executable=power_executable,
+                               listen=Listen(address, port) if address and port else None)
     except PowerError as err:
         refuse(err)
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_text_atomic(output, text)
-        if target not in ("env", "systemd"):
-            output.chmod(0o755)
+        with writing(output):
+            write_text_atomic(output, text, executable=target in ENGINES)
         click.echo(f"wrote {output}", err=True)
+
+
+def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, models_host_path: str | None,
+                models_claim: str | None, models_local: Path | None, namespace: str | None, pod_monitor: bool,
+                dry_run: bool) -> str:
+    from pydantic import ValidationError
+
+    from power.orchestrator.kubernetes.objects import render_objects
+    from power.orchestrator.kubernetes.placement import host_placement, model_mount
+    from power.orchestrator.kubernetes.tree import yaml_text
+    from power.orchestrator.loading import load_host
+    from power.orchestrator.schema import ModelVolume
+
+    if host_path is None:
+        raise click.UsageError("--target kubernetes needs --host HOST.toml (its [kubernetes] table names the node "
+                               "and the images)")
+    if (models_host_path is None) == (models_claim is None):
+        raise click.UsageError("--target kubernetes needs one of --models-host-path or --models-claim")
+    local = models_local or Path(plan.target.path).parent
+    try:
+        volume = ModelVolume(host_path=models_host_path, claim=models_claim, local=local.resolve())
+    except ValidationError as err:
+        raise click.UsageError(f"--models-host-path: {err.errors()[0]['msg']}") from None
+    placement, findings = host_placement(load_host(host_path), plan, engine, model_mount(volume), dry_run=dry_run,
+                                         namespace=namespace, pod_monitor=pod_monitor)
+    if placement is None or has_errors(findings):
+        print_findings(findings, as_json=False)
+        raise SystemExit(EXIT_FINDINGS)
+    return yaml_text(*render_objects(plan, placement))

@@ -9,7 +9,10 @@ import click
 
 from power.findings import PowerError
 from power.orchestrator.cli import refuse
+from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
+from power.orchestrator.outputs import require_outputs, writing
+from power.orchestrator.schema import MAX_CTX, MAX_ROWS
 
 
 @click.command("run")
@@ -21,31 +24,36 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--stop", "stops", multiple=True,
               help="End the generation at this text (repeatable); the text and receipt end before it, the receipt "
                    "says `stop`.")
-@click.option("--ctx", type=click.IntRange(min=2), default=None,
+@click.option("--ctx", type=click.IntRange(min=2, max=MAX_CTX), default=None,
               help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
-@click.option("--verify-capacity", type=click.IntRange(min=1), default=None,
+@click.option("--verify-capacity", type=click.IntRange(min=1, max=MAX_ROWS), default=None,
               help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
 @runtime_options(default_dtype="float32")
+@root_option
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
               help="Also write the receipt JSON to this file (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) instead of streaming.")
 def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stops: tuple[str, ...], ctx: int | None,
         verify_capacity: int | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
-        receipt_path: Path | None, as_json: bool) -> None:
+        root: Path | None, receipt_path: Path | None, as_json: bool) -> None:
     """Generate with the Power runtime (on a GPU when torch sees one); stream the text, then report the receipt.
 
     Give a resolved PLAN (from `power plan`: its mode, drafters, K/S, shapes and
     sampling apply), or `--gguf FILE` for a direct plain run of a model. Exit
     codes: 0 ok, 2 usage or input error (unimplemented architecture, missing or
     mis-shaped tensor, unsupported quant type, a prompt longer than the context,
-    a plan that does not load or whose artifact changed, a declined speculator).
+    a plan that does not load, an artifact that is not the planned file, a declined speculator).
+    Every artifact the plan names is hashed in full before anything loads.
     """
-    from power.runtime.engine import EngineOptions
-
     if (plan is None) == (gguf is None):
         raise click.UsageError("give exactly one of PLAN or --gguf FILE")
     if plan is not None and (ctx is not None or verify_capacity is not None):
         raise click.UsageError("--ctx and --verify-capacity are fixed by the plan; change the profile and re-plan instead")
+    if gguf is not None and root is not None:
+        raise click.UsageError("--root locates a plan's artifacts; with --gguf, give the file's path")
+    require_outputs(files=(receipt_path,), as_json=as_json)
+    from power.runtime.engine import EngineOptions
+
     streamed = False
 
     def stream(piece: str) -> None:
@@ -56,28 +64,32 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
 
     try:
         options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
-        engine = _engine(plan, gguf, ctx, verify_capacity, options)
+        engine = _engine(plan, gguf, ctx, verify_capacity, root, options)
         receipt = engine.generate(prompt, max_tokens, None if as_json else stream, stop=stops)
     except PowerError as err:
         if streamed:
             click.echo("\n(the text above is incomplete)", err=True)
         refuse(err, as_json)
-    if receipt_path is not None:
-        receipt.save(receipt_path)
     if as_json:
         click.echo(receipt.to_json(), nl=False)
     else:
         click.echo()
         sys.stdout.flush()
         click.echo(receipt.summary(), err=True)
+    if receipt_path is not None:
+        # After the output: a receipt that cannot be written never costs the generation (its finding is on stderr).
+        with writing(receipt_path):
+            receipt.save(receipt_path)
 
 
-def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, options):
+def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, root: Path | None,
+            options):
     from power.orchestrator.plan import load_plan
     from power.runtime.engine import DEFAULT_CTX, Engine, Workload
 
-    if gguf is not None:
-        return Engine(Workload.of_gguf(gguf, ctx or DEFAULT_CTX, verify_capacity or 1), options)
-    return Engine(Workload.of_plan(load_plan(plan), plan), options)
+    if plan is not None:
+        return Engine(Workload.of_plan(load_plan(plan), plan, root), options)
+    assert gguf is not None  # run() takes exactly one of them
+    return Engine(Workload.of_gguf(gguf, ctx or DEFAULT_CTX, verify_capacity or 1), options)
 
 

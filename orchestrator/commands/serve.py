@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import click
 
 from power.findings import PowerError
 from power.orchestrator.cli import EXIT_USAGE, refuse
+from power.orchestrator.commands.artifact_root import root_option
+from power.orchestrator.commands.params import FiniteFloatRange
 from power.orchestrator.commands.runtime_options import runtime_options
 
 
@@ -19,22 +22,24 @@ from power.orchestrator.commands.runtime_options import runtime_options
 @click.option("--queue-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Requests that may wait for a slot (the plan's runtime.slots decode at once); more are refused "
                    "with 429 and Retry-After.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds a request may take from arrival to its last token (queue wait included) before it is cancelled.")
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=None,
               help="Larger request bodies are refused with 413 (default: 4 MiB).")
 @click.option("--chat-template-file", type=click.Path(path_type=Path), default=None,
               help="A Jinja chat template for /v1/chat/completions instead of the GGUF's tokenizer.chat_template.")
 @runtime_options(default_dtype="bfloat16")
+@root_option
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, max_body_bytes: int | None,
           chat_template_file: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
-          threads: int | None) -> None:
+          threads: int | None, root: Path | None) -> None:
     """Serve a resolved PLAN: POST /v1/completions and /v1/chat/completions (streaming SSE or not),
     GET /v1/models, GET /health, GET /metrics. The plan's runtime.slots requests decode side by side.
 
-    /health answers 503 until the plan's model is loaded, then 200. Exit codes:
-    0 stopped cleanly, 2 usage or input error (a file that is not a valid plan, a
-    chat template file that does not compile, a model that does not load).
+    /health answers 503 until the plan's model is loaded (every artifact hashed in full first),
+    then 200. Exit codes: 0 stopped cleanly, 2 usage or input error (a file that is not a
+    valid plan, an address it cannot listen on, a chat template file that does not compile,
+    an artifact that is not the planned file, a model that does not load).
     """
     import uvicorn
 
@@ -44,29 +49,34 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
 
     try:
         resolved = load_plan(plan)
-        template = _template_file(chat_template_file, resolved, plan)
+        template = _template_file(chat_template_file, resolved, plan, root)
+        listening = listen(host, port)
     except PowerError as err:
         refuse(err)
-    workload = Workload.of_plan(resolved, plan)
+    workload = Workload.of_plan(resolved, plan, root)
     options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
 
     def stop_on_load_failure(message: str) -> None:
         failed.append(message)
-        server.should_exit = True
+        if server is not None:
+            server.should_exit = True
 
     limits = ServerLimits(queue_size=queue_size, request_timeout_s=timeout_s,
                           **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
     app = create_app(lambda: Engine(workload, options), resolved.name, resolved.digest, limits, stop_on_load_failure,
                      template)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5))
-    server.run()
-    if failed:
+    bound = listening.getsockname()[1]
+    click.echo(f"serving plan {resolved.name} on http://{f'[{host}]' if ':' in host else host}:{bound} "
+               "(Ctrl+C to stop)", err=True)
+    server.run(sockets=[listening])
+    if failed or not server.started:
         sys.exit(EXIT_USAGE)
 
 
-def _template_file(path: Path | None, plan, plan_path: Path):
+def _template_file(path: Path | None, plan, plan_path: Path, root: Path | None):
     """The operator's chat template, compiled before anything binds; its BOS/EOS text from the plan's target."""
     if path is None:
         return None
@@ -75,7 +85,38 @@ def _template_file(path: Path | None, plan, plan_path: Path):
     from power.runtime.gguf_weights import GGUFFile
     from power.runtime.tokenizer import Tokenizer
 
-    target = Workload.of_plan(plan, plan_path).target
+    target = Workload.of_plan(plan, plan_path, root).target
     tokenizer = Tokenizer.from_gguf(GGUFFile(target.path))
     return ChatTemplate.from_file(path, tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id))
+
+
+# uvicorn's own default backlog.
+LISTEN_BACKLOG = 2048
+
+
+class ListenError(PowerError):
+    """The address cannot be listened on: the port is taken, the host unknown, or binding not permitted."""
+
+    code = "PWR604"
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, before anything loads: a taken port or a bad host is one finding (exit 2),
+    never a server that starts, loads the model and then dies. Bound the way uvicorn binds (SO_REUSEADDR)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError, ValueError) as err:
+        raise ListenError(f"cannot listen on {host!r}: {getattr(err, 'strerror', None) or err}",
+                          hint="give --host an address or a name this machine resolves, e.g. 127.0.0.1") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as err:
+        sock.close()
+        raise ListenError(f"cannot listen on {host}:{port}: {err.strerror or err}",
+                          hint="choose another --port (0 takes any free one), or stop what holds this one") from None
+    return sock
 

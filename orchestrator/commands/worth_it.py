@@ -8,11 +8,24 @@ from pathlib import Path
 
 import click
 
+from power import modes
+from power.artifacts.documents import DocumentError, read_json
+from power.findings import PowerError
 from power.orchestrator import worth_it as arithmetic
 from power.orchestrator.cli import refuse
+from power.orchestrator.commands.params import FiniteFloatRange
+from power.orchestrator.fleet.evidence import EVIDENCE_SCHEMA
 from power.orchestrator.plan import PlanError, load_plan
 
+
+class EvidenceInputError(PowerError):
+    """An evidence file worth-it cannot read step times from."""
+
+    code = "PWR071"
+
 _DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*$")
+# One step of a model, target or drafter, longer than an hour is not a measurement.
+MAX_STEP_S = 3600.0
 
 
 class Duration(click.ParamType):
@@ -24,8 +37,10 @@ class Duration(click.ParamType):
         match = _DURATION.match(str(value))
         if match is None or float(match["number"]) <= 0:
             self.fail(f"{value!r} is not a positive duration; write it with a unit, e.g. 67ms or 0.067s", param, ctx)
-        seconds = float(match["number"])
-        return seconds / 1000 if match["unit"] == "ms" else seconds
+        seconds = float(match["number"]) / (1000 if match["unit"] == "ms" else 1)
+        if seconds > MAX_STEP_S:
+            self.fail(f"{value!r} is longer than an hour: no model step takes that long", param, ctx)
+        return seconds
 
 
 class Band(click.ParamType):
@@ -45,18 +60,35 @@ class Band(click.ParamType):
 
 @click.command("worth-it")
 @click.option("--target-step", type=Duration(), help="Target step time t_s (e.g. 67ms); default: incumbent commit per round / incumbent rate.")
-@click.option("--draft-step", type=Duration(), required=True, help="Drafter step time d_s per proposed token (e.g. 12ms).")
-@click.option("-k", "k", type=click.IntRange(1, 64), required=True, help="K: proposals per round.")
-@click.option("--incumbent", type=click.FloatRange(min=0, min_open=True), required=True,
+@click.option("--draft-step", type=Duration(), help="Drafter step time d_s (e.g. 12ms): one forward of the drafter.")
+@click.option("--drafter", type=click.Choice([m.name for m in modes.MODES]), default=modes.DRAFT_MODEL,
+              show_default=True, help="The drafter's kind, which prices a round: a plain model (draft-model) runs K "
+              "forwards, a trained head (mtp, dflash, dflash2, dspark) about one, n-gram none.")
+@click.option("-k", "k", type=click.IntRange(1, 64), help="K: proposals per round.")
+@click.option("--incumbent", type=FiniteFloatRange(min=0, min_open=True),
               help="The rate the operator sees today, tok/s (the incumbent may already speculate).")
-@click.option("--incumbent-commit", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+@click.option("--incumbent-commit", type=FiniteFloatRange(min=1.0), default=1.0, show_default=True,
               help="Tokens the incumbent commits per target step (>1 when it already drafts).")
+@click.option("--evidence", "evidence_path", type=click.Path(path_type=Path),
+              help="A `power bench` evidence file: t_s, d_s, K, the drafter and the incumbent's rate come from the "
+              "engine's own timings (candidate = the drafter, baseline = the incumbent).")
+@click.option("--shape", help="With --evidence: the traffic shape to read (default: prose, else the first).")
 @click.option("--p-band", type=Band(), default="0.4:0.6", show_default=True, help="Realistic acceptance band.")
 @click.option("--plan", "plan_path", type=click.Path(path_type=Path),
               help="A compiled plan for the drafter: its VRAM verdict and attachment go in the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def worth_it(target_step, draft_step, k, incumbent, incumbent_commit, p_band, plan_path, as_json) -> None:
+def worth_it(target_step, draft_step, drafter, k, incumbent, incumbent_commit, evidence_path, shape, p_band,
+             plan_path, as_json) -> None:
     """Is a drafter worth it? Break-even acceptance and the rate over a realistic band, against the incumbent."""
+    measured = None
+    if evidence_path is not None:
+        measured = _measured(evidence_path, shape, as_json)
+        target_step, draft_step, drafter, k = measured.target_step, measured.draft_step, measured.drafter, measured.k
+        incumbent, incumbent_commit = measured.incumbent_rate, measured.incumbent_commit
+    missing = [name for name, value in (("--draft-step", draft_step), ("-k", k), ("--incumbent", incumbent))
+               if value is None]
+    if missing:
+        raise click.UsageError(f"give {', '.join(missing)} (or --evidence FILE from `power bench`)")
     if target_step is None:
         target_step = incumbent_commit / incumbent  # the seeds' step 1: t_s = 1 / (tok/s / commit per round)
     fit = arithmetic.UNPLANNED_FIT
@@ -65,5 +97,21 @@ def worth_it(target_step, draft_step, k, incumbent, incumbent_commit, p_band, pl
             fit = arithmetic.fit_of(load_plan(plan_path))
         except PlanError as err:
             refuse(err, as_json)
-    report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band, fit)
+    report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band, fit, drafter, measured)
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else arithmetic.render_text(report))
+
+
+def _measured(path: Path, shape: str | None, as_json: bool) -> arithmetic.MeasuredSteps:
+    hint = "pass a file written by `power bench CANDIDATE --vs BASELINE -o FILE`"
+    try:
+        document = read_json(path)
+    except DocumentError as err:
+        refuse(EvidenceInputError(err.finding("PWR071", path, hint, what="the evidence file").message,
+                                  file=str(path), hint=hint), as_json)
+    try:
+        if not isinstance(document, dict) or document.get("schema") != EVIDENCE_SCHEMA:
+            raise ValueError(f"not a {EVIDENCE_SCHEMA} document")
+        return arithmetic.steps_from_evidence(document, shape)
+    except (ValueError, KeyError, TypeError) as err:
+        refuse(EvidenceInputError(f"cannot read step times from the evidence ({err})", file=str(path), hint=hint),
+               as_json)

@@ -4,7 +4,9 @@
 changed field, old -> new), `-` one the lock has and the fleet no longer
 declares; then a summary line. Records are the flat dicts `fleet.plan_record`
 builds; `plan_digest` changes whenever anything in the plan does, so it is
-listed last among the changed fields.
+listed last among the changed fields. `objects_digest` (fleets with
+[kubernetes]) changes whenever the rendered cluster objects do: a new image,
+another node, another volume.
 """
 
 from __future__ import annotations
@@ -71,15 +73,14 @@ def render(changes: list[Change]) -> str:
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> tuple[FieldChange, ...]:
-    names = [name for name in sorted(old.keys() | new.keys()) if name != "plan_digest"]
-    changed = [FieldChange(name, old.get(name), new.get(name)) for name in names if old.get(name) != new.get(name)]
-    if old.get("plan_digest") != new.get("plan_digest"):
-        changed.append(FieldChange("plan_digest", _short(old.get("plan_digest")), _short(new.get("plan_digest"))))
-    return tuple(changed)
+    names = [name for name in sorted(old.keys() | new.keys()) if name != "plan_digest"] + ["plan_digest"]
+    return tuple(FieldChange(name, _short(old.get(name), name), _short(new.get(name), name))
+                 for name in names if old.get(name) != new.get(name))
 
 
-def _short(digest: Any) -> Any:
-    return digest[:12] if isinstance(digest, str) else digest
+def _short(value: Any, name: str) -> Any:
+    """Digests (`plan_digest`, `objects_digest`) are shown by their first 12 hex digits."""
+    return value[:12] if name.endswith("_digest") and isinstance(value, str) else value
 
 
 def _show(value: Any) -> str:

@@ -21,12 +21,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, Reason, parse_json, read_json, read_text
 from power.findings import Finding, Severity
 from power.orchestrator.plan import canonical_json
 
@@ -37,7 +39,8 @@ _SCHEMA_PATTERN = re.compile(rf"^{re.escape(LOCK_KIND)}/v(\d+)$")
 
 
 class LockConflict(Exception):
-    """The lock on disk is no longer the one this command read (another command wrote it meanwhile)."""
+    """The lock was not written: the one on disk is no longer the one this command read (another command wrote it
+    meanwhile, PWR068), or its folder cannot be written (PWR018)."""
 
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.render())
@@ -77,20 +80,15 @@ def body_digest(body: dict[str, Any]) -> str:
 def read_lock(path: Path) -> tuple[FleetLock | None, list[Finding]]:
     """The lock at `path`: an empty lock when the file does not exist, None with findings when it cannot be used."""
     path = Path(path)
-    if not path.exists():
-        return FleetLock(), []
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        return None, [_finding("PWR065", path, f"cannot read the fleet lock ({err.strerror})", text=None,
-                               hint="check the path and its permissions")]
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        return None, [_finding("PWR065", path, f"the fleet lock is not valid JSON ({err.msg})", text=text,
-                               line=err.lineno, col=err.colno,
-                               hint="restore the lock from version control, or delete it and run "
-                                    "`power fleet review FLEET --write-lock` to record the current plans")]
+        text = read_text(path, MAX_JSON_BYTES)
+        data = parse_json(text)
+    except DocumentError as err:
+        if err.reason is Reason.MISSING:
+            return FleetLock(), []
+        return None, [err.finding("PWR065", path, "restore the lock from version control, or delete it and run "
+                                  "`power fleet review FLEET --write-lock` to record the current plans",
+                                  what="the fleet lock")]
     problem = _schema_problem(path, data, text)
     if problem is not None:
         return None, [problem]
@@ -119,24 +117,32 @@ def write_lock(path: Path, lock: FleetLock) -> None:
     lock.prune_plans()
     document = {**lock.body(), "digest": lock.digest()}
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    with open(path.parent / f".{path.name}.guard", "a") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        on_disk = _digest_on_disk(path)
-        if on_disk != lock.read_digest:
-            raise LockConflict(Finding(
-                code="PWR068", severity=Severity.ERROR, file=str(path),
-                message="the fleet lock changed on disk while this command ran (another review or rollout wrote it)",
-                hint="nothing was written; run the command again on the lock as it is now"))
-        write_text_atomic(path, text)
+    try:
+        # Non-blocking open: a FIFO planted as the guard is an error here, never a hang.
+        guard_fd = os.open(path.parent / f".{path.name}.guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK
+                           | os.O_CLOEXEC, 0o666)
+        with os.fdopen(guard_fd, "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            on_disk = _digest_on_disk(path)
+            if on_disk != lock.read_digest:
+                raise LockConflict(Finding(
+                    code="PWR068", severity=Severity.ERROR, file=str(path),
+                    message="the fleet lock changed on disk while this command ran (another review or rollout wrote it)",
+                    hint="nothing was written; run the command again on the lock as it is now"))
+            write_text_atomic(path, text)
+    except OSError as err:
+        raise LockConflict(Finding(code="PWR018", severity=Severity.ERROR, file=str(path),
+                                   message=f"cannot write the fleet lock ({err.strerror or err})",
+                                   hint="nothing was written; choose a --lock path in a folder you can write to")) from None
     lock.read_digest = document["digest"]
 
 
 def _digest_on_disk(path: Path) -> str | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("digest")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, AttributeError):
+        return read_json(path).get("digest")
+    except DocumentError as err:
+        return None if err.reason is Reason.MISSING else "unreadable"
+    except AttributeError:
         return "unreadable"
 
 

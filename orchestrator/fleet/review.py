@@ -20,6 +20,8 @@ from typing import Any
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.drift import Change, diff, render, summary
 from power.orchestrator.fleet.lock import FleetLock, read_lock
+from power.orchestrator.kubernetes.objects import Placement, objects_digest, render_objects
+from power.orchestrator.kubernetes.placement import Placed, fleet_placements
 from power.orchestrator.loading import Loaded, load_fleet
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.plan_memo import PlanMemo
@@ -39,10 +41,16 @@ class DeploymentReview:
     profile_name: str | None = None
     plan: ResolvedPlan | None = None
     findings: list[Finding] = field(default_factory=list)
+    # sha256 of the deployment's rendered Kubernetes objects, when the fleet declares [kubernetes]
+    objects_digest: str | None = None
 
     @property
     def record(self) -> dict[str, Any] | None:
-        return plan_record(self.plan, self.deployment, self.profile_name) if self.plan else None
+        return plan_record(self.plan, self.deployment, self.profile_name, self.objects_digest) if self.plan else None
+
+    def bytes_on(self, index: int) -> int:
+        """What this deployment's plan puts on its host's device `index` (nothing without a plan)."""
+        return bytes_on(self.plan, index) if self.plan else 0
 
 
 @dataclass
@@ -57,7 +65,12 @@ class DeviceUse:
 
     @property
     def planned_bytes(self) -> int:
-        return sum(d.plan.memory.total_bytes for d in self.deployments if d.plan)
+        return sum(d.bytes_on(self.index) for d in self.deployments)
+
+
+def bytes_on(plan: ResolvedPlan, index: int) -> int:
+    """What `plan` puts on the host's device `index` (a split plan puts a part on each of its devices)."""
+    return sum(device.total_bytes for device in plan.memory.devices if device.index == index)
 
 
 @dataclass
@@ -69,6 +82,8 @@ class FleetReview:
     findings: list[Finding] = field(default_factory=list)
     lock: FleetLock | None = None
     drift: list[Change] = field(default_factory=list)
+    # where each deployment runs in a cluster, when the fleet declares [kubernetes] (key -> placement)
+    placements: dict[str, Placement] = field(default_factory=dict)
 
     @property
     def all_findings(self) -> list[Finding]:
@@ -97,25 +112,40 @@ class FleetReview:
         uses = {host.name: [DeviceUse(host, index, []) for index in range(len(host.devices))] for host in self.fleet.hosts}
         for item in self.deployments:
             devices = uses.get(item.deployment.host, [])
-            if item.deployment.device < len(devices):
-                devices[item.deployment.device].deployments.append(item)
+            for index in item.deployment.device_indices:
+                if index < len(devices):
+                    devices[index].deployments.append(item)
         return uses
 
     def drift_text(self) -> str:
         return render(self.drift)
 
+    def objects_digest(self, key: str, plan: ResolvedPlan) -> str | None:
+        """The digest of the objects `plan` renders to at deployment `key`'s placement (None: not in a cluster)."""
+        placement = self.placements.get(key)
+        return objects_digest(render_objects(plan, placement)) if placement else None
+
     def to_json(self) -> dict[str, Any]:
         return review_document(self)
 
 
-def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | None) -> dict[str, Any]:
-    """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing."""
-    return {
+def _device_field(deployment: Deployment) -> int | list[int]:
+    """One device index, or the list of a deployment that spans several."""
+    indices = deployment.device_indices
+    return indices[0] if len(indices) == 1 else list(indices)
+
+
+def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | None,
+                objects_digest: str | None = None) -> dict[str, Any]:
+    """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing,
+    and with [kubernetes] the digest of the objects it renders to (an image or node change shows as drift)."""
+    record = {
         "host": deployment.host,
-        "device": deployment.device,
+        "device": _device_field(deployment),
         "manifest": plan.name,
         "profile": profile_name,
         "traffic": deployment.traffic,
+        "engine": deployment.engine,
         "mode": plan.mode.resolved,
         "chain": list(plan.mode.chain),
         "k": plan.speculation.k,
@@ -128,13 +158,18 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "verdict": plan.memory.verdict,
         "plan_digest": plan.digest,
     }
+    if objects_digest is not None:
+        record["objects_digest"] = objects_digest
+    return record
 
 
 def default_lock_path(fleet_path: Path) -> Path:
     return Path(fleet_path).parent / DEFAULT_LOCK_NAME
 
 
-def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | None = None) -> FleetReview:
+def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | None = None,
+                 images_required: bool = True) -> FleetReview:
+    """`images_required=False` (a Kubernetes dry run) places deployments whose engine has no image yet."""
     path = Path(path)
     lock_path = Path(lock_path) if lock_path else default_lock_path(path)
     loaded = load_fleet(path)
@@ -155,6 +190,8 @@ def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | Non
         seen.setdefault(item.key, index)
         review.deployments.append(item)
     review.findings += _device_sum_findings(loaded, review)
+    if review.fleet.kubernetes is not None:
+        _place(loaded, review, images_required)
     review.lock, lock_findings = read_lock(lock_path)
     review.findings += lock_findings
     if review.lock is not None:
@@ -180,15 +217,17 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
             "PWR060", f"deployment {item.key} names host {deployment.host!r}, which this fleet does not define",
             where=f"{where}.host", hint=_host_hint(deployment.host, hosts)))
         return item
-    if deployment.device >= len(host.devices):
+    missing = [i for i in deployment.device_indices if i >= len(host.devices)]
+    if missing:
+        key = "device" if deployment.devices is None else "devices"
         item.findings.append(loaded.finding(
-            "PWR060", f"host {host.name} has {len(host.devices)} device(s); there is no device {deployment.device}",
-            where=f"{where}.device", hint=f"use a device index from 0 to {len(host.devices) - 1}"))
+            "PWR060", f"host {host.name} has {len(host.devices)} device(s); there is no device {missing[0]}",
+            where=f"{where}.{key}", hint=f"use a device index from 0 to {len(host.devices) - 1}"))
         return item
     if not (manifest.ok and profile.ok):
         item.findings += manifest.findings + profile.findings
     else:
-        item.plan, plan_findings = memo.plan(manifest, profile, host, deployment.device)
+        item.plan, plan_findings = memo.plan(manifest, profile, host, deployment.device_indices, deployment.engine)
         item.findings += plan_findings
         if item.plan is None and not has_errors(plan_findings):
             item.findings.append(loaded.finding("PWR067", f"deployment {item.key} could not be planned",
@@ -196,8 +235,22 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
     return item
 
 
+def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
+    """Each planned deployment's place in the cluster, and the digest of the objects it renders to."""
+    if review.fleet is None:
+        return
+    items = [Placed(d.index, d.key, d.deployment, d.plan) for d in review.deployments]
+    review.placements, findings = fleet_placements(loaded, review.fleet, items, images_required)
+    review.findings += findings
+    for item in review.deployments:
+        if item.plan is not None:
+            item.objects_digest = review.objects_digest(item.key, item.plan)
+
+
 def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
     """PWR061: a manifest or profile path that climbs out of the fleet's directory through `..` (allowed, shown)."""
+    if loaded.data is None:
+        return []
     raw = loaded.data["deployments"][index]
     fleet_dir = loaded.path.absolute().parent.resolve()
     findings = []
@@ -229,7 +282,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
         if len(planned) < 2 or use.planned_bytes <= use.usable_bytes:
             continue
         device = use.host.devices[use.index]
-        parts = " + ".join(f"{d.key} {format_size(d.plan.memory.total_bytes)}" for d in planned)
+        parts = " + ".join(f"{d.key} {format_size(d.bytes_on(use.index))}" for d in planned)
         findings.append(loaded.finding(
             "PWR062",
             f"{use.host.name} device {use.index} ({device.model}, {format_size(device.vram)}): {parts} = "
@@ -243,7 +296,7 @@ def _device_sum_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
 def _move_hint(moving: DeploymentReview, here: DeviceUse, uses: list[DeviceUse]) -> str:
     """Devices with room left for the last deployment on an overfull one (its planned bytes do not depend on
     the device's size), else the generic advice."""
-    needed = moving.plan.memory.total_bytes
+    needed = moving.bytes_on(here.index)
     room = [use for use in uses if use is not here and use.usable_bytes - use.planned_bytes >= needed]
     if room:
         places = ", ".join(f"{use.host.name} device {use.index}" for use in room[:3])
@@ -300,7 +353,7 @@ def _host_document(host: HostSpec, uses: list[DeviceUse], deployments: list[Depl
             "model": host.devices[use.index].model,
             "vram_bytes": host.devices[use.index].vram,
             "planned_bytes": use.planned_bytes,
-            "uses": [{"key": d.key, "bytes": d.plan.memory.total_bytes} for d in use.deployments if d.plan],
+            "uses": [{"key": d.key, "bytes": d.bytes_on(use.index)} for d in use.deployments if d.plan],
         } for use in uses],
         "deployments": [_deployment_document(d) for d in deployments],
     }
@@ -310,7 +363,7 @@ def _deployment_document(item: DeploymentReview) -> dict[str, Any]:
     plan = item.plan
     return {
         "key": item.key,
-        "device": item.deployment.device,
+        "device": _device_field(item.deployment),
         "manifest": os.fspath(item.deployment.manifest),
         "profile": os.fspath(item.deployment.profile),
         "traffic": item.deployment.traffic,

@@ -8,7 +8,10 @@ changes. `advance` applies the next stage only when, for every
 greedy losslessness proven; on every traffic shape those deployments serve,
 identical outputs and the bench's verdict "faster" (>= 5 % with the min-max
 ranges apart); no fallbacks, and no replays unless the candidate is the
-guarded K/S path (S < K: at most one exact replay per request). `rollback` restores every
+guarded K/S path (S < K: at most one exact replay per request); and measured on
+the engine those deployments run (the fleet's `engine`: Power's runtime, or a live
+llama-server / vLLM launched from the render): evidence from another engine is
+refused at the deployment (PWR077). `rollback` restores every
 record the rollout replaced. Each command either succeeds completely and
 writes the lock once, atomically, or leaves the lock as it was.
 
@@ -31,11 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.evidence import Evidence, read_evidence
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, read_lock, write_lock
 from power.orchestrator.fleet.review import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
+from power.orchestrator.loading import Loaded, load_fleet, load_manifest
 from power.orchestrator.plan_memo import PlanMemo
+from power.orchestrator.schema import Fleet
 
 IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"
 # Fewer paired runs than this per shape cannot separate a speedup from noise (one run's min-max range is a point).
@@ -67,10 +73,10 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
     memo = PlanMemo()
     review = review_fleet(fleet_path, lock_path, memo)
     outcome = Outcome(findings=[f for f in review.all_findings if f.severity is Severity.ERROR])
-    if not outcome.ok or review.lock is None:
+    lock, fleet = review.lock, review.fleet
+    if not outcome.ok or lock is None or fleet is None:
         outcome.lines.append("refused: the fleet review has errors; fix them before rolling out a profile")
         return outcome
-    lock = review.lock
     if lock.rollout and lock.rollout["status"] == IN_PROGRESS:
         outcome.findings.append(_state_finding(lock_path, f"a rollout of {lock.rollout['profile']['name']} is in "
                                                "progress", "advance or roll it back first"))
@@ -80,7 +86,7 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
         outcome.findings.append(_state_finding(fleet_path, f"no deployment key matches {select!r}",
                                                "keys are host/name, as `power fleet review` lists them"))
         return outcome
-    candidates = _candidates(review, selected, Path(profile_path), memo, outcome)
+    candidates = _candidates(review, fleet, selected, Path(profile_path), memo, outcome)
     if not outcome.ok:
         return outcome
     incumbents = {key: lock.deployments.get(key) or record for key, record in review.records().items()}
@@ -89,7 +95,7 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
     if not changing:
         outcome.lines.append("nothing to roll out: every deployment already runs these plans")
         return outcome
-    stages = _stages(review, changing, canary or [], waves)
+    stages = _stages(fleet, changing, canary or [], waves)
     _store_plans(lock, review, memo)
     profile_name = next(iter(candidates.values()))["profile"]
     lock.rollout = {
@@ -154,12 +160,18 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
     used = []
     for pair, keys in _pairs(rollout, stage, lock).items():
         shapes = sorted({rollout["candidates"][key]["traffic"] for key in keys})
-        item = evidence.get(pair)
-        if item is None:
+        found = evidence.get(pair, [])
+        if not found:
             outcome.findings.append(_missing(lock_path, stage["name"], pair, keys, shapes))
             continue
-        used.append(item.sha256)
-        outcome.findings += gate(item, shapes, rollout["candidates"][keys[0]]["rollback"])
+        for engine in sorted({_engine(rollout["candidates"][key]) for key in keys}):
+            serving = [key for key in keys if _engine(rollout["candidates"][key]) == engine]
+            item = next((e for e in found if e.engine == engine), None)
+            if item is None:
+                outcome.findings += [_other_engine(fleet_path, key, engine, found) for key in serving]
+                continue
+            used.append(item.sha256)
+            outcome.findings += gate(item, shapes, rollout["candidates"][serving[0]]["rollback"])
     if not outcome.ok:
         outcome.lines.append(f"refused: stage {stage['name']} stays closed; the lock is unchanged")
         return outcome
@@ -243,29 +255,31 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
     return findings
 
 
-def _candidates(review: FleetReview, selected: list[DeploymentReview], profile_path: Path, memo: PlanMemo,
-                outcome: Outcome) -> dict[str, dict[str, Any]]:
+def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentReview], profile_path: Path,
+                memo: PlanMemo, outcome: Outcome) -> dict[str, dict[str, Any]]:
     profile = memo.profile(profile_path)
     outcome.findings += [f for f in profile.findings if f.severity is Severity.ERROR]
     if not profile.ok:
         return {}
-    hosts = {host.name: host for host in review.fleet.hosts}
+    hosts = {host.name: host for host in fleet.hosts}
     candidates = {}
     for item in selected:
         manifest = memo.manifest(item.deployment.manifest)
-        plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device)
+        plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device_indices,
+                                   item.deployment.engine)
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
         if plan is not None:
             memo.keep(plan)
-            candidates[item.key] = plan_record(plan, item.deployment, profile.model.name)
+            candidates[item.key] = plan_record(plan, item.deployment, profile.model.name,
+                                               review.objects_digest(item.key, plan))
     return candidates
 
 
-def _stages(review: FleetReview, keys: list[str], canary: list[str], waves: int) -> list[dict[str, Any]]:
-    order = [host.name for host in review.fleet.hosts]
+def _stages(fleet: Fleet, keys: list[str], canary: list[str], waves: int) -> list[dict[str, Any]]:
+    order = [host.name for host in fleet.hosts]
     host_of = {key: key.split("/", 1)[0] for key in keys}
     hosts = [name for name in order if name in host_of.values()]
-    labelled = [h.name for h in review.fleet.hosts if h.labels.get(CANARY_LABEL[0]) == CANARY_LABEL[1]]
+    labelled = [h.name for h in fleet.hosts if h.labels.get(CANARY_LABEL[0]) == CANARY_LABEL[1]]
     canary_hosts = [h for h in hosts if h in (canary or labelled)] or hosts[:1]
     rest = [h for h in hosts if h not in canary_hosts]
     groups = [("canary", canary_hosts)]
@@ -297,8 +311,11 @@ def _requirement_lines(rollout: dict[str, Any], lock: FleetLock) -> list[str]:
     lines = []
     for (candidate, incumbent), keys in _pairs(rollout, stage, lock).items():
         shapes = ",".join(sorted({rollout["candidates"][key]["traffic"] for key in keys}))
-        lines.append(f"{', '.join(keys)}: power bench PLANS/{candidate[:12]}.json --vs PLANS/{incumbent[:12]}.json "
-                     f"--shapes {shapes},identity -o evidence.json")
+        engines = sorted({_engine(rollout["candidates"][key]) for key in keys})
+        for engine in engines:
+            option = "" if engine == "power" else f" --engine {engine}"
+            lines.append(f"{', '.join(keys)}: power bench PLANS/{candidate[:12]}.json --vs PLANS/{incumbent[:12]}.json "
+                         f"--shapes {shapes},identity{option} -o evidence.json")
     return lines
 
 
@@ -313,15 +330,49 @@ def _missing(lock_path: Path, stage: str, pair: tuple[str, str], keys: list[str]
              "-o evidence.json` and pass it with --evidence")
 
 
-def _read_all(paths: list[Path], outcome: Outcome) -> dict[tuple[str, str], Evidence]:
-    found = {}
+def _read_all(paths: list[Path], outcome: Outcome) -> dict[tuple[str, str], list[Evidence]]:
+    found: dict[tuple[str, str], list[Evidence]] = {}
     for path in paths:
         evidence, finding = read_evidence(path)
         if finding is not None:
             outcome.findings.append(finding)
-        else:
-            found[(evidence.candidate_digest, evidence.baseline_digest)] = evidence
+        if evidence is not None:
+            found.setdefault((evidence.candidate_digest, evidence.baseline_digest), []).append(evidence)
     return found
+
+
+def _engine(record: dict[str, Any]) -> str:
+    """The engine a lock record's deployment runs (records written before engines were recorded ran Power's)."""
+    return str(record.get("engine", "power"))
+
+
+def _other_engine(fleet_path: Path, key: str, engine: str, found: list[Evidence]) -> Finding:
+    """PWR077 at the deployment's `engine` line: evidence about another engine says nothing about this one."""
+    measured = ", ".join(sorted({f"{e.engine} ({e.path.name})" for e in found}))
+    message = (f"deployment {key} runs {engine}, but the evidence for its plans was measured on {measured}: "
+               "another engine's speed and parity say nothing about this one")
+    hint = f"run the bench on the deployment's engine: power bench ... --engine {engine}"
+    fleet = load_fleet(fleet_path)
+    index = _deployment_index(fleet, key)
+    if index is None:
+        return Finding(code="PWR077", severity=Severity.ERROR, message=message, file=str(fleet_path), hint=hint)
+    raw = (fleet.data or {}).get("deployments", [])[index]
+    where = f"deployments[{index}].engine" if "engine" in raw else f"deployments[{index}].host"
+    return fleet.finding("PWR077", message, where=where, hint=hint)
+
+
+def _deployment_index(fleet: Loaded, key: str) -> int | None:
+    """Which `[[deployments]]` entry is `host/name` (an unnamed one is named after its manifest)."""
+    if not fleet.ok:
+        return None
+    host, _, name = key.partition("/")
+    for index, deployment in enumerate(fleet.model.deployments):
+        if deployment.host != host:
+            continue
+        manifest = load_manifest(deployment.manifest) if deployment.name is None else None
+        if (deployment.name or (manifest.model.name if manifest and manifest.ok else "")) == name:
+            return index
+    return None
 
 
 def _profile_changed(rollout: dict[str, Any], lock: FleetLock) -> list[Finding]:
@@ -330,8 +381,8 @@ def _profile_changed(rollout: dict[str, Any], lock: FleetLock) -> list[Finding]:
     any_candidate = next(iter(rollout["candidates"].values()))
     compiled_from = lock.plans[any_candidate["plan_digest"]]["sources"]["profile"]["sha256"]
     try:
-        now = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+        now = hashlib.sha256(read_bytes(path, MAX_TOML_BYTES)).hexdigest()
+    except DocumentError:
         now = None
     if now == compiled_from:
         return []

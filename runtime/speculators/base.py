@@ -19,14 +19,28 @@ from ..trunks.protocol import Trunk
 
 
 @dataclass(frozen=True)
+class NGramWindow:
+    """The plan's n-gram settings: the tokens the lookup matches, the shortest draft kept, the longest drafted."""
+
+    match: int
+    draft_min: int
+    draft_max: int
+
+    def __post_init__(self) -> None:
+        if self.match < 1 or not 1 <= self.draft_min <= self.draft_max:
+            raise ValueError(f"an n-gram window needs match >= 1 and 1 <= draft_min <= draft_max, got "
+                             f"match {self.match}, drafts {self.draft_min}..{self.draft_max}")
+
+
+@dataclass(frozen=True)
 class SpeculatorRequest:
     """What a speculator's `build` gets: the target it serves and the plan's settings for it."""
 
     trunk: Trunk
     target_path: Path | None = None  # the target GGUF (native heads such as mtp live in it)
-    drafter_path: Path | None = None  # an external drafter artifact (dflash, dflash2, dspark)
+    drafter_path: Path | None = None  # an external drafter artifact (dflash, dflash2, dspark, an MTP-only sidecar)
     fr_vocab_size: int | None = None  # FR: the draft head's token-ID prefix
-    ngram_orders: tuple[int, int] | None = None  # (shortest, longest) suffix match an n-gram lookup tries
+    ngram: NGramWindow | None = None  # the n-gram lookup's window
     p_min: float | None = None  # the confidence a drafted position needs (DSpark's gate); None: the header's
 
 

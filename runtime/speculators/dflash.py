@@ -32,9 +32,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from power import modes
-from power.artifacts.contracts import DrafterHparams, classify_drafter, drafter_hparams
+from power.artifacts.contracts import DrafterHparams, classify_drafter, drafter_hparams, required
 
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
@@ -104,7 +105,9 @@ class BlockDrafter(Speculator):
         self.layers = [self._layer_weights(i) for i in range(self.hp.block_count)]
         self.taps = tuple(self.hp.target_layers)
         self.max_proposals = self.hp.block_size - 1
-        self.conv = self.hp.conv_kernel_size is not None
+        kernel, group = self.hp.conv_kernel_size, self.hp.conv_group_size
+        # DFlash2's grouped dynamic convolution: (taps, channels per group), or None without one.
+        self.conv_shape = (kernel, required(group, "conv_group_size")) if kernel is not None else None
         self.selector = "selector_hidden.weight" in self.w
         if self.conv or self.selector:
             self.name = modes.DFLASH2
@@ -112,7 +115,12 @@ class BlockDrafter(Speculator):
         self.ring = KVRing(self.hp.block_count, rows, self.hp.head_count_kv, self.hp.head_dim, guard_rows)
         self._cos, self._sin = rope_tables(context_rows + self.hp.block_size, self.hp.head_dim, self.hp.rope_freq_base)
 
+    @property
+    def conv(self) -> bool:
+        return self.conv_shape is not None
+
     # --- the speculator interface ---------------------------------------------
+    @override
     def begin(self, tokens: Sequence[int]) -> None:
         self.ring.reset()
 
@@ -122,7 +130,7 @@ class BlockDrafter(Speculator):
         feat = torch.cat([hidden[layer] for layer in self.taps], dim=-1)  # PASS A  [n, L*d]
         g = rms_norm(linear(feat, self.w["fc.weight"]), self.w["enc.output_norm.weight"], self.hp.rms_epsilon)
         positions = torch.arange(start, start + len(tokens))
-        keys, values = zip(*(self._inject(i, g, positions) for i in range(self.hp.block_count)))  # PASS B
+        keys, values = zip(*(self._inject(i, g, positions) for i in range(self.hp.block_count)), strict=True)  # PASS B
         self.ring.write(start, torch.stack(keys), torch.stack(values))
 
     def propose(self, ctx: DraftContext) -> Proposal:
@@ -168,9 +176,9 @@ class BlockDrafter(Speculator):
 
     def _sublayer(self, x: torch.Tensor, w: dict[str, torch.Tensor], kind: str, fn) -> torch.Tensor:
         u = rms_norm(x, w[f"{kind}_norm"], self.hp.rms_epsilon)
-        if not self.conv:
+        if self.conv_shape is None:
             return x + fn(u)
-        k, group = self.hp.conv_kernel_size, self.hp.conv_group_size
+        k, group = self.conv_shape
         base = w[f"{kind}_conv_base"]  # [2K, d]: input taps, then output taps
         delta = linear(u, w[f"{kind}_conv_proj"]).view(len(u), 2, k, -1)
         y = fn(grouped_conv(u, base[:k], delta[:, 0], group))
@@ -208,7 +216,7 @@ class BlockDrafter(Speculator):
 
     def _selector_walk(self, anchor: int, rows: torch.Tensor) -> list[int]:
         unary = self._unary(self.head.logits(rows)[:, : self.head.fr_vocab])  # [E, vocab]
-        scores, cands = unary.topk(self.hp.selector_top_k, dim=-1)  # [E, k]
+        scores, cands = unary.topk(required(self.hp.selector_top_k, "selector_top_k"), dim=-1)  # [E, k]
         projected = linear(rows, self.w["selector_hidden.weight"])  # [E, r]
         pred_book, succ_book = self.w["selector_predecessor.weight"], self.w["selector_successor.weight"]
         walk, pred = [], anchor

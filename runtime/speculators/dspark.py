@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from power import modes
+from power.artifacts.contracts import required
 
 from ..gguf_weights import GGUFFile
 from ..layers import rms_norm
@@ -42,7 +43,7 @@ class DSparkDrafter(BlockDrafter):
                  p_min: float | None = None) -> None:
         super().__init__(drafter, head, context_rows, guard_rows)
         # The operator's confidence gate (the profile's spec_draft_p_min); None keeps the header's threshold.
-        self.threshold = self.hp.confidence_threshold if p_min is None else p_min
+        self.threshold = required(self.hp.confidence_threshold, "confidence_threshold") if p_min is None else p_min
 
     def propose(self, ctx: DraftContext) -> Proposal:
         n = min(ctx.max_tokens, self.hp.block_size - 1)

@@ -21,13 +21,14 @@ import copy
 from typing import Any, Sequence
 
 import torch
+from typing_extensions import override
 
 from power import modes
 from power.artifacts.contracts import nextn_layer_count
 
 from ..gguf_weights import GGUFFile
 from ..kv_cache import KVCache
-from ..layers import rms_norm, rope_tables
+from ..layers import rms_norm, rope_rows, rope_tables
 from ..trunks.base import Weights
 from ..trunks.batch import RowBatch, Segment
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
@@ -40,24 +41,28 @@ MTP_ARCHITECTURE = "qwen35"
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
+    """The head from the target's own nextn block, or from an MTP-only sidecar (`drafter_path`) when the plan names one."""
     if request.target_path is None:
-        return Decline(kind, "needs the target GGUF (the nextn head lives in it)")
+        return Decline(kind, "needs the target GGUF (the nextn head lives in it, or it lends a sidecar its embedding)")
     target = GGUFFile(request.target_path)
-    if nextn_layer_count(header_view(target)) == 0:
-        return Decline(kind, f"{request.target_path} carries no nextn/MTP head ({target.architecture}.nextn_predict_layers)")
-    if target.architecture != MTP_ARCHITECTURE:
-        return Decline(kind, f"the runtime's MTP head is implemented for {MTP_ARCHITECTURE} targets, not {target.architecture}")
-    return MTPHead(target, TargetHead(target, request.fr_vocab_size), request.trunk.config.n_ctx)
+    head_file = GGUFFile(request.drafter_path) if request.drafter_path is not None else target
+    if nextn_layer_count(header_view(head_file)) == 0:
+        return Decline(kind, f"{head_file.path} carries no nextn/MTP head ({head_file.architecture}.nextn_predict_layers)")
+    if head_file.architecture != MTP_ARCHITECTURE:
+        return Decline(kind, f"the runtime's MTP head is implemented for {MTP_ARCHITECTURE} targets, not "
+                             f"{head_file.architecture}")
+    return MTPHead(head_file, TargetHead(target, request.fr_vocab_size), request.trunk.config.n_ctx)
 
 
 class MTPHead(Speculator):
     name = modes.MTP
 
-    def __init__(self, target: GGUFFile, head: TargetHead, n_ctx: int) -> None:
-        p = self.params = Qwen35Params.from_gguf(target)
+    def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int) -> None:
+        """`head_file` holds the nextn block (the target itself, or its MTP-only sidecar); `head` is the target's."""
+        p = self.params = Qwen35Params.from_gguf(head_file)
         self.taps = (p.n_layers,)  # the final residual before the output norm
         b = f"blk.{p.n_layers}."
-        w = Weights(target, "float32", rows=1)
+        w = Weights(head_file, "float32", rows=1)
         self.block = GatedAttentionLayer(w, p, p.n_layers, [self._cache(n_ctx)])
         self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
         self.enorm = w.tensor(b + "nextn.enorm.weight", [p.d_model])
@@ -69,6 +74,7 @@ class MTPHead(Speculator):
         self.length = 0  # head cache rows committed: positions [1, length) hold real entries
         self.last_hidden: torch.Tensor | None = None  # the target's final residual at position length - 1
 
+    @override
     def begin(self, tokens: Sequence[int]) -> None:
         self.reset()
 
@@ -115,7 +121,7 @@ class MTPHead(Speculator):
         e = rms_norm(self.head.embed(tokens), self.enorm, p.eps)
         x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1))
         batch = RowBatch(len(tokens), (Segment(0, 0, len(tokens), start),))
-        rope = tuple(t[batch.positions] for t in self.rope)
+        rope = rope_rows(self.rope, batch.positions)
         return self.block(x, batch, rope, p)
 
     def _cache(self, n_ctx: int) -> KVCache:

@@ -1,8 +1,15 @@
-"""Weight-free n-gram (prompt lookup) speculation.
+"""Weight-free n-gram (prompt lookup) speculation, with llama.cpp ngram-mod's three settings.
 
-Drafts by finding the most recent earlier occurrence of the context's last n
-tokens and proposing what followed it, trying the longest order first. The index
-is maintained incrementally - one entry per order per committed token - so a
+The lookup matches the context's last `match` tokens (`--spec-ngram-mod-n-match`)
+against every earlier occurrence and proposes what followed the most recent one,
+at most `draft_max` tokens (`--spec-ngram-mod-n-max`); a draft shorter than
+`draft_min` (`--spec-ngram-mod-n-min`) is dropped, so a chance match on ordinary
+prose proposes nothing. The round's budget (K, or less near the end of a
+request) then cuts the draft. llama.cpp hashes the key and may propose on a
+collision; Power compares the tokens themselves, so it proposes only on a true
+match: the same drafts, minus the collisions.
+
+The index is maintained incrementally - one entry per committed token - so a
 lookup is O(1) per step, never a scan of the history. It mines the emitted token
 history, which is complete whatever the target's cache did, so it survives prefix
 reuse: a new request keeps the index for the prefix it shares with the last one
@@ -15,26 +22,24 @@ from typing import Sequence
 
 from power import modes
 
-from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from .base import Decline, DraftContext, NGramWindow, Proposal, Speculator, SpeculatorRequest
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
-    if request.ngram_orders is None:
-        return Decline(kind, "needs its match lengths (the plan's runtime.ngram_n_min and ngram_n_max)")
-    return NGramSpeculator(*request.ngram_orders)
+    if request.ngram is None:
+        return Decline(kind, "needs its window (the plan's runtime.ngram_match, ngram_draft_min and ngram_draft_max)")
+    return NGramSpeculator(request.ngram)
 
 
 class NGramSpeculator(Speculator):
     name = modes.NGRAM
 
-    def __init__(self, min_order: int, max_order: int) -> None:
-        if not 1 <= min_order <= max_order:
-            raise ValueError(f"n-gram orders need 1 <= min_order <= max_order, got {min_order}..{max_order}")
-        self.orders = tuple(range(max_order, min_order - 1, -1))
+    def __init__(self, window: NGramWindow) -> None:
+        self.window = window
         self.history: list[int] = []
-        # order -> gram -> end indices of its occurrences (the last is the most recent); grams ending at the final
-        # history index are not indexed yet, so a lookup of the current suffix finds an earlier occurrence.
-        self._index: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in self.orders}
+        # gram -> end indices of its occurrences (the last is the most recent); the gram ending at the final
+        # history index is not indexed yet, so a lookup of the current suffix finds an earlier occurrence.
+        self._index: dict[tuple[int, ...], list[int]] = {}
 
     def begin(self, tokens: Sequence[int]) -> None:
         self._rewind(common_prefix_length(self.history, tokens))
@@ -47,14 +52,17 @@ class NGramSpeculator(Speculator):
         end = self._lookup()
         if end is None:
             return Proposal()
-        return Proposal(tokens=self.history[end + 1 : end + 1 + ctx.max_tokens])
+        draft = self.history[end + 1 : end + 1 + self.window.draft_max]
+        if len(draft) < self.window.draft_min:
+            return Proposal()
+        return Proposal(tokens=draft[: ctx.max_tokens])
 
     def spawn(self) -> NGramSpeculator:
         return NGramSpeculator(self.orders[-1], self.orders[0])
 
     def reset(self) -> None:
         self.history = []
-        self._index = {n: {} for n in self.orders}
+        self._index = {}
 
     def checkpoint(self) -> int:
         return len(self.history)
@@ -63,13 +71,11 @@ class NGramSpeculator(Speculator):
         self._rewind(checkpoint)
 
     def _lookup(self) -> int | None:
-        for n in self.orders:
-            if len(self.history) < n:
-                continue
-            ends = self._index[n].get(tuple(self.history[-n:]))
-            if ends:
-                return ends[-1]
-        return None
+        n = self.window.match
+        if len(self.history) < n:
+            return None
+        ends = self._index.get(tuple(self.history[-n:]))
+        return ends[-1] if ends else None
 
     def _extend(self, tokens: Sequence[int]) -> None:
         if len(tokens) < len(self.history):
@@ -86,24 +92,24 @@ class NGramSpeculator(Speculator):
                 self._index_end(len(self.history) - 1, add=False)
 
     def _index_end(self, end: int, add: bool) -> None:
-        """Index (or un-index) every gram that ends at history index `end`."""
-        for n in self.orders:
-            if end + 1 < n:
-                continue
-            gram = tuple(self.history[end + 1 - n : end + 1])
-            ends = self._index[n].setdefault(gram, [])
-            if add:
-                ends.append(end)
-            else:
-                ends.pop()
-                if not ends:
-                    del self._index[n][gram]
+        """Index (or un-index) the gram that ends at history index `end`."""
+        n = self.window.match
+        if end + 1 < n:
+            return
+        gram = tuple(self.history[end + 1 - n : end + 1])
+        ends = self._index.setdefault(gram, [])
+        if add:
+            ends.append(end)
+        else:
+            ends.pop()
+            if not ends:
+                del self._index[gram]
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens `a` and `b` share."""
     length = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         length += 1

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
+from power.artifacts.gguf_reader import ArtifactError
 from power.runtime.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
@@ -85,17 +86,27 @@ class ArchHeader:
     """A trunk's GGUF header under its architecture's key prefix, with the attention shape every trunk reads alike.
 
     An absent head_count_kv means one KV head per query head; absent key/value lengths mean d_model / head_count.
+    The values' ranges were checked when the file was opened (`power.artifacts.header_values`); what is left
+    here is the runtime's own limit: one value for every layer where a header may give one per layer.
     """
 
     def __init__(self, gguf: GGUFFile, arch: str) -> None:
         self.gguf, self.arch = gguf, arch
         self.d_model = int(self.require("embedding_length"))
-        self.n_heads = int(self.require("attention.head_count"))
+        self.n_heads = self.uniform("attention.head_count", self.require("attention.head_count"))
         self.block_count = int(self.require("block_count"))
-        self.d_ff = int(self.require("feed_forward_length"))
-        self.n_kv_heads = int(self.get("attention.head_count_kv", self.n_heads))
+        self.d_ff = self.uniform("feed_forward_length", self.require("feed_forward_length"))
+        self.n_kv_heads = self.uniform("attention.head_count_kv", self.get("attention.head_count_kv", self.n_heads))
         self.key_length = int(self.get("attention.key_length", self.d_model // self.n_heads))
         self.eps = float(self.require("attention.layer_norm_rms_epsilon"))
+
+    def uniform(self, name: str, value: Any) -> int:
+        """A value the header may give per layer, which the runtime's trunks take as one for all layers."""
+        if isinstance(value, list):
+            raise ArtifactError(f"{self.arch}.{name} differs per layer ({len(value)} values); the Power runtime's "
+                                f"{self.arch} trunk takes one value for every layer", code="PWR120",
+                                file=str(self.gguf.path), hint="render the plan for llama-server instead")
+        return int(value)
 
     @property
     def value_length(self) -> int:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from typing_extensions import override
 
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_tables
+from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_rows, rope_tables
 from power.runtime.linear import pack_head
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
 from power.runtime.trunks.batch import RowBatch
@@ -77,7 +78,7 @@ class Gemma3Layer:
         b, d = f"blk.{i}.", p.d_model
         self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [p.n_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_v]
-        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
+        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
         q_norm = w.tensor(b + "attn_q_norm.weight", [p.head_dim_k])
         k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim_k])
         self.qk_norm = torch.stack([q_norm] * p.n_heads + [k_norm] * p.n_kv_heads)  # [H + Hkv, hd]: one norm, one rope
@@ -121,11 +122,12 @@ class Gemma3Trunk(FixedShapeTrunk):
         super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps,
                          p.logit_softcap)
 
+    @override
     def _run(self, tokens: torch.Tensor, batch: RowBatch,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p = self.params
-        local_rope = tuple(t[batch.positions] for t in self.local_rope)
-        global_rope = tuple(t[batch.positions] for t in self.global_rope)
+        local_rope = rope_rows(self.local_rope, batch.positions)
+        global_rope = rope_rows(self.global_rope, batch.positions)
         h = self.embedding[tokens] * math.sqrt(p.d_model)  # [m, d]
         tapped = {}
         for i, layer in enumerate(self.layers):

