@@ -100,7 +100,7 @@ class DecodeRequest:
     prompt: Sequence[int]
     max_new_tokens: int
     sampler: Sampler
-    stop_ids: Sequence[int] = ()
+    stop_ids: Collection[int] = ()
     cancel: threading.Event | None = None
     observer: StepObserver | None = None
     finish: threading.Event | None = None
@@ -120,15 +120,22 @@ class Slot:
     holder: Decoding | None = None
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a request decodes once it has a slot: the slot, its transaction and its K/S scheduler."""
+
+    slot: Slot
+    seq: SpeculativeSequence
+    scheduler: Scheduler
+
+
 @dataclass(eq=False)
 class Decoding:
     """A request inside the decoder: waiting, prefilling, decoding, then done with a generation or an error."""
 
     request: DecodeRequest
     stats: SpeculationStats = field(default_factory=SpeculationStats)
-    slot: Slot | None = None
-    seq: SpeculativeSequence | None = None
-    scheduler: Scheduler | None = None
+    placement: Placement | None = None  # set when it takes a slot
     generation: Generation | None = None  # set when it ends normally or cancelled
     error: Exception | None = None  # set when it failed
     reused: int = 0
@@ -136,12 +143,38 @@ class Decoding:
     _parks_before: int = 0
 
     @property
+    def placed(self) -> Placement:
+        if self.placement is None:
+            raise RuntimeError("the request has not taken a slot yet")
+        return self.placement
+
+    @property
+    def slot(self) -> Slot:
+        return self.placed.slot
+
+    @property
+    def seq(self) -> SpeculativeSequence:
+        return self.placed.seq
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.placed.scheduler
+
+    @property
     def done(self) -> bool:
         return self.generation is not None or self.error is not None
 
+    def result(self) -> Generation:
+        """The generation of a request that has ended; its error raised if it failed."""
+        if self.error is not None:
+            raise self.error
+        if self.generation is None:
+            raise RuntimeError("the request has not ended yet")
+        return self.generation
+
     @property
     def decoding(self) -> bool:
-        return not self.done and self.seq is not None and not self.seq.prefilling
+        return not self.done and self.placement is not None and not self.seq.prefilling
 
     @property
     def draws_depend_on_proposals(self) -> bool:
@@ -209,9 +242,7 @@ class Decoder:
                                              finish, on_tokens))
         while not decoding.done:
             self.step()
-        if decoding.error is not None:
-            raise decoding.error
-        return decoding.generation
+        return decoding.result()
 
     # --- 1. admission -----------------------------------------------------------
     def _admit(self) -> None:
@@ -236,10 +267,11 @@ class Decoder:
         if self.speculator is not None and slot.speculator is None:
             slot.speculator = self.speculator if slot.index == 0 else self.speculator.spawn()
             slot.governor = CostGovernor(self.governor) if self.governor else None
-        decoding.slot, slot.holder = slot, decoding
+        slot.holder = decoding
         decoding._started = time.perf_counter()
         seq = SpeculativeSequence(slot.trunk, request.sampler, slot.speculator, request.stop_ids, request.cancel,
                                   request.observer)
+        decoding.placement = Placement(slot, seq, Scheduler(self.schedule))
         decoding.reused = self._reusable(slot, request)
         try:
             seq.begin(request.prompt, decoding.reused)
@@ -247,7 +279,6 @@ class Decoder:
             self._end(decoding, error=err)
             return
         slot.cached = list(request.prompt[: decoding.reused])
-        decoding.seq, decoding.scheduler = seq, Scheduler(self.schedule)
         if slot.governor:
             decoding._parks_before = slot.governor.parks
             slot.governor.new_request()
@@ -258,7 +289,7 @@ class Decoder:
         parts, pieces, rows = [], [], 0
         for slot in self.slots:
             decoding = slot.holder
-            if decoding is None or decoding.done or not decoding.seq.prefilling:
+            if decoding is None or decoding.done or decoding.placement is None or not decoding.seq.prefilling:
                 continue
             if decoding.seq.cancel.is_set():
                 self._end(decoding, cancelled=True)
@@ -384,15 +415,15 @@ class Decoder:
              error: Exception | None = None) -> None:
         if decoding.done:
             return
-        stats, slot, seq = decoding.stats, decoding.slot, decoding.seq
+        stats, placement = decoding.stats, decoding.placement
         if decoding._started:
             stats.decode_s = time.perf_counter() - decoding._started - stats.prefill_s
-        if decoding.scheduler is not None:
-            stats.clamps, stats.fallbacks = decoding.scheduler.clamps, decoding.scheduler.fallbacks
-        if slot is not None:
-            if slot.governor:
-                stats.governor_parks = slot.governor.parks - decoding._parks_before
-            slot.holder = None
+        if placement is not None:
+            stats.clamps, stats.fallbacks = placement.scheduler.clamps, placement.scheduler.fallbacks
+            if placement.slot.governor:
+                stats.governor_parks = placement.slot.governor.parks - decoding._parks_before
+            placement.slot.holder = None
+        seq = placement.seq if placement else None
         if error is not None:
             decoding.error = error
         else:

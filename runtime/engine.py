@@ -122,8 +122,11 @@ class Ticket:
         return self.receipt is not None or self.error is not None
 
     def result(self) -> Receipt:
+        """The receipt of a request that has ended; its error raised if it failed."""
         if self.error is not None:
             raise self.error
+        if self.receipt is None:
+            raise RuntimeError("the request has not ended yet")
         return self.receipt
 
     def emit(self, token_ids: list[int]) -> None:
@@ -248,7 +251,7 @@ class Engine:
         if decoding.error is not None:
             ticket.error = decoding.error
         else:
-            generation = decoding.generation
+            generation = decoding.result()
             tail = ticket.text.flush()
             if ticket.on_text and tail:
                 ticket.on_text(tail)

@@ -320,8 +320,8 @@ class EngineWorker:
 
     def stop(self) -> None:
         with self._lock:
-            for job in self.running:  # the requests in hand end at their next round boundary
-                job.cancel.set()
+            for running in self.running:  # the requests in hand end at their next round boundary
+                running.cancel.set()
         while True:  # and every waiting one is refused
             try:
                 job = self.jobs.get_nowait()
@@ -385,8 +385,9 @@ class EngineWorker:
             traceback.print_exception(ticket.error, file=sys.stderr)
             job.push("error", (500, "the engine failed on this request; the server carries on (see its log)"))
         else:
-            self.metrics.record_receipt(ticket.receipt)
-            job.push("done", Outcome(ticket.receipt, "stop" if ticket.receipt.stop_reason == "stop" else "length"))
+            receipt = ticket.result()
+            self.metrics.record_receipt(receipt)
+            job.push("done", Outcome(receipt, "stop" if receipt.stop_reason == "stop" else "length"))
 
     def _sampling(self, request: CompletionRequest) -> SamplingParams:
         plan = self.engine.sampling
@@ -470,7 +471,8 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
     async def chat_completions(request: Request) -> Response:
         return await _serve(request, state, chat=True)
 
-    async def not_found(request: Request, exc: HTTPException) -> Response:
+    async def not_found(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException), "registered for HTTPException only"
         return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", "invalid_request_error")
 
     async def internal_error(_request: Request, exc: Exception) -> Response:
@@ -507,8 +509,8 @@ def _chat_template(engine: Engine, given: ChatTemplate | None) -> tuple[ChatTemp
 
 
 async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
-    count = state.metrics.requests
-    if state.worker is None:
+    count, worker = state.metrics.requests, state.worker
+    if worker is None:
         count.labels("unavailable").inc()
         if state.load_error is not None:
             return _error(503, f"the model failed to load: {state.load_error}", "unavailable")
@@ -517,7 +519,7 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     deadline = job_arrived + state.limits.request_timeout_s
     try:
         body = await _body(request, state.limits.max_body_bytes)
-        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, state, body, chat),
+        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat),
                                                     max(0.0, deadline - time.perf_counter()))
     except TooLarge as err:
         count.labels("bad_request").inc()
@@ -536,7 +538,7 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
         return _error(504, _timeout_message(state), "timeout")
     job = Job(parsed, prompt_ids, asyncio.get_running_loop(), job_arrived)
     try:
-        state.worker.submit(job)
+        worker.submit(job)
     except QueueFull as err:
         count.labels("rejected").inc()
         return _error(429, str(err), "queue_full", headers={"Retry-After": str(err.retry_after_s)})
@@ -560,9 +562,8 @@ async def _body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _prepare(state: ServerState, body: bytes, chat: bool) -> tuple[CompletionRequest, list[int]]:
+def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool) -> tuple[CompletionRequest, list[int]]:
     """Parse, render and tokenize (on a worker thread): the request and its prompt's token IDs."""
-    engine = state.worker.engine
     if chat:
         parsed = parse_chat(body, engine.n_ctx, state.template, state.template_problem)
     else:

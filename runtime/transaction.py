@@ -140,7 +140,9 @@ class SpeculativeSequence:
         """Prefill the whole prompt in one go and emit the first token (drawn from the prompt's last row)."""
         self.begin(prompt)
         rest = self.tokens[self.prefilled :]
-        return self.take_piece(rest, self.trunk.prefill(rest, taps=self.taps))
+        first = self.take_piece(rest, self.trunk.prefill(rest, taps=self.taps))
+        assert first is not None, "the whole prompt was one piece, so its last row emits"
+        return first
 
     def begin(self, prompt: Sequence[int], reuse: int = 0) -> None:
         """Arm for `prompt`, keeping the target's first `reuse` positions (a prefix it already holds exactly,

@@ -58,7 +58,7 @@ class NGramSpeculator(Speculator):
         return Proposal(tokens=draft[: ctx.max_tokens])
 
     def spawn(self) -> NGramSpeculator:
-        return NGramSpeculator(self.orders[-1], self.orders[0])
+        return NGramSpeculator(self.window)
 
     def reset(self) -> None:
         self.history = []

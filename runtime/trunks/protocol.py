@@ -53,7 +53,9 @@ class ForwardOut:
 
 
 class Trunk(Protocol):
-    config: TrunkConfig
+    @property
+    def config(self) -> TrunkConfig:
+        """The shape the trunk was built with."""
 
     @property
     def position(self) -> int:
