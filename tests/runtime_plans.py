@@ -36,8 +36,7 @@ PROFILES = {
         ctx = 2048
         slots = 4
         verify_capacity = {VERIFY_CAPACITY}
-        ngram_n_min = 2
-        ngram_n_max = 4
+        ngram_match = 2
     """,
     "none": f"""
         schema = "power.profile/v1"
