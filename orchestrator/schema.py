@@ -87,7 +87,12 @@ def _resolve_against_file(path: Path, info: ValidationInfo) -> Path:
     base_dir = (info.context or {}).get("base_dir")
     if base_dir is not None and not path.is_absolute():
         path = Path(base_dir) / path
-    return Path(path).expanduser().resolve() if base_dir is not None else path
+    if base_dir is None:
+        return path
+    try:
+        return Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as err:  # a symlink loop (RuntimeError before Python 3.13), an unreadable home
+        raise ValueError(f"the path {str(path)!r} cannot be resolved ({err}); point it at the file itself") from None
 
 
 def _lower(text: str) -> str:

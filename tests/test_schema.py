@@ -166,6 +166,15 @@ def test_manifest_paths_resolve_against_the_manifests_directory(tmp_path):
     assert loaded.model.drafters[0].kind == "dspark"
 
 
+def test_a_path_that_is_a_symlink_loop_is_a_located_finding(tmp_path):
+    (tmp_path / "sub").mkdir(exist_ok=True)
+    (tmp_path / "sub" / "loop.gguf").symlink_to(tmp_path / "sub" / "loop.gguf")
+    loaded = manifest(tmp_path, "", target=f'[target]\npath = "loop.gguf"\nsha256 = "{SHA_A}"\n')
+    assert not loaded.ok
+    finding = next(f for f in loaded.findings if f.where == "target.path")
+    assert "cannot be resolved" in finding.message and finding.code == "PWR022" and finding.line == 4
+
+
 @pytest.mark.parametrize("kind", ["dflash", "dflash2", "dspark", "draft-model"])
 def test_a_file_backed_drafter_needs_path_sha256_and_binding(tmp_path, kind):
     loaded = manifest(tmp_path, f'[[drafters]]\nkind = "mtp"\n[[drafters]]\nkind = "{kind}"\n')
