@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import codecs
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Sequence
 
 import numpy as np
@@ -132,7 +132,7 @@ class Tokenizer:
     def bos_id(self) -> int | None:
         return self.vocab.bos_id
 
-    @property
+    @cached_property
     def stop_ids(self) -> frozenset[int]:
         ids = {i for i, text in enumerate(self.vocab.tokens)
                if text in END_OF_TURN_TEXTS and self.vocab.types[i] == CONTROL}
@@ -146,7 +146,7 @@ class Tokenizer:
             ids = [self.vocab.bos_id, *ids]
         return ids
 
-    @property
+    @cached_property
     def max_token_bytes(self) -> int:
         """The most text bytes one token covers: a text of n bytes has at least n / max_token_bytes tokens."""
         return max(1, max(len(b) for b in self._bytes), max(len(t.encode()) for t in self.vocab.tokens))
