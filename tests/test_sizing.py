@@ -96,7 +96,7 @@ def test_power_runtime_kv_is_the_runtimes_own_allocation():
     dense = inspect_artifact(fixture("dense-target"))
     sizing = size_plan("power", dense, None, Request(ctx=1000, verify_rows=8, vocab=300), CPU)
     trunk = load_trunk(fixture("dense-target"), n_ctx=1000, verify_capacity=8)
-    allocated = sum(layer.cache.k.nbytes + layer.cache.v.nbytes for layer in trunk.layers)
+    allocated = sum(cache.k.nbytes + cache.v.nbytes for layer in trunk.layers for cache in layer.caches)
     assert parts(sizing)["target KV"] == allocated == 4 * 2 * 16 * 2 * 4 * 1280
     assert sizing.engine == "power"
     two = size_plan("power", gemma_facts(), None, Request(ctx=1000, verify_rows=8, slots=2, vocab=GEMMA_VOCAB), CPU)
