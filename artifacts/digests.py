@@ -31,8 +31,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-import platformdirs
-
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.documents import DocumentError, read_json
 from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regular_file
@@ -52,6 +50,8 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def cache_path() -> Path:
+    import platformdirs  # here, not at the top: it pulls in tempfile, shutil, bz2 and random (start-up time)
+
     root = os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("power", appauthor=False)
     return Path(root) / CACHE_FILE_NAME
 

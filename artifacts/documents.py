@@ -20,8 +20,6 @@ import re
 import stat
 from typing import Any
 
-import tomli
-
 from power.findings import Finding, Severity
 
 # Every size bound a reader uses; docs/security.md lists them.
@@ -144,6 +142,8 @@ def parse_json(text: str) -> Any:
 
 def parse_toml(text: str) -> dict[str, Any]:
     """TOML (tomli), with integers held to TOML's 64-bit range and nesting to MAX_DEPTH levels."""
+    import tomli  # here, not at the top: `power inspect` reads this module and no TOML (start-up time)
+
     try:
         data = tomli.loads(text)
     except tomli.TOMLDecodeError as err:

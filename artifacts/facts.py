@@ -25,10 +25,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
-
 from power.artifacts import contracts
-from power.artifacts.gguf_reader import ArtifactError, GGUFHeader, TensorInfo, artifact_error, read_header
+from power.artifacts.gguf_reader import (
+    ArtifactError,
+    GGUFHeader,
+    TensorInfo,
+    artifact_error,
+    read_header,
+    view_element_type,
+)
 from power.artifacts.header_values import header_findings, require_plausible_layers
 from power.artifacts.tokenizer_facts import VOCABULARY_KEYS, TokenizerFacts, tokenizer_facts
 from power.findings import Finding
@@ -113,11 +118,9 @@ class ArtifactFacts:
 
 
 def _json_value(value: Any) -> Any:
-    """A metadata value as JSON: a long numeric array (a numpy view) as its element type, count and sha256."""
-    if isinstance(value, np.ndarray):
-        # An ndarray is a buffer; numpy's stubs do not declare it, hence the ignore.
-        sha256 = hashlib.sha256(value).hexdigest()  # type: ignore[arg-type]
-        return {"elements": str(value.dtype), "count": int(value.size), "sha256": sha256}
+    """A metadata value as JSON: a long numeric array (a view of the header) as its element type, count and sha256."""
+    if isinstance(value, memoryview):
+        return {"elements": view_element_type(value), "count": len(value), "sha256": hashlib.sha256(value).hexdigest()}
     if isinstance(value, list):
         return [_json_value(item) for item in value]
     return value

@@ -6,7 +6,9 @@ before anything is allocated, arrays nest at most `MAX_ARRAY_DEPTH` deep, and
 tensor extents are checked against the file size. What a header may make the
 reader build is capped (metadata keys, tensors, array elements that become Python
 objects); a long numeric array is never turned into Python numbers: its value is
-a read-only numpy view of the header's bytes. Anything wrong raises
+a read-only memoryview of the header's bytes, cast to the element type (numpy,
+should a caller want it, wraps one without a copy: `np.asarray(view)`); the
+standard library suffices, so reading a header imports no numpy. Anything wrong raises
 `ArtifactError`, whose `.finding` is a `PWR10x` finding naming the file and the
 byte offset; nothing else escapes (no struct.error, no MemoryError, no hang:
 directories, FIFOs and devices are refused before they are opened for reading).
@@ -23,11 +25,11 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from power.artifacts.documents import DocumentError, Reason, open_regular
 from power.artifacts.ggml_types import QUANT_TYPES, ValueType
@@ -56,7 +58,7 @@ MAX_TENSORS = 1 << 16
 # Array elements that become Python objects (strings, inner arrays, short numeric arrays' numbers), all arrays together.
 MAX_ARRAY_OBJECTS = 1 << 21
 # Numeric arrays up to this length (per-layer values) are lists; longer ones (token types, scores) stay
-# read-only numpy views of the header bytes (bool arrays as uint8): no element becomes a Python object.
+# read-only memoryviews of the header bytes (bool arrays as uint8): no element becomes a Python object.
 MAX_LIST_ELEMENTS = 4096
 
 _U32 = struct.Struct("<I")
@@ -75,11 +77,14 @@ _SCALARS: dict[ValueType, struct.Struct] = {
     ValueType.INT64: struct.Struct("<q"),
     ValueType.FLOAT64: struct.Struct("<d"),
 }
-_NUMPY_TYPES: dict[ValueType, str] = {
-    ValueType.UINT8: "<u1", ValueType.INT8: "<i1", ValueType.UINT16: "<u2", ValueType.INT16: "<i2",
-    ValueType.UINT32: "<u4", ValueType.INT32: "<i4", ValueType.FLOAT32: "<f4", ValueType.BOOL: "<u1",
-    ValueType.UINT64: "<u8", ValueType.INT64: "<i8", ValueType.FLOAT64: "<f8",
+# A long numeric array's memoryview format (native order, the file's is little-endian) and its element type's name.
+_VIEW_FORMATS: dict[ValueType, str] = {
+    ValueType.UINT8: "B", ValueType.INT8: "b", ValueType.UINT16: "H", ValueType.INT16: "h",
+    ValueType.UINT32: "I", ValueType.INT32: "i", ValueType.FLOAT32: "f", ValueType.BOOL: "B",
+    ValueType.UINT64: "Q", ValueType.INT64: "q", ValueType.FLOAT64: "d",
 }
+_VIEW_ELEMENT_TYPES = {"B": "uint8", "b": "int8", "H": "uint16", "h": "int16", "I": "uint32", "i": "int32",
+                       "Q": "uint64", "q": "int64", "f": "float32", "d": "float64"}
 
 
 class ArtifactError(PowerError):
@@ -137,6 +142,22 @@ class GGUFHeader:
     raw: bytes | bytearray = field(default=b"", repr=False, compare=False)
     # key -> the byte offset of its metadata entry, so a finding about a value can point at it.
     key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+
+def view_element_type(view: memoryview) -> str:
+    """The element type of a long numeric array's view: "int32", "float32", ... (a bool array's is "uint8")."""
+    return _VIEW_ELEMENT_TYPES[view.format]
+
+
+def _numeric_view(header: memoryview, fmt: str, start: int, end: int) -> memoryview:
+    """The little-endian elements in `header[start:end]`, read-only: a view of those bytes (on a big-endian host,
+    a byte-swapped copy, still one machine number per element)."""
+    if sys.byteorder == "little":
+        return header[start:end].cast(fmt)  # type: ignore[call-overload]  # typeshed's overloads take literal formats
+    swapped = array(fmt)
+    swapped.frombytes(header[start:end])
+    swapped.byteswap()
+    return memoryview(swapped).toreadonly()
 
 
 def _type_label(vtype: ValueType, sub: str | None = None) -> str:
@@ -234,7 +255,7 @@ class _HeaderParser:
         self.value_types: dict[str, str] = {}
         self.spans: dict[str, ArraySpan] = {}
         self.objects = 0
-        # Long numeric arrays, viewed once the header's bytes are final: (container, key or index, dtype, count, start).
+        # Long numeric arrays, viewed once the header's bytes are final: (container, key or index, format, start, end).
         self.views: list[tuple[Any, Any, str, int, int]] = []
         self.offsets: dict[str, int] = {}
 
@@ -258,9 +279,9 @@ class _HeaderParser:
         tensors = tuple(self._tensor_infos(n_tensors))
         data_offset = -(-cur.pos // alignment) * alignment
         self._check_extents(tensors, data_offset, alignment)
-        for container, slot, dtype, count, start in self.views:
-            container[slot] = view = np.frombuffer(cur.buf, dtype=dtype, count=count, offset=start)
-            view.flags.writeable = False
+        header_bytes = memoryview(cur.buf).toreadonly()
+        for container, slot, fmt, start, end in self.views:
+            container[slot] = _numeric_view(header_bytes, fmt, start, end)
         return GGUFHeader(path=cur.path, size=cur.size, version=version, alignment=alignment, data_offset=data_offset,
                           metadata=self.metadata, value_types=self.value_types, tensors=tensors, array_spans=self.spans,
                           raw=cur.buf, key_offsets=self.offsets)
@@ -302,7 +323,7 @@ class _HeaderParser:
         return value
 
     def _array(self, key: str, depth: int, container: Any, slot: Any) -> tuple[Any, str]:
-        """The array's value: a list, or (long numeric arrays) None until `parse` puts a numpy view in `container[slot]`."""
+        """The array's value: a list, or (long numeric arrays) None until `parse` puts a view in `container[slot]`."""
         cur = self.cur
         at = cur.pos
         element = cur.value_type(f"the element type of {key!r}")
@@ -328,12 +349,11 @@ class _HeaderParser:
                 values[index] = self._array(key, depth + 1, values, index)[0]
         elif viewed:
             values = None
-            self.views.append((container, slot, _NUMPY_TYPES[element], count, cur.pos))
-            cur.pos += count * _SCALARS[element].size
+            end = cur.pos + count * _SCALARS[element].size
+            self.views.append((container, slot, _VIEW_FORMATS[element], cur.pos, end))
+            cur.pos = end
         else:
-            values = np.frombuffer(cur.buf, dtype=_NUMPY_TYPES[element], count=count, offset=cur.pos).tolist()
-            if element == ValueType.BOOL:
-                values = [bool(v) for v in values]
+            values = list(struct.unpack_from(f"<{count}{_SCALARS[element].format[-1]}", cur.buf, cur.pos))
             cur.pos += count * _SCALARS[element].size
         label = _type_label(element) if element != ValueType.ARRAY else "array"
         if depth == 1:
@@ -350,7 +370,12 @@ class _HeaderParser:
                                 "the artifact", at)
 
     def _string_elements(self, key: str, count: int) -> list[str]:
-        """One pass over length-prefixed strings: slice, then decode (invalid UTF-8 kept via surrogateescape)."""
+        """One pass over length-prefixed strings: slice, then decode (invalid UTF-8 kept via surrogateescape).
+
+        The slices are decoded as one NUL-joined string, split again: a NUL ends an unfinished UTF-8 sequence just
+        as the end of a slice does, so each part is its slice decoded alone; a slice holding a NUL (more parts than
+        slices) is decoded one by one instead.
+        """
         cur, unpack = self.cur, _U64.unpack_from
         buf, pos = cur.buf, cur.pos
         buf_len = len(buf)
@@ -369,7 +394,8 @@ class _HeaderParser:
             raw[i] = buf[start:stop]
             pos = stop
         cur.pos = pos
-        return [item.decode("utf-8", "surrogateescape") for item in raw]
+        parts = b"\0".join(raw).decode("utf-8", "surrogateescape").split("\0")
+        return parts if len(parts) == count else [item.decode("utf-8", "surrogateescape") for item in raw]
 
     def _alignment(self) -> int:
         value = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)

@@ -20,8 +20,6 @@ import math
 import re
 from typing import Any
 
-import numpy as np
-
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader
 from power.findings import Finding, Severity
 
@@ -238,8 +236,9 @@ class _Checks:
             return
         for name in (TYPES, SCORES):
             values = self.meta.get(name)
-            # a long numeric array is a read-only numpy view of the header (power.artifacts.gguf_reader)
-            sequence = isinstance(values, (list, np.ndarray)) and np.ndim(values) == 1
+            # a long numeric array is a read-only memoryview of the header (power.artifacts.gguf_reader)
+            sequence = isinstance(values, memoryview) or (isinstance(values, list) and
+                                                          not any(isinstance(item, list) for item in values))
             if values is not None and (not sequence or len(values) != len(tokens)):
                 count = f"{len(values)} entries" if sequence else _short(values)
                 self.fail("PWR124", name, f"{name} has {count} for {len(tokens)} tokens: one per token expected")

@@ -23,8 +23,6 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-import numpy as np
-
 from power.artifacts.gguf_reader import GGUFHeader
 
 TOKENS, TYPES, MERGES, SCORES = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
@@ -105,6 +103,10 @@ def _types_parts(header: GGUFHeader) -> Iterator[bytes | bytearray]:
     if span.element_type == "int32":
         yield header.raw[span.start:span.end]
         return
+    # Converters write token types as int32; any other element type is hashed as numpy casts it (a float's or a
+    # wide integer's cast included), so only a header that odd imports numpy.
+    import numpy as np
+
     types = np.asarray(header.metadata[TYPES])
     for start in range(0, types.size, _CHUNK):
         yield types[start:start + _CHUNK].astype("<i4").tobytes()
@@ -113,26 +115,27 @@ def _types_parts(header: GGUFHeader) -> Iterator[bytes | bytearray]:
 def _leading_types(types: Any, vocab_size: int) -> tuple[int, ...]:
     """The types of the vocabulary's tokens and one past them (enough to name where two differ); the
     fingerprint covers the rest."""
-    if not isinstance(types, (list, np.ndarray)):
-        return ()
-    return tuple(np.asarray(types)[:vocab_size + 1].tolist())
+    if isinstance(types, memoryview):  # a long numeric array (power.artifacts.gguf_reader)
+        return tuple(types[:vocab_size + 1].tolist())
+    return tuple(types[:vocab_size + 1]) if isinstance(types, list) else ()
 
 
 def _flag(value: Any) -> bytes:
     return bytes([2 if value is None else int(bool(value))])
 
 
-def _string_list(value: Any) -> tuple[str, ...]:
-    return tuple(value) if isinstance(value, list) and all(isinstance(item, str) for item in value) else ()
+def _string_list(header: GGUFHeader, key: str) -> tuple[str, ...]:
+    """The key's strings, when its value is an array of strings (the reader decodes every element of one)."""
+    return tuple(header.metadata[key]) if header.value_types.get(key) == "array[string]" else ()
 
 
 def tokenizer_facts(header: GGUFHeader) -> TokenizerFacts | None:
     """The header's tokenizer facts, or None when it carries no `tokenizer.ggml.tokens` string array."""
     meta = header.metadata
-    tokens = _string_list(meta.get(TOKENS))
+    tokens = _string_list(header, TOKENS)
     if not tokens:
         return None
-    merges = _string_list(meta.get(MERGES))
+    merges = _string_list(header, MERGES)
     types = meta.get(TYPES)
     special = {name: meta[key] for name, key in SPECIAL_ID_KEYS.items() if isinstance(meta.get(key), int)}
     model, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre")

@@ -4,7 +4,7 @@
 
 Each contender is a fresh `power inspect --no-hash` process (imports included), run in turn;
 its peak resident memory comes from the kernel (`wait4`). The hostile headers:
-- one uint8 metadata array filling a 250 MB header (a long numeric array: a numpy view, never listed);
+- one uint8 metadata array filling a 250 MB header (a long numeric array: a memoryview, never listed);
 - two million tensor infos (past the 65,536-tensor cap: refused before anything is built);
 - 65,536 tensor infos (at the cap: read in full).
 The claim: the hostile ones cost about what their header bytes weigh, and none is far from the real one.

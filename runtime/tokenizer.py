@@ -92,7 +92,7 @@ class Vocabulary:
 
 
 def _per_token(value: Any, default: int | float, count: int) -> list:
-    """A per-token header array (a list, or a numpy view when long) as a list of at most `count` values;
+    """A per-token header array (a list, or a memoryview of the header when long) as a list of at most `count` values;
     `default` for every token when the header has none."""
     if value is None or len(value) == 0:
         return [default] * count

@@ -26,9 +26,10 @@ def assert_agrees_with_gguf_reader(path) -> None:
     assert list(ours.metadata) == list(reference)
     for key, field in reference.items():
         expected, actual = _reference_value(field), ours.metadata[key]
-        if isinstance(actual, np.ndarray):  # a long numeric array: a read-only view of the header's bytes
-            assert not actual.flags.writeable and actual.size > MAX_LIST_ELEMENTS, key
-            np.testing.assert_array_equal(actual, np.asarray(expected, dtype=actual.dtype))
+        if isinstance(actual, memoryview):  # a long numeric array: a read-only view of the header's bytes
+            assert actual.readonly and len(actual) > MAX_LIST_ELEMENTS, key
+            assert actual.obj is ours.raw, key
+            np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected, dtype=np.asarray(actual).dtype))
         elif isinstance(expected, float) or (isinstance(expected, list) and expected and isinstance(expected[0], float)):
             np.testing.assert_array_equal(np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64))
         else:

@@ -13,11 +13,11 @@ import sys
 from typing import Any, Sequence
 
 import click
-import numpy as np
 
 from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, ArtifactFacts, inspect_artifact
+from power.artifacts.gguf_reader import view_element_type
 from power.findings import has_errors
 from power.orchestrator.cli import EXIT_FINDINGS
 
@@ -71,9 +71,9 @@ def _bytes(n: int) -> str:
 
 
 def _value(value: Any) -> str:
-    if isinstance(value, np.ndarray):
+    if isinstance(value, memoryview):
         shown = ", ".join(_value(item) for item in value[:ARRAY_PREVIEW].tolist())
-        return f"[{shown}, ...] ({value.size:,} {value.dtype} items)"
+        return f"[{shown}, ...] ({len(value):,} {view_element_type(value)} items)"
     if isinstance(value, list):
         shown = ", ".join(_value(item) for item in value[:ARRAY_PREVIEW])
         return f"[{shown}{', ...' if len(value) > ARRAY_PREVIEW else ''}] ({len(value)} items)" if len(value) > ARRAY_PREVIEW else f"[{shown}]"
