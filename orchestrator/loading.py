@@ -201,7 +201,7 @@ def _failed_document(loaded: Loaded, err: DocumentError) -> _Unloadable:
     code, hint = _READ_FAILURES[err.reason]
     if err.where is not None:
         return _Unloadable(loaded.finding(code, err.message, where=err.where, hint=hint))
-    return _Unloadable(_error(loaded, code, err.message, hint, line=err.line, col=err.col, source_line=err.source_line))
+    return _Unloadable(err.finding(code, loaded.path, hint))
 
 
 def _read_kind(loaded: Loaded, data: dict[str, Any], text: str) -> str | None:
