@@ -82,8 +82,10 @@ def container_path(mount: ModelMount, path: str) -> str | None:
     return f"{mount.mount_path.rstrip('/')}/{file.relative_to(local).as_posix()}"
 
 
-def artifact_paths(plan: ResolvedPlan) -> list[str]:
-    return [plan.target.path] + [d.path for d in plan.drafters if d.path is not None]
+def unmounted_paths(mount: ModelMount, plan: ResolvedPlan) -> list[str]:
+    """The plan's artifact paths the pod cannot see: those not under the volume's local folder."""
+    paths = [plan.target.path] + [d.path for d in plan.drafters if d.path is not None]
+    return [path for path in paths if container_path(mount, path) is None]
 
 
 def carried_plan(plan: ResolvedPlan, placement: Placement) -> ResolvedPlan:

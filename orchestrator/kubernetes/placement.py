@@ -17,10 +17,18 @@ from pathlib import Path
 from typing import Final
 
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.kubernetes.objects import ModelMount, Placement, artifact_paths, container_path, dry_run_image
+from power.orchestrator.kubernetes.objects import ModelMount, Placement, dry_run_image, unmounted_paths
 from power.orchestrator.loading import Loaded
 from power.orchestrator.plan import ResolvedPlan
-from power.orchestrator.schema import Deployment, Fleet, FleetKubernetes, HostKubernetes, HostSpec, ModelVolume
+from power.orchestrator.schema import (
+    Deployment,
+    EngineImages,
+    Fleet,
+    FleetKubernetes,
+    HostKubernetes,
+    HostSpec,
+    ModelVolume,
+)
 
 # Service names are DNS-1035 labels: lowercase letters, digits and '-', a letter first, at most 63 characters.
 MAX_NAME = 63
@@ -106,7 +114,7 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
         findings += found
         if found or volume_name is None:
             continue
-        images = settings.images | (host.kubernetes.images if host.kubernetes else {})
+        images = _images(settings, host)
         engine = item.deployment.engine
         placements[item.key] = Placement(
             key=item.key, name=name, engine=engine,
@@ -134,7 +142,7 @@ def _selection_findings(loaded: Loaded, index: int, host: HostSpec, reported: se
 def _image_findings(loaded: Loaded, settings: FleetKubernetes, item: Placed, host: HostSpec,
                     reported: set[str]) -> list[Finding]:
     """PWR069 for the deployment's engine, and once for Power's image, which every pod's `power verify` needs."""
-    images = settings.images | (host.kubernetes.images if host.kubernetes else {})
+    images = _images(settings, host)
     engine = item.deployment.engine
     findings = []
     if engine not in images:
@@ -147,6 +155,11 @@ def _image_findings(loaded: Loaded, settings: FleetKubernetes, item: Placed, hos
             "PWR069", f"no image is named for {VERIFY_ENGINE}: every pod's init container runs `power verify` "
             f"(first needed by {item.key})", where="kubernetes.images", hint=_image_hint(VERIFY_ENGINE)))
     return findings
+
+
+def _images(settings: FleetKubernetes, host: HostSpec) -> EngineImages:
+    """Each engine's image: the host's own over the fleet's."""
+    return settings.images | (host.kubernetes.images if host.kubernetes else {})
 
 
 def _image_hint(engine: str, table: str = "the fleet's [kubernetes] table (or the host's [hosts.kubernetes])") -> str:
@@ -177,13 +190,12 @@ def _volume(loaded: Loaded, settings: FleetKubernetes, item: Placed) -> tuple[st
 
 def _outside_volume_findings(loaded: Loaded, volume: ModelVolume, name: str, key: str,
                              plan: ResolvedPlan) -> list[Finding]:
-    mount = model_mount(volume)
     return [loaded.finding(
         "PWR093", f"deployment {key}: {path} is not under volume {name}'s local folder {volume.local}, so the "
         "pod cannot see it", where=f"kubernetes.volumes.{name}.local",
         hint="point `local` at the folder holding every artifact the deployment's manifest names, or copy the "
              "files into it and fix the manifest's paths")
-        for path in artifact_paths(plan) if container_path(mount, path) is None]
+        for path in unmounted_paths(model_mount(volume), plan)]
 
 
 def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: ModelMount, *, dry_run: bool,
@@ -203,7 +215,7 @@ def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: 
     findings += [Finding(code="PWR093", severity=Severity.ERROR, file=path,
                          message=f"{path} is not under the model volume's local folder {mount.local}",
                          hint="pass --models-local with the folder holding every artifact the plan names")
-                 for path in artifact_paths(plan) if container_path(mount, path) is None]
+                 for path in unmounted_paths(mount, plan)]
     if has_errors(findings):
         return None, findings
     placement = Placement(
