@@ -84,6 +84,8 @@ class FleetReview:
     drift: list[Change] = field(default_factory=list)
     # where each deployment runs in a cluster, when the fleet declares [kubernetes] (key -> placement)
     placements: dict[str, Placement] = field(default_factory=dict)
+    # the fleet file as loaded, for findings located in it after the review
+    loaded: Loaded | None = field(default=None, repr=False)
 
     @property
     def all_findings(self) -> list[Finding]:
@@ -174,7 +176,7 @@ def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | Non
     lock_path = Path(lock_path) if lock_path else default_lock_path(path)
     loaded = load_fleet(path)
     review = FleetReview(path=path, lock_path=lock_path, fleet=loaded.model if loaded.ok else None,
-                         findings=list(loaded.findings))
+                         findings=list(loaded.findings), loaded=loaded)
     if review.fleet is None:
         return review
     memo = memo or PlanMemo()

@@ -19,7 +19,6 @@ from power.orchestrator.fleet.review import FleetReview, review_fleet
 from power.orchestrator.fleet.rollout import ROLLED_BACK
 from power.orchestrator.kubernetes.placement import fleet_placements
 from power.orchestrator.kubernetes.tree import Stage, build_tree, tree_finding
-from power.orchestrator.loading import load_fleet
 from power.orchestrator.plan import ResolvedPlan
 
 
@@ -28,8 +27,8 @@ def render_fleet(fleet_path: Path, lock_path: Path | None = None,
     """The whole tree as {relative path: text}, or None with the error findings that keep it from a cluster."""
     review = review_fleet(fleet_path, lock_path, images_required=not dry_run)
     findings = review.all_findings
-    if review.fleet is not None and review.fleet.kubernetes is None:
-        findings += fleet_placements(load_fleet(fleet_path), review.fleet, [], not dry_run)[1]
+    if review.fleet is not None and review.fleet.kubernetes is None and review.loaded is not None:
+        findings += fleet_placements(review.loaded, review.fleet, [], not dry_run)[1]
     if has_errors(findings):
         return None, findings
     files, tree_findings = fleet_tree(review)
