@@ -21,6 +21,7 @@ from power.orchestrator.kubernetes.fleet import render_fleet
 from power.orchestrator.kubernetes.tree import write_tree
 from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan, save_plan
+from power.orchestrator.plan_memo import PlanMemo
 
 _FLEET = click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 _LOCK = click.option("--lock", "lock_path", type=click.Path(path_type=Path),
@@ -111,13 +112,14 @@ def _with_tree(fleet_file: Path, lock_path: Path | None, directory: Path | None,
     cannot render) and write it after the lock changed."""
     if directory is None:
         return command()
-    files, findings = render_fleet(fleet_file, lock_path)
+    memo = PlanMemo()
+    files, findings = render_fleet(fleet_file, lock_path, memo=memo)
     if files is None:
         return Outcome(findings=findings, lines=[f"refused: {directory} cannot be rendered; the lock is unchanged"])
     outcome = command()
     if not outcome.ok:
         return outcome
-    files, findings = render_fleet(fleet_file, lock_path)
+    files, findings = render_fleet(fleet_file, lock_path, memo=memo)
     outcome.findings += findings
     if files is not None:
         write_tree(directory, files)

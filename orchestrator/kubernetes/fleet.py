@@ -20,12 +20,16 @@ from power.orchestrator.fleet.rollout import ROLLED_BACK
 from power.orchestrator.kubernetes.placement import fleet_placements
 from power.orchestrator.kubernetes.tree import Stage, build_tree, tree_finding
 from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.plan_memo import PlanMemo
 
 
-def render_fleet(fleet_path: Path, lock_path: Path | None = None,
-                 dry_run: bool = False) -> tuple[dict[str, str] | None, list[Finding]]:
-    """The whole tree as {relative path: text}, or None with the error findings that keep it from a cluster."""
-    review = review_fleet(fleet_path, lock_path, images_required=not dry_run)
+def render_fleet(fleet_path: Path, lock_path: Path | None = None, dry_run: bool = False,
+                 memo: PlanMemo | None = None) -> tuple[dict[str, str] | None, list[Finding]]:
+    """The whole tree as {relative path: text}, or None with the error findings that keep it from a cluster.
+
+    `memo`: one shared by renders of the same files (before and after a rollout command) compiles each plan once.
+    """
+    review = review_fleet(fleet_path, lock_path, memo, images_required=not dry_run)
     findings = review.all_findings
     if review.fleet is not None and review.fleet.kubernetes is None and review.loaded is not None:
         findings += fleet_placements(review.loaded, review.fleet, [], not dry_run)[1]
