@@ -49,11 +49,11 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
 
     try:
         resolved = load_plan(plan)
-        template = _template_file(chat_template_file, resolved, plan, root)
+        workload = Workload.of_plan(resolved, plan, root)
+        template = _template_file(chat_template_file, workload.target.path)
         listening = listen(host, port)
     except PowerError as err:
         refuse(err)
-    workload = Workload.of_plan(resolved, plan, root)
     options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
@@ -76,17 +76,15 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         sys.exit(EXIT_USAGE)
 
 
-def _template_file(path: Path | None, plan, plan_path: Path, root: Path | None):
-    """The operator's chat template, compiled before anything binds; its BOS/EOS text from the plan's target."""
+def _template_file(path: Path | None, target: Path):
+    """The operator's chat template, compiled before anything binds; its BOS/EOS text from the plan's `target`."""
     if path is None:
         return None
     from power.runtime.chat import ChatTemplate
-    from power.runtime.engine import Workload
     from power.runtime.gguf_weights import GGUFFile
     from power.runtime.tokenizer import Tokenizer
 
-    target = Workload.of_plan(plan, plan_path, root).target
-    tokenizer = Tokenizer.from_gguf(GGUFFile(target.path))
+    tokenizer = Tokenizer.from_gguf(GGUFFile(target))
     return ChatTemplate.from_file(path, tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id))
 
 
