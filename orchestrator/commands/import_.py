@@ -48,7 +48,7 @@ from power.orchestrator.launch_tokens import (
     tokens_from_env_file,
     tokens_from_systemd_unit,
 )
-from power.orchestrator.loading import load_manifest, load_profile
+from power.orchestrator.loading import Loaded, load_manifest, load_profile
 from power.orchestrator.outputs import require_outputs
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.units import format_size
@@ -128,9 +128,10 @@ def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None, d
     parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}.import-", dir=parent))
     try:
-        documents, findings = _write(spec, scratch)
+        documents, written = _write(spec, scratch)
+        findings = [f for loaded in written for f in loaded.findings]
         if not has_errors(findings) and (device is not None or host_path is not None):
-            plan, compiled = _compile(scratch, host_path, device, engine)
+            plan, compiled = _compile(*written, host_path, device, engine)
             findings += [f for f in compiled if f not in findings]
             documents["plan"] = _plan_summary(plan) if plan else None
         if not has_errors(findings):
@@ -150,16 +151,14 @@ def _moved(finding: Finding, scratch: Path, output: Path) -> Finding:
     return finding
 
 
-def _write(spec: LaunchSpec, folder: Path) -> tuple[dict, list[Finding]]:
+def _write(spec: LaunchSpec, folder: Path) -> tuple[dict, tuple[Loaded, Loaded]]:
+    """The documents, written into `folder` and loaded back (manifest, profile)."""
     if spec.ctx is None:
         spec.ctx = _model_context(spec)
     documents = {"manifest": manifest_document(spec, folder.absolute(), sha256_file), "profile": profile_document(spec)}
-    findings = []
-    for kind, loader in (("manifest", load_manifest), ("profile", load_profile)):
-        path = folder / f"{kind}.toml"
-        write_text_atomic(path, tomli_w.dumps(documents[kind]))
-        findings += loader(path).findings
-    return documents, findings
+    for kind in ("manifest", "profile"):
+        write_text_atomic(folder / f"{kind}.toml", tomli_w.dumps(documents[kind]))
+    return documents, (load_manifest(folder / "manifest.toml"), load_profile(folder / "profile.toml"))
 
 
 def _model_context(spec: LaunchSpec) -> int | None:
@@ -173,13 +172,12 @@ def _model_context(spec: LaunchSpec) -> int | None:
     return context if isinstance(context, int) and context > 0 else None
 
 
-def _compile(folder: Path, host_path: Path | None, device: int | None, engine: str):
+def _compile(manifest: Loaded, profile: Loaded, host_path: Path | None, device: int | None, engine: str):
     """The written files compiled for the engine the launch line runs (its allocation is what must fit)."""
     host, findings = host_from_options(host_path, (device,) if device is not None else ())
     if host is None:
         return None, findings
-    return compile_plan(load_manifest(folder / "manifest.toml"), load_profile(folder / "profile.toml"), host,
-                        engine=engine)
+    return compile_plan(manifest, profile, host, engine=engine)
 
 
 def _plan_summary(plan: ResolvedPlan) -> dict:
