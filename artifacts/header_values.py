@@ -67,8 +67,7 @@ def require_valid_header(header: GGUFHeader) -> None:
 def _raise_first(findings: list[Finding]) -> None:
     for finding in findings:
         if finding.is_error:
-            raise ArtifactError(finding.message, code=finding.code, file=finding.file, offset=finding.offset,
-                                hint=finding.hint, where=finding.where)
+            raise ArtifactError.of(finding)
 
 
 def header_findings(header: GGUFHeader) -> list[Finding]:
