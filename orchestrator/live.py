@@ -6,7 +6,7 @@ loopback address. `LiveEngine` verifies every artifact the plan names (the seal)
 completes prompts, reads the engine's own counters (llama-server: the
 per-request `timings.draft_n` / `draft_n_accepted`, and `/metrics` for the
 verification steps and decode calls a request took), and stops exactly the
-process it started, in `stop` (callers use it as a context manager, so the
+process it started, in `stop` (callers register `stop` on an ExitStack, so the
 server stops in a `finally`). Nothing else on the machine is touched: the port
 is a free one, never a configured one.
 
@@ -92,13 +92,6 @@ class LiveEngine:
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
-    def __enter__(self) -> LiveEngine:
-        self.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
-
     def argv(self, port: int) -> list[str]:
         """The rendered command line, the binary in place of its program name, on `port`, with the machine's threads."""
         return self._words(engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, port)))
@@ -108,11 +101,6 @@ class LiveEngine:
         if self.threads and self.engine == LLAMA_SERVER:
             words += ["--threads", str(self.threads), "--threads-batch", str(self.threads)]
         return words
-
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Start the server on a free loopback port and wait for /health; LiveEngineError (with its log) if it dies."""
-        self.start_process()
-        self.wait_healthy(timeout_s)
 
     def start_process(self) -> None:
         """Launch the rendered line on a free loopback port (several engines may load at once, then wait).
