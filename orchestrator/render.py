@@ -34,9 +34,9 @@ from power import modes
 from power.findings import PowerError
 from power.orchestrator import llama_flags
 from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.sizing.model import ENGINES
 
 TARGETS = ("llama-server", "llama-server-env", "vllm", "power", "env", "systemd")
-ENGINES = ("power", "llama-server", "vllm")
 
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
 VLLM_KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}

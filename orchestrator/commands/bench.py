@@ -17,8 +17,8 @@ from power.orchestrator.cli import EXIT_FINDINGS, refuse
 from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
 from power.orchestrator.outputs import require_outputs, writing
+from power.orchestrator.sizing import ENGINES
 
-ENGINES = ("power", "llama-server", "vllm")
 # What `--write-env` renders per engine: the env file that deployment reads.
 ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 
