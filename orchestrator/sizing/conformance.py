@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -37,11 +36,12 @@ from gguf import GGMLQuantizationType as Q
 from power.artifacts import factory
 from power.artifacts.bundled import ensure_gemma
 from power.orchestrator.compile import ArtifactMemo, compile_plan
+from power.orchestrator.live import free_port
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.schema import DeviceSpec, HostSpec
+from power.orchestrator.sizing.model import MiB
 
-MiB = 1024**2
 TOLERANCE = 0.02
 TOLERANCE_BYTES = MiB
 START_TIMEOUT_S = 120.0
@@ -184,7 +184,7 @@ def plan_for(case: Case, model: Path, directory: Path, memo: ArtifactMemo) -> Re
 
 def run_llama_server(binary: Path, model: Path, case: Case, log: Path, threads: int = 2) -> str:
     """Launch llama-server with the case's settings, wait for /health, stop it with SIGTERM; its log text."""
-    port = _free_port()
+    port = free_port()
     argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-lv", "5", "-t", str(threads),
             "-fit", "off", "--no-warmup", *case.llama_args()]
     with log.open("w") as out:
@@ -202,12 +202,6 @@ def run_llama_server(binary: Path, model: Path, case: Case, log: Path, threads: 
     if not healthy:
         raise RuntimeError(f"{case.name}: llama-server never answered /health ({' '.join(argv)}):\n{text[-3000:]}")
     return text
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _wait_healthy(process: subprocess.Popen, port: int) -> bool:
