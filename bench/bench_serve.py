@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +43,8 @@ from pathlib import Path
 import httpx
 import tomli_w
 
+from power.orchestrator.live import LiveEngine, free_port
+from power.orchestrator.plan import load_plan, located
 from power.runtime.traffic import build_shape, unique_lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,16 +131,11 @@ def llama_server_binary() -> str | None:
     return built.stdout.strip().splitlines()[-1]
 
 
-def rendered_llama_server(plan_path: Path, binary: str, port: int, threads: int, slots: int) -> list[str]:
-    """The llama-server line Power renders for the plan, on this port and thread count, with `-np slots`."""
-    script = subprocess.run([str(POWER), "render", str(plan_path), "--target", "llama-server"], check=True,
-                            capture_output=True, text=True).stdout
-    line = script[script.index("exec llama-server"):].replace("\\\n", " ")
-    argv = shlex.split(line)[1:]
-    argv[0] = binary
-    if "-np" not in argv and "--parallel" not in argv:
-        argv += ["-np", str(slots)]
-    return argv + ["--host", "127.0.0.1", "--port", str(port), "-t", str(threads), "-tb", str(threads)]
+def rendered_llama_server(plan_path: Path, binary: str, port: int, threads: int) -> list[str]:
+    """The llama-server line Power renders for the plan (its `-np` is the plan's slots), on this port and thread
+    count."""
+    plan = located(load_plan(plan_path), plan_path)
+    return LiveEngine("llama-server", plan, plan_path, Path(binary), threads=threads).argv(port)
 
 
 def power_server(plan_path: Path, port: int, args: argparse.Namespace, log: Path) -> Server:
@@ -149,12 +144,6 @@ def power_server(plan_path: Path, port: int, args: argparse.Namespace, log: Path
     if args.lm_head_dtype:
         command += ["--lm-head-dtype", args.lm_head_dtype]
     return Server("power", command, port, log)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- measurements --------------------------------------------------------------------------------------------------
@@ -280,12 +269,11 @@ def main() -> None:
     print(f"work directory: {work}", file=sys.stderr)
     results = Results()
 
-    def pair(plan_path: Path, server_slots: int) -> list[Server]:
+    def pair(plan_path: Path) -> list[Server]:
         servers = [power_server(plan_path, free_port(), args, work / f"power-{plan_path.stem}.log")]
         if binary:
             port = free_port()
-            servers.append(Server("llama-server", rendered_llama_server(plan_path, binary, port, args.threads,
-                                                                        server_slots), port,
+            servers.append(Server("llama-server", rendered_llama_server(plan_path, binary, port, args.threads), port,
                                   work / f"llama-{plan_path.stem}.log"))
         for server in servers:
             server.start()
@@ -309,7 +297,7 @@ def main() -> None:
 
     parts = set(args.parts.split(","))
     if "throughput" in parts:
-        run_part(pair(target_only, slots), throughput)
+        run_part(pair(target_only), throughput)
 
     ngram = plan(REPO / "profiles" / "ngram.toml", slots, 512 * slots, work)
     echo = build_shape("echo", args.tokens).prompt
@@ -320,7 +308,7 @@ def main() -> None:
                 results.ngram, concurrent(server, [echo] * n, args.tokens)))
 
     if "ngram" in parts:
-        run_part(pair(ngram, slots), speculation)
+        run_part(pair(ngram), speculation)
 
     reuse = plan(REPO / "profiles" / "target-only.toml", 2, 4096, work)
 
@@ -335,7 +323,7 @@ def main() -> None:
         in_turns(servers, args.runs, measure)
 
     if "reuse" in parts:
-        run_part(pair(reuse, 2), prefix_reuse)
+        run_part(pair(reuse), prefix_reuse)
 
     print(report(results, clients, binary is not None))
     if args.json:

@@ -47,7 +47,7 @@ def conformance_rows(binary: Path, work: Path) -> list[conformance.Row]:
     rows = []
     for index, case in enumerate(conformance.MATRIX):
         plan = conformance.plan_for(case, models[case.model], work / f"case{index}", memo)
-        log = conformance.run_llama_server(binary, models[case.model], case, work / f"case{index}.log")
+        log = conformance.run_llama_server(binary, plan, case, work / f"case{index}.log")
         rows += conformance.compare(case, plan, conformance.logged_buffers(log))
     return rows
 

@@ -53,6 +53,7 @@ from power.orchestrator.schema import HostSpec
 from power.orchestrator.sizing import (
     Component,
     DeviceBudget,
+    MiB,
     Request,
     Sizing,
     Split,
@@ -198,7 +199,7 @@ def split_of(profile: Loaded, placed: Placed) -> Split:
     runtime = profile.model.runtime
     ratios = tuple(float(r) for r in runtime.tensor_split) if runtime.tensor_split is not None else None
     if ratios is None and len(placed.devices) > 1:
-        ratios = tuple(float(r // (1024**2)) for r in default_ratios(placed.budgets()))
+        ratios = tuple(float(r // MiB) for r in default_ratios(placed.budgets()))
     return Split(mode=runtime.split_mode, ratios=ratios, main=runtime.main_gpu, tensor_parallel=runtime.tensor_parallel)
 
 

@@ -6,7 +6,7 @@ loopback address. `LiveEngine` verifies every artifact the plan names (the seal)
 completes prompts, reads the engine's own counters (llama-server: the
 per-request `timings.draft_n` / `draft_n_accepted`, and `/metrics` for the
 verification steps and decode calls a request took), and stops exactly the
-process it started, in `stop` (callers use it as a context manager, so the
+process it started, in `stop` (callers register `stop` on an ExitStack, so the
 server stops in a `finally`). Nothing else on the machine is touched: the port
 is a free one, never a configured one.
 
@@ -33,7 +33,7 @@ from typing import Any
 from power.artifacts.verify import verified_sha256
 from power.findings import PowerError
 from power.orchestrator.plan import ResolvedPlan, planned_artifacts
-from power.orchestrator.render import Listen, engine_launch
+from power.orchestrator.render import Launch, Listen, engine_launch
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
 LIVE_ENGINES = (LLAMA_SERVER, VLLM)
@@ -92,41 +92,30 @@ class LiveEngine:
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
-    def __enter__(self) -> LiveEngine:
-        self.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
-
     def argv(self, port: int) -> list[str]:
         """The rendered command line, the binary in place of its program name, on `port`, with the machine's threads."""
-        launch = engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, port))
+        return self._words(engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, port)))
+
+    def _words(self, launch: Launch) -> list[str]:
         words = [str(self.binary), *launch.argv[1:]]
         if self.threads and self.engine == LLAMA_SERVER:
             words += ["--threads", str(self.threads), "--threads-batch", str(self.threads)]
         return words
-
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Start the server on a free loopback port and wait for /health; LiveEngineError (with its log) if it dies."""
-        self.start_process()
-        self.wait_healthy(timeout_s)
 
     def start_process(self) -> None:
         """Launch the rendered line on a free loopback port (several engines may load at once, then wait).
 
         Every artifact the plan names is hashed in full first (the seal): an engine never starts on a file that is
         not the one the plan was compiled with."""
-        for artifact in planned_artifacts(self.plan):
-            verified_sha256(artifact)
+        self.artifacts = {str(artifact.path): verified_sha256(artifact) for artifact in planned_artifacts(self.plan)}
         self._started = time.perf_counter()
         self.port = free_port()
-        launch_env = engine_launch(self.plan, self.engine, self.plan_path).env
+        launch = engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, self.port))
         handle, name = tempfile.mkstemp(prefix=f"power-{self.engine}-", suffix=".log")
         self.log_path = Path(name)
         with os.fdopen(handle, "wb") as log:
-            self.process = subprocess.Popen(self.argv(self.port), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env={**os.environ, **launch_env},
+            self.process = subprocess.Popen(self._words(launch), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env={**os.environ, **launch.env},
                                             start_new_session=True)
 
     def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -141,8 +130,6 @@ class LiveEngine:
             if self.healthy():
                 self.load_s = time.perf_counter() - self._started
                 self.build = self._build()
-                self.artifacts = {self.plan.target.path: self.plan.target.sha256} | {
-                    d.path: d.sha256 for d in self.plan.drafters if d.path and d.sha256}
                 return
             time.sleep(0.5)
         self.stop()

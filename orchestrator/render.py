@@ -34,9 +34,9 @@ from power import modes
 from power.findings import PowerError
 from power.orchestrator import llama_flags
 from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.sizing.model import ENGINES
 
 TARGETS = ("llama-server", "llama-server-env", "vllm", "power", "env", "systemd")
-ENGINES = ("power", "llama-server", "vllm")
 
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
 VLLM_KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
@@ -273,10 +273,7 @@ def llama_server_env_context(launch: Launch) -> dict:
                           "script's word splitting cannot pass as one argument", hint="use --target llama-server")
     if extra:
         variables[EXTRA_ARGS] = " ".join(extra)
-    for name, value in variables.items():
-        if any(ord(ch) < 32 for ch in str(value)):
-            raise RenderError(code="PWR461", message=f"{name} ({str(value)!r}) contains a control character, which "
-                              "an env file cannot carry; rename it in the manifest and recompile the plan")
+    _carried_by_env_file(variables)
     return {"variables": variables, "notes": launch.notes, "extra": EXTRA_ARGS}
 
 
@@ -335,13 +332,18 @@ def power_launch(plan_path: Path) -> Launch:
 
 
 def env_file_context(plan: ResolvedPlan, plan_path: Path) -> dict:
-    """An env file is shell-quoted text: a value with a control character cannot be carried in it."""
+    """The POWER_* variables of the env file."""
     context = env_context(plan, plan_path)
-    for name, value in context["variables"].items():
+    _carried_by_env_file(context["variables"])
+    return context
+
+
+def _carried_by_env_file(variables: dict[str, object]) -> None:
+    """RenderError (PWR461) for a value with a control character: shell-quoted env file text cannot carry it."""
+    for name, value in variables.items():
         if any(ord(ch) < 32 for ch in str(value)):
             raise RenderError(code="PWR461", message=f"{name} ({str(value)!r}) contains a control character, which "
                               "an env file cannot carry; rename it in the manifest and recompile the plan")
-    return context
 
 
 def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None, root: Path | None) -> dict:

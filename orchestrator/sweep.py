@@ -22,7 +22,7 @@ import tomli_w
 
 from power import modes
 from power.findings import PowerError, has_errors
-from power.orchestrator.compile import compile_plan
+from power.orchestrator.compile import ArtifactMemo, compile_plan
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan import ResolvedPlan, save_plan
 from power.orchestrator.schema import DeviceSpec, HostSpec
@@ -68,8 +68,10 @@ def label(overrides: dict[str, Any]) -> str:
                     for name, value in overrides.items())
 
 
-def variant(plan: ResolvedPlan, overrides: dict[str, Any], folder: Path) -> tuple[ResolvedPlan, Path]:
-    """The plan recompiled with `overrides`, written (with its profile) into `folder`; SweepError if it cannot be."""
+def variants(plan: ResolvedPlan, combinations: list[dict[str, Any]], folder: Path
+             ) -> list[tuple[str, Path, ResolvedPlan]]:
+    """Each combination's label, plan path and plan: the plan recompiled with it, written (with its profile) into
+    `folder`; SweepError if one cannot be. The sources are checked once, and each artifact is read once for all."""
     sources = plan.sources
     for role, ref in (("manifest", sources.manifest), ("profile", sources.profile)):
         path = Path(ref.path)
@@ -79,23 +81,31 @@ def variant(plan: ResolvedPlan, overrides: dict[str, Any], folder: Path) -> tupl
     profile = load_profile(sources.profile.path)
     if not profile.ok:
         raise SweepError("the plan's profile no longer loads", file=sources.profile.path)
+    memo = ArtifactMemo()
+    return [(label(overrides), *_variant(plan, profile.model, overrides, folder, memo)) for overrides in combinations]
+
+
+def _variant(plan: ResolvedPlan, profile: Any, overrides: dict[str, Any], folder: Path, memo: ArtifactMemo
+             ) -> tuple[Path, ResolvedPlan]:
+    sources = plan.sources
     name = label(overrides)
     if plan.mode.resolved in modes.WEIGHT_FREE and "window" in overrides and "k" not in overrides:
         overrides = {**overrides, "k": overrides["window"][1]}  # n-gram alone: its longest draft is K
-    document = _profile_document(profile.model, overrides, name)
+    document = _profile_document(profile, overrides, name)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
     folder.mkdir(parents=True, exist_ok=True)
     profile_path = folder / f"{stem}.profile.toml"
     profile_path.write_text(tomli_w.dumps(document))
     compiled, findings = compile_plan(load_manifest(sources.manifest.path), load_profile(profile_path),
-                                      _host_of(plan), tuple(d.index for d in plan.devices), engine=plan.memory.engine)
+                                      _host_of(plan), tuple(d.index for d in plan.devices), artifacts=memo,
+                                      engine=plan.memory.engine)
     if compiled is None or has_errors(findings):
         first = next(f for f in findings if f.is_error)
         raise SweepError(f"the variant {name} does not compile: {first.code} {first.message}", file=str(profile_path),
                          hint=first.hint or "drop that value from --sweep")
     plan_path = folder / f"{stem}.plan.json"
     save_plan(compiled, plan_path)
-    return compiled, plan_path
+    return plan_path, compiled
 
 
 def _host_of(plan: ResolvedPlan) -> HostSpec:

@@ -58,8 +58,11 @@ def expected_accepted(p: float, k: int) -> float:
 
 def acceptance_of(commit_per_round: float, k: int) -> float:
     """The per-position acceptance p at which A(p, K) equals a measured commit per round (inverse of A)."""
-    if commit_per_round >= k + 1:
-        return 1.0
+    return 1.0 if commit_per_round >= k + 1 else _p_reaching(commit_per_round, k)
+
+
+def _p_reaching(commit_per_round: float, k: int) -> float:
+    """The least p (to 60 halvings) with A(p, K) >= commit_per_round; A is increasing in p, so bisect."""
     low, high = 0.0, 1.0
     for _ in range(60):
         mid = (low + high) / 2
@@ -75,16 +78,7 @@ def break_even_p(k: int, draft_step: float, target_step: float, incumbent_rate: 
                  drafter: str = modes.DRAFT_MODEL) -> float | None:
     """The acceptance p at which the speculative rate equals the incumbent's; None when even p = 1 loses."""
     needed = incumbent_rate * round_time(k, draft_step, target_step, drafter)
-    if expected_accepted(1.0, k) < needed:
-        return None
-    low, high = 0.0, 1.0
-    for _ in range(60):  # A(p) is increasing in p: bisect
-        mid = (low + high) / 2
-        if expected_accepted(mid, k) < needed:
-            low = mid
-        else:
-            high = mid
-    return high
+    return None if expected_accepted(1.0, k) < needed else _p_reaching(needed, k)
 
 
 @dataclass(frozen=True)

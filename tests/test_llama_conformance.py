@@ -47,7 +47,7 @@ def memo() -> ArtifactMemo:
 @pytest.mark.parametrize("case", conformance.MATRIX, ids=[case.name for case in conformance.MATRIX])
 def test_every_component_is_within_2_percent_or_1_mib_of_llama_server(case, llama_server, models, memo, tmp_path):
     plan = conformance.plan_for(case, models[case.model], tmp_path / "plan", memo)
-    log = conformance.run_llama_server(llama_server, models[case.model], case, tmp_path / "llama-server.log")
+    log = conformance.run_llama_server(llama_server, plan, case, tmp_path / "llama-server.log")
     rows = conformance.compare(case, plan, conformance.logged_buffers(log))
     table = "\n".join(f"{r.component:22} power {r.power:>12} llama-server {r.llama:>12} {r.error:+.4%}" for r in rows)
     assert all(row.ok for row in rows), table

@@ -17,8 +17,8 @@ from power.orchestrator.cli import EXIT_FINDINGS, refuse
 from power.orchestrator.commands.artifact_root import root_option
 from power.orchestrator.commands.runtime_options import runtime_options
 from power.orchestrator.outputs import require_outputs, writing
+from power.orchestrator.sizing import ENGINES
 
-ENGINES = ("power", "llama-server", "vllm")
 # What `--write-env` renders per engine: the env file that deployment reads.
 ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 
@@ -99,10 +99,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         candidates = [(harness.CANDIDATE, plan, candidate_plan)]
         if sweeps:
             folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
-            candidates = []
-            for overrides in sweep.parse(list(sweeps)):
-                variant, variant_path = sweep.variant(candidate_plan, overrides, folder)
-                candidates.append((sweep.label(overrides), variant_path, variant))
+            candidates = sweep.variants(candidate_plan, sweep.parse(list(sweeps)), folder)
         plans = candidates + ([(harness.BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline else [])
     except PowerError as err:
         refuse(err, as_json)

@@ -2,8 +2,8 @@
 
 A `Case` is one set of settings (context, slots, unified KV, flash attention,
 batches, KV type, an n-gram draft). The same settings become a Power profile
-(compiled for llama-server on a CPU device, where llama.cpp logs every buffer)
-and a llama-server command line; the server runs on a loopback port with debug
+(compiled for llama-server on a CPU device, where llama.cpp logs every buffer),
+whose llama-server line Power renders (`render.engine_launch`); the server runs on a loopback port with debug
 logging until /health answers, is stopped with SIGTERM (so it logs its compute
 buffer again, to 4 decimals, on the way out), and its log is parsed:
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -37,11 +36,13 @@ from gguf import GGMLQuantizationType as Q
 from power.artifacts import factory
 from power.artifacts.bundled import ensure_gemma
 from power.orchestrator.compile import ArtifactMemo, compile_plan
+from power.orchestrator.live import free_port
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan import ResolvedPlan
+from power.orchestrator.render import Listen, engine_launch
 from power.orchestrator.schema import DeviceSpec, HostSpec
+from power.orchestrator.sizing.model import MiB
 
-MiB = 1024**2
 TOLERANCE = 0.02
 TOLERANCE_BYTES = MiB
 START_TIMEOUT_S = 120.0
@@ -72,7 +73,7 @@ _COMPUTE_EXIT = re.compile(r"~llama_context:\s+\S+ compute buffer size (?:is|of)
 
 @dataclass(frozen=True)
 class Case:
-    """One launch: a model and the settings both the profile and llama-server get."""
+    """One launch: a model and the settings of its profile (llama-server runs the line Power renders for them)."""
 
     name: str
     model: str  # a key of `models()`
@@ -85,16 +86,6 @@ class Case:
     kv_cache_type: str = "f16"
     ngram_draft: int | None = None  # an n-gram drafter proposing up to this many tokens (llama.cpp ngram-mod)
     mtp_draft: int | None = None  # the target's MTP head drafting this many tokens (llama.cpp draft-mtp)
-
-    def llama_args(self) -> list[str]:
-        args = ["-c", str(self.ctx), "-np", str(self.slots), "--kv-unified" if self.kv_unified else "--no-kv-unified",
-                "-fa", "on" if self.flash_attn else "off", "-b", str(self.batch), "-ub", str(self.ubatch),
-                "-ctk", self.kv_cache_type, "-ctv", self.kv_cache_type]
-        if self.ngram_draft is not None:
-            args += ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", str(self.ngram_draft)]
-        if self.mtp_draft is not None:
-            args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(self.mtp_draft)]
-        return args
 
     @property
     def drafter(self) -> str | None:
@@ -182,11 +173,12 @@ def plan_for(case: Case, model: Path, directory: Path, memo: ArtifactMemo) -> Re
     return plan
 
 
-def run_llama_server(binary: Path, model: Path, case: Case, log: Path, threads: int = 2) -> str:
-    """Launch llama-server with the case's settings, wait for /health, stop it with SIGTERM; its log text."""
-    port = _free_port()
-    argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-lv", "5", "-t", str(threads),
-            "-fit", "off", "--no-warmup", *case.llama_args()]
+def run_llama_server(binary: Path, plan: ResolvedPlan, case: Case, log: Path, threads: int = 2) -> str:
+    """Launch the llama-server line Power renders for the case's plan (with debug logging, no warm-up and no
+    fitting), wait for /health, stop it with SIGTERM; its log text."""
+    port = free_port()
+    launch = engine_launch(plan, "llama-server", Path(), Listen("127.0.0.1", port))  # a plan file names only Power's
+    argv = [str(binary), *launch.argv[1:], "-lv", "5", "-t", str(threads), "-fit", "off", "--no-warmup"]
     with log.open("w") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -202,12 +194,6 @@ def run_llama_server(binary: Path, model: Path, case: Case, log: Path, threads: 
     if not healthy:
         raise RuntimeError(f"{case.name}: llama-server never answered /health ({' '.join(argv)}):\n{text[-3000:]}")
     return text
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _wait_healthy(process: subprocess.Popen, port: int) -> bool:
