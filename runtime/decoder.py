@@ -290,7 +290,7 @@ class Decoder:
         parts, pieces, rows = [], [], 0
         for slot in self.slots:
             decoding = slot.holder
-            if decoding is None or decoding.done or decoding.placement is None or not decoding.seq.prefilling:
+            if decoding is None or not decoding.seq.prefilling:  # a slot's holder is placed and not yet done
                 continue
             if decoding.seq.cancel.is_set():
                 self._end(decoding, cancelled=True)
