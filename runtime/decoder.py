@@ -252,8 +252,9 @@ class Decoder:
             if cancel is not None and cancel.is_set():  # its client left while it waited
                 self._end(decoding, cancelled=True)
                 continue
-            slot = max(free, key=lambda s: (self._reusable(s, decoding.request), -s.index))
-            self._place(decoding, slot)
+            reuse, slot = max(((self._reusable(s, decoding.request), s) for s in free),
+                              key=lambda offer: (offer[0], -offer[1].index))
+            self._place(decoding, slot, reuse)
 
     def _reusable(self, slot: Slot, request: DecodeRequest) -> int:
         """Prompt positions `slot` can hand to `request` exactly (none when a drafter's state would shape its draws)."""
@@ -262,7 +263,7 @@ class Decoder:
         shared = common_prefix_length(slot.cached, request.prompt)
         return slot.trunk.reusable_prefix(min(shared, len(request.prompt) - 1))
 
-    def _place(self, decoding: Decoding, slot: Slot) -> None:
+    def _place(self, decoding: Decoding, slot: Slot, reuse: int) -> None:
         request = decoding.request
         if self.speculator is not None and slot.speculator is None:
             slot.speculator = self.speculator if slot.index == 0 else self.speculator.spawn()
@@ -272,7 +273,7 @@ class Decoder:
         seq = SpeculativeSequence(slot.trunk, request.sampler, slot.speculator, request.stop_ids, request.cancel,
                                   request.observer)
         decoding.placement = Placement(slot, seq, Scheduler(self.schedule))
-        decoding.reused = self._reusable(slot, request)
+        decoding.reused = reuse
         try:
             seq.begin(request.prompt, decoding.reused)
         except Exception as err:  # noqa: BLE001 - one request's failure, reported on it
@@ -289,7 +290,7 @@ class Decoder:
         parts, pieces, rows = [], [], 0
         for slot in self.slots:
             decoding = slot.holder
-            if decoding is None or decoding.done or decoding.placement is None or not decoding.seq.prefilling:
+            if decoding is None or not decoding.seq.prefilling:  # a slot's holder is placed and not yet done
                 continue
             if decoding.seq.cancel.is_set():
                 self._end(decoding, cancelled=True)

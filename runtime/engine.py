@@ -113,7 +113,6 @@ class Ticket:
     on_done: Callable[[Ticket], None] | None
     finish: threading.Event = field(default_factory=threading.Event)
     pieces: list[str] = field(default_factory=list)
-    decoding: Decoding | None = None
     receipt: Receipt | None = None
     error: Exception | None = None
 
@@ -232,7 +231,7 @@ class Engine:
         request = DecodeRequest(ticket.prompt_ids, min(max_tokens, room), Sampler(sampling or self.sampling),
                                 self.tokenizer.stop_ids, cancel, observer, ticket.finish, ticket.emit,
                                 on_done=lambda decoding: self._ended(ticket, decoding))
-        ticket.decoding = self.decoder.submit(request)
+        self.decoder.submit(request)
         return ticket
 
     def step(self) -> None:

@@ -29,7 +29,7 @@ import time
 import traceback
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -391,11 +391,8 @@ class EngineWorker:
 
     def _sampling(self, request: CompletionRequest) -> SamplingParams:
         plan = self.engine.sampling
-        return SamplingParams(
-            temperature=plan.temperature if request.temperature is None else request.temperature,
-            top_k=plan.top_k, top_p=plan.top_p, verify=plan.verify,
-            seed=plan.seed if request.seed is None else request.seed,
-        )
+        return replace(plan, temperature=plan.temperature if request.temperature is None else request.temperature,
+                       seed=plan.seed if request.seed is None else request.seed)
 
 
 # --- the app -----------------------------------------------------------------------------------------------------
