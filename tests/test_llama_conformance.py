@@ -8,12 +8,11 @@ the buffers it logs and compares them with the plan Power compiles for the same 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from gguf_helpers import REPO
+from llama_server import binary
 
 from power.orchestrator.compile import ArtifactMemo
 from power.orchestrator.sizing import conformance
@@ -21,17 +20,7 @@ from power.orchestrator.sizing import conformance
 
 @pytest.fixture(scope="module")
 def llama_server() -> Path:
-    given = os.environ.get("POWER_LLAMA_SERVER")
-    if given:
-        binary = Path(given)
-    else:
-        built = subprocess.run([str(REPO / "scripts" / "build-llama-server")], capture_output=True, text=True)
-        if built.returncode != 0:
-            pytest.fail(f"scripts/build-llama-server failed:\n{built.stderr[-3000:]}")
-        binary = Path(built.stdout.strip().splitlines()[-1])
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        pytest.fail(f"no llama-server binary at {binary}: run scripts/build-llama-server")
-    return binary
+    return binary()
 
 
 @pytest.fixture(scope="module")
