@@ -45,13 +45,13 @@ def test_committed_file_validates_clean_and_names_its_schema(path):
     match = re.fullmatch(r"#:schema (\S+)", first_line)
     assert match, f"{path} must begin with a `#:schema` line"
     schema_file = (path.parent / match[1]).resolve()
-    assert schema_file == REPO / "orchestrator" / "schemas" / f"{loaded.kind}.json"
+    assert schema_file == REPO / "power" / "orchestrator" / "schemas" / f"{loaded.kind}.json"
 
 
 @pytest.mark.parametrize("kind", list(KIND_MODELS))
 def test_committed_json_schema_is_fresh(kind):
-    committed = json.loads((REPO / "orchestrator" / "schemas" / f"{kind}.json").read_text())
-    assert committed == json_schema(kind), f"stale: run `power schema {kind} > orchestrator/schemas/{kind}.json`"
+    committed = json.loads((REPO / "power" / "orchestrator" / "schemas" / f"{kind}.json").read_text())
+    assert committed == json_schema(kind), f"stale: run `power schema {kind} > power/orchestrator/schemas/{kind}.json`"
 
 
 def test_docs_checks_md_is_generated_from_the_code_table():

@@ -108,12 +108,12 @@ def test_a_document_power_generates_is_recognised_not_validated(tmp_path):
 
 
 def test_an_editor_schema_line_naming_another_kind_is_a_warning(tmp_path):
-    loaded = load_document(write(tmp_path, "p.toml", "#:schema ../orchestrator/schemas/manifest.json\n" + PROFILE_HEAD))
+    loaded = load_document(write(tmp_path, "p.toml", "#:schema ../power/orchestrator/schemas/manifest.json\n" + PROFILE_HEAD))
     assert codes(loaded) == ["PWR015"] and loaded.ok
     finding = loaded.findings[0]
     assert (finding.line, finding.col, finding.severity) == (1, 10, Severity.WARNING)
     assert "profile.json" in finding.hint
-    assert load_document(write(tmp_path, "q.toml", "#:schema ../orchestrator/schemas/profile.json\n" + PROFILE_HEAD)).findings == []
+    assert load_document(write(tmp_path, "q.toml", "#:schema ../power/orchestrator/schemas/profile.json\n" + PROFILE_HEAD)).findings == []
 
 
 def test_wrong_kind_for_the_use(tmp_path):

@@ -5,7 +5,7 @@ from toml_helpers import toml_key, toml_value
 
 from power.orchestrator.locator import TomlLocator, format_where, parse_where
 
-FLEET = '''#:schema ../orchestrator/schemas/fleet.json
+FLEET = '''#:schema ../power/orchestrator/schemas/fleet.json
 schema = "power.fleet/v1"
 name = 'lab'  # a comment with = and [brackets]
 

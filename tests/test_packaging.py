@@ -16,38 +16,26 @@ REPO = Path(__file__).resolve().parents[1]
 NAMESPACES = ["power.orchestrator", "power.runtime", "power.kernels"]
 
 
-def setuptools_config() -> dict:
-    return tomli.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-
-
 def packages_in_tree() -> set[str]:
-    """Every directory with an __init__.py under each package-dir root, as a dotted name."""
-    found = set()
-    for name, directory in setuptools_config()["package-dir"].items():
-        root = REPO / directory
-        for init in root.rglob("__init__.py"):
-            relative = init.parent.relative_to(root).parts
-            if "__pycache__" not in relative:
-                found.add(".".join((name, *relative)))
-    return found
+    """Every directory with an __init__.py under power/, as a dotted name."""
+    return {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "power").rglob("__init__.py")
+            if "__pycache__" not in init.parts}
 
 
-def test_the_packages_list_names_every_package_directory():
-    listed = set(setuptools_config()["packages"])
-    missing, stale = packages_in_tree() - listed, listed - packages_in_tree()
-    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {sorted(missing)}"
-    assert not stale, f"remove from [tool.setuptools] packages (no such package directory): {sorted(stale)}"
+def test_the_package_is_one_folder_tree_with_no_remapping():
+    setuptools = tomli.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "package-dir" not in setuptools
+    assert setuptools["packages"]["find"]["include"] == ["power*"]
 
 
 def test_the_editable_install_imports_from_the_working_tree():
-    assert Path(power.orchestrator.__file__) == REPO / "orchestrator" / "__init__.py"
+    assert Path(power.orchestrator.__file__) == REPO / "power" / "orchestrator" / "__init__.py"
 
 
 def test_a_built_wheel_installs_and_imports_the_three_namespaces(tmp_path):
     source = tmp_path / "source"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for directory in {"power", *setuptools_config()["package-dir"].values()}:
-        shutil.copytree(REPO / directory, source / directory, ignore=ignore)
+    shutil.copytree(REPO / "power", source / "power", ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     subprocess.run(

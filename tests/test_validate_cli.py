@@ -132,7 +132,7 @@ def test_schema_prints_the_committed_json_schema():
     for kind in ("manifest", "profile", "host", "fleet"):
         result = run("schema", kind)
         assert result.exit_code == 0
-        assert json.loads(result.output) == json.loads((REPO / "orchestrator" / "schemas" / f"{kind}.json").read_text())
+        assert json.loads(result.output) == json.loads((REPO / "power" / "orchestrator" / "schemas" / f"{kind}.json").read_text())
     assert run("schema", "plan").exit_code == 2
 
 

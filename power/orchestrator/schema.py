@@ -346,7 +346,7 @@ def schema_id(kind: str) -> str:
 
 
 def json_schema(kind: str) -> dict:
-    """The JSON Schema of a file kind, as committed under orchestrator/schemas/ (for taplo / Even Better TOML)."""
+    """The JSON Schema of a file kind, as committed under power/orchestrator/schemas/ (for taplo / Even Better TOML)."""
     schema = KIND_MODELS[kind].model_json_schema(by_alias=True)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 

@@ -12,7 +12,7 @@ from power.orchestrator.schema import KIND_MODELS, json_schema_text
 def schema(kind: str) -> None:
     """Print the JSON Schema of KIND (manifest, profile, host or fleet).
 
-    The committed copies live in orchestrator/schemas/; refresh one with
-    `power schema KIND > orchestrator/schemas/KIND.json`.
+    The committed copies live in power/orchestrator/schemas/; refresh one with
+    `power schema KIND > power/orchestrator/schemas/KIND.json`.
     """
     click.echo(json_schema_text(kind), nl=False)
