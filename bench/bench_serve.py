@@ -43,9 +43,9 @@ from pathlib import Path
 import httpx
 import tomli_w
 
-from power.orchestrator.live import LiveEngine, free_port
-from power.orchestrator.plan import load_plan, located
-from power.runtime.traffic import build_shape, unique_lines
+from power.app.live import LiveEngine, free_port
+from power.app.traffic import build_shape, unique_lines
+from power.documents.plan import load_plan, located
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "gemma3-270m.toml"

@@ -1,6 +1,6 @@
 """Sizing against the real engine and against the anchors' shortcuts, from one run.
 
-1. Power's plan against llama-server (`power.orchestrator.sizing.conformance`): every case of the matrix is
+1. Power's plan against llama-server (`power.app.conformance`): every case of the matrix is
    launched on this machine (CPU build, debug log), its logged buffers are compared component by component with
    the plan Power compiles for the same settings. Error = (Power - llama-server) / llama-server; llama-server logs
    MiB with 2 decimals (the compute buffer at exit with 4), so a few KiB of difference is its rounding.
@@ -24,11 +24,12 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType as Q
 
+from power.app import conformance
 from power.artifacts.bundled import ensure_gemma
 from power.artifacts.factory import build_qwen36_27b_q6k, write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
 from power.orchestrator.compile import ArtifactMemo
-from power.orchestrator.sizing import DeviceBudget, Request, conformance, size_plan
+from power.orchestrator.sizing import DeviceBudget, Request, size_plan
 from power.orchestrator.units import format_size
 
 REPO = Path(__file__).resolve().parents[1]

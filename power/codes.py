@@ -65,7 +65,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR077": ("error", "the evidence was measured on another engine than the deployment runs"),
     "PWR078": ("error", "a bench sweep cannot be built (bad --sweep value, changed sources, a variant that does not compile)"),
     "PWR079": ("error", "a bench option the engine cannot honour (--write-env for vLLM)"),
-    # PWR08x plan documents (orchestrator/plan.py)
+    # PWR08x plan documents (documents/plan.py)
     "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
     "PWR081": ("error", "the plan does not match the plan schema"),
     "PWR082": ("error", "the plan was edited after it was compiled (its digest does not match)"),
@@ -154,7 +154,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR461": ("error", "a value cannot be written into this render target (control characters, unsplittable words)"),
     "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
     "PWR463": ("error", "the engine cannot load this plan's artifact (vLLM drafters are Hugging Face checkpoints)"),
-    # PWR47x live engines for `power bench --engine` (orchestrator/live.py)
+    # PWR47x live engines for `power bench --engine` (app/live.py)
     "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
     "PWR471": ("error", "the live engine exited or never answered /health"),
     "PWR472": ("error", "the live engine refused or dropped a request"),

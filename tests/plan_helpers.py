@@ -9,10 +9,10 @@ from pathlib import Path
 from gguf_helpers import fixtures
 
 from power.artifacts.digests import sha256_file
+from power.documents.plan import ResolvedPlan
 from power.findings import Finding
 from power.orchestrator.compile import compile_plan
 from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.schema import DeviceSpec, HostSpec
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from power.app.cli import main
 from power.artifacts import factory
 from power.artifacts.digests import sha256_file
-from power.orchestrator.cli import main
 
 VERIFY_CAPACITY = 8  # one fixed shape for both plans, so their greedy streams are comparable bit for bit
 

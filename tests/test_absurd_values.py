@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from plan_helpers import write_manifest, write_profile
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 
 
 def invoke(*args):

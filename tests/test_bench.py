@@ -11,13 +11,13 @@ from click.testing import CliRunner
 from runtime_plans import fixture_plan
 from typing_extensions import override
 
-from power.orchestrator.cli import main
+from power.app import bench
+from power.app.bench_report import write_report
+from power.app.cli import main
+from power.app.traffic import SHAPE_NAMES, build_shape
+from power.documents.plan import load_plan
+from power.documents.receipt import Receipt
 from power.orchestrator.fleet.evidence import read_evidence
-from power.orchestrator.plan import load_plan
-from power.runtime import bench
-from power.runtime.bench_report import write_report
-from power.runtime.receipt import Receipt
-from power.runtime.traffic import SHAPE_NAMES, build_shape
 
 RUNS = 2
 MAX_TOKENS = 12

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from llama_server import binary
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 from power.orchestrator.fleet.lock import read_lock
 
 REPO = Path(__file__).resolve().parent.parent

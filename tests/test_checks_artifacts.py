@@ -8,7 +8,7 @@ import shutil
 from click.testing import CliRunner
 from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 
 
 def only(findings, code):

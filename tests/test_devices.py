@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType as Q
 from plan_helpers import codes, digest
 
+from power.app.cli import main
 from power.artifacts import factory
-from power.orchestrator.cli import main
+from power.documents.plan import load_plan
 from power.orchestrator.loading import load_profile
-from power.orchestrator.plan import load_plan
 
 # A llama-shaped header of 337 MB (16 layers, 16 heads, 8 KV heads): more than one 720 MiB GPU holds beside its CUDA
 # context, less than two.

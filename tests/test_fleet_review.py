@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from fleet_world import World, build_world, write
 
 import power.orchestrator.compile as compiler
-from power.orchestrator.cli import main
+from power.app.cli import main
 
 TWO_HOSTS = '''
 [[hosts]]

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from power.app.cli import main
 from power.artifacts import factory
 from power.artifacts.factory import DENSE, HYBRID, TOKENIZER, Tensor, write_gguf
-from power.orchestrator.cli import main
 
 GEMMA = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, window=16)
 

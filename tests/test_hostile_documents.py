@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from hostile_documents import JSON_CASES, TEXT_CASES, TOML_CASES, hostile
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from power.app.cli import main
 from power.artifacts.factory import (
     build_dense_target,
     build_dflash_drafter,
@@ -18,7 +19,6 @@ from power.artifacts.factory import (
     build_headless_hybrid_target,
     build_mtp_sidecar,
 )
-from power.orchestrator.cli import main
 from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, env_names, import_launch
 from power.orchestrator.launch_tokens import (
     COMMAND_LINE,

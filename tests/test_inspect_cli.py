@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from gguf_helpers import fixtures, gemma, gguf_string, header, kv_string, tensor_info, with_data
 
+from power.app.cli import main
 from power.artifacts.gguf_reader import MAX_ARRAY_OBJECTS, MAX_METADATA_KEYS, MAX_TENSORS
-from power.orchestrator.cli import main
 
 
 @pytest.fixture(autouse=True)

@@ -18,10 +18,10 @@ import yaml
 from click.testing import CliRunner
 from fleet_world import build_world, write
 
-from power.orchestrator.cli import main
+from power.app.cli import main
+from power.documents.plan import load_plan
 from power.orchestrator.fleet.lock import read_lock
 from power.orchestrator.kubernetes.objects import PLAN_DIR, PLAN_FILE
-from power.orchestrator.plan import load_plan
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "kubernetes" / "fleet.toml"
@@ -233,7 +233,7 @@ def test_the_init_container_refuses_a_tampered_model(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "artifacts", models)
     command = [str(plan_mount / PLAN_FILE) if word == f"{PLAN_DIR}/{PLAN_FILE}" else word for word in init["command"]]
     assert command[:2] == ["power", "verify"]
-    power = [sys.executable, "-c", "from power.orchestrator.cli import main; main()"]
+    power = [sys.executable, "-c", "from power.app.cli import main; main()"]
 
     intact = subprocess.run(power + command[1:], capture_output=True, text=True, check=False)
     assert intact.returncode == 0, intact.stdout + intact.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from power.runtime.dtypes import WEIGHT_DTYPES
+from power.documents.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import RuntimeInputError
 from power.runtime.linear import ACTIVATION_MAX, KINDS, LOW_LEVEL, Int8Linear, pack, pack_head
 

@@ -14,8 +14,8 @@ import pytest
 from gguf_helpers import REPO
 from llama_server import binary
 
+from power.app import conformance
 from power.orchestrator.compile import ArtifactMemo
-from power.orchestrator.sizing import conformance
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from llama_server import binary
 
+from power.app.live import LiveEngine, free_port
+from power.app.served import ServedEngine
+from power.app.traffic import build_shape
+from power.documents.plan import load_plan, save_plan
 from power.orchestrator.compile import compile_plan
-from power.orchestrator.live import LiveEngine, free_port
 from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.plan import load_plan, save_plan
 from power.orchestrator.render import Listen, render
 from power.orchestrator.schema import DeviceSpec, HostSpec
-from power.runtime.served import ServedEngine
-from power.runtime.traffic import build_shape
 
 REPO = Path(__file__).resolve().parent.parent
 GEMMA = REPO / "manifests" / "gemma3-270m.toml"

@@ -24,7 +24,7 @@ import pytest
 from runtime_plans import chat_plan
 
 from power.artifacts.factory import CHATML_TEMPLATE
-from power.orchestrator.plan import load_plan
+from power.documents.plan import load_plan
 
 BOUND_S = 120.0
 MESSAGES = [{"role": "system", "content": "You answer briefly."},

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from plan_helpers import write_manifest, write_profile
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 
 GOLDEN_PLAN = Path(__file__).parent / "golden" / "render" / "dspark-ngram.plan.json"
 FLEET = '''schema = "power.fleet/v1"

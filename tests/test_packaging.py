@@ -52,7 +52,7 @@ def test_a_built_wheel_installs_and_imports_the_three_namespaces(tmp_path):
     assert {f"power/orchestrator/schemas/{kind}.json" for kind in ("manifest", "profile", "host", "fleet")} <= names
     assert "power/orchestrator/data/llama-server-flags.json" in names
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
-    assert "power = power.orchestrator.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "power = power.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
     # -S skips .pth files, so the editable install's finder is absent; dependencies still come from the venv.
     site = tmp_path / "site"

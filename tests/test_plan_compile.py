@@ -8,8 +8,8 @@ import tomllib
 from click.testing import CliRunner
 from gguf_helpers import REPO, gemma
 
-from power.orchestrator.cli import main
-from power.orchestrator.plan import ResolvedPlan, load_plan
+from power.app.cli import main
+from power.documents.plan import ResolvedPlan, load_plan
 from power.orchestrator.render import render
 
 MANIFEST = REPO / "manifests" / "gemma3-270m.toml"

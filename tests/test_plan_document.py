@@ -9,8 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from power.artifacts.documents import DocumentError
-from power.findings import Finding, Severity
-from power.orchestrator.plan import (
+from power.documents.plan import (
     Device,
     DeviceMemory,
     Drafter,
@@ -31,6 +30,7 @@ from power.orchestrator.plan import (
     load_plan,
     save_plan,
 )
+from power.findings import Finding, Severity
 
 
 def sample_plan(**overrides) -> ResolvedPlan:

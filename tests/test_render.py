@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from plan_helpers import compiled, write_manifest, write_profile
 from runtime_plans import write_plan
 
-from power.orchestrator.cli import main
-from power.orchestrator.plan import load_plan, save_plan
+from power.app.cli import main
+from power.documents.plan import load_plan, save_plan
 from power.orchestrator.render import RenderError, env_context, render
 
 GOLDEN = Path(__file__).parent / "golden" / "render"

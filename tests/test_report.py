@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from fleet_world import World, build_world
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 from power.orchestrator.fleet.report import BAR_WIDTH
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from fleet_world import World, build_world
 from hostile_documents import JSON_CASES, hostile
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 from power.orchestrator.fleet.lock import read_lock
 
 HOSTS = "".join(f'''

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from gguf_helpers import fixtures
 from plan_helpers import compiled, write_manifest, write_profile
 
-from power.orchestrator.cli import main
-from power.orchestrator.plan import save_plan
+from power.app.cli import main
+from power.documents.plan import save_plan
 
 
 def run(*args: str):

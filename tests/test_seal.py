@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 from gguf_helpers import fixtures, gemma
 
-from power.orchestrator.cli import main
-from power.orchestrator.plan import ResolvedPlan, load_plan, save_plan
+from power.app.cli import main
+from power.documents.plan import ResolvedPlan, load_plan, save_plan
 
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
@@ -237,5 +237,5 @@ def test_verify_checks_the_drafters_tokenizer_and_binding_itself(tmp_path):
 
 
 def test_verify_starts_without_torch():
-    probe = "import sys; import power.orchestrator.commands.verify; sys.exit('torch' in sys.modules)"
+    probe = "import sys; import power.app.commands.verify; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe]).returncode == 0

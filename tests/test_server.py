@@ -18,13 +18,13 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from runtime_plans import fixture_plan, write_plan
 
-from power.orchestrator.cli import main
-from power.orchestrator.plan import load_plan
+from power.app.cli import main
+from power.app.traffic import build_shape
+from power.documents.plan import load_plan
+from power.documents.receipt import Receipt
 from power.runtime.engine import Engine, EngineOptions, Workload
-from power.runtime.receipt import Receipt
 from power.runtime.server import ServerLimits, create_app
 from power.runtime.stops import StopText
-from power.runtime.traffic import build_shape
 from power.runtime.transaction import Step
 
 PROMPT = "Hello world! The quick brown fox jumps over the lazy dog. Hello world! The quick"

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 
+from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
-from power.orchestrator.cli import main
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context, size_plan
 from power.orchestrator.sizing.placement import place_layers
 from power.runtime.trunks import load_trunk

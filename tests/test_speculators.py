@@ -9,7 +9,7 @@ import torch
 from spec_helpers import CAPACITY, fixture_dir, prompt_for, target_path, trunk
 
 from power.artifacts import factory
-from power.orchestrator.plan import Mode, Speculation
+from power.documents.plan import Mode, Speculation
 from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.errors import RuntimeInputError
 from power.runtime.speculators import registry

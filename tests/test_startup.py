@@ -24,7 +24,7 @@ def loaded_by(*args: str) -> set[str]:
     """The top-level packages `power ARGS` imports, run as a new process."""
     probe = (
         "import json, sys\n"
-        "from power.orchestrator.cli import main\n"
+        "from power.app.cli import main\n"
         f"sys.argv = ['power', *{list(args)!r}]\n"
         "try:\n    main()\n"
         "except SystemExit:\n    pass\n"

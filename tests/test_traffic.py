@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from power.runtime.traffic import (
+from power.app.traffic import (
     SHAPE_NAMES,
     SPAN_LIMIT,
     build_shape,
@@ -71,9 +71,9 @@ def test_the_seeds_sizes_in_gemma_tokens() -> None:
     """echo: a ~1.5k-token passage; prose: ~1k tokens of filler (the seeds' A/B protocol)."""
     from pathlib import Path
 
+    from power.app.traffic import SEEDS_PROMPT_TOKENS
     from power.runtime.gguf_weights import GGUFFile
     from power.runtime.tokenizer import Tokenizer
-    from power.runtime.traffic import SEEDS_PROMPT_TOKENS
 
     gemma = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gguf"
     tokenizer = Tokenizer.from_gguf(GGUFFile(gemma))

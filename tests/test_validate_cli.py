@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from toml_helpers import PROFILE_HEAD, write
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 POWER = shutil.which("power", path=str(Path(sys.executable).parent))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from power.orchestrator.cli import main
+from power.app.cli import main
 from power.orchestrator.worth_it import assess, break_even_p, expected_accepted, rate, round_time
 
 

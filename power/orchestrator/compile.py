@@ -22,15 +22,7 @@ from power.artifacts import contracts
 from power.artifacts.digests import file_stamp, sha256_file
 from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
-from power.findings import Finding, has_errors
-from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
-from power.orchestrator.checks.devices import check_devices
-from power.orchestrator.checks.drafters import check_drafter, contract_facts
-from power.orchestrator.checks.memory import check_memory
-from power.orchestrator.checks.speculation import check_speculation
-from power.orchestrator.checks.tokenizer import check_tokenizer
-from power.orchestrator.loading import Loaded
-from power.orchestrator.plan import (
+from power.documents.plan import (
     Device,
     DeviceMemory,
     Drafter,
@@ -48,6 +40,14 @@ from power.orchestrator.plan import (
     Target,
     Tokenizer,
 )
+from power.findings import Finding, has_errors
+from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
+from power.orchestrator.checks.devices import check_devices
+from power.orchestrator.checks.drafters import check_drafter, contract_facts
+from power.orchestrator.checks.memory import check_memory
+from power.orchestrator.checks.speculation import check_speculation
+from power.orchestrator.checks.tokenizer import check_tokenizer
+from power.orchestrator.loading import Loaded
 from power.orchestrator.resolve import Declared, Resolution, resolve
 from power.orchestrator.schema import HostSpec
 from power.orchestrator.sizing import (

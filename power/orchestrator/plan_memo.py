@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from power.documents.plan import ResolvedPlan
 from power.findings import Finding
 from power.orchestrator.compile import ArtifactMemo, compile_plan
 from power.orchestrator.loading import Loaded, load_manifest, load_profile
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.schema import HostSpec
 
 PlanKey = tuple[str, str, str, tuple[tuple[int, str, str, int], ...], int]

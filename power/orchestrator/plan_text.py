@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from power.orchestrator.plan import Memory, MemoryComponent, ResolvedPlan
+from power.documents.plan import Memory, MemoryComponent, ResolvedPlan
 from power.orchestrator.units import format_size
 
 VERDICTS = {

@@ -31,9 +31,9 @@ from pathlib import Path
 import jinja2
 
 from power import modes
+from power.documents.plan import ResolvedPlan
 from power.findings import PowerError
 from power.orchestrator import llama_flags
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.sizing.model import ENGINES
 
 TARGETS = ("llama-server", "llama-server-env", "vllm", "power", "env", "systemd")
@@ -127,7 +127,7 @@ class Launch:
 
 def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None = None,
            executable: str | None = None, listen: Listen | None = None) -> str:
-    """The `target` launch for `plan`, whose artifact paths are as given (`power.orchestrator.plan.located`);
+    """The `target` launch for `plan`, whose artifact paths are as given (`power.documents.plan.located`);
     a Power launch passes `root` on to `power serve`; `executable` is the absolute path of `power` a systemd
     unit starts (default: `power_executable()`); `listen` (an engine's address) is written when given, else the
     engine's own default."""

@@ -40,10 +40,10 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Collection, Sequence
 
+from power.documents.receipt import SpeculationRates
 from power.runtime.trunks.base import FixedShapeTrunk, Part, TrunkSequence
 
 from .governor import CostGovernor, GovernorConfig
-from .receipt import SpeculationRates
 from .sampling import Sampler
 from .scheduler import Scheduler, SchedulerConfig
 from .speculators.base import Speculator

@@ -27,12 +27,12 @@ import torch
 
 from power import __version__, modes
 from power.artifacts.verify import TARGET, Artifact, verified_sha256
-from power.orchestrator.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
+from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
+from power.documents.receipt import Receipt
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
-from power.runtime.receipt import Receipt
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
@@ -50,7 +50,7 @@ class EngineOptions:
     """How this machine runs a workload: choices a plan leaves to the host (they are not in its digest)."""
 
     device: str = "auto"  # "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda", "cuda:N"
-    dtype: str = "float32"  # the layers' weight dtype (`power.runtime.dtypes.WEIGHT_DTYPES`)
+    dtype: str = "float32"  # the layers' weight dtype (`power.documents.dtypes.WEIGHT_DTYPES`)
     lm_head_dtype: str | None = None  # None: the same as dtype
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
     governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
@@ -72,7 +72,7 @@ class Workload:
 
     @classmethod
     def of_plan(cls, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Workload:
-        """Artifacts where `power.orchestrator.plan.located` finds them (relative to the plan's folder, or in `root`)."""
+        """Artifacts where `power.documents.plan.located` finds them (relative to the plan's folder, or in `root`)."""
         artifacts = planned_artifacts(located(plan, plan_path, root))
         return cls(artifacts, plan.mode, plan.speculation, plan.runtime, plan.sampling, plan.digest)
 

@@ -39,11 +39,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from power.documents.receipt import Receipt
 from power.findings import PowerError
 from power.runtime.chat import ChatTemplate
 from power.runtime.engine import Engine, Ticket
 from power.runtime.errors import ContextOverflow
-from power.runtime.receipt import Receipt
 from power.runtime.sampling import SamplingParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions

@@ -29,8 +29,8 @@ from typing import Any
 
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, Reason, parse_json, read_json, read_text
+from power.documents.plan import canonical_json
 from power.findings import Finding, Severity
-from power.orchestrator.plan import canonical_json
 
 LOCK_KIND = "power.fleet-lock"
 LOCK_VERSION = 1

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.drift import Change, diff, render, summary
 from power.orchestrator.fleet.lock import FleetLock, read_lock
 from power.orchestrator.kubernetes.objects import Placement, objects_digest, render_objects
 from power.orchestrator.kubernetes.placement import Placed, fleet_placements
 from power.orchestrator.loading import Loaded, load_fleet
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.plan_memo import PlanMemo
 from power.orchestrator.schema import Deployment, Fleet, HostSpec
 from power.orchestrator.units import format_size

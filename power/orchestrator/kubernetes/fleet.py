@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from power.documents.plan import ResolvedPlan
 from power.findings import Finding, has_errors
 from power.orchestrator.fleet.review import FleetReview, review_fleet
 from power.orchestrator.fleet.rollout import ROLLED_BACK
 from power.orchestrator.kubernetes.placement import fleet_placements
 from power.orchestrator.kubernetes.tree import Stage, build_tree, tree_finding
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.plan_memo import PlanMemo
 
 

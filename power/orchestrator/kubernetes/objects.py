@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from power.orchestrator.plan import ResolvedPlan, canonical_json
+from power.documents.plan import ResolvedPlan, canonical_json
 from power.orchestrator.render import Listen, engine_launch
 
 PORT = 8080

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.kubernetes.objects import ModelMount, Placement, dry_run_image, unmounted_paths
 from power.orchestrator.loading import Loaded
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.schema import (
     Deployment,
     EngineImages,

@@ -24,9 +24,9 @@ from typing import Any
 import yaml
 
 from power.artifacts.atomic import new_mode
+from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity
 from power.orchestrator.kubernetes.objects import PREFIX, Placement, render_objects
-from power.orchestrator.plan import ResolvedPlan
 
 KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 FILE_NAMES = {"ConfigMap": "plan", "Deployment": "deployment", "Service": "service",

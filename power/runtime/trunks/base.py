@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from power.artifacts.gguf_reader import ArtifactError
-from power.runtime.dtypes import WEIGHT_DTYPES
+from power.documents.dtypes import WEIGHT_DTYPES
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from power.app.cli import refuse
 from power.findings import PowerError
-from power.orchestrator.cli import refuse
 
 
 class OutputError(PowerError):

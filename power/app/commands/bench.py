@@ -11,12 +11,12 @@ from pathlib import Path
 
 import click
 
+from power.app.cli import EXIT_FINDINGS, refuse
+from power.app.commands.artifact_root import root_option
+from power.app.commands.runtime_options import runtime_options
+from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
-from power.orchestrator.cli import EXIT_FINDINGS, refuse
-from power.orchestrator.commands.artifact_root import root_option
-from power.orchestrator.commands.runtime_options import runtime_options
-from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.sizing import ENGINES
 
 # What `--write-env` renders per engine: the env file that deployment reads.
@@ -70,11 +70,11 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     2 usage or input error (a missing engine binary included: nothing is measured).
     """
     require_outputs(files=(output, report, env_path), as_json=as_json)
-    from power.orchestrator import live, sweep
-    from power.orchestrator.plan import load_plan, located
-    from power.runtime import bench as harness
-    from power.runtime.bench_report import REPORT_FORMATS, text_table, write_report
-    from power.runtime.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
+    from power.app import bench as harness
+    from power.app import live, sweep
+    from power.app.bench_report import REPORT_FORMATS, text_table, write_report
+    from power.app.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
+    from power.documents.plan import load_plan, located
 
     try:
         names = parse_shapes(shapes)
@@ -142,10 +142,10 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
 def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
              threads: int | None, root: Path | None, running: contextlib.ExitStack):
     """One configuration per plan, its engine loaded (Power) or started and healthy (live; stopped by `running`)."""
-    from power.orchestrator.live import LiveEngine, LiveEngineError
-    from power.runtime import bench as harness
+    from power.app import bench as harness
+    from power.app.live import LiveEngine, LiveEngineError
+    from power.app.served import ServedEngine
     from power.runtime.engine import Engine, EngineOptions, Workload
-    from power.runtime.served import ServedEngine
 
     configs, servers = [], []
     for label, path, plan in plans:

@@ -10,11 +10,11 @@ from typing import NoReturn
 
 import click
 
+from power.app.cli import EXIT_FINDINGS, EXIT_OK
+from power.app.commands.plan import exit_code, placement_from_options, placement_options
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.devices import check_devices
 from power.orchestrator.checks.memory import check_memory
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK
-from power.orchestrator.commands.plan import exit_code, placement_from_options, placement_options
 from power.orchestrator.compile import ArtifactMemo, check_artifacts, choose, memory_section, size_for
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan_text import memory_text

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
+from power.app.cli import EXIT_USAGE, refuse
+from power.app.commands.artifact_root import root_option
+from power.app.commands.params import FiniteFloatRange
+from power.app.commands.runtime_options import runtime_options
 from power.findings import PowerError
-from power.orchestrator.cli import EXIT_USAGE, refuse
-from power.orchestrator.commands.artifact_root import root_option
-from power.orchestrator.commands.params import FiniteFloatRange
-from power.orchestrator.commands.runtime_options import runtime_options
 
 
 @click.command("serve")
@@ -43,7 +43,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     """
     import uvicorn
 
-    from power.orchestrator.plan import load_plan
+    from power.documents.plan import load_plan
     from power.runtime.engine import Engine, EngineOptions, Workload
     from power.runtime.server import ServerLimits, create_app
 

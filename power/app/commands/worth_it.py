@@ -9,13 +9,13 @@ from pathlib import Path
 import click
 
 from power import modes
+from power.app.cli import refuse
+from power.app.commands.params import FiniteFloatRange
 from power.artifacts.documents import DocumentError, read_json
+from power.documents.plan import PlanError, load_plan
 from power.findings import PowerError
 from power.orchestrator import worth_it as arithmetic
-from power.orchestrator.cli import refuse
-from power.orchestrator.commands.params import FiniteFloatRange
 from power.orchestrator.fleet.evidence import EVIDENCE_SCHEMA
-from power.orchestrator.plan import PlanError, load_plan
 
 
 class EvidenceInputError(PowerError):

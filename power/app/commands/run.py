@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
+from power.app.cli import refuse
+from power.app.commands.artifact_root import root_option
+from power.app.commands.runtime_options import runtime_options
+from power.app.outputs import require_outputs, writing
 from power.findings import PowerError
-from power.orchestrator.cli import refuse
-from power.orchestrator.commands.artifact_root import root_option
-from power.orchestrator.commands.runtime_options import runtime_options
-from power.orchestrator.outputs import require_outputs, writing
 from power.orchestrator.schema import MAX_CTX, MAX_ROWS
 
 
@@ -84,7 +84,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
 
 def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, root: Path | None,
             options):
-    from power.orchestrator.plan import load_plan
+    from power.documents.plan import load_plan
     from power.runtime.engine import DEFAULT_CTX, Engine, Workload
 
     if plan is not None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import click
 
+from power.app.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.loading import Loaded, load_document
 
 _GLOB_CHARACTERS = set("*?[")

@@ -18,14 +18,14 @@ from typing import NoReturn
 
 import click
 
+from power.app.cli import EXIT_FINDINGS, EXIT_OK, print_findings, refuse
+from power.app.commands.artifact_root import root_option
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.artifacts.verify import Artifact, verified_sha256
+from power.documents.plan import PlanError, ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.checks.tokenizer import check_tokenizer
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, print_findings, refuse
-from power.orchestrator.commands.artifact_root import root_option
-from power.orchestrator.plan import PlanError, ResolvedPlan, load_plan, located, planned_artifacts
 
 BROKEN_SEAL = "PWR082"
 

@@ -25,12 +25,14 @@ from typing import Any
 import click
 import tomli_w
 
+from power.app.cli import EXIT_FINDINGS, EXIT_OK, refuse
+from power.app.commands.plan import DeviceSize, host_from_options
+from power.app.outputs import require_outputs
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, inspect_artifact
+from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, refuse
-from power.orchestrator.commands.plan import DeviceSize, host_from_options
 from power.orchestrator.compile import compile_plan
 from power.orchestrator.launch_import import (
     LLAMA_SERVER,
@@ -49,8 +51,6 @@ from power.orchestrator.launch_tokens import (
     tokens_from_systemd_unit,
 )
 from power.orchestrator.loading import Loaded, load_manifest, load_profile
-from power.orchestrator.outputs import require_outputs
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.units import format_size
 
 

@@ -1,6 +1,6 @@
 """The `power` command line: a click group whose sub-commands load lazily.
 
-Each sub-command lives in its own module under `power.orchestrator.commands`, so
+Each sub-command lives in its own module under `power.app.commands`, so
 `power --help` and `power validate` never import torch. Exit codes, for every command:
 0 ok, 1 check failures (error findings), 2 usage or input error.
 """
@@ -37,7 +37,7 @@ def print_findings(findings: list[Finding], as_json: bool) -> None:
     for finding in findings:
         click.echo(finding.render(), err=True)
 
-# command name -> (module under power.orchestrator.commands, attribute, one-line help)
+# command name -> (module under power.app.commands, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "validate": ("validate", "validate", "Validate manifests, profiles, hosts and fleets; report every finding."),
     "schema": ("schema", "schema", "Print the JSON Schema of a file kind."),
@@ -69,7 +69,7 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS or not self._module_exists(cmd_name):
             return None
         module_name, attribute, _ = COMMANDS[cmd_name]
-        module = importlib.import_module(f"power.orchestrator.commands.{module_name}")
+        module = importlib.import_module(f"power.app.commands.{module_name}")
         return getattr(module, attribute)
 
     @override
@@ -82,7 +82,7 @@ class LazyGroup(click.Group):
     @staticmethod
     def _module_exists(name: str) -> bool:
         module_name = COMMANDS[name][0]
-        return importlib.util.find_spec(f"power.orchestrator.commands.{module_name}") is not None
+        return importlib.util.find_spec(f"power.app.commands.{module_name}") is not None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -33,12 +33,12 @@ from pathlib import Path
 import gguf
 from gguf import GGMLQuantizationType as Q
 
+from power.app.live import free_port
 from power.artifacts import factory
 from power.artifacts.bundled import ensure_gemma
+from power.documents.plan import ResolvedPlan
 from power.orchestrator.compile import ArtifactMemo, compile_plan
-from power.orchestrator.live import free_port
 from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.plan import ResolvedPlan
 from power.orchestrator.render import Listen, engine_launch
 from power.orchestrator.schema import DeviceSpec, HostSpec
 from power.orchestrator.sizing.model import MiB

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
+from power.app.cli import EXIT_FINDINGS, print_findings, refuse
+from power.app.commands.artifact_root import root_option
+from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.verify import verified_sha256
+from power.documents.plan import ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import PowerError, has_errors
-from power.orchestrator.cli import EXIT_FINDINGS, print_findings, refuse
-from power.orchestrator.commands.artifact_root import root_option
-from power.orchestrator.outputs import require_outputs, writing
-from power.orchestrator.plan import ResolvedPlan, load_plan, located, planned_artifacts
 from power.orchestrator.render import ENGINES, TARGETS, Listen
 from power.orchestrator.render import render as render_plan
 

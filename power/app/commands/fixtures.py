@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
+from power.app.outputs import require_outputs
 from power.artifacts.contracts import MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.factory import build_fixtures
 from power.artifacts.facts import ArtifactError, inspect_artifact
-from power.orchestrator.outputs import require_outputs
 
 # Header-only fixtures are sparse files of real artifact sizes: hashing reads every byte of the hole.
 HASH_LIMIT_BYTES = 100_000_000

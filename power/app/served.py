@@ -1,9 +1,9 @@
 """A served engine's completions as receipts: `power bench --engine llama-server|vllm` measures it like Power's own.
 
 `ServedEngine` wraps a live server launched from a plan's render
-(`power.orchestrator.live.LiveEngine`, read by duck typing: the runtime imports
+(`power.app.live.LiveEngine`, read by duck typing: the runtime imports
 nothing of the orchestrator but the plan) and answers the harness's engine
-interface (`power.runtime.bench.BenchEngine`). Each receipt is built from the
+interface (`power.app.bench.BenchEngine`). Each receipt is built from the
 engine's own accounting: llama-server's `timings` (prompt and decode time,
 `draft_n`, `draft_n_accepted`) and its `/metrics` deltas around the request
 (`spec_decode_num_drafts_total`: the verification steps, the rounds that
@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from power.orchestrator.plan import ResolvedPlan
-from power.runtime.receipt import Receipt
+from power.documents.plan import ResolvedPlan
+from power.documents.receipt import Receipt
 from power.runtime.sampling import SamplingParams
 
 # llama-server's stop_type -> the receipt's stop reason.

@@ -10,7 +10,7 @@ process it started, in `stop` (callers register `stop` on an ExitStack, so the
 server stops in a `finally`). Nothing else on the machine is touched: the port
 is a free one, never a configured one.
 
-A completion comes back as the engine gave it (`Completion`); `power.runtime.served`
+A completion comes back as the engine gave it (`Completion`); `power.app.served`
 turns it into a receipt, so the A/B harness measures a live engine and Power's
 runtime alike.
 """
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from power.artifacts.verify import verified_sha256
+from power.documents.plan import ResolvedPlan, planned_artifacts
 from power.findings import PowerError
-from power.orchestrator.plan import ResolvedPlan, planned_artifacts
 from power.orchestrator.render import Launch, Listen, engine_launch
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from power.runtime.dtypes import WEIGHT_DTYPES
+from power.documents.dtypes import WEIGHT_DTYPES
 
 
 def runtime_options(default_dtype: str):

@@ -21,10 +21,10 @@ from typing import Any
 import tomli_w
 
 from power import modes
+from power.documents.plan import ResolvedPlan, save_plan
 from power.findings import PowerError, has_errors
 from power.orchestrator.compile import ArtifactMemo, compile_plan
 from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.plan import ResolvedPlan, save_plan
 from power.orchestrator.schema import DeviceSpec, HostSpec
 
 # sweep name -> how its value reads; `window` sets two keys.

@@ -9,12 +9,12 @@ from typing import NoReturn
 
 import click
 
+from power.app.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from power.app.outputs import require_outputs, writing
+from power.documents.plan import save_plan, to_json, to_toml
 from power.findings import Finding
-from power.orchestrator.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.orchestrator.compile import Placed, compile_plan
 from power.orchestrator.loading import load_host, load_manifest, load_profile
-from power.orchestrator.outputs import require_outputs, writing
-from power.orchestrator.plan import save_plan, to_json, to_toml
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
 from power.orchestrator.sizing import ENGINES

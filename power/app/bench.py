@@ -3,7 +3,7 @@
 An engine is anything that turns a prompt into a `Receipt` and says what it is
 (`identity()`): Power's runtime (`power.runtime.engine.Engine`, loaded in this
 process) or a live server launched from the plan's render
-(`power.orchestrator.live.LiveEngine`). Each is loaded once. Per shape the runs
+(`power.app.live.LiveEngine`). Each is loaded once. Per shape the runs
 alternate A/B, B/A, A/B, ... so neither configuration always runs second (warm
 caches, thermal drift); with a sweep, every variant takes its turn the same way.
 The result is the `power.evidence/v1` document described in docs/bench.md:
@@ -28,11 +28,11 @@ from typing import Any, Callable, Protocol
 import torch
 
 from power import __version__
+from power.app.traffic import TrafficShape, build_shape
 from power.artifacts.atomic import write_text_atomic
-from power.orchestrator.plan import ResolvedPlan
-from power.runtime.receipt import Receipt
+from power.documents.plan import ResolvedPlan
+from power.documents.receipt import Receipt
 from power.runtime.sampling import SamplingParams
-from power.runtime.traffic import TrafficShape, build_shape
 
 EVIDENCE_SCHEMA = "power.evidence/v1"
 CANDIDATE, BASELINE = "candidate", "baseline"
@@ -43,7 +43,7 @@ VACUOUS_TOKENS = 4
 
 
 class BenchEngine(Protocol):
-    """What the harness drives: Power's `Engine` or a live server (`power.runtime.served.ServedEngine`)."""
+    """What the harness drives: Power's `Engine` or a live server (`power.app.served.ServedEngine`)."""
 
     @property
     def artifacts(self) -> dict[str, str]: ...

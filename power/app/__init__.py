@@ -1,0 +1,1 @@
+"""The application: the CLI and its commands, outputs, the A/B harness, live engines, sweeps, conformance."""

@@ -1,1 +1,0 @@
-"""One module per `power` sub-command; each is loaded only when invoked (see `power.orchestrator.cli`)."""
