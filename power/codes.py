@@ -150,10 +150,12 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR458": ("error", "the launch line names no model"),
     "PWR459": ("error", "the launch input cannot be read"),
     # PWR46x renders (orchestrator/render.py)
-    "PWR460": ("error", "the render target cannot run this plan (an engine without the plan's speculation)"),
+    "PWR460": ("error", "the engine cannot run this plan's speculation (refused by `plan` and `fleet review`, and again "
+                        "by `render`)"),
     "PWR461": ("error", "a value cannot be written into this render target (control characters, unsplittable words)"),
     "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
     "PWR463": ("error", "the engine cannot load this plan's artifact (vLLM drafters are Hugging Face checkpoints)"),
+    "PWR464": ("error", "the render's engine is not the one the plan was sized for (re-plan for that engine)"),
     # PWR47x live engines for `power bench --engine` (app/live.py)
     "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
     "PWR471": ("error", "the live engine exited or never answered /health"),

@@ -75,8 +75,9 @@ def host(vram: int = 24 << 30, headroom: int = 512 << 20) -> HostSpec:
     return HostSpec(name="test", devices=[DeviceSpec(model="test device", vram=vram)], headroom=headroom)
 
 
-def compiled(manifest: Path, profile: Path, vram: int = 24 << 30, headroom: int = 512 << 20) -> tuple[ResolvedPlan | None, list[Finding]]:
-    return compile_plan(load_manifest(manifest), load_profile(profile), host(vram, headroom))
+def compiled(manifest: Path, profile: Path, vram: int = 24 << 30, headroom: int = 512 << 20,
+             engine: str = "power") -> tuple[ResolvedPlan | None, list[Finding]]:
+    return compile_plan(load_manifest(manifest), load_profile(profile), host(vram, headroom), engine=engine)
 
 
 def codes(findings: list[Finding]) -> list[str]:

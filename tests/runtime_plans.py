@@ -49,9 +49,9 @@ PROFILES = {
 }
 
 
-def write_plan(directory: Path, profile: str, chat_template: str | None = None) -> Path:
-    """The dense fixture planned in `directory` with a profile above (a JSON plan file); with `chat_template`, the
-    target's header carries that chat template."""
+def write_plan(directory: Path, profile: str, chat_template: str | None = None, engine: str = "power") -> Path:
+    """The dense fixture planned in `directory` with a profile above (a JSON plan file) for `engine`; with
+    `chat_template`, the target's header carries that chat template."""
     target = directory / "dense-target.gguf"
     if not target.exists():
         factory.build_dense_target(directory, chat_template)
@@ -61,9 +61,9 @@ def write_plan(directory: Path, profile: str, chat_template: str | None = None) 
         )
     profile_path = directory / f"{profile}.profile.toml"
     profile_path.write_text("\n".join(line.strip() for line in PROFILES[profile].splitlines()) + "\n")
-    out = directory / f"{profile}.plan.json"
+    out = directory / f"{profile}.{engine}.plan.json"
     result = CliRunner().invoke(main, ["plan", str(directory / "manifest.toml"), str(profile_path),
-                                       "--device", "1 GiB", "-o", str(out)])
+                                       "--device", "1 GiB", "--engine", engine, "-o", str(out)])
     assert result.exit_code == 0, result.output
     return out
 

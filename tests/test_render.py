@@ -12,24 +12,27 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from plan_helpers import compiled, write_manifest, write_profile
+from plan_helpers import codes, compiled, write_manifest, write_profile
 from runtime_plans import write_plan
 
 from power.app.cli import main
 from power.documents.plan import load_plan, save_plan
-from power.orchestrator.render import RenderError, env_context, render
+from power.orchestrator.render import TARGET_ENGINES, RenderError, env_context, render
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
+# The same plans sealed for each engine they render for (a render for another engine than the plan's is refused).
 CHAIN_PLAN = GOLDEN / "dspark-ngram.plan.json"
+CHAIN_POWER_PLAN = GOLDEN / "dspark-ngram.power.plan.json"
 MTP_PLAN = GOLDEN / "mtp.plan.toml"
+MTP_VLLM_PLAN = GOLDEN / "mtp.vllm.plan.toml"
 CASES = [
     (CHAIN_PLAN, "llama-server", "dspark-ngram.llama-server.sh"),
-    (CHAIN_PLAN, "power", "dspark-ngram.power.sh"),
-    (CHAIN_PLAN, "env", "dspark-ngram.env"),
-    (CHAIN_PLAN, "systemd", "dspark-ngram.systemd.conf"),
+    (CHAIN_POWER_PLAN, "power", "dspark-ngram.power.sh"),
+    (CHAIN_POWER_PLAN, "env", "dspark-ngram.env"),
+    (CHAIN_POWER_PLAN, "systemd", "dspark-ngram.systemd.conf"),
     (CHAIN_PLAN, "llama-server-env", "dspark-ngram.llama-server.env"),
     (MTP_PLAN, "llama-server", "mtp.llama-server.sh"),
-    (MTP_PLAN, "vllm", "mtp.vllm.sh"),
+    (MTP_VLLM_PLAN, "vllm", "mtp.vllm.sh"),
 ]
 
 
@@ -66,23 +69,35 @@ def test_features_without_a_flag_are_comments():
 
 
 def test_vllm_speculative_config_is_json():
-    words = shlex.split(rendered(MTP_PLAN, "vllm"), comments=True)
+    words = shlex.split(rendered(MTP_VLLM_PLAN, "vllm"), comments=True)
     config = words[words.index("--speculative-config") + 1]
     assert config == '{"method": "mtp", "num_speculative_tokens": 7}'
     assert "--enforce-eager" in words
 
 
 def test_vllm_refuses_a_chain_instead_of_dropping_a_drafter():
+    plan = load_plan(CHAIN_PLAN)
+    sealed_for_vllm = type(plan).build(**{**dict(plan), "memory": plan.memory.model_copy(update={"engine": "vllm"}),
+                                          "digest": ""})
     with pytest.raises(RenderError, match="one speculative method"):
-        render(load_plan(CHAIN_PLAN), "vllm", CHAIN_PLAN)
+        render(sealed_for_vllm, "vllm", CHAIN_PLAN)
+
+
+@pytest.mark.parametrize("plan_path, target", [(CHAIN_PLAN, "vllm"), (CHAIN_PLAN, "power"), (CHAIN_PLAN, "env"),
+                                               (CHAIN_POWER_PLAN, "llama-server"), (MTP_PLAN, "vllm")])
+def test_a_render_for_another_engine_than_the_plans_is_refused(plan_path, target):
+    """Issue 23 defect 4: a plan sized for one engine rendered for another said nothing."""
+    with pytest.raises(RenderError) as refused:
+        render(load_plan(plan_path), target, plan_path)
+    assert refused.value.finding.code == "PWR464" and "--engine" in (refused.value.finding.hint or "")
 
 
 HOSTILE = "x; touch PWNED; echo $(touch PWNED2) `touch PWNED3` 'q\" %n $HOME"
 
 
 @pytest.fixture
-def hostile_plan(tmp_path) -> Path:
-    plan = load_plan(CHAIN_PLAN)
+def hostile_plan(tmp_path, target) -> Path:
+    plan = load_plan(CHAIN_PLAN if target == "llama-server" else CHAIN_POWER_PLAN)
     target = plan.target.model_copy(update={"path": str(tmp_path / HOSTILE / "t.gguf")})
     hostile = type(plan).build(**{**dict(plan), "name": HOSTILE, "target": target, "digest": ""})
     path = tmp_path / "hostile plan.json"
@@ -111,9 +126,10 @@ def test_hostile_names_render_inert_in_shell_scripts(tmp_path, hostile_plan, tar
         assert argv == ["serve", str(hostile_plan)]
 
 
-def test_hostile_names_render_inert_in_env_files(tmp_path, hostile_plan):
+@pytest.mark.parametrize("target", ["env"])
+def test_hostile_names_render_inert_in_env_files(tmp_path, hostile_plan, target):
     env_file = tmp_path / "plan.env"
-    env_file.write_text(render(load_plan(hostile_plan), "env", hostile_plan))
+    env_file.write_text(render(load_plan(hostile_plan), target, hostile_plan))
     result = subprocess.run(["bash", "-c", f'set -a; . {shlex.quote(str(env_file))}; printf "%s" "$POWER_NAME"'],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.stdout == HOSTILE and not list(tmp_path.glob("PWNED*"))
@@ -172,7 +188,7 @@ def _systemd_verify(tmp_path: Path, drop_in: str) -> subprocess.CompletedProcess
 
 
 def test_systemd_reads_back_exactly_what_the_plan_says(tmp_path):
-    plan = load_plan(CHAIN_PLAN)
+    plan = load_plan(CHAIN_POWER_PLAN)
     hostile_dir = tmp_path / SYSTEMD_HOSTILE.replace("/", "_")
     hostile_dir.mkdir()
     path = hostile_dir / "plan.json"
@@ -209,18 +225,19 @@ def test_line_breaks_cannot_escape_a_comment_or_an_env_line():
     broken = type(plan).build(**{**dict(plan), "name": "x\nrm -rf /", "digest": ""})
     script = render(broken, "llama-server", CHAIN_PLAN)
     assert "\nrm -rf /" not in script.split("exec llama-server")[0]
+    power = load_plan(CHAIN_POWER_PLAN)
     with pytest.raises(RenderError, match="control character"):
-        render(broken, "env", CHAIN_PLAN)
+        render(type(power).build(**{**dict(power), "name": "x\nrm -rf /", "digest": ""}), "env", CHAIN_POWER_PLAN)
 
 
 def test_command_writes_output_and_refuses_edited_plans(tmp_path):
     out = tmp_path / "launch.sh"
-    plan = write_plan(tmp_path, "ngram")  # the command verifies the plan's artifacts: they must exist
+    plan = write_plan(tmp_path, "ngram", engine="llama-server")  # the command verifies the plan's artifacts
     result = CliRunner().invoke(main, ["render", str(plan), "--target", "llama-server", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith("#!/usr/bin/env bash") and os.access(out, os.X_OK)
     edited = tmp_path / "edited.plan.json"
-    edited.write_text(CHAIN_PLAN.read_text().replace('"k": 10', '"k": 12'))
+    edited.write_text(CHAIN_POWER_PLAN.read_text().replace('"k": 10', '"k": 12'))
     result = CliRunner().invoke(main, ["render", str(edited), "--target", "power"])
     assert result.exit_code == 2
     assert "digest mismatch" in result.output
@@ -229,10 +246,12 @@ def test_command_writes_output_and_refuses_edited_plans(tmp_path):
 def test_a_manifest_named_rm_rf_renders_as_one_inert_word(tmp_path):
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
     manifest.write_text(manifest.read_text().replace('name = "test"', 'name = "x; rm -rf /"'))
-    plan, findings = compiled(manifest, write_profile(tmp_path, "ngram"))
+    plans = {engine: compiled(manifest, write_profile(tmp_path, "ngram"), engine=engine)[0]
+             for engine in ("power", "llama-server")}
+    plan = plans["llama-server"]
     assert plan is not None and plan.name == "x; rm -rf /"
     for target in ("llama-server", "power", "env", "systemd"):
-        for line in render(plan, target, tmp_path / "plan.json").splitlines():
+        for line in render(plans[TARGET_ENGINES[target]], target, tmp_path / "plan.json").splitlines():
             if "x; rm -rf /" in line:
                 # In a comment, or inside an open quote (single in shell lines, double in systemd's).
                 quote = '"' if target == "systemd" else "'"
@@ -255,16 +274,20 @@ def test_vllm_refuses_gguf_drafters_and_sidecars_with_the_reason(tmp_path):
     from plan_helpers import compiled, write_manifest, write_profile
 
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash", "fixture": "dflash-drafter"}])
-    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", k=3))
-    assert plan is not None, [f.render() for f in findings]
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", k=3), engine="vllm")
+    assert plan is None and codes(findings) == ["PWR463"], [f.render() for f in findings]
+    assert "Hugging Face checkpoints" in findings[0].message and "flash_attn" in findings[0].message
+    assert findings[0].file == str(manifest) and findings[0].where == "drafters[0].kind"
+    planned, _ = compiled(manifest, write_profile(tmp_path, "dflash", k=3))
+    assert planned is not None
+    sealed_for_vllm = type(planned).build(**{**dict(planned), "digest": "",
+                                             "memory": planned.memory.model_copy(update={"engine": "vllm"})})
     with pytest.raises(RenderError) as refused:
-        render(plan, "vllm", tmp_path / "plan.json")
+        render(sealed_for_vllm, "vllm", tmp_path / "plan.json")
     assert refused.value.finding.code == "PWR463" and "Hugging Face checkpoints" in str(refused.value)
-    assert "flash_attn" in str(refused.value)
     sidecar = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp", "fixture": "mtp-sidecar"}])
-    plan, _ = compiled(sidecar, write_profile(tmp_path, "mtp"))
-    with pytest.raises(RenderError, match="MTP-only GGUF"):
-        render(plan, "vllm", tmp_path / "plan.json")
+    plan, findings = compiled(sidecar, write_profile(tmp_path, "mtp"), engine="vllm")
+    assert plan is None and "MTP-only GGUF" in findings[0].message
 
 
 def test_vllm_runs_the_ngram_window_and_the_slots_of_the_plan(tmp_path):
@@ -272,7 +295,8 @@ def test_vllm_runs_the_ngram_window_and_the_slots_of_the_plan(tmp_path):
 
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
     plan, _ = compiled(manifest, write_profile(tmp_path, "ngram", k=5, s=5,
-                                               runtime={"slots": 4, "ngram_match": 3, "ngram_draft_min": 2}))
+                                               runtime={"slots": 4, "ngram_match": 3, "ngram_draft_min": 2}),
+                       engine="vllm")
     words = shlex.split(render(plan, "vllm", tmp_path / "plan.json"), comments=True)
     assert words[words.index("--max-num-seqs") + 1] == "4"
     config = json.loads(words[words.index("--speculative-config") + 1])

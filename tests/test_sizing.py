@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from functools import cache
+from functools import cache, partial
 
 import pytest
 from click.testing import CliRunner
@@ -17,7 +17,8 @@ from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
-from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context, size_plan
+from power.orchestrator.engines import adapter
+from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.sizing.placement import place_layers
 from power.runtime.trunks import load_trunk
 
@@ -26,6 +27,10 @@ REPO_PROFILES = REPO / "profiles"
 GEMMA_VOCAB = 262_144
 CPU = (DeviceBudget(0, "cpu", 64 * GiB, 0, "cpu"),)
 GPU = (DeviceBudget(0, "gpu", 24 * GiB, 0),)
+
+
+def size_plan(engine: str, target, drafter, request: Request, devices):
+    return adapter(engine).size(target, drafter, request, devices)
 
 
 def parts(sizing, device: int = 0) -> dict[str, int]:
@@ -237,7 +242,7 @@ def test_largest_context_is_the_boundary():
     request = Request(ctx=4096, vocab=GEMMA_VOCAB, verify_rows=8)
     for engine, memory in (("llama-server", 1024 * MiB), ("power", 2048 * MiB)):
         device = (DeviceBudget(0, "small", memory, 128 * MiB),)
-        best = largest_context(engine, facts, None, request, device, 32_768)
+        best = largest_context(partial(size_plan, engine, facts, None, devices=device), request, 32_768)
         assert best is not None and best < 32_768
         assert size_plan(engine, facts, None, replace(request, ctx=best), device).margin_bytes >= 0
         assert size_plan(engine, facts, None, replace(request, ctx=best + 1), device).margin_bytes < 0

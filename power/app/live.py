@@ -33,7 +33,8 @@ from typing import Any
 from power.artifacts.verify import verified_sha256
 from power.documents.plan import ResolvedPlan, planned_artifacts
 from power.findings import PowerError
-from power.orchestrator.render import Launch, Listen, engine_launch
+from power.orchestrator.engines import Launch
+from power.orchestrator.render import Listen, engine_launch
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
 LIVE_ENGINES = (LLAMA_SERVER, VLLM)

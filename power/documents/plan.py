@@ -63,6 +63,9 @@ from power.artifacts.documents import (
 from power.artifacts.verify import TARGET, Artifact
 from power.findings import Finding, PowerError
 
+# The engines Power has an adapter for (power.orchestrator.engines), as plans and profiles spell them.
+EngineName = Literal["power", "llama-server", "vllm"]
+
 PLAN_SCHEMA: Final = "power.plan/v1"
 
 
@@ -212,7 +215,7 @@ class MemorySlots(_Frozen):
 
 
 class Memory(_Frozen):
-    engine: Literal["power", "llama-server", "vllm"]
+    engine: EngineName
     ctx: int
     slots: MemorySlots
     devices: tuple[DeviceMemory, ...]

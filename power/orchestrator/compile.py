@@ -4,7 +4,8 @@ Order, failing closed at each step: the loaded files' own findings; every
 declared artifact against its file (PWR11x, PWR10x); each drafter's contract,
 binding and tokenizer (PWR21x, PWR31x); mode resolution (PWR21x); settings
 against the resolved mode and the artifacts (PWR42x); the devices against the
-engine and the split settings (PWR507-511); sizing for the deployment's engine
+split settings (PWR507, PWR508, PWR510); what the deployment's engine cannot run, asked of its
+adapter (PWR460, PWR463, PWR509-511); sizing for the deployment's engine
 (PWR50x). Any error finding means no plan; warnings and info travel inside the
 plan.
 """
@@ -47,6 +48,7 @@ from power.orchestrator.checks.drafters import check_drafter, contract_facts
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
+from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.loading import Loaded
 from power.orchestrator.resolve import Declared, Resolution, resolve
 from power.orchestrator.schema import HostSpec
@@ -57,9 +59,6 @@ from power.orchestrator.sizing import (
     Request,
     Sizing,
     Split,
-    fitting_split,
-    largest_context,
-    size_plan,
     trunk_layers,
     whole,
 )
@@ -208,12 +207,36 @@ def size_for(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed: Plac
     target = artifacts.target.facts
     request = sizing_request(profile, chosen, artifacts, placed, ctx)
     drafter = chosen.drafter.facts if chosen.drafter else None
-    budgets = placed.budgets()
-    sizing = size_plan(placed.engine, target, drafter, request, budgets)
     limit = whole(target.hparam("context_length")) or request.ctx
-    best = largest_context(placed.engine, target, drafter, request, budgets, limit)
-    split = fitting_split(placed.engine, target, drafter, request, budgets) if sizing.verdict != "fits" else None
-    return dataclasses.replace(sizing, max_ctx=best, fitting_split=split)
+    return adapter(placed.engine).fitted(target, drafter, request, placed.budgets(), limit)
+
+
+def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) -> Asked:
+    """What the deployment asks its engine to run, with each drafter's place in the manifest."""
+    runtime = profile.model.runtime
+    declared = manifest.model.drafters
+    drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None) for i in chosen.resolution.drafters)
+    return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
+                 runtime.tensor_parallel, len(placed.devices))
+
+
+def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,
+                    target: ArtifactFacts) -> list[Finding]:
+    """What the deployment's engine cannot run (its mode, artifacts, settings, the target's shape), located at the
+    manifest or profile key to change: asked before sizing, so no plan an engine cannot run is ever sealed."""
+    engine = adapter(placed.engine)
+    asked = asked_of(manifest, profile, chosen, placed)
+    refusals = engine.supports(asked) + engine.target_refusals(target, asked)
+    documents = {"manifest": manifest, "profile": profile}
+    return [documents[r.document].finding(r.code, f"engine {engine.name}: {r.message}", where=r.where, hint=r.hint)
+            for r in refusals]
+
+
+def placement_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,
+                       target: ArtifactFacts) -> list[Finding]:
+    """The devices against the split settings, then what the engine cannot run: `plan` and `size` ask both."""
+    return check_devices(profile, placed.host, placed.devices) + engine_findings(manifest, profile, chosen, placed,
+                                                                                 target)
 
 
 def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tuple[int, ...] = (0,),
@@ -235,7 +258,7 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tup
     target_vocab_size = target_vocab(checked.target.facts)
     findings += check_speculation(profile, chosen.resolution.resolved, chosen.drafter, target_vocab_size)
     placed = Placed(host, tuple(devices), engine)
-    findings += check_devices(profile, host, placed.devices, engine, checked.target.facts)
+    findings += placement_findings(manifest, profile, chosen, placed, checked.target.facts)
     if has_errors(findings):
         return None, findings
     sizing = size_for(profile, chosen, checked, placed)

@@ -2,7 +2,9 @@
 runtime, a POWER_* env file, a systemd drop-in.
 
 The templates under `templates/` lay the artifacts out; this module decides what
-goes in them. `engine_launch` is the one source of an engine's command line: the
+goes in them. `engine_launch` is the one source of an engine's command line: it
+asks the engine's adapter (`power.orchestrator.engines`) whether it can run the
+plan, refuses a plan sized for another engine, then takes the adapter's line: the
 shell templates print it, the llama-server env file spells the same options as
 the variables llama.cpp's `common/arg.cpp` names (`power.orchestrator.llama_flags`),
 the Kubernetes render puts the same words in a container's command, and
@@ -21,25 +23,26 @@ cannot run is refused (RenderError), never downgraded.
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from power import modes
 from power.documents.plan import ResolvedPlan
 from power.findings import PowerError
 from power.orchestrator import llama_flags
-from power.orchestrator.sizing.model import ENGINES
+from power.orchestrator.engines import ENGINES, Asked, Launch, adapter
+from power.orchestrator.engines.power import PowerRuntime
 
-TARGETS = ("llama-server", "llama-server-env", "vllm", "power", "env", "systemd")
+# Each render target and the engine it launches (the env file and the systemd unit start Power's runtime).
+TARGET_ENGINES = {"llama-server": "llama-server", "llama-server-env": "llama-server", "vllm": "vllm",
+                  "power": "power", "env": "power", "systemd": "power"}
+TARGETS = tuple(TARGET_ENGINES)
 
-# vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
-VLLM_KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
+POWER = PowerRuntime()
 # The variable a llama-server env file puts the options without an LLAMA_ARG_* name in (the serve script
 # passes it unquoted: `exec llama-server $LLAMA_SERVER_EXTRA_ARGS`).
 EXTRA_ARGS = "LLAMA_SERVER_EXTRA_ARGS"
@@ -110,21 +113,6 @@ class Listen:
     port: int
 
 
-@dataclass(frozen=True)
-class Launch:
-    """An engine's command line: the program words, then each option with its value(s), the environment it needs,
-    and the plan features the engine has no flag for."""
-
-    program: tuple[str, ...]
-    options: tuple[tuple[str, ...], ...]
-    env: dict[str, str]
-    notes: tuple[str, ...]
-
-    @property
-    def argv(self) -> list[str]:
-        return [*self.program, *(word for option in self.options for word in option)]
-
-
 def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None = None,
            executable: str | None = None, listen: Listen | None = None) -> str:
     """The `target` launch for `plan`, whose artifact paths are as given (`power.documents.plan.located`);
@@ -134,6 +122,7 @@ def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None =
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     plan_path = Path(plan_path).resolve()
+    sized_for(plan, TARGET_ENGINES[target])
     if target in ENGINES:
         context = {"launch": engine_launch(plan, target, plan_path, listen, root=root)}
     elif target == "llama-server-env":
@@ -155,102 +144,28 @@ def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: List
     """
     if engine not in ENGINES:
         raise RenderError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    if engine == "power":
-        launch = power_launch(plan_path)
-        if root is not None:
-            launch = replace(launch, options=launch.options + (("--root", str(Path(root).resolve())),))
-    else:
-        launch = llama_server_launch(plan) if engine == "llama-server" else vllm_launch(plan)
+    sized_for(plan, engine)
+    runner = adapter(engine)
+    refusals = runner.supports(Asked.of_plan(plan))
+    if refusals:
+        first = refusals[0]
+        raise RenderError(code=first.code, message=f"{runner.description} cannot run this plan: {first.message}",
+                          hint=f"{first.hint} (`power plan --engine ENGINE`), then render that plan")
+    launch = runner.launch(plan, plan_path, root)
     if listen is None:
         return launch
     address = (("--host", listen.host), ("--port", str(listen.port)))
     return Launch(launch.program, launch.options + address, launch.env, launch.notes)
 
 
-def _options(pairs: list[tuple[str, object]]) -> tuple[tuple[str, ...], ...]:
-    """(flag, value) pairs as option words; a None value is a switch (the flag alone)."""
-    return tuple((flag,) if value is None else (flag, str(value)) for flag, value in pairs)
-
-
-def unsupported_notes(plan: ResolvedPlan) -> list[str]:
-    """Plan settings no external engine has a flag for."""
-    spec = plan.speculation
-    notes = []
-    if spec.rollback != "none" and plan.target.recurrent_layers:
-        notes.append(f"S = {spec.s} recurrent snapshots ({spec.rollback} rollback): no flag; the engine keeps its own rollback state")
-    if spec.fr_vocab_size:
-        notes.append(f"FR = {spec.fr_vocab_size} draft-only token-ID prefix: no flag; the draft head projects the full vocabulary")
-    if spec.adaptive:
-        notes.append("adaptive K/S controller: no flag; the engine drafts a fixed K per round")
-    notes.append(f"fixed verification capacity {plan.runtime.verify_capacity} rows: no flag")
-    return notes
-
-
-def llama_server_launch(plan: ResolvedPlan) -> Launch:
-    chain = plan.mode.chain
-    for kind in chain:
-        if modes.mode(kind).reserved:
-            raise RenderError(f"`{kind}` is reserved and has no production adapter; nothing to render")
-        if modes.llama_spec_type(kind) is None:
-            raise RenderError(f"llama-server has no {kind} speculative type; render this plan with --target power")
-    rt, sampling = plan.runtime, plan.sampling
-    args: list[tuple[str, object]] = [
-        ("-m", plan.target.path),
-        ("--alias", plan.name),
-        ("-c", rt.ctx),
-        ("-np", rt.slots),
-        ("--kv-unified" if rt.kv_unified else "--no-kv-unified", None),
-        ("-b", rt.batch),
-        ("-ub", rt.ubatch),
-        ("-ngl", rt.gpu_layers),
-        ("-fa", "on" if rt.flash_attn else "off"),
-        ("-ctk", rt.kv_cache_type),
-        ("-ctv", rt.kv_cache_type),
-        ("--seed", sampling.seed),
-        ("--temp", sampling.temperature),
-        # Power samples from the plain temperature distribution: llama.cpp's default top-k/top-p/min-p cuts are off.
-        ("--top-k", 0),
-        ("--top-p", 1.0),
-        ("--min-p", 0.0),
-        # the counters the A/B protocol and the fleet read (llama-server serves /metrics only when asked)
-        ("--metrics", None),
-    ]
-    if chain:
-        args.append(("--spec-type", ",".join(str(modes.llama_spec_type(kind)) for kind in chain)))
-    drafting = [d for d in plan.drafters if d.kind not in modes.WEIGHT_FREE]
-    if drafting:
-        args.append(("--spec-draft-n-max", plan.speculation.k))
-        args += [("--spec-draft-type-k", rt.draft_kv_cache_type), ("--spec-draft-type-v", rt.draft_kv_cache_type)]
-        if rt.draft_device is not None:
-            args.append(("--spec-draft-device", rt.draft_device))
-        if plan.speculation.p_min is not None:
-            args.append(("--spec-draft-p-min", plan.speculation.p_min))
-    args += [("--spec-draft-model", d.path) for d in drafting if d.path is not None]
-    if any(kind in modes.WEIGHT_FREE for kind in chain):
-        args += [("--spec-ngram-mod-n-match", rt.ngram_match), ("--spec-ngram-mod-n-min", rt.ngram_draft_min),
-                 ("--spec-ngram-mod-n-max", rt.ngram_draft_max)]
-    args += llama_split_options(plan)
-    notes = unsupported_notes(plan) if chain else []
-    env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if not rt.cuda_graphs else {}
-    return Launch(("llama-server",), _options(args), env | visible_devices(plan), tuple(notes))
-
-
-def llama_split_options(plan: ResolvedPlan) -> list[tuple[str, object]]:
-    """Several devices: the layer split the plan was sized for (-sm layer -ts, one ratio per device in order),
-    or the main device alone (-sm none -mg)."""
-    rt = plan.runtime
-    if len(plan.devices) < 2:
-        return []
-    if rt.split_mode == "none":
-        return [("-sm", "none"), ("-mg", rt.main_gpu)]
-    return [("-sm", "layer"), ("-ts", ",".join(f"{r:g}" for r in rt.tensor_split or ()))]
-
-
-def visible_devices(plan: ResolvedPlan) -> dict[str, str]:
-    """The host devices the plan was sized for, as the engine's CUDA device list (so it uses no other GPU);
-    nothing for a plan on the host's first device alone."""
-    indices = [d.index for d in plan.devices if d.kind == "gpu"]
-    return {} if indices in ([], [0]) else {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+def sized_for(plan: ResolvedPlan, engine: str) -> None:
+    """RenderError (PWR464) unless the plan was sized for `engine`: another engine allocates other memory, so the
+    plan's verdict would not hold for what runs."""
+    if plan.memory.engine != engine:
+        raise RenderError(code="PWR464", message=f"this plan was sized for {adapter(plan.memory.engine).description}; "
+                          f"{adapter(engine).description} allocates other memory, so its verdict would not hold",
+                          hint=f"plan it for this engine (`power plan MANIFEST PROFILE --engine {engine} ...`), then "
+                          "render that plan")
 
 
 def llama_server_env_context(launch: Launch) -> dict:
@@ -275,60 +190,6 @@ def llama_server_env_context(launch: Launch) -> dict:
         variables[EXTRA_ARGS] = " ".join(extra)
     _carried_by_env_file(variables)
     return {"variables": variables, "notes": launch.notes, "extra": EXTRA_ARGS}
-
-
-def vllm_launch(plan: ResolvedPlan) -> Launch:
-    chain = plan.mode.chain
-    if len(chain) > 1:
-        raise RenderError(f"vLLM runs one speculative method; this plan chains {' + '.join(chain)}: "
-                          "render with --target llama-server or --target power")
-    if chain and modes.vllm_method(chain[0]) is None:
-        raise RenderError(f"vLLM has no {chain[0]} speculative method; render this plan with --target power")
-    if chain and modes.mode(chain[0]).vllm_refusal:
-        raise RenderError(code="PWR463", message=str(modes.mode(chain[0]).vllm_refusal),
-                          hint="render this plan with --target llama-server or --target power")
-    if any(d.path is not None and modes.mode(d.kind).sidecar for d in plan.drafters):
-        raise RenderError(code="PWR463", message="vLLM reads an MTP head from the target checkpoint; this plan's "
-                          "head is a separate MTP-only GGUF, which vLLM cannot attach",
-                          hint="render this plan with --target llama-server or --target power")
-    rt = plan.runtime
-    args: list[tuple[str, object]] = [("--served-model-name", plan.name), ("--max-model-len", rt.ctx),
-                                      ("--max-num-seqs", rt.slots), ("--max-num-batched-tokens", rt.batch),
-                                      ("--seed", plan.sampling.seed),
-                                      # the model's generation_config.json would override the plan's sampling
-                                      ("--generation-config", "vllm")]
-    notes = []
-    if rt.kv_cache_type in VLLM_KV_DTYPES:
-        args.append(("--kv-cache-dtype", VLLM_KV_DTYPES[rt.kv_cache_type]))
-    else:
-        notes.append(f"kv cache type {rt.kv_cache_type}: vLLM has no such --kv-cache-dtype; it uses the model dtype")
-    if chain:
-        config, config_notes = speculative_config(plan)
-        args.append(("--speculative-config", json.dumps(config, sort_keys=True)))
-        notes += config_notes + unsupported_notes(plan)
-    if rt.tensor_parallel > 1:
-        args.append(("--tensor-parallel-size", rt.tensor_parallel))
-    flags = (("--enforce-eager",),) if not rt.cuda_graphs else ()
-    return Launch(("vllm", "serve", plan.target.path), flags + _options(args), visible_devices(plan), tuple(notes))
-
-
-def speculative_config(plan: ResolvedPlan) -> tuple[dict, list[str]]:
-    kind = plan.mode.chain[0]
-    config: dict[str, object] = {"method": modes.vllm_method(kind), "num_speculative_tokens": plan.speculation.k}
-    notes = []
-    if kind in modes.WEIGHT_FREE:
-        rt = plan.runtime
-        # vLLM's prompt lookup tries match lengths from max down to min: one length is llama.cpp's n-match.
-        config |= {"prompt_lookup_min": rt.ngram_match, "prompt_lookup_max": rt.ngram_match,
-                   "num_speculative_tokens": rt.ngram_draft_max}
-        if rt.ngram_draft_min and rt.ngram_draft_min > 1:
-            notes.append(f"n-gram shortest draft {rt.ngram_draft_min}: vLLM has no such setting; it proposes "
-                         "shorter continuations too")
-    return config, notes
-
-
-def power_launch(plan_path: Path) -> Launch:
-    return Launch(("power", "serve", str(plan_path)), (), {}, ())
 
 
 def env_file_context(plan: ResolvedPlan, plan_path: Path) -> dict:
@@ -359,19 +220,4 @@ def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None,
 
 
 def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
-    spec = plan.speculation
-    variables = {
-        "POWER_PLAN": str(plan_path),
-        "POWER_PLAN_DIGEST": plan.digest,
-        "POWER_NAME": plan.name,
-        "POWER_TARGET": plan.target.path,
-        "POWER_TARGET_SHA256": plan.target.sha256,
-        "POWER_SPEC_MODE": plan.mode.resolved,
-        "POWER_SPEC_CHAIN": ",".join(plan.mode.chain),
-        "POWER_SPEC_DRAFT_MAX": spec.k,
-        "POWER_SPEC_RECURRENT_SNAPSHOTS": spec.s,
-        "POWER_SPEC_ROLLBACK": spec.rollback,
-        "POWER_CTX": plan.runtime.ctx,
-        "POWER_VERIFY_CAPACITY": plan.runtime.verify_capacity,
-    }
-    return {"variables": variables}
+    return {"variables": POWER.variables(plan, plan_path)}

@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from power import modes
+from power.documents.plan import EngineName
 from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_size
 
 SCHEMA_VERSION = "v1"
@@ -73,7 +74,6 @@ RENAMED_KEYS = {
     "ubatch_size": "ubatch",
 }
 
-EngineName = Literal["power", "llama-server", "vllm"]
 SplitMode = Literal["layer", "none"]
 DeviceKind = Literal["gpu", "cpu"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]

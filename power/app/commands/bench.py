@@ -17,7 +17,7 @@ from power.app.commands.runtime_options import runtime_options
 from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
-from power.orchestrator.sizing import ENGINES
+from power.orchestrator.engines import ENGINES
 
 # What `--write-env` renders per engine: the env file that deployment reads.
 ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}

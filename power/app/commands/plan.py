@@ -14,10 +14,10 @@ from power.app.outputs import require_outputs, writing
 from power.documents.plan import save_plan, to_json, to_toml
 from power.findings import Finding
 from power.orchestrator.compile import Placed, compile_plan
+from power.orchestrator.engines import ENGINES
 from power.orchestrator.loading import load_host, load_manifest, load_profile
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
-from power.orchestrator.sizing import ENGINES
 from power.orchestrator.units import SizeError, format_size, parse_size
 
 # Loader codes that mean the command was pointed at nothing: usage errors, not check failures.

@@ -13,7 +13,8 @@ from power.artifacts.atomic import write_text_atomic
 from power.artifacts.verify import verified_sha256
 from power.documents.plan import ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import PowerError, has_errors
-from power.orchestrator.render import ENGINES, TARGETS, Listen
+from power.orchestrator.engines import ENGINES
+from power.orchestrator.render import TARGETS, Listen
 from power.orchestrator.render import render as render_plan
 
 KUBERNETES = "kubernetes"

@@ -13,9 +13,15 @@ import click
 from power.app.cli import EXIT_FINDINGS, EXIT_OK
 from power.app.commands.plan import exit_code, placement_from_options, placement_options
 from power.findings import Finding, has_errors
-from power.orchestrator.checks.devices import check_devices
 from power.orchestrator.checks.memory import check_memory
-from power.orchestrator.compile import ArtifactMemo, check_artifacts, choose, memory_section, size_for
+from power.orchestrator.compile import (
+    ArtifactMemo,
+    check_artifacts,
+    choose,
+    memory_section,
+    placement_findings,
+    size_for,
+)
 from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.plan_text import memory_text
 from power.orchestrator.schema import MAX_CTX
@@ -44,7 +50,7 @@ def size(manifest, profile, host_path, sizes, indices, engine, ctx, as_json) -> 
     findings += found
     if chosen is None or has_errors(findings):
         _stop(findings)
-    findings += check_devices(profile_doc, placed.host, placed.devices, engine, artifacts.target.facts)
+    findings += placement_findings(manifest_doc, profile_doc, chosen, placed, artifacts.target.facts)
     if has_errors(findings):
         _stop(findings)
     sizing = size_for(profile_doc, chosen, artifacts, placed, ctx)

@@ -7,14 +7,16 @@
   the buffers);
 - `power_runtime`: Power's own runtime (its KV layout, labelled estimates);
 - `vllm`: vLLM under tensor parallelism (estimates);
-- `fit`: sizing by engine, the largest context that fits, the split that fits.
+- `fit`: the largest context that fits, the layer split that fits, for any engine's sizer.
+
+Which module sizes which engine is the engine adapter's to say
+(`power.orchestrator.engines`).
 
 docs/sizing.md gives every rule with its source.
 """
 
-from power.orchestrator.sizing.fit import fitting_split, largest_context, size_plan
+from power.orchestrator.sizing.fit import Sizer, fitting_split, largest_context
 from power.orchestrator.sizing.model import (
-    ENGINES,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -28,5 +30,5 @@ from power.orchestrator.sizing.model import (
 )
 from power.orchestrator.sizing.vllm import tensor_parallel_issue
 
-__all__ = ["ENGINES", "Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizing", "SlotFacts", "Split",
-           "fitting_split", "largest_context", "size_plan", "tensor_parallel_issue", "trunk_layers", "whole"]
+__all__ = ["Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing", "SlotFacts", "Split",
+           "fitting_split", "largest_context", "tensor_parallel_issue", "trunk_layers", "whole"]

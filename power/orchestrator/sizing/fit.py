@@ -1,34 +1,23 @@
-"""Sizing by engine, the largest context that fits, and the layer split that fits before a context is cut."""
+"""The largest context that fits, and the layer split that fits before a context is cut, for one engine's sizer."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
-from power.artifacts.facts import ArtifactFacts
-from power.orchestrator.sizing.llama_server import size_llama_server
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
-from power.orchestrator.sizing.power_runtime import size_power
-from power.orchestrator.sizing.vllm import size_vllm
+from power.orchestrator.sizing.model import DeviceSizing, Request, Sizing
 
-
-def size_plan(engine: str, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
-              devices: tuple[DeviceBudget, ...]) -> Sizing:
-    """The per-device breakdown of what `engine` allocates for the request on `devices`."""
-    if engine == "llama-server":
-        return size_llama_server(target, drafter, request, devices)
-    if engine == "vllm":
-        return size_vllm(target, request, devices)
-    return size_power(target, drafter, request, devices)
+# An engine's sizing of a request on the deployment's devices (`EngineAdapter.size` with the artifacts bound).
+Sizer = Callable[[Request], Sizing]
 
 
-def largest_context(engine: str, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
-                    devices: tuple[DeviceBudget, ...], limit: int) -> int | None:
+def largest_context(size: Sizer, request: Request, limit: int) -> int | None:
     """The largest ctx up to `limit` for which every device fits under its headroom; None when not even ctx 1 does.
 
     Every component is monotone in ctx (cells, padded per-slot contexts, batch clamps and compute terms only grow
     with it), so a binary search finds the boundary."""
     def fits(ctx: int) -> bool:
-        return size_plan(engine, target, drafter, replace(request, ctx=ctx), devices).margin_bytes >= 0
+        return size(replace(request, ctx=ctx)).margin_bytes >= 0
 
     if not fits(1):
         return None
@@ -41,26 +30,23 @@ def largest_context(engine: str, target: ArtifactFacts, drafter: ArtifactFacts |
     return low
 
 
-def fitting_split(engine: str, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
-                  devices: tuple[DeviceBudget, ...]) -> tuple[int, ...] | None:
-    """A llama.cpp layer split (`-ts`, as layer counts) under which every device fits at the requested context, the
-    one leaving the largest smallest margin; None when no split fits (or there is one device, or not llama-server).
+def fitting_split(size: Sizer, request: Request, devices: int, layers: int) -> tuple[int, ...] | None:
+    """A llama.cpp layer split (`-ts`, as layer counts) over `devices` devices under which every device fits at the
+    requested context, the one leaving the largest smallest margin; None when no split fits.
 
-    The offloaded units (the blocks, then the output layer) go to the devices in order, so a split is a run of
-    counts; two devices try every boundary, more devices fill each device in turn with as many layers as fit."""
-    if engine != "llama-server" or len(devices) < 2 or request.split.mode != "layer":
-        return None
-    offloadable = len(target.layers) + 1  # the blocks and the output layer
+    The offloaded units (the `layers` blocks, then the output layer) go to the devices in order, so a split is a run
+    of counts; two devices try every boundary, more devices fill each device in turn with as many layers as fit."""
+    offloadable = layers + 1  # the blocks and the output layer
     units = offloadable if request.gpu_layers is None else min(request.gpu_layers, offloadable)
 
     def sized(counts: tuple[int, ...]) -> Sizing:
         split = replace(request.split, mode="layer", ratios=tuple(float(c) for c in counts))
-        return size_plan(engine, target, drafter, replace(request, split=split), devices)
+        return size(replace(request, split=split))
 
-    if len(devices) == 2:
+    if devices == 2:
         candidates: list[tuple[int, ...]] = [(first, units - first) for first in range(units + 1)]
     else:
-        candidates = [_greedy(units, len(devices), lambda counts: sized(counts).devices)]
+        candidates = [_greedy(units, devices, lambda counts: sized(counts).devices)]
     best, best_margin = None, None
     for counts in candidates:
         margin = sized(counts).margin_bytes
@@ -69,7 +55,7 @@ def fitting_split(engine: str, target: ArtifactFacts, drafter: ArtifactFacts | N
     return best
 
 
-def _greedy(units: int, n_devices: int, devices_of) -> tuple[int, ...]:
+def _greedy(units: int, n_devices: int, devices_of: Callable[[tuple[int, ...]], tuple[DeviceSizing, ...]]) -> tuple[int, ...]:
     """Give each device in turn the most units it holds (the later ones taking the rest), checking that device only."""
     counts = [0] * n_devices
     left = units

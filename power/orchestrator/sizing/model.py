@@ -13,7 +13,7 @@ them (`detail`), and how far the number can be trusted (`basis`):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from power.artifacts.facts import NEXTN, ArtifactFacts, LayerFacts
 from power.artifacts.ggml_types import QUANT_BY_NAME
@@ -21,8 +21,6 @@ from power.artifacts.ggml_types import QUANT_BY_NAME
 MiB = 1024**2
 Basis = Literal["exact", "estimated", "measured"]
 Verdict = Literal["fits", "fits-below-headroom", "does-not-fit"]
-Engine = Literal["power", "llama-server", "vllm"]
-ENGINES: tuple[str, ...] = get_args(Engine)
 DeviceKind = Literal["gpu", "cpu"]
 # A margin below this after the headroom needs a quiet device (the seeds: 23,847 MiB peak on 24 GiB).
 THIN_MARGIN_BYTES = 1024 * MiB

@@ -15,6 +15,7 @@ exec llama-server \
   -ub 512 \
   -ngl all \
   -fa off \
+  --fit off \
   -ctk f16 \
   -ctv f16 \
   --seed 0 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest 557babf9e7b40bdea6fa82e76f5720eeab4d57eec33f3ac07ab03bb75cfdcee3; mode mtp (requested; the target carries nextn tensors)
+# plan digest d907fa028e51db16c59e311ef7f9f39039ffca9ef604bc237e4316c002e13e9f; mode mtp (requested; the target carries nextn tensors)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
 # fixed verification capacity 11 rows: no flag
@@ -15,7 +15,8 @@ exec llama-server \
   -b 1 \
   -ub 512 \
   -ngl all \
-  -fa off \
+  -fa on \
+  --fit off \
   -ctk q8_0 \
   -ctv q8_0 \
   --seed 0 \

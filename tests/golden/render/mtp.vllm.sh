@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest 557babf9e7b40bdea6fa82e76f5720eeab4d57eec33f3ac07ab03bb75cfdcee3; mode mtp (requested; the target carries nextn tensors)
+# plan digest fa323ce7bebe2017ef0301082346a9d1e80192ccf24992bf017f47d7beb96848; mode mtp (requested; the target carries nextn tensors)
 # kv cache type q8_0: vLLM has no such --kv-cache-dtype; it uses the model dtype
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
@@ -14,4 +14,6 @@ exec vllm serve /srv/models/Qwen3.6-27B-Q6_K.gguf \
   --max-num-batched-tokens 1 \
   --seed 0 \
   --generation-config vllm \
+  --gpu-memory-utilization 0.01 \
+  --tokenizer /srv/models/Qwen3.6-27B-Q6_K.gguf \
   --speculative-config '{"method": "mtp", "num_speculative_tokens": 7}'

@@ -1,0 +1,168 @@
+"""What every engine adapter answers: its settings, what it can run, what it allocates, its command line.
+
+An adapter is the one place an engine's knowledge lives (docs/architecture.md,
+"Where an engine's knowledge lives"). The compiler asks `supports` before it
+seals a plan, `fleet review` compiles through the same path, `render` asks again
+for a plan read from disk, and sizing, rendering and importing call the adapter
+rather than testing the engine's name. The mode vocabulary stays in
+`power.modes`; an adapter reads the records' engine spellings.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from power.artifacts.facts import ArtifactFacts
+from power.documents.plan import ResolvedPlan
+from power.orchestrator.sizing.fit import fitting_split, largest_context
+from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
+
+# Which file a refusal is located in: the profile (settings, the mode asked for) or the manifest (the drafters).
+Document = Literal["profile", "manifest"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Something the engine cannot run, with the key a user changes (in the profile or the manifest)."""
+
+    code: str
+    message: str
+    hint: str
+    document: Document
+    where: str
+
+
+@dataclass(frozen=True)
+class AskedDrafter:
+    kind: str
+    index: int | None  # its position in the manifest's drafters (None when read back from a plan)
+    has_file: bool
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a deployment asks an engine to run, as the compiler knows it and as a plan records it."""
+
+    chain: tuple[str, ...]
+    drafters: tuple[AskedDrafter, ...]
+    kv_cache_type: str
+    flash_attn: bool
+    tensor_parallel: int
+    devices: int
+
+    @classmethod
+    def of_plan(cls, plan: ResolvedPlan) -> Asked:
+        rt = plan.runtime
+        return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None) for d in plan.drafters),
+                   rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices))
+
+    def drafter_where(self, kind: str) -> tuple[Document, str]:
+        """Where to point at a drafter of `kind`: its manifest entry, else the profile's spec_mode."""
+        index = next((d.index for d in self.drafters if d.kind == kind and d.index is not None), None)
+        return ("manifest", f"drafters[{index}].kind") if index is not None else ("profile", "spec_mode")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One plan setting as the engine spells it: on its command line and, where it has one, as a variable."""
+
+    field: str  # Power's name (the plan's runtime/sampling/speculation key, or the importer's LaunchSpec attribute)
+    flag: str | None  # the word the render writes (None: the engine reads it only from its environment)
+    env: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """An engine's settings table, read in both directions."""
+
+    entries: tuple[Setting, ...]
+
+    def flag(self, field: str) -> str:
+        flag = self._by_field()[field].flag
+        if flag is None:
+            raise KeyError(f"{field} has no flag")
+        return flag
+
+    def env(self, field: str) -> str | None:
+        return self._by_field()[field].env
+
+    def field_of_flag(self, flag: str) -> str | None:
+        return next((s.field for s in self.entries if s.flag == flag), None)
+
+    def field_of_env(self, env: str) -> str | None:
+        return next((s.field for s in self.entries if s.env == env), None)
+
+    def _by_field(self) -> dict[str, Setting]:
+        return {s.field: s for s in self.entries}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """An engine's command line: the program words, then each option with its value(s), the environment it needs,
+    and the plan features the engine has no flag for."""
+
+    program: tuple[str, ...]
+    options: tuple[tuple[str, ...], ...]
+    env: dict[str, str]
+    notes: tuple[str, ...]
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.program, *(word for option in self.options for word in option)]
+
+
+def options(pairs: list[tuple[str, object]]) -> tuple[tuple[str, ...], ...]:
+    """(flag, value) pairs as option words; a None value is a switch (the flag alone)."""
+    return tuple((flag,) if value is None else (flag, str(value)) for flag, value in pairs)
+
+
+class EngineAdapter(ABC):
+    """One engine: Power's runtime, llama-server or vLLM."""
+
+    name: str
+    # what `power plan` says when it sizes for this engine by default
+    description: str
+    settings: Settings
+    # several devices: how the engine spreads a model over them (None: it runs on one device)
+    multi_device: str | None = None
+
+    @abstractmethod
+    def supports(self, asked: Asked) -> list[Refusal]:
+        """What of `asked` this engine cannot run (its mode, its artifacts, its settings); empty when it can."""
+
+    def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:  # noqa: ARG002
+        """What of the target's shape this engine cannot run with `asked` (vLLM: heads that do not shard)."""
+        return []
+
+    @abstractmethod
+    def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
+             devices: tuple[DeviceBudget, ...]) -> Sizing:
+        """The per-device breakdown of what the engine allocates for the request on `devices`."""
+
+    def splits_layers(self, devices: int, request: Request) -> bool:  # noqa: ARG002
+        """Whether a layer split may be searched for when the plan's does not fit (llama.cpp's `-ts`)."""
+        return False
+
+    def fitted(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
+               devices: tuple[DeviceBudget, ...], limit: int) -> Sizing:
+        """The breakdown at the request, with the largest context up to `limit` that fits and, when the plan's
+        split does not fit, a layer split that does (engines that split layers)."""
+        def size(asked: Request) -> Sizing:
+            return self.size(target, drafter, asked, devices)
+
+        sizing = size(request)
+        split = None
+        if sizing.verdict != "fits" and self.splits_layers(len(devices), request):
+            split = fitting_split(size, request, len(devices), len(target.layers))
+        return replace(sizing, max_ctx=largest_context(size, request, limit), fitting_split=split)
+
+    @abstractmethod
+    def launch(self, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Launch:
+        """The command line that runs `plan` (refusals already asked for)."""
+
+    def device_memory_fraction(self, plan: ResolvedPlan) -> float | None:  # noqa: ARG002
+        """The share of each device the engine is told it may take (vLLM's --gpu-memory-utilization), or None."""
+        return None

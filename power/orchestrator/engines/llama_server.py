@@ -1,0 +1,148 @@
+"""llama-server: its settings (flag <-> env <-> Power's name), what it runs, its sizing and its command line.
+
+The settings table is read from the pinned llama.cpp's own option table
+(`power.orchestrator.llama_flags`, generated from `llama-server --help`), the
+way llama.cpp's `common/arg.cpp` keeps an option's spellings, its env name and
+the field it sets in one `common_arg` entry: the render writes a setting's
+flag, the env-file render its variable, the importer reads either back to the
+same field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from power import modes
+from power.artifacts.facts import ArtifactFacts
+from power.documents.plan import ResolvedPlan
+from power.orchestrator import llama_flags
+from power.orchestrator.engines.base import (
+    Asked,
+    EngineAdapter,
+    Launch,
+    Refusal,
+    Setting,
+    Settings,
+    options,
+)
+from power.orchestrator.engines.common import tensor_parallel_refusal, unsupported_notes, visible_devices
+from power.orchestrator.sizing.llama_server import size_llama_server
+from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing, is_quantized
+
+NAME = "llama-server"
+
+# Power's name -> the word the render writes (the importer reads every spelling of the same option).
+_FLAGS = (
+    ("model", "-m"), ("alias", "--alias"), ("ctx", "-c"), ("slots", "-np"), ("kv_unified", "--kv-unified"),
+    ("batch", "-b"), ("ubatch", "-ub"), ("gpu_layers", "-ngl"), ("flash_attn", "-fa"), ("fit", "--fit"),
+    ("kv_cache_type", "-ctk"), ("kv_cache_type_v", "-ctv"), ("seed", "--seed"), ("temperature", "--temp"),
+    ("top_k", "--top-k"), ("top_p", "--top-p"), ("min_p", "--min-p"), ("metrics", "--metrics"),
+    ("spec_type", "--spec-type"), ("k", "--spec-draft-n-max"), ("draft_kv_cache_type", "--spec-draft-type-k"),
+    ("draft_kv_cache_type_v", "--spec-draft-type-v"), ("draft_device", "--spec-draft-device"),
+    ("p_min", "--spec-draft-p-min"), ("draft_model", "--spec-draft-model"),
+    ("ngram_match", "--spec-ngram-mod-n-match"), ("ngram_draft_min", "--spec-ngram-mod-n-min"),
+    ("ngram_draft_max", "--spec-ngram-mod-n-max"), ("split_mode", "-sm"), ("main_gpu", "-mg"),
+    ("tensor_split", "-ts"),
+)
+
+
+def settings_table() -> Settings:
+    """The settings with each option's long name and env variable as the pinned llama.cpp defines them."""
+    table = llama_flags.table()
+    return Settings(tuple(Setting(field, flag, table.option(flag).env) for field, flag in _FLAGS))
+
+
+def field_of_option(option: llama_flags.Option) -> str | None:
+    """The Power setting a llama-server option sets (any spelling, or its env variable), or None."""
+    return next((field for field, flag in _FLAGS if llama_flags.table().option(flag).name == option.name), None)
+
+
+class LlamaServer(EngineAdapter):
+    name = NAME
+    description = "llama-server"
+    multi_device = "a layer split (-sm layer -ts)"
+
+    @property
+    def settings(self) -> Settings:  # type: ignore[override]
+        return settings_table()
+
+    def supports(self, asked: Asked) -> list[Refusal]:
+        refusals = []
+        for kind in asked.chain:
+            document, where = asked.drafter_where(kind)
+            if modes.llama_spec_type(kind) is None:
+                refusals.append(Refusal("PWR460", f"llama-server has no {kind} speculative type", "run this "
+                                        'deployment with engine "power", or choose a mode llama-server runs',
+                                        document, where))
+        if is_quantized(asked.kv_cache_type) and not asked.flash_attn:
+            refusals.append(Refusal(
+                "PWR511", f"kv_cache_type = \"{asked.kv_cache_type}\" quantizes the V cache, which llama-server only "
+                "runs with flash attention (it stops at start: \"quantized V cache was requested, but this requires "
+                "Flash Attention\")", "set flash_attn = true, or kv_cache_type = \"f16\"", "profile",
+                "runtime.kv_cache_type"))
+        return refusals + tensor_parallel_refusal(self.name, asked)
+
+    def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
+             devices: tuple[DeviceBudget, ...]) -> Sizing:
+        return size_llama_server(target, drafter, request, devices)
+
+    def splits_layers(self, devices: int, request: Request) -> bool:
+        return devices > 1 and request.split.mode == "layer"
+
+    def launch(self, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Launch:  # noqa: ARG002
+        flag = self.settings.flag
+        chain = plan.mode.chain
+        rt, sampling = plan.runtime, plan.sampling
+        args: list[tuple[str, object]] = [
+            (flag("model"), plan.target.path),
+            (flag("alias"), plan.name),
+            (flag("ctx"), rt.ctx),
+            (flag("slots"), rt.slots),
+            ("--kv-unified" if rt.kv_unified else "--no-kv-unified", None),
+            (flag("batch"), rt.batch),
+            (flag("ubatch"), rt.ubatch),
+            (flag("gpu_layers"), rt.gpu_layers),
+            (flag("flash_attn"), "on" if rt.flash_attn else "off"),
+            # llama-server's default `--fit on` resizes unset arguments to the free memory it finds at start, so
+            # what would run could differ from the plan (common/fit.cpp); the plan's sizing is the one that holds.
+            (flag("fit"), "off"),
+            (flag("kv_cache_type"), rt.kv_cache_type),
+            (flag("kv_cache_type_v"), rt.kv_cache_type),
+            (flag("seed"), sampling.seed),
+            (flag("temperature"), sampling.temperature),
+            # Power samples from the plain temperature distribution: llama.cpp's default top-k/top-p/min-p cuts are off.
+            (flag("top_k"), 0),
+            (flag("top_p"), 1.0),
+            (flag("min_p"), 0.0),
+            # the counters the A/B protocol and the fleet read (llama-server serves /metrics only when asked)
+            (flag("metrics"), None),
+        ]
+        if chain:
+            args.append((flag("spec_type"), ",".join(str(modes.llama_spec_type(kind)) for kind in chain)))
+        drafting = [d for d in plan.drafters if d.kind not in modes.WEIGHT_FREE]
+        if drafting:
+            args.append((flag("k"), plan.speculation.k))
+            args += [(flag("draft_kv_cache_type"), rt.draft_kv_cache_type),
+                     (flag("draft_kv_cache_type_v"), rt.draft_kv_cache_type)]
+            if rt.draft_device is not None:
+                args.append((flag("draft_device"), rt.draft_device))
+            if plan.speculation.p_min is not None:
+                args.append((flag("p_min"), plan.speculation.p_min))
+        args += [(flag("draft_model"), d.path) for d in drafting if d.path is not None]
+        if any(kind in modes.WEIGHT_FREE for kind in chain):
+            args += [(flag("ngram_match"), rt.ngram_match), (flag("ngram_draft_min"), rt.ngram_draft_min),
+                     (flag("ngram_draft_max"), rt.ngram_draft_max)]
+        args += self._split_options(plan)
+        notes = unsupported_notes(plan) if chain else []
+        env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if not rt.cuda_graphs else {}
+        return Launch(("llama-server",), options(args), env | visible_devices(plan), tuple(notes))
+
+    def _split_options(self, plan: ResolvedPlan) -> list[tuple[str, object]]:
+        """Several devices: the layer split the plan was sized for (-sm layer -ts, one ratio per device in order),
+        or the main device alone (-sm none -mg)."""
+        rt, flag = plan.runtime, self.settings.flag
+        if len(plan.devices) < 2:
+            return []
+        if rt.split_mode == "none":
+            return [(flag("split_mode"), "none"), (flag("main_gpu"), rt.main_gpu)]
+        return [(flag("split_mode"), "layer"), (flag("tensor_split"), ",".join(f"{r:g}" for r in rt.tensor_split or ()))]

@@ -1,0 +1,68 @@
+"""Power's own runtime: one device, every mode Power has a speculator for, its sizing, `power serve PLAN`.
+
+The runtime reads the plan itself, so its command line is the plan's path; the
+settings table names the POWER_* variables the env-file render writes for
+supervisors and scripts that read them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from power import modes
+from power.artifacts.facts import ArtifactFacts
+from power.documents.plan import ResolvedPlan
+from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
+from power.orchestrator.engines.common import tensor_parallel_refusal
+from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
+from power.orchestrator.sizing.power_runtime import size_power
+
+NAME = "power"
+
+SETTINGS = Settings((
+    Setting("plan", None, "POWER_PLAN"), Setting("digest", None, "POWER_PLAN_DIGEST"),
+    Setting("name", None, "POWER_NAME"), Setting("target", None, "POWER_TARGET"),
+    Setting("target_sha256", None, "POWER_TARGET_SHA256"), Setting("mode", None, "POWER_SPEC_MODE"),
+    Setting("chain", None, "POWER_SPEC_CHAIN"), Setting("k", None, "POWER_SPEC_DRAFT_MAX"),
+    Setting("s", None, "POWER_SPEC_RECURRENT_SNAPSHOTS"), Setting("rollback", None, "POWER_SPEC_ROLLBACK"),
+    Setting("ctx", None, "POWER_CTX"), Setting("verify_capacity", None, "POWER_VERIFY_CAPACITY"),
+    Setting("root", "--root"), Setting("host", "--host"), Setting("port", "--port"),
+))
+
+
+class PowerRuntime(EngineAdapter):
+    name = NAME
+    description = "Power's runtime"
+    settings = SETTINGS
+
+    def supports(self, asked: Asked) -> list[Refusal]:
+        refusals = []
+        for kind in asked.chain:
+            if modes.mode(kind).speculator is None:
+                document, where = asked.drafter_where(kind)
+                refusals.append(Refusal("PWR460", f"Power's runtime has no speculator for {kind}",
+                                        "choose a mode Power's runtime runs", document, where))
+        if asked.devices > 1:
+            refusals.append(Refusal("PWR510", f"Power's runtime runs on one device; this deployment names "
+                                    f"{asked.devices}", 'run it with engine "llama-server" (a layer split) or "vllm" '
+                                    "(tensor parallelism), or use one device", "profile", "runtime"))
+        return refusals + tensor_parallel_refusal(self.name, asked)
+
+    def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
+             devices: tuple[DeviceBudget, ...]) -> Sizing:
+        return size_power(target, drafter, request, devices)
+
+    def launch(self, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Launch:  # noqa: ARG002
+        words = ((SETTINGS.flag("root"), str(Path(root).resolve())),) if root is not None else ()
+        return Launch(("power", "serve", str(plan_path)), words, {}, ())
+
+    def variables(self, plan: ResolvedPlan, plan_path: Path) -> dict[str, object]:
+        """The POWER_* variables of the env file."""
+        spec = plan.speculation
+        values: dict[str, object] = {
+            "plan": str(plan_path), "digest": plan.digest, "name": plan.name, "target": plan.target.path,
+            "target_sha256": plan.target.sha256, "mode": plan.mode.resolved, "chain": ",".join(plan.mode.chain),
+            "k": spec.k, "s": spec.s, "rollback": spec.rollback, "ctx": plan.runtime.ctx,
+            "verify_capacity": plan.runtime.verify_capacity,
+        }
+        return {str(SETTINGS.env(field)): value for field, value in values.items()}
