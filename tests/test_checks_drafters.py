@@ -148,6 +148,8 @@ def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
     assert "sidecar" in plan.mode.reason
     weights = {c.name: c.bytes for c in plan.memory.components}
     assert weights["drafter weights"] > 0
+    plan, _ = compiled(manifest, write_profile(tmp_path, "auto"), engine="llama-server")
+    assert plan is not None
     argv = engine_launch(plan, "llama-server", tmp_path / "plan.json").argv
     assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
     assert argv[argv.index("--spec-draft-model") + 1] == str(fixture("mtp-sidecar"))

@@ -83,7 +83,7 @@ def test_the_confidence_gate_comes_from_the_profile_else_the_drafters_header(tmp
     plan, findings = compiled(manifest, write_profile(tmp_path, "dspark"))
     assert plan is not None, [f.render() for f in findings]
     assert plan.speculation.p_min == 0.5  # the fixture header's dspark.confidence_threshold
-    gated, _ = compiled(manifest, write_profile(tmp_path, "dspark", spec_draft_p_min=0.25))
+    gated, _ = compiled(manifest, write_profile(tmp_path, "dspark", spec_draft_p_min=0.25), engine="llama-server")
     assert gated.speculation.p_min == 0.25
     argv = engine_launch(gated, "llama-server", tmp_path / "plan.json").argv
     assert argv[argv.index("--spec-draft-p-min") + 1] == "0.25"

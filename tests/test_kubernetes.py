@@ -341,9 +341,9 @@ def test_a_plan_renders_alone_with_a_host_file(tmp_path: Path) -> None:
         ''')
     plan = tmp_path / "plan.json"
     assert run("plan", tmp_path / "manifests" / "dense.toml", tmp_path / "profiles" / "ngram.toml", "--host", host,
-               "-o", plan).exit_code == 0
-    result = run("render", plan, "--target", "kubernetes", "--host", host, "--engine", "vllm", "--models-claim",
-                 "models", "--pod-monitor")
+               "--engine", "vllm", "-o", plan).exit_code == 0
+    result = run("render", plan, "--target", "kubernetes", "--host", host, "--models-claim", "models",
+                 "--pod-monitor")
     assert result.exit_code == 0, result.output
     documents = list(yaml.safe_load_all(result.output))
     assert [d["kind"] for d in documents] == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "PodMonitor"]
@@ -353,9 +353,15 @@ def test_a_plan_renders_alone_with_a_host_file(tmp_path: Path) -> None:
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4090"}
     assert pod["containers"][0]["command"][:2] == ["vllm", "serve"]
     assert pod["volumes"][1] == {"name": "models", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}
-    refused = run("render", plan, "--target", "kubernetes", "--host", host, "--engine", "llama-server",
-                  "--models-claim", "models")
+    llama_plan = tmp_path / "llama.plan.json"
+    assert run("plan", tmp_path / "manifests" / "dense.toml", tmp_path / "profiles" / "ngram.toml", "--host", host,
+               "--engine", "llama-server", "-o", llama_plan).exit_code == 0
+    refused = run("render", llama_plan, "--target", "kubernetes", "--host", host, "--models-claim", "models")
     assert refused.exit_code == 1 and "PWR069" in refused.output and f"{host}:" in refused.output
+    # Issue 23 defect 4: a plan sized for vLLM put onto another engine in a cluster was rendered without a word.
+    other = run("render", plan, "--target", "kubernetes", "--host", host, "--engine", "power", "--models-claim",
+                "models")
+    assert other.exit_code == 2 and "PWR464" in other.output
 
 
 def test_advance_writes_the_opened_stage_and_rollback_removes_the_overlays(tmp_path: Path) -> None:

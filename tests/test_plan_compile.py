@@ -76,7 +76,8 @@ def test_usage_errors_exit_2(tmp_path):
 
 def test_the_compiled_plan_renders(tmp_path):
     out = tmp_path / "plan.json"
-    assert plan_command(MANIFEST, PROFILES / "ngram.toml", "--device", "24 GiB", "-o", out).exit_code == 0
+    assert plan_command(MANIFEST, PROFILES / "ngram.toml", "--device", "24 GiB", "--engine", "llama-server",
+                        "-o", out).exit_code == 0
     script = render(load_plan(out), "llama-server", out)
     assert "--spec-type ngram-mod" in script and "--spec-ngram-mod-n-match 4" in script
     assert "--spec-ngram-mod-n-min 2" in script and "--spec-ngram-mod-n-max 7" in script

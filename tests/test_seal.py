@@ -88,7 +88,7 @@ def test_an_in_place_change_with_its_mtime_restored_is_seen_by_inspect_plan_and_
     assert json.loads(verify.stdout)["verified"] is False
 
 
-def fixture_plan(directory: Path) -> Path:
+def fixture_plan(directory: Path, engine: str = "llama-server") -> Path:
     """The dense fixture target with its DFlash drafter, copied into `directory` and planned there."""
     for name in ("dense-target", "dflash-drafter"):
         shutil.copyfile(fixtures()[name], directory / f"{name}.gguf")
@@ -100,7 +100,8 @@ def fixture_plan(directory: Path) -> Path:
     (directory / "profile.toml").write_text('schema = "power.profile/v1"\nname = "dflash"\nspec_mode = "dflash"\n'
                                             'spec_draft_max = 3\nspec_mtp_recurrent_snapshots = 3\n[runtime]\nctx = 128\n')
     plan = directory / "plan.json"
-    result = power("plan", directory / "manifest.toml", directory / "profile.toml", "--device", "2 GiB", "-o", plan)
+    result = power("plan", directory / "manifest.toml", directory / "profile.toml", "--device", "2 GiB",
+                   "--engine", engine, "-o", plan)
     assert result.exit_code == 0, result.output
     return plan
 
@@ -181,7 +182,7 @@ def test_a_drafter_path_edited_to_the_target_is_refused(tmp_path):
 
 def test_verify_finds_artifacts_under_root_by_file_name(tmp_path):
     (tmp_path / "build").mkdir()
-    fixture_plan(tmp_path / "build")
+    fixture_plan(tmp_path / "build", engine="power")
     mounted = tmp_path / "models"
     (tmp_path / "build").rename(mounted)
     moved_plan = mounted / "plan.json"

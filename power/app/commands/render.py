@@ -26,8 +26,9 @@ KUBERNETES = "kubernetes"
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE (atomically) instead of stdout.")
 @click.option("--host", "host_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="kubernetes: the host file whose [kubernetes] table names the node and the images.")
-@click.option("--engine", type=click.Choice(ENGINES), default="power", show_default=True,
-              help="kubernetes: the engine the container runs.")
+@click.option("--engine", type=click.Choice(ENGINES),
+              help="kubernetes: the engine the container runs (default: the one the plan was sized for; another is "
+                   "refused, PWR464).")
 @click.option("--models-host-path", help="kubernetes: the folder on the node holding the model files (hostPath).")
 @click.option("--models-claim", help="kubernetes: the PersistentVolumeClaim holding the model files.")
 @click.option("--models-local", type=click.Path(path_type=Path, file_okay=False),
@@ -42,7 +43,7 @@ KUBERNETES = "kubernetes"
 @click.option("--port", type=click.IntRange(1, 65535),
               help="llama-server, llama-server-env, vllm, power: the port the server binds (default: the engine's own).")
 @root_option
-def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str,
+def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str | None,
            models_host_path: str | None, models_claim: str | None, models_local: Path | None, namespace: str | None,
            pod_monitor: bool, dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
            root: Path | None) -> None:
@@ -61,7 +62,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
         for artifact in planned_artifacts(plan):
             verified_sha256(artifact)
         if target == KUBERNETES:
-            text = _kubernetes(plan, host_path, engine, models_host_path, models_claim, models_local, namespace,
+            text = _kubernetes(plan, host_path, engine or plan.memory.engine, models_host_path, models_claim, models_local, namespace,
                                pod_monitor, dry_run)
         else:
             text = render_plan(plan, target, plan_path, root, executable=power_executable,
