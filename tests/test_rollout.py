@@ -92,7 +92,7 @@ def test_a_full_rollout_walks_canary_waves_all_then_rolls_back(world: World, tmp
     status = run("rollout", "status", fleet, "--export-plans", tmp_path / "plans")
     assert status.exit_code == 0 and "canary   next" in status.output
     assert (f"ws-2/hybrid: power bench PLANS/{candidate[:12]}.json --vs PLANS/{incumbent[:12]}.json "
-            "--shapes prose,identity -o evidence.json") in status.output
+            "--shapes prose,identity --engine power -o evidence.json") in status.output
     assert {p.name for p in (tmp_path / "plans").iterdir()} == {f"{candidate[:12]}.json", f"{incumbent[:12]}.json"}
 
     canary = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "canary.json", candidate, incumbent))

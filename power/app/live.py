@@ -50,6 +50,25 @@ VLLM_COUNTERS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted
                  "spec_decode_num_drafts_total")
 
 
+@dataclass(frozen=True)
+class Protocol:
+    """How the harness talks to one live engine: llama-server's own /completion (its timings and token ids) or
+    vLLM's OpenAI /v1/completions, the counters a request is measured by, where its build is read."""
+
+    native: bool  # llama-server's /completion and /props, else OpenAI-shaped /v1/completions and /version
+    counters: tuple[str, ...]
+    thread_flags: tuple[str, ...]  # the options that take the machine's thread count
+    install_hint: str
+
+
+PROTOCOLS = {
+    LLAMA_SERVER: Protocol(True, LLAMA_COUNTERS, ("--threads", "--threads-batch"),
+                           "build it with scripts/build-llama-server and pass --engine-binary PATH (or set "
+                           f"{BINARY_ENV[LLAMA_SERVER]})"),
+    VLLM: Protocol(False, VLLM_COUNTERS, (), f"install vLLM (pip install vllm) or set {BINARY_ENV[VLLM]}"),
+}
+
+
 class LiveEngineError(PowerError):
     """A live engine that is missing, will not start, or fails a request; the message says what and the fix."""
 
@@ -62,9 +81,8 @@ def engine_binary(engine: str, given: Path | None = None) -> Path:
     found = candidate if candidate is not None else (Path(which) if (which := shutil.which(engine)) else None)
     if found is None or not found.is_file() or not os.access(found, os.X_OK):
         where = str(candidate) if candidate is not None else f"{engine} on PATH"
-        hint = (f"build it with scripts/build-llama-server and pass --engine-binary PATH (or set {BINARY_ENV[engine]})"
-                if engine == LLAMA_SERVER else f"install vLLM (pip install vllm) or set {BINARY_ENV[engine]}")
-        raise LiveEngineError(f"the {engine} engine is not here: no executable {where}", hint=hint)
+        raise LiveEngineError(f"the {engine} engine is not here: no executable {where}",
+                              hint=PROTOCOLS[engine].install_hint)
     return found
 
 
@@ -99,8 +117,8 @@ class LiveEngine:
 
     def _words(self, launch: Launch) -> list[str]:
         words = [str(self.binary), *launch.argv[1:]]
-        if self.threads and self.engine == LLAMA_SERVER:
-            words += ["--threads", str(self.threads), "--threads-batch", str(self.threads)]
+        if self.threads:
+            words += [word for flag in PROTOCOLS[self.engine].thread_flags for word in (flag, str(self.threads))]
         return words
 
     def start_process(self) -> None:
@@ -206,7 +224,7 @@ class LiveEngine:
         return values
 
     def _build(self) -> str:
-        if self.engine == LLAMA_SERVER:
+        if PROTOCOLS[self.engine].native:
             return str(self.props().get("build_info", ""))
         return str(self.get_json("/version").get("version", ""))
 
@@ -217,10 +235,10 @@ class LiveEngine:
 
     def complete(self, prompt: str, max_tokens: int, temperature: float, seed: int) -> Completion:
         """One completion of `prompt`, with the engine's /metrics counters read around it."""
-        counters = LLAMA_COUNTERS if self.engine == LLAMA_SERVER else VLLM_COUNTERS
+        protocol = PROTOCOLS[self.engine]
         before = self.metrics()
         started = time.perf_counter()
-        if self.engine == LLAMA_SERVER:
+        if protocol.native:
             body = self.post_json("/completion", {
                 "prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "seed": seed,
                 "cache_prompt": False, "return_tokens": True})
@@ -230,7 +248,7 @@ class LiveEngine:
                 "seed": seed, "return_token_ids": True})
         wall_s = time.perf_counter() - started
         after = self.metrics()
-        return Completion(self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in counters},
+        return Completion(self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in protocol.counters},
                           wall_s)
 
 

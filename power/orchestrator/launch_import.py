@@ -37,20 +37,17 @@ from power.artifacts.documents import DocumentError, parse_json
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
 from power.orchestrator import llama_flags
+from power.orchestrator.engines import adapter
 from power.orchestrator.launch_tokens import EnvNames, Token
 from power.orchestrator.units import format_size
 
 LLAMA_SERVER = "llama-server"
 VLLM = "vllm"
-LLAMA_ENV_PREFIX = "LLAMA_ARG_"
 
 
 def env_names(engine: str) -> EnvNames | None:
     """The variables an engine reads as options (`LLAMA_ARG_CTX_SIZE` is `--ctx-size`); vLLM has no such convention."""
-    if engine != LLAMA_SERVER:
-        return None
-    table = llama_flags.table()
-    return EnvNames(LLAMA_ENV_PREFIX, {env: option.name for env, option in table.by_env.items()})
+    return adapter(engine).env_names()
 
 
 # `-np` left at its default (-1, "auto") makes llama-server serve 4 slots over one unified KV cache
@@ -120,10 +117,7 @@ def import_launch(engine: str, tokens: list[Token]) -> ImportResult:
     """Read a launch line (tokens already located) into a LaunchSpec and its findings."""
     tokens = _without_program(engine, tokens)
     findings = [_unresolved(token) for token in tokens if token.unresolved]
-    if engine == LLAMA_SERVER:
-        spec, read = _read_llama_server(tokens)
-    else:
-        spec, read = _read_vllm(tokens)
+    spec, read = _READERS[engine](tokens)
     findings += read
     if spec.model is None:
         findings.append(_finding("PWR458", tokens[0] if tokens else None,
@@ -138,16 +132,9 @@ def _without_program(engine: str, tokens: list[Token]) -> list[Token]:
     """Drop the program name (`llama-server`, `vllm serve`, `python -m vllm.entrypoints...`) when present."""
     environment = [token for token in tokens if token.env is not None]
     rest = [token for token in tokens if token.env is None]
-    while rest and not rest[0].text.startswith("-") and _is_program_word(engine, rest[0].text):
+    while rest and not rest[0].text.startswith("-") and adapter(engine).program_word(rest[0].text):
         rest.pop(0)
     return environment + rest
-
-
-def _is_program_word(engine: str, word: str) -> bool:
-    name = Path(word).name
-    if engine == LLAMA_SERVER:
-        return name in {"llama-server", "server"} or name.startswith("llama-server")
-    return name in {"vllm", "serve", "python", "python3", "-m"} or name.startswith("vllm.entrypoints")
 
 
 def _unresolved(token: Token) -> Finding:
@@ -462,6 +449,11 @@ def _read_vllm_config(spec: LaunchSpec, where: Token, config: dict[str, Any]) ->
             f"length (llama.cpp's n-match); imported as ngram_match = {longest}",
             "set prompt_lookup_min = prompt_lookup_max to run the same lookup on both engines", Severity.WARNING))
     return findings
+
+
+# How each engine's launch line is read into a LaunchSpec.
+_READERS: dict[str, Callable[[list[Token]], tuple[LaunchSpec, list[Finding]]]] = {
+    LLAMA_SERVER: _read_llama_server, VLLM: _read_vllm}
 
 
 def _window_findings(spec: LaunchSpec) -> list[Finding]:

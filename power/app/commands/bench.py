@@ -143,14 +143,14 @@ def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, l
              threads: int | None, root: Path | None, running: contextlib.ExitStack):
     """One configuration per plan, its engine loaded (Power) or started and healthy (live; stopped by `running`)."""
     from power.app import bench as harness
-    from power.app.live import LiveEngine, LiveEngineError
+    from power.app.live import LIVE_ENGINES, LiveEngine, LiveEngineError
     from power.app.served import ServedEngine
     from power.runtime.engine import Engine, EngineOptions, Workload
 
     configs, servers = [], []
     for label, path, plan in plans:
         click.echo(f"loading {label}: {path} (mode {plan.mode.resolved}) on {engine}", err=True)
-        if engine == "power":
+        if engine not in LIVE_ENGINES:  # Power's own runtime, in this process
             options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
             runtime_engine = Engine(Workload.of_plan(plan, path, root), options)
             configs.append(harness.BenchConfig(label, Path(path), plan, runtime_engine))

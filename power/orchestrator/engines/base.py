@@ -17,6 +17,7 @@ from typing import Literal
 
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
+from power.orchestrator.launch_tokens import EnvNames
 from power.orchestrator.sizing.fit import fitting_split, largest_context
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
 
@@ -162,6 +163,14 @@ class EngineAdapter(ABC):
     @abstractmethod
     def launch(self, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Launch:
         """The command line that runs `plan` (refusals already asked for)."""
+
+    def program_word(self, word: str) -> bool:  # noqa: ARG002
+        """Whether a launch line's leading word names this engine's program (`power import` drops it)."""
+        return False
+
+    def env_names(self) -> EnvNames | None:
+        """The variables the engine reads as options (`LLAMA_ARG_CTX_SIZE` is `--ctx-size`), or None."""
+        return None
 
     def device_memory_fraction(self, plan: ResolvedPlan) -> float | None:  # noqa: ARG002
         """The share of each device the engine is told it may take (vLLM's --gpu-memory-utilization), or None."""

@@ -26,10 +26,12 @@ from power.orchestrator.engines.base import (
     options,
 )
 from power.orchestrator.engines.common import tensor_parallel_refusal, unsupported_notes, visible_devices
+from power.orchestrator.launch_tokens import EnvNames
 from power.orchestrator.sizing.llama_server import size_llama_server
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing, is_quantized
 
 NAME = "llama-server"
+ENV_PREFIX = "LLAMA_ARG_"
 
 # Power's name -> the word the render writes (the importer reads every spelling of the same option).
 _FLAGS = (
@@ -85,6 +87,13 @@ class LlamaServer(EngineAdapter):
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
              devices: tuple[DeviceBudget, ...]) -> Sizing:
         return size_llama_server(target, drafter, request, devices)
+
+    def program_word(self, word: str) -> bool:
+        name = Path(word).name
+        return name in {"llama-server", "server"} or name.startswith("llama-server")
+
+    def env_names(self) -> EnvNames:
+        return EnvNames(ENV_PREFIX, {env: option.name for env, option in llama_flags.table().by_env.items()})
 
     def splits_layers(self, devices: int, request: Request) -> bool:
         return devices > 1 and request.split.mode == "layer"

@@ -63,6 +63,10 @@ class Vllm(EngineAdapter):
                 "profile", "runtime.tensor_parallel"))
         return refusals
 
+    def program_word(self, word: str) -> bool:
+        name = Path(word).name
+        return name in {"vllm", "serve", "python", "python3", "-m"} or name.startswith("vllm.entrypoints")
+
     def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:
         issue = tensor_parallel_issue(target, asked.tensor_parallel)
         return [Refusal("PWR509", issue, "use a tensor_parallel that divides the heads (1, 2, 4, ...)", "profile",

@@ -313,9 +313,8 @@ def _requirement_lines(rollout: dict[str, Any], lock: FleetLock) -> list[str]:
         shapes = ",".join(sorted({rollout["candidates"][key]["traffic"] for key in keys}))
         engines = sorted({_engine(rollout["candidates"][key]) for key in keys})
         for engine in engines:
-            option = "" if engine == "power" else f" --engine {engine}"
             lines.append(f"{', '.join(keys)}: power bench PLANS/{candidate[:12]}.json --vs PLANS/{incumbent[:12]}.json "
-                         f"--shapes {shapes},identity{option} -o evidence.json")
+                         f"--shapes {shapes},identity --engine {engine} -o evidence.json")
     return lines
 
 

@@ -1,0 +1,57 @@
+"""The engine adapters: a plan no engine can run is never sealed, and no module outside the adapters tests an
+engine's name (issue 23)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from click.testing import CliRunner
+from plan_helpers import codes, write_manifest, write_profile
+
+from power.app.cli import main
+from power.orchestrator.engines import ADAPTERS, ENGINES
+from power.orchestrator.fleet.review import review_fleet
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_plan_for_vllm_refuses_a_dflash2_manifest_at_the_manifests_drafter(tmp_path):
+    """Defect 2: `power plan --engine vllm` on a DFlash2 manifest exited 0 with a sealed plan."""
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
+    profile = write_profile(tmp_path, "dflash2")
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", str(manifest), str(profile), "--device", "24 GiB", "--engine", "vllm",
+                                       "-o", str(out), "--json"])
+    assert result.exit_code == 1 and not out.exists()
+    assert "PWR460" in result.output and f"{manifest}:" in result.output
+    assert CliRunner().invoke(main, ["plan", str(manifest), str(profile), "--device", "24 GiB", "-o",
+                                     str(out)]).exit_code == 0
+
+
+def test_fleet_review_refuses_what_the_deployments_engine_cannot_run(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
+    profile = write_profile(tmp_path, "dflash2")
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'schema = "power.fleet/v1"\n[[hosts]]\nname = "a"\ndevices = [{{ model = "L4", vram = "24 GiB" }}]\n'
+                     f'[[deployments]]\nhost = "a"\nmanifest = "{manifest.name}"\nprofile = "{profile.name}"\n'
+                     'engine = "vllm"\n')
+    review = review_fleet(fleet)
+    assert review.has_errors and "PWR460" in codes(review.all_findings)
+    assert not review.deployments[0].plan
+
+
+def test_each_engine_has_an_adapter_and_the_plan_vocabulary_names_them():
+    from typing import get_args
+
+    from power.documents.plan import EngineName
+
+    assert set(ENGINES) == set(get_args(EngineName)) == set(ADAPTERS)
+
+
+def test_no_module_outside_the_adapters_tests_an_engines_name():
+    pattern = re.compile(r"engine\s*[!=]=\s*[\"'A-Z]")
+    offenders = [f"{path.relative_to(REPO)}:{number}" for path in (REPO / "power").rglob("*.py")
+                 if "engines" not in path.relative_to(REPO / "power").parts
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offenders == []
