@@ -55,3 +55,11 @@ def test_no_module_outside_the_adapters_tests_an_engines_name():
                  if "engines" not in path.relative_to(REPO / "power").parts
                  for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert offenders == []
+
+
+def test_a_switch_style_flash_attn_before_another_option_names_the_real_mistake():
+    """Defect 9: `-fa -ctk q8_0` was reported as llama-server not knowing `q8_0`."""
+    result = CliRunner().invoke(main, ["import", "llama-server", "--", "-m", "model.gguf", "-fa", "-ctk", "q8_0"])
+    assert result.exit_code == 1
+    assert "PWR441" in result.output and "-fa takes a value" in result.output and "-fa on" in result.output
+    assert "does not know 'q8_0'" not in result.output

@@ -193,8 +193,25 @@ def _llama_options(tokens: list[Token], findings: list[Finding]) -> Iterator[_Gi
                 f"write {token.text} {option.value}, or drop it"))
         elif option.removed:
             findings.append(_removed(option, token))
+        elif values and _is_option(table, values[0].text):
+            index -= len(values)  # read the option that follows as itself: one mistake, one finding
+            findings.append(_finding(
+                "PWR441", token, f"{token.text} takes a value ({option.value}), but the next word is the option "
+                f"{values[0].text}: llama-server reads {values[0].text} as {token.text}'s value",
+                f"write {token.text} with its value ({token.text} {_first_choice(option)}) before {values[0].text}"))
         else:
             yield _Given(option, token, values[0] if values else None)
+
+
+def _is_option(table: llama_flags.Table, word: str) -> bool:
+    """Whether a word in a value's place is itself an option (a negative number is a value)."""
+    return word.startswith("-") and not _is_number(word) and table.lookup(word) is not None
+
+
+def _first_choice(option: llama_flags.Option) -> str:
+    """An example value: the first of a `[on|off|auto]` choice, else the placeholder."""
+    value = (option.value or "").strip("[]{}")
+    return value.split("|")[0].split(",")[0] if ("|" in value or "," in value) else (option.value or "VALUE")
 
 
 def _invalid_argument(token: Token) -> Finding:
