@@ -63,3 +63,15 @@ def test_a_switch_style_flash_attn_before_another_option_names_the_real_mistake(
     assert result.exit_code == 1
     assert "PWR441" in result.output and "-fa takes a value" in result.output and "-fa on" in result.output
     assert "does not know 'q8_0'" not in result.output
+
+
+def test_a_device_size_without_its_unit_is_refused_with_the_fix(tmp_path):
+    """Defect 7: `vram = 24` and `--device 24` passed, and the plan blamed the profile's ctx."""
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    profile = write_profile(tmp_path, "ngram")
+    result = CliRunner().invoke(main, ["plan", str(manifest), str(profile), "--device", "24"])
+    assert result.exit_code == 2 and '"24 GiB"' in result.output and "ctx" not in result.output
+    host = tmp_path / "host.toml"
+    host.write_text('schema = "power.host/v1"\nname = "h"\ndevices = [{ model = "L4", vram = 24 }]\n')
+    validated = CliRunner().invoke(main, ["validate", str(host)])
+    assert validated.exit_code == 1 and '"24 GiB"' in validated.output and f"{host}:3" in validated.output

@@ -263,7 +263,7 @@ def test_fleet_errors_in_the_second_host_are_located_there(tmp_path):
         schema = "power.fleet/v1"
         [[hosts]]
         name = "a"
-        devices = [{ model = "x", vram = 1 }]
+        devices = [{ model = "x", vram = "1 GiB" }]
         [[hosts]]
         name = "b"
         devices = [{ model = "y", vrma = 2 }]

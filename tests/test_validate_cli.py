@@ -166,7 +166,7 @@ def test_carets_underline_the_whole_value_or_key(tmp_path):
 
 
 def test_a_value_over_several_lines_is_underlined_to_the_end_of_its_first(tmp_path):
-    path = write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [\n  { model = "x", vram = 1 },\n]\n'
+    path = write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [\n  { model = "x", vram = "1 GiB" },\n]\n'
                  'headroom = [ "512 MiB",\n  "1 GiB" ]\n')
     finding = json.loads(run("validate", "--json", str(path)).output)["findings"][0]
     assert (finding["where"], finding["line"], finding["col"], finding["end_col"]) == ("headroom", 6, 12, 24)

@@ -32,7 +32,7 @@ from pydantic import (
 
 from power import modes
 from power.documents.plan import EngineName
-from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_size
+from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
 
 SCHEMA_VERSION = "v1"
 DEFAULT_HEADROOM = 512 * 1024**2
@@ -229,10 +229,16 @@ class Profile(_Strict):
 
 # --- host and fleet -------------------------------------------------------------
 
+# A device's memory: a size of at least 1 MiB (a bare `24` is 24 B, refused with the fix).
+DeviceBytes = Annotated[int, BeforeValidator(parse_device_size), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 1024**2, "maximum": MAX_BYTES},
+               {"type": "string", "pattern": r"^\s*\d[\d_]*(\.\d+)?\s*(([kKmMgGtT][iI]?)?B)?\s*$"}],
+     "description": f"a device's memory, at least 1 MiB: {ACCEPTED_FORMS}"})]
+
 
 class DeviceSpec(_Strict):
     model: StrictStr = Field(min_length=1, description='the device model, e.g. "RTX 4090"')
-    vram: Bytes = Field(description='device memory, e.g. "24 GiB" (for a cpu device: the RAM the engine may use)')
+    vram: DeviceBytes = Field(description='device memory, e.g. "24 GiB" (for a cpu device: the RAM the engine may use)')
     kind: DeviceKind = Field("gpu", description='"gpu" (an accelerator) or "cpu" (the engine runs on the host\'s CPU '
                                                 'and memory)')
 

@@ -97,3 +97,21 @@ def _in_range(n_bytes: int, original: object) -> int:
 def _cut(value: object, keep: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+# No accelerator or host offers less: a smaller device size is a number written without its unit.
+SMALLEST_DEVICE = 1024**2
+
+
+def parse_device_size(value: object) -> int:
+    """A device's memory: a size of at least 1 MiB. A bare number is bytes, so `24` meant as GiB is refused with the
+    fix rather than read as 24 B (which a plan then blames on the profile's context)."""
+    size = parse_size(value)
+    if size >= SMALLEST_DEVICE:
+        return size
+    unitless = isinstance(value, int) or (isinstance(value, str) and _SIZE.match(value) is not None
+                                          and not _SIZE.match(value)["unit"])  # type: ignore[index]
+    if unitless:
+        raise SizeError(f"{value!r} has no unit, so it is {size} B: no device is that small; "
+                        f'write the unit, e.g. "{str(value).strip()} GiB"')
+    raise SizeError(f"{value!r} is {size} B: no device is smaller than 1 MiB")

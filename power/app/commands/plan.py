@@ -18,7 +18,7 @@ from power.orchestrator.engines import ENGINES
 from power.orchestrator.loading import load_host, load_manifest, load_profile
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
-from power.orchestrator.units import SizeError, format_size, parse_size
+from power.orchestrator.units import SizeError, format_size, parse_device_size
 
 # Loader codes that mean the command was pointed at nothing: usage errors, not check failures.
 USAGE_CODES = {"PWR001", "PWR009"}
@@ -29,9 +29,9 @@ class DeviceSize(click.ParamType):
 
     def convert(self, value, param, ctx) -> int:
         try:
-            return parse_size(value)
+            return parse_device_size(value)
         except SizeError as err:
-            self.fail(f"{err}; write e.g. \"24 GiB\"", param, ctx)
+            self.fail(str(err), param, ctx)
 
 
 def host_from_options(host_path: Path | None, sizes: tuple[int, ...]) -> tuple[HostSpec | None, list[Finding]]:
