@@ -45,6 +45,7 @@ from power.runtime.chat import ChatTemplate
 from power.runtime.engine import Engine, Ticket
 from power.runtime.errors import ContextOverflow
 from power.runtime.sampling import SamplingParams
+from power.runtime.template_sandbox import TemplateSandbox
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP_STRINGS = 4
@@ -101,8 +102,9 @@ def parse_completion(body: bytes, max_tokens_limit: int) -> CompletionRequest:
 
 
 def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None,
-               template_problem: str | None) -> CompletionRequest:
-    """Validate a /v1/chat/completions body and render its messages through the model's chat template."""
+               template_problem: str | None, max_chars: int, budget_s: float | None = None) -> CompletionRequest:
+    """Validate a /v1/chat/completions body and render its messages through the model's chat template (in its
+    sandbox: at most `max_chars` characters, within `budget_s` seconds)."""
     data = _json_object(body, "a \"messages\" list")
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -114,7 +116,7 @@ def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None
     limit_key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
     fields = _sampling_fields(data, limit_key, max_tokens_limit)
     try:
-        prompt = template.render([_message(m, i) for i, m in enumerate(messages)])
+        prompt = template.render([_message(m, i) for i, m in enumerate(messages)], max_chars, budget_s)
     except PowerError as err:
         raise BadRequest(err.finding.message, "messages") from None
     add_bos = False if template.bos_token and prompt.startswith(template.bos_token) else None
@@ -416,9 +418,11 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
                chat_template: ChatTemplate | None = None) -> Starlette:
     """The ASGI app. The engine loads on a background thread at startup; /health answers 503 until it is ready.
 
-    `chat_template`: the operator's template for /v1/chat/completions; None uses the model's own.
+    `chat_template`: the operator's template for /v1/chat/completions (compiled, its BOS/EOS text filled in from
+    the model once it loads); None uses the model's own.
     """
     state = ServerState(model, plan_digest, limits)
+    sandbox = chat_template.sandbox if chat_template is not None else TemplateSandbox()
 
     def load() -> None:
         try:
@@ -433,7 +437,7 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
             if on_load_failure:
                 on_load_failure(state.load_error)
             return
-        state.template, state.template_problem = _chat_template(engine, chat_template)
+        state.template, state.template_problem = _chat_template(engine, chat_template, sandbox)
         if state.template_problem:
             print(f"note: no chat endpoint: {state.template_problem}", file=sys.stderr)
         state.worker = EngineWorker(engine, state.metrics, limits.queue_size)
@@ -445,6 +449,7 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
         yield
         if state.worker:
             state.worker.stop()
+        sandbox.close()
 
     async def health(_request: Request) -> Response:
         if state.worker is not None:
@@ -487,17 +492,18 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
                      exception_handlers={HTTPException: not_found, Exception: internal_error})
 
 
-def _chat_template(engine: Engine, given: ChatTemplate | None) -> tuple[ChatTemplate | None, str | None]:
+def _chat_template(engine: Engine, given: ChatTemplate | None,
+                   sandbox: TemplateSandbox) -> tuple[ChatTemplate | None, str | None]:
     """The chat template the endpoint renders with, or why there is none."""
+    tokenizer = engine.tokenizer
+    bos, eos = tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id)
     if given is not None:
-        return given, None
+        return given.with_tokens(bos, eos), None
     if not engine.chat_template:
         return None, ("the model's GGUF carries no chat template (tokenizer.chat_template); start power serve with "
                       "--chat-template-file FILE, or use /v1/completions")
-    tokenizer = engine.tokenizer
     try:
-        return ChatTemplate.load(engine.chat_template, "the model's tokenizer.chat_template",
-                                 tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id)), None
+        return ChatTemplate.load(engine.chat_template, "the model's tokenizer.chat_template", bos, eos, sandbox), None
     except PowerError as err:
         return None, f"{err.finding.message}; {err.finding.hint}"
 
@@ -516,7 +522,7 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     deadline = job_arrived + state.limits.request_timeout_s
     try:
         body = await _body(request, state.limits.max_body_bytes)
-        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat),
+        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat, deadline),
                                                     max(0.0, deadline - time.perf_counter()))
     except TooLarge as err:
         count.labels("bad_request").inc()
@@ -559,10 +565,14 @@ async def _body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool) -> tuple[CompletionRequest, list[int]]:
+def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool,
+             deadline: float) -> tuple[CompletionRequest, list[int]]:
     """Parse, render and tokenize (on a worker thread): the request and its prompt's token IDs."""
     if chat:
-        parsed = parse_chat(body, engine.n_ctx, state.template, state.template_problem)
+        # A prompt longer than this cannot fit the context whatever it tokenizes to (`Engine.encode`).
+        max_chars = engine.n_ctx * engine.tokenizer.max_token_bytes
+        parsed = parse_chat(body, engine.n_ctx, state.template, state.template_problem, max_chars,
+                            max(0.0, deadline - time.perf_counter()))
     else:
         parsed = parse_completion(body, engine.n_ctx)
     return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos)
