@@ -118,3 +118,35 @@ def test_a_model_template_that_cannot_compile_leaves_the_server_healthy_without_
         answer = chat(base)
         assert answer.status_code == 400 and answer.json()["error"]["code"] == "no_chat_template"
         assert "does not compile" in answer.json()["error"]["message"]
+
+
+CONCATENATING = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+
+def test_an_empty_rendered_prompt_is_a_400_and_the_engine_carries_on() -> None:
+    """Issue 26 item 5: `content: ""` under a concatenating template renders nothing; on a model that adds no BOS
+    the prompt has no tokens."""
+    with serving(served_with(CONCATENATING)) as base:
+        answer = chat(base, [{"role": "user", "content": ""}])
+        assert answer.status_code == 400 and "the prompt is empty" in answer.json()["error"]["message"]
+        assert httpx.get(f"{base}/health").status_code == 200
+        assert chat(base, [{"role": "user", "content": "Hello world"}]).status_code == 200
+
+
+class BreakingEngine(Engine):
+    """An engine whose step fails outside any request (its state is then unknown)."""
+
+    def step(self) -> None:
+        raise RuntimeError("injected engine failure")
+
+
+def test_a_dead_engine_makes_health_503_and_requests_503() -> None:
+    plan_path = fixture_plan("ngram")
+    plan = load_plan(plan_path)
+    app = create_app(lambda: BreakingEngine(Workload.of_plan(plan, plan_path), ONE_THREAD), plan.name, plan.digest)
+    with serving(app) as base:
+        first = complete(base, max_tokens=2)
+        assert first.status_code == 503 and "injected engine failure" in first.json()["error"]["message"]
+        health = httpx.get(f"{base}/health")
+        assert health.status_code == 503 and "the engine stopped" in health.json()["error"]
+        assert complete(base, max_tokens=2).status_code == 503

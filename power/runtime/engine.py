@@ -201,6 +201,9 @@ class Engine:
                                   f"holds (a token covers at most {self.tokenizer.max_token_bytes} bytes)",
                                   hint="shorten the prompt")
         prompt_ids = self.tokenizer.encode(prompt, add_bos)
+        if not prompt_ids:
+            raise RuntimeInputError("the prompt is empty: it has no tokens to continue from (this model adds no BOS "
+                                    "token)", hint="send a prompt, or chat messages whose rendered text is not empty")
         self._room(prompt_ids, max_tokens)
         return prompt_ids
 

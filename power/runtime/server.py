@@ -304,21 +304,26 @@ class EngineWorker:
     def __init__(self, engine: Engine, metrics: Metrics, queue_size: int) -> None:
         self.engine = engine
         self.metrics = metrics
-        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        # Admission counts free slots and queue places together: a burst must not see 429 while slots are idle
+        # only because the engine thread has not yet moved the first arrivals into them.
+        self.capacity = engine.slots + queue_size
         self.service_s = 1.0  # moving average of a request's time in a slot, for Retry-After
         self.running: dict[Job, float] = {}  # requests in slots -> when they took one
         self._lock = threading.Lock()
+        self.failure: str | None = None  # why the engine thread stopped, once it has
         metrics.queue_depth.set_function(self.jobs.qsize)
         metrics.slots_busy.set_function(lambda: len(self.running))
         self.thread = threading.Thread(target=self._run, name="power-engine", daemon=True)
         self.thread.start()
 
     def submit(self, job: Job) -> None:
-        try:
+        with self._lock:
+            waiting = self.jobs.qsize()
+            if len(self.running) + waiting >= self.capacity:
+                waves = (waiting + 1) / self.engine.slots
+                raise QueueFull(max(1, math.ceil(self.service_s * waves)))
             self.jobs.put_nowait(job)
-        except queue.Full:
-            waves = (self.jobs.qsize() + 1) / self.engine.slots
-            raise QueueFull(max(1, math.ceil(self.service_s * waves))) from None
 
     def stop(self) -> None:
         with self._lock:
@@ -335,10 +340,33 @@ class EngineWorker:
         self.jobs.put(None)
         self.thread.join(timeout=30)
 
+    @property
+    def alive(self) -> bool:
+        return self.failure is None and self.thread.is_alive()
+
     def _run(self) -> None:
-        while self._admit():
-            if self.engine.busy:
-                self.engine.step()
+        try:
+            while self._admit():
+                if self.engine.busy:
+                    self.engine.step()
+        except Exception as err:  # noqa: BLE001 - the engine's state is unknown now: fail loudly, never hang
+            traceback.print_exception(err, file=sys.stderr)
+            self.failure = f"{type(err).__name__}: {err}"
+            self._fail_everything(f"the engine failed ({self.failure}); the server must be restarted")
+
+    def _fail_everything(self, message: str) -> None:
+        """Every request in hand or waiting ends with `message` (a 503): a dead engine answers nobody."""
+        with self._lock:
+            running, self.running = list(self.running), {}
+        for job in running:
+            job.push("error", (503, message))
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.push("error", (503, message))
 
     def _admit(self) -> bool:
         """Move queued requests into free slots (waiting for one when the engine is idle); False once stopped."""
@@ -372,6 +400,11 @@ class EngineWorker:
                                on_done=lambda ticket: self._done(job, ticket))
         except PowerError as err:
             job.push("error", (400, err.finding.message))
+            return
+        except Exception as err:  # noqa: BLE001 - one request's failure must not take the engine thread down
+            traceback.print_exception(err, file=sys.stderr)
+            job.push("error", (500, f"the engine could not start this request ({type(err).__name__}); the server "
+                                    "carries on"))
             return
         with self._lock:
             self.running[job] = time.perf_counter()
@@ -452,6 +485,9 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
         sandbox.close()
 
     async def health(_request: Request) -> Response:
+        if state.worker is not None and not state.worker.alive:  # a liveness probe restarts it
+            return JSONResponse({"status": "error", "error": f"the engine stopped: {state.worker.failure}"},
+                                status_code=503)
         if state.worker is not None:
             return JSONResponse({"status": "ok", "model": state.model, "plan_digest": state.plan_digest,
                                  "slots": state.worker.engine.slots})
@@ -513,6 +549,9 @@ def _chat_template(engine: Engine, given: ChatTemplate | None,
 
 async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     count, worker = state.metrics.requests, state.worker
+    if worker is not None and not worker.alive:
+        count.labels("unavailable").inc()
+        return _error(503, f"the engine stopped ({worker.failure}); the server must be restarted", "unavailable")
     if worker is None:
         count.labels("unavailable").inc()
         if state.load_error is not None:
