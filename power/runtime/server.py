@@ -362,11 +362,11 @@ class EngineWorker:
             job.push("error", (503, message))
         while True:
             try:
-                job = self.jobs.get_nowait()
+                waiting = self.jobs.get_nowait()
             except queue.Empty:
                 return
-            if job is not None:
-                job.push("error", (503, message))
+            if waiting is not None:
+                waiting.push("error", (503, message))
 
     def _admit(self) -> bool:
         """Move queued requests into free slots (waiting for one when the engine is idle); False once stopped."""
