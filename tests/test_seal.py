@@ -277,3 +277,22 @@ def test_run_uses_the_bytes_it_verified_not_what_the_file_holds_after_the_check(
     assert raced.exit_code == 0, raced.output
     receipt = json.loads(raced.stdout)
     assert receipt["token_ids"] == honest["token_ids"] and receipt["artifacts"] == {str(model): GEMMA_SHA256}
+
+
+@pytest.mark.parametrize("edit", ["null", "removed"])
+def test_a_drafter_whose_path_is_nulled_or_removed_is_not_a_plan(tmp_path, edit):
+    """Issue 26 item 6: whether an artifact has a file is sealed; verify, render and run refuse the edit."""
+    plan = fixture_plan(tmp_path)
+    document = json.loads(plan.read_text())
+    if edit == "null":
+        document["drafters"][0]["path"] = None
+    else:
+        del document["drafters"][0]["path"]
+    plan.write_text(json.dumps(document))
+    verify = power("verify", plan, "--json")
+    assert verify.exit_code == 2 and codes(verify) == ["PWR081"]
+    assert "must name the file's path" in verify.stdout
+    render = power("render", plan, "--target", "llama-server")
+    assert render.exit_code == 2 and "PWR081" in render.output
+    run = power("run", plan, "--prompt", "Hello", "--max-tokens", "2")
+    assert run.exit_code == 2 and "PWR081" in run.output
