@@ -129,7 +129,7 @@ def built(kind: str, model: str, target) -> Speculator:
     """A real speculator of `kind` for `target` (a trunk of `model`); DSpark's confidence gate at 0 so that its
     blocks are verified (with random weights its header threshold gates nearly every block)."""
     drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
-    request = SpeculatorRequest(target, drafter_path=drafter, target_path=target_path(model), p_min=0.0,
+    request = SpeculatorRequest(target, drafter=drafter and GGUFFile(drafter), target=gguf(model), p_min=0.0,
                                 ngram=NGramWindow(2, 1, 64))
     speculator = build_speculator(kind, request)
     assert not isinstance(speculator, Decline), str(speculator)

@@ -17,14 +17,15 @@ from spec_helpers import (
     Oracle,
     built,
     fixture_dir,
+    gguf,
     oracle_for,
     plain_stream,
     prompt_for,
     speculative,
-    target_path,
     trunk,
 )
 
+from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.base import Decline, SpeculatorRequest
 from power.runtime.speculators.registry import build
 
@@ -88,10 +89,10 @@ def test_seeded_stochastic_stream_with_an_oracle_drafter(model, verify):
 
 
 def test_drafters_decline_a_target_they_cannot_serve():
-    request = SpeculatorRequest(trunk("gemma"), drafter_path=fixture_dir() / "dflash-drafter.gguf",
-                                target_path=target_path("gemma"))
+    request = SpeculatorRequest(trunk("gemma"), drafter=GGUFFile(fixture_dir() / "dflash-drafter.gguf"),
+                                target=gguf("gemma"))
     declined = build("dflash", request)
     assert isinstance(declined, Decline) and "d_model" in declined.reason
-    mislabeled = build("dflash", SpeculatorRequest(trunk("dense"), drafter_path=fixture_dir() / "dspark-drafter.gguf",
-                                                   target_path=target_path("dense")))
+    mislabeled = build("dflash", SpeculatorRequest(trunk("dense"), drafter=GGUFFile(fixture_dir() / "dspark-drafter.gguf"),
+                                                   target=gguf("dense")))
     assert isinstance(mislabeled, Decline) and "dspark" in mislabeled.reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -376,3 +377,29 @@ def test_an_mtp_only_draft_model_imports_as_the_targets_sidecar(tmp_path: Path) 
     assert drafter["kind"] == "mtp" and drafter["path"].endswith("mtp-sidecar.gguf")
     assert drafter["target_sha256"] == report["documents"]["manifest"]["target"]["sha256"]
     assert report["documents"]["plan"]["mode"] == "mtp"
+
+
+def _import_unit(unit: Path):
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["import", "llama-server", "--unit", str(unit)])
+    return result, time.monotonic() - started
+
+
+def test_unit_expansion_is_bounded_in_size_files_and_value_length(tmp_path: Path) -> None:
+    """Issue 26 item 4: `$A` repeated, thousands of EnvironmentFile= lines and one huge value are refused in
+    moments (PWR459, located), never expanded into gigabytes."""
+    value = "x" * 60_000
+    multiplied = tmp_path / "multiplied.service"
+    multiplied.write_text(f"[Service]\nEnvironment=A={value}\nExecStart=/usr/bin/llama-server \\\n"
+                          + ("$A ${A} " * 1000 + "\\\n") * 100 + "--end\n")
+    env = tmp_path / "one.env"
+    env.write_text("B=1\n")
+    many_files = tmp_path / "many.service"
+    many_files.write_text("[Service]\n" + f"EnvironmentFile={env}\n" * 2000 + "ExecStart=/usr/bin/llama-server\n")
+    huge_value = tmp_path / "huge.service"
+    huge_value.write_text("[Service]\nEnvironment=\"ARGS=" + "-x " * 300_000 + "\"\nExecStart=/usr/bin/llama-server $ARGS\n")
+    for unit, says in ((multiplied, "expands past"), (many_files, "EnvironmentFile= lines"),
+                       (huge_value, "a line may have at most")):
+        result, took = _import_unit(unit)
+        assert result.exit_code == 2 and "PWR459" in result.output and says in result.output, result.output
+        assert f"{unit}:" in result.output and took < 10

@@ -16,6 +16,7 @@ from spec_helpers import Oracle
 
 from power.artifacts import factory
 from power.runtime.decoder import Decoder
+from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
@@ -48,8 +49,9 @@ def generate(fixtures: dict[str, Path], speculator: str | None, params: Sampling
         truth = PROMPT + generate(fixtures, None, params, n_tokens).tokens
         drafter = Oracle(truth, then=2, vocab=trunk.config.vocab_size)
     elif speculator is not None:
-        request = SpeculatorRequest(trunk=trunk, drafter_path=fixtures.get(speculator),
-                                    target_path=fixtures["target"], fr_vocab_size=300, ngram=NGramWindow(2, 1, 64))
+        drafter = fixtures.get(speculator)
+        request = SpeculatorRequest(trunk=trunk, drafter=drafter and GGUFFile(drafter),
+                                    target=GGUFFile(fixtures["target"]), fr_vocab_size=300, ngram=NGramWindow(2, 1, 64))
         drafter = registry.build(speculator, request)
     else:
         drafter = None

@@ -396,3 +396,29 @@ def test_advance_writes_the_opened_stage_and_rollback_removes_the_overlays(tmp_p
     rolled_back = run("rollout", "rollback", fleet, "--kubernetes", tree)
     assert rolled_back.exit_code == 0, rolled_back.output
     assert not (tree / "stages").exists() and (tree / "base" / "kustomization.yaml").is_file()
+
+
+def test_render_replaces_only_a_folder_it_rendered(tmp_path: Path, monkeypatch) -> None:
+    """Issue 26 item 3: `-o "$(pwd)"`, `-o .`, an ancestor or a folder of other files is refused with PWR018 and
+    left as it was; a new folder, then the same folder again (it holds the render marker), is written."""
+    fleet = _cluster_world(tmp_path, kubernetes=NO_IMAGE.replace('power = "registry.example.com/power:1"',
+                                                                 'power = "p:1", llama-server = "l:1"'))
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "keep.py").write_text("precious = True\n")
+    monkeypatch.chdir(source)
+    for output in (source, ".", tmp_path):
+        result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", output)
+        assert result.exit_code == 2 and "PWR018" in result.output and "working directory" in result.output
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("x")
+    result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", other)
+    assert result.exit_code == 2 and "did not render" in result.output
+    assert (source / "keep.py").read_text() == "precious = True\n" and (other / "todo.txt").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no staging left behind
+    tree = tmp_path / "k8s"
+    for _ in range(2):
+        result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree)
+        assert result.exit_code == 0, result.output
+    assert (tree / "base" / "kustomization.yaml").is_file()

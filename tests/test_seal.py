@@ -240,3 +240,60 @@ def test_verify_checks_the_drafters_tokenizer_and_binding_itself(tmp_path):
 def test_verify_starts_without_torch():
     probe = "import sys; import power.app.commands.verify; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
+
+
+def test_run_uses_the_bytes_it_verified_not_what_the_file_holds_after_the_check(tmp_path, monkeypatch):
+    """Whoever can write the model rewrites `output_norm.weight` the moment its sha256 is known (the window between
+    check and load): the run must decode the verified bytes, and its receipt's sha256 must be theirs."""
+    from power.artifacts.gguf_reader import read_header
+
+    model = tmp_path / "gemma.gguf"
+    shutil.copyfile(gemma(), model)
+    plan = gemma_plan(tmp_path, model)
+    args = ("run", plan, "--prompt", "The capital of France is", "--max-tokens", "6", "--json")
+    honest = json.loads(power(*args).stdout)
+    header = read_header(model)
+    norm = next(t for t in header.tensors if t.name == "output_norm.weight")
+    real_sha256 = hashlib.sha256
+
+    class TamperedAfterHashing:
+        """sha256 as hashlib computes it; once the model's digest is taken, the file is rewritten."""
+
+        def __init__(self, *args):
+            self.inner = real_sha256(*args)
+
+        def update(self, data):
+            self.inner.update(data)
+
+        def hexdigest(self):
+            digest = self.inner.hexdigest()
+            if digest == GEMMA_SHA256:
+                overwrite_keeping_mtime(model, header.data_offset + norm.offset, bytes(norm.nbytes))
+            return digest
+
+    monkeypatch.setattr(hashlib, "sha256", TamperedAfterHashing)
+    raced = power(*args)
+    monkeypatch.undo()
+    assert sha256(model) != GEMMA_SHA256  # the file really changed under the run
+    assert raced.exit_code == 0, raced.output
+    receipt = json.loads(raced.stdout)
+    assert receipt["token_ids"] == honest["token_ids"] and receipt["artifacts"] == {str(model): GEMMA_SHA256}
+
+
+@pytest.mark.parametrize("edit", ["null", "removed"])
+def test_a_drafter_whose_path_is_nulled_or_removed_is_not_a_plan(tmp_path, edit):
+    """Issue 26 item 6: whether an artifact has a file is sealed; verify, render and run refuse the edit."""
+    plan = fixture_plan(tmp_path)
+    document = json.loads(plan.read_text())
+    if edit == "null":
+        document["drafters"][0]["path"] = None
+    else:
+        del document["drafters"][0]["path"]
+    plan.write_text(json.dumps(document))
+    verify = power("verify", plan, "--json")
+    assert verify.exit_code == 2 and codes(verify) == ["PWR081"]
+    assert "must name the file's path" in verify.stdout
+    render = power("render", plan, "--target", "llama-server")
+    assert render.exit_code == 2 and "PWR081" in render.output
+    run = power("run", plan, "--prompt", "Hello", "--max-tokens", "2")
+    assert run.exit_code == 2 and "PWR081" in run.output

@@ -506,3 +506,24 @@ def test_serve_refuses_a_chat_template_file_that_does_not_compile(tmp_path: Path
     result = CliRunner().invoke(main, ["serve", str(fixture_plan("ngram")), "--port", "0",
                                        "--chat-template-file", str(broken)])
     assert result.exit_code == 2 and "does not compile" in result.output and "broken.jinja" in result.output
+
+
+def test_admission_counts_free_slots_and_queue_places_together(release: threading.Event) -> None:
+    """Issue 26 item 11: with 4 slots and 4 queue places, 8 requests are admitted while the engine thread is busy
+    (before it moved any of them into a slot), the ninth is the first 429."""
+    plan_path = fixture_plan("slots")
+    plan = load_plan(plan_path)
+    app = create_app(lambda: InjectedEngine(Workload.of_plan(plan, plan_path), ONE_THREAD), plan.name, plan.digest,
+                     ServerLimits(queue_size=4))
+    with serving(app) as base:
+        answers: list[httpx.Response] = []
+        burst = [threading.Thread(target=lambda: answers.append(complete(base, prompt=HELD, max_tokens=4)))
+                 for _ in range(8)]
+        for thread in burst:
+            thread.start()
+        until(lambda: metric(base, "power_queue_depth") + metric(base, "power_slots_busy") == 8, "8 admissions")
+        assert complete(base, max_tokens=4).status_code == 429
+        release.set()
+        for thread in burst:
+            thread.join(BOUND_S)
+        assert [a.status_code for a in answers] == [200] * 8

@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from spec_helpers import CAPACITY, fixture_dir, prompt_for, target_path, trunk
+from spec_helpers import CAPACITY, fixture_dir, gguf, prompt_for, target_path, trunk
 
 from power.artifacts import factory
 from power.documents.plan import Mode, Speculation
 from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.errors import RuntimeInputError
+from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined, SpeculatorRequest
 from power.runtime.speculators.kv_ring import KVRing
@@ -22,7 +23,7 @@ DRAFTER_FILES = {"dflash": "dflash-drafter.gguf", "dflash2": "dflash2-drafter.gg
 def _request(model: str, kind: str | None = None, fr_vocab_size: int | None = None,
              p_min: float | None = None) -> SpeculatorRequest:
     drafter = fixture_dir() / DRAFTER_FILES[kind] if kind in DRAFTER_FILES else None
-    return SpeculatorRequest(trunk(model), drafter_path=drafter, target_path=target_path(model),
+    return SpeculatorRequest(trunk(model), drafter=drafter and GGUFFile(drafter), target=gguf(model),
                              fr_vocab_size=fr_vocab_size, p_min=p_min)
 
 
@@ -55,10 +56,10 @@ def test_the_registry_names_every_algorithm_and_declines_unknown_ones():
 )
 def test_an_algorithm_that_cannot_serve_the_target_fails_closed_with_its_reason(kind, model, reason):
     if model == "dense-without-drafter":
-        request = SpeculatorRequest(trunk("dense"), target_path=target_path("dense"))
+        request = SpeculatorRequest(trunk("dense"), target=gguf("dense"))
     elif kind == "dflash2":
-        request = SpeculatorRequest(trunk("dense"), drafter_path=fixture_dir() / "dflash-drafter.gguf",
-                                    target_path=target_path("dense"))
+        request = SpeculatorRequest(trunk("dense"), drafter=GGUFFile(fixture_dir() / "dflash-drafter.gguf"),
+                                    target=gguf("dense"))
     else:
         request = _request(model)
     with pytest.raises(SpeculatorDeclined, match=reason) as raised:
@@ -116,7 +117,7 @@ def test_an_mtp_sidecar_drafts_what_the_targets_own_head_drafts(tmp_path):
     native, tokens = _armed("hybrid", "mtp")
     sidecar = factory.build_mtp_sidecar(tmp_path)
     headless = factory.build_headless_hybrid_target(tmp_path)
-    request = SpeculatorRequest(trunk("hybrid"), target_path=headless, drafter_path=sidecar)
+    request = SpeculatorRequest(trunk("hybrid"), target=GGUFFile(headless), drafter=GGUFFile(sidecar))
     attached = registry.create("mtp", request)
     attached.begin(tokens[:-1])
     t = trunk("hybrid")
@@ -124,7 +125,7 @@ def test_an_mtp_sidecar_drafts_what_the_targets_own_head_drafts(tmp_path):
     out = t.prefill(tokens[:-1], taps=attached.taps)
     attached.commit(tokens[:-1], out.hidden, 0)
     assert attached.propose(DraftContext(tokens, 5)).tokens == native.propose(DraftContext(tokens, 5)).tokens
-    declined = registry.build("mtp", SpeculatorRequest(trunk("hybrid"), target_path=headless))
+    declined = registry.build("mtp", SpeculatorRequest(trunk("hybrid"), target=GGUFFile(headless)))
     assert isinstance(declined, Decline) and "carries no nextn/MTP head" in declined.reason
 
 

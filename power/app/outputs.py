@@ -15,6 +15,7 @@ from typing import Iterator
 
 from power.app.cli import refuse
 from power.findings import PowerError
+from power.orchestrator.kubernetes.tree import RENDER_MARKER
 
 
 class OutputError(PowerError):
@@ -24,8 +25,10 @@ class OutputError(PowerError):
 
 
 def require_outputs(files: tuple[str | os.PathLike[str] | None, ...] = (),
-                    directories: tuple[str | os.PathLike[str] | None, ...] = (), as_json: bool = False) -> None:
-    """End the command with the finding of the first output that cannot be written (None: not asked for)."""
+                    directories: tuple[str | os.PathLike[str] | None, ...] = (),
+                    trees: tuple[str | os.PathLike[str] | None, ...] = (), as_json: bool = False) -> None:
+    """End the command with the finding of the first output that cannot be written (None: not asked for).
+    `trees` are folders a command replaces whole (`replaceable_tree`)."""
     try:
         for path in files:
             if path is not None:
@@ -33,6 +36,9 @@ def require_outputs(files: tuple[str | os.PathLike[str] | None, ...] = (),
         for path in directories:
             if path is not None:
                 output_directory(path)
+        for path in trees:
+            if path is not None:
+                replaceable_tree(path)
     except OutputError as err:
         refuse(err, as_json)
 
@@ -73,6 +79,21 @@ def output_directory(path: str | os.PathLike[str]) -> Path:
     if not existing.is_dir():
         raise OutputError(f"{existing} is not a directory", file=str(path), hint="name a directory")
     _probe(existing, path)
+    return path
+
+
+def replaceable_tree(path: str | os.PathLike[str]) -> Path:
+    """`path`, if a command may replace it whole: a new or empty folder, or one Power rendered (it holds the render
+    marker); never the working directory or one of its parents."""
+    path = output_directory(path)
+    resolved, here = path.resolve(), Path.cwd().resolve()
+    if resolved == here or resolved in here.parents:
+        raise OutputError(f"{path} is the working directory or one of its parents: it would be replaced whole",
+                          file=str(path), hint="name a folder of its own, e.g. deploy/k8s")
+    if resolved.is_dir() and any(resolved.iterdir()) and not (resolved / RENDER_MARKER).is_file():
+        raise OutputError(f"{path} is a folder Power did not render (it has no {RENDER_MARKER}): it would be "
+                          "replaced whole", file=str(path),
+                          hint="name a new or empty folder, or one an earlier render wrote; nothing was touched")
     return path
 
 

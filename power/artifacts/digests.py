@@ -38,7 +38,7 @@ from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regu
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-__all__ = ["ArtifactError", "cache_path", "file_stamp", "sha256_file"]
+__all__ = ["ArtifactError", "cache_path", "file_stamp", "read_and_hash", "sha256_file"]
 
 CHUNK_BYTES = 8 << 20
 PROGRESS_MIN_BYTES = 100_000_000
@@ -128,6 +128,38 @@ def _hash_open_file(fd: int, size: int, path: str, progress: Progress) -> tuple[
         if bar is not None:
             bar.close()
     return digest.hexdigest(), total
+
+
+def read_and_hash(path: str | os.PathLike[str], *, progress: Progress = None) -> tuple[bytearray, str]:
+    """The whole file copied into memory the caller owns, and the sha256 of exactly that copy.
+
+    Whoever then uses the copy uses the bytes that were hashed: a write to the file after (or during) the
+    read cannot reach them. A file that grows or shrinks while it is read is refused (PWR116).
+    """
+    name = str(path)
+    fd, before = open_regular_file(path)
+    try:
+        data = bytearray(before.st_size)
+        view, digest, total = memoryview(data), hashlib.sha256(), 0
+        callback, bar = _progress_callback(before.st_size, name, progress)
+        try:
+            with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
+                while total < before.st_size and (n := handle.readinto(view[total:total + CHUNK_BYTES])):
+                    digest.update(view[total:total + n])
+                    total += n
+                    if callback is not None:
+                        callback(n)
+                grew = total == before.st_size and bool(handle.read(1))
+        finally:
+            if bar is not None:
+                bar.close()
+    finally:
+        os.close(fd)
+    if total != before.st_size or grew:
+        raise artifact_error("PWR116", name, f"the file changed while it was read ({before.st_size} bytes before, "
+                             f"{total}{'+' if grew else ''} read)", "wait until the download or copy finishes, then "
+                             "start again", min(total, before.st_size))
+    return data, digest.hexdigest()
 
 
 def sha256_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress: Progress = None) -> str:

@@ -29,7 +29,7 @@ import sys
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from power.artifacts.documents import DocumentError, Reason, open_regular
 from power.artifacts.ggml_types import QUANT_TYPES, ValueType
@@ -173,8 +173,8 @@ class _Cursor:
     costs its own size in memory, not its size plus every smaller copy of it.
     """
 
-    def __init__(self, fd: int, size: int, path: str) -> None:
-        self.fd, self.size, self.path, self.pos = fd, size, path, 0
+    def __init__(self, read: Callable[[int, int], bytes], size: int, path: str) -> None:
+        self.read, self.size, self.path, self.pos = read, size, path, 0
         self.buf = bytearray()
 
     def fail(self, code: str, message: str, hint: str, offset: int | None = None) -> ArtifactError:
@@ -193,7 +193,7 @@ class _Cursor:
                             "large)", "the header is corrupt or hostile: re-download or re-convert the artifact")
         target = min(self.size, MAX_HEADER_BYTES, max(end, 2 * len(self.buf), INITIAL_READ))
         while len(self.buf) < target:
-            piece = os.pread(self.fd, min(GROW_PIECE, target - len(self.buf)), len(self.buf))
+            piece = self.read(min(GROW_PIECE, target - len(self.buf)), len(self.buf))
             if not piece:
                 break
             self.buf += piece
@@ -476,7 +476,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     fd, before = open_regular_file(path)
     name = str(Path(path))
     try:
-        header = _HeaderParser(_Cursor(fd, before.st_size, name)).parse()
+        header = _HeaderParser(_Cursor(lambda n, at: os.pread(fd, n, at), before.st_size, name)).parse()
         after = os.fstat(fd)
     finally:
         os.close(fd)
@@ -484,3 +484,10 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
         raise artifact_error("PWR116", name, "the file changed while its header was read",
                              "wait until the download or copy finishes, then inspect again")
     return header
+
+
+def parse_header(data: bytes | bytearray | memoryview, path: str | os.PathLike[str]) -> GGUFHeader:
+    """The header of a GGUF already in memory (`data` is the whole file), with the same bounds and findings as
+    `read_header`: the runtime parses the very bytes it hashed (`power.artifacts.verify.read_verified`)."""
+    view = memoryview(data)
+    return _HeaderParser(_Cursor(lambda n, at: bytes(view[at:at + n]), len(view), str(Path(path)))).parse()

@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.artifacts.digests import sha256_file
+from power.artifacts.digests import read_and_hash, sha256_file
 from power.artifacts.gguf_reader import ArtifactError
 
-__all__ = ["Artifact", "ArtifactError", "verified_sha256"]
+__all__ = ["Artifact", "ArtifactError", "read_verified", "verified_sha256"]
 
 TARGET = "target"
 
@@ -36,14 +36,33 @@ class Artifact:
 
 
 def verified_sha256(artifact: Artifact) -> str:
-    """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file."""
+    """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file.
+
+    For a gate that only checks (verify, render); whatever loads the artifact uses `read_verified`."""
+    _check_present(artifact)
+    return _checked(artifact, sha256_file(artifact.path, use_cache=False))  # a progress bar on a terminal for large files
+
+
+def read_verified(artifact: Artifact) -> tuple[bytearray, str]:
+    """The artifact's bytes, read once into memory the caller owns, and their sha256, checked against the plan.
+
+    The bytes handed back are the bytes that were hashed, so nothing written to the file afterwards (between
+    the check and the load, or while the model runs) reaches the engine."""
+    _check_present(artifact)
+    data, actual = read_and_hash(artifact.path)
+    return data, _checked(artifact, actual)
+
+
+def _check_present(artifact: Artifact) -> None:
     path = str(artifact.path)
     if not os.path.exists(path):
         raise ArtifactError(f"the {artifact.label} artifact does not exist", code="PWR110", file=path,
                             hint="restore the planned file there, or fix the path and re-plan")
     if artifact.size is not None and os.path.isfile(path) and (size := os.path.getsize(path)) != artifact.size:
         raise _changed(artifact, f"is {size:,} bytes, the plan expects {artifact.size:,} (so its sha256 cannot match)")
-    actual = sha256_file(path, use_cache=False)  # a progress bar on a terminal for files over 100 MB
+
+
+def _checked(artifact: Artifact, actual: str) -> str:
     if artifact.sha256 is not None and actual != artifact.sha256:
         raise _changed(artifact, f"has sha256 {actual[:16]}..., the plan expects {artifact.sha256[:16]}...")
     return actual

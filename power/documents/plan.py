@@ -135,6 +135,9 @@ class Drafter(_Frozen):
     def _a_file_has_its_digest(self) -> Drafter:
         if self.path is not None and self.sha256 is None:
             raise ValueError("a drafter with a file must carry the file's sha256")
+        if self.path is None and self.sha256 is not None:
+            # The sha256 is sealed, the path is not: a path set to null or removed must not drop the file.
+            raise ValueError("a drafter sealed with a file's sha256 must name the file's path")
         return self
 
 

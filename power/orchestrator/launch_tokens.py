@@ -7,6 +7,12 @@ set, keeping their own line and the variable's name. In a systemd unit,
 `ExecStart=` is expanded the way systemd does it: `$VAR` standing alone
 becomes the variable's words, `${VAR}` its value inside a word, `$$` a `$`; a
 variable the unit does not define stays as written and is marked unresolved.
+
+Bounds, beside the reader's (each file a regular UTF-8 file of at most 1 MiB):
+a line at most MAX_LINE_CHARS characters (the shell-word reader is slow per character), at most MAX_ENVIRONMENT_FILES
+`EnvironmentFile=` lines in a unit, and an `ExecStart=` line at most
+MAX_EXPANDED_CHARS characters once its variables are put in (`$A $A $A ...`
+would otherwise multiply a unit's size by the size of `A`).
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from power.artifacts.documents import MAX_LAUNCH_BYTES, DocumentError, read_text
 from power.findings import PowerError
 
 COMMAND_LINE = "<command line>"
+MAX_LINE_CHARS = 64 << 10  # a real engine setting or flag list is a few hundred characters
+MAX_ENVIRONMENT_FILES = 32
+MAX_EXPANDED_CHARS = MAX_LAUNCH_BYTES
 
 # One shell word: unquoted runs and quoted strings glued together.
 _WORD = re.compile(r"""(?:[^\s'"\\]+|\\.|'[^']*'|"(?:\\.|[^"\\])*")+""")
@@ -92,8 +101,8 @@ def tokens_from_systemd_unit(path: Path, env: EnvNames | None) -> list[Token]:
     """The engine's variables from `Environment=` and `EnvironmentFile=`, then the expanded `ExecStart=` line."""
     assignments: list[_Assignment] = []
     command: list[tuple[str, int, str, int]] = []  # (body, line number, line, offset)
-    in_exec = False
-    for number, line in enumerate(_read(path).splitlines(), start=1):
+    in_exec, environment_files = False, 0
+    for number, line in _lines(path):
         stripped = line.strip()
         if in_exec or stripped.startswith("ExecStart="):
             body = stripped.removeprefix("ExecStart=") if not in_exec else line
@@ -107,6 +116,10 @@ def tokens_from_systemd_unit(path: Path, env: EnvNames | None) -> list[Token]:
                 if assignment is not None:
                     assignments.append(assignment)
         elif stripped.startswith("EnvironmentFile="):
+            environment_files += 1
+            if environment_files > MAX_ENVIRONMENT_FILES:
+                raise LaunchInputError(f"{path}:{number}:1: more than {MAX_ENVIRONMENT_FILES} EnvironmentFile= lines; "
+                                       "a unit that launches one engine needs a few")
             assignments += _environment_file(stripped.removeprefix("EnvironmentFile="), path)
     if not command:
         raise LaunchInputError(f"{path}: no ExecStart= line; point --unit at the service that runs the engine")
@@ -119,29 +132,44 @@ def tokens_from_systemd_unit(path: Path, env: EnvNames | None) -> list[Token]:
 
 def _expanded(words: list[_RawToken], variables: dict[str, list[str]]) -> list[Token]:
     """ExecStart words with the unit's variables put in, as systemd does (systemd.service(5), "Command lines")."""
-    tokens = []
+    tokens, size = [], 0
     for word in words:
         lone = _LONE_VARIABLE.match(word.raw)
         if lone and lone.group(1) in variables:
-            tokens += [_at(word, text) for text in " ".join(variables[lone.group(1)]).split()]
+            text = " ".join(variables[lone.group(1)])
+            size = _spend(size, len(text), word)
+            tokens += [_at(word, piece) for piece in text.split()]
             continue
-        text, missing = _substituted(word.text, variables)
+        text, missing = _substituted(word.text, variables, size, word)
+        size = _spend(size, len(text), word)
         tokens.append(Token(text, word.file, word.line, word.col, word.source_line, unresolved=missing))
     return tokens
 
 
-def _substituted(text: str, variables: dict[str, list[str]]) -> tuple[str, str | None]:
-    """`text` with `${VAR}` and `$VAR` put in and `$$` made `$`; the first variable the unit lacks, if any."""
+def _spend(size: int, more: int, word: Token) -> int:
+    if size + more > MAX_EXPANDED_CHARS:
+        raise LaunchInputError(f"{word.file}:{word.line}:{word.col}: ExecStart= expands past {MAX_EXPANDED_CHARS:,} "
+                               "characters once its variables are put in; no engine command line is that long")
+    return size + more
+
+
+def _substituted(text: str, variables: dict[str, list[str]], used: int, word: Token) -> tuple[str, str | None]:
+    """`text` with `${VAR}` and `$VAR` put in and `$$` made `$`; the first variable the unit lacks, if any. Refused
+    as soon as what was put in passes the expansion bound, counting the `used` characters before this word."""
     missing: list[str] = []
+    grown = used
 
     def put(match: re.Match) -> str:
+        nonlocal grown
         if match.group(0) == "$$":
             return "$"
         name = match.group(1) or match.group(2)
         if name not in variables:
             missing.append(name)
             return match.group(0)
-        return " ".join(variables[name])
+        value = " ".join(variables[name])
+        grown = _spend(grown, len(value), word)
+        return value
 
     return _VARIABLE.sub(put, text), missing[0] if missing else None
 
@@ -162,7 +190,7 @@ def _environment_file(value: str, unit: Path) -> list[_Assignment]:
 
 def _env_file_assignments(path: Path) -> list[_Assignment]:
     found = []
-    for number, line in enumerate(_read(path).splitlines(), start=1):
+    for number, line in _lines(path):
         assignment = _assignment(line, str(path), number, line)
         if assignment is not None:
             found.append(assignment)
@@ -233,6 +261,15 @@ def _words(text: str, file: str, number: int, line: str, offset: int) -> list[_R
             raise LaunchInputError(f"{file}:{number}:{offset + match.start() + 1}: cannot read {raw!r} ({err})") from None
         tokens.append(_RawToken(value, file, number, offset + match.start() + 1, line, raw=raw))
     return tokens
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's numbered lines, each at most MAX_LINE_CHARS characters (refused, located, past that)."""
+    for number, line in enumerate(_read(path).splitlines(), start=1):
+        if len(line) > MAX_LINE_CHARS:
+            raise LaunchInputError(f"{path}:{number}:1: the line has {len(line):,} characters; a line may have at most "
+                                   f"{MAX_LINE_CHARS:,} (split a long ExecStart= with a trailing backslash)")
+        yield number, line
 
 
 def _read(path: Path) -> str:

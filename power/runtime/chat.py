@@ -6,41 +6,25 @@ object it is not handed and changes nothing it is handed), `trim_blocks` and
 `lstrip_blocks`, `raise_exception(message)` for the template's own refusals,
 `strftime_now(format)`, the BOS and EOS tokens as `bos_token` / `eos_token`
 text, and `add_generation_prompt=True` so the prompt ends where the assistant's
-turn begins. An operator may give a template file instead (`power serve
---chat-template-file`), as llama-server's `--chat-template-file`; a model that
+turn begins. Compiling and rendering run in a child process bounded in time,
+memory and output (`power.runtime.template_sandbox`). An operator may give a
+template file instead (`power serve --chat-template-file`), as llama-server's
+`--chat-template-file`, read with the project's bounded reader; a model that
 carries none and was given none has no chat endpoint (never a guessed format).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from jinja2 import Template, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from power.artifacts.documents import DocumentError, read_text
+from power.runtime.template_sandbox import ChatTemplateError, TemplateSandbox
 
-from power.runtime.errors import RuntimeInputError
+__all__ = ["MAX_TEMPLATE_BYTES", "ChatTemplate", "ChatTemplateError"]
 
-
-class ChatTemplateError(RuntimeInputError):
-    """A template that does not compile, or that refuses the messages it was given (`raise_exception`)."""
-
-    code = "PWR605"
-
-
-class _Refusal(Exception):
-    """What `raise_exception` raises inside a template: the template's own message."""
-
-
-def _raise_exception(message: str) -> None:
-    raise _Refusal(message)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
+MAX_TEMPLATE_BYTES = 1 << 20  # llama.cpp's largest bundled templates are a few KiB
 
 
 @dataclass(frozen=True)
@@ -49,40 +33,29 @@ class ChatTemplate:
     origin: str  # where the template came from, for messages ("the model's tokenizer.chat_template", a file)
     bos_token: str
     eos_token: str
+    sandbox: TemplateSandbox = field(compare=False, repr=False)
 
     @classmethod
-    def load(cls, source: str, origin: str, bos_token: str, eos_token: str) -> ChatTemplate:
-        template = cls(source, origin, bos_token, eos_token)
-        template._template  # noqa: B018 - a template that does not compile is refused when the server loads, not per request
-        return template
+    def load(cls, source: str, origin: str, bos_token: str, eos_token: str, sandbox: TemplateSandbox) -> ChatTemplate:
+        """The template, compiled once now: one that does not compile is refused when the server starts."""
+        sandbox.compile(source, origin)
+        return cls(source, origin, bos_token, eos_token, sandbox)
 
-    @classmethod
-    def from_file(cls, path: Path, bos_token: str, eos_token: str) -> ChatTemplate:
+    @staticmethod
+    def read_file(path: Path) -> str:
+        """A template file's text: a regular UTF-8 file of at most MAX_TEMPLATE_BYTES (no FIFO, no device)."""
         try:
-            source = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise ChatTemplateError(f"the chat template file cannot be read ({err})", file=str(path),
+            return read_text(path, MAX_TEMPLATE_BYTES)
+        except DocumentError as err:
+            raise ChatTemplateError(f"the chat template file cannot be used: it {err.message.removeprefix('cannot read: ')}", file=str(path),
                                     hint="give a UTF-8 Jinja template file") from None
-        return cls.load(source, str(path), bos_token, eos_token)
 
-    def render(self, messages: Sequence[dict[str, Any]]) -> str:
-        """The prompt for `messages` ({"role", "content"} dicts), ending with the assistant's turn opened."""
-        try:
-            return self._template.render(messages=list(messages), bos_token=self.bos_token,
-                                           eos_token=self.eos_token, add_generation_prompt=True)
-        except _Refusal as refusal:
-            raise ChatTemplateError(f"the chat template refused these messages: {refusal}",
-                                    hint="send messages in the roles and order the model's template accepts") from None
-        except TemplateError as err:
-            raise ChatTemplateError(f"the chat template from {self.origin} failed on these messages: {err}",
-                                    hint="send plain-text messages, or serve with --chat-template-file") from None
+    def with_tokens(self, bos_token: str, eos_token: str) -> ChatTemplate:
+        return ChatTemplate(self.source, self.origin, bos_token, eos_token, self.sandbox)
 
-    @cached_property
-    def _template(self) -> Template:
-        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        environment.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
-        try:
-            return environment.from_string(self.source)
-        except TemplateError as err:
-            raise ChatTemplateError(f"the chat template from {self.origin} does not compile: {err}",
-                                    hint="serve with --chat-template-file naming a template that compiles") from None
+    def render(self, messages: Sequence[dict[str, Any]], max_chars: int, budget_s: float | None = None) -> str:
+        """The prompt for `messages` ({"role", "content"} dicts), ending with the assistant's turn opened; at most
+        `max_chars` characters, within `budget_s` seconds (and the sandbox's own budget)."""
+        variables = {"messages": list(messages), "bos_token": self.bos_token, "eos_token": self.eos_token,
+                     "add_generation_prompt": True}
+        return self.sandbox.render(self.source, self.origin, variables, max_chars, budget_s)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from power import __version__, modes
-from power.artifacts.verify import TARGET, Artifact, verified_sha256
+from power.artifacts.verify import TARGET, Artifact
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
@@ -145,15 +145,17 @@ class Engine:
         self.workload, self.options = workload, options
         runtime = workload.runtime
         self.slots = _slots(runtime)
-        self.artifacts = {str(a.path): verified_sha256(a) for a in workload.artifacts}
         self.device = resolve_device(options.device)
-        gguf = GGUFFile(workload.target.path)
+        # Each artifact is read once, hashed as read and checked against the plan; the engine runs those bytes.
+        gguf = GGUFFile.verified(workload.target)
+        drafters = {a.role: GGUFFile.verified(a) for a in workload.artifacts[1:]}
+        self.artifacts = {str(file.path): file.sha256 for file in (gguf, *drafters.values())}
         self.trunk = load_trunk(gguf, n_ctx=runtime.ctx // self.slots, verify_capacity=runtime.verify_capacity,
                                 snapshot_rows=workload.speculation.s, dtype=options.dtype,
                                 lm_head_dtype=options.lm_head_dtype, device=self.device, slots=self.slots)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
-        speculator = _speculator(workload, self.trunk)
+        speculator = _speculator(workload, self.trunk, gguf, drafters)
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
                                    adaptive=workload.speculation.adaptive)
@@ -199,6 +201,9 @@ class Engine:
                                   f"holds (a token covers at most {self.tokenizer.max_token_bytes} bytes)",
                                   hint="shorten the prompt")
         prompt_ids = self.tokenizer.encode(prompt, add_bos)
+        if not prompt_ids:
+            raise RuntimeInputError("the prompt is empty: it has no tokens to continue from (this model adds no BOS "
+                                    "token)", hint="send a prompt, or chat messages whose rendered text is not empty")
         self._room(prompt_ids, max_tokens)
         return prompt_ids
 
@@ -342,14 +347,14 @@ def _slots(runtime: Runtime) -> int:
     return runtime.slots
 
 
-def _speculator(workload: Workload, trunk) -> Speculator | None:
-    """The plan's speculator; a decline is an error (fail closed)."""
+def _speculator(workload: Workload, trunk, target: GGUFFile, drafters: dict[str, GGUFFile]) -> Speculator | None:
+    """The plan's speculator, built from the verified target and drafter files; a decline is an error (fail closed)."""
     kind = workload.mode.resolved
     if kind == modes.NONE:
         return None
     runtime, speculation = workload.runtime, workload.speculation
     window = (NGramWindow(runtime.ngram_match, runtime.ngram_draft_min, runtime.ngram_draft_max)
               if runtime.ngram_match and runtime.ngram_draft_min and runtime.ngram_draft_max else None)
-    request = SpeculatorRequest(trunk, target_path=workload.target.path, drafter_path=workload.drafter(kind),
+    request = SpeculatorRequest(trunk, target=target, drafter=drafters.get(kind),
                                 fr_vocab_size=speculation.fr_vocab_size, ngram=window, p_min=speculation.p_min)
     return registry.create(kind, request)

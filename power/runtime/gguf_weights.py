@@ -1,11 +1,14 @@
-"""GGUF weights for the runtime: header metadata and tensors from a memory map.
+"""GGUF weights for the runtime: header metadata and tensors from one verified copy of the file.
 
-The header comes from the orchestrator's bounded reader
-(`power.artifacts.gguf_reader`) and must pass the header-value checks every plan
-passes (`power.artifacts.header_values`) before anything reads a value from it;
-the file is mapped once (`numpy.memmap`,
-read-only) and a tensor's bytes are a view into the map until they are
-dequantised, so loading never reads the whole file into Python bytes.
+The file is read once into memory this object owns and hashed as it is read
+(`power.artifacts.verify.read_verified`): against the plan's sha256 when the
+artifact names one, refused (PWR115) when it differs. The header is parsed from
+those same bytes by the bounded reader (`power.artifacts.gguf_reader`) and must
+pass the header-value checks every plan passes (`power.artifacts.header_values`);
+every tensor's bytes are views of them. So the bytes that run are the bytes that
+were verified: a write to the file after the check, during the load or while the
+model serves never reaches the engine (a map or a second open by path would let
+it through).
 
 Shapes: GGUF stores `ne` innermost-first; `tensor()` returns the torch shape
 (outermost first), e.g. `token_embd.weight` with ne = (640, 262144) is [262144, 640].
@@ -24,6 +27,7 @@ from power.artifacts import gguf_reader
 from power.artifacts.ggml_types import QUANT_TYPES
 from power.artifacts.gguf_reader import ArtifactError
 from power.artifacts.header_values import require_valid_header
+from power.artifacts.verify import TARGET, Artifact, read_verified
 from power.kernels import dispatch
 from power.kernels.dequant import BLOCK_LAYOUT
 
@@ -38,16 +42,25 @@ class TensorInfo:
 
 
 class GGUFFile:
-    """A GGUF file: `metadata` (key -> value), `tensors` (name -> TensorInfo), tensor data from a memory map."""
+    """A GGUF file: `metadata` (key -> value), `tensors` (name -> TensorInfo), tensor data from the verified copy.
 
-    def __init__(self, path: str | Path) -> None:
+    `GGUFFile(path)` takes the file as it is (its digest in `sha256`); `GGUFFile.verified(artifact)` refuses a
+    file that is not the planned one."""
+
+    def __init__(self, path: str | Path, artifact: Artifact | None = None) -> None:
         self.path = Path(path)
-        header = gguf_reader.read_header(self.path)
+        data, self.sha256 = read_verified(artifact or Artifact(TARGET, self.path, None))
+        header = gguf_reader.parse_header(data, self.path)
         require_valid_header(header)
         self.metadata: dict[str, Any] = header.metadata
         self.tensors = {t.name: TensorInfo(t.name, _type_name(t.ggml_type), t.shape, header.data_offset + t.offset,
                                            t.nbytes) for t in header.tensors}
-        self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        self._bytes = np.frombuffer(data, dtype=np.uint8)
+
+    @classmethod
+    def verified(cls, artifact: Artifact) -> GGUFFile:
+        """The artifact, loaded only if its bytes are the ones the plan was sealed with (PWR110, PWR115 otherwise)."""
+        return cls(artifact.path, artifact)
 
     @property
     def architecture(self) -> str:
@@ -64,9 +77,9 @@ class GGUFFile:
         return self.metadata[key]
 
     def raw(self, name: str) -> torch.Tensor:
-        """The tensor's bytes as a flat uint8 torch tensor (a copy of this tensor only)."""
+        """The tensor's bytes as a flat uint8 torch tensor: a view of the verified copy (treat it as read-only)."""
         info = self.info(name)  # the header reader has checked every extent against the file size
-        return torch.from_numpy(np.array(self._map[info.offset:info.offset + info.nbytes]))
+        return torch.from_numpy(self._bytes[info.offset:info.offset + info.nbytes])
 
     def info(self, name: str) -> TensorInfo:
         if name not in self.tensors:

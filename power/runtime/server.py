@@ -45,6 +45,7 @@ from power.runtime.chat import ChatTemplate
 from power.runtime.engine import Engine, Ticket
 from power.runtime.errors import ContextOverflow
 from power.runtime.sampling import SamplingParams
+from power.runtime.template_sandbox import TemplateSandbox
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP_STRINGS = 4
@@ -101,8 +102,9 @@ def parse_completion(body: bytes, max_tokens_limit: int) -> CompletionRequest:
 
 
 def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None,
-               template_problem: str | None) -> CompletionRequest:
-    """Validate a /v1/chat/completions body and render its messages through the model's chat template."""
+               template_problem: str | None, max_chars: int, budget_s: float | None = None) -> CompletionRequest:
+    """Validate a /v1/chat/completions body and render its messages through the model's chat template (in its
+    sandbox: at most `max_chars` characters, within `budget_s` seconds)."""
     data = _json_object(body, "a \"messages\" list")
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -114,7 +116,7 @@ def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None
     limit_key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
     fields = _sampling_fields(data, limit_key, max_tokens_limit)
     try:
-        prompt = template.render([_message(m, i) for i, m in enumerate(messages)])
+        prompt = template.render([_message(m, i) for i, m in enumerate(messages)], max_chars, budget_s)
     except PowerError as err:
         raise BadRequest(err.finding.message, "messages") from None
     add_bos = False if template.bos_token and prompt.startswith(template.bos_token) else None
@@ -302,21 +304,26 @@ class EngineWorker:
     def __init__(self, engine: Engine, metrics: Metrics, queue_size: int) -> None:
         self.engine = engine
         self.metrics = metrics
-        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        # Admission counts free slots and queue places together: a burst must not see 429 while slots are idle
+        # only because the engine thread has not yet moved the first arrivals into them.
+        self.capacity = engine.slots + queue_size
         self.service_s = 1.0  # moving average of a request's time in a slot, for Retry-After
         self.running: dict[Job, float] = {}  # requests in slots -> when they took one
         self._lock = threading.Lock()
+        self.failure: str | None = None  # why the engine thread stopped, once it has
         metrics.queue_depth.set_function(self.jobs.qsize)
         metrics.slots_busy.set_function(lambda: len(self.running))
         self.thread = threading.Thread(target=self._run, name="power-engine", daemon=True)
         self.thread.start()
 
     def submit(self, job: Job) -> None:
-        try:
+        with self._lock:
+            waiting = self.jobs.qsize()
+            if len(self.running) + waiting >= self.capacity:
+                waves = (waiting + 1) / self.engine.slots
+                raise QueueFull(max(1, math.ceil(self.service_s * waves)))
             self.jobs.put_nowait(job)
-        except queue.Full:
-            waves = (self.jobs.qsize() + 1) / self.engine.slots
-            raise QueueFull(max(1, math.ceil(self.service_s * waves))) from None
 
     def stop(self) -> None:
         with self._lock:
@@ -333,10 +340,33 @@ class EngineWorker:
         self.jobs.put(None)
         self.thread.join(timeout=30)
 
+    @property
+    def alive(self) -> bool:
+        return self.failure is None and self.thread.is_alive()
+
     def _run(self) -> None:
-        while self._admit():
-            if self.engine.busy:
-                self.engine.step()
+        try:
+            while self._admit():
+                if self.engine.busy:
+                    self.engine.step()
+        except Exception as err:  # noqa: BLE001 - the engine's state is unknown now: fail loudly, never hang
+            traceback.print_exception(err, file=sys.stderr)
+            self.failure = f"{type(err).__name__}: {err}"
+            self._fail_everything(f"the engine failed ({self.failure}); the server must be restarted")
+
+    def _fail_everything(self, message: str) -> None:
+        """Every request in hand or waiting ends with `message` (a 503): a dead engine answers nobody."""
+        with self._lock:
+            running, self.running = list(self.running), {}
+        for job in running:
+            job.push("error", (503, message))
+        while True:
+            try:
+                waiting = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if waiting is not None:
+                waiting.push("error", (503, message))
 
     def _admit(self) -> bool:
         """Move queued requests into free slots (waiting for one when the engine is idle); False once stopped."""
@@ -370,6 +400,11 @@ class EngineWorker:
                                on_done=lambda ticket: self._done(job, ticket))
         except PowerError as err:
             job.push("error", (400, err.finding.message))
+            return
+        except Exception as err:  # noqa: BLE001 - one request's failure must not take the engine thread down
+            traceback.print_exception(err, file=sys.stderr)
+            job.push("error", (500, f"the engine could not start this request ({type(err).__name__}); the server "
+                                    "carries on"))
             return
         with self._lock:
             self.running[job] = time.perf_counter()
@@ -416,9 +451,11 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
                chat_template: ChatTemplate | None = None) -> Starlette:
     """The ASGI app. The engine loads on a background thread at startup; /health answers 503 until it is ready.
 
-    `chat_template`: the operator's template for /v1/chat/completions; None uses the model's own.
+    `chat_template`: the operator's template for /v1/chat/completions (compiled, its BOS/EOS text filled in from
+    the model once it loads); None uses the model's own.
     """
     state = ServerState(model, plan_digest, limits)
+    sandbox = chat_template.sandbox if chat_template is not None else TemplateSandbox()
 
     def load() -> None:
         try:
@@ -433,7 +470,7 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
             if on_load_failure:
                 on_load_failure(state.load_error)
             return
-        state.template, state.template_problem = _chat_template(engine, chat_template)
+        state.template, state.template_problem = _chat_template(engine, chat_template, sandbox)
         if state.template_problem:
             print(f"note: no chat endpoint: {state.template_problem}", file=sys.stderr)
         state.worker = EngineWorker(engine, state.metrics, limits.queue_size)
@@ -445,8 +482,12 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
         yield
         if state.worker:
             state.worker.stop()
+        sandbox.close()
 
     async def health(_request: Request) -> Response:
+        if state.worker is not None and not state.worker.alive:  # a liveness probe restarts it
+            return JSONResponse({"status": "error", "error": f"the engine stopped: {state.worker.failure}"},
+                                status_code=503)
         if state.worker is not None:
             return JSONResponse({"status": "ok", "model": state.model, "plan_digest": state.plan_digest,
                                  "slots": state.worker.engine.slots})
@@ -487,17 +528,18 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
                      exception_handlers={HTTPException: not_found, Exception: internal_error})
 
 
-def _chat_template(engine: Engine, given: ChatTemplate | None) -> tuple[ChatTemplate | None, str | None]:
+def _chat_template(engine: Engine, given: ChatTemplate | None,
+                   sandbox: TemplateSandbox) -> tuple[ChatTemplate | None, str | None]:
     """The chat template the endpoint renders with, or why there is none."""
+    tokenizer = engine.tokenizer
+    bos, eos = tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id)
     if given is not None:
-        return given, None
+        return given.with_tokens(bos, eos), None
     if not engine.chat_template:
         return None, ("the model's GGUF carries no chat template (tokenizer.chat_template); start power serve with "
                       "--chat-template-file FILE, or use /v1/completions")
-    tokenizer = engine.tokenizer
     try:
-        return ChatTemplate.load(engine.chat_template, "the model's tokenizer.chat_template",
-                                 tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id)), None
+        return ChatTemplate.load(engine.chat_template, "the model's tokenizer.chat_template", bos, eos, sandbox), None
     except PowerError as err:
         return None, f"{err.finding.message}; {err.finding.hint}"
 
@@ -507,6 +549,9 @@ def _chat_template(engine: Engine, given: ChatTemplate | None) -> tuple[ChatTemp
 
 async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     count, worker = state.metrics.requests, state.worker
+    if worker is not None and not worker.alive:
+        count.labels("unavailable").inc()
+        return _error(503, f"the engine stopped ({worker.failure}); the server must be restarted", "unavailable")
     if worker is None:
         count.labels("unavailable").inc()
         if state.load_error is not None:
@@ -516,7 +561,7 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     deadline = job_arrived + state.limits.request_timeout_s
     try:
         body = await _body(request, state.limits.max_body_bytes)
-        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat),
+        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat, deadline),
                                                     max(0.0, deadline - time.perf_counter()))
     except TooLarge as err:
         count.labels("bad_request").inc()
@@ -559,10 +604,14 @@ async def _body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool) -> tuple[CompletionRequest, list[int]]:
+def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool,
+             deadline: float) -> tuple[CompletionRequest, list[int]]:
     """Parse, render and tokenize (on a worker thread): the request and its prompt's token IDs."""
     if chat:
-        parsed = parse_chat(body, engine.n_ctx, state.template, state.template_problem)
+        # A prompt longer than this cannot fit the context whatever it tokenizes to (`Engine.encode`).
+        max_chars = engine.n_ctx * engine.tokenizer.max_token_bytes
+        parsed = parse_chat(body, engine.n_ctx, state.template, state.template_problem, max_chars,
+                            max(0.0, deadline - time.perf_counter()))
     else:
         parsed = parse_completion(body, engine.n_ctx)
     return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos)

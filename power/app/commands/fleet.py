@@ -110,7 +110,7 @@ def render(fleet_file: Path, output: Path, dry_run: bool, lock_path: Path | None
 
     Exit codes: 0 written, 1 error findings (nothing written), 2 usage error.
     """
-    require_outputs(directories=(output,))
+    require_outputs(trees=(output,))
     files, findings = render_fleet(fleet_file, lock_path, dry_run)
     for finding in findings:
         click.echo(finding.render(), err=True)

@@ -103,7 +103,7 @@ def rollback_command(fleet_file: Path, lock_path: Path | None, as_json: bool, ku
 
 def _require_lock(fleet_file: Path, lock_path: Path | None, as_json: bool, tree: Path | None = None) -> None:
     """The lock these commands write (and the Kubernetes tree) must be writable before the fleet is reviewed."""
-    require_outputs(files=(lock_path or default_lock_path(fleet_file),), directories=(tree,), as_json=as_json)
+    require_outputs(files=(lock_path or default_lock_path(fleet_file),), trees=(tree,), as_json=as_json)
 
 
 def _with_tree(fleet_file: Path, lock_path: Path | None, directory: Path | None,

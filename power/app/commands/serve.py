@@ -50,7 +50,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     try:
         resolved = load_plan(plan)
         workload = Workload.of_plan(resolved, plan, root)
-        template = _template_file(chat_template_file, workload.target.path)
+        template = _template_file(chat_template_file)
         listening = listen(host, port)
     except PowerError as err:
         refuse(err)
@@ -76,16 +76,15 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         sys.exit(EXIT_USAGE)
 
 
-def _template_file(path: Path | None, target: Path):
-    """The operator's chat template, compiled before anything binds; its BOS/EOS text from the plan's `target`."""
+def _template_file(path: Path | None):
+    """The operator's chat template, read (bounded) and compiled in its sandbox before anything binds; the server
+    fills in its BOS/EOS text from the model once it loads."""
     if path is None:
         return None
     from power.runtime.chat import ChatTemplate
-    from power.runtime.gguf_weights import GGUFFile
-    from power.runtime.tokenizer import Tokenizer
+    from power.runtime.template_sandbox import TemplateSandbox
 
-    tokenizer = Tokenizer.from_gguf(GGUFFile(target))
-    return ChatTemplate.from_file(path, tokenizer.token_text(tokenizer.bos_id), tokenizer.token_text(tokenizer.vocab.eos_id))
+    return ChatTemplate.load(ChatTemplate.read_file(path), str(path), "", "", TemplateSandbox())
 
 
 # uvicorn's own default backlog.

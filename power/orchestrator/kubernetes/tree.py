@@ -143,13 +143,19 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+# Written into every rendered tree: only a folder that holds it (or a new or empty one) is ever replaced.
+RENDER_MARKER = ".power-render"
+_MARKER_TEXT = "This folder was written by `power fleet render`; the next render replaces it whole.\n"
+
+
 def write_tree(directory: Path, files: dict[str, str]) -> None:
-    """Replace `directory` with exactly `files`: written beside it first, then swapped in by renames."""
-    directory = Path(directory)
+    """Replace `directory` with exactly `files` and the render marker: written beside it first, then swapped in
+    by renames. The caller has checked that `directory` is replaceable (`power.app.outputs.replaceable_tree`)."""
+    directory = Path(directory).absolute()
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
-        for relative, text in files.items():
+        for relative, text in {**files, RENDER_MARKER: _MARKER_TEXT}.items():
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")

@@ -9,12 +9,12 @@ a learned drafter's cache and a lookup drafter's index both track reality.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from ..errors import RuntimeInputError
+from ..gguf_weights import GGUFFile
 from ..trunks.protocol import Trunk
 
 
@@ -37,8 +37,8 @@ class SpeculatorRequest:
     """What a speculator's `build` gets: the target it serves and the plan's settings for it."""
 
     trunk: Trunk
-    target_path: Path | None = None  # the target GGUF (native heads such as mtp live in it)
-    drafter_path: Path | None = None  # an external drafter artifact (dflash, dflash2, dspark, an MTP-only sidecar)
+    target: GGUFFile | None = None  # the verified target GGUF (native heads such as mtp live in it)
+    drafter: GGUFFile | None = None  # a verified external drafter (dflash, dflash2, dspark, an MTP-only sidecar)
     fr_vocab_size: int | None = None  # FR: the draft head's token-ID prefix
     ngram: NGramWindow | None = None  # the n-gram lookup's window
     p_min: float | None = None  # the confidence a drafted position needs (DSpark's gate); None: the header's

@@ -69,12 +69,12 @@ def header_view(gguf: GGUFFile) -> _HeaderView:
 
 def load_block_drafter(kind: str, request: SpeculatorRequest) -> tuple[GGUFFile, TargetHead] | Decline:
     """The drafter file and the target head it borrows, once the header says it is a `kind` drafter for this trunk."""
-    if request.drafter_path is None or request.target_path is None:
+    if request.drafter is None or request.target is None:
         return Decline(kind, f"needs a {kind} drafter artifact and the target GGUF; the plan names none")
-    drafter = GGUFFile(request.drafter_path)
+    drafter = request.drafter
     found = classify_drafter(header_view(drafter))
     if found != kind:
-        return Decline(kind, f"{request.drafter_path} is a {found or 'non-drafter'} artifact by its header, not {kind}")
+        return Decline(kind, f"{drafter.path} is a {found or 'non-drafter'} artifact by its header, not {kind}")
     config = request.trunk.config
     width = drafter.get(f"{drafter.architecture}.embedding_length")
     if width != config.d_model:
@@ -82,7 +82,7 @@ def load_block_drafter(kind: str, request: SpeculatorRequest) -> tuple[GGUFFile,
     layers = drafter.get(f"{drafter.architecture}.target_layers", [])
     if any(not 0 <= layer <= config.n_layers for layer in layers):
         return Decline(kind, f"drafter reads target layers {list(layers)}; the target has {config.n_layers}")
-    return drafter, TargetHead.load(request.target_path, request.fr_vocab_size)
+    return drafter, TargetHead(request.target, request.fr_vocab_size)
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:

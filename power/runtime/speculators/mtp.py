@@ -41,11 +41,11 @@ MTP_ARCHITECTURE = "qwen35"
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
-    """The head from the target's own nextn block, or from an MTP-only sidecar (`drafter_path`) when the plan names one."""
-    if request.target_path is None:
+    """The head from the target's own nextn block, or from an MTP-only sidecar (`drafter`) when the plan names one."""
+    if request.target is None:
         return Decline(kind, "needs the target GGUF (the nextn head lives in it, or it lends a sidecar its embedding)")
-    target = GGUFFile(request.target_path)
-    head_file = GGUFFile(request.drafter_path) if request.drafter_path is not None else target
+    target = request.target
+    head_file = request.drafter or target
     if nextn_layer_count(header_view(head_file)) == 0:
         return Decline(kind, f"{head_file.path} carries no nextn/MTP head ({head_file.architecture}.nextn_predict_layers)")
     if head_file.architecture != MTP_ARCHITECTURE:

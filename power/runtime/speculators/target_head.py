@@ -8,8 +8,6 @@ verification are untouched.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from power.kernels import dispatch
@@ -25,10 +23,6 @@ class TargetHead:
         if fr_vocab is not None and not 1 <= fr_vocab <= vocab:
             raise ValueError(f"spec_mtp_fr_vocab_size = {fr_vocab} is outside 1..{vocab} (the target's vocabulary)")
         self.fr_vocab = fr_vocab or vocab
-
-    @classmethod
-    def load(cls, target_path: Path, fr_vocab: int | None = None) -> "TargetHead":
-        return cls(GGUFFile(target_path), fr_vocab)
 
     @property
     def vocab_size(self) -> int:
