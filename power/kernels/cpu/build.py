@@ -62,25 +62,30 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def available_paths() -> tuple[str, ...]:
-    """The paths this CPU can run, best first (scalar is always there)."""
-    flags = cpu_flags()
+def available_paths(flags: frozenset[str] | None = None) -> tuple[str, ...]:
+    """The paths a CPU with `flags` (default: this one's) can run, best first (scalar is always there)."""
+    flags = cpu_flags() if flags is None else flags
     return tuple(path.name for path in PATHS if all(flag in flags for flag in path.cpu_flags))
 
 
-def chosen_path(requested: str | None = None) -> str:
-    """`requested`, else `POWER_CPU_PATH` when set, else the best available path; one this CPU lacks is refused."""
+def chosen_path(requested: str | None = None, flags: frozenset[str] | None = None) -> str:
+    """`requested`, else `POWER_CPU_PATH` when set, else the best path of a CPU with `flags` (default: this one's).
+
+    A path the CPU lacks, or an unknown name, is refused (CPUPathError), never replaced by another.
+    """
+    flags = cpu_flags() if flags is None else flags
     requested = requested or os.environ.get(ENV_PATH, "").strip()
-    available = available_paths()
+    available = available_paths(flags)
     if not requested:
         return available[0]
     if requested not in PATH_NAMES:
         raise CPUPathError(f"CPU path {requested!r} ({ENV_PATH}) is not an instruction path; "
                            f"choose one of {', '.join(PATH_NAMES)}")
     if requested not in available:
-        missing = [flag for flag in _path(requested).cpu_flags if flag not in cpu_flags()]
-        raise CPUPathError(f"CPU path {requested} ({ENV_PATH}): this CPU lacks {', '.join(missing)} (/proc/cpuinfo flags); "
-                           f"it can run {', '.join(available)}; unset {ENV_PATH} to use {available[0]}")
+        missing = [flag for flag in _path(requested).cpu_flags if flag not in flags]
+        raise CPUPathError(f"CPU path {requested} ({ENV_PATH}): this CPU lacks {', '.join(missing)} "
+                           f"(/proc/cpuinfo flags); it can run {', '.join(available)}; "
+                           f"unset {ENV_PATH} to use {available[0]}")
     return requested
 
 

@@ -45,11 +45,21 @@ void tile_q8_0(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
         const uint8_t* p = t + b * 544;
         const F dw = load_f16(p);
         V w[8];
+#ifdef POWER_SIGNED_Q8
         for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g);
+#else
+        for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g) ^ splat((int32_t)0x80808080);
+#endif
         for (int r = 0; r < nr; ++r) {
             const int8_t* q = a.q_row(r) + 32 * b;
             V s = zero();
+#ifdef POWER_SIGNED_Q8
             for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
+#else
+            for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
+            const int32_t* bs = a.bsum_row(r) + 2 * b;
+            s = s - splat(128 * (bs[0] + bs[1]));
+#endif
             acc[r] = acc[r] + (dw * fsplat(a.d_at(r, b))) * tofloat(s);
         }
     }

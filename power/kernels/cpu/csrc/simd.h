@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <cstring>
 
+// Q8_0's signed weights: where u8 x s8 products are summed without saturation (VNNI, scalar) they become w + 128
+// (u8) and the kernel subtracts 128 * sum(x); AVX2's saturating int16 pair sums take the sign trick (dot_s8,
+// POWER_SIGNED_Q8) instead.
 #if defined(POWER_PATH_AVX512VNNI)
 #include <immintrin.h>
 struct V { __m512i v; };
@@ -23,11 +26,6 @@ static inline V shr(V a, int n) { return {_mm512_srl_epi32(a.v, _mm_cvtsi32_si12
 static inline V sar(V a, int n) { return {_mm512_sra_epi32(a.v, _mm_cvtsi32_si128(n))}; }
 // Sum of the four products u8(w) * s8(x) of each 32-bit lane, added to acc (exact: no saturation).
 static inline V dot_u8(V acc, V w, V x) { return {_mm512_dpbusd_epi32(acc.v, w.v, x.v)}; }
-// The same for s8(w) * s8(x): |w| as the unsigned operand and w's sign moved onto x (|w| <= 128, so exact).
-static inline V dot_s8(V acc, V w, V x) {
-    __m512i negated = _mm512_mask_sub_epi8(x.v, _mm512_movepi8_mask(w.v), _mm512_setzero_si512(), x.v);
-    return {_mm512_dpbusd_epi32(acc.v, _mm512_abs_epi8(w.v), negated)};
-}
 static inline F tofloat(V a) { return {_mm512_cvtepi32_ps(a.v)}; }
 static inline F fsplat(float a) { return {_mm512_set1_ps(a)}; }
 static inline F fzero() { return {_mm512_setzero_ps()}; }
@@ -43,6 +41,9 @@ static inline void store(float* p, F a) { _mm512_storeu_ps(p, a.v); }
 
 #elif defined(POWER_PATH_AVX2) || defined(POWER_PATH_AVXVNNI)
 #include <immintrin.h>
+#if !defined(POWER_PATH_AVXVNNI)
+#define POWER_SIGNED_Q8 1
+#endif
 struct V { __m256i lo, hi; };
 struct F { __m256 lo, hi; };
 static inline V load64(const uint8_t* p) {
@@ -78,10 +79,13 @@ static inline __m256i dot_u8_half(__m256i acc, __m256i w, __m256i x) {
 }
 #endif
 static inline V dot_u8(V acc, V w, V x) { return {dot_u8_half(acc.lo, w.lo, x.lo), dot_u8_half(acc.hi, w.hi, x.hi)}; }
+#ifdef POWER_SIGNED_Q8
+// s8(w) * s8(x): |w| as the unsigned operand and w's sign moved onto x (|w| <= 128: 2 * 128 * 127 < 32767).
 static inline __m256i dot_s8_half(__m256i acc, __m256i w, __m256i x) {
     return dot_u8_half(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
 }
 static inline V dot_s8(V acc, V w, V x) { return {dot_s8_half(acc.lo, w.lo, x.lo), dot_s8_half(acc.hi, w.hi, x.hi)}; }
+#endif
 static inline F tofloat(V a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
 static inline F fsplat(float a) { return {_mm256_set1_ps(a), _mm256_set1_ps(a)}; }
 static inline F fzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
@@ -120,13 +124,7 @@ static inline uint32_t dot4(uint32_t acc, uint32_t w, uint32_t x) {
     for (int i = 0; i < 4; ++i) s += (int32_t)(uint8_t)(w >> (8 * i)) * (int32_t)(int8_t)(x >> (8 * i));
     return (uint32_t)s;
 }
-static inline uint32_t dot4_signed(uint32_t acc, uint32_t w, uint32_t x) {
-    int32_t s = (int32_t)acc;
-    for (int i = 0; i < 4; ++i) s += (int32_t)(int8_t)(w >> (8 * i)) * (int32_t)(int8_t)(x >> (8 * i));
-    return (uint32_t)s;
-}
 static inline V dot_u8(V acc, V w, V x) POWER_LANES(V, dot4(acc.v[j], w.v[j], x.v[j]))
-static inline V dot_s8(V acc, V w, V x) POWER_LANES(V, dot4_signed(acc.v[j], w.v[j], x.v[j]))
 static inline F tofloat(V a) POWER_LANES(F, (float)(int32_t)a.v[j])
 static inline F fsplat(float a) POWER_LANES(F, a)
 static inline F fzero() POWER_LANES(F, 0.0f)
