@@ -13,6 +13,7 @@
 namespace {
 
 constexpr int kMaxRows = 16;  // rows computed per pass over a tile; more rows take more passes, each the same
+constexpr int64_t kGroupTiles = 32;  // tiles whose results are gathered before they are written out
 enum Kind { Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16 };
 
 // Quantised activation rows: q [n, in] int8, d [n, in / block] float32, bsum [n, in / 16] int32 (sums of q).
@@ -272,9 +273,12 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     const uint8_t* base = packed.data_ptr<uint8_t>();
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / std::max<int64_t>(1, tile_bytes));
     at::parallel_for(0, nt, grain, [&](int64_t begin, int64_t end) {
+        // A group's results go to a local block first: rows of the output lie 4 * out bytes apart, and storing
+        // 16 rows of one tile straight there would put every store in the same cache set.
         F acc[kMaxRows];
-        for (int64_t i = begin; i < end; ++i) {
-            const uint8_t* tile = base + tp[i] * tile_bytes;
+        float local[kMaxRows][kGroupTiles * 16];
+        for (int64_t first = begin; first < end; first += kGroupTiles) {
+            const int64_t last = std::min(end, first + kGroupTiles);
             for (int64_t r0 = 0; r0 < n; r0 += kMaxRows) {
                 const int nr = (int)std::min<int64_t>(kMaxRows, n - r0);
                 Rows part = rows;
@@ -285,9 +289,14 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
                 } else {
                     part.x += r0 * in;
                 }
-                for (int r = 0; r < nr; ++r) acc[r] = fzero();
-                info.tile(tile, info.act_block ? nb : in, part, nr, acc);
-                for (int r = 0; r < nr; ++r) store(op + (r0 + r) * nt * 16 + i * 16, acc[r]);
+                for (int64_t i = first; i < last; ++i) {
+                    for (int r = 0; r < nr; ++r) acc[r] = fzero();
+                    info.tile(base + tp[i] * tile_bytes, info.act_block ? nb : in, part, nr, acc);
+                    for (int r = 0; r < nr; ++r) store(local[r] + (i - first) * 16, acc[r]);
+                }
+                for (int r = 0; r < nr; ++r) {
+                    std::memcpy(op + (r0 + r) * nt * 16 + first * 16, local[r], (last - first) * 16 * sizeof(float));
+                }
             }
         }
     });
