@@ -42,7 +42,7 @@ PATHS: tuple[Path_, ...] = (
 )
 PATH_NAMES = tuple(path.name for path in PATHS)
 # -ffp-contract=off: a multiply and an add stay two roundings (no FMA), as in the torch reference.
-COMMON_CFLAGS = ("-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
+COMMON_CFLAGS = ("-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
 
 
 class CPUPathError(RuntimeError):

@@ -1,7 +1,8 @@
 // Row-count-invariant products of float32 rows with GGUF matrices kept in their blocks (power/kernels/cpu/__init__.py
 // defines the arithmetic; power/kernels/cpu/layout.py the tile layout these kernels read). One build per instruction
 // path (simd.h); compiled with -ffp-contract=off so that every path rounds exactly as the torch reference does.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
