@@ -136,3 +136,10 @@ def test_bytes_of_the_wrong_size_or_an_unsupported_type_are_named():
         QuantMatrix("Q8_0", torch.zeros(100, dtype=torch.uint8), (4, 512))
     with pytest.raises(ValueError, match="Q4_1 has no CPU kernel"):
         QuantMatrix("Q4_1", torch.zeros(20, dtype=torch.uint8), (1, 32))
+
+
+def test_torch_compile_traces_through_a_product_and_keeps_its_bits():
+    matrix = QuantMatrix("Q4_K", matrix_bytes("Q4_K", 7), (OUT, IN))
+    compiled = torch.compile(lambda x: matrix(x * 2.0) + 1.0, fullgraph=True)
+    x = torch.randn(3, IN)
+    assert torch.equal(compiled(x), matrix(x * 2.0) + 1.0)

@@ -125,4 +125,14 @@ def extension(name: str) -> Any:
                                verbose=False)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    _register_shapes(namespace)
     return getattr(torch.ops, namespace)
+
+
+def _register_shapes(namespace: str) -> None:
+    """Output shapes without running the kernels, so that `torch.compile` can trace through a product."""
+
+    @torch.library.register_fake(f"{namespace}::matmul")
+    def _matmul(kind: int, packed: torch.Tensor, in_features: int, x: torch.Tensor,  # noqa: ARG001
+                tiles: torch.Tensor) -> torch.Tensor:
+        return x.new_empty((x.shape[0], tiles.shape[0] * 16))

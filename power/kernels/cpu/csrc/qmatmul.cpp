@@ -218,6 +218,8 @@ KindInfo kind_info(int64_t kind) {
 
 }  // namespace
 
+namespace {
+
 // x [n, in] float32 -> (q int8 [n, in], d float32 [n, in / block], bsum int32 [n, in / 16]).
 std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous float32 [n, in]");
@@ -248,6 +250,8 @@ std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
     }
     return {q, d, bsum};
 }
+
+}  // namespace
 
 // packed: the tile layout of one matrix; tiles: int64 indices of the 16-row tiles to compute.
 // Returns [n, len(tiles) * 16] float32: column 16 * i + j is output row 16 * tiles[i] + j.
@@ -304,9 +308,9 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     return out;
 }
 
-// Registered as torch.ops.<POWER_OPS>.matmul / .quantize_rows, one namespace per path's build.
+// Registered as torch.ops.<POWER_OPS>.matmul, one namespace per path's build, with a CPU kernel (the shape
+// function for torch.compile is registered from Python, power/kernels/cpu/build.py).
 #define POWER_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-POWER_LIBRARY(POWER_OPS, m) {
-    m.def("matmul", &matmul);
-    m.def("quantize_rows", &quantize_rows);
-}
+#define POWER_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+POWER_LIBRARY(POWER_OPS, m) { m.def("matmul(int kind, Tensor packed, int in_features, Tensor x, Tensor tiles) -> Tensor"); }
+POWER_LIBRARY_IMPL(POWER_OPS, CPU, m) { m.impl("matmul", &matmul); }
