@@ -113,6 +113,13 @@ def test_accuracy_against_the_exactly_dequantised_weights(qtype):
     assert error < (1e-5 if qtype in FLOAT_TYPES else 2e-2), error
 
 
+@pytest.mark.parametrize("qtype", FLOAT_TYPES)
+def test_a_float_matrix_of_any_width_equals_the_reference(qtype):
+    raw = float_raw(qtype, np.random.default_rng(8).standard_normal((7, 12)).astype(np.float32))
+    x = torch.randn(2, 12)
+    assert torch.equal(QuantMatrix(qtype, raw, (7, 12))(x), reference_matmul(qtype, raw, (7, 12), x))
+
+
 def test_the_matrix_keeps_its_gguf_bytes_not_a_float_copy():
     raw = matrix_bytes("Q4_K", 5, out=48)
     assert QuantMatrix("Q4_K", raw, (48, IN)).nbytes == raw.numel()
@@ -136,3 +143,10 @@ def test_bytes_of_the_wrong_size_or_an_unsupported_type_are_named():
         QuantMatrix("Q8_0", torch.zeros(100, dtype=torch.uint8), (4, 512))
     with pytest.raises(ValueError, match="Q4_1 has no CPU kernel"):
         QuantMatrix("Q4_1", torch.zeros(20, dtype=torch.uint8), (1, 32))
+
+
+def test_torch_compile_traces_through_a_product_and_keeps_its_bits():
+    matrix = QuantMatrix("Q4_K", matrix_bytes("Q4_K", 7), (OUT, IN))
+    compiled = torch.compile(lambda x: matrix(x * 2.0) + 1.0, fullgraph=True)
+    x = torch.randn(3, IN)
+    assert torch.equal(compiled(x), matrix(x * 2.0) + 1.0)

@@ -60,9 +60,8 @@ class QuantMatrix:
             raise ValueError(f"QuantMatrix: GGML type {qtype} has no CPU kernel (supported: {', '.join(KINDS)})")
         out_features, in_features = shape
         block, type_size = BLOCK_LAYOUT[qtype]
-        step = max(block, TILE)
-        if in_features % step:
-            raise ValueError(f"QuantMatrix: a {qtype} row of {in_features} values is not whole blocks of {step}")
+        if in_features % block:
+            raise ValueError(f"QuantMatrix: a {qtype} row of {in_features} values is not whole blocks of {block}")
         expected = out_features * in_features // block * type_size
         if raw.dtype != torch.uint8 or raw.dim() != 1 or raw.numel() != expected:
             raise ValueError(f"QuantMatrix: raw must be flat uint8 of {expected} bytes for {qtype} {tuple(shape)}, "

@@ -42,7 +42,7 @@ PATHS: tuple[Path_, ...] = (
 )
 PATH_NAMES = tuple(path.name for path in PATHS)
 # -ffp-contract=off: a multiply and an add stay two roundings (no FMA), as in the torch reference.
-COMMON_CFLAGS = ("-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
+COMMON_CFLAGS = ("-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
 
 
 class CPUPathError(RuntimeError):
@@ -125,4 +125,14 @@ def extension(name: str) -> Any:
                                verbose=False)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    _register_shapes(namespace)
     return getattr(torch.ops, namespace)
+
+
+def _register_shapes(namespace: str) -> None:
+    """Output shapes without running the kernels, so that `torch.compile` can trace through a product."""
+
+    @torch.library.register_fake(f"{namespace}::matmul")
+    def _matmul(kind: int, packed: torch.Tensor, in_features: int, x: torch.Tensor,  # noqa: ARG001
+                tiles: torch.Tensor) -> torch.Tensor:
+        return x.new_empty((x.shape[0], tiles.shape[0] * 16))

@@ -1,7 +1,8 @@
 // Row-count-invariant products of float32 rows with GGUF matrices kept in their blocks (power/kernels/cpu/__init__.py
 // defines the arithmetic; power/kernels/cpu/layout.py the tile layout these kernels read). One build per instruction
 // path (simd.h); compiled with -ffp-contract=off so that every path rounds exactly as the torch reference does.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -13,6 +14,7 @@
 namespace {
 
 constexpr int kMaxRows = 16;  // rows computed per pass over a tile; more rows take more passes, each the same
+constexpr int64_t kGroupTiles = 32;  // tiles whose results are gathered before they are written out
 enum Kind { Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16 };
 
 // Quantised activation rows: q [n, in] int8, d [n, in / block] float32, bsum [n, in / 16] int32 (sums of q).
@@ -216,6 +218,8 @@ KindInfo kind_info(int64_t kind) {
 
 }  // namespace
 
+namespace {
+
 // x [n, in] float32 -> (q int8 [n, in], d float32 [n, in / block], bsum int32 [n, in / 16]).
 std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous float32 [n, in]");
@@ -247,6 +251,8 @@ std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
     return {q, d, bsum};
 }
 
+}  // namespace
+
 // packed: the tile layout of one matrix; tiles: int64 indices of the 16-row tiles to compute.
 // Returns [n, len(tiles) * 16] float32: column 16 * i + j is output row 16 * tiles[i] + j.
 at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at::Tensor tiles) {
@@ -272,9 +278,12 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     const uint8_t* base = packed.data_ptr<uint8_t>();
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / std::max<int64_t>(1, tile_bytes));
     at::parallel_for(0, nt, grain, [&](int64_t begin, int64_t end) {
+        // A group's results go to a local block first: rows of the output lie 4 * out bytes apart, and storing
+        // 16 rows of one tile straight there would put every store in the same cache set.
         F acc[kMaxRows];
-        for (int64_t i = begin; i < end; ++i) {
-            const uint8_t* tile = base + tp[i] * tile_bytes;
+        float local[kMaxRows][kGroupTiles * 16];
+        for (int64_t first = begin; first < end; first += kGroupTiles) {
+            const int64_t last = std::min(end, first + kGroupTiles);
             for (int64_t r0 = 0; r0 < n; r0 += kMaxRows) {
                 const int nr = (int)std::min<int64_t>(kMaxRows, n - r0);
                 Rows part = rows;
@@ -285,18 +294,23 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
                 } else {
                     part.x += r0 * in;
                 }
-                for (int r = 0; r < nr; ++r) acc[r] = fzero();
-                info.tile(tile, info.act_block ? nb : in, part, nr, acc);
-                for (int r = 0; r < nr; ++r) store(op + (r0 + r) * nt * 16 + i * 16, acc[r]);
+                for (int64_t i = first; i < last; ++i) {
+                    for (int r = 0; r < nr; ++r) acc[r] = fzero();
+                    info.tile(base + tp[i] * tile_bytes, info.act_block ? nb : in, part, nr, acc);
+                    for (int r = 0; r < nr; ++r) store(local[r] + (i - first) * 16, acc[r]);
+                }
+                for (int r = 0; r < nr; ++r) {
+                    std::memcpy(op + (r0 + r) * nt * 16 + first * 16, local[r], (last - first) * 16 * sizeof(float));
+                }
             }
         }
     });
     return out;
 }
 
-// Registered as torch.ops.<POWER_OPS>.matmul / .quantize_rows, one namespace per path's build.
+// Registered as torch.ops.<POWER_OPS>.matmul, one namespace per path's build, with a CPU kernel (the shape
+// function for torch.compile is registered from Python, power/kernels/cpu/build.py).
 #define POWER_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-POWER_LIBRARY(POWER_OPS, m) {
-    m.def("matmul", &matmul);
-    m.def("quantize_rows", &quantize_rows);
-}
+#define POWER_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+POWER_LIBRARY(POWER_OPS, m) { m.def("matmul(int kind, Tensor packed, int in_features, Tensor x, Tensor tiles) -> Tensor"); }
+POWER_LIBRARY_IMPL(POWER_OPS, CPU, m) { m.impl("matmul", &matmul); }
