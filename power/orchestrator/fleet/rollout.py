@@ -267,7 +267,7 @@ def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentRevi
     for item in selected:
         manifest = memo.manifest(item.deployment.manifest)
         plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device_indices,
-                                   item.deployment.engine)
+                                   item.deployment.runs_on)
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
         if plan is not None:
             memo.keep(plan)
