@@ -396,3 +396,43 @@ def test_advance_writes_the_opened_stage_and_rollback_removes_the_overlays(tmp_p
     rolled_back = run("rollout", "rollback", fleet, "--kubernetes", tree)
     assert rolled_back.exit_code == 0, rolled_back.output
     assert not (tree / "stages").exists() and (tree / "base" / "kustomization.yaml").is_file()
+
+
+def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_share(tmp_path: Path) -> None:
+    """Issue 23 defect 5: two vLLM deployments on one A100 passed review, and the second pod stayed Pending."""
+    kubernetes = '''
+        [kubernetes]
+        images = { power = "registry.example.com/power:1", vllm = "registry.example.com/vllm:1" }
+        [kubernetes.volumes.models]
+        host_path = "/srv/models"
+        local = "artifacts"
+        '''
+    hosts = '''
+        [[hosts]]
+        name = "a100"
+        devices = [{ model = "A100", vram = "80 GiB" }]
+        [hosts.kubernetes]
+        node_name = "a100"
+        '''
+    def deployments(*names: str) -> str:
+        return "".join(f'''
+            [[deployments]]
+            host = "a100"
+            name = "{name}"
+            manifest = "manifests/dense.toml"
+            profile = "profiles/ngram.toml"
+            engine = "vllm"
+            ''' for name in names)
+
+    fleet = _cluster_world(tmp_path, hosts=hosts, kubernetes=kubernetes, deployments=deployments("one", "two"))
+    review = run("fleet", "review", fleet)
+    assert review.exit_code == 1 and "PWR096" in review.output and "a100/one, a100/two share a100 device 0" in review.output
+    alone = _cluster_world(tmp_path / "alone", hosts=hosts, kubernetes=kubernetes, deployments=deployments("one"))
+    reviewed = run("fleet", "review", alone)
+    assert reviewed.exit_code == 0, reviewed.output
+    plan = tmp_path / "alone" / "plan.json"
+    assert run("plan", tmp_path / "alone" / "manifests" / "dense.toml", tmp_path / "alone" / "profiles" / "ngram.toml",
+               "--device", "80 GiB", "--engine", "vllm", "-o", plan).exit_code == 0
+    words = run("render", plan, "--target", "vllm").output.split()
+    fraction = float(words[words.index("--gpu-memory-utilization") + 1])
+    assert 0 < fraction < 0.05 and words[words.index("--tokenizer") + 1].endswith(".gguf")

@@ -259,10 +259,26 @@ def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
         return
     items = [Placed(d.index, d.key, d.deployment, d.plan) for d in review.deployments]
     review.placements, findings = fleet_placements(loaded, review.fleet, items, images_required)
-    review.findings += findings
+    review.findings += findings + _shared_gpu_findings(loaded, review)
     for item in review.deployments:
         if item.plan is not None:
             item.objects_digest = review.objects_digest(item.key, item.plan)
+
+
+def _shared_gpu_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
+    """PWR096: in a cluster each pod requests its GPUs whole (`nvidia.com/gpu`), so a second deployment on a GPU
+    another already holds would stay Pending: refused here rather than rendered."""
+    findings = []
+    for use in (use for uses in review.device_uses().values() for use in uses):
+        placed = [d for d in use.deployments if d.key in review.placements]
+        if len(placed) < 2 or use.host.devices[use.index].kind != "gpu":
+            continue
+        findings.append(loaded.finding(
+            "PWR096", f"{', '.join(d.key for d in placed)} share {use.host.name} device {use.index}: each pod "
+            "requests the whole GPU (nvidia.com/gpu), so only the first is scheduled and the others stay Pending",
+            where=f"deployments[{placed[-1].index}].host",
+            hint="give each deployment its own GPU in a cluster (the shell and systemd renders may share one)"))
+    return findings
 
 
 def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:
