@@ -27,6 +27,7 @@ import torch
 
 from power import __version__, modes
 from power.artifacts.verify import TARGET, Artifact, verified_sha256
+from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
@@ -148,7 +149,8 @@ class Engine:
         self.artifacts = {str(a.path): verified_sha256(a) for a in workload.artifacts}
         self.device = resolve_device(options.device)
         gguf = GGUFFile(workload.target.path)
-        self.trunk = load_trunk(gguf, n_ctx=runtime.ctx // self.slots, verify_capacity=runtime.verify_capacity,
+        self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
+                                                             runtime.verify_capacity).positions_per_slot, verify_capacity=runtime.verify_capacity,
                                 snapshot_rows=workload.speculation.s, dtype=options.dtype,
                                 lm_head_dtype=options.lm_head_dtype, device=self.device, slots=self.slots)
         self.tokenizer = Tokenizer.from_gguf(gguf)
