@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from click.testing import CliRunner
+from evidence_helpers import write_evidence
 from fleet_world import build_world, write
 
 from power.app.cli import main
@@ -58,15 +59,7 @@ def evidence_for_every_pair(lock_path: Path, folder: Path) -> list[Path]:
         incumbent = (rollout["previous"].get(key) or lock.deployments[key])["plan_digest"]
         engine = record.get("engine", "power")  # evidence counts only from the engine the deployment runs
         path = folder / f"{record['plan_digest'][:12]}-{incumbent[:12]}-{engine}.json"
-        shapes = {shape: {"candidate": {"requests": 4, "decode_tok_s": 30.0, "replays": 0, "fallbacks": 0},
-                          "baseline": {"requests": 4, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
-                          "speedup": 1.5, "parity": True, "verdict": "faster"}
-                  for shape in ("prose", "echo", "structured", "identity")}
-        path.write_text(json.dumps({"schema": "power.evidence/v1", "engine": {"name": engine},
-                                    "candidate": {"plan_digest": record["plan_digest"]},
-                                    "baseline": {"plan_digest": incumbent}, "lossless": {"proven": True},
-                                    "shapes": shapes}))
-        paths.append(path)
+        paths.append(write_evidence(path, record["plan_digest"], incumbent, engine=engine, speedup=1.5))
     return sorted(set(paths))
 
 
