@@ -43,6 +43,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR024": ("error", "a sha256 is not 64 hexadecimal digits"),
     "PWR025": ("error", "a drafter entry lacks the file its kind needs, or names a file its kind cannot use"),
     "PWR026": ("error", "a key spelled the llama.cpp way or renamed: use Power's name for it"),
+    # PWR05x engines (orchestrator/engines/, fleet/review.py, app/commands/plan.py)
+    "PWR050": ("info", "a deployment names no engine, nor does its profile: it is sized for the default (Power's runtime)"),
     # PWR06x fleet files and the fleet lock (orchestrator/fleet/review.py, lock.py)
     "PWR060": ("error", "a deployment names a host the fleet does not define"),
     "PWR061": ("warning", "a path leaves the fleet's directory tree through `..`"),
@@ -76,6 +78,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR093": ("error", "a planned artifact lies outside its model volume's local folder"),
     "PWR094": ("error", "two deployments map to one Kubernetes object name"),
     "PWR095": ("error", "a rollout's staged deployment runs neither the incumbent nor the candidate plan in the fleet file"),
+    "PWR096": ("error", "two deployments share one GPU in a cluster (each pod requests its GPUs whole)"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
     # PWR10x the GGUF file itself (artifacts/gguf_reader.py, digests.py): each names the byte offset
     "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),

@@ -51,6 +51,16 @@ def test_the_table_has_a_row_and_a_verdict_per_shape(ab) -> None:
     assert "losslessness: PROVEN" in stdout and "negative control: holds" in stdout
 
 
+def test_the_gates_read_the_evidence_the_bench_writes_through_one_schema(ab) -> None:
+    from power.orchestrator.fleet.evidence import read_evidence
+
+    document, path, _, _ = ab
+    read, finding = read_evidence(path)
+    assert finding is None and read is not None
+    assert read.candidate_digest == document["candidate"]["plan_digest"] and set(read.shapes) == set(SHAPE_NAMES)
+    assert all(read.shapes[name].verdict == document["shapes"][name]["verdict"] for name in SHAPE_NAMES)
+
+
 def test_evidence_names_both_plans_the_machine_and_every_receipt(ab) -> None:
     document, _, _, _ = ab
     assert document["schema"] == "power.evidence/v1"
@@ -173,14 +183,25 @@ def test_different_greedy_tokens_make_a_shape_lossy_whatever_the_speed() -> None
     assert result["verdict"] == "lossy" and not result["parity"]
 
 
+def _runs(*decode_s: float, proposed: int = 2) -> list[Receipt]:
+    return [_receipt([1, 2, 3, 4], seconds, proposed=proposed, accepted=1) for seconds in decode_s]
+
+
 def test_verdicts_need_the_ranges_apart_and_five_percent() -> None:
-    same = [1, 2, 3, 4]
-    faster = _evidence([_receipt(same, 0.10), _receipt(same, 0.11)], [_receipt(same, 0.20), _receipt(same, 0.21)])
-    assert faster["verdict"] == "faster" and faster["speedup"] == pytest.approx((3 / 0.10 + 3 / 0.11) / (3 / 0.20 + 3 / 0.21))
-    slower = _evidence([_receipt(same, 0.20), _receipt(same, 0.21)], [_receipt(same, 0.10), _receipt(same, 0.11)])
+    faster = _evidence(_runs(0.10, 0.11, 0.10), _runs(0.20, 0.21, 0.20))
+    assert faster["verdict"] == "faster" and faster["speedup"] == pytest.approx((3 / 0.10) / (3 / 0.20))
+    slower = _evidence(_runs(0.20, 0.21, 0.20), _runs(0.10, 0.11, 0.10))
     assert slower["verdict"] == "slower"
-    overlapping = _evidence([_receipt(same, 0.10), _receipt(same, 0.30)], [_receipt(same, 0.15), _receipt(same, 0.16)])
+    overlapping = _evidence(_runs(0.10, 0.30, 0.10), _runs(0.15, 0.16, 0.15))
     assert overlapping["verdict"] == "no difference"
+
+
+def test_a_verdict_needs_repeated_runs_and_a_candidate_that_drafted() -> None:
+    """Defect 8: `--runs 1` called a candidate that drafted nothing "1.06x faster", its "ranges" single points."""
+    single = _evidence(_runs(0.10), _runs(0.20))
+    assert single["verdict"] == "measured" and "needs 3 or more" in single["verdict_reason"]
+    idle = _evidence(_runs(0.10, 0.11, 0.10, proposed=0), _runs(0.20, 0.21, 0.20, proposed=0))
+    assert idle["verdict"] == "no difference" and "drafted nothing" in idle["verdict_reason"]
 
 
 def test_empty_or_near_empty_greedy_outputs_prove_nothing() -> None:

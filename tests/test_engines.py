@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from click.testing import CliRunner
+from gguf_helpers import gemma
 from plan_helpers import codes, write_manifest, write_profile
 
 from power.app.cli import main
@@ -75,3 +76,33 @@ def test_a_device_size_without_its_unit_is_refused_with_the_fix(tmp_path):
     host.write_text('schema = "power.host/v1"\nname = "h"\ndevices = [{ model = "L4", vram = 24 }]\n')
     validated = CliRunner().invoke(main, ["validate", str(host)])
     assert validated.exit_code == 1 and '"24 GiB"' in validated.output and f"{host}:3" in validated.output
+
+
+def test_an_imported_line_keeps_its_engine_and_a_default_engine_is_said(tmp_path):
+    """Defect 10: `power import llama-server` then `power size` sized the line for Power's runtime, silently."""
+    out = tmp_path / "imported"
+    imported = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--", "-m", str(gemma()),
+                                         "-c", "2048", "-np", "2"])
+    assert imported.exit_code == 0, imported.output
+    assert 'engine = "llama-server"' in (out / "profile.toml").read_text()
+    sized = CliRunner().invoke(main, ["size", str(out / "manifest.toml"), str(out / "profile.toml"), "--device",
+                                      "8 GiB", "--json"])
+    assert sized.exit_code == 0 and '"engine": "llama-server"' in sized.stdout and "note:" not in sized.stderr
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    planned = CliRunner().invoke(main, ["plan", str(manifest), str(write_profile(tmp_path, "ngram")), "--device",
+                                        "8 GiB"])
+    assert planned.exit_code == 0 and "note: sized for Power's runtime, the default engine" in planned.stderr
+
+
+def test_a_fleet_deployment_without_an_engine_says_it_runs_the_default(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    profile = write_profile(tmp_path, "ngram")
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'schema = "power.fleet/v1"\n[[hosts]]\nname = "a"\ndevices = [{{ model = "L4", vram = "24 GiB" }}]\n'
+                     f'[[deployments]]\nhost = "a"\nmanifest = "{manifest.name}"\nprofile = "{profile.name}"\n')
+    review = review_fleet(fleet)
+    assert codes(review.all_findings).count("PWR050") == 1 and review.deployments[0].plan.memory.engine == "power"
+    profile.write_text(profile.read_text().replace("[runtime]", 'engine = "llama-server"\n[runtime]'))
+    review = review_fleet(fleet)
+    assert "PWR050" not in codes(review.all_findings)
+    assert review.deployments[0].plan.memory.engine == "llama-server"

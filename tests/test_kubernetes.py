@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from click.testing import CliRunner
+from evidence_helpers import write_evidence
 from fleet_world import build_world, write
 
 from power.app.cli import main
@@ -58,15 +59,7 @@ def evidence_for_every_pair(lock_path: Path, folder: Path) -> list[Path]:
         incumbent = (rollout["previous"].get(key) or lock.deployments[key])["plan_digest"]
         engine = record.get("engine", "power")  # evidence counts only from the engine the deployment runs
         path = folder / f"{record['plan_digest'][:12]}-{incumbent[:12]}-{engine}.json"
-        shapes = {shape: {"candidate": {"requests": 4, "decode_tok_s": 30.0, "replays": 0, "fallbacks": 0},
-                          "baseline": {"requests": 4, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
-                          "speedup": 1.5, "parity": True, "verdict": "faster"}
-                  for shape in ("prose", "echo", "structured", "identity")}
-        path.write_text(json.dumps({"schema": "power.evidence/v1", "engine": {"name": engine},
-                                    "candidate": {"plan_digest": record["plan_digest"]},
-                                    "baseline": {"plan_digest": incumbent}, "lossless": {"proven": True},
-                                    "shapes": shapes}))
-        paths.append(path)
+        paths.append(write_evidence(path, record["plan_digest"], incumbent, engine=engine, speedup=1.5))
     return sorted(set(paths))
 
 
@@ -422,3 +415,43 @@ def test_render_replaces_only_a_folder_it_rendered(tmp_path: Path, monkeypatch) 
         result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree)
         assert result.exit_code == 0, result.output
     assert (tree / "base" / "kustomization.yaml").is_file()
+
+
+def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_share(tmp_path: Path) -> None:
+    """Issue 23 defect 5: two vLLM deployments on one A100 passed review, and the second pod stayed Pending."""
+    kubernetes = '''
+        [kubernetes]
+        images = { power = "registry.example.com/power:1", vllm = "registry.example.com/vllm:1" }
+        [kubernetes.volumes.models]
+        host_path = "/srv/models"
+        local = "artifacts"
+        '''
+    hosts = '''
+        [[hosts]]
+        name = "a100"
+        devices = [{ model = "A100", vram = "80 GiB" }]
+        [hosts.kubernetes]
+        node_name = "a100"
+        '''
+    def deployments(*names: str) -> str:
+        return "".join(f'''
+            [[deployments]]
+            host = "a100"
+            name = "{name}"
+            manifest = "manifests/dense.toml"
+            profile = "profiles/ngram.toml"
+            engine = "vllm"
+            ''' for name in names)
+
+    fleet = _cluster_world(tmp_path, hosts=hosts, kubernetes=kubernetes, deployments=deployments("one", "two"))
+    review = run("fleet", "review", fleet)
+    assert review.exit_code == 1 and "PWR096" in review.output and "a100/one, a100/two share a100 device 0" in review.output
+    alone = _cluster_world(tmp_path / "alone", hosts=hosts, kubernetes=kubernetes, deployments=deployments("one"))
+    reviewed = run("fleet", "review", alone)
+    assert reviewed.exit_code == 0, reviewed.output
+    plan = tmp_path / "alone" / "plan.json"
+    assert run("plan", tmp_path / "alone" / "manifests" / "dense.toml", tmp_path / "alone" / "profiles" / "ngram.toml",
+               "--device", "80 GiB", "--engine", "vllm", "-o", plan).exit_code == 0
+    words = run("render", plan, "--target", "vllm").output.split()
+    fraction = float(words[words.index("--gpu-memory-utilization") + 1])
+    assert 0 < fraction < 0.05 and words[words.index("--tokenizer") + 1].endswith(".gguf")

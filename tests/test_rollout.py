@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from evidence_helpers import write_evidence
 from fleet_world import World, build_world
 from hostile_documents import JSON_CASES, hostile
 
@@ -42,25 +43,9 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     return world
 
 
-def evidence(path: Path, candidate: str, baseline: str, *, lossless: bool = True, speedup: float = 1.4,
-             shapes: tuple[str, ...] = ("prose", "echo", "structured", "identity"), replays: int = 0,
-             fallbacks: int = 0, runs: int = 4) -> Path:
-    """An evidence document in the documented power.evidence/v1 shape (docs/bench.md), the fields the gates read."""
-    verdict = "faster" if speedup >= 1.05 else "slower" if speedup <= 0.95 else "no difference"
-    document = {
-        "schema": "power.evidence/v1",
-        "candidate": {"label": "candidate", "plan_digest": candidate},
-        "baseline": {"label": "baseline", "plan_digest": baseline},
-        "lossless": {"proven": lossless, "shape": "identity"},
-        "shapes": {shape: {"candidate": {"requests": runs, "decode_tok_s": 20.0 * speedup, "replays": replays,
-                                         "fallbacks": fallbacks},
-                           "baseline": {"requests": runs, "decode_tok_s": 20.0, "replays": 0, "fallbacks": 0},
-                           "speedup": speedup, "parity": lossless, "verdict": verdict if lossless else "lossy"}
-                   for shape in shapes},
-        "passed": lossless,
-    }
-    path.write_text(json.dumps(document))
-    return path
+def evidence(path: Path, candidate: str, baseline: str, **options) -> Path:
+    """An evidence document through the one evidence schema (docs/bench.md), with the figures the test chooses."""
+    return write_evidence(path, candidate, baseline, **options)
 
 
 def _lock(world: World):
@@ -150,8 +135,8 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     other = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "other.json", "f" * 64, incumbent))
     assert other.exit_code == 1 and "PWR070" in other.output
     unpaired = evidence(tmp_path / "unpaired.json", candidate, incumbent)
-    unpaired.write_text(unpaired.read_text().replace('"baseline": {"label": "baseline", "plan_digest": "' + incumbent + '"}',
-                                                     '"baseline": null'))
+    document = json.loads(unpaired.read_text())
+    unpaired.write_text(json.dumps(document | {"baseline": None}))
     assert "ran without a baseline" in run("rollout", "advance", fleet, "--evidence", unpaired).output
     garbage = tmp_path / "garbage.json"
     garbage.write_text("not json")

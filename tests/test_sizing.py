@@ -17,10 +17,14 @@ from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
+from power.documents import geometry
+from power.documents.plan import load_plan
 from power.orchestrator.engines import adapter
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.sizing.placement import place_layers
+from power.runtime import kv_cache
 from power.runtime.trunks import load_trunk
+from power.runtime.trunks.base import DEFAULT_PREFILL_CHUNK
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REPO_PROFILES = REPO / "profiles"
@@ -103,9 +107,27 @@ def test_power_runtime_kv_is_the_runtimes_own_allocation():
     trunk = load_trunk(fixture("dense-target"), n_ctx=1000, verify_capacity=8)
     allocated = sum(cache.k.nbytes + cache.v.nbytes for layer in trunk.layers for cache in layer.caches)
     assert parts(sizing)["target KV"] == allocated == 4 * 2 * 16 * 2 * 4 * 1280
+    assert (geometry.ATTENTION_BLOCK, geometry.PREFILL_CHUNK) == (kv_cache.ATTENTION_BLOCK, DEFAULT_PREFILL_CHUNK)
     assert sizing.engine == "power"
     two = size_plan("power", gemma_facts(), None, Request(ctx=1000, verify_rows=8, slots=2, vocab=GEMMA_VOCAB), CPU)
-    assert parts(two)["target KV"] == 18 * 1 * (256 + 256) * 4 * 1280 * 2  # sliding layers too, one region per slot
+    assert parts(two)["target KV"] == 18 * 1 * (256 + 256) * 4 * 768 * 2  # sliding layers too, ctx / 2 a slot
+
+
+def test_the_plans_slots_are_what_the_engine_allocates(tmp_path):
+    """Defect 3: with ctx 1024 and 4 slots the plan charged 1024 positions a slot (5,242,880 B of target KV) while
+    `Engine` gives each slot ctx / slots = 256 (2,097,152 B). The plan and the engine now read one geometry."""
+    from power.runtime.engine import Engine, EngineOptions, Workload
+
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    plan_path = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", str(manifest), str(write_profile(tmp_path, "ngram", runtime={
+        "ctx": 1024, "slots": 4})), "--device", "8 GiB", "-o", str(plan_path)])
+    assert result.exit_code == 0, result.output
+    plan = load_plan(plan_path)
+    engine = Engine(Workload.of_plan(plan, plan_path), EngineOptions())
+    allocated = sum(cache.k.nbytes + cache.v.nbytes for layer in engine.trunk.layers for cache in layer.caches)
+    assert plan.memory.slots.ctx_per_slot == engine.n_ctx == 256
+    assert {c.name: c.bytes for c in plan.memory.components}["target KV"] == allocated == 2_097_152
 
 
 # --- placement on several devices ----------------------------------------------------

@@ -30,12 +30,11 @@ import torch
 from power import __version__
 from power.app.traffic import TrafficShape, build_shape
 from power.artifacts.atomic import write_text_atomic
+from power.documents.evidence import BASELINE, CANDIDATE, MIN_RUNS, SCHEMA, Evidence
 from power.documents.plan import ResolvedPlan
 from power.documents.receipt import Receipt
 from power.runtime.sampling import SamplingParams
 
-EVIDENCE_SCHEMA = "power.evidence/v1"
-CANDIDATE, BASELINE = "candidate", "baseline"
 NOISE_BAND = 0.05  # a median ratio within 5 % of 1 is "no difference"
 WARMUP_SHAPE = "identity"
 # Greedy outputs this short (or blank) are identical for free: they prove nothing about losslessness.
@@ -115,8 +114,8 @@ def evidence(candidate: BenchConfig, baseline: BenchConfig | None, shapes: list[
                                                   for label, role in roles.items()})
                  for shape in shapes}
     lossless = _lossless(per_shape, list(roles.values()))
-    return {
-        "schema": EVIDENCE_SCHEMA,
+    return Evidence.model_validate({
+        "schema": SCHEMA,
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "power_version": __version__,
         "engine": candidate.engine.identity(),
@@ -132,7 +131,7 @@ def evidence(candidate: BenchConfig, baseline: BenchConfig | None, shapes: list[
         "passed": lossless["proven"],
         "receipts": [{"shape": m.shape, "config": roles[m.label], "run": m.run, "receipt": m.receipt.document()}
                      for m in measurements if m.label in roles],
-    }
+    }).document()
 
 
 def machine() -> dict[str, Any]:
@@ -194,7 +193,7 @@ def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]]) -> dic
     result["vacuous"] = any(_vacuous(r) for rs in receipts.values() for r in rs)
     if BASELINE not in receipts:
         return result | {"speedup": None, "verdict": "measured", "verdict_reason": "no baseline (--vs) to compare with"}
-    verdict, reason, speedup = _verdict(result[CANDIDATE], result[BASELINE])
+    verdict, reason, speedup = _verdict(result[CANDIDATE], result[BASELINE], first.mode)
     if shape.temperature == 0.0 and not result["parity"]:
         verdict, reason = "lossy", "greedy outputs differ between the configurations: a correctness bug, whatever the speed"
     return result | {"speedup": speedup, "verdict": verdict, "verdict_reason": reason}
@@ -205,10 +204,17 @@ def _vacuous(receipt: Receipt) -> bool:
     return len(receipt.token_ids) < VACUOUS_TOKENS or not receipt.text.strip()
 
 
-def _verdict(candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[str, str, float | None]:
+def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str) -> tuple[str, str, float | None]:
     if baseline["decode_tok_s"] <= 0:
         return "no difference", "the baseline decoded no tokens after the first", None
     speedup = candidate["decode_tok_s"] / baseline["decode_tok_s"]
+    runs = min(candidate["requests"], baseline["requests"])
+    if runs < MIN_RUNS:
+        return "measured", (f"candidate {speedup:.2f}x the baseline's median decode tok/s over {runs} run(s): a "
+                            f"verdict needs {MIN_RUNS} or more (--runs), since one run's range is a point"), speedup
+    if mode != "none" and candidate["draft_n"] == 0:
+        return "no difference", (f"candidate {speedup:.2f}x the baseline's median decode tok/s, but it drafted "
+                                 f"nothing ({mode}): the difference is not its speculation's"), speedup
     apart = candidate["decode_tok_s_min"] > baseline["decode_tok_s_max"] or candidate["decode_tok_s_max"] < baseline["decode_tok_s_min"]
     ranges = "ranges do not overlap" if apart else "ranges overlap"
     if speedup >= 1 + NOISE_BAND and apart:
@@ -273,4 +279,6 @@ def winner(documents: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def write_evidence(document: dict[str, Any], path: Path) -> None:
-    write_text_atomic(Path(path), json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    """The document through the evidence schema (`power.documents.evidence`), then to `path` atomically."""
+    checked = Evidence.model_validate(document).document()
+    write_text_atomic(Path(path), json.dumps(checked, indent=2, ensure_ascii=False) + "\n")

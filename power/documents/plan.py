@@ -65,6 +65,8 @@ from power.findings import Finding, PowerError
 
 # The engines Power has an adapter for (power.orchestrator.engines), as plans and profiles spell them.
 EngineName = Literal["power", "llama-server", "vllm"]
+# The engine a plan is sized for when neither the command, the deployment nor the profile names one.
+DEFAULT_ENGINE: Final = "power"
 
 PLAN_SCHEMA: Final = "power.plan/v1"
 

@@ -217,7 +217,7 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     declared = manifest.model.drafters
     drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None) for i in chosen.resolution.drafters)
     return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
-                 runtime.tensor_parallel, len(placed.devices))
+                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified)
 
 
 def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,

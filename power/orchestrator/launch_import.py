@@ -611,6 +611,7 @@ def profile_document(spec: LaunchSpec) -> dict[str, Any]:
         "name": f"imported-{spec.engine}-{spec.mode}",
         "description": f"imported from a {spec.engine} launch line",
         "spec_mode": spec.mode,
+        "engine": spec.engine,
         "spec_draft_max": k,
         "spec_mtp_recurrent_snapshots": k,
         **settings,

@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from power import modes
-from power.documents.plan import EngineName
+from power.documents.plan import DEFAULT_ENGINE, EngineName
 from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
 
 SCHEMA_VERSION = "v1"
@@ -220,6 +220,9 @@ class Profile(_Strict):
     spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, dspark; not dflash2)")
     runtime: ProfileRuntime = Field(default_factory=ProfileRuntime)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    engine: EngineName | None = Field(None, description="the engine these settings were written for (`power import` "
+                                      "records the launch line's): `power plan`, `power size` and a fleet deployment "
+                                      "without `engine` size for it; default power (Power's runtime)")
 
     @property
     def verify_rows(self) -> int:
@@ -288,8 +291,9 @@ class Deployment(_Strict):
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
     traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
-    engine: EngineName = Field("power", description="the engine the deployment runs: power (Power's runtime, "
-                                                    "`power serve`) | llama-server | vllm")
+    engine: EngineName | None = Field(None, description="the engine the deployment runs: power (Power's runtime, "
+                                      "`power serve`) | llama-server | vllm; default: its profile's `engine`, else "
+                                      "power")
     volume: StrictStr | None = Field(None, min_length=1, description="the [kubernetes.volumes] entry holding the "
                                                                      "deployment's model files (default: the only one)")
 
@@ -306,6 +310,11 @@ class Deployment(_Strict):
     def device_indices(self) -> tuple[int, ...]:
         """The host device indices the deployment runs on, in order."""
         return tuple(self.devices) if self.devices is not None else (self.device,)
+
+    @property
+    def runs_on(self) -> EngineName:
+        """The engine the deployment runs (the fleet review fills in its profile's when it names none)."""
+        return self.engine or DEFAULT_ENGINE
 
 
 class ModelVolume(_Strict):

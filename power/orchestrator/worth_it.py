@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from power import modes
+from power.documents.evidence import BASELINE, CANDIDATE
 from power.documents.plan import ResolvedPlan
-from power.orchestrator.fleet.evidence import BASELINE, CANDIDATE
 from power.orchestrator.units import format_size
 
 # One verification pass of K + 1 rows costs about 1.1 target steps (the seeds' figure).

@@ -27,6 +27,7 @@ import torch
 
 from power import __version__, modes
 from power.artifacts.verify import TARGET, Artifact
+from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
@@ -150,7 +151,9 @@ class Engine:
         gguf = GGUFFile.verified(workload.target)
         drafters = {a.role: GGUFFile.verified(a) for a in workload.artifacts[1:]}
         self.artifacts = {str(file.path): file.sha256 for file in (gguf, *drafters.values())}
-        self.trunk = load_trunk(gguf, n_ctx=runtime.ctx // self.slots, verify_capacity=runtime.verify_capacity,
+        self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
+                                                             runtime.verify_capacity).positions_per_slot,
+                                verify_capacity=runtime.verify_capacity,
                                 snapshot_rows=workload.speculation.s, dtype=options.dtype,
                                 lm_head_dtype=options.lm_head_dtype, device=self.device, slots=self.slots)
         self.tokenizer = Tokenizer.from_gguf(gguf)

@@ -11,11 +11,11 @@ import click
 
 from power.app.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.app.outputs import require_outputs, writing
-from power.documents.plan import save_plan, to_json, to_toml
+from power.documents.plan import DEFAULT_ENGINE, save_plan, to_json, to_toml
 from power.findings import Finding
 from power.orchestrator.compile import Placed, compile_plan
-from power.orchestrator.engines import ENGINES
-from power.orchestrator.loading import load_host, load_manifest, load_profile
+from power.orchestrator.engines import ENGINES, adapter
+from power.orchestrator.loading import Loaded, load_host, load_manifest, load_profile
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
 from power.orchestrator.units import SizeError, format_size, parse_device_size
@@ -70,12 +70,24 @@ def placement_options(command):
         click.option("--device-index", "indices", type=click.IntRange(min=0), multiple=True,
                      help="Which device(s) to run on, by index (repeat for a split; default: every --device, or the "
                           "host's device 0)."),
-        click.option("--engine", type=click.Choice(ENGINES), default="power", show_default=True,
-                     help="The engine whose allocation is sized (a fleet deployment's `engine`)."),
+        click.option("--engine", type=click.Choice(ENGINES),
+                     help="The engine whose allocation is sized (a fleet deployment's `engine`; default: the "
+                          "profile's `engine`, else power)."),
     ]
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def engine_for(option: str | None, profile: Loaded) -> str:
+    """--engine, else the engine the profile was written for, else the default, which is said on stderr (another
+    engine allocates other memory, so the verdict depends on it)."""
+    written_for = profile.model.engine if profile.ok else None
+    engine = option or written_for or DEFAULT_ENGINE
+    if option is None and written_for is None:
+        click.echo(f"note: sized for {adapter(engine).description}, the default engine (no --engine, and the profile "
+                   "names none)", err=True)
+    return engine
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -92,10 +104,12 @@ def exit_code(findings: list[Finding]) -> int:
 def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, as_toml) -> None:
     """Compile MANIFEST + PROFILE for a host into a resolved engine plan; refuse with every finding."""
     require_outputs(files=(output,), as_json=as_json)
+    profile_doc = load_profile(profile)
+    engine = engine_for(engine, profile_doc)
     placed, findings = placement_from_options(host_path, sizes, indices, engine)
     resolved = None
     if placed is not None:
-        resolved, compiled = compile_plan(load_manifest(manifest), load_profile(profile), placed.host, placed.devices,
+        resolved, compiled = compile_plan(load_manifest(manifest), profile_doc, placed.host, placed.devices,
                                           host_path=host_path, engine=engine)
         findings = findings + compiled
     if resolved is None:

@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 
 from power.app.cli import EXIT_FINDINGS, EXIT_OK
-from power.app.commands.plan import exit_code, placement_from_options, placement_options
+from power.app.commands.plan import engine_for, exit_code, placement_from_options, placement_options
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.compile import (
@@ -36,8 +36,9 @@ from power.orchestrator.schema import MAX_CTX
 def size(manifest, profile, host_path, sizes, indices, engine, ctx, as_json) -> None:
     """Per-device, per-component memory from the GGUF headers for one engine, each device's verdict, and the largest
     context that fits."""
-    placed, findings = placement_from_options(host_path, sizes, indices, engine)
     manifest_doc, profile_doc = load_manifest(manifest), load_profile(profile)
+    engine = engine_for(engine, profile_doc)
+    placed, findings = placement_from_options(host_path, sizes, indices, engine)
     findings += manifest_doc.findings + profile_doc.findings
     if placed is None or not (manifest_doc.ok and profile_doc.ok):
         _stop(findings)

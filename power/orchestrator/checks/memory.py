@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from power.artifacts.facts import ArtifactFacts
 from power.findings import Finding
+from power.orchestrator.engines import adapter
 from power.orchestrator.loading import Loaded
 from power.orchestrator.sizing import DeviceSizing, MiB, Sizing
 from power.orchestrator.units import format_size
@@ -31,10 +32,12 @@ def _device_findings(profile: Loaded, sizing: Sizing, device: DeviceSizing, labe
     total, memory, headroom = device.total_bytes, device.device.memory_bytes, device.device.headroom_bytes
     if device.verdict == "does-not-fit":
         where, fix = _fix(sizing)
+        engine = adapter(sizing.engine)
         return [profile.finding(
-            "PWR500", f"does not fit {label}: needs {format_size(total)} of {format_size(memory)} "
-            f"(over by {format_size(total - memory)}; {format_size(headroom)} headroom on top)",
-            where=where, hint=f"{fix} (`power size` shows every component)")]
+            "PWR500", f"does not fit {label} on {engine.description}: needs {format_size(total)} of "
+            f"{format_size(memory)} (over by {format_size(total - memory)}; {format_size(headroom)} headroom on top)",
+            where=where, hint=f"{fix} (`power size --engine {engine.name}` shows every component; each engine "
+                              "allocates differently: `--engine`, or a deployment's `engine`, picks another)")]
     if device.verdict == "fits-below-headroom":
         where, fix = _fix(sizing)
         return [profile.finding(

@@ -46,6 +46,11 @@ class PowerRuntime(EngineAdapter):
             refusals.append(Refusal("PWR510", f"Power's runtime runs on one device; this deployment names "
                                     f"{asked.devices}", 'run it with engine "llama-server" (a layer split) or "vllm" '
                                     "(tensor parallelism), or use one device", "profile", "runtime"))
+        if asked.kv_unified:
+            refusals.append(Refusal("PWR510", "Power's runtime gives each slot its own region of ctx / slots "
+                                    "positions; runtime.kv_unified shares one cache between them",
+                                    'set kv_unified = false, or run engine "llama-server"', "profile",
+                                    "runtime.kv_unified"))
         return refusals + tensor_parallel_refusal(self.name, asked)
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,

@@ -1,5 +1,8 @@
 """Reading `power bench` evidence files (`power.evidence/v1`, documented in docs/bench.md) for the rollout gates.
 
+The file is read through the one evidence schema (`power.documents.evidence`),
+the models `power bench` writes it through.
+
 Only what the gates need is read: which plans were compared, on which engine
 (and build), whether their greedy outputs were proven identical, and per traffic shape the paired decode
 rates, the bench's speedup and verdict, output parity, and the candidate's
@@ -12,18 +15,20 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from pydantic import ValidationError
 
 from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, decode_utf8, parse_json, read_bytes
+from power.documents.evidence import SCHEMA, ShapeResult
+from power.documents.evidence import Evidence as EvidenceDocument
 from power.findings import Finding, Severity
 
-EVIDENCE_SCHEMA = "power.evidence/v1"
-CANDIDATE, BASELINE = "candidate", "baseline"
+EVIDENCE_SCHEMA = SCHEMA
 _HINT = "pass files written by `power bench CANDIDATE --vs INCUMBENT -o evidence.json`"
 
 
 @dataclass(frozen=True)
-class ShapeResult:
+class GatedShape:
     shape: str
     candidate_tok_s: float
     baseline_tok_s: float
@@ -43,7 +48,7 @@ class Evidence:
     candidate_digest: str
     baseline_digest: str
     lossless: bool
-    shapes: dict[str, ShapeResult]
+    shapes: dict[str, GatedShape]
     # the engine that produced it (evidence written before engines were recorded came from Power's runtime)
     engine: str = "power"
     engine_build: str = ""
@@ -62,33 +67,32 @@ def read_evidence(path: Path) -> tuple[Evidence | None, Finding | None]:
     if data.get("baseline") is None:
         return None, _unreadable(path, "the bench ran without a baseline, so it compares the candidate with nothing")
     try:
-        evidence = Evidence(
-            path=path,
-            sha256=hashlib.sha256(raw).hexdigest(),
-            candidate_digest=str(data["candidate"]["plan_digest"]),
-            baseline_digest=str(data["baseline"]["plan_digest"]),
-            lossless=data["lossless"]["proven"] is True,
-            shapes={name: _shape(name, result) for name, result in data["shapes"].items()},
-            engine=str((data.get("engine") or {}).get("name", "power")),
-            engine_build=str((data.get("engine") or {}).get("build", "")),
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        return None, _unreadable(path, f"the evidence document lacks or mistypes {err}")
-    return evidence, None
+        document = EvidenceDocument.model_validate(data)
+    except ValidationError as err:
+        problem = err.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        return None, _unreadable(path, f"the evidence document does not match {EVIDENCE_SCHEMA} at {where}: "
+                                       f"{problem['msg']}")
+    return _gated(path, hashlib.sha256(raw).hexdigest(), document), None
 
 
-def _shape(name: str, result: dict[str, Any]) -> ShapeResult:
-    return ShapeResult(
-        shape=name,
-        candidate_tok_s=float(result["candidate"]["decode_tok_s"]),
-        baseline_tok_s=float(result["baseline"]["decode_tok_s"]),
-        speedup=float(result["speedup"]),
-        verdict=str(result["verdict"]),
-        parity=result["parity"] is True,
-        replays=int(result["candidate"]["replays"]),
-        fallbacks=int(result["candidate"]["fallbacks"]),
-        requests=int(result["candidate"]["requests"]),
-    )
+def _gated(path: Path, sha256: str, document: EvidenceDocument) -> Evidence:
+    """What the gates read of a document the schema accepted."""
+    baseline = document.baseline
+    assert baseline is not None  # refused above
+    return Evidence(
+        path=path, sha256=sha256, candidate_digest=document.candidate.plan_digest,
+        baseline_digest=baseline.plan_digest, lossless=document.lossless.proven,
+        shapes={name: _shape(name, result) for name, result in document.shapes.items() if result.baseline},
+        engine=document.engine.name, engine_build=document.engine.build)
+
+
+def _shape(name: str, result: ShapeResult) -> GatedShape:
+    assert result.baseline is not None
+    return GatedShape(
+        shape=name, candidate_tok_s=result.candidate.decode_tok_s, baseline_tok_s=result.baseline.decode_tok_s,
+        speedup=result.speedup or 0.0, verdict=result.verdict, parity=result.parity,
+        replays=result.candidate.replays, fallbacks=result.candidate.fallbacks, requests=result.candidate.requests)
 
 
 def _unreadable(path: Path, message: str) -> Finding:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from power.documents.plan import ResolvedPlan
+from power.documents.plan import DEFAULT_ENGINE, ResolvedPlan
 from power.findings import Finding, Severity, has_errors
+from power.orchestrator.engines import adapter
 from power.orchestrator.fleet.drift import Change, diff, render, summary
 from power.orchestrator.fleet.lock import FleetLock, read_lock
 from power.orchestrator.kubernetes.objects import Placement, objects_digest, render_objects
@@ -147,7 +148,7 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "manifest": plan.name,
         "profile": profile_name,
         "traffic": deployment.traffic,
-        "engine": deployment.engine,
+        "engine": deployment.runs_on,
         "mode": plan.mode.resolved,
         "chain": list(plan.mode.chain),
         "k": plan.speculation.k,
@@ -210,6 +211,9 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
                                 deployment=deployment, findings=findings)
     manifest = memo.manifest(deployment.manifest)
     profile = memo.profile(deployment.profile)
+    if deployment.engine is None:
+        deployment, defaulted = _engine_of(loaded, index, deployment, profile)
+        findings += defaulted
     name = deployment.name or (manifest.model.name if manifest.ok else Path(deployment.manifest).stem)
     item = DeploymentReview(index=index, key=f"{deployment.host}/{name}", deployment=deployment, findings=findings,
                             profile_name=profile.model.name if profile.ok else None)
@@ -229,12 +233,24 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
     if not (manifest.ok and profile.ok):
         item.findings += manifest.findings + profile.findings
     else:
-        item.plan, plan_findings = memo.plan(manifest, profile, host, deployment.device_indices, deployment.engine)
+        item.plan, plan_findings = memo.plan(manifest, profile, host, deployment.device_indices, deployment.runs_on)
         item.findings += plan_findings
         if item.plan is None and not has_errors(plan_findings):
             item.findings.append(loaded.finding("PWR067", f"deployment {item.key} could not be planned",
                                                 where=where, hint="run `power plan` on its manifest and profile"))
     return item
+
+
+def _engine_of(loaded: Loaded, index: int, deployment: Deployment, profile: Loaded) -> tuple[Deployment, list[Finding]]:
+    """A deployment that names no engine runs its profile's, else the default, which is said (PWR050): the
+    engine decides what the plan allocates, so a silent default could change the verdict."""
+    written_for = profile.model.engine if profile.ok else None
+    engine = written_for or DEFAULT_ENGINE
+    findings = [] if written_for else [loaded.finding(
+        "PWR050", f"deployments[{index}] names no engine, nor does its profile: it is sized for the default, "
+        f"{adapter(engine).description}", where=f"deployments[{index}]",
+        hint='say which engine runs it: engine = "power" | "llama-server" | "vllm"')]
+    return deployment.model_copy(update={"engine": engine}), findings
 
 
 def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
@@ -243,10 +259,26 @@ def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
         return
     items = [Placed(d.index, d.key, d.deployment, d.plan) for d in review.deployments]
     review.placements, findings = fleet_placements(loaded, review.fleet, items, images_required)
-    review.findings += findings
+    review.findings += findings + _shared_gpu_findings(loaded, review)
     for item in review.deployments:
         if item.plan is not None:
             item.objects_digest = review.objects_digest(item.key, item.plan)
+
+
+def _shared_gpu_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
+    """PWR096: in a cluster each pod requests its GPUs whole (`nvidia.com/gpu`), so a second deployment on a GPU
+    another already holds would stay Pending: refused here rather than rendered."""
+    findings = []
+    for use in (use for uses in review.device_uses().values() for use in uses):
+        placed = [d for d in use.deployments if d.key in review.placements]
+        if len(placed) < 2 or use.host.devices[use.index].kind != "gpu":
+            continue
+        findings.append(loaded.finding(
+            "PWR096", f"{', '.join(d.key for d in placed)} share {use.host.name} device {use.index}: each pod "
+            "requests the whole GPU (nvidia.com/gpu), so only the first is scheduled and the others stay Pending",
+            where=f"deployments[{placed[-1].index}].host",
+            hint="give each deployment its own GPU in a cluster (the shell and systemd renders may share one)"))
+    return findings
 
 
 def _outside_tree_findings(loaded: Loaded, index: int) -> list[Finding]:

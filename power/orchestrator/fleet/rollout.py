@@ -162,7 +162,8 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
         shapes = sorted({rollout["candidates"][key]["traffic"] for key in keys})
         found = evidence.get(pair, [])
         if not found:
-            outcome.findings.append(_missing(lock_path, stage["name"], pair, keys, shapes))
+            engines = sorted({_engine(rollout["candidates"][key]) for key in keys})
+            outcome.findings.append(_missing(lock_path, stage["name"], pair, keys, shapes, engines))
             continue
         for engine in sorted({_engine(rollout["candidates"][key]) for key in keys}):
             serving = [key for key in keys if _engine(rollout["candidates"][key]) == engine]
@@ -266,7 +267,7 @@ def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentRevi
     for item in selected:
         manifest = memo.manifest(item.deployment.manifest)
         plan, findings = memo.plan(manifest, profile, hosts[item.deployment.host], item.deployment.device_indices,
-                                   item.deployment.engine)
+                                   item.deployment.runs_on)
         outcome.findings += [f for f in findings if f.severity is Severity.ERROR]
         if plan is not None:
             memo.keep(plan)
@@ -318,7 +319,8 @@ def _requirement_lines(rollout: dict[str, Any], lock: FleetLock) -> list[str]:
     return lines
 
 
-def _missing(lock_path: Path, stage: str, pair: tuple[str, str], keys: list[str], shapes: list[str]) -> Finding:
+def _missing(lock_path: Path, stage: str, pair: tuple[str, str], keys: list[str], shapes: list[str],
+             engines: list[str]) -> Finding:
     candidate, incumbent = pair
     return Finding(
         code="PWR070", severity=Severity.ERROR, file=str(lock_path),
@@ -326,7 +328,8 @@ def _missing(lock_path: Path, stage: str, pair: tuple[str, str], keys: list[str]
                 f"{incumbent[:12]} (deployments {', '.join(keys)}; traffic {', '.join(shapes)})",
         hint=f"export the plans with `power rollout status FLEET --export-plans DIR`, then run `power bench "
              f"DIR/{candidate[:12]}.json --vs DIR/{incumbent[:12]}.json --shapes {','.join(shapes)},identity "
-             "-o evidence.json` and pass it with --evidence")
+             f"--engine {' | '.join(engines)} -o evidence.json` (one run per engine the stage's deployments run) "
+             "and pass it with --evidence")
 
 
 def _read_all(paths: list[Path], outcome: Outcome) -> dict[tuple[str, str], list[Evidence]]:

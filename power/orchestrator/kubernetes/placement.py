@@ -115,7 +115,7 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
         if found or volume_name is None:
             continue
         images = _images(settings, host)
-        engine = item.deployment.engine
+        engine = item.deployment.runs_on
         placements[item.key] = Placement(
             key=item.key, name=name, engine=engine,
             image=images[engine] if require_images else dry_run_image(engine),
@@ -143,7 +143,7 @@ def _image_findings(loaded: Loaded, settings: FleetKubernetes, item: Placed, hos
                     reported: set[str]) -> list[Finding]:
     """PWR069 for the deployment's engine, and once for Power's image, which every pod's `power verify` needs."""
     images = _images(settings, host)
-    engine = item.deployment.engine
+    engine = item.deployment.runs_on
     findings = []
     if engine not in images:
         findings.append(loaded.finding(

@@ -4,10 +4,10 @@ The runtime is a torch reference: it dequantizes the weights to its `--dtype`
 (float32 by default: 4 B per element; bfloat16 halves the matrices) and keeps
 every cache in float32. Its layout differs from llama.cpp's:
 
-- every attention layer, sliding or global, keeps a region of
-  `pad(ctx + max(verify capacity, prefill chunk), 256)` positions per slot
-  (runtime/trunks/base.py `TrunkOptions.cache_capacity`, runtime/kv_cache.py
-  `KVCache`: blocks of ATTENTION_BLOCK);
+- each slot gets ctx / slots positions, and every attention layer, sliding or
+  global, keeps a region of `pad(ctx / slots + max(verify capacity, prefill
+  chunk), 256)` positions per slot: `power.documents.geometry`, the function
+  the runtime's `Engine` builds its trunk from;
 - recurrent layers keep their conv and delta state and S snapshots per slot;
 - a drafter keeps a ring of its sliding window (else the whole context)
   (runtime/speculators/kv_ring.py);
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
+from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
 from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
 from power.orchestrator.sizing.model import (
     Component,
@@ -34,27 +35,23 @@ from power.orchestrator.sizing.model import (
     SlotFacts,
     block_index,
     largest,
-    pad,
     trunk_layers,
     whole,
 )
 
-# The runtime's cache block and its prefill chunk (runtime/kv_cache.py ATTENTION_BLOCK,
-# runtime/trunks/base.py DEFAULT_PREFILL_CHUNK; tests/test_sizing.py holds them equal).
-ATTENTION_BLOCK = 256
-PREFILL_CHUNK = 32
 FLOAT32 = 4
 
 
-def cache_positions(request: Request) -> int:
-    """Positions of one slot's cache region in every attention layer."""
-    return pad(request.ctx + max(request.verify_rows, PREFILL_CHUNK), ATTENTION_BLOCK)
+def geometry(request: Request) -> Geometry:
+    """The runtime's own layout of the request (the function `Engine` builds its trunk from)."""
+    return runtime_geometry(request.ctx, request.slots, request.verify_rows)
 
 
 def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
                devices: tuple[DeviceBudget, ...]) -> Sizing:
     device = devices[0]
-    positions = cache_positions(request)
+    layout = geometry(request)
+    positions = layout.allocated_positions
     components = [_weights("target weights", [t for t in target.tensors if not _mtp_tensor(t, target)])]
     attention = [l for l in trunk_layers(target) if l.kind != RECURRENT]
     if attention:
@@ -76,7 +73,7 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
         components.append(Component("FR projection", request.fr_vocab_size * width * FLOAT32,
                                     f"{request.fr_vocab_size} rows x n_embd {width} x f32 of the output matrix",
                                     "estimated"))
-    prefill_rows = max(request.verify_rows, min(PREFILL_CHUNK, request.ctx))
+    prefill_rows = max(request.verify_rows, min(PREFILL_CHUNK, layout.positions_per_slot))
     components.append(_compute(target, prefill_rows, positions, request.vocab, request.flash_attn, "target"))
     if drafter is not None:
         components.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
@@ -91,8 +88,8 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
             components.append(Component("CUDA graphs", shapes * CUDA_GRAPH_BYTES_PER_SHAPE,
                                         f"{shapes} captured shape(s) x {CUDA_GRAPH_BYTES_PER_SHAPE // MiB} MiB pool "
                                         "(not measured here)", "estimated"))
-    slots = SlotFacts(slots=request.slots, kv_unified=False, engine_ctx=request.ctx * request.slots,
-                      ctx_per_slot=request.ctx, kv_streams=request.slots, sliding_cells=None, batch=request.verify_rows,
+    slots = SlotFacts(slots=request.slots, kv_unified=False, engine_ctx=layout.positions_per_slot * request.slots,
+                      ctx_per_slot=layout.positions_per_slot, kv_streams=request.slots, sliding_cells=None, batch=request.verify_rows,
                       ubatch=request.verify_rows, outputs=request.verify_rows)
     placed = DeviceSizing(device, tuple(c for c in components if c.bytes), "every layer")
     return Sizing("power", request.ctx, slots, (placed,))
@@ -138,9 +135,10 @@ def _recurrent(facts: ArtifactFacts, request: Request) -> Component | None:
 
 def _drafter_ring(drafter: ArtifactFacts, request: Request) -> Component:
     window = drafter.sliding_window
-    rows = min(request.ctx, window) if window else request.ctx
+    context = geometry(request).positions_per_slot
+    rows = min(context, window) if window else context
     per_position = sum(l.n_head_kv * (l.head_dim_k + l.head_dim_v) for l in drafter.layers) * FLOAT32
-    why = f"sliding window {window}" if window else "no sliding window: the whole context"
+    why = f"sliding window {window}" if window else "no sliding window: the slot's whole context"
     return Component("drafter KV", per_position * rows * request.slots,
                      f"{per_position:,} B per position x {rows} rows ({why}) x {request.slots} slot(s) x f32",
                      "estimated")
