@@ -192,6 +192,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR603": ("error", "the plan's speculator cannot serve this target (it declined; never downgraded)"),
     "PWR604": ("error", "the server cannot listen on the address (port taken, unknown host, not permitted)"),
     "PWR605": ("error", "the chat template is missing, does not compile, or refused the messages"),
+    "PWR606": ("error", "the API key file cannot be read or holds no usable key"),
 }
 
 

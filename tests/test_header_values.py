@@ -125,6 +125,10 @@ CASES = {
     "ssm.state_size = 0": ("hybrid", {"qwen35.ssm.state_size": 0}, None, "PWR123"),
     "value heads that do not share key heads": ("hybrid", {"qwen35.ssm.time_step_rank": 3}, None, "PWR124"),
     "rope dimensions past the head width": ("hybrid", {"qwen35.rope.dimension_count": 64}, None, "PWR124"),
+    "key_length = 2^32-1": ("dense", {"qwen3.attention.key_length": 2**32 - 1}, None, "PWR124"),
+    "value_length = 2^32-1": ("gemma3", {"gemma3.attention.value_length": 2**32 - 1}, None, "PWR124"),
+    "K projection narrower than the header's heads": ("gemma3", None, {"blk.0.attn_k.weight": (16, GEMMA["d_model"])},
+                                                      "PWR124"),
 }
 
 
@@ -166,3 +170,13 @@ def test_a_per_layer_head_count_plans_but_the_runtime_names_its_own_limit(tmp_pa
     assert plan(model, tmp_path).exit_code == 0
     ran = run(model)
     assert ran.exit_code == 2 and codes(ran) == ["PWR120"] and "differs per layer" in ran.stderr
+
+
+def test_a_gguf_with_no_tensors_is_refused_by_plan_and_run(tmp_path):
+    """Issue 26 item 10: what the runtime refuses, `plan` refuses first."""
+    architecture, metadata, _ = dense_layout()
+    model = write_gguf(tmp_path / "model.gguf", architecture, metadata | factory.tokenizer_metadata(TOKENIZER), {})
+    planned = plan(model, tmp_path)
+    assert planned.exit_code == 1 and "PWR124" in codes(planned) and "no tensors" in planned.stdout
+    ran = run(model)
+    assert ran.exit_code == 2 and codes(ran)[0] == "PWR124"

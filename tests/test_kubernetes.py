@@ -455,3 +455,42 @@ def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_s
     words = run("render", plan, "--target", "vllm").output.split()
     fraction = float(words[words.index("--gpu-memory-utilization") + 1])
     assert 0 < fraction < 0.05 and words[words.index("--tokenizer") + 1].endswith(".gguf")
+
+
+def test_a_power_pods_memory_limit_covers_what_power_run_of_the_plan_peaks_at(tmp_path: Path) -> None:
+    """Issue 26 item 12: the limit comes from the plan's sizing plus a stated margin, and is above the measured
+    peak of the engine running the same plan (Gemma 3 270M on this CPU)."""
+    import resource
+
+    model = tmp_path / "models" / "gemma.gguf"
+    model.parent.mkdir()
+    shutil.copyfile(REPO / "models" / "gemma-3-270m-q4_k_m.gguf", model)
+    manifest = write(tmp_path / "manifest.toml", f'''
+        schema = "power.manifest/v1"
+        name = "gemma"
+        [target]
+        path = "{model}"
+        sha256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+        ''')
+    profile = write(tmp_path / "profile.toml", 'schema = "power.profile/v1"\nname = "plain"\nspec_mode = "none"\n'
+                                               '[runtime]\nctx = 2048\n')
+    host = write(tmp_path / "host.toml", '''
+        schema = "power.host/v1"
+        name = "gpu-1"
+        devices = [{ model = "RTX 4090", vram = "24 GiB" }]
+        [kubernetes]
+        node_name = "gpu-1"
+        images = { power = "registry.example.com/power:1" }
+        ''')
+    plan = tmp_path / "plan.json"
+    assert run("plan", manifest, profile, "--host", host, "-o", plan).exit_code == 0
+    rendered = run("render", plan, "--target", "kubernetes", "--host", host, "--models-claim", "models")
+    assert rendered.exit_code == 0, rendered.output
+    deployment = list(yaml.safe_load_all(rendered.output))[1]
+    limit_mib = int(deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"][:-2])
+    power = str(Path(sys.executable).parent / "power")
+    ran = subprocess.run([power, "run", str(plan), "--prompt", "The capital of France is", "--max-tokens", "4",
+                          "--device", "cpu", "--dtype", "float32"], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert peak_mib < limit_mib, f"power run peaked at {peak_mib:.0f} MiB; the pod's limit is {limit_mib} MiB"

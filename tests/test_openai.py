@@ -145,3 +145,45 @@ def test_bad_requests_raise_the_clients_errors_with_openais_shape(served) -> Non
     with pytest.raises(openai.BadRequestError) as too_long:
         client.completions.create(model=name, prompt="word " * 2000, max_tokens=4)
     assert too_long.value.body["code"] == "context_length_exceeded"
+
+
+def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
+    """Issue 26 item 13: `power serve` with a key file (here through $POWER_API_KEY_FILE): no key and a wrong key
+    are OpenAI's 401, the right key is served, /health stays open for probes, /metrics needs the key."""
+    key_file = tmp_path / "api-key"
+    key_file.write_text("s3cret-key-0123456789\n")
+    port = _free_port()
+    command = [str(Path(sys.executable).parent / "power"), "serve", str(chat_plan("slots")), "--port", str(port),
+               "--dtype", "float32", "--threads", "1"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=os.environ | {"TRITON_INTERPRET": "1", "POWER_API_KEY_FILE": str(key_file)})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while not _healthy(base):  # /health needs no key
+            assert server.poll() is None, server.stdout.read()
+            assert time.monotonic() < deadline, "power serve did not come up"
+            time.sleep(0.2)
+        bare = httpx.post(f"{base}/v1/completions", json={"prompt": "Hello", "max_tokens": 2})
+        assert bare.status_code == 401 and bare.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(f"{base}/metrics").status_code == 401
+        wrong = openai.OpenAI(base_url=f"{base}/v1", api_key="s3cret-key-0123456788", max_retries=0, timeout=BOUND_S)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.completions.create(model="m", prompt="Hello", max_tokens=2)
+        right = openai.OpenAI(base_url=f"{base}/v1", api_key="s3cret-key-0123456789", max_retries=0, timeout=BOUND_S)
+        assert right.completions.create(model="m", prompt="Hello", max_tokens=2).usage.completion_tokens >= 1
+        assert [m.id for m in right.models.list().data]
+    finally:
+        server.terminate()
+        server.wait(BOUND_S)
+
+
+def test_serve_refuses_an_empty_api_key_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    empty = tmp_path / "empty-key"
+    empty.write_text("\n")
+    result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0", "--api-key-file", str(empty)])
+    assert result.exit_code == 2 and "PWR606" in result.output

@@ -95,6 +95,7 @@ class _Checks:
         self._ranges()
         self._block_count()
         self._heads()
+        self._attention_shapes()
         self._recurrent()
         self._tokenizer()
         return self.findings
@@ -216,6 +217,32 @@ class _Checks:
         if _is_int(rope_dims) and rope_dims >= 1 and (rope_dims % 2 or (_is_int(key_length) and rope_dims > key_length)):
             self.fail("PWR124", self.key("rope.dimension_count"), f"{self.key('rope.dimension_count')} is {rope_dims}: "
                       f"rope rotates an even number of dimensions, at most the head width ({key_length})")
+
+    def _attention_shapes(self) -> None:
+        """A model has tensors, and the first block's K and V projections are as wide as the header's KV heads
+        times its key and value lengths: a hand-edited length (2^32 - 1) would otherwise size a terabyte KV cache."""
+        if not self.header.tensors:
+            self.fail("PWR124", "general.architecture", "the file lists no tensors: it holds no model")
+            return
+        shapes = {t.name: t.shape for t in self.header.tensors}
+        for length_key, tensor in (("attention.key_length", "attn_k.weight"), ("attention.value_length", "attn_v.weight")):
+            length = self.get(length_key)
+            block = next((index for index in sorted(self._blocks()) if f"blk.{index}.{tensor}" in shapes), None)
+            kv_heads = self._kv_heads(block) if block is not None else None
+            if not (_is_int(length) and length >= 1 and kv_heads):
+                continue
+            rows = shapes[f"blk.{block}.{tensor}"][0]
+            if rows != kv_heads * length:
+                self.fail("PWR124", self.key(length_key), f"{self.key(length_key)} = {length} with {kv_heads} KV "
+                          f"heads needs blk.{block}.{tensor} to have {kv_heads * length:,} rows; it has {rows:,}")
+
+    def _kv_heads(self, block: int) -> int | None:
+        value = self.get("attention.head_count_kv")
+        if value is None:
+            value = self.get("attention.head_count")
+        if isinstance(value, list):
+            value = value[block] if block < len(value) else None
+        return value if _is_int(value) and value >= 1 else None
 
     def _recurrent(self) -> None:
         groups, value_heads = self.get("ssm.group_count"), self.get("ssm.time_step_rank")

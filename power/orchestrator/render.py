@@ -26,7 +26,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -114,21 +114,23 @@ class Listen:
 
 
 def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None = None,
-           executable: str | None = None, listen: Listen | None = None) -> str:
+           executable: str | None = None, listen: Listen | None = None, api_key_file: str | None = None) -> str:
     """The `target` launch for `plan`, whose artifact paths are as given (`power.documents.plan.located`);
     a Power launch passes `root` on to `power serve`; `executable` is the absolute path of `power` a systemd
     unit starts (default: `power_executable()`); `listen` (an engine's address) is written when given, else the
-    engine's own default."""
+    engine's own default; `api_key_file` (a file on the serving machine) is how the engine finds its API key
+    (`with_api_key`)."""
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     plan_path = Path(plan_path).resolve()
     sized_for(plan, TARGET_ENGINES[target])
     if target in ENGINES:
-        context = {"launch": engine_launch(plan, target, plan_path, listen, root=root)}
+        context = {"launch": with_api_key(engine_launch(plan, target, plan_path, listen, root=root), api_key_file)}
     elif target == "llama-server-env":
-        context = llama_server_env_context(engine_launch(plan, "llama-server", plan_path, listen))
+        launch = with_api_key(engine_launch(plan, "llama-server", plan_path, listen), api_key_file)
+        context = llama_server_env_context(launch)
     elif target == "systemd":
-        context = systemd_context(plan, plan_path, executable, root)
+        context = systemd_context(plan, plan_path, executable, root, api_key_file)
     else:
         context = env_file_context(plan, plan_path)
     template = _environment().get_template(f"{target}.j2")
@@ -155,7 +157,22 @@ def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: List
     if listen is None:
         return launch
     address = (("--host", listen.host), ("--port", str(listen.port)))
-    return Launch(launch.program, launch.options + address, launch.env, launch.notes)
+    return replace(launch, options=launch.options + address)
+
+
+# vLLM reads its API key from this variable (vllm/entrypoints/openai/cli_args.py: --api-key, env VLLM_API_KEY).
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
+
+
+def with_api_key(launch: Launch, key_file: str | None) -> Launch:
+    """The launch that makes the engine require the API key held in `key_file`, each engine its own way:
+    `power serve` and llama-server take `--api-key-file`; vLLM reads VLLM_API_KEY, which the launch fills from
+    the file when it starts. The key itself is never written into what is rendered."""
+    if key_file is None:
+        return launch
+    if launch.program[0] == "vllm":
+        return replace(launch, secret_files=launch.secret_files | {VLLM_API_KEY_ENV: key_file})
+    return replace(launch, options=launch.options + (("--api-key-file", key_file),))
 
 
 def sized_for(plan: ResolvedPlan, engine: str) -> None:
@@ -207,7 +224,8 @@ def _carried_by_env_file(variables: dict[str, object]) -> None:
                               "an env file cannot carry; rename it in the manifest and recompile the plan")
 
 
-def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None, root: Path | None) -> dict:
+def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None, root: Path | None,
+                    api_key_file: str | None = None) -> dict:
     """The plan's environment, and Power's own command line with `power` as an absolute path (systemd runs no
     shell and, before v239, resolves no PATH)."""
     executable = executable or power_executable()
@@ -215,7 +233,7 @@ def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None,
         raise RenderError(code="PWR462", message=f"the systemd unit needs the absolute path of the power executable, "
                           f"and {'none was found' if executable is None else repr(executable) + ' is not one'}",
                           hint="pass --power-executable /path/to/power (e.g. `command -v power`)")
-    argv = engine_launch(plan, "power", plan_path, root=root).argv
+    argv = with_api_key(engine_launch(plan, "power", plan_path, root=root), api_key_file).argv
     return {**env_context(plan, plan_path), "exec_start": [executable, *argv[1:]]}
 
 

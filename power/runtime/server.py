@@ -20,6 +20,7 @@ committed transaction at the next round boundary. A stop string is a normal end.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import math
 import queue
@@ -80,6 +81,41 @@ class CompletionRequest:
     stream: bool = False
     chat: bool = False
     add_bos: bool | None = None  # None: as the model says (a rendered chat template may already carry BOS)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call the server: with an `api_key`, every route but /health (and /metrics when `public_metrics`)
+    needs `Authorization: Bearer <key>`, as OpenAI's API and llama-server's --api-key do."""
+
+    api_key: str | None = None
+    public_metrics: bool = False
+
+    def open_paths(self) -> frozenset[str]:
+        return frozenset({"/health", "/metrics"} if self.public_metrics else {"/health"})
+
+
+class _RequireKey:
+    """ASGI middleware: a request without the key is answered 401 in OpenAI's shape before any route runs.
+
+    The key is compared in constant time (`hmac.compare_digest`), so its bytes cannot be guessed from how long a
+    refusal takes."""
+
+    def __init__(self, app: Any, access: Access) -> None:
+        assert access.api_key is not None, "only installed with a key"
+        self.app, self.key, self.open = app, b"Bearer " + access.api_key.encode("utf-8"), access.open_paths()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open:
+            given = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+            if not hmac.compare_digest(given, self.key):
+                message = ("Incorrect API key provided" if given else
+                           "You didn't provide an API key: send it as 'Authorization: Bearer KEY'")
+                response = _error(401, message, "invalid_request_error", code="invalid_api_key",
+                                  headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 @dataclass(frozen=True)
@@ -448,7 +484,7 @@ class ServerState:
 
 def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str | None,
                limits: ServerLimits = ServerLimits(), on_load_failure: Callable[[str], None] | None = None,
-               chat_template: ChatTemplate | None = None) -> Starlette:
+               chat_template: ChatTemplate | None = None, access: Access = Access()) -> Starlette:
     """The ASGI app. The engine loads on a background thread at startup; /health answers 503 until it is ready.
 
     `chat_template`: the operator's template for /v1/chat/completions (compiled, its BOS/EOS text filled in from
@@ -524,8 +560,11 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: not_found, Exception: internal_error})
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: not_found, Exception: internal_error})
+    if access.api_key is not None:
+        app.add_middleware(_RequireKey, access=access)
+    return app
 
 
 def _chat_template(engine: Engine, given: ChatTemplate | None,

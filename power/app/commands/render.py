@@ -42,11 +42,14 @@ KUBERNETES = "kubernetes"
                                 "(default: the engine's own, e.g. llama-server's 127.0.0.1).")
 @click.option("--port", type=click.IntRange(1, 65535),
               help="llama-server, llama-server-env, vllm, power: the port the server binds (default: the engine's own).")
+@click.option("--api-key-file", metavar="PATH",
+              help="llama-server, llama-server-env, vllm, power, systemd: the file on the serving machine holding "
+                   "the API key clients must send; the render names the file, never the key.")
 @root_option
 def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str | None,
            models_host_path: str | None, models_claim: str | None, models_local: Path | None, namespace: str | None,
            pod_monitor: bool, dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
-           root: Path | None) -> None:
+           api_key_file: str | None, root: Path | None) -> None:
     """Render launch artifacts (llama-server and its LLAMA_ARG_* env file, vLLM, Power, env, systemd, Kubernetes)
     from a plan (JSON or TOML).
 
@@ -56,6 +59,10 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
     """
     if (address is None) != (port is None):
         raise click.UsageError("--address and --port go together: give both, or neither for the engine's default")
+    if api_key_file is not None and target in ("env", KUBERNETES):
+        raise click.UsageError(f"--api-key-file applies to the engine launches; --target {target} "
+                               + ("takes the key from a Secret in the fleet file (api_key_secret)" if target == KUBERNETES
+                                  else "carries no engine command line"))
     require_outputs(files=(output,))
     try:
         plan = located(load_plan(plan_path), plan_path, root)
@@ -66,7 +73,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
                                pod_monitor, dry_run)
         else:
             text = render_plan(plan, target, plan_path, root, executable=power_executable,
-                               listen=Listen(address, port) if address and port else None)
+                               listen=Listen(address, port) if address and port else None, api_key_file=api_key_file)
     except PowerError as err:
         refuse(err)
     if output is None:

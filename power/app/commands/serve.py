@@ -14,6 +14,9 @@ from power.app.commands.params import FiniteFloatRange
 from power.app.commands.runtime_options import runtime_options
 from power.findings import PowerError
 
+API_KEY_FILE_ENV = "POWER_API_KEY_FILE"
+MAX_API_KEY_BYTES = 4096
+
 
 @click.command("serve")
 @click.argument("plan", type=click.Path(path_type=Path))
@@ -28,11 +31,15 @@ from power.findings import PowerError
               help="Larger request bodies are refused with 413 (default: 4 MiB).")
 @click.option("--chat-template-file", type=click.Path(path_type=Path), default=None,
               help="A Jinja chat template for /v1/chat/completions instead of the GGUF's tokenizer.chat_template.")
+@click.option("--api-key-file", type=click.Path(path_type=Path), default=None, envvar=API_KEY_FILE_ENV,
+              help=f"A file holding the API key every request but /health must send as 'Authorization: Bearer KEY' "
+                   f"(401 otherwise); also ${API_KEY_FILE_ENV}. Without it the server answers anyone who reaches it.")
+@click.option("--public-metrics", is_flag=True, help="With --api-key-file: leave /metrics open to scrapers without the key.")
 @runtime_options(default_dtype="bfloat16")
 @root_option
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, max_body_bytes: int | None,
-          chat_template_file: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
-          threads: int | None, root: Path | None) -> None:
+          chat_template_file: Path | None, api_key_file: Path | None, public_metrics: bool, device: str, dtype: str,
+          lm_head_dtype: str | None, threads: int | None, root: Path | None) -> None:
     """Serve a resolved PLAN: POST /v1/completions and /v1/chat/completions (streaming SSE or not),
     GET /v1/models, GET /health, GET /metrics. The plan's runtime.slots requests decode side by side.
 
@@ -45,12 +52,13 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
 
     from power.documents.plan import load_plan
     from power.runtime.engine import Engine, EngineOptions, Workload
-    from power.runtime.server import ServerLimits, create_app
+    from power.runtime.server import Access, ServerLimits, create_app
 
     try:
         resolved = load_plan(plan)
         workload = Workload.of_plan(resolved, plan, root)
         template = _template_file(chat_template_file)
+        access = Access(read_api_key(api_key_file) if api_key_file else None, public_metrics)
         listening = listen(host, port)
     except PowerError as err:
         refuse(err)
@@ -66,7 +74,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     limits = ServerLimits(queue_size=queue_size, request_timeout_s=timeout_s,
                           **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
     app = create_app(lambda: Engine(workload, options), resolved.name, resolved.digest, limits, stop_on_load_failure,
-                     template)
+                     template, access)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5))
     bound = listening.getsockname()[1]
     click.echo(f"serving plan {resolved.name} on http://{f'[{host}]' if ':' in host else host}:{bound} "
@@ -85,6 +93,29 @@ def _template_file(path: Path | None):
     from power.runtime.template_sandbox import TemplateSandbox
 
     return ChatTemplate.load(ChatTemplate.read_file(path), str(path), "", "", TemplateSandbox())
+
+
+
+
+class ApiKeyError(PowerError):
+    """An API key file that cannot be used."""
+
+    code = "PWR606"
+
+
+def read_api_key(path: Path) -> str:
+    """The key in `path` (a regular UTF-8 file, at most 4 KiB, surrounding whitespace ignored); never empty."""
+    from power.artifacts.documents import DocumentError, read_text
+
+    try:
+        key = read_text(path, MAX_API_KEY_BYTES).strip()
+    except DocumentError as err:
+        raise ApiKeyError(f"the API key file cannot be used: it {err.message.removeprefix('cannot read: ')}",
+                          file=str(path), hint="give a file holding the key on one line (e.g. a mounted Secret)") from None
+    if not key or any(ord(c) < 0x21 or ord(c) == 0x7F for c in key):
+        raise ApiKeyError("the API key file holds no key, or a key with spaces or control characters", file=str(path),
+                          hint="write one key of printable characters, e.g. `openssl rand -hex 32 > FILE`")
+    return key
 
 
 # uvicorn's own default backlog.

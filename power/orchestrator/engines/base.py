@@ -11,7 +11,7 @@ rather than testing the engine's name. The mode vocabulary stays in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -110,6 +110,8 @@ class Launch:
     options: tuple[tuple[str, ...], ...]
     env: dict[str, str]
     notes: tuple[str, ...]
+    # Variables the engine reads a secret from, each filled from a file when it starts (never the secret itself).
+    secret_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def argv(self) -> list[str]:
