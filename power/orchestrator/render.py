@@ -373,5 +373,6 @@ def env_context(plan: ResolvedPlan, plan_path: Path) -> dict:
         "POWER_SPEC_ROLLBACK": spec.rollback,
         "POWER_CTX": plan.runtime.ctx,
         "POWER_VERIFY_CAPACITY": plan.runtime.verify_capacity,
+        "POWER_ARITHMETIC": plan.runtime.arithmetic,
     }
     return {"variables": variables}

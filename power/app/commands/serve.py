@@ -28,11 +28,10 @@ from power.findings import PowerError
               help="Larger request bodies are refused with 413 (default: 4 MiB).")
 @click.option("--chat-template-file", type=click.Path(path_type=Path), default=None,
               help="A Jinja chat template for /v1/chat/completions instead of the GGUF's tokenizer.chat_template.")
-@runtime_options(default_dtype="bfloat16")
+@runtime_options
 @root_option
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, max_body_bytes: int | None,
-          chat_template_file: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
-          threads: int | None, root: Path | None) -> None:
+          chat_template_file: Path | None, device: str, threads: int | None, root: Path | None) -> None:
     """Serve a resolved PLAN: POST /v1/completions and /v1/chat/completions (streaming SSE or not),
     GET /v1/models, GET /health, GET /metrics. The plan's runtime.slots requests decode side by side.
 
@@ -54,7 +53,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         listening = listen(host, port)
     except PowerError as err:
         refuse(err)
-    options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
+    options = EngineOptions(device=device, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
 
