@@ -1,0 +1,99 @@
+"""Row-count-invariant products with GGUF matrices kept in their blocks, on the CPU.
+
+API
+---
+- `QuantMatrix(qtype, raw, shape, path=None)`: a GGUF matrix of type `qtype` ("Q8_0", "Q5_0", "Q4_0", "Q4_K",
+  "Q5_K", "Q6_K", "F16", "BF16", "F32"), `raw` its flat uint8 bytes as stored in the file, `shape` (out, in).
+  The bytes are reordered once into the tile layout (`power.kernels.cpu.layout`, the same size); no float copy.
+  - `m(x)`: x float32 [n, in] -> float32 [n, out].
+  - `m.select(x, rows)`: rows int64 [k] -> float32 [n, k], bit-identical to `m(x)[:, rows]`.
+  - `m.nbytes` (the bytes held), `m.shape`, `m.qtype`, `m.path` (the instruction path that runs),
+    `m.row_count_invariant` (always True).
+- `available_paths()`, `chosen_path()`, `CPUPathError`, `PATH_NAMES` (`power.kernels.cpu.build`); the env var
+  `POWER_CPU_PATH` = avx512vnni | avxvnni | avx2 | scalar forces a path, and one this CPU lacks is refused.
+- `reference_matmul(qtype, raw, shape, x)`: the same arithmetic in plain torch (`power.kernels.cpu.reference`).
+
+Arithmetic (every path and the reference compute exactly this, bit for bit)
+-------------------------------------------------------------------------
+Quantised matrices (as llama.cpp's CPU path multiplies them, with float32 activation scales):
+1. Each activation row is cut into blocks of 32 (Q8_0, Q5_0, Q4_0) or 256 (Q4_K, Q5_K, Q6_K) values. For a
+   block, `d = max|x| / 127` and `q = round_half_even(x * (1 / d))` clamped to [-127, 127] (q = 0 when d = 0),
+   all in float32; the int sums of q over each 16 values are kept too.
+2. For each (row, output) and block b, an integer `s_b` that is exact (int32, no overflow is possible):
+   - Q8_0, Q4_0, Q5_0: `s = sum_k w_k q_k` with the block's integer weights (Q4_0: nibble - 8, Q5_0: 5 bits - 16);
+     float term `t_b = (d_w * d_x) * float(s)`.
+   - Q4_K, Q5_K: `s = sum_j sc_j * sum_{k in j} u_k q_k` and `m = sum_j mn_j * sum_{k in j} q_k` over the 8
+     sub-blocks j of 32 (u the unsigned 4- or 5-bit weights, sc/mn their 6-bit scales and mins);
+     `t_b = (d_x * d) * float(s) - (d_x * dmin) * float(m)`.
+   - Q6_K: `s = sum_j sc_j * sum_{k in j} (u_k - 32) q_k` over the 16 sub-blocks of 16 (sc_j int8);
+     `t_b = (d_x * d) * float(s)`.
+   float(s) rounds to nearest even; every product and difference is one float32 rounding (no FMA).
+3. The result is `((0 + t_0) + t_1) + ...` in block order.
+F32, F16 and BF16 matrices: the weights widen exactly to float32 and the result is
+`((0 + w_0 x_0) + w_1 x_1) + ...` in the order of the input features, one rounding per product and per sum.
+
+Nothing in these steps looks at another row, and the order is fixed per (row, output), so a row's result is
+the same bits whatever the number of rows in the call, and whichever path computes it. The kernels
+(csrc/qmatmul.cpp) parallelise over tiles of 16 output rows with torch's intra-op threads, never over the
+sum, quantise the activations once per call, and read each weight block once for up to 16 rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from power.kernels.cpu.build import PATH_NAMES, CPUPathError, available_paths, chosen_path, extension
+from power.kernels.cpu.layout import KINDS, TILE, tile_matrix
+from power.kernels.cpu.reference import matmul as reference_matmul
+from power.kernels.dequant import BLOCK_LAYOUT
+
+__all__ = ["PATH_NAMES", "CPUPathError", "QuantMatrix", "available_paths", "chosen_path", "reference_matmul"]
+
+
+class QuantMatrix:
+    """A GGUF matrix [out, in] in the tile layout; call it on float32 rows."""
+
+    row_count_invariant = True
+
+    def __init__(self, qtype: str, raw: torch.Tensor, shape: tuple[int, int], path: str | None = None) -> None:
+        if qtype not in KINDS:
+            raise ValueError(f"QuantMatrix: GGML type {qtype} has no CPU kernel (supported: {', '.join(KINDS)})")
+        out_features, in_features = shape
+        block, type_size = BLOCK_LAYOUT[qtype]
+        step = max(block, TILE)
+        if in_features % step:
+            raise ValueError(f"QuantMatrix: a {qtype} row of {in_features} values is not whole blocks of {step}")
+        expected = out_features * in_features // block * type_size
+        if raw.dtype != torch.uint8 or raw.dim() != 1 or raw.numel() != expected:
+            raise ValueError(f"QuantMatrix: raw must be flat uint8 of {expected} bytes for {qtype} {tuple(shape)}, "
+                             f"got {raw.dtype} {tuple(raw.shape)}")
+        self.qtype = qtype
+        self.shape = (out_features, in_features)
+        self.path = chosen_path(path)
+        self._ops = extension(self.path)
+        self._kind = KINDS[qtype]
+        self._tiles = tile_matrix(qtype, raw, self.shape)
+        self._every_tile = torch.arange(-(-out_features // TILE), dtype=torch.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return self._tiles.numel()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [n, in] float32 -> [n, out] float32."""
+        y = self._run(x, self._every_tile)
+        return y if y.shape[1] == self.shape[0] else y[:, :self.shape[0]].contiguous()
+
+    def select(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """x [n, in], rows int64 [k] -> [n, k]: the same bits as `self(x)[:, rows]`, computing only their tiles."""
+        rows = rows.to(torch.int64)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.shape[0]):
+            raise IndexError(f"QuantMatrix.select: rows must lie in [0, {self.shape[0]})")
+        tiles = torch.unique(rows // TILE)
+        y = self._run(x, tiles)
+        return y[:, torch.searchsorted(tiles, rows // TILE) * TILE + rows % TILE]
+
+    def _run(self, x: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.shape[1]:
+            raise ValueError(f"QuantMatrix: x must be [n, {self.shape[1]}], got {tuple(x.shape)}")
+        return self._ops.matmul(self._kind, self._tiles, self.shape[1], x.to(torch.float32).contiguous(), tiles)

@@ -1,0 +1,128 @@
+"""The instruction paths of the CPU kernels: which this CPU has, and one compiled extension per path.
+
+Each path is a build of `csrc/qmatmul.cpp` with its own `-m` flags, compiled on first use with
+`torch.utils.cpp_extension.load` into the user cache directory (platformdirs), keyed by a hash of the
+sources, the flags and the torch version, under a file lock (`fcntl.flock`, released by the kernel if a
+build dies) so that two processes never build the same extension at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import platformdirs
+import torch
+
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = ("qmatmul.cpp", "simd.h")
+ENV_PATH = "POWER_CPU_PATH"
+
+
+class Path_(NamedTuple):
+    """An instruction path: the /proc/cpuinfo flags it needs and the compiler flags of its build."""
+
+    name: str
+    cpu_flags: tuple[str, ...]
+    cflags: tuple[str, ...]
+
+
+# Best first. AMX (amx_int8) is not a path here: no CPU with it was available to test one, and every CPU
+# with AMX also has AVX-512 VNNI, which it runs instead.
+PATHS: tuple[Path_, ...] = (
+    Path_("avx512vnni", ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
+          ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-DPOWER_PATH_AVX512VNNI")),
+    Path_("avxvnni", ("avx2", "f16c", "avx_vnni"), ("-mavx2", "-mf16c", "-mavxvnni", "-DPOWER_PATH_AVXVNNI")),
+    Path_("avx2", ("avx2", "f16c"), ("-mavx2", "-mf16c", "-DPOWER_PATH_AVX2")),
+    Path_("scalar", (), ()),
+)
+PATH_NAMES = tuple(path.name for path in PATHS)
+# -ffp-contract=off: a multiply and an add stay two roundings (no FMA), as in the torch reference.
+COMMON_CFLAGS = ("-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
+
+
+class CPUPathError(RuntimeError):
+    """A requested instruction path that this CPU cannot run, or an unknown path name."""
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The flags of the first processor in /proc/cpuinfo (empty when there is none to read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def available_paths(flags: frozenset[str] | None = None) -> tuple[str, ...]:
+    """The paths a CPU with `flags` (default: this one's) can run, best first (scalar is always there)."""
+    flags = cpu_flags() if flags is None else flags
+    return tuple(path.name for path in PATHS if all(flag in flags for flag in path.cpu_flags))
+
+
+def chosen_path(requested: str | None = None, flags: frozenset[str] | None = None) -> str:
+    """`requested`, else `POWER_CPU_PATH` when set, else the best path of a CPU with `flags` (default: this one's).
+
+    A path the CPU lacks, or an unknown name, is refused (CPUPathError), never replaced by another.
+    """
+    flags = cpu_flags() if flags is None else flags
+    requested = requested or os.environ.get(ENV_PATH, "").strip()
+    available = available_paths(flags)
+    if not requested:
+        return available[0]
+    if requested not in PATH_NAMES:
+        raise CPUPathError(f"CPU path {requested!r} ({ENV_PATH}) is not an instruction path; "
+                           f"choose one of {', '.join(PATH_NAMES)}")
+    if requested not in available:
+        missing = [flag for flag in _path(requested).cpu_flags if flag not in flags]
+        raise CPUPathError(f"CPU path {requested} ({ENV_PATH}): this CPU lacks {', '.join(missing)} "
+                           f"(/proc/cpuinfo flags); it can run {', '.join(available)}; "
+                           f"unset {ENV_PATH} to use {available[0]}")
+    return requested
+
+
+def _path(name: str) -> Path_:
+    return next(path for path in PATHS if path.name == name)
+
+
+def cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("power")) / "cpu-kernels"
+
+
+def build_key(name: str) -> str:
+    """A hash of the sources, the path's flags and the torch version: a new key builds afresh."""
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        digest.update((CSRC / source).read_bytes())
+    digest.update(" ".join(COMMON_CFLAGS + _path(name).cflags).encode())
+    digest.update(torch.__version__.encode())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def extension(name: str) -> Any:
+    """The ops of path `name`, `torch.ops.power_cpu_<name>` (built on first use; the caller checked the CPU)."""
+    key = build_key(name)
+    directory = cache_dir() / f"{name}-{key}"
+    directory.mkdir(parents=True, exist_ok=True)
+    namespace = f"power_cpu_{name}"
+    from torch.utils import cpp_extension
+
+    with open(directory / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            cpp_extension.load(name=f"{namespace}_{key}", sources=[str(CSRC / SOURCES[0])],
+                               extra_cflags=[*COMMON_CFLAGS, *_path(name).cflags, f"-DPOWER_OPS={namespace}"],
+                               extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False,
+                               verbose=False)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return getattr(torch.ops, namespace)

@@ -1,0 +1,312 @@
+// Row-count-invariant products of float32 rows with GGUF matrices kept in their blocks (power/kernels/cpu/__init__.py
+// defines the arithmetic; power/kernels/cpu/layout.py the tile layout these kernels read). One build per instruction
+// path (simd.h); compiled with -ffp-contract=off so that every path rounds exactly as the torch reference does.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "simd.h"
+
+namespace {
+
+constexpr int kMaxRows = 16;  // rows computed per pass over a tile; more rows take more passes, each the same
+constexpr int64_t kGroupTiles = 32;  // tiles whose results are gathered before they are written out
+enum Kind { Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16 };
+
+// Quantised activation rows: q [n, in] int8, d [n, in / block] float32, bsum [n, in / 16] int32 (sums of q).
+struct Rows {
+    const int8_t* q;
+    const float* d;
+    const int32_t* bsum;
+    const float* x;  // the float32 rows themselves, for F32/F16/BF16 matrices
+    int64_t in;
+    int64_t per_row_d;
+    const int8_t* q_row(int r) const { return q + r * in; }
+    float d_at(int r, int64_t b) const { return d[r * per_row_d + b]; }
+    const int32_t* bsum_row(int r) const { return bsum + r * (in / 16); }
+};
+
+inline V x4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return splat(v);
+}
+
+const V kLow4 = splat(0x0F0F0F0F);
+const V kBit4 = splat(0x10101010);
+
+// Bit `bit` of every byte of h, moved to bit 4 (the fifth bit of a Q5 weight).
+inline V fifth_bit(V h, int bit) { return (bit <= 4 ? shl(h, 4 - bit) : shr(h, bit - 4)) & kBit4; }
+
+void tile_q8_0(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* p = t + b * 544;
+        const F dw = load_f16(p);
+        V w[8];
+#ifdef POWER_SIGNED_Q8
+        for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g);
+#else
+        for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g) ^ splat((int32_t)0x80808080);
+#endif
+        for (int r = 0; r < nr; ++r) {
+            const int8_t* q = a.q_row(r) + 32 * b;
+            V s = zero();
+#ifdef POWER_SIGNED_Q8
+            for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
+#else
+            for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
+            const int32_t* bs = a.bsum_row(r) + 2 * b;
+            s = s - splat(128 * (bs[0] + bs[1]));
+#endif
+            acc[r] = acc[r] + (dw * fsplat(a.d_at(r, b))) * tofloat(s);
+        }
+    }
+}
+
+// Q4_0 (offset 8) and Q5_0 (offset 16): unsigned weights q, w = d * (q - offset).
+template <bool kFive>
+void tile_q_0(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+    const int64_t block_bytes = kFive ? 352 : 288;
+    const int qs = kFive ? 96 : 32;
+    const int32_t offset = kFive ? 16 : 8;
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* p = t + b * block_bytes;
+        const F dw = load_f16(p);
+        V lo[4], hi[4];
+        const V h = kFive ? load64(p + 32) : zero();
+        for (int c = 0; c < 4; ++c) {
+            const V v = load64(p + qs + 64 * c);
+            lo[c] = v & kLow4;
+            hi[c] = shr(v, 4) & kLow4;
+            if (kFive) {
+                lo[c] = lo[c] | (shl(h, 4 - c) & kBit4);
+                hi[c] = hi[c] | (shr(h, c) & kBit4);
+            }
+        }
+        for (int r = 0; r < nr; ++r) {
+            const int8_t* q = a.q_row(r) + 32 * b;
+            const int32_t* bs = a.bsum_row(r) + 2 * b;
+            V s = zero();
+            for (int c = 0; c < 4; ++c) {
+                s = dot_u8(s, lo[c], x4(q + 4 * c));
+                s = dot_u8(s, hi[c], x4(q + 16 + 4 * c));
+            }
+            s = s - splat(offset * (bs[0] + bs[1]));
+            acc[r] = acc[r] + (dw * fsplat(a.d_at(r, b))) * tofloat(s);
+        }
+    }
+}
+
+// Q4_K and Q5_K: w = d * sc_j * q - dmin * m_j over sub-blocks j of 32 weights.
+template <bool kFive>
+void tile_q_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+    const int64_t block_bytes = kFive ? 2816 : 2304;
+    const int qs = kFive ? 768 : 256;
+    const V six = splat(63), two = splat(3);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* p = t + b * block_bytes;
+        const F d = load_f16(p), dmin = load_f16(p + 32);
+        const V s0 = load64(p + 64), s1 = load64(p + 128), s2 = load64(p + 192);
+        V sc[8], mn[8];
+        for (int j = 0; j < 4; ++j) {
+            sc[j] = shr(s0, 8 * j) & six;
+            mn[j] = shr(s1, 8 * j) & six;
+            sc[j + 4] = (shr(s2, 8 * j) & splat(15)) | shl(shr(s0, 8 * j + 6) & two, 4);
+            mn[j + 4] = (shr(s2, 8 * j + 4) & splat(15)) | shl(shr(s1, 8 * j + 6) & two, 4);
+        }
+        V scaled[kMaxRows], mins[kMaxRows];
+        for (int r = 0; r < nr; ++r) scaled[r] = mins[r] = zero();
+        for (int pair = 0; pair < 4; ++pair) {
+            V lo[8], hi[8];
+            for (int c = 0; c < 8; ++c) {
+                const V v = load64(p + qs + 64 * (8 * pair + c));
+                lo[c] = v & kLow4;
+                hi[c] = shr(v, 4) & kLow4;
+                if (kFive) {
+                    const V h = load64(p + 256 + 64 * c);
+                    lo[c] = lo[c] | fifth_bit(h, 2 * pair);
+                    hi[c] = hi[c] | fifth_bit(h, 2 * pair + 1);
+                }
+            }
+            for (int r = 0; r < nr; ++r) {
+                const int8_t* q = a.q_row(r) + 256 * b + 64 * pair;
+                const int32_t* bs = a.bsum_row(r) + 16 * b + 4 * pair;
+                V sum_lo = zero(), sum_hi = zero();
+                for (int c = 0; c < 8; ++c) {
+                    sum_lo = dot_u8(sum_lo, lo[c], x4(q + 4 * c));
+                    sum_hi = dot_u8(sum_hi, hi[c], x4(q + 32 + 4 * c));
+                }
+                scaled[r] = scaled[r] + sc[2 * pair] * sum_lo + sc[2 * pair + 1] * sum_hi;
+                mins[r] = mins[r] + mn[2 * pair] * splat(bs[0] + bs[1]) + mn[2 * pair + 1] * splat(bs[2] + bs[3]);
+            }
+        }
+        for (int r = 0; r < nr; ++r) {
+            const F dx = fsplat(a.d_at(r, b));
+            acc[r] = acc[r] + ((dx * d) * tofloat(scaled[r]) - (dx * dmin) * tofloat(mins[r]));
+        }
+    }
+}
+
+// Q6_K: w = d * sc_j * (q - 32) over sub-blocks j of 16 weights, sc_j int8.
+void tile_q6_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+    const V high2 = splat(0x30303030);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* p = t + b * 3360;
+        const F d = load_f16(p + 3328);
+        V sc[16];
+        for (int j = 0; j < 16; ++j) sc[j] = sar(shl(load64(p + 3072 + 64 * (j / 4)), 24 - 8 * (j % 4)), 24);
+        V sums[kMaxRows];
+        for (int r = 0; r < nr; ++r) sums[r] = zero();
+        for (int half = 0; half < 2; ++half) {
+            for (int s = 0; s < 4; ++s) {
+                V w[8];
+                for (int c = 0; c < 8; ++c) {
+                    const V l = load64(p + 64 * (16 * half + 8 * (s % 2) + c));
+                    const V h = load64(p + 2048 + 64 * (8 * half + c));
+                    w[c] = (s < 2 ? l & kLow4 : shr(l, 4) & kLow4) | ((s < 2 ? shl(h, 4 - 2 * s) : shr(h, 2 * s - 4)) & high2);
+                }
+                for (int r = 0; r < nr; ++r) {
+                    const int8_t* q = a.q_row(r) + 256 * b + 128 * half + 32 * s;
+                    const int32_t* bs = a.bsum_row(r) + 16 * b;
+                    for (int u = 0; u < 2; ++u) {
+                        const int j = 8 * half + 2 * s + u;
+                        V dot = zero();
+                        for (int c = 4 * u; c < 4 * u + 4; ++c) dot = dot_u8(dot, w[c], x4(q + 4 * c));
+                        sums[r] = sums[r] + sc[j] * (dot - splat(32 * bs[j]));
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < nr; ++r) acc[r] = acc[r] + (fsplat(a.d_at(r, b)) * d) * tofloat(sums[r]);
+    }
+}
+
+// F32/F16/BF16: acc += w_k * x_k for k = 0, 1, ..., in - 1.
+template <F (*kLoad)(const uint8_t*), int kSize>
+void tile_float(const uint8_t* t, int64_t in, const Rows& a, int nr, F* acc) {
+    for (int64_t k = 0; k < in; ++k) {
+        const F w = kLoad(t + k * 16 * kSize);
+        for (int r = 0; r < nr; ++r) acc[r] = acc[r] + w * fsplat(a.x[r * in + k]);
+    }
+}
+
+struct KindInfo {
+    int64_t block;       // weights per block
+    int64_t type_size;   // bytes per block and output row
+    int64_t act_block;   // activation quantisation block (0: float activations)
+    void (*tile)(const uint8_t*, int64_t, const Rows&, int, F*);
+};
+
+KindInfo kind_info(int64_t kind) {
+    switch (kind) {
+        case Q8_0: return {32, 34, 32, tile_q8_0};
+        case Q4_0: return {32, 18, 32, tile_q_0<false>};
+        case Q5_0: return {32, 22, 32, tile_q_0<true>};
+        case Q4_K: return {256, 144, 256, tile_q_k<false>};
+        case Q5_K: return {256, 176, 256, tile_q_k<true>};
+        case Q6_K: return {256, 210, 256, tile_q6_k};
+        case F32: return {1, 4, 0, tile_float<load_f32, 4>};
+        case F16: return {1, 2, 0, tile_float<load_f16, 2>};
+        case BF16: return {1, 2, 0, tile_float<load_bf16, 2>};
+        default: TORCH_CHECK(false, "unknown matrix kind ", kind);
+    }
+}
+
+}  // namespace
+
+// x [n, in] float32 -> (q int8 [n, in], d float32 [n, in / block], bsum int32 [n, in / 16]).
+std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous float32 [n, in]");
+    const int64_t n = x.size(0), in = x.size(1);
+    TORCH_CHECK(in % block == 0 && in % 16 == 0, "row length ", in, " is not a multiple of ", block);
+    auto q = at::empty({n, in}, at::kChar);
+    auto d = at::empty({n, in / block}, at::kFloat);
+    auto bsum = at::empty({n, in / 16}, at::kInt);
+    const float* xp = x.data_ptr<float>();
+    int8_t* qp = q.data_ptr<int8_t>();
+    float* dp = d.data_ptr<float>();
+    int32_t* bp = bsum.data_ptr<int32_t>();
+    for (int64_t i = 0; i < n * in; i += block) {
+        float amax = 0.0f;
+        for (int64_t k = 0; k < block; ++k) amax = std::max(amax, std::fabs(xp[i + k]));
+        const float scale = amax / 127.0f;
+        const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+        dp[i / block] = scale;
+        for (int64_t k = 0; k < block; ++k) {
+            const float v = std::nearbyint(xp[i + k] * inverse);
+            qp[i + k] = (int8_t)std::min(127.0f, std::max(-127.0f, v));
+        }
+    }
+    for (int64_t i = 0; i < n * in; i += 16) {
+        int32_t s = 0;
+        for (int k = 0; k < 16; ++k) s += qp[i + k];
+        bp[i / 16] = s;
+    }
+    return {q, d, bsum};
+}
+
+// packed: the tile layout of one matrix; tiles: int64 indices of the 16-row tiles to compute.
+// Returns [n, len(tiles) * 16] float32: column 16 * i + j is output row 16 * tiles[i] + j.
+at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at::Tensor tiles) {
+    const KindInfo info = kind_info(kind);
+    TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "packed: contiguous uint8");
+    TORCH_CHECK(x.dim() == 2 && x.size(1) == in && x.scalar_type() == at::kFloat && x.is_contiguous(),
+                "x: contiguous float32 [n, ", in, "]");
+    TORCH_CHECK(tiles.scalar_type() == at::kLong && tiles.dim() == 1, "tiles: int64 [t]");
+    const int64_t n = x.size(0), nt = tiles.size(0), nb = in / info.block;
+    const int64_t tile_bytes = nb * 16 * info.type_size;
+    const int64_t* tp = tiles.data_ptr<int64_t>();
+    const int64_t n_tiles = packed.numel() / tile_bytes;
+    for (int64_t i = 0; i < nt; ++i) TORCH_CHECK(tp[i] >= 0 && tp[i] < n_tiles, "tile ", tp[i], " out of range");
+    Rows rows{nullptr, nullptr, nullptr, x.data_ptr<float>(), in, 0};
+    std::vector<at::Tensor> quantised;
+    if (info.act_block) {
+        quantised = quantize_rows(x, info.act_block);
+        rows = {quantised[0].data_ptr<int8_t>(), quantised[1].data_ptr<float>(), quantised[2].data_ptr<int32_t>(),
+                nullptr, in, in / info.act_block};
+    }
+    auto out = at::empty({n, nt * 16}, at::kFloat);
+    float* op = out.data_ptr<float>();
+    const uint8_t* base = packed.data_ptr<uint8_t>();
+    const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / std::max<int64_t>(1, tile_bytes));
+    at::parallel_for(0, nt, grain, [&](int64_t begin, int64_t end) {
+        // A group's results go to a local block first: rows of the output lie 4 * out bytes apart, and storing
+        // 16 rows of one tile straight there would put every store in the same cache set.
+        F acc[kMaxRows];
+        float local[kMaxRows][kGroupTiles * 16];
+        for (int64_t first = begin; first < end; first += kGroupTiles) {
+            const int64_t last = std::min(end, first + kGroupTiles);
+            for (int64_t r0 = 0; r0 < n; r0 += kMaxRows) {
+                const int nr = (int)std::min<int64_t>(kMaxRows, n - r0);
+                Rows part = rows;
+                if (info.act_block) {
+                    part.q += r0 * in;
+                    part.d += r0 * rows.per_row_d;
+                    part.bsum += r0 * (in / 16);
+                } else {
+                    part.x += r0 * in;
+                }
+                for (int64_t i = first; i < last; ++i) {
+                    for (int r = 0; r < nr; ++r) acc[r] = fzero();
+                    info.tile(base + tp[i] * tile_bytes, info.act_block ? nb : in, part, nr, acc);
+                    for (int r = 0; r < nr; ++r) store(local[r] + (i - first) * 16, acc[r]);
+                }
+                for (int r = 0; r < nr; ++r) {
+                    std::memcpy(op + (r0 + r) * nt * 16 + first * 16, local[r], (last - first) * 16 * sizeof(float));
+                }
+            }
+        }
+    });
+    return out;
+}
+
+// Registered as torch.ops.<POWER_OPS>.matmul / .quantize_rows, one namespace per path's build.
+#define POWER_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+POWER_LIBRARY(POWER_OPS, m) {
+    m.def("matmul", &matmul);
+    m.def("quantize_rows", &quantize_rows);
+}
