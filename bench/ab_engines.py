@@ -43,7 +43,6 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--prompt-tokens", type=int, default=SEEDS_PROMPT_TOKENS)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--dtype", default="bfloat16", help="Power's weight dtype")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     binary = subprocess.run([str(REPO / "scripts" / "build-llama-server")], capture_output=True, text=True,
@@ -67,7 +66,7 @@ def main() -> None:
             servers.append(server)
             configs.append(BenchConfig(f"llama-server {name}", path, plan, ServedEngine(server)))
         for name, (plan, path) in plans.items():
-            engine = Engine(Workload.of_plan(plan, path), EngineOptions(dtype=args.dtype, threads=args.threads))
+            engine = Engine(Workload.of_plan(plan, path), EngineOptions(threads=args.threads))
             configs.append(BenchConfig(f"power {name}", path, plan, engine))
         for server in servers:
             server.wait_healthy()

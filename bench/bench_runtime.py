@@ -6,9 +6,10 @@ Every engine is loaded first; then prefill and decode are measured interleaved,
 round-robin in small slices (the A/B protocol's pairing), so load from other
 processes on a shared machine lands on all engines alike and the ratios hold
 even when the absolute figures move. Engines:
-- Power at each `dtype[/lm-head-dtype]:capacity` of --configs: capacity 1 is the
-  cheapest plain decode; a larger one shows the fixed-shape cost a speculative
-  plan's plain rounds pay;
+- Power at each `arithmetic:capacity` of --configs (power.documents.arithmetic),
+  named with the instruction path its products take: the quantised arithmetic
+  runs a plain decode on one row whatever the capacity; the float32 reference
+  pads every step to the capacity;
 - llama.cpp through `llama-cpp-python`, when installed. It is a benchmark-only
   dependency, never a runtime one: `pip install llama-cpp-python` (builds from
   source, 10-40 minutes on 2 cores; `CMAKE_ARGS="-DGGML_NATIVE=ON"` targets this CPU).
@@ -47,9 +48,9 @@ PROMPT = ("Speculative decoding drafts a few tokens and the target verifies them
 
 
 class PowerEngine:
-    def __init__(self, gguf: GGUFFile, n_ctx: int, dtype: str, capacity: int, lm_head_dtype: str | None = None) -> None:
-        self.name = f"power {dtype}{f'/{lm_head_dtype}' if lm_head_dtype else ''} B{capacity}"
-        self.trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=capacity, dtype=dtype, lm_head_dtype=lm_head_dtype)
+    def __init__(self, gguf: GGUFFile, n_ctx: int, arithmetic: str, capacity: int) -> None:
+        self.trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=capacity, arithmetic=arithmetic)
+        self.name = f"power {arithmetic} B{capacity} ({self.trunk.instruction_path})"
 
     def prefill(self, prompt: list[int]) -> int:
         self.trunk.reset()
@@ -133,8 +134,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="prefills per engine (the median is reported)")
     parser.add_argument("--slice", type=int, default=4, help="decode steps per engine per turn")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--configs", default="float32:1,bfloat16:1,bfloat16:8,bfloat16/int8:1,bfloat16/int8:8",
-                        help="comma-separated dtype[/lm-head-dtype]:capacity for Power")
+    parser.add_argument("--configs", default="quantised:1,quantised:8,float32:1",
+                        help="comma-separated arithmetic:capacity for Power")
     parser.add_argument("--accuracy", action="store_true",
                         help="also score every engine's logits against Power float32 (teacher-forced)")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -154,9 +155,8 @@ def main() -> None:
         print("llama-cpp-python is not installed: `pip install llama-cpp-python` to compare (benchmark only)",
               file=sys.stderr)
     for config in args.configs.split(","):
-        dtypes, capacity = config.split(":")
-        dtype, _, lm_head_dtype = dtypes.partition("/")
-        engines.append(PowerEngine(gguf, n_ctx, dtype, int(capacity), lm_head_dtype or None))
+        arithmetic, capacity = config.split(":")
+        engines.append(PowerEngine(gguf, n_ctx, arithmetic, int(capacity)))
     results = measure(engines, prompt, args.decode_tokens, args.repeats, args.slice)
     _report(results, args)
     if args.accuracy:
@@ -169,14 +169,14 @@ def _report(results: dict[str, dict], args) -> None:
     reference = results.get(LlamaCppEngine.name)
     print(f"{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
           f"{args.threads} threads, torch {torch.__version__}, interleaved")
-    print(f"{'engine':<24}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}  greedy agrees")
+    print(f"{'engine':<56}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}  greedy agrees")
     for name, r in results.items():
         r["bandwidth_gb_s"] = r["bytes_per_step"] * r["decode_tok_s"] / 1e9
         if reference:
             r["prefill_vs_llama_cpp"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
             r["decode_vs_llama_cpp"] = r["decode_tok_s"] / reference["decode_tok_s"]
             r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
-        print(f"{name:<24}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_cpp', 0):>6.2f}"
+        print(f"{name:<56}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_cpp', 0):>6.2f}"
               f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_cpp', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
               f"{r['bandwidth_gb_s']:>7.2f}  {r.get('greedy_prefix_agreeing', '-')}")
 
@@ -185,14 +185,14 @@ def _report_accuracy(engines: list, gguf: GGUFFile, ids: list[int], n_ctx: int, 
     """Every engine's logits over `ids` against Power float32 at capacity 1 (the exactly dequantised weights)."""
     exact = PowerEngine(gguf, n_ctx, "float32", 1).all_logits(ids)
     print(f"\nlogits vs Power float32 (exact dequantised weights), teacher-forced over {len(ids)} rows")
-    print(f"{'engine':<24}{'max |d|':>9}{'mean |d|':>10}{'top-1 agrees':>14}")
+    print(f"{'engine':<56}{'max |d|':>9}{'mean |d|':>10}{'top-1 agrees':>14}")
     for engine in engines:
         logits = engine.all_logits(ids)
         difference = (logits - exact).abs()
         agree = (logits.argmax(-1) == exact.argmax(-1)).double().mean().item()
         results[engine.name] |= {"max_abs_logit_diff": difference.max().item(),
                                  "mean_abs_logit_diff": difference.mean().item(), "top1_agreement": agree}
-        print(f"{engine.name:<24}{difference.max().item():>9.3f}{difference.mean().item():>10.3f}{agree:>14.1%}")
+        print(f"{engine.name:<56}{difference.max().item():>9.3f}{difference.mean().item():>10.3f}{agree:>14.1%}")
 
 
 if __name__ == "__main__":

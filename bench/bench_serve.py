@@ -1,7 +1,9 @@
 """`power serve` under concurrent clients, beside llama-server with the same slots, on the bundled Gemma 3 270M.
 
     python bench/bench_serve.py [--clients 1,2,4,8] [--tokens 64] [--runs 3] [--threads 2]
-                                [--dtype float32] [--lm-head-dtype DTYPE] [--json out.json]
+                                [--json out.json]
+
+Power runs each plan's own arithmetic (the profiles' default: quantised).
 
 Both engines run as servers on loopback, started once, and are measured in
 turns: every measurement alternates which engine goes first, run by run, so
@@ -140,9 +142,7 @@ def rendered_llama_server(plan_path: Path, binary: str, port: int, threads: int)
 
 def power_server(plan_path: Path, port: int, args: argparse.Namespace, log: Path) -> Server:
     command = [str(POWER), "serve", str(plan_path), "--port", str(port), "--threads", str(args.threads),
-               "--dtype", args.dtype, "--queue-size", "64"]
-    if args.lm_head_dtype:
-        command += ["--lm-head-dtype", args.lm_head_dtype]
+               "--queue-size", "64"]
     return Server("power", command, port, log)
 
 
@@ -257,8 +257,6 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="completion tokens per request")
     parser.add_argument("--runs", type=int, default=3, help="runs per engine and level (alternating)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", default="float32", help="Power's layer weights (float32, bfloat16, int8)")
-    parser.add_argument("--lm-head-dtype", default=None)
     parser.add_argument("--parts", default="throughput,ngram,reuse", help="which parts to run, comma-separated")
     parser.add_argument("--json", type=Path, default=None, help="also write every sample here")
     args = parser.parse_args()

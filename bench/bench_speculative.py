@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96, help="tokens generated per request")
     parser.add_argument("--passes", type=int, default=2, help="alternating passes per configuration")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--arithmetic", default="quantised", help="quantised | float32 (power.documents.arithmetic)")
     parser.add_argument("--shapes", default="echo,prose")
     parser.add_argument("--ngram", default="4,2", help="match length, shortest draft (profiles/ngram.toml: 4,2)")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -74,12 +74,12 @@ def main() -> None:
     match, draft_min = (int(n) for n in args.ngram.split(","))
     window = NGramWindow(match, draft_min, args.k)
     trunks = {
-        "plain B1": load_trunk(gguf, n_ctx=1024, verify_capacity=1, dtype=args.dtype),
-        f"plain B{capacity}": load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, dtype=args.dtype),
+        "plain B1": load_trunk(gguf, n_ctx=1024, verify_capacity=1, arithmetic=args.arithmetic),
+        f"plain B{capacity}": load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, arithmetic=args.arithmetic),
     }
     greedy = Sampler(SamplingParams())
     report = {"gguf": str(args.gguf), "k": args.k, "ngram_window": [window.match, window.draft_min, window.draft_max], "tokens": args.tokens, "passes": args.passes,
-              "threads": args.threads, "dtype": args.dtype, "torch": torch.__version__, "shapes": {}}
+              "threads": args.threads, "arithmetic": args.arithmetic, "torch": torch.__version__, "shapes": {}}
     for name in args.shapes.split(","):
         shape = build_shape(name, args.tokens)
         prompt = tokenizer.encode(shape.prompt)

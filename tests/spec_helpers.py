@@ -66,8 +66,7 @@ def trunk(name: str, snapshot_rows: int = CAPACITY - 1):
 @lru_cache(maxsize=None)
 def _trunk(name: str, snapshot_rows: int):
     n_ctx = 1024 if name == "gemma" else 2048
-    dtype = "bfloat16" if name == "gemma" else "float32"
-    return load_trunk(gguf(name), n_ctx=n_ctx, verify_capacity=CAPACITY, snapshot_rows=snapshot_rows, dtype=dtype)
+    return load_trunk(gguf(name), n_ctx=n_ctx, verify_capacity=CAPACITY, snapshot_rows=snapshot_rows)
 
 
 @lru_cache(maxsize=None)

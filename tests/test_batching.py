@@ -19,6 +19,7 @@ import pytest
 import torch
 from spec_helpers import CAPACITY, built, gguf, prompt_for, trunk
 
+from power.documents.arithmetic import FLOAT32, QUANTISED
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
@@ -49,18 +50,18 @@ def gemma_prompts() -> list[list[int]]:
 
 
 @lru_cache(maxsize=None)
-def slotted(name: str, slots: int, s: int, dtype: str, head: str | None):
+def slotted(name: str, slots: int, s: int, arithmetic: str = QUANTISED):
     """A trunk of `slots` slots with the same per-slot context as spec_helpers' one-slot trunks."""
     n_ctx = 1024 if name == "gemma" else 2048
     return load_trunk(gguf(name), n_ctx=n_ctx, verify_capacity=CAPACITY, snapshot_rows=s if name == "hybrid" else 0,
-                      dtype=dtype, lm_head_dtype=head, slots=slots)
+                      arithmetic=arithmetic, slots=slots)
 
 
-def decoder(model: str, kind: str, slots: int, dtype: str = "float32", head: str | None = None) -> Decoder:
-    if model != "gemma" and dtype == "float32" and head is None and slots == 1:
+def decoder(model: str, kind: str, slots: int, arithmetic: str = QUANTISED) -> Decoder:
+    if model != "gemma" and arithmetic == QUANTISED and slots == 1:
         target = trunk(model, S)
     else:
-        target = slotted(model, slots, S, dtype, head)
+        target = slotted(model, slots, S, arithmetic)
     for slot in range(slots):
         target.reset(slot)
     return Decoder(target, Sampler(SamplingParams()), None if kind == "none" else built(kind, model, target), SchedulerConfig(k=K, s=S))
@@ -82,11 +83,11 @@ def alone(model: str, kind: str, prompts, params=GREEDY, tokens: int = TOKENS, *
 
 
 @lru_cache(maxsize=None)
-def reference(model: str, params: SamplingParams = GREEDY, dtype: str = "float32",
-              head: str | None = None) -> tuple[tuple[int, ...], ...]:
+def reference(model: str, params: SamplingParams = GREEDY, arithmetic: str = QUANTISED) -> tuple[tuple[int, ...], ...]:
     """Each prompt decoded plainly, alone, on a one-slot trunk."""
     if model == "gemma":
-        return tuple(tuple(t) for t in alone(model, "none", gemma_prompts(), params, GEMMA_TOKENS, dtype=dtype, head=head))
+        return tuple(tuple(t) for t in alone(model, "none", gemma_prompts(), params, GEMMA_TOKENS,
+                                             arithmetic=arithmetic))
     return tuple(tuple(t) for t in alone(model, "none", fixture_prompts(), params))
 
 
@@ -202,11 +203,11 @@ def test_a_failed_shared_forward_fails_the_requests_in_it_and_the_decoder_goes_o
     assert tokens_of(run(dec, fixture_prompts())) == reference("hybrid")
 
 
-@pytest.mark.parametrize("dtype, head", [("bfloat16", "int8"), pytest.param("float32", None, marks=pytest.mark.slow)])
-def test_gemma_requests_side_by_side_emit_their_alone_tokens(dtype, head):
-    """The demo's configuration (bfloat16 layers, int8 head) and the exact float32 weights, with n-gram drafts."""
-    together = run(decoder("gemma", "ngram", SLOTS, dtype, head), gemma_prompts(), tokens=GEMMA_TOKENS)
-    assert tokens_of(together) == reference("gemma", GREEDY, dtype, head)
+@pytest.mark.parametrize("arithmetic", [QUANTISED, pytest.param(FLOAT32, marks=pytest.mark.slow)])
+def test_gemma_requests_side_by_side_emit_their_alone_tokens(arithmetic):
+    """The plans' default arithmetic (real rows) and the float32 reference (fixed shapes), with n-gram drafts."""
+    together = run(decoder("gemma", "ngram", SLOTS, arithmetic), gemma_prompts(), tokens=GEMMA_TOKENS)
+    assert tokens_of(together) == reference("gemma", GREEDY, arithmetic)
 
 
 # --- prefix reuse ------------------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_gemma_requests_side_by_side_emit_their_alone_tokens(dtype, head):
 @pytest.mark.parametrize("model", ["dense", "hybrid", "gemma"])
 def test_a_reused_prefix_gives_the_logits_of_recomputing_it(model):
     """Prefill A, then B sharing A's first 70 tokens from A's cache: B's every row equals B prefilled from scratch."""
-    target = slotted(model, 2, S, "bfloat16" if model == "gemma" else "float32", "int8" if model == "gemma" else None)
+    target = slotted(model, 2, S)
     vocab = target.config.vocab_size
     shared = [(t * 13 + 5) % (vocab - 10) + 2 for t in range(70)]
     a, b = shared + [3, 4, 5], shared + [6, 7, 8, 9, 10]

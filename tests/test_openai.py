@@ -41,8 +41,7 @@ def _free_port() -> int:
 def served() -> Iterator[tuple[openai.OpenAI, str]]:
     plan = chat_plan("slots")
     port = _free_port()
-    command = [str(Path(sys.executable).parent / "power"), "serve", str(plan), "--port", str(port), "--dtype",
-               "float32", "--threads", "1"]
+    command = [str(Path(sys.executable).parent / "power"), "serve", str(plan), "--port", str(port), "--threads", "1"]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=os.environ | {"TRITON_INTERPRET": "1"})
     base = f"http://127.0.0.1:{port}"
@@ -154,7 +153,7 @@ def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
     key_file.write_text("s3cret-key-0123456789\n")
     port = _free_port()
     command = [str(Path(sys.executable).parent / "power"), "serve", str(chat_plan("slots")), "--port", str(port),
-               "--dtype", "float32", "--threads", "1"]
+               "--threads", "1"]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=os.environ | {"TRITON_INTERPRET": "1", "POWER_API_KEY_FILE": str(key_file)})
     base = f"http://127.0.0.1:{port}"

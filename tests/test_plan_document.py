@@ -45,7 +45,7 @@ def sample_plan(**overrides) -> ResolvedPlan:
                   Drafter(kind="dspark", path="/d.gguf", size=10, sha256="d" * 64, target_sha256="c" * 64,
                           contract={"block_size": 16, "target_layers": (1, 3)})),
         speculation=Speculation(k=10, s=6, rollback="guarded", adaptive=True),
-        runtime=Runtime(ctx=512, batch=12, verify_capacity=11, gpu_layers=999, flash_attn=False, cuda_graphs=True,
+        runtime=Runtime(ctx=512, batch=12, verify_capacity=11, arithmetic="quantised", gpu_layers=999, flash_attn=False, cuda_graphs=True,
                         kv_cache_type="f16", draft_kv_cache_type="f16", ngram_match=24, ngram_draft_min=12,
                             ngram_draft_max=48),
         sampling=Sampling(temperature=0.0, seed=0, verify="match"),

@@ -140,20 +140,31 @@ def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, 
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("dtype,lm_head_dtype", [("float32", None), ("bfloat16", "int8"), ("int8", None)])
-def test_a_speculative_plan_runs_in_its_mode_and_emits_the_plain_greedy_stream(tmp_path, dtype, lm_head_dtype):
+@pytest.mark.parametrize("arithmetic", ["auto", "float32"])
+def test_a_speculative_plan_runs_in_its_mode_and_emits_the_plain_greedy_stream(tmp_path, arithmetic):
+    """A plan's arithmetic decides the tokens; a plan-less run takes the default plan's (auto: quantised)."""
     manifest = write_manifest(tmp_path, "dense-target", drafters=[{"kind": "ngram"}])
-    profile = write_profile(tmp_path, "ngram", k=3, s=3, runtime={"ctx": 256, "verify_capacity": 4})
+    profile = write_profile(tmp_path, "ngram", k=3, s=3, runtime={"ctx": 256, "verify_capacity": 4,
+                                                                  "arithmetic": arithmetic})
     plan, findings = compiled(manifest, profile)
     assert plan is not None, findings
     save_plan(plan, tmp_path / "plan.json")
     prompt = "Hello world! Hello world! Hello world! Hello world!"
-    weights = ["--dtype", dtype, *(["--lm-head-dtype", lm_head_dtype] if lm_head_dtype else [])]
-    speculative = run(str(tmp_path / "plan.json"), "--prompt", prompt, "--max-tokens", "12", "--json", *weights)
-    plain = run("--gguf", dense(), "--verify-capacity", "4", "--ctx", "256", "--prompt", prompt, "--max-tokens", "12",
-                "--json", *weights)
-    assert speculative.exit_code == plain.exit_code == 0, speculative.output + plain.output
-    spec, base = json.loads(speculative.stdout), json.loads(plain.stdout)
+    speculative = run(str(tmp_path / "plan.json"), "--prompt", prompt, "--max-tokens", "12", "--json")
+    assert speculative.exit_code == 0, speculative.output
+    spec = json.loads(speculative.stdout)
+    resolved = "quantised" if arithmetic == "auto" else arithmetic
+    assert plan.runtime.arithmetic == spec["runtime"]["arithmetic"] == resolved
     assert spec["mode"] == "ngram" and spec["rounds"] >= 1
-    assert spec["runtime"] | {"device": "cpu", "dtype": dtype, "lm_head_dtype": lm_head_dtype or dtype} == spec["runtime"]
-    assert spec["token_ids"] == base["token_ids"]  # greedy speculation is exact at the fixed shape
+    assert spec["runtime"]["real_rows"] == (resolved == "quantised")
+    assert spec["runtime"]["instruction_path"].startswith("onednn-u8s8-" if resolved == "quantised" else "torch-float32")
+    if resolved == "quantised":  # a plan-less run is a default plan's arithmetic: the same tokens
+        plain = run("--gguf", dense(), "--verify-capacity", "4", "--ctx", "256", "--prompt", prompt, "--max-tokens",
+                    "12", "--json")
+        assert plain.exit_code == 0, plain.output
+        assert spec["token_ids"] == json.loads(plain.stdout)["token_ids"]  # greedy speculation is exact
+
+
+def test_no_command_line_option_changes_the_arithmetic():
+    result = run("--gguf", dense(), "--prompt", "Hello", "--max-tokens", "2", "--dtype", "float32")
+    assert result.exit_code == 2 and "No such option '--dtype'" in result.output

@@ -18,7 +18,9 @@ from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
 from power.documents import geometry
+from power.documents.arithmetic import ARITHMETICS, FLOAT32
 from power.documents.plan import load_plan
+from power.orchestrator.compile import target_vocab
 from power.orchestrator.engines import adapter
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.sizing.placement import place_layers
@@ -128,6 +130,34 @@ def test_the_plans_slots_are_what_the_engine_allocates(tmp_path):
     allocated = sum(cache.k.nbytes + cache.v.nbytes for layer in engine.trunk.layers for cache in layer.caches)
     assert plan.memory.slots.ctx_per_slot == engine.n_ctx == 256
     assert {c.name: c.bytes for c in plan.memory.components}["target KV"] == allocated == 2_097_152
+
+
+@pytest.mark.parametrize("arithmetic", ARITHMETICS)
+@pytest.mark.parametrize("name", ["gemma", "dense-target", "hybrid-target"])
+def test_power_runtime_weights_are_what_the_loader_holds(name, arithmetic):
+    """The target's weights in a Power plan equal the bytes the runtime's loader holds (every matrix, vector and the
+    embedding's GGUF rows), measured on the loaded trunk, in both arithmetics."""
+    path = gemma() if name == "gemma" else fixture(name)
+    facts = inspect_artifact(path)
+    request = Request(ctx=256, verify_rows=4, vocab=target_vocab(facts), arithmetic=arithmetic)
+    planned = parts(size_plan("power", facts, None, request, CPU))["target weights"]
+    trunk = load_trunk(path, n_ctx=256, verify_capacity=4, arithmetic=arithmetic)
+    assert planned == trunk.weight_bytes
+
+
+def test_the_27b_q6k_target_plans_for_power_on_a_48_gib_device():
+    """Quantised, the Qwen3.6-27B Q6_K target's weights are about a byte a weight (not the 4 of float32, 104 GiB):
+    the target-only plan fits a 48 GiB device with its KV."""
+    facts = inspect_artifact(fixture("qwen36-27b-q6k"))
+    device = (DeviceBudget(0, "gpu", 48 * GiB, 0),)
+    cpu = (DeviceBudget(0, "cpu", 48 * GiB, 0, "cpu"),)
+    request = Request(ctx=4096, verify_rows=11, vocab=target_vocab(facts))
+    for devices in (device, cpu):
+        sizing = size_plan("power", facts, None, request, devices)
+        weights = parts(sizing)["target weights"]
+        assert weights < 1.3 * facts.size and sizing.verdict == "fits", (weights / GiB, sizing.total_bytes / GiB)
+    reference = size_plan("power", facts, None, replace(request, arithmetic=FLOAT32), device)
+    assert reference.verdict == "does-not-fit"
 
 
 # --- placement on several devices ----------------------------------------------------

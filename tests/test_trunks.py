@@ -1,9 +1,10 @@
-"""The trunk contract on every trunk: fixed-shape bit identity, rewind, checkpoints, recurrent snapshots.
+"""The trunk contract on every trunk: per-row bit identity, rewind, checkpoints, recurrent snapshots.
 
-A row's logits must be bit-identical whether its token ran alone (one real row,
-padded to the verification capacity) or as row j of a multi-row forward after
-the same prefix, and again after a rewind and re-forward. That is what makes a
-greedy speculative stream equal to the autoregressive one.
+A row's logits must be bit-identical whether its token ran alone (one real row;
+padded to the verification capacity in the float32 reference) or as row j of a
+forward of any row count after the same prefix, and again after a rewind and
+re-forward. That is what makes a greedy speculative stream equal to the
+autoregressive one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import torch
 from gguf_helpers import fixtures, gemma
 
+from power.documents.arithmetic import ARITHMETICS, FLOAT32, QUANTISED
 from power.runtime.errors import ContextOverflow
 from power.runtime.kv_cache import ATTENTION_BLOCK, SMALL_BLOCK
 from power.runtime.trunks import load_trunk
@@ -27,10 +29,9 @@ S = 2
 
 
 @functools.cache
-def trunk(name: str, dtype: str = "float32", lm_head_dtype: str | None = None):
+def trunk(name: str, arithmetic: str = QUANTISED):
     path = gemma() if name == "gemma" else fixtures()[name]
-    return load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, dtype=dtype,
-                      lm_head_dtype=lm_head_dtype)
+    return load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, arithmetic=arithmetic)
 
 
 def tokens_for(name: str) -> tuple[list[int], list[int]]:
@@ -40,15 +41,17 @@ def tokens_for(name: str) -> tuple[list[int], list[int]]:
     return [t % vocab for t in PREFIX], [t % vocab for t in ROWS]
 
 
-TRUNKS = [("gemma", "float32"), ("gemma", "bfloat16"), ("gemma", "bfloat16/int8"), ("gemma", "int8"),
-          ("dense-target", "float32"), ("dense-target", "bfloat16"), ("dense-target", "int8"), ("hybrid-target", "int8"),
-          ("hybrid-target", "float32")]
+TRUNKS = [(name, arithmetic) for name in ("gemma", "dense-target", "hybrid-target") for arithmetic in ARITHMETICS]
 
 
-@pytest.mark.parametrize("name,dtype", TRUNKS)
-def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, dtype):
-    """`dtype` is the layers' weight dtype, then the LM head's after a slash when they differ."""
-    model = trunk(name, *dtype.split("/"))
+def test_the_quantised_arithmetic_runs_real_rows_on_the_cpu_and_the_reference_pads():
+    assert trunk("gemma", QUANTISED).real_rows and trunk("hybrid-target", QUANTISED).real_rows
+    assert not trunk("gemma", FLOAT32).real_rows
+
+
+@pytest.mark.parametrize("name,arithmetic", TRUNKS)
+def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, arithmetic):
+    model = trunk(name, arithmetic)
     prefix, rows = tokens_for(name)
     taps = (1, model.config.n_layers)
     model.reset()
@@ -68,14 +71,45 @@ def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, dtype)
     assert torch.equal(again.logits[0], together.logits[-1]), "re-forward after rewind differs"
 
 
-@pytest.mark.parametrize("name,dtype", TRUNKS)
-def test_rows_of_several_sequences_in_one_forward_equal_each_sequence_alone(name, dtype):
+@pytest.mark.parametrize("name", ["gemma", "dense-target", "hybrid-target"])
+def test_a_row_is_the_same_bits_at_every_row_count(name):
+    """The quantised arithmetic runs a forward on its real rows: row j of a forward of n rows, for every n from 1 to
+    the capacity, equals the same token forwarded alone after the same prefix (logits and taps), and so does every
+    row of a prefill chunk of any length."""
+    model = load_trunk(gemma() if name == "gemma" else fixtures()[name], n_ctx=64, verify_capacity=8, snapshot_rows=8)
+    assert model.real_rows
+    vocab = model.config.vocab_size
+    prefix = [t % vocab for t in PREFIX]
+    rows = [(104729 * i) % (vocab - 10) + 10 for i in range(8)]
+    taps = (1, model.config.n_layers)
+    model.reset()
+    model.prefill(prefix)
+    start = model.checkpoint()
+    alone = []
+    for token in rows:
+        alone.append(model.forward([token], taps=taps))
+    for n in range(2, 9):
+        model.restore(start)
+        together = model.forward(rows[:n], taps=taps)
+        for j in range(n):
+            assert torch.equal(together.logits[j], alone[j].logits[0]), f"row {j} of {n} differs from its lone forward"
+            for layer in taps:
+                assert torch.equal(together.hidden[layer][j], alone[j].hidden[layer][0])
+    model.reset()
+    whole = model.prefill([*prefix, *rows], all_logits=True)
+    for n in range(1, len(prefix) + len(rows)):
+        model.reset()
+        pieces = [model.prefill([*prefix, *rows][:n], all_logits=True),
+                  model.prefill([*prefix, *rows][n:], all_logits=True)]
+        assert torch.equal(torch.cat([p.logits for p in pieces]), whole.logits), f"a prefill split at {n} differs"
+
+
+@pytest.mark.parametrize("name,arithmetic", TRUNKS)
+def test_rows_of_several_sequences_in_one_forward_equal_each_sequence_alone(name, arithmetic):
     """Three sequences of different lengths share one forward (and one prefill chunk): every row, logits and taps,
     equals the same rows forwarded in their own slot alone - whatever row offset their segment had."""
-    head = (dtype.split("/") + [None])[1]
     path = gemma() if name == "gemma" else fixtures()[name]
-    model = load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, dtype=dtype.split("/")[0],
-                       lm_head_dtype=head, slots=3)
+    model = load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, arithmetic=arithmetic, slots=3)
     prefix, rows = tokens_for(name)
     taps = (1, model.config.n_layers)
     prompts = [prefix, prefix[:2], [*prefix, *rows]]
@@ -102,15 +136,14 @@ def test_rows_of_several_sequences_in_one_forward_equal_each_sequence_alone(name
 CROSSINGS = (60, 252, 764)
 
 
-@pytest.mark.parametrize("name,dtype", [("gemma", "bfloat16/int8"), ("dense-target", "float32"),
-                                        ("hybrid-target", "float32")])
-def test_rows_stay_bit_identical_across_attention_blocks_and_the_sliding_window(name, dtype):
+@pytest.mark.parametrize("name,arithmetic", [("gemma", QUANTISED), ("dense-target", FLOAT32),
+                                             ("hybrid-target", QUANTISED)])
+def test_rows_stay_bit_identical_across_attention_blocks_and_the_sliding_window(name, arithmetic):
     """Attention visits only the blocks some row of the forward may read: a row among others (which visit more
     blocks, before and after its own) must still match it alone, deep in a long context."""
     assert (SMALL_BLOCK, ATTENTION_BLOCK) == (64, 256)
     path = gemma() if name == "gemma" else fixtures()[name]
-    model = load_trunk(path, n_ctx=1024, verify_capacity=8, dtype=dtype.split("/")[0],
-                       lm_head_dtype=(dtype.split("/") + [None])[1])
+    model = load_trunk(path, n_ctx=1024, verify_capacity=8, arithmetic=arithmetic)
     vocab = model.config.vocab_size
     prefix = [2] + [(7919 * i) % (vocab - 10) + 10 for i in range(1, max(CROSSINGS))]
     rows = [(104729 * i) % (vocab - 10) + 10 for i in range(8)]
@@ -207,11 +240,14 @@ def test_a_forward_past_the_context_is_refused_with_the_limit():
         model.forward([1] * 5)
 
 
+@pytest.mark.parametrize("arithmetic", ARITHMETICS)
 @pytest.mark.parametrize("name", ["dense-target", "hybrid-target", "gemma"])
-def test_every_tensor_a_trunk_makes_lives_on_its_device(name):
-    """On the meta device every op checks placement without computing: a tensor left on the CPU would raise here."""
+def test_every_tensor_a_trunk_makes_lives_on_its_device(name, arithmetic):
+    """On the meta device every op checks placement without computing: a tensor left on the CPU would raise here.
+    Off the CPU the quantised matrices are their GGUF rows there (the GPU's product), and the shapes stay fixed."""
     path = gemma() if name == "gemma" else fixtures()[name]
-    model = load_trunk(path, n_ctx=32, verify_capacity=CAPACITY, snapshot_rows=S, dtype="bfloat16", device="meta")
+    model = load_trunk(path, n_ctx=32, verify_capacity=CAPACITY, snapshot_rows=S, arithmetic=arithmetic, device="meta")
+    assert not model.real_rows
     prefix, rows = tokens_for(name)
     model.prefill(prefix, taps=(1,))
     start = model.checkpoint()

@@ -114,7 +114,7 @@ def test_step_times_come_from_a_bench_evidence_file(tmp_path):
     evidence = tmp_path / "evidence.json"
     bench = CliRunner().invoke(main, ["bench", str(fixture_plan("ngram")), "--vs", str(fixture_plan("none")),
                                       "--shapes", "echo,identity", "--runs", "1", "--max-tokens", "12",
-                                      "--dtype", "float32", "--prompt-tokens", "48", "-o", str(evidence)])
+                                      "--prompt-tokens", "48", "-o", str(evidence)])
     assert bench.exit_code == 0, bench.output
     result = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--json"])
     assert result.exit_code == 0, result.output

@@ -1,1 +1,1 @@
-"""What the orchestrator and the runtime exchange: the resolved plan, the receipt, the weight dtypes a plan may name."""
+"""What the orchestrator and the runtime exchange: the resolved plan, the receipt, the arithmetic a plan may name."""

@@ -21,7 +21,8 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     speculation {k, s, rollback, fr_vocab_size, adaptive, p_min}: rollback is "full"
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
                 or "none" (no speculation, and then K = S = 0)
-    runtime     launch settings: ctx, batch, ubatch, slots, kv_unified, verify_capacity, gpu_layers,
+    runtime     launch settings: ctx, batch, ubatch, slots, kv_unified, verify_capacity, arithmetic
+                (Power's runtime: "quantised" or the "float32" reference, power.documents.arithmetic), gpu_layers,
                 split_mode, tensor_split, main_gpu, tensor_parallel,
                 flash_attn, cuda_graphs, kv_cache_type, draft_kv_cache_type,
                 draft_device, ngram_match, ngram_draft_min, ngram_draft_max
@@ -61,6 +62,7 @@ from power.artifacts.documents import (
     read_text,
 )
 from power.artifacts.verify import TARGET, Artifact
+from power.documents.arithmetic import Arithmetic
 from power.findings import Finding, PowerError
 
 # The engines Power has an adapter for (power.orchestrator.engines), as plans and profiles spell them.
@@ -160,6 +162,7 @@ class Runtime(_Frozen):
     slots: int = 1  # parallel sequences (llama-server -np)
     kv_unified: bool = False  # one KV cache shared by the slots; else each slot has ctx / slots cells
     verify_capacity: int
+    arithmetic: Arithmetic  # Power's runtime's matrix products (power.documents.arithmetic); llama.cpp and vLLM have their own
     gpu_layers: int | Literal["all"]
     # several devices: llama.cpp -sm / -ts (one ratio per device, in the plan's device order) / -mg; vLLM TP
     split_mode: Literal["layer", "none"] = "layer"

@@ -23,6 +23,7 @@ from power.artifacts import contracts
 from power.artifacts.digests import file_stamp, sha256_file
 from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
+from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.plan import (
     Device,
     DeviceMemory,
@@ -181,7 +182,7 @@ def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed
                         target.architecture)
     return Request(
         ctx=ctx or runtime.ctx, slots=runtime.slots, kv_unified=runtime.kv_unified, batch=runtime.batch,
-        ubatch=runtime.ubatch, verify_rows=settings.verify_rows,
+        ubatch=runtime.ubatch, verify_rows=settings.verify_rows, arithmetic=resolve_arithmetic(runtime.arithmetic),
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
         draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
         kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=runtime.kv_cache_type,
@@ -312,7 +313,8 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
         runtime=Runtime(
             ctx=sizing.ctx, batch=runtime.batch, ubatch=runtime.ubatch, slots=runtime.slots,
             kv_unified=runtime.kv_unified,
-            verify_capacity=settings.verify_rows, gpu_layers=runtime.gpu_layers,
+            verify_capacity=settings.verify_rows, arithmetic=resolve_arithmetic(runtime.arithmetic),
+            gpu_layers=runtime.gpu_layers,
             split_mode=split.mode, tensor_split=split.ratios, main_gpu=split.main, tensor_parallel=split.tensor_parallel,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
             draft_kv_cache_type=runtime.kv_cache_type,

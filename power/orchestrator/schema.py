@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from power import modes
+from power.documents import arithmetic
 from power.documents.plan import DEFAULT_ENGINE, EngineName
 from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
 
@@ -78,6 +79,7 @@ SplitMode = Literal["layer", "none"]
 DeviceKind = Literal["gpu", "cpu"]
 KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 VerifyRule = Literal["match", "rejection"]
+ArithmeticName = Literal[arithmetic.REQUESTABLE]  # type: ignore[valid-type]  # pyright: ignore[reportInvalidTypeForm]
 TrafficShape = Literal["prose", "echo", "structured", "identity"]
 
 
@@ -173,6 +175,10 @@ class ProfileRuntime(_Strict):
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
     kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
+    arithmetic: ArithmeticName = Field(
+        arithmetic.AUTO, description='Power\'s runtime\'s matrix products: "quantised" (weights kept quantised, '
+        'integer products with exact sums; each forward runs on its real rows), "float32" (the reference: exactly '
+        'dequantised weights, forwards padded to the fixed shape) or "auto" (the fastest exact arithmetic: quantised)')
     gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
         "all", description=f'layers offloaded to the GPU: an integer from 0 to {MAX_LAYERS} or "all" (full offload)')
     split_mode: SplitMode = Field("layer", description='several devices under llama-server: "layer" (each device a run '

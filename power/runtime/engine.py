@@ -27,6 +27,8 @@ import torch
 
 from power import __version__, modes
 from power.artifacts.verify import TARGET, Artifact
+from power.documents.arithmetic import AUTO
+from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
@@ -48,11 +50,10 @@ DEFAULT_CTX = 2048
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How this machine runs a workload: choices a plan leaves to the host (they are not in its digest)."""
+    """How this machine runs a workload: choices a plan leaves to the host (they are not in its digest, and none
+    changes a token: the arithmetic is the plan's)."""
 
     device: str = "auto"  # "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda", "cuda:N"
-    dtype: str = "float32"  # the layers' weight dtype (`power.documents.dtypes.WEIGHT_DTYPES`)
-    lm_head_dtype: str | None = None  # None: the same as dtype
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
     governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
 
@@ -79,12 +80,14 @@ class Workload:
 
     @classmethod
     def of_gguf(cls, path: Path, ctx: int = DEFAULT_CTX, verify_capacity: int = 1) -> Workload:
+        """The arithmetic is a plan's default (`auto`), so a plan-less run gives a default plan's tokens."""
         return cls(
             artifacts=(Artifact(TARGET, Path(path), None),),
             mode=Mode(requested=modes.NONE, resolved=modes.NONE, chain=(), reason="a direct run of one GGUF"),
             speculation=Speculation(k=0, s=0, rollback="none"),
             runtime=Runtime(ctx=ctx, batch=1, verify_capacity=verify_capacity, gpu_layers="all", flash_attn=False,
-                            cuda_graphs=False, kv_cache_type="f32", draft_kv_cache_type="f32"),
+                            cuda_graphs=False, kv_cache_type="f32", draft_kv_cache_type="f32",
+                            arithmetic=resolve_arithmetic(AUTO)),
             sampling=Sampling(temperature=0.0, seed=0, verify="match"),
             plan_digest=None,
         )
@@ -154,8 +157,8 @@ class Engine:
         self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
                                                              runtime.verify_capacity).positions_per_slot,
                                 verify_capacity=runtime.verify_capacity,
-                                snapshot_rows=workload.speculation.s, dtype=options.dtype,
-                                lm_head_dtype=options.lm_head_dtype, device=self.device, slots=self.slots)
+                                snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
+                                device=self.device, slots=self.slots)
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk, gguf, drafters)
@@ -170,7 +173,8 @@ class Engine:
     def identity(self) -> dict[str, Any]:
         """Which engine and build produced a measurement (evidence records it; a rollout compares it)."""
         return {"name": "power", "build": __version__, "torch": torch.__version__, "device": self.device,
-                "dtype": self.options.dtype, "threads": torch.get_num_threads()}
+                "arithmetic": self.trunk.options.arithmetic, "instruction_path": self.trunk.instruction_path,
+                "threads": torch.get_num_threads()}
 
     @property
     def n_ctx(self) -> int:
@@ -277,7 +281,7 @@ class Engine:
         else:
             room = ticket.room
             reason = "context" if len(generation.tokens) >= room and room < ticket.max_tokens else "length"
-        options, runtime = self.options, self.workload.runtime
+        runtime, arithmetic = self.workload.runtime, self.trunk.options.arithmetic
         return Receipt(
             plan_digest=self.workload.plan_digest, artifacts=dict(self.artifacts), mode=self.workload.mode.resolved,
             prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
@@ -285,8 +289,10 @@ class Engine:
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
             governor_parks=stats.governor_parks,
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
-            runtime={"device": self.device, "dtype": options.dtype, "lm_head_dtype": self.trunk.options.head_dtype,
-                     "threads": torch.get_num_threads(), "n_ctx": runtime.ctx, "slots": self.slots,
+            runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
+                     "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
+                     # older readers' names for the weights' arithmetic (receipt fields are never removed)
+                     "dtype": arithmetic, "lm_head_dtype": arithmetic, "threads": torch.get_num_threads(), "n_ctx": runtime.ctx, "slots": self.slots,
                      "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,
                      "prefill_chunk": self.trunk.options.prefill_chunk,
                      "architecture": self.trunk.config.architecture, "torch": torch.__version__},

@@ -90,6 +90,11 @@ class GGUFFile:
     def tensor(self, name: str, shape: Sequence[int] | None = None, device: str = "cpu") -> torch.Tensor:
         """Dequantise `name` to float32 in torch order on `device` (its packed bytes move there first, so a GPU
         dequantises with the Triton kernels), checking it has `shape` when given."""
+        info = self.expect(name, shape)
+        return dispatch.dequantize(info.qtype, self.raw(name).to(device), info.shape)
+
+    def expect(self, name: str, shape: Sequence[int] | None = None) -> TensorInfo:
+        """`name`'s facts, checked: it exists, has `shape` when given, and is of a type the runtime dequantises."""
         info = self.info(name)
         if shape is not None and tuple(info.shape) != tuple(shape):
             raise ArtifactError(f"tensor {name!r} has shape {list(info.shape)}, expected {list(shape)} from the "
@@ -99,7 +104,7 @@ class GGUFFile:
             raise ArtifactError(f"tensor {name!r} is {info.qtype}, which the runtime cannot dequantise "
                                 f"(supported: {', '.join(BLOCK_LAYOUT)})", code="PWR122", file=str(self.path),
                                 hint="requantise the model to one of them")
-        return dispatch.dequantize(info.qtype, self.raw(name).to(device), info.shape)
+        return info
 
     def has(self, name: str) -> bool:
         return name in self.tensors

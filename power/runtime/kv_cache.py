@@ -12,6 +12,15 @@ window), not the capacity. Skipping a block changes no bit of any row's
 result (see `KVCache.attend`), so a row's arithmetic still never depends on
 which forward it ran in: alone, among others, or after a rewind.
 
+Attention is per row: each product is one row's query heads of one KV head
+against a block, [G, hd] x [hd, B], with the block copied into the same
+contiguous layout for every row, so each product has the same shape and layout
+whatever the number of rows in the forward. A [G * n, hd] product (or torch's
+broadcasting matmul, which views the block for one row and copies it for
+several) lets the library pick another kernel, and another summation order, at
+another n: measured on the dense fixture, where a row's logits changed between
+1 and 4 rows. tests/test_trunks.py checks every row count on every trunk.
+
 The cache is cut into fixed blocks: SMALL_BLOCK slots up to slot ATTENTION_BLOCK,
 so a short context computes little, then ATTENTION_BLOCK slots, so a long one
 takes few steps.
@@ -36,22 +45,19 @@ class CacheMask:
     """What the rows of one forward may read, for `KVCache.attend`.
 
     blocks: the cache's blocks that hold a slot some row may read, in slot order;
-    additive: [G*n, slots the blocks span], 0 where a row may read a slot and
-        -inf elsewhere, its n rows repeated for each of the G query heads that
-        share a KV head.
+    additive: [n, slots the blocks span], 0 where a row may read a slot and -inf elsewhere.
     """
 
     blocks: tuple[slice, ...]
     additive: torch.Tensor
 
     def on(self, block: slice) -> torch.Tensor:
-        """The additive mask over one of `blocks`: [G*n, B]."""
+        """The additive mask over one of `blocks`, for scores [n, Hkv, G, B]: [n, 1, 1, B]."""
         first = self.blocks[0].start
-        return self.additive[:, block.start - first:block.stop - first]
+        return self.additive[:, None, None, block.start - first:block.stop - first]
 
 
-def causal_mask(start: int, rows: int, window: int | None = None, group: int = 1,
-                device: str | torch.device = "cpu") -> CacheMask:
+def causal_mask(start: int, rows: int, window: int | None = None, device: str | torch.device = "cpu") -> CacheMask:
     """Rows at positions [start, start + rows) read slot j when j <= p (and p - j < window, for a local layer)."""
     blocks = _blocks(0 if window is None else max(0, start - window + 1), start + rows - 1)
     slots = torch.arange(blocks[0].start, blocks[-1].stop, device=device)[None, :]
@@ -60,7 +66,7 @@ def causal_mask(start: int, rows: int, window: int | None = None, group: int = 1
     if window is not None:
         allowed &= (q - slots) < window
     additive = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))
-    return CacheMask(blocks, additive.repeat(group, 1))
+    return CacheMask(blocks, additive)
 
 
 def _blocks(first_slot: int, last_slot: int) -> tuple[slice, ...]:
@@ -94,21 +100,29 @@ class KVCache:
     def attend(self, q: torch.Tensor, mask: CacheMask, scale: float) -> torch.Tensor:
         """q [n, H, hd] against the readable blocks under `mask` -> [n, H * hd_v].
 
-        Softmax in fixed blocks, exactly: each block's scores are one product of
-        fixed shape, the maximum is taken over every visited block, and the
-        blocks' exponential sums and value products are added in slot order. A
-        block a row may not read gives that row exact zeros, which leave a sum
-        unchanged, so the blocks a forward skips or visits beyond a row's own
-        never move its bits.
+        Softmax in fixed blocks, exactly: each block's scores are products of
+        fixed shape, one per row and KV head, the maximum is taken over every
+        visited block, and the blocks' exponential sums and value products are
+        added in slot order. A block a row may not read gives that row exact
+        zeros, which leave a sum unchanged, so the blocks a forward skips or
+        visits beyond a row's own never move its bits.
         """
         n, n_heads, head_dim = q.shape
         n_kv = self.k.shape[0]
-        q = q.permute(1, 0, 2).reshape(n_kv, -1, head_dim)  # [Hkv, G*n, hd]
-        scores = [torch.baddbmm(mask.on(s), q, self.k[:, s].transpose(1, 2), alpha=scale)
-                  for s in mask.blocks]  # each [Hkv, G*n, B]
-        peak = functools.reduce(torch.maximum, [s.amax(-1, keepdim=True) for s in scores])  # [Hkv, G*n, 1]
+        group = n_heads // n_kv
+        q = q.reshape(n * n_kv, group, head_dim)  # one [G, hd] query block per row and KV head
+        scores = [torch.bmm(q, _per_row(self.k[:, s], n).transpose(1, 2)).view(n, n_kv, group, -1)
+                  .mul_(scale).add_(mask.on(s)) for s in mask.blocks]  # each [n, Hkv, G, B]
+        peak = functools.reduce(torch.maximum, [s.amax(-1, keepdim=True) for s in scores])  # [n, Hkv, G, 1]
         weights = [s.sub_(peak).exp_() for s in scores]
-        total = functools.reduce(torch.add, [w.sum(-1, keepdim=True) for w in weights])  # [Hkv, G*n, 1]
-        out = functools.reduce(torch.add, [torch.bmm(w, self.v[:, s]) for w, s in zip(weights, mask.blocks, strict=True)])
-        out = out.div_(total)  # [Hkv, G*n, hd_v]
-        return out.view(n_heads, n, -1).permute(1, 0, 2).reshape(n, -1)
+        total = functools.reduce(torch.add, [w.sum(-1, keepdim=True) for w in weights])  # [n, Hkv, G, 1]
+        out = functools.reduce(torch.add, [torch.bmm(w.view(n * n_kv, group, -1), _per_row(self.v[:, s], n))
+                                           for w, s in zip(weights, mask.blocks, strict=True)])
+        return out.view(n, n_kv, group, -1).div_(total).reshape(n, -1)  # [n, H * hd_v]
+
+
+def _per_row(block: torch.Tensor, rows: int) -> torch.Tensor:
+    """A cache block [Hkv, B, hd] once per row, [rows * Hkv, B, hd], contiguous: every row's product reads the same
+    layout whatever the number of rows."""
+    n_kv, width, head_dim = block.shape
+    return block.unsqueeze(0).expand(rows, n_kv, width, head_dim).reshape(rows * n_kv, width, head_dim).contiguous()

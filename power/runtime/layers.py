@@ -1,9 +1,12 @@
 """Building blocks every trunk shares: norms, rotary embeddings, masked attention over explicit keys, MLPs.
 
 Everything here is row-independent: a row's result depends only on that row's
-inputs (and the cache), never on how many rows run beside it, provided the
-caller keeps the row count fixed. The trunks guarantee that by padding every
-forward to one shape.
+inputs (and the cache), never on how many rows run beside it. The elementwise
+transcendental functions need one care for that to hold at any row count:
+torch runs the last partial SIMD chunk of a tensor through a scalar path whose
+exp / log may round differently from the vector path, so an op over a narrow
+row ([n, 4] gate values) runs through `aligned`; the trunks' wide rows (model,
+FFN and head widths, multiples of SIMD_WIDTH) are whole vectors already.
 
 Shapes: n = rows in the forward, d = model width, H / Hkv = query / key-value
 heads, hd = head width, T = cache capacity in positions.
@@ -15,6 +18,18 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+SIMD_WIDTH = 64  # floats: two AVX-512 vectors, a whole number of AVX2 ones
+
+
+def aligned(op: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """An elementwise `op` on rows x [n, w], each row padded to a multiple of SIMD_WIDTH so every element takes the
+    vector path: a row's bits are then the same whatever the number of rows (measured: a qwen35 fixture row's gates,
+    [n, 4], changed between 1 and 8 rows without it)."""
+    n, width = x.shape
+    padded = x.new_zeros(n, -(-width // SIMD_WIDTH) * SIMD_WIDTH)
+    padded[:, :width] = x
+    return op(padded)[:, :width]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

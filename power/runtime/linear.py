@@ -1,58 +1,72 @@
-"""Weight matrices as the matmul runs them: packed once at load, in float32, bfloat16 or int8.
+"""Weight matrices as the products run them: quantised (row-count invariant) or the float32 reference.
 
-`pack(weight, dtype, rows)` turns a dequantised float32 matrix [out, in] into a
-callable `x [n, in] float32 -> [n, out] float32`. `rows` is the shape the trunk
-runs at most often (its verification capacity); it only guides the packed layout.
+`pack(weight, arithmetic, rows)` turns a matrix [out, in] into a callable
+`x [n, in] float32 -> [n, out] float32` in one of the plan's arithmetics
+(`power.documents.arithmetic`):
 
-- **float32**: `F.linear`; for one-row shapes the matrix is stored transposed
-  ([in, out]), which MKL streams ~1.8x faster for a single row.
-- **bfloat16**: on the CPU the matrix is reordered once into oneDNN's blocked
-  layout (`mkldnn._reorder_linear_weight`) so no call repacks it: the LM head of
-  Gemma 3 270M costs 24 ms at 8 rows instead of 48 ms, one thread. Elsewhere
-  (CUDA, a torch without oneDNN, or a CPU without oneDNN's bf16 support such
-  as an AVX2-only one) it is a plain bf16 `F.linear`.
-- **int8** (CPU): each output row is requantised to int8 with its own scale
-  (max |w| / 127), and each activation row to two int8 levels, `x = s * (hi +
-  lo / LOW_LEVEL)`, so activations keep ~15 bits. The products are integer
-  (oneDNN's u8 x s8 GEMM, exact int32 sums), scaled afterwards. Measured on
-  Gemma 3 270M (bench/bench_runtime.py --accuracy): logits deviate from the
-  exactly dequantised weights about as much as llama.cpp's own CPU path does.
-  A CPU without VNNI (AVX2 only, or AVX-512 without VNNI) adds u8 x s8 products
-  in pairs into saturating int16, so there activations use 7 bits per level
-  (u8 at most 127, PyTorch's `reduce_range`): the sums stay exact, with ~13
-  bits per activation instead of ~15.
+- **quantised** on the CPU (`Int8Linear`): each output row is held as int8 with
+  its own scale (max |w| / 127), and each activation row is quantised to two
+  int8 levels, `x = s * (hi + lo / LOW_LEVEL)`, so activations keep ~15 bits.
+  The products are integer (oneDNN's u8 x s8 GEMM, exact int32 sums), scaled
+  afterwards. Measured on Gemma 3 270M (bench/bench_runtime.py --accuracy):
+  logits deviate from the exactly dequantised weights about as much as
+  llama.cpp's own CPU path does. A CPU without VNNI (AVX2 only, or AVX-512
+  without VNNI) adds u8 x s8 products in pairs into saturating int16, so there
+  activations use 7 bits per level (u8 at most 127, PyTorch's `reduce_range`):
+  the sums stay exact, with ~13 bits per activation instead of ~15.
+- **quantised** on a GPU (`BlockLinear`): the GGUF rows as they are in the file,
+  multiplied by the batch-invariant Triton kernel (`power.kernels.qmatmul`: one
+  tile configuration and one reduction order whatever the row count).
+- **float32** (`Float32Linear`): the exactly dequantised weights, `F.linear`;
+  for one-row shapes the matrix is stored transposed ([in, out]), which MKL
+  streams ~1.8x faster for a single row. A float GEMM does not promise a row the
+  same bits at another row count, so the trunks pad every float32 forward to
+  their fixed shape.
 
-Every variant keeps a row's result independent of the other rows in the call:
-no reduction crosses rows, and int8 scales are per row. The trunks' fixed shapes
-do the rest, so greedy speculation stays bit-identical to plain decoding in every
-dtype. int8 goes further: a row's result does not depend on how many rows the
-call has either (`row_count_invariant`), so an int8 LM head runs on the real
-rows alone instead of a padded block.
+Every packing keeps a row's result independent of the other rows in the call:
+no reduction crosses rows, and every scale is per row or per output. The
+quantised packings go further: a row's result does not depend on how many rows
+the call has either (`row_count_invariant`, tested at every row count), which is
+what lets a forward run on its real rows only. `path` names the instruction path
+a packing runs (the receipt and the bench output report it).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
+from power.documents.arithmetic import QUANTISED
+from power.kernels import dispatch
 from power.runtime.errors import RuntimeInputError
 
 INT8_MAX = 127  # weights: each row requantised to [-127, 127]
-VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+VNNI_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")  # best first
 
 
 @functools.cache
-def exact_int8_pairs() -> bool:
-    """Whether this CPU sums u8 x s8 products straight into int32 (VNNI or AMX); read from /proc/cpuinfo."""
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags of /proc/cpuinfo (empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            flags = set(cpuinfo.read().split())
+            return frozenset(cpuinfo.read().split())
     except OSError:
-        return False  # unknown: the reduced range is exact on every CPU
-    return any(flag in flags for flag in VNNI_FLAGS)
+        return frozenset()
+
+
+def exact_int8_pairs() -> bool:
+    """Whether this CPU sums u8 x s8 products straight into int32 (VNNI or AMX)."""
+    return any(flag in cpu_flags() for flag in VNNI_FLAGS)
+
+
+def int8_path() -> str:
+    """The instruction path oneDNN's u8 x s8 products take here: the best int8 dot-product flag, or the 7-bit
+    activations of a CPU without one."""
+    best = next((flag for flag in VNNI_FLAGS if flag in cpu_flags()), None)
+    return f"onednn-u8s8-{best}" if best else "onednn-u8s8-7bit"
 
 
 # Activations: each level in [-ACTIVATION_MAX, ACTIVATION_MAX], sent to oneDNN as u8 around UINT8_ZERO.
@@ -62,10 +76,11 @@ LOW_LEVEL = 2 * ACTIVATION_MAX  # the second level carries the residual at 1/LOW
 
 
 class Linear:
-    """A packed weight: call it on float32 rows; `nbytes` is what one call reads from memory."""
+    """A packed weight: call it on float32 rows; `nbytes` is what it holds (and one call reads) in memory."""
 
     shape: tuple[int, int]  # [out, in]
     row_count_invariant = False  # True: a row's result is the same bits whatever the number of rows in the call
+    path = ""  # the instruction path the products take
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -76,6 +91,8 @@ class Linear:
 
 
 class Float32Linear(Linear):
+    path = "torch-float32"
+
     def __init__(self, weight: torch.Tensor, rows: int) -> None:
         self.shape = _matrix_shape(weight)
         self._transposed = rows == 1
@@ -89,33 +106,15 @@ class Float32Linear(Linear):
         return self.shape[0] * self.shape[1] * 4
 
 
-class BFloat16Linear(Linear):
-    def __init__(self, weight: torch.Tensor, rows: int) -> None:
-        self.shape = _matrix_shape(weight)
-        weight = weight.to(torch.bfloat16)
-        self._packed = _onednn_cpu(weight) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        self._weight = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if self._packed else weight
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.to(torch.bfloat16)
-        if self._packed:
-            return torch.ops.mkldnn._linear_pointwise(x, self._weight, None, "none", [], "").to(torch.float32)
-        return F.linear(x, self._weight).to(torch.float32)
-
-    @property
-    def nbytes(self) -> int:
-        return self.shape[0] * self.shape[1] * 2
-
-
 class Int8Linear(Linear):
     row_count_invariant = True  # integer sums are exact in any order; every scale is per row or per output
 
     def __init__(self, weight: torch.Tensor, rows: int, levels: int = 2) -> None:
         if not _onednn_cpu(weight):
             raise RuntimeInputError(f"int8 weights run on the CPU through oneDNN; this one is on {weight.device} "
-                                    f"(oneDNN available: {torch.backends.mkldnn.is_available()})", code="PWR601",
-                                    hint="use dtype bfloat16 (or float32) there instead")
+                                    f"(oneDNN available: {torch.backends.mkldnn.is_available()})", code="PWR601")
         self.shape = _matrix_shape(weight)
+        self.path = int8_path()
         self._scale = (weight.abs().amax(dim=1) / INT8_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [out]
         quantised = torch.round(weight / self._scale[:, None]).to(torch.int8)  # [out, in]
         self._levels = levels
@@ -142,24 +141,62 @@ class Int8Linear(Linear):
 
     @property
     def nbytes(self) -> int:
-        return self.shape[0] * self.shape[1] + self.shape[0] * 4
+        return int8_bytes(*self.shape)
 
 
-KINDS: dict[str, Callable[[torch.Tensor, int], Linear]] = {"float32": Float32Linear, "bfloat16": BFloat16Linear, "int8": Int8Linear}
+def int8_bytes(out_features: int, in_features: int) -> int:
+    """What an `Int8Linear` holds: a byte a weight and a float32 scale per output row."""
+    return out_features * in_features + out_features * 4
 
 
-def pack(weight: torch.Tensor, dtype: str, rows: int) -> Linear:
-    """weight [out, in] float32 -> a `Linear` in `dtype` (a key of KINDS), laid out for calls of about `rows` rows."""
-    return KINDS[dtype](weight, rows)
+class BlockLinear(Linear):
+    """GGUF rows [out, row_bytes] uint8 as they lie in the file, multiplied by `power.kernels.dispatch.qmatmul`
+    (Triton on a GPU, its reference elsewhere)."""
+
+    row_count_invariant = True  # one tile configuration and one reduction order whatever the row count
+
+    def __init__(self, rows: torch.Tensor, qtype: str, shape: tuple[int, int]) -> None:
+        self.shape, self.qtype, self._rows = shape, qtype, rows
+        self.path = f"triton-qmatmul-{qtype}" if rows.device.type == "cuda" else f"reference-qmatmul-{qtype}"
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return dispatch.qmatmul(x, self._rows, self.qtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self._rows.numel()
 
 
-def pack_head(weight: torch.Tensor, dtype: str, rows: int) -> Linear:
-    """An LM head [vocab, d]: as `pack`, except that an int8 head quantises its activations at one level.
+class Stacked(Linear):
+    """Several matrices that read the same input, their outputs side by side (one product each)."""
+
+    def __init__(self, parts: Sequence[Linear]) -> None:
+        self._parts = tuple(parts)
+        self.shape = (sum(p.shape[0] for p in parts), parts[0].shape[1])
+        self.row_count_invariant = all(p.row_count_invariant for p in parts)
+        self.path = "+".join(dict.fromkeys(p.path for p in parts))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([part(x) for part in self._parts], dim=-1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self._parts)
+
+
+def pack(weight: torch.Tensor, arithmetic: str, rows: int) -> Linear:
+    """A dequantised matrix [out, in] float32 -> a `Linear` in `arithmetic`, laid out for calls of about `rows`
+    rows (the quantised CPU packing: requantised per output row)."""
+    return Int8Linear(weight, rows) if arithmetic == QUANTISED else Float32Linear(weight, rows)
+
+
+def pack_head(weight: torch.Tensor, arithmetic: str, rows: int) -> Linear:
+    """An LM head [vocab, d]: as `pack`, except that a quantised head quantises its activations at one level.
 
     The head reads the normed final residual, and one level keeps its logits as close to the exactly
     dequantised weights as llama.cpp's own are (docs/runtime.md), at half the rows of two levels.
     """
-    return Int8Linear(weight, rows, levels=1) if dtype == "int8" else pack(weight, dtype, rows)
+    return Int8Linear(weight, rows, levels=1) if arithmetic == QUANTISED else Float32Linear(weight, rows)
 
 
 def _matrix_shape(weight: torch.Tensor) -> tuple[int, int]:

@@ -52,12 +52,12 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @click.option("--write-env", "env_path", type=click.Path(path_type=Path), default=None,
               help="Write the winner (else the incumbent) as the deployment's env file, the measured table as its "
               "comment: LLAMA_ARG_* for llama-server, POWER_* for power.")
-@runtime_options(default_dtype="bfloat16")
+@runtime_options
 @root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,
           max_tokens: int, prompt_tokens: int | None, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
-          env_path: Path | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
+          env_path: Path | None, device: str, threads: int | None,
           root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
@@ -109,7 +109,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
                        f"its evidence counts for {engine} deployments only", err=True)
     with contextlib.ExitStack() as running:
         try:
-            configs = _configs(plans, engine, binary, device, dtype, lm_head_dtype, threads, root, running)
+            configs = _configs(plans, engine, binary, device, threads, root, running)
             measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
         except PowerError as err:
             refuse(err, as_json)  # exits; the stack stops every server it started
@@ -139,8 +139,8 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         sys.exit(EXIT_FINDINGS)
 
 
-def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, lm_head_dtype: str | None,
-             threads: int | None, root: Path | None, running: contextlib.ExitStack):
+def _configs(plans, engine: str, binary: Path | None, device: str, threads: int | None, root: Path | None,
+             running: contextlib.ExitStack):
     """One configuration per plan, its engine loaded (Power) or started and healthy (live; stopped by `running`)."""
     from power.app import bench as harness
     from power.app.live import LIVE_ENGINES, LiveEngine, LiveEngineError
@@ -151,7 +151,7 @@ def _configs(plans, engine: str, binary: Path | None, device: str, dtype: str, l
     for label, path, plan in plans:
         click.echo(f"loading {label}: {path} (mode {plan.mode.resolved}) on {engine}", err=True)
         if engine not in LIVE_ENGINES:  # Power's own runtime, in this process
-            options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
+            options = EngineOptions(device=device, threads=threads)
             runtime_engine = Engine(Workload.of_plan(plan, path, root), options)
             configs.append(harness.BenchConfig(label, Path(path), plan, runtime_engine))
         else:

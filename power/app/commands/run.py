@@ -28,18 +28,19 @@ from power.orchestrator.schema import MAX_CTX, MAX_ROWS
               help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
 @click.option("--verify-capacity", type=click.IntRange(min=1, max=MAX_ROWS), default=None,
               help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
-@runtime_options(default_dtype="float32")
+@runtime_options
 @root_option
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
               help="Also write the receipt JSON to this file (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) instead of streaming.")
 def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stops: tuple[str, ...], ctx: int | None,
-        verify_capacity: int | None, device: str, dtype: str, lm_head_dtype: str | None, threads: int | None,
+        verify_capacity: int | None, device: str, threads: int | None,
         root: Path | None, receipt_path: Path | None, as_json: bool) -> None:
     """Generate with the Power runtime (on a GPU when torch sees one); stream the text, then report the receipt.
 
-    Give a resolved PLAN (from `power plan`: its mode, drafters, K/S, shapes and
-    sampling apply), or `--gguf FILE` for a direct plain run of a model. Exit
+    Give a resolved PLAN (from `power plan`: its mode, drafters, K/S, shapes,
+    arithmetic and sampling apply), or `--gguf FILE` for a direct plain run of a
+    model in a default plan's arithmetic (quantised). Exit
     codes: 0 ok, 2 usage or input error (unimplemented architecture, missing or
     mis-shaped tensor, unsupported quant type, a prompt longer than the context,
     a plan that does not load, an artifact that is not the planned file, a declined speculator).
@@ -63,7 +64,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         sys.stdout.flush()
 
     try:
-        options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
+        options = EngineOptions(device=device, threads=threads)
         engine = _engine(plan, gguf, ctx, verify_capacity, root, options)
         receipt = engine.generate(prompt, max_tokens, None if as_json else stream, stop=stops)
     except PowerError as err:

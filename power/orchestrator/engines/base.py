@@ -175,6 +175,11 @@ class EngineAdapter(ABC):
         """The variables the engine reads as options (`LLAMA_ARG_CTX_SIZE` is `--ctx-size`), or None."""
         return None
 
+    def host_memory_bytes(self, plan: ResolvedPlan) -> int:  # noqa: ARG002
+        """What the engine holds in host memory beyond the files it maps: nothing for engines that map the files
+        and hold the rest on the device."""
+        return 0
+
     def device_memory_fraction(self, plan: ResolvedPlan) -> float | None:  # noqa: ARG002
         """The share of each device the engine is told it may take (vLLM's --gpu-memory-utilization), or None."""
         return None

@@ -26,6 +26,7 @@ SETTINGS = Settings((
     Setting("chain", None, "POWER_SPEC_CHAIN"), Setting("k", None, "POWER_SPEC_DRAFT_MAX"),
     Setting("s", None, "POWER_SPEC_RECURRENT_SNAPSHOTS"), Setting("rollback", None, "POWER_SPEC_ROLLBACK"),
     Setting("ctx", None, "POWER_CTX"), Setting("verify_capacity", None, "POWER_VERIFY_CAPACITY"),
+    Setting("arithmetic", None, "POWER_ARITHMETIC"),
     Setting("root", "--root"), Setting("host", "--host"), Setting("port", "--port"),
 ))
 
@@ -61,6 +62,11 @@ class PowerRuntime(EngineAdapter):
         words = ((SETTINGS.flag("root"), str(Path(root).resolve())),) if root is not None else ()
         return Launch(("power", "serve", str(plan_path)), words, {}, ())
 
+    def host_memory_bytes(self, plan: ResolvedPlan) -> int:
+        """The plan's own sizing: the runtime reads each file into memory it owns and builds its weights, caches and
+        buffers beside it; on a CPU that is host memory, and while loading on a GPU the host stages it."""
+        return plan.memory.total_bytes
+
     def variables(self, plan: ResolvedPlan, plan_path: Path) -> dict[str, object]:
         """The POWER_* variables of the env file."""
         spec = plan.speculation
@@ -68,6 +74,6 @@ class PowerRuntime(EngineAdapter):
             "plan": str(plan_path), "digest": plan.digest, "name": plan.name, "target": plan.target.path,
             "target_sha256": plan.target.sha256, "mode": plan.mode.resolved, "chain": ",".join(plan.mode.chain),
             "k": spec.k, "s": spec.s, "rollback": spec.rollback, "ctx": plan.runtime.ctx,
-            "verify_capacity": plan.runtime.verify_capacity,
+            "verify_capacity": plan.runtime.verify_capacity, "arithmetic": plan.runtime.arithmetic,
         }
         return {str(SETTINGS.env(field)): value for field, value in values.items()}

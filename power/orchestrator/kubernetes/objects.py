@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from power.documents.plan import ResolvedPlan, canonical_json
+from power.orchestrator.engines import adapter
 from power.orchestrator.render import Listen, engine_launch
 
 PORT = 8080
@@ -265,8 +266,7 @@ def engine_memory_bytes(plan: ResolvedPlan, engine: str) -> int:
     Measured (CPU, float32, Gemma 3 270M Q4_K_M at ctx 2048): `power run` peaks at 1.99 GiB resident; this gives
     3.78 GiB (plan 1.55 GiB + file 0.24 GiB + 2 GiB)."""
     files = plan.target.size + sum(d.size or 0 for d in plan.drafters)
-    held = plan.memory.total_bytes if engine == "power" else 0
-    return files + held + ENGINE_OVERHEAD_BYTES
+    return files + adapter(engine).host_memory_bytes(plan) + ENGINE_OVERHEAD_BYTES
 
 
 def _resources(plan: ResolvedPlan, engine: str) -> dict[str, Any]:

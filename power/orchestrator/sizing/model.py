@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from power.artifacts.facts import NEXTN, ArtifactFacts, LayerFacts
 from power.artifacts.ggml_types import QUANT_BY_NAME
+from power.documents.arithmetic import QUANTISED
 
 MiB = 1024**2
 Basis = Literal["exact", "estimated", "measured"]
@@ -73,6 +74,7 @@ class Request:
     batch: int = 2048
     ubatch: int = 512
     verify_rows: int = 1  # Power's fixed verification shape
+    arithmetic: str = QUANTISED  # Power's matrix products (power.documents.arithmetic): what its weights hold
     snapshots: int = 0  # Power: S resident recurrent snapshots
     draft_len: int = 0  # llama-server: the longest draft a slot verifies (outputs reserved per slot: 1 + draft_len)
     rs_snapshots: int = 0  # llama-server: n_rs_seq, recurrent rows kept per sequence for a partial rollback

@@ -1,8 +1,18 @@
 """What Power's own runtime (power.runtime) holds for a plan, on its one device.
 
-The runtime is a torch reference: it dequantizes the weights to its `--dtype`
-(float32 by default: 4 B per element; bfloat16 halves the matrices) and keeps
-every cache in float32. Its layout differs from llama.cpp's:
+The target's weights are what the loader holds (`power.runtime.trunks.base.Weights`;
+tests/test_sizing.py compares the two on Gemma and the fixtures), which follows the
+plan's arithmetic (power.documents.arithmetic):
+
+- the token embedding stays in its GGUF rows (a lookup dequantises the rows it needs);
+- quantised on the CPU: every matrix as int8 rows with a float32 scale per row
+  (`power.runtime.linear.Int8Linear`), the LM head too (a tied one is a second
+  holding beside the embedding's rows); on a GPU, every matrix of a type the
+  Triton product reads as its GGUF rows;
+- float32: every matrix dequantised, 4 B a weight;
+- vectors (norms, biases) and a depthwise convolution's taps in float32.
+
+Every cache is float32. The runtime's layout differs from llama.cpp's:
 
 - each slot gets ctx / slots positions, and every attention layer, sliding or
   global, keeps a region of `pad(ctx / slots + max(verify capacity, prefill
@@ -11,18 +21,19 @@ every cache in float32. Its layout differs from llama.cpp's:
 - recurrent layers keep their conv and delta state and S snapshots per slot;
 - a drafter keeps a ring of its sliding window (else the whole context)
   (runtime/speculators/kv_ring.py);
-- the verification forward runs at the fixed capacity, the LM head on blocks of
-  that many rows.
+- a forward runs at most the verification capacity's rows (the float32 reference
+  pads every forward to it).
 
-The KV regions follow the runtime's allocation rule; weights, compute and the
-CUDA terms are estimates (torch's caching allocator and kernel workspaces are
-not modelled).
+The KV regions and the target's weights follow the runtime's allocation rules;
+compute, drafters and the CUDA terms are estimates (torch's caching allocator and
+kernel workspaces are not modelled).
 """
 
 from __future__ import annotations
 
 from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
+from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
 from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
 from power.orchestrator.sizing.model import (
@@ -40,6 +51,11 @@ from power.orchestrator.sizing.model import (
 )
 
 FLOAT32 = 4
+EMBEDDING = "token_embd.weight"
+OUTPUT = "output.weight"
+FLOAT32_SUFFIXES = ("ssm_conv1d.weight",)  # 2-D, but a depthwise convolution's taps: held in float32
+# The types the GPU's batch-invariant product reads in place (power/kernels/dequant.py TRITON_TYPES).
+BLOCK_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
 
 def geometry(request: Request) -> Geometry:
@@ -52,7 +68,8 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
     device = devices[0]
     layout = geometry(request)
     positions = layout.allocated_positions
-    components = [_weights("target weights", [t for t in target.tensors if not _mtp_tensor(t, target)])]
+    trunk_tensors = [t for t in target.tensors if not _mtp_tensor(t, target)]
+    components = [_target_weights(trunk_tensors, request.arithmetic, device.kind)]
     attention = [l for l in trunk_layers(target) if l.kind != RECURRENT]
     if attention:
         components.append(_kv("target KV", attention, positions, request.slots))
@@ -100,10 +117,43 @@ def _mtp_tensor(tensor: TensorInfo, facts: ArtifactFacts) -> bool:
     return block is not None and block < len(facts.layers) and facts.layers[block].kind == NEXTN
 
 
+def _target_weights(tensors: list[TensorInfo], arithmetic: str, device_kind: str) -> Component:
+    """What the loader holds for the trunk's tensors (and the LM head)."""
+    held = sum(held_bytes(t, arithmetic, device_kind) for t in tensors)
+    if not any(t.name == OUTPUT for t in tensors):
+        embedding = next((t for t in tensors if t.name == EMBEDDING), None)
+        held += _matrix_bytes(embedding, arithmetic, device_kind) if embedding is not None else 0
+    if arithmetic != QUANTISED:
+        how = "f32"
+    else:
+        how = "int8 rows + an f32 scale per row" if device_kind == "cpu" else "their GGUF rows"
+    return Component("target weights", held, f"{len(tensors)} tensors in the {arithmetic} arithmetic: the embedding "
+                     f"as its GGUF rows, matrices and the LM head as {how}, vectors in f32")
+
+
+def held_bytes(tensor: TensorInfo, arithmetic: str, device_kind: str) -> int:
+    """One tensor as the runtime's loader holds it (a tied LM head apart)."""
+    if tensor.name == EMBEDDING:
+        return tensor.nbytes
+    if len(tensor.dims) == 2 and not tensor.name.endswith(FLOAT32_SUFFIXES):
+        return _matrix_bytes(tensor, arithmetic, device_kind)
+    return _elements(tensor) * FLOAT32
+
+
+def _matrix_bytes(tensor: TensorInfo, arithmetic: str, device_kind: str) -> int:
+    in_features, out_features = tensor.dims
+    if arithmetic != QUANTISED:
+        return in_features * out_features * FLOAT32
+    if device_kind == "cpu":
+        return out_features * in_features + out_features * FLOAT32
+    return tensor.nbytes if tensor.type_name in BLOCK_TYPES else in_features * out_features * FLOAT32
+
+
 def _weights(name: str, tensors: list[TensorInfo]) -> Component:
+    """A drafter's (or the MTP head's) weights: its loader dequantises them to float32."""
     elements = sum(_elements(t) for t in tensors)
-    return Component(name, elements * FLOAT32, f"{elements:,} elements x f32 (the runtime dequantizes to its --dtype, "
-                                               "float32 by default; bfloat16 halves the matrices)", "estimated")
+    return Component(name, elements * FLOAT32, f"{elements:,} elements x f32 (drafters dequantise their weights)",
+                     "estimated")
 
 
 def _elements(tensor: TensorInfo) -> int:

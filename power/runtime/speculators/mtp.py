@@ -25,11 +25,12 @@ from typing_extensions import override
 
 from power import modes
 from power.artifacts.contracts import nextn_layer_count
+from power.documents.arithmetic import FLOAT32
 
 from ..gguf_weights import GGUFFile
 from ..kv_cache import KVCache
 from ..layers import rms_norm, rope_rows, rope_tables
-from ..trunks.base import Weights
+from ..trunks.base import TrunkOptions, Weights
 from ..trunks.batch import RowBatch, Segment
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
@@ -62,7 +63,8 @@ class MTPHead(Speculator):
         p = self.params = Qwen35Params.from_gguf(head_file)
         self.taps = (p.n_layers,)  # the final residual before the output norm
         b = f"blk.{p.n_layers}."
-        w = Weights(head_file, "float32", rows=1)
+        # A draft head's bits only shape proposals, never tokens: the float32 reference at one row.
+        w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=FLOAT32))
         self.block = GatedAttentionLayer(w, p, p.n_layers, [self._cache(n_ctx)])
         self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
         self.enorm = w.tensor(b + "nextn.enorm.weight", [p.d_model])

@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 
 from power.artifacts.gguf_reader import ArtifactError
+from power.documents.arithmetic import QUANTISED
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions
 
@@ -24,18 +25,19 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 
 
 def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int, snapshot_rows: int = 0,
-               dtype: str = "float32", lm_head_dtype: str | None = None, device: str = "cpu",
-               prefill_chunk: int | None = None, slots: int = 1) -> FixedShapeTrunk:
-    """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) at the given fixed shapes, holding `slots`
-    sequences of `n_ctx` positions each."""
+               arithmetic: str = QUANTISED, device: str = "cpu", prefill_chunk: int | None = None,
+               slots: int = 1) -> FixedShapeTrunk:
+    """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) in `arithmetic`
+    (`power.documents.arithmetic`), with forwards of at most `verify_capacity` rows, holding `slots` sequences of
+    `n_ctx` positions each."""
     gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
     architecture = gguf.architecture
     if architecture not in ARCHITECTURES:
         raise ArtifactError(f"architecture {architecture!r} is not implemented by the Power runtime "
                             f"(implemented: {', '.join(sorted(ARCHITECTURES))})", code="PWR120", file=str(gguf.path),
                             hint="use a plan whose target is one of these, or render the plan for llama-server instead")
-    options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows, dtype=dtype,
-                           lm_head_dtype=lm_head_dtype, device=device, slots=slots,
+    options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows,
+                           arithmetic=arithmetic, device=device, slots=slots,
                            **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))
     module_name, class_name = ARCHITECTURES[architecture]
     module = importlib.import_module(f"power.runtime.trunks.{module_name}")

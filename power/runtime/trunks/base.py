@@ -1,23 +1,29 @@
-"""What every trunk shares: the fixed-shape forward, chunked prefill, the LM head, rewind and checkpoints.
+"""What every trunk shares: the forward, chunked prefill, the LM head, rewind and checkpoints.
 
 A trunk holds `slots` sequences side by side. A concrete trunk implements
-`_run(tokens, batch, taps)`: push a padded block of rows through its layers,
-writing each segment's cache rows (and recurrent state) in its own slot
+`_run(tokens, batch, taps)`: push a block of rows through its layers, writing
+each segment's cache rows (and recurrent state) in its own slot
 (`power.runtime.trunks.batch`), and return the final residual (before the
-output norm) plus the requested taps. This class owns the shapes:
+output norm) plus the requested taps. This class owns the shapes.
+
+In the quantised arithmetic on the CPU every op computes a row the same way at
+any row count (`Trunk.real_rows`): integer products with exact sums, per-row
+norms and rope, attention per row (`power.runtime.kv_cache`). A forward then
+runs on its real rows only: a plain round is one row, a speculative round K+1,
+a batch the sum of its requests' rows, a prefill chunk its prompt rows.
+
+Otherwise (the float32 reference arithmetic, or a device where the attention's
+invariance is not proven) the shapes are fixed:
 
 - `forward` / `forward_parts` pad their 1..verify_capacity rows (of one or
   several sequences) to exactly `verify_capacity`;
-- `prefill` / `prefill_parts` run prompts in chunks of exactly `prefill_chunk`
-  rows, each chunk covering positions [j * chunk, (j + 1) * chunk) of its
-  sequence;
-- the LM head always runs on blocks of exactly `verify_capacity` rows, unless
-  its packing computes a row the same way at any row count (int8's exact
-  integer products), when it runs on the real rows alone.
+- `prefill` / `prefill_parts` pad each chunk to exactly `prefill_chunk` rows;
+- the LM head runs on blocks of exactly `verify_capacity` rows.
 
-So a row's logits never depend on how many real rows ran beside it or whose
-they were, and a prompt's logits are the same whoever prefills it, in one go or
-piece by piece, alone or beside other sequences.
+Either way prefill chunks cover positions [j * chunk, (j + 1) * chunk) of their
+sequence, so a row's logits never depend on how many real rows ran beside it or
+whose they were, and a prompt's logits are the same whoever prefills it, in one
+go or piece by piece, alone or beside other sequences.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ from typing import Any, Sequence
 import torch
 
 from power.artifacts.gguf_reader import ArtifactError
-from power.documents.dtypes import WEIGHT_DTYPES
+from power.documents.arithmetic import ARITHMETICS, QUANTISED
+from power.kernels.qmatmul import SUPPORTED as BLOCK_TYPES
+from power.runtime.embedding import TokenEmbedding
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
 from power.runtime.layers import rms_norm, softcap
-from power.runtime.linear import Linear, pack, pack_head
+from power.runtime.linear import BlockLinear, Float32Linear, Linear, Stacked, pack, pack_head
 from power.runtime.trunks.batch import RowBatch, Segment
 from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
@@ -43,7 +51,7 @@ DEFAULT_PREFILL_CHUNK = 32
 
 @dataclass(frozen=True)
 class TrunkOptions:
-    """How to instantiate a trunk: capacity, fixed shapes and matmul dtype (the plan decides these).
+    """How to instantiate a trunk: capacity, shapes and arithmetic (the plan decides these).
 
     `n_ctx` is one sequence's context; the trunk holds `slots` sequences, each with a cache region of its own.
     """
@@ -51,24 +59,18 @@ class TrunkOptions:
     n_ctx: int
     verify_capacity: int
     snapshot_rows: int = 0
-    dtype: str = "float32"
+    arithmetic: str = QUANTISED  # `power.documents.arithmetic`
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
-    lm_head_dtype: str | None = None  # None: the same as `dtype`
     device: str = "cpu"  # where weights, caches and activations live ("cpu", "cuda", "cuda:1", ...)
     slots: int = 1  # sequences decoded side by side
 
     def __post_init__(self) -> None:
-        for dtype in (self.dtype, self.head_dtype):
-            if dtype not in WEIGHT_DTYPES:
-                raise RuntimeInputError(f"weight dtype {dtype!r} is not supported (choose {', '.join(WEIGHT_DTYPES)})")
+        if self.arithmetic not in ARITHMETICS:
+            raise RuntimeInputError(f"arithmetic {self.arithmetic!r} is not supported (choose "
+                                    f"{', '.join(ARITHMETICS)})")
         if self.verify_capacity < 1 or self.n_ctx < 1 or self.prefill_chunk < 1 or self.slots < 1:
             raise RuntimeInputError(f"n_ctx ({self.n_ctx}), verify_capacity ({self.verify_capacity}), "
                                     f"prefill_chunk ({self.prefill_chunk}) and slots ({self.slots}) must be positive")
-
-    @property
-    def head_dtype(self) -> str:
-        """The LM head's weight dtype (the largest matrix of a small model: int8 halves what it reads)."""
-        return self.lm_head_dtype or self.dtype
 
     @property
     def cache_capacity(self) -> int:
@@ -124,32 +126,79 @@ class ArchHeader:
 
 
 class Weights:
-    """Reads a trunk's tensors from its GGUF: matrices packed for the matmul (`power.runtime.linear`), vectors in float32.
+    """Reads a trunk's tensors from its GGUF: matrices packed in the trunk's arithmetic (`power.runtime.linear`),
+    the token embedding as its GGUF rows (`power.runtime.embedding`), vectors in float32.
 
-    `rows` is the forward shape the matrices are laid out for (the verification capacity).
+    `rows` is the forward shape the matrices are laid out for (the verification capacity). `held` records what
+    each tensor costs in memory once loaded (`nbytes`: the sizing of Power's runtime counts the same).
     """
 
-    def __init__(self, gguf: GGUFFile, dtype: str, rows: int, device: str = "cpu") -> None:
-        self.gguf, self.dtype, self.rows, self.device = gguf, dtype, rows, device
+    def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
+        self.gguf, self.arithmetic, self.device = gguf, options.arithmetic, options.device
+        self.rows = options.verify_capacity
+        self.held: dict[str, int] = {}
+        self.linears: list[Linear] = []
 
     def matrix(self, name: str, shape: Sequence[int]) -> Linear:
-        return pack(self.tensor(name, shape), self.dtype, self.rows)
-
-    def lm_head(self, dtype: str, shape: Sequence[int]) -> Linear:
-        """`output.weight` [vocab, d], or the token embedding when the output is tied to it, packed as an LM head."""
-        name = "output.weight" if self.gguf.has("output.weight") else "token_embd.weight"
-        return pack_head(self.tensor(name, shape), dtype, self.rows)
+        return self.fused((name, shape))
 
     def fused(self, *matrices: tuple[str, Sequence[int]]) -> Linear:
-        """One matmul for several matrices that read the same input: their outputs side by side, in order."""
-        return pack(torch.cat([self.tensor(name, shape) for name, shape in matrices]), self.dtype, self.rows)
+        """One product for several matrices that read the same input: their outputs side by side, in order."""
+        names = " + ".join(name for name, _ in matrices)
+        linear: Linear
+        if self.arithmetic == QUANTISED and self.device != "cpu":
+            linear = Stacked([self._block(name, shape) for name, shape in matrices])
+        else:
+            linear = pack(torch.cat([self.gguf.tensor(name, shape, self.device) for name, shape in matrices]),
+                          self.arithmetic, self.rows)
+        return self._holding(names, linear)
+
+    def lm_head(self, shape: Sequence[int]) -> Linear:
+        """`output.weight` [vocab, d], or the token embedding when the output is tied to it, packed as an LM head."""
+        name = "output.weight" if self.gguf.has("output.weight") else "token_embd.weight"
+        if self.arithmetic == QUANTISED and self.device != "cpu":
+            return self._holding(f"{name} (LM head)", self._block(name, shape))
+        return self._holding(f"{name} (LM head)", pack_head(self.gguf.tensor(name, shape, self.device),
+                                                           self.arithmetic, self.rows))
+
+    def embedding(self, shape: Sequence[int]) -> TokenEmbedding:
+        embedding = TokenEmbedding(self.gguf, "token_embd.weight", shape, self.device)
+        self.held["token_embd.weight"] = embedding.nbytes
+        return embedding
 
     def tensor(self, name: str, shape: Sequence[int]) -> torch.Tensor:
-        """A float32 tensor on the trunk's device (embeddings, vectors, and matrices before packing)."""
-        return self.gguf.tensor(name, shape, self.device)
+        """A float32 tensor on the trunk's device (norm weights, biases, per-head constants)."""
+        tensor = self.gguf.tensor(name, shape, self.device)
+        self.held[name] = tensor.numel() * tensor.element_size()
+        return tensor
 
     def optional_tensor(self, name: str, shape: Sequence[int]) -> torch.Tensor | None:
         return self.tensor(name, shape) if self.gguf.has(name) else None
+
+    @property
+    def row_count_invariant(self) -> bool:
+        """Every product computes a row the same way at any row count."""
+        return all(linear.row_count_invariant for linear in self.linears)
+
+    @property
+    def paths(self) -> str:
+        """The instruction paths the products take, in order of first use."""
+        return "+".join(dict.fromkeys(linear.path for linear in self.linears))
+
+    def _block(self, name: str, shape: Sequence[int]) -> Linear:
+        """A matrix as its GGUF rows on the device (the batch-invariant Triton product); a type that kernel does not
+        read is dequantised to float32 (exact; such a trunk pads its forwards)."""
+        info = self.gguf.expect(name, shape)
+        if info.qtype not in BLOCK_TYPES:
+            return Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows)
+        out_features, in_features = int(shape[0]), int(shape[1])
+        return BlockLinear(self.gguf.raw(name).to(self.device).view(out_features, -1), info.qtype,
+                           (out_features, in_features))
+
+    def _holding(self, name: str, linear: Linear) -> Linear:
+        self.held[name] = linear.nbytes
+        self.linears.append(linear)
+        return linear
 
 
 @dataclass(frozen=True)
@@ -172,18 +221,27 @@ class FixedShapeTrunk:
 
     Each slot is one sequence with its own cache region, position and (for a recurrent trunk) state. The
     contract's methods act on one slot (`slot=0` unless given); `sequence(slot)` is that slot as a `Trunk`.
-    `forward_parts` and `prefill_parts` run several slots' rows in one fixed-shape forward
-    (`power.runtime.trunks.batch`), each row computed exactly as in a forward of its slot alone.
+    `forward_parts` and `prefill_parts` run several slots' rows in one forward (`power.runtime.trunks.batch`),
+    each row computed exactly as in a forward of its slot alone.
     """
 
     config: TrunkConfig
 
-    def __init__(self, config: TrunkConfig, options: TrunkOptions, output_norm: torch.Tensor,
+    def __init__(self, config: TrunkConfig, options: TrunkOptions, weights: Weights, output_norm: torch.Tensor,
                  output: Linear, norm_eps: float, logit_softcap: float | None = None) -> None:
         self.config, self.options = config, options
         self._output_norm, self._output, self._norm_eps = output_norm, output, norm_eps
         self._logit_softcap = logit_softcap
         self._positions = [0] * options.slots
+        self.held = dict(weights.held)  # tensor -> bytes held in memory (what sizing counts)
+        self.instruction_path = weights.paths
+        # The attention's per-row invariance is proven on the CPU (tests/test_trunks.py); elsewhere the shapes stay fixed.
+        self.real_rows = weights.row_count_invariant and torch.device(options.device).type == "cpu"
+
+    @property
+    def weight_bytes(self) -> int:
+        """What the trunk's weights hold in memory, every matrix, vector and the embedding."""
+        return sum(self.held.values())
 
     # --- the contract, per slot ---------------------------------------------
 
@@ -255,7 +313,8 @@ class FixedShapeTrunk:
     # --- shared forwards ------------------------------------------------------
 
     def forward_parts(self, parts: Sequence[Part], taps: Sequence[int] = ()) -> list[ForwardOut]:
-        """Append each part's tokens to its slot, all in one forward of exactly `verify_capacity` rows."""
+        """Append each part's tokens to its slot, all in one forward of 1..`verify_capacity` rows (padded to it when
+        the trunk does not run real rows)."""
         capacity = self.config.verify_capacity
         rows = sum(len(part.tokens) for part in parts)
         if not parts or not 1 <= rows <= capacity or any(not part.tokens for part in parts):
@@ -263,8 +322,9 @@ class FixedShapeTrunk:
         return self._forward(parts, capacity, taps, prefill=False)
 
     def prefill_parts(self, parts: Sequence[Part], taps: Sequence[int] = ()) -> list[ForwardOut]:
-        """One prefill chunk forward of exactly `prefill_chunk` rows: each part stays inside its slot's current
-        chunk (`chunk_room`); the logits of each part's last `logit_rows` rows."""
+        """One prefill chunk forward of at most `prefill_chunk` rows (padded to it when the trunk does not run real
+        rows): each part stays inside its slot's current chunk (`chunk_room`); the logits of each part's last
+        `logit_rows` rows."""
         chunk = self.options.prefill_chunk
         for part in parts:
             if not 1 <= len(part.tokens) <= self.chunk_room(part.slot):
@@ -274,7 +334,7 @@ class FixedShapeTrunk:
             raise ValueError(f"prefill parts of {sum(len(p.tokens) for p in parts)} rows exceed the chunk of {chunk}")
         return self._forward(parts, chunk, taps, prefill=True)
 
-    def _forward(self, parts: Sequence[Part], rows: int, taps: Sequence[int], prefill: bool) -> list[ForwardOut]:
+    def _forward(self, parts: Sequence[Part], shape: int, taps: Sequence[int], prefill: bool) -> list[ForwardOut]:
         if len({part.slot for part in parts}) != len(parts):
             raise ValueError("a forward holds at most one part per slot")
         segments, row = [], 0
@@ -282,8 +342,10 @@ class FixedShapeTrunk:
             self._check_room(part.slot, len(part.tokens))
             segments.append(Segment(part.slot, row, len(part.tokens), self._positions[part.slot]))
             row += len(part.tokens)
+        rows = row if self.real_rows else shape
         tokens = self._padded([token for part in parts for token in part.tokens], rows)
-        final, tapped = self._run(tokens, RowBatch(rows, segments, self.options.device, prefill), taps)
+        batch = RowBatch(rows, segments, self.options.device, prefill, padded=not self.real_rows)
+        final, tapped = self._run(tokens, batch, taps)
         for segment in segments:
             self._positions[segment.slot] += segment.n
         wanted = torch.cat([final[s.row + s.n - part.wanted:s.row + s.n] for s, part in zip(segments, parts, strict=True)])
@@ -296,12 +358,12 @@ class FixedShapeTrunk:
 
     @property
     def lm_head(self) -> Linear:
-        """The output projection [vocab, d], packed in the matmul dtype."""
+        """The output projection [vocab, d], packed in the trunk's arithmetic."""
         return self._output
 
     def logits(self, final: torch.Tensor) -> torch.Tensor:
-        """final residual rows [m, d] -> logits [m, vocab], the head run on blocks of exactly verify_capacity rows
-        (or on the m rows alone when its rows are the same at any row count, as an int8 head's are)."""
+        """final residual rows [m, d] -> logits [m, vocab], the head run on the m rows alone when its rows are the
+        same at any row count (the quantised head's are), else on blocks of exactly verify_capacity rows."""
         capacity = self.config.verify_capacity
         normed = rms_norm(final, self._output_norm, self._norm_eps)
         if self._output.row_count_invariant:

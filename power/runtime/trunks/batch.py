@@ -1,18 +1,20 @@
-"""How the rows of one fixed-shape forward map to sequences, and what runs once per sequence.
+"""How the rows of one forward map to sequences, and what runs once per sequence.
 
-A forward runs exactly `rows` rows (the verification capacity, or the prefill
-chunk). Its real rows come in segments, one per sequence (a slot of the trunk):
-rows [row, row + n) hold that slot's positions [start, start + n); the rows
-after the last segment are padding. Everything row-wise (embeddings, norms,
-matrix products, rope, activations) runs once over all the rows at the fixed
-shape, where a row's result never depends on the other rows. What reads a
-sequence's history runs once per segment, in exactly the shape a forward of
-that sequence alone would use:
+A forward runs `rows` rows: its real rows only (a trunk whose every op is row-count
+invariant), or the fixed shape (the verification capacity, or the prefill chunk).
+Its real rows come in segments, one per sequence (a slot of the trunk): rows
+[row, row + n) hold that slot's positions [start, start + n); in a padded forward
+the rows after the last segment are padding. Everything row-wise (embeddings,
+norms, matrix products, rope, activations) runs once over all the rows, where a
+row's result never depends on the other rows. What reads a sequence's history
+runs once per segment, as a forward of that sequence alone would run it:
 
 - attention: the segment's keys and values go into its own slot's cache, and its
-  queries, padded to `rows` rows, attend there under the mask of a lone forward
-  that starts at the segment's start (`causal_mask(start, rows)`), so each of
-  the segment's rows performs the lone forward's arithmetic on the same data;
+  queries attend there under the mask of a lone forward that starts at the
+  segment's start: on its own rows (`causal_mask(start, n)`; attention is per row,
+  `power.runtime.kv_cache`), or in a padded forward padded to `rows` rows
+  (`causal_mask(start, rows)`), so each of the segment's rows performs the lone
+  forward's arithmetic on the same data;
 - a recurrent layer runs the segment's rows through its own slot's state.
 
 So a row's bits never depend on which other sequences shared its forward, how
@@ -47,24 +49,26 @@ class Segment:
 class RowBatch:
     """The segments of one forward of `rows` rows, with the per-row positions and each segment's masks.
 
-    `prefill`: a prefill chunk forward (each segment's rows are prompt rows of its sequence).
+    `prefill`: a prefill chunk forward (each segment's rows are prompt rows of its sequence). `padded`: the forward
+    runs at a fixed shape, and each segment attends at that shape too.
     """
 
     def __init__(self, rows: int, segments: Sequence[Segment], device: str | torch.device = "cpu",
-                 prefill: bool = False) -> None:
+                 prefill: bool = False, padded: bool = True) -> None:
         self.rows, self.segments, self.device, self.prefill = rows, tuple(segments), device, prefill
+        self.padded = padded
         positions = torch.zeros(rows, dtype=torch.long)  # padding rows sit at position 0 (they write nothing)
         for segment in self.segments:
             positions[segment.rows] = torch.arange(segment.start, segment.start + segment.n)
         self.positions = positions.to(device)
-        self._masks: dict[tuple[int | None, int], tuple[CacheMask, ...]] = {}
+        self._masks: dict[int | None, tuple[CacheMask, ...]] = {}
 
-    def masks(self, window: int | None, group: int) -> tuple[CacheMask, ...]:
-        """Each segment's mask for a layer with this sliding window (None: global) and query-head group."""
-        key = (window, group)
-        if key not in self._masks:
-            self._masks[key] = tuple(causal_mask(s.start, self.rows, window, group, self.device) for s in self.segments)
-        return self._masks[key]
+    def masks(self, window: int | None) -> tuple[CacheMask, ...]:
+        """Each segment's mask for a layer with this sliding window (None: global)."""
+        if window not in self._masks:
+            self._masks[window] = tuple(causal_mask(s.start, self._attention_rows(s), window, self.device)
+                                        for s in self.segments)
+        return self._masks[window]
 
     def attend(self, caches: Sequence[KVCache], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                window: int | None = None) -> torch.Tensor:
@@ -72,12 +76,16 @@ class RowBatch:
 
         Returns [rows, H * hd_v]; padding rows are zeros.
         """
-        masks = self.masks(window, q.shape[1] // k.shape[1])
+        masks = self.masks(window)
         out = q.new_zeros(self.rows, q.shape[1] * v.shape[2])
         for segment, mask in zip(self.segments, masks, strict=True):
             cache = caches[segment.slot]
             cache.write(segment.start, k[segment.rows], v[segment.rows])
-            queries = q.new_zeros(q.shape)
+            queries = q.new_zeros(self._attention_rows(segment), *q.shape[1:])
             queries[: segment.n] = q[segment.rows]
             out[segment.rows] = cache.attend(queries, mask, scale)[: segment.n]
         return out
+
+    def _attention_rows(self, segment: Segment) -> int:
+        """The query rows a segment attends with: the forward's fixed shape, or its own rows."""
+        return self.rows if self.padded else segment.n

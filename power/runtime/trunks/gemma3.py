@@ -24,7 +24,6 @@ from typing_extensions import override
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
 from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_rows, rope_tables
-from power.runtime.linear import pack_head
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
 from power.runtime.trunks.batch import RowBatch
 from power.runtime.trunks.protocol import TrunkConfig
@@ -108,10 +107,10 @@ class Gemma3Layer:
 class Gemma3Trunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = Gemma3Params.from_gguf(gguf)
-        w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
+        w = Weights(gguf, options)
         capacity = options.cache_capacity
-        self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
-        output = pack_head(self.embedding, options.head_dtype, options.verify_capacity)  # tied
+        self.embedding = w.embedding([p.vocab, p.d_model])
+        output = w.lm_head([p.vocab, p.d_model])  # tied to the embedding
         self.layers = [Gemma3Layer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim_k, p.head_dim_v))
                        for i in range(p.n_layers)]
         self.local_rope = rope_tables(capacity, p.head_dim_k, LOCAL_ROPE_BASE, device=options.device)
@@ -119,7 +118,7 @@ class Gemma3Trunk(FixedShapeTrunk):
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False, slots=options.slots)
-        super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps,
+        super().__init__(config, options, w, w.tensor("output_norm.weight", [p.d_model]), output, p.eps,
                          p.logit_softcap)
 
     @override
@@ -128,7 +127,7 @@ class Gemma3Trunk(FixedShapeTrunk):
         p = self.params
         local_rope = rope_rows(self.local_rope, batch.positions)
         global_rope = rope_rows(self.global_rope, batch.positions)
-        h = self.embedding[tokens] * math.sqrt(p.d_model)  # [m, d]
+        h = self.embedding(tokens) * math.sqrt(p.d_model)  # [m, d]
         tapped = {}
         for i, layer in enumerate(self.layers):
             if i in taps:

@@ -93,22 +93,22 @@ class LlamaLayer:
 class LlamaTrunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = LlamaParams.from_gguf(gguf)
-        w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
-        self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])  # [V, d] float32
+        w = Weights(gguf, options)
+        self.embedding = w.embedding([p.vocab, p.d_model])
         self.layers = [LlamaLayer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim, p.head_dim))
                        for i in range(p.n_layers)]
         self.rope = rope_tables(options.cache_capacity, p.head_dim, p.rope_base, device=options.device)
         config = TrunkConfig(architecture=p.arch, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False, slots=options.slots)
-        output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
-        super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
+        output = w.lm_head([p.vocab, p.d_model])
+        super().__init__(config, options, w, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
 
     @override
     def _run(self, tokens: torch.Tensor, batch: RowBatch,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         rope = rope_rows(self.rope, batch.positions)
-        h = self.embedding[tokens]  # [m, d]
+        h = self.embedding(tokens)  # [m, d]
         tapped = {}
         for i, layer in enumerate(self.layers):
             if i in taps:

@@ -34,7 +34,7 @@ from typing_extensions import override
 
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_rows, rope_tables
+from power.runtime.layers import aligned, apply_rope, gated_mlp, rms_norm, rope_rows, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
 from power.runtime.trunks.batch import RowBatch
 from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
@@ -135,8 +135,8 @@ class GatedDeltaNetLayer:
         """
         x = rms_norm(h, self.attn_norm, p.eps)
         qkv, z, beta, alpha = self.w_in(x).split(self.split_in, dim=-1)  # [m, C], [m, Hv*dv], [m, Hv], [m, Hv]
-        beta = torch.sigmoid(beta)
-        decay = self.a * F.softplus(alpha + self.dt_bias)  # [m, Hv], log decay <= 0
+        beta = aligned(torch.sigmoid, beta)
+        decay = self.a * aligned(F.softplus, alpha + self.dt_bias)  # [m, Hv], log decay <= 0
         out = h.new_zeros(h.shape[0], p.value_heads, p.state)
         snapshots = {}
         for segment in batch.segments:
@@ -211,8 +211,8 @@ class GatedAttentionLayer:
 class Qwen35Trunk(FixedShapeTrunk):
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         p = self.params = Qwen35Params.from_gguf(gguf)
-        w = Weights(gguf, options.dtype, options.verify_capacity, options.device)
-        self.embedding = w.tensor("token_embd.weight", [p.vocab, p.d_model])
+        w = Weights(gguf, options)
+        self.embedding = w.embedding([p.vocab, p.d_model])
         self.layers = [GatedDeltaNetLayer(w, p, i) if p.is_recurrent(i)
                        else GatedAttentionLayer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim, p.head_dim))
                        for i in range(p.n_layers)]
@@ -224,8 +224,8 @@ class Qwen35Trunk(FixedShapeTrunk):
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
                              snapshot_rows=options.snapshot_rows, recurrent=True, slots=options.slots)
-        output = w.lm_head(options.head_dtype, [p.vocab, p.d_model])
-        super().__init__(config, options, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
+        output = w.lm_head([p.vocab, p.d_model])
+        super().__init__(config, options, w, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
         self.states = [self._initial_states() for _ in range(options.slots)]
 
     def _initial_states(self) -> dict[int, RecurrentState]:
@@ -239,7 +239,7 @@ class Qwen35Trunk(FixedShapeTrunk):
         rope = rope_rows(self.rope, batch.positions)
         before = {s.slot: _copy(self.states[s.slot]) for s in batch.segments if self.options.snapshot_rows >= s.n}
         per_row: dict[int, dict[int, dict[int, RecurrentState]]] = {s.slot: {} for s in batch.segments}
-        h = self.embedding[tokens]
+        h = self.embedding(tokens)
         tapped = {}
         for i, layer in enumerate(self.layers):
             if i in taps:
@@ -254,7 +254,7 @@ class Qwen35Trunk(FixedShapeTrunk):
             tapped[p.n_layers] = h
         for segment in batch.segments:
             self._keep_snapshots(segment.slot, segment.start, per_row[segment.slot], before.get(segment.slot))
-            if batch.prefill and (segment.start + segment.n) % batch.rows == 0:
+            if batch.prefill and (segment.start + segment.n) % self.options.prefill_chunk == 0:
                 self.chunk_states[segment.slot] = (segment.start + segment.n, _copy(self.states[segment.slot]))
         return h, tapped
 

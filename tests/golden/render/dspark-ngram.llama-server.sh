@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-dspark
-# plan digest 4eff27df23c2704cb048828e2f09d445f9c4cd32b6ed3fb2e62d309869be079f; mode dspark (verified external artifact)
+# plan digest de36b6c6033af0e25d6148807c22e58b96cc54389747c127e263c4b60857e086; mode dspark (verified external artifact)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # adaptive K/S controller: no flag; the engine drafts a fixed K per round
 # fixed verification capacity 11 rows: no flag

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Power runtime launch for plan qwen3.6-27b-q6k-dspark (digest 33240203f45e23a3e9183f5b61ce45ce0ec17ffaa03301df0370d729b768d0e4)
+# Power runtime launch for plan qwen3.6-27b-q6k-dspark (digest a7b57175eda4f3db19a04baab4e9f37cb66efc071fe4d54b2b4275341c8b3a88)
 # mode dspark, K=10 S=6 (guarded rollback)
 set -euo pipefail
 exec power serve <golden>/dspark-ngram.power.plan.json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama-server launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest d907fa028e51db16c59e311ef7f9f39039ffca9ef604bc237e4316c002e13e9f; mode mtp (requested; the target carries nextn tensors)
+# plan digest 413c2606aecacb383b8bb0a46db1ccf4dc8054cd63ea7bf1e7c424c95c59a013; mode mtp (requested; the target carries nextn tensors)
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
 # fixed verification capacity 11 rows: no flag

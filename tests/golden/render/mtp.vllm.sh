@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM launch rendered by Power from plan qwen3.6-27b-q6k-mtp
-# plan digest fa323ce7bebe2017ef0301082346a9d1e80192ccf24992bf017f47d7beb96848; mode mtp (requested; the target carries nextn tensors)
+# plan digest 1b604b72595d667a9a6d12ff62e186784fcbbbbb73391cb65cccebc408f731e3; mode mtp (requested; the target carries nextn tensors)
 # kv cache type q8_0: vLLM has no such --kv-cache-dtype; it uses the model dtype
 # S = 6 recurrent snapshots (guarded rollback): no flag; the engine keeps its own rollback state
 # FR = 8192 draft-only token-ID prefix: no flag; the draft head projects the full vocabulary
