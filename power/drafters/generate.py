@@ -65,7 +65,8 @@ def self_generated(trunk: FixedShapeTrunk, tokenizer: Tokenizer, prompts: Sequen
                    max_new: int, deadline: float | None = None, progress: bool = True) -> list[Example]:
     """The target's greedy continuations, one prompt per slot, every slot's next row in one forward.
 
-    Stops taking new prompts at `deadline` (a `time.monotonic()` instant); sequences in flight finish."""
+    At `deadline` (a `time.monotonic()` instant) generation ends: the sequences in flight are kept as far as
+    they got (every row of them is a valid greedy row)."""
     slots, stops = trunk.options.slots, tokenizer.stop_ids
     queue = [tokenizer.encode(p.text)[: trunk.config.n_ctx - max_new] for p in prompts]
     queue.reverse()
@@ -83,7 +84,8 @@ def self_generated(trunk: FixedShapeTrunk, tokenizer: Tokenizer, prompts: Sequen
         for slot, out in zip(order, outs, strict=True):
             growing = active[slot]
             growing.add(int(out.logits[0].argmax()), torch.cat([out.hidden[t] for t in taps], dim=-1))
-            if growing.labels[-1] in stops or growing.new >= max_new:
+            ended = deadline is not None and time.monotonic() >= deadline
+            if growing.labels[-1] in stops or growing.new >= max_new or ended:
                 done.append(growing.example())
                 del active[slot]
                 bar.update()
