@@ -8,8 +8,9 @@ drafter; distill.json the kind and FR). The prompts are the packaged held-out se
 training prompt), `--per-shape` each of prose, code and chat.
 
 Per prompt, in one process, the configurations run in turn (so load from other
-processes lands on all alike): target-only at capacity 1; the drafter at K7
-(capacity 8) and K10 (capacity 11); n-gram at K7. Speculative runs keep the cost
+processes lands on all alike): target-only at capacity 1; the drafter at K7/S7
+(capacity 8) and K10/S6 (capacity 11; Gemma's attention-only trunk rewinds any
+length, so S < K never replays and the replay counter says so); n-gram at K7. Speculative runs keep the cost
 governor on, as a deployment does. Reported per shape: decode tok/s (prefill
 excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it, as the runtime's rounds saw it), mean accepted
@@ -143,13 +144,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, dtype=args.dtype,
                           lm_head_dtype=args.lm_head_dtype)
 
-    def learned(k: int) -> Config:
+    def learned(k: int, s: int) -> Config:
         t = trunk(k + 1)
         recorder = Recorder(registry.create(distilled["kind"], SpeculatorRequest(t, target, drafter_path, fr)))
-        return Config(f"{distilled['kind']} K{k}", Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=k),
+        return Config(f"{distilled['kind']} K{k}/S{s}", Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=s),
                                                            GovernorConfig()), recorder, k)
 
-    configs = [Config("target-only", Decoder(trunk(1), greedy), None), learned(7), learned(10)]
+    configs = [Config("target-only", Decoder(trunk(1), greedy), None), learned(7, 7), learned(10, 6)]
     ngram_trunk = configs[1].decoder.trunk
     ngram = Recorder(NGramSpeculator(NGramWindow(4, 2, 7)))
     configs.append(Config("ngram K7", Decoder(ngram_trunk, greedy, ngram, SchedulerConfig(k=7, s=7), GovernorConfig()),

@@ -19,12 +19,14 @@ from power.artifacts.contracts import DFLASH, DSPARK
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, drafter_shape
 from power.drafters.export import write_drafter
-from power.drafters.generate import load_prompts
+from power.drafters.generate import NO_LABEL, Example, corpus_examples, load_prompts
 from power.drafters.model import BlockDrafterNet
+from power.drafters.train import block_targets
 from power.runtime.engine import Engine, Workload
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import SpeculatorRequest
+from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
 
@@ -98,4 +100,24 @@ def test_a_rerun_resumes_from_the_checkpoint(tmp_path):
     assert resumed.exit_code == 0 and straight.exit_code == 0, resumed.output + straight.output
     a, b = (json.loads((tmp_path / d / "distill.json").read_text()) for d in "ab")
     assert a["steps"] == b["steps"] == 4 and a["acceptance"] == b["acceptance"]
-    assert (tmp_path / "a" / "fixture-dspark.gguf").exists() or any((tmp_path / "a").glob("*.gguf"))
+    assert (tmp_path / "a" / "dense-target-dspark.gguf").exists()
+
+
+def test_a_block_counts_only_while_the_text_is_the_targets_own_greedy_path():
+    example = Example(tokens=torch.tensor([1, 2, 3, 4, 5]), labels=torch.tensor([2, 3, 9, 5, NO_LABEL]),
+                      features=torch.zeros(5, 4))
+    target, valid = block_targets(example, torch.tensor([0, 3]), block_size=5)
+    assert target[0].tolist() == [2, 3, 9, 5]
+    assert valid[0].tolist() == [True, True, True, False]  # the text left the target's path after 3 (4, not 9)
+    assert valid[1].tolist() == [True, False, False, False]  # past the last label and past the text
+
+
+def test_corpus_rows_are_the_targets_own_argmax_and_taps():
+    text = "Once upon a time a fox ran across the quiet field and into the wood. " * 3
+    trunk = load_trunk(dense(), n_ctx=64, verify_capacity=1)
+    tokenizer = Tokenizer.from_gguf(GGUFFile(dense()))
+    examples = corpus_examples(trunk, tokenizer, [text], taps=(1, 3), window=16, progress=False)
+    assert examples and all(len(e.tokens) == len(e.labels) == len(e.features) for e in examples)
+    reference = load_trunk(dense(), n_ctx=64, verify_capacity=1).prefill(examples[1].tokens.tolist(), (1, 3), True)
+    assert torch.equal(examples[1].labels, reference.logits.argmax(dim=-1))
+    assert torch.equal(examples[1].features, torch.cat([reference.hidden[1], reference.hidden[3]], -1).bfloat16())
