@@ -129,7 +129,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR401": ("error", "K (spec_draft_max) is not an integer from 1 to 64"),
     "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer from 1 to 4096"),
     "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer from 1 to 16,777,216"),
-    "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp only)"),
+    "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp, dflash, dflash2 and dspark)"),
     "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 keeps a fixed shape)"),
     "PWR406": ("info", "S < K: the guarded path (one exact replay, then every later round clamped to S)"),
     "PWR407": ("warning", "S > K: resident rollback state that is never used"),

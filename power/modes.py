@@ -100,13 +100,14 @@ MODES: tuple[Mode, ...] = (
     Mode(MTP, "target", context_backed=True, adaptive=True, fr=True, auto_priority=2, sidecar=True,
          llama=LlamaSpelling("draft-mtp", retired=("mtp",)),
          vllm_method="mtp", vllm_aliases=VLLM_MTP_METHODS, speculator="mtp"),
-    Mode(DFLASH, "file", context_backed=True, adaptive=True, auto_priority=1, header_architecture="dflash",
+    # Block drafters draft through the target's LM head, which the Power runtime cuts to the FR prefix as well.
+    Mode(DFLASH, "file", context_backed=True, adaptive=True, fr=True, auto_priority=1, header_architecture="dflash",
          llama=LlamaSpelling("draft-dflash", retired=("dflash",)), vllm_method="dflash", speculator="dflash",
          vllm_refusal=_VLLM_HF_DRAFTER.format(name="DFlash")),
-    Mode(DFLASH2, "file", context_backed=True, header_architecture="dflash", speculator="dflash",
+    Mode(DFLASH2, "file", context_backed=True, fr=True, header_architecture="dflash", speculator="dflash",
          opt_in="the seeds keep DFlash2 opt-in: its 12-task quality calibration kept only 7/12 complete outputs",
          fixed_shape="DFlash2 keeps a fixed draft shape"),
-    Mode(DSPARK, "file", context_backed=True, adaptive=True, header_architecture="dspark", confidence_gate=True,
+    Mode(DSPARK, "file", context_backed=True, adaptive=True, fr=True, header_architecture="dspark", confidence_gate=True,
          opt_in="the seeds measured DSpark as no lossless production default: at context 1024 only 54/100 outputs "
                 "matched the control and every request entered fallback replay",
          llama=LlamaSpelling("draft-dspark", retired=("dspark",)), vllm_method="dspark", speculator="dspark",

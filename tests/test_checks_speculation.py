@@ -50,8 +50,14 @@ def test_fr_applies_to_the_mtp_draft_head(tmp_path):
     assert "vocab 256 " in head.detail
 
 
-def test_fr_without_a_draft_head_when_auto_resolves_to_an_external_drafter(tmp_path):
-    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}])
+def test_fr_with_a_block_drafter_cuts_its_draft_head(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash", "fixture": "dflash-drafter"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "dflash", spec_mtp_fr_vocab_size=256))
+    assert plan is not None and plan.speculation.fr_vocab_size == 256, findings
+
+
+def test_fr_without_a_draft_head_when_auto_resolves_to_ngram(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "auto", spec_mtp_fr_vocab_size=256))
     assert plan is None and [f.code for f in findings if f.is_error] == ["PWR423"]
 

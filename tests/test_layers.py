@@ -20,7 +20,8 @@ ALLOWED = {
     "power.kernels": {"power.kernels"},
     "power.orchestrator": BELOW_BOTH | {"power.orchestrator"},
     "power.runtime": BELOW_BOTH | {"power.kernels", "power.runtime"},
-    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.app"},
+    "power.drafters": BELOW_BOTH | {"power.kernels", "power.runtime", "power.drafters"},
+    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.drafters", "power.app"},
 }
 
 

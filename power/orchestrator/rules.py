@@ -120,9 +120,10 @@ def _fr(data: dict[str, Any], mode: str | None) -> list[Issue]:
         return [
             Issue(
                 "PWR404",
-                "FR only applies if auto resolves to native MTP; with an external drafter the plan rejects it",
+                "FR only applies if auto resolves to a mode with a draft head (mtp, dflash, dflash2, dspark); with "
+                "n-gram the plan rejects it",
                 where,
-                hint='set spec_mode = "mtp" to make FR meaningful, or remove spec_mtp_fr_vocab_size',
+                hint='set spec_mode to a drafter with a head (e.g. "mtp") to make FR meaningful, or remove spec_mtp_fr_vocab_size',
                 severity="info",
             )
         ]
@@ -131,7 +132,7 @@ def _fr(data: dict[str, Any], mode: str | None) -> list[Issue]:
             "PWR404",
             f"spec_mtp_fr_vocab_size cuts a draft head's vocabulary projection, but spec_mode = \"{mode}\" has no draft head",
             where,
-            hint='remove spec_mtp_fr_vocab_size, or use spec_mode = "mtp"',
+            hint='remove spec_mtp_fr_vocab_size, or use a mode with a draft head (mtp, dflash, dflash2, dspark)',
         )
     ]
 

@@ -1,0 +1,217 @@
+"""A distilled drafter on the real Gemma 3 270M: against target-only and n-gram, on held-out prompts, in one run.
+
+    python bench/bench_drafter.py DIR [--per-shape 4] [--tokens 64] [--threads 2] [--json out.json]
+
+DIR is a `power drafter distill` output (its manifest names the target and the
+drafter; distill.json the kind and FR). The prompts are the packaged held-out set
+(`power/drafters/prompts/heldout.jsonl`: topics and code tasks that appear in no
+training prompt), `--per-shape` each of prose, code and chat.
+
+Per prompt, in one process, the configurations run in turn (so load from other
+processes lands on all alike): target-only at capacity 1; the drafter at K7/S7
+(capacity 8) and K10/S6 (capacity 11; Gemma's attention-only trunk rewinds any
+length, so S < K never replays and the replay counter says so); n-gram at K7. Speculative runs keep the cost
+governor on, as a deployment does. Reported per shape: decode tok/s (prefill
+excluded), speedup over target-only, the drafter's acceptance per draft position
+(conditional on reaching it, as the runtime's rounds saw it), mean accepted
+length, the draft step's time, governor parks, the worth-it verdict from the
+measured acceptance (`power.orchestrator.worth_it.assess`), and whether every
+greedy stream is bit-identical to target-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from power.app.bench import machine
+from power.drafters.generate import load_prompts
+from power.orchestrator.loading import load_manifest
+from power.orchestrator.worth_it import acceptance_of, assess
+from power.runtime.decoder import Decoder, Generation
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.governor import GovernorConfig
+from power.runtime.sampling import Sampler, SamplingParams
+from power.runtime.scheduler import SchedulerConfig
+from power.runtime.speculators import registry
+from power.runtime.speculators.base import DraftContext, NGramWindow, Proposal, Speculator, SpeculatorRequest
+from power.runtime.speculators.ngram import NGramSpeculator
+from power.runtime.tokenizer import Tokenizer
+from power.runtime.trunks import load_trunk
+
+SHAPES = ("prose", "code", "chat")
+
+
+@dataclass
+class Recorder(Speculator):
+    """Wraps a speculator: counts, per draft position, the rounds that reached it and accepted it, and times propose."""
+
+    inner: Speculator
+    reached: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    propose_s: float = 0.0
+    proposals: int = 0
+    pending: int = 0
+
+    def __post_init__(self) -> None:
+        self.name, self.taps, self.max_proposals = self.inner.name, self.inner.taps, self.inner.max_proposals
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self.inner.begin(tokens)
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        started = time.perf_counter()
+        proposal = self.inner.propose(ctx)
+        self.propose_s += time.perf_counter() - started
+        self.proposals += 1
+        self.pending = min(len(proposal.tokens), ctx.max_tokens)
+        return proposal
+
+    def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
+        if self.pending:
+            kept = len(tokens) - 1
+            for e in range(self.pending):
+                _grow(self.reached, e, kept >= e)
+                _grow(self.accepted, e, kept > e)
+            self.pending = 0
+        self.inner.commit(tokens, hidden, start)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def checkpoint(self) -> Any:
+        return self.inner.checkpoint()
+
+    def restore(self, checkpoint: Any) -> None:
+        self.pending = 0
+        self.inner.restore(checkpoint)
+
+
+def _grow(counts: list[int], index: int, hit: bool) -> None:
+    while len(counts) <= index:
+        counts.append(0)
+    counts[index] += int(hit)
+
+
+@dataclass
+class Config:
+    name: str
+    decoder: Decoder
+    recorder: Recorder | None
+    k: int = 0
+    runs: list[Generation] = field(default_factory=list)
+
+    def rate(self) -> float:
+        decoded = sum(len(g.tokens) - 1 for g in self.runs)
+        return decoded / sum(g.stats.decode_s for g in self.runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("drafter_dir", type=Path)
+    parser.add_argument("--per-shape", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--lm-head-dtype", default="int8")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    report = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    manifest_path = args.drafter_dir / "manifest.toml"
+    manifest = load_manifest(manifest_path).model
+    distilled = json.loads((args.drafter_dir / "distill.json").read_text())
+    target = manifest_path.parent / manifest.target.path
+    drafter_entry = next(d for d in manifest.drafters if d.kind == distilled["kind"])
+    drafter_path = manifest_path.parent / drafter_entry.path
+    fr = distilled["fr"] if distilled["fr"] < distilled["hparams"]["vocab_size"] else None
+    gguf = GGUFFile(target)
+    tokenizer = Tokenizer.from_gguf(gguf)
+    greedy = Sampler(SamplingParams())
+
+    def trunk(capacity: int):
+        return load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, dtype=args.dtype,
+                          lm_head_dtype=args.lm_head_dtype)
+
+    def learned(k: int, s: int) -> Config:
+        t = trunk(k + 1)
+        recorder = Recorder(registry.create(distilled["kind"], SpeculatorRequest(t, target, drafter_path, fr)))
+        return Config(f"{distilled['kind']} K{k}/S{s}", Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=s),
+                                                           GovernorConfig()), recorder, k)
+
+    configs = [Config("target-only", Decoder(trunk(1), greedy), None), learned(7, 7), learned(10, 6)]
+    ngram_trunk = configs[1].decoder.trunk
+    ngram = Recorder(NGramSpeculator(NGramWindow(4, 2, 7)))
+    configs.append(Config("ngram K7", Decoder(ngram_trunk, greedy, ngram, SchedulerConfig(k=7, s=7), GovernorConfig()),
+                          ngram, 7))
+    prompts = load_prompts(which="heldout")
+    report: dict[str, Any] = {"drafter": distilled, "machine": machine(), "threads": args.threads,
+                              "dtype": args.dtype, "lm_head_dtype": args.lm_head_dtype, "tokens": args.tokens,
+                              "shapes": {}}
+    for shape in SHAPES:
+        chosen = [p for p in prompts if p.shape == shape][: args.per_shape]
+        fresh = [Config(c.name, c.decoder, _fresh(c.recorder), c.k) for c in configs]
+        identical = True
+        for prompt in chosen:
+            ids = tokenizer.encode(prompt.text)
+            for config in fresh:
+                config.runs.append(config.decoder.generate(ids, args.tokens, tokenizer.stop_ids))
+            identical &= all(c.runs[-1].tokens == fresh[0].runs[-1].tokens for c in fresh)
+        report["shapes"][shape] = summarise(shape, fresh, identical)
+    return report
+
+
+def _fresh(recorder: Recorder | None) -> Recorder | None:
+    """The same speculator with its counters at zero (one set per shape)."""
+    if recorder is None:
+        return None
+    recorder.reached, recorder.accepted, recorder.propose_s, recorder.proposals = [], [], 0.0, 0
+    return recorder
+
+
+def summarise(shape: str, configs: list[Config], identical: bool) -> dict[str, Any]:
+    base = configs[0]
+    base_rate = base.rate()
+    target_step = 1.0 / base_rate
+    out: dict[str, Any] = {"prompts": len(base.runs), "identical_to_target_only": identical, "configs": {}}
+    print(f"\n[{shape}] {len(base.runs)} held-out prompts; greedy identical to target-only: {identical}")
+    for config in configs:
+        rate = config.rate()
+        entry: dict[str, Any] = {"decode_tok_s": round(rate, 2), "speedup": round(rate / base_rate, 3)}
+        if config.recorder is not None:
+            stats = [g.stats for g in config.runs]
+            rounds = sum(s.speculative_rounds for s in stats)
+            accepted = sum(s.accepted for s in stats)
+            rec = config.recorder
+            per_position = [a / r if r else 0.0 for a, r in zip(rec.accepted, rec.reached, strict=True)]
+            mean_accepted = accepted / rounds if rounds else 0.0
+            draft_step = rec.propose_s / rec.proposals if rec.proposals else 0.0
+            p = acceptance_of(1.0 + mean_accepted, config.k) if rounds else 0.0
+            verdict = assess(target_step, draft_step, config.k, base_rate, p_band=(p, p),
+                             drafter=config.recorder.inner.name).verdict
+            entry |= {"acceptance_per_position": [round(x, 3) for x in per_position],
+                      "mean_accepted_length": round(mean_accepted, 3), "draft_step_ms": round(draft_step * 1e3, 2),
+                      "implied_p": round(p, 3), "worth_it": verdict,
+                      "governor_parks": sum(s.governor_parks for s in stats),
+                      "replays": sum(s.replays for s in stats), "fallbacks": sum(s.fallbacks for s in stats)}
+        out["configs"][config.name] = entry
+        print(f"  {config.name:<14} {entry['decode_tok_s']:7.2f} tok/s  x{entry['speedup']:.2f}"
+              + (f"  mean accepted {entry['mean_accepted_length']:.2f}  per position "
+                 f"{entry['acceptance_per_position']}  draft {entry['draft_step_ms']} ms  worth-it "
+                 f"{entry['worth_it']}  parks {entry['governor_parks']}" if config.recorder else ""), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()

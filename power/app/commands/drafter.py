@@ -1,0 +1,88 @@
+"""`power drafter distill MANIFEST --kind dflash|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from power.app.cli import EXIT_FINDINGS, print_findings
+from power.findings import has_errors
+
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+SECONDS = {"s": 1, "m": 60, "h": 3600, None: 60}
+
+
+def parse_budget(text: str) -> float:
+    """`20m`, `90s`, `1.5h` or a bare number of minutes -> seconds."""
+    match = DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise click.BadParameter(f"{text!r} is not a duration: write 20m, 90s or 1.5h")
+    return float(match.group(1)) * SECONDS[match.group(2)]
+
+
+@click.group("drafter")
+def drafter() -> None:
+    """Build drafters for a target."""
+
+
+@drafter.command("distill")
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--kind", type=click.Choice(["dflash", "dspark"]), required=True,
+              help="The drafter's kind (its contract: docs/contracts.md).")
+@click.option("--fr", type=click.IntRange(min=1), default=None,
+              help="Train the head on the first N token IDs only (the FR prefix the profile will name).")
+@click.option("--budget", default="20m", show_default=True, help="Wall time for the whole run: 20m, 90s, 1.5h.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Prompts the target continues (JSON lines with a `prompt`, or one per line); default: the packaged set.")
+@click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Text the target reads at prefill speed (paragraphs, or JSON lines with a `text`).")
+@click.option("--max-prompts", type=click.IntRange(min=1), default=None, help="Use the first N prompts only.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Tokens the target writes per prompt.")
+@click.option("--slots", type=click.IntRange(min=1, max=64), default=8, show_default=True,
+              help="Prompts generated side by side (one forward per step for all of them).")
+@click.option("--steps", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="The most training steps (the budget usually ends training first).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (work/ keeps the resumable state).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,
+            corpus: Path | None, max_prompts: int | None, max_new_tokens: int, slots: int, steps: int,
+            threads: int | None, out: Path, quiet: bool) -> None:
+    """Distil a drafter from the target's own greedy text (and an optional corpus) on this machine.
+
+    A rerun with the same DIR resumes: the generated rows and the training
+    checkpoint are kept in DIR/work/. Exit codes: 0 ok, 1 the manifest has
+    errors, 2 usage error.
+    """
+    from power.orchestrator.loading import load_manifest
+
+    loaded = load_manifest(manifest)
+    if not loaded.ok:
+        print_findings(loaded.findings, as_json=False)
+        raise SystemExit(EXIT_FINDINGS if has_errors(loaded.findings) else 2)
+    import torch
+
+    from power.drafters.distill import DistillRequest
+    from power.drafters.distill import distill as run_distill
+
+    if threads:
+        torch.set_num_threads(threads)
+    target = loaded.model.target
+    request = DistillRequest(target=(manifest.parent / target.path),
+                             kind=kind, out=out, fr=fr, budget_s=parse_budget(budget), seed=seed, prompts=prompts,
+                             corpus=corpus, max_prompts=max_prompts, max_new_tokens=max_new_tokens, slots=slots,
+                             max_steps=steps, progress=not quiet)
+    try:
+        result = run_distill(request)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    acceptance = result.report["acceptance"]
+    click.echo(f"wrote {result.drafter}, {result.manifest}, {result.profile}")
+    click.echo(f"{result.report['tokens']} tokens, {result.report['steps']} steps; held-back acceptance per position "
+               f"{acceptance['per_position']}, mean accepted at K=7 {acceptance['mean_accepted'].get('7')}")
+    click.echo(f"next: power plan {result.manifest} {result.profile} --device \"8 GiB\"")

@@ -1,0 +1,199 @@
+"""`power drafter distill`, end to end: generate the target's rows, train a drafter on them, write it out.
+
+DIR/work/ keeps what a later run resumes from: the generated rows (data.pt, keyed
+by what produced them) and the training checkpoint (checkpoint.pt). The budget
+covers the whole run: generation takes at most `generate_share` of it, training
+the rest, and the best checkpoint so far is what gets exported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from power.artifacts.atomic import atomic_path
+from power.artifacts.contracts import DFLASH, DSPARK, DrafterHparams
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.tokenizer import Tokenizer
+from power.runtime.trunks import load_trunk
+
+from . import export, generate
+from .generate import Example
+from .model import BlockDrafterNet
+from .train import Trainer, TrainSettings
+
+KINDS = (DFLASH, DSPARK)
+MASK_TOKEN_NAMES = ("<mask>", "<|mask|>")
+HELD_BACK_EVERY = 10  # every tenth generated sequence measures acceptance instead of training
+GENERATION_DTYPE, GENERATION_HEAD_DTYPE = "bfloat16", "int8"
+
+
+@dataclass(frozen=True)
+class DistillRequest:
+    target: Path
+    kind: str
+    out: Path
+    fr: int | None = None
+    budget_s: float = 20 * 60
+    seed: int = 0
+    prompts: Path | None = None
+    corpus: Path | None = None
+    max_prompts: int | None = None
+    max_new_tokens: int = 128
+    slots: int = 8
+    corpus_window: int = 256
+    generate_share: float = 0.5
+    max_steps: int = 100_000
+    block_size: int = 11  # anchor + 10 drafts: K7 and K10 from one drafter
+    layers: int = 2
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Distilled:
+    drafter: Path
+    manifest: Path
+    profile: Path
+    report: dict[str, Any]
+
+
+def drafter_shape(request: DistillRequest, target: GGUFFile) -> DrafterHparams:
+    """The drafter's hyper-parameters for this target: its width and vocabulary, taps low, middle and last."""
+    arch = target.architecture
+    width = int(target.require(f"{arch}.embedding_length"))
+    trunk_layers = int(target.require(f"{arch}.block_count")) - int(target.get(f"{arch}.nextn_predict_layers", 0))
+    taps = tuple(sorted({1, trunk_layers // 2, trunk_layers - 1}))
+    head_dim = 64 if width % 64 == 0 else width // 4
+    # One KV head: the drafter's ring stays small and its context rows cost one projection.
+    return DrafterHparams(
+        embedding_length=width, block_count=request.layers, feed_forward_length=2 * width,
+        head_count=max(1, width // (2 * head_dim)), head_count_kv=1, head_dim=head_dim,
+        vocab_size=target.info("token_embd.weight").shape[0],
+        block_size=request.block_size, target_layers=taps, mask_token_id=_mask_token(target),
+        rms_epsilon=1e-6, rope_freq_base=10_000.0,
+        sliding_window=1024 if request.kind == DFLASH else None,
+        markov_rank=32 if request.kind == DSPARK else None,
+        confidence_threshold=0.5 if request.kind == DSPARK else None,
+    )
+
+
+def _mask_token(target: GGUFFile) -> int:
+    tokens = target.get("tokenizer.ggml.tokens", [])
+    found = next((i for i, t in enumerate(tokens) if t in MASK_TOKEN_NAMES), None)
+    if found is None:
+        raise ValueError(f"{target.path} has no mask token ({', '.join(MASK_TOKEN_NAMES)}) for the block's MASK rows")
+    return found
+
+
+def distill(request: DistillRequest) -> Distilled:
+    if request.kind not in KINDS:
+        raise ValueError(f"power drafter distill trains {', '.join(KINDS)} drafters, not {request.kind!r}")
+    started = time.monotonic()
+    deadline = started + request.budget_s
+    torch.manual_seed(request.seed)
+    target = GGUFFile(request.target)
+    hp = drafter_shape(request, target)
+    work = request.out / "work"
+    examples, data_s = _data(request, target, hp, work, started + request.budget_s * request.generate_share)
+    held = examples[::HELD_BACK_EVERY]
+    train = [e for i, e in enumerate(examples) if i % HELD_BACK_EVERY]
+    if not train or not held:
+        raise ValueError(f"{len(examples)} sequences are too few to train and measure on; give more prompts or budget")
+    fr = request.fr or hp.vocab_size
+    head = _head(target, fr)
+    net = BlockDrafterNet(request.kind, hp, target.tensor("token_embd.weight"), head,
+                          max_positions=max(len(e.tokens) for e in examples) + hp.block_size, seed=request.seed)
+    trainer = Trainer(net, replace(TrainSettings(), seed=request.seed, max_steps=request.max_steps), train, held,
+                      k=min(7, hp.block_size - 1))
+    checkpoint = work / "checkpoint.pt"
+    if checkpoint.exists():
+        trainer.load(checkpoint)
+    best = trainer.run(deadline, checkpoint, request.progress)
+    net.load_state_dict(best["state"])
+    return _export(request, hp, net, best, examples, fr, data_s, time.monotonic() - started, trainer)
+
+
+def _head(target: GGUFFile, fr: int) -> torch.Tensor:
+    name = "output.weight" if target.has("output.weight") else "token_embd.weight"
+    return target.tensor(name)[:fr].clone()
+
+
+def _data(request: DistillRequest, target: GGUFFile, hp: DrafterHparams, work: Path,
+          deadline: float) -> tuple[list[Example], float]:
+    """The rows to train on: from DIR/work/data.pt when the same request made them, else generated now."""
+    key = _data_key(request, hp)
+    cached = work / "data.pt"
+    if cached.exists():
+        saved = torch.load(cached, weights_only=False)
+        if saved["key"] == key:
+            return saved["examples"], saved["seconds"]
+    began = time.monotonic()
+    tokenizer = Tokenizer.from_gguf(target)
+    examples: list[Example] = []
+    if request.corpus is not None:
+        trunk = _trunk(target, request.corpus_window, slots=1)
+        examples += generate.corpus_examples(trunk, tokenizer, generate.read_corpus(request.corpus), hp.target_layers,
+                                             request.corpus_window, deadline, request.progress)
+    prompts = generate.load_prompts(request.prompts)[: request.max_prompts]
+    if prompts:
+        longest = max(len(tokenizer.encode(p.text)) for p in prompts)
+        trunk = _trunk(target, longest + request.max_new_tokens, slots=request.slots)
+        examples += generate.self_generated(trunk, tokenizer, prompts, hp.target_layers, request.max_new_tokens,
+                                            deadline, request.progress)
+    seconds = time.monotonic() - began
+    with atomic_path(cached) as temp:
+        torch.save({"key": key, "examples": examples, "seconds": seconds}, temp)
+    return examples, seconds
+
+
+def _trunk(target: GGUFFile, n_ctx: int, slots: int):
+    return load_trunk(target, n_ctx=n_ctx, verify_capacity=slots, slots=slots, dtype=GENERATION_DTYPE,
+                      lm_head_dtype=GENERATION_HEAD_DTYPE)
+
+
+def _data_key(request: DistillRequest, hp: DrafterHparams) -> str:
+    inputs = {"target": str(request.target), "taps": hp.target_layers, "prompts": str(request.prompts),
+              "corpus": str(request.corpus), "max_prompts": request.max_prompts, "max_new": request.max_new_tokens,
+              "window": request.corpus_window, "size": request.target.stat().st_size}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def recommend(curve: dict[str, Any], block_size: int, fr: int | None, ctx: int) -> export.Recommendation:
+    """K: the deepest draft position still accepted at least a quarter of the time it is reached (S = K: an
+    attention-only target rewinds any length, and a recurrent one then never replays)."""
+    per_position = curve["per_position"]
+    k = max([1] + [e + 1 for e, p in enumerate(per_position) if p >= 0.25 and all(q >= 0.25 for q in per_position[:e])])
+    k = min(k, block_size - 1)
+    return export.Recommendation(k=k, s=k, fr=fr, ctx=ctx)
+
+
+def _export(request: DistillRequest, hp: DrafterHparams, net: BlockDrafterNet, best: dict[str, Any],
+            examples: list[Example], fr: int, data_s: float, total_s: float, trainer: Trainer) -> Distilled:
+    out = request.out
+    name = f"{request.target.stem}-{request.kind}"
+    drafter = export.write_drafter(out / f"{name}.gguf", request.kind, hp, net.tensors(), request.target, name)
+    fr_used = request.fr if request.fr and request.fr < hp.vocab_size else None
+    target = GGUFFile(request.target)
+    context = int(target.get(f"{target.architecture}.context_length", export.DEFAULT_CTX))
+    advice = recommend(best["curve"], hp.block_size, fr_used, min(context, export.DEFAULT_CTX))
+    manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
+                                     drafter)
+    profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)
+    labels = torch.cat([e.labels[e.labels >= 0] for e in examples])
+    report = {
+        "kind": request.kind, "target": request.target.name, "seed": request.seed, "hparams": asdict(hp),
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "sequences": len(examples), "tokens": generate.token_count(examples), "labelled_rows": int(len(labels)),
+        "fr": fr, "fr_coverage": round(float((labels < fr).float().mean()), 4) if len(labels) else 0.0,
+        "data_s": round(data_s, 1), "train_s": round(trainer.trained_s, 1), "total_s": round(total_s, 1),
+        "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
+        "recommended": asdict(advice),
+    }
+    export.report(out / "distill.json", report)
+    return Distilled(drafter, manifest, profile, report)

@@ -1,0 +1,121 @@
+"""Writing a distilled drafter out: its GGUF, a manifest naming it beside its target, and the profile to run it.
+
+The GGUF follows the kind's contract (`power.artifacts.contracts`: the keys, the
+tensors and their shapes, written by the same writer as the fixtures) and carries
+the target's tokenizer, so `power plan` and `power verify` check it like any
+other drafter. The manifest binds it to the target by digest (`target_sha256`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import torch
+
+from power.artifacts.atomic import atomic_path
+from power.artifacts.contracts import ARCHITECTURE_OF, DrafterHparams, drafter_metadata
+from power.artifacts.digests import sha256_file
+from power.artifacts.factory import Tensor, write_gguf
+from power.runtime.gguf_weights import GGUFFile
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The profile the distillation recommends: K and S, and the FR prefix the head was trained on."""
+
+    k: int
+    s: int
+    fr: int | None
+    ctx: int = 4096
+
+
+DEFAULT_CTX = 4096  # the bundled profiles' context
+
+
+def write_drafter(path: Path, kind: str, hp: DrafterHparams, tensors: dict[str, torch.Tensor], target: Path,
+                  name: str) -> Path:
+    """The drafter GGUF: matrices in float16, vectors in float32, the target's tokenizer keys copied."""
+    source = GGUFFile(target)
+    tokenizer = {key: value for key, value in source.metadata.items() if key.startswith("tokenizer.")}
+    metadata = {"general.name": name, "general.file_type": int(gguf.LlamaFileType.MOSTLY_F16),
+                **drafter_metadata(kind, hp), **tokenizer}
+    written = {key: Tensor(value.float().numpy(), _storage(value)) for key, value in tensors.items()}
+    return write_gguf(path, ARCHITECTURE_OF[kind], metadata, written)
+
+
+def _storage(value: torch.Tensor) -> gguf.GGMLQuantizationType:
+    return gguf.GGMLQuantizationType.F16 if value.dim() == 2 and value.shape[1] % 32 == 0 else (
+        gguf.GGMLQuantizationType.F32)
+
+
+def write_manifest(path: Path, name: str, target: Path, target_architecture: str, kind: str, drafter: Path) -> Path:
+    """manifest.toml beside the drafter: the target (by a path relative to the manifest) and the new drafter."""
+    target_sha = sha256_file(target)
+    drafter_sha = sha256_file(drafter)
+    relative = Path(os.path.relpath(os.path.abspath(target), os.path.abspath(path.parent))).as_posix()
+    text = "\n".join([
+        'schema = "power.manifest/v1"',
+        f'name = "{name}"',
+        f'description = "A {kind} drafter distilled by power drafter distill from the target\'s own greedy text."',
+        "",
+        "[target]",
+        f'path = "{relative}"',
+        f"size = {Path(target).stat().st_size}",
+        f'sha256 = "{target_sha}"',
+        f'architecture = "{target_architecture}"',
+        "",
+        "[[drafters]]",
+        f'kind = "{kind}"',
+        f'path = "{drafter.name}"',
+        f"size = {drafter.stat().st_size}",
+        f'sha256 = "{drafter_sha}"',
+        f'target_sha256 = "{target_sha}"',
+        "",
+        "[[drafters]]",
+        'kind = "ngram"',
+        "",
+    ])
+    return _write_text(path, text)
+
+
+def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> Path:
+    """profile.toml: the kind at the recommended K/S and FR, at a fixed verification shape of K + 1 rows."""
+    lines = [
+        'schema = "power.profile/v1"',
+        f'name = "{name}"',
+        f'description = "The distilled {kind} drafter at K{advice.k}/S{advice.s}'
+        + (f', FR {advice.fr}' if advice.fr else "") + ' (from the measured acceptance curve)."',
+        f'spec_mode = "{kind}"',
+        f"spec_draft_max = {advice.k}",
+        f"spec_mtp_recurrent_snapshots = {advice.s}",
+        *([f"spec_mtp_fr_vocab_size = {advice.fr}"] if advice.fr else []),
+        "spec_mtp_adaptive = false",
+        "",
+        "[runtime]",
+        f"ctx = {advice.ctx}",
+        f"verify_capacity = {advice.k + 1}",
+        'kv_cache_type = "f16"',
+        "",
+        "[sampling]",
+        "temperature = 0.0",
+        "seed = 0",
+        'verify = "match"',
+        "",
+    ]
+    return _write_text(path, "\n".join(lines))
+
+
+def _write_text(path: Path, text: str) -> Path:
+    with atomic_path(path) as temp:
+        temp.write_text(text, encoding="utf-8")
+    return path
+
+
+def report(path: Path, content: dict[str, Any]) -> Path:
+    """distill.json: what was trained, on what, for how long, and the acceptance curve it reached."""
+    return _write_text(path, json.dumps(content, indent=2) + "\n")

@@ -1,0 +1,150 @@
+"""Training data for a drafter: the target's tapped rows and greedy choices, from its own text or from a corpus.
+
+Self-distillation: the target continues each prompt greedily, several prompts
+side by side (one per trunk slot, all in one forward per step), and every row's
+tapped residuals and argmax are kept. A corpus costs prefill time instead: its
+text runs through the target in chunks, and each row's argmax is what the target
+would have said there.
+
+An `Example` holds one sequence: its tokens, the target's greedy next token at
+every position (-1 where it was not computed: prompt rows), and the tapped rows
+(bfloat16, the taps side by side).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+from tqdm import tqdm
+
+from power.runtime.tokenizer import Tokenizer
+from power.runtime.trunks.base import FixedShapeTrunk, Part
+
+PROMPT_SETS = ("train", "heldout")
+NO_LABEL = -1
+
+
+@dataclass(frozen=True)
+class Prompt:
+    shape: str  # prose, list, chat or code
+    text: str
+
+
+@dataclass
+class Example:
+    tokens: torch.Tensor  # [T] int64
+    labels: torch.Tensor  # [T] int64: the target's greedy next token after position t, or NO_LABEL
+    features: torch.Tensor  # [T, taps * d] bfloat16 (Gemma's residuals overflow float16)
+
+
+def load_prompts(path: Path | None = None, which: str = "train") -> list[Prompt]:
+    """Prompts from a JSON-lines file (`{"shape": ..., "prompt": ...}` or plain lines), else the packaged set."""
+    if path is None:
+        if which not in PROMPT_SETS:
+            raise ValueError(f"no packaged prompt set {which!r}; choose {', '.join(PROMPT_SETS)}")
+        text = resources.files(__package__).joinpath("prompts", f"{which}.jsonl").read_text(encoding="utf-8")
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+    return [_prompt(line) for line in text.splitlines() if line.strip()]
+
+
+def _prompt(line: str) -> Prompt:
+    if not line.lstrip().startswith("{"):
+        return Prompt("text", line)
+    record = json.loads(line)
+    return Prompt(str(record.get("shape", "text")), str(record["prompt"]))
+
+
+def self_generated(trunk: FixedShapeTrunk, tokenizer: Tokenizer, prompts: Sequence[Prompt], taps: Sequence[int],
+                   max_new: int, deadline: float | None = None, progress: bool = True) -> list[Example]:
+    """The target's greedy continuations, one prompt per slot, every slot's next row in one forward.
+
+    At `deadline` (a `time.monotonic()` instant) generation ends: the sequences in flight are kept as far as
+    they got (every row of them is a valid greedy row)."""
+    slots, stops = trunk.options.slots, tokenizer.stop_ids
+    queue = [tokenizer.encode(p.text)[: trunk.config.n_ctx - max_new] for p in prompts]
+    queue.reverse()
+    active: dict[int, _Growing] = {}
+    done: list[Example] = []
+    bar = tqdm(total=len(queue), desc="generate", unit="prompt", disable=not progress)
+    while queue or active:
+        for slot in range(slots):
+            if slot not in active and queue and (deadline is None or time.monotonic() < deadline):
+                active[slot] = _start(trunk, slot, queue.pop(), taps)
+        if not active:
+            break
+        order = sorted(active)
+        outs = trunk.forward_parts([Part(slot, [active[slot].tokens[-1]]) for slot in order], taps)
+        for slot, out in zip(order, outs, strict=True):
+            growing = active[slot]
+            growing.add(int(out.logits[0].argmax()), torch.cat([out.hidden[t] for t in taps], dim=-1))
+            ended = deadline is not None and time.monotonic() >= deadline
+            if growing.labels[-1] in stops or growing.new >= max_new or ended:
+                done.append(growing.example())
+                del active[slot]
+                bar.update()
+                bar.set_postfix(tokens=sum(len(e.tokens) for e in done))
+    bar.close()
+    return done
+
+
+@dataclass
+class _Growing:
+    tokens: list[int]
+    labels: list[int]
+    rows: list[torch.Tensor]
+    new: int = 0
+
+    def add(self, label: int, row: torch.Tensor) -> None:
+        """The row just computed (for the last token) and the target's choice after it, which is the next token."""
+        self.rows.append(row.to(torch.bfloat16))
+        self.labels.append(label)
+        self.new += 1
+        self.tokens.append(label)
+
+    def example(self) -> Example:
+        # The last token has no row yet: the sequence ends at the last row the target computed.
+        return Example(torch.tensor(self.tokens[:-1]), torch.tensor(self.labels), torch.cat(self.rows))
+
+
+def _start(trunk: FixedShapeTrunk, slot: int, prompt: list[int], taps: Sequence[int]) -> _Growing:
+    trunk.reset(slot)
+    out = trunk.prefill(prompt[:-1], taps, slot=slot) if len(prompt) > 1 else None
+    rows = [torch.cat([out.hidden[t] for t in taps], dim=-1).to(torch.bfloat16)] if out is not None else []
+    return _Growing(tokens=list(prompt), labels=[NO_LABEL] * (len(prompt) - 1), rows=rows)
+
+
+def corpus_examples(trunk: FixedShapeTrunk, tokenizer: Tokenizer, texts: Iterable[str], taps: Sequence[int],
+                    window: int, deadline: float | None = None, progress: bool = True) -> list[Example]:
+    """The target's rows and argmax over operator text, `window` tokens at a time (prefill speed)."""
+    ids = [token for text in texts for token in tokenizer.encode(text)]
+    pieces = [ids[i:i + window] for i in range(0, len(ids), window) if len(ids[i:i + window]) > 1]
+    examples = []
+    for piece in tqdm(pieces, desc="corpus", unit="window", disable=not progress):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        trunk.reset(0)
+        out = trunk.prefill(piece, taps, all_logits=True, slot=0)
+        features = torch.cat([out.hidden[t] for t in taps], dim=-1).to(torch.bfloat16)
+        examples.append(Example(torch.tensor(piece), out.logits.argmax(dim=-1), features))
+    return examples
+
+
+def read_corpus(path: Path) -> list[str]:
+    """A corpus file: plain text split at blank lines, or JSON lines with a `text` (or `prompt`) field."""
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("{"):
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return [str(r.get("text", r.get("prompt", ""))) for r in records]
+    return [part for part in text.split("\n\n") if part.strip()]
+
+
+def token_count(examples: Sequence[Example]) -> int:
+    return sum(len(e.tokens) for e in examples)
+
