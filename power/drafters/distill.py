@@ -31,7 +31,6 @@ from .train import Trainer, TrainSettings
 KINDS = (DFLASH, DSPARK)
 MASK_TOKEN_NAMES = ("<mask>", "<|mask|>")
 HELD_BACK_EVERY = 10  # every tenth generated sequence measures acceptance instead of training
-GENERATION_DTYPE, GENERATION_HEAD_DTYPE = "bfloat16", "int8"
 
 
 @dataclass(frozen=True)
@@ -153,8 +152,7 @@ def _data(request: DistillRequest, target: GGUFFile, hp: DrafterHparams, work: P
 
 
 def _trunk(target: GGUFFile, n_ctx: int, slots: int):
-    return load_trunk(target, n_ctx=n_ctx, verify_capacity=slots, slots=slots, dtype=GENERATION_DTYPE,
-                      lm_head_dtype=GENERATION_HEAD_DTYPE)
+    return load_trunk(target, n_ctx=n_ctx, verify_capacity=slots, slots=slots)
 
 
 def _data_key(request: DistillRequest, hp: DrafterHparams) -> str:
