@@ -141,6 +141,8 @@ def test_a_path_the_cpu_lacks_is_refused_by_name(monkeypatch):
 def test_bytes_of_the_wrong_size_or_an_unsupported_type_are_named():
     with pytest.raises(ValueError, match="2176 bytes for Q8_0"):
         QuantMatrix("Q8_0", torch.zeros(100, dtype=torch.uint8), (4, 512))
+    with pytest.raises(ValueError, match="bytes on the CPU, got them on meta"):
+        QuantMatrix("Q8_0", torch.zeros(2176, dtype=torch.uint8, device="meta"), (4, 512))
     with pytest.raises(ValueError, match="Q4_1 has no CPU kernel"):
         QuantMatrix("Q4_1", torch.zeros(20, dtype=torch.uint8), (1, 32))
 
