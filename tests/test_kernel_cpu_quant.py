@@ -7,6 +7,10 @@ of the bundled Gemma 3 270M; a row's result must not depend on the number of row
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import gguf
 import numpy as np
 import pytest
@@ -152,3 +156,13 @@ def test_torch_compile_traces_through_a_product_and_keeps_its_bits():
     compiled = torch.compile(lambda x: matrix(x * 2.0) + 1.0, fullgraph=True)
     x = torch.randn(3, IN)
     assert torch.equal(compiled(x), matrix(x * 2.0) + 1.0)
+
+
+def test_a_build_without_a_compiler_says_what_it_needs(tmp_path):
+    """In a fresh process and cache directory (a loaded path's ops cannot be registered twice in one process)."""
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", "from power.kernels.cpu.build import extension; extension('scalar')"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "CPUPathError: building the scalar CPU kernels in" in done.stderr
+    assert "they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH" in done.stderr
