@@ -166,3 +166,17 @@ def test_a_build_without_a_compiler_says_what_it_needs(tmp_path):
     assert done.returncode != 0
     assert "CPUPathError: building the scalar CPU kernels in" in done.stderr
     assert "they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH" in done.stderr
+
+
+@pytest.mark.parametrize("qtype", ("Q8_0", "Q6_K", "F16"))
+def test_the_thread_count_does_not_change_a_bit(qtype):
+    matrix = QuantMatrix(qtype, matrix_bytes(qtype, 9, out=160), (160, IN))  # 10 tiles to share out
+    x = torch.randn(6, IN)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = matrix(x)
+        torch.set_num_threads(3)
+        assert torch.equal(matrix(x), alone)
+    finally:
+        torch.set_num_threads(threads)
