@@ -9,7 +9,9 @@ other processes lands on all of them alike: `QuantMatrix` on each instruction pa
 runtime's float32, bfloat16 and int8 `Linear`s (power/runtime/linear.py) of the exactly dequantised weights
 (an LM head's int8 at one activation level, as the runtime packs it). Reports the median ms per call, the
 weight bytes one call reads divided by that time (GB/s), and the ratio to the runtime's int8; the CPU model,
-its instruction paths and the load average are printed with them.
+its instruction paths and the load average are printed with them. `--clock cpu` times with the process's CPU
+time instead of the wall clock: on a loaded machine it leaves out the time spent waiting for a core, and it is
+only meaningful at one thread.
 """
 
 from __future__ import annotations
@@ -60,22 +62,26 @@ def engines(model: GGUFFile, name: str, paths: list[str]) -> dict[str, tuple[Cal
     return found
 
 
-def seconds_per_call(call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < SLICE_SECONDS or calls < 2:
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def seconds_per_call(call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, clock: Callable[[], float]) -> float:
+    calls, start = 0, clock()
+    while clock() - start < SLICE_SECONDS or calls < 2:
         call(x)
         calls += 1
-    return (time.perf_counter() - start) / calls
+    return (clock() - start) / calls
 
 
-def measure(found: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], int]], x: torch.Tensor) -> dict[str, float]:
+def measure(found: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], int]], x: torch.Tensor,
+            clock: Callable[[], float]) -> dict[str, float]:
     """Median seconds per call of each engine, interleaved round-robin."""
     for call, _ in found.values():
         call(x)
     samples: dict[str, list[float]] = {label: [] for label in found}
     for _ in range(ROUNDS):
         for label, (call, _) in found.items():
-            samples[label].append(seconds_per_call(call, x))
+            samples[label].append(seconds_per_call(call, x, clock))
     return {label: statistics.median(values) for label, values in samples.items()}
 
 
@@ -86,6 +92,7 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--paths", default=",".join(available_paths()))
     parser.add_argument("--tensors", default=",".join((*LAYER, HEAD)))
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = GGUFFile(args.gguf)
@@ -99,16 +106,17 @@ def main() -> None:
             torch.set_num_threads(threads)
             for rows in map(int, args.rows.split(",")):
                 x = torch.randn(rows, info.shape[1])
-                timings = measure(found, x)
+                timings = measure(found, x, CLOCKS[args.clock])
                 int8 = timings["torch int8"]
                 print(f"\n{name} {info.qtype} {info.shape[0]}x{info.shape[1]}, {rows} rows, {threads} threads "
-                      f"(load {os.getloadavg()[0]:.1f})")
+                      f"({args.clock} clock, load {os.getloadavg()[0]:.1f})")
                 for label, seconds in timings.items():
                     nbytes = found[label][1]
                     print(f"  {label:<24} {seconds * 1e3:9.3f} ms  {nbytes / seconds / 1e9:6.1f} GB/s  "
                           f"{int8 / seconds:5.2f}x int8")
                     results.append({"tensor": name, "qtype": info.qtype, "shape": list(info.shape), "rows": rows,
-                                    "threads": threads, "engine": label, "ms": seconds * 1e3, "weight_bytes": nbytes})
+                                    "threads": threads, "engine": label, "ms": seconds * 1e3, "weight_bytes": nbytes,
+                                    "clock": args.clock})
         del found
     if args.json:
         args.json.write_text(json.dumps({"cpu": cpu_model(), "paths": list(available_paths()), "results": results},

@@ -7,6 +7,10 @@ of the bundled Gemma 3 270M; a row's result must not depend on the number of row
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import gguf
 import numpy as np
 import pytest
@@ -141,6 +145,8 @@ def test_a_path_the_cpu_lacks_is_refused_by_name(monkeypatch):
 def test_bytes_of_the_wrong_size_or_an_unsupported_type_are_named():
     with pytest.raises(ValueError, match="2176 bytes for Q8_0"):
         QuantMatrix("Q8_0", torch.zeros(100, dtype=torch.uint8), (4, 512))
+    with pytest.raises(ValueError, match="bytes on the CPU, got them on meta"):
+        QuantMatrix("Q8_0", torch.zeros(2176, dtype=torch.uint8, device="meta"), (4, 512))
     with pytest.raises(ValueError, match="Q4_1 has no CPU kernel"):
         QuantMatrix("Q4_1", torch.zeros(20, dtype=torch.uint8), (1, 32))
 
@@ -150,3 +156,27 @@ def test_torch_compile_traces_through_a_product_and_keeps_its_bits():
     compiled = torch.compile(lambda x: matrix(x * 2.0) + 1.0, fullgraph=True)
     x = torch.randn(3, IN)
     assert torch.equal(compiled(x), matrix(x * 2.0) + 1.0)
+
+
+def test_a_build_without_a_compiler_says_what_it_needs(tmp_path):
+    """In a fresh process and cache directory (a loaded path's ops cannot be registered twice in one process)."""
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", "from power.kernels.cpu.build import extension; extension('scalar')"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "CPUPathError: building the scalar CPU kernels in" in done.stderr
+    assert "they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH" in done.stderr
+
+
+@pytest.mark.parametrize("qtype", ("Q8_0", "Q6_K", "F16"))
+def test_the_thread_count_does_not_change_a_bit(qtype):
+    matrix = QuantMatrix(qtype, matrix_bytes(qtype, 9, out=160), (160, IN))  # 10 tiles to share out
+    x = torch.randn(6, IN)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = matrix(x)
+        torch.set_num_threads(3)
+        assert torch.equal(matrix(x), alone)
+    finally:
+        torch.set_num_threads(threads)

@@ -63,6 +63,8 @@ class QuantMatrix:
         if in_features % block:
             raise ValueError(f"QuantMatrix: a {qtype} row of {in_features} values is not whole blocks of {block}")
         expected = out_features * in_features // block * type_size
+        if raw.device.type != "cpu":
+            raise ValueError(f"QuantMatrix: the CPU kernels need the bytes on the CPU, got them on {raw.device}")
         if raw.dtype != torch.uint8 or raw.dim() != 1 or raw.numel() != expected:
             raise ValueError(f"QuantMatrix: raw must be flat uint8 of {expected} bytes for {qtype} {tuple(shape)}, "
                              f"got {raw.dtype} {tuple(raw.shape)}")

@@ -12,6 +12,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -123,6 +124,9 @@ def extension(name: str) -> Any:
                                extra_cflags=[*COMMON_CFLAGS, *_path(name).cflags, f"-DPOWER_OPS={namespace}"],
                                extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False,
                                verbose=False)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
+            raise CPUPathError(f"building the {name} CPU kernels in {directory} failed: {error}; they need a C++20 "
+                               f"compiler with OpenMP (g++ or clang++) and ninja on the PATH") from error
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     _register_shapes(namespace)

@@ -13,21 +13,21 @@
 
 namespace {
 
-constexpr int kMaxRows = 16;  // rows computed per pass over a tile; more rows take more passes, each the same
+// Rows computed per pass over a tile, their accumulators in registers: 4, or 2 or 1 for the last rows of a call
+// (3 rows run as 4 with one repeated). More rows take more passes, each reading the tile again from cache.
+constexpr int kChunkRows = 4;
 constexpr int64_t kGroupTiles = 32;  // tiles whose results are gathered before they are written out
 enum Kind { Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16 };
 
-// Quantised activation rows: q [n, in] int8, d [n, in / block] float32, bsum [n, in / 16] int32 (sums of q).
-struct Rows {
-    const int8_t* q;
-    const float* d;
-    const int32_t* bsum;
-    const float* x;  // the float32 rows themselves, for F32/F16/BF16 matrices
-    int64_t in;
-    int64_t per_row_d;
-    const int8_t* q_row(int r) const { return q + r * in; }
-    float d_at(int r, int64_t b) const { return d[r * per_row_d + b]; }
-    const int32_t* bsum_row(int r) const { return bsum + r * (in / 16); }
+// NR activation rows, each through its own pointers (a row may repeat to fill a chunk; its result is then
+// computed twice and kept once). Quantised: q int8 [in], d float32 [in / block], bsum int32 [in / 16] (sums
+// of q); float matrices read x float32 [in].
+template <int NR>
+struct Chunk {
+    const int8_t* q[NR];
+    const float* d[NR];
+    const int32_t* bsum[NR];
+    const float* x[NR];
 };
 
 inline V x4(const int8_t* p) {
@@ -42,7 +42,10 @@ const V kBit4 = splat(0x10101010);
 // Bit `bit` of every byte of h, moved to bit 4 (the fifth bit of a Q5 weight).
 inline V fifth_bit(V h, int bit) { return (bit <= 4 ? shl(h, 4 - bit) : shr(h, bit - 4)) & kBit4; }
 
-void tile_q8_0(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+template <int NR>
+void tile_q8_0(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
+    F acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = fzero();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* p = t + b * 544;
         const F dw = load_f16(p);
@@ -52,24 +55,27 @@ void tile_q8_0(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
 #else
         for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g) ^ splat((int32_t)0x80808080);
 #endif
-        for (int r = 0; r < nr; ++r) {
-            const int8_t* q = a.q_row(r) + 32 * b;
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* q = a.q[r] + 32 * b;
             V s = zero();
 #ifdef POWER_SIGNED_Q8
             for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
 #else
             for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
-            const int32_t* bs = a.bsum_row(r) + 2 * b;
+            const int32_t* bs = a.bsum[r] + 2 * b;
             s = s - splat(128 * (bs[0] + bs[1]));
 #endif
-            acc[r] = acc[r] + (dw * fsplat(a.d_at(r, b))) * tofloat(s);
+            acc[r] = acc[r] + (dw * fsplat(a.d[r][b])) * tofloat(s);
         }
     }
+    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
 }
 
 // Q4_0 (offset 8) and Q5_0 (offset 16): unsigned weights q, w = d * (q - offset).
-template <bool kFive>
-void tile_q_0(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+template <int NR, bool kFive>
+void tile_q_0(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
+    F acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = fzero();
     const int64_t block_bytes = kFive ? 352 : 288;
     const int qs = kFive ? 96 : 32;
     const int32_t offset = kFive ? 16 : 8;
@@ -87,23 +93,26 @@ void tile_q_0(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
                 hi[c] = hi[c] | (shr(h, c) & kBit4);
             }
         }
-        for (int r = 0; r < nr; ++r) {
-            const int8_t* q = a.q_row(r) + 32 * b;
-            const int32_t* bs = a.bsum_row(r) + 2 * b;
+        for (int r = 0; r < NR; ++r) {
+            const int8_t* q = a.q[r] + 32 * b;
+            const int32_t* bs = a.bsum[r] + 2 * b;
             V s = zero();
             for (int c = 0; c < 4; ++c) {
                 s = dot_u8(s, lo[c], x4(q + 4 * c));
                 s = dot_u8(s, hi[c], x4(q + 16 + 4 * c));
             }
             s = s - splat(offset * (bs[0] + bs[1]));
-            acc[r] = acc[r] + (dw * fsplat(a.d_at(r, b))) * tofloat(s);
+            acc[r] = acc[r] + (dw * fsplat(a.d[r][b])) * tofloat(s);
         }
     }
+    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
 }
 
 // Q4_K and Q5_K: w = d * sc_j * q - dmin * m_j over sub-blocks j of 32 weights.
-template <bool kFive>
-void tile_q_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+template <int NR, bool kFive>
+void tile_q_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
+    F acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = fzero();
     const int64_t block_bytes = kFive ? 2816 : 2304;
     const int qs = kFive ? 768 : 256;
     const V six = splat(63), two = splat(3);
@@ -118,8 +127,8 @@ void tile_q_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
             sc[j + 4] = (shr(s2, 8 * j) & splat(15)) | shl(shr(s0, 8 * j + 6) & two, 4);
             mn[j + 4] = (shr(s2, 8 * j + 4) & splat(15)) | shl(shr(s1, 8 * j + 6) & two, 4);
         }
-        V scaled[kMaxRows], mins[kMaxRows];
-        for (int r = 0; r < nr; ++r) scaled[r] = mins[r] = zero();
+        V scaled[NR], mins[NR];
+        for (int r = 0; r < NR; ++r) scaled[r] = mins[r] = zero();
         for (int pair = 0; pair < 4; ++pair) {
             V lo[8], hi[8];
             for (int c = 0; c < 8; ++c) {
@@ -132,9 +141,9 @@ void tile_q_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
                     hi[c] = hi[c] | fifth_bit(h, 2 * pair + 1);
                 }
             }
-            for (int r = 0; r < nr; ++r) {
-                const int8_t* q = a.q_row(r) + 256 * b + 64 * pair;
-                const int32_t* bs = a.bsum_row(r) + 16 * b + 4 * pair;
+            for (int r = 0; r < NR; ++r) {
+                const int8_t* q = a.q[r] + 256 * b + 64 * pair;
+                const int32_t* bs = a.bsum[r] + 16 * b + 4 * pair;
                 V sum_lo = zero(), sum_hi = zero();
                 for (int c = 0; c < 8; ++c) {
                     sum_lo = dot_u8(sum_lo, lo[c], x4(q + 4 * c));
@@ -144,23 +153,27 @@ void tile_q_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
                 mins[r] = mins[r] + mn[2 * pair] * splat(bs[0] + bs[1]) + mn[2 * pair + 1] * splat(bs[2] + bs[3]);
             }
         }
-        for (int r = 0; r < nr; ++r) {
-            const F dx = fsplat(a.d_at(r, b));
+        for (int r = 0; r < NR; ++r) {
+            const F dx = fsplat(a.d[r][b]);
             acc[r] = acc[r] + ((dx * d) * tofloat(scaled[r]) - (dx * dmin) * tofloat(mins[r]));
         }
     }
+    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
 }
 
 // Q6_K: w = d * sc_j * (q - 32) over sub-blocks j of 16 weights, sc_j int8.
-void tile_q6_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
+template <int NR>
+void tile_q6_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
+    F acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = fzero();
     const V high2 = splat(0x30303030);
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* p = t + b * 3360;
         const F d = load_f16(p + 3328);
         V sc[16];
         for (int j = 0; j < 16; ++j) sc[j] = sar(shl(load64(p + 3072 + 64 * (j / 4)), 24 - 8 * (j % 4)), 24);
-        V sums[kMaxRows];
-        for (int r = 0; r < nr; ++r) sums[r] = zero();
+        V sums[NR];
+        for (int r = 0; r < NR; ++r) sums[r] = zero();
         for (int half = 0; half < 2; ++half) {
             for (int s = 0; s < 4; ++s) {
                 V w[8];
@@ -169,9 +182,9 @@ void tile_q6_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
                     const V h = load64(p + 2048 + 64 * (8 * half + c));
                     w[c] = (s < 2 ? l & kLow4 : shr(l, 4) & kLow4) | ((s < 2 ? shl(h, 4 - 2 * s) : shr(h, 2 * s - 4)) & high2);
                 }
-                for (int r = 0; r < nr; ++r) {
-                    const int8_t* q = a.q_row(r) + 256 * b + 128 * half + 32 * s;
-                    const int32_t* bs = a.bsum_row(r) + 16 * b;
+                for (int r = 0; r < NR; ++r) {
+                    const int8_t* q = a.q[r] + 256 * b + 128 * half + 32 * s;
+                    const int32_t* bs = a.bsum[r] + 16 * b;
                     for (int u = 0; u < 2; ++u) {
                         const int j = 8 * half + 2 * s + u;
                         V dot = zero();
@@ -181,38 +194,82 @@ void tile_q6_k(const uint8_t* t, int64_t nb, const Rows& a, int nr, F* acc) {
                 }
             }
         }
-        for (int r = 0; r < nr; ++r) acc[r] = acc[r] + (fsplat(a.d_at(r, b)) * d) * tofloat(sums[r]);
+        for (int r = 0; r < NR; ++r) acc[r] = acc[r] + (fsplat(a.d[r][b]) * d) * tofloat(sums[r]);
     }
+    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
 }
 
 // F32/F16/BF16: acc += w_k * x_k for k = 0, 1, ..., in - 1.
-template <F (*kLoad)(const uint8_t*), int kSize>
-void tile_float(const uint8_t* t, int64_t in, const Rows& a, int nr, F* acc) {
+template <int NR, F (*kLoad)(const uint8_t*), int kSize>
+void tile_float(const uint8_t* t, int64_t in, const Chunk<NR>& a, float* const* out) {
+    F acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = fzero();
     for (int64_t k = 0; k < in; ++k) {
         const F w = kLoad(t + k * 16 * kSize);
-        for (int r = 0; r < nr; ++r) acc[r] = acc[r] + w * fsplat(a.x[r * in + k]);
+        for (int r = 0; r < NR; ++r) acc[r] = acc[r] + w * fsplat(a.x[r][k]);
+    }
+    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
+}
+
+template <int NR>
+using Tile = void (*)(const uint8_t*, int64_t, const Chunk<NR>&, float* const*);
+
+template <int NR>
+Tile<NR> tile_of(int64_t kind) {
+    switch (kind) {
+        case Q8_0: return tile_q8_0<NR>;
+        case Q4_0: return tile_q_0<NR, false>;
+        case Q5_0: return tile_q_0<NR, true>;
+        case Q4_K: return tile_q_k<NR, false>;
+        case Q5_K: return tile_q_k<NR, true>;
+        case Q6_K: return tile_q6_k<NR>;
+        case F32: return tile_float<NR, load_f32, 4>;
+        case F16: return tile_float<NR, load_f16, 2>;
+        default: return tile_float<NR, load_bf16, 2>;
     }
 }
 
 struct KindInfo {
-    int64_t block;       // weights per block
-    int64_t type_size;   // bytes per block and output row
-    int64_t act_block;   // activation quantisation block (0: float activations)
-    void (*tile)(const uint8_t*, int64_t, const Rows&, int, F*);
+    int64_t block;      // weights per block
+    int64_t type_size;  // bytes per block and output row
+    int64_t act_block;  // activation quantisation block (0: float activations)
 };
 
 KindInfo kind_info(int64_t kind) {
     switch (kind) {
-        case Q8_0: return {32, 34, 32, tile_q8_0};
-        case Q4_0: return {32, 18, 32, tile_q_0<false>};
-        case Q5_0: return {32, 22, 32, tile_q_0<true>};
-        case Q4_K: return {256, 144, 256, tile_q_k<false>};
-        case Q5_K: return {256, 176, 256, tile_q_k<true>};
-        case Q6_K: return {256, 210, 256, tile_q6_k};
-        case F32: return {1, 4, 0, tile_float<load_f32, 4>};
-        case F16: return {1, 2, 0, tile_float<load_f16, 2>};
-        case BF16: return {1, 2, 0, tile_float<load_bf16, 2>};
+        case Q8_0: return {32, 34, 32};
+        case Q4_0: return {32, 18, 32};
+        case Q5_0: return {32, 22, 32};
+        case Q4_K: return {256, 144, 256};
+        case Q5_K: return {256, 176, 256};
+        case Q6_K: return {256, 210, 256};
+        case F32: return {1, 4, 0};
+        case F16: case BF16: return {1, 2, 0};
         default: TORCH_CHECK(false, "unknown matrix kind ", kind);
+    }
+}
+
+// Rows [r0, r0 + NR) of the call (repeating row n - 1 past the end) through the tiles [first, last) of the
+// group; results into local[r] at 16 * (tile - first).
+template <int NR>
+void run_chunk(int64_t kind, const uint8_t* base, const int64_t* tiles, int64_t first, int64_t last,
+               int64_t tile_bytes, int64_t steps, const std::vector<at::Tensor>& act, const float* x, int64_t in,
+               int64_t n, int64_t r0, float (*local)[kGroupTiles * 16]) {
+    Chunk<NR> chunk;
+    for (int r = 0; r < NR; ++r) {
+        const int64_t row = std::min(r0 + r, n - 1);
+        chunk.x[r] = x + row * in;
+        if (!act.empty()) {
+            chunk.q[r] = act[0].data_ptr<int8_t>() + row * in;
+            chunk.d[r] = act[1].data_ptr<float>() + row * act[1].size(1);
+            chunk.bsum[r] = act[2].data_ptr<int32_t>() + row * (in / 16);
+        }
+    }
+    const Tile<NR> tile = tile_of<NR>(kind);
+    for (int64_t i = first; i < last; ++i) {
+        float* out[NR];
+        for (int r = 0; r < NR; ++r) out[r] = local[r] + (i - first) * 16;
+        tile(base + tiles[i] * tile_bytes, steps, chunk, out);
     }
 }
 
@@ -266,40 +323,30 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     const int64_t* tp = tiles.data_ptr<int64_t>();
     const int64_t n_tiles = packed.numel() / tile_bytes;
     for (int64_t i = 0; i < nt; ++i) TORCH_CHECK(tp[i] >= 0 && tp[i] < n_tiles, "tile ", tp[i], " out of range");
-    Rows rows{nullptr, nullptr, nullptr, x.data_ptr<float>(), in, 0};
-    std::vector<at::Tensor> quantised;
-    if (info.act_block) {
-        quantised = quantize_rows(x, info.act_block);
-        rows = {quantised[0].data_ptr<int8_t>(), quantised[1].data_ptr<float>(), quantised[2].data_ptr<int32_t>(),
-                nullptr, in, in / info.act_block};
-    }
+    std::vector<at::Tensor> act;
+    if (info.act_block) act = quantize_rows(x, info.act_block);
+    const float* xp = x.data_ptr<float>();
     auto out = at::empty({n, nt * 16}, at::kFloat);
     float* op = out.data_ptr<float>();
     const uint8_t* base = packed.data_ptr<uint8_t>();
+    const int64_t steps = info.act_block ? nb : in;
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / std::max<int64_t>(1, tile_bytes));
     at::parallel_for(0, nt, grain, [&](int64_t begin, int64_t end) {
         // A group's results go to a local block first: rows of the output lie 4 * out bytes apart, and storing
-        // 16 rows of one tile straight there would put every store in the same cache set.
-        F acc[kMaxRows];
-        float local[kMaxRows][kGroupTiles * 16];
+        // the rows of one tile straight there would put every store in the same cache set.
+        float local[kChunkRows][kGroupTiles * 16];
         for (int64_t first = begin; first < end; first += kGroupTiles) {
             const int64_t last = std::min(end, first + kGroupTiles);
-            for (int64_t r0 = 0; r0 < n; r0 += kMaxRows) {
-                const int nr = (int)std::min<int64_t>(kMaxRows, n - r0);
-                Rows part = rows;
-                if (info.act_block) {
-                    part.q += r0 * in;
-                    part.d += r0 * rows.per_row_d;
-                    part.bsum += r0 * (in / 16);
+            for (int64_t r0 = 0; r0 < n; r0 += kChunkRows) {
+                const int64_t rows = std::min<int64_t>(kChunkRows, n - r0);
+                if (rows >= 3) {
+                    run_chunk<4>(kind, base, tp, first, last, tile_bytes, steps, act, xp, in, n, r0, local);
+                } else if (rows == 2) {
+                    run_chunk<2>(kind, base, tp, first, last, tile_bytes, steps, act, xp, in, n, r0, local);
                 } else {
-                    part.x += r0 * in;
+                    run_chunk<1>(kind, base, tp, first, last, tile_bytes, steps, act, xp, in, n, r0, local);
                 }
-                for (int64_t i = first; i < last; ++i) {
-                    for (int r = 0; r < nr; ++r) acc[r] = fzero();
-                    info.tile(base + tp[i] * tile_bytes, info.act_block ? nb : in, part, nr, acc);
-                    for (int r = 0; r < nr; ++r) store(local[r] + (i - first) * 16, acc[r]);
-                }
-                for (int r = 0; r < nr; ++r) {
+                for (int64_t r = 0; r < rows; ++r) {
                     std::memcpy(op + (r0 + r) * nt * 16 + first * 16, local[r], (last - first) * 16 * sizeof(float));
                 }
             }
