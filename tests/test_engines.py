@@ -106,3 +106,23 @@ def test_a_fleet_deployment_without_an_engine_says_it_runs_the_default(tmp_path)
     review = review_fleet(fleet)
     assert "PWR050" not in codes(review.all_findings)
     assert review.deployments[0].plan.memory.engine == "llama-server"
+
+
+def test_a_busy_port_is_reported_before_the_runtime_loads(tmp_path):
+    """Defect 12: `power serve` on a busy port reported it after loading the runtime's stack (8.7 s)."""
+    import socket
+    import subprocess
+    import sys
+
+    from runtime_plans import write_plan
+
+    plan = write_plan(tmp_path, "ngram")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code = ("import sys; sys.argv = ['power', 'serve', sys.argv[1], '--port', sys.argv[2]]\n"
+                "try:\n    from power.app.cli import main; main()\nfinally:\n"
+                "    print('torch loaded' if 'torch' in sys.modules else 'torch not loaded', file=sys.stderr)")
+        result = subprocess.run([sys.executable, "-c", code, str(plan), str(taken.getsockname()[1])],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "PWR604" in result.stderr and "torch not loaded" in result.stderr

@@ -1,7 +1,9 @@
 """An artifact against the sha256 its plan was sealed with: every byte hashed, never an answer from the cache.
 
-Where a plan launches (run, serve, bench), renders or is verified (`power verify`),
-each file it names is checked here. A file whose size differs from the planned
+Where a plan launches (run, serve, bench) or is verified (`power verify`), each
+file it names is checked here; `render` checks only that each is there at its
+planned size (`present`), since `power verify` is the gate before a rendered
+engine starts (the Kubernetes render runs it in the pod's init container). A file whose size differs from the planned
 size fails before it is read; otherwise it is hashed in full
 (`power.artifacts.digests.sha256_file(use_cache=False)`), so neither a restored
 mtime nor a stale cache entry can stand in for the bytes.
@@ -16,7 +18,7 @@ from pathlib import Path
 from power.artifacts.digests import sha256_file
 from power.artifacts.gguf_reader import ArtifactError
 
-__all__ = ["Artifact", "ArtifactError", "verified_sha256"]
+__all__ = ["Artifact", "ArtifactError", "present", "verified_sha256"]
 
 TARGET = "target"
 
@@ -35,14 +37,21 @@ class Artifact:
         return TARGET if self.role == TARGET else f"{self.role} drafter"
 
 
-def verified_sha256(artifact: Artifact) -> str:
-    """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file."""
+def present(artifact: Artifact) -> None:
+    """The file is there at its planned size (ArtifactError PWR110, PWR115), read no further: what `render` checks,
+    leaving the bytes to `power verify`, the gate before an engine starts."""
     path = str(artifact.path)
     if not os.path.exists(path):
         raise ArtifactError(f"the {artifact.label} artifact does not exist", code="PWR110", file=path,
                             hint="restore the planned file there, or fix the path and re-plan")
     if artifact.size is not None and os.path.isfile(path) and (size := os.path.getsize(path)) != artifact.size:
         raise _changed(artifact, f"is {size:,} bytes, the plan expects {artifact.size:,} (so its sha256 cannot match)")
+
+
+def verified_sha256(artifact: Artifact) -> str:
+    """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file."""
+    present(artifact)
+    path = str(artifact.path)
     actual = sha256_file(path, use_cache=False)  # a progress bar on a terminal for files over 100 MB
     if artifact.sha256 is not None and actual != artifact.sha256:
         raise _changed(artifact, f"has sha256 {actual[:16]}..., the plan expects {artifact.sha256[:16]}...")

@@ -41,17 +41,23 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     valid plan, an address it cannot listen on, a chat template file that does not compile,
     an artifact that is not the planned file, a model that does not load).
     """
+    from power.documents.plan import load_plan
+
+    try:
+        resolved = load_plan(plan)
+        # Usage errors first: before the runtime's stack (torch) is imported or any artifact is read.
+        listening = listen(host, port)
+    except PowerError as err:
+        refuse(err)
+
     import uvicorn
 
-    from power.documents.plan import load_plan
     from power.runtime.engine import Engine, EngineOptions, Workload
     from power.runtime.server import ServerLimits, create_app
 
     try:
-        resolved = load_plan(plan)
         workload = Workload.of_plan(resolved, plan, root)
         template = _template_file(chat_template_file, workload.target.path)
-        listening = listen(host, port)
     except PowerError as err:
         refuse(err)
     options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
