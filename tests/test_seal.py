@@ -163,7 +163,7 @@ def test_render_reads_no_artifact_byte_and_verify_stays_the_gate(tmp_path, monke
     plan = fixture_plan(tmp_path)
     target = tmp_path / "dense-target.gguf"
     overwrite_keeping_mtime(target, target.stat().st_size - 64, b"\x7f" * 64)
-    monkeypatch.setattr(verify, "sha256_file", lambda *args, **kwargs: pytest.fail("render hashed an artifact"))
+    monkeypatch.setattr(verify, "sha256_file", lambda *_, **__: pytest.fail("render hashed an artifact"))
     assert power("render", plan, "--target", "llama-server").exit_code == 0
     monkeypatch.undo()
     assert power("verify", plan).exit_code == 1
