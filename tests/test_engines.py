@@ -126,3 +126,13 @@ def test_a_busy_port_is_reported_before_the_runtime_loads(tmp_path):
         result = subprocess.run([sys.executable, "-c", code, str(plan), str(taken.getsockname()[1])],
                                 capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "PWR604" in result.stderr and "torch not loaded" in result.stderr
+
+
+def test_a_refusal_without_a_file_of_its_own_is_located_at_the_plan(tmp_path):
+    """Defect 12: a prompt longer than the context was reported at `<input>:`, not at the plan the command ran."""
+    from runtime_plans import write_plan
+
+    plan = write_plan(tmp_path, "ngram")
+    result = CliRunner().invoke(main, ["run", str(plan), "--prompt", "word " * 4000, "--max-tokens", "2"])
+    assert result.exit_code == 2 and "PWR602" in result.stderr
+    assert result.stderr.startswith(f"{plan}: PWR602") and "<input>" not in result.stderr

@@ -112,7 +112,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
             configs = _configs(plans, engine, binary, device, dtype, lm_head_dtype, threads, root, running)
             measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
         except PowerError as err:
-            refuse(err, as_json)  # exits; the stack stops every server it started
+            refuse(err, as_json, at=plan)  # exits; the stack stops every server it started
     control = configs[-1] if baseline else None
     documents = [harness.evidence(config, control, traffic, runs, max_tokens, measurements)
                  for config in configs[: len(candidates)]]

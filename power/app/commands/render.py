@@ -68,7 +68,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
             text = render_plan(plan, target, plan_path, root, executable=power_executable,
                                listen=Listen(address, port) if address and port else None)
     except PowerError as err:
-        refuse(err)
+        refuse(err, at=plan_path)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -48,7 +48,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         # Usage errors first: before the runtime's stack (torch) is imported or any artifact is read.
         listening = listen(host, port)
     except PowerError as err:
-        refuse(err)
+        refuse(err, at=plan)
 
     import uvicorn
 
@@ -59,7 +59,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         workload = Workload.of_plan(resolved, plan, root)
         template = _template_file(chat_template_file, workload.target.path)
     except PowerError as err:
-        refuse(err)
+        refuse(err, at=plan)
     options = EngineOptions(device=device, dtype=dtype, lm_head_dtype=lm_head_dtype, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
