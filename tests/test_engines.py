@@ -136,3 +136,19 @@ def test_a_refusal_without_a_file_of_its_own_is_located_at_the_plan(tmp_path):
     result = CliRunner().invoke(main, ["run", str(plan), "--prompt", "word " * 4000, "--max-tokens", "2"])
     assert result.exit_code == 2 and "PWR602" in result.stderr
     assert result.stderr.startswith(f"{plan}: PWR602") and "<input>" not in result.stderr
+
+
+def test_the_llama_server_settings_table_reads_both_ways():
+    """Setting <-> flag <-> env name, as llama.cpp's common/arg.cpp keeps them in one entry."""
+    from power.orchestrator import llama_flags
+    from power.orchestrator.engines.llama_server import field_of_option, settings_table
+
+    table = llama_flags.table()
+    for setting in settings_table().entries:
+        option = table.option(str(setting.flag))
+        assert option.env == setting.env and field_of_option(option) == setting.field
+        if setting.env is not None:
+            assert field_of_option(table.by_env[setting.env]) == setting.field
+    settings = settings_table()
+    assert settings.env("ctx") == "LLAMA_ARG_CTX_SIZE" and settings.field_of_env("LLAMA_ARG_CTX_SIZE") == "ctx"
+    assert settings.flag("fit") == "--fit" and settings.field_of_flag("-c") == "ctx"
