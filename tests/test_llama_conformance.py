@@ -17,6 +17,8 @@ from llama_server import binary
 from power.app import conformance
 from power.orchestrator.compile import ArtifactMemo
 
+pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
+
 
 @pytest.fixture(scope="module")
 def llama_server() -> Path:

@@ -23,6 +23,8 @@ from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.render import Listen, render
 from power.orchestrator.schema import DeviceSpec, HostSpec
 
+pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
+
 REPO = Path(__file__).resolve().parent.parent
 GEMMA = REPO / "manifests" / "gemma3-270m.toml"
 CTX = 1024

@@ -15,6 +15,8 @@ from fleet_world import World, build_world
 from power.app.cli import main
 from power.orchestrator.fleet.report import BAR_WIDTH
 
+pytestmark = pytest.mark.browser  # outside `scripts/test --fast`: loads the report in headless Chromium where installed
+
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 

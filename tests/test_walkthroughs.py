@@ -18,6 +18,8 @@ from click.testing import CliRunner
 
 from power.app.cli import main
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "fleet"
 README = (EXAMPLE / "README.md").read_text()
