@@ -429,3 +429,24 @@ def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_s
     words = run("render", plan, "--target", "vllm").output.split()
     fraction = float(words[words.index("--gpu-memory-utilization") + 1])
     assert 0 < fraction < 0.05 and words[words.index("--tokenizer") + 1].endswith(".gguf")
+
+
+def test_a_plan_sized_for_another_host_is_not_rendered_onto_this_one(tmp_path: Path) -> None:
+    """Issue 23 defect 4: a plan sized for an RTX 4090 was rendered onto an L4 with no finding."""
+    build_world(tmp_path)
+    hosts = {model: write(tmp_path / f"{model}.toml", f'''
+        schema = "power.host/v1"
+        name = "{model}"
+        devices = [{{ model = "{model}", vram = "24 GiB" }}]
+        [kubernetes]
+        node_name = "{model}"
+        images = {{ power = "registry.example.com/power:1" }}
+        ''') for model in ("RTX-4090", "L4")}
+    plan = tmp_path / "plan.json"
+    assert run("plan", tmp_path / "manifests" / "dense.toml", tmp_path / "profiles" / "ngram.toml", "--host",
+               hosts["RTX-4090"], "--engine", "power", "-o", plan).exit_code == 0
+    assert run("render", plan, "--target", "kubernetes", "--host", hosts["RTX-4090"], "--models-claim",
+               "models").exit_code == 0
+    other = run("render", plan, "--target", "kubernetes", "--host", hosts["L4"], "--models-claim", "models")
+    assert other.exit_code == 1 and "PWR464" in other.output and f"{hosts['L4']}:" in other.output
+    assert "sized for device 0 = RTX-4090" in other.output
