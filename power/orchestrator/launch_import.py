@@ -39,6 +39,7 @@ from power.findings import Finding, Severity
 from power.orchestrator import llama_flags
 from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server import field_of_option
+from power.orchestrator.engines.vllm import SETTINGS as VLLM_SETTINGS
 from power.orchestrator.launch_tokens import EnvNames, Token
 from power.orchestrator.units import format_size
 
@@ -406,18 +407,8 @@ def _read_vllm(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
                                      f"`unrecognized arguments: {flag.text}`", hint))
         elif value is None:
             continue
-        elif flag.text == "--model":
-            spec.model = value
-        elif flag.text == "--max-model-len":
-            spec.ctx = _int(value, findings)
-        elif flag.text == "--max-num-seqs":
-            spec.slots = _int(value, findings)
-        elif flag.text == "--max-num-batched-tokens":
-            spec.batch = _int(value, findings)
-        elif flag.text == "--kv-cache-dtype":
-            spec.kv_cache_type = value.text
-        elif flag.text == "--seed":
-            spec.seed = _int(value, findings)
+        elif (field := VLLM_SETTINGS.field_of_flag(flag.text)) in _READ_AS:  # the adapter's table, flag -> field
+            setattr(spec, str(field), _READ_AS[str(field)](value, findings))
         elif flag.text == "--speculative-config":
             parsed = _json_object(value, findings)
             if parsed is not None:
