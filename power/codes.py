@@ -158,7 +158,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR461": ("error", "a value cannot be written into this render target (control characters, unsplittable words)"),
     "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
     "PWR463": ("error", "the engine cannot load this plan's artifact (vLLM drafters are Hugging Face checkpoints)"),
-    "PWR464": ("error", "the render's engine is not the one the plan was sized for (re-plan for that engine)"),
+    "PWR464": ("error", "the render's engine or host is not the one the plan was sized for (re-plan for it)"),
     # PWR47x live engines for `power bench --engine` (app/live.py)
     "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
     "PWR471": ("error", "the live engine exited or never answered /health"),

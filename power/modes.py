@@ -19,12 +19,12 @@ Vocabulary:
 - **fr**: it projects through a draft head whose vocabulary FR can cut.
 - **auto**: whether `spec_mode = "auto"` may choose it, and with what priority
   (lower first); None means it must be named explicitly, and `opt_in` says why
-  (what the seeds measured). `auto` chooses only what is known to win.
-- **chain_loss**: for weight-free n-gram, what the seeds measured when it is
+  (docs/reference.md). `auto` chooses only what is known to win.
+- **chain_loss**: for weight-free n-gram, docs/reference.md when it is
   chained in front of a context-backed drafter on a recurrent (hybrid) target:
   `auto` never builds that chain, and an explicit one is warned about.
 - **draft_cost**: what one round of drafting costs in drafter steps, by kind
-  (the seeds' step 3): a plain model runs K sequential forwards, a trained head
+  (step 3): a plain model runs K sequential forwards, a trained head
   about one pass whatever K, n-gram lookup nothing (`power worth-it` prices it).
 - **confidence_gate**: `spec_draft_p_min` cuts its drafts (DSpark's confidence head).
 - **sidecar**: a native head that may also come as a separate file (an MTP-only
@@ -105,15 +105,15 @@ MODES: tuple[Mode, ...] = (
          llama=LlamaSpelling("draft-dflash", retired=("dflash",)), vllm_method="dflash", speculator="dflash",
          vllm_refusal=_VLLM_HF_DRAFTER.format(name="DFlash")),
     Mode(DFLASH2, "file", context_backed=True, fr=True, header_architecture="dflash", speculator="dflash",
-         opt_in="the seeds keep DFlash2 opt-in: its 12-task quality calibration kept only 7/12 complete outputs",
+         opt_in="the reference measurements (docs/reference.md) keep DFlash2 opt-in: its 12-task quality calibration kept only 7/12 complete outputs",
          fixed_shape="DFlash2 keeps a fixed draft shape"),
     Mode(DSPARK, "file", context_backed=True, adaptive=True, fr=True, header_architecture="dspark", confidence_gate=True,
-         opt_in="the seeds measured DSpark as no lossless production default: at context 1024 only 54/100 outputs "
+         opt_in="the reference measurements (docs/reference.md) found DSpark as no lossless production default: at context 1024 only 54/100 outputs "
                 "matched the control and every request entered fallback replay",
          llama=LlamaSpelling("draft-dspark", retired=("dspark",)), vllm_method="dspark", speculator="dspark",
          vllm_refusal=_VLLM_HF_DRAFTER.format(name="DSpark")),
     Mode(NGRAM, "none", context_backed=False, draft_cost="none", auto_priority=3,
-         chain_loss="the seeds measured draft-mtp,ngram-mod losing on all traffic on the qwen35 hybrid: with n-gram "
+         chain_loss="the reference measurements (docs/reference.md) found draft-mtp,ngram-mod losing on all traffic on the qwen35 hybrid: with n-gram "
                     "in the chain llama.cpp disables recurrent rollback, which the drafter's verification depends on",
          llama=LlamaSpelling("ngram-mod", aliases=("ngram-simple", "ngram-cache", "ngram-map-k", "ngram-map-k4v")),
          vllm_method="ngram", vllm_aliases=("ngram_gpu",), speculator="ngram",

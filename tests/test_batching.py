@@ -26,6 +26,8 @@ from power.runtime.scheduler import SchedulerConfig
 from power.runtime.transaction import Step
 from power.runtime.trunks import load_trunk
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 GREEDY = SamplingParams()
 SLOTS = 4
 TOKENS = 40

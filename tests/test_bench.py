@@ -19,6 +19,8 @@ from power.documents.plan import load_plan
 from power.documents.receipt import Receipt
 from power.orchestrator.fleet.evidence import read_evidence
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 RUNS = 2
 MAX_TOKENS = 12
 

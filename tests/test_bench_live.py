@@ -13,6 +13,8 @@ from llama_server import binary
 from power.app.cli import main
 from power.orchestrator.fleet.lock import read_lock
 
+pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
+
 REPO = Path(__file__).resolve().parent.parent
 FLEET = REPO / "examples" / "fleet" / "llama-server.toml"
 CANDIDATE_PROFILE = REPO / "examples" / "fleet" / "profiles" / "ngram.toml"

@@ -89,7 +89,7 @@ def test_auto_never_chains_ngram_in_front_of_a_drafter_on_a_recurrent_target(tmp
     assert plan is not None and plan.mode.chain == ("mtp",) and "not chained" in plan.mode.reason
     (how,) = [f for f in findings if f.code == "PWR217"]
     assert how.severity.value == "info" and "resolved to mtp" in how.message and "losing on all traffic" in how.message
-    # named explicitly, the chain is built, with the seeds' measurement as a warning
+    # named explicitly, the chain is built, with the reference measurement as a warning
     plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
     assert plan is not None and plan.mode.chain == ("ngram", "mtp")
     (chained,) = [f for f in findings if f.code == "PWR218"]
@@ -131,7 +131,7 @@ def test_auto_prefers_external_then_native_mtp_then_none(tmp_path, drafters, res
 
 
 def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
-    """The seeds' `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked, planned, sized, rendered."""
+    """The reference `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked, planned, sized, rendered."""
     from power.orchestrator.render import engine_launch
 
     headless = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp"}])

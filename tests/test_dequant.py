@@ -17,6 +17,8 @@ from power.kernels.dequant import BLOCK_LAYOUT, REFERENCES, UnsupportedQuantType
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.trunks import load_trunk
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 
 def assert_same_bits(actual: torch.Tensor, expected: np.ndarray) -> None:
     """Bit patterns equal; NaNs (random bytes make some) only need to sit in the same places."""

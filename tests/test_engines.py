@@ -106,3 +106,49 @@ def test_a_fleet_deployment_without_an_engine_says_it_runs_the_default(tmp_path)
     review = review_fleet(fleet)
     assert "PWR050" not in codes(review.all_findings)
     assert review.deployments[0].plan.memory.engine == "llama-server"
+
+
+def test_a_busy_port_is_reported_before_the_runtime_loads(tmp_path):
+    """Defect 12: `power serve` on a busy port reported it after loading the runtime's stack (8.7 s)."""
+    import socket
+    import subprocess
+    import sys
+
+    from runtime_plans import write_plan
+
+    plan = write_plan(tmp_path, "ngram")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code = ("import sys; sys.argv = ['power', 'serve', sys.argv[1], '--port', sys.argv[2]]\n"
+                "try:\n    from power.app.cli import main; main()\nfinally:\n"
+                "    print('torch loaded' if 'torch' in sys.modules else 'torch not loaded', file=sys.stderr)")
+        result = subprocess.run([sys.executable, "-c", code, str(plan), str(taken.getsockname()[1])],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "PWR604" in result.stderr and "torch not loaded" in result.stderr
+
+
+def test_a_refusal_without_a_file_of_its_own_is_located_at_the_plan(tmp_path):
+    """Defect 12: a prompt longer than the context was reported at `<input>:`, not at the plan the command ran."""
+    from runtime_plans import write_plan
+
+    plan = write_plan(tmp_path, "ngram")
+    result = CliRunner().invoke(main, ["run", str(plan), "--prompt", "word " * 4000, "--max-tokens", "2"])
+    assert result.exit_code == 2 and "PWR602" in result.stderr
+    assert result.stderr.startswith(f"{plan}: PWR602") and "<input>" not in result.stderr
+
+
+def test_the_llama_server_settings_table_reads_both_ways():
+    """Setting <-> flag <-> env name, as llama.cpp's common/arg.cpp keeps them in one entry."""
+    from power.orchestrator import llama_flags
+    from power.orchestrator.engines.llama_server import field_of_option, settings_table
+
+    table = llama_flags.table()
+    for setting in settings_table().entries:
+        option = table.option(str(setting.flag))
+        assert option.env == setting.env and field_of_option(option) == setting.field
+        if setting.env is not None:
+            assert field_of_option(table.by_env[setting.env]) == setting.field
+    settings = settings_table()
+    assert settings.env("ctx") == "LLAMA_ARG_CTX_SIZE" and settings.field_of_env("LLAMA_ARG_CTX_SIZE") == "ctx"
+    assert settings.flag("fit") == "--fit" and settings.field_of_flag("-c") == "ctx"

@@ -29,6 +29,8 @@ from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.base import Decline, SpeculatorRequest
 from power.runtime.speculators.registry import build
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 FIXTURE_TOKENS = 256
 GEMMA_TOKENS = 40
 KS = [(k, s) for k in (1, 3, 7, 10) for s in sorted({k, k - 1, 1}) if s >= 1]

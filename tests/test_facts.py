@@ -36,7 +36,7 @@ def test_the_header_decides_the_drafter_contract(name, kind, window, kv_per_posi
     assert (found.drafter_kind, found.sliding_window, found.drafter_kv_bytes_per_position) == (kind, window, kv_per_position)
 
 
-def test_dspark_drafter_kv_at_the_seeds_context_is_five_gib():
+def test_dspark_drafter_kv_at_the_reference_context_is_five_gib():
     assert facts("qwen36-27b-dspark").drafter_kv_bytes_per_position * 262_144 == 5 * 2**30
 
 
@@ -70,10 +70,10 @@ def test_non_file_kinds_have_no_header_contract():
     assert contracts.contract_violations(facts("dense-target"), "ngram") == []
 
 
-def test_real_drafter_tensor_counts_match_the_seeds():
+def test_real_drafter_tensor_counts_match_the_reference():
     assert len(facts("qwen36-27b-dflash").tensors) == 58
     assert len(facts("qwen36-27b-dflash2").tensors) == 81
-    assert len(facts("qwen36-27b-q6k").tensors) == 851 + 15  # the seeds' 851 without MTP + one nextn block
+    assert len(facts("qwen36-27b-q6k").tensors) == 851 + 15  # the reference 851 without MTP + one nextn block
 
 
 def _rewrite_drafter(tmp_path, kind, *, drop_tensor=None, reshape=None, drop_key=None):

@@ -22,6 +22,8 @@ from gguf_helpers import gemma
 from power.artifacts.gguf_reader import read_header
 from power.runtime.engine import Engine, Workload
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 PROMPT_IDS = [2, 50429, 563, 506, 5279, 529]  # "<bos>Paris is the capital of"
 LOGIT_TOLERANCE = 2e-2
 

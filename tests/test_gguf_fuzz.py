@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 
+import pytest
 from gguf_helpers import fixtures, gemma
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 from power.artifacts.contracts import FILE_KINDS, contract_violations
 from power.artifacts.facts import inspect_artifact
 from power.artifacts.gguf_reader import ArtifactError, read_header
+
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
 
 def fuzz(examples: int) -> settings:

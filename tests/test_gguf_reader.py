@@ -50,6 +50,7 @@ def test_every_field_agrees_with_gguf_reader_on_the_fixtures(name):
     assert_agrees_with_gguf_reader(fixtures()[name])
 
 
+@pytest.mark.slow  # the real model's 262k-entry vocabulary through both readers
 def test_every_field_agrees_with_gguf_reader_on_gemma():
     assert_agrees_with_gguf_reader(gemma())
 

@@ -9,7 +9,9 @@ import sys
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the bench measures for minutes")
+# Outside `scripts/test --fast` (slow): interpreter-heavy.
+pytestmark = [pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the bench measures for minutes"),
+              pytest.mark.slow]
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:

@@ -15,6 +15,8 @@ from power.kernels import dispatch
 from power.kernels.dequant import BLOCK_LAYOUT, TRITON_TYPES
 from power.runtime.gguf_weights import GGUFFile
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 GEMMA = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gguf"
 
 

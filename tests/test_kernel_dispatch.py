@@ -11,6 +11,8 @@ import torch
 
 from power.kernels import dispatch
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 
 def test_auto_uses_the_reference_on_the_cpu_and_triton_on_cuda(monkeypatch):
     monkeypatch.delenv("POWER_KERNELS", raising=False)

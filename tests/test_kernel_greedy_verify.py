@@ -8,6 +8,8 @@ from kernel_helpers import ints, on_both_paths
 
 from power.kernels import dispatch
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 GEMMA_VOCAB = 262_144
 
 

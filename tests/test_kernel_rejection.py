@@ -9,6 +9,8 @@ from kernel_helpers import ints, on_both_paths
 from power.kernels import dispatch, rejection
 from power.runtime.sampling import Lane, uniform
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 
 def distributions(rows: int, vocab: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
     """Peaked random distributions [rows, vocab] (some entries underflow the fixed-point grid)."""

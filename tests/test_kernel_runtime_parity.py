@@ -23,6 +23,8 @@ from power.runtime.speculators import registry
 from power.runtime.speculators.base import NGramWindow, SpeculatorRequest
 from power.runtime.trunks import load_trunk
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 32, 84, 104, 101, 32]
 K = 4
 

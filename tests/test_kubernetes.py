@@ -494,3 +494,24 @@ def test_a_power_pods_memory_limit_covers_what_power_run_of_the_plan_peaks_at(tm
     assert ran.returncode == 0, ran.stderr
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mib < limit_mib, f"power run peaked at {peak_mib:.0f} MiB; the pod's limit is {limit_mib} MiB"
+
+
+def test_a_plan_sized_for_another_host_is_not_rendered_onto_this_one(tmp_path: Path) -> None:
+    """Issue 23 defect 4: a plan sized for an RTX 4090 was rendered onto an L4 with no finding."""
+    build_world(tmp_path)
+    hosts = {model: write(tmp_path / f"{model}.toml", f'''
+        schema = "power.host/v1"
+        name = "{model}"
+        devices = [{{ model = "{model}", vram = "24 GiB" }}]
+        [kubernetes]
+        node_name = "{model}"
+        images = {{ power = "registry.example.com/power:1" }}
+        ''') for model in ("RTX-4090", "L4")}
+    plan = tmp_path / "plan.json"
+    assert run("plan", tmp_path / "manifests" / "dense.toml", tmp_path / "profiles" / "ngram.toml", "--host",
+               hosts["RTX-4090"], "--engine", "power", "-o", plan).exit_code == 0
+    assert run("render", plan, "--target", "kubernetes", "--host", hosts["RTX-4090"], "--models-claim",
+               "models").exit_code == 0
+    other = run("render", plan, "--target", "kubernetes", "--host", hosts["L4"], "--models-claim", "models")
+    assert other.exit_code == 1 and "PWR464" in other.output and f"{hosts['L4']}:" in other.output
+    assert "sized for device 0 = RTX-4090" in other.output

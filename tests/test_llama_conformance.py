@@ -17,6 +17,8 @@ from llama_server import binary
 from power.app import conformance
 from power.orchestrator.compile import ArtifactMemo
 
+pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
+
 
 @pytest.fixture(scope="module")
 def llama_server() -> Path:
@@ -49,3 +51,17 @@ def test_every_component_is_within_2_percent_or_1_mib_of_llama_server(case, llam
     for row in rows:
         if row.basis == "exact":  # to the log's precision: MiB with 2 decimals, the compute buffer at exit with 4
             assert abs(row.power - row.llama) <= (53 if "compute" in row.component else 5243), row
+
+
+def test_the_conformance_run_launches_the_rendered_line_unchanged(models, memo, tmp_path):
+    """Issue 23 defect 11: the run added `-fit off` to the line, so the render it checked was not the one launched."""
+    from power.orchestrator.render import Listen, engine_launch
+
+    case = conformance.MATRIX[0]
+    plan = conformance.plan_for(case, models[case.model], tmp_path / "plan", memo)
+    rendered = engine_launch(plan, "llama-server", Path(), Listen("127.0.0.1", 8080)).argv
+    launched = conformance.launch_argv(Path("llama-server"), plan, 8080, threads=2)
+    assert launched[: len(rendered)] == ["llama-server", *rendered[1:]]
+    assert rendered[rendered.index("--fit") + 1] == "off"
+    extra = launched[len(rendered):]
+    assert extra == ["-lv", "5", "-t", "2", "--no-warmup"]  # observation only: nothing the plan sizes

@@ -23,6 +23,8 @@ from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.render import Listen, render
 from power.orchestrator.schema import DeviceSpec, HostSpec
 
+pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
+
 REPO = Path(__file__).resolve().parent.parent
 GEMMA = REPO / "manifests" / "gemma3-270m.toml"
 CTX = 1024
@@ -38,7 +40,7 @@ def _plan(directory: Path, name: str) -> Path:
     runtime = f"[runtime]\nctx = {CTX}\nverify_capacity = 8\n" + (NGRAM_RUNTIME if name == "ngram" else "")
     profile.write_text(f'schema = "power.profile/v1"\nname = "{name}"\n{PROFILES[name]}{runtime}')
     host = HostSpec(name="cpu", devices=[DeviceSpec(model="cpu", vram=16 << 30)])
-    plan, findings = compile_plan(load_manifest(GEMMA), load_profile(profile), host)
+    plan, findings = compile_plan(load_manifest(GEMMA), load_profile(profile), host, engine="llama-server")
     assert plan is not None, [f.render() for f in findings]
     path = directory / f"{name}.plan.json"
     save_plan(plan, path)

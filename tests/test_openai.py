@@ -26,6 +26,8 @@ from runtime_plans import chat_plan
 from power.artifacts.factory import CHATML_TEMPLATE
 from power.documents.plan import load_plan
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 BOUND_S = 120.0
 MESSAGES = [{"role": "system", "content": "You answer briefly."},
             {"role": "user", "content": "Hello world! The quick brown fox"}]

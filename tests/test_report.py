@@ -15,6 +15,8 @@ from fleet_world import World, build_world
 from power.app.cli import main
 from power.orchestrator.fleet.report import BAR_WIDTH
 
+pytestmark = pytest.mark.browser  # outside `scripts/test --fast`: loads the report in headless Chromium where installed
+
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
@@ -152,3 +154,19 @@ def test_a_fleet_that_does_not_load_writes_no_report(world: World, tmp_path: Pat
     page = tmp_path / "report.html"
     result = CliRunner().invoke(main, ["fleet", "report", str(broken), "-o", str(page)])
     assert result.exit_code == 1 and not page.exists()
+
+
+def test_a_deployment_without_a_plan_is_drawn_as_a_failure(world: World, tmp_path: Path) -> None:
+    """Defect 12: a deployment the review could not plan was drawn as an empty bar, as if its device were free."""
+    fleet = world.fleet('[[hosts]]\nname = "tiny"\ndevices = [{ model = "x", vram = "1 MiB" }]\nheadroom = 0\n',
+                        '[[deployments]]\nhost = "tiny"\nname = "dense"\nengine = "power"\n'
+                        'manifest = "manifests/dense.toml"\nprofile = "profiles/ngram.toml"\n', name="tiny.toml")
+    page = tmp_path / "report.html"
+    assert CliRunner().invoke(main, ["fleet", "report", str(fleet), "-o", str(page)]).exit_code == 1
+    tree = Tree()
+    tree.feed(rendered_dom(page, tmp_path / "chromium-profile"))
+    [bar] = tree.root.find_all("svg", "vram-bar")
+    [failed] = bar.find_all("rect", "no-plan")
+    assert float(failed.attrs["width"]) == BAR_WIDTH and "tiny/dense: no plan" in failed.all_text()
+    [caption] = tree.root.find_all("figcaption")
+    assert "no plan: tiny/dense" in caption.all_text()

@@ -18,6 +18,8 @@ from plan_helpers import compiled, write_manifest, write_profile
 from power.app.cli import main
 from power.documents.plan import save_plan
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 
 def run(*args: str):
     return CliRunner().invoke(main, ["run", *args])

@@ -1,7 +1,10 @@
-"""The seal, through the CLI: an artifact that changed after planning never runs, renders or verifies.
+"""The seal, through the CLI: an artifact that changed after planning never runs or verifies.
 
 The cache may only speed up what reads artifacts before a plan exists; where a plan
-is launched, rendered or verified every artifact is hashed in full.
+is launched or verified every artifact is hashed in full. `render` checks each is
+there at its planned size and leaves the bytes to `power verify`, the gate before a
+rendered engine starts (issue 23 defect 12: render re-hashed every artifact on every
+call).
 """
 
 from __future__ import annotations
@@ -149,9 +152,25 @@ def test_the_seal_never_takes_a_digest_from_the_cache(tmp_path):
     assert json.loads(power("inspect", "--json", target).stdout)["sha256"] == planned  # the cache speaks here
     run = power("run", plan, "--prompt", "Hello", "--max-tokens", "3", "--json")
     verify = power("verify", plan, "--json")
-    render = power("render", plan, "--target", "llama-server")
-    assert (run.exit_code, verify.exit_code, render.exit_code) == (2, 1, 2)
-    assert codes(run) == codes(verify) == ["PWR115"] and "PWR115" in render.stderr and render.stdout == ""
+    assert (run.exit_code, verify.exit_code) == (2, 1)
+    assert codes(run) == codes(verify) == ["PWR115"]
+
+
+def test_render_reads_no_artifact_byte_and_verify_stays_the_gate(tmp_path, monkeypatch):
+    """A same-size edit renders (verify refuses it); a missing file or another size does not render."""
+    from power.artifacts import verify
+
+    plan = fixture_plan(tmp_path)
+    target = tmp_path / "dense-target.gguf"
+    overwrite_keeping_mtime(target, target.stat().st_size - 64, b"\x7f" * 64)
+    monkeypatch.setattr(verify, "sha256_file", lambda *_, **__: pytest.fail("render hashed an artifact"))
+    assert power("render", plan, "--target", "llama-server").exit_code == 0
+    monkeypatch.undo()
+    assert power("verify", plan).exit_code == 1
+    with target.open("ab") as grown:
+        grown.write(b"\0")
+    grown_render = power("render", plan, "--target", "llama-server")
+    assert grown_render.exit_code == 2 and "PWR115" in grown_render.stderr and grown_render.stdout == ""
 
 
 def test_render_refuses_a_target_path_edited_to_another_file(tmp_path):

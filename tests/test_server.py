@@ -27,6 +27,8 @@ from power.runtime.server import ServerLimits, create_app
 from power.runtime.stops import StopText
 from power.runtime.transaction import Step
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 PROMPT = "Hello world! The quick brown fox jumps over the lazy dog. Hello world! The quick"
 HELD = PROMPT + " Hold on."  # the prompt the injected engine holds (see InjectedEngine)
 SLOW = PROMPT + " Slowly."  # the prompt the injected engine decodes slowly

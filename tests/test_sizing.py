@@ -1,4 +1,4 @@
-"""The memory model on real headers: llama-server's slot semantics, the layer split, the seeds' arithmetic, verdicts."""
+"""The memory model on real headers: llama-server's slot semantics, the layer split, the reference arithmetic, verdicts."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def test_a_model_neither_device_holds_alone_fits_split_across_both(tmp_path):
     assert holds[0].startswith("layers 0-") and holds[1].endswith("+ output layer")
 
 
-# --- the seeds' arithmetic ---------------------------------------------------------
+# --- the reference arithmetic ---------------------------------------------------------
 
 
 def test_dspark_drafter_kv_is_20_kib_per_position_and_5_gib_at_262144():
@@ -226,14 +226,14 @@ def test_a_2048_window_caps_the_drafter_kv():
     assert parts(power)["drafter KV"] == 40 * KiB * 2048  # Power's ring: the window itself, in f32
 
 
-def test_q6k_target_is_the_seeds_artifact_size():
+def test_q6k_target_is_the_reference_artifact_size():
     target = inspect_artifact(fixture("qwen36-27b-q6k"))
     assert target.size == 22_884_408_288
 
 
 @pytest.fixture(scope="module")
 def dspark_plan(tmp_path_factory):
-    """The seeds' DSpark K10/S6 profile at ctx 512, batch 12, for llama-server on a 24 GiB device."""
+    """The reference DSpark K10/S6 profile at ctx 512, batch 12, for llama-server on a 24 GiB device."""
     from plan_helpers import host
 
     from power.orchestrator.compile import compile_plan
@@ -254,7 +254,7 @@ def test_dspark_k10s6_at_ctx_512_fits_24_gib_only_with_a_thin_margin(dspark_plan
     assert (plan.runtime.ctx, plan.runtime.batch, plan.speculation.rollback, memory.engine) == (512, 12, "guarded",
                                                                                               "llama-server")
     assert memory.verdict == "fits" and 0 < memory.margin_bytes < 1 * GiB
-    # The seeds measured a 23,847 MiB peak; the header-only target lacks 443 MiB of the real file's mixed quants.
+    # The reference measurements (docs/reference.md) found a 23,847 MiB peak; the header-only target lacks 443 MiB of the real file's mixed quants.
     assert 23_000 * MiB < memory.total_bytes < 23_847 * MiB
     (thin,) = [f for f in plan.findings if f.code == "PWR503"]
     assert "requires a quiet device" in thin.message

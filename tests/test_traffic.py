@@ -67,18 +67,18 @@ def test_parse_shapes_keeps_order_drops_duplicates_and_names_unknown_shapes() ->
         build_shape("poetry")
 
 
-def test_the_seeds_sizes_in_gemma_tokens() -> None:
-    """echo: a ~1.5k-token passage; prose: ~1k tokens of filler (the seeds' A/B protocol)."""
+def test_the_reference_sizes_in_gemma_tokens() -> None:
+    """echo: a ~1.5k-token passage; prose: ~1k tokens of filler (the reference A/B protocol)."""
     from pathlib import Path
 
-    from power.app.traffic import SEEDS_PROMPT_TOKENS
+    from power.app.traffic import REFERENCE_PROMPT_TOKENS
     from power.runtime.gguf_weights import GGUFFile
     from power.runtime.tokenizer import Tokenizer
 
     gemma = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gguf"
     tokenizer = Tokenizer.from_gguf(GGUFFile(gemma))
-    echo = len(tokenizer.encode(build_shape("echo", 64, SEEDS_PROMPT_TOKENS).prompt))
-    prose = len(tokenizer.encode(build_shape("prose", 64, SEEDS_PROMPT_TOKENS).prompt))
+    echo = len(tokenizer.encode(build_shape("echo", 64, REFERENCE_PROMPT_TOKENS).prompt))
+    prose = len(tokenizer.encode(build_shape("prose", 64, REFERENCE_PROMPT_TOKENS).prompt))
     assert 1400 <= echo <= 1750 and 900 <= prose <= 1200, (echo, prose)
     # sized by the answer alone when no prompt size is asked for, as before
     assert build_shape("echo", 64) == build_shape("echo", 64, None)

@@ -22,6 +22,8 @@ from power.runtime.trunks import load_trunk
 from power.runtime.trunks.base import Part
 from power.runtime.trunks.protocol import OutsideResidentWindow
 
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
+
 PREFIX = [2, 818, 5279, 529, 7001]  # "<bos>The capital of France" in Gemma's vocabulary; plain ids for the fixtures
 ROWS = [563, 9079, 236761, 1030]  # " is", " Paris", ".", " The"
 CAPACITY = 4

@@ -5,6 +5,8 @@ layout (the example reaches the bundled model and the repository's Gemma
 manifest through `..`), so the lock and exported plans it writes never touch
 the checkout. Issue 23 defect 1: the rollout walk-through was refused at its
 third command and the review's counts and sizes had drifted from the text.
+docs/kubernetes.md's walk (review, render, rollout with evidence, overlays) is
+tests/test_kubernetes.py's `rolled_out`, on examples/kubernetes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from power.app.cli import main
+
+pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "fleet"
@@ -112,3 +116,13 @@ def test_the_llama_server_fleet_walkthrough_up_to_the_bench(lab):
     assert status.exit_code == 0
     assert re.search(r"cpu-1/gemma3-270m: power bench PLANS/\w+\.json --vs PLANS/\w+\.json --shapes echo,identity "
                      r"--engine llama-server -o evidence.json", status.output), status.output
+
+
+def test_the_plan_pages_first_command(tmp_path):
+    """docs/plan.md opens with `power plan manifests/gemma3-270m.toml profiles/ngram.toml --host ... -o plan.json`."""
+    page = (REPO / "docs" / "plan.md").read_text()
+    command = "power plan manifests/gemma3-270m.toml profiles/ngram.toml --host examples/hosts/rtx4090.toml -o plan.json"
+    assert command in page
+    result = power(REPO, command.removeprefix("power ").replace("plan.json", str(tmp_path / "plan.json")))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "plan.json").is_file()

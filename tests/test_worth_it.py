@@ -1,4 +1,4 @@
-"""The seeds' worth-it arithmetic: the worked example, break-even, and the command's report."""
+"""The reference worth-it arithmetic: the worked example, break-even, and the command's report."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_worked_example_is_a_loss():
     report = assess(target_step=0.067, draft_step=0.012, k=3, incumbent_rate=25.0, incumbent_commit=1.67)
     assert round_time(3, 0.012, 0.067) == pytest.approx(0.1097)
     rates = dict(report.band_rates)
-    # The seeds' "17-20 tok/s": the band's midpoint and top.
+    # The reference "17-20 tok/s": the band's midpoint and top.
     assert rates[0.5] == pytest.approx(17.1, abs=0.1)
     assert rates[0.6] == pytest.approx(19.8, abs=0.1)
     assert max(rates.values()) < 25.0
@@ -31,7 +31,7 @@ def test_worked_example_is_a_loss():
 
 
 def test_break_even_against_the_incumbent():
-    # The seeds round this to ~0.70; with the 1.1 verification factor it is 0.75 (docs/worth-it.md).
+    # docs/reference.md rounds this to ~0.70; with the 1.1 verification factor it is 0.75 (docs/worth-it.md).
     p3 = break_even_p(3, 0.012, 0.067, 25.0)
     assert 0.70 <= p3 <= 0.76
     assert rate(p3, 3, 0.012, 0.067) == pytest.approx(25.0, rel=1e-6)
@@ -41,7 +41,7 @@ def test_break_even_against_the_incumbent():
     assert assess(target_step=0.4, draft_step=0.012, k=3, incumbent_rate=2.5).verdict == "win"
 
 
-def test_command_reports_in_the_seeds_order():
+def test_command_reports_in_the_reference_order():
     result = CliRunner().invoke(main, ["worth-it", "--target-step", "67ms", "--draft-step", "12ms", "-k", "3",
                                        "--incumbent", "25", "--incumbent-commit", "1.67"])
     assert result.exit_code == 0, result.output

@@ -7,10 +7,12 @@ Each sub-command lives in its own module under `power.app.commands`, so
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import json
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import click
@@ -24,9 +26,13 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 
 
-def refuse(error: PowerError, as_json: bool = False, exit_code: int = EXIT_USAGE) -> NoReturn:
-    """End the command on a refusal: its finding on stderr as text (and on stdout as JSON with --json)."""
-    print_findings([error.finding], as_json)
+def refuse(error: PowerError, as_json: bool = False, exit_code: int = EXIT_USAGE, at: Path | None = None) -> NoReturn:
+    """End the command on a refusal: its finding on stderr as text (and on stdout as JSON with --json). `at`: the
+    file the command was given (a plan), where a finding that names no file of its own is located."""
+    finding = error.finding
+    if at is not None and finding.file is None:
+        finding = dataclasses.replace(finding, file=str(at))
+    print_findings([finding], as_json)
     sys.exit(exit_code)
 
 

@@ -173,12 +173,18 @@ def plan_for(case: Case, model: Path, directory: Path, memo: ArtifactMemo) -> Re
     return plan
 
 
-def run_llama_server(binary: Path, plan: ResolvedPlan, case: Case, log: Path, threads: int = 2) -> str:
-    """Launch the llama-server line Power renders for the case's plan (with debug logging, no warm-up and no
-    fitting), wait for /health, stop it with SIGTERM; its log text."""
-    port = free_port()
+def launch_argv(binary: Path, plan: ResolvedPlan, port: int, threads: int) -> list[str]:
+    """The llama-server line Power renders for the plan, unchanged (`--fit off` included: the render pins it), then
+    only what observes the run: debug logging, the machine's threads, no warm-up request."""
     launch = engine_launch(plan, "llama-server", Path(), Listen("127.0.0.1", port))  # a plan file names only Power's
-    argv = [str(binary), *launch.argv[1:], "-lv", "5", "-t", str(threads), "-fit", "off", "--no-warmup"]
+    return [str(binary), *launch.argv[1:], "-lv", "5", "-t", str(threads), "--no-warmup"]
+
+
+def run_llama_server(binary: Path, plan: ResolvedPlan, case: Case, log: Path, threads: int = 2) -> str:
+    """Launch the rendered llama-server line for the case's plan (`launch_argv`), wait for /health, stop it with
+    SIGTERM; its log text."""
+    port = free_port()
+    argv = launch_argv(binary, plan, port, threads)
     with log.open("w") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         try:

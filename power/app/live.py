@@ -113,7 +113,11 @@ class LiveEngine:
 
     def argv(self, port: int) -> list[str]:
         """The rendered command line, the binary in place of its program name, on `port`, with the machine's threads."""
-        return self._words(engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, port)))
+        return self._words(self._launch(port))
+
+    def _launch(self, port: int) -> Launch:
+        """The rendered line on `port`; a plan sized for another engine is measured here (bench says so), not refused."""
+        return engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, port), measuring=True)
 
     def _words(self, launch: Launch) -> list[str]:
         words = [str(self.binary), *launch.argv[1:]]
@@ -129,7 +133,7 @@ class LiveEngine:
         self.artifacts = {str(artifact.path): verified_sha256(artifact) for artifact in planned_artifacts(self.plan)}
         self._started = time.perf_counter()
         self.port = free_port()
-        launch = engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, self.port))
+        launch = self._launch(self.port)
         handle, name = tempfile.mkstemp(prefix=f"power-{self.engine}-", suffix=".log")
         self.log_path = Path(name)
         with os.fdopen(handle, "wb") as log:

@@ -13,7 +13,7 @@ machine, every run) and says whom it can favour:
 - identity: a short deterministic question at temperature 0 - the losslessness
   control: configurations must emit the same text.
 
-Sizes: `power bench` runs the seeds' sizes (`SEEDS_PROMPT_TOKENS`: an echo passage
+Sizes: `power bench` runs the reference sizes (docs/reference.md) (`REFERENCE_PROMPT_TOKENS`: an echo passage
 of about 1.5k tokens, prose over about 1k tokens of filler, at about 12 Gemma
 tokens per generated line); a caller may size a shape by its answer instead
 (`prompt_tokens=None`: just enough passage to echo `max_tokens`).
@@ -58,8 +58,8 @@ _PLACES = (
 ).split("|")
 
 SPAN_LIMIT = 3  # the longest run of words that may occur twice in a generated passage
-# The seeds' A/B sizes: echo "~1.5k passage", prose "1k filler" (2/3 of it).
-SEEDS_PROMPT_TOKENS = 1536
+# The reference A/B sizes (docs/reference.md): echo "~1.5k passage", prose "1k filler" (2/3 of it).
+REFERENCE_PROMPT_TOKENS = 1536
 TOKENS_PER_LINE = 12  # a generated line is about 12 Gemma tokens (measured: 12.2 over 120 lines)
 IDENTITY_QUESTION = "Question: What is the capital of France?\nAnswer:"
 IDENTITY_MAX_TOKENS = 16

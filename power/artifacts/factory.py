@@ -42,7 +42,7 @@ WEIGHT_STD = 0.02
 FIXTURE_SEED = 20261130
 FIXTURE_D_MODEL = 64
 
-# The real Qwen3.6-27B Q6_K target's file size (the seeds' manifest); the sparse header fixture pads to it.
+# The real Qwen3.6-27B Q6_K target's file size (docs/reference.md); the sparse header fixture pads to it.
 QWEN36_27B_Q6K_SIZE = 22_884_408_288
 
 BPE_CORPUS = (
@@ -481,7 +481,7 @@ def _is_head(name: str) -> bool:
 
 
 def build_headless_hybrid_target(directory: Path) -> Path:
-    """The hybrid target shipped without its MTP head (the seeds' HauhauCS case): the same trunk, no nextn block."""
+    """The hybrid target shipped without its MTP head (docs/reference.md): the same trunk, no nextn block."""
     headless = replace(HYBRID, nextn=0)
     tensors = {name: t for name, t in _hybrid_tensors().items() if not _is_head(name)}
     metadata = hybrid_metadata(headless, "fixture-headless-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)

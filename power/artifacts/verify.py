@@ -1,7 +1,9 @@
 """An artifact against the sha256 its plan was sealed with: every byte hashed, never an answer from the cache.
 
-Where a plan launches (run, serve, bench), renders or is verified (`power verify`),
-each file it names is checked here. A file whose size differs from the planned
+Where a plan launches (run, serve, bench) or is verified (`power verify`), each
+file it names is checked here; `render` checks only that each is there at its
+planned size (`present`), since `power verify` is the gate before a rendered
+engine starts (the Kubernetes render runs it in the pod's init container). A file whose size differs from the planned
 size fails before it is read; otherwise it is hashed in full
 (`power.artifacts.digests.sha256_file(use_cache=False)`), so neither a restored
 mtime nor a stale cache entry can stand in for the bytes.
@@ -16,7 +18,7 @@ from pathlib import Path
 from power.artifacts.digests import read_and_hash, sha256_file
 from power.artifacts.gguf_reader import ArtifactError
 
-__all__ = ["Artifact", "ArtifactError", "read_verified", "verified_sha256"]
+__all__ = ["Artifact", "ArtifactError", "present", "read_verified", "verified_sha256"]
 
 TARGET = "target"
 
@@ -38,8 +40,8 @@ class Artifact:
 def verified_sha256(artifact: Artifact) -> str:
     """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file.
 
-    For a gate that only checks (verify, render); whatever loads the artifact uses `read_verified`."""
-    _check_present(artifact)
+    For a gate that only checks (verify); whatever loads the artifact uses `read_verified`."""
+    present(artifact)
     return _checked(artifact, sha256_file(artifact.path, use_cache=False))  # a progress bar on a terminal for large files
 
 
@@ -48,12 +50,14 @@ def read_verified(artifact: Artifact) -> tuple[bytearray, str]:
 
     The bytes handed back are the bytes that were hashed, so nothing written to the file afterwards (between
     the check and the load, or while the model runs) reaches the engine."""
-    _check_present(artifact)
+    present(artifact)
     data, actual = read_and_hash(artifact.path)
     return data, _checked(artifact, actual)
 
 
-def _check_present(artifact: Artifact) -> None:
+def present(artifact: Artifact) -> None:
+    """The file is there at its planned size (ArtifactError PWR110, PWR115), read no further: what `render` checks,
+    leaving the bytes to `power verify`, the gate before an engine starts."""
     path = str(artifact.path)
     if not os.path.exists(path):
         raise ArtifactError(f"the {artifact.label} artifact does not exist", code="PWR110", file=path,

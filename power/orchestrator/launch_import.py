@@ -38,6 +38,8 @@ from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
 from power.orchestrator import llama_flags
 from power.orchestrator.engines import adapter
+from power.orchestrator.engines.llama_server import field_of_option
+from power.orchestrator.engines.vllm import SETTINGS as VLLM_SETTINGS
 from power.orchestrator.launch_tokens import EnvNames, Token
 from power.orchestrator.units import format_size
 
@@ -247,16 +249,15 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
     findings: list[Finding] = []
     spec_type: tuple[Token, Token] | None = None
     for given in list(_llama_options(tokens, findings)):
-        name = given.option.name
-        if name == "--kv-unified":
+        field = field_of_option(given.option)  # the engine's settings table, read from flag (or env) to field
+        if field == "kv_unified":
             spec.kv_unified = given.on
         elif given.value is None:
             continue
-        elif name == "--spec-type":
+        elif field == "spec_type":
             spec_type = (given.flag, given.value)
-        elif name in _LLAMA_SETTINGS:
-            attribute, read = _LLAMA_SETTINGS[name]
-            setattr(spec, attribute, read(given.value, findings))
+        elif field in _READ_AS:
+            setattr(spec, field, _READ_AS[field](given.value, findings))
     if spec_type is None:
         if spec.draft_model is not None:
             findings.append(_finding(
@@ -288,24 +289,15 @@ def _switch(token: Token, findings: list[Finding]) -> bool:  # noqa: ARG001
     return token.text.lower() in {"on", "1", "true", "yes"}
 
 
-# llama-server option -> (LaunchSpec attribute, how its value reads).
-_LLAMA_SETTINGS: dict[str, tuple[str, Callable[[Token, list[Finding]], Any]]] = {
-    "--model": ("model", _token),
-    "--spec-draft-model": ("draft_model", _token),
-    "--spec-draft-n-max": ("k", lambda t, f: _int(t, f)),
-    "--ctx-size": ("ctx", lambda t, f: _int(t, f)),
-    "--cache-type-k": ("kv_cache_type", _text),
-    "--spec-draft-type-k": ("draft_kv_cache_type", _text),
-    "--flash-attn": ("flash_attn", _switch),
-    "--seed": ("seed", lambda t, f: _int(t, f)),
-    "--temp": ("temperature", lambda t, f: _float(t, f)),
-    "--parallel": ("slots", lambda t, f: _int(t, f)),
-    "--batch-size": ("batch", lambda t, f: _int(t, f)),
-    "--ubatch-size": ("ubatch", lambda t, f: _int(t, f)),
-    "--spec-draft-p-min": ("p_min", lambda t, f: _float(t, f)),
-    "--spec-ngram-mod-n-match": ("ngram_match", lambda t, f: _int(t, f)),
-    "--spec-ngram-mod-n-min": ("ngram_draft_min", lambda t, f: _int(t, f)),
-    "--spec-ngram-mod-n-max": ("ngram_draft_max", lambda t, f: _int(t, f)),
+# How each setting's value reads, by its field (the llama-server adapter's settings table names the field); the
+# LaunchSpec attribute of the same name holds it.
+_READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
+    "model": _token, "draft_model": _token, "k": lambda t, f: _int(t, f), "ctx": lambda t, f: _int(t, f),
+    "kv_cache_type": _text, "draft_kv_cache_type": _text, "flash_attn": _switch, "seed": lambda t, f: _int(t, f),
+    "temperature": lambda t, f: _float(t, f), "slots": lambda t, f: _int(t, f), "batch": lambda t, f: _int(t, f),
+    "ubatch": lambda t, f: _int(t, f), "p_min": lambda t, f: _float(t, f),
+    "ngram_match": lambda t, f: _int(t, f), "ngram_draft_min": lambda t, f: _int(t, f),
+    "ngram_draft_max": lambda t, f: _int(t, f),
 }
 
 
@@ -415,18 +407,8 @@ def _read_vllm(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
                                      f"`unrecognized arguments: {flag.text}`", hint))
         elif value is None:
             continue
-        elif flag.text == "--model":
-            spec.model = value
-        elif flag.text == "--max-model-len":
-            spec.ctx = _int(value, findings)
-        elif flag.text == "--max-num-seqs":
-            spec.slots = _int(value, findings)
-        elif flag.text == "--max-num-batched-tokens":
-            spec.batch = _int(value, findings)
-        elif flag.text == "--kv-cache-dtype":
-            spec.kv_cache_type = value.text
-        elif flag.text == "--seed":
-            spec.seed = _int(value, findings)
+        elif (field := VLLM_SETTINGS.field_of_flag(flag.text)) in _READ_AS:  # the adapter's table, flag -> field
+            setattr(spec, str(field), _READ_AS[str(field)](value, findings))
         elif flag.text == "--speculative-config":
             parsed = _json_object(value, findings)
             if parsed is not None:

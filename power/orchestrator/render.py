@@ -139,14 +139,17 @@ def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None =
 
 
 def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: Listen | None = None,
-                  root: Path | None = None) -> Launch:
+                  root: Path | None = None, measuring: bool = False) -> Launch:
     """The command line that runs `plan` on `engine` (power | llama-server | vllm); RenderError if it cannot.
 
     `root`: where `power serve` looks for the artifacts (`--root`); the other engines are given their paths.
+    `measuring`: `power bench --engine` measures a plan on another engine than it was sized for, and says so; every
+    other caller gets PWR464 for that.
     """
     if engine not in ENGINES:
         raise RenderError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    sized_for(plan, engine)
+    if not measuring:
+        sized_for(plan, engine)
     runner = adapter(engine)
     refusals = runner.supports(Asked.of_plan(plan))
     if refusals:

@@ -2,7 +2,7 @@
 
 - `none`: no drafter.
 - `auto`: only what is known to win (`power.modes`: a mode with an
-  `auto_priority`; the seeds' opt-in modes, DFlash2 and DSpark, must be named),
+  `auto_priority`; the reference opt-in modes, DFlash2 and DSpark, must be named),
   by priority: a verified external artifact; otherwise native MTP when the
   target carries its head (or the manifest names an MTP-only sidecar); otherwise
   weight-free n-gram; otherwise none. Two candidates of the same priority make
@@ -14,7 +14,7 @@
 - a reserved mode (`draft-model`) has no production adapter, so it fails closed.
 - at most one context-backed drafter runs; a manifest's weight-free n-gram
   drafter chains in front of it (llama.cpp runs n-gram types first, then the
-  drafter), except that `auto` never builds a chain the seeds measured as a loss
+  drafter), except that `auto` never builds a chain the reference measurements (docs/reference.md) found as a loss
   (n-gram in front of a drafter on a recurrent target, `power.modes` chain_loss);
   an explicit mode that builds it gets a warning with the measurement.
 

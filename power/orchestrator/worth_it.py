@@ -1,10 +1,10 @@
-"""Is a drafter worth it? The seeds' arithmetic, answered against the incumbent, not against zero.
+"""Is a drafter worth it? The break-even arithmetic (docs/reference.md), answered against the incumbent, not against zero.
 
     round_time = draft_cost(K, d_s) + 1.1 * t_s    drafting, then K + 1 rows verified in one target pass
     A          = (1 - p^(K+1)) / (1 - p)           expected tokens committed per round
     rate       = A / round_time
 
-What one round of drafting costs depends on the drafter's kind (the seeds' step
+What one round of drafting costs depends on the drafter's kind (step
 3, `power.modes` draft_cost): a plain model runs K sequential forwards (K x d_s),
 a trained head (MTP, DFlash, DSpark) about one pass whatever K (d_s), a weight-free
 n-gram lookup nothing. Charging a trained head K x d_s would overcharge it about
@@ -27,10 +27,10 @@ from power.documents.evidence import BASELINE, CANDIDATE
 from power.documents.plan import ResolvedPlan
 from power.orchestrator.units import format_size
 
-# One verification pass of K + 1 rows costs about 1.1 target steps (the seeds' figure).
+# One verification pass of K + 1 rows costs about 1.1 target steps (docs/reference.md).
 VERIFY_COST = 1.1
 BREAK_EVEN_DEPTHS = (1, 3, 7)
-# The seeds' step 1 and step 4: what engines report about themselves runs optimistic.
+# Steps 1 and 4 (docs/reference.md): what engines report about themselves runs optimistic.
 OPTIMISM_WARNING = ("acceptance and decode rates an engine reports about itself run optimistic (engine-internal "
                     "decode-only numbers ~1.7-2x the rate clients see): price with the rate the operator sees, and "
                     "treat 40-60 % as the honest acceptance band for a matched pair")
@@ -112,7 +112,7 @@ def steps_from_evidence(evidence: dict[str, Any], shape: str | None = None) -> M
     if base["decode_tok_s"] <= 0 or cand["decode_tok_s"] <= 0:
         raise ValueError(f"on {name!r} a configuration decoded nothing after its first token")
     base_commit, cand_commit = max(1.0, base["tokens_per_round"]), max(1.0, cand["tokens_per_round"])
-    target_step = base_commit / base["decode_tok_s"]  # the seeds' step 1: 1 / (rate / commit per round)
+    target_step = base_commit / base["decode_tok_s"]  # step 1: 1 / (rate / commit per round)
     drafter, k = str(candidate.get("mode", modes.NONE)), int(candidate.get("k", 0))
     if drafter == modes.NONE or k < 1:
         raise ValueError("the evidence's candidate does not speculate: nothing to price")
@@ -195,7 +195,7 @@ def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
 
 
 def render_text(report: Report) -> str:
-    """The report in the seeds' order: already drafting; break-even; band and rate; fit and attachment; the measurement."""
+    """The report in the order of docs/reference.md: already drafting; break-even; band and rate; fit and attachment; the measurement."""
     r = report
     source = (f"read from {r.measured['engine']}'s own timings on {r.measured['shape']!r}" if r.measured
               else "as given")

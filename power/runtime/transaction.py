@@ -2,7 +2,7 @@
 
 A request's committed state is its token list (prompt + emitted) and a target
 holding every one of those tokens except the last - the anchor, whose row the
-next round computes. Each round runs the seeds' seven steps:
+next round computes. Each round runs seven steps (docs/reference.md):
 
 1. CHECKPOINT  target, drafter and decoder state (the sampler is counter-based:
                its state is the emitted position, so it needs no copy);

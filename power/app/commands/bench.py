@@ -40,7 +40,7 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
               help="Tokens per request (the identity shape stops at 16).")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
-              help="The echo passage's size in (Gemma-like) tokens (default: the seeds' ~1.5k, 1536); prose filler is "
+              help="The echo passage's size in (Gemma-like) tokens (default: ~1.5k, docs/reference.md, 1536); prose filler is "
               "2/3 of it.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="SETTING=V1,V2,...",
               help="Run variants of PLAN in the same run: k=3,5,7 (draft depth), window=2/7,48/64 (n-gram draft "
@@ -73,7 +73,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     from power.app import bench as harness
     from power.app import live, sweep
     from power.app.bench_report import REPORT_FORMATS, text_table, write_report
-    from power.app.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
+    from power.app.traffic import REFERENCE_PROMPT_TOKENS, build_shape, parse_shapes
     from power.documents.plan import load_plan, located
 
     try:
@@ -83,7 +83,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     if report is not None and report.suffix not in REPORT_FORMATS:
         raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
     try:
-        traffic = [build_shape(name, max_tokens, prompt_tokens or SEEDS_PROMPT_TOKENS) for name in names]
+        traffic = [build_shape(name, max_tokens, prompt_tokens or REFERENCE_PROMPT_TOKENS) for name in names]
     except ValueError as err:
         raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
     try:
@@ -112,7 +112,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
             configs = _configs(plans, engine, binary, device, threads, root, running)
             measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
         except PowerError as err:
-            refuse(err, as_json)  # exits; the stack stops every server it started
+            refuse(err, as_json, at=plan)  # exits; the stack stops every server it started
     control = configs[-1] if baseline else None
     documents = [harness.evidence(config, control, traffic, runs, max_tokens, measurements)
                  for config in configs[: len(candidates)]]

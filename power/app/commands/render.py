@@ -10,7 +10,7 @@ from power.app.cli import EXIT_FINDINGS, print_findings, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
-from power.artifacts.verify import verified_sha256
+from power.artifacts.verify import present
 from power.documents.plan import ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import PowerError, has_errors
 from power.orchestrator.engines import ENGINES
@@ -53,9 +53,9 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
     """Render launch artifacts (llama-server and its LLAMA_ARG_* env file, vLLM, Power, env, systemd, Kubernetes)
     from a plan (JSON or TOML).
 
-    Every artifact the plan names is hashed in full first: a file that is not the one the plan
-    was compiled with (PWR115) or is missing (PWR110) renders nothing (exit 2). The rendered
-    launch names the artifacts where they were verified.
+    Every artifact the plan names must be there at its planned size: one missing (PWR110) or of
+    another size (PWR115) renders nothing (exit 2). The bytes are `power verify`'s to hash, the
+    gate to run before the rendered engine starts.
     """
     if (address is None) != (port is None):
         raise click.UsageError("--address and --port go together: give both, or neither for the engine's default")
@@ -67,7 +67,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
     try:
         plan = located(load_plan(plan_path), plan_path, root)
         for artifact in planned_artifacts(plan):
-            verified_sha256(artifact)
+            present(artifact)
         if target == KUBERNETES:
             text = _kubernetes(plan, host_path, engine or plan.memory.engine, models_host_path, models_claim, models_local, namespace,
                                pod_monitor, dry_run)
@@ -75,7 +75,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
             text = render_plan(plan, target, plan_path, root, executable=power_executable,
                                listen=Listen(address, port) if address and port else None, api_key_file=api_key_file)
     except PowerError as err:
-        refuse(err)
+        refuse(err, at=plan_path)
     if output is None:
         click.echo(text, nl=False)
     else:

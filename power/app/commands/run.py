@@ -70,7 +70,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
     except PowerError as err:
         if streamed:
             click.echo("\n(the text above is incomplete)", err=True)
-        refuse(err, as_json)
+        refuse(err, as_json, at=plan)
     if as_json:
         click.echo(receipt.to_json(), nl=False)
     else:

@@ -48,20 +48,26 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     valid plan, an address it cannot listen on, a chat template file that does not compile,
     an artifact that is not the planned file, a model that does not load).
     """
+    from power.documents.plan import load_plan
+
+    try:
+        resolved = load_plan(plan)
+        # Usage errors first: before the runtime's stack (torch) is imported or any artifact is read.
+        listening = listen(host, port)
+    except PowerError as err:
+        refuse(err, at=plan)
+
     import uvicorn
 
-    from power.documents.plan import load_plan
     from power.runtime.engine import Engine, EngineOptions, Workload
     from power.runtime.server import Access, ServerLimits, create_app
 
     try:
-        resolved = load_plan(plan)
         workload = Workload.of_plan(resolved, plan, root)
         template = _template_file(chat_template_file)
         access = Access(read_api_key(api_key_file) if api_key_file else None, public_metrics)
-        listening = listen(host, port)
     except PowerError as err:
-        refuse(err)
+        refuse(err, at=plan)
     options = EngineOptions(device=device, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []

@@ -90,7 +90,7 @@ def worth_it(target_step, draft_step, drafter, k, incumbent, incumbent_commit, e
     if missing:
         raise click.UsageError(f"give {', '.join(missing)} (or --evidence FILE from `power bench`)")
     if target_step is None:
-        target_step = incumbent_commit / incumbent  # the seeds' step 1: t_s = 1 / (tok/s / commit per round)
+        target_step = incumbent_commit / incumbent  # step 1: t_s = 1 / (tok/s / commit per round)
     fit = arithmetic.UNPLANNED_FIT
     if plan_path is not None:
         try:

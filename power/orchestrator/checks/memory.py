@@ -13,7 +13,7 @@ from power.orchestrator.loading import Loaded
 from power.orchestrator.sizing import DeviceSizing, MiB, Sizing
 from power.orchestrator.units import format_size
 
-# Drafter KV above this without a sliding window is worth a warning (the seeds' DSpark: 5.0 GiB at 262144).
+# Drafter KV above this without a sliding window is worth a warning (docs/reference.md: DSpark's 5.0 GiB at 262144).
 DRAFTER_KV_BUDGET = 1024 * MiB
 
 

@@ -19,6 +19,8 @@ BAR_WIDTH = 640
 DEPLOYMENT_COLOR = "#3b6fd8"
 OVERFLOW_COLOR = "#b00020"
 HEADROOM_COLOR = "#c9c9c9"
+# A deployment the review could not plan: hatched across the bar, since what it would need is unknown.
+NO_PLAN_COLOR = "url(#no-plan)"
 
 _ENVIRONMENT = Environment(
     loader=PackageLoader("power.orchestrator", "templates"),
@@ -68,7 +70,10 @@ def _device_view(device: dict[str, Any], headroom: int) -> dict[str, Any]:
         "vram": format_size(device["vram_bytes"]),
         "used": format_size(device["planned_bytes"]),
         "headroom": format_size(headroom),
-        "segments": bar_segments(device["vram_bytes"], headroom, device["uses"]),
+        "segments": bar_segments(device["vram_bytes"], headroom, device["uses"]) + [
+            _segment("no-plan", 0, BAR_WIDTH, NO_PLAN_COLOR, f"{key}: no plan (its findings say why)")
+            for key in device.get("unplanned", [])],
+        "unplanned": device.get("unplanned", []),
     }
 
 

@@ -388,6 +388,7 @@ def _host_document(host: HostSpec, uses: list[DeviceUse], deployments: list[Depl
             "vram_bytes": host.devices[use.index].vram,
             "planned_bytes": use.planned_bytes,
             "uses": [{"key": d.key, "bytes": d.bytes_on(use.index)} for d in use.deployments if d.plan],
+            "unplanned": [d.key for d in use.deployments if not d.plan],
         } for use in uses],
         "deployments": [_deployment_document(d) for d in deployments],
     }

@@ -29,6 +29,7 @@ from power.orchestrator.schema import (
     HostSpec,
     ModelVolume,
 )
+from power.orchestrator.units import format_size
 
 # Service names are DNS-1035 labels: lowercase letters, digits and '-', a letter first, at most 63 characters.
 MAX_NAME = 63
@@ -198,6 +199,23 @@ def _outside_volume_findings(loaded: Loaded, volume: ModelVolume, name: str, key
         for path in unmounted_paths(model_mount(volume), plan)]
 
 
+def _sized_for_host(loaded_host: Loaded, plan: ResolvedPlan) -> list[Finding]:
+    """PWR464 when the host's devices are not the ones the plan was sized for (another model, size or kind): the
+    plan's memory verdict says nothing about them."""
+    host = loaded_host.model
+    findings = []
+    for device in plan.devices:
+        there = host.devices[device.index] if device.index < len(host.devices) else None
+        if there is None or (there.model, there.vram, there.kind) != (device.name, device.vram_bytes, device.kind):
+            found = "no such device" if there is None else f"{there.model} ({format_size(there.vram)}, {there.kind})"
+            findings.append(loaded_host.finding(
+                "PWR464", f"the plan was sized for device {device.index} = {device.name} "
+                f"({format_size(device.vram_bytes)}, {device.kind}); host {host.name} has {found}", where="devices",
+                hint=f"plan it for this host (`power plan MANIFEST PROFILE --host {loaded_host.path}`), then render "
+                     "that plan"))
+    return findings
+
+
 def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: ModelMount, *, dry_run: bool,
                    namespace: str | None = None, pod_monitor: bool = False) -> tuple[Placement | None, list[Finding]]:
     """One plan placed on the host a host file describes (`power render PLAN --target kubernetes --host HOST`)."""
@@ -206,6 +224,7 @@ def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: 
     if host is None:
         return None, findings
     findings += _selection_findings(loaded_host, 0, host, set(), where="kubernetes" if host.kubernetes else "name")
+    findings += _sized_for_host(loaded_host, plan)
     images = host.kubernetes.images if host.kubernetes else {}
     for needed in dict.fromkeys((engine, VERIFY_ENGINE)):
         if needed not in images and not dry_run:

@@ -19,8 +19,10 @@ How the number arises (llama.cpp 0c1e570):
 
 So the buffer is the inputs plus the largest set of activations alive at once,
 including the holes freed tensors leave below it. Three moments can be that
-peak (a port of ggml-alloc replayed on dumped graphs showed which tensors are
-alive at each; /tmp/llama-research/compute-model.md):
+peak (a port of ggml-alloc, ggml/src/ggml-alloc.c, replayed on graphs dumped
+from llama-server showed which tensors are alive at each; the conformance test,
+tests/test_llama_conformance.py, holds the result to the real binary's logged
+buffers):
 
 - ffn: allocating layer 0's FFN product (gate, up, their product) above the
   attention residual, with the freed ffn_norm slot (and, with flash attention

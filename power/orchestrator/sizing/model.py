@@ -23,7 +23,7 @@ MiB = 1024**2
 Basis = Literal["exact", "estimated", "measured"]
 Verdict = Literal["fits", "fits-below-headroom", "does-not-fit"]
 DeviceKind = Literal["gpu", "cpu"]
-# A margin below this after the headroom needs a quiet device (the seeds: 23,847 MiB peak on 24 GiB).
+# A margin below this after the headroom needs a quiet device (docs/reference.md: 23,847 MiB peak on 24 GiB).
 THIN_MARGIN_BYTES = 1024 * MiB
 _VERDICT_ORDER = ("fits", "fits-below-headroom", "does-not-fit")
 
