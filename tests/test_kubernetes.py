@@ -455,3 +455,50 @@ def test_a_power_pods_memory_limit_covers_what_power_run_of_the_plan_peaks_at(tm
     assert ran.returncode == 0, ran.stderr
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mib < limit_mib, f"power run peaked at {peak_mib:.0f} MiB; the pod's limit is {limit_mib} MiB"
+
+
+def test_an_api_key_secret_reaches_each_engine_its_own_way_and_a_network_policy_admits_the_named_namespaces(
+        tmp_path: Path) -> None:
+    """Issue 26 item 13: the fleet names a Secret, never a key; power and llama-server read it as a mounted file
+    (--api-key-file), vLLM as VLLM_API_KEY from the Secret; allow_namespaces adds a NetworkPolicy per deployment."""
+    deployments = "".join(f'''
+        [[deployments]]
+        name = "{engine}"
+        host = "gpu-1"
+        manifest = "manifests/dense.toml"
+        profile = "profiles/{'target-only' if engine == 'vllm' else 'ngram'}.toml"
+        engine = "{engine}"
+        api_key_secret = "inference-key"
+        ''' for engine in ("power", "llama-server", "vllm"))
+    kubernetes = f'''
+        [kubernetes]
+        images = {{ power = "p:1", llama-server = "l:1", vllm = "v:1" }}
+        allow_namespaces = ["apps", "gateway"]
+        [kubernetes.volumes.models]
+        host_path = "/srv/models"
+        local = "artifacts"
+        mount_path = "{tmp_path / 'node' / 'models'}"
+        '''
+    fleet = _cluster_world(tmp_path, kubernetes=kubernetes, deployments=deployments)
+    tree = tmp_path / "k8s"
+    result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree)
+    assert result.exit_code == 0, result.output
+    documents = kustomize(tree / "base")
+    for document in documents:
+        assert kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in documents if d["kind"] == "Deployment"}
+    for name in ("gpu-1-power", "gpu-1-llama-server"):
+        engine = pods[name]["containers"][0]
+        assert "--api-key-file" in engine["command"]
+        key_path = engine["command"][engine["command"].index("--api-key-file") + 1]
+        mount = next(m for m in engine["volumeMounts"] if m["name"] == "api-key")
+        assert key_path.startswith(mount["mountPath"]) and mount["readOnly"]
+        assert {"name": "api-key", "secret": {"secretName": "inference-key", "items": [
+            {"key": "api-key", "path": "api-key"}], "defaultMode": 0o440}} in pods[name]["volumes"]
+    vllm = pods["gpu-1-vllm"]["containers"][0]
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "inference-key", "key": "api-key"}}} \
+        in vllm["env"]
+    policies = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    assert len(policies) == 3
+    assert policies[0]["spec"]["ingress"][0]["from"][1]["namespaceSelector"]["matchExpressions"][0]["values"] == \
+        ["apps", "gateway"]

@@ -286,6 +286,10 @@ class Deployment(_Strict):
                                                     "`power serve`) | llama-server | vllm")
     volume: StrictStr | None = Field(None, min_length=1, description="the [kubernetes.volumes] entry holding the "
                                                                      "deployment's model files (default: the only one)")
+    api_key_secret: StrictStr | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="the Kubernetes Secret (its key `api-key`) holding the API key clients must send; the render "
+                    "mounts it into the engine, never reads it")
 
 
     @model_validator(mode="after")
@@ -324,6 +328,9 @@ class FleetKubernetes(_Strict):
     volumes: dict[str, ModelVolume] = Field(default_factory=dict, description="the volumes holding the model files, by name")
     pod_monitor: StrictBool = Field(False, description="also render a Prometheus Operator PodMonitor per deployment")
     run_as_user: StrictInt = Field(65532, ge=1, description="the non-root user (and group) the containers run as")
+    allow_namespaces: list[Annotated[StrictStr, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]] | None = Field(
+        None, description="render a NetworkPolicy per deployment that admits only these namespaces (and the "
+                          "deployment's own) to the engine's port; omit: the Service is open to the whole cluster")
 
 
 class Fleet(_Strict):

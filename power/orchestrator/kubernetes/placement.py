@@ -123,7 +123,9 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
             mount=model_mount(settings.volumes[volume_name]), node_selector=node_selector(host.kubernetes),
             tolerations=tolerations(host.kubernetes), fleet=fleet.name, host=host.name,
             namespace=settings.namespace, pod_monitor=settings.pod_monitor, run_as_user=settings.run_as_user,
-            dry_run=not require_images, base_dir=loaded.path.absolute().parent)
+            dry_run=not require_images, base_dir=loaded.path.absolute().parent,
+            api_key_secret=item.deployment.api_key_secret,
+            allow_namespaces=tuple(settings.allow_namespaces) if settings.allow_namespaces is not None else None)
     return placements, findings
 
 
@@ -199,7 +201,8 @@ def _outside_volume_findings(loaded: Loaded, volume: ModelVolume, name: str, key
 
 
 def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: ModelMount, *, dry_run: bool,
-                   namespace: str | None = None, pod_monitor: bool = False) -> tuple[Placement | None, list[Finding]]:
+                   namespace: str | None = None, pod_monitor: bool = False,
+                   api_key_secret: str | None = None) -> tuple[Placement | None, list[Finding]]:
     """One plan placed on the host a host file describes (`power render PLAN --target kubernetes --host HOST`)."""
     host = loaded_host.model
     findings = list(loaded_host.findings)
@@ -224,5 +227,5 @@ def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: 
         verify_image=dry_run_image(VERIFY_ENGINE) if dry_run else images[VERIFY_ENGINE],
         mount=mount, node_selector=node_selector(host.kubernetes), tolerations=tolerations(host.kubernetes),
         host=host.name, namespace=namespace, pod_monitor=pod_monitor, dry_run=dry_run,
-        base_dir=loaded_host.path.absolute().parent)
+        base_dir=loaded_host.path.absolute().parent, api_key_secret=api_key_secret)
     return placement, findings

@@ -30,7 +30,7 @@ from power.orchestrator.kubernetes.objects import PREFIX, Placement, render_obje
 
 KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 FILE_NAMES = {"ConfigMap": "plan", "Deployment": "deployment", "Service": "service",
-              "PodDisruptionBudget": "pdb", "PodMonitor": "podmonitor"}
+              "PodDisruptionBudget": "pdb", "PodMonitor": "podmonitor", "NetworkPolicy": "networkpolicy"}
 
 
 @dataclass
