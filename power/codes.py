@@ -76,6 +76,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR093": ("error", "a planned artifact lies outside its model volume's local folder"),
     "PWR094": ("error", "two deployments map to one Kubernetes object name"),
     "PWR095": ("error", "a rollout's staged deployment runs neither the incumbent nor the candidate plan in the fleet file"),
+    "PWR096": ("error", "a value the Kubernetes API server would reject (label value, node name, label key, mount path, user id)"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
     # PWR10x the GGUF file itself (artifacts/gguf_reader.py, digests.py): each names the byte offset
     "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),

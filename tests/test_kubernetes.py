@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -502,3 +503,43 @@ def test_an_api_key_secret_reaches_each_engine_its_own_way_and_a_network_policy_
     assert len(policies) == 3
     assert policies[0]["spec"]["ingress"][0]["from"][1]["namespaceSelector"]["matchExpressions"][0]["values"] == \
         ["apps", "gateway"]
+
+
+@pytest.mark.parametrize("edit, line_text, says", [
+    (('name = "gpu-1"\ndevices', 'name = "gpu 1"\ndevices'), 'name = "gpu 1"', "power/host label"),
+    (('node_name = "gpu-1"', 'node_name = "gpu-1\\nx"'), 'node_name = "gpu-1\\nx"', "not a Kubernetes node name"),
+    (('node_name = "gpu-1"', 'node_name = "gpu-1"\nnode_selector = { "zone" = "' + "z" * 64 + '" }'),
+     'node_selector = { "zone" = "' + "z" * 64 + '" }', "not a Kubernetes label"),
+    ((r'mount_path = ".*"', 'mount_path = "/etc/power"'),
+     'mount_path = "/etc/power"', "two mounts at one path"),
+    (('[kubernetes]', '[kubernetes]\nrun_as_user = 1099511627776'), "run_as_user = 1099511627776",
+     "largest user id"),
+])
+def test_values_the_api_server_rejects_are_located_findings_at_review(tmp_path: Path, edit, line_text, says) -> None:
+    """Issue 26 item 8: checked against Kubernetes' own rules by `fleet review` and `fleet render`, in the fleet."""
+    fleet = _cluster_world(tmp_path)
+    text = fleet.read_text()
+    pattern = edit[0] if edit[0].startswith("mount_path") else re.escape(edit[0])
+    assert re.search(pattern, text)
+    fleet.write_text(re.sub(pattern, lambda _: edit[1], text, count=1))
+    for command in (("fleet", "review", fleet), ("fleet", "render", fleet, "--target", "kubernetes", "-o",
+                                                 tmp_path / "k8s")):
+        result = run(*command)
+        assert result.exit_code == 1 and "PWR096" in result.output and says in result.output, result.output
+    finding = next(block for block in result.output.split(f"{fleet}:")[1:] if "PWR096" in block)
+    assert fleet.read_text().splitlines()[int(finding.split(":")[0]) - 1].strip() == line_text
+    assert not (tmp_path / "k8s").exists()
+
+
+def test_no_name_can_end_a_comment_in_the_rendered_yaml(tmp_path: Path) -> None:
+    """Issue 26 item 7: the fleet file's name (here with a line break and a kustomize key after it) is in the
+    kustomization's comment; it stays a comment."""
+    fleet = _cluster_world(tmp_path)
+    hostile = fleet.with_name("fleet\nnamePrefix: evil-\u2028x.toml")
+    fleet.rename(hostile)
+    tree = tmp_path / "k8s"
+    result = run("fleet", "render", hostile, "--target", "kubernetes", "-o", tree)
+    assert result.exit_code == 0, result.output
+    text = (tree / "base" / "kustomization.yaml").read_text()
+    assert set(yaml.safe_load(text)) == {"apiVersion", "kind", "resources"}
+    assert all(d["metadata"]["name"].startswith("gpu-1") for d in kustomize(tree / "base"))
