@@ -527,3 +527,18 @@ def test_admission_counts_free_slots_and_queue_places_together(release: threadin
         for thread in burst:
             thread.join(BOUND_S)
         assert [a.status_code for a in answers] == [200] * 8
+
+
+@pytest.mark.parametrize("field, value", [("top_p", 0.9), ("logprobs", 2), ("logprobs", True), ("presence_penalty", 0.5),
+                                          ("frequency_penalty", -1), ("logit_bias", {"5": 100}), ("n", 2),
+                                          ("best_of", 3), ("echo", True)])
+def test_a_parameter_the_server_does_not_implement_is_a_400_naming_it(field: str, value, served_base: str) -> None:
+    """Issue 23 defect 6: never answered as if it had not been asked; its neutral value is accepted."""
+    for path, body in (("/v1/completions", {"prompt": PROMPT}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+        response = httpx.post(f"{served_base}{path}", json=body | {"max_tokens": 2, field: value}, timeout=BOUND_S)
+        error = response.json()["error"]
+        assert response.status_code == 400 and error["param"] == field and error["code"] == "unsupported_parameter"
+    neutral = complete(served_base, max_tokens=2, top_p=1, presence_penalty=0.0, frequency_penalty=0, logprobs=None,
+                       n=1, echo=False)
+    assert neutral.status_code == 200

@@ -145,12 +145,10 @@ def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("\"messages\" must be a non-empty list of {\"role\", \"content\"} objects", "messages")
-    if template is None:
-        raise BadRequest(template_problem or "this server has no chat template", "messages", "no_chat_template")
-    if data.get("n", 1) != 1:
-        raise BadRequest("\"n\" must be 1: one choice per request", "n")
     limit_key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
     fields = _sampling_fields(data, limit_key, max_tokens_limit)
+    if template is None:
+        raise BadRequest(template_problem or "this server has no chat template", "messages", "no_chat_template")
     try:
         prompt = template.render([_message(m, i) for i, m in enumerate(messages)], max_chars, budget_s)
     except PowerError as err:
@@ -173,7 +171,34 @@ def _json_object(body: bytes, needs: str) -> dict[str, Any]:
     return data
 
 
+# OpenAI parameters this server does not implement, with the values that ask for nothing (null is always fine).
+# Anything else is refused, naming the parameter: a request is never answered as if it had not asked.
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "top_p": (1,), "presence_penalty": (0,), "frequency_penalty": (0,), "logprobs": (False, 0), "top_logprobs": (0,),
+    "logit_bias": ({},), "best_of": (1,), "echo": (False,), "suffix": ("",), "n": (1,), "tools": ([],),
+    "response_format": ({"type": "text"},),
+}
+
+
+def _refuse_unsupported(data: dict[str, Any]) -> None:
+    for key, neutral in UNSUPPORTED.items():
+        value = data.get(key)
+        if value is not None and not any(_same(value, v) for v in neutral):
+            raise BadRequest(f"\"{key}\" is not supported by this server: it samples from the plan's temperature "
+                             f"distribution and answers plain text; omit it or send {json.dumps(neutral[0])}",
+                             key, "unsupported_parameter")
+
+
+def _same(value: Any, neutral: Any) -> bool:
+    """`value` is `neutral` as JSON means it: 1.0 is 1, but true is not 1 and 0 is not false."""
+    numbers = (int, float)
+    if isinstance(neutral, numbers) and not isinstance(neutral, bool):
+        return isinstance(value, numbers) and not isinstance(value, bool) and value == neutral
+    return type(value) is type(neutral) and value == neutral
+
+
 def _sampling_fields(data: dict[str, Any], max_tokens_key: str, max_tokens_limit: int) -> dict[str, Any]:
+    _refuse_unsupported(data)
     return {
         "max_tokens": _integer(data, max_tokens_key, DEFAULT_MAX_TOKENS, 1, max_tokens_limit),
         "temperature": _temperature(data.get("temperature")),
