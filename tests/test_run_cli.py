@@ -157,3 +157,15 @@ def test_a_speculative_plan_runs_in_its_mode_and_emits_the_plain_greedy_stream(t
     assert spec["mode"] == "ngram" and spec["rounds"] >= 1
     assert spec["runtime"] | {"device": "cpu", "dtype": dtype, "lm_head_dtype": lm_head_dtype or dtype} == spec["runtime"]
     assert spec["token_ids"] == base["token_ids"]  # greedy speculation is exact at the fixed shape
+
+
+def test_run_serve_and_bench_compute_with_the_same_default_dtype():
+    """Issue 26 (low): serve defaulted to bfloat16 while run took float32, so one plan gave different greedy tokens."""
+    import click
+
+    from power.app.cli import main as cli
+
+    with click.Context(cli) as context:
+        commands = {name: cli.get_command(context, name) for name in ("run", "serve", "bench")}
+    defaults = {name: next(p.default for p in command.params if p.name == "dtype") for name, command in commands.items()}
+    assert set(defaults.values()) == {"float32"}, defaults

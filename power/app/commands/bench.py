@@ -52,7 +52,7 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @click.option("--write-env", "env_path", type=click.Path(path_type=Path), default=None,
               help="Write the winner (else the incumbent) as the deployment's env file, the measured table as its "
               "comment: LLAMA_ARG_* for llama-server, POWER_* for power.")
-@runtime_options(default_dtype="bfloat16")
+@runtime_options
 @root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,

@@ -28,7 +28,7 @@ from power.orchestrator.schema import MAX_CTX, MAX_ROWS
               help="With --gguf: the context in positions (default 2048). A plan fixes its own.")
 @click.option("--verify-capacity", type=click.IntRange(min=1, max=MAX_ROWS), default=None,
               help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
-@runtime_options(default_dtype="float32")
+@runtime_options
 @root_option
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
               help="Also write the receipt JSON to this file (atomically).")

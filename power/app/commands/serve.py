@@ -35,7 +35,7 @@ MAX_API_KEY_BYTES = 4096
               help=f"A file holding the API key every request but /health must send as 'Authorization: Bearer KEY' "
                    f"(401 otherwise); also ${API_KEY_FILE_ENV}. Without it the server answers anyone who reaches it.")
 @click.option("--public-metrics", is_flag=True, help="With --api-key-file: leave /metrics open to scrapers without the key.")
-@runtime_options(default_dtype="bfloat16")
+@runtime_options
 @root_option
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, max_body_bytes: int | None,
           chat_template_file: Path | None, api_key_file: Path | None, public_metrics: bool, device: str, dtype: str,
