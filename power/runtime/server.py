@@ -33,12 +33,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
+import h11
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from power.documents.receipt import Receipt
 from power.findings import PowerError
@@ -123,6 +125,42 @@ class ServerLimits:
     queue_size: int = 8  # requests waiting for a slot
     request_timeout_s: float = 300.0  # from arrival to the last token, queue wait included
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    headers_timeout_s: float = 10.0  # from connecting (or the previous response) to a request's last header line
+    body_timeout_s: float = 30.0  # from the headers to the body's last byte (408 past it)
+
+
+def http_protocol(limits: ServerLimits) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline for each request's headers: a client that opens connections and
+    sends its headers a byte at a time (slowloris) is cut off after `headers_timeout_s`, which uvicorn itself never
+    does (its keep-alive timer stops at the first byte)."""
+
+    class HeadersDeadline(H11Protocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self.headers_deadline = self.loop.call_later(limits.headers_timeout_s, self._expired)
+
+        def _disarm(self) -> None:
+            deadline = getattr(self, "headers_deadline", None)
+            if deadline is not None:
+                deadline.cancel()
+
+        def _expired(self) -> None:
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():  # its headers never came
+                self.transport.close()
+
+    return HeadersDeadline
 
 
 # --- request bodies ----------------------------------------------------------------------------------------------
@@ -624,12 +662,20 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     job_arrived = time.perf_counter()
     deadline = job_arrived + state.limits.request_timeout_s
     try:
-        body = await _body(request, state.limits.max_body_bytes)
-        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat, deadline),
-                                                    max(0.0, deadline - time.perf_counter()))
+        body = await asyncio.wait_for(_body(request, state.limits.max_body_bytes), state.limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        count.labels("timeout").inc()
+        return _error(408, f"the request body did not arrive within {state.limits.body_timeout_s:g} s",
+                      "invalid_request_error", code="request_timeout")
+    except ClientDisconnect:
+        count.labels("cancelled").inc()
+        return _error(499, "client disconnected", "cancelled")
     except TooLarge as err:
         count.labels("bad_request").inc()
         return _error(413, f"{err}; send a shorter prompt", "invalid_request_error", code="request_too_large")
+    try:
+        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat, deadline),
+                                                    max(0.0, deadline - time.perf_counter()))
     except BadRequest as err:
         count.labels("bad_request").inc()
         return _error(400, str(err), "invalid_request_error", err.param, err.code)
