@@ -32,11 +32,11 @@ from power.app.traffic import TrafficShape, build_shape
 from power.artifacts.atomic import write_text_atomic
 from power.documents.plan import ResolvedPlan
 from power.documents.receipt import Receipt
+from power.documents.verdicts import NOISE_BAND
 from power.runtime.sampling import SamplingParams
 
 EVIDENCE_SCHEMA = "power.evidence/v1"
 CANDIDATE, BASELINE = "candidate", "baseline"
-NOISE_BAND = 0.05  # a median ratio within 5 % of 1 is "no difference"
 WARMUP_SHAPE = "identity"
 # Greedy outputs this short (or blank) are identical for free: they prove nothing about losslessness.
 VACUOUS_TOKENS = 4
