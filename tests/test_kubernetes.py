@@ -543,3 +543,19 @@ def test_no_name_can_end_a_comment_in_the_rendered_yaml(tmp_path: Path) -> None:
     text = (tree / "base" / "kustomization.yaml").read_text()
     assert set(yaml.safe_load(text)) == {"apiVersion", "kind", "resources"}
     assert all(d["metadata"]["name"].startswith("gpu-1") for d in kustomize(tree / "base"))
+
+
+def test_a_resealed_lock_that_marks_a_stage_applied_without_evidence_renders_no_stage(rolled_out, tmp_path) -> None:
+    """Issue 26 (low): the lock's digest is a seal, not a signature; a stage is applied only with its evidence."""
+    from power.orchestrator.fleet.lock import body_digest
+
+    _, lock_path = rolled_out
+    lock = json.loads(lock_path.read_text())
+    lock["rollout"]["evidence"] = {}
+    body = {key: value for key, value in lock.items() if key != "digest"}
+    lock["digest"] = body_digest(body)
+    forged = tmp_path / "forged.lock"
+    forged.write_text(json.dumps(lock))
+    result = run("fleet", "render", EXAMPLE, "--target", "kubernetes", "-o", tmp_path / "k8s", "--lock", forged)
+    assert result.exit_code == 1 and "PWR070" in result.output and "no evidence opened it" in result.output
+    assert not (tmp_path / "k8s").exists()
