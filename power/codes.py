@@ -79,6 +79,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR094": ("error", "two deployments map to one Kubernetes object name"),
     "PWR095": ("error", "a rollout's staged deployment runs neither the incumbent nor the candidate plan in the fleet file"),
     "PWR096": ("error", "two deployments share one GPU in a cluster (each pod requests its GPUs whole)"),
+    "PWR097": ("error", "a value the Kubernetes API server would reject (label value, node name, label key, mount path, user id)"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
     # PWR10x the GGUF file itself (artifacts/gguf_reader.py, digests.py): each names the byte offset
     "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),

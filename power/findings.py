@@ -60,19 +60,30 @@ class Finding:
         return ":".join(parts)
 
     def render(self) -> str:
-        """Human text: location, code and message; then the source line, carets under the offending text; the hint."""
-        lines = [f"{self.location()}: {self.code} [{self.severity.value}] {self.message}"]
+        """Human text: location, code and message; then the source line, carets under the offending text; the hint.
+
+        Every character a terminal would act on (line breaks, escape sequences, carriage returns, NUL, ...) inside
+        a part is written as an escape: a file name, a key or a value from a hostile file can neither hide a
+        finding nor forge one."""
+        safe = terminal_safe
+        lines = [f"{safe(self.location())}: {self.code} [{self.severity.value}] {safe(self.message)}"]
         if self.source_line is not None and self.line is not None:
             gutter = f"{self.line} | "
-            lines.append(f"  {gutter}{self.source_line.rstrip()}")
+            lines.append(f"  {gutter}{safe(self.source_line.rstrip())}")
             if self.col is not None:
                 width = max(1, self.end_col - self.col) if self.end_col is not None else 1
                 lines.append("  " + " " * (len(gutter) + self.col - 1) + "^" * width)
         if self.declared_at:
-            lines.append(f"  named by {self.where or 'the manifest'} at {self.declared_at}")
+            lines.append(f"  named by {safe(self.where or 'the manifest')} at {safe(self.declared_at)}")
         if self.hint:
-            lines.append(f"  hint: {self.hint}")
+            lines.append(f"  hint: {safe(self.hint)}")
         return "\n".join(lines)
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every character but printable ones written as an escape (`\\x0a`, `\\x1b`, `\\u202e`)."""
+    return "".join(ch if ch.isprintable() or ch == "\t" else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}") for ch in text)
 
 
 def has_errors(findings: list[Finding]) -> bool:

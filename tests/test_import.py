@@ -403,3 +403,13 @@ def test_unit_expansion_is_bounded_in_size_files_and_value_length(tmp_path: Path
         result, took = _import_unit(unit)
         assert result.exit_code == 2 and "PWR459" in result.output and says in result.output, result.output
         assert f"{unit}:" in result.output and took < 10
+
+
+def test_a_model_file_that_is_not_a_gguf_is_a_finding_at_its_flag(tmp_path: Path) -> None:
+    """Issue 26 (low): `import -m /etc/passwd` reported 0 findings."""
+    text_file = tmp_path / "passwd"
+    text_file.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    result = CliRunner().invoke(main, ["import", "llama-server", "--json", "--", "-m", str(text_file)])
+    assert result.exit_code == 1, result.output
+    [finding] = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "PWR102"]
+    assert finding["file"] == COMMAND_LINE and str(text_file) in finding["message"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -515,3 +516,106 @@ def test_a_plan_sized_for_another_host_is_not_rendered_onto_this_one(tmp_path: P
     other = run("render", plan, "--target", "kubernetes", "--host", hosts["L4"], "--models-claim", "models")
     assert other.exit_code == 1 and "PWR464" in other.output and f"{hosts['L4']}:" in other.output
     assert "sized for device 0 = RTX-4090" in other.output
+
+
+def test_an_api_key_secret_reaches_each_engine_its_own_way_and_a_network_policy_admits_the_named_namespaces(
+        tmp_path: Path) -> None:
+    """Issue 26 item 13: the fleet names a Secret, never a key; power and llama-server read it as a mounted file
+    (--api-key-file), vLLM as VLLM_API_KEY from the Secret; allow_namespaces adds a NetworkPolicy per deployment."""
+    deployments = "".join(f'''
+        [[deployments]]
+        name = "{engine}"
+        host = "gpu-1"
+        manifest = "manifests/dense.toml"
+        profile = "profiles/{'target-only' if engine == 'vllm' else 'ngram'}.toml"
+        engine = "{engine}"
+        api_key_secret = "inference-key"
+        ''' for engine in ("power", "llama-server", "vllm"))
+    kubernetes = f'''
+        [kubernetes]
+        images = {{ power = "p:1", llama-server = "l:1", vllm = "v:1" }}
+        allow_namespaces = ["apps", "gateway"]
+        [kubernetes.volumes.models]
+        host_path = "/srv/models"
+        local = "artifacts"
+        mount_path = "{tmp_path / 'node' / 'models'}"
+        '''
+    fleet = _cluster_world(tmp_path, kubernetes=kubernetes, deployments=deployments)
+    tree = tmp_path / "k8s"
+    result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree)
+    assert result.exit_code == 0, result.output
+    documents = kustomize(tree / "base")
+    for document in documents:
+        assert kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in documents if d["kind"] == "Deployment"}
+    for name in ("gpu-1-power", "gpu-1-llama-server"):
+        engine = pods[name]["containers"][0]
+        assert "--api-key-file" in engine["command"]
+        key_path = engine["command"][engine["command"].index("--api-key-file") + 1]
+        mount = next(m for m in engine["volumeMounts"] if m["name"] == "api-key")
+        assert key_path.startswith(mount["mountPath"]) and mount["readOnly"]
+        assert {"name": "api-key", "secret": {"secretName": "inference-key", "items": [
+            {"key": "api-key", "path": "api-key"}], "defaultMode": 0o440}} in pods[name]["volumes"]
+    vllm = pods["gpu-1-vllm"]["containers"][0]
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "inference-key", "key": "api-key"}}} \
+        in vllm["env"]
+    policies = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    assert len(policies) == 3
+    assert policies[0]["spec"]["ingress"][0]["from"][1]["namespaceSelector"]["matchExpressions"][0]["values"] == \
+        ["apps", "gateway"]
+
+
+@pytest.mark.parametrize("edit, line_text, says", [
+    (('name = "gpu-1"\ndevices', 'name = "gpu 1"\ndevices'), 'name = "gpu 1"', "power/host label"),
+    (('node_name = "gpu-1"', 'node_name = "gpu-1\\nx"'), 'node_name = "gpu-1\\nx"', "not a Kubernetes node name"),
+    (('node_name = "gpu-1"', 'node_name = "gpu-1"\nnode_selector = { "zone" = "' + "z" * 64 + '" }'),
+     'node_selector = { "zone" = "' + "z" * 64 + '" }', "not a Kubernetes label"),
+    ((r'mount_path = ".*"', 'mount_path = "/etc/power"'),
+     'mount_path = "/etc/power"', "two mounts at one path"),
+    (('[kubernetes]', '[kubernetes]\nrun_as_user = 1099511627776'), "run_as_user = 1099511627776",
+     "largest user id"),
+])
+def test_values_the_api_server_rejects_are_located_findings_at_review(tmp_path: Path, edit, line_text, says) -> None:
+    """Issue 26 item 8: checked against Kubernetes' own rules by `fleet review` and `fleet render`, in the fleet."""
+    fleet = _cluster_world(tmp_path)
+    text = fleet.read_text()
+    pattern = edit[0] if edit[0].startswith("mount_path") else re.escape(edit[0])
+    assert re.search(pattern, text)
+    fleet.write_text(re.sub(pattern, lambda _: edit[1], text, count=1))
+    for command in (("fleet", "review", fleet), ("fleet", "render", fleet, "--target", "kubernetes", "-o",
+                                                 tmp_path / "k8s")):
+        result = run(*command)
+        assert result.exit_code == 1 and "PWR097" in result.output and says in result.output, result.output
+    finding = next(block for block in result.output.split(f"{fleet}:")[1:] if "PWR097" in block)
+    assert fleet.read_text().splitlines()[int(finding.split(":")[0]) - 1].strip() == line_text
+    assert not (tmp_path / "k8s").exists()
+
+
+def test_no_name_can_end_a_comment_in_the_rendered_yaml(tmp_path: Path) -> None:
+    """Issue 26 item 7: the fleet file's name (here with a line break and a kustomize key after it) is in the
+    kustomization's comment; it stays a comment."""
+    fleet = _cluster_world(tmp_path)
+    hostile = fleet.with_name("fleet\nnamePrefix: evil-\u2028x.toml")
+    fleet.rename(hostile)
+    tree = tmp_path / "k8s"
+    result = run("fleet", "render", hostile, "--target", "kubernetes", "-o", tree)
+    assert result.exit_code == 0, result.output
+    text = (tree / "base" / "kustomization.yaml").read_text()
+    assert set(yaml.safe_load(text)) == {"apiVersion", "kind", "resources"}
+    assert all(d["metadata"]["name"].startswith("gpu-1") for d in kustomize(tree / "base"))
+
+
+def test_a_resealed_lock_that_marks_a_stage_applied_without_evidence_renders_no_stage(rolled_out, tmp_path) -> None:
+    """Issue 26 (low): the lock's digest is a seal, not a signature; a stage is applied only with its evidence."""
+    from power.orchestrator.fleet.lock import body_digest
+
+    _, lock_path = rolled_out
+    lock = json.loads(lock_path.read_text())
+    lock["rollout"]["evidence"] = {}
+    body = {key: value for key, value in lock.items() if key != "digest"}
+    lock["digest"] = body_digest(body)
+    forged = tmp_path / "forged.lock"
+    forged.write_text(json.dumps(lock))
+    result = run("fleet", "render", EXAMPLE, "--target", "kubernetes", "-o", tmp_path / "k8s", "--lock", forged)
+    assert result.exit_code == 1 and "PWR070" in result.output and "no evidence opened it" in result.output
+    assert not (tmp_path / "k8s").exists()

@@ -231,3 +231,20 @@ def _lock_at(path: Path):
     lock, findings = read_lock(path)
     assert findings == []
     return lock
+
+
+def test_the_gate_trusts_the_evidences_numbers_not_its_verdict_string(world: World, tmp_path: Path) -> None:
+    """Issue 26 (low): evidence that says "faster" (and 1.4x) while its own rates give 0.5x opened a stage."""
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate, incumbent = _pair(world, "ws-3/hybrid")
+    path = evidence(tmp_path / "forged.json", candidate, incumbent, speedup=1.4)
+    document = json.loads(path.read_text())
+    for result in document["shapes"].values():
+        result["candidate"]["decode_tok_s"] = 10.0  # the incumbent's 20: 0.5x
+    path.write_text(json.dumps(document))
+    before = world.lock.read_bytes()
+    result = run("rollout", "advance", fleet, "--evidence", path)
+    assert result.exit_code == 1 and "PWR073" in result.output and "give 0.500x" in result.output
+    assert world.lock.read_bytes() == before

@@ -301,3 +301,15 @@ def test_the_json_schemas_size_pattern_agrees_with_the_parser(text):
     except SizeError:
         parsed = False
     assert (re.match(pattern, text) is not None) == parsed
+
+
+def test_a_name_with_a_control_character_is_a_finding(tmp_path):
+    """Issue 26 (low): a NUL in a manifest name broke the systemd drop-in; a line break ends a comment."""
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('schema = "power.manifest/v1"\nname = "a\\u0000b"\n[target]\npath = "t.gguf"\n')
+    result = CliRunner().invoke(main, ["validate", str(manifest)])
+    assert result.exit_code == 1 and "m.toml:2:8: PWR022" in result.output and "\x00" not in result.output

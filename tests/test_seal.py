@@ -316,3 +316,20 @@ def test_a_drafter_whose_path_is_nulled_or_removed_is_not_a_plan(tmp_path, edit)
     assert render.exit_code == 2 and "PWR081" in render.output
     run = power("run", plan, "--prompt", "Hello", "--max-tokens", "2")
     assert run.exit_code == 2 and "PWR081" in run.output
+
+
+@pytest.mark.parametrize("edit", ["quoted number", "duplicate key"])
+def test_a_type_coerced_or_duplicate_key_edit_breaks_the_seal(tmp_path, edit):
+    """Issue 26 (low): `"k": "5"` validates to 5 and a repeated key hides a value, so both kept the digest."""
+    plan = fixture_plan(tmp_path)
+    text = plan.read_text()
+    document = json.loads(text)
+    if edit == "quoted number":
+        document["speculation"]["k"] = str(document["speculation"]["k"])
+        plan.write_text(json.dumps(document))
+    else:
+        plan.write_text(text.replace('"speculation": {', '"speculation": {"k": 1, ', 1))
+    verify = power("verify", plan, "--json")
+    assert verify.exit_code == 2 and codes(verify)[0] in ("PWR080", "PWR081"), verify.output
+    run = power("run", plan, "--prompt", "Hello", "--max-tokens", "2")
+    assert run.exit_code == 2

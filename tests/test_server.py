@@ -529,3 +529,60 @@ def test_admission_counts_free_slots_and_queue_places_together(release: threadin
         for thread in burst:
             thread.join(BOUND_S)
         assert [a.status_code for a in answers] == [200] * 8
+
+
+@pytest.mark.parametrize("field, value", [("top_p", 0.9), ("logprobs", 2), ("logprobs", True), ("presence_penalty", 0.5),
+                                          ("frequency_penalty", -1), ("logit_bias", {"5": 100}), ("n", 2),
+                                          ("best_of", 3), ("echo", True)])
+def test_a_parameter_the_server_does_not_implement_is_a_400_naming_it(field: str, value, served_base: str) -> None:
+    """Issue 23 defect 6: never answered as if it had not been asked; its neutral value is accepted."""
+    for path, body in (("/v1/completions", {"prompt": PROMPT}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+        response = httpx.post(f"{served_base}{path}", json=body | {"max_tokens": 2, field: value}, timeout=BOUND_S)
+        error = response.json()["error"]
+        assert response.status_code == 400 and error["param"] == field and error["code"] == "unsupported_parameter"
+    neutral = complete(served_base, max_tokens=2, top_p=1, presence_penalty=0.0, frequency_penalty=0, logprobs=None,
+                       n=1, echo=False)
+    assert neutral.status_code == 200
+
+
+@contextmanager
+def serving_bounded(limits: ServerLimits) -> Iterator[tuple[str, int]]:
+    """The app behind the protocol `power serve` runs (`http_protocol`): (base URL, port)."""
+    from power.runtime.server import http_protocol
+
+    server = uvicorn.Server(uvicorn.Config(app_for(limits), host="127.0.0.1", port=0, log_level="warning",
+                                           http=http_protocol(limits)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    until(lambda: server.started, "the server to start")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        until(lambda: httpx.get(f"{base}/health").status_code == 200, "/health to answer 200")
+        yield base, port
+    finally:
+        server.should_exit = True
+        thread.join(BOUND_S)
+
+
+def test_slow_headers_are_cut_off_a_stalled_body_is_408_and_a_client_leaving_mid_body_is_cancelled() -> None:
+    """Issue 26 (low): uvicorn alone never times out a request's headers or body."""
+    limits = ServerLimits(headers_timeout_s=1.0, body_timeout_s=1.0)
+    with serving_bounded(limits) as (base, port):
+        with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as slow:
+            slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # and never the rest of the headers
+            started = time.monotonic()
+            assert slow.recv(1024) == b""  # closed by the server
+            assert time.monotonic() - started < 10
+        with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as stalled:
+            stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: 100\r\n\r\n{\"prompt\":")
+            assert stalled.recv(4096).startswith(b"HTTP/1.1 408")
+        before = metric(base, "power_requests_total", status="cancelled")
+        with socket.create_connection(("127.0.0.1", port), timeout=BOUND_S) as leaving:
+            leaving.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: 100\r\n\r\n{\"prompt\":")
+            time.sleep(0.2)
+        until(lambda: metric(base, "power_requests_total", status="cancelled") == before + 1, "the cancelled count")
+        assert metric(base, "power_requests_total", status="error") == 0

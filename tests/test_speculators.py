@@ -168,3 +168,48 @@ def test_the_engine_speculates_with_the_plan_mode_and_emits_the_plain_stream():
 def test_the_engine_fails_closed_when_the_mode_cannot_serve_the_target():
     with pytest.raises(SpeculatorDeclined, match="nextn"):
         _engine("mtp")
+
+
+def _chain_plan(directory, with_ngram: bool):
+    """The dense fixture with its DSpark drafter (and the weight-free n-gram in front of it when `with_ngram`)."""
+    import hashlib
+
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    def sha(path):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    target, drafter = factory.build_dense_target(directory), factory.build_dspark_drafter(directory)
+    ngram = '[[drafters]]\nkind = "ngram"\n' if with_ngram else ""
+    (directory / "manifest.toml").write_text(
+        f'schema = "power.manifest/v1"\nname = "dense"\n[target]\npath = "{target.name}"\nsha256 = "{sha(target)}"\n'
+        f'{ngram}[[drafters]]\nkind = "dspark"\npath = "{drafter.name}"\nsha256 = "{sha(drafter)}"\n'
+        f'target_sha256 = "{sha(target)}"\n')
+    (directory / "profile.toml").write_text(
+        'schema = "power.profile/v1"\nname = "dspark"\nspec_mode = "dspark"\nspec_draft_max = 3\n'
+        'spec_mtp_recurrent_snapshots = 3\n[runtime]\nctx = 256\nngram_match = 2\n')
+    plan = directory / "plan.json"
+    planned = CliRunner().invoke(main, ["plan", str(directory / "manifest.toml"), str(directory / "profile.toml"),
+                                        "--device", "1 GiB", "-o", str(plan)])
+    assert planned.exit_code == 0, planned.output
+    from power.documents.plan import load_plan
+
+    resolved = load_plan(plan)
+    engine = Engine(Workload.of_plan(resolved, plan), EngineOptions(threads=1, governor=False))
+    receipt = engine.generate("a b c d e f a b c d e f a b c d e f a b c", 48)
+    return list(resolved.mode.chain), receipt
+
+
+def test_a_chain_of_ngram_and_dspark_runs_both_in_order(tmp_path):
+    """Issue 23 defect 6: the plan's chain `ngram -> dspark` runs the chain (the lookup proposes on a repetitive
+    prompt where DSpark alone, gated by its confidence, proposes less), never DSpark alone; greedy output is the
+    target's either way."""
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "chain").mkdir()
+    alone_chain, alone = _chain_plan(tmp_path / "alone", with_ngram=False)
+    chain, chained = _chain_plan(tmp_path / "chain", with_ngram=True)
+    assert alone_chain == ["dspark"] and chain == ["ngram", "dspark"]
+    assert chained.token_ids == alone.token_ids
+    assert chained.proposed > alone.proposed

@@ -190,3 +190,17 @@ def test_unknown_keys_are_found_inside_tables_of_tables(tmp_path):
     assert [(f["code"], f["line"], f["where"]) for f in findings] == [
         ("PWR020", 5, "kubernetes.volumes.models.mount_pth"), ("PWR020", 8, "hosts[0].devices[0].vrma")]
     assert findings[0]["hint"] == "did you mean `mount_path`?"
+
+
+def test_control_characters_from_a_file_never_reach_the_terminal_raw(tmp_path):
+    """Issue 26 (low): a file name with an escape sequence and a line break is shown escaped in every finding."""
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    path = tmp_path / "p\x1b[2J\nfile.toml:1:1: PWR000 [error] forged.toml"
+    path.write_text(PROFILE_HEAD + 'spec_mode = "nope"\n')
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert "\x1b" not in result.output and "\\x1b[2J" in result.output
+    assert not any(line.startswith("file.toml:1:1") for line in result.output.splitlines())

@@ -33,9 +33,9 @@ from power.artifacts.atomic import write_text_atomic
 from power.documents.evidence import BASELINE, CANDIDATE, MIN_RUNS, SCHEMA, Evidence
 from power.documents.plan import ResolvedPlan
 from power.documents.receipt import Receipt
+from power.documents.verdicts import NOISE_BAND
 from power.runtime.sampling import SamplingParams
 
-NOISE_BAND = 0.05  # a median ratio within 5 % of 1 is "no difference"
 WARMUP_SHAPE = "identity"
 # Greedy outputs this short (or blank) are identical for free: they prove nothing about losslessness.
 VACUOUS_TOKENS = 4

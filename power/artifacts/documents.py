@@ -130,13 +130,24 @@ def read_json(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES) -> Any:
 def parse_json(text: str) -> Any:
     """JSON with 64-bit integers, finite numbers and at most MAX_DEPTH levels of nesting."""
     try:
-        data = json.loads(text, parse_int=_json_int(text), parse_float=_json_float, parse_constant=_json_constant)
+        data = json.loads(text, parse_int=_json_int(text), parse_float=_json_float, parse_constant=_json_constant,
+                          object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise DocumentError(Reason.SYNTAX, f"not valid JSON: {err.msg}", line=err.lineno, col=err.colno,
                             source_line=_source_line(text, err.lineno)) from None
     except RecursionError:
         raise DocumentError(Reason.TOO_DEEP, f"nests arrays or objects more than {MAX_DEPTH} levels deep") from None
     check_structure(data)
+    return data
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are unique: JSON parsers disagree on which of two equal keys wins, so a document that
+    repeats one (an edit that hides a second value behind the first) is refused."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        repeated = next(key for index, (key, _) in enumerate(pairs) if key in dict(pairs[:index]))
+        raise DocumentError(Reason.SYNTAX, f"not valid here: the key {json.dumps(repeated)} appears twice in one object")
     return data
 
 

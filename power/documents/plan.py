@@ -378,6 +378,11 @@ def load_plan(path: Path) -> ResolvedPlan:
         where = ".".join(str(part) for part in first["loc"])
         raise PlanError(f"{where}: {first['msg']}", code="PWR081", file=str(path),
                         hint="recompile the plan with `power plan`") from None
+    coerced = _first_coercion(data, plan.document())
+    if coerced is not None:
+        raise PlanError(f"{'.'.join(str(part) for part in coerced)}: the value is not written as `power plan` writes "
+                        "it (a type changed, e.g. a number quoted): the plan was edited after it was compiled",
+                        code="PWR081", file=str(path), hint="recompile the plan with `power plan`")
     expected = content_digest(plan)
     if plan.digest != expected:
         raise PlanError(f"digest mismatch (file says {plan.digest[:16]}..., content hashes to {expected[:16]}...): "
@@ -397,6 +402,18 @@ def _read_document(path: Path) -> dict[str, Any]:
         raise PlanError("a plan is a JSON object", code="PWR081", file=str(path),
                         hint="recompile the plan with `power plan`")
     return data
+
+
+def _first_coercion(written: Any, read: Any, where: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
+    """Where a value in the file differs from the value the plan holds after validation (`"3"` read as 3, `1` as
+    true): the digest is over the validated values, so such an edit would keep the seal. None when there is none."""
+    if isinstance(written, dict) and isinstance(read, dict):
+        return next((found for key, value in written.items() if key in read
+                     if (found := _first_coercion(value, read[key], (*where, key))) is not None), None)
+    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
+        return next((found for index, (a, b) in enumerate(zip(written, read, strict=True))
+                     if (found := _first_coercion(a, b, (*where, index))) is not None), None)
+    return None if canonical_json(written) == canonical_json(read) else where
 
 
 def _without_nulls(value: Any) -> Any:

@@ -118,6 +118,11 @@ Sha256 = Annotated[StrictStr, Field(pattern=r"^[0-9a-fA-F]{64}$"), AfterValidato
 FilePath = Annotated[Path, AfterValidator(_resolve_against_file), WithJsonSchema({"type": "string", "format": "path"})]
 
 
+# A name reaches renders (comments, systemd units, labels, env files): no control characters (a NUL cannot be
+# written into a systemd unit at all, a line break ends a comment).
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+
+
 class _Strict(BaseModel):
     # defer_build: a model builds its validator on first use, so `power validate` on profiles never builds a fleet's.
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
@@ -150,7 +155,7 @@ class DrafterEntry(_Strict):
 
 class Manifest(_Strict):
     schema_id: Literal["power.manifest/v1"] = _schema_field("manifest")
-    name: StrictStr = Field(min_length=1, description="the manifest's name")
+    name: StrictStr = Field(min_length=1, pattern=NAME_PATTERN, description="the manifest's name")
     description: StrictStr | None = Field(None, description="free text")
     target: TargetEntry
     drafters: list[DrafterEntry] = Field(default_factory=list, description="the drafters available for this target")
@@ -209,7 +214,7 @@ class SamplingSettings(_Strict):
 
 class Profile(_Strict):
     schema_id: Literal["power.profile/v1"] = _schema_field("profile")
-    name: StrictStr = Field(min_length=1, description="the profile's name")
+    name: StrictStr = Field(min_length=1, pattern=NAME_PATTERN, description="the profile's name")
     description: StrictStr | None = Field(None, description="free text")
     spec_mode: SpecModeName = Field(modes.AUTO, description=" | ".join(modes.SPEC_MODES))
     spec_draft_max: StrictInt = Field(7, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
@@ -275,7 +280,7 @@ class HostKubernetes(_Strict):
 
 
 class HostSpec(_Strict):
-    name: StrictStr = Field(min_length=1, description="the host's name")
+    name: StrictStr = Field(min_length=1, pattern=NAME_PATTERN, description="the host's name")
     devices: list[DeviceSpec] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX 4090", vram = "24 GiB" }]')
     headroom: Bytes = Field(DEFAULT_HEADROOM, description="memory kept free on each device (default 512 MiB)")
     labels: dict[str, StrictStr] = Field(default_factory=dict, description="free-form labels, e.g. { zone = \"lab\" }")
@@ -288,7 +293,8 @@ class Host(HostSpec):
 
 
 class Deployment(_Strict):
-    name: StrictStr | None = Field(None, min_length=1, description="the deployment's name on its host (default: the manifest's name)")
+    name: StrictStr | None = Field(None, min_length=1, pattern=NAME_PATTERN,
+                                   description="the deployment's name on its host (default: the manifest's name)")
     host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
     device: StrictInt = Field(0, ge=0, description="the index of the host's device the deployment runs on (default 0)")
     devices: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
@@ -302,6 +308,10 @@ class Deployment(_Strict):
                                       "power")
     volume: StrictStr | None = Field(None, min_length=1, description="the [kubernetes.volumes] entry holding the "
                                                                      "deployment's model files (default: the only one)")
+    api_key_secret: StrictStr | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="the Kubernetes Secret (its key `api-key`) holding the API key clients must send; the render "
+                    "mounts it into the engine, never reads it")
 
 
     @model_validator(mode="after")
@@ -345,11 +355,14 @@ class FleetKubernetes(_Strict):
     volumes: dict[str, ModelVolume] = Field(default_factory=dict, description="the volumes holding the model files, by name")
     pod_monitor: StrictBool = Field(False, description="also render a Prometheus Operator PodMonitor per deployment")
     run_as_user: StrictInt = Field(65532, ge=1, description="the non-root user (and group) the containers run as")
+    allow_namespaces: list[Annotated[StrictStr, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]] | None = Field(
+        None, description="render a NetworkPolicy per deployment that admits only these namespaces (and the "
+                          "deployment's own) to the engine's port; omit: the Service is open to the whole cluster")
 
 
 class Fleet(_Strict):
     schema_id: Literal["power.fleet/v1"] = _schema_field("fleet")
-    name: StrictStr | None = Field(None, description="the fleet's name")
+    name: StrictStr | None = Field(None, pattern=NAME_PATTERN, description="the fleet's name")
     hosts: list[HostSpec] = Field(min_length=1, description="inline host definitions")
     deployments: list[Deployment] = Field(default_factory=list, description="what runs where")
     kubernetes: FleetKubernetes | None = Field(None, description="cluster settings for `power fleet render --target "

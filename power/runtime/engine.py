@@ -40,6 +40,7 @@ from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import NGramWindow, Speculator, SpeculatorRequest
+from power.runtime.speculators.chain import ChainSpeculator
 from power.runtime.stops import StopText
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.transaction import StepObserver
@@ -357,13 +358,16 @@ def _slots(runtime: Runtime) -> int:
 
 
 def _speculator(workload: Workload, trunk, target: GGUFFile, drafters: dict[str, GGUFFile]) -> Speculator | None:
-    """The plan's speculator, built from the verified target and drafter files; a decline is an error (fail closed)."""
-    kind = workload.mode.resolved
-    if kind == modes.NONE:
+    """The plan's speculator, built from the verified target and drafter files: its chain in order when it chains
+    several (`power.runtime.speculators.chain`); a decline is an error (fail closed)."""
+    mode = workload.mode
+    if mode.resolved == modes.NONE:
         return None
     runtime, speculation = workload.runtime, workload.speculation
     window = (NGramWindow(runtime.ngram_match, runtime.ngram_draft_min, runtime.ngram_draft_max)
               if runtime.ngram_match and runtime.ngram_draft_min and runtime.ngram_draft_max else None)
-    request = SpeculatorRequest(trunk, target=target, drafter=drafters.get(kind),
-                                fr_vocab_size=speculation.fr_vocab_size, ngram=window, p_min=speculation.p_min)
-    return registry.create(kind, request)
+    members = [registry.create(kind, SpeculatorRequest(trunk, target=target, drafter=drafters.get(kind),
+                                                       fr_vocab_size=speculation.fr_vocab_size, ngram=window,
+                                                       p_min=speculation.p_min))
+               for kind in (mode.chain or (mode.resolved,))]
+    return members[0] if len(members) == 1 else ChainSpeculator(members)

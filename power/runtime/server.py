@@ -33,12 +33,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
+import h11
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from power.documents.receipt import Receipt
 from power.findings import PowerError
@@ -123,6 +125,42 @@ class ServerLimits:
     queue_size: int = 8  # requests waiting for a slot
     request_timeout_s: float = 300.0  # from arrival to the last token, queue wait included
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    headers_timeout_s: float = 10.0  # from connecting (or the previous response) to a request's last header line
+    body_timeout_s: float = 30.0  # from the headers to the body's last byte (408 past it)
+
+
+def http_protocol(limits: ServerLimits) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline for each request's headers: a client that opens connections and
+    sends its headers a byte at a time (slowloris) is cut off after `headers_timeout_s`, which uvicorn itself never
+    does (its keep-alive timer stops at the first byte)."""
+
+    class HeadersDeadline(H11Protocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self.headers_deadline = self.loop.call_later(limits.headers_timeout_s, self._expired)
+
+        def _disarm(self) -> None:
+            deadline = getattr(self, "headers_deadline", None)
+            if deadline is not None:
+                deadline.cancel()
+
+        def _expired(self) -> None:
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():  # its headers never came
+                self.transport.close()
+
+    return HeadersDeadline
 
 
 # --- request bodies ----------------------------------------------------------------------------------------------
@@ -145,12 +183,10 @@ def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("\"messages\" must be a non-empty list of {\"role\", \"content\"} objects", "messages")
-    if template is None:
-        raise BadRequest(template_problem or "this server has no chat template", "messages", "no_chat_template")
-    if data.get("n", 1) != 1:
-        raise BadRequest("\"n\" must be 1: one choice per request", "n")
     limit_key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
     fields = _sampling_fields(data, limit_key, max_tokens_limit)
+    if template is None:
+        raise BadRequest(template_problem or "this server has no chat template", "messages", "no_chat_template")
     try:
         prompt = template.render([_message(m, i) for i, m in enumerate(messages)], max_chars, budget_s)
     except PowerError as err:
@@ -173,7 +209,34 @@ def _json_object(body: bytes, needs: str) -> dict[str, Any]:
     return data
 
 
+# OpenAI parameters this server does not implement, with the values that ask for nothing (null is always fine).
+# Anything else is refused, naming the parameter: a request is never answered as if it had not asked.
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "top_p": (1,), "presence_penalty": (0,), "frequency_penalty": (0,), "logprobs": (False, 0), "top_logprobs": (0,),
+    "logit_bias": ({},), "best_of": (1,), "echo": (False,), "suffix": ("",), "n": (1,), "tools": ([],),
+    "response_format": ({"type": "text"},),
+}
+
+
+def _refuse_unsupported(data: dict[str, Any]) -> None:
+    for key, neutral in UNSUPPORTED.items():
+        value = data.get(key)
+        if value is not None and not any(_same(value, v) for v in neutral):
+            raise BadRequest(f"\"{key}\" is not supported by this server: it samples from the plan's temperature "
+                             f"distribution and answers plain text; omit it or send {json.dumps(neutral[0])}",
+                             key, "unsupported_parameter")
+
+
+def _same(value: Any, neutral: Any) -> bool:
+    """`value` is `neutral` as JSON means it: 1.0 is 1, but true is not 1 and 0 is not false."""
+    numbers = (int, float)
+    if isinstance(neutral, numbers) and not isinstance(neutral, bool):
+        return isinstance(value, numbers) and not isinstance(value, bool) and value == neutral
+    return type(value) is type(neutral) and value == neutral
+
+
 def _sampling_fields(data: dict[str, Any], max_tokens_key: str, max_tokens_limit: int) -> dict[str, Any]:
+    _refuse_unsupported(data)
     return {
         "max_tokens": _integer(data, max_tokens_key, DEFAULT_MAX_TOKENS, 1, max_tokens_limit),
         "temperature": _temperature(data.get("temperature")),
@@ -599,12 +662,20 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     job_arrived = time.perf_counter()
     deadline = job_arrived + state.limits.request_timeout_s
     try:
-        body = await _body(request, state.limits.max_body_bytes)
-        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat, deadline),
-                                                    max(0.0, deadline - time.perf_counter()))
+        body = await asyncio.wait_for(_body(request, state.limits.max_body_bytes), state.limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        count.labels("timeout").inc()
+        return _error(408, f"the request body did not arrive within {state.limits.body_timeout_s:g} s",
+                      "invalid_request_error", code="request_timeout")
+    except ClientDisconnect:
+        count.labels("cancelled").inc()
+        return _error(499, "client disconnected", "cancelled")
     except TooLarge as err:
         count.labels("bad_request").inc()
         return _error(413, f"{err}; send a shorter prompt", "invalid_request_error", code="request_too_large")
+    try:
+        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat, deadline),
+                                                    max(0.0, deadline - time.perf_counter()))
     except BadRequest as err:
         count.labels("bad_request").inc()
         return _error(400, str(err), "invalid_request_error", err.param, err.code)

@@ -28,6 +28,7 @@ import tomli_w
 from power.app.cli import EXIT_FINDINGS, EXIT_OK, refuse
 from power.app.commands.plan import DeviceSize, host_from_options
 from power.app.outputs import require_outputs
+from power.artifacts import gguf_reader
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, inspect_artifact
@@ -79,7 +80,7 @@ def _engine_command(engine: str):
         except LaunchInputError as err:
             refuse(err, as_json)
         result = import_launch(engine, tokens)
-        findings = list(result.findings)
+        findings = list(result.findings) + _not_gguf(result.spec)
         documents: dict[str, Any] = {}
         if output is not None and not has_errors(findings):
             findings += _missing_files(result.spec)
@@ -112,6 +113,20 @@ def _missing_files(spec: LaunchSpec) -> list[Finding]:
     """Writing a manifest needs the model files on this machine: each one that is not here is a finding at its flag."""
     return [_at(token, f"{token.text} is not a file on this machine, so its size and sha256 cannot be recorded")
             for token in (spec.model, spec.draft_model) if token is not None and not Path(token.text).is_file()]
+
+
+def _not_gguf(spec: LaunchSpec) -> list[Finding]:
+    """A model file that is here but is no GGUF (`-m /etc/passwd`): its reader's finding, at the flag that names it."""
+    findings = []
+    for token in (spec.model, spec.draft_model):
+        if token is None or not Path(token.text).is_file():
+            continue
+        try:
+            gguf_reader.read_header(token.text)
+        except ArtifactError as err:
+            findings.append(dataclasses.replace(_at(token, f"{token.text}: {err.finding.message}"), code=err.finding.code,
+                                                hint=err.finding.hint))
+    return findings
 
 
 def _at(token: Token, message: str) -> Finding:

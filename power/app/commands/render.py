@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -18,6 +19,7 @@ from power.orchestrator.render import TARGETS, Listen
 from power.orchestrator.render import render as render_plan
 
 KUBERNETES = "kubernetes"
+SECRET_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 
 
 @click.command("render")
@@ -45,11 +47,14 @@ KUBERNETES = "kubernetes"
 @click.option("--api-key-file", metavar="PATH",
               help="llama-server, llama-server-env, vllm, power, systemd: the file on the serving machine holding "
                    "the API key clients must send; the render names the file, never the key.")
+@click.option("--api-key-secret", metavar="NAME",
+              help="kubernetes: the Secret (its key `api-key`) holding the API key clients must send; mounted into "
+                   "the engine, never read by the render.")
 @root_option
 def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str | None,
            models_host_path: str | None, models_claim: str | None, models_local: Path | None, namespace: str | None,
            pod_monitor: bool, dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
-           api_key_file: str | None, root: Path | None) -> None:
+           api_key_file: str | None, api_key_secret: str | None, root: Path | None) -> None:
     """Render launch artifacts (llama-server and its LLAMA_ARG_* env file, vLLM, Power, env, systemd, Kubernetes)
     from a plan (JSON or TOML).
 
@@ -61,16 +66,19 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
         raise click.UsageError("--address and --port go together: give both, or neither for the engine's default")
     if api_key_file is not None and target in ("env", KUBERNETES):
         raise click.UsageError(f"--api-key-file applies to the engine launches; --target {target} "
-                               + ("takes the key from a Secret in the fleet file (api_key_secret)" if target == KUBERNETES
+                               + ("takes the key from a Secret: --api-key-secret NAME" if target == KUBERNETES
                                   else "carries no engine command line"))
+    if api_key_secret is not None and (target != KUBERNETES or not re.fullmatch(SECRET_NAME, api_key_secret)):
+        raise click.UsageError("--api-key-secret names a Kubernetes Secret (lowercase letters, digits, '-', '.') "
+                               "and applies to --target kubernetes; the other targets take --api-key-file PATH")
     require_outputs(files=(output,))
     try:
         plan = located(load_plan(plan_path), plan_path, root)
         for artifact in planned_artifacts(plan):
             present(artifact)
         if target == KUBERNETES:
-            text = _kubernetes(plan, host_path, engine or plan.memory.engine, models_host_path, models_claim, models_local, namespace,
-                               pod_monitor, dry_run)
+            text = _kubernetes(plan, host_path, engine or plan.memory.engine, models_host_path, models_claim,
+                               models_local, namespace, pod_monitor, dry_run, api_key_secret)
         else:
             text = render_plan(plan, target, plan_path, root, executable=power_executable,
                                listen=Listen(address, port) if address and port else None, api_key_file=api_key_file)
@@ -86,7 +94,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
 
 def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, models_host_path: str | None,
                 models_claim: str | None, models_local: Path | None, namespace: str | None, pod_monitor: bool,
-                dry_run: bool) -> str:
+                dry_run: bool, api_key_secret: str | None) -> str:
     from pydantic import ValidationError
 
     from power.orchestrator.kubernetes.objects import render_objects
@@ -106,7 +114,7 @@ def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, models_
     except ValidationError as err:
         raise click.UsageError(f"--models-host-path: {err.errors()[0]['msg']}") from None
     placement, findings = host_placement(load_host(host_path), plan, engine, model_mount(volume), dry_run=dry_run,
-                                         namespace=namespace, pod_monitor=pod_monitor)
+                                         namespace=namespace, pod_monitor=pod_monitor, api_key_secret=api_key_secret)
     if placement is None or has_errors(findings):
         print_findings(findings, as_json=False)
         raise SystemExit(EXIT_FINDINGS)

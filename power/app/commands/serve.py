@@ -60,7 +60,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     import uvicorn
 
     from power.runtime.engine import Engine, EngineOptions, Workload
-    from power.runtime.server import Access, ServerLimits, create_app
+    from power.runtime.server import Access, ServerLimits, create_app, http_protocol
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
@@ -81,7 +81,8 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
                           **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
     app = create_app(lambda: Engine(workload, options), resolved.name, resolved.digest, limits, stop_on_load_failure,
                      template, access)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
+                                           http=http_protocol(limits)))
     bound = listening.getsockname()[1]
     click.echo(f"serving plan {resolved.name} on http://{f'[{host}]' if ':' in host else host}:{bound} "
                "(Ctrl+C to stop)", err=True)

@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
+from power.documents.verdicts import NOISE_BAND
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.fleet.evidence import Evidence, read_evidence
+from power.orchestrator.fleet.evidence import Evidence, GatedShape, read_evidence
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, read_lock, write_lock
 from power.orchestrator.fleet.review import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
 from power.orchestrator.loading import Loaded, load_fleet, load_manifest
@@ -247,6 +249,14 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
                 f"{result.candidate_tok_s:.2f} tok/s vs the incumbent's {result.baseline_tok_s:.2f} "
                 f"({result.speedup:.3f}x); a stage needs 'faster' (>= 5 % with the min-max ranges apart)",
                 "keep the incumbent for this traffic, or tune K/S for it and measure again"))
+        elif (own := _own_speedup(result)) is None or own < 1 + NOISE_BAND or not math.isclose(own, result.speedup,
+                                                                                                 rel_tol=1e-3):
+            shown = "no rate" if own is None else f"{own:.3f}x"
+            findings.append(_gate_finding(
+                "PWR073", evidence, f"on {shape!r} the evidence says 'faster' but its own rates ({result.candidate_tok_s:.2f} "
+                f"vs {result.baseline_tok_s:.2f} tok/s) give {shown}, and it states {result.speedup:.3f}x: the gate "
+                f"trusts the numbers, which need >= {1 + NOISE_BAND:.2f}x", "rerun `power bench`; evidence is "
+                "never edited by hand"))
         allowed_replays = result.requests if rollback_policy == "guarded" else 0
         if result.fallbacks > 0 or result.replays > allowed_replays:
             findings.append(_gate_finding(
@@ -254,6 +264,13 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
                 f"(expected: at most {allowed_replays} replays for a {rollback_policy} K/S plan, no fallbacks)",
                 "replays beyond the guarded path or fallbacks mean the plan does not hold as compiled"))
     return findings
+
+
+def _own_speedup(result: GatedShape) -> float | None:
+    """The candidate's median rate over the incumbent's, from the evidence's own numbers (None: no baseline rate)."""
+    if not (math.isfinite(result.baseline_tok_s) and result.baseline_tok_s > 0 and math.isfinite(result.candidate_tok_s)):
+        return None
+    return result.candidate_tok_s / result.baseline_tok_s
 
 
 def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentReview], profile_path: Path,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from power.documents.plan import ResolvedPlan
-from power.findings import Finding, has_errors
+from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.review import FleetReview, review_fleet
 from power.orchestrator.fleet.rollout import ROLLED_BACK
 from power.orchestrator.kubernetes.placement import fleet_placements
@@ -60,6 +60,14 @@ def applied_stages(review: FleetReview) -> tuple[list[Stage], list[Finding]]:
     findings: list[Finding] = []
     moved: dict[str, ResolvedPlan] = {}
     for stage in rollout["stages"][:rollout["next_stage"]]:
+        if not rollout.get("evidence", {}).get(stage["name"]):
+            # `rollout advance` records the evidence that opened each stage; a lock that marks one applied without
+            # it was edited (and re-sealed) by hand, and renders no stage at all.
+            findings.append(Finding(code="PWR070", severity=Severity.ERROR, file=str(review.lock_path),
+                                    message=f"stage {stage['name']} is marked applied in the lock, but no evidence "
+                                            "opened it", hint="roll the rollout back and advance it again with "
+                                                              "`power rollout advance --evidence FILE`"))
+            return [], findings
         for key in stage["keys"]:
             candidate = rollout["candidates"][key]["plan_digest"]
             incumbent = rollout["previous"][key]["plan_digest"]

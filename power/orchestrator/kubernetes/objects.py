@@ -16,13 +16,13 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from power.documents.plan import ResolvedPlan, canonical_json
 from power.orchestrator.engines import adapter
-from power.orchestrator.render import Listen, engine_launch
+from power.orchestrator.render import VLLM_API_KEY_ENV, Launch, Listen, engine_launch, with_api_key
 
 PORT = 8080
 PLAN_DIR = "/etc/power"
@@ -38,6 +38,8 @@ MIB = 1024**2
 ENGINE_OVERHEAD_BYTES = 2 * GIB
 STARTUP_SECONDS = 1800  # loading (and for vLLM, compiling) a large model takes minutes
 CACHE_DIR = "/cache"
+API_KEY_DIR = "/var/run/secrets/power"
+API_KEY_ITEM = "api-key"
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class Placement:
     pod_monitor: bool = False
     run_as_user: int = 65532
     dry_run: bool = False
+    api_key_secret: str | None = None  # a Secret whose key `api-key` the engine requires of clients
+    allow_namespaces: tuple[str, ...] | None = None  # a NetworkPolicy admits only these (and its own namespace)
     # Relative source paths in the carried plan (manifest, profile, findings) are written relative to this folder.
     base_dir: Path = field(default_factory=Path)
 
@@ -120,6 +124,8 @@ def render_objects(plan: ResolvedPlan, placement: Placement) -> list[dict[str, A
                _disruption_budget(placement)]
     if placement.pod_monitor:
         objects.append(_pod_monitor(placement))
+    if placement.allow_namespaces is not None:
+        objects.append(_network_policy(placement))
     return objects
 
 
@@ -190,6 +196,11 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "cache", "mountPath": CACHE_DIR},
     ]
+    key_env: list[dict[str, Any]] = []
+    key_mounts: list[dict[str, Any]] = []
+    key_volumes: list[dict[str, Any]] = []
+    if placement.api_key_secret is not None:
+        launch, key_env, key_mounts, key_volumes = _api_key(launch, placement.api_key_secret)
     writable_env = [{"name": "HOME", "value": "/tmp"}, {"name": "XDG_CACHE_HOME", "value": CACHE_DIR}]
     verify = {
         "name": "verify",
@@ -206,13 +217,13 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
         "image": placement.image,
         "command": launch.argv,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "env": [{"name": name, "value": value} for name, value in launch.env.items()] + writable_env,
+        "env": [{"name": name, "value": value} for name, value in launch.env.items()] + key_env + writable_env,
         "resources": _resources(plan, placement.engine),
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": STARTUP_SECONDS // 10},
         "readinessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
         "securityContext": _container_security(),
-        "volumeMounts": mounts,
+        "volumeMounts": mounts + key_mounts,
     }
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
@@ -235,6 +246,7 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
             {"name": "models", **placement.mount.source},
             {"name": "tmp", "emptyDir": {}},
             {"name": "cache", "emptyDir": {}},
+            *key_volumes,
         ],
     }
     pod_annotations = {f"{PREFIX}plan-digest": plan.digest, "prometheus.io/scrape": "true",
@@ -267,6 +279,41 @@ def engine_memory_bytes(plan: ResolvedPlan, engine: str) -> int:
     3.78 GiB (plan 1.55 GiB + file 0.24 GiB + 2 GiB)."""
     files = plan.target.size + sum(d.size or 0 for d in plan.drafters)
     return files + adapter(engine).host_memory_bytes(plan) + ENGINE_OVERHEAD_BYTES
+
+
+def _api_key(launch: Launch, secret: str) -> tuple[Launch, list[dict[str, Any]], list[dict[str, Any]],
+                                                   list[dict[str, Any]]]:
+    """The engine requiring the key in `secret`, the engine's own way: vLLM reads VLLM_API_KEY (set from the
+    Secret); power serve and llama-server read --api-key-file (the Secret mounted read-only). (launch, env, mounts,
+    volumes); the key itself never appears in a rendered object."""
+    if launch.program[0] == "vllm":
+        reference = {"secretKeyRef": {"name": secret, "key": API_KEY_ITEM}}
+        return launch, [{"name": VLLM_API_KEY_ENV, "valueFrom": reference}], [], []
+    if launch.program[0] == "power":  # Prometheus scrapes without the key; every other route needs it
+        launch = replace(launch, options=launch.options + (("--public-metrics",),))
+    mount = {"name": "api-key", "mountPath": API_KEY_DIR, "readOnly": True}
+    volume = {"name": "api-key", "secret": {"secretName": secret, "items": [{"key": API_KEY_ITEM, "path": API_KEY_ITEM}],
+                                            "defaultMode": 0o440}}
+    return with_api_key(launch, f"{API_KEY_DIR}/{API_KEY_ITEM}"), [], [mount], [volume]
+
+
+def _network_policy(placement: Placement) -> dict[str, Any]:
+    """Ingress to the engine's port from the named namespaces (and the deployment's own) only."""
+    allowed = sorted(set(placement.allow_namespaces or ()))
+    sources: list[dict[str, Any]] = [{"podSelector": {}}]  # the deployment's own namespace
+    if allowed:
+        sources.append({"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": allowed}]}})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(placement, placement.name, _labels(placement)),
+        "spec": {
+            "podSelector": {"matchLabels": _selector(placement)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": sources, "ports": [{"port": PORT, "protocol": "TCP"}]}],
+        },
+    }
 
 
 def _resources(plan: ResolvedPlan, engine: str) -> dict[str, Any]:

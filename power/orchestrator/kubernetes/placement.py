@@ -4,7 +4,10 @@ Resolved from the fleet's `[kubernetes]` table and each host's `[hosts.kubernete
 table. What is missing comes back as a located finding in the fleet file, never
 as a guess: a host without node selection (PWR091), an engine without an image
 (PWR069), a volume the fleet does not declare (PWR092), an artifact the volume
-does not hold (PWR093), two deployments with one object name (PWR094).
+does not hold (PWR093), two deployments with one object name (PWR094), a value
+the API server would reject (PWR097: checked here, at review, against
+Kubernetes' own rules in k8s.io/apimachinery/pkg/util/validation, not when
+`kubectl apply` fails).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Final
 
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.kubernetes.objects import ModelMount, Placement, dry_run_image, unmounted_paths
+from power.orchestrator.kubernetes.objects import (
+    API_KEY_DIR,
+    CACHE_DIR,
+    PLAN_DIR,
+    ModelMount,
+    Placement,
+    dry_run_image,
+    unmounted_paths,
+)
 from power.orchestrator.loading import Loaded
 from power.orchestrator.schema import (
     Deployment,
@@ -33,6 +44,11 @@ from power.orchestrator.units import format_size
 
 # Service names are DNS-1035 labels: lowercase letters, digits and '-', a letter first, at most 63 characters.
 MAX_NAME = 63
+# k8s.io/apimachinery/pkg/util/validation: IsValidLabelValue, IsDNS1123Subdomain, IsQualifiedName.
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+MAX_USER_ID = 2**31 - 1  # runAsUser / runAsGroup: validation.ValidateNonnegativeField on an int32 range
 VERIFY_ENGINE: Final = "power"  # the init container runs `power verify`, so every pod needs Power's image
 
 
@@ -89,7 +105,7 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
                                    where="schema", at="key",
                                    hint="add a [kubernetes] table with images = { ... } and [kubernetes.volumes.models]")]
     hosts = {host.name: (index, host) for index, host in enumerate(fleet.hosts)}
-    findings: list[Finding] = []
+    findings: list[Finding] = _api_server_findings(loaded, fleet, settings)
     placements: dict[str, Placement] = {}
     names: dict[str, str] = {}
     unselected: set[str] = set()
@@ -124,8 +140,69 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
             mount=model_mount(settings.volumes[volume_name]), node_selector=node_selector(host.kubernetes),
             tolerations=tolerations(host.kubernetes), fleet=fleet.name, host=host.name,
             namespace=settings.namespace, pod_monitor=settings.pod_monitor, run_as_user=settings.run_as_user,
-            dry_run=not require_images, base_dir=loaded.path.absolute().parent)
+            dry_run=not require_images, base_dir=loaded.path.absolute().parent,
+            api_key_secret=item.deployment.api_key_secret,
+            allow_namespaces=tuple(settings.allow_namespaces) if settings.allow_namespaces is not None else None)
     return placements, findings
+
+
+def _api_server_findings(loaded: Loaded, fleet: Fleet, settings: FleetKubernetes) -> list[Finding]:
+    """PWR097 for every value the render writes that the API server would reject, located in the fleet file."""
+    findings: list[Finding] = []
+
+    def reject(where: str, message: str, hint: str) -> None:
+        findings.append(loaded.finding("PWR097", message, where=where, hint=hint))
+
+    if fleet.name is not None and not _label_value(fleet.name):
+        reject("name", f"the fleet name {_shown(fleet.name)} becomes the app.kubernetes.io/part-of label, and a "
+               "label value is at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric",
+               'rename the fleet, e.g. name = "lab"')
+    for index, host in enumerate(fleet.hosts):
+        if not _label_value(host.name):
+            reject(f"hosts[{index}].name", f"host name {_shown(host.name)} becomes the power/host label, and a label "
+                   "value is at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric",
+                   'rename the host, e.g. name = "gpu-1"')
+        placement = host.kubernetes
+        if placement is None:
+            continue
+        if placement.node_name is not None and not _dns_subdomain(placement.node_name):
+            reject(f"hosts[{index}].kubernetes.node_name", f"node_name {_shown(placement.node_name)} is not a "
+                   "Kubernetes node name (lowercase letters, digits, '-' and '.', at most 253)",
+                   "write the name `kubectl get nodes` shows")
+        for key, value in placement.node_selector.items():
+            if not _label_key(key) or not _label_value(value):
+                reject(f"hosts[{index}].kubernetes.node_selector", f"node_selector {_shown(key)} = {_shown(value)} is "
+                       "not a Kubernetes label (key: [prefix/]name of at most 63; value: at most 63 letters, digits, "
+                       "'-', '_' or '.')", "copy the label from `kubectl get nodes --show-labels`")
+    if settings.run_as_user > MAX_USER_ID:
+        reject("kubernetes.run_as_user", f"run_as_user {settings.run_as_user} is past the largest user id Kubernetes "
+               f"accepts ({MAX_USER_ID})", "use the image's non-root user id, e.g. 65532")
+    reserved = {PLAN_DIR, "/tmp", CACHE_DIR, API_KEY_DIR}
+    for name, volume in settings.volumes.items():
+        if volume.mount_path.rstrip("/") in reserved:
+            reject(f"kubernetes.volumes.{name}.mount_path", f"mount_path {volume.mount_path} is where the pod already "
+                   f"mounts {'the plan' if volume.mount_path.rstrip('/') == PLAN_DIR else 'a volume of its own'} "
+                   f"(taken: {', '.join(sorted(reserved))}): two mounts at one path", "use /models")
+    return findings
+
+
+def _label_value(value: str) -> bool:
+    return len(value) <= 63 and value.isascii() and _LABEL_VALUE.fullmatch(value) is not None
+
+
+def _label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    return (len(name) <= 63 and name.isascii() and _QUALIFIED_NAME.fullmatch(name) is not None
+            and (not prefix or _dns_subdomain(prefix)))
+
+
+def _dns_subdomain(value: str) -> bool:
+    return len(value) <= 253 and value.isascii() and _DNS_SUBDOMAIN.fullmatch(value) is not None
+
+
+def _shown(value: str) -> str:
+    shown = ascii(value)
+    return shown if len(shown) <= 72 else shown[:69] + "..."
 
 
 def _selection_findings(loaded: Loaded, index: int, host: HostSpec, reported: set[str],
@@ -217,7 +294,8 @@ def _sized_for_host(loaded_host: Loaded, plan: ResolvedPlan) -> list[Finding]:
 
 
 def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: ModelMount, *, dry_run: bool,
-                   namespace: str | None = None, pod_monitor: bool = False) -> tuple[Placement | None, list[Finding]]:
+                   namespace: str | None = None, pod_monitor: bool = False,
+                   api_key_secret: str | None = None) -> tuple[Placement | None, list[Finding]]:
     """One plan placed on the host a host file describes (`power render PLAN --target kubernetes --host HOST`)."""
     host = loaded_host.model
     findings = list(loaded_host.findings)
@@ -243,5 +321,5 @@ def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: 
         verify_image=dry_run_image(VERIFY_ENGINE) if dry_run else images[VERIFY_ENGINE],
         mount=mount, node_selector=node_selector(host.kubernetes), tolerations=tolerations(host.kubernetes),
         host=host.name, namespace=namespace, pod_monitor=pod_monitor, dry_run=dry_run,
-        base_dir=loaded_host.path.absolute().parent)
+        base_dir=loaded_host.path.absolute().parent, api_key_secret=api_key_secret)
     return placement, findings

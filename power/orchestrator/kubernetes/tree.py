@@ -30,7 +30,7 @@ from power.orchestrator.kubernetes.objects import PREFIX, Placement, render_obje
 
 KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 FILE_NAMES = {"ConfigMap": "plan", "Deployment": "deployment", "Service": "service",
-              "PodDisruptionBudget": "pdb", "PodMonitor": "podmonitor"}
+              "PodDisruptionBudget": "pdb", "PodMonitor": "podmonitor", "NetworkPolicy": "networkpolicy"}
 
 
 @dataclass
@@ -45,6 +45,15 @@ def yaml_text(*documents: object) -> str:
     """Plain YAML documents (`---` between them); multi-line strings as literal blocks, so the plan reads as JSON."""
     return "---\n".join(yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096)
                         for document in documents)
+
+
+def yaml_comment(text: str) -> str:
+    """One YAML comment line holding `text`, whatever it holds: every character YAML could read as a line break
+    (\\n, \\r, NEL, U+2028, U+2029) and every other unprintable one is written as an escape, so a fleet or deployment
+    name can never end the comment and start YAML of its own."""
+    escaped = "".join(ch if ch.isprintable() and ch != "\\" else ("\\\\" if ch == "\\" else f"\\u{ord(ch):04x}")
+                      for ch in text)
+    return f"# {escaped}\n"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -72,7 +81,7 @@ def build_tree(plans: dict[str, ResolvedPlan], placements: dict[str, Placement],
             path = f"{name}/{FILE_NAMES[obj['kind']]}.yaml"
             files[f"base/{path}"] = yaml_text(obj)
             resources.append(path)
-    files["base/kustomization.yaml"] = f"# {header}\n" + yaml_text({**KUSTOMIZATION, "resources": resources})
+    files["base/kustomization.yaml"] = yaml_comment(header) + yaml_text({**KUSTOMIZATION, "resources": resources})
     for stage in stages:
         files |= _overlay(stage, base_objects, placements, header)
     return files
@@ -101,8 +110,9 @@ def _overlay(stage: Stage, base_objects: dict[str, list[dict[str, Any]]], placem
             files[f"stages/{stage.name}/{path}"] = yaml_text(guard + operations)
             patches.append({"path": path, "target": _target(obj)})
     document = {**KUSTOMIZATION, "resources": resources, "patches": patches}
-    comment = (f"# {header}\n# Stage {stage.name}: {', '.join(stage.candidates)} on the candidate plans. "
-               f"Apply with `kubectl apply -k` on this folder; `kubectl apply -k ../../base` undoes it.\n")
+    comment = yaml_comment(header) + yaml_comment(
+        f"Stage {stage.name}: {', '.join(stage.candidates)} on the candidate plans. "
+        "Apply with `kubectl apply -k` on this folder; `kubectl apply -k ../../base` undoes it.")
     files[f"stages/{stage.name}/kustomization.yaml"] = comment + yaml_text(document)
     return files
 
