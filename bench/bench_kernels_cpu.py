@@ -6,12 +6,11 @@
 For each tensor of the model (default: every matrix shape of one Gemma 3 layer and the 262,144 x 640 LM head)
 and each thread count and row count, the engines run interleaved, round-robin in short slices, so load from
 other processes lands on all of them alike: `QuantMatrix` on each instruction path this CPU has, and the
-runtime's float32, bfloat16 and int8 `Linear`s (power/runtime/linear.py) of the exactly dequantised weights
-(an LM head's int8 at one activation level, as the runtime packs it). Reports the median ms per call, the
-weight bytes one call reads divided by that time (GB/s), and the ratio to the runtime's int8; the CPU model,
-its instruction paths and the load average are printed with them. `--clock cpu` times with the process's CPU
-time instead of the wall clock: on a loaded machine it leaves out the time spent waiting for a core, and it is
-only meaningful at one thread.
+runtime's float32 reference `Linear` (power/runtime/linear.py) of the exactly dequantised weights. Reports the
+median ms per call, the weight bytes one call reads divided by that time (GB/s), and the ratio to float32; the
+CPU model, its instruction paths and the load average are printed with them. `--clock cpu` times with the
+process's CPU time instead of the wall clock: on a loaded machine it leaves out the time spent waiting for a core,
+and it is only meaningful at one thread.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import torch
 from power.kernels.cpu import QuantMatrix, available_paths
 from power.kernels.dequant import dequantize_reference
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.linear import pack, pack_head
+from power.runtime.linear import Float32Linear
 
 LAYER = ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
          "blk.0.ffn_gate.weight", "blk.0.ffn_down.weight")
@@ -55,10 +54,8 @@ def engines(model: GGUFFile, name: str, paths: list[str]) -> dict[str, tuple[Cal
         matrix = QuantMatrix(info.qtype, raw, shape, path=path)
         found[f"gguf {info.qtype} {path}"] = (matrix, matrix.nbytes)
     weight = dequantize_reference(info.qtype, raw, shape)
-    packer = pack_head if name == HEAD else pack
-    for dtype in ("float32", "bfloat16", "int8"):
-        linear = packer(weight, dtype, 1)
-        found[f"torch {dtype}"] = (linear, linear.nbytes)
+    linear = Float32Linear(weight, 1)
+    found["torch float32"] = (linear, linear.nbytes)
     return found
 
 
@@ -107,13 +104,13 @@ def main() -> None:
             for rows in map(int, args.rows.split(",")):
                 x = torch.randn(rows, info.shape[1])
                 timings = measure(found, x, CLOCKS[args.clock])
-                int8 = timings["torch int8"]
+                float32 = timings["torch float32"]
                 print(f"\n{name} {info.qtype} {info.shape[0]}x{info.shape[1]}, {rows} rows, {threads} threads "
                       f"({args.clock} clock, load {os.getloadavg()[0]:.1f})")
                 for label, seconds in timings.items():
                     nbytes = found[label][1]
                     print(f"  {label:<24} {seconds * 1e3:9.3f} ms  {nbytes / seconds / 1e9:6.1f} GB/s  "
-                          f"{int8 / seconds:5.2f}x int8")
+                          f"{float32 / seconds:5.2f}x float32")
                     results.append({"tensor": name, "qtype": info.qtype, "shape": list(info.shape), "rows": rows,
                                     "threads": threads, "engine": label, "ms": seconds * 1e3, "weight_bytes": nbytes,
                                     "clock": args.clock})

@@ -5,10 +5,11 @@ tests/test_sizing.py compares the two on Gemma and the fixtures), which follows 
 plan's arithmetic (power.documents.arithmetic):
 
 - the token embedding stays in its GGUF rows (a lookup dequantises the rows it needs);
-- quantised on the CPU: every matrix as int8 rows with a float32 scale per row
-  (`power.runtime.linear.Int8Linear`), the LM head too (a tied one is a second
-  holding beside the embedding's rows); on a GPU, every matrix of a type the
-  Triton product reads as its GGUF rows;
+- quantised on the CPU: every matrix as its GGUF blocks in the kernels' tile
+  layout (`power.kernels.cpu.QuantMatrix`: the file's bytes, output rows padded
+  to whole tiles of 16), the LM head too (a tied one is a second holding beside
+  the embedding's rows); on a GPU, every matrix of a type the Triton product
+  reads as its GGUF rows;
 - float32: every matrix dequantised, 4 B a weight;
 - vectors (norms, biases) and a depthwise convolution's taps in float32.
 
@@ -46,6 +47,7 @@ from power.orchestrator.sizing.model import (
     SlotFacts,
     block_index,
     largest,
+    pad,
     trunk_layers,
     whole,
 )
@@ -54,6 +56,7 @@ FLOAT32 = 4
 EMBEDDING = "token_embd.weight"
 OUTPUT = "output.weight"
 FLOAT32_SUFFIXES = ("ssm_conv1d.weight",)  # 2-D, but a depthwise convolution's taps: held in float32
+TILE = 16  # output rows per tile of the CPU kernels' layout (power/kernels/cpu/layout.py TILE)
 # The types the GPU's batch-invariant product reads in place (power/kernels/dequant.py TRITON_TYPES).
 BLOCK_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -126,7 +129,7 @@ def _target_weights(tensors: list[TensorInfo], arithmetic: str, device_kind: str
     if arithmetic != QUANTISED:
         how = "f32"
     else:
-        how = "int8 rows + an f32 scale per row" if device_kind == "cpu" else "their GGUF rows"
+        how = "their GGUF blocks in 16-row tiles" if device_kind == "cpu" else "their GGUF rows"
     return Component("target weights", held, f"{len(tensors)} tensors in the {arithmetic} arithmetic: the embedding "
                      f"as its GGUF rows, matrices and the LM head as {how}, vectors in f32")
 
@@ -145,7 +148,7 @@ def _matrix_bytes(tensor: TensorInfo, arithmetic: str, device_kind: str) -> int:
     if arithmetic != QUANTISED:
         return in_features * out_features * FLOAT32
     if device_kind == "cpu":
-        return out_features * in_features + out_features * FLOAT32
+        return pad(out_features, TILE) * (tensor.nbytes // out_features)
     return tensor.nbytes if tensor.type_name in BLOCK_TYPES else in_features * out_features * FLOAT32
 
 

@@ -35,13 +35,12 @@ import torch
 
 from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
-from power.kernels.qmatmul import SUPPORTED as BLOCK_TYPES
 from power.runtime.embedding import TokenEmbedding
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
 from power.runtime.layers import rms_norm, softcap
-from power.runtime.linear import BlockLinear, Float32Linear, Linear, Stacked, pack, pack_head
+from power.runtime.linear import Float32Linear, Linear, Stacked, quantised
 from power.runtime.trunks.batch import RowBatch, Segment
 from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
@@ -126,10 +125,10 @@ class ArchHeader:
 
 
 class Weights:
-    """Reads a trunk's tensors from its GGUF: matrices packed in the trunk's arithmetic (`power.runtime.linear`),
-    the token embedding as its GGUF rows (`power.runtime.embedding`), vectors in float32.
+    """Reads a trunk's tensors from its GGUF: matrices in the trunk's arithmetic (`power.runtime.linear`), the token
+    embedding as its GGUF rows (`power.runtime.embedding`), vectors in float32.
 
-    `rows` is the forward shape the matrices are laid out for (the verification capacity). `held` records what
+    `rows` is the forward shape float32 matrices are laid out for (the verification capacity). `held` records what
     each tensor costs in memory once loaded (`nbytes`: the sizing of Power's runtime counts the same).
     """
 
@@ -143,23 +142,20 @@ class Weights:
         return self.fused((name, shape))
 
     def fused(self, *matrices: tuple[str, Sequence[int]]) -> Linear:
-        """One product for several matrices that read the same input: their outputs side by side, in order."""
-        names = " + ".join(name for name, _ in matrices)
-        linear: Linear
-        if self.arithmetic == QUANTISED and self.device != "cpu":
-            linear = Stacked([self._block(name, shape) for name, shape in matrices])
-        else:
-            linear = pack(torch.cat([self.gguf.tensor(name, shape, self.device) for name, shape in matrices]),
-                          self.arithmetic, self.rows)
-        return self._holding(names, linear)
+        """One callable for several matrices that read the same input: their outputs side by side, in order (one
+        float32 product; quantised, one product per matrix, each in its own GGUF type)."""
+        if self.arithmetic == QUANTISED:
+            parts = [self._quantised(name, shape) for name, shape in matrices]
+            return parts[0] if len(parts) == 1 else Stacked(parts)
+        weight = torch.cat([self.gguf.tensor(name, shape, self.device) for name, shape in matrices])
+        return self._holding(" + ".join(name for name, _ in matrices), Float32Linear(weight, self.rows))
 
     def lm_head(self, shape: Sequence[int]) -> Linear:
-        """`output.weight` [vocab, d], or the token embedding when the output is tied to it, packed as an LM head."""
+        """`output.weight` [vocab, d], or the token embedding when the output is tied to it."""
         name = "output.weight" if self.gguf.has("output.weight") else "token_embd.weight"
-        if self.arithmetic == QUANTISED and self.device != "cpu":
-            return self._holding(f"{name} (LM head)", self._block(name, shape))
-        return self._holding(f"{name} (LM head)", pack_head(self.gguf.tensor(name, shape, self.device),
-                                                           self.arithmetic, self.rows))
+        if self.arithmetic == QUANTISED:
+            return self._quantised(name, shape, f"{name} (LM head)")
+        return self._holding(f"{name} (LM head)", Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows))
 
     def embedding(self, shape: Sequence[int]) -> TokenEmbedding:
         embedding = TokenEmbedding(self.gguf, "token_embd.weight", shape, self.device)
@@ -185,15 +181,19 @@ class Weights:
         """The instruction paths the products take, in order of first use."""
         return "+".join(dict.fromkeys(linear.path for linear in self.linears))
 
-    def _block(self, name: str, shape: Sequence[int]) -> Linear:
-        """A matrix as its GGUF rows on the device (the batch-invariant Triton product); a type that kernel does not
-        read is dequantised to float32 (exact; such a trunk pads its forwards)."""
+    def _quantised(self, name: str, shape: Sequence[int], label: str | None = None) -> Linear:
+        """A matrix kept in its GGUF blocks. On a GPU, a type the Triton product does not read is dequantised to
+        float32 (exact; such a trunk pads its forwards); on the CPU every type the runtime reads has a kernel."""
         info = self.gguf.expect(name, shape)
-        if info.qtype not in BLOCK_TYPES:
-            return Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows)
         out_features, in_features = int(shape[0]), int(shape[1])
-        return BlockLinear(self.gguf.raw(name).to(self.device).view(out_features, -1), info.qtype,
-                           (out_features, in_features))
+        linear = quantised(self.gguf.raw(name), info.qtype, (out_features, in_features), self.device)
+        if linear is None and torch.device(self.device).type == "cpu":
+            raise ArtifactError(f"tensor {name!r} is {info.qtype}, which the CPU kernels do not multiply",
+                                code="PWR122", file=str(self.gguf.path),
+                                hint="plan with `arithmetic = \"float32\"` in the profile's [runtime], or requantise")
+        if linear is None:
+            linear = Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows)
+        return self._holding(label or name, linear)
 
     def _holding(self, name: str, linear: Linear) -> Linear:
         self.held[name] = linear.nbytes
