@@ -167,9 +167,12 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
             engines = sorted({_engine(rollout["candidates"][key]) for key in keys})
             outcome.findings.append(_missing(lock_path, stage["name"], pair, keys, shapes, engines))
             continue
+        measured_on: dict[str, Evidence] = {}
+        for measured in found:  # the first file given for each engine
+            measured_on.setdefault(measured.engine, measured)
         for engine in sorted({_engine(rollout["candidates"][key]) for key in keys}):
             serving = [key for key in keys if _engine(rollout["candidates"][key]) == engine]
-            item = next((e for e in found if e.engine == engine), None)
+            item = measured_on.get(engine)
             if item is None:
                 outcome.findings += [_other_engine(fleet_path, key, engine, found) for key in serving]
                 continue
