@@ -31,7 +31,14 @@ def planned(tmp_path: Path) -> tuple[Path, Path]:
     model.symlink_to(Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf")
     key_file = tmp_path / "api-key"
     key_file.write_text(KEY + "\n")
-    return gemma_plan(tmp_path, model), key_file
+    return tmp_path, key_file
+
+
+def engine_plan(planned: tuple[Path, Path], target: str) -> Path:
+    """The plan sized for the engine `target` runs (a render for another engine is refused)."""
+    directory, _ = planned
+    engine = "llama-server" if target.startswith("llama-server") else "power"
+    return gemma_plan(directory, directory / "gemma.gguf", engine)
 
 
 @pytest.mark.parametrize("target, expected", [
@@ -41,23 +48,23 @@ def planned(tmp_path: Path) -> tuple[Path, Path]:
     ("systemd", '"--api-key-file"'),
 ])
 def test_each_render_names_the_key_file_never_the_key(planned, target: str, expected: str) -> None:
-    plan, key_file = planned
-    result = render(plan, target, "--api-key-file", str(key_file))
+    _, key_file = planned
+    result = render(engine_plan(planned, target), target, "--api-key-file", str(key_file))
     assert result.exit_code == 0, result.output
     assert expected in result.stdout and str(key_file) in result.stdout and KEY not in result.stdout
 
 
 def test_the_kubernetes_and_env_targets_refuse_a_key_file(planned) -> None:
-    plan, key_file = planned
+    _, key_file = planned
     for target in ("env", "kubernetes"):
-        assert render(plan, target, "--api-key-file", str(key_file)).exit_code == 2
+        assert render(engine_plan(planned, target), target, "--api-key-file", str(key_file)).exit_code == 2
 
 
 def test_the_real_llama_server_from_the_render_admits_only_the_key(planned, tmp_path: Path) -> None:
-    plan, key_file = planned
+    _, key_file = planned
     port = free_port()
     script = tmp_path / "serve.sh"
-    rendered = render(plan, "llama-server", "--api-key-file", str(key_file), "--address", "127.0.0.1", "--port",
+    rendered = render(engine_plan(planned, "llama-server"), "llama-server", "--api-key-file", str(key_file), "--address", "127.0.0.1", "--port",
                       str(port), "-o", str(script))
     assert rendered.exit_code == 0, rendered.output
     log = tmp_path / "llama.log"

@@ -57,14 +57,14 @@ def overwrite_keeping_mtime(path: Path, offset: int, data: bytes) -> None:
     assert os.stat(path).st_mtime_ns == before.st_mtime_ns
 
 
-def gemma_plan(directory: Path, model: Path) -> Path:
+def gemma_plan(directory: Path, model: Path, engine: str = "power") -> Path:
     manifest = directory / "gemma.manifest.toml"
     manifest.write_text(f'schema = "power.manifest/v1"\nname = "gemma"\n[target]\npath = "{model.name}"\n'
                         f'sha256 = "{GEMMA_SHA256}"\n')
     profile = directory / "plain.profile.toml"
     profile.write_text('schema = "power.profile/v1"\nname = "plain"\nspec_mode = "none"\n[runtime]\nctx = 256\n')
-    plan = directory / "plan.json"
-    result = power("plan", manifest, profile, "--device", "4 GiB", "-o", plan)
+    plan = directory / f"{engine}.plan.json"
+    result = power("plan", manifest, profile, "--device", "4 GiB", "--engine", engine, "-o", plan)
     assert result.exit_code == 0, result.output
     return plan
 

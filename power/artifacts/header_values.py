@@ -23,7 +23,7 @@ from typing import Any
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader
 from power.findings import Finding, Severity
 
-__all__ = ["MAX_BLOCK_COUNT", "header_findings", "require_plausible_layers", "require_valid_header"]
+__all__ = ["MAX_BLOCK_COUNT", "NO_TENSORS", "NO_TENSORS_HINT", "header_findings", "require_plausible_layers", "require_valid_header"]
 
 # Layers are enumerated per block: a hostile block_count must not become a billion-row loop.
 MAX_BLOCK_COUNT = 4096
@@ -59,8 +59,15 @@ def require_plausible_layers(header: GGUFHeader) -> None:
     _raise_first(_Checks(header).plausible_layers())
 
 
+NO_TENSORS = "the file lists no tensors: it holds no model"
+NO_TENSORS_HINT = "point the manifest at the model's GGUF (a vocabulary-only file has no weights to run)"
+
+
 def require_valid_header(header: GGUFHeader) -> None:
-    """Raise ArtifactError for the first error `header_findings` reports (what the runtime calls before loading)."""
+    """Raise ArtifactError for the first error `header_findings` reports, or PWR124 for a file with no tensors
+    (what the runtime calls before loading)."""
+    if not header.tensors:
+        raise ArtifactError(NO_TENSORS, code="PWR124", file=str(header.path), hint=NO_TENSORS_HINT)
     _raise_first(header_findings(header))
 
 
@@ -71,7 +78,10 @@ def _raise_first(findings: list[Finding]) -> None:
 
 
 def header_findings(header: GGUFHeader) -> list[Finding]:
-    """A finding for every header value the runtime uses that is out of range, of the wrong type or inconsistent."""
+    """A finding for every header value the runtime uses that is out of range, of the wrong type or inconsistent.
+
+    A file with no tensors (a vocabulary-only GGUF) is inspectable; a plan or the runtime refuses it as a model
+    (NO_TENSORS)."""
     return _Checks(header).run()
 
 
@@ -221,9 +231,6 @@ class _Checks:
     def _attention_shapes(self) -> None:
         """A model has tensors, and the first block's K and V projections are as wide as the header's KV heads
         times its key and value lengths: a hand-edited length (2^32 - 1) would otherwise size a terabyte KV cache."""
-        if not self.header.tensors:
-            self.fail("PWR124", "general.architecture", "the file lists no tensors: it holds no model")
-            return
         shapes = {t.name: t.shape for t in self.header.tensors}
         for length_key, tensor in (("attention.key_length", "attn_k.weight"), ("attention.value_length", "attn_v.weight")):
             length = self.get(length_key)

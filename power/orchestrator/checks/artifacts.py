@@ -17,6 +17,7 @@ from typing import Protocol
 
 from power.artifacts.facts import ArtifactError, ArtifactFacts
 from power.artifacts.ggml_types import FILE_TYPES
+from power.artifacts.header_values import NO_TENSORS, NO_TENSORS_HINT
 from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
@@ -52,12 +53,19 @@ def check_artifact(manifest: Loaded, where: str, declared, source: ArtifactSourc
         return None, [_named_by(manifest, f"{where}.path", err.finding)]
     findings = [
         *facts.findings,
+        *_tensors(manifest, where, facts),
         *_size(manifest, where, declared.size, facts),
         *_digest(manifest, where, declared.sha256, digest),
         *_quant(manifest, where, declared.quant, facts),
         *_architecture(manifest, where, getattr(declared, "architecture", None), facts),
     ]
     return (None if findings else Checked(facts, digest)), findings
+
+
+def _tensors(manifest: Loaded, where: str, facts: ArtifactFacts) -> list[Finding]:
+    if facts.tensors:
+        return []
+    return [manifest.finding("PWR124", f"{where}.path: {NO_TENSORS}", where=f"{where}.path", hint=NO_TENSORS_HINT)]
 
 
 def _named_by(manifest: Loaded, where: str, finding: Finding) -> Finding:
