@@ -137,7 +137,7 @@ def test_the_prompt_ids_are_what_the_tokenizer_makes():
 @pytest.mark.parametrize("prompt,expected", [
     ("Paris is the capital of", " France"),
     ("1, 2, 3, 4, 5,", " 6, 7, 8,"),
-    ("Once upon a time", "there was a little girl"),
+    ("Once upon a time", ", there was a"),
 ])
 def test_greedy_continuations_are_coherent(prompt, expected, arithmetic):
     receipt = engine(arithmetic).generate(prompt, 10)

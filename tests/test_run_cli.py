@@ -168,4 +168,4 @@ def test_a_speculative_plan_runs_in_its_mode_and_emits_the_plain_greedy_stream(t
 
 def test_no_command_line_option_changes_the_arithmetic():
     result = run("--gguf", dense(), "--prompt", "Hello", "--max-tokens", "2", "--dtype", "float32")
-    assert result.exit_code == 2 and "No such option: --dtype" in result.output
+    assert result.exit_code == 2 and "No such option '--dtype'" in result.output
