@@ -11,6 +11,7 @@ is a few 1e-3) and every row's top-1 token is identical.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import gguf
@@ -20,6 +21,7 @@ from gguf.quants import dequantize
 from gguf_helpers import gemma
 
 from power.artifacts.gguf_reader import read_header
+from power.documents.arithmetic import ARITHMETICS, FLOAT32
 from power.runtime.engine import Engine, Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
@@ -97,8 +99,10 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 @functools.cache
-def engine() -> Engine:
-    return Engine(Workload.of_gguf(gemma(), ctx=600))
+def engine(arithmetic: str = FLOAT32) -> Engine:
+    """Gemma in `arithmetic` (the float32 reference unless named; a plan-less run is quantised)."""
+    workload = Workload.of_gguf(gemma(), ctx=600)
+    return Engine(dataclasses.replace(workload, runtime=workload.runtime.model_copy(update={"arithmetic": arithmetic})))
 
 
 def test_float32_trunk_logits_agree_with_the_float64_reference():
@@ -131,12 +135,13 @@ def test_the_prompt_ids_are_what_the_tokenizer_makes():
     assert engine().tokenizer.encode("Paris is the capital of") == PROMPT_IDS
 
 
+@pytest.mark.parametrize("arithmetic", ARITHMETICS)
 @pytest.mark.parametrize("prompt,expected", [
     ("Paris is the capital of", " France"),
     ("1, 2, 3, 4, 5,", " 6, 7, 8,"),
-    ("Once upon a time", "there was a little girl"),
+    ("Once upon a time", ", there was a"),
 ])
-def test_greedy_continuations_are_coherent(prompt, expected):
-    receipt = engine().generate(prompt, 10)
+def test_greedy_continuations_are_coherent(prompt, expected, arithmetic):
+    receipt = engine(arithmetic).generate(prompt, 10)
     assert expected in receipt.text
     assert receipt.stop_reason == "length" and len(receipt.token_ids) == 10

@@ -232,7 +232,7 @@ def test_a_stop_string_ends_a_speculative_and_a_plain_run_on_the_same_tokens() -
     prompt, max_tokens = build_shape("echo", 24).prompt, 64
     # No governor: the search below runs many requests, and a parked speculator would never run past a stop.
     ngram, plain = (Engine(Workload.of_plan(load_plan(fixture_plan(p)), fixture_plan(p)), EngineOptions(governor=False, threads=1))
-                    for p in ("ngram", "none"))
+                    for p in ("ngram-float32", "none-float32"))
     stop = overshooting_stop(ngram, prompt, max_tokens)
     speculative, control = (e.generate(prompt, max_tokens, stop=[stop]) for e in (ngram, plain))
     assert speculative.stop_reason == control.stop_reason == "stop"

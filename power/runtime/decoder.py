@@ -1,9 +1,10 @@
 """The decode loop: up to `slots` requests at once, rounds of the exactness transaction sharing one forward.
 
 Plain (autoregressive) decoding is this loop with no speculator: every round is
-a zero-proposal round through the same transaction, the same fixed-shape target
-forward and the same sampler. That is what makes a greedy speculative stream
-bit-identical to the plain one.
+a zero-proposal round through the same transaction, the same target forward
+(whose rows are the same bits at any row count, docs/runtime.md) and the same
+sampler. That is what makes a greedy speculative stream bit-identical to the
+plain one.
 
 The trunk holds `slots` sequences, each with its own cache region and recurrent
 state (`power.runtime.trunks.batch`). A request takes a free slot and gets its
@@ -18,7 +19,7 @@ its requests. One `step` of the loop runs:
    prompt being prefilled that fits (a piece never crosses a chunk boundary of
    its own sequence);
 3. one decode round: every decoding request's open round - its anchor row and
-   its proposals - verified in one forward of `verify_capacity` rows, then each
+   its proposals - verified in one forward of at most `verify_capacity` rows, then each
    request samples, commits and emits on its own rows.
 
 How a round's rows are shared: every decoding request gets its anchor row, in

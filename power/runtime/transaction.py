@@ -7,7 +7,7 @@ next round computes. Each round runs seven steps (docs/reference.md):
 1. CHECKPOINT  target, drafter and decoder state (the sampler is counter-based:
                its state is the emitted position, so it needs no copy);
 2. PROPOSE     ask the speculator for at most the scheduled number of tokens;
-3. VERIFY      forward anchor + proposals in ONE target pass at the fixed shape;
+3. VERIFY      forward anchor + proposals in ONE target pass;
 4. SAMPLE      draw target rows only through the first mismatch;
 5. COMMIT      keep the accepted prefix and discard every rejected state row:
                rewind the KV, restore recurrent state from the per-row snapshot,
@@ -22,7 +22,7 @@ The autoregressive path is the same round with zero proposals.
 
 Steps 1-2 (`open_round`) and 4-7 (`close_round`) are the sequence's own; step 3's
 forward may be shared: the decoder verifies the open rounds of several
-sequences in one fixed-shape forward (`power.runtime.trunks.batch`), in which
+sequences in one forward (`power.runtime.trunks.batch`), in which
 each sequence's rows are computed exactly as in a forward of their own. A
 failure inside one sequence's steps restores that sequence alone; a failed
 shared forward restores every sequence that was in it (`abort_round`).

@@ -1,10 +1,11 @@
 """The trunk contract: what the speculative loop needs from a target model, and nothing about drafting.
 
-Fixed shape: every forward runs at `verify_capacity` rows (padding the real rows)
-into a fixed-capacity cache read under a mask, so a row's arithmetic never depends
-on how many real rows ran beside it. Plain decode is a 1-real-row forward at the
-same shape; this is what makes greedy speculative output bit-identical to
-autoregressive output.
+A row's arithmetic never depends on how many rows ran beside it: in the quantised
+arithmetic every op is row-count invariant and a forward runs on its real rows; in
+the float32 reference every forward is padded to `verify_capacity` rows. Either
+way plain decode (one row) and a verify (K+1 rows) compute a row alike, into a
+fixed-capacity cache read under a mask; this is what makes greedy speculative
+output bit-identical to autoregressive output.
 
 Rollback: attention layers rewind by length (rows past it are masked and later
 overwritten). Recurrent layers keep per-row state snapshots for the *last*
@@ -62,10 +63,10 @@ class Trunk(Protocol):
         """Number of positions committed in the cache (the next token's position)."""
 
     def forward(self, tokens: Sequence[int], taps: Sequence[int] = ()) -> ForwardOut:
-        """Append `tokens` (1..verify_capacity of them) at [position, position + n), at the fixed shape."""
+        """Append `tokens` (1..verify_capacity of them) at [position, position + n)."""
 
     def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = False) -> ForwardOut:
-        """Append a prompt of any length (in fixed-shape chunks); taps for every prompt row, logits for the
+        """Append a prompt of any length (in position-aligned chunks); taps for every prompt row, logits for the
         last row only unless `all_logits` (the LM head is the dearest part of a row; values are the same)."""
 
     def chunk_room(self) -> int:
