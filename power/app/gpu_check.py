@@ -42,7 +42,7 @@ from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import NGramWindow, SpeculatorRequest
+from power.runtime.speculators.base import Decline, NGramWindow, SpeculatorRequest
 from power.runtime.trunks import load_trunk
 from power.runtime.trunks.base import Part
 
@@ -60,7 +60,7 @@ class Shapes:
     def __init__(self, interpret: bool) -> None:
         self.out_features = 37 if interpret else 2048
         self.blocks_per_row = 1 if interpret else 8
-        self.tokens = 6 if interpret else 64
+        self.tokens = 16 if interpret else 64
         self.bench_repeats = 1 if interpret else 20
         self.n_ctx = 128 if interpret else 512
 
@@ -178,8 +178,11 @@ def _decode(target: Path, device: str, shapes: Shapes, speculate: bool):
 def _decoder(trunk, target: Path, speculate: bool) -> Decoder:
     drafter = None
     if speculate:
-        request = SpeculatorRequest(trunk=trunk, target=GGUFFile(target), ngram=NGramWindow(3, 1, PLAN_K))
-        drafter = registry.build("ngram", request)
+        request = SpeculatorRequest(trunk=trunk, target=GGUFFile(target), ngram=NGramWindow(2, 1, PLAN_K))
+        built = registry.build("ngram", request)
+        if isinstance(built, Decline):
+            raise RuntimeError(f"the n-gram speculator declined: {built}")
+        drafter = built
     return Decoder(trunk, Sampler(SamplingParams()), drafter, SchedulerConfig(k=PLAN_K, s=PLAN_K))
 
 
