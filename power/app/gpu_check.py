@@ -88,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "speculation_gemma": _needs(gemma, lambda g: speculation_check(g, device, shapes)),
         "batching_fixture": _run(lambda: batching_check(fixture, device, shapes)),
     }
+    report["real_rows_probe"] = _needs(gemma, lambda g: real_rows_probe(g, device, shapes))
     report["bench"] = _needs(gemma, lambda g: decode_bench(g, device, shapes))
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["passed"] = all(check.get("passed") for check in (*report["checks"].values(), report["bench"]))
@@ -201,6 +202,25 @@ def batching_check(target: Path, device: str, shapes: Shapes) -> dict[str, Any]:
     together = paired.forward_parts([Part(0, first), Part(1, second)])[0].logits
     return {"passed": bool(torch.equal(solo, together)), "rows": [len(first), len(second)],
             "real_rows": alone.real_rows}
+
+
+def real_rows_probe(target: Path, device: str, shapes: Shapes) -> dict[str, Any]:
+    """Would a forward on its real rows be exact here? A measurement for the next session, not a check: the trunk
+    runs one row unpadded, then the same row first of K+1 unpadded rows, and reports whether the logits agree to the
+    bit. A GPU trunk keeps its fixed shapes (`real_rows` False) until this holds on every target and row count."""
+    trunk = load_trunk(target, n_ctx=shapes.n_ctx, verify_capacity=PLAN_K + 1, device=device)
+    ruled = trunk.real_rows
+    trunk.real_rows = True
+    prompt = _echo(trunk)[:16]
+    trunk.prefill(prompt)
+    step = prompt[:PLAN_K + 1]
+    by_rows = {}
+    for rows in range(1, PLAN_K + 2):
+        by_rows[rows] = trunk.forward(step[:rows]).logits[:1]
+        trunk.rewind(len(prompt))
+    same = {rows: bool(torch.equal(logits, by_rows[1])) for rows, logits in by_rows.items()}
+    return {"passed": True, "target": target.name, "real_rows_as_ruled": ruled,
+            "first_row_same_bits_at_row_counts": same, "invariant": all(same.values())}
 
 
 def decode_bench(target: Path, device: str, shapes: Shapes) -> dict[str, Any]:
