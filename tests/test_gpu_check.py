@@ -35,7 +35,7 @@ def test_the_checks_pass_under_the_interpreter_and_every_figure_lands_in_one_jso
     report = json.loads(out.read_text())
     assert report["interpreted"] is True and report["passed"] is True
     types = report["checks"]["qmatmul"]["types"]
-    assert sorted(types) == ["Q4_0", "Q4_K", "Q5_0", "Q5_K", "Q6_K", "Q8_0"]
+    assert sorted(types) == ["F16", "Q4_0", "Q4_K", "Q5_0", "Q5_K", "Q6_K", "Q8_0"]
     assert all(t["row_count_invariant"] and t["exact_inputs_equal"] and t["within_fp32_bound"] for t in types.values())
     assert report["checks"]["speculation_fixture"]["proposed"] > 0
     assert report["real_rows_probe"]["invariant"] is True  # the CPU trunk runs real rows (docs/runtime.md)

@@ -2,7 +2,7 @@
 
 On a CUDA machine it runs, in one process and in this order:
 
-- **qmatmul**: the Triton kernel on every GGUF type the runtime keeps packed, row-count invariant at every row count
+- **qmatmul**: the Triton kernel on every GGUF type the runtime keeps packed on a GPU, row-count invariant at every row count
   1..16 (each prefix of a 16-row call and each row alone give the bits of the 16-row call), within the fp32 error
   bound of the exact product, and bit-equal to the torch reference on exactly representable inputs;
 - **speculation**: greedy n-gram speculation emits the plain greedy tokens, on a fixture target and on Gemma;
@@ -35,8 +35,8 @@ from power.artifacts import factory
 from power.artifacts.atomic import write_text_atomic
 from power.kernels import dispatch
 from power.kernels.blocks import random_blocks
-from power.kernels.dequant import BLOCK_LAYOUT, TRITON_TYPES, dequantize_reference
-from power.kernels.qmatmul import qmatmul_reference
+from power.kernels.dequant import dequantize_reference
+from power.kernels.qmatmul import SUPPORTED, qmatmul_reference, step_size
 from power.runtime.decoder import Decoder
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams
@@ -135,14 +135,13 @@ def _needs(path: Path | None, check: Callable[[Path], dict[str, Any]]) -> dict[s
 
 def qmatmul_checks(device: str, shapes: Shapes) -> dict[str, Any]:
     """Per GGUF type: row-count invariance at 1..16 rows, the fp32 bound, and bits on exactly representable inputs."""
-    results = {qtype: _qmatmul_check(qtype, device, shapes) for qtype in sorted(TRITON_TYPES)}
+    results = {qtype: _qmatmul_check(qtype, device, shapes) for qtype in sorted(SUPPORTED)}
     return {"passed": all(r["row_count_invariant"] and r["within_fp32_bound"] and r["exact_inputs_equal"]
                           for r in results.values()), "row_counts": [ROW_COUNTS[0], ROW_COUNTS[-1]], "types": results}
 
 
 def _qmatmul_check(qtype: str, device: str, shapes: Shapes) -> dict[str, Any]:
-    per_block, _ = BLOCK_LAYOUT[qtype]
-    inner, n_out = per_block * shapes.blocks_per_row, shapes.out_features
+    inner, n_out = step_size(qtype) * shapes.blocks_per_row, shapes.out_features
     weight = random_blocks(qtype, n_out, inner, seed=11).to(device)
     x = torch.randn(ROW_COUNTS[-1], inner, generator=torch.Generator().manual_seed(5)).to(device)
     full = dispatch.qmatmul(x, weight, qtype)
