@@ -65,6 +65,7 @@ def specs():
         yield (f"dequantize {qtype}", dequant._dequant_kernel, {"raw_ptr": "*u8", "out_ptr": "*fp32", "n_blocks": "i64"},
                {"PER_BLOCK": per_block, "QTYPE": code, "BLOCKS": dequant._TRITON_WEIGHTS // per_block},
                {"enable_fp_fusion": False})
+    for qtype, (code, per_block) in qmatmul.CODES.items():
         yield (f"qmatmul {qtype}", qmatmul._qmatmul_kernel,
                {"x_ptr": "*fp32", "w_ptr": "*u8", "y_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "row_bytes": "i32"},
                {"PER_BLOCK": per_block, "QTYPE": code, "BLOCK_M": qmatmul.BLOCK_M, "BLOCK_N": qmatmul.BLOCK_N,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 import pytest
-import torch
 
-from power.kernels.dequant import BLOCK_LAYOUT
+from power.kernels.blocks import random_blocks
+
+__all__ = ["ints", "on_both_paths", "random_blocks"]
 
 
 def on_both_paths(monkeypatch: pytest.MonkeyPatch, call: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
@@ -29,23 +29,3 @@ def on_both_paths(monkeypatch: pytest.MonkeyPatch, call: Callable[..., Any], *ar
 def ints(pair: tuple[Any, ...]) -> list[int]:
     """0-d tensors -> Python ints, for comparing (accepted, next token) results."""
     return [int(value) for value in pair]
-
-
-# Byte offsets of each block's float16 scale fields (d, and dmin for Q4_K/Q5_K).
-SCALE_FIELDS = {"Q4_0": (0,), "Q5_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-
-
-def random_blocks(qtype: str, rows: int, cols: int, seed: int, scale: float | None = None) -> torch.Tensor:
-    """GGUF rows [rows, row_bytes] of random quants with finite float16 scales.
-
-    Every quant/scale bit pattern is random; the float16 scale fields are random
-    normals * 0.01, or exactly `scale` when given (a power of two keeps products exact).
-    """
-    per_block, block_bytes = BLOCK_LAYOUT[qtype]
-    n_blocks = rows * cols // per_block
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
-    for offset in SCALE_FIELDS[qtype]:
-        values = np.full(n_blocks, scale) if scale is not None else rng.standard_normal(n_blocks) * 0.01
-        raw[:, offset:offset + 2] = values.astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
-    return torch.from_numpy(raw.reshape(rows, -1))

@@ -25,4 +25,5 @@ def test_every_kernel_compiles_for_sm90_without_spills_and_dequantisers_do_not_f
     labels = {r["kernel"] for r in results}
     for qtype in ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"):
         assert {f"dequantize {qtype}", f"qmatmul {qtype}"} <= labels
+    assert "qmatmul F16" in labels
     assert {"partial_argmax fp32", "greedy_verify accept", "rejection draw fp64", "fr_argmax bf16"} <= labels

@@ -9,7 +9,8 @@ import torch
 from kernel_helpers import on_both_paths, random_blocks
 
 from power.kernels import dispatch
-from power.kernels.dequant import BLOCK_LAYOUT, TRITON_TYPES, dequantize_reference
+from power.kernels.dequant import dequantize_reference
+from power.kernels.qmatmul import SUPPORTED, step_size
 from power.runtime.gguf_weights import GGUFFile
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
@@ -19,9 +20,9 @@ N_OUT = 37  # odd, and not a multiple of the column tile
 
 
 def inner_size(qtype: str) -> int:
-    """An odd number of quant blocks per row: 3 x 32 for the 32-weight types, 1 x 256 for K-quants."""
-    per_block, _ = BLOCK_LAYOUT[qtype]
-    return per_block * (3 if per_block == 32 else 1)
+    """An odd number of the product's steps per row: 3 x 32 for the 32-weight types and F16, 1 x 256 for K-quants."""
+    step = step_size(qtype)
+    return step * (3 if step == 32 else 1)
 
 
 def fp32_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -31,7 +32,7 @@ def fp32_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return k * u / (1 - k * u) * (x.double().abs() @ w.double().abs().T)
 
 
-@pytest.mark.parametrize("qtype", sorted(TRITON_TYPES))
+@pytest.mark.parametrize("qtype", sorted(SUPPORTED))
 def test_a_rows_result_is_independent_of_the_rows_beside_it(monkeypatch, qtype):
     inner = inner_size(qtype)
     weight = random_blocks(qtype, N_OUT, inner, seed=11)
@@ -44,7 +45,7 @@ def test_a_rows_result_is_independent_of_the_rows_beside_it(monkeypatch, qtype):
         assert torch.equal(dispatch.qmatmul(x[9:10].contiguous(), weight, qtype), full[9:10]), path
 
 
-@pytest.mark.parametrize("qtype", sorted(TRITON_TYPES))
+@pytest.mark.parametrize("qtype", sorted(SUPPORTED))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_both_paths_stay_within_the_fp32_bound_of_the_exact_product(monkeypatch, qtype, dtype):
     inner = inner_size(qtype)
@@ -57,7 +58,7 @@ def test_both_paths_stay_within_the_fp32_bound_of_the_exact_product(monkeypatch,
         assert bool(((y.double() - exact).abs() <= fp32_bound(x, w)).all())
 
 
-@pytest.mark.parametrize("qtype", sorted(TRITON_TYPES))
+@pytest.mark.parametrize("qtype", sorted(SUPPORTED))
 def test_exactly_representable_products_agree_to_the_bit(monkeypatch, qtype):
     """Scales of 2^-8 and x in {-1, 0, 1}: every partial sum is exact, so any order gives the same bits."""
     inner = inner_size(qtype)

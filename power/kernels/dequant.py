@@ -265,8 +265,10 @@ def dequant_values(base, block_index, e, mask, QTYPE: tl.constexpr):
         return _q4_k(base + block_index * 144, e, mask)
     elif QTYPE == 4:
         return _q5_k(base + block_index * 176, e, mask)
-    else:
+    elif QTYPE == 5:
         return _q6_k(base + block_index * 210, e, mask)
+    else:  # F16 (qmatmul only), read in steps of 32 weights: 64 bytes
+        return _f16_at(base + block_index * 64 + e * 2, mask)
 
 
 @triton.jit

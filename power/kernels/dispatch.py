@@ -186,8 +186,9 @@ def qmatmul(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.Tensor:
     _nonempty("qmatmul", "x", rows, "row")
     _nonempty("qmatmul", "weight", weight.shape[0], "row")
     per_block, block_bytes = dequant.BLOCK_LAYOUT[qtype]
-    if inner % per_block:
-        raise ValueError(f"qmatmul: `x` has {inner} columns, not a multiple of {qtype}'s block of {per_block}")
+    step = qm.step_size(qtype)  # a quant block, or the 32 weights the product reads F16 in
+    if inner % step:
+        raise ValueError(f"qmatmul: `x` has {inner} columns, not a multiple of {qtype}'s block of {step}")
     row_bytes = inner // per_block * block_bytes
     if weight.shape[1] != row_bytes:
         raise ValueError(

@@ -7,7 +7,9 @@ order whatever M - no split-K and no dispatch on M. The Triton kernel
 dequantises W tile by tile in registers (weights stay packed in memory) and
 accumulates BLOCK_K-wide slices in a fixed order; the reference dequantises W
 and multiplies fixed 16-row tiles (x padded with zero rows), since the same
-matmul shape performs the same arithmetic on each row.
+matmul shape performs the same arithmetic on each row. F16 matrices are read
+the same way, 32 weights a step, so no matrix the runtime keeps on a GPU needs a
+float32 copy unless its rows are not a multiple of 32 weights.
 """
 
 from __future__ import annotations
@@ -18,8 +20,17 @@ import triton.language as tl
 
 from power.kernels.dequant import BLOCK_LAYOUT, TRITON_TYPES, dequant_values, dequantize_reference
 
-SUPPORTED = tuple(TRITON_TYPES)
 BLOCK_M, BLOCK_N, BLOCK_K = 16, 32, 32  # the largest tile that compiles without register spills on sm_90
+# GGML type -> (the kernel's type code, weights per step of its reduction): a quant block, or for F16 (no blocks) one
+# BLOCK_K-wide slice, so F16 matrices stay 2 bytes a weight on a GPU too.
+CODES: dict[str, tuple[int, int]] = {qtype: (code, BLOCK_LAYOUT[qtype][0]) for qtype, code in TRITON_TYPES.items()}
+CODES["F16"] = (6, BLOCK_K)
+SUPPORTED = tuple(CODES)
+
+
+def step_size(qtype: str) -> int:
+    """How many weights a row's length must be a multiple of for the kernel to read `qtype`."""
+    return CODES[qtype][1]
 
 
 def qmatmul_reference(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.Tensor:
@@ -58,7 +69,7 @@ def qmatmul_triton(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.T
     n_out, row_bytes = weight.shape
     y = torch.empty(rows, n_out, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(rows, BLOCK_M), triton.cdiv(n_out, BLOCK_N))
-    _qmatmul_kernel[grid](x, weight, y, rows, n_out, inner, row_bytes, PER_BLOCK=BLOCK_LAYOUT[qtype][0],
-                          QTYPE=TRITON_TYPES[qtype], BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+    code, per_block = CODES[qtype]
+    _qmatmul_kernel[grid](x, weight, y, rows, n_out, inner, row_bytes, PER_BLOCK=per_block, QTYPE=code, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                           enable_fp_fusion=False)
     return y

@@ -292,6 +292,8 @@ class Engine:
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
+                     # the plan's cuda_graphs, and what ran: Power's runtime captures no CUDA graph yet (docs/runtime.md)
+                     "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": False,
                      # older readers' names for the weights' arithmetic (receipt fields are never removed)
                      "dtype": arithmetic, "lm_head_dtype": arithmetic, "threads": torch.get_num_threads(), "n_ctx": runtime.ctx, "slots": self.slots,
                      "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,

@@ -36,6 +36,7 @@ from power.kernels import dispatch
 from power.kernels.cpu import QuantMatrix
 from power.kernels.cpu.layout import KINDS as CPU_KINDS
 from power.kernels.qmatmul import SUPPORTED as BLOCK_TYPES
+from power.kernels.qmatmul import step_size
 
 CPU_TYPES = tuple(CPU_KINDS)  # the GGML types the CPU kernels multiply in place
 
@@ -126,7 +127,7 @@ def quantised(raw: torch.Tensor, qtype: str, shape: tuple[int, int], device: str
     product there reads."""
     if torch.device(device).type == "cpu":
         return QuantLinear(QuantMatrix(qtype, raw, shape)) if qtype in CPU_TYPES else None
-    if qtype not in BLOCK_TYPES:
+    if qtype not in BLOCK_TYPES or shape[1] % step_size(qtype):
         return None
     return BlockLinear(raw.to(device).view(shape[0], -1), qtype, shape)
 

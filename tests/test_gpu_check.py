@@ -1,0 +1,44 @@
+"""scripts/gpu-check: refuses without a CUDA device, and its checks and JSON writer run under Triton's interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = os.environ | {"CUDA_VISIBLE_DEVICES": ""} | (env or {})
+    return subprocess.run([*args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_without_a_cuda_device_it_refuses_with_exit_2_and_writes_nothing(tmp_path):
+    out = tmp_path / "gpu-check.json"
+    result = run(str(ROOT / "scripts" / "gpu-check"), "--out", str(out))
+    assert result.returncode == 2
+    assert "no CUDA device" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow  # the whole check under the interpreter: about a minute on 2 cores
+def test_the_checks_pass_under_the_interpreter_and_every_figure_lands_in_one_json(tmp_path):
+    out = tmp_path / "figures" / "gpu-check.json"
+    result = run(sys.executable, "-m", "power.app.gpu_check", "--interpret", "--out", str(out), "--work", str(tmp_path),
+                 env={"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["interpreted"] is True and report["passed"] is True
+    types = report["checks"]["qmatmul"]["types"]
+    assert sorted(types) == ["F16", "Q4_0", "Q4_K", "Q5_0", "Q5_K", "Q6_K", "Q8_0"]
+    assert all(t["row_count_invariant"] and t["exact_inputs_equal"] and t["within_fp32_bound"] for t in types.values())
+    assert report["checks"]["speculation_fixture"]["proposed"] > 0
+    assert report["real_rows_probe"]["invariant"] is True  # the CPU trunk runs real rows (docs/runtime.md)
+    bench = report["bench"]
+    assert bench["forward_1_rows_tok_s"] > 0 and bench["forward_8_rows_tok_s"] > 0 and bench["cuda_graphs"] is False
+
