@@ -23,6 +23,8 @@ from power.artifacts.digests import sha256_file
 from power.artifacts.factory import Tensor, write_gguf
 from power.runtime.gguf_weights import GGUFFile
 
+DEFAULT_CTX = 4096  # the bundled profiles' context
+
 
 @dataclass(frozen=True)
 class Recommendation:
@@ -31,10 +33,7 @@ class Recommendation:
     k: int
     s: int
     fr: int | None
-    ctx: int = 4096
-
-
-DEFAULT_CTX = 4096  # the bundled profiles' context
+    ctx: int = DEFAULT_CTX
 
 
 def write_drafter(path: Path, kind: str, hp: DrafterHparams, tensors: dict[str, torch.Tensor], target: Path,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from power.app.cli import EXIT_FINDINGS, print_findings
+from power.app.cli import EXIT_FINDINGS, EXIT_USAGE, print_findings
 from power.findings import has_errors
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
@@ -64,7 +64,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     loaded = load_manifest(manifest)
     if not loaded.ok:
         print_findings(loaded.findings, as_json=False)
-        raise SystemExit(EXIT_FINDINGS if has_errors(loaded.findings) else 2)
+        raise SystemExit(EXIT_FINDINGS if has_errors(loaded.findings) else EXIT_USAGE)
     import torch
 
     from power.drafters.distill import DistillRequest
