@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import torch
 
 from power.app.bench import machine
+from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.drafters.generate import load_prompts
 from power.orchestrator.loading import load_manifest
 from power.orchestrator.worth_it import acceptance_of, assess
@@ -118,8 +119,8 @@ def main() -> None:
     parser.add_argument("--per-shape", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--lm-head-dtype", default="int8")
+    parser.add_argument("--arithmetic", choices=ARITHMETICS, default=QUANTISED,
+                        help="the target's arithmetic (a plan's default: quantised)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -141,8 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     greedy = Sampler(SamplingParams())
 
     def trunk(capacity: int):
-        return load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, dtype=args.dtype,
-                          lm_head_dtype=args.lm_head_dtype)
+        return load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, arithmetic=args.arithmetic)
 
     def learned(k: int, s: int) -> Config:
         t = trunk(k + 1)
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           ngram, 7))
     prompts = load_prompts(which="heldout")
     report: dict[str, Any] = {"drafter": distilled, "machine": machine(), "threads": args.threads,
-                              "dtype": args.dtype, "lm_head_dtype": args.lm_head_dtype, "tokens": args.tokens,
+                              "arithmetic": args.arithmetic, "tokens": args.tokens,
                               "shapes": {}}
     for shape in SHAPES:
         chosen = [p for p in prompts if p.shape == shape][: args.per_shape]
