@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     def learned(k: int, s: int) -> Config:
         t = trunk(k + 1)
-        recorder = Recorder(registry.create(distilled["kind"], SpeculatorRequest(t, target, drafter_path, fr)))
+        recorder = Recorder(registry.create(distilled["kind"], SpeculatorRequest(t, gguf, GGUFFile(drafter_path), fr)))
         return Config(f"{distilled['kind']} K{k}/S{s}", Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=s),
                                                            GovernorConfig()), recorder, k)
 

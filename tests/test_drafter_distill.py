@@ -41,7 +41,7 @@ def test_the_trained_block_rows_are_the_runtime_drafters_rows(tmp_path, kind):
     net = BlockDrafterNet(kind, hp, target.tensor("token_embd.weight"), target.tensor("output.weight"), 64, seed=3)
     path = write_drafter(tmp_path / "d.gguf", kind, hp, net.tensors(), dense(), "test")
     trunk = load_trunk(dense(), n_ctx=64, verify_capacity=hp.block_size)
-    drafter = registry.create(kind, SpeculatorRequest(trunk, dense(), path))
+    drafter = registry.create(kind, SpeculatorRequest(trunk, target, GGUFFile(path)))
     tokens = [5, 77, 300, 12, 9, 140, 201, 33, 60, 2]
     out = trunk.prefill(tokens[:-1], drafter.taps)
     drafter.commit(tokens[:-1], out.hidden, 0)

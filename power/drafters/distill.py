@@ -1,6 +1,6 @@
 """`power drafter distill`, end to end: generate the target's rows, train a drafter on them, write it out.
 
-DIR/work/ keeps what a later run resumes from: the generated rows (data.pt, keyed
+DIR/resume/ keeps what a later run resumes from: the generated rows (data.pt, keyed
 by what produced them) and the training checkpoint (checkpoint.pt). The budget
 covers the whole run: generation takes at most `generate_share` of it, training
 the rest, and the best checkpoint so far is what gets exported.
@@ -98,7 +98,7 @@ def distill(request: DistillRequest) -> Distilled:
     torch.manual_seed(request.seed)
     target = GGUFFile(request.target)
     hp = drafter_shape(request, target)
-    work = request.out / "work"
+    work = request.out / "resume"
     examples, data_s = _data(request, target, hp, work, started + request.budget_s * request.generate_share)
     held = examples[::HELD_BACK_EVERY]
     train = [e for i, e in enumerate(examples) if i % HELD_BACK_EVERY]
@@ -125,7 +125,7 @@ def _head(target: GGUFFile, fr: int) -> torch.Tensor:
 
 def _data(request: DistillRequest, target: GGUFFile, hp: DrafterHparams, work: Path,
           deadline: float) -> tuple[list[Example], float]:
-    """The rows to train on: from DIR/work/data.pt when the same request made them, else generated now."""
+    """The rows to train on: from DIR/resume/data.pt when the same request made them, else generated now."""
     key = _data_key(request, hp)
     cached = work / "data.pt"
     if cached.exists():

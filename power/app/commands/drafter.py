@@ -48,7 +48,7 @@ def drafter() -> None:
               help="The most training steps (the budget usually ends training first).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (work/ keeps the resumable state).")
+              help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (resume/ keeps the resumable state).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,
             corpus: Path | None, max_prompts: int | None, max_new_tokens: int, slots: int, steps: int,
@@ -56,7 +56,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     """Distil a drafter from the target's own greedy text (and an optional corpus) on this machine.
 
     A rerun with the same DIR resumes: the generated rows and the training
-    checkpoint are kept in DIR/work/. Exit codes: 0 ok, 1 the manifest has
+    checkpoint are kept in DIR/resume/. Exit codes: 0 ok, 1 the manifest has
     errors, 2 usage error.
     """
     from power.orchestrator.loading import load_manifest
