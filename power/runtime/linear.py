@@ -117,28 +117,68 @@ class Int8Linear(Linear):
                                     hint="use dtype bfloat16 (or float32) there instead")
         self.shape = _matrix_shape(weight)
         self._scale = (weight.abs().amax(dim=1) / INT8_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [out]
-        quantised = torch.round(weight / self._scale[:, None]).to(torch.int8)  # [out, in]
+        self._quantised = torch.round(weight / self._scale[:, None]).to(torch.int8)  # [out, in]
         self._levels = levels
-        self._weight = torch.ops.onednn.qlinear_prepack(quantised, [levels * rows, self.shape[1]])
+        self._weight = torch.ops.onednn.qlinear_prepack(self._quantised, [levels * rows, self.shape[1]])
         self._zero_points = torch.zeros(self.shape[0], dtype=torch.long)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
+        return self._product(x, self._weight, self._scale, self._zero_points)
+
+    def select(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """x [n, in] -> [n, len(rows)]: the columns `rows` of self(x), bit for bit (the same integer sums and the
+        same two float scalings per entry, through a prepack of those weight rows alone)."""
+        weight = torch.ops.onednn.qlinear_prepack(self._quantised[rows], [self._levels * x.shape[0], self.shape[1]])
+        return self._product(x, weight, self._scale[rows], self._zero_points[: rows.numel()])
+
+    @property
+    def rounding(self) -> float:
+        """c with |self(x)[:, v] - effective_input(x) . w_v| <= c ||effective_input(x)|| ||w_v|| (one level).
+
+        At one level an entry is the exact int32 sum of levels x weights, converted to float32, times the row's
+        scale, times the activation step: at most 3 float32 roundings (the conversion is exact below 2^24); 5 are
+        counted for oneDNN's unstated order of the unit source scale and zero destination shift. |x~ . w_v| <=
+        ||x~|| ||w_v|| by Cauchy-Schwarz.
+        """
+        if self._levels != 1:
+            raise NotImplementedError("a bound for two activation levels is not derived; the LM head runs at one")
+        return 5 * 2.0**-24 / (1 - 5 * 2.0**-24)
+
+    def effective_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x [n, in] -> float64 [n, in]: the one-level activation the products use, step * round(x / step)."""
+        if self._levels != 1:
+            raise NotImplementedError("the effective input of two activation levels is not offered")
+        step, units = self._activation(x)
+        return torch.round(units).double() * step.double()
+
+    def dequantised(self, begin: int, end: int) -> torch.Tensor:
+        """Weight rows [begin, end) as float64: each int8 level times its row's float32 scale (exact in float64)."""
+        return self._quantised[begin:end].double() * self._scale[begin:end, None].double()
+
+    def _activation(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [n, in] -> (step [n, 1], x / step [n, in]), float32: the first level is round(x / step)."""
         step = (x.abs().amax(dim=1, keepdim=True) / ACTIVATION_MAX).clamp_min(torch.finfo(torch.float32).tiny)  # [n, 1]
-        units = x / step
+        return step, x / step
+
+    def _product(self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+                 zero_points: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        step, units = self._activation(x)
         high = torch.round(units)
         if self._levels == 1:
-            return self._sums(high).mul_(step)
+            return self._sums(high, weight, scale, zero_points).mul_(step)
         low = torch.round((units - high) * LOW_LEVEL)
-        sums = self._sums(torch.cat((high, low)))  # [2n, out]
+        sums = self._sums(torch.cat((high, low)), weight, scale, zero_points)  # [2n, out]
         return sums[:n].add_(sums[n:].div_(LOW_LEVEL)).mul_(step)  # [n, out]
 
-    def _sums(self, levels: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _sums(levels: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+              zero_points: torch.Tensor) -> torch.Tensor:
         """Integer rows [m, in] in [-ACTIVATION_MAX, ACTIVATION_MAX] -> exact integer products [m, out], times the
         weight rows' scales."""
         unsigned = levels.add(UINT8_ZERO).to(torch.uint8)
-        return torch.ops.onednn.qlinear_pointwise(unsigned, 1.0, UINT8_ZERO, self._weight, self._scale,
-                                                  self._zero_points, None, 1.0, 0, torch.float32, "none", [], "")
+        return torch.ops.onednn.qlinear_pointwise(unsigned, 1.0, UINT8_ZERO, weight, scale,
+                                                  zero_points, None, 1.0, 0, torch.float32, "none", [], "")
 
     @property
     def nbytes(self) -> int:
