@@ -81,7 +81,10 @@ class ExactRows(Protocol):
     """What an exact head offers to be refined: chosen columns of its product, and its arithmetic's description."""
 
     shape: tuple[int, int]
-    rounding: float  # c: |s_v - effective_input(x) . w_v| <= c ||effective_input(x)|| ||w_v||
+
+    @property
+    def rounding(self) -> float:
+        """c with |s_v - effective_input(x) . w_v| <= c ||effective_input(x)|| ||w_v|| for every row and token."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
