@@ -126,10 +126,20 @@ class Int8Linear(Linear):
         return self._product(x, self._weight, self._scale, self._zero_points)
 
     def select(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """x [n, in] -> [n, len(rows)]: the columns `rows` of self(x), bit for bit (the same integer sums and the
-        same two float scalings per entry, through a prepack of those weight rows alone)."""
-        weight = torch.ops.onednn.qlinear_prepack(self._quantised[rows], [self._levels * x.shape[0], self.shape[1]])
-        return self._product(x, weight, self._scale[rows], self._zero_points[: rows.numel()])
+        """x [n, in] -> [n, len(rows)]: the columns `rows` of self(x), bit for bit (one activation level).
+
+        The integer sums of levels x weights are formed by a float GEMM whose every partial sum is an integer
+        below 2^24 in magnitude (float32) or 2^53 (float64), so exact in any order; then the same two float32
+        roundings as the full product: times the row's scale (oneDNN's output), times the step.
+        `tests/test_greedy_head.py` checks the bits against the full product on Gemma's whole head.
+        """
+        if self._levels != 1:
+            raise NotImplementedError("select is offered at one activation level (an LM head's)")
+        step, units = self._activation(x)
+        exact_in_float32 = ACTIVATION_MAX * INT8_MAX * self.shape[1] < 2**24
+        dtype = torch.float32 if exact_in_float32 else torch.float64
+        sums = torch.round(units).to(dtype) @ self._quantised[rows].to(dtype).t()
+        return (sums.to(torch.float32) * self._scale[rows]).mul_(step)
 
     @property
     def rounding(self) -> float:
