@@ -74,7 +74,7 @@ def main() -> None:
     swap(trunk, False)
     real, bare = statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
     print(f"{args.gguf.name} {args.config}, {args.threads} threads: step {real:.2f} ms with products, "
-          f"{bare:.2f} ms with every product a no-op: {bare:.2f} ms ({bare / real:.0%}) of a step is around them")
+          f"{bare:.2f} ms with every product a no-op: {bare / real:.0%} of a step is around the products")
 
 
 if __name__ == "__main__":
