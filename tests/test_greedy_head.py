@@ -56,6 +56,7 @@ def test_real_gemma_head_bound_holds_on_every_token_and_argmax_is_exact(gemma_he
     calibration, rows = normed[::4], normed  # channels from a quarter of the rows; every row is checked
     greedy = GreedyHead(head, outlier_channels(calibration, 64))
     exact = head(rows)
+    assert torch.equal(head.select(rows[:8], torch.arange(head.shape[0])), exact[:8])  # select's bits, whole head
     approx, bound = greedy.approximate(rows)
     assert bool(((exact - approx).abs() <= bound).all())
     for n in (1, 2, 8, rows.shape[0]):
