@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from power.runtime.linear import exact_int8_pairs
+from power.kernels.cpu import available_paths, chosen_path
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
@@ -53,11 +53,10 @@ def cpu_name() -> str:
 
 def instruction_paths(binary: str | None) -> dict[str, str]:
     """The CPU, Power's matmul paths and llama-server's build flags, for the bench output."""
-    onednn_bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     paths = {
         "cpu": f"{cpu_name()} ({', '.join(cpu_flags()) or 'no x86 vector flags read'})",
-        "power": f"torch {torch.__version__}; int8 products {'u8 x s8 into int32 (VNNI/AMX)' if exact_int8_pairs() else 'reduced range (no VNNI)'}; "
-                 f"bfloat16 {'oneDNN prepacked' if onednn_bf16 else 'plain F.linear'}",
+        "power": f"torch {torch.__version__}; quantised products on the {chosen_path()} path "
+                 f"(this CPU offers {', '.join(available_paths())})",
     }
     info = Path(binary).parent.parent / "build-info.txt" if binary else None
     if info and info.is_file():
