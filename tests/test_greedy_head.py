@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from power.kernels.blocks import random_blocks
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.greedy_head import GreedyHead, outlier_channels
 from power.runtime.layers import rms_norm
-from power.runtime.linear import QuantLinear, quantised
+from power.runtime.linear import BOUNDED_TYPES, QuantLinear, quantised
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 from tests.spec_helpers import GEMMA
@@ -74,12 +75,21 @@ def test_real_gemma_head_bound_holds_on_every_token_and_argmax_is_exact(gemma_he
     assert max(greedy.last_candidates) < head.shape[0] // 10  # it refines a part of the vocabulary, not all of it
 
 
-def test_the_rounding_constant_covers_the_products_error_against_float64():
-    levels, scales, x = synthetic_head()
-    head = q8_0_head(levels, scales)
-    effective, weights = head.effective_input(x), head.dequantised(0, head.shape[0])
+@pytest.mark.parametrize("qtype", BOUNDED_TYPES)
+def test_the_rounding_constant_covers_the_products_error_and_the_argmax_is_the_full_heads(qtype):
+    vocab, width = 2048, 160
+    head = quantised(random_blocks(qtype, vocab, width, seed=3).reshape(-1), qtype, (vocab, width), "cpu")
+    assert isinstance(head, QuantLinear)
+    x = torch.randn(6, width, generator=torch.Generator().manual_seed(4))
+    x[:, [3, 50, 90]] *= 30
+    effective, weights = head.effective_input(x), head.dequantised(0, vocab)
+    assert torch.equal(weights[100:200], head.dequantised(100, 200))
     error = (head(x).double() - effective @ weights.t()).abs()
     assert bool((error <= head.rounding * effective.norm(dim=1)[:, None] * weights.norm(dim=1)[None, :]).all())
+    greedy = GreedyHead(head, outlier_channels(x, 32))
+    approx, bound = greedy.approximate(x)
+    assert bool(((head(x) - approx).abs() <= bound).all())
+    assert torch.equal(greedy.argmax(x), head(x).argmax(dim=1))
 
 
 def tie_rows(levels: torch.Tensor, scales: torch.Tensor, x: torch.Tensor, row: int,
