@@ -1,22 +1,25 @@
 """Runtime benchmark: Power's prefill and plain decode tok/s on this machine, beside llama.cpp on the same GGUF.
 
-    python bench/bench_runtime.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 2] [--json out.json]
+    python bench/bench_runtime.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2] [--json out.json]
 
 Every engine is loaded first; then prefill and decode are measured interleaved,
-round-robin in small slices (the A/B protocol's pairing), so load from other
-processes on a shared machine lands on all engines alike and the ratios hold
-even when the absolute figures move. Engines:
+engine after engine in every run (the A/B protocol's pairing), so load from
+other processes on a shared machine lands on all engines alike and the ratios
+hold even when the absolute figures move. Engines, at each thread count:
+- llama-server built for this CPU (`scripts/build-llama-server --native`;
+  `--portable` takes the AVX2 conformance build), one slot, greedy, its own
+  timings of prompt processing and generation;
 - Power at each `arithmetic:capacity` of --configs (power.documents.arithmetic),
   named with the instruction path its products take: the quantised arithmetic
-  runs a plain decode on one row whatever the capacity; the float32 reference
-  pads every step to the capacity;
-- llama.cpp through `llama-cpp-python`, when installed. It is a benchmark-only
-  dependency, never a runtime one: `pip install llama-cpp-python` (builds from
-  source, 10-40 minutes on 2 cores; `CMAKE_ARGS="-DGGML_NATIVE=ON"` targets this CPU).
+  (what a plan gets without flags) runs a plain decode on one row whatever the
+  capacity; the float32 reference pads every step to the capacity;
+- llama.cpp through `llama-cpp-python`, when installed (benchmark-only), for
+  `--accuracy`.
 
-Reports tok/s, the ratio to llama.cpp, the weight bytes one decode step reads,
-the achieved bandwidth (bytes x tok/s), and how many leading greedy tokens agree
-with llama.cpp (it quantises activations, so a near-tie can flip a token).
+Reports tok/s, the ratio to llama-server, the weight bytes one decode step
+reads, the achieved bandwidth (bytes x tok/s), how many leading greedy tokens
+agree with llama-server (it quantises activations, so a near-tie can flip a
+token), the resident memory of each engine, and the instruction path each ran.
 
 `--accuracy` then scores every engine's logits against Power in float32 (the
 exactly dequantised weights), teacher-forced over the prompt and llama.cpp's
@@ -28,13 +31,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import torch
+from native import instruction_paths, llama_server_binary, resident_mib
 
+from power.app.live import free_port
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.linear import Linear
 from power.runtime.speculators.ngram import common_prefix_length
@@ -52,12 +60,18 @@ class PowerEngine:
         self.trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=capacity, arithmetic=arithmetic)
         self.name = f"power {arithmetic} B{capacity} ({self.trunk.instruction_path})"
 
-    def prefill(self, prompt: list[int]) -> int:
+    def run(self, prompt: list[int], decode: int) -> tuple[float, float, list[int]]:
+        """(prefill seconds, decode seconds of the tokens after the first, the greedy tokens)."""
         self.trunk.reset()
-        return int(self.trunk.prefill(prompt).logits[-1].argmax())
+        started = time.perf_counter()
+        tokens = [int(self.trunk.prefill(prompt).logits[-1].argmax())]
+        prefilled = time.perf_counter()
+        while len(tokens) < decode:
+            tokens.append(int(self.trunk.forward([tokens[-1]]).logits[0].argmax()))
+        return prefilled - started, time.perf_counter() - prefilled, tokens
 
-    def step(self, token: int) -> int:
-        return int(self.trunk.forward([token]).logits[0].argmax())
+    def resident_mib(self) -> float:
+        return resident_mib()
 
     def bytes_per_step(self) -> int:
         """Every matrix a decode step multiplies by (the layers' and the LM head's), as packed."""
@@ -69,23 +83,64 @@ class PowerEngine:
         return self.trunk.prefill(ids, all_logits=True).logits
 
 
+class LlamaServerEngine:
+    """llama-server on loopback, one slot, greedy; prefill and decode times are the server's own timings."""
+
+    name = "llama-server"
+
+    def __init__(self, binary: str, path: Path, n_ctx: int, threads: int) -> None:
+        self.path, self.port = path, free_port()
+        self.log = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+        self.process = subprocess.Popen([binary, "-m", str(path), "-c", str(n_ctx), "-t", str(threads), "-tb",
+                                         str(threads), "-np", "1", "--host", "127.0.0.1", "--port", str(self.port)],
+                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not self._healthy():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise SystemExit(f"llama-server did not come up:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.3)
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def run(self, prompt: list[int], decode: int) -> tuple[float, float, list[int]]:
+        body = {"prompt": prompt, "n_predict": decode, "temperature": 0, "top_k": 1, "cache_prompt": False,
+                "ignore_eos": True, "return_tokens": True}
+        answer = httpx.post(f"http://127.0.0.1:{self.port}/completion", json=body, timeout=600).json()
+        timings = answer["timings"]
+        # The server's first generated token comes with the prompt pass; its decode time covers the rest.
+        decode_s = timings["predicted_ms"] / 1e3 * (decode - 1) / max(1, timings["predicted_n"])
+        return timings["prompt_ms"] / 1e3, decode_s, [int(t) for t in answer["tokens"]]
+
+    def bytes_per_step(self) -> int:
+        return sum(info.nbytes for info in GGUFFile(self.path).tensors.values())
+
+    def resident_mib(self) -> float:
+        return resident_mib(self.process.pid)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
 class LlamaCppEngine:
+    """llama.cpp in this process (llama-cpp-python, benchmark-only): every row's logits, for --accuracy."""
+
     name = "llama.cpp"
 
-    def __init__(self, path: Path, n_ctx: int, threads: int) -> None:
-        from llama_cpp import Llama
+    def __init__(self, path: Path) -> None:
+        import llama_cpp  # noqa: F401  (ImportError here: not installed)
 
         self.path = path
-        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_batch=512, verbose=False)
-
-    def prefill(self, prompt: list[int]) -> int:
-        self.llm.reset()
-        self.llm.eval(prompt)
-        return self._argmax()
-
-    def step(self, token: int) -> int:
-        self.llm.eval([token])
-        return self._argmax()
 
     def all_logits(self, ids: list[int]) -> torch.Tensor:
         from llama_cpp import Llama
@@ -94,34 +149,21 @@ class LlamaCppEngine:
         scorer.eval(ids)
         return torch.from_numpy(np.array(scorer.scores[: len(ids)], dtype=np.float32))
 
-    def _argmax(self) -> int:
-        """The last row's greedy token (llama-cpp-python keeps no scores unless logits_all)."""
-        return int(np.argmax(np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))))
 
-    def bytes_per_step(self) -> int:
-        return sum(info.nbytes for info in GGUFFile(self.path).tensors.values())
-
-
-def measure(engines: list, prompt: list[int], decode: int, repeats: int, slice_steps: int) -> dict[str, dict]:
-    """Interleaved: `repeats` prefills per engine (median), then decode in round-robin slices."""
-    prefill_s = {e.name: [] for e in engines}
+def measure(engines: list, prompt: list[int], decode: int, repeats: int) -> dict[str, dict]:
+    """Interleaved: each run, every engine in turn prefills the prompt and decodes; medians over the runs."""
+    prefill_s: dict[str, list[float]] = {e.name: [] for e in engines}
+    decode_s: dict[str, list[float]] = {e.name: [] for e in engines}
+    tokens: dict[str, list[int]] = {}
     for _ in range(repeats):
         for engine in engines:
-            started = time.perf_counter()
-            engine.prefill(prompt)
-            prefill_s[engine.name].append(time.perf_counter() - started)
-    tokens = {e.name: [e.prefill(prompt)] for e in engines}
-    decode_s = {e.name: 0.0 for e in engines}
-    while len(tokens[engines[0].name]) < decode:
-        for engine in engines:
-            stream = tokens[engine.name]
-            started = time.perf_counter()
-            for _ in range(min(slice_steps, decode - len(stream))):
-                stream.append(engine.step(stream[-1]))
-            decode_s[engine.name] += time.perf_counter() - started
+            prefill, decoding, tokens[engine.name] = engine.run(prompt, decode)
+            prefill_s[engine.name].append(prefill)
+            decode_s[engine.name].append(decoding)
     return {e.name: {"prefill_tok_s": len(prompt) / statistics.median(prefill_s[e.name]),
-                     "decode_tok_s": (decode - 1) / decode_s[e.name],
-                     "bytes_per_step": e.bytes_per_step(), "tokens": tokens[e.name]} for e in engines}
+                     "decode_tok_s": (decode - 1) / statistics.median(decode_s[e.name]),
+                     "bytes_per_step": e.bytes_per_step(), "resident_mib": e.resident_mib(),
+                     "tokens": tokens[e.name]} for e in engines}
 
 
 def main() -> None:
@@ -131,68 +173,85 @@ def main() -> None:
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--ctx", type=int, default=4096,
                         help="every engine's context (the bundled profiles' 4096; at least prompt + decode tokens)")
-    parser.add_argument("--repeats", type=int, default=3, help="prefills per engine (the median is reported)")
-    parser.add_argument("--slice", type=int, default=4, help="decode steps per engine per turn")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--configs", default="quantised:1,quantised:8,float32:1",
+    parser.add_argument("--repeats", type=int, default=3, help="runs per engine (the median is reported)")
+    parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    parser.add_argument("--configs", default="quantised:1,float32:1",
                         help="comma-separated arithmetic:capacity for Power")
+    parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
     parser.add_argument("--accuracy", action="store_true",
-                        help="also score every engine's logits against Power float32 (teacher-forced)")
+                        help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
 
     gguf = GGUFFile(args.gguf)
     tokenizer = Tokenizer.from_gguf(gguf)
     text = PROMPT * (1 + args.prompt_tokens // len(tokenizer.encode(PROMPT)))
     prompt = tokenizer.encode(text)[: args.prompt_tokens]
     n_ctx = max(args.ctx, len(prompt) + args.decode_tokens + 8)
-
-    engines = []
-    try:
-        engines.append(LlamaCppEngine(args.gguf, n_ctx, args.threads))
-    except ImportError:
-        print("llama-cpp-python is not installed: `pip install llama-cpp-python` to compare (benchmark only)",
-              file=sys.stderr)
+    binary = llama_server_binary(native=not args.portable)
+    paths = instruction_paths(binary)
+    for key, value in paths.items():
+        print(f"{key}: {value}")
+    report: dict = {"gguf": str(args.gguf), "paths": paths, "runs": {}}
+    power = []
     for config in args.configs.split(","):
         arithmetic, capacity = config.split(":")
-        engines.append(PowerEngine(gguf, n_ctx, arithmetic, int(capacity)))
-    results = measure(engines, prompt, args.decode_tokens, args.repeats, args.slice)
-    _report(results, args)
+        power.append(PowerEngine(gguf, n_ctx, arithmetic, int(capacity)))
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        server = LlamaServerEngine(binary, args.gguf, n_ctx, threads) if binary else None
+        try:
+            engines: list = ([server] if server else []) + power
+            results = measure(engines, prompt, args.decode_tokens, args.repeats)
+        finally:
+            if server:
+                server.close()
+        _report(results, args, threads)
+        report["runs"][str(threads)] = results
     if args.accuracy:
-        _report_accuracy(engines, gguf, prompt + results[engines[0].name]["tokens"][:-1], n_ctx, results)
+        scored: list = list(power)
+        try:
+            scored.insert(0, LlamaCppEngine(args.gguf))
+        except ImportError:
+            print("llama-cpp-python is not installed: `pip install llama-cpp-python` for --accuracy (benchmark only)",
+                  file=sys.stderr)
+        _report_accuracy(scored, gguf, prompt + power[0].run(prompt, args.decode_tokens)[2][:-1], n_ctx, report)
     if args.json:
-        args.json.write_text(json.dumps({"gguf": str(args.gguf), "threads": args.threads, "results": results}, indent=2))
+        args.json.write_text(json.dumps(report, indent=2))
 
 
-def _report(results: dict[str, dict], args) -> None:
-    reference = results.get(LlamaCppEngine.name)
-    print(f"{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
-          f"{args.threads} threads, torch {torch.__version__}, interleaved")
-    print(f"{'engine':<56}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}  greedy agrees")
+def _report(results: dict[str, dict], args, threads: int) -> None:
+    reference = results.get(LlamaServerEngine.name)
+    print(f"\n{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
+          f"{threads} threads, torch {torch.__version__}, interleaved, median of {args.repeats}")
+    print(f"{'engine':<28}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}"
+          f"{'RSS MiB':>9}{'x':>6}  greedy agrees")
     for name, r in results.items():
         r["bandwidth_gb_s"] = r["bytes_per_step"] * r["decode_tok_s"] / 1e9
         if reference:
-            r["prefill_vs_llama_cpp"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
-            r["decode_vs_llama_cpp"] = r["decode_tok_s"] / reference["decode_tok_s"]
+            r["prefill_vs_llama_server"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
+            r["decode_vs_llama_server"] = r["decode_tok_s"] / reference["decode_tok_s"]
+            r["resident_vs_llama_server"] = r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
             r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
-        print(f"{name:<56}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_cpp', 0):>6.2f}"
-              f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_cpp', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
-              f"{r['bandwidth_gb_s']:>7.2f}  {r.get('greedy_prefix_agreeing', '-')}")
+        print(f"{name:<28}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_server', 0):>6.2f}"
+              f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_server', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
+              f"{r['bandwidth_gb_s']:>7.2f}{r['resident_mib']:>9.0f}{r.get('resident_vs_llama_server', 0):>6.2f}"
+              f"  {r.get('greedy_prefix_agreeing', '-')}")
+    print("(Power's RSS is this process's, holding every Power configuration loaded.)")
 
 
-def _report_accuracy(engines: list, gguf: GGUFFile, ids: list[int], n_ctx: int, results: dict) -> None:
+def _report_accuracy(engines: list, gguf: GGUFFile, ids: list[int], n_ctx: int, report: dict) -> None:
     """Every engine's logits over `ids` against Power float32 at capacity 1 (the exactly dequantised weights)."""
     exact = PowerEngine(gguf, n_ctx, "float32", 1).all_logits(ids)
     print(f"\nlogits vs Power float32 (exact dequantised weights), teacher-forced over {len(ids)} rows")
-    print(f"{'engine':<56}{'max |d|':>9}{'mean |d|':>10}{'top-1 agrees':>14}")
+    print(f"{'engine':<24}{'max |d|':>9}{'mean |d|':>10}{'top-1 agrees':>14}")
     for engine in engines:
         logits = engine.all_logits(ids)
         difference = (logits - exact).abs()
         agree = (logits.argmax(-1) == exact.argmax(-1)).double().mean().item()
-        results[engine.name] |= {"max_abs_logit_diff": difference.max().item(),
+        report.setdefault("accuracy", {})[engine.name] = {"max_abs_logit_diff": difference.max().item(),
                                  "mean_abs_logit_diff": difference.mean().item(), "top1_agreement": agree}
-        print(f"{engine.name:<56}{difference.max().item():>9.3f}{difference.mean().item():>10.3f}{agree:>14.1%}")
+        print(f"{engine.name:<24}{difference.max().item():>9.3f}{difference.mean().item():>10.3f}{agree:>14.1%}")
 
 
 if __name__ == "__main__":

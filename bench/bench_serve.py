@@ -1,9 +1,7 @@
 """`power serve` under concurrent clients, beside llama-server with the same slots, on the bundled Gemma 3 270M.
 
     python bench/bench_serve.py [--clients 1,2,4,8] [--tokens 64] [--runs 3] [--threads 2]
-                                [--json out.json]
-
-Power runs each plan's own arithmetic (the profiles' default: quantised).
+                                [--portable] [--json out.json]
 
 Both engines run as servers on loopback, started once, and are measured in
 turns: every measurement alternates which engine goes first, run by run, so
@@ -24,8 +22,12 @@ load from other processes on a shared machine lands on both alike. Three parts:
    equally long system prompt is new, on a plan with two slots of 2048
    positions; llama-server (its prompt cache) alongside for reference.
 
-llama-server is the binary `scripts/build-llama-server` builds (cached after the
-first build); when it cannot be built, the bench says so and measures Power alone.
+llama-server is the binary `scripts/build-llama-server --native` builds for this
+CPU (`--portable`: the AVX2 conformance build), cached after the first build; when
+it cannot be built, the bench says so and measures Power alone. Power runs each
+plan's own arithmetic (the profiles' default: quantised). The output
+names the CPU, Power's matmul paths and llama-server's build flags, and the
+resident memory of both servers after the throughput part.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pathlib import Path
 
 import httpx
 import tomli_w
+from native import instruction_paths, llama_server_binary, resident_mib
 
 from power.app.live import LiveEngine, free_port
 from power.app.traffic import build_shape, unique_lines
@@ -107,6 +110,7 @@ class Results:
     throughput: list[Sample] = field(default_factory=list)
     ngram: list[Sample] = field(default_factory=list)
     ttft: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    resident_mib: dict[str, float] = field(default_factory=dict)  # after the throughput part, at the largest N
 
 
 # --- plans and launch lines ----------------------------------------------------------------------------------------
@@ -122,15 +126,6 @@ def plan(profile: Path, slots: int, ctx: int, directory: Path) -> Path:
     subprocess.run([str(POWER), "plan", str(MANIFEST), str(derived), "--device", "24 GiB", "-o", str(out)], check=True,
                    stdout=subprocess.DEVNULL)
     return out
-
-
-def llama_server_binary() -> str | None:
-    built = subprocess.run([str(REPO / "scripts" / "build-llama-server")], capture_output=True, text=True)
-    if built.returncode != 0:
-        print(f"llama-server: scripts/build-llama-server failed (exit {built.returncode}); measuring Power alone\n"
-              f"{built.stderr[-2000:]}", file=sys.stderr)
-        return None
-    return built.stdout.strip().splitlines()[-1]
 
 
 def rendered_llama_server(plan_path: Path, binary: str, port: int, threads: int) -> list[str]:
@@ -239,6 +234,13 @@ def report(results: Results, clients: list[int], has_llama: bool) -> str:
     for engine, ttft in results.ttft.items():
         cold, warm = statistics.median(ttft["cold"]), statistics.median(ttft["warm"])
         lines.append(f"| {engine} | {cold:.3f} | {warm:.3f} | {cold / warm:.1f}x |")
+    if results.resident_mib:
+        lines += ["", "## Resident memory after the throughput part (MiB)", "",
+                  "| engine | RSS MiB |", "| --- | ---: |"]
+        lines += [f"| {engine} | {mib:.0f} |" for engine, mib in results.resident_mib.items()]
+        power, llama = results.resident_mib.get("power"), results.resident_mib.get("llama-server")
+        if power and llama:
+            lines.append(f"| Power / llama-server | {power / llama:.2f}x |")
     if not has_llama:
         lines += ["", "llama-server could not be built here: only Power was measured."]
     return "\n".join(lines)
@@ -257,12 +259,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="completion tokens per request")
     parser.add_argument("--runs", type=int, default=3, help="runs per engine and level (alternating)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
     parser.add_argument("--parts", default="throughput,ngram,reuse", help="which parts to run, comma-separated")
     parser.add_argument("--json", type=Path, default=None, help="also write every sample here")
     args = parser.parse_args()
     clients = sorted({int(c) for c in args.clients.split(",")})
     slots = clients[-1]
-    binary = llama_server_binary()
+    binary = llama_server_binary(native=not args.portable)
+    paths = instruction_paths(binary)
+    for key, value in paths.items():
+        print(f"{key}: {value}")
     work = Path(tempfile.mkdtemp(prefix="power-bench-serve-"))
     print(f"work directory: {work}", file=sys.stderr)
     results = Results()
@@ -292,6 +298,8 @@ def main() -> None:
             prompts = client_prompts(n)
             in_turns(servers, args.runs, lambda server, _run, prompts=prompts: _record(
                 results.throughput, concurrent(server, prompts, args.tokens)))
+        for server in servers:
+            results.resident_mib[server.name] = resident_mib(server.process.pid) if server.process else 0.0
 
     parts = set(args.parts.split(","))
     if "throughput" in parts:
@@ -324,8 +332,10 @@ def main() -> None:
         run_part(pair(reuse), prefix_reuse)
 
     print(report(results, clients, binary is not None))
+    print("\n" + "\n".join(f"{key}: {value}" for key, value in paths.items()))
     if args.json:
-        args.json.write_text(json.dumps({"throughput": [vars(s) for s in results.throughput],
+        args.json.write_text(json.dumps({"paths": paths, "resident_mib": results.resident_mib,
+                                         "throughput": [vars(s) for s in results.throughput],
                                          "ngram": [vars(s) for s in results.ngram], "ttft": results.ttft,
                                          "args": {k: str(v) for k, v in vars(args).items()}}, indent=2))
 
