@@ -125,9 +125,9 @@ def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None =
     plan_path = Path(plan_path).resolve()
     sized_for(plan, TARGET_ENGINES[target])
     if target in ENGINES:
-        context = {"launch": with_api_key(engine_launch(plan, target, plan_path, listen, root=root), api_key_file)}
+        context = {"launch": with_api_key(engine_launch(plan, target, plan_path, listen, root=root), target, api_key_file)}
     elif target == "llama-server-env":
-        launch = with_api_key(engine_launch(plan, "llama-server", plan_path, listen), api_key_file)
+        launch = with_api_key(engine_launch(plan, "llama-server", plan_path, listen), "llama-server", api_key_file)
         context = llama_server_env_context(launch)
     elif target == "systemd":
         context = systemd_context(plan, plan_path, executable, root, api_key_file)
@@ -163,18 +163,15 @@ def engine_launch(plan: ResolvedPlan, engine: str, plan_path: Path, listen: List
     return replace(launch, options=launch.options + address)
 
 
-# vLLM reads its API key from this variable (vllm/entrypoints/openai/cli_args.py: --api-key, env VLLM_API_KEY).
-VLLM_API_KEY_ENV = "VLLM_API_KEY"
-
-
-def with_api_key(launch: Launch, key_file: str | None) -> Launch:
-    """The launch that makes the engine require the API key held in `key_file`, each engine its own way:
-    `power serve` and llama-server take `--api-key-file`; vLLM reads VLLM_API_KEY, which the launch fills from
-    the file when it starts. The key itself is never written into what is rendered."""
+def with_api_key(launch: Launch, engine: str, key_file: str | None) -> Launch:
+    """The launch that makes `engine` require the API key held in `key_file`, the engine's own way (its adapter's
+    `api_key_env`: a variable the launch fills from the file when it starts, else `--api-key-file`). The key itself
+    is never written into what is rendered."""
     if key_file is None:
         return launch
-    if launch.program[0] == "vllm":
-        return replace(launch, secret_files=launch.secret_files | {VLLM_API_KEY_ENV: key_file})
+    variable = adapter(engine).api_key_env
+    if variable is not None:
+        return replace(launch, secret_files=launch.secret_files | {variable: key_file})
     return replace(launch, options=launch.options + (("--api-key-file", key_file),))
 
 
@@ -236,7 +233,7 @@ def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None,
         raise RenderError(code="PWR462", message=f"the systemd unit needs the absolute path of the power executable, "
                           f"and {'none was found' if executable is None else repr(executable) + ' is not one'}",
                           hint="pass --power-executable /path/to/power (e.g. `command -v power`)")
-    argv = with_api_key(engine_launch(plan, "power", plan_path, root=root), api_key_file).argv
+    argv = with_api_key(engine_launch(plan, "power", plan_path, root=root), "power", api_key_file).argv
     return {**env_context(plan, plan_path), "exec_start": [executable, *argv[1:]]}
 
 

@@ -132,6 +132,11 @@ class EngineAdapter(ABC):
     settings: Settings
     # several devices: how the engine spreads a model over them (None: it runs on one device)
     multi_device: str | None = None
+    # where the engine reads the API key clients must send: None, a file named by `--api-key-file`; else this
+    # variable, which the launch fills from the key's file when it starts
+    api_key_env: str | None = None
+    # the option that leaves /metrics open to scrapers while every other route needs the key (None: no such choice)
+    public_metrics_option: str | None = None
 
     @abstractmethod
     def supports(self, asked: Asked) -> list[Refusal]:

@@ -33,6 +33,7 @@ SETTINGS = Settings((
 
 class PowerRuntime(EngineAdapter):
     name = NAME
+    public_metrics_option = "--public-metrics"
     description = "Power's runtime"
     settings = SETTINGS
 

@@ -32,6 +32,8 @@ SETTINGS = Settings((
 
 class Vllm(EngineAdapter):
     name = NAME
+    # vllm/entrypoints/openai/cli_args.py: --api-key, env VLLM_API_KEY
+    api_key_env = "VLLM_API_KEY"
     description = "vLLM"
     settings = SETTINGS
     multi_device = "tensor parallelism (--tensor-parallel-size)"

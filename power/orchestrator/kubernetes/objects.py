@@ -22,7 +22,7 @@ from typing import Any
 
 from power.documents.plan import ResolvedPlan, canonical_json
 from power.orchestrator.engines import adapter
-from power.orchestrator.render import VLLM_API_KEY_ENV, Launch, Listen, engine_launch, with_api_key
+from power.orchestrator.render import Launch, Listen, engine_launch, with_api_key
 
 PORT = 8080
 PLAN_DIR = "/etc/power"
@@ -200,7 +200,7 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
     key_mounts: list[dict[str, Any]] = []
     key_volumes: list[dict[str, Any]] = []
     if placement.api_key_secret is not None:
-        launch, key_env, key_mounts, key_volumes = _api_key(launch, placement.api_key_secret)
+        launch, key_env, key_mounts, key_volumes = _api_key(launch, placement.engine, placement.api_key_secret)
     writable_env = [{"name": "HOME", "value": "/tmp"}, {"name": "XDG_CACHE_HOME", "value": CACHE_DIR}]
     verify = {
         "name": "verify",
@@ -281,20 +281,21 @@ def engine_memory_bytes(plan: ResolvedPlan, engine: str) -> int:
     return files + adapter(engine).host_memory_bytes(plan) + ENGINE_OVERHEAD_BYTES
 
 
-def _api_key(launch: Launch, secret: str) -> tuple[Launch, list[dict[str, Any]], list[dict[str, Any]],
-                                                   list[dict[str, Any]]]:
-    """The engine requiring the key in `secret`, the engine's own way: vLLM reads VLLM_API_KEY (set from the
-    Secret); power serve and llama-server read --api-key-file (the Secret mounted read-only). (launch, env, mounts,
-    volumes); the key itself never appears in a rendered object."""
-    if launch.program[0] == "vllm":
+def _api_key(launch: Launch, engine: str, secret: str) -> tuple[Launch, list[dict[str, Any]], list[dict[str, Any]],
+                                                                list[dict[str, Any]]]:
+    """The engine requiring the key in `secret`, the engine's own way (its adapter's): a variable set from the
+    Secret, else --api-key-file on the Secret mounted read-only. (launch, env, mounts, volumes); the key itself
+    never appears in a rendered object."""
+    engine_adapter = adapter(engine)
+    if engine_adapter.api_key_env is not None:
         reference = {"secretKeyRef": {"name": secret, "key": API_KEY_ITEM}}
-        return launch, [{"name": VLLM_API_KEY_ENV, "valueFrom": reference}], [], []
-    if launch.program[0] == "power":  # Prometheus scrapes without the key; every other route needs it
-        launch = replace(launch, options=launch.options + (("--public-metrics",),))
+        return launch, [{"name": engine_adapter.api_key_env, "valueFrom": reference}], [], []
+    if engine_adapter.public_metrics_option is not None:  # Prometheus scrapes without the key
+        launch = replace(launch, options=launch.options + ((engine_adapter.public_metrics_option,),))
     mount = {"name": "api-key", "mountPath": API_KEY_DIR, "readOnly": True}
     volume = {"name": "api-key", "secret": {"secretName": secret, "items": [{"key": API_KEY_ITEM, "path": API_KEY_ITEM}],
                                             "defaultMode": 0o440}}
-    return with_api_key(launch, f"{API_KEY_DIR}/{API_KEY_ITEM}"), [], [mount], [volume]
+    return with_api_key(launch, engine, f"{API_KEY_DIR}/{API_KEY_ITEM}"), [], [mount], [volume]
 
 
 def _network_policy(placement: Placement) -> dict[str, Any]:
