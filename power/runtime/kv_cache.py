@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
+from power.kernels.cpu import rowops
+
 SMALL_BLOCK = 64
 ATTENTION_BLOCK = 256
 
@@ -96,6 +98,11 @@ class KVCache:
         n = k.shape[0]
         self.k[:, start:start + n] = k.transpose(0, 1)
         self.v[:, start:start + n] = v.transpose(0, 1)
+
+    def attend_rows(self, q: torch.Tensor, positions: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
+        """On the CPU: q [n, H, hd] at `positions` [n], each row over the slots up to its position (the last
+        `window` of them for a sliding layer) -> [n, H * hd_v], by `power.kernels.cpu.rowops.attention`."""
+        return rowops.attention(q, self.k, self.v, positions, window, scale)
 
     def attend(self, q: torch.Tensor, mask: CacheMask, scale: float) -> torch.Tensor:
         """q [n, H, hd] against the readable blocks under `mask` -> [n, H * hd_v].

@@ -19,6 +19,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from power.kernels.cpu import rowops
+
 SIMD_WIDTH = 64  # floats: two AVX-512 vectors, a whole number of AVX2 ones
 
 
@@ -40,7 +42,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """[..., d] -> [..., d]: x / sqrt(mean(x^2) + eps) * weight (llama.cpp `ggml_rms_norm` then `ggml_mul`).
 
-    `weight` is [d], or [..., d] broadcasting over x (e.g. one row per head)."""
+    `weight` is [d], or [..., d] broadcasting over x (e.g. one row per head). On the CPU (outside autograd) this
+    is `power.kernels.cpu.rowops.rms_norm`, whose rows are the same bits at any row count by construction."""
+    if _on_cpu_kernels(x) and tuple(weight.shape) == tuple(x.shape[x.dim() - weight.dim():]):
+        return rowops.rms_norm(x, weight, eps)
     if weight.dim() == 1:
         return F.rms_norm(x, weight.shape, weight, eps)
     return F.rms_norm(x, x.shape[-1:], eps=eps) * weight
@@ -67,14 +72,17 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool
     """x [n, heads, hd], cos/sin [n, hd/2] -> rotated x.
 
     NEOX style rotates the two halves of a head (Gemma, Qwen); the original
-    (GPT-J/llama.cpp `LLAMA_ROPE_TYPE_NORM`) style rotates adjacent pairs.
+    (GPT-J/llama.cpp `LLAMA_ROPE_TYPE_NORM`) style rotates adjacent pairs. On the CPU (outside autograd)
+    `power.kernels.cpu.rowops.rope`, elsewhere its torch reference: the same bits.
     """
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    if neox:
-        a, b = x.chunk(2, dim=-1)
-        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    if _on_cpu_kernels(x):
+        return rowops.rope(x, cos, sin, neox)
+    return rowops.reference_rope(x, cos, sin, neox)
+
+
+def _on_cpu_kernels(x: torch.Tensor) -> bool:
+    """Whether the CPU row kernels take x: float32 on the CPU and no gradient to carry (training uses torch's ops)."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled())
 
 
 def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor,

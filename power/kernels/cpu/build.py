@@ -1,9 +1,10 @@
 """The instruction paths of the CPU kernels: which this CPU has, and one compiled extension per path.
 
-Each path is a build of `csrc/qmatmul.cpp` with its own `-m` flags, compiled on first use with
-`torch.utils.cpp_extension.load` into the user cache directory (platformdirs), keyed by a hash of the
-sources, the flags and the torch version, under a file lock (`fcntl.flock`, released by the kernel if a
-build dies) so that two processes never build the same extension at once.
+Each path is a build of `csrc/qmatmul.cpp` (the products) and `csrc/rowops.cpp` (norm, rope, attention)
+with its own `-m` flags, compiled on first use with `torch.utils.cpp_extension.load` into the user cache
+directory (platformdirs), keyed by a hash of the sources, the flags and the torch version, under a file
+lock (`fcntl.flock`, released by the kernel if a build dies) so that two processes never build the same
+extension at once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import platformdirs
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("qmatmul.cpp", "simd.h")
+SOURCES = ("qmatmul.cpp", "rowops.cpp", "simd.h")
+COMPILED = SOURCES[:2]  # simd.h is included
 ENV_PATH = "POWER_CPU_PATH"
 
 
@@ -120,7 +122,7 @@ def extension(name: str) -> Any:
     with open(directory / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            cpp_extension.load(name=f"{namespace}_{key}", sources=[str(CSRC / SOURCES[0])],
+            cpp_extension.load(name=f"{namespace}_{key}", sources=[str(CSRC / source) for source in COMPILED],
                                extra_cflags=[*COMMON_CFLAGS, *_path(name).cflags, f"-DPOWER_OPS={namespace}"],
                                extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False,
                                verbose=False)

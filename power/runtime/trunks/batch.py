@@ -76,6 +76,8 @@ class RowBatch:
 
         Returns [rows, H * hd_v]; padding rows are zeros.
         """
+        if q.device.type == "cpu":
+            return self._attend_rows(caches, q, k, v, scale, window)
         masks = self.masks(window)
         out = q.new_zeros(self.rows, q.shape[1] * v.shape[2])
         for segment, mask in zip(self.segments, masks, strict=True):
@@ -84,6 +86,17 @@ class RowBatch:
             queries = q.new_zeros(self._attention_rows(segment), *q.shape[1:])
             queries[: segment.n] = q[segment.rows]
             out[segment.rows] = cache.attend(queries, mask, scale)[: segment.n]
+        return out
+
+    def _attend_rows(self, caches: Sequence[KVCache], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     scale: float, window: int | None) -> torch.Tensor:
+        """On the CPU: each real row attends alone by construction (`power.kernels.cpu.rowops.attention`), so a
+        padded forward needs no padded queries; padding rows are zeros."""
+        out = q.new_zeros(self.rows, q.shape[1] * v.shape[2])
+        for segment in self.segments:
+            cache = caches[segment.slot]
+            cache.write(segment.start, k[segment.rows], v[segment.rows])
+            out[segment.rows] = cache.attend_rows(q[segment.rows], self.positions[segment.rows], scale, window)
         return out
 
     def _attention_rows(self, segment: Segment) -> int:

@@ -1,0 +1,154 @@
+// The trunks' per-row float32 operations on the CPU: RMS norm, rotary embedding and attention over a KV cache
+// (power/kernels/cpu/rowops.py defines them and holds their torch references). Each row is computed by one fixed
+// sequence of float32 operations that reads nothing of another row, so a row's bits do not depend on how many
+// rows share the call, and the same code compiled for every instruction path gives the same bits on each
+// (-ffp-contract=off: no fused multiply-add; sums keep the lane order below whatever the vector width).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr int kLanes = 16;
+
+// acc[0] after adding the upper half of the lanes onto the lower half, 8 + 8, then 4 + 4, 2 + 2, 1 + 1.
+inline float fold(float* acc) {
+    for (int width = kLanes / 2; width > 0; width /= 2) {
+        for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+    }
+    return acc[0];
+}
+
+// sum_k a[k] * b[k]: lane l adds the products k = l, l + 16, l + 32, ... in order, then `fold`.
+inline float dot(const float* a, const float* b, int64_t d) {
+    float acc[kLanes] = {};
+    int64_t k = 0;
+    for (; k + kLanes <= d; k += kLanes) {
+        for (int l = 0; l < kLanes; ++l) acc[l] += a[k + l] * b[k + l];
+    }
+    for (int l = 0; k + l < d; ++l) acc[l] += a[k + l] * b[k + l];
+    return fold(acc);
+}
+
+void check_rows(const at::Tensor& t, const char* name) {
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.device().is_cpu(), name,
+                ": contiguous float32 on the CPU");
+}
+
+}  // namespace
+
+// x [R, d], weight [W, d] (row r uses weight row r % W) -> (x * (1 / sqrt(sum(x^2) / d + eps))) * weight.
+at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
+    check_rows(x, "x");
+    check_rows(weight, "weight");
+    const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1), wrows = weight.numel() / d;
+    TORCH_CHECK(weight.size(-1) == d && wrows >= 1, "weight: [W, ", d, "]");
+    auto out = at::empty_like(x);
+    const float* xp = x.data_ptr<float>();
+    const float* wp = weight.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    const float epsilon = (float)eps, width = (float)d;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* a = xp + r * d;
+        const float* w = wp + (r % wrows) * d;
+        float* o = op + r * d;
+        const float inverse = 1.0f / std::sqrt(dot(a, a, d) / width + epsilon);
+        for (int64_t k = 0; k < d; ++k) o[k] = (a[k] * inverse) * w[k];
+    }
+    return out;
+}
+
+// x [n, heads, hd], cos/sin [n, hd / 2] -> x rotated: NEOX pairs (j, j + hd/2), else adjacent pairs (2j, 2j + 1);
+// each pair (a, b) becomes (a cos - b sin, a sin + b cos), every product and sum one rounding.
+at::Tensor rope(at::Tensor x, at::Tensor cos, at::Tensor sin, bool neox) {
+    check_rows(x, "x");
+    check_rows(cos, "cos");
+    check_rows(sin, "sin");
+    TORCH_CHECK(x.dim() == 3 && cos.dim() == 2 && cos.size(0) == x.size(0) && 2 * cos.size(1) == x.size(2) &&
+                sin.sizes() == cos.sizes(), "x [n, heads, hd] with cos/sin [n, hd / 2]");
+    const int64_t n = x.size(0), heads = x.size(1), hd = x.size(2), half = hd / 2;
+    auto out = at::empty_like(x);
+    const float *xp = x.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+        const float *c = cp + i * half, *s = sp + i * half;
+        for (int64_t h = 0; h < heads; ++h) {
+            const float* a = xp + (i * heads + h) * hd;
+            float* o = op + (i * heads + h) * hd;
+            for (int64_t j = 0; j < half; ++j) {
+                const int64_t first = neox ? j : 2 * j, second = neox ? j + half : 2 * j + 1;
+                const float u = a[first], v = a[second];
+                o[first] = u * c[j] - v * s[j];
+                o[second] = u * s[j] + v * c[j];
+            }
+        }
+    }
+    return out;
+}
+
+// q [n, H, hd] at positions [n] against the cache k [Hkv, T, hd], v [Hkv, T, hdv] -> [n, H * hdv].
+// Row i, head h reads slots lo..p (p its position; lo = p - window + 1 for a sliding layer, else 0) of KV head
+// h / (H / Hkv): scores s_j = dot(q, k_j) * scale, m = max s_j, e_j = exp(s_j - m), then the e_j and the
+// e_j v_j added in slot order, divided by their sum.
+at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positions, int64_t window, double scale) {
+    check_rows(q, "q");
+    check_rows(k, "k");
+    check_rows(v, "v");
+    TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 1 && positions.size(0) == q.size(0),
+                "positions: int64 [n]");
+    TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.size(0) == v.size(0) && k.size(1) == v.size(1) &&
+                q.size(2) == k.size(2) && q.size(1) % k.size(0) == 0, "q [n, H, hd], k [Hkv, T, hd], v [Hkv, T, hdv]");
+    const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2), kv_heads = k.size(0), slots = k.size(1);
+    const int64_t hdv = v.size(2), group = heads / kv_heads;
+    const int64_t* pp = positions.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) TORCH_CHECK(pp[i] >= 0 && pp[i] < slots, "position ", pp[i], " outside the cache");
+    auto out = at::empty({n, heads * hdv}, q.options());
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    const float factor = (float)scale;
+    const int64_t work = std::max<int64_t>(1, (pp[n - 1] + 1) * (hd + hdv));
+    at::parallel_for(0, n * heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
+        std::vector<float> e;
+        for (int64_t task = begin; task < end; ++task) {
+            const int64_t i = task / heads, h = task % heads, g = h / group, p = pp[i];
+            const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+            const float* query = qp + (i * heads + h) * hd;
+            const float* keys = kp + g * slots * hd;
+            const float* values = vp + g * slots * hdv;
+            e.resize(p - lo + 1);
+            float peak = -INFINITY;
+            for (int64_t j = lo; j <= p; ++j) {
+                e[j - lo] = dot(query, keys + j * hd, hd) * factor;
+                peak = std::max(peak, e[j - lo]);
+            }
+            float* o = op + i * heads * hdv + h * hdv;
+            std::fill(o, o + hdv, 0.0f);
+            float total = 0.0f;
+            for (int64_t j = lo; j <= p; ++j) {
+                const float weight = std::exp(e[j - lo] - peak);
+                total += weight;
+                const float* value = values + j * hdv;
+                for (int64_t c = 0; c < hdv; ++c) o[c] += weight * value[c];
+            }
+            for (int64_t c = 0; c < hdv; ++c) o[c] /= total;
+        }
+    });
+    return out;
+}
+
+TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
+    m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+    m.def("rope(Tensor x, Tensor cos, Tensor sin, bool neox) -> Tensor");
+    m.def("attention(Tensor q, Tensor k, Tensor v, Tensor positions, int window, float scale) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) {
+    m.impl("rms_norm", &rms_norm);
+    m.impl("rope", &rope);
+    m.impl("attention", &attention);
+}
