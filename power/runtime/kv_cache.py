@@ -1,4 +1,8 @@
-"""The fixed-capacity key/value cache of one attention layer, and exact block-wise attention over it.
+"""The fixed-capacity key/value cache of one attention layer, and exact attention over it.
+
+On the CPU a row attends through `power.kernels.cpu.rowops.attention` (`KVCache.attend_rows`): one fixed
+float order per row over exactly the slots it may read, so its bits never depend on the forward it ran in.
+On other devices attention runs block-wise in torch (`KVCache.attend`, below).
 
 Slots are positions: position p lives in slot p. Rewinding is only a matter of
 the trunk's position counter: slots past it are masked now and overwritten

@@ -10,11 +10,12 @@ row's result never depends on the other rows. What reads a sequence's history
 runs once per segment, as a forward of that sequence alone would run it:
 
 - attention: the segment's keys and values go into its own slot's cache, and its
-  queries attend there under the mask of a lone forward that starts at the
-  segment's start: on its own rows (`causal_mask(start, n)`; attention is per row,
-  `power.runtime.kv_cache`), or in a padded forward padded to `rows` rows
-  (`causal_mask(start, rows)`), so each of the segment's rows performs the lone
-  forward's arithmetic on the same data;
+  queries attend there: on the CPU each row by the row kernel, over the slots up
+  to its position (padding rows attend to nothing); elsewhere under the mask of a
+  lone forward that starts at the segment's start, on its own rows
+  (`causal_mask(start, n)`; attention is per row, `power.runtime.kv_cache`), or in
+  a padded forward padded to `rows` rows (`causal_mask(start, rows)`), so each of
+  the segment's rows performs the lone forward's arithmetic on the same data;
 - a recurrent layer runs the segment's rows through its own slot's state.
 
 So a row's bits never depend on which other sequences shared its forward, how

@@ -1,0 +1,103 @@
+"""The trunks' per-row CPU kernels (power.kernels.cpu.rowops): RMS norm, rope and attention over a KV cache.
+
+Each instruction path this CPU has is run and compared with the torch reference (the norm and the rope bit for
+bit; the attention within a few ulps, its exp being the C library's) and with every other path (equal bits);
+a row's result must be the same bits alone as among other rows, at every row count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from power.kernels.cpu import available_paths, rowops
+
+PATHS = available_paths()
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("shape, weight_shape", [((7, 640), (640,)), ((3, 5, 256), (5, 256)), ((2, 33), (33,))])
+def test_rms_norm_is_its_reference_bit_for_bit(path: str, shape: tuple[int, ...], weight_shape: tuple[int, ...]) -> None:
+    g = generator(1)
+    x = torch.randn(shape, generator=g) * 3
+    weight = torch.randn(weight_shape, generator=g)
+    assert torch.equal(rowops.rms_norm(x, weight, 1e-6, path), rowops.reference_rms_norm(x, weight, 1e-6))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("neox", [True, False])
+def test_rope_is_its_reference_bit_for_bit(path: str, neox: bool) -> None:
+    g = generator(2)
+    x = torch.randn(4, 6, 64, generator=g)
+    angles = torch.rand(4, 32, generator=g) * 100
+    assert torch.equal(rowops.rope(x, angles.cos(), angles.sin(), neox, path),
+                       rowops.reference_rope(x, angles.cos(), angles.sin(), neox))
+
+
+def cache(seed: int, kv_heads: int = 2, slots: int = 96, head_dim: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
+    g = generator(seed)
+    return torch.randn(kv_heads, slots, head_dim, generator=g), torch.randn(kv_heads, slots, head_dim, generator=g)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("window", [None, 5])
+def test_attention_agrees_with_its_reference(path: str, window: int | None) -> None:
+    k, v = cache(3)
+    q = torch.randn(6, 4, 48, generator=generator(4))
+    positions = torch.tensor([0, 1, 17, 40, 41, 95])
+    got = rowops.attention(q, k, v, positions, window, 1 / math.sqrt(48), path)
+    want = rowops.reference_attention(q, k, v, positions, window, 1 / math.sqrt(48))
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_attention_reads_only_the_slots_up_to_a_row_and_within_its_window() -> None:
+    k, v = cache(5)
+    q = torch.randn(1, 4, 48, generator=generator(6))
+    position = torch.tensor([30])
+    before = rowops.attention(q, k, v, position, 4, 0.1)
+    k[:, 31:], v[:, 31:] = 1e3, 1e3  # later slots
+    k[:, :27], v[:, :27] = -1e3, -1e3  # slots before the window of 4 (27, 28, 29, 30)
+    assert torch.equal(rowops.attention(q, k, v, position, 4, 0.1), before)
+
+
+def test_every_path_gives_the_same_bits() -> None:
+    k, v = cache(7)
+    q = torch.randn(9, 4, 48, generator=generator(8))
+    positions = torch.arange(40, 49)
+    x = torch.randn(9, 640, generator=generator(9))
+    weight = torch.randn(640, generator=generator(10))
+    results = {path: (rowops.attention(q, k, v, positions, 7, 0.2, path), rowops.rms_norm(x, weight, 1e-5, path))
+               for path in PATHS}
+    first = results[PATHS[0]]
+    for path in PATHS[1:]:
+        assert torch.equal(results[path][0], first[0]), path
+        assert torch.equal(results[path][1], first[1]), path
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_row_is_the_same_bits_at_every_row_count(path: str) -> None:
+    k, v = cache(11)
+    q = torch.randn(17, 4, 48, generator=generator(12))
+    positions = torch.arange(60, 77)
+    x = torch.randn(17, 640, generator=generator(13))
+    weight = torch.randn(640, generator=generator(14))
+    full_attention = rowops.attention(q, k, v, positions, None, 0.3, path)
+    full_norm = rowops.rms_norm(x, weight, 1e-6, path)
+    for rows in range(1, 18):
+        assert torch.equal(rowops.attention(q[:rows], k, v, positions[:rows], None, 0.3, path), full_attention[:rows])
+        assert torch.equal(rowops.rms_norm(x[:rows], weight, 1e-6, path), full_norm[:rows])
+    for row in range(17):
+        alone = rowops.attention(q[row:row + 1], k, v, positions[row:row + 1], None, 0.3, path)
+        assert torch.equal(alone, full_attention[row:row + 1])
+
+
+def test_a_position_outside_the_cache_is_refused() -> None:
+    k, v = cache(15, slots=8)
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        rowops.attention(torch.zeros(1, 4, 48), k, v, torch.tensor([8]), None, 1.0)
