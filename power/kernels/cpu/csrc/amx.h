@@ -100,11 +100,62 @@ inline void sums(int count, const int8_t* x, int64_t x_step, int64_t stride, con
     }
 }
 
-// Bytes of v minus `offset` (the signed weights of Q4_0, Q5_0 and Q6_K), stored at p.
+// One K-quant block of 256 weights whose products with their sub-block scales are split in bytes (low: unsigned,
+// high: signed; see split_scaled): into c_low and c_high, the sums of x (rows `stride` apart) times the low bytes
+// and times the high bytes, in four products of 64 weights each.
+inline void split_sums(const int8_t* x, int64_t stride, const uint8_t* low, const uint8_t* high, int32_t* c_low,
+                       int32_t* c_high) {
+    asm volatile("tilezero %%tmm0\n\ttilezero %%tmm1" ::: "memory");
+    for (int c = 0; c < 4; ++c) {
+        asm volatile("tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%2,%4,1), %%tmm6\n\ttileloadd (%3,%4,1), %%tmm7\n\t"
+                     "tdpbsud %%tmm6, %%tmm4, %%tmm0\n\ttdpbssd %%tmm7, %%tmm4, %%tmm1"
+                     :: "r"(x + 64 * c), "r"(stride), "r"(low + 1024 * c), "r"(high + 1024 * c), "r"(64L) : "memory");
+    }
+    asm volatile("tilestored %%tmm0, (%0,%2,1)\n\ttilestored %%tmm1, (%1,%2,1)" :: "r"(c_low), "r"(c_high), "r"(64L)
+                 : "memory");
+}
+
+// A sub-block's scale (int32 lanes, |sc| <= 128) as maddubs operands, in the even bytes and in the odd bytes,
+// and kOffset * sc in both int16 halves (Q6_K's weights are u - 32; Q4_K/Q5_K's have no offset).
+template <int kOffset>
+struct ByteScale {
+    static_assert(kOffset == 0 || kOffset == 32);
+    __m512i even, odd, offset;
+
+    explicit ByteScale(V sc) {
+        const __m512i byte = _mm512_and_si512(sc.v, _mm512_set1_epi32(0xFF));
+        even = _mm512_or_si512(byte, _mm512_slli_epi32(byte, 16));
+        odd = _mm512_slli_epi32(even, 8);
+        const __m512i sc32 = _mm512_and_si512(_mm512_slli_epi32(sc.v, 5), _mm512_set1_epi32(0xFFFF));
+        offset = _mm512_or_si512(sc32, _mm512_slli_epi32(sc32, 16));
+    }
+
+    __m512i times(__m512i u, __m512i operand) const {
+        const __m512i product = _mm512_maddubs_epi16(u, operand);
+        return kOffset ? _mm512_sub_epi16(product, offset) : product;
+    }
+};
+
+// The weights u of v (unsigned bytes <= 63) times their scale, minus the scale's offset: int16 products
+// P = sc * (u - offset), |P| <= 128 * 63, exact; P = 256 * high + low with low in [0, 255] and high signed, the low
+// bytes stored at low and the high bytes at high (sum x P = sum x low + 256 * sum x high).
+template <int kOffset>
+inline void split_scaled(uint8_t* low, uint8_t* high, V v, const ByteScale<kOffset>& scale) {
+    const __m512i even = scale.times(v.v, scale.even), odd = scale.times(v.v, scale.odd);
+    const __m512i low_byte = _mm512_set1_epi16(0x00FF);
+    _mm512_storeu_si512(low, _mm512_or_si512(_mm512_and_si512(even, low_byte), _mm512_slli_epi16(odd, 8)));
+    _mm512_storeu_si512(high, _mm512_or_si512(_mm512_srli_epi16(even, 8), _mm512_andnot_si512(low_byte, odd)));
+}
+
+// Asks for the bytes [p, p + n) in cache ahead of their tile loads, which (unlike vector loads) the hardware's
+// prefetchers do not run ahead of.
+inline void prefetch(const uint8_t* p, int64_t n) {
+    for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+}
+
+// Bytes of v minus `offset` (the signed weights of Q4_0 and Q5_0), stored at p.
 inline void store_signed(uint8_t* p, V v, int8_t offset) {
     _mm512_storeu_si512(p, _mm512_sub_epi8(v.v, _mm512_set1_epi8(offset)));
 }
-
-inline void store_bytes(uint8_t* p, V v) { _mm512_storeu_si512(p, v.v); }
 
 }  // namespace amx

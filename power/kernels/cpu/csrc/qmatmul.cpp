@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "simd.h"
 #ifdef POWER_PATH_AMX
@@ -23,14 +24,14 @@ constexpr int64_t kGroupTiles = 32;  // tiles whose results are gathered before 
 enum Kind { Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16 };
 
 // NR activation rows, each through its own pointers (a row may repeat to fill a chunk; its result is then
-// computed twice and kept once). Quantised: q int8 [in], d float32 [in / block], bsum int32 [in / 16] (sums
+// computed twice and kept once). Quantised: q int8 [in], d float32 [in / block], bsum int16 [in / 16] (sums
 // of q); float matrices read x float32 [in]. The AMX kernels read the chunk's distinct rows as one tile from
 // q[0], `stride` bytes apart; chunk row r is tile row tile_row[r].
 template <int NR>
 struct Chunk {
     const int8_t* q[NR];
     const float* d[NR];
-    const int32_t* bsum[NR];
+    const int16_t* bsum[NR];
     const float* x[NR];
     int64_t stride;
     int tile_row[NR];
@@ -67,7 +68,8 @@ inline void decode_q_0(const uint8_t* p, V* lo, V* hi) {
     }
 }
 
-// Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks of 32.
+// Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks of 32 (each min in both int16 halves of its lane,
+// for k_mins).
 inline void decode_k_scales(const uint8_t* p, V* sc, V* mn) {
     const V six = splat(63), two = splat(3);
     const V s0 = load64(p + 64), s1 = load64(p + 128), s2 = load64(p + 192);
@@ -77,6 +79,7 @@ inline void decode_k_scales(const uint8_t* p, V* sc, V* mn) {
         sc[j + 4] = (shr(s2, 8 * j) & splat(15)) | shl(shr(s0, 8 * j + 6) & two, 4);
         mn[j + 4] = (shr(s2, 8 * j + 4) & splat(15)) | shl(shr(s1, 8 * j + 6) & two, 4);
     }
+    for (int j = 0; j < 8; ++j) mn[j] = mn[j] | shl(mn[j], 16);
 }
 
 // Q4_K/Q5_K: sub-block 2 * pair in lo[c] (weights 4c..4c+3 of each row), sub-block 2 * pair + 1 in hi[c].
@@ -95,10 +98,15 @@ inline void decode_q_k_pair(const uint8_t* p, int pair, V* lo, V* hi) {
     }
 }
 
-// Sum over the 8 sub-blocks j of mn_j * (sum of the activations in j), bs: the row's sums of 16.
-inline V k_mins(const V* mn, const int32_t* bs) {
+// Sum over the 8 sub-blocks j of mn_j * (sum of the activations in j), bs: the row's int16 sums of 16, read in
+// pairs (the two halves of sub-block j) against mn_j in both halves of a lane.
+inline V k_mins(const V* mn, const int16_t* bs) {
     V mins = zero();
-    for (int j = 0; j < 8; ++j) mins = mins + mn[j] * splat(bs[2 * j] + bs[2 * j + 1]);
+    for (int j = 0; j < 8; ++j) {
+        int32_t halves;
+        std::memcpy(&halves, bs + 2 * j, 4);
+        mins = dot_i16(mins, mn[j], splat(halves));
+    }
     return mins;
 }
 
@@ -146,7 +154,7 @@ void tile_q8_0(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* o
             for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
 #else
             for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
-            const int32_t* bs = a.bsum[r] + 2 * b;
+            const int16_t* bs = a.bsum[r] + 2 * b;
             s = s - splat(128 * (bs[0] + bs[1]));
 #endif
             acc[r] = acc[r] + block_term(dw, a.d[r][b], s);
@@ -169,7 +177,7 @@ void tile_q_0(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* ou
         decode_q_0<kFive>(p, lo, hi);
         for (int r = 0; r < NR; ++r) {
             const int8_t* q = a.q[r] + 32 * b;
-            const int32_t* bs = a.bsum[r] + 2 * b;
+            const int16_t* bs = a.bsum[r] + 2 * b;
             V s = zero();
             for (int c = 0; c < 4; ++c) {
                 s = dot_u8(s, lo[c], x4(q + 4 * c));
@@ -233,7 +241,7 @@ void tile_q6_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* o
                 decode_q6_k(p, half, s, w);
                 for (int r = 0; r < NR; ++r) {
                     const int8_t* q = a.q[r] + 256 * b + 128 * half + 32 * s;
-                    const int32_t* bs = a.bsum[r] + 16 * b;
+                    const int16_t* bs = a.bsum[r] + 16 * b;
                     for (int u = 0; u < 2; ++u) {
                         const int j = 8 * half + 2 * s + u;
                         V dot = zero();
@@ -260,77 +268,89 @@ inline V tile_sums(const int32_t* sums, const Chunk<NR>& a, int r) {
     return load64(reinterpret_cast<const uint8_t*>(sums + 16 * a.tile_row[r]));
 }
 
-// Blocks b0..b0+count-1 of one sub-block each (Q8_0, Q4_0, Q5_0): acc += t_b in block order.
-template <int NR>
-inline void add_block_terms(F* acc, const uint8_t* t, int64_t block_bytes, int64_t b0, int count,
-                            const int32_t* sums, const Chunk<NR>& a) {
-    for (int i = 0; i < count; ++i) {
-        const F dw = load_f16(t + block_bytes * (b0 + i));
-        for (int r = 0; r < NR; ++r) acc[r] = acc[r] + block_term(dw, a.d[r][b0 + i], tile_sums(sums + 256 * i, a, r));
+// Q8_0, Q4_0, Q5_0 (blocks of 32 weights, one sum each): blocks in groups of 4, the products of group g + 1
+// issued before the float steps of group g (sums double-buffered), so that the tile unit and the vector units
+// work at once. weights(b0, count, buffer) -> where the signed weights of blocks b0.. lie, 32 per B row group.
+template <int NR, typename Weights>
+void amx_blocks_32(const uint8_t* t, int64_t nb, int64_t block_bytes, const Chunk<NR>& a, float* const* out,
+                   Weights weights) {
+    alignas(64) int32_t sums[2][4 * 256];
+    alignas(64) uint8_t buffer[4 * 512];
+    F acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = fzero();
+    const auto issue = [&](int64_t b0) {
+        const int count = (int)std::min<int64_t>(4, nb - b0);
+        amx::prefetch(t + block_bytes * (b0 + 8), 4 * block_bytes);  // two groups ahead (past the tile: the next)
+        const auto [w, w_step] = weights(b0, count, buffer);
+        amx::sums<false>(count, a.q[0] + 32 * b0, 32, a.stride, w, w_step, sums[(b0 / 4) % 2]);
+    };
+    issue(0);
+    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+        if (b0 + 4 < nb) issue(b0 + 4);
+        const int32_t* group = sums[(b0 / 4) % 2];
+        for (int64_t b = b0; b < std::min(nb, b0 + 4); ++b) {
+            const F dw = load_f16(t + block_bytes * b);
+            for (int r = 0; r < NR; ++r) acc[r] = acc[r] + block_term(dw, a.d[r][b], tile_sums(group + 256 * (b - b0), a, r));
+        }
     }
+    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
 }
 
 template <int NR>
 void amx_q8_0(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
-    alignas(64) int32_t sums[4 * 256];
-    F acc[NR];
-    for (int r = 0; r < NR; ++r) acc[r] = fzero();
-    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-        const int count = (int)std::min<int64_t>(4, nb - b0);
-        amx::sums<false>(count, a.q[0] + 32 * b0, 32, a.stride, t + 544 * b0 + 32, 544, sums);
-        add_block_terms(acc, t, 544, b0, count, sums, a);
-    }
-    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
+    amx_blocks_32(t, nb, 544, a, out, [t](int64_t b0, int, uint8_t*) { return std::pair(t + 544 * b0 + 32, 544L); });
 }
 
 template <int NR, bool kFive>
 void amx_q_0(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
-    alignas(64) uint8_t weights[4 * 512];
-    alignas(64) int32_t sums[4 * 256];
     const int64_t block_bytes = kFive ? 352 : 288;
-    F acc[NR];
-    for (int r = 0; r < NR; ++r) acc[r] = fzero();
-    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-        const int count = (int)std::min<int64_t>(4, nb - b0);
+    amx_blocks_32(t, nb, block_bytes, a, out, [t, block_bytes](int64_t b0, int count, uint8_t* buffer) {
         for (int i = 0; i < count; ++i) {
             V lo[4], hi[4];
             decode_q_0<kFive>(t + block_bytes * (b0 + i), lo, hi);
             for (int c = 0; c < 4; ++c) {
-                amx::store_signed(weights + 512 * i + 64 * c, lo[c], kFive ? 16 : 8);
-                amx::store_signed(weights + 512 * i + 256 + 64 * c, hi[c], kFive ? 16 : 8);
+                amx::store_signed(buffer + 512 * i + 64 * c, lo[c], kFive ? 16 : 8);
+                amx::store_signed(buffer + 512 * i + 256 + 64 * c, hi[c], kFive ? 16 : 8);
             }
         }
-        amx::sums<false>(count, a.q[0] + 32 * b0, 32, a.stride, weights, 512, sums);
-        add_block_terms(acc, t, block_bytes, b0, count, sums, a);
-    }
-    for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
+        return std::pair<const uint8_t*, long>(buffer, 512L);
+    });
+}
+
+// K-quants: each weight times its sub-block's scale is an int16 P (at most 63 * 31 for Q4_K/Q5_K, 128 * 63 for
+// Q6_K) split into bytes, P = 256 * high + low, so that a block's scaled sum s = sum x P is two sums over all its
+// 256 weights: s = c_low + 256 * c_high (amx::split_scaled, amx::split_sums).
+template <int NR>
+inline V split_total(const int32_t* c_low, const int32_t* c_high, const Chunk<NR>& a, int r) {
+    return tile_sums(c_low, a, r) + shl(tile_sums(c_high, a, r), 8);
 }
 
 template <int NR, bool kFive>
 void amx_q_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
-    alignas(64) uint8_t weights[8 * 512];
-    alignas(64) int32_t sums[8 * 256];
+    alignas(64) uint8_t low[4096], high[4096];
+    alignas(64) int32_t c_low[256], c_high[256];
     const int64_t block_bytes = kFive ? 2816 : 2304;
     F acc[NR];
     for (int r = 0; r < NR; ++r) acc[r] = fzero();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* p = t + b * block_bytes;
+        amx::prefetch(p + block_bytes, block_bytes);
         const F d = load_f16(p), dmin = load_f16(p + 32);
         V sc[8], mn[8];
         decode_k_scales(p, sc, mn);
         for (int pair = 0; pair < 4; ++pair) {
             V lo[8], hi[8];
             decode_q_k_pair<kFive>(p, pair, lo, hi);
+            const amx::ByteScale<0> scale_lo(sc[2 * pair]), scale_hi(sc[2 * pair + 1]);
             for (int c = 0; c < 8; ++c) {
-                amx::store_bytes(weights + 512 * (2 * pair) + 64 * c, lo[c]);
-                amx::store_bytes(weights + 512 * (2 * pair + 1) + 64 * c, hi[c]);
+                const int row = 16 * pair + c;  // weights 4 * row.. of each output
+                amx::split_scaled(low + 64 * row, high + 64 * row, lo[c], scale_lo);
+                amx::split_scaled(low + 64 * (row + 8), high + 64 * (row + 8), hi[c], scale_hi);
             }
         }
-        amx::sums<true>(8, a.q[0] + 256 * b, 32, a.stride, weights, 512, sums);
+        amx::split_sums(a.q[0] + 256 * b, a.stride, low, high, c_low, c_high);
         for (int r = 0; r < NR; ++r) {
-            V scaled = zero();
-            for (int j = 0; j < 8; ++j) scaled = scaled + sc[j] * tile_sums(sums + 256 * j, a, r);
-            acc[r] = acc[r] + k_term(d, dmin, a.d[r][b], scaled, k_mins(mn, a.bsum[r] + 16 * b));
+            acc[r] = acc[r] + k_term(d, dmin, a.d[r][b], split_total(c_low, c_high, a, r), k_mins(mn, a.bsum[r] + 16 * b));
         }
     }
     for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
@@ -338,12 +358,13 @@ void amx_q_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out
 
 template <int NR>
 void amx_q6_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out) {
-    alignas(64) uint8_t weights[16 * 256];
-    alignas(64) int32_t sums[16 * 256];
+    alignas(64) uint8_t low[4096], high[4096];
+    alignas(64) int32_t c_low[256], c_high[256];
     F acc[NR];
     for (int r = 0; r < NR; ++r) acc[r] = fzero();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* p = t + b * 3360;
+        amx::prefetch(p + 3360, 3360);
         const F d = load_f16(p + 3328);
         V sc[16];
         decode_q6_k_scales(p, sc);
@@ -351,17 +372,16 @@ void amx_q6_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* ou
             for (int s = 0; s < 4; ++s) {
                 V w[8];
                 decode_q6_k(p, half, s, w);
+                const int j = 8 * half + 2 * s;
+                const amx::ByteScale<32> first(sc[j]), second(sc[j + 1]);
                 for (int c = 0; c < 8; ++c) {
-                    amx::store_signed(weights + 256 * (8 * half + 2 * s + c / 4) + 64 * (c % 4), w[c], 32);
+                    const int row = 32 * half + 8 * s + c;  // weights 4 * row.. of each output
+                    amx::split_scaled(low + 64 * row, high + 64 * row, w[c], c < 4 ? first : second);
                 }
             }
         }
-        amx::sums<false>(16, a.q[0] + 256 * b, 16, a.stride, weights, 256, sums);
-        for (int r = 0; r < NR; ++r) {
-            V total = zero();
-            for (int j = 0; j < 16; ++j) total = total + sc[j] * tile_sums(sums + 256 * j, a, r);
-            acc[r] = acc[r] + q6_k_term(d, a.d[r][b], total);
-        }
+        amx::split_sums(a.q[0] + 256 * b, a.stride, low, high, c_low, c_high);
+        for (int r = 0; r < NR; ++r) acc[r] = acc[r] + q6_k_term(d, a.d[r][b], split_total(c_low, c_high, a, r));
     }
     for (int r = 0; r < NR; ++r) store(out[r], acc[r]);
 }
@@ -444,7 +464,7 @@ void run_chunk(Tile<NR> tile, const Call& call, int64_t first, int64_t last, int
         if (!call.act.empty()) {
             chunk.q[r] = call.act[0].data_ptr<int8_t>() + row * call.in;
             chunk.d[r] = call.act[1].data_ptr<float>() + row * call.act[1].size(1);
-            chunk.bsum[r] = call.act[2].data_ptr<int32_t>() + row * (call.in / 16);
+            chunk.bsum[r] = call.act[2].data_ptr<int16_t>() + row * (call.in / 16);
         }
     }
     for (int64_t i = first; i < last; ++i) {
@@ -455,12 +475,21 @@ void run_chunk(Tile<NR> tile, const Call& call, int64_t first, int64_t last, int
 }
 
 #ifdef POWER_PATH_AMX
-// From this many rows in a call the quantised products take the tile kernels; below it the VNNI ones, which are
-// as fast there (a few rows are bound by reading the weights). Measured in docs/kernels.md.
-constexpr int64_t kTilesFromRows = 4;
+// The fewest rows of a call from which a kind's tile kernel is at least as fast as its VNNI kernel (measured in
+// docs/kernels.md). Below, the work that does not grow with the rows dominates, and it is larger for the tiles:
+// the decoded weights and the sums pass through memory, and a tile product costs as much for 1 row as for 16.
+int64_t tiles_from_rows(int64_t kind) {
+    switch (kind) {
+        case Q8_0: return 4;
+        case Q4_0: case Q5_0: case Q6_K: return 5;
+        case Q4_K: case Q5_K: return 8;
+        default: return INT64_MAX;  // float matrices: no tile kernel
+    }
+}
+
 constexpr int64_t kLocalRows = amx::kMaxRows;
 
-bool takes_amx(const KindInfo& info, int64_t n) { return info.act_block && n >= kTilesFromRows; }
+bool takes_amx(int64_t kind, int64_t n) { return n >= tiles_from_rows(kind); }
 
 template <int NR>
 Tile<NR> amx_tile_of(int64_t kind) {
@@ -476,7 +505,7 @@ Tile<NR> amx_tile_of(int64_t kind) {
 #else
 constexpr int64_t kLocalRows = kChunkRows;
 
-bool takes_amx(const KindInfo&, int64_t) { return false; }
+bool takes_amx(int64_t, int64_t) { return false; }
 #endif
 
 // `rows` rows from r0: on AMX, all of them (at most 16) in one chunk of 4, 8, 12 or 16 rows; without, in
@@ -510,21 +539,25 @@ void run_rows(int64_t kind, bool on_amx, const Call& call, int64_t first, int64_
 
 namespace {
 
-// x [n, in] float32 -> (q int8 [n, in], d float32 [n, in / block], bsum int32 [n, in / 16]).
+// x [n, in] float32 -> (q int8 [n, in], d float32 [n, in / block], bsum int16 [n, in / 16]: |sum| <= 16 * 127).
 std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous float32 [n, in]");
     const int64_t n = x.size(0), in = x.size(1);
     TORCH_CHECK(in % block == 0 && in % 16 == 0, "row length ", in, " is not a multiple of ", block);
     auto q = at::empty({n, in}, at::kChar);
     auto d = at::empty({n, in / block}, at::kFloat);
-    auto bsum = at::empty({n, in / 16}, at::kInt);
+    auto bsum = at::empty({n, in / 16}, at::kShort);
     const float* xp = x.data_ptr<float>();
     int8_t* qp = q.data_ptr<int8_t>();
     float* dp = d.data_ptr<float>();
-    int32_t* bp = bsum.data_ptr<int32_t>();
+    int16_t* bp = bsum.data_ptr<int16_t>();
     for (int64_t i = 0; i < n * in; i += block) {
+        // The largest |x| of the block through 16 running maxima, as one chain of maxima is latency-bound (the
+        // largest of a set is the same in any order; a NaN is passed over, as by one chain).
+        float lane_max[16] = {};
+        for (int64_t k = 0; k < block; ++k) lane_max[k % 16] = std::max(lane_max[k % 16], std::fabs(xp[i + k]));
         float amax = 0.0f;
-        for (int64_t k = 0; k < block; ++k) amax = std::max(amax, std::fabs(xp[i + k]));
+        for (const float m : lane_max) amax = std::max(amax, m);
         const float scale = amax / 127.0f;
         const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
         dp[i / block] = scale;
@@ -536,7 +569,7 @@ std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
     for (int64_t i = 0; i < n * in; i += 16) {
         int32_t s = 0;
         for (int k = 0; k < 16; ++k) s += qp[i + k];
-        bp[i / 16] = s;
+        bp[i / 16] = (int16_t)s;
     }
     return {q, d, bsum};
 }
@@ -560,7 +593,7 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     if (info.act_block) act = quantize_rows(x, info.act_block);
     auto out = at::empty({n, nt * 16}, at::kFloat);
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / std::max<int64_t>(1, tile_bytes));
-    const bool on_amx = takes_amx(info, n);
+    const bool on_amx = takes_amx(kind, n);
 #ifdef POWER_PATH_AMX
     TORCH_CHECK(!on_amx || amx::permitted(), "the amx CPU kernels: Linux has not granted this process AMX tile data; "
                 "load them through power.kernels.cpu, which asks for it (arch_prctl ARCH_REQ_XCOMP_PERM)");
@@ -579,7 +612,7 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
             for (int64_t r0 = 0; r0 < n; r0 += kLocalRows) {
                 const int64_t rows = std::min<int64_t>(kLocalRows, n - r0);
 #ifdef POWER_PATH_AMX
-                if (on_amx && rows != configured) amx::configure((int)rows, kind == Q6_K ? 16 : 32);
+                if (on_amx && rows != configured) amx::configure((int)rows, info.block == 256 ? 64 : 32);
                 configured = rows;
 #endif
                 run_rows(kind, on_amx, call, first, last, r0, rows, local);
