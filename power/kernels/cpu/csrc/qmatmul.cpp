@@ -480,16 +480,23 @@ void run_chunk(Tile<NR> tile, const Call& call, int64_t first, int64_t last, int
 // the decoded weights and the sums pass through memory, and a tile product costs as much for 1 row as for 16.
 int64_t tiles_from_rows(int64_t kind) {
     switch (kind) {
-        case Q8_0: return 4;
+        case Q8_0: return 3;
         case Q4_0: case Q5_0: case Q6_K: return 5;
         case Q4_K: case Q5_K: return 8;
         default: return INT64_MAX;  // float matrices: no tile kernel
     }
 }
 
+// The least weight bytes times rows of a call that takes the tiles: the tile unit, idle for more than about a
+// microsecond, takes up to ~3 us to resume, which a small matrix (Gemma 3's 256 x 640 ones) does not win back
+// below ~10 rows.
+constexpr int64_t kTilesFromWork = 3 << 19;  // 1.5 MiB
+
 constexpr int64_t kLocalRows = amx::kMaxRows;
 
-bool takes_amx(int64_t kind, int64_t n) { return n >= tiles_from_rows(kind); }
+bool takes_amx(int64_t kind, int64_t n, int64_t weight_bytes) {
+    return n >= tiles_from_rows(kind) && n * weight_bytes >= kTilesFromWork;
+}
 
 template <int NR>
 Tile<NR> amx_tile_of(int64_t kind) {
@@ -505,7 +512,7 @@ Tile<NR> amx_tile_of(int64_t kind) {
 #else
 constexpr int64_t kLocalRows = kChunkRows;
 
-bool takes_amx(int64_t, int64_t) { return false; }
+bool takes_amx(int64_t, int64_t, int64_t) { return false; }
 #endif
 
 // `rows` rows from r0: on AMX, all of them (at most 16) in one chunk of 4, 8, 12 or 16 rows; without, in
@@ -593,7 +600,7 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     if (info.act_block) act = quantize_rows(x, info.act_block);
     auto out = at::empty({n, nt * 16}, at::kFloat);
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / std::max<int64_t>(1, tile_bytes));
-    const bool on_amx = takes_amx(kind, n);
+    const bool on_amx = takes_amx(kind, n, nt * tile_bytes);
 #ifdef POWER_PATH_AMX
     TORCH_CHECK(!on_amx || amx::permitted(), "the amx CPU kernels: Linux has not granted this process AMX tile data; "
                 "load them through power.kernels.cpu, which asks for it (arch_prctl ARCH_REQ_XCOMP_PERM)");
