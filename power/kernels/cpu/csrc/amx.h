@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace amx {
@@ -17,14 +18,16 @@ constexpr int kMaxRows = 16;  // activation rows of one tile product
 
 // Linux lets a process use tile data only after it asked (arch_prctl ARCH_REQ_XCOMP_PERM, which
 // power/kernels/cpu/build.py does before it lets this path run); a tile instruction without it is a SIGILL.
+// Asked again until granted, then remembered.
 inline bool permitted() {
-    static const bool granted = [] {
-        constexpr int kGetPermission = 0x1022;  // ARCH_GET_XCOMP_PERM
-        constexpr int kTileData = 18;           // XFEATURE_XTILEDATA
-        uint64_t features = 0;
-        return syscall(SYS_arch_prctl, kGetPermission, &features) == 0 && ((features >> kTileData) & 1);
-    }();
-    return granted;
+    static std::atomic<bool> granted{false};
+    if (granted.load(std::memory_order_relaxed)) return true;
+    constexpr int kGetPermission = 0x1022;  // ARCH_GET_XCOMP_PERM
+    constexpr int kTileData = 18;           // XFEATURE_XTILEDATA
+    uint64_t features = 0;
+    const bool now = syscall(SYS_arch_prctl, kGetPermission, &features) == 0 && ((features >> kTileData) & 1);
+    if (now) granted.store(true, std::memory_order_relaxed);
+    return now;
 }
 
 struct alignas(64) Config {
