@@ -107,7 +107,10 @@ def test_a_row_is_the_same_bits_at_every_row_count(qtype, path):
     assert torch.equal(matrix.select(x, rows), alone[:, rows])
 
 
-TILE_OUT, TILE_IN = 1000, 1024  # 63 tiles, the last half padding; large enough for the amx path's tile kernels
+# 63 tiles, the last half padding, large enough for the amx path's tile kernels; 33 blocks of 32 (the tile kernels
+# take them four at a time) or 5 of 256.
+TILE_OUT = 1000
+TILE_IN = {"Q8_0": 1056, "Q4_0": 1056, "Q5_0": 1056, "Q4_K": 1280, "Q5_K": 1280, "Q6_K": 1280}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -116,11 +119,12 @@ def test_a_matrix_large_enough_for_tile_products_equals_the_reference_at_every_r
     """The amx path multiplies a call with tiles once it has a few rows and enough weight bytes times rows
     (csrc/qmatmul.cpp, `takes_amx`: from 3 to 8 rows by type for this matrix), in passes of 16 rows; below, with
     the avx512vnni kernels. Either way the bits are the reference's, at 1 and 3 threads."""
-    raw = random_blocks(qtype, TILE_OUT, TILE_IN, 10).reshape(-1).contiguous()
-    matrix = QuantMatrix(qtype, raw, (TILE_OUT, TILE_IN), path=path)
+    shape = (TILE_OUT, TILE_IN[qtype])
+    raw = random_blocks(qtype, *shape, 10).reshape(-1).contiguous()
+    matrix = QuantMatrix(qtype, raw, shape, path=path)
     torch.manual_seed(4)
-    x = torch.randn(33, TILE_IN) * torch.rand(1, TILE_IN) * 4
-    expected = reference_matmul(qtype, raw, (TILE_OUT, TILE_IN), x)
+    x = torch.randn(33, shape[1]) * torch.rand(1, shape[1]) * 4
+    expected = reference_matmul(qtype, raw, shape, x)
     for n in [*range(1, 18), 32, 33]:  # 17 and 33: a pass of one row after whole passes of 16
         assert torch.equal(matrix(x[:n]), expected[:n]), n
     rows = torch.tensor([999, 0, 517, 517, 992, 15, 16, *range(40, 999, 61)])  # unsorted, repeated, the padded tile

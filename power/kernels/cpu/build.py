@@ -3,7 +3,8 @@
 Each path is a build of `csrc/qmatmul.cpp` with its own `-m` flags, compiled on first use with
 `torch.utils.cpp_extension.load` into the user cache directory (platformdirs), keyed by a hash of the
 sources, the flags and the torch version, under a file lock (`fcntl.flock`, released by the kernel if a
-build dies) so that two processes never build the same extension at once.
+build dies) so that two processes never build the same extension at once. The amx path also needs Linux's
+leave to use AMX tile data, asked for (once per process) when the paths are listed.
 """
 
 from __future__ import annotations

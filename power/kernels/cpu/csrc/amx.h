@@ -2,7 +2,8 @@
 // (POWER_PATH_AMX). One tile product multiplies up to 16 activation rows (A: int8, K bytes a row) by K weights of
 // the 16 output rows of a layout tile (B: K / 4 rows of 64 bytes, 4 consecutive weights of each output row, which
 // is the layout's own interleaving) into C[row][output] int32: the sums 16 x K / 4 VNNI dot products give.
-// Tiles: tmm0-3 hold sums, tmm4-5 activations, tmm6-7 weights, so that four products are in flight.
+// Tiles: tmm0-3 hold sums, tmm4-5 activations, tmm6-7 weights, so that four products are in flight (K-quant
+// blocks: tmm0-1 the low and high byte sums, tmm4 the activations, tmm6-7 the low and high bytes).
 #pragma once
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -36,7 +37,8 @@ struct alignas(64) Config {
     uint8_t rows[16];
 };
 
-// This thread's tiles for products of `rows` activation rows with sub-blocks of k weights (16 or 32).
+// This thread's tiles for products of `rows` activation rows with k weights (32: a block of Q8_0, Q4_0, Q5_0;
+// 64: a quarter of a K-quant block).
 inline void configure(int rows, int k) {
     Config config{};
     config.palette = 1;
@@ -150,10 +152,12 @@ inline void split_scaled(uint8_t* low, uint8_t* high, V v, const ByteScale<kOffs
     _mm512_storeu_si512(high, _mm512_or_si512(_mm512_srli_epi16(even, 8), _mm512_andnot_si512(low_byte, odd)));
 }
 
-// Asks for the bytes [p, p + n) in cache ahead of their tile loads, which (unlike vector loads) the hardware's
-// prefetchers do not run ahead of.
-inline void prefetch(const uint8_t* p, int64_t n) {
-    for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+// Asks for the n bytes `ahead` bytes past p in cache before their tile loads, which (unlike vector loads) the
+// hardware's prefetchers do not run ahead of. Past the matrix's end they are a hint to nothing: a prefetch
+// never faults.
+inline void prefetch(const uint8_t* p, int64_t ahead, int64_t n) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) + ahead;
+    for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char*>(first + i), _MM_HINT_T0);
 }
 
 // Bytes of v minus `offset` (the signed weights of Q4_0 and Q5_0), stored at p.

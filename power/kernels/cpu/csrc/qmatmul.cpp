@@ -257,10 +257,9 @@ void tile_q6_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* o
 }
 
 #ifdef POWER_PATH_AMX
-// The AMX kernels: the same integer sums from tile products (amx.h), and the same float steps per row. Weights
-// that fit int8 signed are stored signed (Q4_0 - 8, Q5_0 - 16, Q6_K - 32), so no activation-sum correction
-// follows; Q4_K/Q5_K weights stay unsigned (tdpbsud). A tile product has K = one sub-block (32 weights; Q6_K's
-// 16), as the sub-block sums are multiplied by their own scales before they are added.
+// The AMX kernels: the same integer sums from tile products (amx.h), and the same float steps per row, for the
+// rows of one chunk (up to 16) at once. Blocks of 32 weights are one product each (K = 32); a K-quant block of 256
+// is two products over all its weights after each weight is multiplied by its sub-block's scale (split_total).
 
 // The tile row of chunk row r, as the bytes of its 16 outputs in the sums of one product.
 template <int NR>
@@ -280,7 +279,7 @@ void amx_blocks_32(const uint8_t* t, int64_t nb, int64_t block_bytes, const Chun
     for (int r = 0; r < NR; ++r) acc[r] = fzero();
     const auto issue = [&](int64_t b0) {
         const int count = (int)std::min<int64_t>(4, nb - b0);
-        amx::prefetch(t + block_bytes * (b0 + 8), 4 * block_bytes);  // two groups ahead (past the tile: the next)
+        amx::prefetch(t, block_bytes * (b0 + 8), 4 * block_bytes);  // two groups ahead (past the tile: the next)
         const auto [w, w_step] = weights(b0, count, buffer);
         amx::sums<false>(count, a.q[0] + 32 * b0, 32, a.stride, w, w_step, sums[(b0 / 4) % 2]);
     };
@@ -334,7 +333,7 @@ void amx_q_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* out
     for (int r = 0; r < NR; ++r) acc[r] = fzero();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* p = t + b * block_bytes;
-        amx::prefetch(p + block_bytes, block_bytes);
+        amx::prefetch(p, block_bytes, block_bytes);
         const F d = load_f16(p), dmin = load_f16(p + 32);
         V sc[8], mn[8];
         decode_k_scales(p, sc, mn);
@@ -364,7 +363,7 @@ void amx_q6_k(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* ou
     for (int r = 0; r < NR; ++r) acc[r] = fzero();
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* p = t + b * 3360;
-        amx::prefetch(p + 3360, 3360);
+        amx::prefetch(p, 3360, 3360);
         const F d = load_f16(p + 3328);
         V sc[16];
         decode_q6_k_scales(p, sc);
