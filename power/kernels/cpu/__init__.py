@@ -51,9 +51,10 @@ already the tile's B layout, into exact int32 sums, so the float steps are uncha
   vector dot product of the mins with the activation sums).
 Linux lets a process use tile data only after it asked (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`,
 asked when the paths are listed); if it refuses, amx is not available and a forced amx says why.
-Measured (Intel Xeon with AMX, one thread, per call, amx over avx512vnni): the 262,144 x 640 Q8_0 head 1.22x
-at 4 rows, 1.40x at 8, 1.5x at 16-32; 640 x 2048 Q6_K 1.36x at 8, 1.9-2.1x at 16-32; 640 x 2048 Q4_K 1.12x
-at 8, 1.5x at 16-32; 2048 x 640 Q5_0 1.25-1.33x at 8, 1.55-1.66x at 16-32 (docs/kernels.md).
+Measured (an Intel Xeon with AMX, one thread, per call, amx over avx512vnni): the 262,144 x 640 Q8_0 head
+1.24x at 4 rows, 1.41x at 8, 1.54-1.58x at 16-32; 640 x 2048 Q6_K 1.40x at 8, 2.1x at 16-32; 640 x 2048
+Q4_K 1.12x at 8, 1.54x at 16-32; 2048 x 640 Q5_0 1.33x at 8, 1.63-1.66x at 16-32; the same at 1-2 rows
+(docs/kernels.md).
 """
 
 from __future__ import annotations
