@@ -88,8 +88,9 @@ def tile_data_refusal() -> str | None:
     """
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return f"AMX tile data is requested from Linux on x86-64; this is {platform.system()} on {platform.machine()}"
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0:
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    syscall.argtypes, syscall.restype = [ctypes.c_long] * 3, ctypes.c_long  # syscall(2) reads longs
+    if syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0:
         return None
     code = ctypes.get_errno()
     why = f"Linux refused this process AMX tile data: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) " \
