@@ -1,14 +1,16 @@
 """CPU matrix products with GGUF weights kept in their blocks (power.kernels.cpu) beside the runtime's packed ones.
 
     python bench/bench_kernels_cpu.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--rows 1,2,4,8] [--threads 1,2]
-                                      [--paths avx512vnni,avx2,...] [--tensors token_embd.weight,...] [--json out.json]
+                                      [--paths amx,avx512vnni,...] [--tensors token_embd.weight,...] [--no-float32]
+                                      [--json out.json]
 
 For each tensor of the model (default: every matrix shape of one Gemma 3 layer and the 262,144 x 640 LM head)
 and each thread count and row count, the engines run interleaved, round-robin in short slices, so load from
 other processes lands on all of them alike: `QuantMatrix` on each instruction path this CPU has, and the
-runtime's float32 reference `Linear` (power/runtime/linear.py) of the exactly dequantised weights. Reports the
-median ms per call, the weight bytes one call reads divided by that time (GB/s), and the ratio to float32; the
-CPU model, its instruction paths and the load average are printed with them. `--clock cpu` times with the
+runtime's float32 reference `Linear` (power/runtime/linear.py) of the exactly dequantised weights (left out with
+`--no-float32`). Reports the median ms per call, the weight bytes one call reads divided by that time (GB/s), and
+the ratio to float32 (else to the first path); the CPU model, its instruction paths and the load average are
+printed with them. `--clock cpu` times with the
 process's CPU time instead of the wall clock: on a loaded machine it leaves out the time spent waiting for a core,
 and it is only meaningful at one thread.
 """
@@ -44,7 +46,8 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
-def engines(model: GGUFFile, name: str, paths: list[str]) -> dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], int]]:
+def engines(model: GGUFFile, name: str, paths: list[str],
+            float32: bool) -> dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], int]]:
     """name -> (call, weight bytes one call reads)."""
     info = model.info(name)
     shape = (info.shape[0], info.shape[1])
@@ -53,9 +56,9 @@ def engines(model: GGUFFile, name: str, paths: list[str]) -> dict[str, tuple[Cal
     for path in paths:
         matrix = QuantMatrix(info.qtype, raw, shape, path=path)
         found[f"gguf {info.qtype} {path}"] = (matrix, matrix.nbytes)
-    weight = dequantize_reference(info.qtype, raw, shape)
-    linear = Float32Linear(weight, 1)
-    found["torch float32"] = (linear, linear.nbytes)
+    if float32:
+        linear = Float32Linear(dequantize_reference(info.qtype, raw, shape), 1)
+        found["torch float32"] = (linear, linear.nbytes)
     return found
 
 
@@ -90,6 +93,7 @@ def main() -> None:
     parser.add_argument("--paths", default=",".join(available_paths()))
     parser.add_argument("--tensors", default=",".join((*LAYER, HEAD)))
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall")
+    parser.add_argument("--no-float32", dest="float32", action="store_false", help="leave out torch float32")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = GGUFFile(args.gguf)
@@ -97,20 +101,21 @@ def main() -> None:
     print(f"CPU: {cpu_model()}; paths {', '.join(available_paths())}; load average {os.getloadavg()[0]:.1f}")
     results = []
     for name in args.tensors.split(","):
-        found = engines(model, name, paths)
+        found = engines(model, name, paths, args.float32)
         info = model.info(name)
         for threads in map(int, args.threads.split(",")):
             torch.set_num_threads(threads)
             for rows in map(int, args.rows.split(",")):
                 x = torch.randn(rows, info.shape[1])
                 timings = measure(found, x, CLOCKS[args.clock])
-                float32 = timings["torch float32"]
+                baseline_label = "torch float32" if args.float32 else next(iter(timings))
+                baseline = timings[baseline_label]
                 print(f"\n{name} {info.qtype} {info.shape[0]}x{info.shape[1]}, {rows} rows, {threads} threads "
                       f"({args.clock} clock, load {os.getloadavg()[0]:.1f})")
                 for label, seconds in timings.items():
                     nbytes = found[label][1]
                     print(f"  {label:<24} {seconds * 1e3:9.3f} ms  {nbytes / seconds / 1e9:6.1f} GB/s  "
-                          f"{float32 / seconds:5.2f}x float32")
+                          f"{baseline / seconds:5.2f}x {baseline_label}")
                     results.append({"tensor": name, "qtype": info.qtype, "shape": list(info.shape), "rows": rows,
                                     "threads": threads, "engine": label, "ms": seconds * 1e3, "weight_bytes": nbytes,
                                     "clock": args.clock})

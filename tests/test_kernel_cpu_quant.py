@@ -31,6 +31,9 @@ GGUF_QUANTISABLE = ("Q8_0", "Q4_0", "Q5_0")  # the types gguf.quants can quantis
 AVX2_ONLY = frozenset("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
                       "sse sse2 ss ht syscall nx pdpe1gb rdtscp lm constant_tsc pni pclmulqdq ssse3 fma cx16 "
                       "sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand lahf_lm abm bmi1 avx2 bmi2 erms".split())
+# An AVX-512 VNNI CPU without AMX (an Intel Xeon of the Ice Lake generation), and one with AMX (Sapphire Rapids).
+AVX512_VNNI = AVX2_ONLY | {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"}
+AMX = AVX512_VNNI | {"amx_bf16", "amx_tile", "amx_int8"}
 OUT, IN = 40, 512  # 40 rows: two whole tiles of 16 and a padded one
 
 
@@ -104,6 +107,37 @@ def test_a_row_is_the_same_bits_at_every_row_count(qtype, path):
     assert torch.equal(matrix.select(x, rows), alone[:, rows])
 
 
+# 63 tiles, the last half padding, large enough for the amx path's tile kernels; 33 blocks of 32 (the tile kernels
+# take them four at a time) or 5 of 256.
+TILE_OUT = 1000
+TILE_IN = {"Q8_0": 1056, "Q4_0": 1056, "Q5_0": 1056, "Q4_K": 1280, "Q5_K": 1280, "Q6_K": 1280}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("qtype", QUANT_TYPES)
+def test_a_matrix_large_enough_for_tile_products_equals_the_reference_at_every_row_count(qtype, path):
+    """The amx path multiplies a call with tiles once it has a few rows and enough weight bytes times rows
+    (csrc/qmatmul.cpp, `takes_amx`: from 3 to 8 rows by type for this matrix), in passes of 16 rows; below, with
+    the avx512vnni kernels. Either way the bits are the reference's, at 1 and 3 threads."""
+    shape = (TILE_OUT, TILE_IN[qtype])
+    raw = random_blocks(qtype, *shape, 10).reshape(-1).contiguous()
+    matrix = QuantMatrix(qtype, raw, shape, path=path)
+    torch.manual_seed(4)
+    x = torch.randn(33, shape[1]) * torch.rand(1, shape[1]) * 4
+    expected = reference_matmul(qtype, raw, shape, x)
+    for n in [*range(1, 18), 32, 33]:  # 17 and 33: a pass of one row after whole passes of 16
+        assert torch.equal(matrix(x[:n]), expected[:n]), n
+    rows = torch.tensor([999, 0, 517, 517, 992, 15, 16, *range(40, 999, 61)])  # unsorted, repeated, the padded tile
+    for n in (5, 17):
+        assert torch.equal(matrix.select(x[:n], rows), expected[:n, rows]), n
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        assert torch.equal(matrix(x[:17]), expected[:17])
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES)
 def test_accuracy_against_the_exactly_dequantised_weights(qtype):
     """Relative error (Frobenius, float64 truth) of 8-bit activations: below 2% (measured 0.5-0.8%, as llama.cpp's
@@ -135,11 +169,37 @@ def test_a_path_the_cpu_lacks_is_refused_by_name(monkeypatch):
     assert chosen_path(flags=AVX2_ONLY) == "avx2"
     with pytest.raises(CPUPathError, match="lacks avx512f, avx512bw, avx512vl, avx512_vnni.*can run avx2, scalar"):
         chosen_path("avx512vnni", flags=AVX2_ONLY)
-    monkeypatch.setenv("POWER_CPU_PATH", "amx")
-    with pytest.raises(CPUPathError, match="'amx' .*POWER_CPU_PATH.* choose one of avx512vnni, avxvnni, avx2, scalar"):
+    assert available_paths(AVX512_VNNI) == ("avx512vnni", "avx2", "scalar")
+    with pytest.raises(CPUPathError, match="amx .*lacks amx_tile, amx_int8 .*can run avx512vnni, avx2, scalar; unset"):
+        chosen_path("amx", flags=AVX512_VNNI)
+    monkeypatch.setenv("POWER_CPU_PATH", "sve")
+    with pytest.raises(CPUPathError, match="'sve' .*POWER_CPU_PATH.* choose one of amx, avx512vnni, avxvnni, avx2, scalar"):
         QuantMatrix("Q8_0", matrix_bytes("Q8_0", 6), (OUT, IN))
     monkeypatch.setenv("POWER_CPU_PATH", PATHS[-1])
     assert QuantMatrix("Q8_0", matrix_bytes("Q8_0", 6), (OUT, IN)).path == "scalar"
+
+
+# Linux refuses a process AMX tile data while one of its threads has an alternate signal stack too small for the
+# signal frame with the tiles (arch/x86/kernel/fpu/xstate.c, validate_sigaltstack), before anything asked for it.
+REFUSED_TILE_DATA = """
+import ctypes
+class Stack(ctypes.Structure):
+    _fields_ = [("sp", ctypes.c_void_p), ("flags", ctypes.c_int), ("size", ctypes.c_size_t)]
+libc = ctypes.CDLL(None, use_errno=True)
+memory = ctypes.create_string_buffer(4096)
+assert libc.sigaltstack(ctypes.byref(Stack(ctypes.cast(memory, ctypes.c_void_p), 0, 4096)), None) == 0
+from power.kernels.cpu.build import available_paths, chosen_path
+print(available_paths(FLAGS))
+chosen_path("amx", flags=FLAGS)
+"""
+
+
+def test_amx_that_linux_refuses_this_process_is_refused_with_the_reason():
+    program = REFUSED_TILE_DATA.replace("FLAGS", f"frozenset({sorted(AMX)!r})")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "('avx512vnni', 'avx2', 'scalar')"
+    assert "CPUPathError: CPU path amx (POWER_CPU_PATH): Linux refused this process AMX tile data: arch_prctl(" \
+           "ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) failed with E" in done.stderr
 
 
 def test_bytes_of_the_wrong_size_or_an_unsupported_type_are_named():

@@ -8,8 +8,8 @@ plan's arithmetics (`power.documents.arithmetic`):
   multiplied as llama.cpp's CPU path multiplies it: each activation block
   quantised to int8, integer dot products with exact int32 sums, one float
   rounding per block in a fixed order. `path` is the instruction path the
-  kernels chose at load (avx512vnni, avxvnni, avx2 or scalar; `POWER_CPU_PATH`
-  forces one), and every path computes the same bits.
+  kernels chose at load (amx, avx512vnni, avxvnni, avx2 or scalar;
+  `POWER_CPU_PATH` forces one), and every path computes the same bits.
 - **quantised** on a GPU (`BlockLinear`): the GGUF rows as they are in the file,
   multiplied by the batch-invariant Triton kernel (`power.kernels.qmatmul`: one
   tile configuration and one reduction order whatever the row count).

@@ -4,15 +4,19 @@ Each path is a build of `csrc/qmatmul.cpp` (the products) and `csrc/rowops.cpp` 
 with its own `-m` flags, compiled on first use with `torch.utils.cpp_extension.load` into the user cache
 directory (platformdirs), keyed by a hash of the sources, the flags and the torch version, under a file
 lock (`fcntl.flock`, released by the kernel if a build dies) so that two processes never build the same
-extension at once.
+extension at once. The amx path also needs Linux's leave to use AMX tile data, asked for (once per process)
+when the paths are listed.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import functools
 import hashlib
 import os
+import platform
 import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,24 +25,29 @@ import platformdirs
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("qmatmul.cpp", "rowops.cpp", "simd.h")
-COMPILED = SOURCES[:2]  # simd.h is included
+SOURCES = ("qmatmul.cpp", "rowops.cpp", "simd.h", "amx.h")
+COMPILED = SOURCES[:2]  # the headers are included
 ENV_PATH = "POWER_CPU_PATH"
 
 
 class Path_(NamedTuple):
-    """An instruction path: the /proc/cpuinfo flags it needs and the compiler flags of its build."""
+    """An instruction path: the /proc/cpuinfo flags it needs, the compiler flags of its build, and whether it
+    needs Linux's leave to use AMX tile data."""
 
     name: str
     cpu_flags: tuple[str, ...]
     cflags: tuple[str, ...]
+    tile_data: bool = False
 
 
-# Best first. AMX (amx_int8) is not a path here: no CPU with it was available to test one, and every CPU
-# with AMX also has AVX-512 VNNI, which it runs instead.
+AVX512VNNI_CPU = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
+AVX512VNNI_CFLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c")
+# Best first. amx is the avx512vnni build plus the tile kernels (csrc/amx.h), which it takes for calls of
+# several rows, where they are faster; below that it runs the avx512vnni code.
 PATHS: tuple[Path_, ...] = (
-    Path_("avx512vnni", ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
-          ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-DPOWER_PATH_AVX512VNNI")),
+    Path_("amx", (*AVX512VNNI_CPU, "amx_tile", "amx_int8"),
+          (*AVX512VNNI_CFLAGS, "-mamx-tile", "-mamx-int8", "-DPOWER_PATH_AVX512VNNI", "-DPOWER_PATH_AMX"), True),
+    Path_("avx512vnni", AVX512VNNI_CPU, (*AVX512VNNI_CFLAGS, "-DPOWER_PATH_AVX512VNNI")),
     Path_("avxvnni", ("avx2", "f16c", "avx_vnni"), ("-mavx2", "-mf16c", "-mavxvnni", "-DPOWER_PATH_AVXVNNI")),
     Path_("avx2", ("avx2", "f16c"), ("-mavx2", "-mf16c", "-DPOWER_PATH_AVX2")),
     Path_("scalar", (), ()),
@@ -65,16 +74,53 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+# Linux's arch_prctl(2) request for a dynamically enabled state component (arch/x86/include/uapi/asm/prctl.h),
+# on x86-64 (arch/x86/entry/syscalls/syscall_64.tbl).
+SYS_ARCH_PRCTL = 158
+ARCH_REQ_XCOMP_PERM = 0x1023
+XFEATURE_XTILEDATA = 18
+
+
+@functools.cache
+def tile_data_refusal() -> str | None:
+    """None once Linux lets this process use AMX tile data, else why not.
+
+    The first call asks (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, for every thread of the process);
+    the kernel requires that before a thread's first tile instruction (Documentation/arch/x86/xstate.rst).
+    """
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return f"AMX tile data is requested from Linux on x86-64; this is {platform.system()} on {platform.machine()}"
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    syscall.argtypes, syscall.restype = [ctypes.c_long] * 3, ctypes.c_long  # syscall(2) reads longs
+    if syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0:
+        return None
+    code = ctypes.get_errno()
+    why = f"Linux refused this process AMX tile data: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) " \
+          f"failed with {errno.errorcode.get(code, code)} ({os.strerror(code)})"
+    if code == errno.ENOSPC:
+        why += "; a thread's alternate signal stack (sigaltstack) is too small for the tile state: enlarge it"
+    return why
+
+
+def _why_not(path: Path_, flags: frozenset[str]) -> str | None:
+    """Why a CPU with `flags` cannot run `path` in this process (its missing flags, or Linux's refusal), or None."""
+    missing = [flag for flag in path.cpu_flags if flag not in flags]
+    if missing:
+        return f"this CPU lacks {', '.join(missing)} (/proc/cpuinfo flags)"
+    return tile_data_refusal() if path.tile_data else None
+
+
 def available_paths(flags: frozenset[str] | None = None) -> tuple[str, ...]:
-    """The paths a CPU with `flags` (default: this one's) can run, best first (scalar is always there)."""
+    """The paths a CPU with `flags` (default: this one's) can run in this process, best first (scalar always)."""
     flags = cpu_flags() if flags is None else flags
-    return tuple(path.name for path in PATHS if all(flag in flags for flag in path.cpu_flags))
+    return tuple(path.name for path in PATHS if not _why_not(path, flags))
 
 
 def chosen_path(requested: str | None = None, flags: frozenset[str] | None = None) -> str:
     """`requested`, else `POWER_CPU_PATH` when set, else the best path of a CPU with `flags` (default: this one's).
 
-    A path the CPU lacks, or an unknown name, is refused (CPUPathError), never replaced by another.
+    A path the CPU lacks (or, for amx, that Linux does not grant), or an unknown name, is refused
+    (CPUPathError), never replaced by another.
     """
     flags = cpu_flags() if flags is None else flags
     requested = requested or os.environ.get(ENV_PATH, "").strip()
@@ -85,10 +131,8 @@ def chosen_path(requested: str | None = None, flags: frozenset[str] | None = Non
         raise CPUPathError(f"CPU path {requested!r} ({ENV_PATH}) is not an instruction path; "
                            f"choose one of {', '.join(PATH_NAMES)}")
     if requested not in available:
-        missing = [flag for flag in _path(requested).cpu_flags if flag not in flags]
-        raise CPUPathError(f"CPU path {requested} ({ENV_PATH}): this CPU lacks {', '.join(missing)} "
-                           f"(/proc/cpuinfo flags); it can run {', '.join(available)}; "
-                           f"unset {ENV_PATH} to use {available[0]}")
+        raise CPUPathError(f"CPU path {requested} ({ENV_PATH}): {_why_not(_path(requested), flags)}; "
+                           f"it can run {', '.join(available)}; unset {ENV_PATH} to use {available[0]}")
     return requested
 
 

@@ -26,6 +26,8 @@ static inline V shr(V a, int n) { return {_mm512_srl_epi32(a.v, _mm_cvtsi32_si12
 static inline V sar(V a, int n) { return {_mm512_sra_epi32(a.v, _mm_cvtsi32_si128(n))}; }
 // Sum of the four products u8(w) * s8(x) of each 32-bit lane, added to acc (exact: no saturation).
 static inline V dot_u8(V acc, V w, V x) { return {_mm512_dpbusd_epi32(acc.v, w.v, x.v)}; }
+// Sum of the two products s16 x s16 of each 32-bit lane, added to acc (exact).
+static inline V dot_i16(V acc, V a, V b) { return {_mm512_dpwssd_epi32(acc.v, a.v, b.v)}; }
 static inline F tofloat(V a) { return {_mm512_cvtepi32_ps(a.v)}; }
 static inline F fsplat(float a) { return {_mm512_set1_ps(a)}; }
 static inline F fzero() { return {_mm512_setzero_ps()}; }
@@ -71,14 +73,17 @@ static inline V sar(V a, int n) {
 }
 #if defined(POWER_PATH_AVXVNNI)
 static inline __m256i dot_u8_half(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
+static inline __m256i dot_i16_half(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
 #else
 // maddubs adds pairs of u8 x s8 products into int16 with saturation: exact here because every unsigned weight
 // operand is at most 63 (2 * 63 * 127 < 32767) or, for Q8_0, |w| <= 128 with the sign moved onto x.
 static inline __m256i dot_u8_half(__m256i acc, __m256i w, __m256i x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 }
+static inline __m256i dot_i16_half(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
 #endif
 static inline V dot_u8(V acc, V w, V x) { return {dot_u8_half(acc.lo, w.lo, x.lo), dot_u8_half(acc.hi, w.hi, x.hi)}; }
+static inline V dot_i16(V acc, V a, V b) { return {dot_i16_half(acc.lo, a.lo, b.lo), dot_i16_half(acc.hi, a.hi, b.hi)}; }
 #ifdef POWER_SIGNED_Q8
 // s8(w) * s8(x): |w| as the unsigned operand and w's sign moved onto x (|w| <= 128: 2 * 128 * 127 < 32767).
 static inline __m256i dot_s8_half(__m256i acc, __m256i w, __m256i x) {
@@ -125,6 +130,10 @@ static inline uint32_t dot4(uint32_t acc, uint32_t w, uint32_t x) {
     return (uint32_t)s;
 }
 static inline V dot_u8(V acc, V w, V x) POWER_LANES(V, dot4(acc.v[j], w.v[j], x.v[j]))
+static inline uint32_t dot2(uint32_t acc, uint32_t a, uint32_t b) {
+    return (uint32_t)((int32_t)acc + (int16_t)a * (int16_t)b + (int16_t)(a >> 16) * (int16_t)(b >> 16));
+}
+static inline V dot_i16(V acc, V a, V b) POWER_LANES(V, dot2(acc.v[j], a.v[j], b.v[j]))
 static inline F tofloat(V a) POWER_LANES(F, (float)(int32_t)a.v[j])
 static inline F fsplat(float a) POWER_LANES(F, a)
 static inline F fzero() POWER_LANES(F, 0.0f)
