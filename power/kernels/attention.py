@@ -77,10 +77,10 @@ def cache_write_reference(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tenso
                           slots: torch.Tensor, positions: torch.Tensor) -> None:
     """k [n, Hkv, dk], v [n, Hkv, dv] into k_cache/v_cache [S, Hkv, T, d] at (slots[i], positions[i]); a padding
     row (slot -1) writes nothing."""
-    for row in range(k.shape[0]):
-        slot, position, real = slots[row].clamp(min=0), positions[row], slots[row] >= 0
+    for row in range(k.shape[0]):  # indices as 1-element tensors: no value crosses to the host
+        slot, position, real = slots[row:row + 1].clamp(min=0), positions[row:row + 1], slots[row] >= 0
         for cache, new in ((k_cache, k), (v_cache, v)):
-            cache[slot, :, position] = torch.where(real, new[row], cache[slot, :, position])
+            cache[slot, :, position] = torch.where(real, new[row:row + 1], cache[slot, :, position])
 
 
 @triton.jit

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -81,11 +82,17 @@ def _blocks(first_slot: int, last_slot: int) -> tuple[slice, ...]:
     return tuple(blocks)
 
 
+def padded_capacity(capacity: int) -> int:
+    """Cache slots for `capacity` positions: a whole number of ATTENTION_BLOCK slots."""
+    return -(-capacity // ATTENTION_BLOCK) * ATTENTION_BLOCK
+
+
 class KVCache:
-    def __init__(self, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int, device: str = "cpu") -> None:
-        slots = -(-capacity // ATTENTION_BLOCK) * ATTENTION_BLOCK
-        self.k = torch.zeros(n_kv_heads, slots, head_dim_k, device=device)  # [Hkv, T, hd_k]
-        self.v = torch.zeros(n_kv_heads, slots, head_dim_v, device=device)  # [Hkv, T, hd_v]
+    """One sequence's keys and values: k [Hkv, T, hd_k], v [Hkv, T, hd_v] (views of a `SlotCaches`' tensors when the
+    sequence is one slot of a trunk)."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k, self.v = k, v
 
     @property
     def capacity(self) -> int:
@@ -126,3 +133,24 @@ def _per_row(block: torch.Tensor, rows: int) -> torch.Tensor:
     layout whatever the number of rows."""
     n_kv, width, head_dim = block.shape
     return block.unsqueeze(0).expand(rows, n_kv, width, head_dim).reshape(rows * n_kv, width, head_dim).contiguous()
+
+
+class SlotCaches:
+    """One attention layer's caches for every slot of a trunk: k [S, Hkv, T, hd_k], v [S, Hkv, T, hd_v] in one tensor
+    each (the GPU path's kernels index them by each row's slot), and slot s as the `KVCache` views k[s], v[s]."""
+
+    def __init__(self, slots: int, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int,
+                 device: str = "cpu") -> None:
+        positions = padded_capacity(capacity)
+        self.k = torch.zeros(slots, n_kv_heads, positions, head_dim_k, device=device)
+        self.v = torch.zeros(slots, n_kv_heads, positions, head_dim_v, device=device)
+        self._slots = [KVCache(self.k[s], self.v[s]) for s in range(slots)]
+
+    def __getitem__(self, slot: int) -> KVCache:
+        return self._slots[slot]
+
+    def __iter__(self) -> Iterator[KVCache]:
+        return iter(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)

@@ -20,6 +20,14 @@ runs once per segment, as a forward of that sequence alone would run it:
 So a row's bits never depend on which other sequences shared its forward, how
 many rows they took, or where in the forward its segment sits. Padding rows
 write nothing: no cache slot, no recurrent state.
+
+On the GPU path (`kernels`) attention runs once over all the rows instead:
+`power.kernels.dispatch.cache_write` and `.attention` read each row's slot and
+position from device tensors (`DeviceRows`), one program per row, so a row's
+bits do not depend on the other rows either (docs/kernels.md). A forward whose
+layers read nothing else from its rows (the attention-only trunks) runs from a
+bare `DeviceRows`, which is what a CUDA graph captures and replays with new
+slots and positions (`power.runtime.cuda_graphs`).
 """
 
 from __future__ import annotations
@@ -29,7 +37,10 @@ from typing import Sequence
 
 import torch
 
-from power.runtime.kv_cache import CacheMask, KVCache, causal_mask
+from power.kernels import dispatch
+from power.runtime.kv_cache import CacheMask, SlotCaches, causal_mask
+
+PADDING_SLOT = -1  # a padding row's slot: the kernels write nothing for it and give it zeros
 
 
 @dataclass(frozen=True)
@@ -46,21 +57,39 @@ class Segment:
         return slice(self.row, self.row + self.n)
 
 
-class RowBatch:
-    """The segments of one forward of `rows` rows, with the per-row positions and each segment's masks.
+class DeviceRows:
+    """The rows of a forward as the GPU path reads them: `rows`, and per row its position and slot (PADDING_SLOT for
+    a padding row) as int64 device tensors [rows]."""
+
+    def __init__(self, rows: int, positions: torch.Tensor, slots: torch.Tensor) -> None:
+        self.rows, self.positions, self.slots = rows, positions, slots
+
+    def attend(self, caches: SlotCaches, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+               window: int | None = None) -> torch.Tensor:
+        """q [rows, H, hd], k/v [rows, Hkv, hd]: write every real row's k/v at its slot and position, then attend
+        each row to its slot's cache. Returns [rows, H * hd_v]; padding rows are zeros."""
+        dispatch.cache_write(k.contiguous(), v.contiguous(), caches.k, caches.v, self.slots, self.positions)
+        return dispatch.attention(q.contiguous(), caches.k, caches.v, self.slots, self.positions, scale, window or 0)
+
+
+class RowBatch(DeviceRows):
+    """The segments of one forward of `rows` rows, with the per-row positions and slots and each segment's masks.
 
     `prefill`: a prefill chunk forward (each segment's rows are prompt rows of its sequence). `padded`: the forward
-    runs at a fixed shape, and each segment attends at that shape too.
+    runs at a fixed shape, and each segment attends at that shape too (the CPU path). `kernels`: attention through
+    the GPU path's kernels (`DeviceRows.attend`), else per segment through `KVCache.attend` (the CPU path).
     """
 
     def __init__(self, rows: int, segments: Sequence[Segment], device: str | torch.device = "cpu",
-                 prefill: bool = False, padded: bool = True) -> None:
-        self.rows, self.segments, self.device, self.prefill = rows, tuple(segments), device, prefill
-        self.padded = padded
+                 prefill: bool = False, padded: bool = True, kernels: bool = False) -> None:
         positions = torch.zeros(rows, dtype=torch.long)  # padding rows sit at position 0 (they write nothing)
-        for segment in self.segments:
+        slots = torch.full((rows,), PADDING_SLOT, dtype=torch.long)
+        for segment in segments:
             positions[segment.rows] = torch.arange(segment.start, segment.start + segment.n)
-        self.positions = positions.to(device)
+            slots[segment.rows] = segment.slot
+        super().__init__(rows, positions.to(device), slots.to(device))
+        self.segments, self.device, self.prefill = tuple(segments), device, prefill
+        self.padded, self.kernels = padded, kernels
         self._masks: dict[int | None, tuple[CacheMask, ...]] = {}
 
     def masks(self, window: int | None) -> tuple[CacheMask, ...]:
@@ -70,12 +99,14 @@ class RowBatch:
                                         for s in self.segments)
         return self._masks[window]
 
-    def attend(self, caches: Sequence[KVCache], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+    def attend(self, caches: SlotCaches, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                window: int | None = None) -> torch.Tensor:
         """q [rows, H, hd], k/v [rows, Hkv, hd]: write each segment's k/v to its slot's cache and attend there.
 
         Returns [rows, H * hd_v]; padding rows are zeros.
         """
+        if self.kernels:
+            return super().attend(caches, q, k, v, scale, window)
         masks = self.masks(window)
         out = q.new_zeros(self.rows, q.shape[1] * v.shape[2])
         for segment, mask in zip(self.segments, masks, strict=True):
