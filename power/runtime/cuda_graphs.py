@@ -69,15 +69,16 @@ class CudaRecorder:
         self.pool = torch.cuda.graph_pool_handle()
 
     def record(self, forward: Callable[[], Outputs]) -> Callable[[], Outputs]:
-        stream = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(stream)
-        with torch.cuda.stream(side):
-            forward()  # Triton compiles (and PyTorch initialises) outside the capture
-        stream.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            outputs = forward()
+        with torch.cuda.device(self.device):  # the capture, Triton's launches and the streams on the trunk's GPU
+            stream = torch.cuda.current_stream()
+            side = torch.cuda.Stream()
+            side.wait_stream(stream)
+            with torch.cuda.stream(side):
+                forward()  # Triton compiles (and PyTorch initialises) outside the capture
+            stream.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                outputs = forward()
 
         def replay() -> Outputs:
             graph.replay()
