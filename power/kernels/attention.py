@@ -44,11 +44,16 @@ import triton.language as tl
 
 BLOCK_N = 32  # cache rows per step of the online softmax: one block size for every call
 MIN_TILE = 16  # tl.dot's smallest tile side on the GPU
-NUM_WARPS = 4
+WIDE_HEAD = 256  # from this head width on, 8 warps: 4 spill registers on sm_90 at width 512, or 256 with 8 query heads
 
 
 def _tile(width: int) -> int:
     return max(MIN_TILE, triton.next_power_of_2(width))
+
+
+def warps(head_width: int) -> int:
+    """Warps per program: fixed by the layer's head width, never by the number of rows."""
+    return 8 if head_width >= WIDE_HEAD else 4
 
 
 def attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
@@ -152,7 +157,8 @@ def attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty(n, n_heads * head_v, dtype=torch.float32, device=q.device)
     _attention_kernel[(n, n_kv)](q, k_cache, v_cache, out, slots, positions, capacity, float(scale), int(window),
                                  GROUP=group, HEAD_K=head_k, HEAD_V=head_v, BLOCK_G=_tile(group),
-                                 BLOCK_DK=_tile(head_k), BLOCK_DV=_tile(head_v), BLOCK_N=BLOCK_N, num_warps=NUM_WARPS)
+                                 BLOCK_DK=_tile(head_k), BLOCK_DV=_tile(head_v), BLOCK_N=BLOCK_N,
+                                 num_warps=warps(max(head_k, head_v)))
     return out
 
 
