@@ -399,10 +399,14 @@ def decode_bench(target: Path, device: str, shapes: Shapes) -> dict[str, Any]:
                     "weight_bytes": trunk.weight_bytes}
         prompt = _echo(trunk)[:16]
         trunk.prefill(prompt)
+        held = _reserved(device)
         for rows in (1, PLAN_K + 1):
             seconds = _time_forward(trunk, prompt[:rows], len(prompt), shapes.bench_repeats, device)
             figures[f"forward_{rows}_rows{label}_ms"] = round(seconds * 1e3, 3)
             figures[f"forward_{rows}_rows{label}_tok_s"] = round(rows / seconds, 1)
+        after = _reserved(device)
+        if graphs and held is not None and after is not None:  # what the two captured shapes keep (one pool)
+            figures["graphs_1_and_k1_rows_reserved_mib"] = round((after - held) / 2**20, 1)
         trunk.reset()
         decoder = _decoder(trunk, target, speculate=False)
         decoder.generate(_echo(trunk), 2)  # the first decode captures its graphs (and compiles), outside the timing
@@ -427,6 +431,15 @@ def _time_forward(trunk, tokens: Sequence[int], position: int, repeats: int, dev
         trunk.rewind(position)
     _synchronise(device)
     return (time.perf_counter() - started) / repeats
+
+
+def _reserved(device: str) -> int | None:
+    """CUDA memory the allocator holds once its unused cached blocks are released (None off a GPU)."""
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved()
 
 
 def _synchronise(device: str) -> None:
