@@ -43,7 +43,7 @@ def test_the_checks_pass_under_the_interpreter_and_every_figure_lands_in_one_jso
     assert checks["attention"]["cache_write_equal"] and checks["rms_norm"]["passed"]
     assert checks["real_rows"]["real_rows"] is True  # the GPU path's trunk runs real rows (docs/runtime.md)
     graphs = checks["cuda_graphs"]
-    assert graphs["plain_logits_same_bits"] and graphs["speculative_proposed"] > 0
+    assert graphs["recorder"] == "rerun" and graphs["plain_logits_same_bits"] and graphs["speculative_proposed"] > 0
     assert graphs["two_slots_rows_captured"] == [4]
     bench = report["bench"]
     assert bench["cuda_graphs"] is False  # the interpreter's stand-in measures no graph

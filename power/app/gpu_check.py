@@ -343,11 +343,12 @@ def real_rows_check(target: Path, device: str, shapes: Shapes) -> dict[str, Any]
 def graphs_check(target: Path, device: str, shapes: Shapes) -> dict[str, Any]:
     """Greedy decoding with CUDA graphs equals it without: every plain step's logits bit for bit, the speculative
     stream and its counts, and two slots' rows in one graphed forward."""
-    steps = {}
+    steps, recorder = {}, None
     for graphs in (False, True):
         trunk = _trunk(target, device, shapes)
         if graphs:
             trunk.capture_graphs(shapes.recorder())
+            recorder = trunk.graphs.recorder.name if trunk.graphs is not None else None
         steps[graphs] = _greedy_steps(trunk, _echo(trunk)[:16], shapes.tokens)
     plain_same = len(steps[False]) == len(steps[True]) and all(
         torch.equal(a, b) for a, b in zip(steps[False], steps[True], strict=True))
@@ -359,7 +360,7 @@ def graphs_check(target: Path, device: str, shapes: Shapes) -> dict[str, Any]:
     speculative_same = (eager.tokens == graphed.tokens and eager.stats.proposed == graphed.stats.proposed
                         and eager.stats.accepted == graphed.stats.accepted)
     return {"passed": plain_same and speculative_same and paired_same, "target": target.name,
-            "recorder": "rerun (the interpreter: no CUDA graph)" if shapes.interpret else "cuda",
+            "recorder": recorder,  # "cuda", or "rerun" (the interpreter's stand-in: no graph captured)
             "plain_steps": len(steps[True]), "plain_logits_same_bits": plain_same,
             "speculative_tokens_same": speculative_same, "speculative_proposed": graphed.stats.proposed,
             "speculative_accepted": graphed.stats.accepted, "two_slots_same_bits": paired_same,
