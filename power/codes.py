@@ -194,6 +194,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR604": ("error", "the server cannot listen on the address (port taken, unknown host, not permitted)"),
     "PWR605": ("error", "the chat template is missing, does not compile, or refused the messages"),
     "PWR606": ("error", "the API key file cannot be read or holds no usable key"),
+    "PWR607": ("error", "the plan's CUDA graphs cannot be captured for this target or device (never run without them)"),
 }
 
 

@@ -27,7 +27,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from power.kernels import argmax, dequant, fr_argmax, greedy_verify, qmatmul, rejection  # noqa: E402
+from power.kernels import argmax, attention, dequant, fr_argmax, greedy_verify, norm, qmatmul, rejection  # noqa: E402
 
 HOPPER = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -70,6 +70,26 @@ def specs():
                {"x_ptr": "*fp32", "w_ptr": "*u8", "y_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "row_bytes": "i32"},
                {"PER_BLOCK": per_block, "QTYPE": code, "BLOCK_M": qmatmul.BLOCK_M, "BLOCK_N": qmatmul.BLOCK_N,
                 "BLOCK_K": qmatmul.BLOCK_K}, {"enable_fp_fusion": False})
+    # Gemma 3 270M's attention (4 query heads on 1 KV head, width 256), the fixtures' (2 on 1, width 16), and wide
+    # heads: 8 query heads a KV head (6 pad to 8) at width 256 and 512.
+    for group, width in ((4, 256), (2, 16), (8, 256), (8, 512)):
+        tile = attention._tile(width)
+        yield (f"attention G{group} d{width}", attention._attention_kernel,
+               {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "out_ptr": "*fp32", "slots_ptr": "*i64",
+                "positions_ptr": "*i64", "capacity": "i32", "scale": "fp32", "window": "i32"},
+               {"GROUP": group, "HEAD_K": width, "HEAD_V": width, "BLOCK_G": attention._tile(group), "BLOCK_DK": tile,
+                "BLOCK_DV": tile, "BLOCK_N": attention.BLOCK_N}, {"num_warps": attention.warps(width)})
+        if group > 4:
+            continue
+        yield (f"cache write d{width}", attention._cache_write_kernel,
+               {"k_ptr": "*fp32", "v_ptr": "*fp32", "k_cache_ptr": "*fp32", "v_cache_ptr": "*fp32", "slots_ptr": "*i64",
+                "positions_ptr": "*i64", "capacity": "i32"},
+               {"HEAD_K": width, "HEAD_V": width, "BLOCK_DK": width, "BLOCK_DV": width}, {})
+    for width, has_weight in ((640, True), (256, True), (16, False)):
+        yield (f"rms_norm d{width}{'' if has_weight else ' l2'}", norm._rms_norm_kernel,
+               {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32", "width": "i32", "weight_rows": "i32",
+                "divisor": "fp32", "eps": "fp32"},
+               {"HAS_WEIGHT": has_weight, "BLOCK": triton.next_power_of_2(width)}, {})
 
 
 def compile_one(kernel, types: dict[str, str], constants: dict[str, object], options: dict[str, object]) -> dict[str, bytes | str]:

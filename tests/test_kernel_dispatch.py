@@ -36,6 +36,8 @@ def test_an_unknown_backend_names_the_variable(monkeypatch):
 
 LOGITS = torch.zeros(3, 10)
 PROPS = torch.zeros(2, dtype=torch.int64)
+CACHE = torch.zeros(2, 2, 64, 16)  # [slots, KV heads, positions, head width]
+ROW = torch.zeros(3, dtype=torch.int64)  # per-row slots or positions for 3 rows
 
 
 @pytest.mark.parametrize(
@@ -70,6 +72,20 @@ PROPS = torch.zeros(2, dtype=torch.int64)
         (lambda: dispatch.dequantize("Q4_K", torch.zeros(144, dtype=torch.uint8), (2, 128)), r"not a multiple of Q4_K's block of 256"),
         (lambda: dispatch.dequantize("IQ2_XXS", torch.zeros(1, dtype=torch.uint8), (1, 256)), r"`qtype` 'IQ2_XXS' is not supported"),
         (lambda: dispatch.dequantize("Q8_0", torch.zeros(34, dtype=torch.int8), (1, 32)), r"`raw` has dtype int8; expected one of uint8"),
+        (lambda: dispatch.attention(torch.zeros(3, 3, 16), CACHE, CACHE, ROW, ROW, 0.25),
+         r"`q` has 3 heads, not a multiple of the caches' 2 KV heads"),
+        (lambda: dispatch.attention(torch.zeros(3, 4, 8), CACHE, CACHE, ROW, ROW, 0.25),
+         r"caches have shapes \(2, 2, 64, 16\) and \(2, 2, 64, 16\); expected \[slots, Hkv, capacity, 8\]"),
+        (lambda: dispatch.attention(torch.zeros(3, 4, 16), CACHE, CACHE, ROW[:2], ROW, 0.25),
+         r"`slots` has 2 entries; expected one per row \(3\)"),
+        (lambda: dispatch.attention(torch.zeros(3, 4, 16), CACHE, CACHE, ROW, ROW.int(), 0.25),
+         r"`positions` has dtype int32; expected one of int64"),
+        (lambda: dispatch.attention(torch.zeros(3, 4, 16), CACHE, CACHE, ROW, ROW, 0.25, -1), r"`window` is -1"),
+        (lambda: dispatch.cache_write(torch.zeros(3, 2, 16), torch.zeros(3, 2, 8), CACHE, CACHE, ROW, ROW),
+         r"`v` has shape \(3, 2, 8\); expected \(3, 2, 16\)"),
+        (lambda: dispatch.rms_norm(torch.zeros(3, 16), torch.zeros(8), 1e-6),
+         r"`weight` has shape \(8,\); expected x's trailing dimensions"),
+        (lambda: dispatch.rms_norm(torch.zeros(3, 16).double(), None, 1e-6), r"`x` has dtype float64; expected one of float32"),
     ],
 )
 @pytest.mark.parametrize("path", ["triton", "reference"])

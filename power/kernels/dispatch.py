@@ -22,9 +22,11 @@ from typing import Sequence
 import torch
 import triton
 
+from power.kernels import attention as at
 from power.kernels import dequant
 from power.kernels import fr_argmax as fr
 from power.kernels import greedy_verify as gv
+from power.kernels import norm as nm
 from power.kernels import qmatmul as qm
 from power.kernels import rejection as rj
 
@@ -216,3 +218,87 @@ def fr_argmax(hidden: torch.Tensor, head_weight: torch.Tensor, n_prefix: int) ->
     if backend(device) == "triton":
         return fr.fr_argmax_triton(hidden, head_weight, n_prefix)
     return fr.fr_argmax_reference(hidden, head_weight, n_prefix)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, *, mean: bool = True) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight over each row of x [..., d] (`mean=False`: the L2 norm, sum instead of
+    mean); `weight` None, [d], or [..., d] matching x's trailing dimensions (one row per head, repeated over the
+    leading ones). Row-count invariant: a row's result ignores the other rows and how many there are."""
+    x = _tensor("rms_norm", "x", x, ndim=_rank(x), dtypes=(torch.float32,))
+    _nonempty("rms_norm", "x", x.dim() and x.shape[-1], "column")
+    if weight is not None:
+        weight = _tensor("rms_norm", "weight", weight, ndim=_rank(weight), dtypes=(torch.float32,))
+        if not 1 <= weight.dim() <= x.dim() or tuple(weight.shape) != tuple(x.shape[x.dim() - weight.dim():]):
+            raise ValueError(f"rms_norm: `weight` has shape {tuple(weight.shape)}; expected x's trailing dimensions "
+                             f"(e.g. ({x.shape[-1]},)) for x of shape {tuple(x.shape)}")
+        _same_device("rms_norm", x=x, weight=weight)
+    if backend(x.device) == "triton":
+        return nm.rms_norm_triton(x, weight, eps, mean)
+    return nm.rms_norm_reference(x, weight, eps, mean)
+
+
+def _rank(value: object) -> int:
+    """A tensor's own rank (any rank is accepted where this is the expected one), for `_tensor`'s other checks."""
+    return value.dim() if isinstance(value, torch.Tensor) else 1
+
+
+def _rows_of_slots(kernel: str, slots: torch.Tensor, positions: torch.Tensor, rows: int) -> None:
+    """Per-row slot and position vectors. Their values are not read here: that would wait for the device, which a
+    captured CUDA graph cannot; the runtime builds them from positions it has checked against the context."""
+    for name, value in (("slots", slots), ("positions", positions)):
+        _tensor(kernel, name, value, ndim=1, dtypes=(torch.int64,))
+        if value.numel() != rows:
+            raise ValueError(f"{kernel}: `{name}` has {value.numel()} entries; expected one per row ({rows})")
+
+
+def _caches(kernel: str, k_cache: torch.Tensor, v_cache: torch.Tensor, n_kv: int | None,
+            head_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One attention layer's caches, [slots, Hkv, capacity, d] each, with `n_kv` KV heads (None: any) of width
+    `head_k` for the keys."""
+    k_cache = _tensor(kernel, "k_cache", k_cache, ndim=4, dtypes=(torch.float32,))
+    v_cache = _tensor(kernel, "v_cache", v_cache, ndim=4, dtypes=(torch.float32,))
+    slots, heads, capacity, width = k_cache.shape
+    if (n_kv is not None and heads != n_kv) or width != head_k or tuple(v_cache.shape[:3]) != (slots, heads, capacity):
+        raise ValueError(f"{kernel}: caches have shapes {tuple(k_cache.shape)} and {tuple(v_cache.shape)}; expected "
+                         f"[slots, {n_kv if n_kv is not None else 'Hkv'}, capacity, {head_k}] and the same "
+                         "[slots, Hkv, capacity] for the values")
+    return k_cache, v_cache
+
+
+def cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                positions: torch.Tensor) -> None:
+    """Store k [n, Hkv, dk] and v [n, Hkv, dv] in k_cache/v_cache [S, Hkv, T, d] at row i's (slots[i], positions[i]);
+    a padding row (slot -1) writes nothing."""
+    k = _tensor("cache_write", "k", k, ndim=3, dtypes=(torch.float32,))
+    v = _tensor("cache_write", "v", v, ndim=3, dtypes=(torch.float32,))
+    rows, n_kv, head_k = k.shape
+    k_cache, v_cache = _caches("cache_write", k_cache, v_cache, n_kv, head_k)
+    if tuple(v.shape) != (rows, n_kv, v_cache.shape[3]):
+        raise ValueError(f"cache_write: `v` has shape {tuple(v.shape)}; expected ({rows}, {n_kv}, {v_cache.shape[3]})")
+    _rows_of_slots("cache_write", slots, positions, rows)
+    device = _same_device("cache_write", k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions)
+    if backend(device) == "triton":
+        at.cache_write_triton(k, v, k_cache, v_cache, slots, positions)
+    else:
+        at.cache_write_reference(k, v, k_cache, v_cache, slots, positions)
+
+
+def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+              positions: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor:
+    """Each query row of q [n, H, dk] against its slot's cache rows j <= position (and position - j < window when
+    window > 0) of k_cache [S, Hkv, T, dk] / v_cache [S, Hkv, T, dv], query head h on KV head h // (H / Hkv)
+    -> [n, H * dv] float32; a padding row (slot -1) gives zeros. Row-count invariant (`power.kernels.attention`)."""
+    q = _tensor("attention", "q", q, ndim=3, dtypes=(torch.float32,))
+    rows, n_heads, head_k = q.shape
+    _nonempty("attention", "q", rows, "row")
+    k_cache, v_cache = _caches("attention", k_cache, v_cache, None, head_k)
+    n_kv = k_cache.shape[1]
+    if n_kv < 1 or n_heads % n_kv:
+        raise ValueError(f"attention: `q` has {n_heads} heads, not a multiple of the caches' {n_kv} KV heads")
+    _rows_of_slots("attention", slots, positions, rows)
+    if window < 0:
+        raise ValueError(f"attention: `window` is {window}; expected 0 (a global layer) or a positive width")
+    device = _same_device("attention", q=q, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions)
+    if backend(device) == "triton":
+        return at.attention_triton(q, k_cache, v_cache, slots, positions, scale, window)
+    return at.attention_reference(q, k_cache, v_cache, slots, positions, scale, window)

@@ -160,6 +160,8 @@ class Engine:
                                 verify_capacity=runtime.verify_capacity,
                                 snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
                                 device=self.device, slots=self.slots)
+        if runtime.cuda_graphs and torch.device(self.device).type == "cuda":
+            self.trunk.capture_graphs()  # refused (PWR607) where the trunk's forward cannot be captured
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk, gguf, drafters)
@@ -282,7 +284,7 @@ class Engine:
         else:
             room = ticket.room
             reason = "context" if len(generation.tokens) >= room and room < ticket.max_tokens else "length"
-        runtime, arithmetic = self.workload.runtime, self.trunk.options.arithmetic
+        runtime, arithmetic, graphs = self.workload.runtime, self.trunk.options.arithmetic, self.trunk.graphs
         return Receipt(
             plan_digest=self.workload.plan_digest, artifacts=dict(self.artifacts), mode=self.workload.mode.resolved,
             prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
@@ -292,8 +294,10 @@ class Engine:
             load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
-                     # the plan's cuda_graphs, and what ran: Power's runtime captures no CUDA graph yet (docs/runtime.md)
-                     "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": False,
+                     # the plan's cuda_graphs, and what ran: the decode forwards as CUDA graph replays (on a CUDA
+                     # device only; prefill chunks run eagerly), and the row counts captured so far (docs/runtime.md)
+                     "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": graphs is not None,
+                     "cuda_graph_rows": graphs.captured if graphs is not None else [],
                      # older readers' names for the weights' arithmetic (receipt fields are never removed)
                      "dtype": arithmetic, "lm_head_dtype": arithmetic, "threads": torch.get_num_threads(), "n_ctx": runtime.ctx, "slots": self.slots,
                      "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,

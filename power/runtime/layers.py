@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from power.kernels import dispatch
 from power.kernels.cpu import rowops
 
 SIMD_WIDTH = 64  # floats: two AVX-512 vectors, a whole number of AVX2 ones
@@ -49,6 +50,27 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if weight.dim() == 1:
         return F.rms_norm(x, weight.shape, weight, eps)
     return F.rms_norm(x, x.shape[-1:], eps=eps) * weight
+
+
+def l2_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """[..., d] -> x / sqrt(sum(x^2) + eps) over the last dimension."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
+class Norm:
+    """A norm over each row's last dimension: RMS (`rms_norm`, times `weight`) or, without a weight, L2 (`l2_norm`).
+
+    On the GPU path (`kernels`) through `power.kernels.dispatch.rms_norm`: one program per row, so a row's bits do not
+    depend on the number of rows (torch's CUDA reductions pick their thread layout from it; `power.kernels.norm`).
+    """
+
+    def __init__(self, weight: torch.Tensor | None, eps: float, kernels: bool) -> None:
+        self.weight, self.eps, self.kernels = weight, eps, kernels
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels:
+            return dispatch.rms_norm(x.contiguous(), self.weight, self.eps, mean=self.weight is not None)
+        return l2_norm(x, self.eps) if self.weight is None else rms_norm(x, self.weight, self.eps)
 
 
 def rope_tables(positions: int, dim: int, base: float, scale: float = 1.0,
@@ -89,7 +111,8 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mas
               scale: float) -> torch.Tensor:
     """q [n, H, hd] against explicit keys/values [Hkv, T, hd] under `mask` [n, T] -> [n, H * hd_v].
 
-    For a drafter's own keys; the trunks attend to their fixed caches through `KVCache.attend`.
+    For a drafter's own keys; the trunks attend to their caches through `KVCache.attend_rows` (CPU) or the GPU
+    path's kernels.
     """
     n, n_heads, head_dim = q.shape
     n_kv = k_cache.shape[0]

@@ -10,7 +10,7 @@ plan's arithmetics (`power.documents.arithmetic`):
   rounding per block in a fixed order. `path` is the instruction path the
   kernels chose at load (amx, avx512vnni, avxvnni, avx2 or scalar;
   `POWER_CPU_PATH` forces one), and every path computes the same bits.
-- **quantised** on a GPU (`BlockLinear`): the GGUF rows as they are in the file,
+- **quantised** on the GPU path (`BlockLinear`): the GGUF rows as they are in the file,
   multiplied by the batch-invariant Triton kernel (`power.kernels.qmatmul`: one
   tile configuration and one reduction order whatever the row count).
 - **float32** (`Float32Linear`): the exactly dequantised weights, `F.linear`;
@@ -175,10 +175,10 @@ class Stacked(Linear):
         return sum(p.nbytes for p in self._parts)
 
 
-def quantised(raw: torch.Tensor, qtype: str, shape: tuple[int, int], device: str) -> Linear | None:
-    """A GGUF matrix's bytes (flat uint8) in the quantised arithmetic on `device`; None for a type no quantised
-    product there reads."""
-    if torch.device(device).type == "cpu":
+def quantised(raw: torch.Tensor, qtype: str, shape: tuple[int, int], device: str, kernels: bool) -> Linear | None:
+    """A GGUF matrix's bytes (flat uint8) in the quantised arithmetic on `device`: the CPU's kernels, or with `kernels`
+    (the GPU path) the Triton product; None for a type that product does not read."""
+    if not kernels:
         return QuantLinear(QuantMatrix(qtype, raw, shape), raw) if qtype in CPU_TYPES else None
     if qtype not in BLOCK_TYPES or shape[1] % step_size(qtype):
         return None

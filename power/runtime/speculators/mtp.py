@@ -28,7 +28,7 @@ from power.artifacts.contracts import nextn_layer_count
 from power.documents.arithmetic import FLOAT32
 
 from ..gguf_weights import GGUFFile
-from ..kv_cache import KVCache
+from ..kv_cache import SlotCaches
 from ..layers import rms_norm, rope_rows, rope_tables
 from ..trunks.base import TrunkOptions, Weights
 from ..trunks.batch import RowBatch, Segment
@@ -65,7 +65,7 @@ class MTPHead(Speculator):
         b = f"blk.{p.n_layers}."
         # A draft head's bits only shape proposals, never tokens: the float32 reference at one row.
         w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=FLOAT32))
-        self.block = GatedAttentionLayer(w, p, p.n_layers, [self._cache(n_ctx)])
+        self.block = GatedAttentionLayer(w, p, p.n_layers, self._cache(n_ctx))
         self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
         self.enorm = w.tensor(b + "nextn.enorm.weight", [p.d_model])
         self.hnorm = w.tensor(b + "nextn.hnorm.weight", [p.d_model])
@@ -107,7 +107,7 @@ class MTPHead(Speculator):
     def spawn(self) -> MTPHead:
         twin = copy.copy(self)
         twin.block = copy.copy(self.block)
-        twin.block.caches = [self._cache(self.capacity)]
+        twin.block.caches = self._cache(self.capacity)
         twin.reset()
         return twin
 
@@ -126,7 +126,7 @@ class MTPHead(Speculator):
         rope = rope_rows(self.rope, batch.positions)
         return self.block(x, batch, rope, p)
 
-    def _cache(self, n_ctx: int) -> KVCache:
+    def _cache(self, n_ctx: int) -> SlotCaches:
         """The head's own cache: one position past the context (the draft row after the last committed one)."""
         p = self.params
-        return KVCache(p.n_kv_heads, n_ctx + 1, p.head_dim, p.head_dim)
+        return SlotCaches(1, p.n_kv_heads, n_ctx + 1, p.head_dim, p.head_dim)

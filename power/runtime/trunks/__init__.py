@@ -26,10 +26,10 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 
 def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int, snapshot_rows: int = 0,
                arithmetic: str = QUANTISED, device: str = "cpu", prefill_chunk: int | None = None,
-               slots: int = 1) -> FixedShapeTrunk:
+               slots: int = 1, kernel_path: str = "auto") -> FixedShapeTrunk:
     """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) in `arithmetic`
     (`power.documents.arithmetic`), with forwards of at most `verify_capacity` rows, holding `slots` sequences of
-    `n_ctx` positions each."""
+    `n_ctx` positions each, on the CPU or GPU path (`kernel_path`, `TrunkOptions.path`)."""
     gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
     architecture = gguf.architecture
     if architecture not in ARCHITECTURES:
@@ -37,7 +37,7 @@ def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int,
                             f"(implemented: {', '.join(sorted(ARCHITECTURES))})", code="PWR120", file=str(gguf.path),
                             hint="use a plan whose target is one of these, or render the plan for llama-server instead")
     options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows,
-                           arithmetic=arithmetic, device=device, slots=slots,
+                           arithmetic=arithmetic, device=device, slots=slots, path=kernel_path,
                            **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))
     module_name, class_name = ARCHITECTURES[architecture]
     module = importlib.import_module(f"power.runtime.trunks.{module_name}")

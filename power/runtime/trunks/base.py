@@ -6,14 +6,20 @@ each segment's cache rows (and recurrent state) in its own slot
 (`power.runtime.trunks.batch`), and return the final residual (before the
 output norm) plus the requested taps. This class owns the shapes.
 
-In the quantised arithmetic on the CPU every op computes a row the same way at
-any row count (`Trunk.real_rows`): integer products with exact sums, per-row
-norms and rope, attention per row (`power.runtime.kv_cache`). A forward then
-runs on its real rows only: a plain round is one row, a speculative round K+1,
-a batch the sum of its requests' rows, a prefill chunk its prompt rows.
+A trunk runs one of two paths (`TrunkOptions.path`): the CPU path (the CPU's
+quantised products, `power.kernels.cpu`; torch norms; attention per row,
+`power.runtime.kv_cache`) or the GPU path (the Triton product on the file's
+rows, the Triton norms and attention through `power.kernels.dispatch`; on a CUDA
+device, or forced on the CPU for tests under Triton's interpreter). On both,
+norms, rope, the elementwise ops and attention compute a row the same way at any
+row count, so whether a forward may run on its real rows only (`real_rows`) is
+decided by the products: in the quantised arithmetic every product is row-count
+invariant, and a forward runs on its real rows only: a plain round is one row, a
+speculative round K+1, a batch the sum of its requests' rows, a prefill chunk
+its prompt rows.
 
-Otherwise (the float32 reference arithmetic, or a device where the attention's
-invariance is not proven) the shapes are fixed:
+Otherwise (the float32 reference arithmetic, or a matrix whose type the GPU
+product does not read) the shapes are fixed:
 
 - `forward` / `forward_parts` pad their 1..verify_capacity rows (of one or
   several sequences) to exactly `verify_capacity`;
@@ -35,17 +41,19 @@ import torch
 
 from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
+from power.runtime.cuda_graphs import GRAPHS_OFF, CudaGraphError, CudaRecorder, ForwardGraphs, Recorder
 from power.runtime.embedding import TokenEmbedding
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import KVCache
-from power.runtime.layers import rms_norm, softcap
+from power.runtime.kv_cache import SlotCaches
+from power.runtime.layers import Norm, softcap
 from power.runtime.linear import Float32Linear, Linear, Stacked, quantised
-from power.runtime.trunks.batch import RowBatch, Segment
+from power.runtime.trunks.batch import DeviceRows, RowBatch, Segment
 from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
 PAD_TOKEN = 0
 DEFAULT_PREFILL_CHUNK = 32
+PATHS = ("auto", "cpu", "gpu")
 
 
 @dataclass(frozen=True)
@@ -62,8 +70,14 @@ class TrunkOptions:
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK
     device: str = "cpu"  # where weights, caches and activations live ("cpu", "cuda", "cuda:1", ...)
     slots: int = 1  # sequences decoded side by side
+    # "auto": the GPU path off the CPU, the CPU path on it; "gpu" on the CPU runs the GPU path's kernels there (Triton's
+    # interpreter with POWER_KERNELS=triton, else their torch references): for tests and `gpu-check --interpret`.
+    path: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.path not in PATHS or (self.path == "cpu" and torch.device(self.device).type != "cpu"):
+            raise RuntimeInputError(f"path {self.path!r} on device {self.device!r} is not supported (choose "
+                                    f"{', '.join(PATHS)}; the CPU path runs on the CPU only)")
         if self.arithmetic not in ARITHMETICS:
             raise RuntimeInputError(f"arithmetic {self.arithmetic!r} is not supported (choose "
                                     f"{', '.join(ARITHMETICS)})")
@@ -76,11 +90,15 @@ class TrunkOptions:
         """One slot's context plus room for the padding rows of the largest forward shape."""
         return self.n_ctx + max(self.verify_capacity, self.prefill_chunk)
 
+    @property
+    def kernels(self) -> bool:
+        """The GPU path: products, norms and attention through `power.kernels.dispatch`."""
+        return self.path == "gpu" or (self.path == "auto" and torch.device(self.device).type != "cpu")
 
-def slot_caches(options: TrunkOptions, n_kv_heads: int, head_dim_k: int, head_dim_v: int) -> list[KVCache]:
+
+def slot_caches(options: TrunkOptions, n_kv_heads: int, head_dim_k: int, head_dim_v: int) -> SlotCaches:
     """One attention layer's caches: a region of `cache_capacity` positions for each slot."""
-    return [KVCache(n_kv_heads, options.cache_capacity, head_dim_k, head_dim_v, options.device)
-            for _ in range(options.slots)]
+    return SlotCaches(options.slots, n_kv_heads, options.cache_capacity, head_dim_k, head_dim_v, options.device)
 
 
 class ArchHeader:
@@ -134,6 +152,7 @@ class Weights:
 
     def __init__(self, gguf: GGUFFile, options: TrunkOptions) -> None:
         self.gguf, self.arithmetic, self.device = gguf, options.arithmetic, options.device
+        self.kernels = options.kernels
         self.rows = options.verify_capacity
         self.held: dict[str, int] = {}
         self.linears: list[Linear] = []
@@ -171,6 +190,13 @@ class Weights:
     def optional_tensor(self, name: str, shape: Sequence[int]) -> torch.Tensor | None:
         return self.tensor(name, shape) if self.gguf.has(name) else None
 
+    def norm(self, name: str, shape: Sequence[int], eps: float) -> Norm:
+        """An RMS norm with this weight, on the trunk's path."""
+        return Norm(self.tensor(name, shape), eps, self.kernels)
+
+    def optional_norm(self, name: str, shape: Sequence[int], eps: float) -> Norm | None:
+        return self.norm(name, shape, eps) if self.gguf.has(name) else None
+
     @property
     def row_count_invariant(self) -> bool:
         """Every product computes a row the same way at any row count."""
@@ -182,12 +208,12 @@ class Weights:
         return "+".join(dict.fromkeys(linear.path for linear in self.linears))
 
     def _quantised(self, name: str, shape: Sequence[int], label: str | None = None) -> Linear:
-        """A matrix kept in its GGUF blocks. On a GPU, a type the Triton product does not read is dequantised to
-        float32 (exact; such a trunk pads its forwards); on the CPU every type the runtime reads has a kernel."""
+        """A matrix kept in its GGUF blocks. On the GPU path, a type the Triton product does not read is dequantised to
+        float32 (exact; such a trunk pads its forwards); on the CPU path every type the runtime reads has a kernel."""
         info = self.gguf.expect(name, shape)
         out_features, in_features = int(shape[0]), int(shape[1])
-        linear = quantised(self.gguf.raw(name), info.qtype, (out_features, in_features), self.device)
-        if linear is None and torch.device(self.device).type == "cpu":
+        linear = quantised(self.gguf.raw(name), info.qtype, (out_features, in_features), self.device, self.kernels)
+        if linear is None and not self.kernels:
             raise ArtifactError(f"tensor {name!r} is {info.qtype}, which the CPU kernels do not multiply",
                                 code="PWR122", file=str(self.gguf.path),
                                 hint="plan with `arithmetic = \"float32\"` in the profile's [runtime], or requantise")
@@ -227,16 +253,19 @@ class FixedShapeTrunk:
 
     config: TrunkConfig
 
-    def __init__(self, config: TrunkConfig, options: TrunkOptions, weights: Weights, output_norm: torch.Tensor,
-                 output: Linear, norm_eps: float, logit_softcap: float | None = None) -> None:
+    def __init__(self, config: TrunkConfig, options: TrunkOptions, weights: Weights, output_norm: Norm,
+                 output: Linear, logit_softcap: float | None = None) -> None:
         self.config, self.options = config, options
-        self._output_norm, self._output, self._norm_eps = output_norm, output, norm_eps
+        self._output_norm, self._output = output_norm, output
         self._logit_softcap = logit_softcap
         self._positions = [0] * options.slots
         self.held = dict(weights.held)  # tensor -> bytes held in memory (what sizing counts)
         self.instruction_path = weights.paths
-        # The attention's per-row invariance is proven on the CPU (tests/test_trunks.py); elsewhere the shapes stay fixed.
-        self.real_rows = weights.row_count_invariant and torch.device(options.device).type == "cpu"
+        # Norms, rope, the elementwise ops and attention give a row the same bits at any row count on both paths (the
+        # CPU's per-row products, tests/test_trunks.py; the GPU path's one program per row, docs/kernels.md), so the
+        # products decide: real rows when every one of them is row-count invariant, the fixed shapes otherwise.
+        self.real_rows = weights.row_count_invariant
+        self.graphs: ForwardGraphs | None = None  # the decode forwards' CUDA graphs, once `capture_graphs` is called
 
     @property
     def weight_bytes(self) -> int:
@@ -344,8 +373,12 @@ class FixedShapeTrunk:
             row += len(part.tokens)
         rows = row if self.real_rows else shape
         tokens = self._padded([token for part in parts for token in part.tokens], rows)
-        batch = RowBatch(rows, segments, self.options.device, prefill, padded=not self.real_rows)
-        final, tapped = self._run(tokens, batch, taps)
+        batch = RowBatch(rows, segments, self.options.device, prefill, padded=not self.real_rows,
+                         kernels=self.options.kernels)
+        if self.graphs is not None and not prefill:
+            final, tapped = self.graphs.run(tokens, batch.positions, batch.slots, taps)
+        else:
+            final, tapped = self._run(tokens, batch, taps)
         for segment in segments:
             self._positions[segment.slot] += segment.n
         wanted = torch.cat([final[s.row + s.n - part.wanted:s.row + s.n] for s, part in zip(segments, parts, strict=True)])
@@ -353,6 +386,31 @@ class FixedShapeTrunk:
         logits = logits.split([part.wanted for part in parts])
         return [ForwardOut(logits=rows_logits, hidden={layer: h[s.rows] for layer, h in tapped.items()})
                 for s, rows_logits in zip(segments, logits, strict=True)]
+
+    # --- CUDA graphs -------------------------------------------------------------
+
+    def capture_graphs(self, recorder: Recorder | None = None) -> None:
+        """Run every decode forward from now on through a CUDA graph of its shape, captured on its first use
+        (`power.runtime.cuda_graphs`; prefill chunks stay eager). `recorder` replaces the CUDA capture (tests: `Rerun`
+        off a GPU). Refused (CudaGraphError) where the forward reads more than its device buffers."""
+        refusal = self._graph_refusal(recorder)
+        if refusal:
+            raise CudaGraphError(f"the {self.config.architecture} trunk cannot run in CUDA graphs: {refusal}",
+                                 hint=GRAPHS_OFF)
+        self.graphs = ForwardGraphs(self._graph_forward, recorder or CudaRecorder(self.options.device))
+
+    def _graph_refusal(self, recorder: Recorder | None) -> str | None:
+        if not self.options.kernels:
+            return "the CPU path's attention reads each sequence's rows in Python (graphs need the GPU path)"
+        if self.config.recurrent:
+            return "its recurrent layers run each sequence's rows through their state in Python"
+        if recorder is None and torch.device(self.options.device).type != "cuda":
+            return f"the device {self.options.device!r} is not a CUDA device"
+        return None
+
+    def _graph_forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                       taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        return self._run(tokens, DeviceRows(tokens.numel(), positions, slots), taps)
 
     # --- the LM head ----------------------------------------------------------
 
@@ -365,7 +423,7 @@ class FixedShapeTrunk:
         """final residual rows [m, d] -> logits [m, vocab], the head run on the m rows alone when its rows are the
         same at any row count (the quantised head's are), else on blocks of exactly verify_capacity rows."""
         capacity = self.config.verify_capacity
-        normed = rms_norm(final, self._output_norm, self._norm_eps)
+        normed = self._output_norm(final)
         if self._output.row_count_invariant:
             return softcap(self._output(normed), self._logit_softcap)
         blocks = []
@@ -377,10 +435,11 @@ class FixedShapeTrunk:
 
     # --- for concrete trunks ------------------------------------------------
 
-    def _run(self, tokens: torch.Tensor, batch: RowBatch,
+    def _run(self, tokens: torch.Tensor, batch: DeviceRows,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """tokens [m] (padded), the batch's segments -> final residual [m, d], taps {layer: [m, d]}; writes each
-        segment's cache rows (and recurrent state) in its own slot."""
+        """tokens [m] (padded), the forward's rows -> final residual [m, d], taps {layer: [m, d]}; writes each
+        sequence's cache rows (and recurrent state) in its own slot. `batch` is a `RowBatch`, or, in a CUDA graph, the
+        bare `DeviceRows` (a trunk whose layers need the segments refuses graphs: `capture_graphs`)."""
         raise NotImplementedError
 
     def _rewind_state(self, slot: int, length: int) -> None:

@@ -22,10 +22,10 @@ import torch
 from typing_extensions import override
 
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, gated_mlp, gelu_tanh, rms_norm, rope_rows, rope_tables
+from power.runtime.kv_cache import SlotCaches
+from power.runtime.layers import Norm, apply_rope, gated_mlp, gelu_tanh, rope_rows, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
-from power.runtime.trunks.batch import RowBatch
+from power.runtime.trunks.batch import DeviceRows
 from power.runtime.trunks.protocol import TrunkConfig
 
 ARCH = "gemma3"
@@ -73,35 +73,36 @@ class Gemma3Params:
 
 
 class Gemma3Layer:
-    def __init__(self, w: Weights, p: Gemma3Params, i: int, caches: list[KVCache]) -> None:
+    def __init__(self, w: Weights, p: Gemma3Params, i: int, caches: SlotCaches) -> None:
         b, d = f"blk.{i}.", p.d_model
-        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
+        self.attn_norm = w.norm(b + "attn_norm.weight", [d], p.eps)
         self.split_qkv = [p.n_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_v]
         self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
         q_norm = w.tensor(b + "attn_q_norm.weight", [p.head_dim_k])
         k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim_k])
-        self.qk_norm = torch.stack([q_norm] * p.n_heads + [k_norm] * p.n_kv_heads)  # [H + Hkv, hd]: one norm, one rope
+        # [H + Hkv, hd]: one norm, one rope over q and k together
+        self.qk_norm = Norm(torch.stack([q_norm] * p.n_heads + [k_norm] * p.n_kv_heads), p.eps, w.kernels)
         self.wo = w.matrix(b + "attn_output.weight", [d, p.n_heads * p.head_dim_v])
-        self.post_attn_norm = w.tensor(b + "post_attention_norm.weight", [d])
-        self.ffn_norm = w.tensor(b + "ffn_norm.weight", [d])
+        self.post_attn_norm = w.norm(b + "post_attention_norm.weight", [d], p.eps)
+        self.ffn_norm = w.norm(b + "ffn_norm.weight", [d], p.eps)
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
-        self.post_ffn_norm = w.tensor(b + "post_ffw_norm.weight", [d])
+        self.post_ffn_norm = w.norm(b + "post_ffw_norm.weight", [d], p.eps)
         self.caches = caches  # one per slot
         self.window = None if p.is_global(i) else p.window
 
-    def __call__(self, h: torch.Tensor, batch: RowBatch, rope: tuple[torch.Tensor, torch.Tensor],
+    def __call__(self, h: torch.Tensor, batch: DeviceRows, rope: tuple[torch.Tensor, torch.Tensor],
                  p: Gemma3Params) -> torch.Tensor:
         n = h.shape[0]
-        x = rms_norm(h, self.attn_norm, p.eps)
+        x = self.attn_norm(h)
         qk, v = self.qkv(x).split([self.split_qkv[0] + self.split_qkv[1], self.split_qkv[2]], dim=-1)
-        qk = apply_rope(rms_norm(qk.reshape(n, -1, p.head_dim_k), self.qk_norm, p.eps), *rope, neox=True)
+        qk = apply_rope(self.qk_norm(qk.reshape(n, -1, p.head_dim_k)), *rope, neox=True)
         q, k = qk.split([p.n_heads, p.n_kv_heads], dim=1)  # [n, H, hd], [n, Hkv, hd]
         v = v.reshape(n, p.n_kv_heads, p.head_dim_v)
         a = batch.attend(self.caches, q, k, v, 1.0 / math.sqrt(p.head_dim_k), self.window)
-        h = h + rms_norm(self.wo(a), self.post_attn_norm, p.eps)
-        f = gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, gelu_tanh)
-        return h + rms_norm(f, self.post_ffn_norm, p.eps)
+        h = h + self.post_attn_norm(self.wo(a))
+        f = gated_mlp(self.ffn_norm(h), self.gate_up, self.down, gelu_tanh)
+        return h + self.post_ffn_norm(f)
 
 
 class Gemma3Trunk(FixedShapeTrunk):
@@ -118,11 +119,10 @@ class Gemma3Trunk(FixedShapeTrunk):
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False, slots=options.slots)
-        super().__init__(config, options, w, w.tensor("output_norm.weight", [p.d_model]), output, p.eps,
-                         p.logit_softcap)
+        super().__init__(config, options, w, w.norm("output_norm.weight", [p.d_model], p.eps), output, p.logit_softcap)
 
     @override
-    def _run(self, tokens: torch.Tensor, batch: RowBatch,
+    def _run(self, tokens: torch.Tensor, batch: DeviceRows,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         p = self.params
         local_rope = rope_rows(self.local_rope, batch.positions)

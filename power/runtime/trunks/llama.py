@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import KVCache
-from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_rows, rope_tables
+from power.runtime.kv_cache import SlotCaches
+from power.runtime.layers import apply_rope, gated_mlp, rope_rows, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
-from power.runtime.trunks.batch import RowBatch
+from power.runtime.trunks.batch import DeviceRows
 from power.runtime.trunks.protocol import TrunkConfig
 
 NEOX_ARCHITECTURES = ("qwen2", "qwen3")
@@ -59,35 +59,35 @@ class LlamaParams:
 
 
 class LlamaLayer:
-    def __init__(self, w: Weights, p: LlamaParams, i: int, caches: list[KVCache]) -> None:
+    def __init__(self, w: Weights, p: LlamaParams, i: int, caches: SlotCaches) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
-        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
+        self.attn_norm = w.norm(b + "attn_norm.weight", [d], p.eps)
         self.split_qkv = [q_dim, kv_dim, kv_dim]
         self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
         self.biases = [w.optional_tensor(b + f"attn_{x}.bias", [n]) for x, n in zip("qkv", self.split_qkv, strict=True)]
-        self.q_norm = w.optional_tensor(b + "attn_q_norm.weight", [p.head_dim])
-        self.k_norm = w.optional_tensor(b + "attn_k_norm.weight", [p.head_dim])
+        self.q_norm = w.optional_norm(b + "attn_q_norm.weight", [p.head_dim], p.eps)
+        self.k_norm = w.optional_norm(b + "attn_k_norm.weight", [p.head_dim], p.eps)
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
-        self.ffn_norm = w.tensor(b + "ffn_norm.weight", [d])
+        self.ffn_norm = w.norm(b + "ffn_norm.weight", [d], p.eps)
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, d]), (b + "ffn_up.weight", [p.d_ff, d]))
         self.down = w.matrix(b + "ffn_down.weight", [d, p.d_ff])
         self.caches = caches  # one per slot
 
-    def __call__(self, h: torch.Tensor, batch: RowBatch, rope: tuple[torch.Tensor, torch.Tensor],
+    def __call__(self, h: torch.Tensor, batch: DeviceRows, rope: tuple[torch.Tensor, torch.Tensor],
                  p: LlamaParams) -> torch.Tensor:
         n, neox = h.shape[0], p.arch in NEOX_ARCHITECTURES
-        x = rms_norm(h, self.attn_norm, p.eps)
+        x = self.attn_norm(h)
         q, k, v = (_biased(y, bias) for y, bias in zip(self.qkv(x).split(self.split_qkv, dim=-1), self.biases, strict=True))
         q = q.reshape(n, p.n_heads, p.head_dim)
         k = k.reshape(n, p.n_kv_heads, p.head_dim)
         v = v.reshape(n, p.n_kv_heads, p.head_dim)
         if self.q_norm is not None:
-            q = rms_norm(q, self.q_norm, p.eps)
+            q = self.q_norm(q)
         if self.k_norm is not None:
-            k = rms_norm(k, self.k_norm, p.eps)
+            k = self.k_norm(k)
         q, k = apply_rope(q, *rope, neox=neox), apply_rope(k, *rope, neox=neox)
         h = h + self.wo(batch.attend(self.caches, q, k, v, 1.0 / math.sqrt(p.head_dim)))
-        return h + gated_mlp(rms_norm(h, self.ffn_norm, p.eps), self.gate_up, self.down, F.silu)
+        return h + gated_mlp(self.ffn_norm(h), self.gate_up, self.down, F.silu)
 
 
 class LlamaTrunk(FixedShapeTrunk):
@@ -102,10 +102,10 @@ class LlamaTrunk(FixedShapeTrunk):
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
                              recurrent=False, slots=options.slots)
         output = w.lm_head([p.vocab, p.d_model])
-        super().__init__(config, options, w, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
+        super().__init__(config, options, w, w.norm("output_norm.weight", [p.d_model], p.eps), output)
 
     @override
-    def _run(self, tokens: torch.Tensor, batch: RowBatch,
+    def _run(self, tokens: torch.Tensor, batch: DeviceRows,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         rope = rope_rows(self.rope, batch.positions)
         h = self.embedding(tokens)  # [m, d]

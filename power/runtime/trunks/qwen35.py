@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import KVCache
-from power.runtime.layers import aligned, apply_rope, gated_mlp, rms_norm, rope_rows, rope_tables
+from power.runtime.kv_cache import SlotCaches
+from power.runtime.layers import Norm, aligned, apply_rope, gated_mlp, rope_rows, rope_tables
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
-from power.runtime.trunks.batch import RowBatch
+from power.runtime.trunks.batch import DeviceRows, RowBatch
 from power.runtime.trunks.protocol import OutsideResidentWindow, TrunkConfig
 
 ARCH = "qwen35"
@@ -101,25 +101,26 @@ class RecurrentState:
 
 class FFN:
     def __init__(self, w: Weights, p: Qwen35Params, b: str) -> None:
-        self.norm = w.tensor(b + "post_attention_norm.weight", [p.d_model])
+        self.norm = w.norm(b + "post_attention_norm.weight", [p.d_model], p.eps)
         self.gate_up = w.fused((b + "ffn_gate.weight", [p.d_ff, p.d_model]), (b + "ffn_up.weight", [p.d_ff, p.d_model]))
         self.down = w.matrix(b + "ffn_down.weight", [p.d_model, p.d_ff])
 
-    def __call__(self, h: torch.Tensor, eps: float) -> torch.Tensor:
-        return gated_mlp(rms_norm(h, self.norm, eps), self.gate_up, self.down, F.silu)
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return gated_mlp(self.norm(h), self.gate_up, self.down, F.silu)
 
 
 class GatedDeltaNetLayer:
     def __init__(self, w: Weights, p: Qwen35Params, i: int) -> None:
         b, d, value_dim = f"blk.{i}.", p.d_model, p.state * p.value_heads
-        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
+        self.attn_norm = w.norm(b + "attn_norm.weight", [d], p.eps)
         self.split_in = [p.conv_channels, value_dim, p.value_heads, p.value_heads]
         self.w_in = w.fused((b + "attn_qkv.weight", [p.conv_channels, d]), (b + "attn_gate.weight", [value_dim, d]),
                             (b + "ssm_beta.weight", [p.value_heads, d]), (b + "ssm_alpha.weight", [p.value_heads, d]))
         self.conv = w.tensor(b + "ssm_conv1d.weight", [p.conv_channels, p.conv_kernel])
         self.dt_bias = w.tensor(b + "ssm_dt.bias", [p.value_heads])
         self.a = w.tensor(b + "ssm_a", [p.value_heads])  # -exp(A_log)
-        self.norm = w.tensor(b + "ssm_norm.weight", [p.state])
+        self.norm = w.norm(b + "ssm_norm.weight", [p.state], p.eps)
+        self.l2_norm = Norm(None, L2_EPS, w.kernels)
         self.w_out = w.matrix(b + "ssm_out.weight", [d, value_dim])
         self.ffn = FFN(w, p, b)
 
@@ -133,7 +134,7 @@ class GatedDeltaNetLayer:
 
         Also returns {slot: {rows consumed: state}} for each segment's last `keep` rows.
         """
-        x = rms_norm(h, self.attn_norm, p.eps)
+        x = self.attn_norm(h)
         qkv, z, beta, alpha = self.w_in(x).split(self.split_in, dim=-1)  # [m, C], [m, Hv*dv], [m, Hv], [m, Hv]
         beta = aligned(torch.sigmoid, beta)
         decay = self.a * aligned(F.softplus, alpha + self.dt_bias)  # [m, Hv], log decay <= 0
@@ -143,9 +144,9 @@ class GatedDeltaNetLayer:
             rows = segment.rows
             snapshots[segment.slot] = self._recur(qkv[rows], decay[rows], beta[rows], states[segment.slot][layer],
                                                   out[rows], p, keep)
-        gated = rms_norm(out, self.norm, p.eps) * F.silu(z.view(-1, p.value_heads, p.state))
+        gated = self.norm(out) * F.silu(z.view(-1, p.value_heads, p.state))
         h = h + self.w_out(gated.reshape(h.shape[0], -1))
-        return h + self.ffn(h, p.eps), snapshots
+        return h + self.ffn(h), snapshots
 
     def _recur(self, qkv: torch.Tensor, decay: torch.Tensor, beta: torch.Tensor, state: RecurrentState,
                out: torch.Tensor, p: Qwen35Params, keep: int) -> dict[int, RecurrentState]:
@@ -155,8 +156,8 @@ class GatedDeltaNetLayer:
         mixed, conv_states = self._conv(qkv, state.conv, p)  # [n, C]
         q, k, v = torch.split(mixed, [p.state * p.key_heads, p.state * p.key_heads, p.state * p.value_heads], dim=-1)
         repeat = p.value_heads // p.key_heads
-        q = _l2norm(q.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1) / math.sqrt(p.state)
-        k = _l2norm(k.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1)
+        q = self.l2_norm(q.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1) / math.sqrt(p.state)
+        k = self.l2_norm(k.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1)
         v = v.view(n, p.value_heads, p.state)
         snapshots = {}
         s = state.delta
@@ -182,30 +183,30 @@ class GatedDeltaNetLayer:
 
 
 class GatedAttentionLayer:
-    def __init__(self, w: Weights, p: Qwen35Params, i: int, caches: list[KVCache]) -> None:
+    def __init__(self, w: Weights, p: Qwen35Params, i: int, caches: SlotCaches) -> None:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
-        self.attn_norm = w.tensor(b + "attn_norm.weight", [d])
+        self.attn_norm = w.norm(b + "attn_norm.weight", [d], p.eps)
         self.split_qkv = [2 * q_dim, kv_dim, kv_dim]
         self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
-        self.q_norm = w.tensor(b + "attn_q_norm.weight", [p.head_dim])
-        self.k_norm = w.tensor(b + "attn_k_norm.weight", [p.head_dim])
+        self.q_norm = w.norm(b + "attn_q_norm.weight", [p.head_dim], p.eps)
+        self.k_norm = w.norm(b + "attn_k_norm.weight", [p.head_dim], p.eps)
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
         self.ffn = FFN(w, p, b)
         self.caches = caches  # one per slot
 
-    def __call__(self, h: torch.Tensor, batch: RowBatch, rope: tuple[torch.Tensor, torch.Tensor],
+    def __call__(self, h: torch.Tensor, batch: DeviceRows, rope: tuple[torch.Tensor, torch.Tensor],
                  p: Qwen35Params) -> torch.Tensor:
         n = h.shape[0]
-        x = rms_norm(h, self.attn_norm, p.eps)
+        x = self.attn_norm(h)
         q_gate, k, v = self.qkv(x).split(self.split_qkv, dim=-1)
         q, gate = q_gate.reshape(n, p.n_heads, 2 * p.head_dim).chunk(2, dim=-1)
-        q = rms_norm(q, self.q_norm, p.eps)
-        k = rms_norm(k.reshape(n, p.n_kv_heads, p.head_dim), self.k_norm, p.eps)
+        q = self.q_norm(q)
+        k = self.k_norm(k.reshape(n, p.n_kv_heads, p.head_dim))
         v = v.reshape(n, p.n_kv_heads, p.head_dim)
         q, k = _partial_rope(q, rope, p.rope_dims), _partial_rope(k, rope, p.rope_dims)
         a = batch.attend(self.caches, q, k, v, 1.0 / math.sqrt(p.head_dim))
         h = h + self.wo(a * torch.sigmoid(gate.reshape(n, -1)))
-        return h + self.ffn(h, p.eps)
+        return h + self.ffn(h)
 
 
 class Qwen35Trunk(FixedShapeTrunk):
@@ -225,7 +226,7 @@ class Qwen35Trunk(FixedShapeTrunk):
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
                              snapshot_rows=options.snapshot_rows, recurrent=True, slots=options.slots)
         output = w.lm_head([p.vocab, p.d_model])
-        super().__init__(config, options, w, w.tensor("output_norm.weight", [p.d_model]), output, p.eps)
+        super().__init__(config, options, w, w.norm("output_norm.weight", [p.d_model], p.eps), output)
         self.states = [self._initial_states() for _ in range(options.slots)]
 
     def _initial_states(self) -> dict[int, RecurrentState]:
@@ -233,8 +234,10 @@ class Qwen35Trunk(FixedShapeTrunk):
                 if isinstance(layer, GatedDeltaNetLayer)}
 
     @override
-    def _run(self, tokens: torch.Tensor, batch: RowBatch,
+    def _run(self, tokens: torch.Tensor, batch: DeviceRows,
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        if not isinstance(batch, RowBatch):  # `capture_graphs` refuses a recurrent trunk, so no graph gets here
+            raise TypeError("the qwen35 trunk runs each sequence's rows through its own state: it needs the segments")
         p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
         rope = rope_rows(self.rope, batch.positions)
         before = {s.slot: _copy(self.states[s.slot]) for s in batch.segments if self.options.snapshot_rows >= s.n}
@@ -312,10 +315,6 @@ class Qwen35Trunk(FixedShapeTrunk):
 
 def _copy(states: dict[int, RecurrentState]) -> dict[int, RecurrentState]:
     return {i: s.clone() for i, s in states.items()}
-
-
-def _l2norm(x: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + L2_EPS)
 
 
 def _partial_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], dims: int) -> torch.Tensor:
