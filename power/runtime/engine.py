@@ -163,6 +163,8 @@ class Engine:
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk, gguf, drafters)
+        for file in (gguf, *drafters.values()):
+            file.release()  # everything is built: the weights are held once, in their own memory
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
                                    adaptive=workload.speculation.adaptive)

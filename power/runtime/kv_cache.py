@@ -32,6 +32,8 @@ hd = head width, T = cache capacity in slots, B = slots in a block.
 from __future__ import annotations
 
 import functools
+import math
+import mmap
 from dataclasses import dataclass
 
 import torch
@@ -84,8 +86,8 @@ def _blocks(first_slot: int, last_slot: int) -> tuple[slice, ...]:
 class KVCache:
     def __init__(self, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int, device: str = "cpu") -> None:
         slots = -(-capacity // ATTENTION_BLOCK) * ATTENTION_BLOCK
-        self.k = torch.zeros(n_kv_heads, slots, head_dim_k, device=device)  # [Hkv, T, hd_k]
-        self.v = torch.zeros(n_kv_heads, slots, head_dim_v, device=device)  # [Hkv, T, hd_v]
+        self.k = _zeros((n_kv_heads, slots, head_dim_k), device)  # [Hkv, T, hd_k]
+        self.v = _zeros((n_kv_heads, slots, head_dim_v), device)  # [Hkv, T, hd_v]
 
     @property
     def capacity(self) -> int:
@@ -126,3 +128,12 @@ def _per_row(block: torch.Tensor, rows: int) -> torch.Tensor:
     layout whatever the number of rows."""
     n_kv, width, head_dim = block.shape
     return block.unsqueeze(0).expand(rows, n_kv, width, head_dim).reshape(rows * n_kv, width, head_dim).contiguous()
+
+
+def _zeros(shape: tuple[int, int, int], device: str) -> torch.Tensor:
+    """float32 zeros on `device`. On the CPU they are a fresh anonymous memory map, whose pages the kernel gives
+    zero-filled on first touch: the cache's resident memory then follows the positions written (and the blocks
+    attention reads), up to its capacity, where `torch.zeros` would write every page at once."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, device=device)
+    return torch.frombuffer(mmap.mmap(-1, math.prod(shape) * 4), dtype=torch.float32).view(shape)

@@ -1,0 +1,67 @@
+"""What the runtime keeps in memory once it is loaded: the weights once, in memory of their own, never the file
+beside them; a KV cache resident only where positions were written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf_helpers import fixtures, gemma
+
+from power.documents.arithmetic import ARITHMETICS
+from power.runtime.gguf_weights import GGUFFile
+from power.runtime.kv_cache import KVCache
+from power.runtime.trunks import load_trunk
+
+
+def logits_after(trunk, tokens: list[int]) -> torch.Tensor:
+    trunk.reset()
+    return trunk.prefill(tokens).logits
+
+
+@pytest.mark.parametrize("arithmetic", ARITHMETICS)
+@pytest.mark.parametrize("name", ["gemma", "dense-target", "hybrid-target"])
+def test_a_built_trunk_keeps_no_view_of_the_file(name, arithmetic):
+    """After `release()` the verified copy is freed (nothing built from it still points into it), and the trunk
+    computes the same logits as before."""
+    model = GGUFFile(gemma() if name == "gemma" else fixtures()[name])
+    trunk = load_trunk(model, n_ctx=64, verify_capacity=4, arithmetic=arithmetic)
+    tokens = [2, 818, 5279, 529] if name == "gemma" else [1, 5, 9, 3]
+    before = logits_after(trunk, tokens)
+    assert model.held_bytes == model.size
+    model.release()
+    assert model.held_bytes == 0
+    assert torch.equal(logits_after(trunk, tokens), before)
+    with pytest.raises(RuntimeError, match="after the file's bytes were released"):
+        model.raw("token_embd.weight")
+
+
+def test_release_drops_the_headers_long_arrays_and_keeps_its_values():
+    model = GGUFFile(gemma())
+    assert len(model.get("tokenizer.ggml.tokens")) == 262_144
+    model.release()
+    assert model.get("tokenizer.ggml.tokens") is None and model.get("tokenizer.ggml.scores") is None
+    assert model.get("gemma3.block_count") == 18 and model.architecture == "gemma3"
+
+
+def resident_bytes(tensor: torch.Tensor) -> int:
+    """The resident bytes of the memory mapping that holds `tensor` (/proc/self/smaps)."""
+    address, current = tensor.data_ptr(), None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                start, end = (int(part, 16) for part in fields[0].split("-"))
+                current = start <= address < end
+            elif current and fields[0] == "Rss:":
+                return int(fields[1]) * 1024
+    raise AssertionError("the tensor's mapping was not found")
+
+
+def test_a_cache_becomes_resident_only_where_it_is_written():
+    cache = KVCache(1, 16_384, 256, 256)  # 16 MiB for K
+    assert cache.k.nbytes == 16 << 20 and torch.count_nonzero(cache.k[:, :64]) == 0
+    written = torch.ones(10, 1, 256)
+    cache.write(0, written, written)
+    # 10 positions of 1 KiB (a huge page at most, where the kernel gives them for anonymous memory)
+    assert resident_bytes(cache.k) <= 2 << 20
+    assert torch.equal(cache.k[0, :10], torch.ones(10, 256)) and torch.count_nonzero(cache.k[:, 10:]) == 0
