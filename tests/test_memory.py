@@ -1,7 +1,11 @@
 """What the runtime keeps in memory once it is loaded: the weights once, in memory of their own, never the file
-beside them; a KV cache resident only where positions were written."""
+beside them; a vocabulary without a Python object per token; a KV cache resident only where positions were
+written."""
 
 from __future__ import annotations
+
+import gc
+import sys
 
 import pytest
 import torch
@@ -10,6 +14,7 @@ from gguf_helpers import fixtures, gemma
 from power.documents.arithmetic import ARITHMETICS
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
+from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
 
@@ -41,6 +46,20 @@ def test_release_drops_the_headers_long_arrays_and_keeps_its_values():
     model.release()
     assert model.get("tokenizer.ggml.tokens") is None and model.get("tokenizer.ggml.scores") is None
     assert model.get("gemma3.block_count") == 18 and model.architecture == "gemma3"
+
+
+def test_the_tokenizer_keeps_no_python_object_per_token():
+    """Gemma's 262,144 pieces as a blob, offsets and an index: the tokenizer holds a few thousand Python objects
+    (its verbatim pieces), not one or more per token; the header's lists go with the file's release."""
+    model = GGUFFile(gemma())
+    tokenizer = Tokenizer.from_gguf(model)
+    model.release()
+    assert tokenizer.encode("The capital") == [2, 818, 5279] and tokenizer.token_text(5279) == "▁capital"
+    gc.collect()
+    with_tokenizer = sys.getallocatedblocks()
+    del tokenizer
+    gc.collect()
+    assert with_tokenizer - sys.getallocatedblocks() < 50_000
 
 
 def resident_bytes(tensor: torch.Tensor) -> int:
