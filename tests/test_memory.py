@@ -12,6 +12,7 @@ import torch
 from gguf_helpers import fixtures, gemma
 
 from power.documents.arithmetic import ARITHMETICS
+from power.runtime import heap
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import KVCache
 from power.runtime.tokenizer import Tokenizer
@@ -64,16 +65,32 @@ def test_the_tokenizer_keeps_no_python_object_per_token():
 
 def resident_bytes(tensor: torch.Tensor) -> int:
     """The resident bytes of the memory mapping that holds `tensor` (/proc/self/smaps)."""
-    address, current = tensor.data_ptr(), None
+    address = tensor.data_ptr()
+    return next(rss for (start, end), rss in mappings() if start <= address < end)
+
+
+def mappings() -> list[tuple[tuple[int, int], int]]:
+    """Every mapping of this process: its address range and resident bytes."""
+    found: list[tuple[tuple[int, int], int]] = []
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
             fields = line.split()
             if "-" in fields[0] and len(fields) >= 5:
                 start, end = (int(part, 16) for part in fields[0].split("-"))
-                current = start <= address < end
-            elif current and fields[0] == "Rss:":
-                return int(fields[1]) * 1024
-    raise AssertionError("the tensor's mapping was not found")
+            elif fields[0] == "Rss:":
+                found.append(((start, end), int(fields[1]) * 1024))
+    return found
+
+
+def test_trimming_returns_freed_heap_pages():
+    """Small tensors freed below a live one stay resident in the C heap until `heap.trim()` gives them back."""
+    freed = [torch.ones(16_384) for _ in range(400)]  # 64 KiB each: heap allocations, 25 MiB in all
+    kept = torch.ones(16_384)
+    del freed
+    gc.collect()
+    before = resident_bytes(kept)
+    heap.trim()
+    assert before - resident_bytes(kept) >= 16 << 20 and float(kept.sum()) == 16_384
 
 
 def test_a_cache_becomes_resident_only_where_it_is_written():
