@@ -5,6 +5,7 @@ written."""
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 
 import pytest
@@ -47,6 +48,21 @@ def test_release_drops_the_headers_long_arrays_and_keeps_its_values():
     model.release()
     assert model.get("tokenizer.ggml.tokens") is None and model.get("tokenizer.ggml.scores") is None
     assert model.get("gemma3.block_count") == 18 and model.architecture == "gemma3"
+
+
+def test_serving_on_the_cpu_never_loads_triton():
+    """The Triton kernels are imported on first use, which a CPU run never makes: importing Triton costs about 70
+    MiB of resident memory (its compiler library alone)."""
+    probe = ("import sys\n"
+             "from power.app.cli import main\n"
+             "try:\n"
+             f"    main(['run', '--gguf', {str(fixtures()['dense-target'])!r}, '--prompt', 'The', '--max-tokens', '3'])\n"
+             "except SystemExit as end:\n"
+             "    assert not end.code, end.code\n"
+             "print('triton loaded:', 'triton' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "triton loaded: False" in done.stdout
 
 
 def test_the_tokenizer_keeps_no_python_object_per_token():

@@ -15,14 +15,15 @@ device; nothing here copies logits or probabilities to the host.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+from types import SimpleNamespace
 from typing import Sequence
 
 import torch
-import triton
 
-from power.kernels import dequant
+from power.kernels import dequant, interpreter
 from power.kernels import fr_argmax as fr
 from power.kernels import greedy_verify as gv
 from power.kernels import qmatmul as qm
@@ -34,9 +35,23 @@ PROBS = (torch.float32, torch.float64)
 INTEGERS = (torch.int64, torch.int32)
 
 
+@functools.cache
+def triton_kernels() -> SimpleNamespace:
+    """The Triton kernels, imported on first use: a run on the references never loads Triton (about 70 MiB of
+    resident memory). Under Triton's interpreter its row-invariant dot is installed first (`interpreter`)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        interpreter.install()
+    from power.kernels import dequant_triton, fr_argmax_triton, greedy_verify_triton, qmatmul_triton, rejection_triton
+
+    return SimpleNamespace(dequant=dequant_triton, fr=fr_argmax_triton, gv=greedy_verify_triton, qm=qmatmul_triton,
+                           rj=rejection_triton)
+
+
 def interpreted() -> bool:
     """True when the kernels were decorated for Triton's CPU interpreter (Triton decides once, at import)."""
-    return not isinstance(gv._accept_kernel, triton.runtime.JITFunction)
+    import triton
+
+    return not isinstance(triton_kernels().gv._accept_kernel, triton.runtime.JITFunction)
 
 
 def backend(device: torch.device) -> str:
@@ -103,7 +118,7 @@ def dequantize(
         raise ValueError(f"dequantize: `raw` holds {raw.numel()} bytes; {qtype} of shape {shape} needs {expected}")
     raw = raw.to(device) if device is not None else raw
     if backend(raw.device) == "triton" and qtype in dequant.TRITON_TYPES:
-        return dequant.dequantize_triton(qtype, raw, shape)
+        return triton_kernels().dequant.dequantize_triton(qtype, raw, shape)
     return dequant.dequantize_reference(qtype, raw, shape)
 
 
@@ -120,7 +135,7 @@ def greedy_verify(logits: torch.Tensor, proposals: torch.Tensor) -> tuple[torch.
         )
     device = _same_device("greedy_verify", logits=logits, proposals=proposals)
     if backend(device) == "triton":
-        return gv.greedy_verify_triton(logits, proposals)
+        return triton_kernels().gv.greedy_verify_triton(logits, proposals)
     return gv.greedy_verify_reference(logits, proposals)
 
 
@@ -155,7 +170,7 @@ def rejection_step(
     if k and not bool(((proposals >= 0) & (proposals < vocab)).all()):
         raise ValueError(f"{name}: `proposals` holds a token ID outside [0, {vocab})")
     if backend(device) == "triton":
-        return rj.rejection_step_triton(target_probs, draft_probs, proposals, uniforms)
+        return triton_kernels().rj.rejection_step_triton(target_probs, draft_probs, proposals, uniforms)
     return rj.rejection_step_reference(target_probs, draft_probs, proposals, uniforms)
 
 
@@ -197,7 +212,7 @@ def qmatmul(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.Tensor:
         )
     device = _same_device("qmatmul", x=x, weight=weight)
     if backend(device) == "triton":
-        return qm.qmatmul_triton(x, weight, qtype)
+        return triton_kernels().qm.qmatmul_triton(x, weight, qtype)
     return qm.qmatmul_reference(x, weight, qtype)
 
 
@@ -214,5 +229,5 @@ def fr_argmax(hidden: torch.Tensor, head_weight: torch.Tensor, n_prefix: int) ->
         raise ValueError(f"fr_argmax: `n_prefix` is {n_prefix}; expected 1 <= n_prefix <= {vocab} (the head's rows)")
     device = _same_device("fr_argmax", hidden=hidden, head_weight=head_weight)
     if backend(device) == "triton":
-        return fr.fr_argmax_triton(hidden, head_weight, n_prefix)
+        return triton_kernels().fr.fr_argmax_triton(hidden, head_weight, n_prefix)
     return fr.fr_argmax_reference(hidden, head_weight, n_prefix)
