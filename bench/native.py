@@ -11,10 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from power.kernels.cpu import available_paths, chosen_path
-
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
@@ -53,6 +49,10 @@ def cpu_name() -> str:
 
 def instruction_paths(binary: str | None) -> dict[str, str]:
     """The CPU, Power's matmul paths and llama-server's build flags, for the bench output."""
+    import torch  # here, not at the top: bench/bench_memory.py reads resident memory before torch is imported
+
+    from power.kernels.cpu import available_paths, chosen_path
+
     paths = {
         "cpu": f"{cpu_name()} ({', '.join(cpu_flags()) or 'no x86 vector flags read'})",
         "power": f"torch {torch.__version__}; quantised products on the {chosen_path()} path "

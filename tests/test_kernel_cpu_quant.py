@@ -21,6 +21,7 @@ from gguf_helpers import gemma
 from kernel_helpers import random_blocks
 
 from power.kernels.cpu import CPUPathError, QuantMatrix, available_paths, chosen_path, reference_matmul
+from power.kernels.dequant import dequantize_reference
 from power.runtime.gguf_weights import GGUFFile
 
 PATHS = available_paths()
@@ -136,6 +137,35 @@ def test_a_matrix_large_enough_for_tile_products_equals_the_reference_at_every_r
         assert torch.equal(matrix(x[:17]), expected[:17])
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES)
+def test_rows_read_from_the_tiles_are_the_dequantisers_bits(qtype, path):
+    """A row read back from the tile layout (a tied embedding's lookup) is the reference dequantiser's row, bit for
+    bit: every type, random blocks (every quant bit pattern) and real ones, rows in every tile and the last padded one."""
+    rows = torch.tensor([39, 0, 17, 17, 31, 5, 16, 15])
+    matrices = [matrix_bytes(qtype, 10)] + ([matrix_bytes(qtype, 11, gaussian=True)] if qtype in GGUF_QUANTISABLE else [])
+    for raw in matrices:
+        matrix = QuantMatrix(qtype, raw, (OUT, IN), path=path)
+        expected = dequantize_reference(qtype, raw, (OUT, IN))[rows]
+        assert torch.equal(matrix.rows(rows).view(torch.int32), expected.view(torch.int32))
+    assert matrix.rows(torch.tensor([], dtype=torch.int64)).shape == (0, IN)
+    with pytest.raises(IndexError, match=r"rows must lie in \[0, 40\)"):
+        matrix.rows(torch.tensor([40]))  # a padding row of the last tile is not a row of the matrix
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_rows_of_real_gemma_tensors_are_the_dequantisers_bits(path):
+    model = GGUFFile(gemma())
+    for name in GEMMA_TENSORS:
+        info = model.info(name)
+        rows = 40
+        raw = model.raw(name)[:rows * info.nbytes // info.shape[0]]
+        matrix = QuantMatrix(info.qtype, raw, (rows, info.shape[1]), path=path)
+        picked = torch.tensor([0, 39, 20, 3])
+        expected = dequantize_reference(info.qtype, raw, (rows, info.shape[1]))[picked]
+        assert torch.equal(matrix.rows(picked), expected), name
 
 
 @pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES)

@@ -97,3 +97,15 @@ def test_matrices_of_different_types_stack_side_by_side():
     assert stacked.shape == (2 * OUT, IN) and stacked.nbytes == q4.numel() + q8.numel()
     assert stacked.row_count_invariant
     torch.testing.assert_close(stacked(x), x @ torch.cat((exact4, exact8)).T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("packing", ["float32", "float32-one-row", "quantised-cpu", "gguf-rows"])
+def test_a_packing_reads_its_rows_back_as_the_exact_dequantised_weights(packing):
+    """What a tied embedding looks up: the head's own rows, in any packing, with the dequantiser's bits."""
+    raw, exact = gguf_rows("Q6_K", 6)
+    linear = {"float32": lambda: Float32Linear(exact, ROWS), "float32-one-row": lambda: Float32Linear(exact, 1),
+              "quantised-cpu": lambda: quantised(raw.reshape(-1), "Q6_K", (OUT, IN), "cpu"),
+              "gguf-rows": lambda: BlockLinear(raw, "Q6_K", (OUT, IN))}[packing]()
+    assert linear is not None
+    rows = torch.tensor([OUT - 1, 0, 17, 17, 250])
+    assert torch.equal(linear.rows(rows), exact[rows])

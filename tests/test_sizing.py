@@ -292,7 +292,7 @@ def test_per_layer_head_count_kv_arrays_are_honoured(tmp_path):
 def test_largest_context_is_the_boundary():
     facts = gemma_facts()
     request = Request(ctx=4096, vocab=GEMMA_VOCAB, verify_rows=8)
-    for engine, memory in (("llama-server", 1024 * MiB), ("power", 2048 * MiB)):
+    for engine, memory in (("llama-server", 1024 * MiB), ("power", 1024 * MiB)):
         device = (DeviceBudget(0, "small", memory, 128 * MiB),)
         best = largest_context(partial(size_plan, engine, facts, None, devices=device), request, 32_768)
         assert best is not None and best < 32_768

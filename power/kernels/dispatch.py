@@ -15,15 +15,16 @@ device; nothing here copies logits or probabilities to the host.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+from types import SimpleNamespace
 from typing import Sequence
 
 import torch
-import triton
 
 from power.kernels import attention as at
-from power.kernels import dequant
+from power.kernels import dequant, interpreter
 from power.kernels import fr_argmax as fr
 from power.kernels import greedy_verify as gv
 from power.kernels import norm as nm
@@ -36,9 +37,31 @@ PROBS = (torch.float32, torch.float64)
 INTEGERS = (torch.int64, torch.int32)
 
 
+@functools.cache
+def triton_kernels() -> SimpleNamespace:
+    """The Triton kernels, imported on first use: a run on the references never loads Triton (about 70 MiB of
+    resident memory). Under Triton's interpreter its row-invariant dot is installed first (`interpreter`)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        interpreter.install()
+    from power.kernels import (
+        attention_triton,
+        dequant_triton,
+        fr_argmax_triton,
+        greedy_verify_triton,
+        norm_triton,
+        qmatmul_triton,
+        rejection_triton,
+    )
+
+    return SimpleNamespace(at=attention_triton, dequant=dequant_triton, fr=fr_argmax_triton, gv=greedy_verify_triton,
+                           nm=norm_triton, qm=qmatmul_triton, rj=rejection_triton)
+
+
 def interpreted() -> bool:
     """True when the kernels were decorated for Triton's CPU interpreter (Triton decides once, at import)."""
-    return not isinstance(gv._accept_kernel, triton.runtime.JITFunction)
+    import triton
+
+    return not isinstance(triton_kernels().gv._accept_kernel, triton.runtime.JITFunction)
 
 
 def backend(device: torch.device) -> str:
@@ -105,7 +128,7 @@ def dequantize(
         raise ValueError(f"dequantize: `raw` holds {raw.numel()} bytes; {qtype} of shape {shape} needs {expected}")
     raw = raw.to(device) if device is not None else raw
     if backend(raw.device) == "triton" and qtype in dequant.TRITON_TYPES:
-        return dequant.dequantize_triton(qtype, raw, shape)
+        return triton_kernels().dequant.dequantize_triton(qtype, raw, shape)
     return dequant.dequantize_reference(qtype, raw, shape)
 
 
@@ -122,7 +145,7 @@ def greedy_verify(logits: torch.Tensor, proposals: torch.Tensor) -> tuple[torch.
         )
     device = _same_device("greedy_verify", logits=logits, proposals=proposals)
     if backend(device) == "triton":
-        return gv.greedy_verify_triton(logits, proposals)
+        return triton_kernels().gv.greedy_verify_triton(logits, proposals)
     return gv.greedy_verify_reference(logits, proposals)
 
 
@@ -157,7 +180,7 @@ def rejection_step(
     if k and not bool(((proposals >= 0) & (proposals < vocab)).all()):
         raise ValueError(f"{name}: `proposals` holds a token ID outside [0, {vocab})")
     if backend(device) == "triton":
-        return rj.rejection_step_triton(target_probs, draft_probs, proposals, uniforms)
+        return triton_kernels().rj.rejection_step_triton(target_probs, draft_probs, proposals, uniforms)
     return rj.rejection_step_reference(target_probs, draft_probs, proposals, uniforms)
 
 
@@ -199,7 +222,7 @@ def qmatmul(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.Tensor:
         )
     device = _same_device("qmatmul", x=x, weight=weight)
     if backend(device) == "triton":
-        return qm.qmatmul_triton(x, weight, qtype)
+        return triton_kernels().qm.qmatmul_triton(x, weight, qtype)
     return qm.qmatmul_reference(x, weight, qtype)
 
 
@@ -216,7 +239,7 @@ def fr_argmax(hidden: torch.Tensor, head_weight: torch.Tensor, n_prefix: int) ->
         raise ValueError(f"fr_argmax: `n_prefix` is {n_prefix}; expected 1 <= n_prefix <= {vocab} (the head's rows)")
     device = _same_device("fr_argmax", hidden=hidden, head_weight=head_weight)
     if backend(device) == "triton":
-        return fr.fr_argmax_triton(hidden, head_weight, n_prefix)
+        return triton_kernels().fr.fr_argmax_triton(hidden, head_weight, n_prefix)
     return fr.fr_argmax_reference(hidden, head_weight, n_prefix)
 
 
@@ -233,7 +256,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, *, mean: 
                              f"(e.g. ({x.shape[-1]},)) for x of shape {tuple(x.shape)}")
         _same_device("rms_norm", x=x, weight=weight)
     if backend(x.device) == "triton":
-        return nm.rms_norm_triton(x, weight, eps, mean)
+        return triton_kernels().nm.rms_norm_triton(x, weight, eps, mean)
     return nm.rms_norm_reference(x, weight, eps, mean)
 
 
@@ -278,7 +301,7 @@ def cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache
     _rows_of_slots("cache_write", slots, positions, rows)
     device = _same_device("cache_write", k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions)
     if backend(device) == "triton":
-        at.cache_write_triton(k, v, k_cache, v_cache, slots, positions)
+        triton_kernels().at.cache_write_triton(k, v, k_cache, v_cache, slots, positions)
     else:
         at.cache_write_reference(k, v, k_cache, v_cache, slots, positions)
 
@@ -300,5 +323,5 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slo
         raise ValueError(f"attention: `window` is {window}; expected 0 (a global layer) or a positive width")
     device = _same_device("attention", q=q, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions)
     if backend(device) == "triton":
-        return at.attention_triton(q, k_cache, v_cache, slots, positions, scale, window)
+        return triton_kernels().at.attention_triton(q, k_cache, v_cache, slots, positions, scale, window)
     return at.attention_reference(q, k_cache, v_cache, slots, positions, scale, window)

@@ -32,6 +32,7 @@ from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
+from power.runtime import heap
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
@@ -165,6 +166,9 @@ class Engine:
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk, gguf, drafters)
+        for file in (gguf, *drafters.values()):
+            file.release()  # everything is built: the weights are held once, in their own memory
+        heap.trim()  # the load's temporaries, freed, go back to the system
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
                                    adaptive=workload.speculation.adaptive)

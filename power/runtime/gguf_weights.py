@@ -10,12 +10,19 @@ were verified: a write to the file after the check, during the load or while the
 model serves never reaches the engine (a map or a second open by path would let
 it through).
 
+Once the weights are built from it (repacked, copied or dequantised into memory
+of their own), `release()` lets the copy go, with the header's long arrays
+(the vocabulary, scores, merges): the engine then holds the weights once, not
+the file beside them. Nothing is read again afterwards: a tensor asked for after
+the release is an error, never a second read of the file.
+
 Shapes: GGUF stores `ne` innermost-first; `tensor()` returns the torch shape
 (outermost first), e.g. `token_embd.weight` with ne = (640, 262144) is [262144, 640].
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,7 +62,9 @@ class GGUFFile:
         self.metadata: dict[str, Any] = header.metadata
         self.tensors = {t.name: TensorInfo(t.name, _type_name(t.ggml_type), t.shape, header.data_offset + t.offset,
                                            t.nbytes) for t in header.tensors}
-        self._bytes = np.frombuffer(data, dtype=np.uint8)
+        self.size = len(data)
+        self._bytes: np.ndarray | None = np.frombuffer(data, dtype=np.uint8)
+        self._released: weakref.ref[np.ndarray] | None = None
 
     @classmethod
     def verified(cls, artifact: Artifact) -> GGUFFile:
@@ -77,9 +86,29 @@ class GGUFFile:
         return self.metadata[key]
 
     def raw(self, name: str) -> torch.Tensor:
-        """The tensor's bytes as a flat uint8 torch tensor: a view of the verified copy (treat it as read-only)."""
+        """The tensor's bytes as a flat uint8 torch tensor: a view of the verified copy (treat it as read-only; copy
+        what must outlive `release()`)."""
         info = self.info(name)  # the header reader has checked every extent against the file size
+        if self._bytes is None:
+            raise RuntimeError(f"{self.path}: tensor {name!r} was asked for after the file's bytes were released "
+                               "(GGUFFile.release, once the weights are built); read every tensor before releasing")
         return torch.from_numpy(self._bytes[info.offset:info.offset + info.nbytes])
+
+    def release(self) -> None:
+        """Let the verified copy of the file go, and the header's long arrays (vocabulary, scores, merges), once
+        everything that reads them is built. Its memory is freed unless a view of it is still held (`held_bytes`)."""
+        if self._bytes is not None:
+            self._released = weakref.ref(self._bytes)
+            self._bytes = None
+        self.metadata = {key: value for key, value in self.metadata.items()
+                         if not (isinstance(value, (list, memoryview)) and len(value) > gguf_reader.MAX_LIST_ELEMENTS)}
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of the verified copy still in memory: the file's size until `release()`, and after it too while
+        anything holds a view of them (0 once they are freed)."""
+        alive = self._bytes is not None or (self._released is not None and self._released() is not None)
+        return self.size if alive else 0
 
     def info(self, name: str) -> TensorInfo:
         if name not in self.tensors:

@@ -18,6 +18,8 @@ slots.
 
 from __future__ import annotations
 
+import math
+import mmap
 from typing import Iterator
 
 import torch
@@ -62,8 +64,8 @@ class SlotCaches:
     def __init__(self, slots: int, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int,
                  device: str = "cpu") -> None:
         positions = padded_capacity(capacity)
-        self.k = torch.zeros(slots, n_kv_heads, positions, head_dim_k, device=device)
-        self.v = torch.zeros(slots, n_kv_heads, positions, head_dim_v, device=device)
+        self.k = _zeros((slots, n_kv_heads, positions, head_dim_k), device)
+        self.v = _zeros((slots, n_kv_heads, positions, head_dim_v), device)
         self._slots = [KVCache(self.k[s], self.v[s]) for s in range(slots)]
 
     def __getitem__(self, slot: int) -> KVCache:
@@ -74,3 +76,12 @@ class SlotCaches:
 
     def __len__(self) -> int:
         return len(self._slots)
+
+
+def _zeros(shape: tuple[int, ...], device: str) -> torch.Tensor:
+    """float32 zeros on `device`. On the CPU they are a fresh anonymous memory map, whose pages the kernel gives
+    zero-filled on first touch: the cache's resident memory then follows the positions written, up to its
+    capacity, where `torch.zeros` would write every page at once."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, device=device)
+    return torch.frombuffer(mmap.mmap(-1, math.prod(shape) * 4), dtype=torch.float32).view(shape)

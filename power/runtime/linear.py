@@ -36,7 +36,6 @@ from power.kernels import dispatch
 from power.kernels.cpu import QuantMatrix
 from power.kernels.cpu.layout import KINDS as CPU_KINDS
 from power.kernels.cpu.reference import ACTIVATION_BLOCK, quantize_rows
-from power.kernels.dequant import dequantize_reference
 from power.kernels.qmatmul import SUPPORTED as BLOCK_TYPES
 from power.kernels.qmatmul import step_size
 from power.runtime.errors import RuntimeInputError
@@ -54,6 +53,10 @@ class Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows int64 [k] -> float32 [k, in]: those output rows' weights, exactly dequantised (a tied embedding)."""
+        raise NotImplementedError(f"{type(self).__name__} does not read its rows back")
+
     @property
     def nbytes(self) -> int:
         raise NotImplementedError
@@ -70,6 +73,9 @@ class Float32Linear(Linear):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return x @ self._weight if self._transposed else F.linear(x, self._weight)
 
+    def rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return self._weight[:, rows].t().contiguous() if self._transposed else self._weight[rows]
+
     @property
     def nbytes(self) -> int:
         return self.shape[0] * self.shape[1] * 4
@@ -84,12 +90,14 @@ class QuantLinear(Linear):
 
     row_count_invariant = True  # exact integer sums, one fixed float order per (row, output)
 
-    def __init__(self, matrix: QuantMatrix, raw: torch.Tensor) -> None:
+    def __init__(self, matrix: QuantMatrix) -> None:
         self.shape, self.path, self._matrix = matrix.shape, matrix.path, matrix
-        self._raw = raw  # the GGUF bytes (a view of the loaded file): what `dequantised` reads
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._matrix(x)
+
+    def rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return self._matrix.rows(rows)
 
     def select(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """x [n, in] -> [n, len(rows)]: the columns `rows` of self(x), bit for bit."""
@@ -104,9 +112,7 @@ class QuantLinear(Linear):
         """Weight rows [begin, end) as float64: d_w times the block's integer weights (exact: an f16 scale times an
         integer of at most 8 bits fits float32's 24-bit significand)."""
         self._bounded_block()
-        row_bytes = self._raw.numel() // self.shape[0]
-        rows = self._raw[begin * row_bytes:end * row_bytes]
-        return dequantize_reference(self._matrix.qtype, rows, (end - begin, self.shape[1])).double()
+        return self._matrix.rows(torch.arange(begin, end)).double()
 
     @property
     def rounding(self) -> float:
@@ -153,6 +159,10 @@ class BlockLinear(Linear):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return dispatch.qmatmul(x, self._rows, self.qtype)
 
+    def rows(self, rows: torch.Tensor) -> torch.Tensor:
+        picked = self._rows[rows]
+        return dispatch.dequantize(self.qtype, picked.reshape(-1), (picked.shape[0], self.shape[1]))
+
     @property
     def nbytes(self) -> int:
         return self._rows.numel()
@@ -179,7 +189,7 @@ def quantised(raw: torch.Tensor, qtype: str, shape: tuple[int, int], device: str
     """A GGUF matrix's bytes (flat uint8) in the quantised arithmetic on `device`: the CPU's kernels, or with `kernels`
     (the GPU path) the Triton product; None for a type that product does not read."""
     if not kernels:
-        return QuantLinear(QuantMatrix(qtype, raw, shape), raw) if qtype in CPU_TYPES else None
+        return QuantLinear(QuantMatrix(qtype, raw, shape)) if qtype in CPU_TYPES else None
     if qtype not in BLOCK_TYPES or shape[1] % step_size(qtype):
         return None
     return BlockLinear(raw.to(device).view(shape[0], -1), qtype, shape)

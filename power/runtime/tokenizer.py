@@ -1,39 +1,42 @@
-"""The tokenizer, built from a GGUF header's vocabulary with the `tokenizers` library.
+"""The tokenizer, built from a GGUF header's vocabulary.
 
 Two header models, as llama.cpp reads them:
 
-- `tokenizer.ggml.model = llama` (SentencePiece BPE, e.g. Gemma): spaces become
-  "▁", pieces merge by score (the highest-scoring merged piece first), unknown
-  characters fall back to `<0xXX>` byte tokens. The header carries scores, not
-  merges, so the merge list is derived from the vocabulary the way HF's
-  SentencePiece converter does it: every split of a piece into two vocabulary
-  pieces is a merge, ranked by the merged piece's score.
+- `tokenizer.ggml.model = llama` (SentencePiece BPE, e.g. Gemma): pieces merge
+  by score, unknown characters fall back to `<0xXX>` byte pieces
+  (`power.runtime.spm`, over the compact vocabulary of `power.runtime.pieces`).
 - `tokenizer.ggml.model = gpt2` (byte-level BPE, e.g. llama 3 / qwen): the
   header's merges, byte-level pre-tokenisation with the regex llama.cpp uses for
-  `tokenizer.ggml.pre`.
+  `tokenizer.ggml.pre`, run by the `tokenizers` library.
 
 Control tokens (type 3) and user-defined tokens (type 4) are matched verbatim in
 the text before the model runs, as llama.cpp does with special-token parsing on.
-Decoding goes through a per-token byte table so a stream can be decoded
+Decoding goes through each token's bytes, so a stream can be decoded
 incrementally without splitting a UTF-8 character.
+
+The vocabulary is kept compactly: the pieces as one UTF-8 blob with offsets and
+an index, the types one byte each, the scores one float each; nothing per token
+is a Python object once the tokenizer is built.
 """
 
 from __future__ import annotations
 
 import codecs
+from array import array
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any, Sequence
 
 import numpy as np
-from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Regex, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.models import BPE
 
 from power.artifacts.gguf_reader import ArtifactError
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.pieces import Pieces
+from power.runtime.spm import SPM_SPACE, SentencePiece, Verbatim
 
-SPM_SPACE = "▁"
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6  # tokenizer.ggml.token_type values
 
 # llama.cpp's pre-tokeniser regexes by `tokenizer.ggml.pre` (llama-vocab.cpp)
@@ -60,10 +63,9 @@ END_OF_TURN_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>
 
 @dataclass(frozen=True)
 class Vocabulary:
-    tokens: list[str]
-    types: list[int]
-    scores: list[float]
-    merges: list[str]
+    tokens: Pieces  # tokens[i]: piece i's text
+    types: bytes  # types[i]: piece i's tokenizer.ggml.token_type (clipped to 0..255)
+    scores: array  # float32, scores[i]: piece i's score
     model: str
     pre: str
     bos_id: int | None
@@ -78,11 +80,11 @@ class Vocabulary:
                                 file=str(gguf.path), hint="the runtime needs the target's own vocabulary: use a target "
                                 "converted with its tokenizer")
         model = gguf.get("tokenizer.ggml.model", "<none>")
+        types = _per_token(gguf.get("tokenizer.ggml.token_type"), NORMAL, len(tokens))
         return cls(
-            tokens=tokens,
-            types=_per_token(gguf.get("tokenizer.ggml.token_type"), NORMAL, len(tokens)),
-            scores=_per_token(gguf.get("tokenizer.ggml.scores"), 0.0, len(tokens)),
-            merges=gguf.get("tokenizer.ggml.merges") or [],
+            tokens=Pieces(tokens),
+            types=np.clip(types, 0, 255).astype(np.uint8).tobytes(),
+            scores=array("f", _per_token(gguf.get("tokenizer.ggml.scores"), 0.0, len(tokens)).astype(np.float32).tobytes()),
             model=model,
             pre=gguf.get("tokenizer.ggml.pre", "default"),
             bos_id=gguf.get("tokenizer.ggml.bos_token_id"),
@@ -90,39 +92,44 @@ class Vocabulary:
             add_bos=bool(gguf.get("tokenizer.ggml.add_bos_token", model == "llama")),
         )
 
+    def verbatim(self) -> list[tuple[str, int]]:
+        """The control and user-defined pieces (matched verbatim in raw text) with their ids."""
+        return [(self.tokens[i], i) for i, kind in enumerate(self.types) if kind in (CONTROL, USER_DEFINED)]
 
-def _per_token(value: Any, default: int | float, count: int) -> list:
-    """A per-token header array (a list, or a memoryview of the header when long) as a list of at most `count` values;
+
+def _per_token(value: Any, default: int | float, count: int) -> np.ndarray:
+    """A per-token header array (a list, or a memoryview of the header when long) as an array of `count` values;
     `default` for every token when the header has none."""
     if value is None or len(value) == 0:
-        return [default] * count
-    return np.asarray(value)[:count].tolist()
+        return np.full(count, default)
+    return np.asarray(value)[:count]
 
 
 class Tokenizer:
     """encode(text) -> ids (with BOS when the header asks), per-token bytes, stop ids."""
 
-    def __init__(self, vocab: Vocabulary, source: str) -> None:
+    def __init__(self, vocab: Vocabulary, source: str, merges: Sequence[str] = ()) -> None:
+        """`merges`: the header's (a byte-level BPE's); read while building, not kept."""
         self.vocab = vocab
         if vocab.model == "llama":
-            self._hf = _sentencepiece_bpe(vocab)
-            self._bytes = [_spm_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types, strict=True)]
+            self._encode = SentencePiece(vocab.tokens, vocab.scores, Verbatim(vocab.verbatim())).encode
+            self._piece_bytes = _spm_token_bytes
         elif vocab.model == "gpt2":
             if vocab.pre not in PRE_TOKENIZER_SPLITS:
                 raise ArtifactError(f"tokenizer.ggml.pre = {vocab.pre!r} has no pre-tokeniser here "
                                     f"(known: {', '.join(PRE_TOKENIZER_SPLITS)})", code="PWR120", file=source,
                                     hint="render the plan for llama-server instead")
-            self._hf = _byte_level_bpe(vocab)
-            self._bytes = [_byte_level_token_bytes(t, k) for t, k in zip(vocab.tokens, vocab.types, strict=True)]
+            hf = _byte_level_bpe(vocab, merges)
+            self._encode = lambda text: hf.encode(text, add_special_tokens=False).ids
+            self._piece_bytes = _byte_level_token_bytes
         else:
             raise ArtifactError(f"tokenizer.ggml.model = {vocab.model!r} is not supported "
                                 "(llama = SentencePiece BPE, gpt2 = byte-level BPE)", code="PWR120", file=source,
                                 hint="render the plan for llama-server instead")
-        _add_verbatim_tokens(self._hf, vocab)
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> Tokenizer:
-        return cls(Vocabulary.from_gguf(gguf), str(gguf.path))
+        return cls(Vocabulary.from_gguf(gguf), str(gguf.path), gguf.get("tokenizer.ggml.merges") or ())
 
     @property
     def vocab_size(self) -> int:
@@ -134,22 +141,23 @@ class Tokenizer:
 
     @cached_property
     def stop_ids(self) -> frozenset[int]:
-        ids = {i for i, text in enumerate(self.vocab.tokens)
-               if text in END_OF_TURN_TEXTS and self.vocab.types[i] == CONTROL}
+        ids = {i for i, kind in enumerate(self.vocab.types)
+               if kind == CONTROL and self.vocab.tokens[i] in END_OF_TURN_TEXTS}
         if self.vocab.eos_id is not None:
             ids.add(self.vocab.eos_id)
         return frozenset(ids)
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
-        ids = self._hf.encode(text, add_special_tokens=False).ids
+        ids = self._encode(text)
         if (self.vocab.add_bos if add_bos is None else add_bos) and self.vocab.bos_id is not None:
             ids = [self.vocab.bos_id, *ids]
         return ids
 
     @cached_property
     def max_token_bytes(self) -> int:
-        """The most text bytes one token covers: a text of n bytes has at least n / max_token_bytes tokens."""
-        return max(1, max(len(b) for b in self._bytes), max(len(t.encode()) for t in self.vocab.tokens))
+        """The most text bytes one token covers: a text of n bytes has at least n / max_token_bytes tokens (a
+        token's bytes are never more than its piece's: "▁" is 3 bytes for 1, "<0xXX>" 6 for 1)."""
+        return max(1, self.vocab.tokens.longest)
 
     def token_text(self, token_id: int | None) -> str:
         """A token's text as it is written in a prompt (control tokens by name, e.g. "<bos>"); "" for None."""
@@ -157,10 +165,10 @@ class Tokenizer:
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token contributes to the text (control tokens contribute none)."""
-        return self._bytes[token_id]
+        return self._piece_bytes(self.vocab.tokens[token_id], self.vocab.types[token_id])
 
     def decode(self, ids: Sequence[int]) -> str:
-        return b"".join(self._bytes[i] for i in ids).decode("utf-8", errors="replace")
+        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
 
     def stream(self) -> StreamDecoder:
         return StreamDecoder(self)
@@ -180,47 +188,18 @@ class StreamDecoder:
         return self._utf8.decode(b"", final=True)
 
 
-def _spm_merges(vocab: Vocabulary) -> list[tuple[str, str]]:
-    """Every (left, right) split of a normal piece into two pieces, highest merged score first."""
+def _byte_level_bpe(vocab: Vocabulary, merges: Sequence[str]) -> HFTokenizer:
     ids = {t: i for i, t in enumerate(vocab.tokens)}
-    ranked = []
-    for merged_id, (piece, kind) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
-        if kind != NORMAL or len(piece) < 2:
-            continue
-        for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in ids and right in ids:
-                ranked.append((-vocab.scores[merged_id], ids[left], ids[right], left, right))
-    ranked.sort()
-    return [(left, right) for *_, left, right in ranked]
-
-
-def _sentencepiece_bpe(vocab: Vocabulary) -> HFTokenizer:
-    ids = {t: i for i, t in enumerate(vocab.tokens)}
-    unk = next((t for t, k in zip(vocab.tokens, vocab.types, strict=True) if k == UNKNOWN), None)
-    model = BPE(vocab=ids, merges=_spm_merges(vocab), unk_token=unk, byte_fallback=True, fuse_unk=True)
-    tokenizer = HFTokenizer(model)
-    tokenizer.normalizer = normalizers.Replace(" ", SPM_SPACE)
-    return tokenizer
-
-
-def _byte_level_bpe(vocab: Vocabulary) -> HFTokenizer:
-    ids = {t: i for i, t in enumerate(vocab.tokens)}
-    merges = [(left, right) for left, right in (m.split(" ", 1) for m in vocab.merges)]
-    tokenizer = HFTokenizer(BPE(vocab=ids, merges=merges, fuse_unk=False))
+    pairs = [(left, right) for left, right in (m.split(" ", 1) for m in merges)]
+    tokenizer = HFTokenizer(BPE(vocab=ids, merges=pairs, fuse_unk=False))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLITS[vocab.pre]), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
+    # control and user-defined tokens match verbatim in the raw text, before normalisation
+    tokenizer.add_tokens([AddedToken(text, special=(vocab.types[i] == CONTROL), normalized=False)
+                          for text, i in vocab.verbatim()])
     return tokenizer
-
-
-def _add_verbatim_tokens(tokenizer: HFTokenizer, vocab: Vocabulary) -> None:
-    """Control and user-defined tokens match verbatim in the raw text, before normalisation."""
-    tokenizer.add_tokens([
-        AddedToken(text, special=(kind == CONTROL), normalized=False)
-        for text, kind in zip(vocab.tokens, vocab.types, strict=True) if kind in (CONTROL, USER_DEFINED)
-    ])
 
 
 def _spm_token_bytes(piece: str, kind: int) -> bytes:

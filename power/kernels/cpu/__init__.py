@@ -7,6 +7,8 @@ API
   The bytes are reordered once into the tile layout (`power.kernels.cpu.layout`, the same size); no float copy.
   - `m(x)`: x float32 [n, in] -> float32 [n, out].
   - `m.select(x, rows)`: rows int64 [k] -> float32 [n, k], bit-identical to `m(x)[:, rows]`.
+  - `m.rows(rows)`: rows int64 [k] -> float32 [k, in], those output rows dequantised from the tile layout, bit-identical
+    to `power.kernels.dequant.dequantize_reference` of the file's rows (a tied embedding reads its LM head this way).
   - `m.nbytes` (the bytes held), `m.shape`, `m.qtype`, `m.path` (the instruction path that runs),
     `m.row_count_invariant` (always True).
 - `available_paths()`, `chosen_path()`, `CPUPathError`, `PATH_NAMES` (`power.kernels.cpu.build`); the env var
@@ -62,7 +64,7 @@ from __future__ import annotations
 import torch
 
 from power.kernels.cpu.build import PATH_NAMES, CPUPathError, available_paths, chosen_path, extension
-from power.kernels.cpu.layout import KINDS, TILE, tile_matrix
+from power.kernels.cpu.layout import KINDS, TILE, lane_bytes, tile_matrix
 from power.kernels.cpu.reference import matmul as reference_matmul
 from power.kernels.dequant import BLOCK_LAYOUT
 
@@ -112,6 +114,13 @@ class QuantMatrix:
         tiles = torch.unique(rows // TILE)
         y = self._run(x, tiles)
         return y[:, torch.searchsorted(tiles, rows // TILE) * TILE + rows % TILE]
+
+    def rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows int64 [k] -> float32 [k, in]: those output rows' weights, exactly as the dequantiser gives them."""
+        rows = rows.to(torch.int64).contiguous()
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.shape[0]):
+            raise IndexError(f"QuantMatrix.rows: rows must lie in [0, {self.shape[0]})")
+        return self._ops.rows(self._kind, self._tiles, self.shape[1], rows.reshape(-1), lane_bytes(self.qtype))
 
     def _run(self, x: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.shape[1]:

@@ -186,3 +186,8 @@ def _register_shapes(namespace: str) -> None:
     def _matmul(kind: int, packed: torch.Tensor, in_features: int, x: torch.Tensor,  # noqa: ARG001
                 tiles: torch.Tensor) -> torch.Tensor:
         return x.new_empty((x.shape[0], tiles.shape[0] * 16))
+
+    @torch.library.register_fake(f"{namespace}::rows")
+    def _rows(kind: int, packed: torch.Tensor, in_features: int, rows: torch.Tensor,  # noqa: ARG001
+              lane_bytes: torch.Tensor) -> torch.Tensor:  # noqa: ARG001
+        return packed.new_empty((rows.shape[0], in_features), dtype=torch.float32)

@@ -14,6 +14,8 @@ F32, F16 and BF16 matrices are the case of a 1-weight block: a tile is [in, 16] 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from power.kernels.dequant import BLOCK_LAYOUT
@@ -53,6 +55,20 @@ def tile_matrix(qtype: str, raw: torch.Tensor, shape: tuple[int, int]) -> torch.
         field = tiles[..., offset:offset + size].reshape(*tiles.shape[:3], size // group, group)
         parts.append(field.permute(0, 2, 3, 1, 4).reshape(tiles.shape[0], tiles.shape[2], TILE * size))
     return torch.cat(parts, dim=-1).reshape(-1).contiguous()
+
+
+@functools.cache
+def lane_bytes(qtype: str) -> torch.Tensor:
+    """int64 [16, type_size]: where row j of a tile finds its block's bytes (in the file's order) among the tile's
+    16 * type_size bytes of that block (one shared tensor per type: do not write to it)."""
+    _, type_size = BLOCK_LAYOUT[qtype]
+    where = torch.empty(TILE, type_size, dtype=torch.int64)
+    lanes = torch.arange(TILE)
+    for offset, size in FIELDS[qtype]:
+        group = min(size, 4)
+        for j in range(size):
+            where[:, offset + j] = TILE * offset + j // group * TILE * group + lanes * group + j % group
+    return where
 
 
 def _q5_0_high_bits(high: torch.Tensor) -> torch.Tensor:

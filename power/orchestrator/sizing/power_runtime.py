@@ -4,12 +4,13 @@ The target's weights are what the loader holds (`power.runtime.trunks.base.Weigh
 tests/test_sizing.py compares the two on Gemma and the fixtures), which follows the
 plan's arithmetic (power.documents.arithmetic):
 
-- the token embedding stays in its GGUF rows (a lookup dequantises the rows it needs);
+- the token embedding stays in its GGUF rows (a lookup dequantises the rows it
+  needs); tied to the LM head, it holds nothing of its own and reads the head's
+  rows (`power.runtime.embedding`), so the head is its one copy;
 - quantised on the CPU: every matrix as its GGUF blocks in the kernels' tile
   layout (`power.kernels.cpu.QuantMatrix`: the file's bytes, output rows padded
-  to whole tiles of 16), the LM head too (a tied one is a second holding beside
-  the embedding's rows); on a GPU, every matrix of a type the Triton product
-  reads as its GGUF rows;
+  to whole tiles of 16), the LM head too; on a GPU, every matrix of a type the
+  Triton product reads as its GGUF rows;
 - float32: every matrix dequantised, 4 B a weight;
 - vectors (norms, biases) and a depthwise convolution's taps in float32.
 
@@ -122,22 +123,21 @@ def _mtp_tensor(tensor: TensorInfo, facts: ArtifactFacts) -> bool:
 
 def _target_weights(tensors: list[TensorInfo], arithmetic: str, device_kind: str) -> Component:
     """What the loader holds for the trunk's tensors (and the LM head)."""
-    held = sum(held_bytes(t, arithmetic, device_kind) for t in tensors)
-    if not any(t.name == OUTPUT for t in tensors):
-        embedding = next((t for t in tensors if t.name == EMBEDDING), None)
-        held += _matrix_bytes(embedding, arithmetic, device_kind) if embedding is not None else 0
+    tied = not any(t.name == OUTPUT for t in tensors)
+    held = sum(held_bytes(t, arithmetic, device_kind, tied) for t in tensors)
     if arithmetic != QUANTISED:
         how = "f32"
     else:
         how = "their GGUF blocks in 16-row tiles" if device_kind == "cpu" else "their GGUF rows"
+    embedding = "read from the tied LM head" if tied else "as its GGUF rows"
     return Component("target weights", held, f"{len(tensors)} tensors in the {arithmetic} arithmetic: the embedding "
-                     f"as its GGUF rows, matrices and the LM head as {how}, vectors in f32")
+                     f"{embedding}, matrices and the LM head as {how}, vectors in f32")
 
 
-def held_bytes(tensor: TensorInfo, arithmetic: str, device_kind: str) -> int:
-    """One tensor as the runtime's loader holds it (a tied LM head apart)."""
+def held_bytes(tensor: TensorInfo, arithmetic: str, device_kind: str, tied: bool) -> int:
+    """One tensor as the runtime's loader holds it; `tied`: the embedding is the LM head too (held as the head)."""
     if tensor.name == EMBEDDING:
-        return tensor.nbytes
+        return _matrix_bytes(tensor, arithmetic, device_kind) if tied else tensor.nbytes
     if len(tensor.dims) == 2 and not tensor.name.endswith(FLOAT32_SUFFIXES):
         return _matrix_bytes(tensor, arithmetic, device_kind)
     return _elements(tensor) * FLOAT32

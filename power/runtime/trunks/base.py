@@ -52,6 +52,7 @@ from power.runtime.trunks.batch import DeviceRows, RowBatch, Segment
 from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
 PAD_TOKEN = 0
+EMBEDDING, OUTPUT = "token_embd.weight", "output.weight"
 DEFAULT_PREFILL_CHUNK = 32
 PATHS = ("auto", "cpu", "gpu")
 
@@ -133,7 +134,7 @@ class ArchHeader:
 
     @property
     def vocab(self) -> int:
-        return self.gguf.info("token_embd.weight").shape[0]
+        return self.gguf.info(EMBEDDING).shape[0]
 
     def require(self, name: str) -> Any:
         return self.gguf.require(f"{self.arch}.{name}")
@@ -144,7 +145,7 @@ class ArchHeader:
 
 class Weights:
     """Reads a trunk's tensors from its GGUF: matrices in the trunk's arithmetic (`power.runtime.linear`), the token
-    embedding as its GGUF rows (`power.runtime.embedding`), vectors in float32.
+    embedding as its GGUF rows or, tied, as the LM head's (`power.runtime.embedding`), vectors in float32.
 
     `rows` is the forward shape float32 matrices are laid out for (the verification capacity). `held` records what
     each tensor costs in memory once loaded (`nbytes`: the sizing of Power's runtime counts the same).
@@ -156,6 +157,7 @@ class Weights:
         self.rows = options.verify_capacity
         self.held: dict[str, int] = {}
         self.linears: list[Linear] = []
+        self._head: Linear | None = None
 
     def matrix(self, name: str, shape: Sequence[int]) -> Linear:
         return self.fused((name, shape))
@@ -170,15 +172,22 @@ class Weights:
         return self._holding(" + ".join(name for name, _ in matrices), Float32Linear(weight, self.rows))
 
     def lm_head(self, shape: Sequence[int]) -> Linear:
-        """`output.weight` [vocab, d], or the token embedding when the output is tied to it."""
-        name = "output.weight" if self.gguf.has("output.weight") else "token_embd.weight"
-        if self.arithmetic == QUANTISED:
-            return self._quantised(name, shape, f"{name} (LM head)")
-        return self._holding(f"{name} (LM head)", Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows))
+        """`output.weight` [vocab, d], or the token embedding when the output is tied to it (built once)."""
+        if self._head is None:
+            name = OUTPUT if self.gguf.has(OUTPUT) else EMBEDDING
+            if self.arithmetic == QUANTISED:
+                self._head = self._quantised(name, shape, f"{name} (LM head)")
+            else:
+                self._head = self._holding(f"{name} (LM head)",
+                                           Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows))
+        return self._head
 
     def embedding(self, shape: Sequence[int]) -> TokenEmbedding:
-        embedding = TokenEmbedding(self.gguf, "token_embd.weight", shape, self.device)
-        self.held["token_embd.weight"] = embedding.nbytes
+        """`token_embd.weight` [vocab, d]: its own GGUF rows, or, tied to the LM head, the head's rows (held once)."""
+        if not self.gguf.has(OUTPUT):
+            return TokenEmbedding.tied(self.lm_head(shape))
+        embedding = TokenEmbedding.of_gguf(self.gguf, EMBEDDING, shape, self.device)
+        self.held[EMBEDDING] = embedding.nbytes
         return embedding
 
     def tensor(self, name: str, shape: Sequence[int]) -> torch.Tensor:

@@ -634,9 +634,124 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     return out;
 }
 
-// Registered as torch.ops.<POWER_OPS>.matmul, one namespace per path's build, with a CPU kernel (the shape
+namespace {
+
+// Q5_0's fifth bits as the tile layout permutes them (power/kernels/cpu/layout.py `_q5_0_high_bits`: bit 8i + c holds
+// weight 4c + i's, bit 8i + 4 + c weight 16 + 4c + i's) -> the file's order (bit k: weight k).
+uint32_t q5_0_file_high_bits(uint32_t tiled) {
+    uint32_t bits = 0;
+    for (uint32_t i = 0; i < 4; ++i) {
+        for (uint32_t c = 0; c < 4; ++c) {
+            bits |= ((tiled >> (8 * i + c)) & 1u) << (4 * c + i);
+            bits |= ((tiled >> (8 * i + 4 + c)) & 1u) << (16 + 4 * c + i);
+        }
+    }
+    return bits;
+}
+
+// One GGUF block in the file's byte order -> its weights, with exactly the float32 operations of
+// power/kernels/dequant.py's references (one rounding each, no FMA): w = d * q, (d * sc) * q - (dmin * mn), ...
+void dequant_block(int64_t kind, const uint8_t* b, float* w) {
+    switch (kind) {
+        case Q8_0: {
+            const float d = half_to_float(u16_at(b, 0));
+            for (int e = 0; e < 32; ++e) w[e] = d * (float)(int8_t)b[2 + e];
+            return;
+        }
+        case Q4_0: case Q5_0: {
+            const float d = half_to_float(u16_at(b, 0));
+            const bool five = kind == Q5_0;
+            uint32_t high = 0;
+            if (five) {
+                std::memcpy(&high, b + 2, 4);
+                high = q5_0_file_high_bits(high);
+            }
+            const uint8_t* qs = b + (five ? 6 : 2);
+            for (int e = 0; e < 32; ++e) {
+                const int32_t nibble = (qs[e % 16] >> (4 * (e / 16))) & 0x0F;
+                const int32_t q = five ? (nibble | (int32_t)((high >> e) & 1u) << 4) - 16 : nibble - 8;
+                w[e] = d * (float)q;
+            }
+            return;
+        }
+        case Q4_K: case Q5_K: {
+            const float d = half_to_float(u16_at(b, 0)), dmin = half_to_float(u16_at(b, 1));
+            const uint8_t* sm = b + 4;
+            const bool five = kind == Q5_K;
+            const uint8_t* qs = b + (five ? 48 : 16);
+            for (int j = 0; j < 8; ++j) {
+                const int sc = j < 4 ? sm[j] & 0x3F : (sm[j + 4] & 0x0F) | ((sm[j - 4] >> 2) & 0x30);
+                const int mn = j < 4 ? sm[j + 4] & 0x3F : (sm[j + 4] >> 4) | ((sm[j] >> 2) & 0x30);
+                const float scale = d * (float)sc, offset = dmin * (float)mn;
+                for (int i = 0; i < 32; ++i) {
+                    int32_t q = (qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 0x0F;
+                    if (five) q |= ((b[16 + i] >> j) & 1) << 4;
+                    w[32 * j + i] = scale * (float)q - offset;
+                }
+            }
+            return;
+        }
+        case Q6_K: {
+            const float d = half_to_float(u16_at(b, 104));
+            for (int e = 0; e < 256; ++e) {
+                const int h = e / 128, r = e % 128;
+                const int32_t low = (b[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+                const int32_t high = (b[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 0x03;
+                const float scale = d * (float)(int8_t)b[192 + e / 16];
+                w[e] = scale * (float)((low | high << 4) - 32);
+            }
+            return;
+        }
+        case F32: w[0] = f32_at(b, 0); return;
+        case F16: w[0] = half_to_float(u16_at(b, 0)); return;
+        default: w[0] = bf16_to_float(u16_at(b, 0)); return;
+    }
+}
+
+}  // namespace
+
+// Output rows `rows` (int64 [k]) of the matrix in the tile layout, dequantised -> float32 [k, in]: the same bits as
+// power.kernels.dequant's reference on the file's rows. lane_bytes int64 [16, type_size]: where, among a tile's
+// 16 * type_size bytes of one block, lane l's block bytes lie, in the file's order (power/kernels/cpu/layout.py).
+at::Tensor rows(int64_t kind, at::Tensor packed, int64_t in, at::Tensor rows, at::Tensor lane_bytes) {
+    const KindInfo info = kind_info(kind);
+    TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "packed: contiguous uint8");
+    TORCH_CHECK(rows.scalar_type() == at::kLong && rows.dim() == 1 && rows.is_contiguous(), "rows: int64 [k]");
+    TORCH_CHECK(lane_bytes.scalar_type() == at::kLong && lane_bytes.is_contiguous() && lane_bytes.dim() == 2 &&
+                lane_bytes.size(0) == 16 && lane_bytes.size(1) == info.type_size, "lane_bytes: int64 [16, ", info.type_size, "]");
+    TORCH_CHECK(in % info.block == 0, "row length ", in, " is not a multiple of ", info.block);
+    const int64_t k = rows.size(0), nb = in / info.block, tile_bytes = nb * 16 * info.type_size;
+    const int64_t n_rows = packed.numel() / tile_bytes * 16;
+    const int64_t* rp = rows.data_ptr<int64_t>();
+    for (int64_t i = 0; i < k; ++i) TORCH_CHECK(rp[i] >= 0 && rp[i] < n_rows, "row ", rp[i], " out of range");
+    auto out = at::empty({k, in}, at::kFloat);
+    float* op = out.data_ptr<float>();
+    const uint8_t* base = packed.data_ptr<uint8_t>();
+    const int64_t* lanes = lane_bytes.data_ptr<int64_t>();
+    at::parallel_for(0, k, 16, [&](int64_t begin, int64_t end) {
+        uint8_t block[256];
+        for (int64_t i = begin; i < end; ++i) {
+            const uint8_t* tile = base + rp[i] / 16 * tile_bytes;
+            const int64_t* lane = lanes + rp[i] % 16 * info.type_size;
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t* group = tile + b * 16 * info.type_size;
+                for (int64_t j = 0; j < info.type_size; ++j) block[j] = group[lane[j]];
+                dequant_block(kind, block, op + i * in + b * info.block);
+            }
+        }
+    });
+    return out;
+}
+
+// Registered as torch.ops.<POWER_OPS>.matmul and .rows, one namespace per path's build, with a CPU kernel (the shape
 // function for torch.compile is registered from Python, power/kernels/cpu/build.py).
 #define POWER_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
 #define POWER_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
-POWER_LIBRARY(POWER_OPS, m) { m.def("matmul(int kind, Tensor packed, int in_features, Tensor x, Tensor tiles) -> Tensor"); }
-POWER_LIBRARY_IMPL(POWER_OPS, CPU, m) { m.impl("matmul", &matmul); }
+POWER_LIBRARY(POWER_OPS, m) {
+    m.def("matmul(int kind, Tensor packed, int in_features, Tensor x, Tensor tiles) -> Tensor");
+    m.def("rows(int kind, Tensor packed, int in_features, Tensor rows, Tensor lane_bytes) -> Tensor");
+}
+POWER_LIBRARY_IMPL(POWER_OPS, CPU, m) {
+    m.impl("matmul", &matmul);
+    m.impl("rows", &rows);
+}

@@ -2,8 +2,26 @@
 // kernels need. Lane j always belongs to output row j of a 16-row tile, so every float operation is per lane
 // and the paths differ only in how many instructions a lane's arithmetic takes, never in its result.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+
+// One value at a time, exactly (every path's scalar code: the scalar kernels, the row dequantiser).
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+    float magnitude;
+    if (exponent == 0) magnitude = std::ldexp((float)mantissa, -24);
+    else if (exponent == 31) magnitude = mantissa ? NAN : INFINITY;
+    else magnitude = std::ldexp((float)(mantissa | 0x400), (int)exponent - 25);
+    uint32_t bits;
+    std::memcpy(&bits, &magnitude, 4);
+    bits |= sign;
+    std::memcpy(&magnitude, &bits, 4);
+    return magnitude;
+}
+static inline uint16_t u16_at(const uint8_t* p, int j) { uint16_t h; std::memcpy(&h, p + 2 * j, 2); return h; }
+static inline float bf16_to_float(uint16_t h) { uint32_t b = (uint32_t)h << 16; float f; std::memcpy(&f, &b, 4); return f; }
+static inline float f32_at(const uint8_t* p, int j) { float f; std::memcpy(&f, p + 4 * j, 4); return f; }
 
 // Q8_0's signed weights: where u8 x s8 products are summed without saturation (VNNI, scalar) they become w + 128
 // (u8) and the kernel subtracts 128 * sum(x); AVX2's saturating int16 pair sums take the sign trick (dot_s8,
@@ -108,7 +126,6 @@ static inline F load_f32(const uint8_t* p) { return {_mm256_loadu_ps((const floa
 static inline void store(float* p, F a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
 
 #else  // portable scalar C++
-#include <cmath>
 struct V { uint32_t v[16]; };
 struct F { float v[16]; };
 #define POWER_LANES(type, expr) { type r; for (int j = 0; j < 16; ++j) r.v[j] = (expr); return r; }
@@ -140,21 +157,6 @@ static inline F fzero() POWER_LANES(F, 0.0f)
 static inline F operator+(F a, F b) POWER_LANES(F, a.v[j] + b.v[j])
 static inline F operator-(F a, F b) POWER_LANES(F, a.v[j] - b.v[j])
 static inline F operator*(F a, F b) POWER_LANES(F, a.v[j] * b.v[j])
-static inline float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
-    float magnitude;
-    if (exponent == 0) magnitude = std::ldexp((float)mantissa, -24);
-    else if (exponent == 31) magnitude = mantissa ? NAN : INFINITY;
-    else magnitude = std::ldexp((float)(mantissa | 0x400), (int)exponent - 25);
-    uint32_t bits;
-    std::memcpy(&bits, &magnitude, 4);
-    bits |= sign;
-    std::memcpy(&magnitude, &bits, 4);
-    return magnitude;
-}
-static inline uint16_t u16_at(const uint8_t* p, int j) { uint16_t h; std::memcpy(&h, p + 2 * j, 2); return h; }
-static inline float bf16_to_float(uint16_t h) { uint32_t b = (uint32_t)h << 16; float f; std::memcpy(&f, &b, 4); return f; }
-static inline float f32_at(const uint8_t* p, int j) { float f; std::memcpy(&f, p + 4 * j, 4); return f; }
 static inline F load_f16(const uint8_t* p) POWER_LANES(F, half_to_float(u16_at(p, j)))
 static inline F load_bf16(const uint8_t* p) POWER_LANES(F, bf16_to_float(u16_at(p, j)))
 static inline F load_f32(const uint8_t* p) POWER_LANES(F, f32_at(p, j))
