@@ -185,7 +185,8 @@ class Stacked(Linear):
         return sum(p.nbytes for p in self._parts)
 
 
-def quantised(raw: torch.Tensor, qtype: str, shape: tuple[int, int], device: str, kernels: bool) -> Linear | None:
+def quantised(raw: torch.Tensor, qtype: str, shape: tuple[int, int], device: str,
+              kernels: bool = False) -> Linear | None:
     """A GGUF matrix's bytes (flat uint8) in the quantised arithmetic on `device`: the CPU's kernels, or with `kernels`
     (the GPU path) the Triton product; None for a type that product does not read."""
     if not kernels:
