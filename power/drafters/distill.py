@@ -185,7 +185,7 @@ def distill(request: DistillRequest) -> Distilled:
     if not train or not held:
         raise ValueError(f"{len(examples)} sequences are too few to train and measure on; give more prompts or budget")
     fr = request.fr or target.info("token_embd.weight").shape[0]
-    objective = how.objective(target, _head(target, fr), max(len(e.tokens) for e in examples), request.seed)
+    objective = how.objective(target, target_head_rows(target, fr), max(len(e.tokens) for e in examples), request.seed)
     settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps)
     trainer = Trainer(objective, settings, train, held, k=min(7, objective.positions))
     checkpoint = work / "checkpoint.pt"
@@ -196,7 +196,8 @@ def distill(request: DistillRequest) -> Distilled:
     return _export(request, how, objective, best, examples, fr, data_s, time.monotonic() - started, trainer)
 
 
-def _head(target: GGUFFile, fr: int) -> torch.Tensor:
+def target_head_rows(target: GGUFFile, fr: int) -> torch.Tensor:
+    """The target's LM head (its tied embedding when it has no output matrix) cut to the FR prefix."""
     name = "output.weight" if target.has("output.weight") else "token_embd.weight"
     return target.tensor(name)[:fr].clone()
 

@@ -167,13 +167,18 @@ class ChainObjective:
 
     def loss(self, example: Example, generator: torch.Generator) -> torch.Tensor:  # noqa: ARG002 - draws nothing
         labels, valid = chain_targets(example, self.levels)
-        valid = valid & (labels < self.net.head.shape[0])[None]
+        valid = valid & (labels < self.net.head.shape[0])[None]  # a label past the FR prefix ends its chain
+
+        def follow(level: int, rows: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+            return valid[level, rows]  # a chain the text cannot score any further is never drafted on
+
         logits, target, weights = [], [], []
-        for level, (rows, normed) in enumerate(self.net.chain(example.features.float(), example.tokens, self.levels)):
-            counted = rows[valid[level, rows]]
-            logits.append(normed[valid[level, rows]] @ self.net.head.T)
-            target.append(labels[counted])
-            weights.append(torch.full((len(counted),), self.decay ** level))
+        for level, (rows, normed) in enumerate(self.net.chain(example.features.float(), example.tokens, self.levels,
+                                                              follow)):
+            counted = valid[level, rows]
+            logits.append(normed[counted] @ self.net.head.T)
+            target.append(labels[rows[counted]])
+            weights.append(torch.full((int(counted.sum()),), self.decay ** level))
         return weighted_ce(torch.cat(logits), torch.cat(target), torch.cat(weights))
 
     def accepted(self, example: Example) -> torch.Tensor:
