@@ -1,7 +1,7 @@
 """Drafter kinds and training choices side by side on one fixed data set, at a fixed number of steps.
 
     python bench/bench_distill.py --work DIR [--max-prompts 64] [--max-new-tokens 96] [--heldout 16]
-                                  [--steps 80] [--configs mtp,mtp-l1,mtp-warm,dflash] [--json out.json]
+                                  [--steps 80] [--configs mtp,mtp-l1,dflash] [--json out.json]
 
 The data is generated once (DIR/data.pt, reused while the same arguments made it):
 the target continues the first `--max-prompts` packaged training prompts and the
@@ -15,8 +15,7 @@ curve of the best checkpoint and the held-out prose curve of the same state
 (per draft position, conditional on reaching it; mean accepted length at K=7).
 
 Configurations: `mtp` (the default MTP head: 3 chain levels, random start),
-`mtp-l1` (one level: teacher forcing only), `mtp-l2`, `mtp-warm` (3 levels, the
-block started from the target's last layer), `dflash`, `dspark`.
+`mtp-l1` (one level: teacher forcing only), `mtp-l2`, `dflash`, `dspark`.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "mtp": {"kind": MTP, "chain_levels": 3},
     "mtp-l1": {"kind": MTP, "chain_levels": 1},
     "mtp-l2": {"kind": MTP, "chain_levels": 2},
-    "mtp-warm": {"kind": MTP, "chain_levels": 3, "warm_start": True},
     "dflash": {"kind": DFLASH},
     "dspark": {"kind": DSPARK},
 }

@@ -33,7 +33,7 @@ from power.runtime.trunks.gemma3 import Gemma3Params
 from . import export, generate
 from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
-from .mtp_head import ChainObjective, MTPHeadNet, warm_start
+from .mtp_head import ChainObjective, MTPHeadNet
 from .train import Objective, Trainer, TrainSettings
 
 KINDS = (MTP, DFLASH, DSPARK)
@@ -61,7 +61,6 @@ class DistillRequest:
     block_size: int = 11  # anchor + 10 drafts: K7 and K10 from one drafter
     layers: int = 2
     chain_levels: int = 3  # MTP: chain steps trained at once (the training-time test)
-    warm_start: bool = False  # MTP: start the block from the target's last layer
     progress: bool = True
 
 
@@ -134,7 +133,6 @@ class MTPRecipe:
 
     params: Gemma3Params
     levels: int
-    warm: bool
     positions: int = 10  # chain length the acceptance is measured to (K7 and K10 from one head)
 
     @property
@@ -143,16 +141,14 @@ class MTPRecipe:
 
     @property
     def hparams(self) -> dict[str, Any]:
-        return {**asdict(self.params), "chain_levels": self.levels, "warm_start": self.warm}
+        return {**asdict(self.params), "chain_levels": self.levels}
 
     def settings(self) -> TrainSettings:
         # One step is 4 whole sequences x `levels` rows per position: fewer, larger steps than a block drafter's.
         return TrainSettings(learning_rate=1e-3, warmup_steps=20, eval_every=25)
 
     def objective(self, target: GGUFFile, head: torch.Tensor, longest: int, seed: int) -> ChainObjective:
-        start = warm_start(target, self.params) if self.warm else None
-        net = MTPHeadNet(self.params, target.tensor("token_embd.weight"), head, max_positions=longest + 1, seed=seed,
-                         start=start)
+        net = MTPHeadNet(self.params, target.tensor("token_embd.weight"), head, max_positions=longest + 1, seed=seed)
         return ChainObjective(net, levels=self.levels, positions=self.positions)
 
     def write(self, path: Path, net: GGUFTensors, target: Path, name: str) -> Path:
@@ -169,7 +165,7 @@ def recipe(request: DistillRequest, target: GGUFFile) -> Recipe:
         return BlockRecipe(request.kind, drafter_shape(request, target))
     if target.architecture != GEMMA3:
         raise ValueError(f"--kind mtp trains a Gemma 3 head ({GEMMA3}); {target.path} is {target.architecture}")
-    return MTPRecipe(Gemma3Params.from_gguf(target), request.chain_levels, request.warm_start)
+    return MTPRecipe(Gemma3Params.from_gguf(target), request.chain_levels)
 
 
 def distill(request: DistillRequest) -> Distilled:

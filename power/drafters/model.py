@@ -53,7 +53,7 @@ class GGUFTensors(nn.Module):
 
     def __init__(self, names: dict[str, tuple[int, ...]], embedding: torch.Tensor, head: torch.Tensor, seed: int,
                  start: dict[str, torch.Tensor] | None = None) -> None:
-        """`start`: initial values by name (a warm start); the rest normal(0, 0.02), norms 1, a bias 0."""
+        """`start`: initial values by name (e.g. an exported file's); the rest normal(0, 0.02), norms 1, a bias 0."""
         super().__init__()
         self.register_buffer("embedding", embedding, persistent=False)
         self.register_buffer("head", head, persistent=False)

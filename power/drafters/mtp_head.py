@@ -26,7 +26,6 @@ from typing import Callable
 import torch
 
 from power.artifacts.contracts import gemma3_block_tensors, nextn_tensors
-from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import attention, rms_norm, rope_rows
 from power.runtime.trunks.gemma3 import Gemma3LayerWeights, Gemma3Params, gemma3_layer, stacked_qk_norm
 
@@ -51,6 +50,7 @@ class MTPHeadNet(GGUFTensors):
 
     def __init__(self, p: Gemma3Params, embedding: torch.Tensor, head: torch.Tensor, max_positions: int, seed: int,
                  start: dict[str, torch.Tensor] | None = None) -> None:
+        """`start`: initial values by GGUF name (an exported head's); the rest normal(0, 0.02), norms 1."""
         super().__init__(mtp_tensors(p), embedding, head, seed, start)
         self.p = p
         cos, sin = p.rope(True, max_positions)
@@ -183,13 +183,3 @@ class ChainObjective:
 
     def accepted(self, example: Example) -> torch.Tensor:
         return chain_accepted(self.net, example, self.positions)
-
-
-def warm_start(target: GGUFFile, p: Gemma3Params) -> dict[str, torch.Tensor]:
-    """The head's block from the target's last trunk layer (a global one, like the head), the head norm from its
-    output norm: the tensors `MTPHeadNet` starts from instead of random ones."""
-    last, head = p.n_layers - 1, p.n_layers
-    start = {name: target.tensor(name.replace(f"blk.{head}.", f"blk.{last}.", 1))
-             for name in gemma3_block_tensors(head, p.d_model, p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v,
-                                              p.d_ff)}
-    return start | {f"blk.{head}.nextn.shared_head_norm.weight": target.tensor("output_norm.weight")}

@@ -48,14 +48,13 @@ def drafter() -> None:
               help="The most training steps (the budget usually ends training first).")
 @click.option("--chain-levels", type=click.IntRange(min=1, max=10), default=3, show_default=True,
               help="mtp: chain steps trained at once (step s + 1 reads the head's own output of step s).")
-@click.option("--warm-start", is_flag=True, help="mtp: start the head's block from the target's last layer.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (resume/ keeps the resumable state).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,
             corpus: Path | None, max_prompts: int | None, max_new_tokens: int, slots: int, steps: int,
-            chain_levels: int, warm_start: bool, threads: int | None, out: Path, quiet: bool) -> None:
+            chain_levels: int, threads: int | None, out: Path, quiet: bool) -> None:
     """Distil a drafter from the target's own greedy text (and an optional corpus) on this machine.
 
     A rerun with the same DIR resumes: the generated rows and the training
@@ -79,7 +78,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     request = DistillRequest(target=(manifest.parent / target.path),
                              kind=kind, out=out, fr=fr, budget_s=parse_budget(budget), seed=seed, prompts=prompts,
                              corpus=corpus, max_prompts=max_prompts, max_new_tokens=max_new_tokens, slots=slots,
-                             max_steps=steps, chain_levels=chain_levels, warm_start=warm_start, progress=not quiet)
+                             max_steps=steps, chain_levels=chain_levels, progress=not quiet)
     try:
         result = run_distill(request)
     except ValueError as err:
