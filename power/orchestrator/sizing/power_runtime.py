@@ -96,7 +96,7 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
                                     "estimated"))
     prefill_rows = max(request.verify_rows, min(PREFILL_CHUNK, layout.positions_per_slot))
     components.append(_compute(target, prefill_rows, positions, request.vocab, request.flash_attn, "target"))
-    if drafter is not None:
+    if drafter is not None and drafter.drafter_kind != MTP:  # an MTP sidecar's compute is the MTP head's, below
         components.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
     if request.use_mtp:
         components.append(_compute(target, request.verify_rows, positions, request.fr_vocab_size or request.vocab,
