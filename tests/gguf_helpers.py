@@ -14,7 +14,7 @@ from power.artifacts.factory import build_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 # Fixtures with tensor data (the header-only ones are sparse files of real sizes).
-RUNNABLE = ("dense-target", "hybrid-target", "dflash-drafter", "dflash2-drafter", "dspark-drafter",
+RUNNABLE = ("dense-target", "hybrid-target", "gemma3-target", "gemma3-mtp-sidecar", "dflash-drafter", "dflash2-drafter", "dspark-drafter",
             "dflash-named-dspark", "dflash-drafter-other-tokenizer")
 HEADER_ONLY = ("qwen36-27b-q6k", "qwen36-27b-dflash", "qwen36-27b-dflash2", "qwen36-27b-dspark")
 

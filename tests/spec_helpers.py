@@ -41,6 +41,7 @@ def fixture_dir() -> Path:
     for build in (
         factory.build_dense_target,
         factory.build_hybrid_target,
+        factory.build_gemma3_target,
         factory.build_dflash_drafter,
         factory.build_dflash2_drafter,
         factory.build_dspark_drafter,
@@ -50,7 +51,28 @@ def fixture_dir() -> Path:
 
 
 def target_path(name: str) -> Path:
+    """"gemma": the bundled Gemma 3 270M; "dense", "hybrid", "gemma3": the factory's fixtures."""
     return GEMMA if name == "gemma" else fixture_dir() / f"{name}-target.gguf"
+
+
+@lru_cache(maxsize=None)
+def copying_mtp_sidecar() -> Path:
+    """An MTP-only sidecar for the gemma3 fixture whose head drafts the token it reads: eh_proj passes the token's
+    embedding through and the block's sublayers are damped (post norms 0.1). On the fixture's repetitive greedy
+    text its chains are accepted where the text repeats and rejected where it changes."""
+    from power.drafters.export import write_mtp_sidecar
+    from power.drafters.mtp_head import MTPHeadNet
+    from power.runtime.trunks.gemma3 import Gemma3Params
+
+    target = gguf("gemma3")
+    p = Gemma3Params.from_gguf(target)
+    embedding = target.tensor("token_embd.weight")
+    tensors = MTPHeadNet(p, embedding, embedding, max_positions=2, seed=0).tensors()
+    block = f"blk.{p.n_layers}."
+    tensors[block + "nextn.eh_proj.weight"] = torch.cat([torch.eye(p.d_model), torch.zeros(p.d_model, p.d_model)], 1)
+    for norm in ("post_attention_norm", "post_ffw_norm"):
+        tensors[f"{block}{norm}.weight"] = torch.full((p.d_model,), 0.1)
+    return write_mtp_sidecar(fixture_dir() / "gemma3-copying-mtp.gguf", tensors, target_path("gemma3"), "copying")
 
 
 @lru_cache(maxsize=None)

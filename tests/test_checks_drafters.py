@@ -164,3 +164,20 @@ def test_an_mtp_sidecar_for_another_model_or_target_is_refused(tmp_path):
     plan, findings = compiled(other_model, write_profile(tmp_path, "mtp"))
     assert plan is None and set(errors(findings)) == {"PWR211"}
     assert any("general.architecture is qwen35, the target's qwen3" in f.message for f in findings)
+
+
+def test_a_gemma3_mtp_sidecar_plans_for_its_target_and_nowhere_else(tmp_path):
+    manifest = write_manifest(tmp_path, "gemma3-target", [{"kind": "mtp", "fixture": "gemma3-mtp-sidecar"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
+    assert plan is not None, [f.render() for f in findings]
+    (drafter,) = plan.drafters
+    assert drafter.kind == "mtp" and drafter.contract == {"nextn_predict_layers": 1}
+    ring = next(c for c in plan.memory.components if c.name == "drafter KV")
+    assert "256 B per position" in ring.detail and "no sliding window" in ring.detail  # its one global block
+    elsewhere = {"dense-target": "general.architecture is gemma3, the target's qwen3",
+                 "hybrid-target": "general.architecture is gemma3, the target's qwen35"}
+    for target, reason in elsewhere.items():
+        manifest = write_manifest(tmp_path, target, [{"kind": "mtp", "fixture": "gemma3-mtp-sidecar"}])
+        plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
+        assert plan is None and "PWR211" in errors(findings)
+        assert any(reason in f.message for f in findings)

@@ -1,7 +1,8 @@
 """`power drafter distill`: the trained forward is the runtime's, and every stage runs on a fixture target.
 
-generate -> train -> export -> plan -> verify -> run, with greedy output equal to the target alone. The
-acceptance and speed a real distillation reaches are measured by bench/bench_drafter.py, not here.
+generate -> train -> export -> plan -> verify -> run, with greedy output equal to the target alone, for a block
+drafter (DFlash on the dense fixture) and an MTP head (on the gemma3 fixture). The acceptance and speed a real
+distillation reaches are measured by bench/bench_drafter.py, not here.
 """
 
 from __future__ import annotations
@@ -13,25 +14,32 @@ import torch
 from click.testing import CliRunner
 from gguf_helpers import fixtures
 from plan_helpers import write_manifest
+from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 
 from power.app.cli import main
-from power.artifacts.contracts import DFLASH, DSPARK
+from power.artifacts.contracts import DFLASH, DSPARK, MTP
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, drafter_shape
-from power.drafters.export import write_drafter
+from power.drafters.export import write_drafter, write_mtp_sidecar
 from power.drafters.generate import NO_LABEL, Example, corpus_examples, load_prompts
-from power.drafters.model import BlockDrafterNet
-from power.drafters.train import block_targets
+from power.drafters.model import BlockDrafterNet, block_targets
+from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
 from power.runtime.engine import Engine, Workload
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.layers import rms_norm
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import SpeculatorRequest
+from power.runtime.speculators.base import DraftContext, SpeculatorRequest
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
+from power.runtime.trunks.gemma3 import Gemma3Params
 
 
 def dense():
     return fixtures()["dense-target"]
+
+
+def gemma3():
+    return fixtures()["gemma3-target"]
 
 
 @pytest.mark.parametrize("kind", [DFLASH, DSPARK])
@@ -51,6 +59,67 @@ def test_the_trained_block_rows_are_the_runtime_drafters_rows(tmp_path, kind):
     torch.testing.assert_close(trained, drafter._block(tokens[-1]), atol=2e-2, rtol=2e-2)
 
 
+def test_the_trained_mtp_chain_is_the_runtime_heads_chain(tmp_path):
+    """Every level of the trained chain against the runtime head fed the same tokens, after an exported round trip."""
+    target = GGUFFile(gemma3())
+    p = Gemma3Params.from_gguf(target)
+    embedding = target.tensor("token_embd.weight")
+    net = MTPHeadNet(p, embedding, embedding, max_positions=64, seed=3)
+    for parameter in net.parameters():  # the float16 the sidecar stores
+        parameter.data = parameter.data.half().float()
+    path = write_mtp_sidecar(tmp_path / "mtp.gguf", net.tensors(), gemma3(), "test")
+    trunk = load_trunk(target, n_ctx=64, verify_capacity=1)
+    head = registry.create(MTP, SpeculatorRequest(trunk, target, GGUFFile(path)))
+    tokens = [5, 77, 300, 12, 9, 140, 201, 33, 60, 2, 44, 55]
+    hidden = trunk.prefill(tokens, head.taps).hidden[head.taps[0]]
+    levels = net.chain(hidden, torch.tensor(tokens), 3)
+    anchor = 6
+    head.commit(tokens[:anchor], {head.taps[0]: hidden[:anchor]}, 0)
+    h = head.last_hidden
+    for level, (rows, trained) in enumerate(levels):
+        y = head._step([tokens[anchor + level]], h[None], anchor + level)  # the chain, fed the text's tokens
+        row = int((rows == anchor + level - 1).nonzero()[0, 0])
+        torch.testing.assert_close(trained[row].detach(), rms_norm(y, head.head_norm, p.eps)[0], atol=1e-4, rtol=1e-4)
+        h = y[0]
+
+
+def test_held_back_chains_are_counted_as_verification_counts_them():
+    """Each chain's accepted length from the trained module equals the runtime head's proposal matched against the
+    target's greedy text, anchor by anchor (a head that drafts its input token: some chains land, some miss)."""
+    target, sidecar = GGUFFile(gemma3()), GGUFFile(copying_mtp_sidecar())
+    trunk = load_trunk(target, n_ctx=128, verify_capacity=1)
+    head = registry.create(MTP, SpeculatorRequest(trunk, target, sidecar))
+    tokens = prompt_for("gemma3") + list(plain_stream("gemma3", 40))
+    out = trunk.prefill(tokens, head.taps, all_logits=True)
+    hidden = out.hidden[head.taps[0]]
+    example = Example(torch.tensor(tokens), out.logits.argmax(dim=-1), hidden)
+    p = Gemma3Params.from_gguf(target)
+    net = MTPHeadNet(p, target.tensor("token_embd.weight"), target.tensor("token_embd.weight"), len(tokens), seed=0,
+                     start={name: sidecar.tensor(name) for name in sidecar.tensors})
+    k = 4
+    labels, valid = chain_targets(example, k)
+    counted = []
+    for anchor in range(1, len(tokens) - k + 1):  # its first draft is row anchor - 1's
+        if valid[k - 1, anchor + k - 2]:
+            head.reset()
+            head.commit(tokens[:anchor], {head.taps[0]: hidden[:anchor]}, 0)
+            drafts = head.propose(DraftContext(tokens[:anchor + 1], k)).tokens
+            hits = [d == t for d, t in zip(drafts, labels[anchor - 1:anchor - 1 + k].tolist(), strict=True)]
+            counted.append(hits.index(False) if False in hits else k)
+    assert chain_accepted(net, example, k).tolist() == counted
+    assert 0 < sum(counted) < k * len(counted)
+
+
+def test_a_chain_level_counts_only_while_the_text_is_the_targets_own_greedy_path():
+    example = Example(tokens=torch.tensor([1, 2, 3, 4, 5, 6]), labels=torch.tensor([NO_LABEL, 3, 4, 9, 6, NO_LABEL]),
+                      features=torch.zeros(6, 4))
+    labels, valid = chain_targets(example, levels=3)
+    assert labels.tolist() == [3, 4, 9, 6, NO_LABEL]  # the target's token after positions 1..5
+    assert valid[0].tolist() == [True, True, True, True, False]  # every labelled position, from its own anchor
+    assert valid[1].tolist() == [False, True, True, False, False]  # anchored at 2, 3: the text followed; at 4 it did not
+    assert valid[2].tolist() == [False, False, True, False, False]
+
+
 def test_packaged_prompts_keep_the_held_out_topics_apart():
     train = {p.text for p in load_prompts(which="train")}
     held = load_prompts(which="heldout")
@@ -58,14 +127,15 @@ def test_packaged_prompts_keep_the_held_out_topics_apart():
     assert not train & {p.text for p in held}
 
 
-def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path):
-    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+@pytest.mark.parametrize("target, kind", [("dense-target", DFLASH), ("gemma3-target", MTP)])
+def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind):
+    manifest = write_manifest(tmp_path, target, [], name="fixture")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"shape": "prose", "prompt": f"Story {i}: once upon a time"}) + "\n"
                                for i in range(12)))
     out = tmp_path / "drafter"
     runner = CliRunner()
-    distilled = runner.invoke(main, ["drafter", "distill", str(manifest), "--kind", "dflash", "--fr", "400",
+    distilled = runner.invoke(main, ["drafter", "distill", str(manifest), "--kind", kind, "--fr", "400",
                                      "--budget", "5m", "--prompts", str(prompts), "--max-new-tokens", "12",
                                      "--steps", "3", "--slots", "4", "--quiet", "-o", str(out)])
     assert distilled.exit_code == 0, distilled.output
@@ -78,9 +148,9 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path):
     verified = runner.invoke(main, ["verify", str(plan_path)])
     assert verified.exit_code == 0, verified.output
     plan = load_plan(plan_path)
-    assert plan.mode.resolved == "dflash" and plan.speculation.fr_vocab_size == 400
+    assert plan.mode.resolved == kind and plan.speculation.fr_vocab_size == 400
     speculative = Engine(Workload.of_plan(plan, plan_path))
-    plain = Engine(Workload.of_gguf(dense()))
+    plain = Engine(Workload.of_gguf(fixtures()[target]))
     for prompt in ("Story 99: once upon a time", "The quick brown fox"):
         drafted = speculative.generate(prompt, 24)
         assert drafted.token_ids == plain.generate(prompt, 24).token_ids

@@ -16,6 +16,7 @@ from spec_helpers import (
     DRAFTERS,
     Oracle,
     built,
+    copying_mtp_sidecar,
     fixture_dir,
     gguf,
     oracle_for,
@@ -27,7 +28,7 @@ from spec_helpers import (
 
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.base import Decline, SpeculatorRequest
-from power.runtime.speculators.registry import build
+from power.runtime.speculators.registry import build, create
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
@@ -62,6 +63,17 @@ def test_dense_fixture_greedy_speculation_equals_autoregressive(kind, k, s):
 @pytest.mark.parametrize("kind", ["oracle", "ngram", "mtp", *DRAFTERS])
 def test_hybrid_fixture_greedy_speculation_equals_autoregressive(kind, k, s):
     _assert_exact("hybrid", kind, k, s, FIXTURE_TOKENS)
+
+
+@pytest.mark.parametrize("k", [3, 7])
+def test_a_gemma3_mtp_sidecar_speculates_exactly_through_accepted_and_rejected_chains(k):
+    """The Gemma 3 nextn head (from an MTP-only sidecar) over a long greedy stream: some chains land, some miss."""
+    n_tokens = 128
+    head = create("mtp", SpeculatorRequest(trunk("gemma3"), target=gguf("gemma3"),
+                                           drafter=GGUFFile(copying_mtp_sidecar())))
+    generation = speculative("gemma3", head, k, k).generate(prompt_for("gemma3"), n_tokens)
+    assert tuple(generation.tokens) == plain_stream("gemma3", n_tokens)
+    assert 0 < generation.stats.accepted < generation.stats.proposed
 
 
 @pytest.mark.slow

@@ -183,6 +183,28 @@ def qk_norm_block_tensors(layer: int, d: int, head_count: int, head_count_kv: in
     }
 
 
+def gemma3_block_tensors(layer: int, d: int, head_count: int, head_count_kv: int, key_length: int, value_length: int,
+                         feed_forward_length: int) -> dict[str, tuple[int, ...]]:
+    """One Gemma 3 block (13 tensors): attention with per-head q/k norms and a post-attention norm, then a GeGLU FFN
+    with a post-FFN norm (llama.cpp's names)."""
+    b = f"blk.{layer}."
+    return {
+        b + "attn_norm.weight": (d,),
+        b + "attn_q.weight": (head_count * key_length, d),
+        b + "attn_k.weight": (head_count_kv * key_length, d),
+        b + "attn_v.weight": (head_count_kv * value_length, d),
+        b + "attn_q_norm.weight": (key_length,),
+        b + "attn_k_norm.weight": (key_length,),
+        b + "attn_output.weight": (d, head_count * value_length),
+        b + "post_attention_norm.weight": (d,),
+        b + "ffn_norm.weight": (d,),
+        b + "ffn_gate.weight": (feed_forward_length, d),
+        b + "ffn_up.weight": (feed_forward_length, d),
+        b + "ffn_down.weight": (d, feed_forward_length),
+        b + "post_ffw_norm.weight": (d,),
+    }
+
+
 def dflash2_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
     """DFlash2's grouped dynamic convolution (2 tensors per sublayer) and the candidate selector (3 tensors).
 
@@ -256,6 +278,15 @@ def nextn_tensors(layer: int, embedding_length: int) -> dict[str, tuple[int, ...
         f"blk.{layer}.nextn.hnorm.weight": (d,),
         f"blk.{layer}.nextn.shared_head_norm.weight": (d,),
     }
+
+
+def mtp_sidecar_metadata(arch: str, target: Mapping[str, Any], vocab_size: int) -> dict[str, Any]:
+    """The `{arch}.*` keys of a target's MTP-only file with one nextn block (what `convert_hf_to_gguf.py --mtp`
+    writes): the target's own, the block counted in `block_count`, `nextn_predict_layers = 1`, and `vocab_size`
+    (the file carries no embedding to count it from)."""
+    own = {key: value for key, value in target.items() if key.startswith(f"{arch}.")}
+    return {**own, f"{arch}.block_count": int(target[f"{arch}.block_count"]) + 1, f"{arch}.nextn_predict_layers": 1,
+            f"{arch}.vocab_size": vocab_size}
 
 
 def drafter_metadata(kind: str, hp: DrafterHparams) -> dict[str, Any]:
@@ -358,7 +389,10 @@ def drafter_kv_bytes_per_position(view: HeaderView, kv_type_size: int = 2) -> in
 
 
 def drafter_sliding_window(view: HeaderView) -> int | None:
-    """The drafter's KV window from the header, or None: the drafter then caches the whole context."""
+    """The drafter's KV window from the header, or None: the drafter then caches the whole context. An MTP head's
+    blocks are full-attention blocks: a sliding window its header declares is its trunk's, not theirs."""
+    if classify_drafter(view) == MTP:
+        return None
     value = view.metadata.get(f"{view.architecture}.attention.sliding_window")
     return value if _is_int(value) and value > 0 else None
 

@@ -356,6 +356,15 @@ def hybrid_tensor_shapes(cfg: HybridConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def gemma_tensor_shapes(cfg: DenseConfig) -> dict[str, tuple[int, ...]]:
+    """gemma3 tensors: Gemma 3 blocks, the output tied to the token embedding."""
+    d = cfg.d_model
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab, d), "output_norm.weight": (d,)}
+    for i in range(cfg.n_layers):
+        shapes |= contracts.gemma3_block_tensors(i, d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.head_dim, cfg.ffn)
+    return shapes
+
+
 def dense_metadata(cfg: DenseConfig, arch: str, name: str, file_type: int) -> dict[str, Any]:
     return _trunk_metadata(cfg, arch, name, file_type, block_count=cfg.n_layers, rope_freq_base=1_000_000.0)
 
@@ -410,6 +419,11 @@ DENSE = DenseConfig(d_model=FIXTURE_D_MODEL, n_layers=4, n_heads=4, n_kv_heads=2
 # Layer i stores its matrices as DENSE_LAYER_TYPES[i]: every small-block quant appears in the dense target.
 DENSE_LAYER_TYPES = (Q4_0, Q5_0, Q8_0, F16)
 
+# Gemma 270M's shape in small: one KV head, query heads wider than the model together; layer 5 is global.
+GEMMA = DenseConfig(d_model=FIXTURE_D_MODEL, n_layers=6, n_heads=4, n_kv_heads=1, head_dim=32, ffn=128,
+                    vocab=TOKENIZER.vocab_size, ctx=2048)
+GEMMA_WINDOW = 16
+
 HYBRID = HybridConfig(d_model=FIXTURE_D_MODEL, n_layers=8, nextn=1, n_heads=4, n_kv_heads=2, head_dim=16, ffn=192,
                       vocab=TOKENIZER.vocab_size, ctx=2048, interval=4, ssm_state=16, ssm_groups=2, ssm_v_heads=4,
                       conv_kernel=4, rope_dims=4, rope_sections=(1, 1, 0, 0))
@@ -459,6 +473,31 @@ def build_dense_target(directory: Path, chat_template: str | None = None) -> Pat
     if chat_template is not None:
         metadata["tokenizer.chat_template"] = chat_template
     return write_gguf(Path(directory) / "dense-target.gguf", "qwen3", metadata, tensors)
+
+
+def _gemma3_metadata(name: str) -> dict[str, Any]:
+    return (_trunk_metadata(GEMMA, "gemma3", name, gguf.LlamaFileType.MOSTLY_Q8_0, block_count=GEMMA.n_layers,
+                            rope_freq_base=1_000_000.0)
+            | {"gemma3.attention.sliding_window": GEMMA_WINDOW} | tokenizer_metadata(TOKENIZER))
+
+
+def build_gemma3_target(directory: Path) -> Path:
+    """`gemma3` target: 6 layers (5 sliding, window 16; layer 5 global), 4 heads / 1 kv x 32, ffn 128, tied output."""
+    tensors = _Weights(FIXTURE_SEED + 6).fill(gemma_tensor_shapes(GEMMA), _small_matrix_type)
+    return write_gguf(Path(directory) / "gemma3-target.gguf", "gemma3", _gemma3_metadata("fixture-gemma3-target"),
+                      tensors)
+
+
+def build_gemma3_mtp_sidecar(directory: Path) -> Path:
+    """The gemma3 target's MTP-only GGUF (what `power drafter distill --kind mtp` writes): its header with one nextn
+    block more, a Gemma 3 block and the nextn tensors at blk.6, no embedding."""
+    n = GEMMA.n_layers
+    shapes = (contracts.gemma3_block_tensors(n, GEMMA.d_model, GEMMA.n_heads, GEMMA.n_kv_heads, GEMMA.head_dim,
+                                             GEMMA.head_dim, GEMMA.ffn) | contracts.nextn_tensors(n, GEMMA.d_model))
+    target = _gemma3_metadata("fixture-gemma3-mtp-only")
+    metadata = {**target, **contracts.mtp_sidecar_metadata("gemma3", target, GEMMA.vocab)}
+    tensors = _Weights(FIXTURE_SEED + 7).fill(shapes, _small_matrix_type)
+    return write_gguf(Path(directory) / "gemma3-mtp-sidecar.gguf", "gemma3", metadata, tensors)
 
 
 def _hybrid_tensors() -> dict[str, Tensor]:
@@ -624,6 +663,8 @@ def build_qwen36_27b_dspark(directory: Path) -> Path:
 SINGLE_FIXTURES: dict[str, Callable[[Path], Path]] = {
     "dense-target": build_dense_target,
     "hybrid-target": build_hybrid_target,
+    "gemma3-target": build_gemma3_target,
+    "gemma3-mtp-sidecar": build_gemma3_mtp_sidecar,
     "headless-hybrid-target": build_headless_hybrid_target,
     "mtp-sidecar": build_mtp_sidecar,
     "dflash-drafter": build_dflash_drafter,

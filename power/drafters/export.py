@@ -18,7 +18,7 @@ import gguf
 import torch
 
 from power.artifacts.atomic import atomic_path
-from power.artifacts.contracts import ARCHITECTURE_OF, DrafterHparams, drafter_metadata
+from power.artifacts.contracts import ARCHITECTURE_OF, DrafterHparams, drafter_metadata, mtp_sidecar_metadata
 from power.artifacts.digests import sha256_file
 from power.artifacts.factory import Tensor, write_gguf
 from power.runtime.gguf_weights import GGUFFile
@@ -39,12 +39,29 @@ class Recommendation:
 def write_drafter(path: Path, kind: str, hp: DrafterHparams, tensors: dict[str, torch.Tensor], target: Path,
                   name: str) -> Path:
     """The drafter GGUF: matrices in float16, vectors in float32, the target's tokenizer keys copied."""
+    metadata = {**drafter_metadata(kind, hp), **_tokenizer(GGUFFile(target))}
+    return _write(path, ARCHITECTURE_OF[kind], name, metadata, tensors)
+
+
+def write_mtp_sidecar(path: Path, tensors: dict[str, torch.Tensor], target: Path, name: str) -> Path:
+    """The target's MTP-only GGUF: its header with one nextn block more (`contracts.mtp_sidecar_metadata`), the
+    block's tensors, the target's tokenizer keys."""
     source = GGUFFile(target)
-    tokenizer = {key: value for key, value in source.metadata.items() if key.startswith("tokenizer.")}
-    metadata = {"general.name": name, "general.file_type": int(gguf.LlamaFileType.MOSTLY_F16),
-                **drafter_metadata(kind, hp), **tokenizer}
+    arch = source.architecture
+    vocab = source.info("token_embd.weight").shape[0]
+    metadata = {**mtp_sidecar_metadata(arch, source.metadata, vocab), **_tokenizer(source)}
+    return _write(path, arch, name, metadata, tensors)
+
+
+def _tokenizer(source: GGUFFile) -> dict[str, Any]:
+    return {key: value for key, value in source.metadata.items() if key.startswith("tokenizer.")}
+
+
+def _write(path: Path, architecture: str, name: str, metadata: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Path:
+    """Matrices in float16, vectors in float32."""
+    header = {"general.name": name, "general.file_type": int(gguf.LlamaFileType.MOSTLY_F16), **metadata}
     written = {key: Tensor(value.float().numpy(), _storage(value)) for key, value in tensors.items()}
-    return write_gguf(path, ARCHITECTURE_OF[kind], metadata, written)
+    return write_gguf(path, architecture, header, written)
 
 
 def _storage(value: torch.Tensor) -> gguf.GGMLQuantizationType:

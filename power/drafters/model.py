@@ -12,50 +12,78 @@ runs; `tests/test_drafter_distill.py` checks the rows against `BlockDrafter`.
 DSpark's Markov and confidence heads sit on the backbone's rows; they are
 trained with teacher forcing (the predecessor is the target's own token, which
 is what an accepted draft is).
+
+`BlockObjective` is what `power.drafters.train.Trainer` trains a block drafter
+on: teacher-forced blocks at random anchors. For an anchor at position `a` the
+block's draft row `e` (1..bs-1) must say the target's greedy token after
+`a + e - 1`, and it only counts while the sequence followed the target greedily
+from `a` on (always, in self-generated text; in a corpus, where the text and the
+target agree). The loss is cross-entropy over the FR prefix of the vocabulary
+(labels past it cannot be drafted and are left out), weighted
+`decay ** (e - 1)`: an early position gates every later one. A held-back
+block's drafts are accepted up to the first one that differs from the target
+(and, for DSpark, up to the first row under the confidence threshold); the
+Markov head is fed the target's tokens, which up to the first miss are the
+drafts it would chain at inference, so the count is exact.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from power.artifacts.contracts import DrafterHparams, drafter_tensors
+from power.artifacts.contracts import DSPARK, DrafterHparams, drafter_tensors
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
+
+from .generate import NO_LABEL, Example
 
 WEIGHT_STD = 0.02
 
 
-class BlockDrafterNet(nn.Module):
-    """Every tensor of a `kind` drafter's contract as a parameter, named as in the GGUF (dots as `__`)."""
+class GGUFTensors(nn.Module):
+    """A module whose parameters are a GGUF file's tensors, by name (dots as `__`), over the target's frozen token
+    embedding [vocab, d] and LM head cut to the FR prefix [N, d]."""
 
     embedding: torch.Tensor
     head: torch.Tensor
-    cos: torch.Tensor
-    sin: torch.Tensor
 
-    def __init__(self, kind: str, hp: DrafterHparams, embedding: torch.Tensor, head: torch.Tensor,
-                 max_positions: int, seed: int) -> None:
+    def __init__(self, names: dict[str, tuple[int, ...]], embedding: torch.Tensor, head: torch.Tensor, seed: int,
+                 start: dict[str, torch.Tensor] | None = None) -> None:
+        """`start`: initial values by name (e.g. an exported file's); the rest normal(0, 0.02), norms 1, a bias 0."""
         super().__init__()
-        self.kind, self.hp = kind, hp
-        self.register_buffer("embedding", embedding, persistent=False)  # the target's [vocab, d], frozen
-        self.register_buffer("head", head, persistent=False)  # the target's LM head cut to the FR prefix [N, d]
+        self.register_buffer("embedding", embedding, persistent=False)
+        self.register_buffer("head", head, persistent=False)
         generator = torch.Generator().manual_seed(seed)
-        self.names = drafter_tensors(kind, hp)
-        for name, shape in self.names.items():
-            self.register_parameter(_attr(name), nn.Parameter(_initial(name, shape, generator)))
-        cos, sin = rope_tables(max_positions, hp.head_dim, hp.rope_freq_base)
-        self.register_buffer("cos", cos, persistent=False)
-        self.register_buffer("sin", sin, persistent=False)
+        self.names = names
+        for name, shape in names.items():
+            value = start[name].clone() if start and name in start else _initial(name, shape, generator)
+            self.register_parameter(_attr(name), nn.Parameter(value))
 
     def tensor(self, name: str) -> torch.Tensor:
         return getattr(self, _attr(name))
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """The contract's tensors by GGUF name, detached, for export."""
+        """The file's tensors by GGUF name, detached, for export."""
         return {name: self.tensor(name).detach().clone() for name in self.names}
+
+
+class BlockDrafterNet(GGUFTensors):
+    """Every tensor of a `kind` drafter's contract."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, kind: str, hp: DrafterHparams, embedding: torch.Tensor, head: torch.Tensor,
+                 max_positions: int, seed: int) -> None:
+        super().__init__(drafter_tensors(kind, hp), embedding, head, seed)
+        self.kind, self.hp = kind, hp
+        cos, sin = rope_tables(max_positions, hp.head_dim, hp.rope_freq_base)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def rows(self, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
         """One sequence: features [T, L*d] (the target's tapped rows), tokens [T], anchors [A] ->
@@ -121,6 +149,90 @@ class BlockDrafterNet(nn.Module):
         ring = sees_ring.repeat_interleave(bs, dim=0)
         block = own.repeat_interleave(bs, dim=0).repeat_interleave(bs, dim=1)
         return torch.cat((ring, block), dim=1)
+
+
+@dataclass
+class BlockObjective:
+    """Teacher-forced blocks at random anchors (the module's docstring), for `power.drafters.train.Trainer`."""
+
+    net: BlockDrafterNet
+    anchors_per_sequence: int = 8
+    position_decay: float = 0.8
+    confidence_weight: float = 0.2
+
+    @property
+    def positions(self) -> int:
+        return self.net.hp.block_size - 1
+
+    def loss(self, example: Example, generator: torch.Generator) -> torch.Tensor:
+        candidates = anchor_positions(example)
+        chosen = candidates[torch.randperm(len(candidates), generator=generator)[:self.anchors_per_sequence]]
+        anchors = chosen.sort().values
+        net, hp = self.net, self.net.hp
+        target, valid = block_targets(example, anchors, hp.block_size)
+        valid = valid & (target < net.head.shape[0])
+        rows = net.rows(example.features.float(), example.tokens, anchors)[:, 1:]  # [A, bs-1, d]
+        weights = self.position_decay ** torch.arange(hp.block_size - 1, dtype=torch.float32)
+        weights = weights[None].expand_as(target)[valid]
+        if net.kind == DSPARK:
+            marked = net.markov(rows, _predecessors(example, anchors, target))
+            logits = net.markov_logits(marked[valid])
+            right = (logits.argmax(-1) == target[valid]).float()
+            confidence = F.binary_cross_entropy_with_logits(net.confidence_logit(marked[valid]), right)
+            return weighted_ce(logits, target[valid], weights) + self.confidence_weight * confidence
+        return weighted_ce(rows[valid] @ net.head.T, target[valid], weights)
+
+    def accepted(self, example: Example) -> torch.Tensor:
+        """Accepted drafts of every block the held-back text can score to the end."""
+        net, hp = self.net, self.net.hp
+        anchors = anchor_positions(example)
+        target, valid = block_targets(example, anchors, hp.block_size)
+        whole = valid.all(dim=1)
+        anchors, target = anchors[whole], target[whole]
+        if not len(anchors):
+            return torch.zeros(0, dtype=torch.long)
+        rows = net.rows(example.features.float(), example.tokens, anchors)[:, 1:]
+        if net.kind == DSPARK:
+            marked = net.markov(rows, _predecessors(example, anchors, target))
+            hit = net.markov_logits(marked).argmax(-1) == target
+            hit = hit & (torch.sigmoid(net.confidence_logit(marked)) >= (hp.confidence_threshold or 0.0))
+        else:
+            hit = (rows @ net.head.T).argmax(-1) == target
+        return hit.int().cummin(dim=1).values.sum(dim=1)
+
+
+def block_targets(example: Example, anchors: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """labels [A, bs-1] for the draft rows of each anchor's block, and whether each one counts."""
+    tokens, labels = example.tokens, example.labels
+    length = len(tokens)
+    offsets = torch.arange(1, block_size)
+    where = anchors[:, None] + offsets[None] - 1  # the row whose argmax draft e must equal
+    inside = where < length
+    safe = where.clamp(max=length - 1)
+    target = labels[safe]
+    agrees = torch.ones(length, dtype=torch.bool)  # position t followed the target's choice after t - 1
+    agrees[1:] = tokens[1:] == labels[:-1]
+    followed = agrees[safe] | (offsets[None] == 1)  # draft e needs the text at a + e - 1 to be the target's own
+    valid = (inside & followed & (target != NO_LABEL)).cummin(dim=1).values
+    return target, valid
+
+
+def anchor_positions(example: Example) -> torch.Tensor:
+    """Positions with a target label: every anchor whose first draft has something to match."""
+    return torch.nonzero(example.labels != NO_LABEL).flatten()
+
+
+def _predecessors(example: Example, anchors: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """DSpark's Markov predecessor per draft row: the anchor, then the target's token at the row before."""
+    first = example.tokens[anchors][:, None]
+    return torch.cat((first, target[:, :-1].clamp(min=0)), dim=1)
+
+
+def weighted_ce(logits: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per row, weighted, normalised by the weights (0 with a graph when no row counts)."""
+    if not len(target):
+        return logits.sum() * 0.0
+    return (F.cross_entropy(logits, target, reduction="none") * weights).sum() / weights.sum()
 
 
 def _attr(name: str) -> str:

@@ -1,4 +1,4 @@
-"""`power drafter distill MANIFEST --kind dflash|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
+"""`power drafter distill MANIFEST --kind mtp|dflash|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def drafter() -> None:
 
 @drafter.command("distill")
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--kind", type=click.Choice(["dflash", "dspark"]), required=True,
-              help="The drafter's kind (its contract: docs/contracts.md).")
+@click.option("--kind", type=click.Choice(["mtp", "dflash", "dspark"]), required=True,
+              help="The drafter's kind (its contract: docs/contracts.md); mtp: a Gemma 3 target's MTP-only sidecar.")
 @click.option("--fr", type=click.IntRange(min=1), default=None,
               help="Train the head on the first N token IDs only (the FR prefix the profile will name).")
 @click.option("--budget", default="20m", show_default=True, help="Wall time for the whole run: 20m, 90s, 1.5h.")
@@ -46,13 +46,15 @@ def drafter() -> None:
               help="Prompts generated side by side (one forward per step for all of them).")
 @click.option("--steps", type=click.IntRange(min=1), default=100_000, show_default=True,
               help="The most training steps (the budget usually ends training first).")
+@click.option("--chain-levels", type=click.IntRange(min=1, max=10), default=3, show_default=True,
+              help="mtp: chain steps trained at once (step s + 1 reads the head's own output of step s).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (resume/ keeps the resumable state).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,
             corpus: Path | None, max_prompts: int | None, max_new_tokens: int, slots: int, steps: int,
-            threads: int | None, out: Path, quiet: bool) -> None:
+            chain_levels: int, threads: int | None, out: Path, quiet: bool) -> None:
     """Distil a drafter from the target's own greedy text (and an optional corpus) on this machine.
 
     A rerun with the same DIR resumes: the generated rows and the training
@@ -76,7 +78,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     request = DistillRequest(target=(manifest.parent / target.path),
                              kind=kind, out=out, fr=fr, budget_s=parse_budget(budget), seed=seed, prompts=prompts,
                              corpus=corpus, max_prompts=max_prompts, max_new_tokens=max_new_tokens, slots=slots,
-                             max_steps=steps, progress=not quiet)
+                             max_steps=steps, chain_levels=chain_levels, progress=not quiet)
     try:
         result = run_distill(request)
     except ValueError as err:

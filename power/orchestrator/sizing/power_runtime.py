@@ -33,6 +33,7 @@ kernel workspaces are not modelled).
 
 from __future__ import annotations
 
+from power.artifacts.contracts import MTP
 from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
 from power.documents.arithmetic import QUANTISED
@@ -96,7 +97,7 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
                                     "estimated"))
     prefill_rows = max(request.verify_rows, min(PREFILL_CHUNK, layout.positions_per_slot))
     components.append(_compute(target, prefill_rows, positions, request.vocab, request.flash_attn, "target"))
-    if drafter is not None:
+    if drafter is not None and drafter.drafter_kind != MTP:  # an MTP sidecar's compute is the MTP head's, below
         components.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
     if request.use_mtp:
         components.append(_compute(target, request.verify_rows, positions, request.fr_vocab_size or request.vocab,
@@ -190,7 +191,9 @@ def _drafter_ring(drafter: ArtifactFacts, request: Request) -> Component:
     window = drafter.sliding_window
     context = geometry(request).positions_per_slot
     rows = min(context, window) if window else context
-    per_position = sum(l.n_head_kv * (l.head_dim_k + l.head_dim_v) for l in drafter.layers) * FLOAT32
+    # An MTP-only sidecar's header counts its trunk's blocks too; only its nextn blocks hold a cache.
+    cached = [l for l in drafter.layers if l.kind == NEXTN] if drafter.drafter_kind == MTP else drafter.layers
+    per_position = sum(l.n_head_kv * (l.head_dim_k + l.head_dim_v) for l in cached) * FLOAT32
     why = f"sliding window {window}" if window else "no sliding window: the slot's whole context"
     return Component("drafter KV", per_position * rows * request.slots,
                      f"{per_position:,} B per position x {rows} rows ({why}) x {request.slots} slot(s) x f32",

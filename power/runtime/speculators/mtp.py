@@ -1,24 +1,35 @@
-"""MTP: the hybrid target's own nextn block as a per-token draft head.
+"""MTP: a nextn block as a per-token draft head, from the target file or from its MTP-only sidecar.
 
-The block at `blk.{n_layers}` is a full gated-attention block of the qwen35 trunk
-plus the nextn projection. For the token t at position j it reads the target's
-final residual h of position j - 1:
+The block at `blk.{n_layers}` is one layer of the target's own architecture (its
+attention with its own KV cache, its FFN) plus the nextn projection. For the
+token t at position j it reads the target's final residual h of position j - 1
+(before the output norm):
 
     x = eh_proj @ concat(enorm(embed(t)), hnorm(h))        [n, d]
-    y = gated attention block (its own KV cache, causal)    [n, d]
+    y = the architecture's layer (own KV cache, causal)     [n, d]
     next token = argmax(LM head(shared_head_norm(y)))       y also chains as the next h
+
+`embed(t)` is the target's token embedding times the factor its trunk applies to
+it (Gemma: sqrt(d_model); enorm makes the factor matter only through its epsilon,
+and the trained head and the runtime use the same one). The LM head is the
+target's, cut to the FR prefix.
 
 `commit` catches the head up over the rows that landed (pairing each token with
 its predecessor's hidden row); `propose` then chains from the last committed
 hidden row and the anchor, one row per proposal. Draft rows write past the
 committed length of the head's cache, where the causal mask never lets a later
-committed row read them before they are overwritten.
+committed row read them before they are overwritten. Position 0 has no
+predecessor: the head never writes its cache slot, which stays zero.
+
+Which layer a block is depends on the architecture: `BLOCKS` names, per
+`general.architecture`, the trunk module's layer that runs it.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
 import torch
 from typing_extensions import override
@@ -32,13 +43,45 @@ from ..kv_cache import SlotCaches
 from ..layers import rms_norm, rope_rows, rope_tables
 from ..trunks.base import TrunkOptions, Weights
 from ..trunks.batch import RowBatch, Segment
+from ..trunks.gemma3 import Gemma3Layer, Gemma3Params
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
 from .dflash import header_view
 from .target_head import TargetHead
 
-# The trunk whose nextn block this head implements.
-MTP_ARCHITECTURE = "qwen35"
+
+@dataclass(frozen=True)
+class NextnBlock:
+    """One architecture's nextn block as the head runs it: its trunk module's layer at `blk.{trunk_layers}`."""
+
+    layer: Any  # layer(x, batch, rope, params) -> y over `layer.caches` (one slot, its positions: the head's own)
+    params: Any
+    trunk_layers: int
+    d_model: int
+    eps: float
+    embedding_scale: float  # the factor the trunk applies to its token embedding
+    rope: tuple[torch.Tensor, torch.Tensor]
+    kv_shape: tuple[int, int, int]  # KV heads, key width, value width
+
+
+def _qwen35(head_file: GGUFFile, w: Weights, positions: int) -> NextnBlock:
+    """The qwen35 hybrid's block: a gated full-attention layer (partial rope)."""
+    p = Qwen35Params.from_gguf(head_file)
+    caches = SlotCaches(1, p.n_kv_heads, positions, p.head_dim, p.head_dim)
+    return NextnBlock(GatedAttentionLayer(w, p, p.n_layers, caches), p, p.n_layers, p.d_model, p.eps, 1.0,
+                      rope_tables(positions, p.rope_dims, p.rope_base), (p.n_kv_heads, p.head_dim, p.head_dim))
+
+
+def _gemma3(head_file: GGUFFile, w: Weights, positions: int) -> NextnBlock:
+    """A Gemma 3 layer, global (no window, the header's rope base), with Gemma's embedding scale."""
+    p = Gemma3Params.from_gguf(head_file)
+    caches = SlotCaches(1, p.n_kv_heads, positions, p.head_dim_k, p.head_dim_v)
+    return NextnBlock(Gemma3Layer(w, p, p.n_layers, caches), p, p.n_layers, p.d_model, p.eps, p.embedding_scale,
+                      p.rope(True, positions), (p.n_kv_heads, p.head_dim_k, p.head_dim_v))
+
+
+# general.architecture -> how its nextn block is built
+BLOCKS: dict[str, Callable[[GGUFFile, Weights, int], NextnBlock]] = {"qwen35": _qwen35, "gemma3": _gemma3}
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
@@ -47,11 +90,14 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
         return Decline(kind, "needs the target GGUF (the nextn head lives in it, or it lends a sidecar its embedding)")
     target = request.target
     head_file = request.drafter or target
+    arch = head_file.architecture
     if nextn_layer_count(header_view(head_file)) == 0:
-        return Decline(kind, f"{head_file.path} carries no nextn/MTP head ({head_file.architecture}.nextn_predict_layers)")
-    if head_file.architecture != MTP_ARCHITECTURE:
-        return Decline(kind, f"the runtime's MTP head is implemented for {MTP_ARCHITECTURE} targets, not "
-                             f"{head_file.architecture}")
+        return Decline(kind, f"{head_file.path} carries no nextn/MTP head ({arch}.nextn_predict_layers)")
+    if arch not in BLOCKS:
+        return Decline(kind, f"the runtime's MTP head is implemented for {', '.join(sorted(BLOCKS))} targets, not {arch}")
+    if arch != target.architecture or head_file.get(f"{arch}.embedding_length") != request.trunk.config.d_model:
+        return Decline(kind, f"{head_file.path} is a {arch} head of width {head_file.get(f'{arch}.embedding_length')}; "
+                             f"the target is {target.architecture} of width {request.trunk.config.d_model}")
     return MTPHead(head_file, TargetHead(target, request.fr_vocab_size), request.trunk.config.n_ctx)
 
 
@@ -60,18 +106,16 @@ class MTPHead(Speculator):
 
     def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int) -> None:
         """`head_file` holds the nextn block (the target itself, or its MTP-only sidecar); `head` is the target's."""
-        p = self.params = Qwen35Params.from_gguf(head_file)
-        self.taps = (p.n_layers,)  # the final residual before the output norm
-        b = f"blk.{p.n_layers}."
         # A draft head's bits only shape proposals, never tokens: the float32 reference at one row.
         w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=FLOAT32))
-        self.block = GatedAttentionLayer(w, p, p.n_layers, self._cache(n_ctx))
-        self.eh_proj = w.matrix(b + "nextn.eh_proj.weight", [p.d_model, 2 * p.d_model])
-        self.enorm = w.tensor(b + "nextn.enorm.weight", [p.d_model])
-        self.hnorm = w.tensor(b + "nextn.hnorm.weight", [p.d_model])
-        self.head_norm = w.tensor(b + "nextn.shared_head_norm.weight", [p.d_model])
+        block = self.block = BLOCKS[head_file.architecture](head_file, w, n_ctx + 1)
+        self.taps = (block.trunk_layers,)  # the final residual before the output norm
+        b, d = f"blk.{block.trunk_layers}.nextn.", block.d_model
+        self.eh_proj = w.matrix(b + "eh_proj.weight", [d, 2 * d])
+        self.enorm = w.tensor(b + "enorm.weight", [d])
+        self.hnorm = w.tensor(b + "hnorm.weight", [d])
+        self.head_norm = w.tensor(b + "shared_head_norm.weight", [d])
         self.head = head
-        self.rope = rope_tables(n_ctx + 1, p.rope_dims, p.rope_base)
         self.capacity = n_ctx
         self.length = 0  # head cache rows committed: positions [1, length) hold real entries
         self.last_hidden: torch.Tensor | None = None  # the target's final residual at position length - 1
@@ -81,7 +125,7 @@ class MTPHead(Speculator):
         self.reset()
 
     def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
-        rows = hidden[self.params.n_layers]
+        rows = hidden[self.block.trunk_layers]
         if start != self.length:  # a gap: the head cannot pair the first row with its predecessor
             self.last_hidden = None
         previous = rows[:-1] if self.last_hidden is None else torch.cat([self.last_hidden[None], rows[:-1]])
@@ -97,7 +141,7 @@ class MTPHead(Speculator):
         drafts, token, h = [], ctx.tokens[-1], self.last_hidden
         for position in range(self.length, min(self.length + ctx.max_tokens, self.capacity)):
             y = self._step([token], h[None], position)
-            token, h = self.head.draft_ids(rms_norm(y, self.head_norm, self.params.eps))[0], y[0]
+            token, h = self.head.draft_ids(rms_norm(y, self.head_norm, self.block.eps))[0], y[0]
             drafts.append(token)
         return Proposal(tokens=drafts, head_ran=True)
 
@@ -106,8 +150,9 @@ class MTPHead(Speculator):
 
     def spawn(self) -> MTPHead:
         twin = copy.copy(self)
-        twin.block = copy.copy(self.block)
-        twin.block.caches = self._cache(self.capacity)
+        layer = copy.copy(self.block.layer)  # the weights are shared, read-only; the cache is the twin's own
+        layer.caches = self._cache(self.capacity)
+        twin.block = replace(self.block, layer=layer)
         twin.reset()
         return twin
 
@@ -119,14 +164,13 @@ class MTPHead(Speculator):
 
     def _step(self, tokens: list[int], previous: torch.Tensor, start: int) -> torch.Tensor:
         """Head rows for `tokens` at [start, start + n), each paired with its predecessor's hidden row."""
-        p = self.params
-        e = rms_norm(self.head.embed(tokens), self.enorm, p.eps)
-        x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, p.eps)], dim=-1))
+        block = self.block
+        e = rms_norm(self.head.embed(tokens) * block.embedding_scale, self.enorm, block.eps)
+        x = self.eh_proj(torch.cat([e, rms_norm(previous, self.hnorm, block.eps)], dim=-1))
         batch = RowBatch(len(tokens), (Segment(0, 0, len(tokens), start),))
-        rope = rope_rows(self.rope, batch.positions)
-        return self.block(x, batch, rope, p)
+        return block.layer(x, batch, rope_rows(block.rope, batch.positions), block.params)
 
     def _cache(self, n_ctx: int) -> SlotCaches:
         """The head's own cache: one position past the context (the draft row after the last committed one)."""
-        p = self.params
-        return SlotCaches(1, p.n_kv_heads, n_ctx + 1, p.head_dim, p.head_dim)
+        heads, key_width, value_width = self.block.kv_shape
+        return SlotCaches(1, heads, n_ctx + 1, key_width, value_width)

@@ -134,7 +134,9 @@ class ArchHeader:
 
     @property
     def vocab(self) -> int:
-        return self.gguf.info(EMBEDDING).shape[0]
+        """`{arch}.vocab_size`, else the token embedding's rows (an MTP-only file may carry no embedding)."""
+        declared = self.get("vocab_size")
+        return int(declared) if declared else self.gguf.info(EMBEDDING).shape[0]
 
     def require(self, name: str) -> Any:
         return self.gguf.require(f"{self.arch}.{name}")
