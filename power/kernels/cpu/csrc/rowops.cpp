@@ -11,11 +11,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace {
 
 constexpr int kLanes = 16;
+// 16 float lanes as one GCC vector: one AVX-512 register, two AVX2 ones or 16 scalars, each lane's arithmetic the
+// same IEEE operations whichever the compiler emits.
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Lanes load_lanes(const float* p) {
+    Lanes v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
 
 // acc[0] after adding the upper half of the lanes onto the lower half, 8 + 8, then 4 + 4, 2 + 2, 1 + 1.
 inline float fold(float* acc) {
@@ -27,13 +37,23 @@ inline float fold(float* acc) {
 
 // sum_k a[k] * b[k]: lane l adds the products k = l, l + 16, l + 32, ... in order, then `fold`.
 inline float dot(const float* a, const float* b, int64_t d) {
-    float acc[kLanes] = {};
+    Lanes sum = {};
     int64_t k = 0;
-    for (; k + kLanes <= d; k += kLanes) {
-        for (int l = 0; l < kLanes; ++l) acc[l] += a[k + l] * b[k + l];
-    }
+    for (; k + kLanes <= d; k += kLanes) sum += load_lanes(a + k) * load_lanes(b + k);
+    float acc[kLanes];
+    std::memcpy(acc, &sum, sizeof(acc));
     for (int l = 0; k + l < d; ++l) acc[l] += a[k + l] * b[k + l];
     return fold(acc);
+}
+
+// out[c] += weight * value[c] for c < d.
+inline void add_scaled(float* out, float weight, const float* value, int64_t d) {
+    int64_t c = 0;
+    for (; c + kLanes <= d; c += kLanes) {
+        Lanes o = load_lanes(out + c) + weight * load_lanes(value + c);
+        std::memcpy(out + c, &o, sizeof(o));
+    }
+    for (; c < d; ++c) out[c] += weight * value[c];
 }
 
 void check_rows(const at::Tensor& t, const char* name) {
@@ -112,31 +132,42 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
     const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
     float* op = out.data_ptr<float>();
     const float factor = (float)scale;
-    const int64_t work = std::max<int64_t>(1, (pp[n - 1] + 1) * (hd + hdv));
-    at::parallel_for(0, n * heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
-        std::vector<float> e;
+    const int64_t work = std::max<int64_t>(1, (pp[n - 1] + 1) * (hd + hdv) * group);
+    // One task per row and KV head: each key and value row is read once for the group's query heads (every head's
+    // own arithmetic is the same sequence as alone; only the heads' loops are interleaved).
+    at::parallel_for(0, n * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
+        std::vector<float> e;  // [group, readable slots]: the scores, then the weights
+        std::vector<float> peak(group), total(group);
         for (int64_t task = begin; task < end; ++task) {
-            const int64_t i = task / heads, h = task % heads, g = h / group, p = pp[i];
-            const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-            const float* query = qp + (i * heads + h) * hd;
+            const int64_t i = task / kv_heads, g = task % kv_heads, p = pp[i];
+            const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, count = p - lo + 1;
+            const float* query = qp + (i * heads + g * group) * hd;
             const float* keys = kp + g * slots * hd;
             const float* values = vp + g * slots * hdv;
-            e.resize(p - lo + 1);
-            float peak = -INFINITY;
-            for (int64_t j = lo; j <= p; ++j) {
-                e[j - lo] = dot(query, keys + j * hd, hd) * factor;
-                peak = std::max(peak, e[j - lo]);
+            float* o = op + i * heads * hdv + g * group * hdv;
+            e.resize(group * count);
+            std::fill(peak.begin(), peak.end(), -INFINITY);
+            for (int64_t j = 0; j < count; ++j) {
+                const float* key = keys + (lo + j) * hd;
+                for (int64_t h = 0; h < group; ++h) {
+                    const float score = dot(query + h * hd, key, hd) * factor;
+                    e[h * count + j] = score;
+                    peak[h] = std::max(peak[h], score);
+                }
             }
-            float* o = op + i * heads * hdv + h * hdv;
-            std::fill(o, o + hdv, 0.0f);
-            float total = 0.0f;
-            for (int64_t j = lo; j <= p; ++j) {
-                const float weight = std::exp(e[j - lo] - peak);
-                total += weight;
-                const float* value = values + j * hdv;
-                for (int64_t c = 0; c < hdv; ++c) o[c] += weight * value[c];
+            std::fill(o, o + group * hdv, 0.0f);
+            std::fill(total.begin(), total.end(), 0.0f);
+            for (int64_t j = 0; j < count; ++j) {
+                const float* value = values + (lo + j) * hdv;
+                for (int64_t h = 0; h < group; ++h) {
+                    const float weight = std::exp(e[h * count + j] - peak[h]);
+                    total[h] += weight;
+                    add_scaled(o + h * hdv, weight, value, hdv);
+                }
             }
-            for (int64_t c = 0; c < hdv; ++c) o[c] /= total;
+            for (int64_t h = 0; h < group; ++h) {
+                for (int64_t c = 0; c < hdv; ++c) o[h * hdv + c] /= total[h];
+            }
         }
     });
     return out;
