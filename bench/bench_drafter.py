@@ -136,8 +136,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     target = manifest_path.parent / manifest.target.path
     drafter_entry = next(d for d in manifest.drafters if d.kind == distilled["kind"])
     drafter_path = manifest_path.parent / drafter_entry.path
-    fr = distilled["fr"] if distilled["fr"] < distilled["hparams"]["vocab_size"] else None
     gguf = GGUFFile(target)
+    fr = distilled["fr"] if distilled["fr"] < gguf.info("token_embd.weight").shape[0] else None
     tokenizer = Tokenizer.from_gguf(gguf)
     greedy = Sampler(SamplingParams())
 
