@@ -58,3 +58,19 @@ def header(kvs: list[bytes], tensors: list[bytes], *, version: int = 3, magic: b
 def with_data(head: bytes, data_bytes: int, alignment: int = 32) -> bytes:
     """The header padded to the alignment, then `data_bytes` of zeros."""
     return head + b"\0" * (-len(head) % alignment) + b"\0" * data_bytes
+
+
+def assert_rows_match_alone(model, rows: list[int], taps: tuple[int, ...]) -> None:
+    """From the model's current state: every n-row forward of `rows[:n]` (n >= 2) gives row j the logits and hidden
+    taps of token j forwarded alone after the same prefix (the trunk runs real rows by arithmetic, not padding)."""
+    import torch
+
+    start = model.checkpoint()
+    alone = [model.forward([token], taps=taps) for token in rows]
+    for n in range(2, len(rows) + 1):
+        model.restore(start)
+        together = model.forward(rows[:n], taps=taps)
+        for j in range(n):
+            assert torch.equal(together.logits[j], alone[j].logits[0]), f"row {j} of {n} differs from its lone forward"
+            for layer in taps:
+                assert torch.equal(together.hidden[layer][j], alone[j].hidden[layer][0])

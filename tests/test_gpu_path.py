@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gguf_helpers import fixtures
+from gguf_helpers import assert_rows_match_alone, fixtures
 
 from power.runtime.cuda_graphs import CudaGraphError, Rerun
 from power.runtime.trunks import load_trunk
@@ -47,15 +47,7 @@ def test_the_gpu_path_runs_real_rows_and_a_row_is_the_same_bits_at_every_row_cou
     assert model.options.kernels and model.real_rows
     taps = (1, model.config.n_layers)
     model.prefill(PREFIX)
-    start = model.checkpoint()
-    alone = [model.forward([token], taps=taps) for token in ROWS[:rows]]
-    for n in range(2, rows + 1):
-        model.restore(start)
-        together = model.forward(ROWS[:n], taps=taps)
-        for j in range(n):
-            assert torch.equal(together.logits[j], alone[j].logits[0]), f"row {j} of {n} differs from its lone forward"
-            for layer in taps:
-                assert torch.equal(together.hidden[layer][j], alone[j].hidden[layer][0])
+    assert_rows_match_alone(model, list(ROWS[:rows]), taps)
 
 
 @pytest.mark.parametrize(("name", "kernels"), [("dense-target", "triton"), ("hybrid-target", "reference")])

@@ -13,7 +13,7 @@ import functools
 
 import pytest
 import torch
-from gguf_helpers import fixtures, gemma
+from gguf_helpers import assert_rows_match_alone, fixtures, gemma
 
 from power.documents.arithmetic import ARITHMETICS, FLOAT32, QUANTISED
 from power.runtime.errors import ContextOverflow
@@ -85,17 +85,7 @@ def test_a_row_is_the_same_bits_at_every_row_count(name):
     taps = (1, model.config.n_layers)
     model.reset()
     model.prefill(prefix)
-    start = model.checkpoint()
-    alone = []
-    for token in rows:
-        alone.append(model.forward([token], taps=taps))
-    for n in range(2, 9):
-        model.restore(start)
-        together = model.forward(rows[:n], taps=taps)
-        for j in range(n):
-            assert torch.equal(together.logits[j], alone[j].logits[0]), f"row {j} of {n} differs from its lone forward"
-            for layer in taps:
-                assert torch.equal(together.hidden[layer][j], alone[j].hidden[layer][0])
+    assert_rows_match_alone(model, rows, taps)
     model.reset()
     whole = model.prefill([*prefix, *rows], all_logits=True)
     for n in range(1, len(prefix) + len(rows)):
