@@ -384,8 +384,7 @@ class FixedShapeTrunk:
             row += len(part.tokens)
         rows = row if self.real_rows else shape
         tokens = self._padded([token for part in parts for token in part.tokens], rows)
-        batch = RowBatch(rows, segments, self.options.device, prefill, padded=not self.real_rows,
-                         kernels=self.options.kernels)
+        batch = RowBatch(rows, segments, self.options.device, prefill, kernels=self.options.kernels)
         if self.graphs is not None and not prefill:
             final, tapped = self.graphs.run(tokens, batch.positions, batch.slots, taps)
         else:

@@ -73,13 +73,13 @@ class DeviceRows:
 class RowBatch(DeviceRows):
     """The segments of one forward of `rows` rows, with the per-row positions and slots.
 
-    `prefill`: a prefill chunk forward (each segment's rows are prompt rows of its sequence). `padded`: the forward
-    runs at a fixed shape (its rows past the segments are padding). `kernels`: attention through the GPU path's
+    `prefill`: a prefill chunk forward (each segment's rows are prompt rows of its sequence); rows past the segments
+    are padding (a forward at a fixed shape). `kernels`: attention through the GPU path's
     kernels (`DeviceRows.attend`), else per segment through `KVCache.attend_rows` (the CPU path).
     """
 
     def __init__(self, rows: int, segments: Sequence[Segment], device: str | torch.device = "cpu",
-                 prefill: bool = False, padded: bool = True, kernels: bool = False) -> None:
+                 prefill: bool = False, kernels: bool = False) -> None:
         positions = torch.zeros(rows, dtype=torch.long)  # padding rows sit at position 0 (they write nothing)
         slots = torch.full((rows,), PADDING_SLOT, dtype=torch.long)
         for segment in segments:
@@ -87,7 +87,7 @@ class RowBatch(DeviceRows):
             slots[segment.rows] = segment.slot
         super().__init__(rows, positions.to(device), slots.to(device))
         self.segments, self.device, self.prefill = tuple(segments), device, prefill
-        self.padded, self.kernels = padded, kernels
+        self.kernels = kernels
 
     def attend(self, caches: SlotCaches, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                window: int | None = None) -> torch.Tensor:
