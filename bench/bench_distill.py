@@ -1,7 +1,8 @@
 """Drafter kinds and training choices side by side on one fixed data set, at a fixed number of steps.
 
     python bench/bench_distill.py --work DIR [--max-prompts 64] [--max-new-tokens 96] [--heldout 16]
-                                  [--steps 80] [--configs mtp,mtp-l1,dflash] [--json out.json]
+                                  [--steps 80] [--configs mtp,mtp-l1,dflash] [--fr 4096] [--vocab ranked|prefix]
+                                  [--json out.json]
 
 The data is generated once (DIR/data.pt, reused while the same arguments made it):
 the target continues the first `--max-prompts` packaged training prompts and the
@@ -36,9 +37,10 @@ import torch
 from power.app.bench import machine
 from power.artifacts.contracts import DFLASH, DSPARK, MTP
 from power.drafters import generate
-from power.drafters.distill import HELD_BACK_EVERY, HELD_BACK_MAX, DistillRequest, recipe, target_head_rows
+from power.drafters.distill import HELD_BACK_EVERY, HELD_BACK_MAX, DistillRequest, recipe, vocab_size
 from power.drafters.generate import Example
 from power.drafters.train import Trainer
+from power.drafters.vocabulary import coverage, ranked_tokens
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
@@ -62,7 +64,10 @@ def main() -> None:
     parser.add_argument("--heldout", type=int, default=16, help="held-out prose prompts")
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--fr", type=int, default=16384)
+    parser.add_argument("--fr", type=int, default=16384, help="the draft vocabulary's size")
+    parser.add_argument("--vocab", choices=("ranked", "prefix"), default="ranked",
+                        help="the draft vocabulary: the most frequent training labels (what distill writes), or the "
+                             "first --fr token IDs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=None, help="override the kind's learning rate")
     parser.add_argument("--eval-every", type=int, default=None, help="override the kind's evaluation interval")
@@ -93,7 +98,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         mine = [_tapped(e, taps, how.taps, width) for e in train]
         held, fitted = mine[::HELD_BACK_EVERY][:HELD_BACK_MAX], [e for i, e in enumerate(mine) if i % HELD_BACK_EVERY]
         longest = max(len(e.tokens) for e in train + heldout)
-        objective = how.objective(target, target_head_rows(target, args.fr), longest, args.seed)
+        vocabulary = (ranked_tokens(fitted, args.fr, vocab_size(target)) if args.vocab == "ranked"
+                      else torch.arange(min(args.fr, vocab_size(target))))
+        objective = how.objective(target, vocabulary, longest, args.seed)
         settings = replace(how.settings(), seed=args.seed, max_steps=args.steps)
         settings = replace(settings, learning_rate=args.lr) if args.lr else settings
         settings = replace(settings, eval_every=args.eval_every) if args.eval_every else settings
@@ -106,7 +113,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         objective.net.load_state_dict(best["state"])
         out["configs"][name] = {"best_step": best["step"], "train_s": round(seconds, 1), "held_back": best["curve"],
                                 "heldout_prose": trainer.curve(prose).to_json(), "final": final,
-                                "settings": asdict(settings),
+                                "settings": asdict(settings), "vocab": args.vocab,
+                                "heldout_prose_coverage": round(coverage(heldout, vocabulary), 4),
                                 "parameters": sum(p.numel() for p in objective.net.parameters())}
         _print(name, out["configs"][name])
     return out

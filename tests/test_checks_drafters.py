@@ -181,3 +181,22 @@ def test_a_gemma3_mtp_sidecar_plans_for_its_target_and_nowhere_else(tmp_path):
         plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
         assert plan is None and "PWR211" in errors(findings)
         assert any(reason in f.message for f in findings)
+
+
+@pytest.mark.parametrize("tokens, problem", [([7, 3, 11], None), ([7, 3, 7], "twice"),
+                                             ([7, 1_000_000], "outside the vocabulary")])
+def test_an_mtp_sidecars_draft_vocabulary_names_distinct_token_ids_of_the_target(tmp_path, tokens, problem):
+    from power.drafters.export import write_mtp_sidecar
+    from power.runtime.gguf_weights import GGUFFile
+
+    source = GGUFFile(fixture("gemma3-mtp-sidecar"))
+    path = write_mtp_sidecar(tmp_path / "ranked.gguf", {name: source.tensor(name) for name in source.tensors},
+                             fixture("gemma3-target"), "ranked", tokens)
+    manifest = write_manifest(tmp_path, "gemma3-target", [{"kind": "mtp", "fixture": "gemma3-mtp-sidecar",
+                                                           "path": str(path), "sha256": digest(path)}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "mtp"))
+    if problem is None:
+        assert plan is not None, [f.render() for f in findings]
+        return
+    assert plan is None and errors(findings) == ["PWR211"]
+    assert any(problem in f.message and "gemma3.draft_tokens" in f.message for f in findings)

@@ -17,7 +17,7 @@ from plan_helpers import write_manifest
 from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 
 from power.app.cli import main
-from power.artifacts.contracts import DFLASH, DSPARK, MTP
+from power.artifacts.contracts import DFLASH, DSPARK, MTP, declared_draft_tokens
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, drafter_shape
 from power.drafters.export import write_drafter, write_mtp_sidecar
@@ -29,6 +29,7 @@ from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import DraftContext, SpeculatorRequest
+from power.runtime.speculators.dflash import header_view
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 from power.runtime.trunks.gemma3 import Gemma3Params
@@ -83,19 +84,28 @@ def test_the_trained_mtp_chain_is_the_runtime_heads_chain(tmp_path):
         h = y[0]
 
 
-def test_held_back_chains_are_counted_as_verification_counts_them():
+@pytest.mark.parametrize("ranked", [False, True], ids=["every-id", "draft-vocabulary"])
+def test_held_back_chains_are_counted_as_verification_counts_them(tmp_path, ranked):
     """Each chain's accepted length from the trained module equals the runtime head's proposal matched against the
-    target's greedy text, anchor by anchor (a head that drafts its input token: some chains land, some miss)."""
+    target's greedy text, anchor by anchor (a head that drafts its input token: some chains land, some miss), over
+    every token ID or over a draft vocabulary that lacks some of the text's tokens."""
     target, sidecar = GGUFFile(gemma3()), GGUFFile(copying_mtp_sidecar())
+    tokens = prompt_for("gemma3") + list(plain_stream("gemma3", 40))
+    embedding = target.tensor("token_embd.weight")
+    vocabulary = None
+    if ranked:
+        seen = sorted(set(tokens))
+        vocabulary = torch.tensor(seen[::-2] + [i for i in range(64) if i not in seen])  # half the text's tokens
+        weights = {name: sidecar.tensor(name) for name in sidecar.tensors}
+        sidecar = GGUFFile(write_mtp_sidecar(tmp_path / "ranked.gguf", weights, gemma3(), "ranked", vocabulary.tolist()))
     trunk = load_trunk(target, n_ctx=128, verify_capacity=1)
     head = registry.create(MTP, SpeculatorRequest(trunk, target, sidecar))
-    tokens = prompt_for("gemma3") + list(plain_stream("gemma3", 40))
     out = trunk.prefill(tokens, head.taps, all_logits=True)
     hidden = out.hidden[head.taps[0]]
     example = Example(torch.tensor(tokens), out.logits.argmax(dim=-1), hidden)
     p = Gemma3Params.from_gguf(target)
-    net = MTPHeadNet(p, target.tensor("token_embd.weight"), target.tensor("token_embd.weight"), len(tokens), seed=0,
-                     start={name: sidecar.tensor(name) for name in sidecar.tensors})
+    net = MTPHeadNet(p, embedding, embedding if vocabulary is None else embedding[vocabulary], len(tokens), seed=0,
+                     start={name: sidecar.tensor(name) for name in sidecar.tensors}, draft_tokens=vocabulary)
     k = 4
     labels, valid = chain_targets(example, k)
     counted = []
@@ -140,7 +150,10 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind):
                                      "--steps", "3", "--slots", "4", "--quiet", "-o", str(out)])
     assert distilled.exit_code == 0, distilled.output
     report = json.loads((out / "distill.json").read_text())
-    assert report["steps"] == 3 and report["sequences"] == 12 and report["fr"] == 400
+    assert report["steps"] == 3 and report["sequences"] == 12 and report["draft_vocab"] == 400
+    drafter = GGUFFile(next(out.glob("*.gguf")))
+    ranked = declared_draft_tokens(header_view(drafter))
+    assert ranked is not None and len(set(ranked)) == 400
     plan_path = tmp_path / "plan.toml"
     planned = runner.invoke(main, ["plan", str(out / "manifest.toml"), str(out / "profile.toml"), "--device", "8 GiB",
                                    "-o", str(plan_path)])
@@ -148,7 +161,7 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind):
     verified = runner.invoke(main, ["verify", str(plan_path)])
     assert verified.exit_code == 0, verified.output
     plan = load_plan(plan_path)
-    assert plan.mode.resolved == kind and plan.speculation.fr_vocab_size == 400
+    assert plan.mode.resolved == kind and plan.speculation.fr_vocab_size is None  # the drafter's vocabulary bounds it
     speculative = Engine(Workload.of_plan(plan, plan_path))
     plain = Engine(Workload.of_gguf(fixtures()[target]))
     for prompt in ("Story 99: once upon a time", "The quick brown fox"):

@@ -101,3 +101,18 @@ def test_a_position_outside_the_cache_is_refused() -> None:
     k, v = cache(15, slots=8)
     with pytest.raises(RuntimeError, match="outside the cache"):
         rowops.attention(torch.zeros(1, 4, 48), k, v, torch.tensor([8]), None, 1.0)
+
+
+def test_training_gets_gradients_through_the_layers_norm_and_rope_whichever_operand_carries_them() -> None:
+    from power.runtime.layers import apply_rope, rms_norm
+
+    x = torch.randn(5, 16)
+    weight = torch.randn(16, requires_grad=True)
+    rms_norm(x, weight, 1e-6).sum().backward()
+    expected = torch.nn.functional.rms_norm(x, (16,), None, 1e-6).sum(dim=0)
+    assert weight.grad is not None and torch.allclose(weight.grad, expected, atol=1e-5)
+
+    heads = torch.randn(5, 2, 8)
+    angles = torch.randn(5, 4, requires_grad=True)
+    apply_rope(heads, angles.cos(), angles.sin(), neox=True).sum().backward()
+    assert angles.grad is not None and bool(angles.grad.abs().sum() > 0)

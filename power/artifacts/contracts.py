@@ -346,6 +346,35 @@ def drafter_hparams(view: HeaderView) -> DrafterHparams:
     )
 
 
+def draft_tokens_key(architecture: str) -> str:
+    """The header key of a drafter's own draft vocabulary: the target token IDs its head drafts, most frequent
+    first (EAGLE-3's draft-to-target map, arXiv:2503.01840). Optional; without it the head drafts every ID."""
+    return f"{architecture}.draft_tokens"
+
+
+def declared_draft_tokens(view: HeaderView) -> list[int] | None:
+    """The draft vocabulary the header declares (None when it declares none)."""
+    value = view.metadata.get(draft_tokens_key(view.architecture))
+    return list(value) if isinstance(value, (list, tuple, memoryview)) else None
+
+
+def _draft_tokens_violations(view: HeaderView, vocab: int) -> list[Finding]:
+    """The draft vocabulary, when declared: distinct target token IDs below the target's vocabulary."""
+    key = draft_tokens_key(view.architecture)
+    if key not in view.metadata:
+        return []
+    tokens = declared_draft_tokens(view) or []
+    hint = "re-export the drafter (power drafter distill writes its draft vocabulary from its training text)"
+    if not tokens or not all(_is_int(t) for t in tokens):
+        return [_finding("PWR211", f"{key} must be a non-empty array of token IDs", view, hint)]
+    outside = [t for t in tokens if not 0 <= t < vocab]
+    if outside:
+        return [_finding("PWR211", f"{key} names token IDs outside the vocabulary of {vocab}: {outside[:5]}", view, hint)]
+    if len(set(tokens)) != len(tokens):
+        return [_finding("PWR211", f"{key} lists {len(tokens) - len(set(tokens))} token ID(s) twice", view, hint)]
+    return []
+
+
 def nextn_layer_count(view: HeaderView) -> int:
     value = view.metadata.get(f"{view.architecture}.nextn_predict_layers", 0)
     return value if _is_int(value) else 0
@@ -412,7 +441,8 @@ def contract_violations(view: HeaderView, declared_kind: str) -> list[Finding]:
         return [_kind_mismatch(view, declared_kind, found)]
     if declared_kind == MTP:
         return _mtp_violations(view)
-    return _drafter_key_violations(view, declared_kind) or _drafter_tensor_violations(view, declared_kind)
+    return (_drafter_key_violations(view, declared_kind) or _drafter_tensor_violations(view, declared_kind)
+            or _draft_tokens_violations(view, drafter_hparams(view).vocab_size))
 
 
 def target_vocab_size(view: HeaderView) -> int:
@@ -552,7 +582,7 @@ def _mtp_violations(view: HeaderView) -> list[Finding]:
             elif tuple(shapes[name]) != shape:
                 findings.append(_finding("PWR211", f"tensor {name} has shape {list(shapes[name])}, the mtp contract wants "
                                          f"{list(shape)}", view, "re-convert the target's MTP head"))
-    return findings
+    return findings + _draft_tokens_violations(view, target_vocab_size(view))
 
 
 def _finding(code: str, message: str, view: HeaderView, hint: str) -> Finding:

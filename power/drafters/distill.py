@@ -35,6 +35,7 @@ from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
 from .train import Objective, Trainer, TrainSettings
+from .vocabulary import coverage, ranked_tokens
 
 KINDS = (MTP, DFLASH, DSPARK)
 MASK_TOKEN_NAMES = ("<mask>", "<|mask|>")
@@ -118,13 +119,13 @@ class BlockRecipe:
     def settings(self) -> TrainSettings:
         return TrainSettings()
 
-    def objective(self, target: GGUFFile, head: torch.Tensor, longest: int, seed: int) -> BlockObjective:
-        net = BlockDrafterNet(self.kind, self.hp, target.tensor("token_embd.weight"), head,
-                              max_positions=longest + self.hp.block_size, seed=seed)
+    def objective(self, target: GGUFFile, vocabulary: torch.Tensor | None, longest: int, seed: int) -> BlockObjective:
+        net = BlockDrafterNet(self.kind, self.hp, target.tensor("token_embd.weight"), head_rows(target, vocabulary),
+                              max_positions=longest + self.hp.block_size, seed=seed, draft_tokens=vocabulary)
         return BlockObjective(net)
 
-    def write(self, path: Path, net: GGUFTensors, target: Path, name: str) -> Path:
-        return export.write_drafter(path, self.kind, self.hp, net.tensors(), target, name)
+    def write(self, path: Path, net: GGUFTensors, target: Path, name: str, draft_tokens: list[int] | None) -> Path:
+        return export.write_drafter(path, self.kind, self.hp, net.tensors(), target, name, draft_tokens)
 
 
 @dataclass(frozen=True)
@@ -148,12 +149,13 @@ class MTPRecipe:
         # 2e-3 reaches 0.72 accepted at K=7 on held-out prose, 1e-3 0.59.
         return TrainSettings(learning_rate=2e-3, warmup_steps=20)
 
-    def objective(self, target: GGUFFile, head: torch.Tensor, longest: int, seed: int) -> ChainObjective:
-        net = MTPHeadNet(self.params, target.tensor("token_embd.weight"), head, max_positions=longest + 1, seed=seed)
+    def objective(self, target: GGUFFile, vocabulary: torch.Tensor | None, longest: int, seed: int) -> ChainObjective:
+        net = MTPHeadNet(self.params, target.tensor("token_embd.weight"), head_rows(target, vocabulary),
+                         max_positions=longest + 1, seed=seed, draft_tokens=vocabulary)
         return ChainObjective(net, levels=self.levels, positions=self.positions)
 
-    def write(self, path: Path, net: GGUFTensors, target: Path, name: str) -> Path:
-        return export.write_mtp_sidecar(path, net.tensors(), target, name)
+    def write(self, path: Path, net: GGUFTensors, target: Path, name: str, draft_tokens: list[int] | None) -> Path:
+        return export.write_mtp_sidecar(path, net.tensors(), target, name, draft_tokens)
 
 
 Recipe = BlockRecipe | MTPRecipe
@@ -181,8 +183,8 @@ def distill(request: DistillRequest) -> Distilled:
     train = [e for i, e in enumerate(examples) if i % HELD_BACK_EVERY]
     if not train or not held:
         raise ValueError(f"{len(examples)} sequences are too few to train and measure on; give more prompts or budget")
-    fr = request.fr or target.info("token_embd.weight").shape[0]
-    objective = how.objective(target, target_head_rows(target, fr), max(len(e.tokens) for e in examples), request.seed)
+    vocabulary = ranked_tokens(train, request.fr or vocab_size(target), vocab_size(target))
+    objective = how.objective(target, vocabulary, max(len(e.tokens) for e in examples), request.seed)
     settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps)
     trainer = Trainer(objective, settings, train, held, k=min(7, objective.positions))
     checkpoint = work / "checkpoint.pt"
@@ -190,13 +192,18 @@ def distill(request: DistillRequest) -> Distilled:
         trainer.load(checkpoint)
     best = trainer.run(deadline, checkpoint, request.progress)
     objective.net.load_state_dict(best["state"])
-    return _export(request, how, objective, best, examples, fr, data_s, time.monotonic() - started, trainer)
+    return _export(request, how, objective, best, examples, vocabulary, data_s, time.monotonic() - started, trainer)
 
 
-def target_head_rows(target: GGUFFile, fr: int) -> torch.Tensor:
-    """The target's LM head (its tied embedding when it has no output matrix) cut to the FR prefix."""
-    name = "output.weight" if target.has("output.weight") else "token_embd.weight"
-    return target.tensor(name)[:fr].clone()
+def vocab_size(target: GGUFFile) -> int:
+    return target.info("token_embd.weight").shape[0]
+
+
+def head_rows(target: GGUFFile, vocabulary: torch.Tensor | None) -> torch.Tensor:
+    """The target's LM head (its tied embedding when it has no output matrix) at the draft vocabulary's rows [N, d]
+    (the whole head without one)."""
+    head = target.tensor("output.weight" if target.has("output.weight") else "token_embd.weight")
+    return head if vocabulary is None else head[vocabulary].clone()
 
 
 def _data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ...], work: Path,
@@ -238,24 +245,25 @@ def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def recommend(curve: dict[str, Any], fr: int | None, ctx: int) -> export.Recommendation:
+def recommend(curve: dict[str, Any], ctx: int) -> export.Recommendation:
     """K: the deepest draft position still accepted at least a quarter of the time it is reached (S = K: an
     attention-only target rewinds any length, and a recurrent one then never replays)."""
     per_position = curve["per_position"]
     k = max([1] + [e + 1 for e, p in enumerate(per_position) if p >= 0.25 and all(q >= 0.25 for q in per_position[:e])])
-    return export.Recommendation(k=k, s=k, fr=fr, ctx=ctx)
+    return export.Recommendation(k=k, s=k, ctx=ctx)
 
 
 def _export(request: DistillRequest, how: Recipe, objective: Objective, best: dict[str, Any],
-            examples: list[Example], fr: int, data_s: float, total_s: float, trainer: Trainer) -> Distilled:
+            examples: list[Example], vocabulary: torch.Tensor | None, data_s: float, total_s: float,
+            trainer: Trainer) -> Distilled:
     out = request.out
     name = f"{request.target.stem}-{request.kind}"
     net = objective.net
-    drafter = how.write(out / f"{name}.gguf", net, request.target, name)
+    drafter = how.write(out / f"{name}.gguf", net, request.target, name,
+                        None if vocabulary is None else vocabulary.tolist())
     target = GGUFFile(request.target)
-    fr_used = request.fr if request.fr and request.fr < target.info("token_embd.weight").shape[0] else None
     context = int(target.get(f"{target.architecture}.context_length", export.DEFAULT_CTX))
-    advice = recommend(best["curve"], fr_used, min(context, export.DEFAULT_CTX))
+    advice = recommend(best["curve"], min(context, export.DEFAULT_CTX))
     manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
                                      drafter)
     profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)
@@ -265,7 +273,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "settings": asdict(trainer.settings),
         "parameters": sum(p.numel() for p in net.parameters()),
         "sequences": len(examples), "tokens": generate.token_count(examples), "labelled_rows": int(len(labels)),
-        "fr": fr, "fr_coverage": round(float((labels < fr).float().mean()), 4) if len(labels) else 0.0,
+        "draft_vocab": len(net.head), "draft_vocab_coverage_held_back": round(coverage(trainer.held, vocabulary), 4),
         "data_s": round(data_s, 1), "train_s": round(trainer.trained_s, 1), "total_s": round(total_s, 1),
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
         "recommended": asdict(advice),

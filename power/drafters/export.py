@@ -18,7 +18,13 @@ import gguf
 import torch
 
 from power.artifacts.atomic import atomic_path
-from power.artifacts.contracts import ARCHITECTURE_OF, DrafterHparams, drafter_metadata, mtp_sidecar_metadata
+from power.artifacts.contracts import (
+    ARCHITECTURE_OF,
+    DrafterHparams,
+    draft_tokens_key,
+    drafter_metadata,
+    mtp_sidecar_metadata,
+)
 from power.artifacts.digests import sha256_file
 from power.artifacts.factory import Tensor, write_gguf
 from power.runtime.gguf_weights import GGUFFile
@@ -28,29 +34,36 @@ DEFAULT_CTX = 4096  # the bundled profiles' context
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The profile the distillation recommends: K and S, and the FR prefix the head was trained on."""
+    """The profile the distillation recommends: K and S."""
 
     k: int
     s: int
-    fr: int | None
     ctx: int = DEFAULT_CTX
 
 
 def write_drafter(path: Path, kind: str, hp: DrafterHparams, tensors: dict[str, torch.Tensor], target: Path,
-                  name: str) -> Path:
-    """The drafter GGUF: matrices in float16, vectors in float32, the target's tokenizer keys copied."""
-    metadata = {**drafter_metadata(kind, hp), **_tokenizer(GGUFFile(target))}
-    return _write(path, ARCHITECTURE_OF[kind], name, metadata, tensors)
+                  name: str, draft_tokens: list[int] | None = None) -> Path:
+    """The drafter GGUF: matrices in float16, vectors in float32, the target's tokenizer keys copied, and its draft
+    vocabulary when it has one."""
+    arch = ARCHITECTURE_OF[kind]
+    metadata = {**drafter_metadata(kind, hp), **_tokenizer(GGUFFile(target)), **_draft_vocabulary(arch, draft_tokens)}
+    return _write(path, arch, name, metadata, tensors)
 
 
-def write_mtp_sidecar(path: Path, tensors: dict[str, torch.Tensor], target: Path, name: str) -> Path:
+def write_mtp_sidecar(path: Path, tensors: dict[str, torch.Tensor], target: Path, name: str,
+                      draft_tokens: list[int] | None = None) -> Path:
     """The target's MTP-only GGUF: its header with one nextn block more (`contracts.mtp_sidecar_metadata`), the
-    block's tensors, the target's tokenizer keys."""
+    block's tensors, the target's tokenizer keys, and the head's draft vocabulary when it has one."""
     source = GGUFFile(target)
     arch = source.architecture
     vocab = source.info("token_embd.weight").shape[0]
-    metadata = {**mtp_sidecar_metadata(arch, source.metadata, vocab), **_tokenizer(source)}
+    metadata = {**mtp_sidecar_metadata(arch, source.metadata, vocab), **_tokenizer(source),
+                **_draft_vocabulary(arch, draft_tokens)}
     return _write(path, arch, name, metadata, tensors)
+
+
+def _draft_vocabulary(arch: str, draft_tokens: list[int] | None) -> dict[str, Any]:
+    return {} if draft_tokens is None else {draft_tokens_key(arch): list(draft_tokens)}
 
 
 def _tokenizer(source: GGUFFile) -> dict[str, Any]:
@@ -100,16 +113,15 @@ def write_manifest(path: Path, name: str, target: Path, target_architecture: str
 
 
 def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> Path:
-    """profile.toml: the kind at the recommended K/S and FR, at a fixed verification shape of K + 1 rows."""
+    """profile.toml: the kind at the recommended K/S, at a fixed verification shape of K + 1 rows (no FR: the
+    drafter's own draft vocabulary already bounds its head)."""
     lines = [
         'schema = "power.profile/v1"',
         f'name = "{name}"',
-        f'description = "The distilled {kind} drafter at K{advice.k}/S{advice.s}'
-        + (f', FR {advice.fr}' if advice.fr else "") + ' (from the measured acceptance curve)."',
+        f'description = "The distilled {kind} drafter at K{advice.k}/S{advice.s} (from the measured acceptance curve)."',
         f'spec_mode = "{kind}"',
         f"spec_draft_max = {advice.k}",
         f"spec_mtp_recurrent_snapshots = {advice.s}",
-        *([f"spec_mtp_fr_vocab_size = {advice.fr}"] if advice.fr else []),
         "spec_mtp_adaptive = false",
         "",
         "[runtime]",

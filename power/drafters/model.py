@@ -18,8 +18,8 @@ on: teacher-forced blocks at random anchors. For an anchor at position `a` the
 block's draft row `e` (1..bs-1) must say the target's greedy token after
 `a + e - 1`, and it only counts while the sequence followed the target greedily
 from `a` on (always, in self-generated text; in a corpus, where the text and the
-target agree). The loss is cross-entropy over the FR prefix of the vocabulary
-(labels past it cannot be drafted and are left out), weighted
+target agree). The loss is cross-entropy over the draft vocabulary
+(`power.drafters.vocabulary`; labels outside it cannot be drafted and are left out), weighted
 `decay ** (e - 1)`: an early position gates every later one. A held-back
 block's drafts are accepted up to the first one that differs from the target
 (and, for DSpark, up to the first row under the confidence threshold); the
@@ -46,17 +46,23 @@ WEIGHT_STD = 0.02
 
 class GGUFTensors(nn.Module):
     """A module whose parameters are a GGUF file's tensors, by name (dots as `__`), over the target's frozen token
-    embedding [vocab, d] and LM head cut to the FR prefix [N, d]."""
+    embedding [vocab, d] and its LM head's rows for the draft vocabulary [N, d] (`draft_tokens`, default the first
+    N IDs)."""
 
     embedding: torch.Tensor
     head: torch.Tensor
+    draft_index: torch.Tensor
 
     def __init__(self, names: dict[str, tuple[int, ...]], embedding: torch.Tensor, head: torch.Tensor, seed: int,
-                 start: dict[str, torch.Tensor] | None = None) -> None:
+                 start: dict[str, torch.Tensor] | None = None, draft_tokens: torch.Tensor | None = None) -> None:
         """`start`: initial values by name (e.g. an exported file's); the rest normal(0, 0.02), norms 1, a bias 0."""
         super().__init__()
         self.register_buffer("embedding", embedding, persistent=False)
         self.register_buffer("head", head, persistent=False)
+        n = len(head)
+        index = torch.full((len(embedding),), n, dtype=torch.int64)  # n: not in the draft vocabulary
+        index[draft_tokens if draft_tokens is not None else torch.arange(n)] = torch.arange(n)
+        self.register_buffer("draft_index", index, persistent=False)
         generator = torch.Generator().manual_seed(seed)
         self.names = names
         for name, shape in names.items():
@@ -65,6 +71,11 @@ class GGUFTensors(nn.Module):
 
     def tensor(self, name: str) -> torch.Tensor:
         return getattr(self, _attr(name))
+
+    def draft_labels(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Each token ID's row in the head, or the head's row count where the draft vocabulary lacks it (or the ID is
+        NO_LABEL)."""
+        return torch.where(token_ids >= 0, self.draft_index[token_ids.clamp(min=0)], len(self.head))
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The file's tensors by GGUF name, detached, for export."""
@@ -78,8 +89,8 @@ class BlockDrafterNet(GGUFTensors):
     sin: torch.Tensor
 
     def __init__(self, kind: str, hp: DrafterHparams, embedding: torch.Tensor, head: torch.Tensor,
-                 max_positions: int, seed: int) -> None:
-        super().__init__(drafter_tensors(kind, hp), embedding, head, seed)
+                 max_positions: int, seed: int, draft_tokens: torch.Tensor | None = None) -> None:
+        super().__init__(drafter_tensors(kind, hp), embedding, head, seed, draft_tokens=draft_tokens)
         self.kind, self.hp = kind, hp
         cos, sin = rope_tables(max_positions, hp.head_dim, hp.rope_freq_base)
         self.register_buffer("cos", cos, persistent=False)
@@ -169,13 +180,14 @@ class BlockObjective:
         chosen = candidates[torch.randperm(len(candidates), generator=generator)[:self.anchors_per_sequence]]
         anchors = chosen.sort().values
         net, hp = self.net, self.net.hp
-        target, valid = block_targets(example, anchors, hp.block_size)
-        valid = valid & (target < net.head.shape[0])
+        token_ids, valid = block_targets(example, anchors, hp.block_size)
+        target = net.draft_labels(token_ids)
+        valid = valid & (target < len(net.head))  # a label outside the draft vocabulary cannot be drafted
         rows = net.rows(example.features.float(), example.tokens, anchors)[:, 1:]  # [A, bs-1, d]
         weights = self.position_decay ** torch.arange(hp.block_size - 1, dtype=torch.float32)
         weights = weights[None].expand_as(target)[valid]
         if net.kind == DSPARK:
-            marked = net.markov(rows, _predecessors(example, anchors, target))
+            marked = net.markov(rows, _predecessors(example, anchors, token_ids))
             logits = net.markov_logits(marked[valid])
             right = (logits.argmax(-1) == target[valid]).float()
             confidence = F.binary_cross_entropy_with_logits(net.confidence_logit(marked[valid]), right)
@@ -186,14 +198,15 @@ class BlockObjective:
         """Accepted drafts of every block the held-back text can score to the end."""
         net, hp = self.net, self.net.hp
         anchors = anchor_positions(example)
-        target, valid = block_targets(example, anchors, hp.block_size)
+        token_ids, valid = block_targets(example, anchors, hp.block_size)
         whole = valid.all(dim=1)
-        anchors, target = anchors[whole], target[whole]
+        anchors, token_ids = anchors[whole], token_ids[whole]
         if not len(anchors):
             return torch.zeros(0, dtype=torch.long)
+        target = net.draft_labels(token_ids)
         rows = net.rows(example.features.float(), example.tokens, anchors)[:, 1:]
         if net.kind == DSPARK:
-            marked = net.markov(rows, _predecessors(example, anchors, target))
+            marked = net.markov(rows, _predecessors(example, anchors, token_ids))
             hit = net.markov_logits(marked).argmax(-1) == target
             hit = hit & (torch.sigmoid(net.confidence_logit(marked)) >= (hp.confidence_threshold or 0.0))
         else:

@@ -43,15 +43,15 @@ def mtp_tensors(p: Gemma3Params) -> dict[str, tuple[int, ...]]:
 
 
 class MTPHeadNet(GGUFTensors):
-    """Every tensor of the sidecar, over the target's frozen embedding and LM head (cut to the FR prefix)."""
+    """Every tensor of the sidecar, over the target's frozen embedding and its LM head's draft-vocabulary rows."""
 
     cos: torch.Tensor
     sin: torch.Tensor
 
     def __init__(self, p: Gemma3Params, embedding: torch.Tensor, head: torch.Tensor, max_positions: int, seed: int,
-                 start: dict[str, torch.Tensor] | None = None) -> None:
+                 start: dict[str, torch.Tensor] | None = None, draft_tokens: torch.Tensor | None = None) -> None:
         """`start`: initial values by GGUF name (an exported head's); the rest normal(0, 0.02), norms 1."""
-        super().__init__(mtp_tensors(p), embedding, head, seed, start)
+        super().__init__(mtp_tensors(p), embedding, head, seed, start, draft_tokens)
         self.p = p
         cos, sin = p.rope(True, max_positions)
         self.register_buffer("cos", cos, persistent=False)
@@ -140,7 +140,8 @@ def chain_accepted(net: MTPHeadNet, example: Example, k: int) -> torch.Tensor:
     """Accepted drafts of every chain of `k` the held-back text can score to the end, counted as verification
     counts them: drafts accepted up to the first that differs from the target's token. A chain stops drafting at
     its first miss, so only the rows of chains still alive run."""
-    labels, valid = chain_targets(example, k)
+    token_ids, valid = chain_targets(example, k)
+    labels = net.draft_labels(token_ids)
     anchors = torch.arange(max(0, len(labels) - k + 1))
     whole = valid[k - 1, anchors + k - 1] if len(anchors) else torch.zeros(0, dtype=torch.bool)
     scored = torch.zeros(len(labels), dtype=torch.bool)  # anchor rows of chains the text scores to the end
@@ -161,7 +162,7 @@ def chain_accepted(net: MTPHeadNet, example: Example, k: int) -> torch.Tensor:
 @dataclass
 class ChainObjective:
     """Every position of a sequence, `levels` chain steps deep, for `power.drafters.train.Trainer`: cross-entropy over
-    the FR prefix at every level's valid rows, level s weighted decay ** s; acceptance over chains of `positions`."""
+    the draft vocabulary at every level's valid rows, level s weighted decay ** s; acceptance over chains of `positions`."""
 
     net: MTPHeadNet
     levels: int = 3
@@ -169,8 +170,9 @@ class ChainObjective:
     decay: float = 0.8
 
     def loss(self, example: Example, generator: torch.Generator) -> torch.Tensor:  # noqa: ARG002 - draws nothing
-        labels, valid = chain_targets(example, self.levels)
-        valid = valid & (labels < self.net.head.shape[0])[None]  # a label past the FR prefix ends its chain
+        token_ids, valid = chain_targets(example, self.levels)
+        labels = self.net.draft_labels(token_ids)
+        valid = valid & (labels < len(self.net.head))[None]  # a label outside the draft vocabulary ends its chain
 
         def follow(level: int, rows: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
             return valid[level, rows]  # a chain the text cannot score any further is never drafted on

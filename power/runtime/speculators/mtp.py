@@ -35,7 +35,7 @@ import torch
 from typing_extensions import override
 
 from power import modes
-from power.artifacts.contracts import nextn_layer_count
+from power.artifacts.contracts import declared_draft_tokens, nextn_layer_count
 from power.documents.arithmetic import FLOAT32
 
 from ..gguf_weights import GGUFFile
@@ -98,7 +98,8 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
     if arch != target.architecture or head_file.get(f"{arch}.embedding_length") != request.trunk.config.d_model:
         return Decline(kind, f"{head_file.path} is a {arch} head of width {head_file.get(f'{arch}.embedding_length')}; "
                              f"the target is {target.architecture} of width {request.trunk.config.d_model}")
-    return MTPHead(head_file, TargetHead(target, request.fr_vocab_size), request.trunk.config.n_ctx)
+    head = TargetHead(target, request.fr_vocab_size, declared_draft_tokens(header_view(head_file)))
+    return MTPHead(head_file, head, request.trunk.config.n_ctx)
 
 
 class MTPHead(Speculator):

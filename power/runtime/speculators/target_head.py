@@ -1,12 +1,16 @@
 """What a drafter borrows from its target: the token embedding and the LM head.
 
 Drafters carry neither (the contracts in `docs/contracts.md`); they read them
-from the target GGUF. With FR (`spec_mtp_fr_vocab_size = N`) only the draft
-head's projection is cut to the first N token IDs; the target's own head and
-verification are untouched.
+from the target GGUF. The draft head argmaxes over its draft vocabulary: the
+drafter's own list of token IDs when its header declares one
+(`contracts.draft_tokens_key`, most frequent first, EAGLE-3's draft-to-target
+map), else every ID. FR (`spec_mtp_fr_vocab_size = N`) then keeps the IDs below
+N; the target's own head and verification are untouched.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 
@@ -16,13 +20,25 @@ from ..gguf_weights import GGUFFile
 
 
 class TargetHead:
-    def __init__(self, target: GGUFFile, fr_vocab: int | None = None) -> None:
+    def __init__(self, target: GGUFFile, fr_vocab: int | None = None,
+                 draft_tokens: Sequence[int] | None = None) -> None:
         self.embedding = target.tensor("token_embd.weight")  # [vocab, d]
         self.output = target.tensor("output.weight") if target.has("output.weight") else self.embedding
         vocab = self.output.shape[0]
         if fr_vocab is not None and not 1 <= fr_vocab <= vocab:
             raise ValueError(f"spec_mtp_fr_vocab_size = {fr_vocab} is outside 1..{vocab} (the target's vocabulary)")
         self.fr_vocab = fr_vocab or vocab
+        if draft_tokens is None:
+            self.draft_vocab: torch.Tensor | None = None  # every ID below the FR prefix, in order
+            self.draft_rows = self.output[: self.fr_vocab]  # [N, d], a view
+            return
+        ids = torch.tensor(list(draft_tokens), dtype=torch.int64)
+        if not len(ids) or int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise ValueError(f"the drafter's draft vocabulary must name token IDs in 0..{vocab - 1}")
+        self.draft_vocab = ids[ids < self.fr_vocab]
+        if not len(self.draft_vocab):
+            raise ValueError(f"spec_mtp_fr_vocab_size = {self.fr_vocab} keeps none of the drafter's draft vocabulary")
+        self.draft_rows = self.output[self.draft_vocab].contiguous()  # [N, d]
 
     @property
     def vocab_size(self) -> int:
@@ -35,6 +51,14 @@ class TargetHead:
         """Full-vocabulary logits [n, vocab] (what a selector or a confidence needs)."""
         return hidden @ self.output.T
 
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [n, N] over the draft vocabulary; `token_ids` turns their indices into token IDs."""
+        return hidden @ self.draft_rows.T
+
+    def token_ids(self, indices: torch.Tensor) -> torch.Tensor:
+        return indices if self.draft_vocab is None else self.draft_vocab[indices]
+
     def draft_ids(self, hidden: torch.Tensor) -> list[int]:
-        """The draft head's argmax per row over the FR prefix of the vocabulary."""
-        return dispatch.fr_argmax(hidden.contiguous(), self.output, self.fr_vocab).tolist()
+        """The draft head's argmax per row over the draft vocabulary."""
+        best = dispatch.fr_argmax(hidden.contiguous(), self.draft_rows, len(self.draft_rows))
+        return self.token_ids(best.cpu()).tolist()
