@@ -20,7 +20,7 @@ from power.app.cli import main
 from power.artifacts.contracts import DFLASH, DSPARK, MTP, declared_draft_tokens
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, drafter_shape
-from power.drafters.export import write_drafter, write_mtp_sidecar
+from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
 from power.drafters.generate import NO_LABEL, Example, corpus_examples, load_prompts
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
@@ -66,8 +66,8 @@ def test_the_trained_mtp_chain_is_the_runtime_heads_chain(tmp_path):
     p = Gemma3Params.from_gguf(target)
     embedding = target.tensor("token_embd.weight")
     net = MTPHeadNet(p, embedding, embedding, max_positions=64, seed=3)
-    for parameter in net.parameters():  # the float16 the sidecar stores
-        parameter.data = parameter.data.half().float()
+    for name, value in stored(net.tensors(), MTP_MATRICES).items():  # the Q8_0 the sidecar stores
+        net.tensor(name).data.copy_(value)
     path = write_mtp_sidecar(tmp_path / "mtp.gguf", net.tensors(), gemma3(), "test")
     trunk = load_trunk(target, n_ctx=64, verify_capacity=1)
     head = registry.create(MTP, SpeculatorRequest(trunk, target, GGUFFile(path)))
@@ -80,7 +80,8 @@ def test_the_trained_mtp_chain_is_the_runtime_heads_chain(tmp_path):
     for level, (rows, trained) in enumerate(levels):
         y = head._step([tokens[anchor + level]], h[None], anchor + level)  # the chain, fed the text's tokens
         row = int((rows == anchor + level - 1).nonzero()[0, 0])
-        torch.testing.assert_close(trained[row].detach(), rms_norm(y, head.head_norm, p.eps)[0], atol=1e-4, rtol=1e-4)
+        # the runtime quantises each activation block to int8 as llama.cpp's CPU product does: a percent or two
+        torch.testing.assert_close(trained[row].detach(), rms_norm(y, head.head_norm, p.eps)[0], atol=5e-2, rtol=5e-2)
         h = y[0]
 
 

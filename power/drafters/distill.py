@@ -127,6 +127,8 @@ class BlockRecipe:
     def write(self, path: Path, net: GGUFTensors, target: Path, name: str, draft_tokens: list[int] | None) -> Path:
         return export.write_drafter(path, self.kind, self.hp, net.tensors(), target, name, draft_tokens)
 
+    matrices = export.BLOCK_MATRICES
+
 
 @dataclass(frozen=True)
 class MTPRecipe:
@@ -156,6 +158,8 @@ class MTPRecipe:
 
     def write(self, path: Path, net: GGUFTensors, target: Path, name: str, draft_tokens: list[int] | None) -> Path:
         return export.write_mtp_sidecar(path, net.tensors(), target, name, draft_tokens)
+
+    matrices = export.MTP_MATRICES
 
 
 Recipe = BlockRecipe | MTPRecipe
@@ -191,8 +195,18 @@ def distill(request: DistillRequest) -> Distilled:
     if checkpoint.exists():
         trainer.load(checkpoint)
     best = trainer.run(deadline, checkpoint, request.progress)
-    objective.net.load_state_dict(best["state"])
+    best = written_acceptance(trainer, how, best)
     return _export(request, how, objective, best, examples, vocabulary, data_s, time.monotonic() - started, trainer)
+
+
+def written_acceptance(trainer: Trainer, how: Recipe, best: dict[str, Any]) -> dict[str, Any]:
+    """The best state with its weights as the file stores them, and the held-back curve measured on those (what the
+    runtime will run); `trained_curve` is the curve before the rounding."""
+    net = trainer.net
+    net.load_state_dict(best["state"])
+    for name, value in export.stored(net.tensors(), how.matrices).items():
+        net.tensor(name).data.copy_(value)
+    return {**best, "curve": trainer.curve().to_json(), "trained_curve": best["curve"]}
 
 
 def vocab_size(target: GGUFFile) -> int:
@@ -276,6 +290,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "draft_vocab": len(net.head), "draft_vocab_coverage_held_back": round(coverage(trainer.held, vocabulary), 4),
         "data_s": round(data_s, 1), "train_s": round(trainer.trained_s, 1), "total_s": round(total_s, 1),
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
+        "acceptance_before_rounding": best["trained_curve"],
         "recommended": asdict(advice),
     }
     export.report(out / "distill.json", report)

@@ -41,25 +41,44 @@ class Recommendation:
     ctx: int = DEFAULT_CTX
 
 
+F16, Q8_0 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0
+BLOCK_MATRICES = F16  # block drafters run float32 products of their weights
+MTP_MATRICES = Q8_0  # the MTP head multiplies its matrices in their GGUF blocks (power.runtime.speculators.mtp)
+
+
 def write_drafter(path: Path, kind: str, hp: DrafterHparams, tensors: dict[str, torch.Tensor], target: Path,
                   name: str, draft_tokens: list[int] | None = None) -> Path:
     """The drafter GGUF: matrices in float16, vectors in float32, the target's tokenizer keys copied, and its draft
     vocabulary when it has one."""
     arch = ARCHITECTURE_OF[kind]
     metadata = {**drafter_metadata(kind, hp), **_tokenizer(GGUFFile(target)), **_draft_vocabulary(arch, draft_tokens)}
-    return _write(path, arch, name, metadata, tensors)
+    return _write(path, arch, name, metadata, tensors, BLOCK_MATRICES)
 
 
 def write_mtp_sidecar(path: Path, tensors: dict[str, torch.Tensor], target: Path, name: str,
                       draft_tokens: list[int] | None = None) -> Path:
     """The target's MTP-only GGUF: its header with one nextn block more (`contracts.mtp_sidecar_metadata`), the
-    block's tensors, the target's tokenizer keys, and the head's draft vocabulary when it has one."""
+    block's tensors (matrices in Q8_0, which the runtime head multiplies in place), the target's tokenizer keys, and
+    the head's draft vocabulary when it has one."""
     source = GGUFFile(target)
     arch = source.architecture
     vocab = source.info("token_embd.weight").shape[0]
     metadata = {**mtp_sidecar_metadata(arch, source.metadata, vocab), **_tokenizer(source),
                 **_draft_vocabulary(arch, draft_tokens)}
-    return _write(path, arch, name, metadata, tensors)
+    return _write(path, arch, name, metadata, tensors, MTP_MATRICES)
+
+
+def stored(tensors: dict[str, torch.Tensor], matrices: gguf.GGMLQuantizationType) -> dict[str, torch.Tensor]:
+    """The tensors as the file will hold them (matrices rounded to `matrices`, vectors float32), as float32: what the
+    runtime reads back, so the acceptance reported is the written drafter's."""
+    def round_trip(value: torch.Tensor) -> torch.Tensor:
+        qtype = _storage(value, matrices)
+        if qtype == gguf.GGMLQuantizationType.F32:
+            return value.float().clone()
+        encoded = gguf.quants.quantize(value.float().numpy(), qtype)
+        return torch.from_numpy(gguf.quants.dequantize(encoded, qtype).copy()).reshape(value.shape).float()
+
+    return {name: round_trip(value) for name, value in tensors.items()}
 
 
 def _draft_vocabulary(arch: str, draft_tokens: list[int] | None) -> dict[str, Any]:
@@ -70,16 +89,17 @@ def _tokenizer(source: GGUFFile) -> dict[str, Any]:
     return {key: value for key, value in source.metadata.items() if key.startswith("tokenizer.")}
 
 
-def _write(path: Path, architecture: str, name: str, metadata: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Path:
-    """Matrices in float16, vectors in float32."""
-    header = {"general.name": name, "general.file_type": int(gguf.LlamaFileType.MOSTLY_F16), **metadata}
-    written = {key: Tensor(value.float().numpy(), _storage(value)) for key, value in tensors.items()}
+def _write(path: Path, architecture: str, name: str, metadata: dict[str, Any], tensors: dict[str, torch.Tensor],
+           matrices: gguf.GGMLQuantizationType) -> Path:
+    """Matrices of whole 32-value blocks in `matrices`, the rest in float32."""
+    file_type = gguf.LlamaFileType.MOSTLY_Q8_0 if matrices == Q8_0 else gguf.LlamaFileType.MOSTLY_F16
+    header = {"general.name": name, "general.file_type": int(file_type), **metadata}
+    written = {key: Tensor(value.float().numpy(), _storage(value, matrices)) for key, value in tensors.items()}
     return write_gguf(path, architecture, header, written)
 
 
-def _storage(value: torch.Tensor) -> gguf.GGMLQuantizationType:
-    return gguf.GGMLQuantizationType.F16 if value.dim() == 2 and value.shape[1] % 32 == 0 else (
-        gguf.GGMLQuantizationType.F32)
+def _storage(value: torch.Tensor, matrices: gguf.GGMLQuantizationType) -> gguf.GGMLQuantizationType:
+    return matrices if value.dim() == 2 and value.shape[1] % 32 == 0 else gguf.GGMLQuantizationType.F32
 
 
 def write_manifest(path: Path, name: str, target: Path, target_architecture: str, kind: str, drafter: Path) -> Path:

@@ -36,7 +36,7 @@ from typing_extensions import override
 
 from power import modes
 from power.artifacts.contracts import declared_draft_tokens, nextn_layer_count
-from power.documents.arithmetic import FLOAT32
+from power.documents.arithmetic import QUANTISED
 
 from ..gguf_weights import GGUFFile
 from ..kv_cache import SlotCaches
@@ -108,7 +108,7 @@ class MTPHead(Speculator):
     def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int) -> None:
         """`head_file` holds the nextn block (the target itself, or its MTP-only sidecar); `head` is the target's."""
         # A draft head's bits only shape proposals, never tokens: the float32 reference at one row.
-        w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=FLOAT32))
+        w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=QUANTISED))
         block = self.block = BLOCKS[head_file.architecture](head_file, w, n_ctx + 1)
         self.taps = (block.trunk_layers,)  # the final residual before the output norm
         b, d = f"blk.{block.trunk_layers}.nextn.", block.d_model

@@ -17,6 +17,7 @@ import torch
 from power.kernels import dispatch
 
 from ..gguf_weights import GGUFFile
+from ..linear import Linear, quantised
 
 
 class TargetHead:
@@ -28,17 +29,22 @@ class TargetHead:
         if fr_vocab is not None and not 1 <= fr_vocab <= vocab:
             raise ValueError(f"spec_mtp_fr_vocab_size = {fr_vocab} is outside 1..{vocab} (the target's vocabulary)")
         self.fr_vocab = fr_vocab or vocab
+        self.draft_vocab = self._vocabulary(draft_tokens, vocab)  # None: every ID below the FR prefix, in order
+        ids = self.draft_vocab if self.draft_vocab is not None else torch.arange(self.fr_vocab)
+        self.draft_rows = self.output[ids] if self.draft_vocab is not None else self.output[: self.fr_vocab]  # [N, d]
+        # A cut head on the CPU runs in its GGUF blocks (the draft's bits only shape proposals, never tokens).
+        self._quantised = _quantised_rows(target, ids) if len(ids) < vocab else None
+
+    def _vocabulary(self, draft_tokens: Sequence[int] | None, vocab: int) -> torch.Tensor | None:
         if draft_tokens is None:
-            self.draft_vocab: torch.Tensor | None = None  # every ID below the FR prefix, in order
-            self.draft_rows = self.output[: self.fr_vocab]  # [N, d], a view
-            return
+            return None
         ids = torch.tensor(list(draft_tokens), dtype=torch.int64)
         if not len(ids) or int(ids.min()) < 0 or int(ids.max()) >= vocab:
             raise ValueError(f"the drafter's draft vocabulary must name token IDs in 0..{vocab - 1}")
-        self.draft_vocab = ids[ids < self.fr_vocab]
-        if not len(self.draft_vocab):
+        kept = ids[ids < self.fr_vocab]
+        if not len(kept):
             raise ValueError(f"spec_mtp_fr_vocab_size = {self.fr_vocab} keeps none of the drafter's draft vocabulary")
-        self.draft_rows = self.output[self.draft_vocab].contiguous()  # [N, d]
+        return kept
 
     @property
     def vocab_size(self) -> int:
@@ -60,5 +66,16 @@ class TargetHead:
 
     def draft_ids(self, hidden: torch.Tensor) -> list[int]:
         """The draft head's argmax per row over the draft vocabulary."""
-        best = dispatch.fr_argmax(hidden.contiguous(), self.draft_rows, len(self.draft_rows))
+        if self._quantised is not None and hidden.device.type == "cpu":
+            best = self._quantised(hidden.float().contiguous()).argmax(dim=-1)
+        else:
+            best = dispatch.fr_argmax(hidden.contiguous(), self.draft_rows, len(self.draft_rows))
         return self.token_ids(best.cpu()).tolist()
+
+
+def _quantised_rows(target: GGUFFile, ids: torch.Tensor) -> Linear | None:
+    """The LM head's rows `ids` in their GGUF blocks for the CPU kernels (None for a type they do not multiply)."""
+    name = "output.weight" if target.has("output.weight") else "token_embd.weight"
+    info = target.info(name)
+    rows = target.raw(name).view(info.shape[0], -1)[ids].reshape(-1)  # a copy: it outlives the file's bytes
+    return quantised(rows, info.qtype, (len(ids), info.shape[1]), "cpu")
