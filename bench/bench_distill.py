@@ -39,7 +39,7 @@ from power.artifacts.contracts import DFLASH, DSPARK, MTP
 from power.drafters import generate
 from power.drafters.distill import HELD_BACK_EVERY, HELD_BACK_MAX, DistillRequest, recipe, vocab_size
 from power.drafters.generate import Example
-from power.drafters.train import Trainer
+from power.drafters.train import PRECISIONS, Trainer, training_precision
 from power.drafters.vocabulary import coverage, ranked_tokens
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.tokenizer import Tokenizer
@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=None, help="override the kind's learning rate")
     parser.add_argument("--eval-every", type=int, default=None, help="override the kind's evaluation interval")
     parser.add_argument("--configs", default="mtp,dflash")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto", help="training's products")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -101,7 +102,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         vocabulary = (ranked_tokens(fitted, args.fr, vocab_size(target)) if args.vocab == "ranked"
                       else torch.arange(min(args.fr, vocab_size(target))))
         objective = how.objective(target, vocabulary, longest, args.seed)
-        settings = replace(how.settings(), seed=args.seed, max_steps=args.steps)
+        settings = replace(how.settings(), seed=args.seed, max_steps=args.steps,
+                           precision=training_precision(args.precision))
         settings = replace(settings, learning_rate=args.lr) if args.lr else settings
         settings = replace(settings, eval_every=args.eval_every) if args.eval_every else settings
         trainer = Trainer(objective, settings, fitted, held, k=K)

@@ -9,9 +9,12 @@ training prompt), `--per-shape` each of prose, code and chat.
 
 Per prompt, in one process, the configurations run in turn (so load from other
 processes lands on all alike): target-only at capacity 1; the drafter at K7/S7
-(capacity 8) and K10/S6 (capacity 11; Gemma's attention-only trunk rewinds any
-length, so S < K never replays and the replay counter says so); n-gram at K7. Speculative runs keep the cost
-governor on, as a deployment does. Reported per shape: decode tok/s (prefill
+(capacity 8), at K10/S6 (capacity 11; Gemma's attention-only trunk rewinds any
+length, so S < K never replays and the replay counter says so) and at K7 under
+the adaptive controller; n-gram at K7; and n-gram chained in front of the
+drafter at K7 (what the distilled manifest runs: n-gram proposes first, the
+drafter when it has nothing). Speculative runs keep the cost governor on, as a
+deployment does. Reported per shape: decode tok/s (prefill
 excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it, as the runtime's rounds saw it), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
@@ -22,6 +25,7 @@ greedy stream is bit-identical to target-only.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -42,11 +46,13 @@ from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import DraftContext, NGramWindow, Proposal, Speculator, SpeculatorRequest
+from power.runtime.speculators.chain import ChainSpeculator
 from power.runtime.speculators.ngram import NGramSpeculator
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
 SHAPES = ("prose", "code", "chat")
+NGRAM = NGramWindow(4, 2, 7)
 
 
 @dataclass
@@ -137,24 +143,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     drafter_entry = next(d for d in manifest.drafters if d.kind == distilled["kind"])
     drafter_path = manifest_path.parent / drafter_entry.path
     gguf = GGUFFile(target)
-    fr = distilled["fr"] if distilled["fr"] < gguf.info("token_embd.weight").shape[0] else None
     tokenizer = Tokenizer.from_gguf(gguf)
     greedy = Sampler(SamplingParams())
 
-    def trunk(capacity: int):
+    @functools.cache
+    def trunk(capacity: int) -> Any:  # configurations of one capacity share a trunk: each generation starts afresh
         return load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, arithmetic=args.arithmetic)
 
-    def learned(k: int, s: int) -> Config:
-        t = trunk(k + 1)
-        recorder = Recorder(registry.create(distilled["kind"], SpeculatorRequest(t, gguf, GGUFFile(drafter_path), fr)))
-        return Config(f"{distilled['kind']} K{k}/S{s}", Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=s),
-                                                           GovernorConfig()), recorder, k)
+    def drafter(t: Any) -> Speculator:  # its draft vocabulary is the file's own: no FR on top
+        return registry.create(distilled["kind"], SpeculatorRequest(t, gguf, GGUFFile(drafter_path)))
 
-    configs = [Config("target-only", Decoder(trunk(1), greedy), None), learned(7, 7), learned(10, 6)]
-    ngram_trunk = configs[1].decoder.trunk
-    ngram = Recorder(NGramSpeculator(NGramWindow(4, 2, 7)))
-    configs.append(Config("ngram K7", Decoder(ngram_trunk, greedy, ngram, SchedulerConfig(k=7, s=7), GovernorConfig()),
-                          ngram, 7))
+    def speculating(name: str, k: int, s: int, make: Any, adaptive: bool = False) -> Config:
+        t = trunk(k + 1)
+        recorder = Recorder(make(t))
+        return Config(name, Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=s, adaptive=adaptive),
+                                    GovernorConfig()), recorder, k)
+
+    kind = distilled["kind"]
+    configs = [Config("target-only", Decoder(trunk(1), greedy), None),
+               speculating(f"{kind} K7/S7", 7, 7, drafter), speculating(f"{kind} K10/S6", 10, 6, drafter),
+               speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
+               speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
+               speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)]))]
     prompts = load_prompts(which="heldout")
     report: dict[str, Any] = {"drafter": distilled, "machine": machine(), "threads": args.threads,
                               "arithmetic": args.arithmetic, "tokens": args.tokens,
@@ -204,12 +214,14 @@ def summarise(shape: str, configs: list[Config], identical: bool) -> dict[str, A
                       "mean_accepted_length": round(mean_accepted, 3), "draft_step_ms": round(draft_step * 1e3, 2),
                       "implied_p": round(p, 3), "worth_it": verdict,
                       "governor_parks": sum(s.governor_parks for s in stats),
-                      "replays": sum(s.replays for s in stats), "fallbacks": sum(s.fallbacks for s in stats)}
+                      "replays": sum(s.replays for s in stats), "clamps": sum(s.clamps for s in stats),
+                      "fallbacks": sum(s.fallbacks for s in stats)}
         out["configs"][config.name] = entry
         print(f"  {config.name:<14} {entry['decode_tok_s']:7.2f} tok/s  x{entry['speedup']:.2f}"
               + (f"  mean accepted {entry['mean_accepted_length']:.2f}  per position "
                  f"{entry['acceptance_per_position']}  draft {entry['draft_step_ms']} ms  worth-it "
-                 f"{entry['worth_it']}  parks {entry['governor_parks']}" if config.recorder else ""), flush=True)
+                 f"{entry['worth_it']}  parks {entry['governor_parks']}  replays {entry['replays']}  clamps "
+                 f"{entry['clamps']}  fallbacks {entry['fallbacks']}" if config.recorder else ""), flush=True)
     return out
 
 

@@ -24,6 +24,7 @@ from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp
 from power.drafters.generate import NO_LABEL, Example, corpus_examples, load_prompts
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
+from power.drafters.train import training_precision
 from power.runtime.engine import Engine, Workload
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm
@@ -138,8 +139,9 @@ def test_packaged_prompts_keep_the_held_out_topics_apart():
     assert not train & {p.text for p in held}
 
 
-@pytest.mark.parametrize("target, kind", [("dense-target", DFLASH), ("gemma3-target", MTP)])
-def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind):
+@pytest.mark.parametrize("target, kind, precision", [("dense-target", DFLASH, "float32"),
+                                                     ("gemma3-target", MTP, "bfloat16")])
+def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, precision):
     manifest = write_manifest(tmp_path, target, [], name="fixture")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"shape": "prose", "prompt": f"Story {i}: once upon a time"}) + "\n"
@@ -148,9 +150,11 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind):
     runner = CliRunner()
     distilled = runner.invoke(main, ["drafter", "distill", str(manifest), "--kind", kind, "--fr", "400",
                                      "--budget", "5m", "--prompts", str(prompts), "--max-new-tokens", "12",
-                                     "--steps", "3", "--slots", "4", "--quiet", "-o", str(out)])
+                                     "--steps", "3", "--slots", "4", "--precision", precision, "--quiet",
+                                     "-o", str(out)])
     assert distilled.exit_code == 0, distilled.output
     report = json.loads((out / "distill.json").read_text())
+    assert report["settings"]["precision"] == precision
     assert report["steps"] == 3 and report["sequences"] == 12 and report["draft_vocab"] == 400
     drafter = GGUFFile(next(out.glob("*.gguf")))
     ranked = declared_draft_tokens(header_view(drafter))
@@ -205,3 +209,13 @@ def test_corpus_rows_are_the_targets_own_argmax_and_taps():
     reference = load_trunk(dense(), n_ctx=64, verify_capacity=1).prefill(examples[1].tokens.tolist(), (1, 3), True)
     assert torch.equal(examples[1].labels, reference.logits.argmax(dim=-1))
     assert torch.equal(examples[1].features, torch.cat([reference.hidden[1], reference.hidden[3]], -1).bfloat16())
+
+
+def test_training_takes_bfloat16_products_only_where_the_cpu_multiplies_them_natively():
+    assert training_precision("auto", frozenset({"avx2", "avx512_bf16"})) == "bfloat16"
+    assert training_precision("auto", frozenset({"avx2", "amx_bf16"})) == "bfloat16"
+    assert training_precision("auto", frozenset({"avx2", "fma"})) == "float32"
+    assert training_precision("float32", frozenset({"avx512_bf16"})) == "float32"  # asked for: never changed
+    assert training_precision("bfloat16", frozenset()) == "bfloat16"
+    with pytest.raises(ValueError, match="choose auto, float32, bfloat16"):
+        training_precision("float16")

@@ -34,7 +34,7 @@ from . import export, generate
 from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
-from .train import Objective, Trainer, TrainSettings
+from .train import Objective, Trainer, TrainSettings, training_precision
 from .vocabulary import coverage, ranked_tokens
 
 KINDS = (MTP, DFLASH, DSPARK)
@@ -62,6 +62,7 @@ class DistillRequest:
     block_size: int = 11  # anchor + 10 drafts: K7 and K10 from one drafter
     layers: int = 2
     chain_levels: int = 3  # MTP: chain steps trained at once (the training-time test)
+    precision: str = "auto"  # of training's products: `power.drafters.train.training_precision`
     progress: bool = True
 
 
@@ -189,7 +190,8 @@ def distill(request: DistillRequest) -> Distilled:
         raise ValueError(f"{len(examples)} sequences are too few to train and measure on; give more prompts or budget")
     vocabulary = ranked_tokens(train, request.fr or vocab_size(target), vocab_size(target))
     objective = how.objective(target, vocabulary, max(len(e.tokens) for e in examples), request.seed)
-    settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps)
+    settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps,
+                       precision=training_precision(request.precision))
     trainer = Trainer(objective, settings, train, held, k=min(7, objective.positions))
     checkpoint = work / "checkpoint.pt"
     if checkpoint.exists():

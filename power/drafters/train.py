@@ -23,9 +23,25 @@ import torch
 from tqdm import tqdm
 
 from power.artifacts.atomic import atomic_path
+from power.kernels.cpu.build import cpu_flags
 
 from .generate import Example
 from .model import GGUFTensors
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # a CPU that multiplies bfloat16 natively (oneDNN's bf16 GEMM)
+
+
+def training_precision(requested: str = "auto", flags: frozenset[str] | None = None) -> str:
+    """The precision training's products run in: `requested`, or with auto bfloat16 where the CPU multiplies it
+    natively (on 2 cores of an AMD EPYC with AVX512-BF16 a [2000, 640] x [640, 4096] product ran 7x faster than in
+    float32), else float32. Weights, optimiser state and the acceptance measurement stay float32."""
+    if requested not in PRECISIONS:
+        raise ValueError(f"training precision {requested!r}: choose {', '.join(PRECISIONS)}")
+    if requested != "auto":
+        return requested
+    flags = cpu_flags() if flags is None else flags
+    return "bfloat16" if any(flag in flags for flag in BF16_CPU_FLAGS) else "float32"
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,7 @@ class TrainSettings:
     learning_rate: float = 2e-3
     warmup_steps: int = 30
     eval_every: int = 50
+    precision: str = "float32"  # of the forward's products (torch.autocast); `training_precision` chooses
 
 
 class Objective(Protocol):
@@ -143,8 +160,10 @@ class Trainer:
         picks = torch.randint(len(self.train_set), (s.sequences_per_step,), generator=self.generator)
         self.optimizer.zero_grad()
         total = 0.0
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.precision == "bfloat16")
         for index in picks.tolist():
-            loss = self.objective.loss(self.train_set[index], self.generator) / s.sequences_per_step
+            with autocast:
+                loss = self.objective.loss(self.train_set[index], self.generator) / s.sequences_per_step
             loss.backward()
             total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)

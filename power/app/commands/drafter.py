@@ -32,7 +32,8 @@ def drafter() -> None:
 @click.option("--kind", type=click.Choice(["mtp", "dflash", "dspark"]), required=True,
               help="The drafter's kind (its contract: docs/contracts.md); mtp: a Gemma 3 target's MTP-only sidecar.")
 @click.option("--fr", type=click.IntRange(min=1), default=None,
-              help="Train the head on the first N token IDs only (the FR prefix the profile will name).")
+              help="The head drafts over the N token IDs the target chose most often in the training text (the "
+                   "drafter's draft vocabulary, written into its GGUF); default: every ID.")
 @click.option("--budget", default="20m", show_default=True, help="Wall time for the whole run: 20m, 90s, 1.5h.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -48,13 +49,16 @@ def drafter() -> None:
               help="The most training steps (the budget usually ends training first).")
 @click.option("--chain-levels", type=click.IntRange(min=1, max=10), default=3, show_default=True,
               help="mtp: chain steps trained at once (step s + 1 reads the head's own output of step s).")
+@click.option("--precision", type=click.Choice(["auto", "float32", "bfloat16"]), default="auto", show_default=True,
+              help="Training's products: auto takes bfloat16 on a CPU that multiplies it natively (AVX512-BF16, AMX), "
+                   "else float32; weights and the acceptance measurement stay float32.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (resume/ keeps the resumable state).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,
             corpus: Path | None, max_prompts: int | None, max_new_tokens: int, slots: int, steps: int,
-            chain_levels: int, threads: int | None, out: Path, quiet: bool) -> None:
+            chain_levels: int, precision: str, threads: int | None, out: Path, quiet: bool) -> None:
     """Distil a drafter from the target's own greedy text (and an optional corpus) on this machine.
 
     A rerun with the same DIR resumes: the generated rows and the training
@@ -78,7 +82,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     request = DistillRequest(target=(manifest.parent / target.path),
                              kind=kind, out=out, fr=fr, budget_s=parse_budget(budget), seed=seed, prompts=prompts,
                              corpus=corpus, max_prompts=max_prompts, max_new_tokens=max_new_tokens, slots=slots,
-                             max_steps=steps, chain_levels=chain_levels, progress=not quiet)
+                             max_steps=steps, chain_levels=chain_levels, precision=precision, progress=not quiet)
     try:
         result = run_distill(request)
     except ValueError as err:
