@@ -47,6 +47,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     is `power.kernels.cpu.rowops.rms_norm`, whose rows are the same bits at any row count by construction."""
     if _on_cpu_kernels(x, weight) and tuple(weight.shape) == tuple(x.shape[x.dim() - weight.dim():]):
         return rowops.rms_norm(x, weight, eps)
+    if x.dtype != weight.dtype and torch.is_autocast_enabled("cpu"):  # bfloat16 products in training: a float32 norm
+        x = x.float()
     if weight.dim() == 1:
         return F.rms_norm(x, weight.shape, weight, eps)
     return F.rms_norm(x, x.shape[-1:], eps=eps) * weight
