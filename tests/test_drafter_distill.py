@@ -219,3 +219,16 @@ def test_training_takes_bfloat16_products_only_where_the_cpu_multiplies_them_nat
     assert training_precision("bfloat16", frozenset()) == "bfloat16"
     with pytest.raises(ValueError, match="choose auto, float32, bfloat16"):
         training_precision("float16")
+
+
+def test_the_generated_rows_are_reused_only_for_the_same_prompt_text(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    prompts = tmp_path / "prompts.txt"
+    args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--max-new-tokens",
+            "6", "--slots", "2", "--steps", "1", "--quiet", "-o", str(tmp_path / "out")]
+    sequences = []
+    for count in (10, 20):  # the same file, rewritten with more prompts
+        prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(count)) + "\n")
+        assert CliRunner().invoke(main, args).exit_code == 0
+        sequences.append(json.loads((tmp_path / "out" / "distill.json").read_text())["sequences"])
+    assert sequences == [10, 20]

@@ -255,9 +255,12 @@ def _trunk(target: GGUFFile, n_ctx: int, slots: int):
 
 
 def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
-    inputs = {"target": str(request.target), "taps": taps, "prompts": str(request.prompts),
-              "corpus": str(request.corpus), "max_prompts": request.max_prompts, "max_new": request.max_new_tokens,
-              "window": request.corpus_window, "size": request.target.stat().st_size}
+    """What made the rows: the target, the taps, the prompts' and the corpus's own text, the lengths."""
+    prompts = [(p.shape, p.text) for p in generate.load_prompts(request.prompts)[: request.max_prompts]]
+    corpus = hashlib.sha256(request.corpus.read_bytes()).hexdigest() if request.corpus is not None else None
+    inputs = {"target": str(request.target), "taps": taps, "prompts": prompts, "corpus": corpus,
+              "max_new": request.max_new_tokens, "window": request.corpus_window,
+              "size": request.target.stat().st_size}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
