@@ -230,5 +230,6 @@ def test_the_generated_rows_are_reused_only_for_the_same_prompt_text(tmp_path):
     for count in (10, 20):  # the same file, rewritten with more prompts
         prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(count)) + "\n")
         assert CliRunner().invoke(main, args).exit_code == 0
-        sequences.append(json.loads((tmp_path / "out" / "distill.json").read_text())["sequences"])
-    assert sequences == [10, 20]
+        report = json.loads((tmp_path / "out" / "distill.json").read_text())
+        sequences.append((report["sequences"], report["steps"]))
+    assert sequences == [(10, 1), (20, 1)]  # and the second trained afresh on its own rows

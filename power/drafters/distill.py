@@ -224,13 +224,15 @@ def head_rows(target: GGUFFile, vocabulary: torch.Tensor | None) -> torch.Tensor
 
 def _data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ...], work: Path,
           deadline: float) -> tuple[list[Example], float]:
-    """The rows to train on: from DIR/resume/data.pt when the same request made them, else generated now."""
+    """The rows to train on: from DIR/resume/data.pt when the same request made them, else generated now (and a
+    checkpoint trained on other rows is dropped)."""
     key = _data_key(request, taps)
     cached = work / "data.pt"
     if cached.exists():
         saved = torch.load(cached, weights_only=False)
         if saved["key"] == key:
             return saved["examples"], saved["seconds"]
+    (work / "checkpoint.pt").unlink(missing_ok=True)  # trained on other rows: it cannot resume on these
     began = time.monotonic()
     tokenizer = Tokenizer.from_gguf(target)
     examples: list[Example] = []
