@@ -224,12 +224,16 @@ def test_training_takes_bfloat16_products_only_where_the_cpu_multiplies_them_nat
 def test_the_generated_rows_are_reused_only_for_the_same_prompt_text(tmp_path):
     manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
     prompts = tmp_path / "prompts.txt"
-    args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--max-new-tokens",
-            "6", "--slots", "2", "--steps", "1", "--quiet", "-o", str(tmp_path / "out")]
-    sequences = []
-    for count in (10, 20):  # the same file, rewritten with more prompts
+
+    def distill(out: str, count: int) -> dict:
         prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(count)) + "\n")
+        args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--max-new-tokens",
+                "6", "--slots", "2", "--steps", "2", "--quiet", "-o", str(tmp_path / out)]
         assert CliRunner().invoke(main, args).exit_code == 0
-        report = json.loads((tmp_path / "out" / "distill.json").read_text())
-        sequences.append((report["sequences"], report["steps"]))
-    assert sequences == [(10, 1), (20, 1)]  # and the second trained afresh on its own rows
+        return json.loads((tmp_path / out / "distill.json").read_text())
+
+    assert distill("out", 10)["sequences"] == 10
+    assert distill("out", 20)["sequences"] == 20  # the same file, rewritten with more prompts: new rows
+    distill("straight", 20)
+    trained = [(tmp_path / out / "dense-target-dflash.gguf").read_bytes() for out in ("out", "straight")]
+    assert trained[0] == trained[1]  # trained afresh on them, not resumed from the old rows' checkpoint
