@@ -106,6 +106,7 @@ def _mask_token(target: GGUFFile) -> int:
 class BlockRecipe:
     """DFlash and DSpark: a block drafter of `hp` over the tapped layers."""
 
+    matrices = export.BLOCK_MATRICES  # how the file stores them (a class constant, not a field)
     kind: str
     hp: DrafterHparams
 
@@ -128,13 +129,12 @@ class BlockRecipe:
     def write(self, path: Path, net: GGUFTensors, target: Path, name: str, draft_tokens: list[int] | None) -> Path:
         return export.write_drafter(path, self.kind, self.hp, net.tensors(), target, name, draft_tokens)
 
-    matrices = export.BLOCK_MATRICES
-
 
 @dataclass(frozen=True)
 class MTPRecipe:
     """A Gemma 3 MTP head (one nextn block) over the target's final residual, written as its MTP-only sidecar."""
 
+    matrices = export.MTP_MATRICES  # how the file stores them (a class constant, not a field)
     params: Gemma3Params
     levels: int
     positions: int = 10  # chain length the acceptance is measured to (K7 and K10 from one head)
@@ -159,8 +159,6 @@ class MTPRecipe:
 
     def write(self, path: Path, net: GGUFTensors, target: Path, name: str, draft_tokens: list[int] | None) -> Path:
         return export.write_mtp_sidecar(path, net.tensors(), target, name, draft_tokens)
-
-    matrices = export.MTP_MATRICES
 
 
 Recipe = BlockRecipe | MTPRecipe
