@@ -14,7 +14,7 @@ length, so S < K never replays and the replay counter says so) and at K7 under
 the adaptive controller; n-gram at K7; and n-gram chained in front of the
 drafter at K7 (what the distilled manifest runs: n-gram proposes first, the
 drafter when it has nothing). Speculative runs keep the cost governor on, as a
-deployment does. Reported per shape: decode tok/s (prefill
+deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s (prefill
 excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it, as the runtime's rounds saw it), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
@@ -127,6 +127,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--arithmetic", choices=ARITHMETICS, default=QUANTISED,
                         help="the target's arithmetic (a plan's default: quantised)")
+    parser.add_argument("--governor", choices=("on", "off"), default="on",
+                        help="the cost governor (on: as a deployment runs; off: the drafter's own rate, every round "
+                             "speculative)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = trunk(k + 1)
         recorder = Recorder(make(t))
         return Config(name, Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=s, adaptive=adaptive),
-                                    GovernorConfig()), recorder, k)
+                                    GovernorConfig() if args.governor == "on" else None), recorder, k)
 
     kind = distilled["kind"]
     configs = [Config("target-only", Decoder(trunk(1), greedy), None),
@@ -167,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)]))]
     prompts = load_prompts(which="heldout")
     report: dict[str, Any] = {"drafter": distilled, "machine": machine(), "threads": args.threads,
-                              "arithmetic": args.arithmetic, "tokens": args.tokens,
+                              "arithmetic": args.arithmetic, "tokens": args.tokens, "governor": args.governor,
                               "shapes": {}}
     for shape in SHAPES:
         chosen = [p for p in prompts if p.shape == shape][: args.per_shape]
@@ -190,6 +193,12 @@ def _fresh(recorder: Recorder | None) -> Recorder | None:
     return recorder
 
 
+def _priced_as(speculator: Speculator) -> str:
+    """The mode whose round cost the worth-it arithmetic charges: a chain's learned drafter (the n-gram lookup in
+    front of it costs nothing)."""
+    return speculator.members[-1].name if isinstance(speculator, ChainSpeculator) else speculator.name
+
+
 def summarise(shape: str, configs: list[Config], identical: bool) -> dict[str, Any]:
     base = configs[0]
     base_rate = base.rate()
@@ -209,7 +218,7 @@ def summarise(shape: str, configs: list[Config], identical: bool) -> dict[str, A
             draft_step = rec.propose_s / rec.proposals if rec.proposals else 0.0
             p = acceptance_of(1.0 + mean_accepted, config.k) if rounds else 0.0
             verdict = assess(target_step, draft_step, config.k, base_rate, p_band=(p, p),
-                             drafter=config.recorder.inner.name).verdict
+                             drafter=_priced_as(config.recorder.inner)).verdict
             entry |= {"acceptance_per_position": [round(x, 3) for x in per_position],
                       "mean_accepted_length": round(mean_accepted, 3), "draft_step_ms": round(draft_step * 1e3, 2),
                       "implied_p": round(p, 3), "worth_it": verdict,
