@@ -107,7 +107,7 @@ class MTPHead(Speculator):
 
     def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int) -> None:
         """`head_file` holds the nextn block (the target itself, or its MTP-only sidecar); `head` is the target's."""
-        # A draft head's bits only shape proposals, never tokens: the float32 reference at one row.
+        # A draft head's bits only shape proposals, never tokens: its matrices run in their GGUF blocks.
         w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=QUANTISED))
         block = self.block = BLOCKS[head_file.architecture](head_file, w, n_ctx + 1)
         self.taps = (block.trunk_layers,)  # the final residual before the output norm
