@@ -127,3 +127,20 @@ def test_a_new_request_caps_the_park_and_forgets_the_backoff():
         _plain_steps(gov, 1)
         steps += 1
     assert steps == 32  # the backoff was forgotten
+
+
+def test_rounds_that_win_on_average_hold_however_uneven_they_are():
+    """Rounds of a real head alternate misses and long runs: 1 token or 6 tokens for 16 ms against 10 ms a plain token.
+    Over the window that is 32 ms for 7 tokens, 4.6 ms a token: a win, though the mean of each round's own cost per
+    token (16 and 2.7 ms: 9.3 ms) is close to the plain cost and a window with more misses would cross it."""
+    gov = CostGovernor()
+    _through_baseline(gov)
+    for _ in range(4):
+        _spec_steps(gov, 1, tokens=1, seconds=0.016, accepted=0)
+        _spec_steps(gov, 1, tokens=6, seconds=0.016)
+    assert gov.phase is Phase.HOLD and gov.parks == 0
+    for tokens in [1, 1, 6] * 40:  # in hold: two misses to every long run, still 48 ms for 8 tokens
+        while gov.phase is Phase.BASELINE:  # the baseline re-measured every hold_steps
+            _plain_steps(gov, 1)
+        _spec_steps(gov, 1, tokens=tokens, seconds=0.016, accepted=tokens - 1)
+    assert gov.parks == 0

@@ -11,6 +11,9 @@ Accounting rules (the TensorSharp seed's, each of which fixed a real regression)
   proposed nothing (a head pass or a lookup ran; that is the cost a park avoids);
 - parked steps feed the plain baseline (except the first after a switch, which
   pays the transition);
+- a window's cost is its seconds over its tokens (a ratio of sums): the mean of
+  each step's seconds per token would weigh a round that accepted nothing as much
+  as one that emitted eight tokens, and park a drafter that wins on average;
 - a probe ends early as a loss once `early_loss_steps` speculative steps in a row
   accepted nothing;
 - after a loss the re-probe is short and parks back off (first_park, doubling to
@@ -26,6 +29,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass
+from typing import Iterable
 
 
 class Phase(str, enum.Enum):
@@ -55,9 +59,9 @@ class CostGovernor:
         self.parks = 0
         self.wins = 0
         self.losses = 0
-        self._plain: deque[float] = deque(maxlen=self.config.baseline_window)  # seconds per token
-        self._spec: list[float] = []  # this probe's seconds per token
-        self._hold: deque[float] = deque(maxlen=self.config.hold_window)
+        self._plain: deque[tuple[float, int]] = deque(maxlen=self.config.baseline_window)  # (seconds, tokens) a step
+        self._spec: list[tuple[float, int]] = []  # this probe's steps
+        self._hold: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)
         self._phase_steps = 0
         self._skip_next_plain = False
         self._zero_accept_run = 0
@@ -73,11 +77,11 @@ class CostGovernor:
 
     def record(self, speculative: bool, tokens: int, seconds: float, accepted: int = 0) -> None:
         """One decode step: whether speculation was attempted, tokens emitted, its wall time, drafts accepted."""
-        per_token = seconds / max(tokens, 1)
+        step = (seconds, max(tokens, 1))
         if speculative:
-            self._record_speculative(per_token, accepted)
+            self._record_speculative(step, accepted)
         else:
-            self._record_plain(per_token)
+            self._record_plain(step)
 
     def new_request(self) -> None:
         """A new request starts: cap the park at the first interval and forget the backoff."""
@@ -87,7 +91,7 @@ class CostGovernor:
     # --- numbers for receipts and metrics ---------------------------------
     @property
     def plain_cost(self) -> float | None:
-        return _mean(self._plain)
+        return _per_token(self._plain)
 
     def summary(self) -> dict[str, object]:
         return {
@@ -99,33 +103,33 @@ class CostGovernor:
         }
 
     # --- the state machine ------------------------------------------------
-    def _record_plain(self, per_token: float) -> None:
+    def _record_plain(self, step: tuple[float, int]) -> None:
         if self._skip_next_plain:
             self._skip_next_plain = False
         else:
-            self._plain.append(per_token)
+            self._plain.append(step)
         self._phase_steps += 1
         if self.phase is Phase.BASELINE and self._phase_steps >= self.config.baseline_steps:
             self._enter(self._after_baseline)
         elif self.phase is Phase.PARKED and self._phase_steps >= self._park_len:
             self._enter(Phase.PROBE)
 
-    def _record_speculative(self, per_token: float, accepted: int) -> None:
+    def _record_speculative(self, step: tuple[float, int], accepted: int) -> None:
         self._phase_steps += 1
         if self.phase is Phase.HOLD:
-            self._hold.append(per_token)
-            if len(self._hold) == self._hold.maxlen and self._losing(_mean(self._hold)):
+            self._hold.append(step)
+            if len(self._hold) == self._hold.maxlen and self._losing(_per_token(self._hold)):
                 self._lose()
             elif self._phase_steps >= self.config.hold_steps:
                 self._after_baseline = Phase.HOLD
                 self._enter(Phase.BASELINE)
             return
-        self._spec.append(per_token)
+        self._spec.append(step)
         self._zero_accept_run = self._zero_accept_run + 1 if accepted == 0 else 0
         if self._zero_accept_run >= self.config.early_loss_steps:
             self._lose()
         elif len(self._spec) >= self._probe_len():
-            if self._losing(_mean(self._spec)):
+            if self._losing(_per_token(self._spec)):
                 self._lose()
             else:
                 self._win()
@@ -163,5 +167,7 @@ class CostGovernor:
             self._after_baseline = Phase.PROBE
 
 
-def _mean(values) -> float | None:
-    return sum(values) / len(values) if values else None
+def _per_token(steps: Iterable[tuple[float, int]]) -> float | None:
+    """Seconds per emitted token over the steps: their seconds over their tokens."""
+    steps = list(steps)
+    return sum(s for s, _ in steps) / sum(t for _, t in steps) if steps else None
