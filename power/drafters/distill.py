@@ -35,7 +35,7 @@ from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
 from .train import Objective, Trainer, TrainSettings, training_precision
-from .vocabulary import coverage, ranked_tokens
+from .vocabulary import coverage, greedy_labels, ranked_tokens
 
 KINDS = (MTP, DFLASH, DSPARK)
 MASK_TOKEN_NAMES = ("<mask>", "<|mask|>")
@@ -122,7 +122,7 @@ class BlockRecipe:
         return TrainSettings()
 
     def objective(self, target: GGUFFile, vocabulary: torch.Tensor | None, longest: int, seed: int) -> BlockObjective:
-        net = BlockDrafterNet(self.kind, self.hp, target.tensor("token_embd.weight"), head_rows(target, vocabulary),
+        net = BlockDrafterNet(self.kind, self.hp, *borrowed(target, vocabulary),
                               max_positions=longest + self.hp.block_size, seed=seed, draft_tokens=vocabulary)
         return BlockObjective(net)
 
@@ -153,8 +153,8 @@ class MTPRecipe:
         return TrainSettings(learning_rate=2e-3, warmup_steps=20)
 
     def objective(self, target: GGUFFile, vocabulary: torch.Tensor | None, longest: int, seed: int) -> ChainObjective:
-        net = MTPHeadNet(self.params, target.tensor("token_embd.weight"), head_rows(target, vocabulary),
-                         max_positions=longest + 1, seed=seed, draft_tokens=vocabulary)
+        net = MTPHeadNet(self.params, *borrowed(target, vocabulary), max_positions=longest + 1, seed=seed,
+                         draft_tokens=vocabulary)
         return ChainObjective(net, levels=self.levels, positions=self.positions)
 
     def write(self, path: Path, net: GGUFTensors, target: Path, name: str, draft_tokens: list[int] | None) -> Path:
@@ -213,11 +213,12 @@ def vocab_size(target: GGUFFile) -> int:
     return target.info("token_embd.weight").shape[0]
 
 
-def head_rows(target: GGUFFile, vocabulary: torch.Tensor | None) -> torch.Tensor:
-    """The target's LM head (its tied embedding when it has no output matrix) at the draft vocabulary's rows [N, d]
-    (the whole head without one)."""
-    head = target.tensor("output.weight" if target.has("output.weight") else "token_embd.weight")
-    return head if vocabulary is None else head[vocabulary].clone()
+def borrowed(target: GGUFFile, vocabulary: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a drafter borrows from the target: its token embedding [vocab, d] and its LM head (the embedding when
+    tied) at the draft vocabulary's rows [N, d] (the whole head without one); each dequantised once."""
+    embedding = target.tensor("token_embd.weight")
+    head = target.tensor("output.weight") if target.has("output.weight") else embedding
+    return embedding, head if vocabulary is None else head[vocabulary].clone()
 
 
 def _data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ...], work: Path,
@@ -286,7 +287,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
     manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
                                      drafter)
     profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)
-    labels = torch.cat([e.labels[e.labels >= 0] for e in examples])
+    labels = greedy_labels(examples)
     report = {
         "kind": request.kind, "target": request.target.name, "seed": request.seed, "hparams": how.hparams,
         "settings": asdict(trainer.settings),

@@ -17,20 +17,22 @@ import torch
 from .generate import Example
 
 
+def greedy_labels(examples: Sequence[Example]) -> torch.Tensor:
+    """Every labelled row's greedy token, in order [rows] (int64)."""
+    return torch.cat([e.labels[e.labels >= 0] for e in examples]) if examples else torch.zeros(0, dtype=torch.int64)
+
+
 def ranked_tokens(examples: Sequence[Example], size: int, vocab: int) -> torch.Tensor | None:
     """The `size` most frequent greedy labels [size] (int64), or None when `size` covers the whole vocabulary."""
     if size >= vocab:
         return None
-    labels = torch.cat([e.labels[e.labels >= 0] for e in examples]) if examples else torch.zeros(0, dtype=torch.int64)
-    counts = torch.bincount(labels, minlength=vocab)
+    counts = torch.bincount(greedy_labels(examples), minlength=vocab)
     return torch.argsort(-counts, stable=True)[:size]
 
 
 def coverage(examples: Sequence[Example], tokens: torch.Tensor | None) -> float:
-    """The share of greedy labels the vocabulary holds."""
-    labels = torch.cat([e.labels[e.labels >= 0] for e in examples])
-    if tokens is None or not len(labels):
-        return 1.0 if len(labels) else 0.0
-    held = torch.zeros(int(max(int(labels.max()), int(tokens.max())) + 1), dtype=torch.bool)
-    held[tokens] = True
-    return float(held[labels].float().mean())
+    """The share of greedy labels the vocabulary holds (None: every ID)."""
+    labels = greedy_labels(examples)
+    if not len(labels):
+        return 0.0
+    return 1.0 if tokens is None else float(torch.isin(labels, tokens).float().mean())
