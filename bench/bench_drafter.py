@@ -11,9 +11,11 @@ Per prompt, in one process, the configurations run in turn (so load from other
 processes lands on all alike): target-only at capacity 1; the drafter at K7/S7
 (capacity 8), at K10/S6 (capacity 11; Gemma's attention-only trunk rewinds any
 length, so S < K never replays and the replay counter says so) and at K7 under
-the adaptive controller; n-gram at K7; and n-gram chained in front of the
+the adaptive controller; n-gram at K7; n-gram chained in front of the
 drafter at K7 (what the distilled manifest runs: n-gram proposes first, the
-drafter when it has nothing). Speculative runs keep the cost governor on, as a
+drafter when it has nothing); and, per `--p-min` gate, the drafter at K7 with
+its drafts cut at the first one less probable than the gate, alone and behind
+n-gram. Speculative runs keep the cost governor on, as a
 deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s (prefill
 excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it, as the runtime's rounds saw it), mean accepted
@@ -130,6 +132,9 @@ def main() -> None:
     parser.add_argument("--governor", choices=("on", "off"), default="on",
                         help="the cost governor (on: as a deployment runs; off: the drafter's own rate, every round "
                              "speculative)")
+    parser.add_argument("--p-min", default="0.5", type=lambda text: [float(x) for x in text.split(",") if x],
+                        help="comma-separated confidence gates (spec_draft_p_min) to run the drafter at K7 with, alone "
+                             "and behind n-gram ('' for none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -153,8 +158,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def trunk(capacity: int) -> Any:  # configurations of one capacity share a trunk: each generation starts afresh
         return load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, arithmetic=args.arithmetic)
 
-    def drafter(t: Any) -> Speculator:  # its draft vocabulary is the file's own: no FR on top
-        return registry.create(distilled["kind"], SpeculatorRequest(t, gguf, GGUFFile(drafter_path)))
+    def drafter(t: Any, p_min: float | None = None) -> Speculator:  # its draft vocabulary is the file's own
+        return registry.create(distilled["kind"], SpeculatorRequest(t, gguf, GGUFFile(drafter_path), p_min=p_min))
 
     def speculating(name: str, k: int, s: int, make: Any, adaptive: bool = False) -> Config:
         t = trunk(k + 1)
@@ -168,6 +173,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
                speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
                speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)]))]
+    for p_min in args.p_min:
+        configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min: drafter(t, p)),
+                    speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
+                                lambda t, p=p_min: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t, p)]))]
     prompts = load_prompts(which="heldout")
     report: dict[str, Any] = {"drafter": distilled, "machine": machine(), "threads": args.threads,
                               "arithmetic": args.arithmetic, "tokens": args.tokens, "governor": args.governor,

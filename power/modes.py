@@ -26,7 +26,8 @@ Vocabulary:
 - **draft_cost**: what one round of drafting costs in drafter steps, by kind
   (step 3): a plain model runs K sequential forwards, a trained head
   about one pass whatever K, n-gram lookup nothing (`power worth-it` prices it).
-- **confidence_gate**: `spec_draft_p_min` cuts its drafts (DSpark's confidence head).
+- **confidence_gate**: `spec_draft_p_min` cuts its drafts (DSpark's confidence head; an MTP head's top
+  draft probability, as llama.cpp's draft-mtp stops at the first draft below it).
 - **sidecar**: a native head that may also come as a separate file (an MTP-only
   GGUF for a target shipped without its head), bound by the target's sha256.
 - **llama.cpp / vLLM**: how the engines spell it today, and the spellings they
@@ -97,7 +98,7 @@ _VLLM_HF_DRAFTER = ("vLLM loads {name} drafters as Hugging Face checkpoints (e.g
                     "GGUF file")
 
 MODES: tuple[Mode, ...] = (
-    Mode(MTP, "target", context_backed=True, adaptive=True, fr=True, auto_priority=2, sidecar=True,
+    Mode(MTP, "target", context_backed=True, adaptive=True, fr=True, auto_priority=2, sidecar=True, confidence_gate=True,
          llama=LlamaSpelling("draft-mtp", retired=("mtp",)),
          vllm_method="mtp", vllm_aliases=VLLM_MTP_METHODS, speculator="mtp"),
     # Block drafters draft through the target's LM head, which the Power runtime cuts to the FR prefix as well.

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from llama_server import binary
 
+from power.app.bench import winner
 from power.app.cli import main
 from power.orchestrator.fleet.lock import read_lock
 
@@ -72,20 +73,39 @@ def test_the_winner_is_written_as_the_deployments_llama_arg_env_file(rollout):
     _, document, _, env, output = rollout
     text = env.read_text()
     assert text.startswith("# power bench on llama-server:") and "# echo" in text
-    won = document["shapes"]["echo"]["verdict"] == "faster"
+    won = winner([document]) is not None
     assert ("LLAMA_ARG_SPEC_TYPE=ngram-mod" in text) == won
+    assert ("the winner: candidate" in text) == won
     assert "LLAMA_ARG_N_PARALLEL=1" in text and "LLAMA_ARG_ENDPOINT_METRICS=true" in text
 
 
-def test_the_llama_server_evidence_opens_the_canary_of_the_llama_server_deployment(rollout, tmp_path):
+def test_the_llama_server_evidence_decides_the_canary_of_the_llama_server_deployment(rollout):
+    """The gate acts on what was measured: 'faster' on echo opens the canary, anything else keeps the incumbent."""
     lock, document, evidence, _, _ = rollout
-    assert document["shapes"]["echo"]["verdict"] == "faster", document["shapes"]["echo"]["verdict_reason"]
-    opened = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", evidence)
-    assert opened.exit_code == 0, opened.output
+    before = read_lock(lock)[0]
+    advanced = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", evidence, "--json")
     state, _ = read_lock(lock)
-    assert state.deployments[LLAMA_KEY]["engine"] == "llama-server"
-    assert state.deployments[LLAMA_KEY]["plan_digest"] == state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
-    # the next stage runs Power's runtime: its plans (sized for power) measured on llama-server by mistake
+    echo = document["shapes"]["echo"]
+    if echo["verdict"] == "faster":
+        assert advanced.exit_code == 0, advanced.output
+        assert state.deployments[LLAMA_KEY]["engine"] == "llama-server"
+        assert state.deployments[LLAMA_KEY]["plan_digest"] == state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
+    else:
+        assert advanced.exit_code == 1, advanced.output
+        findings = json.loads(advanced.output)["findings"]
+        assert any(f["code"] == "PWR073" and f"the bench's verdict is {echo['verdict']!r}" in f["message"]
+                   for f in findings), findings
+        assert state.deployments == before.deployments
+
+
+def test_llama_server_evidence_for_a_deployment_that_runs_power_is_refused_at_its_line(tmp_path):
+    """Power's plans (sized for power) measured on llama-server by mistake: PWR077 at the deployment, whatever the
+    measurement said."""
+    lock = tmp_path / "fleet.lock"
+    assert run("fleet", "review", FLEET, "--lock", lock, "--write-lock").exit_code == 0
+    planned = run("rollout", "plan", FLEET, "--lock", lock, "--profile", CANDIDATE_PROFILE, "--canary", "cpu-2")
+    assert planned.exit_code == 0, planned.output
+    state, _ = read_lock(lock)
     candidate = state.rollout["candidates"][POWER_KEY]["plan_digest"]
     incumbent = state.deployments[POWER_KEY]["plan_digest"]
     plans = tmp_path / "plans"

@@ -96,9 +96,27 @@ def test_the_confidence_gate_comes_from_the_profile_else_the_drafters_header(tmp
 
 
 def test_a_confidence_gate_for_a_mode_without_one_is_refused(tmp_path):
-    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}])
-    plan, findings = compiled(manifest, write_profile(tmp_path, "mtp", spec_draft_p_min=0.5))
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    plan, findings = compiled(manifest, write_profile(tmp_path, "ngram", spec_draft_p_min=0.5))
     assert plan is None and [f.code for f in findings if f.is_error] == ["PWR426"]
+
+
+def test_an_mtp_head_takes_the_confidence_gate_and_vllm_which_has_none_refuses_it(tmp_path):
+    """llama.cpp's draft-mtp stops drafting at the first draft below --spec-draft-p-min, and so does Power's head;
+    vLLM's MTP drafts every position, so a gated plan is never sealed for it."""
+    from power.orchestrator.render import engine_launch
+
+    profile = write_profile(tmp_path, "mtp", spec_draft_p_min=0.5)
+    plan, findings = compiled(mtp_manifest(tmp_path), profile)
+    assert plan is not None and plan.speculation.p_min == 0.5, [f.render() for f in findings]
+    assert compiled(mtp_manifest(tmp_path), write_profile(tmp_path, "mtp", name="ungated"))[0].speculation.p_min is None
+    served, _ = compiled(mtp_manifest(tmp_path), profile, engine="llama-server")
+    argv = engine_launch(served, "llama-server", tmp_path / "plan.json").argv
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp" and argv[argv.index("--spec-draft-p-min") + 1] == "0.5"
+    refused, findings = compiled(mtp_manifest(tmp_path), profile, engine="vllm")
+    [finding] = [f for f in findings if f.is_error]
+    assert refused is None and finding.code == "PWR460" and finding.where == "spec_draft_p_min"
+    assert finding.file == str(profile) and "no draft confidence gate" in finding.message
 
 
 def test_an_ngram_plans_longest_draft_is_at_most_k(tmp_path):

@@ -114,6 +114,33 @@ def test_mtp_chains_the_nextn_head_from_the_last_committed_hidden_row():
     assert head.length == len(tokens) - 1
 
 
+def test_mtp_cuts_its_drafts_at_the_first_draft_below_the_confidence_gate():
+    """llama.cpp's draft-mtp: drafting stops at the first draft whose probability is below spec_draft_p_min."""
+    ungated, tokens = _armed("hybrid", "mtp")
+    full = ungated.propose(DraftContext(tokens, 5)).tokens
+    assert _armed("hybrid", "mtp", p_min=0.0)[0].propose(DraftContext(tokens, 5)).tokens == full
+    closed = _armed("hybrid", "mtp", p_min=1.0)[0].propose(DraftContext(tokens, 5))
+    assert closed.tokens == [] and closed.head_ran  # the head ran: the governor counts a speculative step
+    probabilities = _draft_probabilities(ungated, tokens, 5)
+    assert [token for token, _ in probabilities] == full
+    for p_min in sorted(p for _, p in probabilities):  # each draft's own probability as the gate: it passes
+        kept = next((i for i, (_, p) in enumerate(probabilities) if p < p_min), len(probabilities))
+        assert _armed("hybrid", "mtp", p_min=p_min)[0].propose(DraftContext(tokens, 5)).tokens == full[:kept]
+
+
+def _draft_probabilities(head, tokens, n):
+    """Each draft of an ungated chain with its probability under the head's softmax, from the head's own parts."""
+    from power.runtime.layers import rms_norm
+
+    out, token, h = [], tokens[-1], head.last_hidden
+    for position in range(head.length, head.length + n):
+        y = head._step([token], h[None], position)
+        [token], [probability] = head.head.draft_top(rms_norm(y, head.head_norm, head.block.eps))
+        out.append((token, probability))
+        h = y[0]
+    return out
+
+
 def test_an_mtp_sidecar_drafts_what_the_targets_own_head_drafts(tmp_path):
     """The hybrid target without its head + the MTP-only GGUF of the same model = the hybrid target's own head."""
     native, tokens = _armed("hybrid", "mtp")

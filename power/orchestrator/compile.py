@@ -218,7 +218,7 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     declared = manifest.model.drafters
     drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None) for i in chosen.resolution.drafters)
     return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
-                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified)
+                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min)
 
 
 def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,

@@ -54,12 +54,14 @@ class Asked:
     tensor_parallel: int
     devices: int
     kv_unified: bool = False
+    p_min: float | None = None  # the confidence gate asked of a gated drafter (spec_draft_p_min)
 
     @classmethod
     def of_plan(cls, plan: ResolvedPlan) -> Asked:
         rt = plan.runtime
         return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None) for d in plan.drafters),
-                   rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified)
+                   rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
+                   plan.speculation.p_min)
 
     def drafter_where(self, kind: str) -> tuple[Document, str]:
         """Where to point at a drafter of `kind`: its manifest entry, else the profile's spec_mode."""

@@ -51,6 +51,12 @@ class Vllm(EngineAdapter):
                                         'with engine "power"', document, where))
             elif record.vllm_refusal:
                 refusals.append(Refusal("PWR463", record.vllm_refusal, _HINT, document, where))
+            elif record.confidence_gate and asked.p_min:
+                refusals.append(Refusal(
+                    "PWR460", f"spec_draft_p_min = {asked.p_min:g}: vLLM's {kind} proposes every one of its "
+                    "num_speculative_tokens; it has no draft confidence gate (llama.cpp's --spec-draft-p-min)",
+                    "remove spec_draft_p_min for this deployment, or run it on llama-server or power", "profile",
+                    "spec_draft_p_min"))
         for drafter in asked.drafters:
             if drafter.has_file and modes.mode(drafter.kind).sidecar:
                 document, where = asked.drafter_where(drafter.kind)

@@ -9,6 +9,9 @@ token t at position j it reads the target's final residual h of position j - 1
     y = the architecture's layer (own KV cache, causal)     [n, d]
     next token = argmax(LM head(shared_head_norm(y)))       y also chains as the next h
 
+With a confidence gate (`spec_draft_p_min`), a proposal ends at the first draft
+whose softmax probability is below it, as llama.cpp's draft-mtp does.
+
 `embed(t)` is the target's token embedding times the factor its trunk applies to
 it (Gemma: sqrt(d_model); enorm makes the factor matter only through its epsilon,
 and the trained head and the runtime use the same one). The LM head is the
@@ -99,14 +102,15 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
         return Decline(kind, f"{head_file.path} is a {arch} head of width {head_file.get(f'{arch}.embedding_length')}; "
                              f"the target is {target.architecture} of width {request.trunk.config.d_model}")
     head = TargetHead(target, request.fr_vocab_size, declared_draft_tokens(header_view(head_file)))
-    return MTPHead(head_file, head, request.trunk.config.n_ctx)
+    return MTPHead(head_file, head, request.trunk.config.n_ctx, request.p_min)
 
 
 class MTPHead(Speculator):
     name = modes.MTP
 
-    def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int) -> None:
-        """`head_file` holds the nextn block (the target itself, or its MTP-only sidecar); `head` is the target's."""
+    def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int, p_min: float | None = None) -> None:
+        """`head_file` holds the nextn block (the target itself, or its MTP-only sidecar); `head` is the target's.
+        `p_min` (the profile's spec_draft_p_min) ends a proposal at the first draft whose probability is below it."""
         # A draft head's bits only shape proposals, never tokens: its matrices run in their GGUF blocks.
         w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=QUANTISED))
         block = self.block = BLOCKS[head_file.architecture](head_file, w, n_ctx + 1)
@@ -117,6 +121,7 @@ class MTPHead(Speculator):
         self.hnorm = w.tensor(b + "hnorm.weight", [d])
         self.head_norm = w.tensor(b + "shared_head_norm.weight", [d])
         self.head = head
+        self.p_min = p_min or None  # 0 gates nothing (llama.cpp's default)
         self.capacity = n_ctx
         self.length = 0  # head cache rows committed: positions [1, length) hold real entries
         self.last_hidden: torch.Tensor | None = None  # the target's final residual at position length - 1
@@ -142,9 +147,20 @@ class MTPHead(Speculator):
         drafts, token, h = [], ctx.tokens[-1], self.last_hidden
         for position in range(self.length, min(self.length + ctx.max_tokens, self.capacity)):
             y = self._step([token], h[None], position)
-            token, h = self.head.draft_ids(rms_norm(y, self.head_norm, self.block.eps))[0], y[0]
+            token, confident = self._draft(rms_norm(y, self.head_norm, self.block.eps))
+            if not confident:
+                break
             drafts.append(token)
+            h = y[0]
         return Proposal(tokens=drafts, head_ran=True)
+
+    def _draft(self, normed: torch.Tensor) -> tuple[int, bool]:
+        """The head's token for one row, and whether it clears the confidence gate (llama.cpp's draft-mtp stops
+        drafting at the first token whose probability is below --spec-draft-p-min: common/speculative.cpp)."""
+        if self.p_min is None:
+            return self.head.draft_ids(normed)[0], True
+        [token], [probability] = self.head.draft_top(normed)
+        return token, probability >= self.p_min
 
     def reset(self) -> None:
         self.length, self.last_hidden = 0, None

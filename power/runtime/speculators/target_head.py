@@ -72,6 +72,16 @@ class TargetHead:
             best = dispatch.fr_argmax(hidden.contiguous(), self.draft_rows, len(self.draft_rows))
         return self.token_ids(best.cpu()).tolist()
 
+    def draft_top(self, hidden: torch.Tensor) -> tuple[list[int], list[float]]:
+        """The draft head's argmax per row and its probability, the softmax taken over the draft vocabulary (the
+        whole vocabulary when the head is not cut, as llama.cpp's sampler takes it)."""
+        if self._quantised is not None and hidden.device.type == "cpu":
+            logits = self._quantised(hidden.float().contiguous())
+        else:
+            logits = self.draft_logits(hidden.to(self.draft_rows.dtype))
+        top = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+        return self.token_ids(top.indices.cpu()).tolist(), top.values.cpu().tolist()
+
 
 def _quantised_rows(target: GGUFFile, ids: torch.Tensor) -> Linear | None:
     """The LM head's rows `ids` in their GGUF blocks for the CPU kernels (None for a type they do not multiply)."""
