@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import torch
+from native import layer_matrices, with_layer_matrices
 
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.linear import Linear
@@ -38,11 +39,11 @@ class NoOp:
 def swap(trunk, noop: bool) -> None:
     """Replace every packed matrix of the layers and the head by a NoOp (or put the real ones back)."""
     for layer in trunk.layers:
-        for name, value in list(vars(layer).items()):
-            if noop and isinstance(value, Linear):
-                setattr(layer, name, NoOp(value))
-            elif not noop and isinstance(value, NoOp):
-                setattr(layer, name, value.linear)
+        if noop:
+            with_layer_matrices(layer, {name: NoOp(m) for name, m in layer_matrices(layer).items()})
+        else:
+            owner = getattr(layer, "weights", layer)
+            with_layer_matrices(layer, {name: m.linear for name, m in vars(owner).items() if isinstance(m, NoOp)})
     if noop and isinstance(trunk._output, Linear):
         trunk._output = NoOp(trunk._output)
     elif not noop and isinstance(trunk._output, NoOp):

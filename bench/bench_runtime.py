@@ -40,11 +40,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
-from native import instruction_paths, llama_server_binary, resident_mib
+from native import instruction_paths, layer_matrices, llama_server_binary, resident_mib
 
 from power.app.live import free_port
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.linear import Linear
 from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
@@ -75,7 +74,7 @@ class PowerEngine:
 
     def bytes_per_step(self) -> int:
         """Every matrix a decode step multiplies by (the layers' and the LM head's), as packed."""
-        matrices = [m for layer in self.trunk.layers for m in vars(layer).values() if isinstance(m, Linear)]
+        matrices = [m for layer in self.trunk.layers for m in layer_matrices(layer).values()]
         return sum(m.nbytes for m in [*matrices, self.trunk.lm_head])
 
     def all_logits(self, ids: list[int]) -> torch.Tensor:

@@ -7,9 +7,11 @@ keep the portable AVX2 build); `--portable` in a bench takes the portable one.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
@@ -78,3 +80,22 @@ def resident_mib(pid: int | str = "self") -> float:
     except OSError:
         pass
     return 0.0
+
+
+def layer_matrices(layer: Any) -> dict[str, Any]:
+    """The packed matrices (`power.runtime.linear.Linear`) one trunk layer multiplies by, by field name: a Gemma 3
+    layer keeps them in its frozen `weights` record, other layers as their own attributes."""
+    from power.runtime.linear import Linear
+
+    owner = getattr(layer, "weights", layer)
+    return {name: value for name, value in vars(owner).items() if isinstance(value, Linear)}
+
+
+def with_layer_matrices(layer: Any, matrices: dict[str, Any]) -> None:
+    """Put `matrices` (field name -> callable) in the layer's place for them (a frozen record is replaced whole)."""
+    owner = getattr(layer, "weights", None)
+    if owner is not None and dataclasses.is_dataclass(owner):
+        layer.weights = dataclasses.replace(owner, **matrices)
+        return
+    for name, matrix in matrices.items():
+        setattr(layer, name, matrix)
