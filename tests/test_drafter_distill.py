@@ -159,6 +159,11 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     drafter = GGUFFile(next(out.glob("*.gguf")))
     ranked = declared_draft_tokens(header_view(drafter))
     assert ranked is not None and len(set(ranked)) == 400
+    profile = (out / "profile.toml").read_text()
+    gate = "spec_draft_p_min = 0.3"  # the recommended gate of a kind whose drafts it cuts (MTP, not DFlash)
+    assert (gate in profile) == (kind == MTP) and report["recommended"]["k"] <= 7
+    # a three-step head is too unsure to clear the gate: the parity run below opens it so that the head proposes
+    (out / "profile.toml").write_text(profile.replace(gate, "spec_draft_p_min = 0.0"))
     plan_path = tmp_path / "plan.toml"
     planned = runner.invoke(main, ["plan", str(out / "manifest.toml"), str(out / "profile.toml"), "--device", "8 GiB",
                                    "-o", str(plan_path)])

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from power import modes
 from power.artifacts.atomic import atomic_path
 from power.artifacts.contracts import DFLASH, DSPARK, MTP, DrafterHparams
 from power.runtime.gguf_weights import GGUFFile
@@ -265,12 +266,22 @@ def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def recommend(curve: dict[str, Any], ctx: int) -> export.Recommendation:
-    """K: the deepest draft position still accepted at least a quarter of the time it is reached (S = K: an
-    attention-only target rewinds any length, and a recurrent one then never replays)."""
-    per_position = curve["per_position"]
+# The deepest K a distilled profile recommends, and the confidence gate it gives a gated kind: on the held-out
+# benches of docs/drafters.md (2 CPU cores, AVX-512 and AVX2 machines) K10 lost to K7 on every shape but one tie
+# (its extra verification rows and draft steps cost more than its acceptance buys), and of the gates 0, 0.3 and 0.6
+# on n-gram -> MTP, 0.3 was fastest on prose and chat (2.01x and 3.00x target-only against 1.39x and 2.79x ungated).
+DEEPEST_K = 7
+GATE = 0.3
+
+
+def recommend(curve: dict[str, Any], ctx: int, kind: str) -> export.Recommendation:
+    """K: the deepest draft position still accepted at least a quarter of the time it is reached, at most
+    DEEPEST_K (S = K: an attention-only target rewinds any length, and a recurrent one then never replays); the
+    gate GATE for a kind whose drafts it cuts (`power.modes` confidence_gate) and that keeps no gate of its own."""
+    per_position = curve["per_position"][:DEEPEST_K]
     k = max([1] + [e + 1 for e, p in enumerate(per_position) if p >= 0.25 and all(q >= 0.25 for q in per_position[:e])])
-    return export.Recommendation(k=k, s=k, ctx=ctx)
+    gate = GATE if modes.mode(kind).confidence_gate and kind != DSPARK else None
+    return export.Recommendation(k=k, s=k, ctx=ctx, p_min=gate)
 
 
 def _export(request: DistillRequest, how: Recipe, objective: Objective, best: dict[str, Any],
@@ -283,7 +294,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
                         None if vocabulary is None else vocabulary.tolist())
     target = GGUFFile(request.target)
     context = int(target.get(f"{target.architecture}.context_length", export.DEFAULT_CTX))
-    advice = recommend(best["curve"], min(context, export.DEFAULT_CTX))
+    advice = recommend(best["curve"], min(context, export.DEFAULT_CTX), request.kind)
     manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
                                      drafter)
     profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)

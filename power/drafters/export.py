@@ -34,11 +34,12 @@ DEFAULT_CTX = 4096  # the bundled profiles' context
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The profile the distillation recommends: K and S."""
+    """The profile the distillation recommends: K and S, and the confidence gate for a kind that has one."""
 
     k: int
     s: int
     ctx: int = DEFAULT_CTX
+    p_min: float | None = None
 
 
 F16, Q8_0 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0
@@ -133,8 +134,8 @@ def write_manifest(path: Path, name: str, target: Path, target_architecture: str
 
 
 def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> Path:
-    """profile.toml: the kind at the recommended K/S, at a fixed verification shape of K + 1 rows (no FR: the
-    drafter's own draft vocabulary already bounds its head)."""
+    """profile.toml: the kind at the recommended K/S (and confidence gate), at a fixed verification shape of K + 1
+    rows (no FR: the drafter's own draft vocabulary already bounds its head)."""
     lines = [
         'schema = "power.profile/v1"',
         f'name = "{name}"',
@@ -142,6 +143,7 @@ def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> P
         f'spec_mode = "{kind}"',
         f"spec_draft_max = {advice.k}",
         f"spec_mtp_recurrent_snapshots = {advice.s}",
+        *([f"spec_draft_p_min = {advice.p_min}"] if advice.p_min is not None else []),
         "spec_mtp_adaptive = false",
         "",
         "[runtime]",
