@@ -42,8 +42,7 @@ def swap(trunk, noop: bool) -> None:
         if noop:
             with_layer_matrices(layer, {name: NoOp(m) for name, m in layer_matrices(layer).items()})
         else:
-            owner = getattr(layer, "weights", layer)
-            with_layer_matrices(layer, {name: m.linear for name, m in vars(owner).items() if isinstance(m, NoOp)})
+            with_layer_matrices(layer, {name: m.linear for name, m in layer_matrices(layer, NoOp).items()})
     if noop and isinstance(trunk._output, Linear):
         trunk._output = NoOp(trunk._output)
     elif not noop and isinstance(trunk._output, NoOp):

@@ -82,13 +82,14 @@ def resident_mib(pid: int | str = "self") -> float:
     return 0.0
 
 
-def layer_matrices(layer: Any) -> dict[str, Any]:
-    """The packed matrices (`power.runtime.linear.Linear`) one trunk layer multiplies by, by field name: a Gemma 3
-    layer keeps them in its frozen `weights` record, other layers as their own attributes."""
+def layer_matrices(layer: Any, of: type | None = None) -> dict[str, Any]:
+    """The packed matrices (`power.runtime.linear.Linear`, or what stands in their place: `of`) one trunk layer
+    multiplies by, by field name: a Gemma 3 layer keeps them in its frozen `weights` record, other layers as their
+    own attributes."""
     from power.runtime.linear import Linear
 
     owner = getattr(layer, "weights", layer)
-    return {name: value for name, value in vars(owner).items() if isinstance(value, Linear)}
+    return {name: value for name, value in vars(owner).items() if isinstance(value, of or Linear)}
 
 
 def with_layer_matrices(layer: Any, matrices: dict[str, Any]) -> None:

@@ -66,8 +66,8 @@ class TargetHead:
 
     def draft_ids(self, hidden: torch.Tensor) -> list[int]:
         """The draft head's argmax per row over the draft vocabulary."""
-        if self._quantised is not None and hidden.device.type == "cpu":
-            best = self._quantised(hidden.float().contiguous()).argmax(dim=-1)
+        if (quantised := self._quantised_for(hidden)) is not None:
+            best = quantised(hidden.float().contiguous()).argmax(dim=-1)
         else:
             best = dispatch.fr_argmax(hidden.contiguous(), self.draft_rows, len(self.draft_rows))
         return self.token_ids(best.cpu()).tolist()
@@ -75,12 +75,16 @@ class TargetHead:
     def draft_top(self, hidden: torch.Tensor) -> tuple[list[int], list[float]]:
         """The draft head's argmax per row and its probability, the softmax taken over the draft vocabulary (the
         whole vocabulary when the head is not cut, as llama.cpp's sampler takes it)."""
-        if self._quantised is not None and hidden.device.type == "cpu":
-            logits = self._quantised(hidden.float().contiguous())
+        if (quantised := self._quantised_for(hidden)) is not None:
+            logits = quantised(hidden.float().contiguous())
         else:
             logits = self.draft_logits(hidden.to(self.draft_rows.dtype))
         top = torch.softmax(logits.float(), dim=-1).max(dim=-1)
         return self.token_ids(top.indices.cpu()).tolist(), top.values.cpu().tolist()
+
+    def _quantised_for(self, hidden: torch.Tensor) -> Linear | None:
+        """The cut head's rows in their GGUF blocks when they multiply these rows (on the CPU), else None."""
+        return self._quantised if hidden.device.type == "cpu" else None
 
 
 def _quantised_rows(target: GGUFFile, ids: torch.Tensor) -> Linear | None:
