@@ -19,7 +19,7 @@ from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 from power.app.cli import main
 from power.artifacts.contracts import DFLASH, DSPARK, MTP, declared_draft_tokens
 from power.documents.plan import load_plan
-from power.drafters.distill import DistillRequest, drafter_shape
+from power.drafters.distill import DistillRequest, TrainingData, drafter_shape
 from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
 from power.drafters.generate import NO_LABEL, Example, corpus_examples, load_prompts
 from power.drafters.model import BlockDrafterNet, block_targets
@@ -242,3 +242,38 @@ def test_the_generated_rows_are_reused_only_for_the_same_prompt_text(tmp_path):
     distill("straight", 20)
     trained = [(tmp_path / out / "dense-target-dflash.gguf").read_bytes() for out in ("out", "straight")]
     assert trained[0] == trained[1]  # trained afresh on them, not resumed from the old rows' checkpoint
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5])
+def test_a_corpus_shares_the_data_time_with_the_targets_own_text(tmp_path, share):
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"Paragraph {i}: the fox ran across the quiet field into the wood." for i in range(8)))
+    args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--corpus", str(corpus),
+            "--corpus-share", str(share), "--max-new-tokens", "6", "--slots", "2", "--steps", "2", "--quiet",
+            "-o", str(tmp_path / "out")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "distill.json").read_text())
+    data = report["data"]
+    assert data["generated_sequences"] == 10  # the corpus is read in its share; generation has the rest
+    assert (data["corpus_windows"] > 0) == (share > 0)  # a share of nothing reads nothing
+    assert report["sequences"] == data["generated_sequences"] + data["corpus_windows"]
+    assert report["tokens"] == data["generated_tokens"] + data["corpus_tokens"]
+
+
+def test_acceptance_is_held_back_from_the_targets_own_text_when_there_is_any():
+    def examples(count: int, first: int) -> list[Example]:
+        return [Example(torch.tensor([first + i]), torch.tensor([NO_LABEL]), torch.zeros(1, 2)) for i in range(count)]
+
+    def ids(rows: list[Example]) -> list[int]:
+        return [int(e.tokens[0]) for e in rows]
+
+    generated, corpus = examples(25, 0), examples(30, 100)
+    train, held = TrainingData(generated, corpus, 1.0, 1.0).split()
+    assert ids(held) == [0, 10, 20]  # every tenth sequence the target wrote; no corpus window
+    assert sorted(ids(train)) == sorted(set(ids(generated + corpus)) - {0, 10, 20})
+    train, held = TrainingData([], corpus, 0.0, 1.0).split()
+    assert ids(held) == [100, 110, 120] and len(train) == 27

@@ -2,8 +2,9 @@
 
 DIR/resume/ keeps what a later run resumes from: the generated rows (data.pt, keyed
 by what produced them) and the training checkpoint (checkpoint.pt). The budget
-covers the whole run: generation takes at most `generate_share` of it, training
-the rest, and the best checkpoint so far is what gets exported.
+covers the whole run: the data takes at most `generate_share` of it (an operator's
+corpus `corpus_share` of that, the target's own text the rest), training the
+rest, and the best checkpoint so far is what gets exported.
 
 A recipe is what differs between kinds: the taps the rows keep, the module and
 objective trained, the training settings, and the file written. Block drafters
@@ -58,6 +59,7 @@ class DistillRequest:
     max_new_tokens: int = 128
     slots: int = 8
     corpus_window: int = 256
+    corpus_share: float = 0.5  # of the data time, with a corpus: the rest generates the target's own text
     generate_share: float = 0.5
     max_steps: int = 100_000
     block_size: int = 11  # anchor + 10 drafts: K7 and K10 from one drafter
@@ -182,9 +184,9 @@ def distill(request: DistillRequest) -> Distilled:
     target = GGUFFile(request.target)
     how = recipe(request, target)
     work = request.out / "resume"
-    examples, data_s = _data(request, target, how.taps, work, started + request.budget_s * request.generate_share)
-    held = examples[::HELD_BACK_EVERY][:HELD_BACK_MAX]
-    train = [e for i, e in enumerate(examples) if i % HELD_BACK_EVERY]
+    data = training_data(request, target, how.taps, work, started + request.budget_s * request.generate_share)
+    train, held = data.split()
+    examples = data.sequences
     if not train or not held:
         raise ValueError(f"{len(examples)} sequences are too few to train and measure on; give more prompts or budget")
     vocabulary = ranked_tokens(train, request.fr or vocab_size(target), vocab_size(target))
@@ -197,7 +199,7 @@ def distill(request: DistillRequest) -> Distilled:
         trainer.load(checkpoint)
     best = trainer.run(deadline, checkpoint, request.progress)
     best = written_acceptance(trainer, how, best)
-    return _export(request, how, objective, best, examples, vocabulary, data_s, time.monotonic() - started, trainer)
+    return _export(request, how, objective, best, data, vocabulary, time.monotonic() - started, trainer)
 
 
 def written_acceptance(trainer: Trainer, how: Recipe, best: dict[str, Any]) -> dict[str, Any]:
@@ -222,34 +224,66 @@ def borrowed(target: GGUFFile, vocabulary: torch.Tensor | None) -> tuple[torch.T
     return embedding, head if vocabulary is None else head[vocabulary].clone()
 
 
-def _data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ...], work: Path,
-          deadline: float) -> tuple[list[Example], float]:
-    """The rows to train on: from DIR/resume/data.pt when the same request made them, else generated now (and a
-    checkpoint trained on other rows is dropped)."""
+@dataclass(frozen=True)
+class TrainingData:
+    """The rows a drafter trains on: the target's own greedy text and the operator's corpus, and what each cost."""
+
+    generated: list[Example]
+    corpus: list[Example]
+    generated_s: float
+    corpus_s: float
+
+    @property
+    def sequences(self) -> list[Example]:
+        return self.corpus + self.generated
+
+    def split(self) -> tuple[list[Example], list[Example]]:
+        """(train, held back): the first HELD_BACK_MAX of every HELD_BACK_EVERY-th sequence of the target's own text
+        (of the corpus when there is none) are held back to choose the best checkpoint on the text the drafter will
+        serve; the rest trains."""
+        measured, other = (self.generated, self.corpus) if self.generated else (self.corpus, [])
+        chosen = set(range(0, len(measured), HELD_BACK_EVERY)[:HELD_BACK_MAX])
+        held = [e for i, e in enumerate(measured) if i in chosen]
+        return other + [e for i, e in enumerate(measured) if i not in chosen], held
+
+    def report(self) -> dict[str, Any]:
+        return {"generated_sequences": len(self.generated), "generated_tokens": generate.token_count(self.generated),
+                "generated_s": round(self.generated_s, 1), "corpus_windows": len(self.corpus),
+                "corpus_tokens": generate.token_count(self.corpus), "corpus_s": round(self.corpus_s, 1)}
+
+
+def training_data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ...], work: Path,
+                  deadline: float) -> TrainingData:
+    """The rows to train on: from DIR/resume/data.pt when the same request made them, else made now, by `deadline`
+    (a `time.monotonic()` instant): the corpus first, for `corpus_share` of the time left, then the target's own
+    text for the rest. A checkpoint trained on other rows is dropped."""
     key = _data_key(request, taps)
     cached = work / "data.pt"
     if cached.exists():
         saved = torch.load(cached, weights_only=False)
         if saved["key"] == key:
-            return saved["examples"], saved["seconds"]
+            return saved["data"]
     (work / "checkpoint.pt").unlink(missing_ok=True)  # trained on other rows: it cannot resume on these
     began = time.monotonic()
     tokenizer = Tokenizer.from_gguf(target)
-    examples: list[Example] = []
+    corpus: list[Example] = []
     if request.corpus is not None:
         trunk = _trunk(target, request.corpus_window, slots=1)
-        examples += generate.corpus_examples(trunk, tokenizer, generate.read_corpus(request.corpus), taps,
-                                             request.corpus_window, deadline, request.progress)
+        corpus = generate.corpus_examples(trunk, tokenizer, generate.read_corpus(request.corpus), taps,
+                                          request.corpus_window, began + (deadline - began) * request.corpus_share,
+                                          request.progress)
+    read = time.monotonic()
+    generated: list[Example] = []
     prompts = generate.load_prompts(request.prompts)[: request.max_prompts]
     if prompts:
         longest = max(len(tokenizer.encode(p.text)) for p in prompts)
         trunk = _trunk(target, longest + request.max_new_tokens, slots=request.slots)
-        examples += generate.self_generated(trunk, tokenizer, prompts, taps, request.max_new_tokens,
-                                            deadline, request.progress)
-    seconds = time.monotonic() - began
+        generated = generate.self_generated(trunk, tokenizer, prompts, taps, request.max_new_tokens, deadline,
+                                            request.progress)
+    data = TrainingData(generated, corpus, time.monotonic() - read, read - began)
     with atomic_path(cached) as temp:
-        torch.save({"key": key, "examples": examples, "seconds": seconds}, temp)
-    return examples, seconds
+        torch.save({"key": key, "data": data}, temp)
+    return data
 
 
 def _trunk(target: GGUFFile, n_ctx: int, slots: int):
@@ -261,6 +295,7 @@ def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
     prompts = [(p.shape, p.text) for p in generate.load_prompts(request.prompts)[: request.max_prompts]]
     corpus = hashlib.sha256(request.corpus.read_bytes()).hexdigest() if request.corpus is not None else None
     inputs = {"target": str(request.target), "taps": taps, "prompts": prompts, "corpus": corpus,
+              "corpus_share": request.corpus_share if corpus else None, "rows": "generated+corpus",
               "max_new": request.max_new_tokens, "window": request.corpus_window,
               "size": request.target.stat().st_size}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
@@ -285,8 +320,7 @@ def recommend(curve: dict[str, Any], ctx: int, kind: str) -> export.Recommendati
 
 
 def _export(request: DistillRequest, how: Recipe, objective: Objective, best: dict[str, Any],
-            examples: list[Example], vocabulary: torch.Tensor | None, data_s: float, total_s: float,
-            trainer: Trainer) -> Distilled:
+            data: TrainingData, vocabulary: torch.Tensor | None, total_s: float, trainer: Trainer) -> Distilled:
     out = request.out
     name = f"{request.target.stem}-{request.kind}"
     net = objective.net
@@ -298,6 +332,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
     manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
                                      drafter)
     profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)
+    examples = data.sequences
     labels = greedy_labels(examples)
     report = {
         "kind": request.kind, "target": request.target.name, "seed": request.seed, "hparams": how.hparams,
@@ -305,7 +340,8 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "parameters": sum(p.numel() for p in net.parameters()),
         "sequences": len(examples), "tokens": generate.token_count(examples), "labelled_rows": int(len(labels)),
         "draft_vocab": len(net.head), "draft_vocab_coverage_held_back": round(coverage(trainer.held, vocabulary), 4),
-        "data_s": round(data_s, 1), "train_s": round(trainer.trained_s, 1), "total_s": round(total_s, 1),
+        "data": data.report(), "data_s": round(data.generated_s + data.corpus_s, 1),
+        "train_s": round(trainer.trained_s, 1), "total_s": round(total_s, 1),
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
         "acceptance_before_rounding": best["trained_curve"],
         "recommended": asdict(advice),

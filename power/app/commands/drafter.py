@@ -40,6 +40,9 @@ def drafter() -> None:
               help="Prompts the target continues (JSON lines with a `prompt`, or one per line); default: the packaged set.")
 @click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Text the target reads at prefill speed (paragraphs, or JSON lines with a `text`).")
+@click.option("--corpus-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              help="With --corpus: the share of the data time the corpus gets; the target writes its own text in the "
+                   "rest (docs/drafters.md measures the mix).")
 @click.option("--max-prompts", type=click.IntRange(min=1), default=None, help="Use the first N prompts only.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=128, show_default=True,
               help="Tokens the target writes per prompt.")
@@ -57,8 +60,8 @@ def drafter() -> None:
               help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (resume/ keeps the resumable state).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,
-            corpus: Path | None, max_prompts: int | None, max_new_tokens: int, slots: int, steps: int,
-            chain_levels: int, precision: str, threads: int | None, out: Path, quiet: bool) -> None:
+            corpus: Path | None, corpus_share: float, max_prompts: int | None, max_new_tokens: int, slots: int,
+            steps: int, chain_levels: int, precision: str, threads: int | None, out: Path, quiet: bool) -> None:
     """Distil a drafter from the target's own greedy text (and an optional corpus) on this machine.
 
     A rerun with the same DIR resumes: the generated rows and the training
@@ -81,8 +84,8 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     target = loaded.model.target
     request = DistillRequest(target=(manifest.parent / target.path),
                              kind=kind, out=out, fr=fr, budget_s=parse_budget(budget), seed=seed, prompts=prompts,
-                             corpus=corpus, max_prompts=max_prompts, max_new_tokens=max_new_tokens, slots=slots,
-                             max_steps=steps, chain_levels=chain_levels, precision=precision, progress=not quiet)
+                             corpus=corpus, corpus_share=corpus_share, max_prompts=max_prompts,
+                             max_new_tokens=max_new_tokens, slots=slots, max_steps=steps, chain_levels=chain_levels, precision=precision, progress=not quiet)
     try:
         result = run_distill(request)
     except ValueError as err:
