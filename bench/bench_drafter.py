@@ -20,7 +20,9 @@ deployment does (`--governor off`: every round speculative, the drafter's own ra
 excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it, as the runtime's rounds saw it), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
-measured acceptance (`power.orchestrator.worth_it.assess`), and whether every
+measured acceptance and this machine's verification cost
+(`power.orchestrator.worth_it.assess` with the measured time of a K + 1-row
+forward over a one-row forward, both after a held-out prompt), and whether every
 greedy stream is bit-identical to target-only.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,8 +181,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
                                 lambda t, p=p_min: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t, p)]))]
     prompts = load_prompts(which="heldout")
+    context = tokenizer.encode(prompts[0].text)
+    costs = {c.k + 1: verify_cost(trunk(c.k + 1), c.k + 1, context) for c in configs if c.recorder is not None}
+    print("a verification pass costs, in one-row steps: "
+          + ", ".join(f"{rows} rows {cost:.2f}" for rows, cost in costs.items()), flush=True)
     report: dict[str, Any] = {"drafter": distilled, "machine": machine(), "threads": args.threads,
                               "arithmetic": args.arithmetic, "tokens": args.tokens, "governor": args.governor,
+                              "verify_cost": {str(rows): round(cost, 3) for rows, cost in costs.items()},
                               "shapes": {}}
     for shape in SHAPES:
         chosen = [p for p in prompts if p.shape == shape][: args.per_shape]
@@ -190,8 +198,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for config in fresh:
                 config.runs.append(config.decoder.generate(ids, args.tokens, tokenizer.stop_ids))
             identical &= all(c.runs[-1].tokens == fresh[0].runs[-1].tokens for c in fresh)
-        report["shapes"][shape] = summarise(shape, fresh, identical)
+        report["shapes"][shape] = summarise(shape, fresh, identical, costs)
     return report
+
+
+def verify_cost(trunk: Any, rows: int, context: list[int], repeats: int = 7) -> float:
+    """A forward of `rows` rows over a forward of one, after `context` (the median of interleaved repeats)."""
+    trunk.reset()
+    trunk.prefill(context)
+    length = trunk.position
+    times: dict[int, list[float]] = {1: [], rows: []}
+    for _ in range(repeats):
+        for count in times:
+            started = time.perf_counter()
+            trunk.forward(context[:count])
+            times[count].append(time.perf_counter() - started)
+            trunk.rewind(length)
+    return statistics.median(times[rows]) / statistics.median(times[1])
 
 
 def _fresh(recorder: Recorder | None) -> Recorder | None:
@@ -208,7 +231,7 @@ def _priced_as(speculator: Speculator) -> str:
     return speculator.members[-1].name if isinstance(speculator, ChainSpeculator) else speculator.name
 
 
-def summarise(shape: str, configs: list[Config], identical: bool) -> dict[str, Any]:
+def summarise(shape: str, configs: list[Config], identical: bool, costs: dict[int, float]) -> dict[str, Any]:
     base = configs[0]
     base_rate = base.rate()
     target_step = 1.0 / base_rate
@@ -227,7 +250,7 @@ def summarise(shape: str, configs: list[Config], identical: bool) -> dict[str, A
             draft_step = rec.propose_s / rec.proposals if rec.proposals else 0.0
             p = acceptance_of(1.0 + mean_accepted, config.k) if rounds else 0.0
             verdict = assess(target_step, draft_step, config.k, base_rate, p_band=(p, p),
-                             drafter=_priced_as(config.recorder.inner)).verdict
+                             drafter=_priced_as(config.recorder.inner), verify_cost=costs[config.k + 1]).verdict
             entry |= {"acceptance_per_position": [round(x, 3) for x in per_position],
                       "mean_accepted_length": round(mean_accepted, 3), "draft_step_ms": round(draft_step * 1e3, 2),
                       "implied_p": round(p, 3), "worth_it": verdict,

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from power.app.cli import main
-from power.orchestrator.worth_it import assess, break_even_p, expected_accepted, rate, round_time
+from power.orchestrator.worth_it import acceptance_of, assess, break_even_p, expected_accepted, rate, round_time
 
 
 def test_expected_accepted_is_the_geometric_sum():
@@ -64,6 +64,29 @@ def test_bad_input_is_a_usage_error(args):
     result = CliRunner().invoke(main, ["worth-it", "-k", "3", "--incumbent", "25", *args])
     assert result.exit_code == 2
     assert "e.g." in result.output or "LOW <= HIGH" in result.output
+
+
+def test_a_verification_cost_the_machine_measured_prices_the_round():
+    # A K=7 MTP head on a CPU (docs/drafters.md): 32 ms target step, an 11.4 ms draft round, 2.51 tokens a round.
+    p = acceptance_of(2.51, 7)
+    gpu = assess(target_step=0.032, draft_step=0.0114, k=7, incumbent_rate=31.4, p_band=(p, p), drafter="mtp")
+    cpu = assess(target_step=0.032, draft_step=0.0114, k=7, incumbent_rate=31.4, p_band=(p, p), drafter="mtp",
+                 verify_cost=2.5)
+    assert gpu.verdict == "win" and cpu.verdict == "loss"
+    assert cpu.band_rates[0][1] == pytest.approx(2.51 / (0.0114 + 2.5 * 0.032), rel=1e-6)
+    assert round_time(7, 0.0114, 0.032, "mtp", verify_cost=2.5) == pytest.approx(0.0114 + 2.5 * 0.032)
+
+
+def test_the_command_takes_the_verification_cost():
+    args = ["worth-it", "--target-step", "32ms", "--draft-step", "11.4ms", "-k", "7", "--drafter", "mtp",
+            "--incumbent", "31.4", "--p-band", "0.4:0.5"]
+    cpu = CliRunner().invoke(main, [*args, "--verify-cost", "2.5"])
+    assert cpu.exit_code == 0, cpu.output
+    assert "costs 2.5 target steps" in cpu.output and "LOSS" in cpu.output
+    gpu = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
+    assert gpu["verify_cost"] == 1.1 and gpu["verdict"] == "win"
+    refused = CliRunner().invoke(main, [*args, "--verify-cost", "0"])
+    assert refused.exit_code == 2 and "--verify-cost" in refused.output
 
 
 def test_a_plan_answers_fit_and_attachment(tmp_path):

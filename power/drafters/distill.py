@@ -267,7 +267,7 @@ def training_data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ..
     began = time.monotonic()
     tokenizer = Tokenizer.from_gguf(target)
     corpus: list[Example] = []
-    if request.corpus is not None:
+    if request.corpus is not None and request.corpus_share > 0:
         trunk = _trunk(target, request.corpus_window, slots=1)
         corpus = generate.corpus_examples(trunk, tokenizer, generate.read_corpus(request.corpus), taps,
                                           request.corpus_window, began + (deadline - began) * request.corpus_share,
@@ -275,7 +275,7 @@ def training_data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ..
     read = time.monotonic()
     generated: list[Example] = []
     prompts = generate.load_prompts(request.prompts)[: request.max_prompts]
-    if prompts:
+    if prompts and time.monotonic() < deadline:
         longest = max(len(tokenizer.encode(p.text)) for p in prompts)
         trunk = _trunk(target, longest + request.max_new_tokens, slots=request.slots)
         generated = generate.self_generated(trunk, tokenizer, prompts, taps, request.max_new_tokens, deadline,

@@ -1,8 +1,13 @@
 """Is a drafter worth it? The break-even arithmetic (docs/reference.md), answered against the incumbent, not against zero.
 
-    round_time = draft_cost(K, d_s) + 1.1 * t_s    drafting, then K + 1 rows verified in one target pass
+    round_time = draft_cost(K, d_s) + v * t_s      drafting, then K + 1 rows verified in one target pass
     A          = (1 - p^(K+1)) / (1 - p)           expected tokens committed per round
     rate       = A / round_time
+
+One verification pass of K + 1 rows costs v target steps: about 1.1 on the GPU
+engines the arithmetic was written for (`VERIFY_COST`), more where the extra rows
+are not free (a CPU multiplies 8 rows in more time than one): `--verify-cost`,
+or measured (`bench/bench_drafter.py` reports each configuration's).
 
 What one round of drafting costs depends on the drafter's kind (step
 3, `power.modes` draft_cost): a plain model runs K sequential forwards (K x d_s),
@@ -27,7 +32,7 @@ from power.documents.evidence import BASELINE, CANDIDATE
 from power.documents.plan import ResolvedPlan
 from power.orchestrator.units import format_size
 
-# One verification pass of K + 1 rows costs about 1.1 target steps (docs/reference.md).
+# One verification pass of K + 1 rows costs about 1.1 target steps on a GPU engine (docs/reference.md).
 VERIFY_COST = 1.1
 BREAK_EVEN_DEPTHS = (1, 3, 7)
 # Steps 1 and 4 (docs/reference.md): what engines report about themselves runs optimistic.
@@ -45,8 +50,9 @@ def cost_of(drafter: str) -> modes.DraftCost:
     return modes.mode(drafter).draft_cost
 
 
-def round_time(k: int, draft_step: float, target_step: float, drafter: str = modes.DRAFT_MODEL) -> float:
-    return draft_time(cost_of(drafter), k, draft_step) + VERIFY_COST * target_step
+def round_time(k: int, draft_step: float, target_step: float, drafter: str = modes.DRAFT_MODEL,
+               verify_cost: float = VERIFY_COST) -> float:
+    return draft_time(cost_of(drafter), k, draft_step) + verify_cost * target_step
 
 
 def expected_accepted(p: float, k: int) -> float:
@@ -70,14 +76,15 @@ def _p_reaching(commit_per_round: float, k: int) -> float:
     return high
 
 
-def rate(p: float, k: int, draft_step: float, target_step: float, drafter: str = modes.DRAFT_MODEL) -> float:
-    return expected_accepted(p, k) / round_time(k, draft_step, target_step, drafter)
+def rate(p: float, k: int, draft_step: float, target_step: float, drafter: str = modes.DRAFT_MODEL,
+         verify_cost: float = VERIFY_COST) -> float:
+    return expected_accepted(p, k) / round_time(k, draft_step, target_step, drafter, verify_cost)
 
 
 def break_even_p(k: int, draft_step: float, target_step: float, incumbent_rate: float,
-                 drafter: str = modes.DRAFT_MODEL) -> float | None:
+                 drafter: str = modes.DRAFT_MODEL, verify_cost: float = VERIFY_COST) -> float | None:
     """The acceptance p at which the speculative rate equals the incumbent's; None when even p = 1 loses."""
-    needed = incumbent_rate * round_time(k, draft_step, target_step, drafter)
+    needed = incumbent_rate * round_time(k, draft_step, target_step, drafter, verify_cost)
     return None if expected_accepted(1.0, k) < needed else _p_reaching(needed, k)
 
 
@@ -99,7 +106,8 @@ class MeasuredSteps:
         return asdict(self)
 
 
-def steps_from_evidence(evidence: dict[str, Any], shape: str | None = None) -> MeasuredSteps:
+def steps_from_evidence(evidence: dict[str, Any], shape: str | None = None,
+                        verify_cost: float = VERIFY_COST) -> MeasuredSteps:
     """t_s and d_s from a bench's paired runs (ValueError naming what is missing when the evidence cannot say)."""
     shapes = evidence.get("shapes") or {}
     name = shape or ("prose" if "prose" in shapes else next(iter(shapes), None))
@@ -118,7 +126,7 @@ def steps_from_evidence(evidence: dict[str, Any], shape: str | None = None) -> M
         raise ValueError("the evidence's candidate does not speculate: nothing to price")
     cand_round = cand_commit / cand["decode_tok_s"]
     per_round = draft_time(cost_of(drafter), k, 1.0)
-    draft_step = max(0.0, (cand_round - VERIFY_COST * target_step) / per_round) if per_round else 0.0
+    draft_step = max(0.0, (cand_round - verify_cost * target_step) / per_round) if per_round else 0.0
     measured_p = acceptance_of(cand_commit, k) if cand.get("draft_n") else None
     engine = str((evidence.get("engine") or {}).get("name", "power"))
     return MeasuredSteps(engine, str(name), target_step, draft_step, base["decode_tok_s"], base_commit, drafter, k,
@@ -142,6 +150,7 @@ class Report:
     verdict: str
     fit: str
     settling_measurement: str
+    verify_cost: float = VERIFY_COST  # target steps one verification pass of K + 1 rows costs
     warning: str = OPTIMISM_WARNING
     measured: dict[str, Any] | None = None  # the evidence the steps were read from, when they were
 
@@ -167,10 +176,11 @@ def fit_of(plan: ResolvedPlan) -> str:
 
 def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
            incumbent_commit: float = 1.0, p_band: tuple[float, float] = (0.4, 0.6), fit: str = UNPLANNED_FIT,
-           drafter: str = modes.DRAFT_MODEL, measured: MeasuredSteps | None = None) -> Report:
+           drafter: str = modes.DRAFT_MODEL, measured: MeasuredSteps | None = None,
+           verify_cost: float = VERIFY_COST) -> Report:
     depths = sorted({*BREAK_EVEN_DEPTHS, k})
     band = (p_band[0], (p_band[0] + p_band[1]) / 2, p_band[1])
-    band_rates = tuple((p, rate(p, k, draft_step, target_step, drafter)) for p in band)
+    band_rates = tuple((p, rate(p, k, draft_step, target_step, drafter, verify_cost)) for p in band)
     low, high = band_rates[0][1], band_rates[-1][1]
     if low > incumbent_rate:
         verdict = "win"
@@ -188,8 +198,9 @@ def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
         target_step_s=target_step, draft_step_s=draft_step, k=k, drafter=drafter,
         draft_cost=modes.DRAFT_COST_TEXT[cost_of(drafter)], incumbent_rate=incumbent_rate,
         incumbent_commit=incumbent_commit, target_already_drafts=incumbent_commit > 1.0,
-        break_even={d: break_even_p(d, draft_step, target_step, incumbent_rate, drafter) for d in depths},
+        break_even={d: break_even_p(d, draft_step, target_step, incumbent_rate, drafter, verify_cost) for d in depths},
         p_band=p_band, band_rates=band_rates, verdict=verdict, fit=fit, settling_measurement=settling,
+        verify_cost=verify_cost,
         measured=measured.document() if measured else None,
     )
 
@@ -202,7 +213,8 @@ def render_text(report: Report) -> str:
     lines = [
         f"1. Does the target already draft? {'yes' if r.target_already_drafts else 'no'} "
         f"(incumbent {r.incumbent_rate:g} tok/s at {r.incumbent_commit:g} commit/round; "
-        f"target step {r.target_step_s * 1000:.1f} ms, draft step {r.draft_step_s * 1000:.1f} ms, {source})",
+        f"target step {r.target_step_s * 1000:.1f} ms, draft step {r.draft_step_s * 1000:.1f} ms, {source}; "
+        f"a verification pass of K + 1 rows costs {r.verify_cost:g} target steps)",
         f"2. Break-even acceptance p against the incumbent ({r.drafter}: {r.draft_cost}):",
     ]
     for depth, p in r.break_even.items():

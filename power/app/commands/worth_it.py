@@ -74,15 +74,18 @@ class Band(click.ParamType):
               "engine's own timings (candidate = the drafter, baseline = the incumbent).")
 @click.option("--shape", help="With --evidence: the traffic shape to read (default: prose, else the first).")
 @click.option("--p-band", type=Band(), default="0.4:0.6", show_default=True, help="Realistic acceptance band.")
+@click.option("--verify-cost", type=FiniteFloatRange(min=0, min_open=True), default=arithmetic.VERIFY_COST,
+              show_default=True, help="What one verification pass of K + 1 rows costs, in target steps: about 1.1 on "
+              "a GPU engine; more on a CPU, where extra rows are not free (bench/bench_drafter.py measures it).")
 @click.option("--plan", "plan_path", type=click.Path(path_type=Path),
               help="A compiled plan for the drafter: its VRAM verdict and attachment go in the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def worth_it(target_step, draft_step, drafter, k, incumbent, incumbent_commit, evidence_path, shape, p_band,
-             plan_path, as_json) -> None:
+             verify_cost, plan_path, as_json) -> None:
     """Is a drafter worth it? Break-even acceptance and the rate over a realistic band, against the incumbent."""
     measured = None
     if evidence_path is not None:
-        measured = _measured(evidence_path, shape, as_json)
+        measured = _measured(evidence_path, shape, verify_cost, as_json)
         target_step, draft_step, drafter, k = measured.target_step, measured.draft_step, measured.drafter, measured.k
         incumbent, incumbent_commit = measured.incumbent_rate, measured.incumbent_commit
     missing = [name for name, value in (("--draft-step", draft_step), ("-k", k), ("--incumbent", incumbent))
@@ -97,11 +100,12 @@ def worth_it(target_step, draft_step, drafter, k, incumbent, incumbent_commit, e
             fit = arithmetic.fit_of(load_plan(plan_path))
         except PlanError as err:
             refuse(err, as_json)
-    report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band, fit, drafter, measured)
+    report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band, fit, drafter, measured,
+                               verify_cost)
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else arithmetic.render_text(report))
 
 
-def _measured(path: Path, shape: str | None, as_json: bool) -> arithmetic.MeasuredSteps:
+def _measured(path: Path, shape: str | None, verify_cost: float, as_json: bool) -> arithmetic.MeasuredSteps:
     hint = "pass a file written by `power bench CANDIDATE --vs BASELINE -o FILE`"
     try:
         document = read_json(path)
@@ -111,7 +115,7 @@ def _measured(path: Path, shape: str | None, as_json: bool) -> arithmetic.Measur
     try:
         if not isinstance(document, dict) or document.get("schema") != EVIDENCE_SCHEMA:
             raise ValueError(f"not a {EVIDENCE_SCHEMA} document")
-        return arithmetic.steps_from_evidence(document, shape)
+        return arithmetic.steps_from_evidence(document, shape, verify_cost)
     except (ValueError, KeyError, TypeError) as err:
         refuse(EvidenceInputError(f"cannot read step times from the evidence ({err})", file=str(path), hint=hint),
                as_json)
