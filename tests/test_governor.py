@@ -70,13 +70,27 @@ def test_a_probe_ends_early_after_four_steps_that_accepted_nothing():
 
 
 def test_a_step_that_proposed_nothing_is_a_speculative_sample():
-    """Four matchless lookups (recorded as speculative one-token steps) park an n-gram drafter."""
+    """Matchless lookups (speculative one-token steps that verified nothing) are costed as speculation: a probe of
+    them that costs more than plain steps parks the drafter, and none of them leaks into the plain baseline."""
     gov = CostGovernor()
     _through_baseline(gov)
-    for _ in range(4):
-        gov.record(speculative=True, tokens=1, seconds=PLAIN, accepted=0)
+    for _ in range(gov.config.probe_steps - 1):
+        gov.record(speculative=True, tokens=1, seconds=PLAIN * 1.05, accepted=0, proposed=0)
+    assert gov.phase is Phase.PROBE  # no verification was paid: the early-loss run never started
+    gov.record(speculative=True, tokens=1, seconds=PLAIN * 1.05, accepted=0, proposed=0)
     assert gov.phase is Phase.PARKED
-    assert gov.plain_cost == PLAIN  # none of them leaked into the plain baseline
+    assert gov.plain_cost == PLAIN
+
+
+def test_a_confidence_gate_refusing_neither_extends_nor_breaks_a_run_of_rejected_rounds():
+    """Only verifications that accepted nothing end a probe early; a gated-out step between them changes nothing."""
+    gov = CostGovernor()
+    _through_baseline(gov)
+    _spec_steps(gov, 3, tokens=1, seconds=PLAIN * 1.6, accepted=0)
+    gov.record(speculative=True, tokens=1, seconds=PLAIN, accepted=0, proposed=0)
+    assert gov.phase is Phase.PROBE
+    _spec_steps(gov, 1, tokens=1, seconds=PLAIN * 1.6, accepted=0)
+    assert gov.phase is Phase.PARKED
 
 
 def test_parked_steps_feed_the_plain_baseline_except_the_first():

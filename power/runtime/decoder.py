@@ -390,7 +390,8 @@ class Decoder:
         decoding.stats.add_round(result)
         decoding.scheduler.record(result.proposed, result.accepted, result.replayed)
         if decoding.slot.governor:
-            decoding.slot.governor.record(result.attempted, len(result.emitted), seconds, result.accepted)
+            decoding.slot.governor.record(result.attempted, len(result.emitted), seconds, result.accepted,
+                                          result.proposed)
         try:
             self._landed(decoding, result.emitted)
         except Exception as err:  # noqa: BLE001 - the caller's callback failed: this request ends

@@ -14,8 +14,12 @@ Accounting rules (the TensorSharp seed's, each of which fixed a real regression)
 - a window's cost is its seconds over its tokens (a ratio of sums): the mean of
   each step's seconds per token would weigh a round that accepted nothing as much
   as one that emitted eight tokens, and park a drafter that wins on average;
-- a probe ends early as a loss once `early_loss_steps` speculative steps in a row
-  accepted nothing;
+- a probe ends early as a loss once `early_loss_steps` verifications in a row
+  accepted nothing: steps whose drafts were all rejected, each a verification paid
+  for one token. A step that proposed nothing (a matchless lookup, a draft head
+  under its confidence gate) paid no verification: it counts in the cost windows
+  but neither extends nor breaks that run, so a gate's refusals alone never park
+  the speculator;
 - after a loss the re-probe is short and parks back off (first_park, doubling to
   max_park); a win restores the full probe, and while a win holds the last
   `hold_window` speculative steps are compared to the baseline so a wrong win
@@ -75,11 +79,12 @@ class CostGovernor:
         """Whether the next step should try speculation."""
         return self.phase in (Phase.PROBE, Phase.HOLD)
 
-    def record(self, speculative: bool, tokens: int, seconds: float, accepted: int = 0) -> None:
-        """One decode step: whether speculation was attempted, tokens emitted, its wall time, drafts accepted."""
+    def record(self, speculative: bool, tokens: int, seconds: float, accepted: int = 0, proposed: int = 1) -> None:
+        """One decode step: whether speculation was attempted, tokens emitted, its wall time, drafts accepted, and
+        drafts proposed (0: nothing was verified)."""
         step = (seconds, max(tokens, 1))
         if speculative:
-            self._record_speculative(step, accepted)
+            self._record_speculative(step, accepted, proposed)
         else:
             self._record_plain(step)
 
@@ -114,7 +119,7 @@ class CostGovernor:
         elif self.phase is Phase.PARKED and self._phase_steps >= self._park_len:
             self._enter(Phase.PROBE)
 
-    def _record_speculative(self, step: tuple[float, int], accepted: int) -> None:
+    def _record_speculative(self, step: tuple[float, int], accepted: int, proposed: int) -> None:
         self._phase_steps += 1
         if self.phase is Phase.HOLD:
             self._hold.append(step)
@@ -125,7 +130,8 @@ class CostGovernor:
                 self._enter(Phase.BASELINE)
             return
         self._spec.append(step)
-        self._zero_accept_run = self._zero_accept_run + 1 if accepted == 0 else 0
+        if proposed:
+            self._zero_accept_run = self._zero_accept_run + 1 if accepted == 0 else 0
         if self._zero_accept_run >= self.config.early_loss_steps:
             self._lose()
         elif len(self._spec) >= self._probe_len():
