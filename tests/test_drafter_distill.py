@@ -25,6 +25,7 @@ from power.drafters.generate import NO_LABEL, Example, corpus_examples, load_pro
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
 from power.drafters.train import training_precision
+from power.modes import NGRAM
 from power.runtime.engine import Engine, Workload
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm
@@ -172,6 +173,7 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     assert verified.exit_code == 0, verified.output
     plan = load_plan(plan_path)
     assert plan.mode.resolved == kind and plan.speculation.fr_vocab_size is None  # the drafter's vocabulary bounds it
+    assert tuple(plan.mode.chain) == (NGRAM, kind)  # the manifest's lookup proposes first, the drafter where it has none
     speculative = Engine(Workload.of_plan(plan, plan_path))
     plain = Engine(Workload.of_gguf(fixtures()[target]))
     for prompt in ("Story 99: once upon a time", "The quick brown fox"):
