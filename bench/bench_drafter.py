@@ -41,6 +41,7 @@ import torch
 
 from power.app.bench import machine
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
+from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.generate import load_prompts
 from power.orchestrator.loading import load_manifest
 from power.orchestrator.worth_it import acceptance_of, assess
@@ -57,7 +58,7 @@ from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
 SHAPES = ("prose", "code", "chat")
-NGRAM = NGramWindow(4, 2, 7)
+NGRAM = NGramWindow(CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN, 7)  # the distilled profile's lookup
 
 
 @dataclass

@@ -30,6 +30,9 @@ from power.artifacts.factory import Tensor, write_gguf
 from power.runtime.gguf_weights import GGUFFile
 
 DEFAULT_CTX = 4096  # the bundled profiles' context
+# The n-gram lookup the manifest chains in front of the drafter: the bundled n-gram profile's window
+# (profiles/ngram.toml: the last 4 tokens, drafts of 2 or more), which bench/bench_drafter.py measures the chain with.
+CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN = 4, 2
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,8 @@ def write_manifest(path: Path, name: str, target: Path, target_architecture: str
 
 def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> Path:
     """profile.toml: the kind at the recommended K/S (and confidence gate), at a fixed verification shape of K + 1
-    rows (no FR: the drafter's own draft vocabulary already bounds its head)."""
+    rows (no FR: the drafter's own draft vocabulary already bounds its head), with the window of the n-gram lookup
+    the manifest chains in front of it."""
     lines = [
         'schema = "power.profile/v1"',
         f'name = "{name}"',
@@ -150,6 +154,8 @@ def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> P
         f"ctx = {advice.ctx}",
         f"verify_capacity = {advice.k + 1}",
         'kv_cache_type = "f16"',
+        f"ngram_match = {CHAINED_NGRAM_MATCH}",
+        f"ngram_draft_min = {CHAINED_NGRAM_DRAFT_MIN}",
         "",
         "[sampling]",
         "temperature = 0.0",
