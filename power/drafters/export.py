@@ -155,7 +155,7 @@ def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> P
         f"verify_capacity = {advice.k + 1}",
         'kv_cache_type = "f16"',
         f"ngram_match = {CHAINED_NGRAM_MATCH}",
-        f"ngram_draft_min = {CHAINED_NGRAM_DRAFT_MIN}",
+        f"ngram_draft_min = {min(CHAINED_NGRAM_DRAFT_MIN, advice.k)}",  # at most K, or the lookup never proposes
         "",
         "[sampling]",
         "temperature = 0.0",
