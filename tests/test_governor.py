@@ -2,56 +2,56 @@
 
 from __future__ import annotations
 
-from power.runtime.governor import CostGovernor, GovernorConfig, Phase
+from power.runtime.governor import ChainGovernor, GovernorConfig, Phase
 
 PLAIN = 0.010  # seconds per plain step
 
 
-def _plain_steps(gov: CostGovernor, n: int, seconds: float = PLAIN) -> None:
+def _plain_steps(gov: ChainGovernor, n: int, seconds: float = PLAIN) -> None:
     for _ in range(n):
         assert not gov.speculate()
-        gov.record(speculative=False, tokens=1, seconds=seconds)
+        gov.record(member=None, tokens=1, seconds=seconds)
 
 
-def _spec_steps(gov: CostGovernor, n: int, tokens: int, seconds: float, accepted: int | None = None) -> None:
+def _spec_steps(gov: ChainGovernor, n: int, tokens: int, seconds: float, accepted: int | None = None) -> None:
     for _ in range(n):
         assert gov.speculate()
-        gov.record(speculative=True, tokens=tokens, seconds=seconds, accepted=tokens - 1 if accepted is None else accepted)
+        gov.record(member=0, tokens=tokens, seconds=seconds, accepted=tokens - 1 if accepted is None else accepted)
 
 
-def _through_baseline(gov: CostGovernor) -> None:
+def _through_baseline(gov: ChainGovernor) -> None:
     _plain_steps(gov, gov.config.baseline_steps)
-    assert gov.phase is Phase.PROBE
+    assert gov.members[0].phase is Phase.PROBE
 
 
 def test_a_winning_speculator_holds():
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=4, seconds=0.012)  # 3 ms per token against 10
-    assert gov.phase is Phase.HOLD and gov.wins == 1 and gov.parks == 0
+    assert gov.members[0].phase is Phase.HOLD and gov.members[0].wins == 1 and gov.parks == 0
 
 
 def test_a_losing_speculator_is_parked_and_reprobed_with_backoff():
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=1, seconds=0.015, accepted=1)  # accepted something, still slower per token
-    assert gov.phase is Phase.PARKED and gov.parks == 1
+    assert gov.members[0].phase is Phase.PARKED and gov.parks == 1
     _plain_steps(gov, 32)
-    assert gov.phase is Phase.PROBE
+    assert gov.members[0].phase is Phase.PROBE
     _spec_steps(gov, 3, tokens=1, seconds=0.015, accepted=1)  # after a loss the re-probe is short
-    assert gov.phase is Phase.PARKED and gov.parks == 2
+    assert gov.members[0].phase is Phase.PARKED and gov.parks == 2
     _plain_steps(gov, 63)
-    assert gov.phase is Phase.PARKED  # backed off to 64
+    assert gov.members[0].phase is Phase.PARKED  # backed off to 64
     _plain_steps(gov, 1)
-    assert gov.phase is Phase.PROBE
+    assert gov.members[0].phase is Phase.PROBE
 
 
 def test_backoff_is_capped():
-    gov = CostGovernor(GovernorConfig(first_park=4, max_park=8))
+    gov = ChainGovernor(GovernorConfig(first_park=4, max_park=8))
     _through_baseline(gov)
     parks = []
     for _ in range(4):
-        _spec_steps(gov, gov.config.probe_steps if gov.losses == 0 else 3, tokens=1, seconds=0.02, accepted=1)
+        _spec_steps(gov, gov.config.probe_steps if gov.members[0].losses == 0 else 3, tokens=1, seconds=0.02, accepted=1)
         steps = 0
         while not gov.speculate():
             _plain_steps(gov, 1)
@@ -61,80 +61,80 @@ def test_backoff_is_capped():
 
 
 def test_a_probe_ends_early_after_four_steps_that_accepted_nothing():
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     _spec_steps(gov, 3, tokens=1, seconds=0.001, accepted=0)
-    assert gov.phase is Phase.PROBE
+    assert gov.members[0].phase is Phase.PROBE
     _spec_steps(gov, 1, tokens=1, seconds=0.001, accepted=0)
-    assert gov.phase is Phase.PARKED
+    assert gov.members[0].phase is Phase.PARKED
 
 
 def test_a_step_that_proposed_nothing_is_a_speculative_sample():
     """Matchless lookups (speculative one-token steps that verified nothing) are costed as speculation: a probe of
     them that costs more than plain steps parks the drafter, and none of them leaks into the plain baseline."""
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     for _ in range(gov.config.probe_steps - 1):
-        gov.record(speculative=True, tokens=1, seconds=PLAIN * 1.05, accepted=0, proposed=0)
-    assert gov.phase is Phase.PROBE  # no verification was paid: the early-loss run never started
-    gov.record(speculative=True, tokens=1, seconds=PLAIN * 1.05, accepted=0, proposed=0)
-    assert gov.phase is Phase.PARKED
+        gov.record(member=0, tokens=1, seconds=PLAIN * 1.05, accepted=0, proposed=0)
+    assert gov.members[0].phase is Phase.PROBE  # no verification was paid: the early-loss run never started
+    gov.record(member=0, tokens=1, seconds=PLAIN * 1.05, accepted=0, proposed=0)
+    assert gov.members[0].phase is Phase.PARKED
     assert gov.plain_cost == PLAIN
 
 
 def test_a_confidence_gate_refusing_neither_extends_nor_breaks_a_run_of_rejected_rounds():
     """Only verifications that accepted nothing end a probe early; a gated-out step between them changes nothing."""
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     _spec_steps(gov, 3, tokens=1, seconds=PLAIN * 1.6, accepted=0)
-    gov.record(speculative=True, tokens=1, seconds=PLAIN, accepted=0, proposed=0)
-    assert gov.phase is Phase.PROBE
+    gov.record(member=0, tokens=1, seconds=PLAIN, accepted=0, proposed=0)
+    assert gov.members[0].phase is Phase.PROBE
     _spec_steps(gov, 1, tokens=1, seconds=PLAIN * 1.6, accepted=0)
-    assert gov.phase is Phase.PARKED
+    assert gov.members[0].phase is Phase.PARKED
 
 
 def test_parked_steps_feed_the_plain_baseline_except_the_first():
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     _spec_steps(gov, 4, tokens=1, seconds=0.02, accepted=0)
-    assert gov.phase is Phase.PARKED
-    gov.record(speculative=False, tokens=1, seconds=1.0)  # pays the switch: not a sample
+    assert gov.members[0].phase is Phase.PARKED
+    gov.record(member=None, tokens=1, seconds=1.0)  # pays the switch: not a sample
     _plain_steps(gov, 5, seconds=0.004)
     assert abs(gov.plain_cost - (3 * PLAIN + 5 * 0.004) / 8) < 1e-12
 
 
 def test_a_wrong_win_is_caught_within_the_hold_window():
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=4, seconds=0.012)
-    assert gov.phase is Phase.HOLD
+    assert gov.members[0].phase is Phase.HOLD
     _spec_steps(gov, 7, tokens=1, seconds=0.03, accepted=0)
-    assert gov.phase is Phase.HOLD
+    assert gov.members[0].phase is Phase.HOLD
     _spec_steps(gov, 1, tokens=1, seconds=0.03, accepted=0)
-    assert gov.phase is Phase.PARKED and gov.losses == 1
+    assert gov.members[0].phase is Phase.PARKED and gov.members[0].losses == 1
 
 
 def test_a_hold_remeasures_the_baseline_then_resumes():
-    gov = CostGovernor(GovernorConfig(hold_steps=10))
+    gov = ChainGovernor(GovernorConfig(hold_steps=10))
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=4, seconds=0.012)
     _spec_steps(gov, 10, tokens=4, seconds=0.012)
-    assert gov.phase is Phase.BASELINE
+    assert gov.members[0].phase is Phase.BASELINE
     _plain_steps(gov, 3)
-    assert gov.phase is Phase.HOLD and gov.wins == 1
+    assert gov.members[0].phase is Phase.HOLD and gov.members[0].wins == 1
 
 
 def test_a_new_request_caps_the_park_and_forgets_the_backoff():
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=1, seconds=0.02, accepted=1)
     _plain_steps(gov, 32)
     _spec_steps(gov, 3, tokens=1, seconds=0.02, accepted=1)
     _plain_steps(gov, 2)
-    assert gov.phase is Phase.PARKED  # a 64-step park, 62 to go
+    assert gov.members[0].phase is Phase.PARKED  # a 64-step park, 62 to go
     gov.new_request()
     _plain_steps(gov, 30)
-    assert gov.phase is Phase.PROBE  # capped at 32
+    assert gov.members[0].phase is Phase.PROBE  # capped at 32
     _spec_steps(gov, 3, tokens=1, seconds=0.02, accepted=1)  # the loss is remembered: a short probe
     steps = 0
     while not gov.speculate():
@@ -147,14 +147,48 @@ def test_rounds_that_win_on_average_hold_however_uneven_they_are():
     """Rounds of a real head alternate misses and long runs: 1 token or 6 tokens for 16 ms against 10 ms a plain token.
     Over the window that is 32 ms for 7 tokens, 4.6 ms a token: a win, though the mean of each round's own cost per
     token (16 and 2.7 ms: 9.3 ms) is close to the plain cost and a window with more misses would cross it."""
-    gov = CostGovernor()
+    gov = ChainGovernor()
     _through_baseline(gov)
     for _ in range(4):
         _spec_steps(gov, 1, tokens=1, seconds=0.016, accepted=0)
         _spec_steps(gov, 1, tokens=6, seconds=0.016)
-    assert gov.phase is Phase.HOLD and gov.parks == 0
+    assert gov.members[0].phase is Phase.HOLD and gov.parks == 0
     for tokens in [1, 1, 6] * 40:  # in hold: two misses to every long run, still 48 ms for 8 tokens
-        while gov.phase is Phase.BASELINE:  # the baseline re-measured every hold_steps
+        while gov.members[0].phase is Phase.BASELINE:  # the baseline re-measured every hold_steps
             _plain_steps(gov, 1)
         _spec_steps(gov, 1, tokens=tokens, seconds=0.016, accepted=tokens - 1)
     assert gov.parks == 0
+
+
+def _member_steps(gov: ChainGovernor, member: int, n: int, tokens: int, seconds: float, accepted: int) -> None:
+    for _ in range(n):
+        assert gov.allowed()[member]
+        gov.record(member=member, tokens=tokens, seconds=seconds, accepted=accepted)
+
+
+def test_a_chain_parks_its_losing_head_and_keeps_its_lookup_proposing():
+    """A lookup in front of a head: the head's rounds accept nothing and lose, the lookup's win. Only the head is
+    parked; its park runs out on the lookup's steps, and the lookup never stops."""
+    gov = ChainGovernor(members=2)
+    _plain_steps(gov, gov.config.baseline_steps)
+    for _ in range(4):
+        _member_steps(gov, 0, 1, tokens=4, seconds=0.012, accepted=3)
+        _member_steps(gov, 1, 1, tokens=1, seconds=0.016, accepted=0)
+    lookup, head = gov.members
+    assert (head.phase, head.parks, lookup.phase, lookup.parks) == (Phase.PARKED, 1, Phase.PROBE, 0)
+    assert gov.allowed() == (True, False) and gov.speculate()
+    _member_steps(gov, 0, 4, tokens=4, seconds=0.012, accepted=3)
+    assert lookup.phase is Phase.HOLD
+    _member_steps(gov, 0, 28, tokens=4, seconds=0.012, accepted=3)
+    assert gov.allowed() == (True, True) and head.phase is Phase.PROBE  # the 32-step park ran out on the lookup's steps
+    assert gov.parks == 1 and gov.plain_cost == PLAIN
+
+
+def test_a_member_remeasuring_the_baseline_makes_the_step_plain_for_every_member():
+    gov = ChainGovernor(GovernorConfig(hold_steps=10), members=2)
+    _plain_steps(gov, gov.config.baseline_steps)
+    _member_steps(gov, 0, 8 + 10, tokens=4, seconds=0.012, accepted=3)
+    assert gov.members[0].phase is Phase.BASELINE and gov.members[1].phase is Phase.PROBE
+    assert gov.allowed() == (False, False)
+    _plain_steps(gov, gov.config.baseline_steps)
+    assert gov.allowed() == (True, True) and gov.members[0].phase is Phase.HOLD

@@ -6,6 +6,7 @@ import pytest
 from spec_helpers import oracle_for, plain_stream, prompt_for, speculative, trunk
 
 from power.runtime.sampling import Sampler, SamplingParams
+from power.runtime.speculators.chain import ChainSpeculator
 from power.runtime.transaction import SpeculativeSequence
 
 N = 64
@@ -45,6 +46,24 @@ def test_the_autoregressive_path_is_a_zero_proposal_round():
     result = seq.round(0)
     assert (result.proposed, result.attempted, result.emitted) == (0, False, [truth[1]])
     _committed_invariant(seq)
+
+
+def test_a_chain_round_names_the_member_it_paid_for_and_skips_a_parked_one():
+    """The governor's per-member accounting: the round belongs to the member that proposed; a parked member
+    (False in `members`) is never asked; with nothing proposed the round belongs to the last member that ran."""
+    ahead, behind = oracle_for("dense", N, [None] * 4), oracle_for("dense", N, [None] * 4)
+    seq = SpeculativeSequence(trunk("dense", 10), Sampler(SamplingParams()), ChainSpeculator([ahead, behind]))
+    seq.start(prompt_for("dense"))
+    opened = seq.open_round(3)
+    assert (opened.member, len(ahead.asked), len(behind.asked)) == (0, 1, 0)
+    seq.abort_round(opened)
+    opened = seq.open_round(3, members=(False, True))
+    assert (opened.member, len(ahead.asked), len(behind.asked)) == (1, 0, 1)  # the abort restored the first ask
+    seq.abort_round(opened)
+    ahead.truth = behind.truth = []  # neither has a continuation to propose
+    opened = seq.open_round(3)
+    assert (opened.member, opened.drafts) == (1, [])
+    seq.abort_round(opened)
 
 
 def test_an_accepted_stop_token_ends_the_round_and_nothing_after_it_is_kept():

@@ -44,7 +44,7 @@ from typing import Callable, Collection, Sequence
 from power.documents.receipt import SpeculationRates
 from power.runtime.trunks.base import FixedShapeTrunk, Part, TrunkSequence
 
-from .governor import CostGovernor, GovernorConfig
+from .governor import ChainGovernor, GovernorConfig
 from .sampling import Sampler
 from .scheduler import Scheduler, SchedulerConfig
 from .speculators.base import Speculator
@@ -116,7 +116,7 @@ class Slot:
     index: int
     trunk: TrunkSequence
     speculator: Speculator | None
-    governor: CostGovernor | None
+    governor: ChainGovernor | None
     cached: list[int] = field(default_factory=list)  # prompt tokens whose rows the slot's cache holds, as prefilled
     holder: Decoding | None = None
 
@@ -268,7 +268,7 @@ class Decoder:
         request = decoding.request
         if self.speculator is not None and slot.speculator is None:
             slot.speculator = self.speculator if slot.index == 0 else self.speculator.spawn()
-            slot.governor = CostGovernor(self.governor) if self.governor else None
+            slot.governor = ChainGovernor(self.governor, self.speculator.member_count) if self.governor else None
         slot.holder = decoding
         decoding._started = time.perf_counter()
         seq = SpeculativeSequence(slot.trunk, request.sampler, slot.speculator, request.stop_ids, request.cancel,
@@ -333,7 +333,8 @@ class Decoder:
         opened: list[tuple[Decoding, OpenRound]] = []
         for decoding, width in self._grants(ready[turn:] + ready[:turn]):
             try:
-                opened.append((decoding, decoding.seq.open_round(width)))
+                governor = decoding.slot.governor
+                opened.append((decoding, decoding.seq.open_round(width, governor.allowed() if governor else None)))
             except Exception as err:  # noqa: BLE001 - restored by the transaction; this request ends
                 self._failed(decoding, err)
         if not opened:
@@ -390,7 +391,7 @@ class Decoder:
         decoding.stats.add_round(result)
         decoding.scheduler.record(result.proposed, result.accepted, result.replayed)
         if decoding.slot.governor:
-            decoding.slot.governor.record(result.attempted, len(result.emitted), seconds, result.accepted,
+            decoding.slot.governor.record(result.member, len(result.emitted), seconds, result.accepted,
                                           result.proposed)
         try:
             self._landed(decoding, result.emitted)

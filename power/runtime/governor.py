@@ -26,6 +26,15 @@ Accounting rules (the TensorSharp seed's, each of which fixed a real regression)
   costs a few steps; the baseline is re-measured every `hold_steps`;
 - a new request caps the remaining park at `first_park` and forgets the backoff
   (one loss is remembered, so its re-probe stays short).
+
+A chain of speculators (an n-gram lookup in front of a learned head) gets one
+verdict per member over one plain baseline (`ChainGovernor`): a step's cost
+belongs to the member that proposed, or to the last one that ran when none did,
+so a head that loses is parked while the lookup in front of it keeps proposing.
+Parking the whole chain for the head's losses would cost the lookup its wins
+(docs/drafters.md measures both). Any member re-measuring the baseline makes
+the step plain for all: the plain cost is the target's, whichever member is
+parked.
 """
 
 from __future__ import annotations
@@ -56,18 +65,40 @@ class GovernorConfig:
     baseline_window: int = 32
 
 
+class PlainBaseline:
+    """The plain cost per token: the last `baseline_window` plain steps, each but the first after a speculative step
+    (that one pays the switch)."""
+
+    def __init__(self, window: int) -> None:
+        self._steps: deque[tuple[float, int]] = deque(maxlen=window)  # (seconds, tokens) a step
+        self._after_speculative = False
+
+    def plain(self, step: tuple[float, int]) -> None:
+        if not self._after_speculative:
+            self._steps.append(step)
+        self._after_speculative = False
+
+    def speculative(self) -> None:
+        self._after_speculative = True
+
+    @property
+    def cost(self) -> float | None:
+        return _per_token(self._steps)
+
+
 class CostGovernor:
-    def __init__(self, config: GovernorConfig | None = None) -> None:
-        self.config = config or GovernorConfig()
+    """The verdict on one speculator (one member of a chain), measured against the chain's shared baseline."""
+
+    def __init__(self, config: GovernorConfig, baseline: PlainBaseline) -> None:
+        self.config = config
         self.phase = Phase.BASELINE
         self.parks = 0
         self.wins = 0
         self.losses = 0
-        self._plain: deque[tuple[float, int]] = deque(maxlen=self.config.baseline_window)  # (seconds, tokens) a step
+        self.baseline = baseline
         self._spec: list[tuple[float, int]] = []  # this probe's steps
         self._hold: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)
         self._phase_steps = 0
-        self._skip_next_plain = False
         self._zero_accept_run = 0
         self._park_len = 0
         self._backoff = self.config.first_park  # the next park's length
@@ -79,47 +110,22 @@ class CostGovernor:
         """Whether the next step should try speculation."""
         return self.phase in (Phase.PROBE, Phase.HOLD)
 
-    def record(self, speculative: bool, tokens: int, seconds: float, accepted: int = 0, proposed: int = 1) -> None:
-        """One decode step: whether speculation was attempted, tokens emitted, its wall time, drafts accepted, and
-        drafts proposed (0: nothing was verified)."""
-        step = (seconds, max(tokens, 1))
-        if speculative:
-            self._record_speculative(step, accepted, proposed)
-        else:
-            self._record_plain(step)
-
     def new_request(self) -> None:
         """A new request starts: cap the park at the first interval and forget the backoff."""
         self._park_len = min(self._park_len, self.config.first_park)
         self._backoff = self.config.first_park
 
-    # --- numbers for receipts and metrics ---------------------------------
-    @property
-    def plain_cost(self) -> float | None:
-        return _per_token(self._plain)
-
-    def summary(self) -> dict[str, object]:
-        return {
-            "phase": self.phase.value,
-            "parks": self.parks,
-            "wins": self.wins,
-            "losses": self.losses,
-            "plain_s_per_token": self.plain_cost,
-        }
-
     # --- the state machine ------------------------------------------------
-    def _record_plain(self, step: tuple[float, int]) -> None:
-        if self._skip_next_plain:
-            self._skip_next_plain = False
-        else:
-            self._plain.append(step)
+    def passing_step(self) -> None:
+        """A step this speculator did not propose on: plain, or another chain member's."""
         self._phase_steps += 1
         if self.phase is Phase.BASELINE and self._phase_steps >= self.config.baseline_steps:
             self._enter(self._after_baseline)
         elif self.phase is Phase.PARKED and self._phase_steps >= self._park_len:
             self._enter(Phase.PROBE)
 
-    def _record_speculative(self, step: tuple[float, int], accepted: int, proposed: int) -> None:
+    def speculative_step(self, step: tuple[float, int], accepted: int, proposed: int) -> None:
+        """A step whose cost is this speculator's."""
         self._phase_steps += 1
         if self.phase is Phase.HOLD:
             self._hold.append(step)
@@ -144,7 +150,7 @@ class CostGovernor:
         return self.config.short_probe_steps if self._lost_last else self.config.probe_steps
 
     def _losing(self, spec_cost: float | None) -> bool:
-        plain = self.plain_cost
+        plain = self.baseline.cost
         return plain is not None and spec_cost is not None and spec_cost > plain
 
     def _win(self) -> None:
@@ -162,8 +168,6 @@ class CostGovernor:
         self._enter(Phase.PARKED)
 
     def _enter(self, phase: Phase) -> None:
-        switching_to_plain = phase in (Phase.BASELINE, Phase.PARKED) and self.phase in (Phase.PROBE, Phase.HOLD)
-        self._skip_next_plain = switching_to_plain
         self.phase = phase
         self._phase_steps = 0
         self._zero_accept_run = 0
@@ -171,6 +175,50 @@ class CostGovernor:
         self._hold.clear()
         if phase is Phase.PROBE:
             self._after_baseline = Phase.PROBE
+
+
+class ChainGovernor:
+    """One slot's governor: a `CostGovernor` verdict per chain member (one for a lone speculator), one baseline."""
+
+    def __init__(self, config: GovernorConfig | None = None, members: int = 1) -> None:
+        self.config = config or GovernorConfig()
+        self.baseline = PlainBaseline(self.config.baseline_window)
+        self.members = tuple(CostGovernor(self.config, self.baseline) for _ in range(members))
+
+    def allowed(self) -> tuple[bool, ...]:
+        """Which members may propose on the next step (none: a plain step)."""
+        if any(member.phase is Phase.BASELINE for member in self.members):
+            return (False,) * len(self.members)
+        return tuple(member.speculate() for member in self.members)
+
+    def speculate(self) -> bool:
+        return any(self.allowed())
+
+    def record(self, member: int | None, tokens: int, seconds: float, accepted: int = 0, proposed: int = 1) -> None:
+        """One decode step: the member whose cost it was (None: a plain step), tokens emitted, its wall time, drafts
+        accepted and drafts proposed (0: nothing was verified)."""
+        step = (seconds, max(tokens, 1))
+        if member is None:
+            self.baseline.plain(step)
+        else:
+            self.baseline.speculative()
+        for index, governor in enumerate(self.members):
+            if index == member:
+                governor.speculative_step(step, accepted, proposed)
+            elif member is None or governor.phase is Phase.PARKED:
+                governor.passing_step()
+
+    def new_request(self) -> None:
+        for member in self.members:
+            member.new_request()
+
+    @property
+    def parks(self) -> int:
+        return sum(member.parks for member in self.members)
+
+    @property
+    def plain_cost(self) -> float | None:
+        return self.baseline.cost
 
 
 def _per_token(steps: Iterable[tuple[float, int]]) -> float | None:

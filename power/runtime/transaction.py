@@ -75,7 +75,12 @@ class RoundResult:
     accepted: int
     replayed: bool  # the rejected suffix was outside the resident window: restored and replayed
     head_ran: bool  # a learned head ran (even if it proposed nothing)
-    attempted: bool  # speculation was asked for (width > 0 and a speculator is armed)
+    member: int | None  # the chain member whose pass the round paid for (Proposal.member); None: not attempted
+
+    @property
+    def attempted(self) -> bool:
+        """Speculation was asked for (width > 0 and a speculator is armed)."""
+        return self.member is not None
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ class OpenRound:
     rows: list[int]  # the anchor, then the proposals
     probs: torch.Tensor | None  # the proposals' draft distributions (None: certain guesses)
     head_ran: bool
-    attempted: bool
+    member: int | None
 
     @property
     def drafts(self) -> list[int]:
@@ -191,11 +196,11 @@ class SpeculativeSequence:
             raise
         return self.close_round(opened, out)
 
-    def open_round(self, width: int) -> OpenRound:
-        """Steps 1-2: checkpoint and propose; the returned rows go to the target (step 3)."""
+    def open_round(self, width: int, members: Sequence[bool] | None = None) -> OpenRound:
+        """Steps 1-2: checkpoint and propose (`members`: which chain members may); the rows go to the target (step 3)."""
         checkpoint = self._checkpoint()
         try:
-            return self._open(width, checkpoint)
+            return self._open(width, members, checkpoint)
         except BaseException:
             self._restore(checkpoint)
             raise
@@ -213,18 +218,18 @@ class SpeculativeSequence:
         self._restore(opened.checkpoint)
 
     # --- the seven steps ----------------------------------------------------
-    def _open(self, width: int, checkpoint: _Checkpoint) -> OpenRound:
+    def _open(self, width: int, members: Sequence[bool] | None, checkpoint: _Checkpoint) -> OpenRound:
         self._after(Step.CHECKPOINT)
         anchor, start = self.tokens[-1], self.trunk.position
         if not 0 <= width < self.trunk.config.verify_capacity:
             raise ValueError(f"a round of {width} proposals needs {width + 1} rows; the verification capacity is "
                              f"{self.trunk.config.verify_capacity} (the engine cuts K once: ProposalWidth)")
         speculator = self.speculator if width > 0 else None
-        attempted = speculator is not None
-        proposal = speculator.propose(DraftContext(self.tokens, width)) if speculator is not None else Proposal()
+        proposal = speculator.propose(DraftContext(self.tokens, width, members)) if speculator is not None else Proposal()
         drafts = proposal.tokens[:width]
         self._after(Step.PROPOSE)
-        return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, proposal.head_ran, attempted)
+        member = proposal.member if speculator is not None else None
+        return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, proposal.head_ran, member)
 
     def _close(self, opened: OpenRound, out: ForwardOut) -> RoundResult:
         self._after(Step.VERIFY)
@@ -241,7 +246,7 @@ class SpeculativeSequence:
         emitted = [*drafts[:accepted], last]
         self.tokens.extend(emitted)
         self._after(Step.EMIT)
-        return RoundResult(emitted, len(drafts), accepted, replayed, opened.head_ran, opened.attempted)
+        return RoundResult(emitted, len(drafts), accepted, replayed, opened.head_ran, opened.member)
 
     def _sample(self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
         """Rows through the first mismatch: (accepted proposals, the correction or bonus token)."""

@@ -48,6 +48,7 @@ class SpeculatorRequest:
 class DraftContext:
     tokens: Sequence[int]  # every committed token of the request; the last one is the anchor (not yet in the target)
     max_tokens: int  # the scheduled proposal budget for this round
+    members: Sequence[bool] | None = None  # which chain members may propose (the cost governor's verdicts); None: all
 
 
 @dataclass
@@ -57,6 +58,8 @@ class Proposal:
     probs: torch.Tensor | None = None
     # True when a learned head ran: a pass that proposed nothing still cost a head pass (the governor counts it).
     head_ran: bool = False
+    # The chain member whose pass this was: the one that proposed, or the last that ran (0 for a lone speculator).
+    member: int = 0
 
 
 class Speculator:
@@ -67,6 +70,8 @@ class Speculator:
     taps: tuple[int, ...] = ()
     # The most tokens one proposal can hold (a block drafter's block); None: as many as asked for.
     max_proposals: int | None = None
+    # How many speculators propose in turn under this one (a chain's members); the governor keeps a verdict for each.
+    member_count: int = 1
 
     def begin(self, tokens: Sequence[int]) -> None:
         """Arm for a request whose committed tokens are `tokens` (its prompt, or a reused prefix plus the prompt)."""

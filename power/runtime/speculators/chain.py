@@ -4,7 +4,8 @@ speculative types in order and keeps the first draft that is not empty).
 
 Every member sees every committed token (the lookup's index and the drafter's cache both track the target), so
 whichever proposes next round starts from the truth. The transaction verifies whatever is proposed, so greedy
-output is the target's either way.
+output is the target's either way. A member the cost governor has parked is skipped (`DraftContext.members`), and
+the proposal names the member whose pass it was, so each member is governed on its own costs.
 """
 
 from __future__ import annotations
@@ -23,20 +24,23 @@ class ChainSpeculator(Speculator):
         self.taps = tuple(sorted({tap for member in self.members for tap in member.taps}))
         limits = [member.max_proposals for member in self.members if member.max_proposals is not None]
         self.max_proposals = min(limits) if limits else None  # one K for the round, whichever member proposes
+        self.member_count = len(self.members)
 
     def begin(self, tokens: Sequence[int]) -> None:
         for member in self.members:
             member.begin(tokens)
 
     def propose(self, ctx: DraftContext) -> Proposal:
-        proposal = Proposal()
-        ran = False
-        for member in self.members:
-            proposal = member.propose(ctx)
+        proposal, ran, last = Proposal(), False, 0
+        allowed = ctx.members or (True,) * len(self.members)
+        for index, member in enumerate(self.members):
+            if not allowed[index]:
+                continue
+            proposal, last = member.propose(ctx), index
             ran = ran or proposal.head_ran
             if proposal.tokens:
                 break
-        proposal.head_ran = ran
+        proposal.head_ran, proposal.member = ran, last
         return proposal
 
     def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
