@@ -31,7 +31,7 @@ import torch
 
 from power.app.bench import machine
 from power.artifacts.contracts import MTP
-from power.drafters import generate
+from power.drafters import generate, prompt_sets
 from power.drafters.distill import DistillRequest, TrainingData, recipe, training_data, vocab_size
 from power.drafters.generate import Example
 from power.drafters.train import Trainer, training_precision
@@ -111,7 +111,7 @@ def _heldout(args: argparse.Namespace, target: GGUFFile, taps: tuple[int, ...]) 
     if cached.exists():
         return torch.load(cached, weights_only=False)
     tokenizer = Tokenizer.from_gguf(target)
-    prompts = generate.load_prompts(which="heldout")
+    prompts = prompt_sets.load_prompts(which="heldout")
     chosen = {shape: [p for p in prompts if p.shape == shape][: args.heldout] for shape in SHAPES}
     longest = max(len(tokenizer.encode(p.text)) for rows in chosen.values() for p in rows)
     trunk = load_trunk(target, n_ctx=longest + args.max_new_tokens, verify_capacity=args.slots, slots=args.slots)

@@ -36,7 +36,7 @@ import torch
 
 from power.app.bench import machine
 from power.artifacts.contracts import DFLASH, DSPARK, MTP
-from power.drafters import generate
+from power.drafters import generate, prompt_sets
 from power.drafters.distill import HELD_BACK_EVERY, HELD_BACK_MAX, DistillRequest, recipe, vocab_size
 from power.drafters.generate import Example
 from power.drafters.train import PRECISIONS, Trainer, training_precision
@@ -136,8 +136,8 @@ def _data(args: argparse.Namespace, target: GGUFFile, taps: tuple[int, ...]) -> 
         if saved["key"] == key:
             return saved["train"], saved["heldout"], saved["data"]
     tokenizer = Tokenizer.from_gguf(target)
-    train_prompts = generate.load_prompts()[: args.max_prompts]
-    prose = [p for p in generate.load_prompts(which="heldout") if p.shape == "prose"][: args.heldout]
+    train_prompts = prompt_sets.load_prompts()[: args.max_prompts]
+    prose = [p for p in prompt_sets.load_prompts(which="heldout") if p.shape == "prose"][: args.heldout]
     longest = max(len(tokenizer.encode(p.text)) for p in train_prompts + prose)
     trunk = load_trunk(target, n_ctx=longest + args.max_new_tokens, verify_capacity=args.slots, slots=args.slots)
     started = time.monotonic()

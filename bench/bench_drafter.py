@@ -18,7 +18,7 @@ its drafts cut at the first one less probable than the gate, alone and behind
 n-gram. Speculative runs keep the cost governor on, as a
 deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s (prefill
 excluded), speedup over target-only, the drafter's acceptance per draft position
-(conditional on reaching it, as the runtime's rounds saw it), mean accepted
+(conditional on reaching it: the decoder's per-position counters), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
 measured acceptance and this machine's verification cost
 (`power.orchestrator.worth_it.assess` with the measured time of a K + 1-row
@@ -41,8 +41,9 @@ import torch
 
 from power.app.bench import machine
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
+from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
-from power.drafters.generate import load_prompts
+from power.drafters.prompt_sets import load_prompts
 from power.orchestrator.loading import load_manifest
 from power.orchestrator.worth_it import acceptance_of, assess
 from power.runtime.decoder import Decoder, Generation
@@ -63,14 +64,11 @@ NGRAM = NGramWindow(CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN, 7)  # the dist
 
 @dataclass
 class Recorder(Speculator):
-    """Wraps a speculator: counts, per draft position, the rounds that reached it and accepted it, and times propose."""
+    """Wraps a speculator and times its proposals."""
 
     inner: Speculator
-    reached: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)
     propose_s: float = 0.0
     proposals: int = 0
-    pending: int = 0
 
     def __post_init__(self) -> None:
         self.name, self.taps, self.max_proposals = self.inner.name, self.inner.taps, self.inner.max_proposals
@@ -84,16 +82,9 @@ class Recorder(Speculator):
         proposal = self.inner.propose(ctx)
         self.propose_s += time.perf_counter() - started
         self.proposals += 1
-        self.pending = min(len(proposal.tokens), ctx.max_tokens)
         return proposal
 
     def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
-        if self.pending:
-            kept = len(tokens) - 1
-            for e in range(self.pending):
-                _grow(self.reached, e, kept >= e)
-                _grow(self.accepted, e, kept > e)
-            self.pending = 0
         self.inner.commit(tokens, hidden, start)
 
     def reset(self) -> None:
@@ -103,14 +94,7 @@ class Recorder(Speculator):
         return self.inner.checkpoint()
 
     def restore(self, checkpoint: Any) -> None:
-        self.pending = 0
         self.inner.restore(checkpoint)
-
-
-def _grow(counts: list[int], index: int, hit: bool) -> None:
-    while len(counts) <= index:
-        counts.append(0)
-    counts[index] += int(hit)
 
 
 @dataclass
@@ -223,7 +207,7 @@ def _fresh(recorder: Recorder | None) -> Recorder | None:
     """The same speculator with its counters at zero (one set per shape)."""
     if recorder is None:
         return None
-    recorder.reached, recorder.accepted, recorder.propose_s, recorder.proposals = [], [], 0.0, 0
+    recorder.propose_s, recorder.proposals = 0.0, 0
     return recorder
 
 
@@ -247,7 +231,8 @@ def summarise(shape: str, configs: list[Config], identical: bool, costs: dict[in
             rounds = sum(s.speculative_rounds for s in stats)
             accepted = sum(s.accepted for s in stats)
             rec = config.recorder
-            per_position = [a / r if r else 0.0 for a, r in zip(rec.accepted, rec.reached, strict=True)]
+            per_position = acceptance_by_position(summed_positions(s.position_reached for s in stats),
+                                                  summed_positions(s.position_accepted for s in stats))
             mean_accepted = accepted / rounds if rounds else 0.0
             draft_step = rec.propose_s / rec.proposals if rec.proposals else 0.0
             p = acceptance_of(1.0 + mean_accepted, config.k) if rounds else 0.0

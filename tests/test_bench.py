@@ -14,7 +14,7 @@ from typing_extensions import override
 from power.app import bench
 from power.app.bench_report import write_report
 from power.app.cli import main
-from power.app.traffic import SHAPE_NAMES, build_shape
+from power.app.traffic import DEFAULT_SHAPES, build_shape
 from power.documents.plan import load_plan
 from power.documents.receipt import Receipt
 from power.orchestrator.fleet.evidence import read_evidence
@@ -47,7 +47,7 @@ def test_the_table_has_a_row_and_a_verdict_per_shape(ab) -> None:
     document, _, _, stdout = ab
     lines = stdout.splitlines()
     assert lines[0].split()[:3] == ["shape", "candidate", "tok/s"]
-    for name in SHAPE_NAMES:
+    for name in DEFAULT_SHAPES:
         row = next(line for line in lines if line.startswith(name))
         assert document["shapes"][name]["verdict"] in row
     assert "losslessness: PROVEN" in stdout and "negative control: holds" in stdout
@@ -59,8 +59,8 @@ def test_the_gates_read_the_evidence_the_bench_writes_through_one_schema(ab) -> 
     document, path, _, _ = ab
     read, finding = read_evidence(path)
     assert finding is None and read is not None
-    assert read.candidate_digest == document["candidate"]["plan_digest"] and set(read.shapes) == set(SHAPE_NAMES)
-    assert all(read.shapes[name].verdict == document["shapes"][name]["verdict"] for name in SHAPE_NAMES)
+    assert read.candidate_digest == document["candidate"]["plan_digest"] and set(read.shapes) == set(DEFAULT_SHAPES)
+    assert all(read.shapes[name].verdict == document["shapes"][name]["verdict"] for name in DEFAULT_SHAPES)
 
 
 def test_evidence_names_both_plans_the_machine_and_every_receipt(ab) -> None:
@@ -72,7 +72,7 @@ def test_evidence_names_both_plans_the_machine_and_every_receipt(ab) -> None:
     assert all(len(sha) == 64 for sha in document["candidate"]["artifacts"].values())
     assert {"cpu", "cores", "torch", "device"} <= set(document["machine"])
     receipts = document["receipts"]
-    assert len(receipts) == len(SHAPE_NAMES) * RUNS * 2
+    assert len(receipts) == len(DEFAULT_SHAPES) * RUNS * 2
     assert all(r["receipt"]["schema"] == "power.receipt/v1" for r in receipts)
     # Alternating pairs: A/B, then B/A.
     echo = [(r["run"], r["config"]) for r in receipts if r["shape"] == "echo"]
@@ -111,7 +111,7 @@ def test_the_rollout_reads_the_evidence(ab) -> None:
     evidence, finding = read_evidence(path)
     assert finding is None
     assert evidence.lossless and evidence.candidate_digest == document["candidate"]["plan_digest"]
-    assert set(evidence.shapes) == set(SHAPE_NAMES)
+    assert set(evidence.shapes) == set(DEFAULT_SHAPES)
     assert evidence.shapes["echo"].speedup == pytest.approx(document["shapes"]["echo"]["speedup"])
 
 
@@ -129,12 +129,12 @@ def test_reports_carry_the_table_and_one_chart_per_shape(ab, tmp_path: Path) -> 
     document, evidence_path, html_path, _ = ab
     page = _Page()
     page.feed(html_path.read_text())
-    assert page.tags.count("svg") == len(SHAPE_NAMES) and page.tags.count("tr") == 1 + len(SHAPE_NAMES)
+    assert page.tags.count("svg") == len(DEFAULT_SHAPES) and page.tags.count("tr") == 1 + len(DEFAULT_SHAPES)
     markdown = tmp_path / "report.md"
     write_report(document, markdown)
     text = markdown.read_text()
-    assert text.count("<svg") == len(SHAPE_NAMES) and "| shape | candidate tok/s |" in text
-    assert all(f"## {name} - {document['shapes'][name]['verdict']}" in text for name in SHAPE_NAMES)
+    assert text.count("<svg") == len(DEFAULT_SHAPES) and "| shape | candidate tok/s |" in text
+    assert all(f"## {name} - {document['shapes'][name]['verdict']}" in text for name in DEFAULT_SHAPES)
 
 
 def test_without_a_baseline_every_shape_is_measured_and_nothing_is_proven(tmp_path: Path) -> None:
@@ -146,6 +146,29 @@ def test_without_a_baseline_every_shape_is_measured_and_nothing_is_proven(tmp_pa
     assert document["baseline"] is None and document["negative_control"] is None
     assert [r["verdict"] for r in document["shapes"].values()] == ["measured", "measured"]
     assert not document["lossless"]["proven"] and "no baseline" in document["lossless"]["reason"]
+
+
+def test_a_natural_shape_sends_a_different_request_each_run_and_counts_acceptance_by_position(tmp_path: Path) -> None:
+    out = tmp_path / "natural.json"
+    result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--shapes", "chat,identity", "--runs", 3,
+                    "--max-tokens", 16, "--threads", 1, "-o", out)
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    chat = build_shape("chat")
+    receipts = [r for r in document["receipts"] if r["shape"] == "chat"]
+    prompt_tokens = {r["run"]: r["receipt"]["prompt_tokens"] for r in receipts}
+    assert len(set(prompt_tokens.values())) > 1  # three different requests, each pair on one
+    assert document["shapes"]["chat"]["prompt_tokens"] == prompt_tokens[0] and document["shapes"]["chat"]["parity"]
+    assert document["shapes"]["chat"]["prompt_sha256"] != document["shapes"]["identity"]["prompt_sha256"]
+    assert len(chat.prompts) > 3
+    candidate, baseline = document["shapes"]["chat"]["candidate"], document["shapes"]["chat"]["baseline"]
+    by_position = candidate["acceptance_by_position"]
+    assert candidate["draft_n"] > 0 and by_position and all(0.0 <= p <= 1.0 for p in by_position)
+    drafted = [r["receipt"] for r in receipts if r["config"] == "candidate" and r["receipt"]["proposed"]]
+    # every round that proposed reached its first draft
+    assert sum(r["position_reached"][0] for r in drafted) == sum(r["speculative_rounds"] for r in drafted)
+    assert baseline["acceptance_by_position"] == []  # the zero-draft control drafted nothing
+    assert "by draft position" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [

@@ -21,9 +21,10 @@ from power.artifacts.contracts import DFLASH, DSPARK, MTP, declared_draft_tokens
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, TrainingData, drafter_shape
 from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
-from power.drafters.generate import NO_LABEL, Example, corpus_examples, load_prompts
+from power.drafters.generate import NO_LABEL, Example, corpus_examples
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
+from power.drafters.prompt_sets import load_prompts
 from power.drafters.train import training_precision
 from power.modes import NGRAM
 from power.runtime.engine import Engine, Workload

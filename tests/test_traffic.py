@@ -7,6 +7,8 @@ import re
 import pytest
 
 from power.app.traffic import (
+    HELDOUT_LABELS,
+    HELDOUT_PROMPTS,
     SHAPE_NAMES,
     SPAN_LIMIT,
     build_shape,
@@ -82,3 +84,15 @@ def test_the_reference_sizes_in_gemma_tokens() -> None:
     assert 1400 <= echo <= 1750 and 900 <= prose <= 1200, (echo, prose)
     # sized by the answer alone when no prompt size is asked for, as before
     assert build_shape("echo", 64) == build_shape("echo", 64, None)
+
+
+@pytest.mark.parametrize("name", sorted(HELDOUT_LABELS))
+def test_natural_shapes_cycle_through_held_out_prompts_no_training_prompt_shares(name: str) -> None:
+    from power.drafters.prompt_sets import load_prompts
+
+    shape = build_shape(name, 64)
+    assert len(shape.prompts) == HELDOUT_PROMPTS == len(set(shape.prompts))
+    assert [shape.prompt_for(run) for run in (0, 1, HELDOUT_PROMPTS)] == [shape.prompts[0], shape.prompts[1],
+                                                                            shape.prompts[0]]
+    assert not set(shape.prompts) & {p.text for p in load_prompts(which="train")}
+    assert build_shape(name, 64, 1536) == shape  # fixed requests: the passage size does not apply

@@ -66,6 +66,16 @@ def test_a_chain_round_names_the_member_it_paid_for_and_skips_a_parked_one():
     seq.abort_round(opened)
 
 
+def test_the_counters_hold_each_draft_positions_acceptance_given_it_was_reached():
+    """Rounds that accept 4 of 4, 2 of 4, then 0 of 1 (11 tokens leave room for one draft; the last token is a
+    plain step): position 1 was reached 3 times and accepted twice, position 3 reached twice and accepted once."""
+    generation = speculative("dense", oracle_for("dense", N, [None, 2, 0]), k=4, s=10).generate(prompt_for("dense"), 11)
+    stats = generation.stats
+    assert (stats.position_reached, stats.position_accepted) == ([3, 2, 2, 1], [2, 2, 1, 1])
+    assert stats.acceptance_by_position == pytest.approx([2 / 3, 1.0, 0.5, 1.0])
+    assert stats.to_json()["acceptance_by_position"] == stats.acceptance_by_position
+
+
 def test_an_accepted_stop_token_ends_the_round_and_nothing_after_it_is_kept():
     seq, truth = _sequence("dense", [None])
     stop = truth[3]

@@ -32,7 +32,7 @@ from power.app.traffic import TrafficShape, build_shape
 from power.artifacts.atomic import write_text_atomic
 from power.documents.evidence import BASELINE, CANDIDATE, MIN_RUNS, SCHEMA, Evidence
 from power.documents.plan import ResolvedPlan
-from power.documents.receipt import Receipt
+from power.documents.receipt import Receipt, acceptance_by_position, summed_positions
 from power.documents.verdicts import NOISE_BAND
 from power.runtime.sampling import SamplingParams
 
@@ -89,21 +89,21 @@ def run_protocol(configs: list[BenchConfig], shapes: list[TrafficShape], runs: i
     warmup = build_shape(WARMUP_SHAPE)
     for config in configs:
         progress(f"warm-up: {config.label}")
-        _generate(config, warmup)
+        _generate(config, warmup, 0)
     measurements = []
     for shape in shapes:
         for run in range(runs):
             for config in (configs if run % 2 == 0 else configs[::-1]):
-                receipt = _generate(config, shape)
+                receipt = _generate(config, shape, run)
                 progress(f"{shape.name} run {run + 1}/{runs} {config.label}: {len(receipt.token_ids)} tokens at "
                          f"{receipt.decode_tok_s:.2f} tok/s, {receipt.accepted}/{receipt.proposed} drafts accepted")
                 measurements.append(Measurement(shape.name, config.label, run, receipt))
     return measurements
 
 
-def _generate(config: BenchConfig, shape: TrafficShape) -> Receipt:
+def _generate(config: BenchConfig, shape: TrafficShape, run: int) -> Receipt:
     sampling = replace(config.engine.sampling, temperature=shape.temperature)
-    return config.engine.generate(shape.prompt, shape.max_tokens, sampling=sampling)
+    return config.engine.generate(shape.prompt_for(run), shape.max_tokens, sampling=sampling)
 
 
 def evidence(candidate: BenchConfig, baseline: BenchConfig | None, shapes: list[TrafficShape], runs: int,
@@ -164,6 +164,7 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
     speculative_rounds = sum(r.speculative_rounds for r in receipts)
     rounds = sum(r.rounds for r in receipts)
     decoded = sum(max(0, len(r.token_ids) - 1) for r in receipts)
+    reached, hits = summed_positions(r.position_reached for r in receipts), summed_positions(r.position_accepted for r in receipts)
     return {
         "requests": len(receipts),
         "decode_tok_s": statistics.median(rates),
@@ -174,6 +175,7 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
         "acceptance": accepted / proposed if proposed else 0.0,
         "mean_accepted_length": accepted / speculative_rounds if speculative_rounds else 0.0,
         "tokens_per_round": decoded / rounds if rounds else 0.0,
+        "acceptance_by_position": acceptance_by_position(reached, hits),
         "replays": sum(r.replays for r in receipts), "clamps": sum(r.clamps for r in receipts),
         "fallbacks": sum(r.fallbacks for r in receipts), "governor_parks": sum(r.governor_parks for r in receipts),
         "tokens_sha256": [r.tokens_sha256 for r in receipts],
@@ -184,12 +186,14 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
 def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]]) -> dict[str, Any]:
     first = receipts[CANDIDATE][0]
     result: dict[str, Any] = {
-        "prompt_sha256": hashlib.sha256(shape.prompt.encode()).hexdigest(), "prompt_tokens": first.prompt_tokens,
+        "prompt_sha256": hashlib.sha256("\0".join(shape.prompts).encode()).hexdigest(),
+        "prompt_tokens": first.prompt_tokens,
         "temperature": shape.temperature, "max_tokens": shape.max_tokens, "favours": shape.favours,
     }
     result |= {label: summarise(rs) for label, rs in receipts.items()}
-    digests = {r.tokens_sha256 for rs in receipts.values() for r in rs}
-    result["parity"] = len(digests) == 1
+    prompts = len(shape.prompts)  # run r sent prompt r % prompts: the runs on one prompt must agree
+    result["parity"] = all(len({r.tokens_sha256 for rs in receipts.values() for r in rs[p::prompts]}) <= 1
+                           for p in range(prompts))
     result["vacuous"] = any(_vacuous(r) for rs in receipts.values() for r in rs)
     if BASELINE not in receipts:
         return result | {"speedup": None, "verdict": "measured", "verdict_reason": "no baseline (--vs) to compare with"}

@@ -15,8 +15,8 @@ from power.artifacts.atomic import write_text_atomic
 
 REPORT_FORMATS = {".md": "bench_report.md.j2", ".html": "bench_report.html.j2"}
 CHART_WIDTH, BAR_HEIGHT, LABEL_WIDTH = 520, 22, 90
-COLUMNS = ("shape", "candidate tok/s", "baseline tok/s", "speedup", "acceptance", "mean acc. len",
-           "replays/fallbacks", "parity", "verdict")
+COLUMNS = ("shape", "candidate tok/s", "baseline tok/s", "speedup", "acceptance", "by draft position",
+           "mean acc. len", "replays/fallbacks", "parity", "verdict")
 
 
 def configs(evidence: dict[str, Any]) -> list[str]:
@@ -35,6 +35,7 @@ def rows(evidence: dict[str, Any]) -> list[dict[str, str]]:
             "baseline tok/s": _rate(baseline) if baseline else "-",
             "speedup": f"{result['speedup']:.2f}x" if result.get("speedup") else "-",
             "acceptance": f"{candidate['acceptance']:.1%}" if candidate["draft_n"] else "no drafts",
+            "by draft position": " ".join(f"{p:.2f}" for p in candidate.get("acceptance_by_position", [])) or "-",
             "mean acc. len": f"{candidate['mean_accepted_length']:.2f}",
             "replays/fallbacks": f"{candidate['replays']}/{candidate['fallbacks']}",
             "parity": "identical" if result["parity"] else "DIFFERENT",

@@ -11,7 +11,14 @@ machine, every run) and says whom it can favour:
 - structured: repetitive output whose every line carries a unique id, with no
   passage in the prompt to copy from - n-gram, if spans really repeat;
 - identity: a short deterministic question at temperature 0 - the losslessness
-  control: configurations must emit the same text.
+  control: configurations must emit the same text;
+- writing, code, chat: natural requests (paragraphs and stories, functions, chat
+  turns in Gemma's template) from the distiller's held-out set
+  (`power/drafters/prompts/heldout.jsonl`, topics and tasks no training prompt
+  has) - a learned drafter on the text it was trained to write, and n-gram where
+  the target repeats itself. Run r sends the shape's prompt r (of
+  HELDOUT_PROMPTS), so `--runs 8` measures eight different requests, each pair
+  on the same prompt.
 
 Sizes: `power bench` runs the reference sizes (docs/reference.md) (`REFERENCE_PROMPT_TOKENS`: an echo passage
 of about 1.5k tokens, prose over about 1k tokens of filler, at about 12 Gemma
@@ -23,11 +30,17 @@ tokens per generated line); a caller may size a shape by its answer instead
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 from dataclasses import dataclass
 
-SHAPE_NAMES = ("prose", "echo", "structured", "identity")
+from power.drafters.prompt_sets import load_prompts
+
+DEFAULT_SHAPES = ("prose", "echo", "structured", "identity")  # the reference A/B protocol (docs/reference.md)
+SHAPE_NAMES = (*DEFAULT_SHAPES, "writing", "code", "chat")
+HELDOUT_LABELS = {"writing": "prose", "code": "code", "chat": "chat"}  # a shape -> its label in the held-out set
+HELDOUT_PROMPTS = 8  # prompts a held-out shape cycles through, run by run
 
 # Word pools for the generated passages. Each generated line draws fresh words and is
 # rejected if it would repeat a run of more than SPAN_LIMIT words already in the passage.
@@ -68,16 +81,25 @@ IDENTITY_MAX_TOKENS = 16
 @dataclass(frozen=True)
 class TrafficShape:
     name: str
-    prompt: str
+    prompts: tuple[str, ...]  # run r sends prompts[r % len(prompts)]
     temperature: float
     max_tokens: int
     favours: str  # who this shape can favour, in the protocol's words
+
+    @property
+    def prompt(self) -> str:
+        """The first run's prompt (a generated shape's only one)."""
+        return self.prompts[0]
+
+    def prompt_for(self, run: int) -> str:
+        return self.prompts[run % len(self.prompts)]
 
 
 def build_shape(name: str, max_tokens: int = 128, prompt_tokens: int | None = None) -> TrafficShape:
     """The shape called `name`: its passage about `prompt_tokens` long (echo; prose 2/3 of it), or, without it,
     just long enough that its expected answer can fill `max_tokens`."""
     builders = {"prose": _prose, "echo": _echo, "structured": _structured, "identity": _identity}
+    builders |= {shape: functools.partial(_heldout, shape) for shape in HELDOUT_LABELS}
     if name not in builders:
         raise ValueError(f"unknown traffic shape {name!r}: choose from {', '.join(SHAPE_NAMES)}")
     if max_tokens < 1:
@@ -138,7 +160,7 @@ def _lines_for(max_tokens: int, prompt_tokens: int | None, share: float = 1.0) -
 def _prose(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:
     filler = " ".join(unique_lines(_lines_for(max_tokens, prompt_tokens, share=2 / 3), seed=1))
     prompt = f"{filler}\n\nReply with one sentence: which of these scenes would you paint first, and why?\nReply:"
-    return TrafficShape("prose", prompt, 0.0, max_tokens, "model-backed drafters only")
+    return TrafficShape("prose", (prompt,), 0.0, max_tokens, "model-backed drafters only")
 
 
 def _echo(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:
@@ -146,7 +168,7 @@ def _echo(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:
     passage = "\n".join(lines)
     # A base model copies once the copy has started: the prompt opens it with the passage's first line.
     prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nThe same passage, copied word for word:\n{lines[0]}\n"
-    return TrafficShape("echo", prompt, 0.0, max_tokens, "n-gram (the output is the prompt)")
+    return TrafficShape("echo", (prompt,), 0.0, max_tokens, "n-gram (the output is the prompt)")
 
 
 def _structured(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # noqa: ARG001 - no passage
@@ -155,11 +177,18 @@ def _structured(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # 
         "six-digit record number counting up from 100001, then the status, the dock "
         "and the carrier, separated by vertical bars.\n\nLog:\n"
     )
-    return TrafficShape("structured", prompt, 0.0, max_tokens, "n-gram, if spans really repeat")
+    return TrafficShape("structured", (prompt,), 0.0, max_tokens, "n-gram, if spans really repeat")
 
 
 def _identity(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # noqa: ARG001 - a fixed question
-    return TrafficShape("identity", IDENTITY_QUESTION, 0.0, min(max_tokens, IDENTITY_MAX_TOKENS), "nobody: the losslessness control")
+    return TrafficShape("identity", (IDENTITY_QUESTION,), 0.0, min(max_tokens, IDENTITY_MAX_TOKENS),
+                        "nobody: the losslessness control")
+
+
+def _heldout(name: str, max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # noqa: ARG001 - fixed prompts
+    label = HELDOUT_LABELS[name]
+    prompts = tuple(p.text for p in load_prompts(which="heldout") if p.shape == label)[:HELDOUT_PROMPTS]
+    return TrafficShape(name, prompts, 0.0, max_tokens, "a learned drafter on natural text; n-gram where it repeats")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ class Summary(_Model):
     acceptance: float
     mean_accepted_length: float
     tokens_per_round: float
+    # Each draft position's acceptance over the shape's requests, conditional on reaching it (empty: not counted)
+    acceptance_by_position: list[float] = Field(default_factory=list)
     replays: int
     clamps: int
     fallbacks: int

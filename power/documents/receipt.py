@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -26,12 +26,40 @@ def tokens_sha256(token_ids: Sequence[int]) -> str:
     return hashlib.sha256(np.asarray(token_ids, dtype="<u4").tobytes()).hexdigest()
 
 
+def count_positions(reached: list[int], accepted: list[int], proposed: int, accepted_drafts: int) -> None:
+    """Add one verified round to the per-position counts: it reached every position up to its first rejection."""
+    for position in range(proposed):
+        if position == len(reached):
+            reached.append(0)
+            accepted.append(0)
+        reached[position] += accepted_drafts >= position
+        accepted[position] += accepted_drafts > position
+
+
+def summed_positions(counts: Iterable[Sequence[int]]) -> list[int]:
+    """Per-position counts added up across requests (each request's as long as its longest proposal)."""
+    rows = list(counts)
+    width = max(map(len, rows), default=0)
+    return [sum(row[i] for row in rows if i < len(row)) for i in range(width)]
+
+
+def acceptance_by_position(reached: Sequence[int], accepted: Sequence[int]) -> list[float]:
+    return [hit / seen if seen else 0.0 for seen, hit in zip(reached, accepted, strict=True)]
+
+
 class SpeculationRates:
     """Rates over the speculation counters, shared by the decoder's stats and the receipt."""
 
     accepted: int
     proposed: int
     speculative_rounds: int
+    position_reached: list[int]  # [e]: rounds whose proposal had a draft at position e and accepted the e before it
+    position_accepted: list[int]  # [e]: of those, the rounds that accepted the draft at e too
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """The acceptance of each draft position, conditional on reaching it (a speculative-decoding paper's acceptance table)."""
+        return acceptance_by_position(self.position_reached, self.position_accepted)
 
     @property
     def acceptance(self) -> float:
@@ -67,6 +95,9 @@ class Receipt(SpeculationRates):
     # K as planned and as run: {"planned", "effective", "limited_by"} (`power.runtime.engine.ProposalWidth`)
     proposal_width: dict[str, Any] = field(default_factory=dict)
     prompt_reused: int = 0  # prompt positions taken from the slot's cache instead of computed (prefix reuse)
+    # Per draft position (SpeculationRates); empty where the engine does not count them (a live llama-server)
+    position_reached: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
 
     @property
     def tokens_sha256(self) -> str:
@@ -93,6 +124,7 @@ class Receipt(SpeculationRates):
             "decode_tok_s": self.decode_tok_s,
             "acceptance": self.acceptance,
             "mean_accepted_length": self.mean_accepted_length,
+            "acceptance_by_position": self.acceptance_by_position,
         }
 
     def to_json(self) -> str:

@@ -32,7 +32,7 @@ from power.runtime.trunks import load_trunk
 from power.runtime.trunks.gemma3 import ARCH as GEMMA3
 from power.runtime.trunks.gemma3 import Gemma3Params
 
-from . import export, generate
+from . import export, generate, prompt_sets
 from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
@@ -274,7 +274,7 @@ def training_data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ..
                                           request.progress)
     read = time.monotonic()
     generated: list[Example] = []
-    prompts = generate.load_prompts(request.prompts)[: request.max_prompts]
+    prompts = prompt_sets.load_prompts(request.prompts)[: request.max_prompts]
     if prompts and time.monotonic() < deadline:
         longest = max(len(tokenizer.encode(p.text)) for p in prompts)
         trunk = _trunk(target, longest + request.max_new_tokens, slots=request.slots)
@@ -292,7 +292,7 @@ def _trunk(target: GGUFFile, n_ctx: int, slots: int):
 
 def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
     """What made the rows: the target, the taps, the prompts' and the corpus's own text, the lengths."""
-    prompts = [(p.shape, p.text) for p in generate.load_prompts(request.prompts)[: request.max_prompts]]
+    prompts = [(p.shape, p.text) for p in prompt_sets.load_prompts(request.prompts)[: request.max_prompts]]
     corpus = hashlib.sha256(request.corpus.read_bytes()).hexdigest() if request.corpus is not None else None
     inputs = {"target": str(request.target), "taps": taps, "prompts": prompts, "corpus": corpus,
               "corpus_share": request.corpus_share if corpus else None, "rows": "generated+corpus",

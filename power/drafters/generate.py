@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -26,14 +25,9 @@ from tqdm import tqdm
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks.base import FixedShapeTrunk, Part
 
-PROMPT_SETS = ("train", "heldout")
+from .prompt_sets import Prompt
+
 NO_LABEL = -1
-
-
-@dataclass(frozen=True)
-class Prompt:
-    shape: str  # prose, list, chat or code
-    text: str
 
 
 @dataclass
@@ -41,24 +35,6 @@ class Example:
     tokens: torch.Tensor  # [T] int64
     labels: torch.Tensor  # [T] int64: the target's greedy next token after position t, or NO_LABEL
     features: torch.Tensor  # [T, taps * d] bfloat16 (Gemma's residuals overflow float16)
-
-
-def load_prompts(path: Path | None = None, which: str = "train") -> list[Prompt]:
-    """Prompts from a JSON-lines file (`{"shape": ..., "prompt": ...}` or plain lines), else the packaged set."""
-    if path is None:
-        if which not in PROMPT_SETS:
-            raise ValueError(f"no packaged prompt set {which!r}; choose {', '.join(PROMPT_SETS)}")
-        text = resources.files(__package__).joinpath("prompts", f"{which}.jsonl").read_text(encoding="utf-8")
-    else:
-        text = Path(path).read_text(encoding="utf-8")
-    return [_prompt(line) for line in text.splitlines() if line.strip()]
-
-
-def _prompt(line: str) -> Prompt:
-    if not line.lstrip().startswith("{"):
-        return Prompt("text", line)
-    record = json.loads(line)
-    return Prompt(str(record.get("shape", "text")), str(record["prompt"]))
 
 
 def self_generated(trunk: FixedShapeTrunk, tokenizer: Tokenizer, prompts: Sequence[Prompt], taps: Sequence[int],

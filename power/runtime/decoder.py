@@ -41,7 +41,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Collection, Sequence
 
-from power.documents.receipt import SpeculationRates
+from power.documents.receipt import SpeculationRates, count_positions
 from power.runtime.trunks.base import FixedShapeTrunk, Part, TrunkSequence
 
 from .governor import ChainGovernor, GovernorConfig
@@ -66,6 +66,8 @@ class SpeculationStats(SpeculationRates):
     governor_parks: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    position_reached: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
 
     def add_round(self, result: RoundResult) -> None:
         self.rounds += 1
@@ -73,9 +75,11 @@ class SpeculationStats(SpeculationRates):
         self.proposed += result.proposed
         self.accepted += result.accepted
         self.replays += result.replayed
+        count_positions(self.position_reached, self.position_accepted, result.proposed, result.accepted)
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self) | {"acceptance": self.acceptance, "mean_accepted_length": self.mean_accepted_length}
+        return asdict(self) | {"acceptance": self.acceptance, "mean_accepted_length": self.mean_accepted_length,
+                               "acceptance_by_position": self.acceptance_by_position}
 
 
 @dataclass

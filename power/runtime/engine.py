@@ -294,8 +294,8 @@ class Engine:
             prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
-            governor_parks=stats.governor_parks,
-            load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
+            governor_parks=stats.governor_parks, position_reached=list(stats.position_reached),
+            position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
                      # the plan's cuda_graphs, and what ran: the decode forwards as CUDA graph replays (on a CUDA

@@ -14,6 +14,7 @@ import click
 from power.app.cli import EXIT_FINDINGS, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.commands.runtime_options import runtime_options
+from power.app.traffic import DEFAULT_SHAPES
 from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
@@ -33,8 +34,9 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
               "engine the candidate plan was compiled (sized) for.")
 @click.option("--engine-binary", type=click.Path(path_type=Path), default=None,
               help="The llama-server / vllm executable (default: $POWER_LLAMA_SERVER / $POWER_VLLM, else PATH).")
-@click.option("--shapes", default="prose,echo,structured,identity", show_default=True,
-              help="Traffic shapes to run, comma-separated: prose, echo, structured, identity.")
+@click.option("--shapes", default=",".join(DEFAULT_SHAPES), show_default=True,
+              help="Traffic shapes to run, comma-separated: prose, echo, structured, identity (generated), and "
+                   "writing, code, chat (natural held-out requests, a different one each run).")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Measured runs per configuration and shape (alternating A/B, B/A, ...).")
 @click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
