@@ -79,6 +79,7 @@ def test_the_trained_mtp_chain_is_the_runtime_heads_chain(tmp_path):
     levels = net.chain(hidden, torch.tensor(tokens), 3)
     anchor = 6
     head.commit(tokens[:anchor], {head.taps[0]: hidden[:anchor]}, 0)
+    head._catch_up()  # a proposal would run the queued rows first; the levels below are fed the text's tokens
     h = head.last_hidden
     for level, (rows, trained) in enumerate(levels):
         y = head._step([tokens[anchor + level]], h[None], anchor + level)  # the chain, fed the text's tokens

@@ -114,6 +114,27 @@ def test_mtp_chains_the_nextn_head_from_the_last_committed_hidden_row():
     assert head.length == len(tokens) - 1
 
 
+def test_mtp_queues_committed_rows_and_drafts_as_if_it_had_taken_each_round_at_once():
+    """Rows committed round by round are queued and run in one pass when the head next proposes; a round rolled back
+    after that pass queues them again. The drafts are the ones of a head that took the whole prompt at once."""
+    whole, tokens = _armed("hybrid", "mtp")
+    t = trunk("hybrid")
+    t.reset()
+    prompt = tokens[:-1]
+    hidden = t.prefill(prompt, taps=whole.taps).hidden[whole.taps[0]]
+    rounds = registry.create("mtp", _request("hybrid"))
+    rounds.begin(prompt)
+    for start in range(0, len(prompt), 3):
+        rounds.commit(prompt[start : start + 3], {whole.taps[0]: hidden[start : start + 3]}, start)
+        if start == 3:  # a round that proposes (its pass runs the queue) and is then rolled back
+            checkpoint = rounds.checkpoint()
+            rounds.propose(DraftContext(prompt[: start + 4], 2))
+            rounds.restore(checkpoint)
+    assert rounds.queued  # nothing ran the last rounds' rows yet
+    assert rounds.propose(DraftContext(tokens, 5)).tokens == whole.propose(DraftContext(tokens, 5)).tokens
+    assert not rounds.queued
+
+
 def test_mtp_cuts_its_drafts_at_the_first_draft_below_the_confidence_gate():
     """llama.cpp's draft-mtp: drafting stops at the first draft whose probability is below spec_draft_p_min."""
     ungated, tokens = _armed("hybrid", "mtp")

@@ -14,8 +14,8 @@ import click
 from power.app.cli import EXIT_FINDINGS, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.commands.runtime_options import runtime_options
-from power.app.traffic import DEFAULT_SHAPES
 from power.app.outputs import require_outputs, writing
+from power.app.traffic import DEFAULT_SHAPES
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError
 from power.orchestrator.engines import ENGINES

@@ -17,9 +17,15 @@ it (Gemma: sqrt(d_model); enorm makes the factor matter only through its epsilon
 and the trained head and the runtime use the same one). The LM head is the
 target's, cut to the FR prefix.
 
-`commit` catches the head up over the rows that landed (pairing each token with
-its predecessor's hidden row); `propose` then chains from the last committed
-hidden row and the anchor, one row per proposal. Draft rows write past the
+`commit` queues the rows that landed (each token paired with its predecessor's
+hidden row) and the head catches up over them in one pass when it next proposes
+or once CATCH_UP_ROWS are queued (a prompt at once): in a chain the n-gram lookup
+proposes most rounds of repetitive text, and a head that ran its layer over every
+round's rows paid for a cache it did not read until the lookup failed (on an
+echo reply its catch-up was 7 % of the decode time, docs/drafters.md); queued,
+those passes are fewer and charged to the steps the head proposes on. `propose`
+then chains from the last committed hidden row and the anchor, one row per
+proposal. Draft rows write past the
 committed length of the head's cache, where the causal mask never lets a later
 committed row read them before they are overwritten. Position 0 has no
 predecessor: the head never writes its cache slot, which stays zero.
@@ -105,6 +111,22 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
     return MTPHead(head_file, head, request.trunk.config.n_ctx, request.p_min)
 
 
+CATCH_UP_ROWS = 256  # queued committed rows that make the head catch up at once (prompts; long lookup streaks)
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """Committed rows the head's cache has not taken yet: `tokens` at [first, first + n), each with its predecessor's
+    hidden row."""
+
+    tokens: tuple[int, ...]
+    previous: torch.Tensor  # [n, d]
+    first: int
+
+    def follows(self, other: _Queued) -> bool:
+        return self.first == other.first + len(other.tokens)
+
+
 class MTPHead(Speculator):
     name = modes.MTP
 
@@ -123,8 +145,9 @@ class MTPHead(Speculator):
         self.head = head
         self.p_min = p_min or None  # 0 gates nothing (llama.cpp's default)
         self.capacity = n_ctx
-        self.length = 0  # head cache rows committed: positions [1, length) hold real entries
+        self.length = 0  # head cache rows committed: positions [1, length) hold real entries once caught up
         self.last_hidden: torch.Tensor | None = None  # the target's final residual at position length - 1
+        self.queued: tuple[_Queued, ...] = ()  # committed rows the cache has not taken yet, in position order
 
     @override
     def begin(self, tokens: Sequence[int]) -> None:
@@ -137,13 +160,16 @@ class MTPHead(Speculator):
         previous = rows[:-1] if self.last_hidden is None else torch.cat([self.last_hidden[None], rows[:-1]])
         paired = list(tokens) if self.last_hidden is not None else list(tokens[1:])
         first = start if self.last_hidden is not None else start + 1
-        if paired:
-            self._step(paired, previous[-len(paired) :], first)
-        self.length, self.last_hidden = start + len(tokens), rows[-1]
+        if paired:  # a copy: the trunk may reuse its output rows on the next forward
+            self.queued += (_Queued(tuple(paired), previous[-len(paired) :].clone(), first),)
+            if sum(len(q.tokens) for q in self.queued) >= CATCH_UP_ROWS:
+                self._catch_up()
+        self.length, self.last_hidden = start + len(tokens), rows[-1].clone()
 
     def propose(self, ctx: DraftContext) -> Proposal:
         if ctx.max_tokens <= 0 or self.last_hidden is None:
             return Proposal()
+        self._catch_up()
         drafts, token, h = [], ctx.tokens[-1], self.last_hidden
         for position in range(self.length, min(self.length + ctx.max_tokens, self.capacity)):
             y = self._step([token], h[None], position)
@@ -162,8 +188,22 @@ class MTPHead(Speculator):
         [token], [probability] = self.head.draft_top(normed)
         return token, probability >= self.p_min
 
+    def _catch_up(self) -> None:
+        """The head's layer over the queued rows: one pass per run of consecutive positions."""
+        runs: list[_Queued] = []
+        for queued in self.queued:
+            if runs and queued.follows(runs[-1]):
+                last = runs[-1]
+                queued = _Queued(last.tokens + queued.tokens, torch.cat([last.previous, queued.previous]), last.first)
+                runs[-1] = queued
+            else:
+                runs.append(queued)
+        for run in runs:
+            self._step(list(run.tokens), run.previous, run.first)
+        self.queued = ()
+
     def reset(self) -> None:
-        self.length, self.last_hidden = 0, None
+        self.length, self.last_hidden, self.queued = 0, None, ()
 
     def spawn(self) -> MTPHead:
         twin = copy.copy(self)
@@ -174,10 +214,11 @@ class MTPHead(Speculator):
         return twin
 
     def checkpoint(self) -> Any:
-        return self.length, self.last_hidden
+        return self.length, self.last_hidden, self.queued
 
     def restore(self, checkpoint: Any) -> None:
-        self.length, self.last_hidden = checkpoint
+        """Rows caught up since the checkpoint are queued again: their second pass writes the same cache entries."""
+        self.length, self.last_hidden, self.queued = checkpoint
 
     def _step(self, tokens: list[int], previous: torch.Tensor, start: int) -> torch.Tensor:
         """Head rows for `tokens` at [start, start + n), each paired with its predecessor's hidden row."""
