@@ -221,6 +221,19 @@ def test_verdicts_need_the_ranges_apart_and_five_percent() -> None:
     assert overlapping["verdict"] == "no difference"
 
 
+def test_a_natural_shape_is_judged_request_by_request() -> None:
+    """Each run sends another request, so the ranges hold how the requests differ: the verdict asks every pair
+    (the same request to both) to agree, and the speedup is the median of the pairs' ratios."""
+    def natural(candidate: list[Receipt], baseline: list[Receipt]) -> dict:
+        return bench.shape_result(build_shape("code"), {"candidate": candidate, "baseline": baseline})
+
+    faster = natural(_runs(0.10, 0.30, 0.15), _runs(0.12, 0.40, 0.18))  # ranges overlap, every request faster
+    assert faster["verdict"] == "faster" and "faster on 3 of them" in faster["verdict_reason"]
+    assert faster["speedup"] == pytest.approx(0.18 / 0.15)  # the median of 1.2, 1.33 and 1.2
+    mixed = natural(_runs(0.10, 0.30, 0.15), _runs(0.12, 0.25, 0.18))
+    assert mixed["verdict"] == "no difference" and "faster on 2 of them" in mixed["verdict_reason"]
+
+
 def test_a_verdict_needs_repeated_runs_and_a_candidate_that_drafted() -> None:
     """Defect 8: `--runs 1` called a candidate that drafted nothing "1.06x faster", its "ranges" single points."""
     single = _evidence(_runs(0.10), _runs(0.20))

@@ -197,7 +197,7 @@ def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]]) -> dic
     result["vacuous"] = any(_vacuous(r) for rs in receipts.values() for r in rs)
     if BASELINE not in receipts:
         return result | {"speedup": None, "verdict": "measured", "verdict_reason": "no baseline (--vs) to compare with"}
-    verdict, reason, speedup = _verdict(result[CANDIDATE], result[BASELINE], first.mode)
+    verdict, reason, speedup = _verdict(result[CANDIDATE], result[BASELINE], first.mode, paired=len(shape.prompts) > 1)
     if shape.temperature == 0.0 and not result["parity"]:
         verdict, reason = "lossy", "greedy outputs differ between the configurations: a correctness bug, whatever the speed"
     return result | {"speedup": speedup, "verdict": verdict, "verdict_reason": reason}
@@ -208,10 +208,13 @@ def _vacuous(receipt: Receipt) -> bool:
     return len(receipt.token_ids) < VACUOUS_TOKENS or not receipt.text.strip()
 
 
-def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str) -> tuple[str, str, float | None]:
+def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str,
+             paired: bool = False) -> tuple[str, str, float | None]:
+    """`paired`: run r of both configurations sent the same request, and requests differ run to run (a natural
+    shape), so the speedup is the median of the runs' ratios and the verdict asks every pair to agree."""
     if baseline["decode_tok_s"] <= 0:
         return "no difference", "the baseline decoded no tokens after the first", None
-    speedup = candidate["decode_tok_s"] / baseline["decode_tok_s"]
+    speedup, apart, spread = (_paired(candidate, baseline) if paired else _unpaired(candidate, baseline))
     runs = min(candidate["requests"], baseline["requests"])
     if runs < MIN_RUNS:
         return "measured", (f"candidate {speedup:.2f}x the baseline's median decode tok/s over {runs} run(s): a "
@@ -219,13 +222,27 @@ def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str) -> 
     if mode != "none" and candidate["draft_n"] == 0:
         return "no difference", (f"candidate {speedup:.2f}x the baseline's median decode tok/s, but it drafted "
                                  f"nothing ({mode}): the difference is not its speculation's"), speedup
-    apart = candidate["decode_tok_s_min"] > baseline["decode_tok_s_max"] or candidate["decode_tok_s_max"] < baseline["decode_tok_s_min"]
-    ranges = "ranges do not overlap" if apart else "ranges overlap"
     if speedup >= 1 + NOISE_BAND and apart:
-        return "faster", f"candidate {speedup:.2f}x the baseline's median decode tok/s; {ranges}", speedup
+        return "faster", f"candidate {speedup:.2f}x the baseline's {spread}", speedup
     if speedup <= 1 - NOISE_BAND and apart:
-        return "slower", f"candidate {speedup:.2f}x the baseline's median decode tok/s; {ranges}", speedup
-    return "no difference", f"candidate {speedup:.2f}x the baseline's median decode tok/s; {ranges}", speedup
+        return "slower", f"candidate {speedup:.2f}x the baseline's {spread}", speedup
+    return "no difference", f"candidate {speedup:.2f}x the baseline's {spread}", speedup
+
+
+def _unpaired(candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[float, bool, str]:
+    """One request repeated: the ratio of the medians, and whether the min-max ranges are apart."""
+    speedup = candidate["decode_tok_s"] / baseline["decode_tok_s"]
+    apart = candidate["decode_tok_s_min"] > baseline["decode_tok_s_max"] or candidate["decode_tok_s_max"] < baseline["decode_tok_s_min"]
+    return speedup, apart, f"median decode tok/s; ranges {'do not overlap' if apart else 'overlap'}"
+
+
+def _paired(candidate: dict[str, Any], baseline: dict[str, Any]) -> tuple[float, bool, str]:
+    """A different request each run: the median of the per-request ratios, and whether every request agrees."""
+    ratios = [c / b for c, b in zip(candidate["decode_tok_s_runs"], baseline["decode_tok_s_runs"], strict=True) if b > 0]
+    faster = sum(ratio > 1 for ratio in ratios)
+    apart = faster in (0, len(ratios))
+    return statistics.median(ratios), apart, (f"decode tok/s, the median of {len(ratios)} paired requests; faster "
+                                              f"on {faster} of them")
 
 
 def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[str, Any]:
