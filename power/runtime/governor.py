@@ -6,7 +6,7 @@ engine owns one governor for its speculator and keeps it across requests, so a
 verdict is not rediscovered on every short request. It never reads a clock: the engine times
 each step and calls `record`.
 
-Accounting rules (the TensorSharp seed's, each of which fixed a real regression):
+Accounting rules (TensorSharp's design notes for its speculative runtime; each fixed a real regression):
 - a step on which speculation was attempted is a speculative sample even when it
   proposed nothing (a head pass or a lookup ran; that is the cost a park avoids);
 - parked steps feed the plain baseline (except the first after a switch, which

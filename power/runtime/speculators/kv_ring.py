@@ -3,7 +3,7 @@
 Position p lives in slot p % rows. Writing positions past the window evicts the
 oldest ones, so a checkpoint saves the slots the next writes may overwrite, not
 just the length: restoring must bring evicted rows back (the Gemma SWA lesson in
-the TensorSharp seed).
+TensorSharp's design notes).
 """
 
 from __future__ import annotations
