@@ -69,9 +69,10 @@ def test_a_probe_ends_early_after_four_steps_that_accepted_nothing():
     assert gov.members[0].phase is Phase.PARKED
 
 
-def test_a_step_that_proposed_nothing_is_a_speculative_sample():
-    """Matchless lookups (speculative one-token steps that verified nothing) are costed as speculation: a probe of
-    them that costs more than plain steps parks the drafter, and none of them leaks into the plain baseline."""
+def test_a_head_pass_that_proposed_nothing_is_a_speculative_sample():
+    """A draft head under its confidence gate (speculative one-token steps that verified nothing) is costed as
+    speculation: a probe of them that costs more than plain steps parks the head, and none of them leaks into the
+    plain baseline. (A lookup that found nothing ran no head: the transaction makes that a plain round.)"""
     gov = ChainGovernor()
     _through_baseline(gov)
     for _ in range(gov.config.probe_steps - 1):

@@ -44,13 +44,13 @@ def test_partial_and_zero_acceptance_emit_the_prefix_and_one_correction(correct)
 def test_the_autoregressive_path_is_a_zero_proposal_round():
     seq, truth = _sequence("dense", [])
     result = seq.round(0)
-    assert (result.proposed, result.attempted, result.emitted) == (0, False, [truth[1]])
+    assert (result.proposed, result.member, result.emitted) == (0, None, [truth[1]])
     _committed_invariant(seq)
 
 
 def test_a_chain_round_names_the_member_it_paid_for_and_skips_a_parked_one():
     """The governor's per-member accounting: the round belongs to the member that proposed; a parked member
-    (False in `members`) is never asked; with nothing proposed the round belongs to the last member that ran."""
+    (False in `members`) is never asked; a round where nothing was proposed and no head ran is a plain one."""
     ahead, behind = oracle_for("dense", N, [None] * 4), oracle_for("dense", N, [None] * 4)
     seq = SpeculativeSequence(trunk("dense", 10), Sampler(SamplingParams()), ChainSpeculator([ahead, behind]))
     seq.start(prompt_for("dense"))
@@ -62,7 +62,7 @@ def test_a_chain_round_names_the_member_it_paid_for_and_skips_a_parked_one():
     seq.abort_round(opened)
     ahead.truth = behind.truth = []  # neither has a continuation to propose
     opened = seq.open_round(3)
-    assert (opened.member, opened.drafts) == (1, [])
+    assert (opened.member, opened.drafts, len(ahead.asked), len(behind.asked)) == (None, [], 1, 1)
     seq.abort_round(opened)
 
 

@@ -7,8 +7,12 @@ verdict is not rediscovered on every short request. It never reads a clock: the 
 each step and calls `record`.
 
 Accounting rules (TensorSharp's design notes for its speculative runtime; each fixed a real regression):
-- a step on which speculation was attempted is a speculative sample even when it
-  proposed nothing (a head pass or a lookup ran; that is the cost a park avoids);
+- a step on which a draft head ran is a speculative sample even when it proposed
+  nothing (that pass is the cost a park avoids); a lookup that found nothing and
+  ran no head is a plain step (the transaction says so): its ~0.01 ms is below
+  what a step's timing resolves, and costing it as speculation parked an n-gram
+  lookup whose windows of misses came out 1 % over the plain cost by noise
+  (docs/drafters.md);
 - parked steps feed the plain baseline (except the first after a switch, which
   pays the transition);
 - a window's cost is its seconds over its tokens (a ratio of sums): the mean of
@@ -16,8 +20,8 @@ Accounting rules (TensorSharp's design notes for its speculative runtime; each f
   as one that emitted eight tokens, and park a drafter that wins on average;
 - a probe ends early as a loss once `early_loss_steps` verifications in a row
   accepted nothing: steps whose drafts were all rejected, each a verification paid
-  for one token. A step that proposed nothing (a matchless lookup, a draft head
-  under its confidence gate) paid no verification: it counts in the cost windows
+  for one token. A step that proposed nothing (a draft head under its confidence
+  gate) paid no verification: it counts in the cost windows
   but neither extends nor breaks that run, so a gate's refusals alone never park
   the speculator;
 - after a loss the re-probe is short and parks back off (first_park, doubling to
