@@ -334,6 +334,10 @@ class Metrics:
         self.clamps = Counter("power_spec_clamps", "Requests clamped to S proposals after a replay.", registry=r)
         self.fallbacks = Counter("power_spec_fallbacks", "One-way adaptive fallbacks to the target.", registry=r)
         self.governor_parks = Counter("power_governor_parks", "Times the cost governor parked the speculator.", registry=r)
+        self.position_reached = Counter("power_spec_position_reached", "Rounds that reached draft position N (accepted "
+                                        "the drafts before it).", ["position"], registry=r)
+        self.position_accepted = Counter("power_spec_position_accepted", "Rounds that accepted the draft at position N.",
+                                         ["position"], registry=r)
         self.generated_tokens = Counter("power_generated_tokens", "Tokens emitted.", registry=r)
         self.prompt_tokens = Counter("power_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
         self.reused_tokens = Counter("power_prompt_reused_tokens", "Prompt tokens taken from a slot's cache.", registry=r)
@@ -354,6 +358,10 @@ class Metrics:
         self.clamps.inc(receipt.clamps)
         self.fallbacks.inc(receipt.fallbacks)
         self.governor_parks.inc(receipt.governor_parks)
+        for position, (reached, accepted) in enumerate(zip(receipt.position_reached, receipt.position_accepted,
+                                                           strict=True), start=1):
+            self.position_reached.labels(position=str(position)).inc(reached)
+            self.position_accepted.labels(position=str(position)).inc(accepted)
         self.generated_tokens.inc(len(receipt.token_ids))
         self.prompt_tokens.inc(receipt.prompt_tokens)
         self.reused_tokens.inc(receipt.prompt_reused)
