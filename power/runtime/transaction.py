@@ -74,7 +74,6 @@ class RoundResult:
     proposed: int
     accepted: int
     replayed: bool  # the rejected suffix was outside the resident window: restored and replayed
-    head_ran: bool  # a learned head ran (even if it proposed nothing)
     # The chain member whose pass the round paid for (Proposal.member); None: a plain round, for the cost governor
     member: int | None
 
@@ -94,8 +93,7 @@ class OpenRound:
     start: int  # the anchor's position
     rows: list[int]  # the anchor, then the proposals
     probs: torch.Tensor | None  # the proposals' draft distributions (None: certain guesses)
-    head_ran: bool
-    member: int | None
+    member: int | None  # RoundResult.member
 
     @property
     def drafts(self) -> list[int]:
@@ -226,7 +224,7 @@ class SpeculativeSequence:
         self._after(Step.PROPOSE)
         # A lookup that found nothing and ran no head cost ~0.01 ms of a ~14 ms step: a plain round to the governor.
         member = proposal.member if speculator is not None and (drafts or proposal.head_ran) else None
-        return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, proposal.head_ran, member)
+        return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, member)
 
     def _close(self, opened: OpenRound, out: ForwardOut) -> RoundResult:
         self._after(Step.VERIFY)
@@ -243,7 +241,7 @@ class SpeculativeSequence:
         emitted = [*drafts[:accepted], last]
         self.tokens.extend(emitted)
         self._after(Step.EMIT)
-        return RoundResult(emitted, len(drafts), accepted, replayed, opened.head_ran, opened.member)
+        return RoundResult(emitted, len(drafts), accepted, replayed, opened.member)
 
     def _sample(self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
         """Rows through the first mismatch: (accepted proposals, the correction or bonus token)."""
