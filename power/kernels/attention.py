@@ -66,7 +66,7 @@ def attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     out = q.new_zeros(n, n_heads, v_cache.shape[-1], dtype=torch.float32)
     for row in range(n):
         slot, position = slots[row].clamp(min=0).reshape(1), positions[row]
-        k, v = k_cache.index_select(0, slot)[0], v_cache.index_select(0, slot)[0]  # [Hkv, T, d]
+        k, v = k_cache.index_select(0, slot)[0].float(), v_cache.index_select(0, slot)[0].float()  # [Hkv, T, d]
         scores = torch.bmm(q[row].float().reshape(n_kv, group, -1), k.transpose(1, 2)) * scale  # [Hkv, G, T]
         allowed = keys <= position
         if window:
@@ -84,7 +84,7 @@ def cache_write_reference(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tenso
     for row in range(k.shape[0]):  # indices as 1-element tensors: no value crosses to the host
         slot, position, real = slots[row:row + 1].clamp(min=0), positions[row:row + 1], slots[row] >= 0
         for cache, new in ((k_cache, k), (v_cache, v)):
-            cache[slot, :, position] = torch.where(real, new[row:row + 1], cache[slot, :, position])
+            cache[slot, :, position] = torch.where(real, new[row:row + 1].to(cache.dtype), cache[slot, :, position])
 
 
 def attention_bound(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,

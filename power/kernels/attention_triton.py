@@ -35,7 +35,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, slots_ptr, positions_ptr, ca
     acc = tl.zeros([BLOCK_G, BLOCK_DV], tl.float32)
     for block in range(first, last):
         keys = block * BLOCK_N + tl.arange(0, BLOCK_N)
-        k = tl.load(k_ptr + (base + keys[:, None]) * HEAD_K + dk[None, :], mask=(dk < HEAD_K)[None, :], other=0.0)
+        k = tl.load(k_ptr + (base + keys[:, None]) * HEAD_K + dk[None, :], mask=(dk < HEAD_K)[None, :],
+                    other=0.0).to(tl.float32)  # an f16 / bf16 cache's rows widen exactly
         scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # [BLOCK_G, BLOCK_N]
         allowed = (keys >= lowest) & (keys <= position)
         scores = tl.where(allowed[None, :], scores, float("-inf"))
@@ -43,7 +44,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, slots_ptr, positions_ptr, ca
         rescale = tl.exp(peak - new_peak)
         weights = tl.exp(scores - new_peak[:, None])
         total = total * rescale + tl.sum(weights, 1)
-        v = tl.load(v_ptr + (base + keys[:, None]) * HEAD_V + dv[None, :], mask=(dv < HEAD_V)[None, :], other=0.0)
+        v = tl.load(v_ptr + (base + keys[:, None]) * HEAD_V + dv[None, :], mask=(dv < HEAD_V)[None, :],
+                    other=0.0).to(tl.float32)
         acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision="ieee")
         peak = new_peak
     out = acc / tl.where(total > 0, total, 1.0)[:, None]  # a padding row: 0 / 1
@@ -66,8 +68,9 @@ def _cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr, posit
     real = (tl.zeros([1], tl.int64) + slot) >= 0  # a padding row (slot -1) stores nothing (a [1] mask: the interpreter takes no scalar one)
     k = tl.load(k_ptr + source_row * HEAD_K + dk, mask=dk < HEAD_K)
     v = tl.load(v_ptr + source_row * HEAD_V + dv, mask=dv < HEAD_V)
-    tl.store(k_cache_ptr + cache_row * HEAD_K + dk, k, mask=(dk < HEAD_K) & real)
-    tl.store(v_cache_ptr + cache_row * HEAD_V + dv, v, mask=(dv < HEAD_V) & real)
+    # rounded to the cache's type (round to nearest even), as torch's copy into it rounds
+    tl.store(k_cache_ptr + cache_row * HEAD_K + dk, k.to(k_cache_ptr.dtype.element_ty), mask=(dk < HEAD_K) & real)
+    tl.store(v_cache_ptr + cache_row * HEAD_V + dv, v.to(v_cache_ptr.dtype.element_ty), mask=(dv < HEAD_V) & real)
 
 
 def attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
