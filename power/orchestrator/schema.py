@@ -359,14 +359,23 @@ class Deployment(_Strict):
 class ModelVolume(_Strict):
     host_path: StrictStr | None = Field(None, pattern=r"^/", description="the folder on every node holding the files (hostPath)")
     claim: StrictStr | None = Field(None, min_length=1, description="the PersistentVolumeClaim holding the files")
+    empty_dir: StrictBool = Field(False, description="an emptyDir the pod's `pull` init container fills (needs "
+                                  "pull = true)")
+    pull: StrictBool = Field(False, description="an init container runs `power pull` on the plan into the volume "
+                             "(each artifact from its manifest source, checked by size and sha256) before `power "
+                             "verify`, so the volume needs no pre-filling")
     local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
                                         "artifact path under it is the same path under mount_path in the pod")
-    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only)")
+    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only "
+                                  "to the engine)")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelVolume:
-        if (self.host_path is None) == (self.claim is None):
-            raise ValueError("name exactly one of host_path (a folder on the node) or claim (a PersistentVolumeClaim)")
+        if sum((self.host_path is not None, self.claim is not None, self.empty_dir)) != 1:
+            raise ValueError("name exactly one of host_path (a folder on the node), claim (a PersistentVolumeClaim) "
+                             "or empty_dir = true (filled by pull = true)")
+        if self.empty_dir and not self.pull:
+            raise ValueError("an empty_dir volume starts empty: set pull = true so the init container fills it")
         return self
 
 
