@@ -93,10 +93,15 @@ def _trunk(name: str, snapshot_rows: int, kv_type: str):
     return load_trunk(gguf(name), n_ctx=n_ctx, verify_capacity=CAPACITY, snapshot_rows=snapshot_rows, kv_type=kv_type)
 
 
-@lru_cache(maxsize=None)
 def plain_stream(name: str, n_tokens: int, seed: int = 0, temperature: float = 0.0,
                  kv_type: str = F32) -> tuple[int, ...]:
-    """The autoregressive continuation of the model's test prompt (prompt excluded)."""
+    """The autoregressive continuation of the model's test prompt (prompt excluded), computed once per arguments
+    however they are passed (a second run would move the shared trunk under a test that holds it)."""
+    return _plain_stream(name, n_tokens, seed, temperature, kv_type)
+
+
+@lru_cache(maxsize=None)
+def _plain_stream(name: str, n_tokens: int, seed: int, temperature: float, kv_type: str) -> tuple[int, ...]:
     params = SamplingParams(temperature=temperature, seed=seed)
     generation = Decoder(trunk(name, kv_type=kv_type), Sampler(params)).generate(prompt_for(name), n_tokens)
     return tuple(generation.tokens)

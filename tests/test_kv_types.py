@@ -48,3 +48,41 @@ def test_a_row_rounds_the_same_alone_and_among_other_rows(kv_type):
     together = kv_rows.encode(x, kv_type)
     for i in range(x.shape[0]):
         assert torch.equal(kv_rows.encode(x[i:i + 1], kv_type), together[i:i + 1])
+
+
+@pytest.mark.parametrize("kv_type", ["f16", "bf16"])
+def test_the_gpu_paths_kernels_write_and_read_half_caches_as_the_values_they_hold(monkeypatch, kv_type):
+    """The GPU path's cache write rounds each row to the cache's type (as torch's copy does) and its attention reads
+    the rows back exactly: the same bits as over a float32 cache of the rounded values, Triton (interpreted here) and
+    the torch reference alike."""
+    from kernel_helpers import on_both_paths
+
+    from power.kernels import dispatch
+
+    g = torch.Generator().manual_seed(4)
+    k, v = torch.randn(6, 2, 32, generator=g), torch.randn(6, 2, 32, generator=g)
+    q = torch.randn(6, 4, 32, generator=g)
+    slots, positions = torch.tensor([0, 0, 0, 1, 1, -1]), torch.tensor([0, 1, 2, 0, 1, 0])
+    dtype = kv_rows.DTYPES[kv_type]
+
+    def written_and_read(cache_dtype, k_rows, v_rows):
+        k_cache, v_cache = torch.zeros(2, 2, 64, 32, dtype=cache_dtype), torch.zeros(2, 2, 64, 32, dtype=cache_dtype)
+        dispatch.cache_write(k_rows, v_rows, k_cache, v_cache, slots, positions)
+        return k_cache, dispatch.attention(q, k_cache, v_cache, slots, positions, 0.2)
+
+    for (k_cache, out), (_, held) in zip(on_both_paths(monkeypatch, written_and_read, dtype, k, v),
+                                         on_both_paths(monkeypatch, written_and_read, torch.float32,
+                                                       k.to(dtype).float(), v.to(dtype).float()), strict=True):
+        assert torch.equal(k_cache[0, :, :3], k[:3].to(dtype).transpose(0, 1))
+        assert torch.equal(out, held)
+
+
+def test_q8_0_on_the_gpu_path_is_refused_not_downgraded():
+    from gguf_helpers import fixtures
+
+    from power.runtime.errors import RuntimeInputError
+    from power.runtime.trunks import load_trunk
+
+    with pytest.raises(RuntimeInputError) as refused:
+        load_trunk(fixtures()["gemma3-target"], n_ctx=32, verify_capacity=2, kernel_path="gpu", kv_type="q8_0")
+    assert refused.value.finding.code == "PWR514"

@@ -339,7 +339,7 @@ def test_a_2048_window_caps_the_drafter_kv():
     # llama.cpp's sliding cache: pad(2048 + n_ubatch 512, 256) = 2560 cells of 20 KiB
     assert parts(llama)["drafter KV (sliding)"] == 20 * KiB * 2560
     power = size_plan("power", target, dflash, Request(ctx=262_144, vocab=248_320), GPU)
-    assert parts(power)["drafter KV"] == 40 * KiB * 2048  # Power's ring: the window itself, in f32
+    assert host_parts(power)["drafter KV"] == 40 * KiB * 2048  # Power's ring: the window itself, in f32, on the host
 
 
 def test_q6k_target_is_the_reference_artifact_size():
@@ -503,3 +503,28 @@ def test_every_total_grows_with_the_context(a, b, s, slots, unified, cache, flas
 @cache
 def _qwen_headers():
     return inspect_artifact(fixture("qwen36-27b-q6k")), inspect_artifact(fixture("qwen36-27b-dspark"))
+
+
+# The bundled Qwen3.6-27B profiles (docs/sizing.md, "The production profiles on Power's runtime").
+QWEN_PROFILES = ["balanced-k7s7", "guarded-k7s6", "q6k-peak-fr8192", "dspark-k10s6", "dflash2", "target-only"]
+
+
+@pytest.mark.parametrize("profile", QWEN_PROFILES)
+def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_path, profile):
+    """Each bundled Qwen3.6-27B profile, with its own KV type (f16), fits a 24 GiB GPU on Power's runtime: the target's
+    weights in their GGUF rows, the KV in f16, three recurrent states plus replay inputs; the learned drafters (MTP head,
+    DSpark, DFlash2, in their GGUF blocks) are host memory beside it."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
+                                                           {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}],
+                              hashed=False, quant="Q6_K", architecture="qwen35")
+    result = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / f"{profile}.toml"), "--device", "24GiB",
+                                       "--engine", "power", "--json"])
+    assert result.exit_code == 0, result.output
+    memory = json.loads(result.stdout)["memory"]
+    assert memory["verdict"] == "fits" and memory["margin_bytes"] > 512 * MiB, memory["margin_bytes"] / MiB
+    device = {c["name"]: c for c in memory["devices"][0]["components"]}
+    assert device["target KV"]["detail"].endswith("x f16")
+    assert device["recurrent state"]["bytes"] < 600 * MiB  # 1.17 GiB of f32 snapshots at S = 7 before
+    host = {c["name"]: c["bytes"] for c in memory["host"]}
+    if profile == "dflash2" or profile.startswith("dspark"):
+        assert host["drafter weights"] < 2 * GiB  # 6.6 GiB dequantised to f32 before

@@ -84,7 +84,7 @@ def cache_write_reference(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tenso
     for row in range(k.shape[0]):  # indices as 1-element tensors: no value crosses to the host
         slot, position, real = slots[row:row + 1].clamp(min=0), positions[row:row + 1], slots[row] >= 0
         for cache, new in ((k_cache, k), (v_cache, v)):
-            cache[slot, :, position] = torch.where(real, new[row:row + 1].to(cache.dtype), cache[slot, :, position])
+            cache[slot, :, position] = torch.where(real, new[row:row + 1], cache[slot, :, position])
 
 
 def attention_bound(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,

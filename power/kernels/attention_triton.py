@@ -68,9 +68,8 @@ def _cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr, posit
     real = (tl.zeros([1], tl.int64) + slot) >= 0  # a padding row (slot -1) stores nothing (a [1] mask: the interpreter takes no scalar one)
     k = tl.load(k_ptr + source_row * HEAD_K + dk, mask=dk < HEAD_K)
     v = tl.load(v_ptr + source_row * HEAD_V + dv, mask=dv < HEAD_V)
-    # rounded to the cache's type (round to nearest even), as torch's copy into it rounds
-    tl.store(k_cache_ptr + cache_row * HEAD_K + dk, k.to(k_cache_ptr.dtype.element_ty), mask=(dk < HEAD_K) & real)
-    tl.store(v_cache_ptr + cache_row * HEAD_V + dv, v.to(v_cache_ptr.dtype.element_ty), mask=(dv < HEAD_V) & real)
+    tl.store(k_cache_ptr + cache_row * HEAD_K + dk, k, mask=(dk < HEAD_K) & real)
+    tl.store(v_cache_ptr + cache_row * HEAD_V + dv, v, mask=(dv < HEAD_V) & real)
 
 
 def attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,

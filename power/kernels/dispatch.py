@@ -301,6 +301,7 @@ def cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache
         raise ValueError(f"cache_write: `v` has shape {tuple(v.shape)}; expected ({rows}, {n_kv}, {v_cache.shape[3]})")
     _rows_of_slots("cache_write", slots, positions, rows)
     device = _same_device("cache_write", k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions)
+    k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)  # each row rounded to the cache's type by torch (to nearest even)
     if backend(device) == "triton":
         triton_kernels().at.cache_write_triton(k, v, k_cache, v_cache, slots, positions)
     else:

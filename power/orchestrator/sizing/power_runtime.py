@@ -1,4 +1,4 @@
-"""What Power's own runtime (power.runtime) holds for a plan, on its one device.
+"""What Power's own runtime (power.runtime) holds for a plan, on its one device (and, beside a GPU, on the host).
 
 The target's weights are what the loader holds (`power.runtime.trunks.base.Weights`;
 tests/test_sizing.py compares the two on Gemma and the fixtures), which follows the
@@ -24,15 +24,19 @@ layout differs from llama.cpp's:
   global, keeps a region of `pad(ctx / slots + max(verify capacity, prefill
   chunk), 256)` positions per slot: `power.documents.geometry`, the function
   the runtime's `Engine` builds its trunk from;
-- recurrent layers keep their conv and delta state and S snapshots per slot;
-- a drafter keeps a ring of its sliding window (else the whole context)
-  (runtime/speculators/kv_ring.py);
+- recurrent layers keep at most three states per slot (live, the last forward's
+  start, the last whole prefill chunk's end) and, with S > 0, the last forward's
+  inputs to the recurrence, from which a rewind replays (`runtime/trunks/qwen35.py`);
+- the learned drafters run on the CPU and borrow the trunk's embedding and LM
+  head: their matrices in GGUF blocks (`power.artifacts.contracts.drafter_tensor_role`),
+  a block drafter's ring of its sliding window (else the whole context)
+  (runtime/speculators/kv_ring.py); beside a GPU they are host memory;
 - a forward runs at most the verification capacity's rows (the float32 reference
   pads every forward to it).
 
-The KV regions and the target's weights follow the runtime's allocation rules;
-compute, drafters and the CUDA terms are estimates (torch's caching allocator and
-kernel workspaces are not modelled).
+The KV regions and the weights follow the runtime's allocation rules; the recurrent
+state is an upper bound; compute, the drafter ring and the CUDA terms are estimates
+(torch's caching allocator and kernel workspaces are not modelled).
 """
 
 from __future__ import annotations
