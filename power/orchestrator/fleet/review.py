@@ -142,7 +142,7 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
                 objects_digest: str | None = None) -> dict[str, Any]:
     """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing,
     and with [kubernetes] the digest of the objects it renders to (an image or node change shows as drift)."""
-    record = {
+    record: dict[str, Any] = {
         "host": deployment.host,
         "device": _device_field(deployment),
         "manifest": plan.name,
@@ -161,6 +161,8 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "verdict": plan.memory.verdict,
         "plan_digest": plan.digest,
     }
+    if deployment.exactness != "exact":  # the default is left out, so records written before it stay the same
+        record["exactness"] = {"policy": deployment.exactness, "margin": deployment.near_tie_margin}
     if objects_digest is not None:
         record["objects_digest"] = objects_digest
     return record
