@@ -35,9 +35,11 @@ def _verdict(speedup: float) -> str:
 
 def evidence_document(candidate: str, baseline: str, *, engine: str = "power", lossless: bool = True,
                       speedup: float = 1.4, request_speedup: float | None = None, shapes: tuple[str, ...] = SHAPES,
-                      replays: int = 0, fallbacks: int = 0, runs: int = 4, results: dict | None = None) -> dict:
+                      replays: int = 0, fallbacks: int = 0, runs: int = 4, results: dict | None = None,
+                      under_load: dict[int, float] | None = None) -> dict:
     """`results`: per-shape results as `power.app.bench.shape_result` built them, in place of the chosen figures (and
-    the losslessness the bench derives from them)."""
+    the losslessness the bench derives from them); `under_load`: {clients: the candidate's aggregate speedup} on
+    every shape (`power bench --concurrency`)."""
     built = results is not None
     request_speedup = speedup if request_speedup is None else request_speedup
     judged = {"decode": _verdict(speedup), "request-wide": _verdict(request_speedup)}
@@ -61,7 +63,11 @@ def evidence_document(candidate: str, baseline: str, *, engine: str = "power", l
         "lossless": bench._lossless(results, ["candidate", "baseline"]) if built else {
             "shape": "identity", "mismatched_shapes": [], "vacuous_shapes": [], "tokens_sha256": None, "texts": None,
             "proven": lossless, "reason": "chosen by the test"},
-        "negative_control": None, "passed": lossless, "receipts": []}).document()
+        "negative_control": None, "passed": lossless, "receipts": [],
+        "concurrency": {"levels": sorted(under_load), "slots": max(under_load), "stops_paying_at": None,
+                        "reason": "chosen by the test",
+                        "per_level": {str(level): {shape: {"speedup": speedup} for shape in results}
+                                      for level, speedup in under_load.items()}} if under_load else None}).document()
 
 
 def write_evidence(path: Path, candidate: str, baseline: str, **options) -> Path:

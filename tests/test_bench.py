@@ -350,3 +350,26 @@ def test_a_divergence_within_the_margin_is_a_near_tie_and_beyond_it_lossy() -> N
     assert unexplained["exactness"] == "lossy" and "a correctness bug" in unexplained["verdict_reason"]
     proof = bench._lossless({"identity": tie}, ["candidate", "baseline"])
     assert not proof["proven"] and proof["exactness"] == "near-tie" and proof["proven_to_near_ties"]
+
+
+def test_concurrency_levels_measure_each_configuration_with_clients_at_once(tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence.json"
+    result = invoke(fixture_plan("slots"), "--vs", fixture_plan("slots-none"), "--concurrency", "1,2",
+                    "--shapes", "identity", "--runs", 1, "--max-tokens", 8, "--threads", 1, "-o", evidence)
+    assert result.exit_code == 0, result.output
+    section = json.loads(evidence.read_text())["concurrency"]
+    assert section["levels"] == [1, 2] and section["slots"] == 4
+    for level in ("1", "2"):
+        identity = section["per_level"][level]["identity"]
+        assert identity["candidate"]["runs"] == identity["baseline"]["runs"] == 1
+        assert identity["candidate"]["aggregate_tok_s"] > 0 and identity["speedup"] == pytest.approx(
+            identity["candidate"]["aggregate_tok_s"] / identity["baseline"]["aggregate_tok_s"])
+    stops = section["stops_paying_at"]
+    assert stops in (None, 1, 2) and (str(stops) in section["reason"] if stops else "every level" in section["reason"])
+    assert "identity run 1 candidate x2" in result.output
+
+
+def test_a_concurrency_above_the_plans_slots_is_refused_before_anything_runs() -> None:
+    result = invoke(fixture_plan("slots"), "--vs", fixture_plan("slots-none"), "--concurrency", "1,8")
+    assert result.exit_code == 2 and "PWR475" in result.output and "4 request(s) at once" in result.output
+    assert "warm-up" not in result.output

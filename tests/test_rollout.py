@@ -329,3 +329,24 @@ def test_near_tie_divergences_open_a_stage_only_where_the_deployment_accepts_the
     assert (result.exit_code == 0) == opens, result.output
     if not opens:
         assert "PWR072" in result.output and "the bench calls it near-tie" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("under_load", "opens"), [(None, False), ({1: 1.4, 4: 0.9}, False), ({1: 1.4, 4: 1.2}, True)])
+def test_a_deployment_serving_clients_at_once_is_gated_at_that_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, under_load: dict | None, opens: bool) -> None:
+    """Single-stream evidence says nothing about four clients at once: the gate reads the --concurrency level."""
+    monkeypatch.setenv("POWER_CACHE_DIR", str(tmp_path / "cache"))
+    world = build_world(tmp_path / "world")
+    fleet = world.fleet(HOSTS, DEPLOYMENTS.replace('traffic = "echo"', 'traffic = "echo"\nconcurrency = 4'))
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate, incumbent = _pair(world, "ws-3/hybrid")
+    path = evidence(tmp_path / "load.json", candidate, incumbent, under_load=under_load)
+    result = run("rollout", "advance", fleet, "--evidence", path)
+    assert (result.exit_code == 0) == opens, result.output
+    said = " ".join(result.output.split())
+    if under_load is None:
+        assert "no measurement at 4" in said and "--concurrency 1,4" in said
+    elif not opens:
+        assert "at 4 clients at once" in said and "0.900x" in said

@@ -113,7 +113,8 @@ def run_protocol(configs: list[BenchConfig], shapes: list[TrafficShape], runs: i
 
 def run_in_turns(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int, progress: Callable[[str], None],
                  bring_up: Callable[[BenchConfig], None], take_down: Callable[[BenchConfig], None],
-                 watch: HostWatch | None = None) -> list[Measurement]:
+                 watch: HostWatch | None = None,
+                 during_turn: Callable[[BenchConfig, int], None] | None = None) -> list[Measurement]:
     """One configuration resident at a time: per run each configuration in turn, the order swapping every run, is
     brought up, warmed with one unmeasured request, measured on every shape, and taken down (also on a failure);
     the host sampled before and after each turn's measurements (`watch`)."""
@@ -131,6 +132,8 @@ def run_in_turns(configs: list[BenchConfig], shapes: list[TrafficShape], runs: i
                     receipt = _generate(config, shape, run)
                     progress(_line(shape, run, runs, config, receipt))
                     measurements.append(Measurement(shape.name, config.label, run, receipt))
+                if during_turn:
+                    during_turn(config, run)  # what else must run while this configuration is up (its load levels)
                 if watch:
                     watch.observe(config.label, "after")
             finally:

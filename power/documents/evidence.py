@@ -183,6 +183,9 @@ class Evidence(_Model):
     lifecycle: list[dict[str, Any]] = Field(default_factory=list)
     # the quiet-host samples (`power.app.quiet`): load average, other processes' CPU share, busy or not
     host: dict[str, Any] | None = None
+    # `--concurrency`: per level and shape the aggregate and per-request figures, and where the candidate stops
+    # paying (`power.app.concurrency`)
+    concurrency: dict[str, Any] | None = None
 
     def document(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=False)

@@ -341,6 +341,8 @@ class Deployment(_Strict):
                              "near_tie_margin nats, read without speculation: a live engine's arithmetic)")
     near_tie_margin: float = Field(0.1, gt=0, le=5, description="nats: the widest gap between the target's own "
                                                                 "log-probabilities of two tokens a near-tie may have")
+    concurrency: StrictInt = Field(1, ge=1, le=1024, description="the clients the deployment serves at once: a "
+                                   "rollout's gate judges the candidate at that many (`power bench --concurrency`)")
 
 
     @model_validator(mode="after")

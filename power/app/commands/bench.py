@@ -64,6 +64,10 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @click.option("--deployment-port", type=click.IntRange(1, 65535), default=None,
               help="The port the deployment's own engine serves on: a server found there is stopped before the "
               "bench and restarted exactly as it was started when the bench ends, also on a failure or Ctrl-C.")
+@click.option("--concurrency", "concurrency_text", default="1", show_default=True, metavar="N1,N2,...",
+              help="Also drive each configuration with this many clients at once on every shape (e.g. 1,4,8; at "
+              "most the plans' slots): per level the aggregate and per-request figures, and the level where the "
+              "candidate stops paying. 1 alone: single-stream only.")
 @click.option("--near-tie-margin", type=click.FloatRange(min=0.0), default=DEFAULT_MARGIN, show_default=True,
               help="Nats between the target's own log-probabilities of two tokens below which a greedy divergence is "
               "a near-tie (arithmetic) rather than lossy; read at each first divergence without speculation.")
@@ -72,8 +76,8 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,
           max_tokens: int, prompt_tokens: int | None, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
-          env_path: Path | None, one_at_a_time: bool, deployment_port: int | None, near_tie_margin: float, device: str,
-          threads: int | None, root: Path | None, as_json: bool) -> None:
+          env_path: Path | None, one_at_a_time: bool, deployment_port: int | None, concurrency_text: str,
+          near_tie_margin: float, device: str, threads: int | None, root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
@@ -86,7 +90,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     """
     require_outputs(files=(output, report, env_path), as_json=as_json)
     from power.app import bench as harness
-    from power.app import live, sweep
+    from power.app import concurrency, live, sweep
     from power.app.bench_report import REPORT_FORMATS, text_table, write_report
     from power.app.residency import residency
     from power.app.traffic import REFERENCE_PROMPT_TOKENS, build_shape, parse_shapes
@@ -127,6 +131,12 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         refuse(PowerError("--one-at-a-time: Power's runtime loads every plan in this process, side by side",
                           code="PWR474", hint="measure one at a time on the deployment's live engine (--engine "
                           "llama-server or vllm)"), as_json, at=plan)
+    slots = min(resolved.memory.slots.slots for _, _, resolved in plans)
+    try:
+        levels = concurrency.parse_levels(concurrency_text, slots)
+    except PowerError as err:
+        refuse(err, as_json, at=plan)
+    loaded: list = []  # the --concurrency levels' measurements
     placed = residency([resolved for _, _, resolved in plans], asked=one_at_a_time,
                        in_turns=engine in live.LIVE_ENGINES)
     click.echo(f"residency: {placed.reason}", err=True)
@@ -143,9 +153,13 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
             if placed.sequential:
                 measurements = harness.run_in_turns(
                     configs, traffic, runs, progress, bring_up=lambda c: _bring_up(servers[c.label], c.label, lifecycle),
-                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle), watch=watch)
+                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle), watch=watch,
+                    during_turn=(lambda c, run: loaded.extend(concurrency.in_turn(c, run, traffic, levels, progress)))
+                    if levels != [1] else None)
             else:
                 measurements = harness.run_protocol(configs, traffic, runs, progress, watch)
+                if levels != [1]:
+                    loaded = concurrency.run_levels(configs, traffic, runs, levels, progress)
             explained = _explained(configs[: len(candidates)], configs[-1] if baseline else None, traffic,
                                    measurements, servers, lifecycle, placed.sequential)
         except PowerError as err:
@@ -157,6 +171,10 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     documents = [harness.evidence(config, control, traffic, runs, max_tokens, measurements, placed, lifecycle.events,
                                   host, explained.get(config.label), near_tie_margin)
                  for config in configs[: len(candidates)]]
+    if levels != [1]:
+        for config, document in zip(configs, documents, strict=False):
+            roles = {config.label: harness.CANDIDATE} | ({control.label: harness.BASELINE} if control else {})
+            document["concurrency"] = concurrency.section(loaded, roles, levels, [s.name for s in traffic], slots)
     best = harness.winner(documents) if control else None
     document = best or documents[0]
     if sweeps:

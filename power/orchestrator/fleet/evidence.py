@@ -60,6 +60,8 @@ class Evidence:
     shapes: dict[str, GatedShape]
     # proven but for shapes whose every divergence is a near-tie (what a near-tie exactness policy accepts)
     lossless_to_near_ties: bool = False
+    # `--concurrency`: {clients: {shape: the candidate's aggregate speedup (None: no baseline rate)}}
+    under_load: dict[int, dict[str, float | None]] | None = None
     # the engine that produced it (evidence written before engines were recorded came from Power's runtime)
     engine: str = "power"
     engine_build: str = ""
@@ -94,9 +96,16 @@ def _gated(path: Path, sha256: str, document: EvidenceDocument) -> Evidence:
     return Evidence(
         path=path, sha256=sha256, candidate_digest=document.candidate.plan_digest,
         baseline_digest=baseline.plan_digest, lossless=document.lossless.proven,
-        lossless_to_near_ties=document.lossless.proven_to_near_ties,
+        lossless_to_near_ties=document.lossless.proven_to_near_ties, under_load=_under_load(document.concurrency),
         shapes={name: _shape(name, result) for name, result in document.shapes.items() if result.baseline},
         engine=document.engine.name, engine_build=document.engine.build)
+
+
+def _under_load(section: dict | None) -> dict[int, dict[str, float | None]] | None:
+    if not section:
+        return None
+    return {int(level): {shape: result.get("speedup") for shape, result in shapes.items()}
+            for level, shapes in section.get("per_level", {}).items()}
 
 
 def _shape(name: str, result: ShapeResult) -> GatedShape:

@@ -165,8 +165,11 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "verdict": plan.memory.verdict,
         "plan_digest": plan.digest,
     }
-    if deployment.exactness != "exact":  # the default is left out, so records written before it stay the same
+    # the defaults are left out, so records written before these settings stay the same
+    if deployment.exactness != "exact":
         record["exactness"] = {"policy": deployment.exactness, "margin": deployment.near_tie_margin}
+    if deployment.concurrency != 1:
+        record["concurrency"] = deployment.concurrency
     if objects_digest is not None:
         record["objects_digest"] = objects_digest
     return record

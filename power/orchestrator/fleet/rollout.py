@@ -185,7 +185,8 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
                 continue
             used.append(item.sha256)
             record = rollout["candidates"][serving[0]]
-            outcome.findings += gate(item, shapes, record["rollback"], Exactness.of(record))
+            outcome.findings += gate(item, shapes, record["rollback"], Exactness.of(record),
+                                     record.get("concurrency", 1))
             outcome.lines += [f"{', '.join(serving)} on {shape!r} ({engine}): {_figures(item.shapes[shape])}"
                               for shape in shapes if shape in item.shapes]
     if not outcome.ok:
@@ -254,11 +255,12 @@ class Exactness:
             margin is not None and margin <= self.margin for margin in result.margins))
 
 
-def gate(evidence: Evidence, shapes: list[str], rollback_policy: str, exactness: Exactness | None = None
-         ) -> list[Finding]:
-    """Every reason this evidence does not open the stage for deployments serving `shapes` (empty: it does)."""
+def gate(evidence: Evidence, shapes: list[str], rollback_policy: str, exactness: Exactness | None = None,
+         clients: int = 1) -> list[Finding]:
+    """Every reason this evidence does not open the stage for deployments serving `shapes` to `clients` at once
+    (empty: it does)."""
     exactness = exactness or Exactness()
-    findings = []
+    findings = _under_load(evidence, shapes, clients)
     proven = evidence.lossless or (exactness.policy == "near-tie" and evidence.lossless_to_near_ties)
     if not proven:
         findings.append(_gate_finding("PWR072", evidence, "greedy losslessness is not proven (outputs differ or "
@@ -296,6 +298,27 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str, exactness:
                 "PWR074", evidence, f"on {shape!r}: {result.replays} replays, {result.fallbacks} fallbacks "
                 f"(expected: at most {allowed_replays} replays for a {rollback_policy} K/S plan, no fallbacks)",
                 "replays beyond the guarded path or fallbacks mean the plan does not hold as compiled"))
+    return findings
+
+
+def _under_load(evidence: Evidence, shapes: list[str], clients: int) -> list[Finding]:
+    """A deployment serving several clients at once is judged there: the candidate's aggregate must pay at that
+    level (`power bench --concurrency`) on every shape it serves."""
+    if clients == 1:
+        return []
+    measured = (evidence.under_load or {}).get(clients)
+    if measured is None:
+        return [_gate_finding("PWR073", evidence, f"the deployments serve {clients} clients at once, and the evidence "
+                              f"has no measurement at {clients}", f"rerun the bench with --concurrency 1,{clients}")]
+    findings = []
+    for shape in shapes:
+        speedup = measured.get(shape)
+        if speedup is None or speedup < 1 + NOISE_BAND:
+            shown = "no baseline rate" if speedup is None else f"{speedup:.3f}x the incumbent's aggregate tok/s"
+            findings.append(_gate_finding(
+                "PWR073", evidence, f"on {shape!r} at {clients} clients at once (what the deployments serve) the "
+                f"candidate gives {shown}; a stage needs >= {1 + NOISE_BAND:.2f}x there",
+                "keep the incumbent for this load, or a shallower draft that still pays with full slots"))
     return findings
 
 
