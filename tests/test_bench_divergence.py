@@ -55,3 +55,23 @@ def test_a_token_swapped_at_a_clear_margin_is_lossy(plans, tmp_path: Path) -> No
     assert first["target_top_token"] == first["baseline_token"] and first["baseline_logprob"] is not None
     assert first["margin"] is not None and first["margin"] > identity["near_tie_margin"]
     assert f"differ at token {SWAP_AT}" in identity["verdict_reason"]
+
+
+def test_the_real_ngram_divergence_on_prose_is_a_near_tie_with_its_margin(plans, tmp_path: Path) -> None:
+    """This CPU llama-server's n-gram line parts from its target-only line on prose where the target's own top two
+    tokens are a few hundredths of a nat apart (its verification batch and plain decode round differently)."""
+    candidate, baseline = plans
+    evidence = tmp_path / "evidence.json"
+    result = run("bench", candidate, "--vs", baseline, "--engine", "llama-server", "--engine-binary", binary(),
+                 "--shapes", "prose", "--runs", 3, "--max-tokens", 64, "--threads", 1, "-o", evidence)
+    assert result.exit_code == 0, result.output  # a near-tie is not lossy
+    prose = json.loads(evidence.read_text())["shapes"]["prose"]
+    assert not prose["parity"] and prose["exactness"] == "near-tie" and prose["divergences"]
+    for divergence in prose["divergences"]:
+        assert divergence["baseline_token"] != divergence["candidate_token"]
+        assert divergence["margin"] == pytest.approx(abs(divergence["baseline_logprob"] - divergence["candidate_logprob"]))
+        assert divergence["margin"] <= prose["near_tie_margin"]
+        # the replay runs the candidate's own target: its top token is one of the two
+        assert divergence["target_top_token"] in (divergence["baseline_token"], divergence["candidate_token"])
+    assert "near-tie" in result.output and f"within {max(d['margin'] for d in prose['divergences']):.4f} nats" in \
+        prose["verdict_reason"]
