@@ -153,6 +153,7 @@ def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
     are OpenAI's 401, the right key is served, /health stays open for probes, /metrics needs the key."""
     key_file = tmp_path / "api-key"
     key_file.write_text("s3cret-key-0123456789\n")
+    key_file.chmod(0o644)
     port = _free_port()
     command = [str(Path(sys.executable).parent / "power"), "serve", str(chat_plan("slots")), "--port", str(port),
                "--threads", "1"]
@@ -176,7 +177,9 @@ def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
         assert [m.id for m in right.models.list().data]
     finally:
         server.terminate()
-        server.wait(BOUND_S)
+        output = server.communicate(timeout=BOUND_S)[0]
+    assert f"warning: {key_file} (the API key) is readable by every user of this machine (mode 0644)" in output
+    assert "s3cret" not in output
 
 
 def test_serve_refuses_an_empty_api_key_file(tmp_path: Path) -> None:
@@ -188,3 +191,39 @@ def test_serve_refuses_an_empty_api_key_file(tmp_path: Path) -> None:
     empty.write_text("\n")
     result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0", "--api-key-file", str(empty)])
     assert result.exit_code == 2 and "PWR606" in result.output
+
+
+def test_serve_refuses_an_api_key_variable_set_to_nothing() -> None:
+    """Issue 38 item 7: `POWER_API_KEY_FILE=` (set, empty) would serve with no authentication; it is refused before
+    anything loads, naming the variable."""
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0"],
+                                env={"POWER_API_KEY_FILE": ""})
+    assert result.exit_code == 2 and "PWR606" in result.output
+    assert "$POWER_API_KEY_FILE is set but empty" in result.output and "unset it" in result.output
+
+
+@pytest.mark.parametrize("content, why", [("clé-secrète-0123\n", "non-ASCII"), ("two words\n", "spaces")])
+def test_serve_refuses_a_key_no_client_could_send(tmp_path: Path, content: str, why: str) -> None:
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    key_file = tmp_path / "key"
+    key_file.write_text(content, encoding="utf-8")
+    result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0", "--api-key-file",
+                                       str(key_file)])
+    assert result.exit_code == 2 and "PWR606" in result.output and why in result.output
+
+
+def test_a_missing_key_file_is_one_plain_sentence(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    missing = tmp_path / "no-such-key"
+    result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0", "--api-key-file", str(missing)])
+    assert result.exit_code == 2 and "the API key file cannot be used: no such file or directory" in result.output
