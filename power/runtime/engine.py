@@ -37,6 +37,7 @@ from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
+from power.runtime.host_memory import require_room
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
@@ -152,7 +153,10 @@ class Engine:
         runtime = workload.runtime
         self.slots = _slots(runtime)
         self.device = resolve_device(options.device)
-        # Each artifact is read once, hashed as read and checked against the plan; the engine runs those bytes.
+        if torch.device(self.device).type == "cpu":
+            require_room(workload.artifacts)  # before a byte of tensor data is read (PWR650, PWR520)
+        # Each artifact is hashed once, in full, against the plan; each tensor's bytes are checked against that read
+        # as they are copied into place, so the engine runs the bytes verified.
         gguf = GGUFFile.verified(workload.target)
         drafters = {a.role: GGUFFile.verified(a) for a in workload.artifacts[1:]}
         self.artifacts = {str(file.path): file.sha256 for file in (gguf, *drafters.values())}
@@ -167,7 +171,7 @@ class Engine:
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk, gguf, drafters)
         for file in (gguf, *drafters.values()):
-            file.release()  # everything is built: the weights are held once, in their own memory
+            file.release()  # everything is built: the file is closed, the header's long arrays dropped
         heap.trim()  # the load's temporaries, freed, go back to the system
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
