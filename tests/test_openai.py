@@ -178,6 +178,9 @@ def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
         right = openai.OpenAI(base_url=f"{base}/v1", api_key="s3cret-key-0123456789", max_retries=0, timeout=BOUND_S)
         assert right.completions.create(model="m", prompt="Hello", max_tokens=2).usage.completion_tokens >= 1
         assert [m.id for m in right.models.list().data]
+        scraped = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer s3cret-key-0123456789"}).text
+        assert 'power_unauthorized_requests_total{key="missing"} 2.0' in scraped  # the bare completion and scrape
+        assert 'power_unauthorized_requests_total{key="wrong"} 1.0' in scraped
     finally:
         server.terminate()
         output = server.communicate(timeout=BOUND_S)[0]
