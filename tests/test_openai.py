@@ -81,6 +81,7 @@ def test_chat_renders_the_models_template_and_answers_with_usage(served) -> None
     choice = chat.choices[0]
     assert chat.object == "chat.completion" and choice.message.role == "assistant"
     assert choice.finish_reason in ("length", "stop") and chat.usage.completion_tokens <= 12
+    assert list(chat.model_extra["receipt"]["artifacts"]) == ["dense-target.gguf"]  # its name, not its path here
     # The same text as the engine writes after the prompt the model's template renders from the messages (given to
     # the engine itself: a client's completion prompt is text, so its <|im_start|> would not be the marker).
     rendered = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) \

@@ -903,7 +903,7 @@ def _extras(outcome: Outcome) -> dict[str, Any]:
                   "total_tokens": receipt.prompt_tokens + len(receipt.token_ids),
                   "prompt_tokens_details": {"cached_tokens": receipt.prompt_reused}},
         "timings": timings(receipt),
-        "receipt": receipt.document(),
+        "receipt": receipt.published().document(),
     }
 
 
