@@ -174,3 +174,11 @@ def test_a_build_killed_midway_leaves_the_next_start_working(tmp_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
     for path in (library(root), library(root).parent / cache.RECORD):
         assert not path.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def test_a_read_only_cache_without_this_path_says_how_to_get_it():
+    """A container image's cache is read-only: a path it lacks cannot be compiled there. /sys stands in for it
+    (root's, 0555, and no one may create files in it, root included)."""
+    stderr = finding(power("kernels", "build", cache_root=Path("/sys")), "PWR620")
+    assert f"the {PATH} CPU kernels are not built and cannot be built into /sys" in stderr
+    assert "POWER_CPU_PATH to a path this cache holds" in stderr

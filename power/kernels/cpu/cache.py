@@ -215,7 +215,15 @@ def wait_bound_s() -> float:
 def _build_lock(path: Path, name: str) -> Iterator[None]:
     """The exclusive build lock, waited for at most `wait_bound_s()` (saying so after a second)."""
     bound = wait_bound_s()
-    with open(path, "a+") as lock:
+    try:
+        lock = open(path, "a+")
+    except OSError as error:
+        raise KernelCacheError(
+            f"the {name} CPU kernels are not built and cannot be built into {path.parent}: {error.strerror}",
+            file=str(path.parent),
+            hint=f"build them where the cache is writable (`{BUILD_COMMAND} --path {name}`), set {CACHE_ENV} to a "
+                 f"writable folder, or POWER_CPU_PATH to a path this cache holds (`power kernels status`)") from error
+    with lock:
         started, said = time.monotonic(), False
         while True:
             try:
