@@ -110,6 +110,18 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR124": ("error", "header values contradict each other or the tensors (block_count vs blocks present, "
                         "vocabulary vs embedding rows, heads vs KV heads)"),
     "PWR125": ("error", "a special token id the runtime uses lies outside the vocabulary"),
+    # PWR13x where an artifact is published (orchestrator/rules.py) and `power pull` (artifacts/pull/)
+    "PWR130": ("error", "an artifact's `source` names neither or both of a Hub `repo` and a `url` (or Hub keys with a url)"),
+    "PWR131": ("error", "a source's revision is not a commit id (a branch, a tag, or none): not pinned"),
+    "PWR132": ("error", "an artifact with a source declares no size or no sha256 to check the pulled bytes against"),
+    "PWR133": ("error", "a source URL or Hub endpoint is not https (plain http only to a loopback address)"),
+    "PWR134": ("error", "a pull could not fetch a file (unknown file or revision, refused, network error, cut short)"),
+    "PWR135": ("error", "a pulled file's size differs from the declared size (the partial file is deleted)"),
+    "PWR136": ("error", "a pulled file's sha256 differs from the declared sha256 (the partial file is deleted)"),
+    "PWR137": ("error", "the Hub's own sha256 of a file (its LFS object id) differs from the manifest's"),
+    "PWR138": ("error", "a download redirected to another scheme or host: not followed"),
+    "PWR139": ("info", "`power pull --pin` wrote a commit, size or sha256 into the manifest"),
+    "PWR140": ("error", "an artifact to pull has no source to fetch it from"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),

@@ -10,12 +10,14 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     sources     manifest / profile / host: {path, sha256} of the files compiled
     devices     [{index, name, kind, vram_bytes, headroom_bytes}]: the host's devices planned for
     target      {path, size, sha256, architecture, quant, n_layers, vocab_size,
-                 context_length, has_mtp, recurrent_layers}
+                 context_length, has_mtp, recurrent_layers, source}; source (absent
+                when the manifest names none): {repo, revision, filename} of a
+                Hugging Face repository at a commit, or {url}
     mode        {requested, resolved, chain, reason}: the profile's spec_mode,
                 what it resolved to (auto: verified external artifact -> native
                 MTP -> none), the drafter chain in execution order
                 (ngram first, then the one context-backed drafter), and why
-    drafters    [{kind, path, size, sha256, target_sha256, contract}]: the
+    drafters    [{kind, path, size, sha256, target_sha256, contract, source}]: the
                 drafters in the chain; `contract` holds header facts (block
                 size, sliding window, target layers, layer count, ...)
     speculation {k, s, rollback, fr_vocab_size, adaptive, p_min}: rollback is "full"
@@ -102,6 +104,20 @@ class Device(_Frozen):
     kind: Literal["gpu", "cpu"] = "gpu"
 
 
+class Source(_Frozen):
+    """Where an artifact is published, as its manifest names it: a Hugging Face repository at a commit (and the
+    file in it), or a URL. Sealed with the plan, so `power verify` reports the provenance the plan was compiled with."""
+
+    repo: str | None = None
+    revision: str | None = None
+    filename: str | None = None
+    url: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.url if self.url is not None else f"hf://{self.repo}@{self.revision}/{self.filename}"
+
+
 class Target(_Frozen):
     path: str
     size: int
@@ -114,6 +130,7 @@ class Target(_Frozen):
     has_mtp: bool = False
     # layers carrying recurrent state (what S snapshots); 0 for attention-only trunks
     recurrent_layers: int = 0
+    source: Source | None = None
 
 
 class Mode(_Frozen):
@@ -134,6 +151,7 @@ class Drafter(_Frozen):
     sha256: str | None = None
     target_sha256: str | None = None
     contract: dict[str, ContractValue] = {}
+    source: Source | None = None
 
     @model_validator(mode="after")
     def _a_file_has_its_digest(self) -> Drafter:
@@ -296,8 +314,13 @@ class ResolvedPlan(_Frozen):
         return unsigned.model_copy(update={"digest": content_digest(unsigned)})
 
     def document(self) -> dict[str, Any]:
-        """The plan as plain JSON data, in document order (`schema` first)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The plan as plain JSON data, in document order (`schema` first). An artifact without a `source` has no
+        such key, so a plan of unsourced artifacts keeps the digest it had before sources existed."""
+        data = self.model_dump(mode="json", by_alias=True)
+        for artifact in (data["target"], *data["drafters"]):
+            if artifact.get("source") is None:
+                artifact.pop("source", None)
+        return data
 
 
 def canonical_json(data: Any) -> bytes:
@@ -346,8 +369,13 @@ def located(plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Re
 
 def planned_artifacts(plan: ResolvedPlan) -> tuple[Artifact, ...]:
     """Every file the plan names, with the size and sha256 it was compiled with: the target, then each drafter's."""
-    target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size)
-    return (target, *(Artifact(d.kind, Path(d.path), d.sha256, d.size) for d in plan.drafters if d.path is not None))
+    target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size, _label(plan.target.source))
+    return (target, *(Artifact(d.kind, Path(d.path), d.sha256, d.size, _label(d.source))
+                      for d in plan.drafters if d.path is not None))
+
+
+def _label(source: Source | None) -> str | None:
+    return source.label if source is not None else None
 
 
 def to_json(plan: ResolvedPlan) -> str:

@@ -37,6 +37,7 @@ from power.documents.plan import (
     ResolvedPlan,
     Runtime,
     Sampling,
+    Source,
     Sources,
     Speculation,
     Target,
@@ -303,7 +304,8 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
             vocab_size=target_vocab(target.facts), context_length=whole(target.facts.hparam("context_length")) or None,
             has_mtp=target.facts.drafter_kind == contracts.MTP,
-            recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT)),
+            recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT),
+            source=published(manifest.model.target)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),
         drafters=drafters,
         speculation=Speculation(
@@ -375,7 +377,19 @@ def _drafter(manifest: Loaded, index: int, artifacts: Artifacts) -> Drafter:
         sha256=own.sha256 if own else None,
         target_sha256=declared.target_sha256,
         contract=contract_facts(declared.kind, own, artifacts.target),
+        source=published(declared),
     )
+
+
+def published(declared) -> Source | None:
+    """The manifest entry's `source` as the plan seals it: a Hub file named in full (its file name defaults to the
+    artifact's), or the URL."""
+    source = declared.source
+    if source is None:
+        return None
+    if source.url is not None:
+        return Source(url=source.url)
+    return Source(repo=source.repo, revision=source.revision, filename=source.filename or Path(declared.path).name)
 
 
 def _tokenizer(facts: ArtifactFacts) -> Tokenizer | None:

@@ -13,7 +13,8 @@ from typing import Any, TypeGuard
 from pydantic import BaseModel
 
 from power import modes
-from power.orchestrator.locator import KeyPath
+from power.orchestrator import provenance
+from power.orchestrator.locator import KeyPath, format_where
 from power.orchestrator.schema import Profile, ProfileRuntime
 
 
@@ -37,14 +38,79 @@ def check(kind: str, data: dict[str, Any]) -> list[Issue]:
 
 
 def _manifest(data: dict[str, Any]) -> list[Issue]:
+    target = data.get("target")
+    issues = _target_digest(target) if isinstance(target, dict) else []
+    issues += [issue for where, entry in _artifacts(data) for issue in _source(where, entry)]
     drafters = data.get("drafters")
     if not isinstance(drafters, list):
-        return []
-    issues: list[Issue] = []
+        return issues
     for index, drafter in enumerate(drafters):
         if isinstance(drafter, dict):
             issues += _drafter(index, drafter)
     return issues
+
+
+def _artifacts(data: dict[str, Any]) -> list[tuple[KeyPath, dict[str, Any]]]:
+    """Each artifact table with its key path: the target, then each drafter."""
+    found: list[tuple[KeyPath, dict[str, Any]]] = []
+    if isinstance(data.get("target"), dict):
+        found.append((("target",), data["target"]))
+    drafters = data.get("drafters")
+    if isinstance(drafters, list):
+        found += [(("drafters", index), entry) for index, entry in enumerate(drafters) if isinstance(entry, dict)]
+    return found
+
+
+def _target_digest(target: dict[str, Any]) -> list[Issue]:
+    """The target's sha256 is required: drafters bind to it. With a source, `power pull --pin` writes it."""
+    if "sha256" in target:
+        return []
+    if isinstance(target.get("source"), dict):
+        return []  # PWR132 names the fix for a sourced artifact
+    return [Issue("PWR021", "[target] has no sha256: a required key is missing", ("target", "sha256"),
+                  hint="add `sha256 = ...` (`sha256sum FILE`), or name its [target.source] and run `power pull --pin`")]
+
+
+def _source(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
+    """PWR130-PWR133: a source is a Hub repository pinned to a commit or an https URL, and the artifact it
+    names carries the size and sha256 a pull checks the bytes against."""
+    source = entry.get("source")
+    if not isinstance(source, dict):
+        return []
+    here = where + ("source",)
+    repo, url = source.get("repo"), source.get("url")
+    if (repo is None) == (url is None):
+        return [Issue("PWR130", f"{format_where(here)} names {'both `repo` and `url`' if repo else 'neither `repo` nor `url`'}",
+                      here, hint='give either `repo = "owner/name"` with `revision` (a Hugging Face repository) '
+                      'or `url = "https://..."`')]
+    if url is not None:
+        return _url_source(here, source, url) + _digests(where, entry)
+    revision = source.get("revision")
+    issues = [] if provenance.is_commit(revision) else [Issue(
+        "PWR131", f"{format_where(here)}.revision {'is missing' if revision is None else f'is {revision!r}, a branch or tag'}"
+        ": it is not pinned to a commit, so the bytes it names can change", here + (("revision",) if revision else ()),
+        hint="run `power pull --pin MANIFEST`: it resolves the revision to its commit id and writes it here")]
+    return issues + _digests(where, entry)
+
+
+def _url_source(here: KeyPath, source: dict[str, Any], url: Any) -> list[Issue]:
+    stray = [key for key in ("revision", "filename") if key in source]
+    if stray:
+        return [Issue("PWR130", f"{format_where(here)} gives a `url` and {_and(f'`{key}`' for key in stray)}, which only "
+                      "a Hub repository has", here + (stray[0],), hint=f"remove {_and(stray)}, or use `repo` instead of `url`")]
+    if isinstance(url, str) and not provenance.is_secure(url):
+        return [Issue("PWR133", f"{format_where(here)}.url is not https: {url}", here + ("url",),
+                      hint="use the https:// address (plain http only to a loopback address such as 127.0.0.1)")]
+    return []
+
+
+def _digests(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
+    missing = [key for key in ("size", "sha256") if key not in entry]
+    if not missing:
+        return []
+    return [Issue("PWR132", f"{format_where(where)} names a source but no {_and(missing)}: a pull could not tell the "
+                  "published file from any other", where + ("source",),
+                  hint="run `power pull --pin MANIFEST`: it fetches the file and writes its size and sha256 here")]
 
 
 def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:

@@ -136,10 +136,32 @@ def _schema_field(kind: str):
 # --- manifest -----------------------------------------------------------------
 
 
+# A Hugging Face repository id, "owner/name" (the Hub's own rule: letters, digits, `-`, `_`, `.`).
+HUB_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
+# A git commit id as the Hub reports it: what a pinned revision is.
+COMMIT_PATTERN = r"^[0-9a-f]{40}$"
+
+
+class SourceEntry(_Strict):
+    """Where an artifact is published: a Hugging Face repository at a commit, or a plain HTTPS URL
+    (the rules in `power.orchestrator.rules` relate the keys; `power pull` fetches from it)."""
+
+    repo: StrictStr | None = Field(None, pattern=HUB_REPO_PATTERN,
+                                   description='a Hugging Face repository, "owner/name"')
+    revision: StrictStr | None = Field(None, min_length=1, description="the repository commit (40 hex digits); a "
+                                       "branch or tag is resolved to its commit and written back by `power pull --pin`")
+    filename: StrictStr | None = Field(None, min_length=1, description="the file's path in the repository; default: "
+                                       "the artifact's file name")
+    url: StrictStr | None = Field(None, pattern=r"^[hH][tT][tT][pP][sS]?://", description="a plain https:// URL "
+                                  "instead of a repository")
+
+
 class TargetEntry(_Strict):
     path: FilePath = Field(description="the target GGUF, relative to this manifest")
     size: Bytes | None = Field(None, description="the file's size in bytes, checked against the file")
-    sha256: Sha256 = Field(description="the file's sha256 (64 hex digits), checked against the file")
+    sha256: Sha256 | None = Field(None, description="the file's sha256 (64 hex digits), checked against the file; "
+                                  "required (`power pull --pin` writes it for an artifact with a source)")
+    source: SourceEntry | None = Field(None, description="where the target is published (`power pull` fetches it)")
     quant: StrictStr | None = Field(None, description="the quantisation the header must declare, e.g. Q6_K, Q4_K_M")
     architecture: StrictStr | None = Field(None, description="general.architecture the header must declare, e.g. qwen35, gemma3")
 
@@ -151,6 +173,7 @@ class DrafterEntry(_Strict):
     sha256: Sha256 | None = Field(None, description="the drafter file's sha256 (64 hex digits)")
     target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was built for: the binding")
     quant: StrictStr | None = Field(None, description="the drafter's quantisation, e.g. Q4_K_M")
+    source: SourceEntry | None = Field(None, description="where the drafter is published (`power pull` fetches it)")
 
 
 class Manifest(_Strict):

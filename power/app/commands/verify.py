@@ -95,11 +95,12 @@ def _report(plan_path: Path, plan: ResolvedPlan | None, verified: list[Artifact]
         click.echo(json.dumps({
             "plan": str(plan_path), "digest": plan.digest if plan is not None else None, "verified": ok,
             "artifacts": [{"role": a.role, "path": str(a.path), "size": a.size, "sha256": a.sha256,
-                           "verified": a in verified} for a in artifacts],
+                           "source": a.source, "verified": a in verified} for a in artifacts],
             "findings": [f.to_json() for f in findings]}, indent=2))
     else:
         for artifact in verified:
-            click.echo(f"ok  {artifact.label}: {artifact.path} (sha256 {artifact.sha256})")
+            source = f", from {artifact.source}" if artifact.source is not None else ""
+            click.echo(f"ok  {artifact.label}: {artifact.path} (sha256 {artifact.sha256}{source})")
     print_findings(findings, as_json=False)
     digest = f" (plan digest {plan.digest})" if plan is not None else ""
     click.echo(f"{plan_path}: {'verified' if ok else 'NOT verified'}{digest}", err=True)
