@@ -229,7 +229,7 @@ def test_amx_that_linux_refuses_this_process_is_refused_with_the_reason():
     program = REFUSED_TILE_DATA.replace("FLAGS", f"frozenset({sorted(AMX)!r})")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "('avx512vnni', 'avx2', 'scalar')"
-    assert "CPUPathError: <input>: PWR624 [error] CPU path amx (POWER_CPU_PATH): Linux refused this process AMX tile data: arch_prctl(" \
+    assert "CPUPathError: CPU path amx (POWER_CPU_PATH): Linux refused this process AMX tile data: arch_prctl(" \
            "ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) failed with E" in done.stderr
 
 
@@ -255,7 +255,7 @@ def test_a_build_without_a_compiler_says_what_it_needs(tmp_path):
     done = subprocess.run([sys.executable, "-c", "from power.kernels.cpu.build import extension; extension('scalar')"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
-    assert "KernelBuildError: <input>: PWR622 [error] building the scalar CPU kernels failed" in done.stderr
+    assert "KernelBuildError: building the scalar CPU kernels failed" in done.stderr
     assert "they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH" in done.stderr
     assert [path.name for path in (tmp_path / "kernels").iterdir()] == [f".scalar-{build_key('scalar')}.lock"]
 

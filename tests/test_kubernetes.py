@@ -650,11 +650,11 @@ def test_a_power_pod_reads_the_cpu_kernels_its_image_prebuilt(tmp_path: Path) ->
     deployment = next(d for d in kustomize(tree / "base") if d["kind"] == "Deployment")
     engine = deployment["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "POWER_KERNEL_CACHE", "value": "/opt/power/kernels"} in engine["env"]
-    note = deployment["metadata"]["annotations"]["power/cpu-kernels"]
+    note = deployment["metadata"]["annotations"]["power/image-prebuilt"]
     assert "POWER_KERNEL_CACHE=/opt/power/kernels power kernels build --all" in note
     assert kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
     llama = _cluster_world(tmp_path / "llama")
     assert run("fleet", "render", llama, "--target", "kubernetes", "-o", tmp_path / "k8s-llama").exit_code == 0
     other = next(d for d in kustomize(tmp_path / "k8s-llama" / "base") if d["kind"] == "Deployment")
-    assert "power/cpu-kernels" not in other["metadata"]["annotations"]
+    assert "power/image-prebuilt" not in other["metadata"]["annotations"]
     assert all(v["name"] != "POWER_KERNEL_CACHE" for v in other["spec"]["template"]["spec"]["containers"][0]["env"])

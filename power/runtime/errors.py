@@ -9,6 +9,7 @@ runtime cannot load raise `power.artifacts.gguf_reader.ArtifactError` (PWR1xx).
 from __future__ import annotations
 
 from power.findings import PowerError
+from power.kernels.cpu.cache import KernelError
 
 
 class RuntimeInputError(PowerError):
@@ -21,3 +22,8 @@ class ContextOverflow(RuntimeInputError):
     """A request that does not fit the context the runtime was planned for."""
 
     code = "PWR602"
+
+
+def kernel_refusal(error: KernelError) -> RuntimeInputError:
+    """A kernel cache, build or instruction-path failure (power.kernels.cpu) as the finding it carries."""
+    return RuntimeInputError(error.message, code=error.code, file=error.file, hint=error.hint)

@@ -8,7 +8,8 @@ import time
 import click
 
 from power.app.cli import EXIT_FINDINGS, print_findings, refuse
-from power.findings import PowerError
+from power.kernels.cpu.cache import KernelError
+from power.runtime.errors import kernel_refusal
 
 
 @click.group("kernels")
@@ -39,8 +40,8 @@ def build(paths: tuple[str, ...], every: bool, force: bool) -> None:
             kernel_build.build(name, force=force)
             library = cache.verify(name, key, kernel_build.namespace_of(name))
             click.echo(f"{name}: {library} ({time.monotonic() - started:.1f} s)")
-    except PowerError as error:
-        refuse(error)
+    except KernelError as error:
+        refuse(kernel_refusal(error))
 
 
 @kernels.command("status")
@@ -53,8 +54,8 @@ def status(as_json: bool) -> None:
 
     try:
         chosen = kernel_build.chosen_path()
-    except PowerError as error:
-        refuse(error, as_json)
+    except KernelError as error:
+        refuse(kernel_refusal(error), as_json)
     available = kernel_build.available_paths()
     rows, findings = [], []
     for name in kernel_build.PATH_NAMES:
@@ -65,9 +66,10 @@ def status(as_json: bool) -> None:
             try:
                 cache.verify(name, key, kernel_build.namespace_of(name))
                 row["built"] = True
-            except PowerError as error:
-                row["refused"] = error.finding.message
-                findings.append(error.finding)
+            except KernelError as error:
+                finding = kernel_refusal(error).finding
+                row["refused"] = finding.message
+                findings.append(finding)
         rows.append(row)
     ready = next(row for row in rows if row["chosen"])["built"]
     if as_json:

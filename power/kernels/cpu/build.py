@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from power.findings import PowerError
 from power.kernels.cpu import cache
 
 CSRC = Path(__file__).parent / "csrc"
@@ -58,7 +57,7 @@ PATH_NAMES = tuple(path.name for path in PATHS)
 COMMON_CFLAGS = ("-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
 
 
-class CPUPathError(PowerError):
+class CPUPathError(cache.KernelError):
     """A requested instruction path that this CPU cannot run, or an unknown path name."""
 
     code = "PWR624"

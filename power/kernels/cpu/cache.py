@@ -33,8 +33,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.findings import PowerError
-
 CACHE_ENV = "POWER_KERNEL_CACHE"
 WAIT_ENV = "POWER_KERNEL_BUILD_WAIT"
 DEFAULT_WAIT_S = 900.0
@@ -44,25 +42,37 @@ PROGRESS_EVERY_S = 15.0
 BUILD_COMMAND = "power kernels build"
 
 
-class KernelCacheError(PowerError):
+class KernelError(RuntimeError):
+    """A kernel cache, build or path failure, as a finding's parts: its code (power.codes), message, the file at
+    fault and the fix. This layer imports nothing above it; the runtime reports it as a finding
+    (power.runtime.errors.kernel_refusal)."""
+
+    code = "PWR622"
+
+    def __init__(self, message: str, *, file: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message if hint is None else f"{message}; hint: {hint}")
+        self.message, self.file, self.hint = message, file, hint
+
+
+class KernelCacheError(KernelError):
     """The kernel cache folder cannot be used: not a folder, not ours, or writable by others."""
 
     code = "PWR620"
 
 
-class KernelLibraryRefused(PowerError):
+class KernelLibraryRefused(KernelError):
     """A library in the cache that this installation did not build as it is (digest, size, owner or mode)."""
 
     code = "PWR621"
 
 
-class KernelBuildError(PowerError):
+class KernelBuildError(KernelError):
     """The kernels could not be built or loaded."""
 
     code = "PWR622"
 
 
-class KernelBuildBusy(PowerError):
+class KernelBuildBusy(KernelError):
     """Another process held the build lock past the wait bound."""
 
     code = "PWR623"
@@ -291,7 +301,7 @@ def _read_record(folder: Path) -> dict:
     return record
 
 
-def _check_trusted(path: Path, *, want_folder: bool, error: type[PowerError]) -> None:
+def _check_trusted(path: Path, *, want_folder: bool, error: type[KernelError]) -> None:
     try:
         info = os.lstat(path)
     except OSError as failure:
@@ -299,7 +309,7 @@ def _check_trusted(path: Path, *, want_folder: bool, error: type[PowerError]) ->
     _check_stat(path, info, want_folder=want_folder, error=error)
 
 
-def _check_stat(path: Path, info: os.stat_result, *, want_folder: bool, error: type[PowerError]) -> None:
+def _check_stat(path: Path, info: os.stat_result, *, want_folder: bool, error: type[KernelError]) -> None:
     """Refuse `path` unless it is a folder (or a regular file), owned by this user or root, writable by no one else."""
     kind = "folder" if want_folder else "regular file"
     if not (stat.S_ISDIR if want_folder else stat.S_ISREG)(info.st_mode):

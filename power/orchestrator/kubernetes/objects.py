@@ -22,7 +22,6 @@ from typing import Any
 
 from power.documents.plan import ResolvedPlan, canonical_json
 from power.orchestrator.engines import adapter
-from power.orchestrator.engines.power import NAME as POWER_ENGINE
 from power.orchestrator.render import Launch, Listen, engine_launch, with_api_key
 
 PORT = 8080
@@ -39,11 +38,6 @@ MIB = 1024**2
 ENGINE_OVERHEAD_BYTES = 2 * GIB
 STARTUP_SECONDS = 1800  # loading (and for vLLM, compiling) a large model takes minutes
 CACHE_DIR = "/cache"
-# Where the power image holds the CPU kernels it built (read-only, like the rest of the image), so a pod starts
-# without compiling and the image needs no compiler (docs/kubernetes.md, docs/kernels.md "The kernel cache").
-KERNEL_CACHE_DIR = "/opt/power/kernels"
-KERNEL_CACHE_NOTE = (f"the power image holds its CPU kernels in {KERNEL_CACHE_DIR}: build it with `POWER_KERNEL_CACHE="
-                     f"{KERNEL_CACHE_DIR} power kernels build --all && chmod -R a+rX,go-w {KERNEL_CACHE_DIR}`")
 API_KEY_DIR = "/var/run/secrets/power"
 API_KEY_ITEM = "api-key"
 
@@ -224,7 +218,7 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
         "command": launch.argv,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": [{"name": name, "value": value} for name, value in launch.env.items()] + key_env + writable_env
-               + _kernel_env(placement.engine),
+               + _prebuilt_env(placement.engine),
         "resources": _resources(plan, placement.engine),
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": STARTUP_SECONDS // 10},
         "readinessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
@@ -262,7 +256,7 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(placement, placement.name, _plan_labels(placement, plan),
-                              _plan_annotations(placement, plan) | _kernel_annotations(placement.engine)),
+                              _plan_annotations(placement, plan) | _prebuilt_annotations(placement.engine)),
         "spec": {
             "replicas": 1,
             "revisionHistoryLimit": 5,
@@ -277,13 +271,15 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
     }
 
 
-def _kernel_env(engine: str) -> list[dict[str, str]]:
-    """Power's runtime reads its prebuilt CPU kernels from the image (the writable /cache starts empty)."""
-    return [{"name": "POWER_KERNEL_CACHE", "value": KERNEL_CACHE_DIR}] if engine == POWER_ENGINE else []
+def _prebuilt_env(engine: str) -> list[dict[str, str]]:
+    """The engine pointed at what its image holds ready-made (the writable /cache starts empty in every pod)."""
+    prebuilt = adapter(engine).image_prebuilt
+    return [] if prebuilt is None else [{"name": prebuilt[0], "value": prebuilt[1]}]
 
 
-def _kernel_annotations(engine: str) -> dict[str, str]:
-    return {f"{PREFIX}cpu-kernels": KERNEL_CACHE_NOTE} if engine == POWER_ENGINE else {}
+def _prebuilt_annotations(engine: str) -> dict[str, str]:
+    prebuilt = adapter(engine).image_prebuilt
+    return {} if prebuilt is None else {f"{PREFIX}image-prebuilt": f"the image holds {prebuilt[1]}: {prebuilt[2]}"}
 
 
 def engine_memory_bytes(plan: ResolvedPlan, engine: str) -> int:
