@@ -67,10 +67,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR077": ("error", "the evidence was measured on another engine than the deployment runs"),
     "PWR078": ("error", "a bench sweep cannot be built (bad --sweep value, changed sources, a variant that does not compile)"),
     "PWR079": ("error", "a bench option the engine cannot honour (--write-env for vLLM)"),
-    # PWR08x plan documents (documents/plan.py)
+    # PWR08x Power's own documents: plans (documents/plan.py), fleet locks past PWR06x (orchestrator/fleet/lock.py)
     "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
     "PWR081": ("error", "the plan does not match the plan schema"),
     "PWR082": ("error", "the plan was edited after it was compiled (its digest does not match)"),
+    "PWR083": ("error", "the fleet lock belongs to another fleet"),
     # PWR09x Kubernetes renders of a fleet or a plan (orchestrator/kubernetes/)
     "PWR090": ("error", "the fleet declares no [kubernetes] settings"),
     "PWR091": ("error", "a host has no node selection (node_name or node_selector)"),

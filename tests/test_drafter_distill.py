@@ -8,6 +8,7 @@ distillation reaches are measured by bench/bench_drafter.py, not here.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -283,3 +284,49 @@ def test_acceptance_is_held_back_from_the_targets_own_text_when_there_is_any():
     assert sorted(ids(train)) == sorted(set(ids(generated + corpus)) - {0, 10, 20})
     train, held = TrainingData([], corpus, 0.0, 1.0).split()
     assert ids(held) == [100, 110, 120] and len(train) == 27
+
+
+class _Planted:
+    """A pickled callable: unpickling it would create `marker` (as a pickled `os.system` would run a command)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("state", ["data.pt", "checkpoint.pt"])
+def test_a_resume_file_cannot_run_code(tmp_path, state):
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
+    out = tmp_path / "out"
+    args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--max-new-tokens",
+            "6", "--slots", "2", "--steps", "2", "--quiet", "-o", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    marker = tmp_path / "ran"
+    # the planted file keeps the key file beside it: its key matches this run, so only the format protects it
+    torch.save({"key": "any", "data": _Planted(marker), "net": _Planted(marker)}, out / "resume" / state)
+    result = CliRunner().invoke(main, args)
+    assert not marker.exists()
+    assert result.exit_code == 2 and f"{out / 'resume' / state} holds more than plain tensors" in result.output
+    assert f"delete {out / 'resume'} to start over" in result.output
+
+
+def test_a_resume_state_another_run_made_is_never_opened(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
+    out, marker = tmp_path / "out", tmp_path / "ran"
+    resume = out / "resume"
+    resume.mkdir(parents=True)
+    for state in ("data", "checkpoint"):  # keyed for other inputs: the rows and weights are made afresh
+        torch.save({"key": "other", "data": _Planted(marker)}, resume / f"{state}.pt")
+        (resume / f"{state}.json").write_text(json.dumps({"key": "made by another run"}))
+    result = CliRunner().invoke(main, ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts",
+                                       str(prompts), "--max-new-tokens", "6", "--slots", "2", "--steps", "2",
+                                       "--quiet", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not marker.exists() and json.loads((out / "distill.json").read_text())["sequences"] == 10
+    assert torch.load(resume / "data.pt", weights_only=True)["generated"]  # rewritten as plain tensors

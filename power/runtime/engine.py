@@ -210,7 +210,7 @@ class Engine:
         """The prompt's token IDs; ContextOverflow when it leaves no room for `max_tokens` in a slot's context
         (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says."""
         try:
-            size = len(prompt.encode("utf-8"))
+            size = self.tokenizer.text_bytes(prompt)
         except UnicodeEncodeError as err:
             raise RuntimeInputError(f"the prompt is not valid Unicode: {err.reason} at character {err.start}",
                                     hint="send UTF-8 text (a lone surrogate such as \\ud800 is not text)") from None
