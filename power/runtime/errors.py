@@ -8,8 +8,12 @@ runtime cannot load raise `power.artifacts.gguf_reader.ArtifactError` (PWR1xx).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from power.findings import PowerError
-from power.kernels.cpu.cache import KernelError
+
+if TYPE_CHECKING:  # not at run time: importing power.kernels loads torch, and the template sandbox's child
+    from power.kernels.cpu.cache import KernelError  # imports this module and starts against a budget
 
 
 class RuntimeInputError(PowerError):
