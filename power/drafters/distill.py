@@ -51,6 +51,7 @@ class DistillRequest:
     target: Path
     kind: str
     out: Path
+    target_sha256: str | None = None  # the target as verified against its manifest (`power drafter distill`)
     fr: int | None = None
     budget_s: float = 20 * 60
     seed: int = 0
@@ -302,13 +303,26 @@ def training_data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ..
     generated: list[Example] = []
     prompts = prompt_sets.load_prompts(request.prompts)[: request.max_prompts]
     if prompts and time.monotonic() < deadline:
-        longest = max(len(tokenizer.encode(p.text)) for p in prompts)
+        # a prompt longer than the target's context is cut to what the context holds beside the new tokens
+        longest = min(max(len(tokenizer.encode(p.text)) for p in prompts), _prompt_room(request, target))
         trunk = _trunk(target, longest + request.max_new_tokens, slots=request.slots)
         generated = generate.self_generated(trunk, tokenizer, prompts, taps, request.max_new_tokens, deadline,
                                             request.progress)
     data = TrainingData(generated, corpus, time.monotonic() - read, read - began)
     resume.save(cached, key, data.plain())
     return data
+
+
+def _prompt_room(request: DistillRequest, target: GGUFFile) -> int:
+    context = _context(target)
+    if context - request.max_new_tokens < 2:
+        raise ValueError(f"--max-new-tokens {request.max_new_tokens} leaves no room for a prompt in the target's "
+                         f"context of {context} tokens")
+    return context - request.max_new_tokens
+
+
+def _context(target: GGUFFile) -> int:
+    return int(target.get(f"{target.architecture}.context_length", export.DEFAULT_CTX))
 
 
 def _width(target: GGUFFile) -> int:
@@ -322,8 +336,10 @@ def _trunk(target: GGUFFile, n_ctx: int, slots: int):
 def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
     """What made the rows: the target, the taps, the prompts' and the corpus's own text, the lengths."""
     prompts = [(p.shape, p.text) for p in prompt_sets.load_prompts(request.prompts)[: request.max_prompts]]
-    corpus = hashlib.sha256(request.corpus.read_bytes()).hexdigest() if request.corpus is not None else None
-    inputs = {"target": str(request.target), "taps": taps, "prompts": prompts, "corpus": corpus,
+    corpus = (hashlib.sha256(prompt_sets.read_input(request.corpus, prompt_sets.MAX_CORPUS_BYTES).encode()).hexdigest()
+              if request.corpus is not None else None)
+    inputs = {"target": str(request.target), "target_sha256": request.target_sha256, "taps": taps, "prompts": prompts,
+              "corpus": corpus,
               "corpus_share": request.corpus_share if corpus else None, "rows": "generated+corpus",
               "max_new": request.max_new_tokens, "window": request.corpus_window,
               "size": request.target.stat().st_size}
@@ -363,7 +379,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
     drafter = how.write(out / f"{name}.gguf", net, request.target, name,
                         None if vocabulary is None else vocabulary.tolist())
     target = GGUFFile(request.target)
-    context = int(target.get(f"{target.architecture}.context_length", export.DEFAULT_CTX))
+    context = _context(target)
     advice = recommend(best["curve"], min(context, export.DEFAULT_CTX), request.kind)
     manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
                                      drafter)

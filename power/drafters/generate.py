@@ -13,7 +13,6 @@ every position (-1 where it was not computed: prompt rows), and the tapped rows
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from tqdm import tqdm
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks.base import FixedShapeTrunk, Part
 
-from .prompt_sets import Prompt
+from .prompt_sets import MAX_CORPUS_BYTES, Prompt, json_line, read_input
 
 NO_LABEL = -1
 FIELDS = ("tokens", "labels", "features")
@@ -134,12 +133,20 @@ def corpus_examples(trunk: FixedShapeTrunk, tokenizer: Tokenizer, texts: Iterabl
 
 
 def read_corpus(path: Path) -> list[str]:
-    """A corpus file: plain text split at blank lines, or JSON lines with a `text` (or `prompt`) field."""
-    text = Path(path).read_text(encoding="utf-8")
-    if text.lstrip().startswith("{"):
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return [str(r.get("text", r.get("prompt", ""))) for r in records]
-    return [part for part in text.split("\n\n") if part.strip()]
+    """A corpus file: plain text split at blank lines, or JSON lines with a `text` (or `prompt`) string; read with
+    the bounded reader (`prompt_sets.read_input`), a line that is not a record named by its number."""
+    text = read_input(path, MAX_CORPUS_BYTES)
+    if not text.lstrip().startswith("{"):
+        return [part for part in text.split("\n\n") if part.strip()]
+    texts = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            record = json_line(line, str(path), number)
+            value = record.get("text", record.get("prompt"))
+            if not isinstance(value, str):
+                raise ValueError(f"{path}:{number}: a JSON line needs a \"text\" (or \"prompt\") string")
+            texts.append(value)
+    return texts
 
 
 def token_count(examples: Sequence[Example]) -> int:
