@@ -32,9 +32,10 @@ from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
+from power.kernels.cpu.cache import KernelError
 from power.runtime import heap
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
-from power.runtime.errors import ContextOverflow, RuntimeInputError
+from power.runtime.errors import ContextOverflow, RuntimeInputError, kernel_refusal
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
 from power.runtime.sampling import Sampler, SamplingParams
@@ -156,11 +157,14 @@ class Engine:
         gguf = GGUFFile.verified(workload.target)
         drafters = {a.role: GGUFFile.verified(a) for a in workload.artifacts[1:]}
         self.artifacts = {str(file.path): file.sha256 for file in (gguf, *drafters.values())}
-        self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
-                                                             runtime.verify_capacity).positions_per_slot,
-                                verify_capacity=runtime.verify_capacity,
-                                snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
-                                device=self.device, slots=self.slots)
+        try:
+            self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
+                                                                 runtime.verify_capacity).positions_per_slot,
+                                    verify_capacity=runtime.verify_capacity,
+                                    snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
+                                    device=self.device, slots=self.slots)
+        except KernelError as error:  # the CPU kernels: a path, a build or the cache (docs/kernels.md)
+            raise kernel_refusal(error) from error
         if runtime.cuda_graphs and torch.device(self.device).type == "cuda":
             self.trunk.capture_graphs()  # refused (PWR607) where the trunk's forward cannot be captured
         self.tokenizer = Tokenizer.from_gguf(gguf)
