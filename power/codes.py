@@ -210,6 +210,12 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR605": ("error", "the chat template is missing, does not compile, or refused the messages"),
     "PWR606": ("error", "the API key file cannot be read or holds no usable key"),
     "PWR607": ("error", "the plan's CUDA graphs cannot be captured for this target or device (never run without them)"),
+    "PWR620": ("error", "the CPU kernel cache is not a folder this user owns and no one else can write"),
+    "PWR621": ("error", "a CPU kernel library in the cache is not the one this installation built (digest, size, "
+                        "owner or mode); refused, not loaded"),
+    "PWR622": ("error", "the CPU kernels cannot be built (no C++20 compiler, OpenMP or ninja) or do not load"),
+    "PWR623": ("error", "another process held the CPU kernel build lock past the wait bound"),
+    "PWR624": ("error", "the requested CPU instruction path is unknown or this CPU (or Linux) cannot run it"),
     # PWR65x what the runtime loads (runtime/gguf_weights.py)
     "PWR650": ("error", "the artifact holds no tensor data (a header-only replica): nothing to run"),
 }

@@ -166,6 +166,22 @@ class TargetEntry(_Strict):
     architecture: StrictStr | None = Field(None, description="general.architecture the header must declare, e.g. qwen35, gemma3")
 
 
+def _inside_folder(name: str) -> str:
+    if name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"{name!r} leaves the checkpoint folder: name a path inside it, e.g. config.json")
+    return name
+
+
+class CheckpointFile(_Strict):
+    """One file of a drafter published as a Hugging Face checkpoint folder."""
+
+    name: Annotated[StrictStr, AfterValidator(_inside_folder)] = Field(
+        min_length=1, pattern=NAME_PATTERN, description="the file's path inside the checkpoint folder (and the "
+        "repository), e.g. config.json, model.safetensors, tokenizer.json")
+    size: Bytes | None = Field(None, description="the file's size in bytes")
+    sha256: Sha256 | None = Field(None, description="the file's sha256 (64 hex digits)")
+
+
 class DrafterEntry(_Strict):
     kind: DrafterKindName = Field(description=" | ".join(modes.DRAFTER_KINDS) + "; the artifact's header must agree")
     path: FilePath | None = Field(None, description=f"the drafter GGUF ({', '.join(sorted(modes.FILE_BACKED))}); mtp lives in the target, ngram needs none")
@@ -174,6 +190,9 @@ class DrafterEntry(_Strict):
     target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was built for: the binding")
     quant: StrictStr | None = Field(None, description="the drafter's quantisation, e.g. Q4_K_M")
     source: SourceEntry | None = Field(None, description="where the drafter is published (`power pull` fetches it)")
+    files: list[CheckpointFile] | None = Field(None, min_length=1, description="a drafter that is a Hugging Face "
+                                               "checkpoint (for vLLM): `path` names its folder and each file here "
+                                               "carries its size and sha256; config.json is required")
 
 
 class Manifest(_Strict):
@@ -359,14 +378,23 @@ class Deployment(_Strict):
 class ModelVolume(_Strict):
     host_path: StrictStr | None = Field(None, pattern=r"^/", description="the folder on every node holding the files (hostPath)")
     claim: StrictStr | None = Field(None, min_length=1, description="the PersistentVolumeClaim holding the files")
+    empty_dir: StrictBool = Field(False, description="an emptyDir the pod's `pull` init container fills (needs "
+                                  "pull = true)")
+    pull: StrictBool = Field(False, description="an init container runs `power pull` on the plan into the volume "
+                             "(each artifact from its manifest source, checked by size and sha256) before `power "
+                             "verify`, so the volume needs no pre-filling")
     local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
                                         "artifact path under it is the same path under mount_path in the pod")
-    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only)")
+    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only "
+                                  "to the engine)")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelVolume:
-        if (self.host_path is None) == (self.claim is None):
-            raise ValueError("name exactly one of host_path (a folder on the node) or claim (a PersistentVolumeClaim)")
+        if sum((self.host_path is not None, self.claim is not None, self.empty_dir)) != 1:
+            raise ValueError("name exactly one of host_path (a folder on the node), claim (a PersistentVolumeClaim) "
+                             "or empty_dir = true (filled by pull = true)")
+        if self.empty_dir and not self.pull:
+            raise ValueError("an empty_dir volume starts empty: set pull = true so the init container fills it")
         return self
 
 

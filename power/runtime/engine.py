@@ -32,9 +32,10 @@ from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
+from power.kernels.cpu.cache import KernelError
 from power.runtime import heap
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
-from power.runtime.errors import ContextOverflow, RuntimeInputError
+from power.runtime.errors import ContextOverflow, RuntimeInputError, kernel_refusal
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
 from power.runtime.host_memory import require_room
@@ -160,11 +161,14 @@ class Engine:
         gguf = GGUFFile.verified(workload.target)
         drafters = {a.role: GGUFFile.verified(a) for a in workload.artifacts[1:]}
         self.artifacts = {str(file.path): file.sha256 for file in (gguf, *drafters.values())}
-        self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
-                                                             runtime.verify_capacity).positions_per_slot,
-                                verify_capacity=runtime.verify_capacity,
-                                snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
-                                device=self.device, slots=self.slots)
+        try:
+            self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
+                                                                 runtime.verify_capacity).positions_per_slot,
+                                    verify_capacity=runtime.verify_capacity,
+                                    snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
+                                    device=self.device, slots=self.slots)
+        except KernelError as error:  # the CPU kernels: a path, a build or the cache (docs/kernels.md)
+            raise kernel_refusal(error) from error
         if runtime.cuda_graphs and torch.device(self.device).type == "cuda":
             self.trunk.capture_graphs()  # refused (PWR607) where the trunk's forward cannot be captured
         self.tokenizer = Tokenizer.from_gguf(gguf)
@@ -206,11 +210,13 @@ class Engine:
     def free_slots(self) -> int:
         return self.decoder.free_slots
 
-    def encode(self, prompt: str, max_tokens: int, add_bos: bool | None = None) -> list[int]:
+    def encode(self, prompt: str, max_tokens: int, add_bos: bool | None = None,
+               deadline: float | None = None) -> list[int]:
         """The prompt's token IDs; ContextOverflow when it leaves no room for `max_tokens` in a slot's context
-        (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says."""
+        (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says;
+        `deadline`: the request's (`Tokenizer.encode`)."""
         try:
-            size = len(prompt.encode("utf-8"))
+            size = self.tokenizer.text_bytes(prompt)
         except UnicodeEncodeError as err:
             raise RuntimeInputError(f"the prompt is not valid Unicode: {err.reason} at character {err.start}",
                                     hint="send UTF-8 text (a lone surrogate such as \\ud800 is not text)") from None
@@ -218,7 +224,7 @@ class Engine:
             raise ContextOverflow(f"the prompt is {size} bytes: more tokens than the context of {self.n_ctx} positions "
                                   f"holds (a token covers at most {self.tokenizer.max_token_bytes} bytes)",
                                   hint="shorten the prompt")
-        prompt_ids = self.tokenizer.encode(prompt, add_bos)
+        prompt_ids = self.tokenizer.encode(prompt, add_bos, deadline)
         if not prompt_ids:
             raise RuntimeInputError("the prompt is empty: it has no tokens to continue from (this model adds no BOS "
                                     "token)", hint="send a prompt, or chat messages whose rendered text is not empty")

@@ -1,5 +1,6 @@
-"""`power pull MANIFEST [-o DIR] [--pin] [--json]`: fetch every artifact the manifest names from where it is
-published, checked before it is placed (`power.artifacts.pull`).
+"""`power pull MANIFEST|PLAN [-o DIR] [--pin] [--json]`: fetch every artifact a manifest (or a sealed plan) names
+from where it is published, checked before it is placed (`power.artifacts.pull`). A plan carries each artifact's
+source, size and sha256 under its seal, so a pod's init container pulls from the plan it runs, then verifies it.
 
 Each artifact already in place with the declared size and sha256 is left alone; any other is fetched from its
 `source` (a Hugging Face repository at a commit, or an HTTPS URL), its size and sha256 checked over every byte
@@ -14,52 +15,83 @@ from __future__ import annotations
 import difflib
 import json
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
-from power.app.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, print_findings
+from power.app.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, print_findings, refuse
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.pull.errors import PullError
 from power.artifacts.pull.place import Pulled, Wanted
 from power.artifacts.pull.place import pull as pull_one
+from power.documents.plan import Drafter, PlanError, ResolvedPlan, Target, load_plan, located
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.loading import Loaded, load_manifest
 from power.orchestrator.pin import pinned
 from power.orchestrator.schema import DrafterEntry, Manifest, TargetEntry
 
+NOT_A_PLAN = "PWR080"
 PIN_FIXES = frozenset({"PWR131", "PWR132"})  # what `--pin` writes, so a manifest refused for them can still be pinned
 
 
 @click.command("pull")
-@click.argument("manifest_path", metavar="MANIFEST", type=click.Path(path_type=Path))
+@click.argument("document_path", metavar="MANIFEST|PLAN", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               metavar="DIR", help="Place every artifact in DIR by its file name (where a container mounts the "
-              "models; as `power verify --root DIR` looks for them) instead of at the manifest's paths.")
+              "models; as `power verify --root DIR` looks for them) instead of at the paths the file names.")
 @click.option("--pin", is_flag=True, help="Resolve each revision to its commit and write commits, sizes and sha256 "
               "digests into the manifest (a lock), showing the change.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each artifact, the findings.")
-def pull(manifest_path: Path, out_dir: Path | None, pin: bool, as_json: bool) -> None:
-    """Fetch the artifacts a MANIFEST names from their sources, each checked by size and sha256 before it is placed.
+def pull(document_path: Path, out_dir: Path | None, pin: bool, as_json: bool) -> None:
+    """Fetch the artifacts a MANIFEST (or a sealed PLAN) names from their sources, each checked by size and sha256
+    before it is placed.
 
     Exit codes: 0 every artifact in place, 1 a finding (nothing half-written is left), 2 usage error.
     """
-    loaded = load_manifest(manifest_path)
+    plan = _plan(document_path, as_json)
+    if plan is not None:
+        if pin:
+            refuse(PullError("--pin writes commits and digests into a manifest; a plan is sealed", code="PWR140",
+                             file=str(document_path), hint="pin the manifest, then re-plan"), as_json)
+        pulled, findings = _pull_each(_wanted_from_plan(located(plan, document_path), out_dir), None)
+        _end(document_path, pulled, findings, as_json)
+    loaded = load_manifest(document_path)
     model, findings = _manifest(loaded, pin)
     if model is None:
-        _end(loaded, [], findings, as_json)
-    pulled: list[Pulled] = []
-    for wanted in _wanted(model, out_dir):
-        try:
-            pulled.append(pull_one(wanted))
-        except PullError as err:
-            found = err.finding
-            findings.append(loaded.finding(found.code, found.message, where=found.where or f"{wanted.where}.source",
-                                           hint=found.hint))
+        _end(loaded.path, [], findings, as_json)
+    pulled, failed = _pull_each(_wanted_from_manifest(model, out_dir), loaded)
+    findings += failed
     if pin and not has_errors(findings):
         findings += _pin(loaded, pulled)
-    _end(loaded, pulled, findings, as_json)
+    _end(loaded.path, pulled, findings, as_json)
+
+
+def _plan(path: Path, as_json: bool) -> ResolvedPlan | None:
+    """The sealed plan at `path`, or None when the file is not a plan (a manifest); a broken plan is refused."""
+    try:
+        return load_plan(path)
+    except PlanError as err:
+        if err.finding.code == NOT_A_PLAN and path.is_file():
+            return None
+        refuse(err, as_json)
+
+
+def _pull_each(wanted: list[Wanted], loaded: Loaded | None) -> tuple[list[Pulled], list[Finding]]:
+    """Each artifact pulled in turn; a refusal is a finding (at the manifest key, given the manifest)."""
+    pulled: list[Pulled] = []
+    findings: list[Finding] = []
+    for each in wanted:
+        try:
+            pulled.append(pull_one(each))
+        except PullError as err:
+            found = err.finding
+            where = found.where or f"{each.where}.source"
+            findings.append(loaded.finding(found.code, found.message, where=where, hint=found.hint)
+                            if loaded is not None else replace(found, where=where))
+    return pulled, findings
 
 
 def _manifest(loaded: Loaded, pin: bool) -> tuple[Manifest | None, list[Finding]]:
@@ -74,17 +106,32 @@ def _manifest(loaded: Loaded, pin: bool) -> tuple[Manifest | None, list[Finding]
     return model, [f for f in findings if f.code not in PIN_FIXES]
 
 
-def _wanted(model: Manifest, out_dir: Path | None) -> list[Wanted]:
-    entries: list[tuple[str, TargetEntry | DrafterEntry]] = [("target", model.target), *((f"drafters[{i}]", d) for i, d in enumerate(model.drafters))]
+def _wanted_from_plan(plan: ResolvedPlan, out_dir: Path | None) -> list[Wanted]:
+    return _wanted([("target", plan.target), *((f"drafters[{i}]", d) for i, d in enumerate(plan.drafters))], out_dir)
+
+
+def _wanted_from_manifest(model: Manifest, out_dir: Path | None) -> list[Wanted]:
+    return _wanted([("target", model.target), *((f"drafters[{i}]", d) for i, d in enumerate(model.drafters))],
+                   out_dir)
+
+
+def _wanted(entries: Sequence[tuple[str, Target | Drafter | TargetEntry | DrafterEntry]],
+            out_dir: Path | None) -> list[Wanted]:
+    """Each artifact with a file: where it goes (DIR by its file name, else its own path) and what it must be."""
     wanted = []
     for where, entry in entries:
         if entry.path is None:
             continue
         source = entry.source
         path = Path(entry.path) if out_dir is None else out_dir.absolute() / Path(entry.path).name
-        wanted.append(Wanted(where, path, entry.size, entry.sha256,
-                             repo=source.repo if source else None, revision=source.revision if source else None,
-                             filename=source.filename if source else None, url=source.url if source else None))
+        hub = {"repo": source.repo, "revision": source.revision} if source else {}
+        files = getattr(entry, "files", None)  # a target has none
+        if files is not None:  # a checkpoint folder: each of its files, by its path in the repository
+            wanted += [Wanted(f"{where}.files[{number}]", path / file.name, file.size, file.sha256, source_at=where,
+                              filename=file.name, **hub) for number, file in enumerate(files)]
+            continue
+        wanted.append(Wanted(where, path, entry.size, entry.sha256, filename=source.filename if source else None,
+                             url=source.url if source else None, **hub))
     return wanted
 
 
@@ -102,9 +149,9 @@ def _pin(loaded: Loaded, pulled: list[Pulled]) -> list[Finding]:
                     file=str(loaded.path), hint="commit the manifest: a later pull fetches exactly these bytes")]
 
 
-def _end(loaded: Loaded, pulled: list[Pulled], findings: list[Finding], as_json: bool) -> NoReturn:
+def _end(path: Path, pulled: list[Pulled], findings: list[Finding], as_json: bool) -> NoReturn:
     if as_json:
-        click.echo(json.dumps({"manifest": str(loaded.path), "artifacts": [
+        click.echo(json.dumps({"file": str(path), "artifacts": [
             {"where": p.wanted.where, "path": str(p.wanted.path), "size": p.size, "sha256": p.sha256,
              "fetched": p.fetched, "from": p.origin} for p in pulled], "findings": [f.to_json() for f in findings]},
             indent=2))
