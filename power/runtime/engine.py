@@ -205,9 +205,11 @@ class Engine:
     def free_slots(self) -> int:
         return self.decoder.free_slots
 
-    def encode(self, prompt: str, max_tokens: int, add_bos: bool | None = None) -> list[int]:
+    def encode(self, prompt: str, max_tokens: int, add_bos: bool | None = None,
+               deadline: float | None = None) -> list[int]:
         """The prompt's token IDs; ContextOverflow when it leaves no room for `max_tokens` in a slot's context
-        (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says."""
+        (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says;
+        `deadline`: the request's (`Tokenizer.encode`)."""
         try:
             size = self.tokenizer.text_bytes(prompt)
         except UnicodeEncodeError as err:
@@ -217,7 +219,7 @@ class Engine:
             raise ContextOverflow(f"the prompt is {size} bytes: more tokens than the context of {self.n_ctx} positions "
                                   f"holds (a token covers at most {self.tokenizer.max_token_bytes} bytes)",
                                   hint="shorten the prompt")
-        prompt_ids = self.tokenizer.encode(prompt, add_bos)
+        prompt_ids = self.tokenizer.encode(prompt, add_bos, deadline)
         if not prompt_ids:
             raise RuntimeInputError("the prompt is empty: it has no tokens to continue from (this model adds no BOS "
                                     "token)", hint="send a prompt, or chat messages whose rendered text is not empty")

@@ -748,7 +748,7 @@ def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool,
                             engine.tokenizer.as_text, max(0.0, deadline - time.perf_counter()))
     else:
         parsed = parse_completion(body, engine.n_ctx, engine.tokenizer.as_text)
-    return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos)
+    return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos, deadline)
 
 
 async def _disconnected(request: Request) -> None:
