@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from power import __version__, modes
+from power import __version__, modes, threads
 from power.artifacts.verify import TARGET, Artifact
 from power.documents.arithmetic import AUTO
 from power.documents.arithmetic import resolve as resolve_arithmetic
@@ -58,7 +58,7 @@ class EngineOptions:
     changes a token: the arithmetic is the plan's)."""
 
     device: str = "auto"  # "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda", "cuda:N"
-    threads: int | None = None  # torch intra-op threads; None keeps torch's default
+    threads: int | None = None  # torch intra-op threads; None: this process's CPUs (power.threads.thread_budget)
     governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
 
 
@@ -148,8 +148,7 @@ class Ticket:
 class Engine:
     def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
-        if options.threads:
-            torch.set_num_threads(options.threads)
+        self.threads_why = _set_threads(options.threads)
         self.workload, self.options = workload, options
         runtime = workload.runtime
         self.slots = _slots(runtime)
@@ -313,13 +312,27 @@ class Engine:
                      "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": graphs is not None,
                      "cuda_graph_rows": graphs.captured if graphs is not None else [],
                      # older readers' names for the weights' arithmetic (receipt fields are never removed)
-                     "dtype": arithmetic, "lm_head_dtype": arithmetic, "threads": torch.get_num_threads(), "n_ctx": runtime.ctx, "slots": self.slots,
+                     "dtype": arithmetic, "lm_head_dtype": arithmetic, "threads": torch.get_num_threads(),
+                     # why that many (the affinity's CPUs, the cgroup quota, or --threads) and how idle
+                     # kernel threads wait (power.threads)
+                     "threads_why": self.threads_why, "wait_policy": threads.settle_wait_policy().describe(),
+                     "n_ctx": runtime.ctx, "slots": self.slots,
                      "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,
                      "prefill_chunk": self.trunk.options.prefill_chunk,
                      "architecture": self.trunk.config.architecture, "torch": torch.__version__},
             proposal_width=self.width.document(),
             prompt_reused=generation.reused,
         )
+
+
+def _set_threads(asked: int | None) -> str:
+    """Set torch's intra-op threads: `asked`, else what this process may run on; say why."""
+    if asked:
+        torch.set_num_threads(asked)
+        return f"--threads {asked}"
+    budget = threads.thread_budget()
+    torch.set_num_threads(budget.threads)
+    return budget.describe()
 
 
 @dataclass(frozen=True)
