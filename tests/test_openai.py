@@ -81,6 +81,7 @@ def test_chat_renders_the_models_template_and_answers_with_usage(served) -> None
     choice = chat.choices[0]
     assert chat.object == "chat.completion" and choice.message.role == "assistant"
     assert choice.finish_reason in ("length", "stop") and chat.usage.completion_tokens <= 12
+    assert list(chat.model_extra["receipt"]["artifacts"]) == ["dense-target.gguf"]  # its name, not its path here
     # The same text as the engine writes after the prompt the model's template renders from the messages (given to
     # the engine itself: a client's completion prompt is text, so its <|im_start|> would not be the marker).
     rendered = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) \
@@ -178,6 +179,9 @@ def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
         right = openai.OpenAI(base_url=f"{base}/v1", api_key="s3cret-key-0123456789", max_retries=0, timeout=BOUND_S)
         assert right.completions.create(model="m", prompt="Hello", max_tokens=2).usage.completion_tokens >= 1
         assert [m.id for m in right.models.list().data]
+        scraped = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer s3cret-key-0123456789"}).text
+        assert 'power_unauthorized_requests_total{key="missing"} 2.0' in scraped  # the bare completion and scrape
+        assert 'power_unauthorized_requests_total{key="wrong"} 1.0' in scraped
     finally:
         server.terminate()
         output = server.communicate(timeout=BOUND_S)[0]

@@ -211,3 +211,17 @@ def test_tokenizing_costs_the_same_whatever_the_user_defined_pieces_share():
         plain, hostile = (_spm_gguf(Path(folder) / f"{k}.gguf", k) for k in (0, 2000))
     assert hostile.encode(text) == plain.encode(text)
     assert _cpu_seconds(hostile, text) < 3 * _cpu_seconds(plain, text) + 0.02
+
+
+def test_tokenizing_ends_with_its_request():
+    """Issue 38 item 3: a request's tokenizing stops at its deadline (the server's timeout) instead of running on
+    after the 504: a deadline already past ends a long text's tokenizing long before it would finish."""
+    tok = gemma_tokenizer()
+    text = "The quick brown fox jumps over the lazy dog. " * 8000
+    started = time.process_time()
+    tok.encode(text)
+    whole = time.process_time() - started
+    started = time.process_time()
+    with pytest.raises(TimeoutError):
+        tok.encode(text, deadline=time.perf_counter())
+    assert time.process_time() - started < whole / 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -139,6 +139,17 @@ class Receipt(SpeculationRates):
             "mean_accepted_length": self.mean_accepted_length,
             "acceptance_by_position": self.acceptance_by_position,
         }
+
+    def published(self) -> Receipt:
+        """The receipt as a server sends it to its clients: each artifact by its file name (a second file of the
+        same name by "NAME (2)"), never by where it lies on this machine; the sha256 says which file it is."""
+        names: dict[str, str] = {}
+        for path, digest in self.artifacts.items():
+            name, count = Path(path).name, 1
+            while (key := name if count == 1 else f"{name} ({count})") in names:
+                count += 1
+            names[key] = digest
+        return replace(self, artifacts=names)
 
     def to_json(self) -> str:
         return json.dumps(self.document(), ensure_ascii=False, indent=2) + "\n"

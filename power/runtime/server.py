@@ -105,9 +105,10 @@ class _RequireKey:
     The key is compared in constant time (`hmac.compare_digest`), so its bytes cannot be guessed from how long a
     refusal takes."""
 
-    def __init__(self, app: Any, access: Access) -> None:
+    def __init__(self, app: Any, access: Access, refused: Counter) -> None:
         assert access.api_key is not None, "only installed with a key"
         self.app, self.key, self.open = app, b"Bearer " + access.api_key.encode("utf-8"), access.open_paths()
+        self.refused = refused
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in self.open:
@@ -117,6 +118,7 @@ class _RequireKey:
                            "You didn't provide an API key: send it as 'Authorization: Bearer KEY'")
                 response = _error(401, message, "invalid_request_error", code="invalid_api_key",
                                   headers={"WWW-Authenticate": "Bearer"})
+                self.refused.labels("wrong" if given else "missing").inc()
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -221,6 +223,8 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "top_p": (1,), "presence_penalty": (0,), "frequency_penalty": (0,), "logprobs": (False, 0), "top_logprobs": (0,),
     "logit_bias": ({},), "best_of": (1,), "echo": (False,), "suffix": ("",), "n": (1,), "tools": ([],),
     "response_format": ({"type": "text"},),
+    # llama.cpp's and vLLM's own sampling fields: a client that sends them means them
+    "top_k": (0, -1), "min_p": (0,), "ignore_eos": (False,),
 }
 
 
@@ -352,6 +356,8 @@ class Metrics:
         self.prompt_tokens = Counter("power_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
         self.reused_tokens = Counter("power_prompt_reused_tokens", "Prompt tokens taken from a slot's cache.", registry=r)
         self.requests = Counter("power_requests", "Completion requests by outcome.", ["status"], registry=r)
+        self.unauthorized = Counter("power_unauthorized_requests", "Requests refused with 401, by the key they sent "
+                                    "(missing or wrong).", ["key"], registry=r)
         self.decode_tok_s = Histogram("power_decode_tokens_per_second", "Per-request decode rate (tokens after the first).",
                                       buckets=DECODE_TOK_S_BUCKETS, registry=r)
         self.ttft = Histogram("power_time_to_first_token_seconds", "Arrival to the first streamed text, queue wait included.",
@@ -644,7 +650,7 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: not_found, Exception: internal_error})
     if access.api_key is not None:
-        app.add_middleware(_RequireKey, access=access)
+        app.add_middleware(_RequireKey, access=access, refused=state.metrics.unauthorized)
     return app
 
 
@@ -742,7 +748,7 @@ def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool,
                             engine.tokenizer.as_text, max(0.0, deadline - time.perf_counter()))
     else:
         parsed = parse_completion(body, engine.n_ctx, engine.tokenizer.as_text)
-    return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos)
+    return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos, deadline)
 
 
 async def _disconnected(request: Request) -> None:
@@ -897,7 +903,7 @@ def _extras(outcome: Outcome) -> dict[str, Any]:
                   "total_tokens": receipt.prompt_tokens + len(receipt.token_ids),
                   "prompt_tokens_details": {"cached_tokens": receipt.prompt_reused}},
         "timings": timings(receipt),
-        "receipt": receipt.document(),
+        "receipt": receipt.published().document(),
     }
 
 

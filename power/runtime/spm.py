@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import heapq
 import re
+import time
 from array import array
 
 from power.runtime.pieces import Pieces
 
 SPM_SPACE = "▁"
+CHECK_EVERY = 4096  # merge steps between looks at the clock (about a millisecond of work)
 _CHARACTER = re.compile(rb"[^\x80-\xbf]")  # where a UTF-8 character starts
 
 
@@ -33,11 +35,12 @@ class SentencePiece:
         self._pieces, self._scores = pieces, scores
         self._bytes = [pieces.id_of(f"<0x{byte:02X}>".encode()) for byte in range(256)]
 
-    def encode(self, fragment: str) -> list[int]:
-        """The ids of text between verbatim pieces."""
-        return self._merged(fragment.replace(" ", SPM_SPACE).encode("utf-8"))
+    def encode(self, fragment: str, deadline: float | None = None) -> list[int]:
+        """The ids of text between verbatim pieces; TimeoutError once `deadline` (a `time.perf_counter()` instant)
+        has passed, checked every CHECK_EVERY steps."""
+        return self._merged(fragment.replace(" ", SPM_SPACE).encode("utf-8"), deadline)
 
-    def _merged(self, data: bytes) -> list[int]:
+    def _merged(self, data: bytes, deadline: float | None) -> list[int]:
         """One fragment's UTF-8 bytes -> ids: its characters merged pair by pair, best score first."""
         start = [found.start() for found in _CHARACTER.finditer(data)]
         n = len(start)
@@ -55,7 +58,13 @@ class SentencePiece:
 
         for left in range(n - 1):
             offer(left, left + 1)
+            if not left % CHECK_EVERY:
+                within(deadline)
+        steps = 0
         while queue:
+            steps += 1
+            if not steps % CHECK_EVERY:
+                within(deadline)
             _, left, right, pair_end = heapq.heappop(queue)
             if not (alive[left] and alive[right] and after[left] == right and end[right] == pair_end):
                 continue  # one of the two merged since the pair was offered
@@ -79,3 +88,9 @@ class SentencePiece:
         if piece < 0:
             raise ValueError(f"the vocabulary has no <0x{byte:02X}> piece for a character it does not hold")
         return piece
+
+
+def within(deadline: float | None) -> None:
+    """TimeoutError once `deadline` (a `time.perf_counter()` instant) has passed: a request's tokenizing ends with it."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise TimeoutError("tokenizing ran past the request's time")

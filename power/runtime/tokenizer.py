@@ -27,7 +27,7 @@ import codecs
 from array import array
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from tokenizers import Regex, pre_tokenizers
@@ -37,7 +37,7 @@ from tokenizers.models import BPE
 from power.artifacts.gguf_reader import ArtifactError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.pieces import Pieces
-from power.runtime.spm import SPM_SPACE, SentencePiece
+from power.runtime.spm import SPM_SPACE, SentencePiece, within
 from power.runtime.verbatim import DEFUSED, Verbatim
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6  # tokenizer.ggml.token_type values
@@ -116,7 +116,7 @@ class Tokenizer:
         """`merges`: the header's (a byte-level BPE's); read while building, not kept."""
         self.vocab = vocab
         if vocab.model == "llama":
-            self._plain = SentencePiece(vocab.tokens, vocab.scores).encode
+            self._plain: Callable[[str, float | None], list[int]] = SentencePiece(vocab.tokens, vocab.scores).encode
             self._piece_bytes = _spm_token_bytes
         elif vocab.model == "gpt2":
             if vocab.pre not in PRE_TOKENIZER_SPLITS:
@@ -124,7 +124,7 @@ class Tokenizer:
                                     f"(known: {', '.join(PRE_TOKENIZER_SPLITS)})", code="PWR120", file=source,
                                     hint="render the plan for llama-server instead")
             hf = _byte_level_bpe(vocab, merges)
-            self._plain = lambda fragment: hf.encode(fragment, add_special_tokens=False).ids
+            self._plain = lambda fragment, _deadline: hf.encode(fragment, add_special_tokens=False).ids
             self._piece_bytes = _byte_level_token_bytes
         else:
             raise ArtifactError(f"tokenizer.ggml.model = {vocab.model!r} is not supported "
@@ -152,11 +152,14 @@ class Tokenizer:
             ids.add(self.vocab.eos_id)
         return frozenset(ids)
 
-    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
-        """`text`'s ids: its verbatim pieces, and the text between them by the vocabulary's model."""
+    def encode(self, text: str, add_bos: bool | None = None, deadline: float | None = None) -> list[int]:
+        """`text`'s ids: its verbatim pieces, and the text between them by the vocabulary's model. With `deadline`
+        (a `time.perf_counter()` instant), TimeoutError once it has passed: a request's tokenizing ends with the
+        request (the byte-level model's fragments are the `tokenizers` library's, checked between them)."""
         ids: list[int] = []
         for fragment, token in self._verbatim.split(text):
-            ids += [token] if token is not None else self._plain(fragment)
+            within(deadline)
+            ids += [token] if token is not None else self._plain(fragment, deadline)
         if (self.vocab.add_bos if add_bos is None else add_bos) and self.vocab.bos_id is not None:
             ids = [self.vocab.bos_id, *ids]
         return ids
