@@ -17,9 +17,12 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
                 what it resolved to (auto: verified external artifact -> native
                 MTP -> none), the drafter chain in execution order
                 (ngram first, then the one context-backed drafter), and why
-    drafters    [{kind, path, size, sha256, target_sha256, contract, source}]: the
+    drafters    [{kind, path, size, sha256, target_sha256, contract, source, files}]: the
                 drafters in the chain; `contract` holds header facts (block
-                size, sliding window, target layers, layer count, ...)
+                size, sliding window, target layers, layer count, ...); a
+                drafter given as a Hugging Face checkpoint folder (vLLM) has
+                `files` [{name, size, sha256}] and its sha256 is the digest of
+                their `sha256sum` listing
     speculation {k, s, rollback, fr_vocab_size, adaptive, p_min}: rollback is "full"
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
                 or "none" (no speculation, and then K = S = 0)
@@ -115,7 +118,17 @@ class Source(_Frozen):
 
     @property
     def label(self) -> str:
-        return self.url if self.url is not None else f"hf://{self.repo}@{self.revision}/{self.filename}"
+        if self.url is not None:
+            return self.url
+        return f"hf://{self.repo}@{self.revision}" + (f"/{self.filename}" if self.filename else "")
+
+
+class CheckpointFile(_Frozen):
+    """One file of a drafter given as a Hugging Face checkpoint folder: its path in the folder, size, sha256."""
+
+    name: str
+    size: int
+    sha256: str
 
 
 class Target(_Frozen):
@@ -152,6 +165,8 @@ class Drafter(_Frozen):
     target_sha256: str | None = None
     contract: dict[str, ContractValue] = {}
     source: Source | None = None
+    # a Hugging Face checkpoint folder (for vLLM): its files; `sha256` is then `power.artifacts.checkpoint.listing_sha256`
+    files: tuple[CheckpointFile, ...] | None = None
 
     @model_validator(mode="after")
     def _a_file_has_its_digest(self) -> Drafter:
@@ -318,8 +333,9 @@ class ResolvedPlan(_Frozen):
         such key, so a plan of unsourced artifacts keeps the digest it had before sources existed."""
         data = self.model_dump(mode="json", by_alias=True)
         for artifact in (data["target"], *data["drafters"]):
-            if artifact.get("source") is None:
-                artifact.pop("source", None)
+            for key in ("source", "files"):
+                if artifact.get(key) is None:
+                    artifact.pop(key, None)
         return data
 
 
@@ -370,8 +386,17 @@ def located(plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Re
 def planned_artifacts(plan: ResolvedPlan) -> tuple[Artifact, ...]:
     """Every file the plan names, with the size and sha256 it was compiled with: the target, then each drafter's."""
     target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size, _label(plan.target.source))
-    return (target, *(Artifact(d.kind, Path(d.path), d.sha256, d.size, _label(d.source))
-                      for d in plan.drafters if d.path is not None))
+    return (target, *(artifact for d in plan.drafters if d.path is not None for artifact in _drafter_files(d)))
+
+
+def _drafter_files(drafter: Drafter) -> tuple[Artifact, ...]:
+    """A drafter's file, or each file of its checkpoint folder."""
+    assert drafter.path is not None
+    label = _label(drafter.source)
+    if drafter.files is None:
+        return (Artifact(drafter.kind, Path(drafter.path), drafter.sha256, drafter.size, label),)
+    return tuple(Artifact(drafter.kind, Path(drafter.path) / f.name, f.sha256, f.size,
+                          f"{label}/{f.name}" if label else None) for f in drafter.files)
 
 
 def _label(source: Source | None) -> str | None:

@@ -16,8 +16,10 @@ def pinned(text: str, pulled: list[Pulled]) -> str:
     document = tomlkit.parse(text)
     for each in pulled:
         entry = _table(document, each.wanted.where)
-        if each.commit is not None and entry["source"].get("revision") != each.commit:
-            entry["source"]["revision"] = each.commit
+        if each.commit is not None:
+            source = _table(document, each.wanted.source_at or each.wanted.where)["source"]
+            if source.get("revision") != each.commit:
+                source["revision"] = each.commit
         if entry.get("size") is None:
             entry["size"] = tomlkit.value(f"{each.size:_}")
         if entry.get("sha256") is None:

@@ -13,6 +13,7 @@ from typing import Any, TypeGuard
 from pydantic import BaseModel
 
 from power import modes
+from power.artifacts.checkpoint import CONFIG as CHECKPOINT_CONFIG
 from power.orchestrator import provenance
 from power.orchestrator.locator import KeyPath, format_where
 from power.orchestrator.schema import Profile, ProfileRuntime
@@ -83,6 +84,9 @@ def _source(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
         return [Issue("PWR130", f"{format_where(here)} names {'both `repo` and `url`' if repo else 'neither `repo` nor `url`'}",
                       here, hint='give either `repo = "owner/name"` with `revision` (a Hugging Face repository) '
                       'or `url = "https://..."`')]
+    if url is not None and "files" in entry:
+        return [Issue("PWR130", f"{format_where(here)} gives a `url`, but a checkpoint folder is published as a "
+                      "repository", here + ("url",), hint='give `repo = "owner/name"` and `revision` instead')]
     if url is not None:
         return _url_source(here, source, url) + _digests(where, entry)
     revision = source.get("revision")
@@ -105,6 +109,8 @@ def _url_source(here: KeyPath, source: dict[str, Any], url: Any) -> list[Issue]:
 
 
 def _digests(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
+    if "files" in entry:
+        return []  # a checkpoint's files carry their own (`_checkpoint`)
     missing = [key for key in ("size", "sha256") if key not in entry]
     if not missing:
         return []
@@ -118,6 +124,8 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
     if kind not in modes.DRAFTER_KINDS:
         return []
     here: KeyPath = ("drafters", index)
+    if "files" in drafter:
+        return _checkpoint(here, kind, drafter)
     if kind in modes.FILE_BACKED or (modes.mode(kind).sidecar and "path" in drafter):
         missing = [key for key in ("path", "sha256", "target_sha256") if key not in drafter]
         if missing:
@@ -147,6 +155,39 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
             )
         ]
     return []
+
+
+def _checkpoint(here: KeyPath, kind: str, drafter: dict[str, Any]) -> list[Issue]:
+    """A drafter given as a Hugging Face checkpoint folder: a file-backed kind, its folder, its binding and its
+    files (config.json among them), each file with its own size and sha256 instead of the entry's."""
+    if kind not in modes.FILE_BACKED:
+        return [Issue("PWR025", f"a {kind} drafter is no checkpoint, but this entry lists `files`", here + ("files",),
+                      hint=f"remove `files`, or use kind {'/'.join(_external_kinds())} for a checkpoint drafter")]
+    missing = [key for key in ("path", "target_sha256") if key not in drafter]
+    stray = [key for key in ("sha256", "size", "quant") if key in drafter]
+    files = drafter["files"] if isinstance(drafter["files"], list) else []
+    names = [entry.get("name") for entry in files if isinstance(entry, dict)]
+    issues = []
+    if missing:
+        issues.append(Issue("PWR025", f"a {kind} checkpoint drafter has no {_and(missing)}", here + ("kind",),
+                            hint="`path` names the checkpoint's folder (relative to the manifest); target_sha256 is "
+                                 "the sha256 of the target it was built for"))
+    if stray:
+        issues.append(Issue("PWR025", f"a checkpoint drafter's files carry their own size and sha256, but this entry "
+                            f"names {_and(stray)}", here + (stray[0],), hint=f"remove {_and(stray)} from the entry"))
+    if files and CHECKPOINT_CONFIG not in names:
+        issues.append(Issue("PWR025", f"a checkpoint drafter's files must include {CHECKPOINT_CONFIG}, which "
+                            "names its kind, block size and target", here + ("files",),
+                            hint=f'add {{ name = "{CHECKPOINT_CONFIG}", ... }} to `files`'))
+    sourced = isinstance(drafter.get("source"), dict)
+    for number, entry in enumerate(files):
+        absent = [key for key in ("size", "sha256") if isinstance(entry, dict) and key not in entry]
+        if absent:
+            issues.append(Issue(
+                "PWR132" if sourced else "PWR025", f"{format_where(here + ('files', number))} has no {_and(absent)}",
+                here + ("files", number), hint="run `power pull --pin MANIFEST` to write them" if sourced else
+                "add the file's size and sha256 (`sha256sum FILE`)"))
+    return issues
 
 
 # --- profile ------------------------------------------------------------------

@@ -166,6 +166,22 @@ class TargetEntry(_Strict):
     architecture: StrictStr | None = Field(None, description="general.architecture the header must declare, e.g. qwen35, gemma3")
 
 
+def _inside_folder(name: str) -> str:
+    if name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"{name!r} leaves the checkpoint folder: name a path inside it, e.g. config.json")
+    return name
+
+
+class CheckpointFile(_Strict):
+    """One file of a drafter published as a Hugging Face checkpoint folder."""
+
+    name: Annotated[StrictStr, AfterValidator(_inside_folder)] = Field(
+        min_length=1, pattern=NAME_PATTERN, description="the file's path inside the checkpoint folder (and the "
+        "repository), e.g. config.json, model.safetensors, tokenizer.json")
+    size: Bytes | None = Field(None, description="the file's size in bytes")
+    sha256: Sha256 | None = Field(None, description="the file's sha256 (64 hex digits)")
+
+
 class DrafterEntry(_Strict):
     kind: DrafterKindName = Field(description=" | ".join(modes.DRAFTER_KINDS) + "; the artifact's header must agree")
     path: FilePath | None = Field(None, description=f"the drafter GGUF ({', '.join(sorted(modes.FILE_BACKED))}); mtp lives in the target, ngram needs none")
@@ -174,6 +190,9 @@ class DrafterEntry(_Strict):
     target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was built for: the binding")
     quant: StrictStr | None = Field(None, description="the drafter's quantisation, e.g. Q4_K_M")
     source: SourceEntry | None = Field(None, description="where the drafter is published (`power pull` fetches it)")
+    files: list[CheckpointFile] | None = Field(None, min_length=1, description="a drafter that is a Hugging Face "
+                                               "checkpoint (for vLLM): `path` names its folder and each file here "
+                                               "carries its size and sha256; config.json is required")
 
 
 class Manifest(_Strict):
@@ -335,6 +354,14 @@ class Deployment(_Strict):
         None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="the Kubernetes Secret (its key `api-key`) holding the API key clients must send; the render "
                     "mounts it into the engine, never reads it")
+    exactness: Literal["exact", "near-tie"] = Field(
+        "exact", description="what a rollout's gate accepts of greedy outputs: exact (identical to the incumbent's) | "
+                             "near-tie (they may differ where the target's own top two tokens are within "
+                             "near_tie_margin nats, read without speculation: a live engine's arithmetic)")
+    near_tie_margin: float = Field(0.1, gt=0, le=5, description="nats: the widest gap between the target's own "
+                                                                "log-probabilities of two tokens a near-tie may have")
+    concurrency: StrictInt = Field(1, ge=1, le=1024, description="the clients the deployment serves at once: a "
+                                   "rollout's gate judges the candidate at that many (`power bench --concurrency`)")
 
 
     @model_validator(mode="after")

@@ -124,9 +124,14 @@ def _wanted(entries: Sequence[tuple[str, Target | Drafter | TargetEntry | Drafte
             continue
         source = entry.source
         path = Path(entry.path) if out_dir is None else out_dir.absolute() / Path(entry.path).name
-        wanted.append(Wanted(where, path, entry.size, entry.sha256,
-                             repo=source.repo if source else None, revision=source.revision if source else None,
-                             filename=source.filename if source else None, url=source.url if source else None))
+        hub = {"repo": source.repo, "revision": source.revision} if source else {}
+        files = getattr(entry, "files", None)  # a target has none
+        if files is not None:  # a checkpoint folder: each of its files, by its path in the repository
+            wanted += [Wanted(f"{where}.files[{number}]", path / file.name, file.size, file.sha256, source_at=where,
+                              filename=file.name, **hub) for number, file in enumerate(files)]
+            continue
+        wanted.append(Wanted(where, path, entry.size, entry.sha256, filename=source.filename if source else None,
+                             url=source.url if source else None, **hub))
     return wanted
 
 

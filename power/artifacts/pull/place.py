@@ -4,6 +4,7 @@ into place with one atomic rename. Bytes that fail a check are deleted, never pl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from power.artifacts.atomic import atomic_path
 from power.artifacts.digests import sha256_file
 from power.artifacts.pull import hub, transfer
 from power.artifacts.pull.errors import PullError
+from power.orchestrator import provenance
 
 PARTIAL_DIR = ".power-pull"  # beside the placed files: a resumable partial download, never read by an engine
 
@@ -29,6 +31,7 @@ class Wanted:
     revision: str | None = None
     filename: str | None = None
     url: str | None = None
+    source_at: str | None = None  # the manifest key holding its `source`, when not `where` (a checkpoint's file)
 
     @property
     def sourced(self) -> bool:
@@ -51,12 +54,13 @@ def pull(wanted: Wanted) -> Pulled:
     """The artifact in place at `wanted.path`; PullError (PWR134-PWR140) when it cannot be."""
     present = _present(wanted)
     if present is not None:
-        return present
+        return _at_commit(present) if wanted.repo is not None and not provenance.is_commit(wanted.revision) else present
     if not wanted.sourced:
         state = "is not there" if not wanted.path.exists() else "is not the declared file"
+        table = wanted.source_at or wanted.where
         raise PullError(f"{wanted.where}: {wanted.path} {state} and no source says where to fetch it", code="PWR140",
-                        file=str(wanted.path), where=f"{wanted.where}.source",
-                        hint=f"add [{wanted.where}.source] (repo, revision, filename; or url), or put the file there")
+                        file=str(wanted.path), where=f"{table}.source",
+                        hint=f"add [{table}.source] (repo, revision, filename; or url), or put the file there")
     return _from_hub(wanted) if wanted.repo is not None else _from_url(wanted)
 
 
@@ -70,6 +74,19 @@ def _present(wanted: Wanted) -> Pulled | None:
     if sha256_file(wanted.path) != wanted.sha256:
         return None
     return Pulled(wanted, size, wanted.sha256, fetched=False)
+
+
+def _at_commit(present: Pulled) -> Pulled:
+    """A file already in place whose revision is a branch or tag: the commit it is at now (for `--pin`), when the
+    Hub's sha256 of it is the file's."""
+    wanted = present.wanted
+    assert wanted.repo is not None and wanted.revision is not None
+    file = hub.resolve(wanted.repo, wanted.revision, wanted.filename or wanted.path.name)
+    if file.lfs_sha256 is not None and file.lfs_sha256 != present.sha256:
+        raise PullError(f"{wanted.where}: {file.label} has sha256 {file.lfs_sha256}, the file in place "
+                        f"{present.sha256}: the revision moved on", code="PWR137", where=f"{wanted.where}.sha256",
+                        hint="pin the commit that holds this file, or remove the file and its sha256 to take the new one")
+    return dataclasses.replace(present, commit=file.commit, origin=file.label)
 
 
 def _from_hub(wanted: Wanted) -> Pulled:

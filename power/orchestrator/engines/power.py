@@ -32,9 +32,16 @@ SETTINGS = Settings((
 ))
 
 
+# Where a `power` image holds the CPU kernels it built, read-only like the rest of the image (docs/kubernetes.md).
+KERNEL_CACHE_DIR = "/opt/power/kernels"
+
+
 class PowerRuntime(EngineAdapter):
     name = NAME
     public_metrics_option = "--public-metrics"
+    image_prebuilt = ("POWER_KERNEL_CACHE", KERNEL_CACHE_DIR,
+                      f"`POWER_KERNEL_CACHE={KERNEL_CACHE_DIR} power kernels build --all && chmod -R a+rX,go-w "
+                      f"{KERNEL_CACHE_DIR}` when the image is built (the CPU kernels, so no pod compiles them)")
     description = "Power's runtime"
     settings = SETTINGS
 
@@ -59,7 +66,7 @@ class PowerRuntime(EngineAdapter):
                                     f"runtime holds its caches in ({', '.join(RUNTIME_KV_TYPES)})",
                                     f"set kv_cache_type to one of {', '.join(RUNTIME_KV_TYPES)}", "profile",
                                     "runtime.kv_cache_type"))
-        return refusals + tensor_parallel_refusal(self.name, asked)
+        return refusals + asked.checkpoint_refusals("Power's runtime") + tensor_parallel_refusal(self.name, asked)
 
     def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:
         """A q8_0 cache stores whole blocks of 32 values of each head's key and value rows."""
