@@ -177,6 +177,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
     "PWR471": ("error", "the live engine exited or never answered /health"),
     "PWR472": ("error", "the live engine refused or dropped a request"),
+    "PWR473": ("error", "the deployment's running server cannot be read, stopped or restored around a bench "
+                        "(app/standing.py)"),
+    "PWR474": ("error", "--one-at-a-time asked of Power's runtime, which loads every plan in the bench's process"),
+    "PWR475": ("error", "a --concurrency list that is not whole numbers, or a level above the plans' slots"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),

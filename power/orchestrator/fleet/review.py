@@ -146,7 +146,7 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
                 objects_digest: str | None = None) -> dict[str, Any]:
     """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing,
     and with [kubernetes] the digest of the objects it renders to (an image or node change shows as drift)."""
-    record = {
+    record: dict[str, Any] = {
         "host": deployment.host,
         "device": _device_field(deployment),
         "manifest": plan.name,
@@ -165,6 +165,11 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "verdict": plan.memory.verdict,
         "plan_digest": plan.digest,
     }
+    # the defaults are left out, so records written before these settings stay the same
+    if deployment.exactness != "exact":
+        record["exactness"] = {"policy": deployment.exactness, "margin": deployment.near_tie_margin}
+    if deployment.concurrency != 1:
+        record["concurrency"] = deployment.concurrency
     if objects_digest is not None:
         record["objects_digest"] = objects_digest
     return record
