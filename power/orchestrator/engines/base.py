@@ -55,18 +55,27 @@ class Asked:
     devices: int
     kv_unified: bool = False
     p_min: float | None = None  # the confidence gate asked of a gated drafter (spec_draft_p_min)
+    # the drafter placed apart from the target: on its own device of several, or with layers left in host memory
+    draft_placed: bool = False
+    draft_kv_cache_type: str | None = None  # None: the target's
 
     @classmethod
     def of_plan(cls, plan: ResolvedPlan) -> Asked:
         rt = plan.runtime
         return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None) for d in plan.drafters),
                    rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
-                   plan.speculation.p_min)
+                   plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
+                                                        len(plan.devices)), rt.draft_kv_cache_type)
 
     def drafter_where(self, kind: str) -> tuple[Document, str]:
         """Where to point at a drafter of `kind`: its manifest entry, else the profile's spec_mode."""
         index = next((d.index for d in self.drafters if d.kind == kind and d.index is not None), None)
         return ("manifest", f"drafters[{index}].kind") if index is not None else ("profile", "spec_mode")
+
+
+def draft_placed(own_device: bool, draft_gpu_layers: int | str, devices: int) -> bool:
+    """Whether the drafter is placed apart from the target: its own device among several, or layers left on the host."""
+    return (own_device and devices > 1) or draft_gpu_layers != "all"
 
 
 @dataclass(frozen=True)
