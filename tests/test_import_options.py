@@ -10,14 +10,19 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from llama_server import binary
 
 from power.app.cli import main
+from power.app.live import LiveEngine
 from power.artifacts.factory import build_dense_target, build_dflash_drafter
-from power.orchestrator import llama_flags, llama_options
+from power.documents.plan import load_plan
+from power.orchestrator import llama_flags, llama_options, vllm_options
 from power.orchestrator.engines.llama_server import field_of_option
-from power.orchestrator.launch_import import _READ_AS, LLAMA_SERVER, import_launch
+from power.orchestrator.engines.vllm import SETTINGS as VLLM_SETTINGS
+from power.orchestrator.launch_import import _READ_AS, LLAMA_SERVER, VLLM, VLLM_REMOVED, import_launch, profile_document
 from power.orchestrator.launch_tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
 
+GEMMA_FILE = Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf"
 # read by the importer outside `_READ_AS`: the speculative types' list, and a switch
 READ_APART = {"spec_type", "kv_unified"}
 
@@ -183,3 +188,53 @@ def test_an_undefined_variable_in_a_unit_is_one_finding_not_a_contradiction(tmp_
     unit.write_text("[Service]\nExecStart=/usr/bin/llama-server -m /m/t.gguf $EXTRA -c 4096\n")
     result = import_launch(LLAMA_SERVER, tokens_from_systemd_unit(unit, None))
     assert [f.code for f in result.findings] == ["PWR442"] and result.spec.ctx == 4096
+
+
+def test_every_vllm_argument_power_reads_is_carried_refused_or_of_no_effect():
+    for row in vllm_options.ROWS:
+        assert row.disposition in {llama_options.CARRIED, llama_options.REFUSED, llama_options.NO_EFFECT}
+        if row.disposition == llama_options.CARRIED:
+            field = VLLM_SETTINGS.field_of_flag(row.option)
+            assert row.option in vllm_options.SPECULATIVE or field in _READ_AS or field == "eager", row.option
+    assert not set(vllm_options.by_flag()) & set(VLLM_REMOVED)  # removed flags are PWR456's
+
+
+def test_a_vllm_line_carries_what_power_reads_and_names_everything_else():
+    result = import_launch(VLLM, tokens_from_argv([
+        "vllm", "serve", "t.gguf", "--tensor-parallel-size", "2", "--enforce-eager", "--max-num-seqs", "8",
+        "--gpu-memory-utilization", "0.9", "--kv-cache-dtype", "auto", "--generation-config", "vllm",
+        "--max-loras", "3", "--tokenizer", "Qwen/Qwen3", "--kv-cache-dtype", "fp8"]))
+    assert [(f.code, f.source_line[f.col - 1:].split()[0]) for f in result.findings] == [
+        ("PWR446", "--max-loras"), ("PWR444", "--tokenizer"), ("PWR444", "fp8")]
+    runtime = profile_document(result.spec)["runtime"]
+    assert (runtime["tensor_parallel"], runtime["cuda_graphs"], runtime["slots"]) == (2, False, 8)
+    assert "kv_cache_type" not in runtime
+
+
+@pytest.mark.llama_server
+def test_an_imported_line_with_offload_and_split_settings_renders_a_line_the_real_server_runs(tmp_path: Path):
+    """The carried offload and split settings come back as flags the pinned llama-server starts with."""
+    host = tmp_path / "cpu.toml"
+    host.write_text('schema = "power.host/v1"\nname = "cpu"\n\n[[devices]]\nmodel = "cpu"\nvram = "16 GiB"\n'
+                    'kind = "cpu"\n')
+    out = tmp_path / "imported"
+    line = ["-m", str(GEMMA_FILE), "-c", "1024", "-np", "1", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-min",
+            "2", "--spec-ngram-mod-n-max", "8", "-ngl", "0", "-sm", "none", "-mg", "0", "--threads", "1",
+            "--port", "8080", "--log-disable", "--top-k", "0"]
+    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--host", str(host), "--", *line])
+    assert result.exit_code == 0, result.output
+    plan_path = tmp_path / "imported.plan.json"
+    planned = CliRunner().invoke(main, ["plan", str(out / "manifest.toml"), str(out / "profile.toml"),
+                                        "--host", str(host), "-o", str(plan_path)])
+    assert planned.exit_code == 0, planned.output
+    plan = load_plan(plan_path)
+    assert (plan.runtime.gpu_layers, plan.runtime.split_mode, plan.runtime.main_gpu) == (0, "none", 0)
+    engine = LiveEngine("llama-server", plan, plan_path, binary(), threads=1)
+    try:
+        engine.start_process()
+        engine.wait_healthy()
+        assert engine.get_json("/health") == {"status": "ok"}
+        argv = engine.process.args if engine.process is not None else []
+        assert "-ngl" in argv and argv[argv.index("-ngl") + 1] == "0"
+    finally:
+        engine.stop()

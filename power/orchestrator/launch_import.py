@@ -22,6 +22,11 @@ cost speculation silently or kill the server at start:
 - PWR455 a speculative type nobody (or Power) knows
 - PWR456 removed vLLM flags; PWR457 a `--speculative-config` that is not a JSON object
 - PWR458 no model on the line
+- PWR444/PWR446/PWR447 an option Power does not carry (`llama_options` and `vllm_options` say, for each option, whether
+  it is carried, refused with its fix, or of no effect on the plan); PWR445 a V cache type other than the K type
+
+A finding about a written document (which is never written when it has an error) is told at the launch line
+(`on_the_line`): at the option that set the key, or with the flag to add where the line left it to the default.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from power.artifacts import contracts
 from power.artifacts.documents import DocumentError, parse_json
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
-from power.orchestrator import llama_flags, llama_options
+from power.orchestrator import llama_flags, llama_options, vllm_options
 from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server import field_of_option
 from power.orchestrator.engines.vllm import SETTINGS as VLLM_SETTINGS
@@ -110,6 +115,8 @@ class LaunchSpec:
     ngram_match: int | None = None
     ngram_draft_min: int | None = None
     ngram_draft_max: int | None = None
+    tensor_parallel: int | None = None
+    cuda_graphs: bool | None = None
     gpu_layers: int | str | None = None  # a count, or "all"
     split_mode: str | None = None
     tensor_split: list[float] | None = None
@@ -305,11 +312,30 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
 def _refused(row: llama_options.Row, given: _Given) -> list[Finding]:
     """The finding for an option Power cannot carry, unless it is given llama.cpp's own default."""
     value = ("on" if given.on else "off") if not given.option.takes_value else (given.value.text if given.value else "")
+    said = f"{given.flag.env} ({given.option.name})" if given.flag.env else given.flag.text
+    return _refusal(row, given.flag, said, value, given.option.takes_value)
+
+
+def _refused_word(row: llama_options.Row, flag: Token, value: Token | None) -> list[Finding]:
+    """The same for a vLLM argument (a switch reads `on`)."""
+    return _refusal(row, flag, flag.text, value.text if value else "on", value is not None)
+
+
+def _refusal(row: llama_options.Row, flag: Token, said: str, value: str, show_value: bool) -> list[Finding]:
     if row.accepted(value):
         return []
-    said = f"{given.flag.env} ({given.option.name})" if given.flag.env else given.flag.text
-    return [_finding(row.code, given.flag, f"{said}{' ' + value if given.option.takes_value else ''}: {row.meaning}",
-                     str(row.fix), Severity(codes.CODES[row.code][0]))]
+    return [_finding(row.code, flag, f"{said}{' ' + value if show_value else ''}: {row.meaning}", str(row.fix),
+                     Severity(codes.CODES[row.code][0]))]
+
+
+def _vllm_kv_dtype(token: Token, findings: list[Finding]) -> str | None:
+    """vLLM's --kv-cache-dtype: `auto` is the model's own type (Power's default); its fp8 types have no counterpart."""
+    if token.text == "auto":
+        return None
+    findings.append(_finding("PWR444", token, f"--kv-cache-dtype {token.text}: Power sizes and renders vLLM's KV in "
+                             "the model's own type (auto); it has no counterpart for this one", "drop it, or write "
+                             "--kv-cache-dtype auto"))
+    return None
 
 
 def _one_cache_type(k_type: str | None, v_type: Token | None, k_flag: str) -> list[Finding]:
@@ -385,7 +411,7 @@ _READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
     "ngram_match": lambda t, f: _int(t, f), "ngram_draft_min": lambda t, f: _int(t, f),
     "ngram_draft_max": lambda t, f: _int(t, f), "kv_cache_type_v": _token, "draft_kv_cache_type_v": _token,
     "gpu_layers": _layers, "draft_gpu_layers": _layers, "split_mode": _split_mode, "tensor_split": _ratios,
-    "main_gpu": lambda t, f: _int(t, f), "draft_device": _device,
+    "main_gpu": lambda t, f: _int(t, f), "draft_device": _device, "tensor_parallel": lambda t, f: _int(t, f),
 }
 
 
@@ -490,14 +516,29 @@ def _read_vllm(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
         tokens = tokens[1:]
     config: tuple[Token, dict[str, Any]] | None = None
     for flag, value in _vllm_pairs(tokens):
+        row = vllm_options.by_flag().get(flag.text)
         if flag.text in VLLM_REMOVED:
             hint = VLLM_REMOVED[flag.text] or ("pass the drafter through --speculative-config "
                                                "'{\"method\": ..., \"model\": ..., \"num_speculative_tokens\": N}'")
             findings.append(_finding("PWR456", flag, f"{flag.text} was removed from vLLM: it stops at start with "
                                      f"`unrecognized arguments: {flag.text}`", hint))
+        elif row is None:
+            findings.append(_finding(
+                "PWR446", flag, f"Power does not read the vLLM argument {flag.text}: it is not carried into the plan",
+                "drop it, or check it changes neither what is loaded nor what a request returns, and set it on the "
+                "rendered command yourself", Severity.WARNING))
+        elif row.disposition == llama_options.REFUSED:
+            findings += _refused_word(row, flag, value)
+        elif row.disposition == llama_options.NO_EFFECT:
+            continue
+        elif VLLM_SETTINGS.field_of_flag(flag.text) == "eager":
+            spec.cuda_graphs, spec.given["cuda_graphs"] = False, flag
         elif value is None:
             continue
-        elif (field := VLLM_SETTINGS.field_of_flag(flag.text)) in _READ_AS:  # the adapter's table, flag -> field
+        elif (field := VLLM_SETTINGS.field_of_flag(flag.text)) == "kv_cache_type":
+            spec.given["kv_cache_type"] = flag
+            spec.kv_cache_type = _vllm_kv_dtype(value, findings)
+        elif field in _READ_AS:  # the adapter's table, flag -> field
             spec.given[str(field)] = flag
             setattr(spec, str(field), _READ_AS[str(field)](value, findings))
         elif flag.text == "--speculative-config":
@@ -700,6 +741,7 @@ def _placement(spec: LaunchSpec) -> dict[str, Any]:
     placement = {key: value for key, value in (
         ("gpu_layers", spec.gpu_layers), ("split_mode", spec.split_mode), ("tensor_split", spec.tensor_split),
         ("main_gpu", spec.main_gpu), ("draft_device", spec.draft_device), ("draft_gpu_layers", spec.draft_gpu_layers),
+        ("tensor_parallel", spec.tensor_parallel), ("cuda_graphs", spec.cuda_graphs),
     ) if value is not None}
     default = llama_flags.table().option("--spec-draft-type-k").default or "f16"
     draft_type = spec.draft_kv_cache_type or default
@@ -718,7 +760,7 @@ _FIELD_OF_KEY = {
     **{f"runtime.{key}": key for key in (
         "ctx", "slots", "kv_unified", "batch", "ubatch", "flash_attn", "kv_cache_type", "ngram_match",
         "ngram_draft_min", "ngram_draft_max", "gpu_layers", "split_mode", "tensor_split", "main_gpu", "draft_device",
-        "draft_gpu_layers", "draft_kv_cache_type")},
+        "draft_gpu_layers", "draft_kv_cache_type", "tensor_parallel", "cuda_graphs")},
     "sampling.temperature": "temperature", "sampling.seed": "seed", "spec_draft_max": "k",
     "spec_mtp_recurrent_snapshots": "k", "spec_draft_p_min": "p_min", "spec_mode": "spec_type", "target": "model",
     "drafters": "draft_model",

@@ -72,8 +72,9 @@ _SET_PER_REQUEST = "send it in the requests that need it, or drop it"
 _CHANGES_MODEL = "changes what the model computes: its outputs are no longer the GGUF's, which the plan checks and records"
 _FETCH = ("a model to download at start: Power records local files only (size and sha256 checked before anything "
           "runs)")
-_FETCH_FIX = ("download it first (`huggingface-cli download REPO FILE`) and pass the local file with {flag} PATH, "
-              "then import again")
+_FETCH_FIX = ("fetch it first: `hf download REPO FILE`, or declare it in a manifest with "
+              "source = {{ repo = \"REPO\", filename = \"FILE\" }} and run `power pull --pin` (llama.cpp picks the "
+              "file by the :QUANT tag online, so the file must be named); then pass the local file with {flag} PATH")
 _ROPE = "changes the rotary position arithmetic from what the GGUF header declares: " + _CHANGES_MODEL
 _ROPE_FIX = "drop it, or write the scaling into the GGUF header (gguf_set_metadata.py) and import that file"
 _NGRAM_OTHER = ("a parameter of an n-gram variant Power runs as ngram-mod's lookup (match, shortest and longest "
