@@ -19,7 +19,8 @@ from power.orchestrator.schema import MAX_CTX, MAX_ROWS
 @click.argument("plan", required=False, type=click.Path(path_type=Path))
 @click.option("--gguf", type=click.Path(path_type=Path),
               help="Run this GGUF directly, without a plan: plain greedy decoding (for quick checks and tests).")
-@click.option("--prompt", required=True, help="The prompt text (BOS is added when the model's header asks for it).")
+@click.option("--prompt", required=True, help="The prompt text, tokenised as text: `<eos>` or a template's markers in it "
+                                               "are not control tokens (BOS is added when the model's header asks).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--stop", "stops", multiple=True,
               help="End the generation at this text (repeatable); the text and receipt end before it, the receipt "
@@ -66,7 +67,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
     try:
         options = EngineOptions(device=device, threads=threads)
         engine = _engine(plan, gguf, ctx, verify_capacity, root, options)
-        receipt = engine.generate(prompt, max_tokens, None if as_json else stream, stop=stops)
+        receipt = engine.generate(_as_text(engine, prompt), max_tokens, None if as_json else stream, stop=stops)
     except PowerError as err:
         if streamed:
             click.echo("\n(the text above is incomplete)", err=True)
@@ -81,6 +82,16 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         # After the output: a receipt that cannot be written never costs the generation (its finding is on stderr).
         with writing(receipt_path):
             receipt.save(receipt_path)
+
+
+def _as_text(engine, prompt: str) -> str:
+    """The prompt as text: its control-token texts (`<eos>`, a template's markers) are not control tokens."""
+    from power.runtime.errors import RuntimeInputError
+
+    try:
+        return engine.tokenizer.as_text(prompt)
+    except ValueError as err:
+        raise RuntimeInputError(f"the prompt cannot be read as text: {err}", hint="remove that character") from None
 
 
 def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, root: Path | None,
