@@ -214,8 +214,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR520": ("error", "the host cannot hold the weights the runtime would load (refused before loading, with both figures)"),
     # PWR53x the drafter's placement (checks/devices.py, engines/)
     "PWR530": ("error", "runtime.draft_device is not one of the deployment's GPUs"),
-    "PWR531": ("error", "the drafter's placement (runtime.draft_device, draft_gpu_layers) asked of an engine that "
-                        "places the drafter with the target"),
+    "PWR531": ("error", "the drafter's own device, offloaded layers or KV type asked of an engine that runs it with "
+                        "the target"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),
