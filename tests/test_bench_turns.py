@@ -155,3 +155,37 @@ def test_ctrl_c_midway_stops_what_it_started_and_restores_the_deployment(plans, 
     assert "restored the deployment's server" in log.read_text()
     assert _all_stopped(pids)
     _assert_restored(port, original, argv)
+
+
+def test_concurrency_levels_on_the_real_llama_server(tmp_path: Path) -> None:
+    """Four clients at once on four slots: per level the aggregate and per-request figures, and where n-gram stops
+    paying (if it does), in the evidence."""
+    paths = []
+    for name in ("ngram", "target-only"):
+        profile = tmp_path / f"{name}-slots4.toml"
+        text = (PROFILES / f"{name}.toml").read_text().replace('name = "', 'name = "slots4-', 1)
+        profile.write_text(text.replace("[runtime]", "[runtime]\nslots = 4", 1))
+        path = tmp_path / f"{name}.json"
+        planned = run("plan", MANIFEST, profile, "--device", "16 GiB", "--engine", "llama-server", "-o", path)
+        assert planned.exit_code == 0, planned.output
+        paths.append(path)
+    evidence = tmp_path / "evidence.json"
+    result = run("bench", paths[0], "--vs", paths[1], *BENCH, "--engine-binary", binary(), "--concurrency", "1,4",
+                 "-o", evidence)
+    assert result.exit_code == 0, result.output
+    section = json.loads(evidence.read_text())["concurrency"]
+    assert section["levels"] == [1, 4] and section["slots"] == 4
+    for level in ("1", "4"):
+        for shape in ("echo", "identity"):
+            figures = section["per_level"][level][shape]
+            assert figures["candidate"]["runs"] == figures["baseline"]["runs"] == 3
+            assert figures["candidate"]["aggregate_tok_s"] > 0 and figures["speedup"] > 0
+    echo = section["per_level"]["4"]["echo"]
+    assert echo["candidate"]["draft_n"] > 0 == echo["baseline"]["draft_n"]  # the n-gram drafted with 4 clients
+    print(json.dumps({level: {shape: {"speedup": round(r["speedup"], 3),
+                                      "candidate": round(r["candidate"]["aggregate_tok_s"], 2),
+                                      "baseline": round(r["baseline"]["aggregate_tok_s"], 2),
+                                      "per_request_candidate": round(r["candidate"]["per_request_decode_tok_s"], 2),
+                                      "per_request_baseline": round(r["baseline"]["per_request_decode_tok_s"], 2)}
+                              for shape, r in shapes.items()} for level, shapes in section["per_level"].items()}),
+          section["stops_paying_at"], section["reason"])

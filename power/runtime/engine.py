@@ -269,12 +269,7 @@ class Engine:
         self.decoder.step()
 
     def _room(self, prompt_ids: list[int], max_tokens: int) -> int:
-        room = self.n_ctx - len(prompt_ids) + 1  # the last emitted token needs no cache slot
-        if room < 1 + (max_tokens > 1):
-            per_slot = f" (the plan's {self.workload.runtime.ctx} split between {self.slots} slots)" if self.slots > 1 else ""
-            raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.n_ctx} positions"
-                                  f"{per_slot}", hint="shorten the prompt or plan a larger ctx")
-        return room
+        return context_room(len(prompt_ids), max_tokens, self.workload.runtime)
 
     def _ended(self, ticket: Ticket, decoding: Decoding) -> None:
         if decoding.error is not None:
@@ -363,6 +358,19 @@ class ProposalWidth:
 
     def document(self) -> dict[str, object]:
         return {"planned": self.planned, "effective": self.effective, "limited_by": self.limited_by}
+
+
+def context_room(prompt_tokens: int, max_tokens: int, runtime: Runtime) -> int:
+    """The tokens a slot's context leaves a prompt of `prompt_tokens` under `runtime`; ContextOverflow when it leaves
+    none for `max_tokens` (asked by the engine per request, and by `power bench` of its traffic before loading)."""
+    slots = _slots(runtime)
+    n_ctx = runtime_geometry(runtime.ctx, slots, runtime.verify_capacity).positions_per_slot
+    room = n_ctx - prompt_tokens + 1  # the last emitted token needs no cache slot
+    if room < 1 + (max_tokens > 1):
+        per_slot = f" (the plan's {runtime.ctx} split between {slots} slots)" if slots > 1 else ""
+        raise ContextOverflow(f"the prompt is {prompt_tokens} tokens; the context is {n_ctx} positions{per_slot}",
+                              hint="shorten the prompt or plan a larger ctx")
+    return room
 
 
 def resolve_device(device: str) -> str:
