@@ -448,6 +448,13 @@ def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_s
     fleet = _cluster_world(tmp_path, hosts=hosts, kubernetes=kubernetes, deployments=deployments("one", "two"))
     review = run("fleet", "review", fleet)
     assert review.exit_code == 1 and "PWR096" in review.output and "a100/one, a100/two share a100 device 0" in review.output
+    unplanned = deployments("three").replace("profiles/ngram.toml", "profiles/guarded.toml")
+    at_once = _cluster_world(tmp_path / "at-once", hosts=hosts.replace('node_name = "a100"', ""),
+                             kubernetes=kubernetes, deployments=deployments("one") + unplanned)
+    every = run("fleet", "review", at_once)
+    # Issue 40.7: PWR096 showed only once the other findings were fixed; the fleet file alone says the GPU is shared.
+    assert every.exit_code == 1 and {"PWR091", "PWR216", "PWR096"} <= set(re.findall(r"PWR\d+", every.output))
+    assert "a100/one, a100/three share a100 device 0" in every.output
     alone = _cluster_world(tmp_path / "alone", hosts=hosts, kubernetes=kubernetes, deployments=deployments("one"))
     reviewed = run("fleet", "review", alone)
     assert reviewed.exit_code == 0, reviewed.output

@@ -115,6 +115,17 @@ class Receipt(SpeculationRates):
         decoded = len(self.token_ids) - 1
         return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else 0.0
 
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: the prefill, which ends with the first token sampled."""
+        return self.prefill_s
+
+    @property
+    def request_tok_s(self) -> float:
+        """Request-wide: every generated token over the whole request, prefill included (what a user waits for)."""
+        request_s = self.prefill_s + self.decode_s
+        return len(self.token_ids) / request_s if self.token_ids and request_s > 0 else 0.0
+
     def document(self) -> dict[str, Any]:
         return {
             "schema": RECEIPT_SCHEMA,
@@ -122,6 +133,8 @@ class Receipt(SpeculationRates):
             "tokens_sha256": self.tokens_sha256,
             "prefill_tok_s": self.prefill_tok_s,
             "decode_tok_s": self.decode_tok_s,
+            "request_tok_s": self.request_tok_s,
+            "ttft_s": self.ttft_s,
             "acceptance": self.acceptance,
             "mean_accepted_length": self.mean_accepted_length,
             "acceptance_by_position": self.acceptance_by_position,

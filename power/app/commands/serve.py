@@ -53,13 +53,14 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     from power.documents.plan import load_plan
 
     try:
-        key_file = api_key_path(api_key_file)
-        api_key = read_api_key(key_file) if key_file else None
+        api_key_file = api_key_path(api_key_file)
     except PowerError as err:
         refuse(err)
     try:
         resolved = load_plan(plan)
         # Usage errors first: before the runtime's stack (torch) is imported or any artifact is read.
+        template = _template_file(chat_template_file)
+        api_key = read_api_key(api_key_file) if api_key_file else None
         listening = listen(host, port)
     except PowerError as err:
         refuse(err, at=plan)
@@ -71,10 +72,9 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
-        template = _template_file(chat_template_file)
+        access = Access(api_key, public_metrics)
     except PowerError as err:
         refuse(err, at=plan)
-    access = Access(api_key, public_metrics)
     options = EngineOptions(device=device, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
