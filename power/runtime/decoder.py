@@ -388,8 +388,11 @@ class Decoder:
 
     def _wanted(self, decoding: Decoding) -> int:
         slot, remaining = decoding.slot, decoding.request.max_new_tokens - len(decoding.seq.emitted)
-        speculate = slot.speculator is not None and (slot.governor is None or slot.governor.speculate())
-        return min(decoding.scheduler.width(), remaining - 1) if speculate else 0
+        governor = slot.governor
+        if slot.speculator is None or (governor is not None and not governor.speculate()):
+            return 0
+        cap = governor.width_cap() if governor is not None else None
+        return min(decoding.scheduler.width(), remaining - 1, cap or remaining)
 
     def _account(self, decoding: Decoding, result: RoundResult, seconds: float) -> None:
         decoding.stats.add_round(result)
