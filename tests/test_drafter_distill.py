@@ -8,6 +8,7 @@ distillation reaches are measured by bench/bench_drafter.py, not here.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp
 from power.drafters.generate import NO_LABEL, Example, corpus_examples
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
+from power.drafters.progress import BudgetBar
 from power.drafters.prompt_sets import load_prompts
 from power.drafters.train import training_precision
 from power.modes import NGRAM
@@ -299,3 +301,12 @@ def test_the_worth_it_verdict_prices_the_held_back_acceptance_with_the_measured_
     most = worth.judge(costs, MTP, 7, mean_accepted=5.0)
     assert most.beats_target_only and most.speedup > 1
     assert most.break_even_p is not None and nothing.p < most.break_even_p < most.p
+
+
+def test_progress_bars_run_over_the_budget_not_over_a_step_count_it_never_reaches():
+    """Under a 90-second phase the train bar's total is those seconds (its ETA the budget's), not --steps 100000."""
+    budgeted = BudgetBar("train", time.monotonic() + 90, 100_000, "step", enabled=False)
+    assert 89 <= budgeted.bar.total <= 90
+    budgeted.advance(step=1)
+    assert budgeted.bar.n <= 1
+    assert BudgetBar("train", None, 100_000, "step", enabled=False).bar.total == 100_000
