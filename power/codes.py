@@ -67,10 +67,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR077": ("error", "the evidence was measured on another engine than the deployment runs"),
     "PWR078": ("error", "a bench sweep cannot be built (bad --sweep value, changed sources, a variant that does not compile)"),
     "PWR079": ("error", "a bench option the engine cannot honour (--write-env for vLLM)"),
-    # PWR08x plan documents (documents/plan.py)
+    # PWR08x Power's own documents: plans (documents/plan.py), fleet locks past PWR06x (orchestrator/fleet/lock.py)
     "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
     "PWR081": ("error", "the plan does not match the plan schema"),
     "PWR082": ("error", "the plan was edited after it was compiled (its digest does not match)"),
+    "PWR083": ("error", "the fleet lock belongs to another fleet"),
     # PWR09x Kubernetes renders of a fleet or a plan (orchestrator/kubernetes/)
     "PWR090": ("error", "the fleet declares no [kubernetes] settings"),
     "PWR091": ("error", "a host has no node selection (node_name or node_selector)"),
@@ -110,6 +111,18 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR124": ("error", "header values contradict each other or the tensors (block_count vs blocks present, "
                         "vocabulary vs embedding rows, heads vs KV heads)"),
     "PWR125": ("error", "a special token id the runtime uses lies outside the vocabulary"),
+    # PWR13x where an artifact is published (orchestrator/rules.py) and `power pull` (artifacts/pull/)
+    "PWR130": ("error", "an artifact's `source` names neither or both of a Hub `repo` and a `url` (or Hub keys with a url)"),
+    "PWR131": ("error", "a source's revision is not a commit id (a branch, a tag, or none): not pinned"),
+    "PWR132": ("error", "an artifact with a source declares no size or no sha256 to check the pulled bytes against"),
+    "PWR133": ("error", "a source URL or Hub endpoint is not https (plain http only to a loopback address)"),
+    "PWR134": ("error", "a pull could not fetch a file (unknown file or revision, refused, network error, cut short)"),
+    "PWR135": ("error", "a pulled file's size differs from the declared size (the partial file is deleted)"),
+    "PWR136": ("error", "a pulled file's sha256 differs from the declared sha256 (the partial file is deleted)"),
+    "PWR137": ("error", "the Hub's own sha256 of a file (its LFS object id) differs from the manifest's"),
+    "PWR138": ("error", "a download redirected to another scheme or host: not followed"),
+    "PWR139": ("info", "`power pull --pin` wrote a commit, size or sha256 into the manifest"),
+    "PWR140": ("error", "an artifact to pull has no source to fetch it from"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
     # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),

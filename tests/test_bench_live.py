@@ -36,7 +36,7 @@ def rollout(tmp_path_factory):
     assert planned.exit_code == 0, planned.output
     status = run("rollout", "status", FLEET, "--lock", lock, "--export-plans", root / "plans")
     assert status.exit_code == 0 and "--engine llama-server" in status.output, status.output
-    state, _ = read_lock(lock)
+    state, _ = read_lock(lock, "cpu-lab")
     candidate = state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
     incumbent = state.deployments[LLAMA_KEY]["plan_digest"]
     evidence = root / "evidence.json"
@@ -82,9 +82,9 @@ def test_the_winner_is_written_as_the_deployments_llama_arg_env_file(rollout):
 def test_the_llama_server_evidence_decides_the_canary_of_the_llama_server_deployment(rollout):
     """The gate acts on what was measured: 'faster' on echo opens the canary, anything else keeps the incumbent."""
     lock, document, evidence, _, _ = rollout
-    before = read_lock(lock)[0]
+    before = read_lock(lock, "cpu-lab")[0]
     advanced = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", evidence, "--json")
-    state, _ = read_lock(lock)
+    state, _ = read_lock(lock, "cpu-lab")
     echo = document["shapes"]["echo"]
     if echo["verdict"] == "faster":
         assert advanced.exit_code == 0, advanced.output
@@ -105,7 +105,7 @@ def test_llama_server_evidence_for_a_deployment_that_runs_power_is_refused_at_it
     assert run("fleet", "review", FLEET, "--lock", lock, "--write-lock").exit_code == 0
     planned = run("rollout", "plan", FLEET, "--lock", lock, "--profile", CANDIDATE_PROFILE, "--canary", "cpu-2")
     assert planned.exit_code == 0, planned.output
-    state, _ = read_lock(lock)
+    state, _ = read_lock(lock, "cpu-lab")
     candidate = state.rollout["candidates"][POWER_KEY]["plan_digest"]
     incumbent = state.deployments[POWER_KEY]["plan_digest"]
     plans = tmp_path / "plans"
@@ -121,4 +121,4 @@ def test_llama_server_evidence_for_a_deployment_that_runs_power_is_refused_at_it
     line = FLEET.read_text().splitlines().index('host = "cpu-2"', 20) + 1
     assert finding["file"] == str(FLEET) and finding["where"] == "deployments[1].host" and finding["line"] == line
     assert "runs power" in finding["message"] and "measured on llama-server" in finding["message"]
-    assert read_lock(lock)[0].deployments[POWER_KEY]["plan_digest"] == incumbent
+    assert read_lock(lock, "cpu-lab")[0].deployments[POWER_KEY]["plan_digest"] == incumbent

@@ -106,7 +106,8 @@ def test_the_repository_speaks_of_itself():
 
     root = Path(__file__).resolve().parents[1]
     texts = [*root.joinpath("power").rglob("*.py"), *root.joinpath("docs").rglob("*.md"), root / "README.md",
-             *root.joinpath("examples").rglob("*.md"), *root.joinpath("power").rglob("*.j2")]
+             *root.joinpath("examples").rglob("*.md"), *root.joinpath("power").rglob("*.j2"),
+             *root.joinpath("manifests").rglob("*.toml"), *root.joinpath("profiles").rglob("*.toml")]
     forbidden = re.compile(r"/tmp/|/work/|/root/|\.\./shared/|DESIGN\.md|\bthe seeds\b|\bseeds'", re.IGNORECASE)
     found = [f"{path.relative_to(root)}:{number}: {line.strip()[:80]}" for path in texts
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if forbidden.search(line)]

@@ -194,10 +194,39 @@ def test_a_hand_edited_or_newer_lock_is_a_located_finding_and_never_overwritten(
     finding = _finding_at(result.output, "PWR064")
     assert finding.startswith(f"{world.lock}:") and "edited by hand" in finding
     assert world.lock.read_text() == edited
-    newer = edited.replace("power.fleet-lock/v1", "power.fleet-lock/v7")
+    newer = edited.replace("power.fleet-lock/v2", "power.fleet-lock/v7")
     world.lock.write_text(newer)
     result = review(fleet)
     assert result.exit_code == 1 and f"{world.lock}:2:" in _finding_at(result.output, "PWR063")
+
+
+def test_another_fleets_lock_is_refused_and_never_rewritten(world: World) -> None:
+    """Issue 40.1: two fleets in one folder shared fleet.lock, and the second's --write-lock removed the first's plans
+    and rollout history. A lock names its fleet; every command refuses another fleet's, leaving it byte for byte."""
+    lab = world.fleet(TWO_HOSTS, CLEAN)
+    assert review(lab, "--write-lock").exit_code == 0
+    assert CliRunner().invoke(main, ["rollout", "plan", str(lab), "--deployments", "ws-1/*", "--profile",
+                                     str(world.root / "profiles" / "guarded.toml")]).exit_code == 0
+    written = world.lock.read_bytes()
+    other = write(world.root / "other.toml", lab.read_text().replace('name = "lab"', 'name = "cpu-lab"', 1)
+                  .split("[[deployments]]")[0] + CLEAN.split("[[deployments]]", 2)[2].join(["[[deployments]]", ""]))
+    refusals = [review(other, "--write-lock"), review(other, "--detailed-exitcode")] + [
+        CliRunner().invoke(main, ["rollout", *command, str(other)]) for command in
+        (["plan", "--profile", str(world.root / "profiles" / "ngram.toml")], ["status", "--export-plans",
+                                                                           str(world.root / "plans")],
+         ["advance"], ["rollback"])]
+    for result in refusals:
+        assert result.exit_code == 1, result.output
+        finding = _finding_at(result.output, "PWR083")
+        assert finding.startswith(f"{world.lock}:3:") and "belongs to fleet 'lab', not 'cpu-lab'" in finding
+        assert "--lock" in result.output
+        assert "will be removed" not in result.output
+    assert world.lock.read_bytes() == written and not (world.root / "plans").exists()
+    own = world.root / "cpu-lab.lock"
+    assert review(other, "--write-lock", "--lock", own).exit_code == 0 and own.is_file()
+    unnamed = write(world.root / "unnamed.toml", other.read_text().replace('name = "cpu-lab"\n', "", 1))
+    result = review(unnamed, "--lock", own)
+    assert result.exit_code == 1 and "belongs to fleet 'cpu-lab', not 'unnamed'" in result.output
 
 
 def test_a_missing_manifest_is_reported_at_the_fleet_line_that_names_it(world: World) -> None:

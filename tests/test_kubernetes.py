@@ -51,9 +51,10 @@ def kustomize(folder: Path) -> list[dict]:
     return list(yaml.safe_load_all(built.stdout))
 
 
-def evidence_for_every_pair(lock_path: Path, folder: Path) -> list[Path]:
-    """Evidence (docs/bench.md's power.evidence/v1 shape) opening every (candidate, incumbent) pair of the rollout."""
-    lock, _ = read_lock(lock_path)
+def evidence_for_every_pair(lock_path: Path, folder: Path, fleet: str = "inference") -> list[Path]:
+    """Evidence (docs/bench.md's power.evidence/v1 shape) opening every (candidate, incumbent) pair of fleet `fleet`'s
+    rollout."""
+    lock, _ = read_lock(lock_path, fleet)
     rollout = lock.rollout
     paths = []
     for key, record in rollout["candidates"].items():
@@ -112,7 +113,7 @@ def test_every_object_validates_against_the_pinned_kubernetes_schemas(rolled_out
 
 def test_each_stage_moves_its_deployments_and_the_earlier_stages_to_the_candidate(rolled_out) -> None:
     tree, lock_path = rolled_out
-    lock, _ = read_lock(lock_path)
+    lock, _ = read_lock(lock_path, "inference")
     rollout = lock.rollout
     base = {(d["kind"], d["metadata"]["name"]): d for d in kustomize(tree / "base")}
     moved: list[str] = []
@@ -170,7 +171,7 @@ def test_the_container_runs_what_power_render_prints_for_the_carried_plan(rolled
 
 def test_the_example_carries_the_plan_the_review_compiled(rolled_out) -> None:
     tree, lock_path = rolled_out
-    lock, _ = read_lock(lock_path)
+    lock, _ = read_lock(lock_path, "inference")
     config_map = yaml.safe_load((tree / "base" / "a100-gemma3-270m" / "plan.yaml").read_text())
     carried = json.loads(config_map["data"][PLAN_FILE])
     assert carried["digest"] == lock.rollout["previous"]["a100/gemma3-270m"]["plan_digest"]
@@ -381,7 +382,7 @@ def test_advance_writes_the_opened_stage_and_rollback_removes_the_overlays(tmp_p
     refused = run("rollout", "advance", fleet, "--kubernetes", tree)
     assert refused.exit_code == 1 and "PWR070" in refused.output
     assert not (tree / "stages").exists()
-    evidence = [f"--evidence={path}" for path in evidence_for_every_pair(lock, tmp_path)]
+    evidence = [f"--evidence={path}" for path in evidence_for_every_pair(lock, tmp_path, "lab")]
     assert run("rollout", "advance", fleet, *evidence, "--kubernetes", tree).exit_code == 0
     assert sorted(p.name for p in (tree / "stages").iterdir()) == ["canary"]
     canary = {(d["kind"], d["metadata"]["name"]): d for d in kustomize(tree / "stages" / "canary")}

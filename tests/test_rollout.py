@@ -209,7 +209,7 @@ def test_the_gate_reads_real_power_bench_evidence(world: World, tmp_path: Path) 
     assert run("rollout", "plan", fleet, "--lock", lock, "--profile", world.root / "profiles" / "ngram.toml").exit_code == 0
     plans = tmp_path / "plans"
     assert run("rollout", "status", fleet, "--lock", lock, "--export-plans", plans).exit_code == 0
-    state, _ = read_lock(lock)
+    state, _ = read_lock(lock, "lab")
     candidate = state.rollout["candidates"]["ws-1/dense"]["plan_digest"]
     incumbent = state.deployments["ws-1/dense"]["plan_digest"]
     evidence_path = tmp_path / "evidence.json"
@@ -228,7 +228,7 @@ def test_the_gate_reads_real_power_bench_evidence(world: World, tmp_path: Path) 
 
 
 def _lock_at(path: Path):
-    lock, findings = read_lock(path)
+    lock, findings = read_lock(path, "lab")
     assert findings == []
     return lock
 

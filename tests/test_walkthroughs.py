@@ -105,17 +105,27 @@ def test_the_fleet_walkthrough_runs_as_written(lab):
 
 
 def test_the_llama_server_fleet_walkthrough_up_to_the_bench(lab):
-    """Step 5 up to the bench (tests/test_bench_live.py runs the bench on the real llama-server)."""
-    lock = lab / "examples" / "fleet" / "llama-server.lock"
-    reviewed = power(lab, f"fleet review examples/fleet/llama-server.toml --write-lock --lock {lock}")
-    assert reviewed.exit_code == 0 and counts(reviewed.output) == (0, 0), reviewed.output
-    planned = power(lab, f"rollout plan examples/fleet/llama-server.toml --lock {lock} --profile "
-                         "examples/fleet/profiles/ngram.toml")
-    assert planned.exit_code == 0, planned.output
-    status = power(lab, f"rollout status examples/fleet/llama-server.toml --lock {lock} --export-plans plans/")
+    """Step 5 up to the bench, as written, after step 3 recorded the lab fleet in fleet.lock
+    (tests/test_bench_live.py runs the bench on the real llama-server). Issue 40.1: its --write-lock used to replace
+    the lab fleet's lock."""
+    if not (lab / "examples" / "fleet" / "fleet.lock").exists():  # run on its own: step 3 first
+        assert power(lab, "fixtures build examples/fleet/artifacts").exit_code == 0
+        assert power(lab, "fleet review examples/fleet/fleet.fixed.toml --write-lock").exit_code == 0
+    section = README.split("## 5.")[1]
+    commands = [line.split("   #")[0].strip() for line in re.search(r"```sh\n(.*?)```", section, re.S)[1].splitlines()
+                if line.startswith("power ")]
+    review, plan, status = (power(lab, command.removeprefix("power ")) for command in commands)
+    assert stated(commands[0]) == 'exit 0: "recorded 2 plan(s)"'
+    assert review.exit_code == 0 and counts(review.output) == (0, 0), review.output
+    assert "recorded 2 plan(s)" in review.output
+    assert plan.exit_code == 0, plan.output
     assert status.exit_code == 0
     assert re.search(r"cpu-1/gemma3-270m: power bench PLANS/\w+\.json --vs PLANS/\w+\.json --shapes echo,identity "
                      r"--engine llama-server -o evidence.json", status.output), status.output
+    unchanged = power(lab, "fleet review examples/fleet/fleet.fixed.toml --detailed-exitcode")
+    assert unchanged.exit_code == 0, unchanged.output
+    refused = power(lab, "fleet review examples/fleet/llama-server.toml --write-lock")
+    assert refused.exit_code == 1 and "PWR083" in refused.output
 
 
 def test_the_plan_pages_first_command(tmp_path):

@@ -52,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("plan", "plan", "Compile manifest + profile + host into a resolved engine plan."),
     "size": ("size", "size", "Dry-run VRAM sizing: per-component breakdown and the largest context that fits."),
     "worth-it": ("worth_it", "worth_it", "Break-even arithmetic for a drafter against the incumbent."),
+    "pull": ("pull", "pull", "Fetch a manifest's artifacts from where they are published, checked by sha256 before placing."),
     "verify": ("verify", "verify", "Verify a plan before it runs: its seal, every artifact by full sha256, tokenizers."),
     "render": ("render", "render", "Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan."),
     "run": ("run", "run", "Generate with the Power runtime on a plan and print the receipt."),

@@ -31,6 +31,7 @@ class Artifact:
     path: Path
     sha256: str | None
     size: int | None = None
+    source: str | None = None  # where it is published (`power.documents.plan.Source.label`), when the plan says
 
     @property
     def label(self) -> str:

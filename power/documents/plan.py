@@ -10,14 +10,19 @@ or GGUF headers. Document shape (`schema = "power.plan/v1"`; JSON or TOML):
     sources     manifest / profile / host: {path, sha256} of the files compiled
     devices     [{index, name, kind, vram_bytes, headroom_bytes}]: the host's devices planned for
     target      {path, size, sha256, architecture, quant, n_layers, vocab_size,
-                 context_length, has_mtp, recurrent_layers}
+                 context_length, has_mtp, recurrent_layers, source}; source (absent
+                when the manifest names none): {repo, revision, filename} of a
+                Hugging Face repository at a commit, or {url}
     mode        {requested, resolved, chain, reason}: the profile's spec_mode,
                 what it resolved to (auto: verified external artifact -> native
                 MTP -> none), the drafter chain in execution order
                 (ngram first, then the one context-backed drafter), and why
-    drafters    [{kind, path, size, sha256, target_sha256, contract}]: the
+    drafters    [{kind, path, size, sha256, target_sha256, contract, source, files}]: the
                 drafters in the chain; `contract` holds header facts (block
-                size, sliding window, target layers, layer count, ...)
+                size, sliding window, target layers, layer count, ...); a
+                drafter given as a Hugging Face checkpoint folder (vLLM) has
+                `files` [{name, size, sha256}] and its sha256 is the digest of
+                their `sha256sum` listing
     speculation {k, s, rollback, fr_vocab_size, adaptive, p_min}: rollback is "full"
                 (S >= K), "guarded" (S < K: one exact replay, then clamp to S)
                 or "none" (no speculation, and then K = S = 0)
@@ -102,6 +107,30 @@ class Device(_Frozen):
     kind: Literal["gpu", "cpu"] = "gpu"
 
 
+class Source(_Frozen):
+    """Where an artifact is published, as its manifest names it: a Hugging Face repository at a commit (and the
+    file in it), or a URL. Sealed with the plan, so `power verify` reports the provenance the plan was compiled with."""
+
+    repo: str | None = None
+    revision: str | None = None
+    filename: str | None = None
+    url: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.url is not None:
+            return self.url
+        return f"hf://{self.repo}@{self.revision}" + (f"/{self.filename}" if self.filename else "")
+
+
+class CheckpointFile(_Frozen):
+    """One file of a drafter given as a Hugging Face checkpoint folder: its path in the folder, size, sha256."""
+
+    name: str
+    size: int
+    sha256: str
+
+
 class Target(_Frozen):
     path: str
     size: int
@@ -114,6 +143,7 @@ class Target(_Frozen):
     has_mtp: bool = False
     # layers carrying recurrent state (what S snapshots); 0 for attention-only trunks
     recurrent_layers: int = 0
+    source: Source | None = None
 
 
 class Mode(_Frozen):
@@ -134,6 +164,9 @@ class Drafter(_Frozen):
     sha256: str | None = None
     target_sha256: str | None = None
     contract: dict[str, ContractValue] = {}
+    source: Source | None = None
+    # a Hugging Face checkpoint folder (for vLLM): its files; `sha256` is then `power.artifacts.checkpoint.listing_sha256`
+    files: tuple[CheckpointFile, ...] | None = None
 
     @model_validator(mode="after")
     def _a_file_has_its_digest(self) -> Drafter:
@@ -296,8 +329,14 @@ class ResolvedPlan(_Frozen):
         return unsigned.model_copy(update={"digest": content_digest(unsigned)})
 
     def document(self) -> dict[str, Any]:
-        """The plan as plain JSON data, in document order (`schema` first)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The plan as plain JSON data, in document order (`schema` first). An artifact without a `source` has no
+        such key, so a plan of unsourced artifacts keeps the digest it had before sources existed."""
+        data = self.model_dump(mode="json", by_alias=True)
+        for artifact in (data["target"], *data["drafters"]):
+            for key in ("source", "files"):
+                if artifact.get(key) is None:
+                    artifact.pop(key, None)
+        return data
 
 
 def canonical_json(data: Any) -> bytes:
@@ -346,8 +385,22 @@ def located(plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Re
 
 def planned_artifacts(plan: ResolvedPlan) -> tuple[Artifact, ...]:
     """Every file the plan names, with the size and sha256 it was compiled with: the target, then each drafter's."""
-    target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size)
-    return (target, *(Artifact(d.kind, Path(d.path), d.sha256, d.size) for d in plan.drafters if d.path is not None))
+    target = Artifact(TARGET, Path(plan.target.path), plan.target.sha256, plan.target.size, _label(plan.target.source))
+    return (target, *(artifact for d in plan.drafters if d.path is not None for artifact in _drafter_files(d)))
+
+
+def _drafter_files(drafter: Drafter) -> tuple[Artifact, ...]:
+    """A drafter's file, or each file of its checkpoint folder."""
+    assert drafter.path is not None
+    label = _label(drafter.source)
+    if drafter.files is None:
+        return (Artifact(drafter.kind, Path(drafter.path), drafter.sha256, drafter.size, label),)
+    return tuple(Artifact(drafter.kind, Path(drafter.path) / f.name, f.sha256, f.size,
+                          f"{label}/{f.name}" if label else None) for f in drafter.files)
+
+
+def _label(source: Source | None) -> str | None:
+    return source.label if source is not None else None
 
 
 def to_json(plan: ResolvedPlan) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from power import modes
@@ -25,6 +25,8 @@ from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.plan import (
+    CheckpointFile,
+    ContractValue,
     Device,
     DeviceMemory,
     Drafter,
@@ -37,6 +39,7 @@ from power.documents.plan import (
     ResolvedPlan,
     Runtime,
     Sampling,
+    Source,
     Sources,
     Speculation,
     Target,
@@ -44,6 +47,7 @@ from power.documents.plan import (
 )
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
+from power.orchestrator.checks.checkpoints import CheckedCheckpoint, check_checkpoint
 from power.orchestrator.checks.devices import check_devices
 from power.orchestrator.checks.drafters import check_drafter, contract_facts
 from power.orchestrator.checks.memory import check_memory
@@ -98,6 +102,7 @@ class ArtifactMemo:
 class Artifacts:
     target: Checked
     drafters: dict[int, Checked]  # manifest drafter index -> its own file (file-backed kinds only)
+    checkpoints: dict[int, CheckedCheckpoint] = field(default_factory=dict)  # drafters given as checkpoint folders
 
 
 @dataclass(frozen=True)
@@ -114,19 +119,27 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
     target, findings = check_artifact(manifest, "target", model.target, memo, with_digest)
     drafters: dict[int, Checked] = {}
     for index, declared in enumerate(model.drafters):
-        if declared.path is not None:
+        if declared.path is not None and declared.files is None:
             checked, found = check_artifact(manifest, f"drafters[{index}]", declared, memo, with_digest)
             findings += found
             if checked is not None:
                 drafters[index] = checked
     if target is None:
         return None, findings
+    checkpoints: dict[int, CheckedCheckpoint] = {}
     for index, declared in enumerate(model.drafters):
+        if declared.files is not None:
+            checkpoint, found = check_checkpoint(manifest, index, declared, memo, target,
+                                                 len(trunk_layers(target.facts)), target_vocab(target.facts))
+            findings += found
+            if checkpoint is not None:
+                checkpoints[index] = checkpoint
+            continue
         own = drafters.get(index)
         findings += check_drafter(manifest, index, declared, own, target)
         if own is not None and declared.kind in contracts.FILE_KINDS:
             findings += check_tokenizer(index, declared.kind, own, target)
-    return Artifacts(target, drafters), findings
+    return Artifacts(target, drafters, checkpoints), findings
 
 
 def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Chosen | None, list[Finding]]:
@@ -216,7 +229,8 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     """What the deployment asks its engine to run, with each drafter's place in the manifest."""
     runtime = profile.model.runtime
     declared = manifest.model.drafters
-    drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None) for i in chosen.resolution.drafters)
+    drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None, declared[i].files is not None)
+                     for i in chosen.resolution.drafters)
     return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
                  runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min)
 
@@ -303,7 +317,8 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
             vocab_size=target_vocab(target.facts), context_length=whole(target.facts.hparam("context_length")) or None,
             has_mtp=target.facts.drafter_kind == contracts.MTP,
-            recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT)),
+            recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT),
+            source=published(manifest.model.target)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),
         drafters=drafters,
         speculation=Speculation(
@@ -367,6 +382,8 @@ def _components(components: tuple[Component, ...]) -> tuple[MemoryComponent, ...
 
 def _drafter(manifest: Loaded, index: int, artifacts: Artifacts) -> Drafter:
     declared = manifest.model.drafters[index]
+    if index in artifacts.checkpoints:
+        return _checkpoint_drafter(declared, artifacts.checkpoints[index])
     own = artifacts.drafters.get(index)
     return Drafter(
         kind=declared.kind,
@@ -375,7 +392,34 @@ def _drafter(manifest: Loaded, index: int, artifacts: Artifacts) -> Drafter:
         sha256=own.sha256 if own else None,
         target_sha256=declared.target_sha256,
         contract=contract_facts(declared.kind, own, artifacts.target),
+        source=published(declared),
     )
+
+
+def _checkpoint_drafter(declared, checkpoint: CheckedCheckpoint) -> Drafter:
+    """A checkpoint drafter as the plan seals it: its folder, its files' total size, one digest over its files'
+    digests (`listing_sha256`) and each file's own; config.json's facts as its contract."""
+    facts = checkpoint.facts
+    contract: dict[str, ContractValue] = {"format": "checkpoint", "architecture": facts.architecture}
+    contract |= {key: value for key, value in (("block_size", facts.block_size), ("target_layers", facts.target_layers))
+                 if value is not None}
+    return Drafter(kind=declared.kind, path=str(facts.folder), size=checkpoint.size, sha256=checkpoint.sha256,
+                   target_sha256=declared.target_sha256, contract=contract, source=published(declared),
+                   files=tuple(CheckpointFile(name=name, size=size, sha256=digest)
+                               for name, size, digest in checkpoint.files))
+
+
+def published(declared) -> Source | None:
+    """The manifest entry's `source` as the plan seals it: a Hub file named in full (its file name defaults to the
+    artifact's), or the URL."""
+    source = declared.source
+    if source is None:
+        return None
+    if source.url is not None:
+        return Source(url=source.url)
+    if getattr(declared, "files", None) is not None:  # a checkpoint: the repository's files, each named in `files`
+        return Source(repo=source.repo, revision=source.revision)
+    return Source(repo=source.repo, revision=source.revision, filename=source.filename or Path(declared.path).name)
 
 
 def _tokenizer(facts: ArtifactFacts) -> Tokenizer | None:

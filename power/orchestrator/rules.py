@@ -13,7 +13,9 @@ from typing import Any, TypeGuard
 from pydantic import BaseModel
 
 from power import modes
-from power.orchestrator.locator import KeyPath
+from power.artifacts.checkpoint import CONFIG as CHECKPOINT_CONFIG
+from power.orchestrator import provenance
+from power.orchestrator.locator import KeyPath, format_where
 from power.orchestrator.schema import Profile, ProfileRuntime
 
 
@@ -37,14 +39,84 @@ def check(kind: str, data: dict[str, Any]) -> list[Issue]:
 
 
 def _manifest(data: dict[str, Any]) -> list[Issue]:
+    target = data.get("target")
+    issues = _target_digest(target) if isinstance(target, dict) else []
+    issues += [issue for where, entry in _artifacts(data) for issue in _source(where, entry)]
     drafters = data.get("drafters")
     if not isinstance(drafters, list):
-        return []
-    issues: list[Issue] = []
+        return issues
     for index, drafter in enumerate(drafters):
         if isinstance(drafter, dict):
             issues += _drafter(index, drafter)
     return issues
+
+
+def _artifacts(data: dict[str, Any]) -> list[tuple[KeyPath, dict[str, Any]]]:
+    """Each artifact table with its key path: the target, then each drafter."""
+    found: list[tuple[KeyPath, dict[str, Any]]] = []
+    if isinstance(data.get("target"), dict):
+        found.append((("target",), data["target"]))
+    drafters = data.get("drafters")
+    if isinstance(drafters, list):
+        found += [(("drafters", index), entry) for index, entry in enumerate(drafters) if isinstance(entry, dict)]
+    return found
+
+
+def _target_digest(target: dict[str, Any]) -> list[Issue]:
+    """The target's sha256 is required: drafters bind to it. With a source, `power pull --pin` writes it."""
+    if "sha256" in target:
+        return []
+    if isinstance(target.get("source"), dict):
+        return []  # PWR132 names the fix for a sourced artifact
+    return [Issue("PWR021", "[target] has no sha256: a required key is missing", ("target", "sha256"),
+                  hint="add `sha256 = ...` (`sha256sum FILE`), or name its [target.source] and run `power pull --pin`")]
+
+
+def _source(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
+    """PWR130-PWR133: a source is a Hub repository pinned to a commit or an https URL, and the artifact it
+    names carries the size and sha256 a pull checks the bytes against."""
+    source = entry.get("source")
+    if not isinstance(source, dict):
+        return []
+    here = where + ("source",)
+    repo, url = source.get("repo"), source.get("url")
+    if (repo is None) == (url is None):
+        return [Issue("PWR130", f"{format_where(here)} names {'both `repo` and `url`' if repo else 'neither `repo` nor `url`'}",
+                      here, hint='give either `repo = "owner/name"` with `revision` (a Hugging Face repository) '
+                      'or `url = "https://..."`')]
+    if url is not None and "files" in entry:
+        return [Issue("PWR130", f"{format_where(here)} gives a `url`, but a checkpoint folder is published as a "
+                      "repository", here + ("url",), hint='give `repo = "owner/name"` and `revision` instead')]
+    if url is not None:
+        return _url_source(here, source, url) + _digests(where, entry)
+    revision = source.get("revision")
+    issues = [] if provenance.is_commit(revision) else [Issue(
+        "PWR131", f"{format_where(here)}.revision {'is missing' if revision is None else f'is {revision!r}, a branch or tag'}"
+        ": it is not pinned to a commit, so the bytes it names can change", here + (("revision",) if revision else ()),
+        hint="run `power pull --pin MANIFEST`: it resolves the revision to its commit id and writes it here")]
+    return issues + _digests(where, entry)
+
+
+def _url_source(here: KeyPath, source: dict[str, Any], url: Any) -> list[Issue]:
+    stray = [key for key in ("revision", "filename") if key in source]
+    if stray:
+        return [Issue("PWR130", f"{format_where(here)} gives a `url` and {_and(f'`{key}`' for key in stray)}, which only "
+                      "a Hub repository has", here + (stray[0],), hint=f"remove {_and(stray)}, or use `repo` instead of `url`")]
+    if isinstance(url, str) and not provenance.is_secure(url):
+        return [Issue("PWR133", f"{format_where(here)}.url is not https: {url}", here + ("url",),
+                      hint="use the https:// address (plain http only to a loopback address such as 127.0.0.1)")]
+    return []
+
+
+def _digests(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
+    if "files" in entry:
+        return []  # a checkpoint's files carry their own (`_checkpoint`)
+    missing = [key for key in ("size", "sha256") if key not in entry]
+    if not missing:
+        return []
+    return [Issue("PWR132", f"{format_where(where)} names a source but no {_and(missing)}: a pull could not tell the "
+                  "published file from any other", where + ("source",),
+                  hint="run `power pull --pin MANIFEST`: it fetches the file and writes its size and sha256 here")]
 
 
 def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
@@ -52,6 +124,8 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
     if kind not in modes.DRAFTER_KINDS:
         return []
     here: KeyPath = ("drafters", index)
+    if "files" in drafter:
+        return _checkpoint(here, kind, drafter)
     if kind in modes.FILE_BACKED or (modes.mode(kind).sidecar and "path" in drafter):
         missing = [key for key in ("path", "sha256", "target_sha256") if key not in drafter]
         if missing:
@@ -81,6 +155,39 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
             )
         ]
     return []
+
+
+def _checkpoint(here: KeyPath, kind: str, drafter: dict[str, Any]) -> list[Issue]:
+    """A drafter given as a Hugging Face checkpoint folder: a file-backed kind, its folder, its binding and its
+    files (config.json among them), each file with its own size and sha256 instead of the entry's."""
+    if kind not in modes.FILE_BACKED:
+        return [Issue("PWR025", f"a {kind} drafter is no checkpoint, but this entry lists `files`", here + ("files",),
+                      hint=f"remove `files`, or use kind {'/'.join(_external_kinds())} for a checkpoint drafter")]
+    missing = [key for key in ("path", "target_sha256") if key not in drafter]
+    stray = [key for key in ("sha256", "size", "quant") if key in drafter]
+    files = drafter["files"] if isinstance(drafter["files"], list) else []
+    names = [entry.get("name") for entry in files if isinstance(entry, dict)]
+    issues = []
+    if missing:
+        issues.append(Issue("PWR025", f"a {kind} checkpoint drafter has no {_and(missing)}", here + ("kind",),
+                            hint="`path` names the checkpoint's folder (relative to the manifest); target_sha256 is "
+                                 "the sha256 of the target it was built for"))
+    if stray:
+        issues.append(Issue("PWR025", f"a checkpoint drafter's files carry their own size and sha256, but this entry "
+                            f"names {_and(stray)}", here + (stray[0],), hint=f"remove {_and(stray)} from the entry"))
+    if files and CHECKPOINT_CONFIG not in names:
+        issues.append(Issue("PWR025", f"a checkpoint drafter's files must include {CHECKPOINT_CONFIG}, which "
+                            "names its kind, block size and target", here + ("files",),
+                            hint=f'add {{ name = "{CHECKPOINT_CONFIG}", ... }} to `files`'))
+    sourced = isinstance(drafter.get("source"), dict)
+    for number, entry in enumerate(files):
+        absent = [key for key in ("size", "sha256") if isinstance(entry, dict) and key not in entry]
+        if absent:
+            issues.append(Issue(
+                "PWR132" if sourced else "PWR025", f"{format_where(here + ('files', number))} has no {_and(absent)}",
+                here + ("files", number), hint="run `power pull --pin MANIFEST` to write them" if sourced else
+                "add the file's size and sha256 (`sha256sum FILE`)"))
+    return issues
 
 
 # --- profile ------------------------------------------------------------------

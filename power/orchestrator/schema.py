@@ -136,12 +136,50 @@ def _schema_field(kind: str):
 # --- manifest -----------------------------------------------------------------
 
 
+# A Hugging Face repository id, "owner/name" (the Hub's own rule: letters, digits, `-`, `_`, `.`).
+HUB_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
+# A git commit id as the Hub reports it: what a pinned revision is.
+COMMIT_PATTERN = r"^[0-9a-f]{40}$"
+
+
+class SourceEntry(_Strict):
+    """Where an artifact is published: a Hugging Face repository at a commit, or a plain HTTPS URL
+    (the rules in `power.orchestrator.rules` relate the keys; `power pull` fetches from it)."""
+
+    repo: StrictStr | None = Field(None, pattern=HUB_REPO_PATTERN,
+                                   description='a Hugging Face repository, "owner/name"')
+    revision: StrictStr | None = Field(None, min_length=1, description="the repository commit (40 hex digits); a "
+                                       "branch or tag is resolved to its commit and written back by `power pull --pin`")
+    filename: StrictStr | None = Field(None, min_length=1, description="the file's path in the repository; default: "
+                                       "the artifact's file name")
+    url: StrictStr | None = Field(None, pattern=r"^[hH][tT][tT][pP][sS]?://", description="a plain https:// URL "
+                                  "instead of a repository")
+
+
 class TargetEntry(_Strict):
     path: FilePath = Field(description="the target GGUF, relative to this manifest")
     size: Bytes | None = Field(None, description="the file's size in bytes, checked against the file")
-    sha256: Sha256 = Field(description="the file's sha256 (64 hex digits), checked against the file")
+    sha256: Sha256 | None = Field(None, description="the file's sha256 (64 hex digits), checked against the file; "
+                                  "required (`power pull --pin` writes it for an artifact with a source)")
+    source: SourceEntry | None = Field(None, description="where the target is published (`power pull` fetches it)")
     quant: StrictStr | None = Field(None, description="the quantisation the header must declare, e.g. Q6_K, Q4_K_M")
     architecture: StrictStr | None = Field(None, description="general.architecture the header must declare, e.g. qwen35, gemma3")
+
+
+def _inside_folder(name: str) -> str:
+    if name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"{name!r} leaves the checkpoint folder: name a path inside it, e.g. config.json")
+    return name
+
+
+class CheckpointFile(_Strict):
+    """One file of a drafter published as a Hugging Face checkpoint folder."""
+
+    name: Annotated[StrictStr, AfterValidator(_inside_folder)] = Field(
+        min_length=1, pattern=NAME_PATTERN, description="the file's path inside the checkpoint folder (and the "
+        "repository), e.g. config.json, model.safetensors, tokenizer.json")
+    size: Bytes | None = Field(None, description="the file's size in bytes")
+    sha256: Sha256 | None = Field(None, description="the file's sha256 (64 hex digits)")
 
 
 class DrafterEntry(_Strict):
@@ -151,6 +189,10 @@ class DrafterEntry(_Strict):
     sha256: Sha256 | None = Field(None, description="the drafter file's sha256 (64 hex digits)")
     target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was built for: the binding")
     quant: StrictStr | None = Field(None, description="the drafter's quantisation, e.g. Q4_K_M")
+    source: SourceEntry | None = Field(None, description="where the drafter is published (`power pull` fetches it)")
+    files: list[CheckpointFile] | None = Field(None, min_length=1, description="a drafter that is a Hugging Face "
+                                               "checkpoint (for vLLM): `path` names its folder and each file here "
+                                               "carries its size and sha256; config.json is required")
 
 
 class Manifest(_Strict):
@@ -336,14 +378,23 @@ class Deployment(_Strict):
 class ModelVolume(_Strict):
     host_path: StrictStr | None = Field(None, pattern=r"^/", description="the folder on every node holding the files (hostPath)")
     claim: StrictStr | None = Field(None, min_length=1, description="the PersistentVolumeClaim holding the files")
+    empty_dir: StrictBool = Field(False, description="an emptyDir the pod's `pull` init container fills (needs "
+                                  "pull = true)")
+    pull: StrictBool = Field(False, description="an init container runs `power pull` on the plan into the volume "
+                             "(each artifact from its manifest source, checked by size and sha256) before `power "
+                             "verify`, so the volume needs no pre-filling")
     local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
                                         "artifact path under it is the same path under mount_path in the pod")
-    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only)")
+    mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only "
+                                  "to the engine)")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelVolume:
-        if (self.host_path is None) == (self.claim is None):
-            raise ValueError("name exactly one of host_path (a folder on the node) or claim (a PersistentVolumeClaim)")
+        if sum((self.host_path is not None, self.claim is not None, self.empty_dir)) != 1:
+            raise ValueError("name exactly one of host_path (a folder on the node), claim (a PersistentVolumeClaim) "
+                             "or empty_dir = true (filled by pull = true)")
+        if self.empty_dir and not self.pull:
+            raise ValueError("an empty_dir volume starts empty: set pull = true so the init container fills it")
         return self
 
 

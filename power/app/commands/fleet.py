@@ -126,7 +126,7 @@ def _rollout_in_progress(result: FleetReview) -> bool:
 
 
 def _record_plans(result: FleetReview) -> None:
-    lock = result.lock or FleetLock()
+    lock = result.lock or FleetLock(result.name)
     lock.deployments = result.records()
     lock.plans = {digest: plan.document() for digest, plan in result.plans().items()} | lock.plans
     write_lock(result.lock_path, lock)

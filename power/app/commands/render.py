@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from power.findings import PowerError, has_errors
 from power.orchestrator.engines import ENGINES
 from power.orchestrator.render import TARGETS, Listen
 from power.orchestrator.render import render as render_plan
+
+if TYPE_CHECKING:
+    from power.orchestrator.schema import ModelVolume
 
 KUBERNETES = "kubernetes"
 SECRET_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
@@ -33,6 +37,10 @@ SECRET_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
                    "refused, PWR464).")
 @click.option("--models-host-path", help="kubernetes: the folder on the node holding the model files (hostPath).")
 @click.option("--models-claim", help="kubernetes: the PersistentVolumeClaim holding the model files.")
+@click.option("--models-empty-dir", is_flag=True, help="kubernetes: an emptyDir the pod pulls the model files into "
+              "(with --models-pull).")
+@click.option("--models-pull", is_flag=True, help="kubernetes: an init container pulls the plan's artifacts from "
+              "their sources into the model volume (`power pull`, checked by size and sha256) before `power verify`.")
 @click.option("--models-local", type=click.Path(path_type=Path, file_okay=False),
               help="kubernetes: the local folder the volume is a copy of (default: the target's folder).")
 @click.option("--namespace", help="kubernetes: the objects' namespace (default: none, kubectl's current one).")
@@ -52,8 +60,8 @@ SECRET_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
                    "the engine, never read by the render.")
 @root_option
 def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str | None,
-           models_host_path: str | None, models_claim: str | None, models_local: Path | None, namespace: str | None,
-           pod_monitor: bool, dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
+           models_host_path: str | None, models_claim: str | None, models_empty_dir: bool, models_pull: bool,
+           models_local: Path | None, namespace: str | None, pod_monitor: bool, dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
            api_key_file: str | None, api_key_secret: str | None, root: Path | None) -> None:
     """Render launch artifacts (llama-server and its LLAMA_ARG_* env file, vLLM, Power, env, systemd, Kubernetes)
     from a plan (JSON or TOML).
@@ -77,8 +85,9 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
         for artifact in planned_artifacts(plan):
             present(artifact)
         if target == KUBERNETES:
-            text = _kubernetes(plan, host_path, engine or plan.memory.engine, models_host_path, models_claim,
-                               models_local, namespace, pod_monitor, dry_run, api_key_secret)
+            volume = _model_volume(plan, models_host_path, models_claim, models_empty_dir, models_pull, models_local)
+            text = _kubernetes(plan, host_path, engine or plan.memory.engine, volume, namespace, pod_monitor, dry_run,
+                               api_key_secret)
         else:
             text = render_plan(plan, target, plan_path, root, executable=power_executable,
                                listen=Listen(address, port) if address and port else None, api_key_file=api_key_file)
@@ -92,27 +101,34 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
         click.echo(f"wrote {output}", err=True)
 
 
-def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, models_host_path: str | None,
-                models_claim: str | None, models_local: Path | None, namespace: str | None, pod_monitor: bool,
-                dry_run: bool, api_key_secret: str | None) -> str:
+def _model_volume(plan: ResolvedPlan, models_host_path: str | None, models_claim: str | None, models_empty_dir: bool,
+                  models_pull: bool, models_local: Path | None) -> ModelVolume:
     from pydantic import ValidationError
 
+    from power.orchestrator.schema import ModelVolume
+
+    if sum((models_host_path is not None, models_claim is not None, models_empty_dir)) != 1:
+        raise click.UsageError("--target kubernetes needs one of --models-host-path, --models-claim or "
+                               "--models-empty-dir (with --models-pull)")
+    local = models_local or Path(plan.target.path).parent
+    try:
+        return ModelVolume(host_path=models_host_path, claim=models_claim, empty_dir=models_empty_dir,
+                           pull=models_pull, local=local.resolve())
+    except ValidationError as err:
+        message = err.errors()[0]["msg"].removeprefix("Value error, ")
+        raise click.UsageError(f"--models-*: {message}") from None
+
+
+def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, volume: ModelVolume, namespace: str | None,
+                pod_monitor: bool, dry_run: bool, api_key_secret: str | None) -> str:
     from power.orchestrator.kubernetes.objects import render_objects
     from power.orchestrator.kubernetes.placement import host_placement, model_mount
     from power.orchestrator.kubernetes.tree import yaml_text
     from power.orchestrator.loading import load_host
-    from power.orchestrator.schema import ModelVolume
 
     if host_path is None:
         raise click.UsageError("--target kubernetes needs --host HOST.toml (its [kubernetes] table names the node "
                                "and the images)")
-    if (models_host_path is None) == (models_claim is None):
-        raise click.UsageError("--target kubernetes needs one of --models-host-path or --models-claim")
-    local = models_local or Path(plan.target.path).parent
-    try:
-        volume = ModelVolume(host_path=models_host_path, claim=models_claim, local=local.resolve())
-    except ValidationError as err:
-        raise click.UsageError(f"--models-host-path: {err.errors()[0]['msg']}") from None
     placement, findings = host_placement(load_host(host_path), plan, engine, model_mount(volume), dry_run=dry_run,
                                          namespace=namespace, pod_monitor=pod_monitor, api_key_secret=api_key_secret)
     if placement is None or has_errors(findings):

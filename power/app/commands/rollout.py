@@ -16,9 +16,8 @@ import click
 from power.app.cli import EXIT_FINDINGS, EXIT_OK
 from power.app.outputs import require_outputs
 from power.documents.plan import ResolvedPlan, save_plan
-from power.orchestrator.fleet.lock import read_lock
 from power.orchestrator.fleet.review import default_lock_path
-from power.orchestrator.fleet.rollout import Outcome, advance, plan_rollout, rollback, rollout_status
+from power.orchestrator.fleet.rollout import Outcome, advance, open_lock, plan_rollout, rollback, rollout_status
 from power.orchestrator.kubernetes.fleet import render_fleet
 from power.orchestrator.kubernetes.tree import write_tree
 from power.orchestrator.plan_memo import PlanMemo
@@ -65,7 +64,7 @@ def status(fleet_file: Path, lock_path: Path | None, as_json: bool, export_plans
     require_outputs(directories=(export_plans,), as_json=as_json)
     outcome = rollout_status(fleet_file, lock_path)
     if export_plans is not None and outcome.ok:
-        _export_plans(lock_path or default_lock_path(fleet_file), export_plans, outcome)
+        _export_plans(fleet_file, lock_path, export_plans, outcome)
     _finish(outcome, as_json)
 
 
@@ -128,10 +127,10 @@ def _with_tree(fleet_file: Path, lock_path: Path | None, directory: Path | None,
     return outcome
 
 
-def _export_plans(lock_path: Path, directory: Path, outcome: Outcome) -> None:
-    lock, findings = read_lock(lock_path)
+def _export_plans(fleet_file: Path, lock_path: Path | None, directory: Path, outcome: Outcome) -> None:
+    _, lock, opened = open_lock(fleet_file, lock_path)
     if lock is None:
-        outcome.findings += findings
+        outcome.findings += opened.findings
         return
     directory.mkdir(parents=True, exist_ok=True)
     for digest, document in lock.plans.items():

@@ -20,11 +20,13 @@ import click
 
 from power.app.cli import EXIT_FINDINGS, EXIT_OK, print_findings, refuse
 from power.app.commands.artifact_root import root_option
+from power.artifacts.checkpoint import read_checkpoint
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.artifacts.verify import Artifact, verified_sha256
 from power.documents.plan import PlanError, ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.checks.artifacts import Checked
+from power.orchestrator.checks.checkpoints import tokenizer_findings
 from power.orchestrator.checks.tokenizer import check_tokenizer
 
 BROKEN_SEAL = "PWR082"
@@ -79,7 +81,10 @@ def _tokenizers(plan: ResolvedPlan) -> list[Finding]:
         target = Checked(inspect_artifact(plan.target.path), plan.target.sha256)
         findings = []
         for index, drafter in enumerate(plan.drafters):
-            if drafter.path is not None:
+            if drafter.files is not None:
+                checkpoint = read_checkpoint(Path(drafter.path or ""), [f.name for f in drafter.files])
+                findings += tokenizer_findings(index, drafter.kind, checkpoint, target.facts.tokenizer)
+            elif drafter.path is not None:
                 own = Checked(inspect_artifact(drafter.path), drafter.sha256)
                 findings += check_tokenizer(index, drafter.kind, own, target)
         return findings
@@ -95,11 +100,12 @@ def _report(plan_path: Path, plan: ResolvedPlan | None, verified: list[Artifact]
         click.echo(json.dumps({
             "plan": str(plan_path), "digest": plan.digest if plan is not None else None, "verified": ok,
             "artifacts": [{"role": a.role, "path": str(a.path), "size": a.size, "sha256": a.sha256,
-                           "verified": a in verified} for a in artifacts],
+                           "source": a.source, "verified": a in verified} for a in artifacts],
             "findings": [f.to_json() for f in findings]}, indent=2))
     else:
         for artifact in verified:
-            click.echo(f"ok  {artifact.label}: {artifact.path} (sha256 {artifact.sha256})")
+            source = f", from {artifact.source}" if artifact.source is not None else ""
+            click.echo(f"ok  {artifact.label}: {artifact.path} (sha256 {artifact.sha256}{source})")
     print_findings(findings, as_json=False)
     digest = f" (plan digest {plan.digest})" if plan is not None else ""
     click.echo(f"{plan_path}: {'verified' if ok else 'NOT verified'}{digest}", err=True)

@@ -23,13 +23,18 @@ def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | Non
     findings = _at_declaration(manifest, index, contracts.contract_violations(checked.facts, kind))
     if kind == contracts.MTP and not findings:  # an MTP-only sidecar: the head of this target's model
         findings += contracts.sidecar_violations(checked.facts, target.facts)
+    return findings + binding_findings(manifest, index, declared, target)
+
+
+def binding_findings(manifest: Loaded, index: int, declared, target: Checked) -> list[Finding]:
+    """PWR213: the drafter's `target_sha256` is not the target's digest."""
     bound_to = declared.target_sha256
-    if bound_to is not None and target.sha256 is not None and bound_to != target.sha256:
-        findings.append(manifest.finding(
-            "PWR213", f"drafters[{index}] ({kind}) is bound to target {bound_to[:16]}..., but the target is "
-            f"{target.sha256[:16]}...", where=f"drafters[{index}].target_sha256",
-            hint="use the drafter built for this target; a drafter reads its own target's hidden states"))
-    return findings
+    if bound_to is None or target.sha256 is None or bound_to == target.sha256:
+        return []
+    return [manifest.finding(
+        "PWR213", f"drafters[{index}] ({declared.kind}) is bound to target {bound_to[:16]}..., but the target is "
+        f"{target.sha256[:16]}...", where=f"drafters[{index}].target_sha256",
+        hint="use the drafter built for this target; a drafter reads its own target's hidden states")]
 
 
 # A declared kind the header contradicts is fixed in the manifest: point at the `kind` line.

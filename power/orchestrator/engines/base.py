@@ -41,6 +41,7 @@ class AskedDrafter:
     kind: str
     index: int | None  # its position in the manifest's drafters (None when read back from a plan)
     has_file: bool
+    checkpoint: bool = False  # a Hugging Face checkpoint folder (what vLLM loads), not a GGUF
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,16 @@ class Asked:
     @classmethod
     def of_plan(cls, plan: ResolvedPlan) -> Asked:
         rt = plan.runtime
-        return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None) for d in plan.drafters),
+        return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None, d.files is not None)
+                                          for d in plan.drafters),
                    rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
                    plan.speculation.p_min)
+
+    def checkpoint_refusals(self, engine: str) -> list[Refusal]:
+        """PWR463 for each drafter given as a Hugging Face checkpoint, on an engine that loads GGUF drafters only."""
+        return [Refusal("PWR463", f"{engine} loads GGUF drafters; this {d.kind} drafter is a Hugging Face checkpoint "
+                        "folder (what vLLM loads)", 'run this deployment with engine "vllm", or use the drafter\'s '
+                        "GGUF", *self.drafter_where(d.kind)) for d in self.drafters if d.checkpoint]
 
     def drafter_where(self, kind: str) -> tuple[Document, str]:
         """Where to point at a drafter of `kind`: its manifest entry, else the profile's spec_mode."""

@@ -82,7 +82,7 @@ class LlamaServer(EngineAdapter):
                 "runs with flash attention (it stops at start: \"quantized V cache was requested, but this requires "
                 "Flash Attention\")", "set flash_attn = true, or kv_cache_type = \"f16\"", "profile",
                 "runtime.kv_cache_type"))
-        return refusals + tensor_parallel_refusal(self.name, asked)
+        return refusals + asked.checkpoint_refusals("llama-server") + tensor_parallel_refusal(self.name, asked)
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
              devices: tuple[DeviceBudget, ...]) -> Sizing:

@@ -53,7 +53,7 @@ class PowerRuntime(EngineAdapter):
                                     "positions; runtime.kv_unified shares one cache between them",
                                     'set kv_unified = false, or run engine "llama-server"', "profile",
                                     "runtime.kv_unified"))
-        return refusals + tensor_parallel_refusal(self.name, asked)
+        return refusals + asked.checkpoint_refusals("Power's runtime") + tensor_parallel_refusal(self.name, asked)
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
              devices: tuple[DeviceBudget, ...]) -> Sizing:

@@ -49,8 +49,9 @@ class Vllm(EngineAdapter):
             if record.vllm_method is None:
                 refusals.append(Refusal("PWR460", f"vLLM has no {kind} speculative method", 'run this deployment '
                                         'with engine "power"', document, where))
-            elif record.vllm_refusal:
-                refusals.append(Refusal("PWR463", record.vllm_refusal, _HINT, document, where))
+            elif record.vllm_refusal and not any(d.checkpoint for d in asked.drafters if d.kind == kind):
+                refusals.append(Refusal("PWR463", record.vllm_refusal, _HINT + ", or give the drafter as its "
+                                        "Hugging Face checkpoint (`files`, docs/files.md)", document, where))
             elif record.confidence_gate and asked.p_min:
                 refusals.append(Refusal(
                     "PWR460", f"spec_draft_p_min = {asked.p_min:g}: vLLM's {kind} proposes every one of its "
@@ -121,6 +122,9 @@ def speculative_config(plan: ResolvedPlan) -> tuple[dict, list[str]]:
     kind = plan.mode.chain[0]
     config: dict[str, object] = {"method": modes.vllm_method(kind), "num_speculative_tokens": plan.speculation.k}
     notes = []
+    checkpoint = next((d for d in plan.drafters if d.kind == kind and d.files is not None), None)
+    if checkpoint is not None:
+        config["model"] = checkpoint.path  # the checkpoint folder `power verify` checked file by file
     if kind in modes.WEIGHT_FREE:
         rt = plan.runtime
         # vLLM's prompt lookup tries match lengths from max down to min: one length is llama.cpp's n-match.

@@ -2,18 +2,22 @@
 
 A JSON document, schema-versioned and digest-protected, always written atomically:
 
-    schema       "power.fleet-lock/v1"
+    schema       "power.fleet-lock/v2"
+    fleet        the name of the fleet the lock belongs to (the fleet file's `name`, else its file name):
+                 a lock is refused for any other fleet (PWR083), so one fleet never rewrites another's
     deployments  {key: record}: what each deployment runs now (see `fleet.plan_record`)
     plans        {plan digest: plan document}: every plan a record or the rollout names,
                  stored once however many deployments share it
     rollout      the staged rollout in progress or last finished, or null (see `rollout.py`)
     digest       sha256 of the canonical JSON of everything above
 
-Reading never raises: a missing lock is an empty one; a lock from a newer schema
-version, a lock whose digest does not match (edited by hand) or one that is not
-a lock at all comes back as a located finding, and commands that would write a
-lock refuse to run on top of it. Writing checks, under an exclusive lock on a
-guard file (`.fleet.lock.guard`), that the file is still the one that was read.
+Reading never raises: a missing lock is an empty one; a lock written for another
+fleet, a lock from a newer schema version, a lock whose digest does not match
+(edited by hand) or one that is not a lock at all comes back as a located
+finding, and commands that would write a lock refuse to run on top of it. A
+version-1 lock (written before locks named their fleet) is read as the reading
+fleet's, and names it when next written. Writing checks, under an exclusive lock
+on a guard file (`.fleet.lock.guard`), that the file is still the one that was read.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from power.documents.plan import canonical_json
 from power.findings import Finding, Severity
 
 LOCK_KIND = "power.fleet-lock"
-LOCK_VERSION = 1
+LOCK_VERSION = 2
 LOCK_SCHEMA = f"{LOCK_KIND}/v{LOCK_VERSION}"
 _SCHEMA_PATTERN = re.compile(rf"^{re.escape(LOCK_KIND)}/v(\d+)$")
 
@@ -49,6 +53,7 @@ class LockConflict(Exception):
 
 @dataclass
 class FleetLock:
+    fleet: str
     deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
     plans: dict[str, dict[str, Any]] = field(default_factory=dict)
     rollout: dict[str, Any] | None = None
@@ -58,6 +63,7 @@ class FleetLock:
     def body(self) -> dict[str, Any]:
         return {
             "schema": LOCK_SCHEMA,
+            "fleet": self.fleet,
             "deployments": self.deployments,
             "plans": self.plans,
             "rollout": self.rollout,
@@ -77,15 +83,16 @@ def body_digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
-def read_lock(path: Path) -> tuple[FleetLock | None, list[Finding]]:
-    """The lock at `path`: an empty lock when the file does not exist, None with findings when it cannot be used."""
+def read_lock(path: Path, fleet: str) -> tuple[FleetLock | None, list[Finding]]:
+    """Fleet `fleet`'s lock at `path`: an empty lock when the file does not exist, None with findings when it cannot
+    be used (another fleet's lock among them)."""
     path = Path(path)
     try:
         text = read_text(path, MAX_JSON_BYTES)
         data = parse_json(text)
     except DocumentError as err:
         if err.reason is Reason.MISSING:
-            return FleetLock(), []
+            return FleetLock(fleet), []
         return None, [err.finding("PWR065", path, "restore the lock from version control, or delete it and run "
                                   "`power fleet review FLEET --write-lock` to record the current plans",
                                   what="the fleet lock")]
@@ -93,7 +100,7 @@ def read_lock(path: Path) -> tuple[FleetLock | None, list[Finding]]:
     if problem is not None:
         return None, [problem]
     stored = data.get("digest")
-    body = {key: data.get(key) for key in ("schema", "deployments", "plans", "rollout")}
+    body = {key: data.get(key) for key in _body_keys(data["schema"])}
     if stored != body_digest(body):
         line, col = _key_position(text, "digest")
         return None, [_finding(
@@ -103,7 +110,14 @@ def read_lock(path: Path) -> tuple[FleetLock | None, list[Finding]]:
             text=text, line=line, col=col,
             hint="never edit fleet.lock; restore it from version control, or delete it and run "
                  "`power fleet review FLEET --write-lock` to record the current plans")]
-    return FleetLock(deployments=data["deployments"], plans=data["plans"], rollout=data["rollout"],
+    owner = data.get("fleet", fleet)
+    if owner != fleet:
+        line, col = _key_position(text, "fleet")
+        return None, [_finding(
+            "PWR083", path, f"this lock belongs to fleet {owner!r}, not {fleet!r}: writing it for {fleet!r} would "
+            f"remove the plans and rollout of fleet {owner!r}", text=text, line=line, col=col,
+            hint=f"give fleet {fleet!r} a lock of its own with --lock (for example --lock {path.parent / fleet}.lock)")]
+    return FleetLock(fleet=fleet, deployments=data["deployments"], plans=data["plans"], rollout=data["rollout"],
                      read_digest=stored), []
 
 
@@ -163,13 +177,19 @@ def _schema_problem(path: Path, data: Any, text: str) -> Finding | None:
                         f"the fleet lock was written by a newer Power (schema {schema}; this Power reads "
                         f"{LOCK_SCHEMA} and older)", text=text, line=line, col=col,
                         hint="upgrade Power to the version that wrote this lock; never downgrade a lock by hand")
-    missing = [key for key in ("deployments", "plans", "rollout", "digest") if key not in data]
+    missing = [key for key in (*_body_keys(match.group(0))[1:], "digest") if key not in data]
     if missing or not isinstance(data["deployments"], dict) or not isinstance(data["plans"], dict):
         return _finding("PWR065", path, f"the fleet lock is malformed (missing or wrong: {', '.join(missing) or 'deployments/plans'})",
                         text=text, line=1, col=1,
                         hint="restore the lock from version control, or delete it and run "
                              "`power fleet review FLEET --write-lock`")
     return None
+
+
+def _body_keys(schema: str) -> tuple[str, ...]:
+    """The keys the digest covers: version 1 locks did not name their fleet."""
+    keys = ("schema", "deployments", "plans", "rollout")
+    return keys if schema == f"{LOCK_KIND}/v1" else ("schema", "fleet", *keys[1:])
 
 
 def _key_position(text: str, key: str) -> tuple[int, int]:

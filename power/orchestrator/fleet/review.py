@@ -94,6 +94,10 @@ class FleetReview:
         return list(dict.fromkeys(self.findings + [f for d in self.deployments for f in d.findings]))
 
     @property
+    def name(self) -> str:
+        return fleet_name(self.fleet, self.path) if self.fleet else self.path.stem
+
+    @property
     def input_error(self) -> bool:
         """The fleet file itself could not be used, as opposed to findings about what it declares."""
         return self.fleet is None
@@ -170,6 +174,11 @@ def default_lock_path(fleet_path: Path) -> Path:
     return Path(fleet_path).parent / DEFAULT_LOCK_NAME
 
 
+def fleet_name(fleet: Fleet, path: Path) -> str:
+    """The fleet's identity, which its lock records: its `name`, else its file's name."""
+    return fleet.name or Path(path).stem
+
+
 def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | None = None,
                  images_required: bool = True) -> FleetReview:
     """`images_required=False` (a Kubernetes dry run) places deployments whose engine has no image yet."""
@@ -195,7 +204,7 @@ def review_fleet(path: Path, lock_path: Path | None = None, memo: PlanMemo | Non
     review.findings += _device_sum_findings(loaded, review)
     if review.fleet.kubernetes is not None:
         _place(loaded, review, images_required)
-    review.lock, lock_findings = read_lock(lock_path)
+    review.lock, lock_findings = read_lock(lock_path, fleet_name(review.fleet, path))
     review.findings += lock_findings
     if review.lock is not None:
         review.drift = diff(review.lock.deployments, review.records())
@@ -355,7 +364,7 @@ def review_document(review: FleetReview) -> dict[str, Any]:
     return {
         "schema": "power.fleet-review/v1",
         "fleet": str(review.path),
-        "name": (review.fleet.name if review.fleet and review.fleet.name else review.path.stem),
+        "name": review.name,
         "lock": str(review.lock_path),
         "summary": {
             "hosts": len(review.fleet.hosts) if review.fleet else 0,

@@ -40,7 +40,14 @@ from power.documents.verdicts import NOISE_BAND
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.evidence import Evidence, GatedShape, read_evidence
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, read_lock, write_lock
-from power.orchestrator.fleet.review import DeploymentReview, FleetReview, default_lock_path, plan_record, review_fleet
+from power.orchestrator.fleet.review import (
+    DeploymentReview,
+    FleetReview,
+    default_lock_path,
+    fleet_name,
+    plan_record,
+    review_fleet,
+)
 from power.orchestrator.loading import Loaded, load_fleet, load_manifest
 from power.orchestrator.plan_memo import PlanMemo
 from power.orchestrator.schema import Fleet
@@ -118,7 +125,7 @@ def plan_rollout(fleet_path: Path, profile_path: Path, lock_path: Path | None = 
 
 
 def rollout_status(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
-    lock_path, lock, outcome = _open_lock(fleet_path, lock_path)
+    lock_path, lock, outcome = open_lock(fleet_path, lock_path)
     if lock is None:
         return outcome
     if not lock.rollout:
@@ -148,7 +155,7 @@ def stage_states(rollout: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
 
 
 def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None = None) -> Outcome:
-    lock_path, lock, outcome = _open_lock(fleet_path, lock_path)
+    lock_path, lock, outcome = open_lock(fleet_path, lock_path)
     if lock is None:
         return outcome
     rollout = lock.rollout
@@ -196,7 +203,7 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
 
 
 def rollback(fleet_path: Path, lock_path: Path | None = None) -> Outcome:
-    lock_path, lock, outcome = _open_lock(fleet_path, lock_path)
+    lock_path, lock, outcome = open_lock(fleet_path, lock_path)
     if lock is None:
         return outcome
     rollout = lock.rollout
@@ -421,8 +428,12 @@ def _state_finding(lock_path: Path, message: str, hint: str) -> Finding:
     return Finding(code="PWR076", severity=Severity.ERROR, message=message, file=str(lock_path), hint=hint)
 
 
-def _open_lock(fleet_path: Path, lock_path: Path | None) -> tuple[Path, FleetLock | None, Outcome]:
-    """The fleet's lock (beside the fleet unless named) and an outcome carrying its findings."""
+def open_lock(fleet_path: Path, lock_path: Path | None) -> tuple[Path, FleetLock | None, Outcome]:
+    """The fleet's lock (beside the fleet unless named) and an outcome carrying its findings (the fleet file's own,
+    when it cannot be read: the lock is only ever opened as a fleet's)."""
     lock_path = Path(lock_path) if lock_path else default_lock_path(fleet_path)
-    lock, findings = read_lock(lock_path)
+    loaded = load_fleet(fleet_path)
+    if not loaded.ok:
+        return lock_path, None, Outcome(findings=list(loaded.findings))
+    lock, findings = read_lock(lock_path, fleet_name(loaded.model, fleet_path))
     return lock_path, lock, Outcome(findings=findings)

@@ -40,6 +40,7 @@ STARTUP_SECONDS = 1800  # loading (and for vLLM, compiling) a large model takes 
 CACHE_DIR = "/cache"
 API_KEY_DIR = "/var/run/secrets/power"
 API_KEY_ITEM = "api-key"
+HUB_CACHE_DIR = ".cache/huggingface"  # in the model volume, beside the pulled files
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class ModelMount:
     source: dict[str, Any]
     local: Path
     mount_path: str
+    pull: bool = False  # an init container pulls the plan's artifacts into it before `power verify`
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,12 @@ def unmounted_paths(mount: ModelMount, plan: ResolvedPlan) -> list[str]:
     """The plan's artifact paths the pod cannot see: those not under the volume's local folder."""
     paths = [plan.target.path] + [d.path for d in plan.drafters if d.path is not None]
     return [path for path in paths if container_path(mount, path) is None]
+
+
+def unsourced_paths(plan: ResolvedPlan) -> list[str]:
+    """The plan's artifact paths with no source to pull them from."""
+    unsourced = [plan.target.path] if plan.target.source is None else []
+    return unsourced + [str(d.path) for d in plan.drafters if d.path is not None and d.source is None]
 
 
 def carried_plan(plan: ResolvedPlan, placement: Placement) -> ResolvedPlan:
@@ -190,7 +198,7 @@ def _config_map(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
 def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
     plan_path = f"{PLAN_DIR}/{PLAN_FILE}"
     launch = engine_launch(plan, placement.engine, Path(plan_path), Listen("0.0.0.0", PORT))
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "plan", "mountPath": PLAN_DIR, "readOnly": True},
         {"name": "models", "mountPath": placement.mount.mount_path, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
@@ -202,15 +210,8 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
     if placement.api_key_secret is not None:
         launch, key_env, key_mounts, key_volumes = _api_key(launch, placement.engine, placement.api_key_secret)
     writable_env = [{"name": "HOME", "value": "/tmp"}, {"name": "XDG_CACHE_HOME", "value": CACHE_DIR}]
-    verify = {
-        "name": "verify",
-        "image": placement.verify_image,
-        "command": ["power", "verify", plan_path],
-        "env": writable_env,
-        "resources": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": _container_security(),
-        "volumeMounts": mounts,
-    }
+    verify = _init_container(placement, "verify", ["power", "verify", plan_path], writable_env, mounts)
+    pulls = [_pull_container(placement, plan_path, writable_env, mounts)] if placement.mount.pull else []
     probe = {"httpGet": {"path": "/health", "port": "http"}}
     engine = {
         "name": "engine",
@@ -239,7 +240,7 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
             "runAsGroup": placement.run_as_user,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "initContainers": [verify],
+        "initContainers": [*pulls, verify],
         "containers": [engine],
         "volumes": [
             {"name": "plan", "configMap": {"name": plan_config_map_name(placement, plan)}},
@@ -267,6 +268,30 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
             },
         },
     }
+
+
+def _init_container(placement: Placement, name: str, command: list[str], env: list[dict[str, Any]],
+                    mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": placement.verify_image,
+        "command": command,
+        "env": env,
+        "resources": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": _container_security(),
+        "volumeMounts": mounts,
+    }
+
+
+def _pull_container(placement: Placement, plan_path: str, env: list[dict[str, Any]],
+                    mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """`power pull` on the carried plan (its paths are already where the pod mounts the volume) into the model
+    volume, mounted writable here alone, with huggingface_hub's cache inside the volume: a pulled file is a hard
+    link to its cached blob, never a second copy. Any refusal exits non-zero, so the pod fails before `verify`,
+    and the engine never starts on half a file."""
+    writable = [dict(mount, readOnly=False) if mount["name"] == "models" else mount for mount in mounts]
+    hub_cache = [{"name": "HF_HUB_CACHE", "value": f"{placement.mount.mount_path.rstrip('/')}/{HUB_CACHE_DIR}"}]
+    return _init_container(placement, "pull", ["power", "pull", plan_path], env + hub_cache, writable)
 
 
 def engine_memory_bytes(plan: ResolvedPlan, engine: str) -> int:

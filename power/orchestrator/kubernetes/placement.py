@@ -17,7 +17,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
@@ -29,6 +29,7 @@ from power.orchestrator.kubernetes.objects import (
     Placement,
     dry_run_image,
     unmounted_paths,
+    unsourced_paths,
 )
 from power.orchestrator.loading import Loaded
 from power.orchestrator.schema import (
@@ -73,11 +74,15 @@ def object_name(key: str) -> str:
 
 
 def model_mount(volume: ModelVolume) -> ModelMount:
+    """The pod's volume source: a claim (writable only to a pulling init container), a node folder, or an emptyDir."""
+    source: dict[str, Any]
     if volume.claim is not None:
-        source = {"persistentVolumeClaim": {"claimName": volume.claim, "readOnly": True}}
+        source = {"persistentVolumeClaim": {"claimName": volume.claim, "readOnly": not volume.pull}}
+    elif volume.empty_dir:
+        source = {"emptyDir": {}}
     else:
         source = {"hostPath": {"path": volume.host_path, "type": "Directory"}}
-    return ModelMount(source=source, local=Path(volume.local), mount_path=volume.mount_path)
+    return ModelMount(source=source, local=Path(volume.local), mount_path=volume.mount_path, pull=volume.pull)
 
 
 def node_selector(placement: HostKubernetes | None) -> dict[str, str]:
@@ -268,12 +273,25 @@ def _volume(loaded: Loaded, settings: FleetKubernetes, item: Placed) -> tuple[st
 
 def _outside_volume_findings(loaded: Loaded, volume: ModelVolume, name: str, key: str,
                              plan: ResolvedPlan) -> list[Finding]:
-    return [loaded.finding(
+    return [*_unsourced_findings(loaded, volume, name, key, plan), *(loaded.finding(
         "PWR093", f"deployment {key}: {path} is not under volume {name}'s local folder {volume.local}, so the "
         "pod cannot see it", where=f"kubernetes.volumes.{name}.local",
         hint="point `local` at the folder holding every artifact the deployment's manifest names, or copy the "
              "files into it and fix the manifest's paths")
-        for path in unmounted_paths(model_mount(volume), plan)]
+        for path in unmounted_paths(model_mount(volume), plan))]
+
+
+def _unsourced_findings(loaded: Loaded, volume: ModelVolume, name: str, key: str,
+                        plan: ResolvedPlan) -> list[Finding]:
+    """PWR140: a pulling volume for a plan whose artifact names no source (the init container could not fetch it)."""
+    if not volume.pull:
+        return []
+    return [loaded.finding(
+        "PWR140", f"deployment {key}: volume {name} is filled by `power pull`, but the plan's {path} names no "
+        "source", where=f"kubernetes.volumes.{name}.pull",
+        hint="name the artifact's [target.source] / [drafters.source] in the manifest and re-plan, or fill the "
+             "volume yourself (pull = false)")
+        for path in unsourced_paths(plan)]
 
 
 def _sized_for_host(loaded_host: Loaded, plan: ResolvedPlan) -> list[Finding]:
@@ -313,6 +331,11 @@ def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: 
                          message=f"{path} is not under the model volume's local folder {mount.local}",
                          hint="pass --models-local with the folder holding every artifact the plan names")
                  for path in unmounted_paths(mount, plan)]
+    if mount.pull:
+        findings += [Finding(code="PWR140", severity=Severity.ERROR, file=path,
+                             message=f"--models-pull: the plan's {path} names no source to pull it from",
+                             hint="name the artifact's source in the manifest and re-plan, or fill the volume yourself")
+                     for path in unsourced_paths(plan)]
     if has_errors(findings):
         return None, findings
     placement = Placement(

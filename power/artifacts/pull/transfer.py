@@ -1,0 +1,71 @@
+"""A plain HTTPS download with httpx into a partial file: resumed from what an earlier run left (an HTTP Range
+request), redirects followed only under `pull.redirects`, a progress bar on a terminal. The partial file is the
+caller's to check and place (`pull.place`); nothing here decides that the bytes are right."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+from tqdm import tqdm
+
+from power.artifacts.pull import redirects
+from power.artifacts.pull.errors import PullError
+
+MAX_REDIRECTS = 5
+CONTENT_RANGE = re.compile(r"^bytes (\d+)-\d+/(\d+|\*)$")
+TIMEOUT = httpx.Timeout(30.0, read=300.0)
+
+
+def download(url: str, partial: Path, name: str) -> None:
+    """The body at `url` into `partial`, after any bytes already there; PullError (PWR134, PWR138) otherwise."""
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with httpx.Client(follow_redirects=False, timeout=TIMEOUT) as client:
+            _fetch(client, url, partial, name)
+    except httpx.HTTPError as err:
+        raise PullError(f"{name}: the download from {url} failed: {err}", hint="check the address and the network; "
+                        "run `power pull` again to resume from the bytes already received") from None
+
+
+def _fetch(client: httpx.Client, url: str, partial: Path, name: str) -> None:
+    have = partial.stat().st_size if partial.exists() else 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    for _ in range(MAX_REDIRECTS + 1):
+        with client.stream("GET", url, headers=headers) as response:
+            if response.has_redirect_location:
+                url = redirects.check(url, response.headers["Location"], name)
+                continue
+            if response.status_code == 416 and have:  # the partial file is already whole (or longer than the file)
+                return
+            if response.status_code not in (200, 206):
+                raise PullError(f"{name}: {url} answered HTTP {response.status_code} {response.reason_phrase}",
+                                hint="check the URL names the published file")
+            resumed = response.status_code == 206 and _starts_at(response) == have
+            _write(response, partial, have if resumed else 0, name, url)
+            return
+    raise PullError(f"{name}: more than {MAX_REDIRECTS} redirects from {url}", hint="fetch from the file's own address")
+
+
+def _starts_at(response: httpx.Response) -> int | None:
+    match = CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+    return int(match.group(1)) if match else None
+
+
+def _write(response: httpx.Response, partial: Path, offset: int, name: str, url: str) -> None:
+    length = response.headers.get("Content-Length")
+    expected = int(length) if length and length.isdigit() else None
+    received = 0
+    with partial.open("r+b" if offset else "wb") as out, tqdm(
+            total=None if expected is None else offset + expected, initial=offset, unit="B", unit_scale=True,
+            desc=name, disable=None, leave=False) as bar:
+        out.seek(offset)
+        out.truncate()
+        for chunk in response.iter_bytes():  # as it arrives: a body cut short keeps every byte received
+            out.write(chunk)
+            received += len(chunk)
+            bar.update(len(chunk))
+    if expected is not None and received != expected:
+        raise PullError(f"{name}: the body from {url} ended after {offset + received:,} bytes of "
+                        f"{offset + expected:,}", hint="run `power pull` again: it resumes from the bytes received")
