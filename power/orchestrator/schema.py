@@ -237,6 +237,14 @@ class ProfileRuntime(_Strict):
     main_gpu: StrictInt = Field(0, ge=0, lt=MAX_DEVICES, description="with split_mode none: which of the deployment's "
                                                                      "devices runs the model (llama-server -mg), counted "
                                                                      "in the deployment's device list")
+    draft_kv_cache_type: KvCacheType | None = Field(None, description="the drafter's KV cache element type "
+                                                    "(llama-server --spec-draft-type-k/-v); default kv_cache_type")
+    draft_device: StrictInt | None = Field(None, ge=0, lt=MAX_DEVICES, description="the deployment's GPU the drafter "
+                                           "runs on (llama-server --spec-draft-device), counted in the deployment's "
+                                           "device list from 0; default: the target's devices, split as the target")
+    draft_gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
+        "all", description=f'the drafter\'s layers offloaded to its device(s) (llama-server --spec-draft-ngl): an '
+                           f'integer from 0 to {MAX_LAYERS} or "all"')
     tensor_parallel: StrictInt = Field(1, ge=1, le=MAX_DEVICES, description="vLLM --tensor-parallel-size: each layer "
                                                                             "sharded over this many devices (the "
                                                                             "deployment's device count)")
@@ -354,6 +362,14 @@ class Deployment(_Strict):
         None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="the Kubernetes Secret (its key `api-key`) holding the API key clients must send; the render "
                     "mounts it into the engine, never reads it")
+    exactness: Literal["exact", "near-tie"] = Field(
+        "exact", description="what a rollout's gate accepts of greedy outputs: exact (identical to the incumbent's) | "
+                             "near-tie (they may differ where the target's own top two tokens are within "
+                             "near_tie_margin nats, read without speculation: a live engine's arithmetic)")
+    near_tie_margin: float = Field(0.1, gt=0, le=5, description="nats: the widest gap between the target's own "
+                                                                "log-probabilities of two tokens a near-tie may have")
+    concurrency: StrictInt = Field(1, ge=1, le=1024, description="the clients the deployment serves at once: a "
+                                   "rollout's gate judges the candidate at that many (`power bench --concurrency`)")
 
 
     @model_validator(mode="after")
