@@ -21,6 +21,7 @@ trains the head's chain past its first draft).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from dataclasses import replace
@@ -31,7 +32,7 @@ import torch
 
 from power.app.bench import machine
 from power.artifacts.contracts import MTP
-from power.drafters import generate, prompt_sets
+from power.drafters import generate, prompt_sets, resume
 from power.drafters.distill import DistillRequest, TrainingData, recipe, training_data, vocab_size
 from power.drafters.generate import Example
 from power.drafters.train import Trainer, training_precision
@@ -108,8 +109,12 @@ def _train(args: argparse.Namespace, target: GGUFFile, data: TrainingData,
 def _heldout(args: argparse.Namespace, target: GGUFFile, taps: tuple[int, ...]) -> dict[str, list[Example]]:
     """The target's own continuations of the first `--heldout` held-out prompts of each shape (made once)."""
     cached = args.work / f"heldout-{args.heldout}-{args.max_new_tokens}.pt"
-    if cached.exists():
-        return torch.load(cached, weights_only=False)
+    key = hashlib.sha256(json.dumps([str(args.target), taps, args.heldout, args.max_new_tokens]).encode()).hexdigest()
+    width = int(target.require(f"{target.architecture}.embedding_length")) * len(taps)
+    saved = resume.load(cached, key)
+    if saved is not None:
+        return {shape: [Example.from_plain(row, vocab_size(target), width) for row in rows]
+                for shape, rows in saved.items()}
     tokenizer = Tokenizer.from_gguf(target)
     prompts = prompt_sets.load_prompts(which="heldout")
     chosen = {shape: [p for p in prompts if p.shape == shape][: args.heldout] for shape in SHAPES}
@@ -117,8 +122,7 @@ def _heldout(args: argparse.Namespace, target: GGUFFile, taps: tuple[int, ...]) 
     trunk = load_trunk(target, n_ctx=longest + args.max_new_tokens, verify_capacity=args.slots, slots=args.slots)
     rows = {shape: generate.self_generated(trunk, tokenizer, chosen[shape], taps, args.max_new_tokens)
             for shape in SHAPES}
-    args.work.mkdir(parents=True, exist_ok=True)
-    torch.save(rows, cached)
+    resume.save(cached, key, {shape: [e.plain() for e in examples] for shape, examples in rows.items()})
     return rows
 
 

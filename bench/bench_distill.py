@@ -36,7 +36,7 @@ import torch
 
 from power.app.bench import machine
 from power.artifacts.contracts import DFLASH, DSPARK, MTP
-from power.drafters import generate, prompt_sets
+from power.drafters import generate, prompt_sets, resume
 from power.drafters.distill import HELD_BACK_EVERY, HELD_BACK_MAX, DistillRequest, recipe, vocab_size
 from power.drafters.generate import Example
 from power.drafters.train import PRECISIONS, Trainer, training_precision
@@ -131,10 +131,12 @@ def _data(args: argparse.Namespace, target: GGUFFile, taps: tuple[int, ...]) -> 
     key = hashlib.sha256(json.dumps([str(args.target), taps, args.max_prompts, args.max_new_tokens, args.heldout,
                                      args.seed]).encode()).hexdigest()
     cached = args.work / "data.pt"
-    if cached.exists():
-        saved = torch.load(cached, weights_only=False)
-        if saved["key"] == key:
-            return saved["train"], saved["heldout"], saved["data"]
+    saved = resume.load(cached, key)
+    if saved is not None:
+        width = int(target.require(f"{target.architecture}.embedding_length")) * len(taps)
+        train, heldout = ([Example.from_plain(row, vocab_size(target), width) for row in saved[part]]
+                          for part in ("train", "heldout"))
+        return train, heldout, saved["data"]
     tokenizer = Tokenizer.from_gguf(target)
     train_prompts = prompt_sets.load_prompts()[: args.max_prompts]
     prose = [p for p in prompt_sets.load_prompts(which="heldout") if p.shape == "prose"][: args.heldout]
@@ -147,8 +149,8 @@ def _data(args: argparse.Namespace, target: GGUFFile, taps: tuple[int, ...]) -> 
             "labelled_rows": int(sum(int((e.labels >= 0).sum()) for e in train)),
             "heldout_sequences": len(heldout), "heldout_tokens": generate.token_count(heldout),
             "generate_s": round(time.monotonic() - started, 1)}
-    args.work.mkdir(parents=True, exist_ok=True)
-    torch.save({"key": key, "train": train, "heldout": heldout, "data": data}, cached)
+    resume.save(cached, key, {"train": [e.plain() for e in train], "heldout": [e.plain() for e in heldout],
+                              "data": data})
     return train, heldout, data
 
 

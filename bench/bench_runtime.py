@@ -1,6 +1,7 @@
 """Runtime benchmark: Power's prefill and plain decode tok/s on this machine, beside llama.cpp on the same GGUF.
 
-    python bench/bench_runtime.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2] [--json out.json]
+    python bench/bench_runtime.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2] [--contention N]
+                                  [--json out.json]
 
 Every engine is loaded first; then prefill and decode are measured interleaved,
 engine after engine in every run (the A/B protocol's pairing), so load from
@@ -16,6 +17,12 @@ hold even when the absolute figures move. Engines, at each thread count:
 - llama.cpp through `llama-cpp-python`, when installed (benchmark-only), for
   `--accuracy`.
 
+`--contention N` measures every engine twice, quiet and then beside N busy
+processes (bench/native.py `contention`), and adds llama-server with its
+polling off (`--poll 0`), so Power and llama-server (default and not polling)
+are seen side by side under the same contention, each also over its own quiet
+figure.
+
 Reports tok/s, the ratio to llama-server, the weight bytes one decode step
 reads, the achieved bandwidth (bytes x tok/s), how many leading greedy tokens
 agree with llama-server (it quantises activations, so a near-tie can flip a
@@ -27,6 +34,10 @@ continuation: max and mean |logit difference| and top-1 agreement per row.
 """
 
 from __future__ import annotations
+
+from power.threads import environment_for_other_programs, settle_wait_policy
+
+settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
 
 import argparse
 import json
@@ -40,7 +51,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
-from native import instruction_paths, layer_matrices, llama_server_binary, resident_mib
+from native import contention, instruction_paths, layer_matrices, llama_server_binary, resident_mib
 
 from power.app.live import free_port
 from power.runtime.gguf_weights import GGUFFile
@@ -87,12 +98,16 @@ class LlamaServerEngine:
 
     name = "llama-server"
 
-    def __init__(self, binary: str, path: Path, n_ctx: int, threads: int) -> None:
+    def __init__(self, binary: str, path: Path, n_ctx: int, threads: int, poll: int | None = None) -> None:
+        """`poll`: llama-server's `--poll` (0: its threads sleep instead of polling for work); None: its default."""
         self.path, self.port = path, free_port()
+        self.name = LlamaServerEngine.name if poll is None else f"llama-server --poll {poll}"
         self.log = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+        polling = [] if poll is None else ["--poll", str(poll)]
         self.process = subprocess.Popen([binary, "-m", str(path), "-c", str(n_ctx), "-t", str(threads), "-tb",
-                                         str(threads), "-np", "1", "--host", "127.0.0.1", "--port", str(self.port)],
-                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+                                         str(threads), "-np", "1", "--host", "127.0.0.1", "--port", str(self.port),
+                                         *polling], stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                        env=environment_for_other_programs())
         deadline = time.monotonic() + 300
         while not self._healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -179,6 +194,8 @@ def main() -> None:
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
     parser.add_argument("--accuracy", action="store_true",
                         help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)")
+    parser.add_argument("--contention", type=int, default=0, metavar="N",
+                        help="also measure beside N busy processes, and llama-server with --poll 0")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -198,15 +215,22 @@ def main() -> None:
         power.append(PowerEngine(gguf, n_ctx, arithmetic, int(capacity)))
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
-        server = LlamaServerEngine(binary, args.gguf, n_ctx, threads) if binary else None
+        polls = [None, 0] if args.contention and binary else [None] if binary else []
+        servers = [LlamaServerEngine(binary, args.gguf, n_ctx, threads, poll) for poll in polls if binary]
         try:
-            engines: list = ([server] if server else []) + power
+            engines: list = servers + power
             results = measure(engines, prompt, args.decode_tokens, args.repeats)
+            _report(results, args, threads)
+            report["runs"][str(threads)] = results
+            if args.contention:
+                with contention(args.contention):
+                    contended = measure(engines, prompt, args.decode_tokens, args.repeats)
+                _report(contended, args, threads, busy=args.contention)
+                _report_contention(results, contended)
+                report["runs"][f"{threads} beside {args.contention} busy"] = contended
         finally:
-            if server:
+            for server in servers:
                 server.close()
-        _report(results, args, threads)
-        report["runs"][str(threads)] = results
     if args.accuracy:
         scored: list = list(power)
         try:
@@ -219,10 +243,11 @@ def main() -> None:
         args.json.write_text(json.dumps(report, indent=2))
 
 
-def _report(results: dict[str, dict], args, threads: int) -> None:
+def _report(results: dict[str, dict], args, threads: int, busy: int = 0) -> None:
     reference = results.get(LlamaServerEngine.name)
+    beside = f", beside {busy} busy processes" if busy else ""
     print(f"\n{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
-          f"{threads} threads, torch {torch.__version__}, interleaved, median of {args.repeats}")
+          f"{threads} threads{beside}, torch {torch.__version__}, interleaved, median of {args.repeats}")
     print(f"{'engine':<28}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}"
           f"{'RSS MiB':>9}{'x':>6}  greedy agrees")
     for name, r in results.items():
@@ -237,6 +262,15 @@ def _report(results: dict[str, dict], args, threads: int) -> None:
               f"{r['bandwidth_gb_s']:>7.2f}{r['resident_mib']:>9.0f}{r.get('resident_vs_llama_server', 0):>6.2f}"
               f"  {r.get('greedy_prefix_agreeing', '-')}")
     print("(Power's RSS is this process's, holding every Power configuration loaded.)")
+
+
+def _report_contention(quiet: dict[str, dict], contended: dict[str, dict]) -> None:
+    """Each engine's contended figures over its own quiet ones (1.0: unmoved by the busy processes)."""
+    print(f"{'engine':<28}{'prefill busy/quiet':>20}{'decode busy/quiet':>19}")
+    for name, r in contended.items():
+        r["prefill_vs_quiet"] = r["prefill_tok_s"] / quiet[name]["prefill_tok_s"]
+        r["decode_vs_quiet"] = r["decode_tok_s"] / quiet[name]["decode_tok_s"]
+        print(f"{name:<28}{r['prefill_vs_quiet']:>20.2f}{r['decode_vs_quiet']:>19.2f}")
 
 
 def _report_accuracy(engines: list, gguf: GGUFFile, ids: list[int], n_ctx: int, report: dict) -> None:

@@ -1,7 +1,7 @@
 """`power serve` under concurrent clients, beside llama-server with the same slots, on the bundled Gemma 3 270M.
 
     python bench/bench_serve.py [--clients 1,2,4,8] [--tokens 64] [--runs 3] [--threads 2]
-                                [--portable] [--json out.json]
+                                [--contention N] [--portable] [--json out.json]
 
 Both engines run as servers on loopback, started once, and are measured in
 turns: every measurement alternates which engine goes first, run by run, so
@@ -21,6 +21,12 @@ load from other processes on a shared machine lands on both alike. Three parts:
    whose ~1k-token system prompt a slot already holds, against one whose
    equally long system prompt is new, on a plan with two slots of 2048
    positions; llama-server (its prompt cache) alongside for reference.
+
+`--contention N` runs every measurement beside N busy processes (bench/native.py
+`contention`; the servers start and warm up before them) and adds a third
+server, llama-server with its polling off (`--poll 0`), to the throughput and
+n-gram parts, so Power and llama-server (default and not polling) are seen
+under the same contention.
 
 llama-server is the binary `scripts/build-llama-server --native` builds for this
 CPU (`--portable`: the AVX2 conformance build), cached after the first build; when
@@ -46,11 +52,12 @@ from pathlib import Path
 
 import httpx
 import tomli_w
-from native import instruction_paths, llama_server_binary, resident_mib
+from native import contention, instruction_paths, llama_server_binary, resident_mib
 
 from power.app.live import LiveEngine, free_port
 from power.app.traffic import build_shape, unique_lines
 from power.documents.plan import load_plan, located
+from power.threads import environment_for_other_programs
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "gemma3-270m.toml"
@@ -74,7 +81,8 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.command, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                        env=environment_for_other_programs())
         deadline = time.monotonic() + BOUND_S
         while not self._healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -128,11 +136,12 @@ def plan(profile: Path, slots: int, ctx: int, directory: Path) -> Path:
     return out
 
 
-def rendered_llama_server(plan_path: Path, binary: str, port: int, threads: int) -> list[str]:
+def rendered_llama_server(plan_path: Path, binary: str, port: int, threads: int, poll: int | None = None) -> list[str]:
     """The llama-server line Power renders for the plan (its `-np` is the plan's slots), on this port and thread
-    count."""
+    count; `poll` adds `--poll` (0: its threads sleep instead of polling for work)."""
     plan = located(load_plan(plan_path), plan_path)
-    return LiveEngine("llama-server", plan, plan_path, Path(binary), threads=threads).argv(port)
+    argv = LiveEngine("llama-server", plan, plan_path, Path(binary), threads=threads).argv(port)
+    return argv if poll is None else [*argv, "--poll", str(poll)]
 
 
 def power_server(plan_path: Path, port: int, args: argparse.Namespace, log: Path) -> Server:
@@ -212,23 +221,34 @@ def _spread(samples: list[Sample], engine: str, clients: int) -> str:
     return f"{statistics.median(rates):.1f} [{min(rates):.1f}-{max(rates):.1f}]" if rates else "-"
 
 
-def report(results: Results, clients: list[int], has_llama: bool) -> str:
-    lines = ["## Aggregate decode tok/s (greedy, target-only plan; median [range] of runs)", "",
-             "| clients | Power | x Power(1) | llama-server | Power / llama-server |", "| ---: | ---: | ---: | ---: | ---: |"]
+def report(results: Results, clients: list[int], has_llama: bool, busy: int = 0) -> str:
+    beside = f", beside {busy} busy processes" if busy else ""
+    polled = sorted({s.engine for s in results.throughput + results.ngram if s.engine.startswith("llama-server --")})
+    extra_head = "".join(f" {name} | Power / {name} |" for name in polled)
+    extra_rule = " ---: | ---: |" * len(polled)
+
+    def extra(samples: list[Sample], n: int, power: float | None) -> str:
+        return "".join(f" {_spread(samples, name, n)} | {_ratio(power, median_tok_s(samples, name, n))} |"
+                       for name in polled)
+
+    lines = [f"## Aggregate decode tok/s (greedy, target-only plan{beside}; median [range] of runs)", "",
+             f"| clients | Power | x Power(1) | llama-server | Power / llama-server |{extra_head}",
+             f"| ---: | ---: | ---: | ---: | ---: |{extra_rule}"]
     single = median_tok_s(results.throughput, "power", clients[0])
     for n in clients if single else ():
         power = median_tok_s(results.throughput, "power", n)
         llama = median_tok_s(results.throughput, "llama-server", n)
         lines.append(f"| {n} | {_spread(results.throughput, 'power', n)} | {power / single:.2f} | "
-                     f"{_spread(results.throughput, 'llama-server', n)} | {_ratio(power, llama)} |")
-    lines += ["", "## n-gram speculation on the echo shape (aggregate tok/s, median [range] of runs)", "",
-              "| clients | Power (ngram plan) | llama-server (rendered n-gram line) | Power / llama-server |",
-              "| ---: | ---: | ---: | ---: |"]
+                     f"{_spread(results.throughput, 'llama-server', n)} | {_ratio(power, llama)} |"
+                     f"{extra(results.throughput, n, power)}")
+    lines += ["", f"## n-gram speculation on the echo shape (aggregate tok/s{beside}, median [range] of runs)", "",
+              f"| clients | Power (ngram plan) | llama-server (rendered n-gram line) | Power / llama-server |{extra_head}",
+              f"| ---: | ---: | ---: | ---: |{extra_rule}"]
     for n in sorted({s.clients for s in results.ngram}):
         power = median_tok_s(results.ngram, "power", n)
         llama = median_tok_s(results.ngram, "llama-server", n)
         lines.append(f"| {n} | {_spread(results.ngram, 'power', n)} | {_spread(results.ngram, 'llama-server', n)} | "
-                     f"{_ratio(power, llama)} |")
+                     f"{_ratio(power, llama)} |{extra(results.ngram, n, power)}")
     lines += ["", "## Time to first token with a ~1k-token system prompt (median seconds)", "",
               "| engine | new system prompt | cached system prompt | speed-up |", "| --- | ---: | ---: | ---: |"]
     for engine, ttft in results.ttft.items():
@@ -261,6 +281,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
     parser.add_argument("--parts", default="throughput,ngram,reuse", help="which parts to run, comma-separated")
+    parser.add_argument("--contention", type=int, default=0, metavar="N",
+                        help="measure beside N busy processes, with llama-server --poll 0 as a third server")
     parser.add_argument("--json", type=Path, default=None, help="also write every sample here")
     args = parser.parse_args()
     clients = sorted({int(c) for c in args.clients.split(",")})
@@ -275,10 +297,10 @@ def main() -> None:
 
     def pair(plan_path: Path) -> list[Server]:
         servers = [power_server(plan_path, free_port(), args, work / f"power-{plan_path.stem}.log")]
-        if binary:
-            port = free_port()
-            servers.append(Server("llama-server", rendered_llama_server(plan_path, binary, port, args.threads), port,
-                                  work / f"llama-{plan_path.stem}.log"))
+        for poll in ([None, 0] if args.contention else [None]) if binary else []:
+            port, name = free_port(), "llama-server" if poll is None else f"llama-server --poll {poll}"
+            servers.append(Server(name, rendered_llama_server(plan_path, binary, port, args.threads, poll), port,
+                                  work / f"llama-{plan_path.stem}-{poll}.log"))
         for server in servers:
             server.start()
             complete(server.base, "Warm up.", 4)
@@ -286,7 +308,8 @@ def main() -> None:
 
     def run_part(servers: list[Server], body) -> None:
         try:
-            body(servers)
+            with contention(args.contention):
+                body(servers)
         finally:
             for server in servers:
                 server.stop()
@@ -331,7 +354,7 @@ def main() -> None:
     if "reuse" in parts:
         run_part(pair(reuse), prefix_reuse)
 
-    print(report(results, clients, binary is not None))
+    print(report(results, clients, binary is not None, args.contention))
     print("\n" + "\n".join(f"{key}: {value}" for key, value in paths.items()))
     if args.json:
         args.json.write_text(json.dumps({"paths": paths, "resident_mib": results.resident_mib,

@@ -7,9 +7,11 @@ keep the portable AVX2 build); `--portable` in a bench takes the portable one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,16 @@ def with_layer_matrices(layer: Any, matrices: dict[str, Any]) -> None:
         return
     for name, matrix in matrices.items():
         setattr(layer, name, matrix)
+
+
+@contextlib.contextmanager
+def contention(busy: int) -> Iterator[None]:
+    """`busy` processes that each keep a core busy (a spinning Python loop) while the block runs: the other
+    work of a shared host or a noisy neighbour. 0: none."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()

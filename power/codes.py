@@ -177,6 +177,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
     "PWR471": ("error", "the live engine exited or never answered /health"),
     "PWR472": ("error", "the live engine refused or dropped a request"),
+    "PWR473": ("error", "the deployment's running server cannot be read, stopped or restored around a bench "
+                        "(app/standing.py)"),
+    "PWR474": ("error", "--one-at-a-time asked of Power's runtime, which loads every plan in the bench's process"),
+    "PWR475": ("error", "a --concurrency list that is not whole numbers, or a level above the plans' slots"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
@@ -199,6 +203,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR510": ("error", "the devices do not suit the engine (several devices for Power's runtime, a tensor-parallel "
                         "size other than the device count, a CPU among GPUs)"),
     "PWR511": ("error", "a quantized V cache without flash attention (llama-server refuses to start)"),
+    # PWR52x the host's memory at load time (runtime/host_memory.py)
+    "PWR520": ("error", "the host cannot hold the weights the runtime would load (refused before loading, with both figures)"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),
@@ -208,6 +214,14 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR605": ("error", "the chat template is missing, does not compile, or refused the messages"),
     "PWR606": ("error", "the API key file cannot be read or holds no usable key"),
     "PWR607": ("error", "the plan's CUDA graphs cannot be captured for this target or device (never run without them)"),
+    "PWR620": ("error", "the CPU kernel cache is not a folder this user owns and no one else can write"),
+    "PWR621": ("error", "a CPU kernel library in the cache is not the one this installation built (digest, size, "
+                        "owner or mode); refused, not loaded"),
+    "PWR622": ("error", "the CPU kernels cannot be built (no C++20 compiler, OpenMP or ninja) or do not load"),
+    "PWR623": ("error", "another process held the CPU kernel build lock past the wait bound"),
+    "PWR624": ("error", "the requested CPU instruction path is unknown or this CPU (or Linux) cannot run it"),
+    # PWR65x what the runtime loads (runtime/gguf_weights.py)
+    "PWR650": ("error", "the artifact holds no tensor data (a header-only replica): nothing to run"),
 }
 
 

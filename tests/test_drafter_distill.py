@@ -8,6 +8,8 @@ distillation reaches are measured by bench/bench_drafter.py, not here.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -283,3 +285,128 @@ def test_acceptance_is_held_back_from_the_targets_own_text_when_there_is_any():
     assert sorted(ids(train)) == sorted(set(ids(generated + corpus)) - {0, 10, 20})
     train, held = TrainingData([], corpus, 0.0, 1.0).split()
     assert ids(held) == [100, 110, 120] and len(train) == 27
+
+
+class _Planted:
+    """A pickled callable: unpickling it would create `marker` (as a pickled `os.system` would run a command)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("state", ["data.pt", "checkpoint.pt"])
+def test_a_resume_file_cannot_run_code(tmp_path, state):
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
+    out = tmp_path / "out"
+    args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--max-new-tokens",
+            "6", "--slots", "2", "--steps", "2", "--quiet", "-o", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    marker = tmp_path / "ran"
+    # the planted file keeps the key file beside it: its key matches this run, so only the format protects it
+    torch.save({"key": "any", "data": _Planted(marker), "net": _Planted(marker)}, out / "resume" / state)
+    result = CliRunner().invoke(main, args)
+    assert not marker.exists()
+    assert result.exit_code == 2 and f"{out / 'resume' / state} holds more than plain tensors" in result.output
+    assert f"delete {out / 'resume'} to start over" in result.output
+
+
+def test_a_resume_state_another_run_made_is_never_opened(tmp_path):
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
+    out, marker = tmp_path / "out", tmp_path / "ran"
+    resume = out / "resume"
+    resume.mkdir(parents=True)
+    (out / ".power-distill").write_text("")  # an earlier distill's folder, its states made for other inputs
+    for state in ("data", "checkpoint"):  # keyed for other inputs: the rows and weights are made afresh
+        torch.save({"key": "other", "data": _Planted(marker)}, resume / f"{state}.pt")
+        (resume / f"{state}.json").write_text(json.dumps({"key": "made by another run"}))
+    result = CliRunner().invoke(main, ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts",
+                                       str(prompts), "--max-new-tokens", "6", "--slots", "2", "--steps", "2",
+                                       "--quiet", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not marker.exists() and json.loads((out / "distill.json").read_text())["sequences"] == 10
+    assert torch.load(resume / "data.pt", weights_only=True)["generated"]  # rewritten as plain tensors
+
+
+def _distill(manifest, out, *options):
+    return CliRunner().invoke(main, ["drafter", "distill", str(manifest), "--kind", "dflash", "--max-new-tokens", "6",
+                                     "--slots", "2", "--steps", "2", "--quiet", "-o", str(out), *map(str, options)])
+
+
+def _tale(tmp_path, count=10):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(count)) + "\n")
+    return prompts
+
+
+def test_distill_trains_only_on_the_target_the_manifest_pinned(tmp_path):
+    """Issue 38 item 9: a target that is not the pinned file (here: a manifest pinning another digest) is refused
+    before anything is generated or written; a manifest drafter file is held to its digest the same way."""
+    swapped = write_manifest(tmp_path, "dense-target", [], name="swapped", sha256="1" * 64)
+    result = _distill(swapped, tmp_path / "out", "--prompts", _tale(tmp_path))
+    assert result.exit_code == 2 and "PWR115" in result.output and "target" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+    drafted = write_manifest(tmp_path, "dense-target", [{"kind": "dflash", "fixture": "dflash-drafter",
+                                                          "sha256": "2" * 64}], name="drafted")
+    result = _distill(drafted, tmp_path / "out", "--prompts", _tale(tmp_path))
+    assert result.exit_code == 2 and "PWR115" in result.output and "dflash drafter" in result.output, result.output
+
+
+def test_distill_writes_only_into_a_folder_it_wrote(tmp_path):
+    """Issue 38 item 10: -o DIR holding files distill did not write is refused and left as it was (the rule of
+    render's folders); a folder an earlier distill wrote is written over (test_a_rerun_resumes_from_the_checkpoint)."""
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.toml").write_text("# the operator's own\n")
+    result = _distill(manifest, out, "--prompts", _tale(tmp_path))
+    assert result.exit_code == 2 and "PWR018" in result.output and "did not distill" in result.output, result.output
+    assert (out / "manifest.toml").read_text() == "# the operator's own\n" and sorted(out.iterdir()) == [out / "manifest.toml"]
+
+
+@pytest.mark.parametrize("option, content, message", [
+    ("--prompts", '{"prompt": "fine"}\n{"shape": "prose"}\n', "prompts.jsonl:2: a JSON line needs a \"prompt\" string"),
+    ("--prompts", '{"prompt": "fine"}\n{"prompt": \n', "prompts.jsonl:2:"),
+    ("--corpus", '{"text": "fine"}\n{"title": "none"}\n', "corpus.jsonl:2: a JSON line needs a \"text\""),
+    ("--corpus", '{"text": "fine"}\n7\n', "corpus.jsonl:2: a JSON line must be an object"),
+])
+def test_a_malformed_line_is_named_by_its_file_and_number(tmp_path, option, content, message):
+    """Issue 38 item 8: a JSON line without its field, or not JSON, is a usage error at the line, not a traceback."""
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    given = tmp_path / ("prompts.jsonl" if option == "--prompts" else "corpus.jsonl")
+    given.write_text(content)
+    extra = [] if option == "--prompts" else ["--prompts", _tale(tmp_path)]
+    result = _distill(manifest, tmp_path / "out", option, given, *extra)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("option", ["--prompts", "--corpus"])
+def test_distill_reads_no_fifo_or_device(tmp_path, option):
+    """Issue 38 item 8: a FIFO (which would block forever) and /dev/zero (which never ends) are refused by the
+    bounded reader before anything is read."""
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    fifo = tmp_path / "input.fifo"
+    os.mkfifo(fifo)
+    extra = [] if option == "--prompts" else ["--prompts", _tale(tmp_path)]
+    for given, kind in ((fifo, "a FIFO"), (Path("/dev/zero"), "a device")):
+        result = _distill(manifest, tmp_path / "out", option, given, *extra)
+        assert result.exit_code == 2 and f"is {kind}, not a regular file" in result.output, result.output
+
+
+def test_a_prompt_longer_than_the_context_is_cut_to_it(tmp_path):
+    """Issue 38 item 8: a prompt past the target's context (2,048 for the fixture) is cut to the context beside the
+    new tokens, not given a trunk as long as itself."""
+    manifest = write_manifest(tmp_path, "dense-target", [], name="fixture")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(" ".join(f"w{i}" for i in range(6000)) + "\nA short tale\n")
+    result = _distill(manifest, tmp_path / "out", "--prompts", prompts)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "distill.json").read_text())
+    assert report["sequences"] == 2 and report["tokens"] <= 2 * 2048

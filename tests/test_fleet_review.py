@@ -273,7 +273,10 @@ def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
     return calls
 
 
-def test_the_example_fleet_files_stay_valid() -> None:
+def test_the_example_fleet_files_stay_valid_but_for_the_deliberate_typo() -> None:
+    """fleet.toml names host 'ws-03' on purpose (README.md step 2); validate reports it from the file alone."""
     example = Path(__file__).resolve().parent.parent / "examples" / "fleet"
     result = CliRunner().invoke(main, ["validate", str(example)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if "[error]" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"{example / 'fleet.toml'}:96:8: PWR060"), errors

@@ -126,3 +126,18 @@ def test_a_fifo_planted_as_the_lock_guard_is_a_finding_not_a_hang(tmp_path):
     result = invoke("fleet", "review", fleet, "--write-lock")
     assert result.exit_code == 1 and "PWR018" in result.output and "cannot write the fleet lock" in result.output
     assert not (tmp_path / "fleet.lock").exists()
+
+
+def test_a_path_longer_than_a_file_name_may_be_is_a_located_finding(tmp_path):
+    """Issue 38 item 11: a 5,000-character path is a finding at the key or flag that names it, not an OSError."""
+    long = "x" * 5000
+    manifest = tmp_path / "manifest.toml"
+    manifest.write_text(f'schema = "power.manifest/v1"\nname = "long"\n[target]\npath = "{long}.gguf"\n'
+                        f'size = "1 GiB"\nsha256 = "{"a" * 64}"\n')
+    profile = Path(__file__).resolve().parent.parent / "profiles" / "target-only.toml"
+    for command in ("plan", "size"):
+        result = invoke(command, str(manifest), str(profile), "--device", "8 GiB")
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output[-2000:]
+        assert "PWR110" in result.output and "cannot be looked up (File name too long)" in result.output
+    imported = invoke("import", "llama-server", "-o", str(tmp_path), "--", "-m", f"/{long}")
+    assert imported.exit_code == 1 and "PWR458" in imported.output and "is not a file on this machine" in imported.output

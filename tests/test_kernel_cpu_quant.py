@@ -21,6 +21,7 @@ from gguf_helpers import gemma
 from kernel_helpers import random_blocks
 
 from power.kernels.cpu import CPUPathError, QuantMatrix, available_paths, chosen_path, reference_matmul
+from power.kernels.cpu.build import build_key
 from power.kernels.dequant import dequantize_reference
 from power.runtime.gguf_weights import GGUFFile
 
@@ -250,12 +251,13 @@ def test_torch_compile_traces_through_a_product_and_keeps_its_bits():
 
 def test_a_build_without_a_compiler_says_what_it_needs(tmp_path):
     """In a fresh process and cache directory (a loaded path's ops cannot be registered twice in one process)."""
-    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "XDG_CACHE_HOME": str(tmp_path)}
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "POWER_KERNEL_CACHE": str(tmp_path / "kernels")}
     done = subprocess.run([sys.executable, "-c", "from power.kernels.cpu.build import extension; extension('scalar')"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
-    assert "CPUPathError: building the scalar CPU kernels in" in done.stderr
+    assert "KernelBuildError: building the scalar CPU kernels failed" in done.stderr
     assert "they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH" in done.stderr
+    assert [path.name for path in (tmp_path / "kernels").iterdir()] == [f".scalar-{build_key('scalar')}.lock"]
 
 
 @pytest.mark.parametrize("qtype", ("Q8_0", "Q6_K", "F16"))

@@ -448,6 +448,13 @@ def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_s
     fleet = _cluster_world(tmp_path, hosts=hosts, kubernetes=kubernetes, deployments=deployments("one", "two"))
     review = run("fleet", "review", fleet)
     assert review.exit_code == 1 and "PWR096" in review.output and "a100/one, a100/two share a100 device 0" in review.output
+    unplanned = deployments("three").replace("profiles/ngram.toml", "profiles/guarded.toml")
+    at_once = _cluster_world(tmp_path / "at-once", hosts=hosts.replace('node_name = "a100"', ""),
+                             kubernetes=kubernetes, deployments=deployments("one") + unplanned)
+    every = run("fleet", "review", at_once)
+    # Issue 40.7: PWR096 showed only once the other findings were fixed; the fleet file alone says the GPU is shared.
+    assert every.exit_code == 1 and {"PWR091", "PWR216", "PWR096"} <= set(re.findall(r"PWR\d+", every.output))
+    assert "a100/one, a100/three share a100 device 0" in every.output
     alone = _cluster_world(tmp_path / "alone", hosts=hosts, kubernetes=kubernetes, deployments=deployments("one"))
     reviewed = run("fleet", "review", alone)
     assert reviewed.exit_code == 0, reviewed.output
@@ -632,3 +639,30 @@ def test_a_resealed_lock_that_marks_a_stage_applied_without_evidence_renders_no_
     result = run("fleet", "render", EXAMPLE, "--target", "kubernetes", "-o", tmp_path / "k8s", "--lock", forged)
     assert result.exit_code == 1 and "PWR070" in result.output and "no evidence opened it" in result.output
     assert not (tmp_path / "k8s").exists()
+
+
+def test_a_power_pod_reads_the_cpu_kernels_its_image_prebuilt(tmp_path: Path) -> None:
+    """Issue 35 item 3: the pod's /cache starts empty, so Power's runtime would compile its kernels at every start
+    (needing a compiler in the image); the render points it at the image's prebuilt kernels and says how to build
+    them. Other engines get neither."""
+    fleet = _cluster_world(tmp_path, deployments='''
+        [[deployments]]
+        host = "gpu-1"
+        manifest = "manifests/dense.toml"
+        profile = "profiles/ngram.toml"
+        engine = "power"
+        ''')
+    tree = tmp_path / "k8s"
+    result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree)
+    assert result.exit_code == 0, result.output
+    deployment = next(d for d in kustomize(tree / "base") if d["kind"] == "Deployment")
+    engine = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "POWER_KERNEL_CACHE", "value": "/opt/power/kernels"} in engine["env"]
+    note = deployment["metadata"]["annotations"]["power/image-prebuilt"]
+    assert "POWER_KERNEL_CACHE=/opt/power/kernels power kernels build --all" in note
+    assert kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    llama = _cluster_world(tmp_path / "llama")
+    assert run("fleet", "render", llama, "--target", "kubernetes", "-o", tmp_path / "k8s-llama").exit_code == 0
+    other = next(d for d in kustomize(tmp_path / "k8s-llama" / "base") if d["kind"] == "Deployment")
+    assert "power/image-prebuilt" not in other["metadata"]["annotations"]
+    assert all(v["name"] != "POWER_KERNEL_CACHE" for v in other["spec"]["template"]["spec"]["containers"][0]["env"])

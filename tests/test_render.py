@@ -323,3 +323,18 @@ def test_the_llama_arg_env_file_names_each_option_as_llama_cpp_does():
         else:
             assert shlex.split(variables[env]) == [option[1]]
     assert variables["LLAMA_ARG_PORT"] == "8081" and variables["LLAMA_ARG_KV_UNIFIED"] == "false"
+
+
+@pytest.mark.parametrize("target", ["power", "env", "systemd", "llama-server", "llama-server-env"])
+def test_render_refuses_a_same_size_file_that_is_not_the_planned_one(tmp_path, target):
+    """Issue 38 item 6: a target rewritten in place at its planned size renders nothing (PWR115), for every target
+    (the digest cache's entry for the old file no longer matches the rewritten one)."""
+    engine = "llama-server" if target.startswith("llama-server") else "power"
+    plan = write_plan(tmp_path, "ngram", engine=engine)
+    assert CliRunner().invoke(main, ["render", str(plan), "--target", target]).exit_code == 0  # hashed and cached
+    model = tmp_path / "dense-target.gguf"
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 0xFF
+    model.write_bytes(bytes(data))
+    result = CliRunner().invoke(main, ["render", str(plan), "--target", target])
+    assert result.exit_code == 2 and "PWR115" in result.output and "sha256" in result.output, result.output

@@ -539,7 +539,8 @@ def test_admission_counts_free_slots_and_queue_places_together(release: threadin
 
 @pytest.mark.parametrize("field, value", [("top_p", 0.9), ("logprobs", 2), ("logprobs", True), ("presence_penalty", 0.5),
                                           ("frequency_penalty", -1), ("logit_bias", {"5": 100}), ("n", 2),
-                                          ("best_of", 3), ("echo", True)])
+                                          ("best_of", 3), ("echo", True), ("top_k", 40), ("min_p", 0.05),
+                                          ("ignore_eos", True)])
 def test_a_parameter_the_server_does_not_implement_is_a_400_naming_it(field: str, value, served_base: str) -> None:
     """Issue 23 defect 6: never answered as if it had not been asked; its neutral value is accepted."""
     for path, body in (("/v1/completions", {"prompt": PROMPT}),
@@ -548,7 +549,7 @@ def test_a_parameter_the_server_does_not_implement_is_a_400_naming_it(field: str
         error = response.json()["error"]
         assert response.status_code == 400 and error["param"] == field and error["code"] == "unsupported_parameter"
     neutral = complete(served_base, max_tokens=2, top_p=1, presence_penalty=0.0, frequency_penalty=0, logprobs=None,
-                       n=1, echo=False)
+                       n=1, echo=False, top_k=0, min_p=0, ignore_eos=False)
     assert neutral.status_code == 200
 
 

@@ -10,12 +10,17 @@ vocabulary piece (leftmost on ties), then unknown characters as <0xXX> bytes.
 from __future__ import annotations
 
 import functools
+import math
+import tempfile
+import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 from gguf_helpers import fixtures, gemma
 
 from power.artifacts.factory import TOKENIZER as FIXTURE_TOKENIZER
-from power.artifacts.factory import _apply_merge, byte_to_unicode
+from power.artifacts.factory import Tensor, _apply_merge, byte_to_unicode, write_gguf
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.tokenizer import Tokenizer
 
@@ -171,3 +176,52 @@ def test_byte_level_bpe_reads_control_tokens_verbatim():
     assert ids[0] == FIXTURE_TOKENIZER.id_of("<|im_start|>") and ids[-1] == FIXTURE_TOKENIZER.id_of("<|im_end|>")
     assert tok.decode(ids) == "hi"
 
+
+
+def _spm_gguf(path, hostile: int):
+    """A SentencePiece vocabulary (letters, "▁", a few merges, byte pieces) and `hostile` user-defined pieces that all
+    share the prefix "ab" and never occur in the text: the vocabulary that made the old verbatim matcher O(n*K^2)."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    merges = ["▁a", "ab", "▁ab", "ca", "▁c"]
+    normal = ["▁", *letters, *merges]
+    pieces = ["<unk>", "<bos>", "<eos>", *[f"<0x{b:02X}>" for b in range(256)], *normal,
+              *[f"ab{'c' * i}d" for i in range(hostile)]]
+    types = [2, 3, 3, *[6] * 256, *[1] * len(normal), *[4] * hostile]
+    scores = [0.0] * (259 + len(letters) + 1) + [float(-i) for i in range(len(merges))] + [0.0] * hostile
+    metadata = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": pieces, "tokenizer.ggml.token_type": types,
+                "tokenizer.ggml.scores": scores, "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2}
+    write_gguf(path, "llama", metadata, {"token_embd.weight": Tensor(np.zeros((len(pieces), 4), np.float32))})
+    return Tokenizer.from_gguf(GGUFFile(path))
+
+
+def _cpu_seconds(tok: Tokenizer, text: str) -> float:
+    best = math.inf
+    for _ in range(3):
+        started = time.process_time()
+        tok.encode(text)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def test_tokenizing_costs_the_same_whatever_the_user_defined_pieces_share():
+    """Issue 38 item 3: 2,000 user-defined pieces sharing a prefix cost what a plain vocabulary costs on 10 KB (the
+    old matcher tried every piece's length at every place: 3.6 s against milliseconds), and the same ids."""
+    text = ("ab cab abc " * 1000)[:10_000]
+    with tempfile.TemporaryDirectory() as folder:
+        plain, hostile = (_spm_gguf(Path(folder) / f"{k}.gguf", k) for k in (0, 2000))
+    assert hostile.encode(text) == plain.encode(text)
+    assert _cpu_seconds(hostile, text) < 3 * _cpu_seconds(plain, text) + 0.02
+
+
+def test_tokenizing_ends_with_its_request():
+    """Issue 38 item 3: a request's tokenizing stops at its deadline (the server's timeout) instead of running on
+    after the 504: a deadline already past ends a long text's tokenizing long before it would finish."""
+    tok = gemma_tokenizer()
+    text = "The quick brown fox jumps over the lazy dog. " * 8000
+    started = time.process_time()
+    tok.encode(text)
+    whole = time.process_time() - started
+    started = time.process_time()
+    with pytest.raises(TimeoutError):
+        tok.encode(text, deadline=time.perf_counter())
+    assert time.process_time() - started < whole / 2

@@ -155,3 +155,28 @@ def test_step_times_come_from_a_bench_evidence_file(tmp_path):
         assert measured["measured_p"] is None
     missing = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "prose"])
     assert missing.exit_code == 2 and "no 'prose' shape" in missing.output
+
+
+def test_slots_are_judged_on_the_measured_concurrency_level(tmp_path):
+    """With four slots busy the verification rows compete with the other requests': the single-stream arithmetic
+    cannot say whether the drafter pays, so worth-it reads the bench's --concurrency level and refuses without it."""
+    from runtime_plans import fixture_plan
+
+    evidence = tmp_path / "evidence.json"
+    bench = CliRunner().invoke(main, ["bench", str(fixture_plan("slots")), "--vs", str(fixture_plan("slots-none")),
+                                      "--shapes", "echo,identity", "--runs", "1", "--max-tokens", "8",
+                                      "--prompt-tokens", "48", "--concurrency", "1,2", "-o", str(evidence)])
+    assert bench.exit_code == 0, bench.output
+    result = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--slots", "2",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    measured = json.loads(evidence.read_text())["concurrency"]["per_level"]["2"]["echo"]["speedup"]
+    assert report["load"] == {"slots": 2, "shape": "echo", "measured_speedup": measured, "pays": measured >= 1.05}
+    assert report["verdict"] == "loss" or report["load"]["pays"]
+    text = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--slots", "2"])
+    assert "6. With 2 slots busy" in text.output
+    unmeasured = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--slots", "4"])
+    assert unmeasured.exit_code == 2 and "PWR071" in unmeasured.output and "--concurrency 1,4" in unmeasured.output
+    bare = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25", "--slots", "4"])
+    assert bare.exit_code == 2 and "single-stream" in bare.output

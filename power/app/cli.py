@@ -61,6 +61,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "fleet": ("fleet", "fleet", "Review a fleet: plan every deployment, show drift against the lock."),
     "rollout": ("rollout", "rollout", "Stage a profile across a fleet, gated by evidence receipts."),
     "drafter": ("drafter", "drafter", "Build drafters: `power drafter distill` trains one for a manifest's target."),
+    "kernels": ("kernels", "kernels", "Build the CPU kernels ahead of time (`build`), or show the kernel cache (`status`)."),
     "import": ("import_", "import_", "Turn an existing llama-server or vLLM launch line into manifest + profile and check it."),
 }
 

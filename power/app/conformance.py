@@ -42,6 +42,7 @@ from power.orchestrator.loading import load_manifest, load_profile
 from power.orchestrator.render import Listen, engine_launch
 from power.orchestrator.schema import DeviceSpec, HostSpec
 from power.orchestrator.sizing.model import MiB
+from power.threads import environment_for_other_programs
 
 TOLERANCE = 0.02
 TOLERANCE_BYTES = MiB
@@ -186,7 +187,7 @@ def run_llama_server(binary: Path, plan: ResolvedPlan, case: Case, log: Path, th
     port = free_port()
     argv = launch_argv(binary, plan, port, threads)
     with log.open("w") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environment_for_other_programs())
         try:
             healthy = _wait_healthy(process, port)
         finally:

@@ -35,6 +35,7 @@ from power.documents.plan import ResolvedPlan, planned_artifacts
 from power.findings import PowerError
 from power.orchestrator.engines import Launch
 from power.orchestrator.render import Listen, engine_launch
+from power.threads import environment_for_other_programs
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
 LIVE_ENGINES = (LLAMA_SERVER, VLLM)
@@ -138,7 +139,8 @@ class LiveEngine:
         self.log_path = Path(name)
         with os.fdopen(handle, "wb") as log:
             self.process = subprocess.Popen(self._words(launch), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env={**os.environ, **launch.env},
+                                            stdin=subprocess.DEVNULL,
+                                            env={**environment_for_other_programs(), **launch.env},
                                             start_new_session=True)
 
     def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:

@@ -90,10 +90,18 @@ def replaceable_tree(path: str | os.PathLike[str]) -> Path:
     if resolved == here or resolved in here.parents:
         raise OutputError(f"{path} is the working directory or one of its parents: it would be replaced whole",
                           file=str(path), hint="name a folder of its own, e.g. deploy/k8s")
-    if resolved.is_dir() and any(resolved.iterdir()) and not (resolved / RENDER_MARKER).is_file():
-        raise OutputError(f"{path} is a folder Power did not render (it has no {RENDER_MARKER}): it would be "
-                          "replaced whole", file=str(path),
-                          hint="name a new or empty folder, or one an earlier render wrote; nothing was touched")
+    return owned_folder(path, RENDER_MARKER, "render", "replaced whole")
+
+
+def owned_folder(path: str | os.PathLike[str], marker: str, command: str, fate: str = "overwritten") -> Path:
+    """`path`, if `command` may write over what is in it: a new or empty folder, or one an earlier `command` wrote
+    (it holds `marker`): files Power did not write are never `fate`."""
+    path = output_directory(path)
+    resolved = path.resolve()
+    if resolved.is_dir() and any(resolved.iterdir()) and not (resolved / marker).is_file():
+        raise OutputError(f"{path} is a folder Power did not {command} (it has no {marker}): its files would be "
+                          f"{fate}", file=str(path),
+                          hint=f"name a new or empty folder, or one an earlier {command} wrote; nothing was touched")
     return path
 
 

@@ -61,6 +61,23 @@ class DocumentError(Exception):
                        col=self.col, hint=hint, source_line=self.source_line)
 
 
+def lookup_problem(path: str | os.PathLike[str]) -> str | None:
+    """None when `path` can be looked up; else why not, as the rest of a sentence about it ("does not exist", or
+    "cannot be looked up (File name too long)"): a name the system refuses is a reason, never an exception."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except (OSError, ValueError) as err:
+        return f"cannot be looked up ({getattr(err, 'strerror', None) or err})"
+    return None
+
+
+def is_regular_file(path: str | os.PathLike[str]) -> bool:
+    """`path` names a regular file (False, not an exception, for a name the system refuses)."""
+    return lookup_problem(path) is None and stat.S_ISREG(os.stat(path).st_mode)
+
+
 def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     """A read-only descriptor of `path` and its stat, if it is a regular file.
 

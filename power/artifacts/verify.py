@@ -1,12 +1,15 @@
 """An artifact against the sha256 its plan was sealed with: every byte hashed, never an answer from the cache.
 
 Where a plan launches (run, serve, bench) or is verified (`power verify`), each
-file it names is checked here; `render` checks only that each is there at its
-planned size (`present`), since `power verify` is the gate before a rendered
-engine starts (the Kubernetes render runs it in the pod's init container). A file whose size differs from the planned
-size fails before it is read; otherwise it is hashed in full
+file it names is checked here: a file whose size differs from the planned size
+fails before it is read; otherwise it is hashed in full
 (`power.artifacts.digests.sha256_file(use_cache=False)`), so neither a restored
-mtime nor a stale cache entry can stand in for the bytes.
+mtime nor a stale cache entry can stand in for the bytes. `render` checks the
+sha256 too, through the digest cache (`cached_sha256`: an entry stands only for
+the unchanged file, by device, inode, size, mtime and ctime), so that a render
+stays fast and a file changed since it was hashed is refused; `power verify`
+stays the gate before a rendered engine starts (the Kubernetes render runs it in
+the pod's init container).
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
-from power.artifacts.digests import read_and_hash, sha256_file
+from power.artifacts.digests import hash_regions, sha256_file
 from power.artifacts.gguf_reader import ArtifactError
 
-__all__ = ["Artifact", "ArtifactError", "present", "read_verified", "verified_sha256"]
+__all__ = ["Artifact", "ArtifactError", "cached_sha256", "present", "verified_regions", "verified_sha256"]
 
 TARGET = "target"
 
@@ -41,24 +45,28 @@ class Artifact:
 def verified_sha256(artifact: Artifact) -> str:
     """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file.
 
-    For a gate that only checks (verify); whatever loads the artifact uses `read_verified`."""
+    For a gate that only checks (verify); whatever loads the artifact uses `verified_regions`."""
     present(artifact)
     return _checked(artifact, sha256_file(artifact.path, use_cache=False))  # a progress bar on a terminal for large files
 
 
-def read_verified(artifact: Artifact) -> tuple[bytearray, str]:
-    """The artifact's bytes, read once into memory the caller owns, and their sha256, checked against the plan.
+def verified_regions(artifact: Artifact, fd: int, size: int, regions: Sequence[tuple[int, int]]) -> tuple[str, list[bytes]]:
+    """The open artifact's sha256, checked against the plan (PWR115), and the sha256 of each (offset, length) region
+    of the same read: a loader copies each region into place later and checks its copy against that digest, so the
+    bytes it runs are the bytes verified here, without a copy of the whole file."""
+    actual, digests = hash_regions(fd, size, str(artifact.path), regions)
+    return _checked(artifact, actual), digests
 
-    The bytes handed back are the bytes that were hashed, so nothing written to the file afterwards (between
-    the check and the load, or while the model runs) reaches the engine."""
+
+def cached_sha256(artifact: Artifact) -> str:
+    """The artifact's sha256 checked against the plan, from the digest cache when its entry is for the file as it
+    is now (else hashed in full, and cached): what `render` checks."""
     present(artifact)
-    data, actual = read_and_hash(artifact.path)
-    return data, _checked(artifact, actual)
+    return _checked(artifact, sha256_file(artifact.path))
 
 
 def present(artifact: Artifact) -> None:
-    """The file is there at its planned size (ArtifactError PWR110, PWR115), read no further: what `render` checks,
-    leaving the bytes to `power verify`, the gate before an engine starts."""
+    """The file is there at its planned size (ArtifactError PWR110, PWR115), read no further."""
     path = str(artifact.path)
     if not os.path.exists(path):
         raise ArtifactError(f"the {artifact.label} artifact does not exist", code="PWR110", file=path,

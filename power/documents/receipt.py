@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -115,6 +115,17 @@ class Receipt(SpeculationRates):
         decoded = len(self.token_ids) - 1
         return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else 0.0
 
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: the prefill, which ends with the first token sampled."""
+        return self.prefill_s
+
+    @property
+    def request_tok_s(self) -> float:
+        """Request-wide: every generated token over the whole request, prefill included (what a user waits for)."""
+        request_s = self.prefill_s + self.decode_s
+        return len(self.token_ids) / request_s if self.token_ids and request_s > 0 else 0.0
+
     def document(self) -> dict[str, Any]:
         return {
             "schema": RECEIPT_SCHEMA,
@@ -122,10 +133,23 @@ class Receipt(SpeculationRates):
             "tokens_sha256": self.tokens_sha256,
             "prefill_tok_s": self.prefill_tok_s,
             "decode_tok_s": self.decode_tok_s,
+            "request_tok_s": self.request_tok_s,
+            "ttft_s": self.ttft_s,
             "acceptance": self.acceptance,
             "mean_accepted_length": self.mean_accepted_length,
             "acceptance_by_position": self.acceptance_by_position,
         }
+
+    def published(self) -> Receipt:
+        """The receipt as a server sends it to its clients: each artifact by its file name (a second file of the
+        same name by "NAME (2)"), never by where it lies on this machine; the sha256 says which file it is."""
+        names: dict[str, str] = {}
+        for path, digest in self.artifacts.items():
+            name, count = Path(path).name, 1
+            while (key := name if count == 1 else f"{name} ({count})") in names:
+                count += 1
+            names[key] = digest
+        return replace(self, artifacts=names)
 
     def to_json(self) -> str:
         return json.dumps(self.document(), ensure_ascii=False, indent=2) + "\n"

@@ -1,7 +1,9 @@
 """`power drafter distill`, end to end: generate the target's rows, train a drafter on them, write it out.
 
-DIR/resume/ keeps what a later run resumes from: the generated rows (data.pt, keyed
-by what produced them) and the training checkpoint (checkpoint.pt). The budget
+DIR/resume/ keeps what a later run resumes from: the generated rows (data.pt) and the
+training checkpoint (checkpoint.pt), each keyed by the inputs that made it and stored as
+plain tensors (`power.drafters.resume`: a file from elsewhere can neither run code nor
+stand in for this run's state). The budget
 covers the whole run: the data takes at most `generate_share` of it (an operator's
 corpus `corpus_share` of that, the target's own text the rest), training the
 rest, and the best checkpoint so far is what gets exported.
@@ -24,7 +26,6 @@ from typing import Any
 import torch
 
 from power import modes
-from power.artifacts.atomic import atomic_path
 from power.artifacts.contracts import DFLASH, DSPARK, MTP, DrafterHparams
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.tokenizer import Tokenizer
@@ -32,7 +33,7 @@ from power.runtime.trunks import load_trunk
 from power.runtime.trunks.gemma3 import ARCH as GEMMA3
 from power.runtime.trunks.gemma3 import Gemma3Params
 
-from . import export, generate, prompt_sets
+from . import export, generate, prompt_sets, resume
 from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
@@ -50,6 +51,7 @@ class DistillRequest:
     target: Path
     kind: str
     out: Path
+    target_sha256: str | None = None  # the target as verified against its manifest (`power drafter distill`)
     fr: int | None = None
     budget_s: float = 20 * 60
     seed: int = 0
@@ -184,7 +186,9 @@ def distill(request: DistillRequest) -> Distilled:
     target = GGUFFile(request.target)
     how = recipe(request, target)
     work = request.out / "resume"
-    data = training_data(request, target, how.taps, work, started + request.budget_s * request.generate_share)
+    data_key = _data_key(request, how.taps)
+    data = training_data(request, target, how.taps, work, started + request.budget_s * request.generate_share,
+                         data_key)
     train, held = data.split()
     examples = data.sequences
     if not train or not held:
@@ -194,10 +198,11 @@ def distill(request: DistillRequest) -> Distilled:
     settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps,
                        precision=training_precision(request.precision))
     trainer = Trainer(objective, settings, train, held, k=min(7, objective.positions))
-    checkpoint = work / "checkpoint.pt"
-    if checkpoint.exists():
-        trainer.load(checkpoint)
-    best = trainer.run(deadline, checkpoint, request.progress)
+    checkpoint, key = work / "checkpoint.pt", _checkpoint_key(data_key, how, settings, vocabulary)
+    resumed = resume.load(checkpoint, key)
+    if resumed is not None:
+        _restore(trainer, resumed, checkpoint)
+    best = trainer.run(deadline, lambda state: resume.save(checkpoint, key, state), request.progress)
     best = written_acceptance(trainer, how, best)
     return _export(request, how, objective, best, data, vocabulary, time.monotonic() - started, trainer)
 
@@ -246,24 +251,46 @@ class TrainingData:
         held = [e for i, e in enumerate(measured) if i in chosen]
         return other + [e for i, e in enumerate(measured) if i not in chosen], held
 
+    def plain(self) -> dict[str, Any]:
+        """The rows and timings as plain tensors, numbers and lists (what DIR/resume/data.pt stores)."""
+        return {"generated": [e.plain() for e in self.generated], "corpus": [e.plain() for e in self.corpus],
+                "generated_s": self.generated_s, "corpus_s": self.corpus_s}
+
+    @classmethod
+    def from_plain(cls, state: dict[str, Any], vocab: int, width: int, path: Path) -> TrainingData:
+        """`plain()`'s table read back from `path`, every row checked against the target (`Example.from_plain`)."""
+        try:
+            rows = {part: [Example.from_plain(row, vocab, width) for row in state[part]]
+                    for part in ("generated", "corpus")}
+            return cls(rows["generated"], rows["corpus"], float(state["generated_s"]), float(state["corpus_s"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise resume.invalid(path, f"is not rows of this target ({err})") from None
+
     def report(self) -> dict[str, Any]:
         return {"generated_sequences": len(self.generated), "generated_tokens": generate.token_count(self.generated),
                 "generated_s": round(self.generated_s, 1), "corpus_windows": len(self.corpus),
                 "corpus_tokens": generate.token_count(self.corpus), "corpus_s": round(self.corpus_s, 1)}
 
 
+def _restore(trainer: Trainer, state: dict[str, Any], path: Path) -> None:
+    try:
+        trainer.restore(state)
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
+        raise resume.invalid(path, f"is not a checkpoint of this drafter ({type(err).__name__}: "
+                                   f"{str(err).splitlines()[0] if str(err) else ''})") from None
+
+
 def training_data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ...], work: Path,
-                  deadline: float) -> TrainingData:
-    """The rows to train on: from DIR/resume/data.pt when the same request made them, else made now, by `deadline`
-    (a `time.monotonic()` instant): the corpus first, for `corpus_share` of the time left, then the target's own
-    text for the rest. A checkpoint trained on other rows is dropped."""
-    key = _data_key(request, taps)
+                  deadline: float, key: str | None = None) -> TrainingData:
+    """The rows to train on: from DIR/resume/data.pt when this request's inputs made them (`key`), else made now,
+    by `deadline` (a `time.monotonic()` instant): the corpus first, for `corpus_share` of the time left, then the
+    target's own text for the rest. A checkpoint trained on other rows is dropped."""
+    key = key or _data_key(request, taps)
     cached = work / "data.pt"
-    if cached.exists():
-        saved = torch.load(cached, weights_only=False)
-        if saved["key"] == key:
-            return saved["data"]
-    (work / "checkpoint.pt").unlink(missing_ok=True)  # trained on other rows: it cannot resume on these
+    saved = resume.load(cached, key)
+    if saved is not None:
+        return TrainingData.from_plain(saved, vocab_size(target), len(taps) * _width(target), cached)
+    resume.discard(work / "checkpoint.pt")  # trained on other rows: it cannot resume on these
     began = time.monotonic()
     tokenizer = Tokenizer.from_gguf(target)
     corpus: list[Example] = []
@@ -276,14 +303,30 @@ def training_data(request: DistillRequest, target: GGUFFile, taps: tuple[int, ..
     generated: list[Example] = []
     prompts = prompt_sets.load_prompts(request.prompts)[: request.max_prompts]
     if prompts and time.monotonic() < deadline:
-        longest = max(len(tokenizer.encode(p.text)) for p in prompts)
+        # a prompt longer than the target's context is cut to what the context holds beside the new tokens
+        longest = min(max(len(tokenizer.encode(p.text)) for p in prompts), _prompt_room(request, target))
         trunk = _trunk(target, longest + request.max_new_tokens, slots=request.slots)
         generated = generate.self_generated(trunk, tokenizer, prompts, taps, request.max_new_tokens, deadline,
                                             request.progress)
     data = TrainingData(generated, corpus, time.monotonic() - read, read - began)
-    with atomic_path(cached) as temp:
-        torch.save({"key": key, "data": data}, temp)
+    resume.save(cached, key, data.plain())
     return data
+
+
+def _prompt_room(request: DistillRequest, target: GGUFFile) -> int:
+    context = _context(target)
+    if context - request.max_new_tokens < 2:
+        raise ValueError(f"--max-new-tokens {request.max_new_tokens} leaves no room for a prompt in the target's "
+                         f"context of {context} tokens")
+    return context - request.max_new_tokens
+
+
+def _context(target: GGUFFile) -> int:
+    return int(target.get(f"{target.architecture}.context_length", export.DEFAULT_CTX))
+
+
+def _width(target: GGUFFile) -> int:
+    return int(target.require(f"{target.architecture}.embedding_length"))
 
 
 def _trunk(target: GGUFFile, n_ctx: int, slots: int):
@@ -293,11 +336,20 @@ def _trunk(target: GGUFFile, n_ctx: int, slots: int):
 def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
     """What made the rows: the target, the taps, the prompts' and the corpus's own text, the lengths."""
     prompts = [(p.shape, p.text) for p in prompt_sets.load_prompts(request.prompts)[: request.max_prompts]]
-    corpus = hashlib.sha256(request.corpus.read_bytes()).hexdigest() if request.corpus is not None else None
-    inputs = {"target": str(request.target), "taps": taps, "prompts": prompts, "corpus": corpus,
+    corpus = (hashlib.sha256(prompt_sets.read_input(request.corpus, prompt_sets.MAX_CORPUS_BYTES).encode()).hexdigest()
+              if request.corpus is not None else None)
+    inputs = {"target": str(request.target), "target_sha256": request.target_sha256, "taps": taps, "prompts": prompts,
+              "corpus": corpus,
               "corpus_share": request.corpus_share if corpus else None, "rows": "generated+corpus",
               "max_new": request.max_new_tokens, "window": request.corpus_window,
               "size": request.target.stat().st_size}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _checkpoint_key(data_key: str, how: Recipe, settings: TrainSettings, vocabulary: torch.Tensor | None) -> str:
+    """What a checkpoint trained: these rows, this module's shape, these settings, this draft vocabulary."""
+    inputs = {"data": data_key, "recipe": type(how).__name__, "hparams": how.hparams, "settings": asdict(settings),
+              "vocabulary": None if vocabulary is None else vocabulary.tolist()}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -327,7 +379,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
     drafter = how.write(out / f"{name}.gguf", net, request.target, name,
                         None if vocabulary is None else vocabulary.tolist())
     target = GGUFFile(request.target)
-    context = int(target.get(f"{target.architecture}.context_length", export.DEFAULT_CTX))
+    context = _context(target)
     advice = recommend(best["curve"], min(context, export.DEFAULT_CTX), request.kind)
     manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
                                      drafter)

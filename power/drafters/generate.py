@@ -13,11 +13,10 @@ every position (-1 where it was not computed: prompt rows), and the tapped rows
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -25,9 +24,10 @@ from tqdm import tqdm
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks.base import FixedShapeTrunk, Part
 
-from .prompt_sets import Prompt
+from .prompt_sets import MAX_CORPUS_BYTES, Prompt, json_line, read_input
 
 NO_LABEL = -1
+FIELDS = ("tokens", "labels", "features")
 
 
 @dataclass
@@ -35,6 +35,26 @@ class Example:
     tokens: torch.Tensor  # [T] int64
     labels: torch.Tensor  # [T] int64: the target's greedy next token after position t, or NO_LABEL
     features: torch.Tensor  # [T, taps * d] bfloat16 (Gemma's residuals overflow float16)
+
+    def plain(self) -> dict[str, torch.Tensor]:
+        """The example as a table of tensors (what a resume file stores)."""
+        return {name: getattr(self, name) for name in FIELDS}
+
+    @classmethod
+    def from_plain(cls, row: Any, vocab: int, width: int) -> Example:
+        """An example from `plain()`'s table read back from a file: its shapes, types and token IDs checked against
+        the target's vocabulary and the taps' `width`, so that training cannot index past them."""
+        if not isinstance(row, dict) or not all(isinstance(row.get(name), torch.Tensor) for name in FIELDS):
+            raise ValueError(f"a row is not a table of {', '.join(FIELDS)} tensors")
+        tokens, labels, features = (row[name] for name in FIELDS)
+        if tokens.dtype != torch.int64 or labels.dtype != torch.int64 or tokens.dim() != 1 or labels.shape != tokens.shape:
+            raise ValueError("a row's tokens and labels are not two int64 vectors of one length")
+        if features.dtype != torch.bfloat16 or tuple(features.shape) != (len(tokens), width):
+            raise ValueError(f"a row's features are not bfloat16 [{len(tokens)}, {width}]")
+        if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab or int(labels.min()) < NO_LABEL
+                            or int(labels.max()) >= vocab):
+            raise ValueError(f"a row has a token ID outside the target's vocabulary of {vocab}")
+        return cls(tokens, labels, features)
 
 
 def self_generated(trunk: FixedShapeTrunk, tokenizer: Tokenizer, prompts: Sequence[Prompt], taps: Sequence[int],
@@ -113,12 +133,20 @@ def corpus_examples(trunk: FixedShapeTrunk, tokenizer: Tokenizer, texts: Iterabl
 
 
 def read_corpus(path: Path) -> list[str]:
-    """A corpus file: plain text split at blank lines, or JSON lines with a `text` (or `prompt`) field."""
-    text = Path(path).read_text(encoding="utf-8")
-    if text.lstrip().startswith("{"):
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return [str(r.get("text", r.get("prompt", ""))) for r in records]
-    return [part for part in text.split("\n\n") if part.strip()]
+    """A corpus file: plain text split at blank lines, or JSON lines with a `text` (or `prompt`) string; read with
+    the bounded reader (`prompt_sets.read_input`), a line that is not a record named by its number."""
+    text = read_input(path, MAX_CORPUS_BYTES)
+    if not text.lstrip().startswith("{"):
+        return [part for part in text.split("\n\n") if part.strip()]
+    texts = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            record = json_line(line, str(path), number)
+            value = record.get("text", record.get("prompt"))
+            if not isinstance(value, str):
+                raise ValueError(f"{path}:{number}: a JSON line needs a \"text\" (or \"prompt\") string")
+            texts.append(value)
+    return texts
 
 
 def token_count(examples: Sequence[Example]) -> int:

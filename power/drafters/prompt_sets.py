@@ -7,12 +7,16 @@ apart) and is what the benches and `power bench`'s natural-text shapes send.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
+
+from power.artifacts.documents import DocumentError, parse_json, read_text
 
 PROMPT_SETS = ("train", "heldout")
+MAX_PROMPTS_BYTES = 64 << 20
+MAX_CORPUS_BYTES = 256 << 20  # read whole and tokenised before generating: an operator's text, not a data set
 
 
 @dataclass(frozen=True)
@@ -22,18 +26,46 @@ class Prompt:
 
 
 def load_prompts(path: Path | None = None, which: str = "train") -> list[Prompt]:
-    """Prompts from a JSON-lines file (`{"shape": ..., "prompt": ...}` or plain lines), else the packaged set."""
+    """Prompts from a JSON-lines file (`{"shape": ..., "prompt": ...}` or plain lines), else the packaged set. The
+    file is read with the project's bounded reader (`read_input`); a line that is not a prompt is a ValueError
+    that names the file and the line."""
     if path is None:
         if which not in PROMPT_SETS:
             raise ValueError(f"no packaged prompt set {which!r}; choose {', '.join(PROMPT_SETS)}")
         text = resources.files(__package__).joinpath("prompts", f"{which}.jsonl").read_text(encoding="utf-8")
-    else:
-        text = Path(path).read_text(encoding="utf-8")
-    return [_prompt(line) for line in text.splitlines() if line.strip()]
+        return [_prompt(line, f"the {which} prompt set", number) for number, line in _lines(text)]
+    text = read_input(path, MAX_PROMPTS_BYTES)
+    return [_prompt(line, str(path), number) for number, line in _lines(text)]
 
 
-def _prompt(line: str) -> Prompt:
+def read_input(path: Path, limit: int) -> str:
+    """A text file an operator gives distill: a regular UTF-8 file of at most `limit` bytes (no FIFO, no device)."""
+    try:
+        return read_text(path, limit)
+    except DocumentError as err:
+        where = f":{err.line}:{err.col}" if err.line else ""
+        raise ValueError(f"{path}{where}: {err.message}") from None
+
+
+def json_line(line: str, source: str, number: int) -> dict[str, Any]:
+    """One JSON-lines record: an object, or a ValueError at `source:number`."""
+    try:
+        record = parse_json(line)
+    except DocumentError as err:
+        raise ValueError(f"{source}:{number}: {err.message}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{source}:{number}: a JSON line must be an object, not {type(record).__name__}")
+    return record
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    return [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _prompt(line: str, source: str, number: int) -> Prompt:
     if not line.lstrip().startswith("{"):
         return Prompt("text", line)
-    record = json.loads(line)
-    return Prompt(str(record.get("shape", "text")), str(record["prompt"]))
+    record = json_line(line, source, number)
+    if not isinstance(record.get("prompt"), str):
+        raise ValueError(f"{source}:{number}: a JSON line needs a \"prompt\" string")
+    return Prompt(str(record.get("shape", "text")), record["prompt"])

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 from tqdm import tqdm
 
-from power.artifacts.atomic import atomic_path
 from power.kernels.cpu.build import cpu_flags
 
 from .generate import Example
@@ -119,19 +117,17 @@ class Trainer:
                 "generator": self.generator.get_state(), "best": self.best, "trained_s": self.trained_s,
                 "settings": asdict(self.settings)}
 
-    def save(self, path: Path) -> None:
-        with atomic_path(path) as temp:
-            torch.save(self.state(), temp)
-
-    def load(self, path: Path) -> None:
-        state = torch.load(path, weights_only=False)
+    def restore(self, state: dict[str, Any]) -> None:
+        """Resume from `state()`'s table."""
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.best, self.trained_s = state["step"], state["best"], state["trained_s"]
         self.generator.set_state(state["generator"])
 
     # --- the loop -------------------------------------------------------------------
-    def run(self, deadline: float | None, checkpoint: Path | None, progress: bool = True) -> dict[str, Any]:
+    def run(self, deadline: float | None, checkpoint: Callable[[dict[str, Any]], None] | None,
+            progress: bool = True) -> dict[str, Any]:
+        """Train until `max_steps` or `deadline`; `checkpoint` is given `state()` after every evaluation."""
         s = self.settings
         bar = tqdm(total=s.max_steps, initial=self.step, desc="train", unit="step", disable=not progress)
         while self.step < s.max_steps and (deadline is None or time.monotonic() < deadline):
@@ -142,14 +138,14 @@ class Trainer:
             if self.step % s.eval_every == 0 or self.step == s.max_steps:
                 self._evaluate()
                 if checkpoint is not None:
-                    self.save(checkpoint)
+                    checkpoint(self.state())
             bar.update()
             bar.set_postfix(loss=f"{loss:.3f}", best=f"{max(self.best['score'], 0.0):.2f}")
         bar.close()
         if self.best["state"] is None or self.step % s.eval_every:
             self._evaluate()
             if checkpoint is not None:
-                self.save(checkpoint)
+                checkpoint(self.state())
         return self.best
 
     def _train_step(self) -> float:

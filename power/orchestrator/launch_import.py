@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 from power import modes
 from power.artifacts import contracts
-from power.artifacts.documents import DocumentError, parse_json
+from power.artifacts.documents import DocumentError, is_regular_file, parse_json
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
 from power.orchestrator import llama_flags
@@ -460,7 +460,7 @@ def _window_findings(spec: LaunchSpec) -> list[Finding]:
     if spec.draft_model is None or spec.ctx is None or spec.ctx < LARGE_CONTEXT:
         return []
     path = Path(spec.draft_model.text)
-    if not path.is_file():
+    if not is_regular_file(path):
         return _window_by_contract(spec)
     try:
         facts = inspect_artifact(path)

@@ -25,7 +25,15 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from power import codes, modes
-from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, Reason, decode_utf8, parse_toml, read_bytes
+from power.artifacts.documents import (
+    MAX_TOML_BYTES,
+    DocumentError,
+    Reason,
+    decode_utf8,
+    parse_json,
+    parse_toml,
+    read_bytes,
+)
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator import rules
 from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
@@ -194,7 +202,24 @@ def _parse(loaded: Loaded, text: str) -> dict[str, Any]:
     try:
         return parse_toml(text)
     except DocumentError as err:
-        raise _failed_document(loaded, err) from None
+        generated = _generated_json(text)
+        if generated is None:
+            raise _failed_document(loaded, err) from None
+        return generated
+
+
+def _generated_json(text: str) -> dict[str, Any] | None:
+    """A JSON document Power wrote (a plan, a fleet lock, evidence), recognised by its `schema` so that it is named
+    for what it is (PWR014), not reported as broken TOML; None for anything else."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = parse_json(text)
+    except DocumentError:
+        return None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    match = _SCHEMA_VALUE.match(schema) if isinstance(schema, str) else None
+    return data if match is not None and match["kind"] in GENERATED_KINDS else None
 
 
 def _failed_document(loaded: Loaded, err: DocumentError) -> _Unloadable:

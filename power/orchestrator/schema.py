@@ -354,6 +354,14 @@ class Deployment(_Strict):
         None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="the Kubernetes Secret (its key `api-key`) holding the API key clients must send; the render "
                     "mounts it into the engine, never reads it")
+    exactness: Literal["exact", "near-tie"] = Field(
+        "exact", description="what a rollout's gate accepts of greedy outputs: exact (identical to the incumbent's) | "
+                             "near-tie (they may differ where the target's own top two tokens are within "
+                             "near_tie_margin nats, read without speculation: a live engine's arithmetic)")
+    near_tie_margin: float = Field(0.1, gt=0, le=5, description="nats: the widest gap between the target's own "
+                                                                "log-probabilities of two tokens a near-tie may have")
+    concurrency: StrictInt = Field(1, ge=1, le=1024, description="the clients the deployment serves at once: a "
+                                   "rollout's gate judges the candidate at that many (`power bench --concurrency`)")
 
 
     @model_validator(mode="after")

@@ -25,18 +25,20 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from power import __version__, modes
+from power import __version__, modes, threads
 from power.artifacts.verify import TARGET, Artifact
 from power.documents.arithmetic import AUTO
 from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
+from power.kernels.cpu.cache import KernelError
 from power.runtime import heap
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
-from power.runtime.errors import ContextOverflow, RuntimeInputError
+from power.runtime.errors import ContextOverflow, RuntimeInputError, kernel_refusal
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
+from power.runtime.host_memory import require_room
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
@@ -56,7 +58,7 @@ class EngineOptions:
     changes a token: the arithmetic is the plan's)."""
 
     device: str = "auto"  # "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda", "cuda:N"
-    threads: int | None = None  # torch intra-op threads; None keeps torch's default
+    threads: int | None = None  # torch intra-op threads; None: this process's CPUs (power.threads.thread_budget)
     governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
 
 
@@ -146,28 +148,33 @@ class Ticket:
 class Engine:
     def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
-        if options.threads:
-            torch.set_num_threads(options.threads)
+        self.threads_why = _set_threads(options.threads)
         self.workload, self.options = workload, options
         runtime = workload.runtime
         self.slots = _slots(runtime)
         self.device = resolve_device(options.device)
-        # Each artifact is read once, hashed as read and checked against the plan; the engine runs those bytes.
+        if torch.device(self.device).type == "cpu":
+            require_room(workload.artifacts)  # before a byte of tensor data is read (PWR650, PWR520)
+        # Each artifact is hashed once, in full, against the plan; each tensor's bytes are checked against that read
+        # as they are copied into place, so the engine runs the bytes verified.
         gguf = GGUFFile.verified(workload.target)
         drafters = {a.role: GGUFFile.verified(a) for a in workload.artifacts[1:]}
         self.artifacts = {str(file.path): file.sha256 for file in (gguf, *drafters.values())}
-        self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
-                                                             runtime.verify_capacity).positions_per_slot,
-                                verify_capacity=runtime.verify_capacity,
-                                snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
-                                device=self.device, slots=self.slots)
+        try:
+            self.trunk = load_trunk(gguf, n_ctx=runtime_geometry(runtime.ctx, self.slots,
+                                                                 runtime.verify_capacity).positions_per_slot,
+                                    verify_capacity=runtime.verify_capacity,
+                                    snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
+                                    device=self.device, slots=self.slots)
+        except KernelError as error:  # the CPU kernels: a path, a build or the cache (docs/kernels.md)
+            raise kernel_refusal(error) from error
         if runtime.cuda_graphs and torch.device(self.device).type == "cuda":
             self.trunk.capture_graphs()  # refused (PWR607) where the trunk's forward cannot be captured
         self.tokenizer = Tokenizer.from_gguf(gguf)
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk, gguf, drafters)
         for file in (gguf, *drafters.values()):
-            file.release()  # everything is built: the weights are held once, in their own memory
+            file.release()  # everything is built: the file is closed, the header's long arrays dropped
         heap.trim()  # the load's temporaries, freed, go back to the system
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
@@ -202,11 +209,13 @@ class Engine:
     def free_slots(self) -> int:
         return self.decoder.free_slots
 
-    def encode(self, prompt: str, max_tokens: int, add_bos: bool | None = None) -> list[int]:
+    def encode(self, prompt: str, max_tokens: int, add_bos: bool | None = None,
+               deadline: float | None = None) -> list[int]:
         """The prompt's token IDs; ContextOverflow when it leaves no room for `max_tokens` in a slot's context
-        (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says."""
+        (said before tokenizing when its length in bytes alone proves it). `add_bos`: None as the model says;
+        `deadline`: the request's (`Tokenizer.encode`)."""
         try:
-            size = len(prompt.encode("utf-8"))
+            size = self.tokenizer.text_bytes(prompt)
         except UnicodeEncodeError as err:
             raise RuntimeInputError(f"the prompt is not valid Unicode: {err.reason} at character {err.start}",
                                     hint="send UTF-8 text (a lone surrogate such as \\ud800 is not text)") from None
@@ -214,7 +223,7 @@ class Engine:
             raise ContextOverflow(f"the prompt is {size} bytes: more tokens than the context of {self.n_ctx} positions "
                                   f"holds (a token covers at most {self.tokenizer.max_token_bytes} bytes)",
                                   hint="shorten the prompt")
-        prompt_ids = self.tokenizer.encode(prompt, add_bos)
+        prompt_ids = self.tokenizer.encode(prompt, add_bos, deadline)
         if not prompt_ids:
             raise RuntimeInputError("the prompt is empty: it has no tokens to continue from (this model adds no BOS "
                                     "token)", hint="send a prompt, or chat messages whose rendered text is not empty")
@@ -258,12 +267,7 @@ class Engine:
         self.decoder.step()
 
     def _room(self, prompt_ids: list[int], max_tokens: int) -> int:
-        room = self.n_ctx - len(prompt_ids) + 1  # the last emitted token needs no cache slot
-        if room < 1 + (max_tokens > 1):
-            per_slot = f" (the plan's {self.workload.runtime.ctx} split between {self.slots} slots)" if self.slots > 1 else ""
-            raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.n_ctx} positions"
-                                  f"{per_slot}", hint="shorten the prompt or plan a larger ctx")
-        return room
+        return context_room(len(prompt_ids), max_tokens, self.workload.runtime)
 
     def _ended(self, ticket: Ticket, decoding: Decoding) -> None:
         if decoding.error is not None:
@@ -303,13 +307,27 @@ class Engine:
                      "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": graphs is not None,
                      "cuda_graph_rows": graphs.captured if graphs is not None else [],
                      # older readers' names for the weights' arithmetic (receipt fields are never removed)
-                     "dtype": arithmetic, "lm_head_dtype": arithmetic, "threads": torch.get_num_threads(), "n_ctx": runtime.ctx, "slots": self.slots,
+                     "dtype": arithmetic, "lm_head_dtype": arithmetic, "threads": torch.get_num_threads(),
+                     # why that many (the affinity's CPUs, the cgroup quota, or --threads) and how idle
+                     # kernel threads wait (power.threads)
+                     "threads_why": self.threads_why, "wait_policy": threads.settle_wait_policy().describe(),
+                     "n_ctx": runtime.ctx, "slots": self.slots,
                      "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,
                      "prefill_chunk": self.trunk.options.prefill_chunk,
                      "architecture": self.trunk.config.architecture, "torch": torch.__version__},
             proposal_width=self.width.document(),
             prompt_reused=generation.reused,
         )
+
+
+def _set_threads(asked: int | None) -> str:
+    """Set torch's intra-op threads: `asked`, else what this process may run on; say why."""
+    if asked:
+        torch.set_num_threads(asked)
+        return f"--threads {asked}"
+    budget = threads.thread_budget()
+    torch.set_num_threads(budget.threads)
+    return budget.describe()
 
 
 @dataclass(frozen=True)
@@ -336,6 +354,19 @@ class ProposalWidth:
 
     def document(self) -> dict[str, object]:
         return {"planned": self.planned, "effective": self.effective, "limited_by": self.limited_by}
+
+
+def context_room(prompt_tokens: int, max_tokens: int, runtime: Runtime) -> int:
+    """The tokens a slot's context leaves a prompt of `prompt_tokens` under `runtime`; ContextOverflow when it leaves
+    none for `max_tokens` (asked by the engine per request, and by `power bench` of its traffic before loading)."""
+    slots = _slots(runtime)
+    n_ctx = runtime_geometry(runtime.ctx, slots, runtime.verify_capacity).positions_per_slot
+    room = n_ctx - prompt_tokens + 1  # the last emitted token needs no cache slot
+    if room < 1 + (max_tokens > 1):
+        per_slot = f" (the plan's {runtime.ctx} split between {slots} slots)" if slots > 1 else ""
+        raise ContextOverflow(f"the prompt is {prompt_tokens} tokens; the context is {n_ctx} positions{per_slot}",
+                              hint="shorten the prompt or plan a larger ctx")
+    return room
 
 
 def resolve_device(device: str) -> str:

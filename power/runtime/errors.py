@@ -8,7 +8,12 @@ runtime cannot load raise `power.artifacts.gguf_reader.ArtifactError` (PWR1xx).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from power.findings import PowerError
+
+if TYPE_CHECKING:  # not at run time: importing power.kernels loads torch, and the template sandbox's child
+    from power.kernels.cpu.cache import KernelError  # imports this module and starts against a budget
 
 
 class RuntimeInputError(PowerError):
@@ -21,3 +26,8 @@ class ContextOverflow(RuntimeInputError):
     """A request that does not fit the context the runtime was planned for."""
 
     code = "PWR602"
+
+
+def kernel_refusal(error: KernelError) -> RuntimeInputError:
+    """A kernel cache, build or instruction-path failure (power.kernels.cpu) as the finding it carries."""
+    return RuntimeInputError(error.message, code=error.code, file=error.file, hint=error.hint)

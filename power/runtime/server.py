@@ -50,6 +50,8 @@ from power.runtime.errors import ContextOverflow
 from power.runtime.sampling import SamplingParams
 from power.runtime.template_sandbox import TemplateSandbox
 
+ClientText = Callable[[str], str]  # a client's text as the model reads it (`Tokenizer.as_text`)
+
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP_STRINGS = 4
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -103,9 +105,10 @@ class _RequireKey:
     The key is compared in constant time (`hmac.compare_digest`), so its bytes cannot be guessed from how long a
     refusal takes."""
 
-    def __init__(self, app: Any, access: Access) -> None:
+    def __init__(self, app: Any, access: Access, refused: Counter) -> None:
         assert access.api_key is not None, "only installed with a key"
         self.app, self.key, self.open = app, b"Bearer " + access.api_key.encode("utf-8"), access.open_paths()
+        self.refused = refused
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in self.open:
@@ -115,6 +118,7 @@ class _RequireKey:
                            "You didn't provide an API key: send it as 'Authorization: Bearer KEY'")
                 response = _error(401, message, "invalid_request_error", code="invalid_api_key",
                                   headers={"WWW-Authenticate": "Bearer"})
+                self.refused.labels("wrong" if given else "missing").inc()
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -166,19 +170,23 @@ def http_protocol(limits: ServerLimits) -> type[H11Protocol]:
 # --- request bodies ----------------------------------------------------------------------------------------------
 
 
-def parse_completion(body: bytes, max_tokens_limit: int) -> CompletionRequest:
-    """Validate a /v1/completions body; unknown fields (model, user, ...) are ignored as OpenAI clients send them."""
+def parse_completion(body: bytes, max_tokens_limit: int, as_text: ClientText) -> CompletionRequest:
+    """Validate a /v1/completions body; unknown fields (model, user, ...) are ignored as OpenAI clients send them.
+    The prompt is the client's text: `as_text` (`Tokenizer.as_text`) keeps its control-token texts text."""
     data = _json_object(body, "a \"prompt\" string")
     prompt = data.get("prompt")
     if not isinstance(prompt, str) or not prompt:
         raise BadRequest("\"prompt\" must be a non-empty string", "prompt")
-    return CompletionRequest(prompt=_text(prompt, "prompt"), **_sampling_fields(data, "max_tokens", max_tokens_limit))
+    return CompletionRequest(prompt=_text(prompt, "prompt", as_text),
+                             **_sampling_fields(data, "max_tokens", max_tokens_limit))
 
 
 def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None,
-               template_problem: str | None, max_chars: int, budget_s: float | None = None) -> CompletionRequest:
+               template_problem: str | None, max_chars: int, as_text: ClientText,
+               budget_s: float | None = None) -> CompletionRequest:
     """Validate a /v1/chat/completions body and render its messages through the model's chat template (in its
-    sandbox: at most `max_chars` characters, within `budget_s` seconds)."""
+    sandbox: at most `max_chars` characters, within `budget_s` seconds). Each message's content is the client's
+    text (`as_text`): only the template's own markers become control tokens."""
     data = _json_object(body, "a \"messages\" list")
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -188,7 +196,7 @@ def parse_chat(body: bytes, max_tokens_limit: int, template: ChatTemplate | None
     if template is None:
         raise BadRequest(template_problem or "this server has no chat template", "messages", "no_chat_template")
     try:
-        prompt = template.render([_message(m, i) for i, m in enumerate(messages)], max_chars, budget_s)
+        prompt = template.render([_message(m, i, as_text) for i, m in enumerate(messages)], max_chars, budget_s)
     except PowerError as err:
         raise BadRequest(err.finding.message, "messages") from None
     add_bos = False if template.bos_token and prompt.startswith(template.bos_token) else None
@@ -215,6 +223,8 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "top_p": (1,), "presence_penalty": (0,), "frequency_penalty": (0,), "logprobs": (False, 0), "top_logprobs": (0,),
     "logit_bias": ({},), "best_of": (1,), "echo": (False,), "suffix": ("",), "n": (1,), "tools": ([],),
     "response_format": ({"type": "text"},),
+    # llama.cpp's and vLLM's own sampling fields: a client that sends them means them
+    "top_k": (0, -1), "min_p": (0,), "ignore_eos": (False,),
 }
 
 
@@ -246,7 +256,7 @@ def _sampling_fields(data: dict[str, Any], max_tokens_key: str, max_tokens_limit
     }
 
 
-def _message(message: Any, index: int) -> dict[str, str]:
+def _message(message: Any, index: int, as_text: ClientText) -> dict[str, str]:
     """One chat message as the template reads it: {"role", "content"} with the content as plain text."""
     where = f"messages[{index}]"
     if not isinstance(message, dict):
@@ -262,16 +272,20 @@ def _message(message: Any, index: int) -> dict[str, str]:
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise BadRequest(f"\"{where}.content\" must be a string or a list of text parts", f"{where}.content")
-    return {"role": role, "content": _text(content, f"{where}.content")}
+    return {"role": role, "content": _text(content, f"{where}.content", as_text)}
 
 
-def _text(value: str, name: str) -> str:
-    """`value` if it is Unicode text (JSON lets a lone surrogate such as \\ud800 through; UTF-8 cannot carry one)."""
+def _text(value: str, name: str, as_text: ClientText | None = None) -> str:
+    """`value` if it is Unicode text (JSON lets a lone surrogate such as \\ud800 through; UTF-8 cannot carry one),
+    through `as_text` when the model reads it (a client's text never becomes control tokens)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:
         raise BadRequest(f"\"{name}\" is not valid Unicode: a lone surrogate at character {err.start}", name) from None
-    return value
+    try:
+        return as_text(value) if as_text is not None else value
+    except ValueError as err:
+        raise BadRequest(f"\"{name}\" cannot be read as text: {err}", name) from None
 
 
 def _integer(data: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
@@ -342,6 +356,8 @@ class Metrics:
         self.prompt_tokens = Counter("power_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
         self.reused_tokens = Counter("power_prompt_reused_tokens", "Prompt tokens taken from a slot's cache.", registry=r)
         self.requests = Counter("power_requests", "Completion requests by outcome.", ["status"], registry=r)
+        self.unauthorized = Counter("power_unauthorized_requests", "Requests refused with 401, by the key they sent "
+                                    "(missing or wrong).", ["key"], registry=r)
         self.decode_tok_s = Histogram("power_decode_tokens_per_second", "Per-request decode rate (tokens after the first).",
                                       buckets=DECODE_TOK_S_BUCKETS, registry=r)
         self.ttft = Histogram("power_time_to_first_token_seconds", "Arrival to the first streamed text, queue wait included.",
@@ -634,7 +650,7 @@ def create_app(load_engine: Callable[[], Engine], model: str, plan_digest: str |
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: not_found, Exception: internal_error})
     if access.api_key is not None:
-        app.add_middleware(_RequireKey, access=access)
+        app.add_middleware(_RequireKey, access=access, refused=state.metrics.unauthorized)
     return app
 
 
@@ -729,10 +745,10 @@ def _prepare(engine: Engine, state: ServerState, body: bytes, chat: bool,
         # A prompt longer than this cannot fit the context whatever it tokenizes to (`Engine.encode`).
         max_chars = engine.n_ctx * engine.tokenizer.max_token_bytes
         parsed = parse_chat(body, engine.n_ctx, state.template, state.template_problem, max_chars,
-                            max(0.0, deadline - time.perf_counter()))
+                            engine.tokenizer.as_text, max(0.0, deadline - time.perf_counter()))
     else:
-        parsed = parse_completion(body, engine.n_ctx)
-    return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos)
+        parsed = parse_completion(body, engine.n_ctx, engine.tokenizer.as_text)
+    return parsed, engine.encode(parsed.prompt, parsed.max_tokens, parsed.add_bos, deadline)
 
 
 async def _disconnected(request: Request) -> None:
@@ -887,7 +903,7 @@ def _extras(outcome: Outcome) -> dict[str, Any]:
                   "total_tokens": receipt.prompt_tokens + len(receipt.token_ids),
                   "prompt_tokens_details": {"cached_tokens": receipt.prompt_reused}},
         "timings": timings(receipt),
-        "receipt": receipt.document(),
+        "receipt": receipt.published().document(),
     }
 
 

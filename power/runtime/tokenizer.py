@@ -10,7 +10,9 @@ Two header models, as llama.cpp reads them:
   `tokenizer.ggml.pre`, run by the `tokenizers` library.
 
 Control tokens (type 3) and user-defined tokens (type 4) are matched verbatim in
-the text before the model runs, as llama.cpp does with special-token parsing on.
+the text before the model runs, as llama.cpp does with special-token parsing on,
+in time linear in the text (`power.runtime.verbatim`); a client's text goes
+through `Tokenizer.as_text` first, so that its control-token texts stay text.
 Decoding goes through each token's bytes, so a stream can be decoded
 incrementally without splitting a UTF-8 character.
 
@@ -25,17 +27,18 @@ import codecs
 from array import array
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
-from tokenizers import AddedToken, Regex, pre_tokenizers
+from tokenizers import Regex, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.models import BPE
 
-from power.artifacts.gguf_reader import ArtifactError
+from power.artifacts.gguf_reader import ArtifactError, GGUFHeader
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.pieces import Pieces
-from power.runtime.spm import SPM_SPACE, SentencePiece, Verbatim
+from power.runtime.spm import SPM_SPACE, SentencePiece, within
+from power.runtime.verbatim import DEFUSED, Verbatim
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6  # tokenizer.ggml.token_type values
 
@@ -73,7 +76,7 @@ class Vocabulary:
     add_bos: bool
 
     @classmethod
-    def from_gguf(cls, gguf: GGUFFile) -> Vocabulary:
+    def from_gguf(cls, gguf: GGUFFile | GGUFHeader) -> Vocabulary:
         tokens = gguf.get("tokenizer.ggml.tokens")
         if not tokens:
             raise ArtifactError("the header carries no tokenizer (tokenizer.ggml.tokens is missing)", code="PWR121",
@@ -92,9 +95,10 @@ class Vocabulary:
             add_bos=bool(gguf.get("tokenizer.ggml.add_bos_token", model == "llama")),
         )
 
-    def verbatim(self) -> list[tuple[str, int]]:
-        """The control and user-defined pieces (matched verbatim in raw text) with their ids."""
-        return [(self.tokens[i], i) for i, kind in enumerate(self.types) if kind in (CONTROL, USER_DEFINED)]
+    def verbatim(self) -> Verbatim:
+        """The control and user-defined pieces, matched verbatim in raw text."""
+        return Verbatim((self.tokens[i], i, kind == CONTROL) for i, kind in enumerate(self.types)
+                        if kind in (CONTROL, USER_DEFINED))
 
 
 def _per_token(value: Any, default: int | float, count: int) -> np.ndarray:
@@ -112,7 +116,7 @@ class Tokenizer:
         """`merges`: the header's (a byte-level BPE's); read while building, not kept."""
         self.vocab = vocab
         if vocab.model == "llama":
-            self._encode = SentencePiece(vocab.tokens, vocab.scores, Verbatim(vocab.verbatim())).encode
+            self._plain: Callable[[str, float | None], list[int]] = SentencePiece(vocab.tokens, vocab.scores).encode
             self._piece_bytes = _spm_token_bytes
         elif vocab.model == "gpt2":
             if vocab.pre not in PRE_TOKENIZER_SPLITS:
@@ -120,15 +124,17 @@ class Tokenizer:
                                     f"(known: {', '.join(PRE_TOKENIZER_SPLITS)})", code="PWR120", file=source,
                                     hint="render the plan for llama-server instead")
             hf = _byte_level_bpe(vocab, merges)
-            self._encode = lambda text: hf.encode(text, add_special_tokens=False).ids
+            self._plain = lambda fragment, _deadline: hf.encode(fragment, add_special_tokens=False).ids
             self._piece_bytes = _byte_level_token_bytes
         else:
             raise ArtifactError(f"tokenizer.ggml.model = {vocab.model!r} is not supported "
                                 "(llama = SentencePiece BPE, gpt2 = byte-level BPE)", code="PWR120", file=source,
                                 hint="render the plan for llama-server instead")
+        self._verbatim = vocab.verbatim()
 
     @classmethod
-    def from_gguf(cls, gguf: GGUFFile) -> Tokenizer:
+    def from_gguf(cls, gguf: GGUFFile | GGUFHeader) -> Tokenizer:
+        """From an opened model, or from its header alone (what `power bench` counts prompt tokens with)."""
         return cls(Vocabulary.from_gguf(gguf), str(gguf.path), gguf.get("tokenizer.ggml.merges") or ())
 
     @property
@@ -147,11 +153,27 @@ class Tokenizer:
             ids.add(self.vocab.eos_id)
         return frozenset(ids)
 
-    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
-        ids = self._encode(text)
+    def encode(self, text: str, add_bos: bool | None = None, deadline: float | None = None) -> list[int]:
+        """`text`'s ids: its verbatim pieces, and the text between them by the vocabulary's model. With `deadline`
+        (a `time.perf_counter()` instant), TimeoutError once it has passed: a request's tokenizing ends with the
+        request (the byte-level model's fragments are the `tokenizers` library's, checked between them)."""
+        ids: list[int] = []
+        for fragment, token in self._verbatim.split(text):
+            within(deadline)
+            ids += [token] if token is not None else self._plain(fragment, deadline)
         if (self.vocab.add_bos if add_bos is None else add_bos) and self.vocab.bos_id is not None:
             ids = [self.vocab.bos_id, *ids]
         return ids
+
+    def as_text(self, text: str) -> str:
+        """A client's text, marked so that `encode` reads it as text: none of its characters become a control token
+        (ValueError, saying where, for the one character a client may not send: `power.runtime.verbatim`)."""
+        return self._verbatim.as_text(text)
+
+    @staticmethod
+    def text_bytes(text: str) -> int:
+        """The UTF-8 bytes of `text` that `encode` tokenises (not counting `as_text`'s marks)."""
+        return len(text.encode("utf-8")) - len(DEFUSED.encode("utf-8")) * text.count(DEFUSED)
 
     @cached_property
     def max_token_bytes(self) -> int:
@@ -196,10 +218,7 @@ def _byte_level_bpe(vocab: Vocabulary, merges: Sequence[str]) -> HFTokenizer:
         pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLITS[vocab.pre]), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
-    # control and user-defined tokens match verbatim in the raw text, before normalisation
-    tokenizer.add_tokens([AddedToken(text, special=(vocab.types[i] == CONTROL), normalized=False)
-                          for text, i in vocab.verbatim()])
-    return tokenizer
+    return tokenizer  # it sees only the text between verbatim pieces (`Tokenizer.encode`)
 
 
 def _spm_token_bytes(piece: str, kind: int) -> bytes:

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import click
 
-from power.app.cli import EXIT_FINDINGS, EXIT_USAGE, print_findings
-from power.findings import has_errors
+from power.app.cli import EXIT_FINDINGS, EXIT_USAGE, print_findings, refuse
+from power.app.outputs import owned_folder
+from power.artifacts.atomic import write_text_atomic
+from power.findings import PowerError, has_errors
+from power.orchestrator.schema import Manifest
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, None: 60}
+DISTILL_MARKER = ".power-distill"  # in a folder distill wrote: a rerun may write over it (and resume from it)
 
 
 def parse_budget(text: str) -> float:
@@ -20,6 +24,19 @@ def parse_budget(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise click.BadParameter(f"{text!r} is not a duration: write 20m, 90s or 1.5h")
     return float(match.group(1)) * SECONDS[match.group(2)]
+
+
+def verified_inputs(manifest: Manifest, folder: Path) -> str:
+    """The target's sha256, after the target and every drafter file the manifest names are checked against their
+    pinned size and sha256 in full (ArtifactError PWR110, PWR115): distill trains on, and pins in the manifest it
+    writes, only the file the manifest pinned."""
+    from power.artifacts.verify import TARGET, Artifact, verified_sha256
+
+    target = manifest.target
+    for drafter in manifest.drafters:
+        if drafter.path is not None:
+            verified_sha256(Artifact(drafter.kind, folder / drafter.path, drafter.sha256, drafter.size))
+    return verified_sha256(Artifact(TARGET, folder / target.path, target.sha256, target.size))
 
 
 @click.group("drafter")
@@ -65,8 +82,10 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     """Distil a drafter from the target's own greedy text (and an optional corpus) on this machine.
 
     A rerun with the same DIR resumes: the generated rows and the training
-    checkpoint are kept in DIR/resume/. Exit codes: 0 ok, 1 the manifest has
-    errors, 2 usage error.
+    checkpoint are kept in DIR/resume/. DIR must be new, empty, or one an
+    earlier distill wrote; the target and any drafter file the manifest names
+    must match their pinned sha256. Exit codes: 0 ok, 1 the manifest has
+    errors, 2 usage error (or an input that is not what the manifest pinned).
     """
     from power.orchestrator.loading import load_manifest
 
@@ -74,6 +93,11 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     if not loaded.ok:
         print_findings(loaded.findings, as_json=False)
         raise SystemExit(EXIT_FINDINGS if has_errors(loaded.findings) else EXIT_USAGE)
+    try:
+        owned_folder(out, DISTILL_MARKER, "distill")
+        target_sha256 = verified_inputs(loaded.model, manifest.parent)
+    except PowerError as err:
+        refuse(err, at=manifest)
     import torch
 
     from power.drafters.distill import DistillRequest
@@ -81,8 +105,8 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
 
     if threads:
         torch.set_num_threads(threads)
-    target = loaded.model.target
-    request = DistillRequest(target=(manifest.parent / target.path),
+    write_text_atomic(out / DISTILL_MARKER, "written by power drafter distill: a rerun may write over this folder\n")
+    request = DistillRequest(target=(manifest.parent / loaded.model.target.path), target_sha256=target_sha256,
                              kind=kind, out=out, fr=fr, budget_s=parse_budget(budget), seed=seed, prompts=prompts,
                              corpus=corpus, corpus_share=corpus_share, max_prompts=max_prompts,
                              max_new_tokens=max_new_tokens, slots=slots, max_steps=steps, chain_levels=chain_levels, precision=precision, progress=not quiet)

@@ -31,6 +31,7 @@ from power.app.outputs import require_outputs
 from power.artifacts import gguf_reader
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.digests import sha256_file
+from power.artifacts.documents import is_regular_file
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
@@ -112,14 +113,14 @@ def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | No
 def _missing_files(spec: LaunchSpec) -> list[Finding]:
     """Writing a manifest needs the model files on this machine: each one that is not here is a finding at its flag."""
     return [_at(token, f"{token.text} is not a file on this machine, so its size and sha256 cannot be recorded")
-            for token in (spec.model, spec.draft_model) if token is not None and not Path(token.text).is_file()]
+            for token in (spec.model, spec.draft_model) if token is not None and not is_regular_file(token.text)]
 
 
 def _not_gguf(spec: LaunchSpec) -> list[Finding]:
     """A model file that is here but is no GGUF (`-m /etc/passwd`): its reader's finding, at the flag that names it."""
     findings = []
     for token in (spec.model, spec.draft_model):
-        if token is None or not Path(token.text).is_file():
+        if token is None or not is_regular_file(token.text):
             continue
         try:
             gguf_reader.read_header(token.text)

@@ -12,7 +12,7 @@ from power.app.cli import EXIT_FINDINGS, print_findings, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
-from power.artifacts.verify import present
+from power.artifacts.verify import cached_sha256
 from power.documents.plan import ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import PowerError, has_errors
 from power.orchestrator.engines import ENGINES
@@ -69,9 +69,10 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
     """Render launch artifacts (llama-server and its LLAMA_ARG_* env file, vLLM, Power, env, systemd, Kubernetes)
     from a plan (JSON or TOML).
 
-    Every artifact the plan names must be there at its planned size: one missing (PWR110) or of
-    another size (PWR115) renders nothing (exit 2). The bytes are `power verify`'s to hash, the
-    gate to run before the rendered engine starts.
+    Every artifact the plan names must be there with its planned size and sha256 (from the
+    digest cache when the file is unchanged since it was hashed): one missing (PWR110) or
+    another file (PWR115) renders nothing (exit 2). `power verify`, which hashes every byte, is
+    the gate to run before the rendered engine starts.
     """
     if (address is None) != (port is None):
         raise click.UsageError("--address and --port go together: give both, or neither for the engine's default")
@@ -86,7 +87,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
     try:
         plan = located(load_plan(plan_path), plan_path, root)
         for artifact in planned_artifacts(plan):
-            present(artifact)
+            cached_sha256(artifact)
         if target == KUBERNETES:
             volume = _model_volume(plan, models_host_path, models_claim, models_empty_dir, models_pull,
                                    models_token_secret, models_local)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 import sys
 from pathlib import Path
 
@@ -51,8 +53,14 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     from power.documents.plan import load_plan
 
     try:
+        api_key_file = api_key_path(api_key_file)
+    except PowerError as err:
+        refuse(err)
+    try:
         resolved = load_plan(plan)
         # Usage errors first: before the runtime's stack (torch) is imported or any artifact is read.
+        template = _template_file(chat_template_file)
+        api_key = read_api_key(api_key_file) if api_key_file else None
         listening = listen(host, port)
     except PowerError as err:
         refuse(err, at=plan)
@@ -64,8 +72,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
-        template = _template_file(chat_template_file)
-        access = Access(read_api_key(api_key_file) if api_key_file else None, public_metrics)
+        access = Access(api_key, public_metrics)
     except PowerError as err:
         refuse(err, at=plan)
     options = EngineOptions(device=device, threads=threads)
@@ -110,19 +117,41 @@ class ApiKeyError(PowerError):
     code = "PWR606"
 
 
+def api_key_path(option: Path | None) -> Path | None:
+    """The key file to read: `--api-key-file`, else $POWER_API_KEY_FILE. Click treats a variable set to nothing as
+    unset; here that is a refusal, since serving without a key is not what whoever set it asked for."""
+    if option is None and os.environ.get(API_KEY_FILE_ENV) == "":
+        raise ApiKeyError(f"${API_KEY_FILE_ENV} is set but empty: it names no key file, and the server would answer "
+                          "anyone", where=f"${API_KEY_FILE_ENV}",
+                          hint=f"set ${API_KEY_FILE_ENV} to the key file's path, or unset it to serve without a key")
+    return option
+
+
 def read_api_key(path: Path) -> str:
-    """The key in `path` (a regular UTF-8 file, at most 4 KiB, surrounding whitespace ignored); never empty."""
+    """The key in `path` (a regular UTF-8 file, at most 4 KiB, surrounding whitespace ignored): printable ASCII,
+    never empty. A file other users can read is served with a warning."""
     from power.artifacts.documents import DocumentError, read_text
 
     try:
         key = read_text(path, MAX_API_KEY_BYTES).strip()
     except DocumentError as err:
-        raise ApiKeyError(f"the API key file cannot be used: it {err.message.removeprefix('cannot read: ')}",
-                          file=str(path), hint="give a file holding the key on one line (e.g. a mounted Secret)") from None
-    if not key or any(ord(c) < 0x21 or ord(c) == 0x7F for c in key):
-        raise ApiKeyError("the API key file holds no key, or a key with spaces or control characters", file=str(path),
-                          hint="write one key of printable characters, e.g. `openssl rand -hex 32 > FILE`")
+        raise ApiKeyError(f"the API key file {_why(err.message)}", file=str(path),
+                          hint="give a file holding the key on one line (e.g. a mounted Secret)") from None
+    # HTTP header values are ASCII: a client could never send a key with other characters.
+    if not key or any(not 0x21 <= ord(c) <= 0x7E for c in key):
+        raise ApiKeyError("the API key file holds no key, or a key with spaces, control or non-ASCII characters",
+                          file=str(path), hint="write one key of printable ASCII characters, e.g. "
+                                               "`openssl rand -hex 32 > FILE`")
+    mode = os.stat(path).st_mode
+    if mode & stat.S_IROTH:
+        click.echo(f"warning: {path} (the API key) is readable by every user of this machine (mode "
+                   f"{stat.S_IMODE(mode):04o}): chmod o-r {path}", err=True)
     return key
+
+
+def _why(message: str) -> str:
+    """A reader's message as the rest of a sentence about the key file."""
+    return message if message.startswith(("is ", "grew ")) else f"cannot be used: {message.removeprefix('cannot read: ')}"
 
 
 # uvicorn's own default backlog.

@@ -1,18 +1,17 @@
 """The instruction paths of the CPU kernels: which this CPU has, and one compiled extension per path.
 
 Each path is a build of `csrc/qmatmul.cpp` (the products) and `csrc/rowops.cpp` (norm, rope, attention)
-with its own `-m` flags, compiled on first use with `torch.utils.cpp_extension.load` into the user cache
-directory (platformdirs), keyed by a hash of the sources, the flags and the torch version, under a file
-lock (`fcntl.flock`, released by the kernel if a build dies) so that two processes never build the same
-extension at once. The amx path also needs Linux's leave to use AMX tile data, asked for (once per process)
-when the paths are listed.
+with its own `-m` flags, compiled with `torch.utils.cpp_extension.load` into the kernel cache
+(`power.kernels.cpu.cache`: built atomically under a lock, loaded only after its digest, owner and mode are
+checked), keyed by a hash of the sources, the flags and the torch version. `power kernels build` (and
+`scripts/bootstrap`) builds ahead of time; a first use that finds no build compiles it then, saying so. The
+amx path also needs Linux's leave to use AMX tile data, asked for (once per process) when the paths are listed.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import functools
 import hashlib
 import os
@@ -21,8 +20,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import platformdirs
 import torch
+
+from power.kernels.cpu import cache
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ("qmatmul.cpp", "rowops.cpp", "simd.h", "amx.h")
@@ -57,8 +57,10 @@ PATH_NAMES = tuple(path.name for path in PATHS)
 COMMON_CFLAGS = ("-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
 
 
-class CPUPathError(RuntimeError):
+class CPUPathError(cache.KernelError):
     """A requested instruction path that this CPU cannot run, or an unknown path name."""
+
+    code = "PWR624"
 
 
 @functools.cache
@@ -140,43 +142,54 @@ def _path(name: str) -> Path_:
     return next(path for path in PATHS if path.name == name)
 
 
-def cache_dir() -> Path:
-    return Path(platformdirs.user_cache_dir("power")) / "cpu-kernels"
-
-
 def build_key(name: str) -> str:
-    """A hash of the sources, the path's flags and the torch version: a new key builds afresh."""
+    """A hash of the sources, the path's flags, the torch version and the cache's record schema: a new key builds
+    afresh."""
     digest = hashlib.sha256()
     for source in SOURCES:
         digest.update((CSRC / source).read_bytes())
     digest.update(" ".join(COMMON_CFLAGS + _path(name).cflags).encode())
     digest.update(torch.__version__.encode())
+    digest.update(cache.RECORD_SCHEMA.encode())
     return digest.hexdigest()[:16]
+
+
+def namespace_of(name: str) -> str:
+    return f"power_cpu_{name}"
+
+
+def build(name: str, *, force: bool = False) -> None:
+    """Compile path `name` into the kernel cache unless it is there (`force`: again, replacing it)."""
+    key, namespace = build_key(name), namespace_of(name)
+    cache.build(name, key, namespace, lambda folder: _compile(name, key, namespace, folder), force=force)
 
 
 @functools.cache
 def extension(name: str) -> Any:
-    """The ops of path `name`, `torch.ops.power_cpu_<name>` (built on first use; the caller checked the CPU)."""
-    key = build_key(name)
-    directory = cache_dir() / f"{name}-{key}"
-    directory.mkdir(parents=True, exist_ok=True)
-    namespace = f"power_cpu_{name}"
-    from torch.utils import cpp_extension
-
-    with open(directory / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            cpp_extension.load(name=f"{namespace}_{key}", sources=[str(CSRC / source) for source in COMPILED],
-                               extra_cflags=[*COMMON_CFLAGS, *_path(name).cflags, f"-DPOWER_OPS={namespace}"],
-                               extra_ldflags=["-fopenmp"], build_directory=str(directory), is_python_module=False,
-                               verbose=False)
-        except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
-            raise CPUPathError(f"building the {name} CPU kernels in {directory} failed: {error}; they need a C++20 "
-                               f"compiler with OpenMP (g++ or clang++) and ninja on the PATH") from error
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    """The ops of path `name`, `torch.ops.power_cpu_<name>`: loaded from the kernel cache once checked
+    (`power.kernels.cpu.cache`), built first when the cache lacks them (the caller checked the CPU)."""
+    key, namespace = build_key(name), namespace_of(name)
+    cache.ensure_root()
+    if cache.built(name, key) is None:
+        build(name)
+    cache.load(name, key, namespace, torch.ops.load_library)
     _register_shapes(namespace)
     return getattr(torch.ops, namespace)
+
+
+def _compile(name: str, key: str, namespace: str, folder: Path) -> None:
+    from torch.utils import cpp_extension
+
+    try:
+        cpp_extension.load(name=f"{namespace}_{key}", sources=[str(CSRC / source) for source in COMPILED],
+                           extra_cflags=[*COMMON_CFLAGS, *_path(name).cflags, f"-DPOWER_OPS={namespace}"],
+                           extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False,
+                           verbose=False)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
+        raise cache.KernelBuildError(
+            f"building the {name} CPU kernels failed: {error}",
+            hint="they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH; or run "
+                 "`power kernels build` where they are and copy the kernel cache (docs/kernels.md)") from error
 
 
 def _register_shapes(namespace: str) -> None:

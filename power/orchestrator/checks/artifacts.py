@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from power.artifacts.documents import lookup_problem
 from power.artifacts.facts import ArtifactError, ArtifactFacts
 from power.artifacts.ggml_types import FILE_TYPES
 from power.artifacts.header_values import NO_TENSORS, NO_TENSORS_HINT
@@ -42,9 +43,10 @@ def check_artifact(manifest: Loaded, where: str, declared, source: ArtifactSourc
                    with_digest: bool = True) -> tuple[Checked | None, list[Finding]]:
     """Inspect the file `declared.path` names and compare it with what `manifest` declares at `where`."""
     path = Path(declared.path)
-    if not path.exists():
+    problem = lookup_problem(path)
+    if problem is not None:
         return None, [manifest.finding(
-            "PWR110", f"{where}.path: {path} does not exist", where=f"{where}.path",
+            "PWR110", f"{where}.path: {path} {problem}", where=f"{where}.path",
             hint="fix the path (it is relative to the manifest), or fetch the artifact there")]
     try:
         facts = source.facts(path)

@@ -147,6 +147,9 @@ class EngineAdapter(ABC):
     api_key_env: str | None = None
     # the option that leaves /metrics open to scrapers while every other route needs the key (None: no such choice)
     public_metrics_option: str | None = None
+    # what the engine's image holds ready-made so a pod starts without building it: (the variable that points the
+    # engine at it, the folder in the image, how the image fills that folder); None: nothing
+    image_prebuilt: tuple[str, str, str] | None = None
 
     @abstractmethod
     def supports(self, asked: Asked) -> list[Refusal]:

@@ -31,9 +31,16 @@ SETTINGS = Settings((
 ))
 
 
+# Where a `power` image holds the CPU kernels it built, read-only like the rest of the image (docs/kubernetes.md).
+KERNEL_CACHE_DIR = "/opt/power/kernels"
+
+
 class PowerRuntime(EngineAdapter):
     name = NAME
     public_metrics_option = "--public-metrics"
+    image_prebuilt = ("POWER_KERNEL_CACHE", KERNEL_CACHE_DIR,
+                      f"`POWER_KERNEL_CACHE={KERNEL_CACHE_DIR} power kernels build --all && chmod -R a+rX,go-w "
+                      f"{KERNEL_CACHE_DIR}` when the image is built (the CPU kernels, so no pod compiles them)")
     description = "Power's runtime"
     settings = SETTINGS
 

@@ -220,7 +220,8 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
         "image": placement.image,
         "command": launch.argv,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "env": [{"name": name, "value": value} for name, value in launch.env.items()] + key_env + writable_env,
+        "env": [{"name": name, "value": value} for name, value in launch.env.items()] + key_env + writable_env
+               + _prebuilt_env(placement.engine),
         "resources": _resources(plan, placement.engine),
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": STARTUP_SECONDS // 10},
         "readinessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
@@ -257,7 +258,8 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(placement, placement.name, _plan_labels(placement, plan), _plan_annotations(placement, plan)),
+        "metadata": _metadata(placement, placement.name, _plan_labels(placement, plan),
+                              _plan_annotations(placement, plan) | _prebuilt_annotations(placement.engine)),
         "spec": {
             "replicas": 1,
             "revisionHistoryLimit": 5,
@@ -270,6 +272,17 @@ def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
             },
         },
     }
+
+
+def _prebuilt_env(engine: str) -> list[dict[str, str]]:
+    """The engine pointed at what its image holds ready-made (the writable /cache starts empty in every pod)."""
+    prebuilt = adapter(engine).image_prebuilt
+    return [] if prebuilt is None else [{"name": prebuilt[0], "value": prebuilt[1]}]
+
+
+def _prebuilt_annotations(engine: str) -> dict[str, str]:
+    prebuilt = adapter(engine).image_prebuilt
+    return {} if prebuilt is None else {f"{PREFIX}image-prebuilt": f"the image holds {prebuilt[1]}: {prebuilt[2]}"}
 
 
 def _init_container(placement: Placement, name: str, command: list[str], env: list[dict[str, Any]],
