@@ -54,9 +54,10 @@ from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
+from power.orchestrator.engines.base import draft_placed
 from power.orchestrator.loading import Loaded
 from power.orchestrator.resolve import Declared, Resolution, resolve
-from power.orchestrator.schema import HostSpec
+from power.orchestrator.schema import HostSpec, ProfileRuntime
 from power.orchestrator.sizing import (
     Component,
     DeviceBudget,
@@ -208,12 +209,25 @@ def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed
         ubatch=runtime.ubatch, verify_rows=settings.verify_rows, arithmetic=resolve_arithmetic(runtime.arithmetic),
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
         draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
-        kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=runtime.kv_cache_type,
+        kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=draft_cache_type(runtime),
         flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,
+        draft_gpu_layers=None if runtime.draft_gpu_layers == "all" else runtime.draft_gpu_layers,
+        draft_device=runtime.draft_device,
         use_mtp=speculating and modes.mode(resolved).artifact == "target",
         fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolved) else None,
         vocab=target_vocab(target), split=split_of(profile, placed))
+
+
+def draft_cache_type(runtime: ProfileRuntime) -> str:
+    """The drafter's KV cache type: its own, else the target's."""
+    return runtime.draft_kv_cache_type or runtime.kv_cache_type
+
+
+def draft_device_name(runtime: ProfileRuntime) -> str | None:
+    """The drafter's device as llama-server names it: the render lists the plan's GPUs as the CUDA devices, in order,
+    so the deployment's device N is `CUDA{N}`."""
+    return None if runtime.draft_device is None else f"CUDA{runtime.draft_device}"
 
 
 def split_of(profile: Loaded, placed: Placed) -> Split:
@@ -242,7 +256,10 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None, declared[i].files is not None)
                      for i in chosen.resolution.drafters)
     return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
-                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min)
+                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min,
+                 draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers,
+                                           len(placed.devices)),
+                 draft_kv_cache_type=draft_cache_type(runtime))
 
 
 def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,
@@ -342,7 +359,8 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
             gpu_layers=runtime.gpu_layers,
             split_mode=split.mode, tensor_split=split.ratios, main_gpu=split.main, tensor_parallel=split.tensor_parallel,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
-            draft_kv_cache_type=runtime.kv_cache_type,
+            draft_kv_cache_type=draft_cache_type(runtime), draft_device=draft_device_name(runtime),
+            draft_gpu_layers=runtime.draft_gpu_layers,
             ngram_match=runtime.ngram_match if weight_free else None,
             ngram_draft_min=runtime.ngram_draft_min if weight_free else None,
             ngram_draft_max=(runtime.ngram_draft_max or settings.spec_draft_max) if weight_free else None),

@@ -237,6 +237,14 @@ class ProfileRuntime(_Strict):
     main_gpu: StrictInt = Field(0, ge=0, lt=MAX_DEVICES, description="with split_mode none: which of the deployment's "
                                                                      "devices runs the model (llama-server -mg), counted "
                                                                      "in the deployment's device list")
+    draft_kv_cache_type: KvCacheType | None = Field(None, description="the drafter's KV cache element type "
+                                                    "(llama-server --spec-draft-type-k/-v); default kv_cache_type")
+    draft_device: StrictInt | None = Field(None, ge=0, lt=MAX_DEVICES, description="the deployment's GPU the drafter "
+                                           "runs on (llama-server --spec-draft-device), counted in the deployment's "
+                                           "device list from 0; default: the target's devices, split as the target")
+    draft_gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
+        "all", description=f'the drafter\'s layers offloaded to its device(s) (llama-server --spec-draft-ngl): an '
+                           f'integer from 0 to {MAX_LAYERS} or "all"')
     tensor_parallel: StrictInt = Field(1, ge=1, le=MAX_DEVICES, description="vLLM --tensor-parallel-size: each layer "
                                                                             "sharded over this many devices (the "
                                                                             "deployment's device count)")

@@ -13,7 +13,7 @@ from power import modes
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
-from power.orchestrator.engines.common import tensor_parallel_refusal
+from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
 from power.orchestrator.sizing.power_runtime import size_power
 
@@ -60,7 +60,8 @@ class PowerRuntime(EngineAdapter):
                                     "positions; runtime.kv_unified shares one cache between them",
                                     'set kv_unified = false, or run engine "llama-server"', "profile",
                                     "runtime.kv_unified"))
-        return refusals + asked.checkpoint_refusals("Power's runtime") + tensor_parallel_refusal(self.name, asked)
+        return (refusals + asked.checkpoint_refusals("Power's runtime") + tensor_parallel_refusal(self.name, asked)
+                + draft_placement_refusal(self.name, asked, kv_types=False))
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
              devices: tuple[DeviceBudget, ...]) -> Sizing:

@@ -48,6 +48,7 @@ from power.orchestrator.sizing.model import (
     MiB,
     Request,
     Sizing,
+    Split,
     block_index,
     is_quantized,
     largest,
@@ -118,10 +119,13 @@ def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, requ
 
 
 def _initialised_gpus(devices: tuple[DeviceBudget, ...], request: Request) -> list[int]:
-    """Every device of a layer split gets a backend (and a CUDA context); `-sm none` keeps the main one only."""
+    """Every device of a layer split gets a backend (and a CUDA context); `-sm none` keeps the main one only, and
+    the drafter's own device."""
     if devices[0].kind == "cpu":
         return []
-    return [request.split.main] if request.split.mode == "none" else list(range(len(devices)))
+    if request.split.mode == "layer":
+        return list(range(len(devices)))
+    return sorted({request.split.main} | ({request.draft_device} if request.draft_device is not None else set()))
 
 
 # --- weights ---------------------------------------------------------------------
@@ -305,7 +309,7 @@ def _draft_model(ledger: _Ledger, drafter: ArtifactFacts, request: Request, targ
     """A drafter GGUF with its own llama_context (common_speculative_init_result): placed like the target,
     KV in the draft cache type over the draft context's cells, its own output and compute buffers."""
     context = draft_context(request, target)
-    placement = place_layers(len(drafter.layers), None, devices, request.split)  # --spec-draft-ngl: all layers
+    placement = _draft_placement(len(drafter.layers), request, devices)
     on_cpu = devices[0].kind == "cpu"
     _weights(ledger, drafter, placement, "drafter weights", on_cpu)
     _kv(ledger, drafter, [l for l in drafter.layers if l.kind in (GLOBAL, SLIDING)], placement, context,
@@ -314,6 +318,17 @@ def _draft_model(ledger: _Ledger, drafter: ArtifactFacts, request: Request, targ
     _output_buffer(ledger, 0 if on_cpu else HOST, vocab, context, "drafter ")
     _compute(ledger, drafter, placement, context, request, devices, "drafter compute buffer", estimated=True,
              vocab=vocab, cache_type=request.draft_kv_cache_type)
+
+
+def _draft_placement(n_layers: int, request: Request, devices: tuple[DeviceBudget, ...]) -> Placement:
+    """The drafter's layers as llama.cpp places its model (common/speculative.cpp gives it the target's split
+    settings with its own device list and --spec-draft-ngl): on its own device when --spec-draft-device names one,
+    else split over the target's devices."""
+    if request.draft_device is None or devices[0].kind == "cpu":
+        return place_layers(n_layers, request.draft_gpu_layers, devices, request.split)
+    own = place_layers(n_layers, request.draft_gpu_layers, (devices[request.draft_device],), Split())
+    return Placement(tuple(None if where is None else request.draft_device for where in own.layers),
+                     None if own.output is None else request.draft_device)
 
 
 def _mtp_context(ledger: _Ledger, target: ArtifactFacts, placement: Placement, request: Request,
