@@ -242,6 +242,10 @@ class ProfileRuntime(_Strict):
     draft_device: StrictInt | None = Field(None, ge=0, lt=MAX_DEVICES, description="the deployment's GPU the drafter "
                                            "runs on (llama-server --spec-draft-device), counted in the deployment's "
                                            "device list from 0; default: the target's devices, split as the target")
+    draft_override_tensor: list[StrictStr] | None = Field(
+        None, max_length=64, description="drafter tensors placed by name (llama-server --spec-draft-override-tensor): "
+        "each \"PATTERN=CPU\" (host memory) or \"PATTERN=CUDA<n>\" (the deployment's device n), the pattern a regular "
+        "expression searched in each tensor name, the first match wins")
     draft_gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
         "all", description=f'the drafter\'s layers offloaded to its device(s) (llama-server --spec-draft-ngl): an '
                            f'integer from 0 to {MAX_LAYERS} or "all"')
