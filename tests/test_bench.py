@@ -229,6 +229,26 @@ def test_verdicts_need_the_ranges_apart_and_five_percent() -> None:
     assert overlapping["verdict"] == "no difference"
 
 
+def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
+    """A receipt carries the target's own rate inside the plan's engine (the governor's plain rounds); a plan whose
+    decode rate is under 0.98x of it is said to be below target-only, with or without a baseline to compare with."""
+    from dataclasses import replace
+
+    from power.app.bench_report import summary_lines
+
+    def runs(plain_tok_s: float) -> list[Receipt]:
+        return [replace(r, plain_tok_s=plain_tok_s) for r in _runs(0.10, 0.10, 0.10)]  # 30 tok/s
+
+    def lines(candidate: list[Receipt]) -> list[str]:
+        shapes = {"identity": bench.shape_result(build_shape("identity"), {"candidate": candidate})}
+        return summary_lines({"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False, "reason": "-"},
+                              "protocol": {}})
+
+    slow = [line for line in lines(runs(40.0)) if line.startswith("below target-only")]
+    assert len(slow) == 1 and "the candidate on identity decodes at 0.75x" in slow[0]
+    assert not [line for line in lines(runs(30.0)) if line.startswith("below target-only")]
+
+
 def test_a_candidate_faster_on_decode_but_slower_per_request_is_slower_naming_request_wide() -> None:
     """Its prefill costs more than its decode saves: the user waits longer, so the shape is not a win."""
     def runs(prefill_s: float, decode_s: float) -> list[Receipt]:

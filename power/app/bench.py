@@ -262,6 +262,7 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
         "acceptance_by_position": acceptance_by_position(reached, hits),
         "replays": sum(r.replays for r in receipts), "clamps": sum(r.clamps for r in receipts),
         "fallbacks": sum(r.fallbacks for r in receipts), "governor_parks": sum(r.governor_parks for r in receipts),
+        "target_only_tok_s": statistics.median(plain) if (plain := [r.plain_tok_s for r in receipts if r.plain_tok_s]) else None,
         "tokens_sha256": [r.tokens_sha256 for r in receipts],
         "text": receipts[0].text,
     }

@@ -83,7 +83,10 @@ def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exi
 @_LOCK_OPTION
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The HTML file to write.")
 def report(fleet_file: Path, lock_path: Path | None, output: Path) -> None:
-    """Write the fleet review as one self-contained HTML page (hosts, VRAM bars, findings, drift)."""
+    """Write the fleet review as one self-contained HTML page (hosts, VRAM bars, findings, drift).
+
+    Exit codes: 0 clean, 1 the review has error findings (the page is written, showing them), 2 usage error.
+    """
     require_outputs(files=(output,))
     result = review_fleet(fleet_file, lock_path)
     if result.input_error:
@@ -152,7 +155,8 @@ def _print_review(result: FleetReview) -> None:
         click.echo(result.drift_text())
     summary = document["summary"]
     click.echo(f"\n{summary['hosts']} hosts, {summary['deployments']} deployments: "
-               f"{summary['errors']} errors, {summary['warnings']} warnings")
+               f"{summary['errors']} error{'s' * (summary['errors'] != 1)}, "
+               f"{summary['warnings']} warning{'s' * (summary['warnings'] != 1)}")
 
 
 def _row(item: dict) -> tuple[str, ...]:

@@ -82,7 +82,8 @@ def model_mount(volume: ModelVolume) -> ModelMount:
         source = {"emptyDir": {}}
     else:
         source = {"hostPath": {"path": volume.host_path, "type": "Directory"}}
-    return ModelMount(source=source, local=Path(volume.local), mount_path=volume.mount_path, pull=volume.pull)
+    return ModelMount(source=source, local=Path(volume.local), mount_path=volume.mount_path, pull=volume.pull,
+                      token_secret=volume.token_secret)
 
 
 def node_selector(placement: HostKubernetes | None) -> dict[str, str]:

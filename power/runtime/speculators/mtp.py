@@ -18,14 +18,15 @@ and the trained head and the runtime use the same one). The LM head is the
 target's, cut to the FR prefix.
 
 `commit` queues the rows that landed (each token paired with its predecessor's
-hidden row) and the head catches up over them in one pass when it next proposes
-or once CATCH_UP_ROWS are queued (a prompt at once): in a chain the n-gram lookup
-proposes most rounds of repetitive text, and a head that ran its layer over every
-round's rows paid for a cache it did not read until the lookup failed (on an
-echo reply its catch-up was 7 % of the decode time, docs/drafters.md); queued,
-those passes are fewer and charged to the steps the head proposes on. `propose`
-then chains from the last committed hidden row and the anchor, one row per
-proposal. Draft rows write past the
+hidden row) and the head catches up over them in one pass when it next proposes,
+and only then: in a chain the n-gram lookup proposes most rounds of repetitive
+text, and a head that ran its layer over every round's rows paid for a cache it
+did not read until the lookup failed (on an echo reply its catch-up was 7 % of
+the decode time, docs/drafters.md); a parked head's plain rounds pay nothing but
+the queueing, and the whole catch-up is charged to the step the head proposes on
+(the cost governor's sample). The queue holds at most the context's rows, the
+head cache's own size. `propose` then chains from the last committed hidden row
+and the anchor, one row per proposal. Draft rows write past the
 committed length of the head's cache, where the causal mask never lets a later
 committed row read them before they are overwritten. Position 0 has no
 predecessor: the head never writes its cache slot, which stays zero.
@@ -111,9 +112,6 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
     return MTPHead(head_file, head, request.trunk.config.n_ctx, request.p_min)
 
 
-CATCH_UP_ROWS = 256  # queued committed rows that make the head catch up at once (prompts; long lookup streaks)
-
-
 @dataclass(frozen=True)
 class _Queued:
     """Committed rows the head's cache has not taken yet: `tokens` at [first, first + n), each with its predecessor's
@@ -162,8 +160,6 @@ class MTPHead(Speculator):
         first = start if self.last_hidden is not None else start + 1
         if paired:  # a copy: the trunk may reuse its output rows on the next forward
             self.queued += (_Queued(tuple(paired), previous[-len(paired) :].clone(), first),)
-            if sum(len(q.tokens) for q in self.queued) >= CATCH_UP_ROWS:
-                self._catch_up()
         self.length, self.last_hidden = start + len(tokens), rows[-1].clone()
 
     def propose(self, ctx: DraftContext) -> Proposal:
@@ -190,16 +186,15 @@ class MTPHead(Speculator):
 
     def _catch_up(self) -> None:
         """The head's layer over the queued rows: one pass per run of consecutive positions."""
-        runs: list[_Queued] = []
+        runs: list[list[_Queued]] = []
         for queued in self.queued:
-            if runs and queued.follows(runs[-1]):
-                last = runs[-1]
-                queued = _Queued(last.tokens + queued.tokens, torch.cat([last.previous, queued.previous]), last.first)
-                runs[-1] = queued
+            if runs and queued.follows(runs[-1][-1]):
+                runs[-1].append(queued)
             else:
-                runs.append(queued)
+                runs.append([queued])
         for run in runs:
-            self._step(list(run.tokens), run.previous, run.first)
+            tokens = [token for queued in run for token in queued.tokens]
+            self._step(tokens, torch.cat([queued.previous for queued in run]), run[0].first)
         self.queued = ()
 
     def reset(self) -> None:
