@@ -216,6 +216,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR530": ("error", "runtime.draft_device is not one of the deployment's GPUs"),
     "PWR531": ("error", "the drafter's own device, offloaded layers or KV type asked of an engine that runs it with "
                         "the target"),
+    "PWR532": ("error", "a runtime.draft_override_tensor entry that is not PATTERN=CPU or PATTERN=CUDA<n> with a "
+                        "pattern that compiles and a GPU of the deployment"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),

@@ -171,6 +171,7 @@ def test_a_finding_about_a_defaulted_key_points_at_the_line_and_names_the_flag_t
     assert finding["code"] == "PWR411" and finding["file"] == COMMAND_LINE
     assert "profile.toml" not in json.dumps(finding) and "ngram_draft_min" not in json.dumps(finding)
     assert finding["hint"].startswith("add --spec-ngram-mod-n-min N to the line")
+    assert "llama.cpp's default 48 applies" in finding["message"]
     assert not (tmp_path / "out").exists()
 
 
@@ -238,3 +239,31 @@ def test_an_imported_line_with_offload_and_split_settings_renders_a_line_the_rea
         assert "-ngl" in argv and argv[argv.index("-ngl") + 1] == "0"
     finally:
         engine.stop()
+
+
+def test_drafter_tensors_placed_by_name_are_sized_where_they_go_and_rendered_back(tmp_path: Path):
+    _import(tmp_path, "overrides", "-ts", "1,1", "--spec-draft-device", "CUDA1", "-otd", r"blk\.0\..*=CUDA0,fc=CPU")
+    plan = json.loads((tmp_path / "overrides.plan.json").read_text())
+    _import(tmp_path, "whole", "-ts", "1,1", "--spec-draft-device", "CUDA1")
+    whole = json.loads((tmp_path / "whole.plan.json").read_text())
+    host = {c["name"]: c["bytes"] for c in plan["memory"]["host"]}
+    whole_host = {c["name"]: c["bytes"] for c in whole["memory"]["host"]}
+    moved_to_0 = _bytes(plan, 0, "drafter weights")
+    assert moved_to_0 > 0 and _bytes(whole, 0, "drafter weights") == 0
+    assert host.get("drafter weights", 0) > whole_host.get("drafter weights", 0)  # fc.weight in host memory
+    assert _bytes(plan, 1, "drafter weights") + moved_to_0 + host.get("drafter weights", 0) == \
+        _bytes(whole, 1, "drafter weights") + whole_host.get("drafter weights", 0)
+    rendered = CliRunner().invoke(main, ["render", str(tmp_path / "overrides.plan.json"), "--target", "llama-server"])
+    words = shlex.split(rendered.output.split("exec ", 1)[1].replace("\\\n", " "))
+    assert words[words.index("--spec-draft-override-tensor") + 1] == r"blk\.0\..*=CUDA0,fc=CPU"
+
+
+@pytest.mark.parametrize(("entry", "devices"), [("fc=GPU", 2), ("fc=CUDA2", 2), ("(=CPU", 2)])
+def test_a_drafter_tensor_placement_that_cannot_be_sized_is_a_located_finding(tmp_path: Path, entry, devices):
+    target, drafter = build_dense_target(tmp_path), build_dflash_drafter(tmp_path)
+    out = tmp_path / "out"
+    sizes = [arg for _ in range(devices) for arg in ("--device", "8 GiB")]
+    result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), *sizes, "--", "-m", str(target),
+                                       "-md", str(drafter), "--spec-type", "draft-dflash", "-otd", entry])
+    assert result.exit_code == 1 and ("PWR444" in result.output or "PWR532" in result.output), result.output
+    assert "<command line>:1:" in result.output and not out.exists()

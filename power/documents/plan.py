@@ -219,6 +219,8 @@ class Runtime(_Frozen):
     draft_device: str | None = None
     # the drafter's layers offloaded (llama-server --spec-draft-ngl)
     draft_gpu_layers: int | Literal["all"] = "all"
+    # drafter tensors placed by name, `PATTERN=CPU` or `PATTERN=CUDA<n>` (llama-server --spec-draft-override-tensor)
+    draft_override_tensor: tuple[str, ...] = ()
     # n-gram (None without one in the chain): the tokens its lookup matches, the shortest draft it keeps, the longest
     ngram_match: int | None = None
     ngram_draft_min: int | None = None
@@ -227,11 +229,12 @@ class Runtime(_Frozen):
 
     @model_serializer(mode="wrap")
     def _sealed_before_draft_layers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """`draft_gpu_layers` came after plans were sealed: left at "all" it is not written, so a plan sealed before
-        keeps its digest (a missing key reads back as "all")."""
+        """`draft_gpu_layers` and `draft_override_tensor` came after plans were sealed: left at their defaults they are
+        not written, so a plan sealed before keeps its digest (a missing key reads back as the default)."""
         data = handler(self)
-        if data.get("draft_gpu_layers") == "all":
-            del data["draft_gpu_layers"]
+        for key, default in (("draft_gpu_layers", "all"), ("draft_override_tensor", ())):
+            if key in data and data[key] in (default, list(default) if isinstance(default, tuple) else default):
+                del data[key]
         return data
 
 

@@ -49,6 +49,7 @@ from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server import field_of_option
 from power.orchestrator.engines.vllm import SETTINGS as VLLM_SETTINGS
 from power.orchestrator.launch_tokens import EnvNames, Token
+from power.orchestrator.rules import override_target
 from power.orchestrator.units import format_size
 
 LLAMA_SERVER = "llama-server"
@@ -123,6 +124,7 @@ class LaunchSpec:
     main_gpu: int | None = None
     draft_device: int | None = None  # a position in the deployment's devices
     draft_gpu_layers: int | str | None = None
+    draft_override_tensor: list[str] | None = None
     kv_cache_type_v: Token | None = None
     draft_kv_cache_type_v: Token | None = None
     # the option word that set each field, so a finding about what it became points back at the line
@@ -401,6 +403,20 @@ def _device(token: Token, findings: list[Finding]) -> int | None:
     return None
 
 
+def _overrides(token: Token, findings: list[Finding]) -> list[str] | None:
+    """--spec-draft-override-tensor PATTERN=BUFFER,...: each entry kept as llama.cpp writes it (split on commas, as
+    llama.cpp splits it), each a host (CPU) or a GPU (CUDA<n>) buffer."""
+    entries = [entry for entry in token.text.split(",") if entry]
+    bad = [entry for entry in entries if override_target(entry) is None]
+    if bad:
+        findings.append(_finding("PWR444", token, f"--spec-draft-override-tensor {bad[0]}: Power sizes a drafter "
+                                 "tensor placed in host memory (CPU) or on one of the deployment's GPUs (CUDA<n>), by "
+                                 "a pattern that compiles", "write PATTERN=CPU or PATTERN=CUDA1, e.g. "
+                                 "'blk\\.1\\.ffn_.*=CPU'"))
+        return None
+    return entries
+
+
 # How each setting's value reads, by its field (the llama-server adapter's settings table names the field); the
 # LaunchSpec attribute of the same name holds it.
 _READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
@@ -412,6 +428,7 @@ _READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
     "ngram_draft_max": lambda t, f: _int(t, f), "kv_cache_type_v": _token, "draft_kv_cache_type_v": _token,
     "gpu_layers": _layers, "draft_gpu_layers": _layers, "split_mode": _split_mode, "tensor_split": _ratios,
     "main_gpu": lambda t, f: _int(t, f), "draft_device": _device, "tensor_parallel": lambda t, f: _int(t, f),
+    "draft_override_tensor": lambda t, f: _overrides(t, f),
 }
 
 
@@ -742,6 +759,7 @@ def _placement(spec: LaunchSpec) -> dict[str, Any]:
         ("gpu_layers", spec.gpu_layers), ("split_mode", spec.split_mode), ("tensor_split", spec.tensor_split),
         ("main_gpu", spec.main_gpu), ("draft_device", spec.draft_device), ("draft_gpu_layers", spec.draft_gpu_layers),
         ("tensor_parallel", spec.tensor_parallel), ("cuda_graphs", spec.cuda_graphs),
+        ("draft_override_tensor", spec.draft_override_tensor),
     ) if value is not None}
     default = llama_flags.table().option("--spec-draft-type-k").default or "f16"
     draft_type = spec.draft_kv_cache_type or default
@@ -760,7 +778,7 @@ _FIELD_OF_KEY = {
     **{f"runtime.{key}": key for key in (
         "ctx", "slots", "kv_unified", "batch", "ubatch", "flash_attn", "kv_cache_type", "ngram_match",
         "ngram_draft_min", "ngram_draft_max", "gpu_layers", "split_mode", "tensor_split", "main_gpu", "draft_device",
-        "draft_gpu_layers", "draft_kv_cache_type", "tensor_parallel", "cuda_graphs")},
+        "draft_gpu_layers", "draft_kv_cache_type", "tensor_parallel", "cuda_graphs", "draft_override_tensor")},
     "sampling.temperature": "temperature", "sampling.seed": "seed", "spec_draft_max": "k",
     "spec_mtp_recurrent_snapshots": "k", "spec_draft_p_min": "p_min", "spec_mode": "spec_type", "target": "model",
     "drafters": "draft_model",
@@ -783,13 +801,20 @@ def on_the_line(finding: Finding, spec: LaunchSpec) -> Finding:
     token = spec.given.get(field or "") or next(iter(named), spec.start)
     message, hint = _in_flags(finding.message, flags), _in_flags(finding.hint or "", flags)
     if field is not None and field not in spec.given and field in flags and key not in _MANIFEST_KEYS:
-        message += f" ({flags[field]} is not on the line: the engine's default applies)"
+        message += f" ({flags[field]} is not on the line: {_default_of(spec.engine, flags[field])} applies)"
         hint = f"add {flags[field]} N to the line: {hint}" if hint else f"add {flags[field]} N to the line"
     if token is None:
         return dataclasses.replace(finding, message=message, hint=hint or None)
     return dataclasses.replace(finding, message=message, hint=hint or None, file=token.file, line=token.line,
                                col=token.col, end_col=token.col + len(token.text) if token.env is None else None,
                                source_line=token.source_line, where=None)
+
+
+def _default_of(engine: str, flag: str) -> str:
+    """`llama.cpp's default 48` from the pinned option table; other engines: their default."""
+    option = llama_flags.table().lookup(flag) if engine == LLAMA_SERVER else None
+    stated = option.default.split(",")[0].strip() if option is not None and option.default else None
+    return f"llama.cpp's default {stated}" if stated else "the engine's default"
 
 
 def _key_of(where: str | None) -> str | None:

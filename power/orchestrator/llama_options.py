@@ -237,8 +237,8 @@ ROWS: tuple[Row, ...] = (
                                                    "deployment's device, counted from 0)"),
     carried("--spec-draft-ngl", "the drafter's layers offloaded to its device: "
                                                     "runtime.draft_gpu_layers"),
-    refused("--spec-draft-override-tensor", "places drafter tensors by name pattern on buffer types; Power sizes the "
-                                            "drafter by layer and device", "drop it and " + _DRAFTER_PLACEMENT),
+    carried("--spec-draft-override-tensor", "drafter tensors placed by name pattern in host memory (CPU) or on a GPU "
+                                            "(CUDA<n>): runtime.draft_override_tensor"),
     refused("--spec-draft-cpu-moe", "keeps the drafter's MoE experts in host memory; Power does not size experts "
                                     "apart", "drop it and " + _DRAFTER_PLACEMENT),
     refused("--spec-draft-n-cpu-moe", "keeps the drafter's first N layers' experts in host memory; Power does not "

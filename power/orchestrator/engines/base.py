@@ -67,7 +67,8 @@ class Asked:
                                           for d in plan.drafters),
                    rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
                    plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
-                                                        len(plan.devices)), rt.draft_kv_cache_type)
+                                                        len(plan.devices)) or bool(rt.draft_override_tensor),
+                   rt.draft_kv_cache_type)
 
     def checkpoint_refusals(self, engine: str) -> list[Refusal]:
         """PWR463 for each drafter given as a Hugging Face checkpoint, on an engine that loads GGUF drafters only."""
