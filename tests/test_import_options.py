@@ -171,6 +171,7 @@ def test_a_finding_about_a_defaulted_key_points_at_the_line_and_names_the_flag_t
     assert finding["code"] == "PWR411" and finding["file"] == COMMAND_LINE
     assert "profile.toml" not in json.dumps(finding) and "ngram_draft_min" not in json.dumps(finding)
     assert finding["hint"].startswith("add --spec-ngram-mod-n-min N to the line")
+    assert "llama.cpp's default 48 applies" in finding["message"]
     assert not (tmp_path / "out").exists()
 
 

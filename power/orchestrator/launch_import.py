@@ -801,13 +801,20 @@ def on_the_line(finding: Finding, spec: LaunchSpec) -> Finding:
     token = spec.given.get(field or "") or next(iter(named), spec.start)
     message, hint = _in_flags(finding.message, flags), _in_flags(finding.hint or "", flags)
     if field is not None and field not in spec.given and field in flags and key not in _MANIFEST_KEYS:
-        message += f" ({flags[field]} is not on the line: the engine's default applies)"
+        message += f" ({flags[field]} is not on the line: {_default_of(spec.engine, flags[field])} applies)"
         hint = f"add {flags[field]} N to the line: {hint}" if hint else f"add {flags[field]} N to the line"
     if token is None:
         return dataclasses.replace(finding, message=message, hint=hint or None)
     return dataclasses.replace(finding, message=message, hint=hint or None, file=token.file, line=token.line,
                                col=token.col, end_col=token.col + len(token.text) if token.env is None else None,
                                source_line=token.source_line, where=None)
+
+
+def _default_of(engine: str, flag: str) -> str:
+    """`llama.cpp's default 48` from the pinned option table; other engines: their default."""
+    option = llama_flags.table().lookup(flag) if engine == LLAMA_SERVER else None
+    stated = option.default.split(",")[0].strip() if option is not None and option.default else None
+    return f"llama.cpp's default {stated}" if stated else "the engine's default"
 
 
 def _key_of(where: str | None) -> str | None:

@@ -403,6 +403,10 @@ class ModelVolume(_Strict):
     pull: StrictBool = Field(False, description="an init container runs `power pull` on the plan into the volume "
                              "(each artifact from its manifest source, checked by size and sha256) before `power "
                              "verify`, so the volume needs no pre-filling")
+    token_secret: StrictStr | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+                                           description="with pull: the Kubernetes Secret whose key `token` the pull "
+                                           "reads as HF_TOKEN (a gated or private repository); the render never "
+                                           "reads it")
     local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
                                         "artifact path under it is the same path under mount_path in the pod")
     mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only "
@@ -415,6 +419,8 @@ class ModelVolume(_Strict):
                              "or empty_dir = true (filled by pull = true)")
         if self.empty_dir and not self.pull:
             raise ValueError("an empty_dir volume starts empty: set pull = true so the init container fills it")
+        if self.token_secret is not None and not self.pull:
+            raise ValueError("token_secret is the pull's Hub token: set pull = true, or remove it")
         return self
 
 
