@@ -593,7 +593,6 @@ def test_an_api_key_secret_reaches_each_engine_its_own_way_and_a_network_policy_
     ((r'mount_path = ".*"', 'mount_path = "/etc/power"'),
      'mount_path = "/etc/power"', "two mounts at one path"),
     ((r'mount_path = ".*"', 'mount_path = "/"'), 'mount_path = "/"', "one over the other"),
-    ((r'mount_path = ".*"', 'mount_path = "/tmp/models"'), 'mount_path = "/tmp/models"', "overlaps where the pod"),
     (('[kubernetes]', '[kubernetes]\nrun_as_user = 1099511627776'), "run_as_user = 1099511627776",
      "largest user id"),
 ])
