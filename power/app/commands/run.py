@@ -41,7 +41,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
 
     Give a resolved PLAN (from `power plan`: its mode, drafters, K/S, shapes,
     arithmetic and sampling apply), or `--gguf FILE` for a direct plain run of a
-    model in a default plan's arithmetic (quantised). Exit
+    model in a default plan's arithmetic (quantised) and KV cache type (f16). Exit
     codes: 0 ok, 2 usage or input error (unimplemented architecture, missing or
     mis-shaped tensor, unsupported quant type, a prompt longer than the context,
     a plan that does not load, an artifact that is not the planned file, a declined speculator).
