@@ -238,7 +238,7 @@ def _explained(candidates, control, traffic, measurements, servers: dict, lifecy
     went one at a time); on Power's runtime, exact by construction, and on vLLM, only where it happened."""
     from power.app import bench as harness
     from power.app import divergence
-    from power.app.live import LLAMA_SERVER
+    from power.app.live import PROTOCOLS
 
     explained: dict[str, dict[str, list]] = {}
     if control is None:
@@ -255,9 +255,10 @@ def _explained(candidates, control, traffic, measurements, servers: dict, lifecy
             if server is not None and sequential:
                 _bring_up(server, config.label, lifecycle)
                 turn.callback(_take_down, server, config.label, lifecycle)
-            # llama-server's /completion reads the target's log-probabilities (n_probs); a vLLM server is not
-            # replayed here, so its divergences stay unexplained, which is lossy (fail closed)
-            replay = partial(divergence.explain, server) if server is not None and server.engine == LLAMA_SERVER else None
+            # the native /completion reads the target's log-probabilities (n_probs); an OpenAI-shaped server is
+            # not replayed here, so its divergences stay unexplained, which is lossy (fail closed)
+            replay = (partial(divergence.explain, server)
+                      if server is not None and PROTOCOLS[server.engine].native else None)
             explained[config.label] = {name: harness.divergences(ours, theirs, shape, replay)
                                        for name, (shape, ours, theirs) in differing.items()}
     return explained
