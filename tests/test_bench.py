@@ -229,6 +229,26 @@ def test_verdicts_need_the_ranges_apart_and_five_percent() -> None:
     assert overlapping["verdict"] == "no difference"
 
 
+def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
+    """A receipt carries the target's own rate inside the plan's engine (the governor's plain rounds); a plan whose
+    decode rate is under 0.98x of it is said to be below target-only, with or without a baseline to compare with."""
+    from dataclasses import replace
+
+    from power.app.bench_report import summary_lines
+
+    def runs(plain_tok_s: float) -> list[Receipt]:
+        return [replace(r, plain_tok_s=plain_tok_s) for r in _runs(0.10, 0.10, 0.10)]  # 30 tok/s
+
+    def lines(candidate: list[Receipt]) -> list[str]:
+        shapes = {"identity": bench.shape_result(build_shape("identity"), {"candidate": candidate})}
+        return summary_lines({"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False, "reason": "-"},
+                              "protocol": {}})
+
+    slow = [line for line in lines(runs(40.0)) if line.startswith("below target-only")]
+    assert len(slow) == 1 and "the candidate on identity decodes at 0.75x" in slow[0]
+    assert not [line for line in lines(runs(30.0)) if line.startswith("below target-only")]
+
+
 def test_a_candidate_faster_on_decode_but_slower_per_request_is_slower_naming_request_wide() -> None:
     """Its prefill costs more than its decode saves: the user waits longer, so the shape is not a win."""
     def runs(prefill_s: float, decode_s: float) -> list[Receipt]:
@@ -373,3 +393,19 @@ def test_a_concurrency_above_the_plans_slots_is_refused_before_anything_runs() -
     result = invoke(fixture_plan("slots"), "--vs", fixture_plan("slots-none"), "--concurrency", "1,8")
     assert result.exit_code == 2 and "PWR475" in result.output and "4 request(s) at once" in result.output
     assert "warm-up" not in result.output
+
+
+def test_a_pair_that_both_drafts_has_no_negative_control_rather_than_a_broken_one() -> None:
+    """Issue 40 (low): "negative control: does not hold" when both plans speculate by design (K7 against K5)."""
+    from evidence_helpers import evidence_document
+
+    from power.app.bench_report import summary_lines
+
+    document = evidence_document("a" * 64, "b" * 64)
+    both = {"label": "baseline", "draft_n": {"candidate": 24, "baseline": 12}, "holds": False,
+            "reason": "no zero-draft control: candidate proposed 24, baseline 12"}
+    assert any(line.startswith("negative control: none (both plans draft) - no zero-draft control") for line in
+               summary_lines(document | {"negative_control": both}))
+    broken = both | {"draft_n": {"candidate": 0, "baseline": 0}}
+    assert any(line.startswith("negative control: does not hold") for line in summary_lines(
+        document | {"negative_control": broken}))

@@ -154,6 +154,29 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
 
 
+def test_a_clear_median_win_with_overlapping_ranges_is_told_to_measure_again_not_to_tune(world: World,
+                                                                                          tmp_path: Path) -> None:
+    """Issue 40.3: a live bench gave a 2.78x median with the runs' ranges overlapping under noise, and PWR073 said
+    "keep the incumbent, or tune K/S". The hint follows the cause: measure again; a real tie still says tune."""
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate, incumbent = _pair(world, "ws-3/hybrid")
+    noisy = evidence(tmp_path / "noisy.json", candidate, incumbent, speedup=2.78)
+    document = json.loads(noisy.read_text())
+    for result in document["shapes"].values():
+        result["candidate"]["decode_tok_s_min"] = result["baseline"]["decode_tok_s"] * 0.5  # ranges overlap
+        result["judged"]["decode"] = result["verdict"] = "no difference"
+    noisy.write_text(json.dumps(document))
+    refused = run("rollout", "advance", fleet, "--evidence", noisy)
+    assert refused.exit_code == 1 and "PWR073" in refused.output, refused.output
+    assert "measure again with more runs (--runs 5 or more) or on a quieter host" in refused.output
+    assert "2.78x" in refused.output and "tune K/S" not in refused.output
+    tie = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "tie.json", candidate, incumbent,
+                                                                  speedup=1.02))
+    assert tie.exit_code == 1 and "tune K/S" in tie.output and "quieter host" not in tie.output
+
+
 def test_hostile_evidence_files_are_findings_and_leave_the_lock_as_it_is(world: World, tmp_path: Path) -> None:
     fleet = world.root / "fleet.toml"
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 0

@@ -156,16 +156,15 @@ def test_the_seal_never_takes_a_digest_from_the_cache(tmp_path):
     assert codes(run) == codes(verify) == ["PWR115"]
 
 
-def test_render_reads_no_artifact_byte_and_verify_stays_the_gate(tmp_path, monkeypatch):
-    """A same-size edit renders (verify refuses it); a missing file or another size does not render."""
-    from power.artifacts import verify
-
+def test_render_refuses_a_same_size_edit_and_verify_stays_the_gate(tmp_path):
+    """Issue 38 item 6: a same-size edit with its mtime put back does not render (its ctime moved, so the digest
+    cache's entry for the file no longer stands for it), nor verify; another size does not render either."""
     plan = fixture_plan(tmp_path)
     target = tmp_path / "dense-target.gguf"
+    assert power("render", plan, "--target", "llama-server").exit_code == 0  # hashed, and cached
     overwrite_keeping_mtime(target, target.stat().st_size - 64, b"\x7f" * 64)
-    monkeypatch.setattr(verify, "sha256_file", lambda *_, **__: pytest.fail("render hashed an artifact"))
-    assert power("render", plan, "--target", "llama-server").exit_code == 0
-    monkeypatch.undo()
+    edited = power("render", plan, "--target", "llama-server")
+    assert edited.exit_code == 2 and "PWR115" in edited.stderr and edited.stdout == ""
     assert power("verify", plan).exit_code == 1
     with target.open("ab") as grown:
         grown.write(b"\0")

@@ -111,6 +111,28 @@ def run_protocol(configs: list[BenchConfig], shapes: list[TrafficShape], runs: i
     return measurements
 
 
+def require_prompts_fit(plans: list[tuple[str, Path, ResolvedPlan]], shapes: list[TrafficShape],
+                        root: Path | None) -> None:
+    """Every prompt the protocol sends Power's runtime (the warm-up's included) fits each plan's context, counted
+    with the target's tokenizer read from its header: refused (PWR602) before any model loads, not after."""
+    from power.artifacts.gguf_reader import read_header
+    from power.runtime.engine import Workload, context_room
+    from power.runtime.errors import ContextOverflow
+    from power.runtime.tokenizer import Tokenizer
+
+    for label, path, plan in plans:
+        tokenizer = Tokenizer.from_gguf(read_header(Workload.of_plan(plan, path, root).target.path))
+        for shape in [build_shape(WARMUP_SHAPE), *shapes]:
+            for prompt in dict.fromkeys(shape.prompts):
+                try:
+                    context_room(len(tokenizer.encode(prompt)), shape.max_tokens, plan.runtime)
+                except ContextOverflow as overflow:
+                    raise ContextOverflow(f"{label} plan, traffic shape {shape.name}: "
+                                          f"{overflow.finding.message} (with {shape.max_tokens} tokens to generate)",
+                                          file=str(path), hint="lower --prompt-tokens or --max-tokens, or plan a "
+                                          "larger ctx") from None
+
+
 def run_in_turns(configs: list[BenchConfig], shapes: list[TrafficShape], runs: int, progress: Callable[[str], None],
                  bring_up: Callable[[BenchConfig], None], take_down: Callable[[BenchConfig], None],
                  watch: HostWatch | None = None,
@@ -240,6 +262,7 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
         "acceptance_by_position": acceptance_by_position(reached, hits),
         "replays": sum(r.replays for r in receipts), "clamps": sum(r.clamps for r in receipts),
         "fallbacks": sum(r.fallbacks for r in receipts), "governor_parks": sum(r.governor_parks for r in receipts),
+        "target_only_tok_s": statistics.median(plain) if (plain := [r.plain_tok_s for r in receipts if r.plain_tok_s]) else None,
         "tokens_sha256": [r.tokens_sha256 for r in receipts],
         "text": receipts[0].text,
     }

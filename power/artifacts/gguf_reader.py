@@ -143,6 +143,10 @@ class GGUFHeader:
     # key -> the byte offset of its metadata entry, so a finding about a value can point at it.
     key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """A metadata value, as `power.runtime.gguf_weights.GGUFFile.get` gives it (the tokenizer reads either)."""
+        return self.metadata.get(key, default)
+
 
 def view_element_type(view: memoryview) -> str:
     """The element type of a long numeric array's view: "int32", "float32", ... (a bool array's is "uint8")."""

@@ -92,6 +92,8 @@ class Receipt(SpeculationRates):
     runtime: dict[str, Any] = field(default_factory=dict)  # device, dtype, threads, shapes, versions
     speculative_rounds: int = 0  # rounds that verified at least one proposal (llama.cpp's "drafts")
     governor_parks: int = 0
+    # The target's own decode tok/s inside this engine (the cost governor's plain baseline; None without one)
+    plain_tok_s: float | None = None
     # K as planned and as run: {"planned", "effective", "limited_by"} (`power.runtime.engine.ProposalWidth`)
     proposal_width: dict[str, Any] = field(default_factory=dict)
     prompt_reused: int = 0  # prompt positions taken from the slot's cache instead of computed (prefix reuse)

@@ -21,6 +21,7 @@ from power.app.outputs import require_outputs, writing
 from power.app.quiet import HostWatch
 from power.app.traffic import DEFAULT_SHAPES
 from power.artifacts.atomic import write_text_atomic
+from power.documents.evidence import BASELINE, CANDIDATE
 from power.findings import PowerError
 from power.orchestrator.engines import ENGINES
 
@@ -89,8 +90,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     2 usage or input error (a missing engine binary included: nothing is measured).
     """
     require_outputs(files=(output, report, env_path), as_json=as_json)
-    from power.app import bench as harness
-    from power.app import concurrency, live, sweep
+    from power.app import live, sweep
     from power.app.bench_report import REPORT_FORMATS, text_table, write_report
     from power.app.residency import residency
     from power.app.traffic import REFERENCE_PROMPT_TOKENS, build_shape, parse_shapes
@@ -115,14 +115,25 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
                                f"--engine {' or '.join(ENV_TARGETS)}")
     try:
+        # Every refusal that needs no model before the runtime's stack is imported: a missing engine binary (PWR470),
+        # an edited baseline plan, a bad sweep.
         binary = live.engine_binary(engine, engine_binary) if engine in live.LIVE_ENGINES else None
-        candidates = [(harness.CANDIDATE, plan, candidate_plan)]
+        measured_against = [(BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline is not None else []
+        candidates = [(CANDIDATE, plan, candidate_plan)]
         if sweeps:
             folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
             candidates = sweep.variants(candidate_plan, sweep.parse(list(sweeps)), folder)
-        plans = candidates + ([(harness.BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline else [])
+        plans = candidates + measured_against
     except PowerError as err:
         refuse(err, as_json)
+    from power.app import bench as harness
+    from power.app import concurrency
+
+    if engine not in live.LIVE_ENGINES:
+        try:
+            harness.require_prompts_fit(plans, traffic, root)
+        except PowerError as err:
+            refuse(err, as_json, at=plan)
     for label, path, resolved in plans:
         if resolved.memory.engine != engine:
             click.echo(f"note: {label} {path} was sized for {resolved.memory.engine}; measuring it on {engine}: "

@@ -286,7 +286,7 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str, exactness:
             findings.append(_gate_finding(
                 "PWR073", evidence, f"on {shape!r} the bench's verdict is {result.verdict!r}: {_figures(result)}; a "
                 "stage needs 'faster' on decode and request-wide both (>= 5 % with the min-max ranges apart)",
-                "keep the incumbent for this traffic, or tune K/S for it and measure again"))
+                _not_faster_hint(result)))
         elif untrusted := _untrusted(result):
             findings.append(_gate_finding(
                 "PWR073", evidence, f"on {shape!r} the evidence says 'faster' but {untrusted}: the gate trusts the "
@@ -344,6 +344,16 @@ def _figures(result: GatedShape) -> str:
                       f"{baseline:.2f} tok/s ({speedup:.3f}x)"
                       for figure, (candidate, baseline, speedup) in _rates(result).items())
     return f"not faster on {' and '.join(failed)} ({rates})" if failed else rates
+
+
+def _not_faster_hint(result: GatedShape) -> str:
+    """What to do, by the cause: medians clear of the noise band whose runs' ranges overlap are a measurement too
+    noisy to call, not a plan to tune; a median inside the band (or below it) is the plan's."""
+    medians = [speedup for figure, (_, _, speedup) in _rates(result).items() if result.judged.get(figure) != "faster"]
+    if result.verdict == "no difference" and medians and all(m >= 1 + NOISE_BAND for m in medians):
+        return (f"the medians are a clear win ({', '.join(f'{m:.2f}x' for m in medians)}) but the runs' ranges "
+                "overlap: measure again with more runs (--runs 5 or more) or on a quieter host")
+    return "keep the incumbent for this traffic, or tune K/S for it and measure again"
 
 
 def _untrusted(result: GatedShape) -> str | None:
