@@ -166,6 +166,13 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR457": ("error", "`--speculative-config` is not a JSON object"),
     "PWR458": ("error", "the launch line names no model"),
     "PWR459": ("error", "the launch input cannot be read"),
+    "PWR444": ("error", "a llama-server option Power refuses: what would run is not what the plan says "
+                        "(orchestrator/llama_options.py names each one and its fix)"),
+    "PWR445": ("error", "a V cache type other than the K cache type (-ctv / --spec-draft-type-v): Power keeps one type "
+                        "for both"),
+    "PWR446": ("warning", "a llama-server request default or access setting the render does not carry (sampling "
+                          "defaults, chat template, API key, TLS)"),
+    "PWR447": ("error", "a model to download at start (-hf, --spec-draft-hf, -mu): Power records local files only"),
     # PWR46x renders (orchestrator/render.py)
     "PWR460": ("error", "the engine cannot run this plan's speculation (refused by `plan` and `fleet review`, and again "
                         "by `render`)"),
@@ -177,6 +184,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR470": ("error", "the live engine's binary is not here (fail closed: nothing is measured)"),
     "PWR471": ("error", "the live engine exited or never answered /health"),
     "PWR472": ("error", "the live engine refused or dropped a request"),
+    "PWR473": ("error", "the deployment's running server cannot be read, stopped or restored around a bench "
+                        "(app/standing.py)"),
+    "PWR474": ("error", "--one-at-a-time asked of Power's runtime, which loads every plan in the bench's process"),
+    "PWR475": ("error", "a --concurrency list that is not whole numbers, or a level above the plans' slots"),
     # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
@@ -199,6 +210,17 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR510": ("error", "the devices do not suit the engine (several devices for Power's runtime, a tensor-parallel "
                         "size other than the device count, a CPU among GPUs)"),
     "PWR511": ("error", "a quantized V cache without flash attention (llama-server refuses to start)"),
+    "PWR512": ("error", "a KV cache type Power's runtime does not hold (it holds f32, f16, bf16 and q8_0)"),
+    "PWR513": ("error", "a q8_0 KV cache for key/value heads whose width is not a whole number of 32-value blocks"),
+    "PWR514": ("error", "a q8_0 KV cache on the GPU path, whose attention reads f32, f16 and bf16 caches"),
+    # PWR52x the host's memory at load time (runtime/host_memory.py)
+    "PWR520": ("error", "the host cannot hold the weights the runtime would load (refused before loading, with both figures)"),
+    # PWR53x the drafter's placement (checks/devices.py, engines/)
+    "PWR530": ("error", "runtime.draft_device is not one of the deployment's GPUs"),
+    "PWR531": ("error", "the drafter's own device, offloaded layers or KV type asked of an engine that runs it with "
+                        "the target"),
+    "PWR532": ("error", "a runtime.draft_override_tensor entry that is not PATTERN=CPU or PATTERN=CUDA<n> with a "
+                        "pattern that compiles and a GPU of the deployment"),
     # --- PWR6xx: the runtime (runtime/) ------------------------------------
     "PWR600": ("error", "a runtime setting or request the runtime cannot serve"),
     "PWR601": ("error", "the device or weight dtype is not available here"),
@@ -214,6 +236,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR622": ("error", "the CPU kernels cannot be built (no C++20 compiler, OpenMP or ninja) or do not load"),
     "PWR623": ("error", "another process held the CPU kernel build lock past the wait bound"),
     "PWR624": ("error", "the requested CPU instruction path is unknown or this CPU (or Linux) cannot run it"),
+    # PWR65x what the runtime loads (runtime/gguf_weights.py)
+    "PWR650": ("error", "the artifact holds no tensor data (a header-only replica): nothing to run"),
 }
 
 

@@ -38,6 +38,15 @@ PROFILES = {
         verify_capacity = {VERIFY_CAPACITY}
         ngram_match = 2
     """,
+    "slots-none": f"""
+        schema = "power.profile/v1"
+        name = "control-slots4"
+        spec_mode = "none"
+        [runtime]
+        ctx = 2048
+        slots = 4
+        verify_capacity = {VERIFY_CAPACITY}
+    """,
     "none": f"""
         schema = "power.profile/v1"
         name = "control"

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -91,7 +95,11 @@ def test_summaries_agree_with_the_receipts_they_summarise(ab) -> None:
             assert summary["draft_n"] == sum(r["proposed"] for r in receipts)
             assert summary["draft_n_accepted"] == sum(r["accepted"] for r in receipts)
             assert summary["tokens_sha256"] == [r["tokens_sha256"] for r in receipts]
+            assert sorted(summary["request_tok_s_runs"]) == sorted(r["request_tok_s"] for r in receipts)
+            assert all(r["ttft_s"] == r["prefill_s"] > 0 for r in receipts)
         assert result["speedup"] == pytest.approx(result["candidate"]["decode_tok_s"] / result["baseline"]["decode_tok_s"])
+        assert result["request_speedup"] == pytest.approx(result["candidate"]["request_tok_s"]
+                                                          / result["baseline"]["request_tok_s"])
         assert result["prompt_tokens"] == receipts[0]["prompt_tokens"]
 
 
@@ -221,6 +229,39 @@ def test_verdicts_need_the_ranges_apart_and_five_percent() -> None:
     assert overlapping["verdict"] == "no difference"
 
 
+def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
+    """A receipt carries the target's own rate inside the plan's engine (the governor's plain rounds); a plan whose
+    decode rate is under 0.98x of it is said to be below target-only, with or without a baseline to compare with."""
+    from dataclasses import replace
+
+    from power.app.bench_report import summary_lines
+
+    def runs(plain_tok_s: float) -> list[Receipt]:
+        return [replace(r, plain_tok_s=plain_tok_s) for r in _runs(0.10, 0.10, 0.10)]  # 30 tok/s
+
+    def lines(candidate: list[Receipt]) -> list[str]:
+        shapes = {"identity": bench.shape_result(build_shape("identity"), {"candidate": candidate})}
+        return summary_lines({"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False, "reason": "-"},
+                              "protocol": {}})
+
+    slow = [line for line in lines(runs(40.0)) if line.startswith("below target-only")]
+    assert len(slow) == 1 and "the candidate on identity decodes at 0.75x" in slow[0]
+    assert not [line for line in lines(runs(30.0)) if line.startswith("below target-only")]
+
+
+def test_a_candidate_faster_on_decode_but_slower_per_request_is_slower_naming_request_wide() -> None:
+    """Its prefill costs more than its decode saves: the user waits longer, so the shape is not a win."""
+    def runs(prefill_s: float, decode_s: float) -> list[Receipt]:
+        return [replace(_receipt([1, 2, 3, 4], decode_s, proposed=2, accepted=1), prefill_s=prefill_s)] * 3
+
+    result = _evidence(runs(0.5, 0.10), runs(0.1, 0.20))
+    assert result["judged"] == {"decode": "faster", "request-wide": "slower"}
+    assert result["verdict"] == "slower" and result["verdict_reason"].startswith("slower on request-wide")
+    assert result["speedup"] == pytest.approx(2.0) and result["request_speedup"] == pytest.approx(0.3 / 0.6)
+    summary = result["candidate"]
+    assert summary["request_tok_s"] == pytest.approx(4 / 0.6) and summary["ttft_s"] == pytest.approx(0.5)
+
+
 def test_a_natural_shape_is_judged_request_by_request() -> None:
     """Each run sends another request, so the ranges hold how the requests differ: the verdict asks every pair
     (the same request to both) to agree, and the speedup is the median of the pairs' ratios."""
@@ -284,3 +325,87 @@ def test_a_bad_sweep_is_a_usage_error() -> None:
     assert result.exit_code == 2 and "PWR078" in result.output and "SETTING=V1,V2" in result.output
     too_deep = invoke(fixture_plan("ngram"), "--sweep", "ngram_draft_max=9")  # K = 3: Power verifies 3 per round
     assert too_deep.exit_code == 2 and "PWR427" in too_deep.output
+
+
+def test_a_run_on_a_busy_host_says_so_in_every_verdict(tmp_path: Path) -> None:
+    """Two processes spinning on the CPUs beside the bench: the samples count them as others' CPU time."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        evidence = tmp_path / "evidence.json"
+        result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--shapes", "identity", "--runs", 1,
+                        "--max-tokens", 8, "--threads", 1, "-o", evidence)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert result.exit_code == 0, result.output
+    host = json.loads(evidence.read_text())["host"]
+    assert [(s["what"], s["when"]) for s in host["samples"]] == [("all", "before"), ("all", "after")]
+    assert host["busy"] and "other processes took" in host["reason"]
+    assert all(s["other_cpu_share"] > 0.25 and len(s["load_avg"]) == 3 for s in host["samples"])
+    identity = json.loads(evidence.read_text())["shapes"]["identity"]
+    assert identity["verdict_reason"].endswith(f"measured on a busy host ({host['reason']})")
+    assert "host: BUSY" in result.stdout and "note: a busy host" in result.output
+
+
+def _divergence(margin: float | None) -> dict:
+    return {"run": 0, "position": 3, "baseline_token": 4, "candidate_token": 9, "baseline_logprob": -0.70,
+            "candidate_logprob": None if margin is None else -0.70 - margin, "margin": margin, "target_top_token": 4}
+
+
+def test_a_divergence_within_the_margin_is_a_near_tie_and_beyond_it_lossy() -> None:
+    """Greedy outputs that part where the target's own top two tokens are all but tied are arithmetic; a token the
+    target prefers by a clear margin replaced is a bug."""
+    differing = [_receipt([1, 2, 3, 9], 0.05, proposed=3, accepted=2)] * 3
+    plain = [_receipt([1, 2, 3, 4], 0.1)] * 3
+    tie = bench.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain},
+                             [_divergence(0.02)] * 3, margin=0.1)
+    assert tie["exactness"] == "near-tie" and tie["verdict"] == "faster" and not tie["parity"]
+    assert "within 0.0200 nats (the near-tie margin is 0.1)" in tie["verdict_reason"]
+    clear = bench.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain},
+                               [_divergence(2.5)] * 3, margin=0.1)
+    assert clear["exactness"] == "lossy" and clear["verdict"] == "lossy"
+    assert "differ at token 3 (run 1)" in clear["verdict_reason"] and "2.5000 nats apart" in clear["verdict_reason"]
+    unexplained = bench.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain})
+    assert unexplained["exactness"] == "lossy" and "a correctness bug" in unexplained["verdict_reason"]
+    proof = bench._lossless({"identity": tie}, ["candidate", "baseline"])
+    assert not proof["proven"] and proof["exactness"] == "near-tie" and proof["proven_to_near_ties"]
+
+
+def test_concurrency_levels_measure_each_configuration_with_clients_at_once(tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence.json"
+    result = invoke(fixture_plan("slots"), "--vs", fixture_plan("slots-none"), "--concurrency", "1,2",
+                    "--shapes", "identity", "--runs", 1, "--max-tokens", 8, "--threads", 1, "-o", evidence)
+    assert result.exit_code == 0, result.output
+    section = json.loads(evidence.read_text())["concurrency"]
+    assert section["levels"] == [1, 2] and section["slots"] == 4
+    for level in ("1", "2"):
+        identity = section["per_level"][level]["identity"]
+        assert identity["candidate"]["runs"] == identity["baseline"]["runs"] == 1
+        assert identity["candidate"]["aggregate_tok_s"] > 0 and identity["speedup"] == pytest.approx(
+            identity["candidate"]["aggregate_tok_s"] / identity["baseline"]["aggregate_tok_s"])
+    stops = section["stops_paying_at"]
+    assert stops in (None, 1, 2) and (str(stops) in section["reason"] if stops else "every level" in section["reason"])
+    assert "identity run 1 candidate x2" in result.output
+
+
+def test_a_concurrency_above_the_plans_slots_is_refused_before_anything_runs() -> None:
+    result = invoke(fixture_plan("slots"), "--vs", fixture_plan("slots-none"), "--concurrency", "1,8")
+    assert result.exit_code == 2 and "PWR475" in result.output and "4 request(s) at once" in result.output
+    assert "warm-up" not in result.output
+
+
+def test_a_pair_that_both_drafts_has_no_negative_control_rather_than_a_broken_one() -> None:
+    """Issue 40 (low): "negative control: does not hold" when both plans speculate by design (K7 against K5)."""
+    from evidence_helpers import evidence_document
+
+    from power.app.bench_report import summary_lines
+
+    document = evidence_document("a" * 64, "b" * 64)
+    both = {"label": "baseline", "draft_n": {"candidate": 24, "baseline": 12}, "holds": False,
+            "reason": "no zero-draft control: candidate proposed 24, baseline 12"}
+    assert any(line.startswith("negative control: none (both plans draft) - no zero-draft control") for line in
+               summary_lines(document | {"negative_control": both}))
+    broken = both | {"draft_n": {"candidate": 0, "baseline": 0}}
+    assert any(line.startswith("negative control: does not hold") for line in summary_lines(
+        document | {"negative_control": broken}))

@@ -112,3 +112,19 @@ def test_the_repository_speaks_of_itself():
     found = [f"{path.relative_to(root)}:{number}: {line.strip()[:80]}" for path in texts
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if forbidden.search(line)]
     assert found == []
+
+
+WALKTHROUGH_OUTPUTS = ["examples/fleet/artifacts/qwen36-27b-q6k.gguf", "examples/fleet/fleet.lock",
+                       "examples/fleet/cpu-lab.lock", "examples/fleet/.fleet.lock.guard",
+                       "examples/kubernetes/fleet.lock", "plans/0805bb733044.json", "k8s/base/kustomization.yaml",
+                       "evidence.json", "report.html", "report.md", "plan.json", "plan.toml", "cpu-1.env"]
+
+
+def test_what_the_walkthroughs_write_is_ignored_by_git():
+    """Issue 40 (low): following the walk-throughs from the checkout left untracked files .gitignore did not cover."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    checked = subprocess.run(["git", "check-ignore", "--no-index", *WALKTHROUGH_OUTPUTS], cwd=repo,
+                             capture_output=True, text=True)
+    assert sorted(checked.stdout.split()) == sorted(WALKTHROUGH_OUTPUTS), checked.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,13 @@ from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 from power.app.cli import main
 from power.artifacts.contracts import DFLASH, DSPARK, MTP, declared_draft_tokens
 from power.documents.plan import load_plan
+from power.drafters import worth
 from power.drafters.distill import DistillRequest, TrainingData, drafter_shape
 from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
 from power.drafters.generate import NO_LABEL, Example, corpus_examples
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
+from power.drafters.progress import BudgetBar
 from power.drafters.prompt_sets import load_prompts
 from power.drafters.train import training_precision
 from power.modes import NGRAM
@@ -59,6 +62,7 @@ def test_the_trained_block_rows_are_the_runtime_drafters_rows(tmp_path, kind):
     tokens = [5, 77, 300, 12, 9, 140, 201, 33, 60, 2]
     out = trunk.prefill(tokens[:-1], drafter.taps)
     drafter.commit(tokens[:-1], out.hidden, 0)
+    drafter._catch_up()  # a proposal would run the queued rows first
     features = torch.cat([out.hidden[t] for t in hp.target_layers], dim=-1)
     features = torch.cat([features, torch.zeros(1, features.shape[1])])  # the anchor's row is never read
     trained = net.rows(features, torch.tensor(tokens), torch.tensor([len(tokens) - 1]))[0].detach()
@@ -160,6 +164,10 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     assert distilled.exit_code == 0, distilled.output
     report = json.loads((out / "distill.json").read_text())
     assert report["settings"]["precision"] == precision
+    worth = report["worth_it"]  # priced with this machine's costs: a plan is suggested only for a drafter that wins
+    assert worth["k"] == report["recommended"]["k"] and worth["target_step_s"] > 0 and worth["draft_step_s"] > 0
+    assert ("next: power plan" in distilled.output) == worth["beats_target_only"]
+    assert ("cannot beat target-only" in distilled.output) != worth["beats_target_only"]
     assert report["steps"] == 3 and report["sequences"] == 12 and report["draft_vocab"] == 400
     drafter = GGUFFile(next(out.glob("*.gguf")))
     ranked = declared_draft_tokens(header_view(drafter))
@@ -285,6 +293,26 @@ def test_acceptance_is_held_back_from_the_targets_own_text_when_there_is_any():
     assert sorted(ids(train)) == sorted(set(ids(generated + corpus)) - {0, 10, 20})
     train, held = TrainingData([], corpus, 0.0, 1.0).split()
     assert ids(held) == [100, 110, 120] and len(train) == 27
+
+
+def test_the_worth_it_verdict_prices_the_held_back_acceptance_with_the_measured_costs():
+    """A drafter that lands nothing cannot beat target-only whatever it costs; one that lands most drafts of a cheap
+    round does; the break-even acceptance lies between."""
+    costs = worth.Costs(target_step_s=0.015, verify_cost={1: 1.1, 7: 1.6}, draft_s={1: 0.004, 7: 0.02})
+    nothing = worth.judge(costs, MTP, 7, mean_accepted=0.0)
+    assert not nothing.beats_target_only and nothing.speedup < 1 and nothing.p == pytest.approx(0.0)
+    most = worth.judge(costs, MTP, 7, mean_accepted=5.0)
+    assert most.beats_target_only and most.speedup > 1
+    assert most.break_even_p is not None and nothing.p < most.break_even_p < most.p
+
+
+def test_progress_bars_run_over_the_budget_not_over_a_step_count_it_never_reaches():
+    """Under a 90-second phase the train bar's total is those seconds (its ETA the budget's), not --steps 100000."""
+    budgeted = BudgetBar("train", time.monotonic() + 90, 100_000, "step", enabled=False)
+    assert 89 <= budgeted.bar.total <= 90
+    budgeted.advance(step=1)
+    assert budgeted.bar.n <= 1
+    assert BudgetBar("train", None, 100_000, "step", enabled=False).bar.total == 100_000
 
 
 class _Planted:

@@ -200,6 +200,24 @@ def test_a_hand_edited_or_newer_lock_is_a_located_finding_and_never_overwritten(
     assert result.exit_code == 1 and f"{world.lock}:2:" in _finding_at(result.output, "PWR063")
 
 
+def test_the_summary_counts_in_words_that_agree_with_the_count(world: World) -> None:
+    """Issue 40 (low): "1 errors"."""
+    one = CLEAN.replace('host = "ws-2"', 'host = "ws-3"', 1)
+    result = review(world.fleet(TWO_HOSTS, one))
+    assert result.exit_code == 1 and "2 hosts, 2 deployments: 1 error, 0 warnings" in result.output, result.output
+
+
+def test_findings_name_their_files_one_way(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40 (low): the fleet file's findings were relative as given, its profiles' absolute (resolved)."""
+    world.fleet(TWO_HOSTS, CLEAN.replace("profiles/balanced.toml", "profiles/guarded.toml").replace('host = "ws-2"',
+                                                                                               'host = "ws-9"'))
+    monkeypatch.chdir(world.root)
+    result = review("fleet.toml")
+    located = [line.split(":", 1)[0] for line in result.output.splitlines() if ": PWR" in line]
+    assert "fleet.toml" in located and "profiles/guarded.toml" in located, result.output
+    assert not any(Path(name).is_absolute() for name in located), located
+
+
 def test_another_fleets_lock_is_refused_and_never_rewritten(world: World) -> None:
     """Issue 40.1: two fleets in one folder shared fleet.lock, and the second's --write-lock removed the first's plans
     and rollout history. A lock names its fleet; every command refuses another fleet's, leaving it byte for byte."""
@@ -273,7 +291,10 @@ def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
     return calls
 
 
-def test_the_example_fleet_files_stay_valid() -> None:
+def test_the_example_fleet_files_stay_valid_but_for_the_deliberate_typo() -> None:
+    """fleet.toml names host 'ws-03' on purpose (README.md step 2); validate reports it from the file alone."""
     example = Path(__file__).resolve().parent.parent / "examples" / "fleet"
     result = CliRunner().invoke(main, ["validate", str(example)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if "[error]" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"{example / 'fleet.toml'}:96:8: PWR060"), errors

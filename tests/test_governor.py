@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from power.runtime.governor import ChainGovernor, GovernorConfig, Phase
 
 PLAIN = 0.010  # seconds per plain step
+VERDICTS = GovernorConfig(loss_budget=None)  # the state machine alone, without the request's loss budget
 
 
 def _plain_steps(gov: ChainGovernor, n: int, seconds: float = PLAIN) -> None:
@@ -25,14 +28,14 @@ def _through_baseline(gov: ChainGovernor) -> None:
 
 
 def test_a_winning_speculator_holds():
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=4, seconds=0.012)  # 3 ms per token against 10
     assert gov.members[0].phase is Phase.HOLD and gov.members[0].wins == 1 and gov.parks == 0
 
 
 def test_a_losing_speculator_is_parked_and_reprobed_with_backoff():
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=1, seconds=0.015, accepted=1)  # accepted something, still slower per token
     assert gov.members[0].phase is Phase.PARKED and gov.parks == 1
@@ -47,7 +50,7 @@ def test_a_losing_speculator_is_parked_and_reprobed_with_backoff():
 
 
 def test_backoff_is_capped():
-    gov = ChainGovernor(GovernorConfig(first_park=4, max_park=8))
+    gov = ChainGovernor(GovernorConfig(first_park=4, max_park=8, loss_budget=None))
     _through_baseline(gov)
     parks = []
     for _ in range(4):
@@ -61,7 +64,7 @@ def test_backoff_is_capped():
 
 
 def test_a_probe_ends_early_after_four_steps_that_accepted_nothing():
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     _spec_steps(gov, 3, tokens=1, seconds=0.001, accepted=0)
     assert gov.members[0].phase is Phase.PROBE
@@ -73,7 +76,7 @@ def test_a_head_pass_that_proposed_nothing_is_a_speculative_sample():
     """A draft head under its confidence gate (speculative one-token steps that verified nothing) is costed as
     speculation: a probe of them that costs more than plain steps parks the head, and none of them leaks into the
     plain baseline. (A lookup that found nothing ran no head: the transaction makes that a plain round.)"""
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     for _ in range(gov.config.probe_steps - 1):
         gov.record(member=0, tokens=1, seconds=PLAIN * 1.05, accepted=0, proposed=0)
@@ -85,7 +88,7 @@ def test_a_head_pass_that_proposed_nothing_is_a_speculative_sample():
 
 def test_a_confidence_gate_refusing_neither_extends_nor_breaks_a_run_of_rejected_rounds():
     """Only verifications that accepted nothing end a probe early; a gated-out step between them changes nothing."""
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     _spec_steps(gov, 3, tokens=1, seconds=PLAIN * 1.6, accepted=0)
     gov.record(member=0, tokens=1, seconds=PLAIN, accepted=0, proposed=0)
@@ -95,7 +98,7 @@ def test_a_confidence_gate_refusing_neither_extends_nor_breaks_a_run_of_rejected
 
 
 def test_parked_steps_feed_the_plain_baseline_except_the_first():
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     _spec_steps(gov, 4, tokens=1, seconds=0.02, accepted=0)
     assert gov.members[0].phase is Phase.PARKED
@@ -105,7 +108,7 @@ def test_parked_steps_feed_the_plain_baseline_except_the_first():
 
 
 def test_a_wrong_win_is_caught_within_the_hold_window():
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=4, seconds=0.012)
     assert gov.members[0].phase is Phase.HOLD
@@ -116,7 +119,7 @@ def test_a_wrong_win_is_caught_within_the_hold_window():
 
 
 def test_a_hold_remeasures_the_baseline_then_resumes():
-    gov = ChainGovernor(GovernorConfig(hold_steps=10))
+    gov = ChainGovernor(GovernorConfig(hold_steps=10, loss_budget=None))
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=4, seconds=0.012)
     _spec_steps(gov, 10, tokens=4, seconds=0.012)
@@ -126,7 +129,7 @@ def test_a_hold_remeasures_the_baseline_then_resumes():
 
 
 def test_a_new_request_caps_the_park_and_forgets_the_backoff():
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     _spec_steps(gov, 8, tokens=1, seconds=0.02, accepted=1)
     _plain_steps(gov, 32)
@@ -148,7 +151,7 @@ def test_rounds_that_win_on_average_hold_however_uneven_they_are():
     """Rounds of a real head alternate misses and long runs: 1 token or 6 tokens for 16 ms against 10 ms a plain token.
     Over the window that is 32 ms for 7 tokens, 4.6 ms a token: a win, though the mean of each round's own cost per
     token (16 and 2.7 ms: 9.3 ms) is close to the plain cost and a window with more misses would cross it."""
-    gov = ChainGovernor()
+    gov = ChainGovernor(VERDICTS)
     _through_baseline(gov)
     for _ in range(4):
         _spec_steps(gov, 1, tokens=1, seconds=0.016, accepted=0)
@@ -170,7 +173,7 @@ def _member_steps(gov: ChainGovernor, member: int, n: int, tokens: int, seconds:
 def test_a_chain_parks_its_losing_head_and_keeps_its_lookup_proposing():
     """A lookup in front of a head: the head's rounds accept nothing and lose, the lookup's win. Only the head is
     parked; its park runs out on the lookup's steps, and the lookup never stops."""
-    gov = ChainGovernor(members=2)
+    gov = ChainGovernor(VERDICTS, members=2)
     _plain_steps(gov, gov.config.baseline_steps)
     for _ in range(4):
         _member_steps(gov, 0, 1, tokens=4, seconds=0.012, accepted=3)
@@ -186,10 +189,55 @@ def test_a_chain_parks_its_losing_head_and_keeps_its_lookup_proposing():
 
 
 def test_a_member_remeasuring_the_baseline_makes_the_step_plain_for_every_member():
-    gov = ChainGovernor(GovernorConfig(hold_steps=10), members=2)
+    gov = ChainGovernor(GovernorConfig(hold_steps=10, loss_budget=None), members=2)
     _plain_steps(gov, gov.config.baseline_steps)
     _member_steps(gov, 0, 8 + 10, tokens=4, seconds=0.012, accepted=3)
     assert gov.members[0].phase is Phase.BASELINE and gov.members[1].phase is Phase.PROBE
     assert gov.allowed() == (False, False)
     _plain_steps(gov, gov.config.baseline_steps)
     assert gov.allowed() == (True, True) and gov.members[0].phase is Phase.HOLD
+
+
+def _request(gov: ChainGovernor, tokens: int, spec_seconds: float, spec_tokens: int = 1) -> tuple[float, int]:
+    """One request of `tokens` tokens: plain steps cost PLAIN, the speculator's steps `spec_seconds` for `spec_tokens`
+    tokens (accepting spec_tokens - 1). Returns the request's decode seconds and its speculative steps."""
+    gov.new_request()
+    seconds, emitted, speculative = 0.0, 0, 0
+    while emitted < tokens:
+        if gov.speculate():
+            gov.record(member=0, tokens=spec_tokens, seconds=spec_seconds, accepted=spec_tokens - 1)
+            seconds, emitted, speculative = seconds + spec_seconds, emitted + spec_tokens, speculative + 1
+        else:
+            gov.record(member=None, tokens=1, seconds=PLAIN)
+            seconds, emitted = seconds + PLAIN, emitted + 1
+    return seconds, speculative
+
+
+def test_a_speculator_that_never_lands_a_draft_costs_a_request_at_most_the_loss_budget():
+    """Each step of a useless head costs four plain steps and emits one token. Its first step ever measures it;
+    from then on every request of 64 tokens or more decodes at 0.98x of the plain rate or better, and the head
+    still gets probed now and then (the budget a long request earns)."""
+    gov = ChainGovernor()
+    first, _ = _request(gov, 64, spec_seconds=4 * PLAIN)
+    assert first <= 64 * PLAIN * 1.02 + 3 * PLAIN  # the budget, and the one step that measured the head
+    for tokens in (64, 100, 300, 1000):
+        seconds, speculative = _request(gov, tokens, spec_seconds=4 * PLAIN)
+        assert seconds <= tokens * PLAIN * 1.02
+    assert speculative > 1 and gov.members[0].expected_loss(PLAIN) == pytest.approx(3 * PLAIN)
+
+
+def test_a_winning_speculator_speculates_from_a_requests_first_step():
+    gov = ChainGovernor()
+    _request(gov, 64, spec_seconds=1.2 * PLAIN, spec_tokens=4)
+    gov.new_request()
+    assert gov.speculate() and gov.members[0].expected_loss(PLAIN) == 0.0
+    seconds, _ = _request(gov, 64, spec_seconds=1.2 * PLAIN, spec_tokens=4)
+    assert seconds < 0.5 * 64 * PLAIN
+
+
+def test_a_speculators_first_step_ever_proposes_one_token():
+    gov = ChainGovernor()
+    _through_baseline(gov)
+    assert gov.width_cap() == 1
+    gov.record(member=0, tokens=1, seconds=PLAIN, accepted=0)
+    assert gov.width_cap() is None

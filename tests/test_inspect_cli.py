@@ -58,6 +58,12 @@ def test_gemma_report():
     assert [layer["kind"] for layer in data["layers"]].count("global") == 3
 
 
+def test_the_file_type_is_shown_with_its_name():
+    """Issue 40 (low): `inspect` showed "file type 15" without the name llama.cpp gives it."""
+    text = run("inspect", "--no-hash", str(gemma())).stdout
+    assert next(line for line in text.splitlines() if "file type" in line).split()[-2:] == ["15", "(Q4_K_M)"]
+
+
 @pytest.mark.parametrize(("name", "code"), [("truncated-header", "PWR104"), ("truncated-data", "PWR109")])
 def test_a_bad_file_exits_1_with_its_finding(name, code):
     path = str(fixtures()[name])

@@ -67,13 +67,14 @@ def evidence_for_every_pair(lock_path: Path, folder: Path, fleet: str = "inferen
 
 @pytest.fixture(scope="module")
 def rolled_out(tmp_path_factory) -> tuple[Path, Path]:
-    """The example fleet rendered, then its ngram-k5 rollout advanced through every stage: (tree, lock)."""
+    """The example fleet rendered, then its rollout of n-gram K7 (over the incumbent K5: on echo traffic the longer
+    drafts pay, issue 40.3) advanced through every stage: (tree, lock)."""
     tmp = tmp_path_factory.mktemp("example")
     tree, lock = tmp / "k8s", tmp / "fleet.lock"
     assert run("fleet", "review", EXAMPLE, "--lock", lock, "--write-lock").exit_code == 0
     rendered = run("fleet", "render", EXAMPLE, "--target", "kubernetes", "-o", tree, "--lock", lock)
     assert rendered.exit_code == 0, rendered.output
-    planned = run("rollout", "plan", EXAMPLE, "--profile", EXAMPLE.parent / "profiles" / "ngram-k5.toml", "--lock", lock)
+    planned = run("rollout", "plan", EXAMPLE, "--profile", EXAMPLE.parent / "profiles" / "ngram.toml", "--lock", lock)
     assert planned.exit_code == 0, planned.output
     evidence = [f"--evidence={path}" for path in evidence_for_every_pair(lock, tmp)]
     for stage in ("canary", "wave-1", "all"):
@@ -175,7 +176,7 @@ def test_the_example_carries_the_plan_the_review_compiled(rolled_out) -> None:
     config_map = yaml.safe_load((tree / "base" / "a100-gemma3-270m" / "plan.yaml").read_text())
     carried = json.loads(config_map["data"][PLAN_FILE])
     assert carried["digest"] == lock.rollout["previous"]["a100/gemma3-270m"]["plan_digest"]
-    assert carried["sources"]["profile"]["path"] == "profiles/ngram.toml"
+    assert carried["sources"]["profile"]["path"] == "profiles/ngram-k5.toml"
     assert config_map["immutable"] is True
 
 
@@ -448,6 +449,13 @@ def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_s
     fleet = _cluster_world(tmp_path, hosts=hosts, kubernetes=kubernetes, deployments=deployments("one", "two"))
     review = run("fleet", "review", fleet)
     assert review.exit_code == 1 and "PWR096" in review.output and "a100/one, a100/two share a100 device 0" in review.output
+    unplanned = deployments("three").replace("profiles/ngram.toml", "profiles/guarded.toml")
+    at_once = _cluster_world(tmp_path / "at-once", hosts=hosts.replace('node_name = "a100"', ""),
+                             kubernetes=kubernetes, deployments=deployments("one") + unplanned)
+    every = run("fleet", "review", at_once)
+    # Issue 40.7: PWR096 showed only once the other findings were fixed; the fleet file alone says the GPU is shared.
+    assert every.exit_code == 1 and {"PWR091", "PWR216", "PWR096"} <= set(re.findall(r"PWR\d+", every.output))
+    assert "a100/one, a100/three share a100 device 0" in every.output
     alone = _cluster_world(tmp_path / "alone", hosts=hosts, kubernetes=kubernetes, deployments=deployments("one"))
     reviewed = run("fleet", "review", alone)
     assert reviewed.exit_code == 0, reviewed.output
@@ -585,6 +593,7 @@ def test_an_api_key_secret_reaches_each_engine_its_own_way_and_a_network_policy_
      'node_selector = { "zone" = "' + "z" * 64 + '" }', "not a Kubernetes label"),
     ((r'mount_path = ".*"', 'mount_path = "/etc/power"'),
      'mount_path = "/etc/power"', "two mounts at one path"),
+    ((r'mount_path = ".*"', 'mount_path = "/"'), 'mount_path = "/"', "one over the other"),
     (('[kubernetes]', '[kubernetes]\nrun_as_user = 1099511627776'), "run_as_user = 1099511627776",
      "largest user id"),
 ])

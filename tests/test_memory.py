@@ -13,6 +13,7 @@ import pytest
 import torch
 from gguf_helpers import fixtures, gemma
 
+from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import SlotCaches
@@ -27,19 +28,52 @@ def logits_after(trunk, tokens: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("arithmetic", ARITHMETICS)
 @pytest.mark.parametrize("name", ["gemma", "dense-target", "hybrid-target"])
-def test_a_built_trunk_keeps_no_view_of_the_file(name, arithmetic):
-    """After `release()` the verified copy is freed (nothing built from it still points into it), and the trunk
-    computes the same logits as before."""
+def test_a_built_trunk_needs_nothing_of_the_file(name, arithmetic):
+    """After `release()` the file is closed (nothing built reads it again), and the trunk computes the same logits."""
     model = GGUFFile(gemma() if name == "gemma" else fixtures()[name])
     trunk = load_trunk(model, n_ctx=64, verify_capacity=4, arithmetic=arithmetic)
     tokens = [2, 818, 5279, 529] if name == "gemma" else [1, 5, 9, 3]
     before = logits_after(trunk, tokens)
-    assert model.held_bytes == model.size
     model.release()
-    assert model.held_bytes == 0
     assert torch.equal(logits_after(trunk, tokens), before)
-    with pytest.raises(RuntimeError, match="after the file's bytes were released"):
+    with pytest.raises(RuntimeError, match="after the file was released"):
         model.raw("token_embd.weight")
+
+
+PROBE = """
+import resource, sys
+import torch
+from power.runtime.gguf_weights import GGUFFile
+def rss():
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmRSS"))
+base = rss()
+model = GGUFFile(sys.argv[1])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+"""
+
+
+def test_opening_a_model_verifies_it_without_a_copy_of_the_file():
+    """Issue 40.2: the runtime read the whole GGUF into memory to hash it, then built its weights beside that copy
+    (22.9 GB for the 27B target before a weight was built). Opening now hashes the file and keeps only digests."""
+    done = subprocess.run([sys.executable, "-c", PROBE, str(gemma())], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) < gemma().stat().st_size // 2  # the header and its arrays (main: the whole file)
+
+
+def test_a_tensor_changed_after_the_file_was_verified_never_reaches_the_engine(tmp_path):
+    """The bytes copied into place are checked against the verifying read's digest of that tensor (PWR116)."""
+    path = tmp_path / "dense-target.gguf"
+    path.write_bytes(fixtures()["dense-target"].read_bytes())
+    model = GGUFFile(path)
+    name = next(iter(model.tensors))
+    untouched = model.raw(name)
+    info = model.info(name)
+    with path.open("r+b") as handle:
+        handle.seek(info.offset)
+        handle.write(bytes([untouched[0].item() ^ 0xFF]))
+    with pytest.raises(ArtifactError) as changed:
+        model.raw(name)
+    assert changed.value.finding.code == "PWR116" and name in changed.value.finding.message
 
 
 def test_release_drops_the_headers_long_arrays_and_keeps_its_values():
@@ -128,3 +162,34 @@ def test_a_cache_becomes_resident_only_where_it_is_written():
     # 10 positions of 1 KiB (a huge page at most, where the kernel gives them for anonymous memory)
     assert resident_bytes(cache.k) <= 2 << 20
     assert torch.equal(cache.k[0, :10], torch.ones(10, 256)) and torch.count_nonzero(cache.k[:, 10:]) == 0
+
+
+LIMITED_RUN = """
+import resource, sys
+from power.app.cli import main
+import power.runtime.engine
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[2]), resource.RLIM_INFINITY))
+main(["run", "--gguf", sys.argv[1], "--prompt", "The", "--max-tokens", "2"])
+"""
+
+
+def limited_run(path: Path, room: int) -> subprocess.CompletedProcess:
+    """`power run --gguf PATH` in a process that may map only `room` more bytes (`ulimit -v`) once Power is imported."""
+    return subprocess.run([sys.executable, "-c", LIMITED_RUN, str(path), str(room)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_header_only_model_is_refused_as_such_before_anything_is_read():
+    """Issue 40.2: `power bench --engine power` on the 27B header-only fixtures (22.9 GB of holes) was OOM-killed
+    after a minute with no message. It is refused at once, in little memory, naming what the file lacks."""
+    done = limited_run(fixtures()["qwen36-27b-q6k"], 2 << 30)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "PWR650" in done.stderr and "holds no tensor data" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_model_the_host_cannot_hold_is_refused_before_loading_with_both_figures():
+    """Gemma's 235 MiB of tensors under a 160 MiB allowance: refused (PWR520) before a tensor is read."""
+    done = limited_run(gemma(), 160 << 20)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "PWR520" in done.stderr and "235.16 MiB" in done.stderr and "ulimit -v room" in done.stderr

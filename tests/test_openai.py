@@ -200,39 +200,38 @@ def test_serve_refuses_an_empty_api_key_file(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "PWR606" in result.output
 
 
-def test_serve_refuses_an_api_key_variable_set_to_nothing() -> None:
-    """Issue 38 item 7: `POWER_API_KEY_FILE=` (set, empty) would serve with no authentication; it is refused before
-    anything loads, naming the variable."""
+def _serve_on_a_taken_port(*options: str, env: dict[str, str] | None = None):
+    """`power serve` where the key is read before the address is bound: a key it took would end in PWR604 here."""
     from click.testing import CliRunner
 
     from power.app.cli import main
 
-    result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0"],
-                                env={"POWER_API_KEY_FILE": ""})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        return CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", str(taken.getsockname()[1]),
+                                         *options], env=env)
+
+
+def test_serve_refuses_an_api_key_variable_set_to_nothing() -> None:
+    """Issue 38 item 7: `POWER_API_KEY_FILE=` (set, empty) would serve with no authentication; it is refused before
+    anything loads, naming the variable."""
+    result = _serve_on_a_taken_port(env={"POWER_API_KEY_FILE": ""})
     assert result.exit_code == 2 and "PWR606" in result.output
     assert "$POWER_API_KEY_FILE is set but empty" in result.output and "unset it" in result.output
 
 
 @pytest.mark.parametrize("content, why", [("clé-secrète-0123\n", "non-ASCII"), ("two words\n", "spaces")])
 def test_serve_refuses_a_key_no_client_could_send(tmp_path: Path, content: str, why: str) -> None:
-    from click.testing import CliRunner
-
-    from power.app.cli import main
-
     key_file = tmp_path / "key"
     key_file.write_text(content, encoding="utf-8")
-    result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0", "--api-key-file",
-                                       str(key_file)])
+    result = _serve_on_a_taken_port("--api-key-file", str(key_file))
     assert result.exit_code == 2 and "PWR606" in result.output and why in result.output
 
 
 def test_a_missing_key_file_is_one_plain_sentence(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from power.app.cli import main
-
     missing = tmp_path / "no-such-key"
-    result = CliRunner().invoke(main, ["serve", str(chat_plan("slots")), "--port", "0", "--api-key-file", str(missing)])
+    result = _serve_on_a_taken_port("--api-key-file", str(missing))
     assert result.exit_code == 2 and "the API key file cannot be used: no such file or directory" in result.output
 
 

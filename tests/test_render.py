@@ -83,13 +83,27 @@ def test_vllm_refuses_a_chain_instead_of_dropping_a_drafter():
         render(sealed_for_vllm, "vllm", CHAIN_PLAN)
 
 
-@pytest.mark.parametrize("plan_path, target", [(CHAIN_PLAN, "vllm"), (CHAIN_PLAN, "power"), (CHAIN_PLAN, "env"),
+@pytest.mark.parametrize("plan_path, target", [(CHAIN_PLAN, "vllm"), (CHAIN_PLAN, "power"),
                                                (CHAIN_POWER_PLAN, "llama-server"), (MTP_PLAN, "vllm")])
 def test_a_render_for_another_engine_than_the_plans_is_refused(plan_path, target):
     """Issue 23 defect 4: a plan sized for one engine rendered for another said nothing."""
     with pytest.raises(RenderError) as refused:
         render(load_plan(plan_path), target, plan_path)
     assert refused.value.finding.code == "PWR464" and "--engine" in (refused.value.finding.hint or "")
+
+
+@pytest.mark.parametrize("plan_path, target, instead", [
+    (CHAIN_PLAN, "systemd", "--target llama-server-env -o FILE"), (CHAIN_PLAN, "env", "--target llama-server-env"),
+    (MTP_VLLM_PLAN, "systemd", "--target vllm")])
+def test_the_power_only_targets_say_so_for_another_engines_plan(plan_path, target, instead):
+    """Issue 40 (low): `render --target systemd` of a llama-server plan gave a memory reason; the truth is that the
+    unit and the env file start `power serve` only, and the engine's own target deploys it."""
+    with pytest.raises(RenderError) as refused:
+        render(load_plan(plan_path), target, plan_path)
+    finding = refused.value.finding
+    assert finding.code == "PWR464" and f"--target {target} renders for `power serve`" in finding.message
+    assert instead in (finding.hint or "")
+    assert ("EnvironmentFile=" in finding.hint) == ("llama-server" in instead)
 
 
 HOSTILE = "x; touch PWNED; echo $(touch PWNED2) `touch PWNED3` 'q\" %n $HOME"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,11 @@ from evidence_helpers import write_evidence
 from fleet_world import World, build_world
 from hostile_documents import JSON_CASES, hostile
 
+from power.app import bench
 from power.app.cli import main
+from power.app.traffic import build_shape
+from power.documents.evidence import MIN_RUNS
+from power.documents.receipt import Receipt
 from power.orchestrator.fleet.lock import read_lock
 
 HOSTS = "".join(f'''
@@ -149,6 +154,29 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
 
 
+def test_a_clear_median_win_with_overlapping_ranges_is_told_to_measure_again_not_to_tune(world: World,
+                                                                                          tmp_path: Path) -> None:
+    """Issue 40.3: a live bench gave a 2.78x median with the runs' ranges overlapping under noise, and PWR073 said
+    "keep the incumbent, or tune K/S". The hint follows the cause: measure again; a real tie still says tune."""
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate, incumbent = _pair(world, "ws-3/hybrid")
+    noisy = evidence(tmp_path / "noisy.json", candidate, incumbent, speedup=2.78)
+    document = json.loads(noisy.read_text())
+    for result in document["shapes"].values():
+        result["candidate"]["decode_tok_s_min"] = result["baseline"]["decode_tok_s"] * 0.5  # ranges overlap
+        result["judged"]["decode"] = result["verdict"] = "no difference"
+    noisy.write_text(json.dumps(document))
+    refused = run("rollout", "advance", fleet, "--evidence", noisy)
+    assert refused.exit_code == 1 and "PWR073" in refused.output, refused.output
+    assert "measure again with more runs (--runs 5 or more) or on a quieter host" in refused.output
+    assert "2.78x" in refused.output and "tune K/S" not in refused.output
+    tie = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "tie.json", candidate, incumbent,
+                                                                  speedup=1.02))
+    assert tie.exit_code == 1 and "tune K/S" in tie.output and "quieter host" not in tie.output
+
+
 def test_hostile_evidence_files_are_findings_and_leave_the_lock_as_it_is(world: World, tmp_path: Path) -> None:
     fleet = world.root / "fleet.toml"
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 0
@@ -248,3 +276,100 @@ def test_the_gate_trusts_the_evidences_numbers_not_its_verdict_string(world: Wor
     result = run("rollout", "advance", fleet, "--evidence", path)
     assert result.exit_code == 1 and "PWR073" in result.output and "give 0.500x" in result.output
     assert world.lock.read_bytes() == before
+
+
+def _recorded(decode_tok_s: float, request_tok_s: float, tokens: int = 256) -> list[Receipt]:
+    """Three runs whose engine timings give the recorded decode and request-wide rates for `tokens` tokens."""
+    decode_s = (tokens - 1) / decode_tok_s
+    receipt = Receipt(plan_digest="p", artifacts={}, mode="mtp", prompt_tokens=1024, token_ids=list(range(tokens)),
+                      text="recorded", stop_reason="length", rounds=tokens // 4, proposed=tokens, accepted=tokens // 2,
+                      replays=0, clamps=0, fallbacks=0, load_s=0.0, prefill_s=tokens / request_tok_s - decode_s,
+                      decode_s=decode_s, speculative_rounds=tokens // 4)
+    return [receipt] * MIN_RUNS
+
+
+def _gate_on_recorded(world: World, tmp_path: Path, candidate: tuple[float, float], incumbent: tuple[float, float]):
+    """`rollout advance` on evidence the bench's own verdict built from recorded (decode, request-wide) figures."""
+    fleet = world.root / "fleet.toml"
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate_digest, incumbent_digest = _pair(world, "ws-3/hybrid")
+    result = bench.shape_result(build_shape("echo"), {"candidate": _recorded(*candidate),
+                                                      "baseline": _recorded(*incumbent)})
+    identity = bench.shape_result(build_shape("identity"), {"candidate": _recorded(*candidate),
+                                                            "baseline": _recorded(*incumbent)})
+    path = evidence(tmp_path / "recorded.json", candidate_digest, incumbent_digest,
+                    results={"echo": result, "identity": identity})
+    return result, run("rollout", "advance", fleet, "--evidence", path)
+
+
+def test_a_drafter_fast_on_decode_is_gated_on_what_a_request_gains(world: World, tmp_path: Path) -> None:
+    """The recorded DSpark case: 169.324 against 32.249 tok/s decode (5.25x), 32.678 against 22.618 request-wide at
+    ctx 1024 (1.445x). It opens the stage, and the operator reads the request-wide 1.445x beside the 5.25x."""
+    result, opened = _gate_on_recorded(world, tmp_path, (169.324, 32.678), (32.249, 22.618))
+    assert result["verdict"] == "faster" and result["judged"] == {"decode": "faster", "request-wide": "faster"}
+    assert result["speedup"] == pytest.approx(5.250, abs=1e-3) and result["request_speedup"] == pytest.approx(1.445, abs=1e-3)
+    assert opened.exit_code == 0, opened.output
+    assert "decode faster: 169.32 vs the incumbent's 32.25 tok/s (5.251x)" in opened.output
+    assert "request-wide faster: 32.68 vs the incumbent's 22.62 tok/s (1.445x)" in opened.output
+
+
+def test_a_profile_that_wins_decode_and_loses_request_wide_is_refused_naming_request_wide(
+        world: World, tmp_path: Path) -> None:
+    """The recorded FR peak: 174.413 against 147.021 tok/s steady decode, but 37.290 against 47.032 request-wide."""
+    result, refused = _gate_on_recorded(world, tmp_path, (174.413, 37.290), (147.021, 47.032))
+    assert result["verdict"] == "slower" and result["judged"] == {"decode": "faster", "request-wide": "slower"}
+    assert "slower on request-wide" in result["verdict_reason"]
+    assert refused.exit_code == 1 and "PWR073" in refused.output
+    assert "the bench's verdict is 'slower': not faster on request-wide" in " ".join(refused.output.split())
+    assert _lock(world).rollout["next_stage"] == 0 and "refused: stage canary stays closed" in refused.output
+
+
+@pytest.mark.parametrize(("policy", "opens"), [("", False), ('exactness = "near-tie"\nnear_tie_margin = 0.05\n', True),
+                                               ('exactness = "near-tie"\nnear_tie_margin = 0.01\n', False)])
+def test_near_tie_divergences_open_a_stage_only_where_the_deployment_accepts_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, opens: bool) -> None:
+    """A live engine's greedy outputs part where the target's top two tokens are 0.02 nats apart: the default gate
+    (exact) refuses, a deployment that states `exactness = "near-tie"` with a wider margin accepts."""
+    monkeypatch.setenv("POWER_CACHE_DIR", str(tmp_path / "cache"))
+    world = build_world(tmp_path / "world")
+    fleet = world.fleet(HOSTS, DEPLOYMENTS.replace('traffic = "echo"', f'traffic = "echo"\n{policy}'))
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate_digest, incumbent_digest = _pair(world, "ws-3/hybrid")
+    tie = {"run": 0, "position": 5, "baseline_token": 7, "candidate_token": 8, "baseline_logprob": -0.69,
+           "candidate_logprob": -0.71, "margin": 0.02, "target_top_token": 7}
+    differing = [replace(receipt, token_ids=[*receipt.token_ids[:5], 8, *receipt.token_ids[6:]])
+                 for receipt in _recorded(60.0, 30.0)]
+    results = {"echo": bench.shape_result(build_shape("echo"), {"candidate": differing,
+                                                                "baseline": _recorded(20.0, 15.0)}, [tie] * MIN_RUNS),
+               "identity": bench.shape_result(build_shape("identity"), {"candidate": _recorded(60.0, 30.0),
+                                                                        "baseline": _recorded(20.0, 15.0)})}
+    assert results["echo"]["exactness"] == "near-tie"
+    path = evidence(tmp_path / "near-tie.json", candidate_digest, incumbent_digest, results=results)
+    result = run("rollout", "advance", fleet, "--evidence", path)
+    assert (result.exit_code == 0) == opens, result.output
+    if not opens:
+        assert "PWR072" in result.output and "the bench calls it near-tie" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("under_load", "opens"), [(None, False), ({1: 1.4, 4: 0.9}, False), ({1: 1.4, 4: 1.2}, True)])
+def test_a_deployment_serving_clients_at_once_is_gated_at_that_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, under_load: dict | None, opens: bool) -> None:
+    """Single-stream evidence says nothing about four clients at once: the gate reads the --concurrency level."""
+    monkeypatch.setenv("POWER_CACHE_DIR", str(tmp_path / "cache"))
+    world = build_world(tmp_path / "world")
+    fleet = world.fleet(HOSTS, DEPLOYMENTS.replace('traffic = "echo"', 'traffic = "echo"\nconcurrency = 4'))
+    assert run("fleet", "review", fleet, "--write-lock").exit_code == 0
+    assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
+               "--canary", "ws-3").exit_code == 0
+    candidate, incumbent = _pair(world, "ws-3/hybrid")
+    path = evidence(tmp_path / "load.json", candidate, incumbent, under_load=under_load)
+    result = run("rollout", "advance", fleet, "--evidence", path)
+    assert (result.exit_code == 0) == opens, result.output
+    said = " ".join(result.output.split())
+    if under_load is None:
+        assert "no measurement at 4" in said and "--concurrency 1,4" in said
+    elif not opens:
+        assert "at 4 clients at once" in said and "0.900x" in said

@@ -156,16 +156,15 @@ def test_the_seal_never_takes_a_digest_from_the_cache(tmp_path):
     assert codes(run) == codes(verify) == ["PWR115"]
 
 
-def test_render_reads_no_artifact_byte_and_verify_stays_the_gate(tmp_path, monkeypatch):
-    """A same-size edit renders (verify refuses it); a missing file or another size does not render."""
-    from power.artifacts import verify
-
+def test_render_refuses_a_same_size_edit_and_verify_stays_the_gate(tmp_path):
+    """Issue 38 item 6: a same-size edit with its mtime put back does not render (its ctime moved, so the digest
+    cache's entry for the file no longer stands for it), nor verify; another size does not render either."""
     plan = fixture_plan(tmp_path)
     target = tmp_path / "dense-target.gguf"
+    assert power("render", plan, "--target", "llama-server").exit_code == 0  # hashed, and cached
     overwrite_keeping_mtime(target, target.stat().st_size - 64, b"\x7f" * 64)
-    monkeypatch.setattr(verify, "sha256_file", lambda *_, **__: pytest.fail("render hashed an artifact"))
-    assert power("render", plan, "--target", "llama-server").exit_code == 0
-    monkeypatch.undo()
+    edited = power("render", plan, "--target", "llama-server")
+    assert edited.exit_code == 2 and "PWR115" in edited.stderr and edited.stdout == ""
     assert power("verify", plan).exit_code == 1
     with target.open("ab") as grown:
         grown.write(b"\0")
@@ -261,16 +260,16 @@ def test_verify_starts_without_torch():
     assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
 
 
-def test_run_uses_the_bytes_it_verified_not_what_the_file_holds_after_the_check(tmp_path, monkeypatch):
+def test_run_never_decodes_bytes_other_than_those_it_verified(tmp_path, monkeypatch):
     """Whoever can write the model rewrites `output_norm.weight` the moment its sha256 is known (the window between
-    check and load): the run must decode the verified bytes, and its receipt's sha256 must be theirs."""
+    check and load): the run holds no copy of the file (issue 40.2), so each tensor read into place is checked
+    against the verifying read's digest of it, and the changed one is refused (PWR116), never decoded."""
     from power.artifacts.gguf_reader import read_header
 
     model = tmp_path / "gemma.gguf"
     shutil.copyfile(gemma(), model)
     plan = gemma_plan(tmp_path, model)
     args = ("run", plan, "--prompt", "The capital of France is", "--max-tokens", "6", "--json")
-    honest = json.loads(power(*args).stdout)
     header = read_header(model)
     norm = next(t for t in header.tensors if t.name == "output_norm.weight")
     real_sha256 = hashlib.sha256
@@ -284,6 +283,9 @@ def test_run_uses_the_bytes_it_verified_not_what_the_file_holds_after_the_check(
         def update(self, data):
             self.inner.update(data)
 
+        def digest(self):
+            return self.inner.digest()
+
         def hexdigest(self):
             digest = self.inner.hexdigest()
             if digest == GEMMA_SHA256:
@@ -294,9 +296,7 @@ def test_run_uses_the_bytes_it_verified_not_what_the_file_holds_after_the_check(
     raced = power(*args)
     monkeypatch.undo()
     assert sha256(model) != GEMMA_SHA256  # the file really changed under the run
-    assert raced.exit_code == 0, raced.output
-    receipt = json.loads(raced.stdout)
-    assert receipt["token_ids"] == honest["token_ids"] and receipt["artifacts"] == {str(model): GEMMA_SHA256}
+    assert raced.exit_code == 2 and codes(raced) == ["PWR116"] and "output_norm.weight" in raced.stdout, raced.output
 
 
 @pytest.mark.parametrize("edit", ["null", "removed"])

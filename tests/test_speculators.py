@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from spec_helpers import CAPACITY, fixture_dir, gguf, prompt_for, target_path, trunk
+from spec_helpers import fixture_dir, gguf, plain_stream, prompt_for, target_path, trunk
 
 from power.artifacts import factory
 from power.documents.plan import Mode, Speculation
@@ -15,7 +15,6 @@ from power.runtime.errors import RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined, SpeculatorRequest
-from power.runtime.speculators.kv_ring import KVRing
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
@@ -83,7 +82,7 @@ def test_block_drafters_propose_one_block_from_the_target_taps(kind):
 def test_dflash2_selector_walk_conditions_each_position_on_its_predecessor():
     drafter, tokens = _armed("dense", "dflash2")
     rows = drafter._block(tokens[-1])[1:]
-    candidates = drafter._unary(drafter.head.logits(rows)).topk(drafter.hp.selector_top_k, dim=-1).indices
+    candidates = drafter._unary(drafter.head.draft_logits(rows)).topk(drafter.hp.selector_top_k, dim=-1).indices
     walked = drafter._selector_walk(tokens[-1], rows)
     assert all(t in candidates[e].tolist() for e, t in enumerate(walked))  # every pick is a top-k candidate
     # Random fixture codebooks are too small to outvote the unary term; scaled up, the predecessor decides.
@@ -186,15 +185,34 @@ def test_fr_cuts_only_the_draft_head_projection():
         registry.create("dflash", _request("dense", "dflash", fr_vocab_size=10**6))
 
 
-def test_the_drafter_ring_checkpoint_brings_back_rows_a_commit_evicted():
-    ring = KVRing(layers=1, rows=4, kv_heads=1, head_dim=2, guard_rows=CAPACITY)
-    ring.write(0, torch.arange(6.0).view(1, 6, 1, 1).expand(1, 6, 1, 2), torch.zeros(1, 6, 1, 2))
-    before = ring.window(0)
-    checkpoint = ring.checkpoint()
-    ring.write(6, torch.full((1, 3, 1, 2), 99.0), torch.zeros(1, 3, 1, 2))
-    ring.restore(checkpoint)
-    after = ring.window(0)
-    assert torch.equal(before[0], after[0]) and torch.equal(before[2], after[2])
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+def test_a_block_drafter_queues_committed_rows_and_a_rolled_back_catch_up_leaves_no_trace(kind):
+    """Rows committed round by round are queued (a round the drafter does not propose on runs none of its passes),
+    the rows its window would evict are dropped unrun, and a round rolled back after its catch-up evicted window rows
+    is taken again: the ring and the drafts are those of a drafter that took the whole text at once."""
+    t = trunk("dense")
+    text = prompt_for("dense") + list(plain_stream("dense", 60))
+    t.reset()
+    hidden = t.prefill(text[:-1], taps=(1, 3)).hidden
+    whole = registry.create(kind, _request("dense", kind))
+    whole.begin(text[:-1])
+    whole.commit(text[:-1], hidden, 0)
+    rounds = registry.create(kind, _request("dense", kind))
+    rounds.begin(text[:-1])
+    window = rounds.ring.rows
+    for start in range(0, len(text) - 1, 3):
+        piece = text[start : min(start + 3, len(text) - 1)]
+        rounds.commit(piece, {layer: rows[start : start + len(piece)] for layer, rows in hidden.items()}, start)
+        if start == 45:  # past the window: the catch-up writes over rows the window still shows, then rolls back
+            checkpoint = rounds.checkpoint()
+            rounds.propose(DraftContext(text[: start + 4], 2))
+            rounds.restore(checkpoint)
+    assert rounds.ring.length < len(text) - 1 - 3  # the last rounds' rows are queued, not run
+    assert sum(len(queued.features) for queued in rounds.queued) < window + 3  # evicted rows were dropped unrun
+    assert rounds.propose(DraftContext(text, 7)).tokens == whole.propose(DraftContext(text, 7)).tokens
+    assert not rounds.queued and rounds.ring.extent[1] == whole.ring.extent[1] == len(text) - 1
+    for layer in range(rounds.hp.block_count):
+        assert torch.allclose(rounds.ring.window(layer)[0], whole.ring.window(layer)[0], atol=1e-5)
 
 
 def _engine(mode: str, governor: bool = True) -> Engine:

@@ -48,3 +48,68 @@ def test_header_and_toml_commands_import_nothing_heavy(args):
 
 def test_inspect_reads_a_header_without_the_schema_models():
     assert "pydantic" not in loaded_by("inspect", "--json", str(gemma()))
+
+
+def refused(*args: str) -> tuple[int, str, bool]:
+    """`power ARGS` in a new process: its exit code, its stderr, and whether it imported torch."""
+    probe = (
+        "import sys\n"
+        "from power.app.cli import main\n"
+        f"sys.argv = ['power', *{list(args)!r}]\n"
+        "try:\n    main()\n"
+        "except SystemExit as end:\n    code = end.code\n"
+        "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=600)
+    return result.returncode, result.stderr, "torch imported: True" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory) -> Path:
+    """Gemma's n-gram plan, the same plan edited by hand, a chat template that does not compile, and a plan whose
+    context (512) is shorter than the bench's echo passage."""
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+
+    folder = tmp_path_factory.mktemp("plans")
+    small = folder / "small-ctx.toml"
+    small.write_text((REPO / "profiles" / "ngram.toml").read_text().replace("ctx = 4096", "ctx = 512"))
+    for profile, name in ((REPO / "profiles" / "ngram.toml", "plan.json"), (small, "small.json")):
+        made = CliRunner().invoke(main, ["plan", str(REPO / "manifests" / "gemma3-270m.toml"), str(profile),
+                                         "--device", "24 GiB", "-o", str(folder / name)])
+        assert made.exit_code == 0, made.output
+    plan = json.loads((folder / "plan.json").read_text())
+    plan["runtime"]["ctx"] += 1
+    (folder / "edited.json").write_text(json.dumps(plan))
+    (folder / "bad.jinja").write_text("{{ unclosed")
+    return folder
+
+
+@pytest.mark.parametrize("args, code", [
+    (("serve", "PLANS/plan.json", "--api-key-file", "PLANS/missing-key"), "PWR606"),
+    (("serve", "PLANS/plan.json", "--chat-template-file", "PLANS/bad.jinja"), "PWR605"),
+    (("serve", "PLANS/edited.json"), "PWR082"),
+    (("run", "PLANS/edited.json", "--prompt", "The"), "PWR082"),
+    (("bench", "PLANS/edited.json"), "PWR082"),
+    (("bench", "PLANS/plan.json", "--vs", "PLANS/edited.json"), "PWR082"),
+    (("bench", "PLANS/plan.json", "--engine", "llama-server", "--engine-binary", "PLANS/no-such-binary"), "PWR470"),
+], ids=["serve-key-file", "serve-template", "serve-edited", "run-edited", "bench-edited", "bench-vs-edited",
+        "bench-no-binary"])
+def test_a_refusal_that_needs_no_model_comes_before_the_runtime_is_imported(plans, args, code):
+    """Issue 40.5: these refused after 8-10 s of loading (58 s for a bench prompt on the 27B), where `power verify`
+    says the same in about a second. Each is refused before torch is imported, let alone a model read."""
+    exit_code, stderr, torch_imported = refused(*(arg.replace("PLANS", str(plans)) for arg in args))
+    assert exit_code == 2 and f"{code} [error]" in stderr, stderr[-2000:]
+    assert not torch_imported
+
+
+def test_a_bench_prompt_longer_than_the_context_is_refused_before_any_model_loads(plans):
+    """The echo passage (~1.5k tokens) against a 512-position plan: counted with the target's tokenizer from its
+    header, refused (PWR602) before `loading candidate`."""
+    exit_code, stderr, _ = refused("bench", str(plans / "small.json"), "--shapes", "echo")
+    assert exit_code == 2, stderr[-2000:]
+    assert "PWR602 [error] candidate plan, traffic shape echo: the prompt is" in stderr
+    assert "the context is 512 positions (with 64 tokens to generate)" in stderr
+    assert "loading candidate" not in stderr

@@ -204,3 +204,51 @@ def test_control_characters_from_a_file_never_reach_the_terminal_raw(tmp_path):
     assert result.exit_code == 1
     assert "\x1b" not in result.output and "\\x1b[2J" in result.output
     assert not any(line.startswith("file.toml:1:1") for line in result.output.splitlines())
+
+
+def test_powers_own_json_documents_are_recognised_not_broken_toml(tmp_path, monkeypatch):
+    """Issue 40.7: `power validate out/plan.json` and `power validate examples/fleet/fleet.lock` said PWR007 (TOML
+    syntax). A plan and a fleet lock Power wrote are named for what they are (PWR014, info): exit 0."""
+    from fleet_world import build_world
+
+    monkeypatch.setenv("POWER_CACHE_DIR", str(tmp_path / "cache"))
+    world = build_world(tmp_path / "world")
+    fleet = world.fleet('[[hosts]]\nname = "ws-1"\ndevices = [{ model = "RTX 4090", vram = "24 GiB" }]\n',
+                        '[[deployments]]\nhost = "ws-1"\nmanifest = "manifests/dense.toml"\n'
+                        'profile = "profiles/ngram.toml"\n')
+    assert run("fleet", "review", str(fleet), "--write-lock").exit_code == 0
+    plan = tmp_path / "plan.json"
+    assert run("plan", str(world.root / "manifests" / "dense.toml"), str(world.root / "profiles" / "ngram.toml"),
+               "--device", "24 GiB", "-o", str(plan)).exit_code == 0
+    result = run("validate", str(plan), str(world.lock))
+    assert result.exit_code == 0, result.output
+    assert "PWR007" not in result.output and result.output.count("PWR014") == 2
+    assert "a plan document that Power generated" in result.output
+    assert "a fleet-lock document that Power generated" in result.output
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": "power.plan/v1", ')
+    assert "PWR007" in run("validate", str(broken)).output
+
+
+def test_a_fleet_naming_an_undefined_host_fails_validate(tmp_path):
+    """Issue 40.7: only `fleet review` reported PWR060; the fleet file alone says the host is not defined."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('schema = "power.fleet/v1"\n\n[[hosts]]\nname = "ws-1"\n'
+                     'devices = [{ model = "RTX 4090", vram = "24 GiB" }]\n\n'
+                     '[[deployments]]\nhost = "ws-01"\nmanifest = "manifests/qwen.toml"\nprofile = "profiles/p.toml"\n\n'
+                     '[[deployments]]\nhost = "ws-1"\ndevice = 2\nmanifest = "manifests/qwen.toml"\n'
+                     'profile = "profiles/p.toml"\n')
+    result = run("validate", str(fleet))
+    assert result.exit_code == 1, result.output
+    assert f"{fleet}:8:8: PWR060 [error] deployment ws-01/qwen names host 'ws-01'" in result.output
+    assert "did you mean 'ws-1'?" in result.output
+    assert f"{fleet}:14:10: PWR060 [error] host ws-1 has 1 device(s); there is no device 2" in result.output
+
+
+def test_a_renamed_setting_one_table_too_high_says_where_it_goes(tmp_path):
+    """Issue 40 (low): a top-level `n_ctx` got PWR020 (unknown key) instead of the rename hint it gets in [runtime]."""
+    profile = tmp_path / "p.toml"
+    profile.write_text('schema = "power.profile/v1"\nname = "p"\nn_ctx = 4096\n')
+    result = run("validate", str(profile))
+    assert result.exit_code == 1 and f"{profile}:3:1: PWR026 [error] `n_ctx` is not Power's name" in result.output
+    assert "hint: set `ctx` in [runtime] instead" in result.output and "PWR020" not in result.output

@@ -50,6 +50,15 @@ def test_command_reports_in_the_reference_order():
     assert "LOSS" in result.output and "K=7" in result.output
 
 
+def test_rates_print_at_the_precision_the_band_prints():
+    """Issue 40 (low): a measured incumbent printed as "1.24218 tok/s" beside the band's "1.3 tok/s"."""
+    result = CliRunner().invoke(main, ["worth-it", "--target-step", "800ms", "--draft-step", "12ms", "-k", "3",
+                                       "--incumbent", "1.24218"])
+    assert result.exit_code == 0, result.output
+    assert "1.24218" not in result.output and "(incumbent 1.2 tok/s at 1.00 commit/round;" in result.output
+    assert "incumbent 1.2 tok/s -> " in result.output
+
+
 def test_command_json_and_derived_target_step():
     result = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25",
                                        "--incumbent-commit", "1.67", "--p-band", "0.4:0.6", "--json"])
@@ -155,3 +164,28 @@ def test_step_times_come_from_a_bench_evidence_file(tmp_path):
         assert measured["measured_p"] is None
     missing = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "prose"])
     assert missing.exit_code == 2 and "no 'prose' shape" in missing.output
+
+
+def test_slots_are_judged_on_the_measured_concurrency_level(tmp_path):
+    """With four slots busy the verification rows compete with the other requests': the single-stream arithmetic
+    cannot say whether the drafter pays, so worth-it reads the bench's --concurrency level and refuses without it."""
+    from runtime_plans import fixture_plan
+
+    evidence = tmp_path / "evidence.json"
+    bench = CliRunner().invoke(main, ["bench", str(fixture_plan("slots")), "--vs", str(fixture_plan("slots-none")),
+                                      "--shapes", "echo,identity", "--runs", "1", "--max-tokens", "8",
+                                      "--prompt-tokens", "48", "--concurrency", "1,2", "-o", str(evidence)])
+    assert bench.exit_code == 0, bench.output
+    result = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--slots", "2",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    measured = json.loads(evidence.read_text())["concurrency"]["per_level"]["2"]["echo"]["speedup"]
+    assert report["load"] == {"slots": 2, "shape": "echo", "measured_speedup": measured, "pays": measured >= 1.05}
+    assert report["verdict"] == "loss" or report["load"]["pays"]
+    text = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--slots", "2"])
+    assert "6. With 2 slots busy" in text.output
+    unmeasured = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--slots", "4"])
+    assert unmeasured.exit_code == 2 and "PWR071" in unmeasured.output and "--concurrency 1,4" in unmeasured.output
+    bare = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25", "--slots", "4"])
+    assert bare.exit_code == 2 and "single-stream" in bare.output

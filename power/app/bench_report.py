@@ -15,8 +15,10 @@ from power.artifacts.atomic import write_text_atomic
 
 REPORT_FORMATS = {".md": "bench_report.md.j2", ".html": "bench_report.html.j2"}
 CHART_WIDTH, BAR_HEIGHT, LABEL_WIDTH = 520, 22, 90
-COLUMNS = ("shape", "candidate tok/s", "baseline tok/s", "speedup", "acceptance", "by draft position",
-           "mean acc. len", "replays/fallbacks", "parity", "verdict")
+TARGET_ONLY_FLOOR = 0.98  # the cost governor's promise (docs/speculation.md)
+COLUMNS = ("shape", "candidate tok/s", "baseline tok/s", "speedup", "request-wide candidate", "request-wide baseline",
+           "request-wide speedup", "TTFT s (cand./base.)", "acceptance", "by draft position", "mean acc. len",
+           "replays/fallbacks", "parity", "verdict")
 
 
 def configs(evidence: dict[str, Any]) -> list[str]:
@@ -34,18 +36,22 @@ def rows(evidence: dict[str, Any]) -> list[dict[str, str]]:
             "candidate tok/s": _rate(candidate),
             "baseline tok/s": _rate(baseline) if baseline else "-",
             "speedup": f"{result['speedup']:.2f}x" if result.get("speedup") else "-",
+            "request-wide candidate": _rate(candidate, "request_tok_s"),
+            "request-wide baseline": _rate(baseline, "request_tok_s") if baseline else "-",
+            "request-wide speedup": f"{result['request_speedup']:.2f}x" if result.get("request_speedup") else "-",
+            "TTFT s (cand./base.)": f"{candidate['ttft_s']:.3f}" + (f"/{baseline['ttft_s']:.3f}" if baseline else ""),
             "acceptance": f"{candidate['acceptance']:.1%}" if candidate["draft_n"] else "no drafts",
             "by draft position": " ".join(f"{p:.2f}" for p in candidate.get("acceptance_by_position", [])) or "-",
             "mean acc. len": f"{candidate['mean_accepted_length']:.2f}",
             "replays/fallbacks": f"{candidate['replays']}/{candidate['fallbacks']}",
-            "parity": "identical" if result["parity"] else "DIFFERENT",
+            "parity": "identical" if result["parity"] else "near-tie" if result.get("exactness") == "near-tie" else "DIFFERENT",
             "verdict": result["verdict"],
         })
     return table
 
 
-def _rate(summary: dict[str, Any]) -> str:
-    return f"{summary['decode_tok_s']:.2f} [{summary['decode_tok_s_min']:.2f}-{summary['decode_tok_s_max']:.2f}]"
+def _rate(summary: dict[str, Any], key: str = "decode_tok_s") -> str:
+    return f"{summary[key]:.2f} [{summary[f'{key}_min']:.2f}-{summary[f'{key}_max']:.2f}]"
 
 
 def text_table(evidence: dict[str, Any]) -> str:
@@ -57,12 +63,45 @@ def text_table(evidence: dict[str, Any]) -> str:
     return "\n".join(lines + [""] + summary_lines(evidence)) + "\n"
 
 
+def _control_state(control: dict[str, Any]) -> str:
+    """Whether the zero-draft control holds; "none" when both plans speculate by design (nothing to hold), "does not
+    hold" only when a side that should have drafted nothing, or something, did not."""
+    if control["holds"]:
+        return "holds"
+    return "none (both plans draft)" if min(control["draft_n"].values()) > 0 else "does not hold"
+
+
 def summary_lines(evidence: dict[str, Any]) -> list[str]:
     lossless = evidence["lossless"]
     lines = [f"losslessness: {'PROVEN' if lossless['proven'] else 'NOT PROVEN'} - {lossless['reason']}"]
+    if lossless.get("near_tie_shapes"):
+        lines.append(f"exactness: {lossless['exactness']} - near-ties only on {', '.join(lossless['near_tie_shapes'])}"
+                     f"{' (proven but for them)' if lossless.get('proven_to_near_ties') else ''}")
     control = evidence.get("negative_control")
     if control:
-        lines.append(f"negative control: {'holds' if control['holds'] else 'does not hold'} - {control['reason']}")
+        lines.append(f"negative control: {_control_state(control)} - {control['reason']}")
+    host = evidence.get("host")
+    if host:
+        lines.append(f"host: {'BUSY' if host['busy'] else 'quiet'} - {host['reason']}")
+    protocol = evidence["protocol"]
+    if protocol.get("residency_reason"):
+        lines.append(f"residency: {protocol['residency']} - {protocol['residency_reason']}")
+    return lines + below_target_only(evidence)
+
+
+def below_target_only(evidence: dict[str, Any]) -> list[str]:
+    """A line per shape and speculative configuration whose median decode rate is under the governor's promise
+    (docs/speculation.md): below 0.98x the target's own rate measured inside the same engine."""
+    lines = []
+    for name, result in evidence["shapes"].items():
+        for label in configs(evidence):
+            summary = result.get(label)
+            plain = summary and summary.get("target_only_tok_s")
+            if plain and summary["decode_tok_s"] < TARGET_ONLY_FLOOR * plain:
+                lines.append(f"below target-only: the {label} on {name} decodes at "
+                             f"{summary['decode_tok_s'] / plain:.2f}x the target's own rate in the same engine "
+                             f"({summary['decode_tok_s']:.2f} against {plain:.2f} tok/s, the cost governor's plain "
+                             f"rounds): its speculation costs more than it lands here")
     return lines
 
 

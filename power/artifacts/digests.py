@@ -29,7 +29,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.documents import DocumentError, read_json
@@ -38,7 +38,7 @@ from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regu
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-__all__ = ["ArtifactError", "cache_path", "file_stamp", "read_and_hash", "sha256_file"]
+__all__ = ["ArtifactError", "cache_path", "file_stamp", "hash_regions", "sha256_file"]
 
 CHUNK_BYTES = 8 << 20
 PROGRESS_MIN_BYTES = 100_000_000
@@ -130,36 +130,53 @@ def _hash_open_file(fd: int, size: int, path: str, progress: Progress) -> tuple[
     return digest.hexdigest(), total
 
 
-def read_and_hash(path: str | os.PathLike[str], *, progress: Progress = None) -> tuple[bytearray, str]:
-    """The whole file copied into memory the caller owns, and the sha256 of exactly that copy.
+def hash_regions(fd: int, size: int, path: str, regions: Sequence[tuple[int, int]], *,
+                 progress: Progress = None) -> tuple[str, list[bytes]]:
+    """One sequential read of the open file (`size` bytes when it was opened): its sha256, and the sha256 of each
+    (offset, length) region over the same bytes (regions sorted by offset, not overlapping).
 
-    Whoever then uses the copy uses the bytes that were hashed: a write to the file after (or during) the
-    read cannot reach them. A file that grows or shrinks while it is read is refused (PWR116).
+    Nothing is kept but the digests: a loader that copies a region into place later hashes its copy against the
+    region's digest, so the bytes it runs are the bytes hashed here. A file that grows or shrinks while it is read
+    is refused (PWR116).
     """
-    name = str(path)
-    fd, before = open_regular_file(path)
+    whole, buffer = hashlib.sha256(), bytearray(CHUNK_BYTES)
+    view, total, pending = memoryview(buffer), 0, 0
+    hashers = [hashlib.sha256() for _ in regions]
+    callback, bar = _progress_callback(size, path, progress)
     try:
-        data = bytearray(before.st_size)
-        view, digest, total = memoryview(data), hashlib.sha256(), 0
-        callback, bar = _progress_callback(before.st_size, name, progress)
-        try:
-            with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
-                while total < before.st_size and (n := handle.readinto(view[total:total + CHUNK_BYTES])):
-                    digest.update(view[total:total + n])
-                    total += n
-                    if callback is not None:
-                        callback(n)
-                grew = total == before.st_size and bool(handle.read(1))
-        finally:
-            if bar is not None:
-                bar.close()
+        # One byte past the size we started with is enough to see growth.
+        while total <= size and (n := os.preadv(fd, [view[:min(CHUNK_BYTES, size + 1 - total)]], total)):
+            whole.update(view[:n])
+            pending = _feed_regions(regions, hashers, pending, view[:n], total)
+            total += n
+            if callback is not None:
+                callback(n)
     finally:
-        os.close(fd)
-    if total != before.st_size or grew:
-        raise artifact_error("PWR116", name, f"the file changed while it was read ({before.st_size} bytes before, "
-                             f"{total}{'+' if grew else ''} read)", "wait until the download or copy finishes, then "
-                             "start again", min(total, before.st_size))
-    return data, digest.hexdigest()
+        if bar is not None:
+            bar.close()
+    if total != size:
+        raise artifact_error("PWR116", path, f"the file changed while it was read ({size} bytes before, "
+                             f"{min(total, size)}{'+' if total > size else ''} read)", "wait until the download or "
+                             "copy finishes, then start again", min(total, size))
+    return whole.hexdigest(), [hasher.digest() for hasher in hashers]
+
+
+def _feed_regions(regions: Sequence[tuple[int, int]], hashers: list[Any], first: int, chunk: memoryview,
+                  at: int) -> int:
+    """Feed each region's part of `chunk` (the file's bytes from `at`) to its hasher; the first region not yet done."""
+    end = at + len(chunk)
+    index = first
+    while index < len(regions):
+        offset, length = regions[index]
+        if offset >= end:
+            break
+        lo, hi = max(offset, at), min(offset + length, end)
+        if hi > lo:
+            hashers[index].update(chunk[lo - at:hi - at])
+        if offset + length > end:
+            break
+        index += 1
+    return index
 
 
 def sha256_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress: Progress = None) -> str:

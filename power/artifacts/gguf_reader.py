@@ -143,6 +143,10 @@ class GGUFHeader:
     # key -> the byte offset of its metadata entry, so a finding about a value can point at it.
     key_offsets: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """A metadata value, as `power.runtime.gguf_weights.GGUFFile.get` gives it (the tokenizer reads either)."""
+        return self.metadata.get(key, default)
+
 
 def view_element_type(view: memoryview) -> str:
     """The element type of a long numeric array's view: "int32", "float32", ... (a bool array's is "uint8")."""
@@ -476,7 +480,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     fd, before = open_regular_file(path)
     name = str(Path(path))
     try:
-        header = _HeaderParser(_Cursor(lambda n, at: os.pread(fd, n, at), before.st_size, name)).parse()
+        header = read_open_header(fd, before.st_size, name)
         after = os.fstat(fd)
     finally:
         os.close(fd)
@@ -486,8 +490,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     return header
 
 
-def parse_header(data: bytes | bytearray | memoryview, path: str | os.PathLike[str]) -> GGUFHeader:
-    """The header of a GGUF already in memory (`data` is the whole file), with the same bounds and findings as
-    `read_header`: the runtime parses the very bytes it hashed (`power.artifacts.verify.read_verified`)."""
-    view = memoryview(data)
-    return _HeaderParser(_Cursor(lambda n, at: bytes(view[at:at + n]), len(view), str(Path(path)))).parse()
+def read_open_header(fd: int, size: int, path: str) -> GGUFHeader:
+    """The header of the GGUF open as `fd` (`size` bytes), read with positioned reads: the file offset is not moved.
+    `header.raw` holds the bytes it was parsed from, so a loader can hash them against the file's verified bytes."""
+    return _HeaderParser(_Cursor(lambda n, at: os.pread(fd, n, at), size, path)).parse()

@@ -17,11 +17,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
-from power.artifacts.digests import read_and_hash, sha256_file
+from power.artifacts.digests import hash_regions, sha256_file
 from power.artifacts.gguf_reader import ArtifactError
 
-__all__ = ["Artifact", "ArtifactError", "cached_sha256", "present", "read_verified", "verified_sha256"]
+__all__ = ["Artifact", "ArtifactError", "cached_sha256", "present", "verified_regions", "verified_sha256"]
 
 TARGET = "target"
 
@@ -44,19 +45,17 @@ class Artifact:
 def verified_sha256(artifact: Artifact) -> str:
     """The artifact's sha256 over every byte; ArtifactError (PWR110, PWR10x, PWR115) when it is not the planned file.
 
-    For a gate that only checks (verify); whatever loads the artifact uses `read_verified`."""
+    For a gate that only checks (verify); whatever loads the artifact uses `verified_regions`."""
     present(artifact)
     return _checked(artifact, sha256_file(artifact.path, use_cache=False))  # a progress bar on a terminal for large files
 
 
-def read_verified(artifact: Artifact) -> tuple[bytearray, str]:
-    """The artifact's bytes, read once into memory the caller owns, and their sha256, checked against the plan.
-
-    The bytes handed back are the bytes that were hashed, so nothing written to the file afterwards (between
-    the check and the load, or while the model runs) reaches the engine."""
-    present(artifact)
-    data, actual = read_and_hash(artifact.path)
-    return data, _checked(artifact, actual)
+def verified_regions(artifact: Artifact, fd: int, size: int, regions: Sequence[tuple[int, int]]) -> tuple[str, list[bytes]]:
+    """The open artifact's sha256, checked against the plan (PWR115), and the sha256 of each (offset, length) region
+    of the same read: a loader copies each region into place later and checks its copy against that digest, so the
+    bytes it runs are the bytes verified here, without a copy of the whole file."""
+    actual, digests = hash_regions(fd, size, str(artifact.path), regions)
+    return _checked(artifact, actual), digests
 
 
 def cached_sha256(artifact: Artifact) -> str:

@@ -59,6 +59,14 @@ class Summary(_Model):
     decode_tok_s_min: float
     decode_tok_s_max: float
     decode_tok_s_runs: list[float]
+    # Request-wide: generated tokens over the whole request, prefill included; and the time to the first token
+    request_tok_s: float
+    request_tok_s_min: float
+    request_tok_s_max: float
+    request_tok_s_runs: list[float]
+    ttft_s: float
+    ttft_s_min: float
+    ttft_s_max: float
     prefill_tok_s: float
     generated_tokens: int
     rounds: int
@@ -77,6 +85,23 @@ class Summary(_Model):
     text: str
 
 
+Exactness = Literal["exact", "near-tie", "lossy"]
+
+
+class Divergence(_Model):
+    """The first divergence of one run's greedy outputs, with the candidate's target's log-probabilities for both
+    tokens on the shared prefix (None where they could not be read: Power's runtime, or a token outside the top)."""
+
+    run: int
+    position: int
+    baseline_token: int | None
+    candidate_token: int | None
+    baseline_logprob: float | None
+    candidate_logprob: float | None
+    margin: float | None
+    target_top_token: int | None
+
+
 class ShapeResult(_Model):
     prompt_sha256: str
     prompt_tokens: int
@@ -87,9 +112,17 @@ class ShapeResult(_Model):
     baseline: Summary | None = None
     parity: bool
     vacuous: bool
-    speedup: float | None
+    speedup: float | None  # decode
+    request_speedup: float | None
+    # Each figure's own verdict, {"decode": ..., "request-wide": ...}: `verdict` is faster only when both are
+    judged: dict[str, Literal["faster", "slower", "no difference"]]
     verdict: Verdict
     verdict_reason: str
+    # exact: greedy outputs identical; near-tie: every divergence within `near_tie_margin` nats in the candidate's
+    # target's own distribution; lossy: one beyond it (`power.app.divergence`)
+    exactness: Exactness = "exact"
+    near_tie_margin: float | None = None
+    divergences: list[Divergence] = Field(default_factory=list)
 
 
 class Lossless(_Model):
@@ -100,6 +133,9 @@ class Lossless(_Model):
     texts: dict[str, str] | None
     proven: bool
     reason: str
+    exactness: Exactness = "exact"  # the worst greedy shape's
+    near_tie_shapes: list[str] = Field(default_factory=list)
+    proven_to_near_ties: bool = False  # proven, but for shapes whose every divergence is a near-tie
 
 
 class NegativeControl(_Model):
@@ -116,6 +152,9 @@ class Protocol(_Model):
     prompt_tokens: dict[str, int]
     order: Literal["alternating"]
     warmup_requests: int
+    # side-by-side: every configuration resident at once; sequential: one at a time, each warmed in its turn
+    residency: Literal["side-by-side", "sequential"] = "side-by-side"
+    residency_reason: str = ""
 
 
 class Measured(_Model):
@@ -140,6 +179,13 @@ class Evidence(_Model):
     passed: bool
     receipts: list[Measured]
     sweep: dict[str, Any] | None = None  # `power bench --sweep`: the variants' table and the winner
+    # every start and stop, of the configurations and of the deployment's own server (`power.app.lifecycle`)
+    lifecycle: list[dict[str, Any]] = Field(default_factory=list)
+    # the quiet-host samples (`power.app.quiet`): load average, other processes' CPU share, busy or not
+    host: dict[str, Any] | None = None
+    # `--concurrency`: per level and shape the aggregate and per-request figures, and where the candidate stops
+    # paying (`power.app.concurrency`)
+    concurrency: dict[str, Any] | None = None
 
     def document(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=False)

@@ -55,7 +55,15 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from power.artifacts.atomic import write_text_atomic
 from power.artifacts.documents import (
@@ -206,12 +214,28 @@ class Runtime(_Frozen):
     cuda_graphs: bool
     kv_cache_type: str
     draft_kv_cache_type: str
-    # None: the drafter follows the target's device (llama.cpp's default for --spec-draft-device)
+    # the drafter's device as llama-server names it (`CUDA1`: the plan's second device, which the render makes
+    # CUDA device 1); None: the drafter follows the target's devices (llama.cpp's default for --spec-draft-device)
     draft_device: str | None = None
+    # the drafter's layers offloaded (llama-server --spec-draft-ngl)
+    draft_gpu_layers: int | Literal["all"] = "all"
+    # drafter tensors placed by name, `PATTERN=CPU` or `PATTERN=CUDA<n>` (llama-server --spec-draft-override-tensor)
+    draft_override_tensor: tuple[str, ...] = ()
     # n-gram (None without one in the chain): the tokens its lookup matches, the shortest draft it keeps, the longest
     ngram_match: int | None = None
     ngram_draft_min: int | None = None
     ngram_draft_max: int | None = None
+
+
+    @model_serializer(mode="wrap")
+    def _sealed_before_draft_layers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`draft_gpu_layers` and `draft_override_tensor` came after plans were sealed: left at their defaults they are
+        not written, so a plan sealed before keeps its digest (a missing key reads back as the default)."""
+        data = handler(self)
+        for key, default in (("draft_gpu_layers", "all"), ("draft_override_tensor", ())):
+            if key in data and data[key] in (default, list(default) if isinstance(default, tuple) else default):
+                del data[key]
+        return data
 
 
 class Sampling(_Frozen):

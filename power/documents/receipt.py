@@ -92,6 +92,8 @@ class Receipt(SpeculationRates):
     runtime: dict[str, Any] = field(default_factory=dict)  # device, dtype, threads, shapes, versions
     speculative_rounds: int = 0  # rounds that verified at least one proposal (llama.cpp's "drafts")
     governor_parks: int = 0
+    # The target's own decode tok/s inside this engine (the cost governor's plain baseline; None without one)
+    plain_tok_s: float | None = None
     # K as planned and as run: {"planned", "effective", "limited_by"} (`power.runtime.engine.ProposalWidth`)
     proposal_width: dict[str, Any] = field(default_factory=dict)
     prompt_reused: int = 0  # prompt positions taken from the slot's cache instead of computed (prefix reuse)
@@ -115,6 +117,17 @@ class Receipt(SpeculationRates):
         decoded = len(self.token_ids) - 1
         return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else 0.0
 
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: the prefill, which ends with the first token sampled."""
+        return self.prefill_s
+
+    @property
+    def request_tok_s(self) -> float:
+        """Request-wide: every generated token over the whole request, prefill included (what a user waits for)."""
+        request_s = self.prefill_s + self.decode_s
+        return len(self.token_ids) / request_s if self.token_ids and request_s > 0 else 0.0
+
     def document(self) -> dict[str, Any]:
         return {
             "schema": RECEIPT_SCHEMA,
@@ -122,6 +135,8 @@ class Receipt(SpeculationRates):
             "tokens_sha256": self.tokens_sha256,
             "prefill_tok_s": self.prefill_tok_s,
             "decode_tok_s": self.decode_tok_s,
+            "request_tok_s": self.request_tok_s,
+            "ttft_s": self.ttft_s,
             "acceptance": self.acceptance,
             "mean_accepted_length": self.mean_accepted_length,
             "acceptance_by_position": self.acceptance_by_position,

@@ -33,7 +33,7 @@ from power.runtime.trunks import load_trunk
 from power.runtime.trunks.gemma3 import ARCH as GEMMA3
 from power.runtime.trunks.gemma3 import Gemma3Params
 
-from . import export, generate, prompt_sets, resume
+from . import export, generate, prompt_sets, resume, worth
 from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
@@ -44,6 +44,7 @@ KINDS = (MTP, DFLASH, DSPARK)
 MASK_TOKEN_NAMES = ("<mask>", "<|mask|>")
 HELD_BACK_EVERY = 10  # every tenth generated sequence measures acceptance instead of training
 HELD_BACK_MAX = 48  # sequences: the measurement's cost stays a small part of training's
+COST_CONTEXT = 64  # tokens of held-back text the round costs are timed after (power.drafters.worth)
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,12 @@ def distill(request: DistillRequest) -> Distilled:
         raise ValueError(f"{len(examples)} sequences are too few to train and measure on; give more prompts or budget")
     vocabulary = ranked_tokens(train, request.fr or vocab_size(target), vocab_size(target))
     objective = how.objective(target, vocabulary, max(len(e.tokens) for e in examples), request.seed)
+    writing = time.monotonic()
+    untrained = how.write(work / "timing.gguf", objective.net, request.target, "timing",
+                          None if vocabulary is None else vocabulary.tolist())
+    export_s = time.monotonic() - writing  # what writing the drafter out at the end will take
+    context = max(held, key=lambda e: len(e.tokens)).tokens[:COST_CONTEXT].tolist()
+    costs = worth.measure(request.target, untrained, request.kind, range(1, DEEPEST_K + 1), context)
     settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps,
                        precision=training_precision(request.precision))
     trainer = Trainer(objective, settings, train, held, k=min(7, objective.positions))
@@ -202,9 +209,9 @@ def distill(request: DistillRequest) -> Distilled:
     resumed = resume.load(checkpoint, key)
     if resumed is not None:
         _restore(trainer, resumed, checkpoint)
-    best = trainer.run(deadline, lambda state: resume.save(checkpoint, key, state), request.progress)
+    best = trainer.run(deadline - export_s, lambda state: resume.save(checkpoint, key, state), request.progress)
     best = written_acceptance(trainer, how, best)
-    return _export(request, how, objective, best, data, vocabulary, time.monotonic() - started, trainer)
+    return _export(request, how, objective, best, data, vocabulary, time.monotonic() - started, trainer, costs)
 
 
 def written_acceptance(trainer: Trainer, how: Recipe, best: dict[str, Any]) -> dict[str, Any]:
@@ -372,7 +379,8 @@ def recommend(curve: dict[str, Any], ctx: int, kind: str) -> export.Recommendati
 
 
 def _export(request: DistillRequest, how: Recipe, objective: Objective, best: dict[str, Any],
-            data: TrainingData, vocabulary: torch.Tensor | None, total_s: float, trainer: Trainer) -> Distilled:
+            data: TrainingData, vocabulary: torch.Tensor | None, total_s: float, trainer: Trainer,
+            costs: worth.Costs) -> Distilled:
     out = request.out
     name = f"{request.target.stem}-{request.kind}"
     net = objective.net
@@ -397,6 +405,8 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
         "acceptance_before_rounding": best["trained_curve"],
         "recommended": asdict(advice),
+        "worth_it": worth.judge(costs, request.kind, advice.k,
+                                best["curve"]["mean_accepted"][str(advice.k)]).document(),
     }
     export.report(out / "distill.json", report)
     return Distilled(drafter, manifest, profile, report)

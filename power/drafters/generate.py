@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
-from tqdm import tqdm
 
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks.base import FixedShapeTrunk, Part
 
+from .progress import BudgetBar
 from .prompt_sets import MAX_CORPUS_BYTES, Prompt, json_line, read_input
 
 NO_LABEL = -1
@@ -68,7 +68,7 @@ def self_generated(trunk: FixedShapeTrunk, tokenizer: Tokenizer, prompts: Sequen
     queue.reverse()
     active: dict[int, _Growing] = {}
     done: list[Example] = []
-    bar = tqdm(total=len(queue), desc="generate", unit="prompt", disable=not progress)
+    bar = BudgetBar("generate", deadline, len(queue), "prompt", progress)
     while queue or active:
         for slot in range(slots):
             if slot not in active and queue and (deadline is None or time.monotonic() < deadline):
@@ -84,8 +84,8 @@ def self_generated(trunk: FixedShapeTrunk, tokenizer: Tokenizer, prompts: Sequen
             if growing.labels[-1] in stops or growing.new >= max_new or ended:
                 done.append(growing.example())
                 del active[slot]
-                bar.update()
-                bar.set_postfix(tokens=sum(len(e.tokens) for e in done))
+                bar.advance(prompts=f"{len(done)}/{len(done) + len(active) + len(queue)}",
+                            tokens=sum(len(e.tokens) for e in done))
     bar.close()
     return done
 
@@ -121,14 +121,17 @@ def corpus_examples(trunk: FixedShapeTrunk, tokenizer: Tokenizer, texts: Iterabl
     """The target's rows and argmax over operator text, `window` tokens at a time (prefill speed)."""
     ids = [token for text in texts for token in tokenizer.encode(text)]
     pieces = [ids[i:i + window] for i in range(0, len(ids), window) if len(ids[i:i + window]) > 1]
-    examples = []
-    for piece in tqdm(pieces, desc="corpus", unit="window", disable=not progress):
+    examples: list[Example] = []
+    bar = BudgetBar("corpus", deadline, len(pieces), "window", progress)
+    for piece in pieces:
         if deadline is not None and time.monotonic() >= deadline:
             break
         trunk.reset(0)
         out = trunk.prefill(piece, taps, all_logits=True, slot=0)
         features = torch.cat([out.hidden[t] for t in taps], dim=-1).to(torch.bfloat16)
         examples.append(Example(torch.tensor(piece), out.logits.argmax(dim=-1), features))
+        bar.advance(windows=f"{len(examples)}/{len(pieces)}")
+    bar.close()
     return examples
 
 

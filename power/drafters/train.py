@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
-from tqdm import tqdm
 
 from power.kernels.cpu.build import cpu_flags
 
 from .generate import Example
 from .model import GGUFTensors
+from .progress import BudgetBar
 
 PRECISIONS = ("auto", "float32", "bfloat16")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # a CPU that multiplies bfloat16 natively (oneDNN's bf16 GEMM)
@@ -110,6 +110,7 @@ class Trainer:
         self.step = 0
         self.best: dict[str, Any] = {"score": -1.0, "step": 0, "curve": None, "state": None}
         self.trained_s = 0.0
+        self._eval_s = 0.0  # the last held-back evaluation's seconds
 
     # --- checkpoint ----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -127,20 +128,23 @@ class Trainer:
     # --- the loop -------------------------------------------------------------------
     def run(self, deadline: float | None, checkpoint: Callable[[dict[str, Any]], None] | None,
             progress: bool = True) -> dict[str, Any]:
-        """Train until `max_steps` or `deadline`; `checkpoint` is given `state()` after every evaluation."""
+        """Train until `max_steps` or until the next step and the evaluations still to come would pass `deadline`
+        (the last evaluation, and the caller's measurement of the best state: each as long as the last one took);
+        `checkpoint` is given `state()` after every evaluation."""
         s = self.settings
-        bar = tqdm(total=s.max_steps, initial=self.step, desc="train", unit="step", disable=not progress)
-        while self.step < s.max_steps and (deadline is None or time.monotonic() < deadline):
+        bar = BudgetBar("train", deadline, s.max_steps, "step", progress, initial=self.step)
+        step_s = 0.0
+        while self.step < s.max_steps and (deadline is None or time.monotonic() + step_s + 2 * self._eval_s < deadline):
             started = time.monotonic()
             loss = self._train_step()
             self.step += 1
-            self.trained_s += time.monotonic() - started
+            step_s = time.monotonic() - started
+            self.trained_s += step_s
             if self.step % s.eval_every == 0 or self.step == s.max_steps:
                 self._evaluate()
                 if checkpoint is not None:
                     checkpoint(self.state())
-            bar.update()
-            bar.set_postfix(loss=f"{loss:.3f}", best=f"{max(self.best['score'], 0.0):.2f}")
+            bar.advance(step=self.step, loss=f"{loss:.3f}", best=f"{max(self.best['score'], 0.0):.2f}")
         bar.close()
         if self.best["state"] is None or self.step % s.eval_every:
             self._evaluate()
@@ -175,7 +179,9 @@ class Trainer:
         return curve
 
     def _evaluate(self) -> None:
+        started = time.monotonic()
         curve = self.curve()
+        self._eval_s = time.monotonic() - started
         score = curve.mean_accepted(self.k)
         if score > self.best["score"]:
             self.best = {"score": score, "step": self.step, "curve": curve.to_json(),

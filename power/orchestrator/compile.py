@@ -54,9 +54,11 @@ from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
+from power.orchestrator.engines.base import draft_placed
 from power.orchestrator.loading import Loaded
 from power.orchestrator.resolve import Declared, Resolution, resolve
-from power.orchestrator.schema import HostSpec
+from power.orchestrator.rules import override_target
+from power.orchestrator.schema import HostSpec, ProfileRuntime
 from power.orchestrator.sizing import (
     Component,
     DeviceBudget,
@@ -156,6 +158,16 @@ def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Cho
     return Chosen(resolution, files[0] if files else None), findings
 
 
+def block_size(chosen: Chosen, artifacts: Artifacts) -> int | None:
+    """The chosen block drafter's draft block: its GGUF header's, or its checkpoint's config.json's."""
+    if chosen.resolution.resolved not in contracts.ARCHITECTURE_OF:
+        return None
+    if chosen.drafter is not None:
+        return contracts.drafter_hparams(chosen.drafter.facts).block_size
+    checkpoints = [artifacts.checkpoints[i] for i in chosen.resolution.drafters if i in artifacts.checkpoints]
+    return checkpoints[0].facts.block_size if checkpoints else None
+
+
 def is_recurrent(facts: ArtifactFacts) -> bool:
     return any(layer.kind == RECURRENT for layer in facts.layers)
 
@@ -198,12 +210,32 @@ def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed
         ubatch=runtime.ubatch, verify_rows=settings.verify_rows, arithmetic=resolve_arithmetic(runtime.arithmetic),
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
         draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
-        kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=runtime.kv_cache_type,
+        kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=draft_cache_type(runtime),
         flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,
+        draft_gpu_layers=None if runtime.draft_gpu_layers == "all" else runtime.draft_gpu_layers,
+        draft_device=runtime.draft_device,
+        draft_overrides=draft_overrides(runtime),
         use_mtp=speculating and modes.mode(resolved).artifact == "target",
         fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolved) else None,
         vocab=target_vocab(target), split=split_of(profile, placed))
+
+
+def draft_cache_type(runtime: ProfileRuntime) -> str:
+    """The drafter's KV cache type: its own, else the target's."""
+    return runtime.draft_kv_cache_type or runtime.kv_cache_type
+
+
+def draft_overrides(runtime: ProfileRuntime) -> tuple[tuple[str, int | None], ...]:
+    """The drafter tensors placed by name, as (pattern, device position or None for host memory)."""
+    targets = (override_target(entry) for entry in runtime.draft_override_tensor or ())
+    return tuple(target for target in targets if target is not None)
+
+
+def draft_device_name(runtime: ProfileRuntime) -> str | None:
+    """The drafter's device as llama-server names it: the render lists the plan's GPUs as the CUDA devices, in order,
+    so the deployment's device N is `CUDA{N}`."""
+    return None if runtime.draft_device is None else f"CUDA{runtime.draft_device}"
 
 
 def split_of(profile: Loaded, placed: Placed) -> Split:
@@ -232,7 +264,10 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None, declared[i].files is not None)
                      for i in chosen.resolution.drafters)
     return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
-                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min)
+                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min,
+                 draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers,
+                                           len(placed.devices)) or bool(runtime.draft_override_tensor),
+                 draft_kv_cache_type=draft_cache_type(runtime))
 
 
 def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,
@@ -271,7 +306,7 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tup
     if chosen is None or has_errors(findings):
         return None, findings
     target_vocab_size = target_vocab(checked.target.facts)
-    findings += check_speculation(profile, chosen.resolution.resolved, chosen.drafter, target_vocab_size)
+    findings += check_speculation(profile, chosen.resolution.resolved, block_size(chosen, checked), target_vocab_size)
     placed = Placed(host, tuple(devices), engine)
     findings += placement_findings(manifest, profile, chosen, placed, checked.target.facts)
     if has_errors(findings):
@@ -332,7 +367,8 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
             gpu_layers=runtime.gpu_layers,
             split_mode=split.mode, tensor_split=split.ratios, main_gpu=split.main, tensor_parallel=split.tensor_parallel,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
-            draft_kv_cache_type=runtime.kv_cache_type,
+            draft_kv_cache_type=draft_cache_type(runtime), draft_device=draft_device_name(runtime),
+            draft_gpu_layers=runtime.draft_gpu_layers, draft_override_tensor=tuple(runtime.draft_override_tensor or ()),
             ngram_match=runtime.ngram_match if weight_free else None,
             ngram_draft_min=runtime.ngram_draft_min if weight_free else None,
             ngram_draft_max=(runtime.ngram_draft_max or settings.spec_draft_max) if weight_free else None),

@@ -22,25 +22,34 @@ cost speculation silently or kill the server at start:
 - PWR455 a speculative type nobody (or Power) knows
 - PWR456 removed vLLM flags; PWR457 a `--speculative-config` that is not a JSON object
 - PWR458 no model on the line
+- PWR444/PWR446/PWR447 an option Power does not carry (`llama_options` and `vllm_options` say, for each option, whether
+  it is carried, refused with its fix, or of no effect on the plan); PWR445 a V cache type other than the K type
+
+A finding about a written document (which is never written when it has an error) is told at the launch line
+(`on_the_line`): at the option that set the key, or with the flag to add where the line left it to the default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from power import modes
+from power import codes, modes
 from power.artifacts import contracts
 from power.artifacts.documents import DocumentError, is_regular_file, parse_json
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
-from power.orchestrator import llama_flags
+from power.orchestrator import llama_flags, llama_options, vllm_options
 from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server import field_of_option
 from power.orchestrator.engines.vllm import SETTINGS as VLLM_SETTINGS
 from power.orchestrator.launch_tokens import EnvNames, Token
+from power.orchestrator.rules import override_target
 from power.orchestrator.units import format_size
 
 LLAMA_SERVER = "llama-server"
@@ -107,6 +116,20 @@ class LaunchSpec:
     ngram_match: int | None = None
     ngram_draft_min: int | None = None
     ngram_draft_max: int | None = None
+    tensor_parallel: int | None = None
+    cuda_graphs: bool | None = None
+    gpu_layers: int | str | None = None  # a count, or "all"
+    split_mode: str | None = None
+    tensor_split: list[float] | None = None
+    main_gpu: int | None = None
+    draft_device: int | None = None  # a position in the deployment's devices
+    draft_gpu_layers: int | str | None = None
+    draft_override_tensor: list[str] | None = None
+    kv_cache_type_v: Token | None = None
+    draft_kv_cache_type_v: Token | None = None
+    # the option word that set each field, so a finding about what it became points back at the line
+    given: dict[str, Token] = field(default_factory=dict)
+    start: Token | None = None  # the line's first word after the program
 
 
 @dataclass
@@ -119,7 +142,9 @@ def import_launch(engine: str, tokens: list[Token]) -> ImportResult:
     """Read a launch line (tokens already located) into a LaunchSpec and its findings."""
     tokens = _without_program(engine, tokens)
     findings = [_unresolved(token) for token in tokens if token.unresolved]
+    tokens = [token for token in tokens if token.text or not token.unresolved]  # an undefined `$VAR` word is no word
     spec, read = _READERS[engine](tokens)
+    spec.start = tokens[0] if tokens else None
     findings += read
     if spec.model is None:
         findings.append(_finding("PWR458", tokens[0] if tokens else None,
@@ -249,7 +274,14 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
     findings: list[Finding] = []
     spec_type: tuple[Token, Token] | None = None
     for given in list(_llama_options(tokens, findings)):
+        row = llama_options.row(given.option.name)
+        if row.disposition == llama_options.REFUSED:
+            findings += _refused(row, given)
+            continue
         field = field_of_option(given.option)  # the engine's settings table, read from flag (or env) to field
+        if row.disposition == llama_options.NO_EFFECT or field is None:
+            continue
+        spec.given[field] = given.flag
         if field == "kv_unified":
             spec.kv_unified = given.on
         elif given.value is None:
@@ -258,6 +290,8 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
             spec_type = (given.flag, given.value)
         elif field in _READ_AS:
             setattr(spec, field, _READ_AS[field](given.value, findings))
+    findings += _one_cache_type(spec.kv_cache_type, spec.kv_cache_type_v, "-ctk")
+    findings += _one_cache_type(spec.draft_kv_cache_type, spec.draft_kv_cache_type_v, "--spec-draft-type-k")
     if spec_type is None:
         if spec.draft_model is not None:
             findings.append(_finding(
@@ -277,6 +311,45 @@ def _read_llama_server(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
     return spec, findings
 
 
+def _refused(row: llama_options.Row, given: _Given) -> list[Finding]:
+    """The finding for an option Power cannot carry, unless it is given llama.cpp's own default."""
+    value = ("on" if given.on else "off") if not given.option.takes_value else (given.value.text if given.value else "")
+    said = f"{given.flag.env} ({given.option.name})" if given.flag.env else given.flag.text
+    return _refusal(row, given.flag, said, value, given.option.takes_value)
+
+
+def _refused_word(row: llama_options.Row, flag: Token, value: Token | None) -> list[Finding]:
+    """The same for a vLLM argument (a switch reads `on`)."""
+    return _refusal(row, flag, flag.text, value.text if value else "on", value is not None)
+
+
+def _refusal(row: llama_options.Row, flag: Token, said: str, value: str, show_value: bool) -> list[Finding]:
+    if row.accepted(value):
+        return []
+    return [_finding(row.code, flag, f"{said}{' ' + value if show_value else ''}: {row.meaning}", str(row.fix),
+                     Severity(codes.CODES[row.code][0]))]
+
+
+def _vllm_kv_dtype(token: Token, findings: list[Finding]) -> str | None:
+    """vLLM's --kv-cache-dtype: `auto` is the model's own type (Power's default); its fp8 types have no counterpart."""
+    if token.text == "auto":
+        return None
+    findings.append(_finding("PWR444", token, f"--kv-cache-dtype {token.text}: Power sizes and renders vLLM's KV in "
+                             "the model's own type (auto); it has no counterpart for this one", "drop it, or write "
+                             "--kv-cache-dtype auto"))
+    return None
+
+
+def _one_cache_type(k_type: str | None, v_type: Token | None, k_flag: str) -> list[Finding]:
+    """PWR445: a V cache type other than the K type (llama.cpp's default for both is f16)."""
+    default = llama_flags.table().option(k_flag).default or "f16"
+    if v_type is None or v_type.text == (k_type or default):
+        return []
+    return [_finding("PWR445", v_type, f"the V cache type {v_type.text} differs from the K cache type "
+                     f"{k_type or default}{'' if k_type else ' (llama.cpp default)'}: Power keeps one type for K and V",
+                     f"give both the same type: {k_flag} {v_type.text} beside it, or drop it")]
+
+
 def _token(token: Token, findings: list[Finding]) -> Token:  # noqa: ARG001 - the readers share one signature
     return token
 
@@ -289,6 +362,61 @@ def _switch(token: Token, findings: list[Finding]) -> bool:  # noqa: ARG001
     return token.text.lower() in {"on", "1", "true", "yes"}
 
 
+def _layers(token: Token, findings: list[Finding]) -> int | str | None:
+    """-ngl / --spec-draft-ngl: a count, or `auto` / `all` / a negative number: every layer (with --fit off, which
+    Power renders, llama.cpp's auto offloads every layer)."""
+    if token.text in {"auto", "all"} or (_is_number(token.text) and token.text.startswith("-")):
+        return "all"
+    return _int(token, findings)
+
+
+def _split_mode(token: Token, findings: list[Finding]) -> str | None:
+    if token.text in {"layer", "none"}:
+        return token.text
+    findings.append(_finding("PWR444", token, f"-sm {token.text}: Power sizes a layer split (-sm layer) or one device "
+                             "(-sm none) only; a row or tensor split shards each layer's matrices, which no plan sizes",
+                             "use -sm layer with -ts, or -sm none with -mg"))
+    return None
+
+
+def _ratios(token: Token, findings: list[Finding]) -> list[float] | None:
+    """-ts 3,1 (llama.cpp also reads 3/1)."""
+    parts = token.text.replace("/", ",").split(",")
+    if all(_is_number(part) for part in parts):
+        return [float(part) for part in parts]
+    findings.append(_finding("PWR459", token, f"expected ratios such as 3,1, found {token.text!r}",
+                             "write one number per device, separated by commas"))
+    return None
+
+
+def _device(token: Token, findings: list[Finding]) -> int | None:
+    """--spec-draft-device CUDA1: the position of the drafter's device (the render lists the plan's GPUs as CUDA0,
+    CUDA1, ... in order)."""
+    name = token.text.strip()
+    digits = name.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+    if name != digits and digits.isdigit():
+        return int(digits)
+    findings.append(_finding("PWR444", token, f"--spec-draft-device {name}: Power places a drafter on one GPU of the "
+                             "deployment, named as llama-server names it (CUDA0, CUDA1, ...)",
+                             "name one device, e.g. --spec-draft-device CUDA1; for a drafter on the CPU write "
+                             "--spec-draft-ngl 0"))
+    return None
+
+
+def _overrides(token: Token, findings: list[Finding]) -> list[str] | None:
+    """--spec-draft-override-tensor PATTERN=BUFFER,...: each entry kept as llama.cpp writes it (split on commas, as
+    llama.cpp splits it), each a host (CPU) or a GPU (CUDA<n>) buffer."""
+    entries = [entry for entry in token.text.split(",") if entry]
+    bad = [entry for entry in entries if override_target(entry) is None]
+    if bad:
+        findings.append(_finding("PWR444", token, f"--spec-draft-override-tensor {bad[0]}: Power sizes a drafter "
+                                 "tensor placed in host memory (CPU) or on one of the deployment's GPUs (CUDA<n>), by "
+                                 "a pattern that compiles", "write PATTERN=CPU or PATTERN=CUDA1, e.g. "
+                                 "'blk\\.1\\.ffn_.*=CPU'"))
+        return None
+    return entries
+
+
 # How each setting's value reads, by its field (the llama-server adapter's settings table names the field); the
 # LaunchSpec attribute of the same name holds it.
 _READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
@@ -297,7 +425,10 @@ _READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
     "temperature": lambda t, f: _float(t, f), "slots": lambda t, f: _int(t, f), "batch": lambda t, f: _int(t, f),
     "ubatch": lambda t, f: _int(t, f), "p_min": lambda t, f: _float(t, f),
     "ngram_match": lambda t, f: _int(t, f), "ngram_draft_min": lambda t, f: _int(t, f),
-    "ngram_draft_max": lambda t, f: _int(t, f),
+    "ngram_draft_max": lambda t, f: _int(t, f), "kv_cache_type_v": _token, "draft_kv_cache_type_v": _token,
+    "gpu_layers": _layers, "draft_gpu_layers": _layers, "split_mode": _split_mode, "tensor_split": _ratios,
+    "main_gpu": lambda t, f: _int(t, f), "draft_device": _device, "tensor_parallel": lambda t, f: _int(t, f),
+    "draft_override_tensor": lambda t, f: _overrides(t, f),
 }
 
 
@@ -322,6 +453,8 @@ def _llama_defaults(spec: LaunchSpec) -> None:
         spec.ngram_draft_max = spec.ngram_draft_max or default("--spec-ngram-mod-n-max")
         if spec.mode in modes.WEIGHT_FREE:  # n-gram alone: its longest draft is the proposal width
             spec.k = spec.ngram_draft_max
+            if "ngram_draft_max" in spec.given:
+                spec.given["k"] = spec.given["ngram_draft_max"]
     if spec.mode in modes.CONFIDENCE_GATED and spec.p_min is None:
         spec.p_min = table.option("--spec-draft-p-min").default_float
 
@@ -400,16 +533,33 @@ def _read_vllm(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
         tokens = tokens[1:]
     config: tuple[Token, dict[str, Any]] | None = None
     for flag, value in _vllm_pairs(tokens):
+        row = vllm_options.by_flag().get(flag.text)
         if flag.text in VLLM_REMOVED:
             hint = VLLM_REMOVED[flag.text] or ("pass the drafter through --speculative-config "
                                                "'{\"method\": ..., \"model\": ..., \"num_speculative_tokens\": N}'")
             findings.append(_finding("PWR456", flag, f"{flag.text} was removed from vLLM: it stops at start with "
                                      f"`unrecognized arguments: {flag.text}`", hint))
+        elif row is None:
+            findings.append(_finding(
+                "PWR446", flag, f"Power does not read the vLLM argument {flag.text}: it is not carried into the plan",
+                "drop it, or check it changes neither what is loaded nor what a request returns, and set it on the "
+                "rendered command yourself", Severity.WARNING))
+        elif row.disposition == llama_options.REFUSED:
+            findings += _refused_word(row, flag, value)
+        elif row.disposition == llama_options.NO_EFFECT:
+            continue
+        elif VLLM_SETTINGS.field_of_flag(flag.text) == "eager":
+            spec.cuda_graphs, spec.given["cuda_graphs"] = False, flag
         elif value is None:
             continue
-        elif (field := VLLM_SETTINGS.field_of_flag(flag.text)) in _READ_AS:  # the adapter's table, flag -> field
+        elif (field := VLLM_SETTINGS.field_of_flag(flag.text)) == "kv_cache_type":
+            spec.given["kv_cache_type"] = flag
+            spec.kv_cache_type = _vllm_kv_dtype(value, findings)
+        elif field in _READ_AS:  # the adapter's table, flag -> field
+            spec.given[str(field)] = flag
             setattr(spec, str(field), _READ_AS[str(field)](value, findings))
         elif flag.text == "--speculative-config":
+            spec.given.update(dict.fromkeys(("spec_type", "k", "draft_model"), flag))
             parsed = _json_object(value, findings)
             if parsed is not None:
                 config = (value, parsed)
@@ -587,6 +737,7 @@ def profile_document(spec: LaunchSpec) -> dict[str, Any]:
         *ngram.items()) if value is not None}
     sampling = {key: value for key, value in (("temperature", spec.temperature), ("seed", spec.seed))
                 if value is not None}
+    runtime |= _placement(spec)
     settings = {"spec_draft_p_min": spec.p_min} if spec.p_min is not None else {}
     return {
         "schema": "power.profile/v1",
@@ -600,3 +751,91 @@ def profile_document(spec: LaunchSpec) -> dict[str, Any]:
         "runtime": runtime,
         "sampling": sampling,
     }
+
+
+def _placement(spec: LaunchSpec) -> dict[str, Any]:
+    """Offload and split, and where the drafter runs and in which cache type (llama.cpp's draft default: f16)."""
+    placement = {key: value for key, value in (
+        ("gpu_layers", spec.gpu_layers), ("split_mode", spec.split_mode), ("tensor_split", spec.tensor_split),
+        ("main_gpu", spec.main_gpu), ("draft_device", spec.draft_device), ("draft_gpu_layers", spec.draft_gpu_layers),
+        ("tensor_parallel", spec.tensor_parallel), ("cuda_graphs", spec.cuda_graphs),
+        ("draft_override_tensor", spec.draft_override_tensor),
+    ) if value is not None}
+    default = llama_flags.table().option("--spec-draft-type-k").default or "f16"
+    draft_type = spec.draft_kv_cache_type or default
+    if _drafts_in_a_context(spec.mode) and draft_type != (spec.kv_cache_type or default):
+        placement["draft_kv_cache_type"] = draft_type
+    return placement
+
+
+def _drafts_in_a_context(mode: str) -> bool:
+    """Whether the mode drafts in a draft context of its own (a drafter file or an MTP head), with its own KV."""
+    return mode != modes.NONE and mode not in modes.WEIGHT_FREE
+
+
+# The written documents' keys -> the LaunchSpec field they hold (`profile_document`, `manifest_document`).
+_FIELD_OF_KEY = {
+    **{f"runtime.{key}": key for key in (
+        "ctx", "slots", "kv_unified", "batch", "ubatch", "flash_attn", "kv_cache_type", "ngram_match",
+        "ngram_draft_min", "ngram_draft_max", "gpu_layers", "split_mode", "tensor_split", "main_gpu", "draft_device",
+        "draft_gpu_layers", "draft_kv_cache_type", "tensor_parallel", "cuda_graphs", "draft_override_tensor")},
+    "sampling.temperature": "temperature", "sampling.seed": "seed", "spec_draft_max": "k",
+    "spec_mtp_recurrent_snapshots": "k", "spec_draft_p_min": "p_min", "spec_mode": "spec_type", "target": "model",
+    "drafters": "draft_model",
+}
+_MANIFEST_KEYS = {"target", "drafters"}
+
+
+def on_the_line(finding: Finding, spec: LaunchSpec) -> Finding:
+    """A finding about a written document (which is never written when it has an error), told at the launch line:
+    at the option that set the key, its keys named as the engine's flags; where the line leaves the key to the
+    engine's default, at the line's start, with the flag to add."""
+    key = _key_of(finding.where)
+    field = _FIELD_OF_KEY.get(key or "")
+    if field == "draft_model" and field not in spec.given:  # a drafter the line names by its type alone
+        field = "spec_type"
+    flags = _flags(spec.engine) | ({"k": _flags(spec.engine)["ngram_draft_max"]} if spec.mode in modes.WEIGHT_FREE
+                                   else {})
+    named = [spec.given[f] for k, f in _FIELD_OF_KEY.items() if f in spec.given and k.rsplit(".", 1)[-1] in
+             finding.message]
+    token = spec.given.get(field or "") or next(iter(named), spec.start)
+    message, hint = _in_flags(finding.message, flags), _in_flags(finding.hint or "", flags)
+    if field is not None and field not in spec.given and field in flags and key not in _MANIFEST_KEYS:
+        message += f" ({flags[field]} is not on the line: {_default_of(spec.engine, flags[field])} applies)"
+        hint = f"add {flags[field]} N to the line: {hint}" if hint else f"add {flags[field]} N to the line"
+    if token is None:
+        return dataclasses.replace(finding, message=message, hint=hint or None)
+    return dataclasses.replace(finding, message=message, hint=hint or None, file=token.file, line=token.line,
+                               col=token.col, end_col=token.col + len(token.text) if token.env is None else None,
+                               source_line=token.source_line, where=None)
+
+
+def _default_of(engine: str, flag: str) -> str:
+    """`llama.cpp's default 48` from the pinned option table; other engines: their default."""
+    option = llama_flags.table().lookup(flag) if engine == LLAMA_SERVER else None
+    stated = option.default.split(",")[0].strip() if option is not None and option.default else None
+    return f"llama.cpp's default {stated}" if stated else "the engine's default"
+
+
+def _key_of(where: str | None) -> str | None:
+    """`runtime.ngram_draft_min` as is; `drafters[0].sha256` -> `drafters`; `target.path` -> `target`."""
+    if where is None:
+        return None
+    head = where.split("[", 1)[0]
+    return head if head in _FIELD_OF_KEY else head.split(".", 1)[0]
+
+
+@cache
+def _flags(engine: str) -> dict[str, str]:
+    """Each LaunchSpec field -> the flag the engine reads it from (its settings table)."""
+    settings = adapter(engine).settings
+    return {entry.field: entry.flag for entry in settings.entries if entry.flag is not None}
+
+
+def _in_flags(text: str, flags: dict[str, str]) -> str:
+    """The documents' key names in `text` as the flags that set them (`ngram_draft_min` -> `--spec-ngram-mod-n-min`)."""
+    for key, held in _FIELD_OF_KEY.items():
+        name = key.rsplit(".", 1)[-1]
+        if held in flags and name not in _MANIFEST_KEYS:
+            text = re.sub(rf"(?<![\w.-])(runtime\.|sampling\.)?{name}\b", flags[held], text)
+    return text

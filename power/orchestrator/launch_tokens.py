@@ -6,7 +6,7 @@ variables the engine reads (`LLAMA_ARG_SPEC_TYPE=x`) become the option they
 set, keeping their own line and the variable's name. In a systemd unit,
 `ExecStart=` is expanded the way systemd does it: `$VAR` standing alone
 becomes the variable's words, `${VAR}` its value inside a word, `$$` a `$`; a
-variable the unit does not define stays as written and is marked unresolved.
+variable the unit does not define expands to nothing (a lone `$VAR` to no word) and is marked unresolved.
 
 Bounds, beside the reader's (each file a regular UTF-8 file of at most 1 MiB):
 a line at most MAX_LINE_CHARS characters (the shell-word reader is slow per character), at most MAX_ENVIRONMENT_FILES
@@ -154,7 +154,8 @@ def _spend(size: int, more: int, word: Token) -> int:
 
 
 def _substituted(text: str, variables: dict[str, list[str]], used: int, word: Token) -> tuple[str, str | None]:
-    """`text` with `${VAR}` and `$VAR` put in and `$$` made `$`; the first variable the unit lacks, if any. Refused
+    """`text` with `${VAR}` and `$VAR` put in and `$$` made `$`, a variable the unit lacks as nothing (as systemd
+    does); the first variable the unit lacks, if any. Refused
     as soon as what was put in passes the expansion bound, counting the `used` characters before this word."""
     missing: list[str] = []
     grown = used
@@ -166,7 +167,7 @@ def _substituted(text: str, variables: dict[str, list[str]], used: int, word: To
         name = match.group(1) or match.group(2)
         if name not in variables:
             missing.append(name)
-            return match.group(0)
+            return ""
         value = " ".join(variables[name])
         grown = _spend(grown, len(value), word)
         return value

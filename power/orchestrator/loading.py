@@ -25,7 +25,15 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from power import codes, modes
-from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, Reason, decode_utf8, parse_toml, read_bytes
+from power.artifacts.documents import (
+    MAX_TOML_BYTES,
+    DocumentError,
+    Reason,
+    decode_utf8,
+    parse_json,
+    parse_toml,
+    read_bytes,
+)
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator import rules
 from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
@@ -194,7 +202,24 @@ def _parse(loaded: Loaded, text: str) -> dict[str, Any]:
     try:
         return parse_toml(text)
     except DocumentError as err:
-        raise _failed_document(loaded, err) from None
+        generated = _generated_json(text)
+        if generated is None:
+            raise _failed_document(loaded, err) from None
+        return generated
+
+
+def _generated_json(text: str) -> dict[str, Any] | None:
+    """A JSON document Power wrote (a plan, a fleet lock, evidence), recognised by its `schema` so that it is named
+    for what it is (PWR014), not reported as broken TOML; None for anything else."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = parse_json(text)
+    except DocumentError:
+        return None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    match = _SCHEMA_VALUE.match(schema) if isinstance(schema, str) else None
+    return data if match is not None and match["kind"] in GENERATED_KINDS else None
 
 
 def _failed_document(loaded: Loaded, err: DocumentError) -> _Unloadable:
@@ -395,6 +420,12 @@ def _unknown_key(loaded: Loaded, model_type: type[BaseModel], path: KeyPath) -> 
         return loaded.finding(
             "PWR026", f"`{key}` is not Power's name for this setting", where=path, hint=f"rename `{key}` to `{renamed}`", at="key"
         )
+    home = _table_holding(model_type, path[:-1], renamed) if renamed else None
+    if home is not None:
+        return loaded.finding(
+            "PWR026", f"`{key}` is not Power's name for this setting, nor is it set at {place}", where=path,
+            hint=f"set `{renamed}` in [{home}] instead", at="key"
+        )
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     hint = f"did you mean `{close[0]}`?" if close else f"allowed keys in {place}: {', '.join(sorted(allowed))}"
     return loaded.finding("PWR020", f"unknown key `{key}` in {place}", where=path, hint=hint, at="key")
@@ -464,6 +495,15 @@ def _shape(annotation: Any) -> tuple[str, type[BaseModel]] | None:
         found = _shape(arg)
         if found is not None:
             return found
+    return None
+
+
+def _table_holding(model_type: type[BaseModel], table: KeyPath, key: str) -> str | None:
+    """The table directly under `table` whose keys include `key` (a renamed setting written one level too high)."""
+    for name in _allowed_keys(model_type, table):
+        model = _model_at(model_type, (*table, name))
+        if model is not None and model is not _model_at(model_type, table) and key in _allowed_keys(model_type, (*table, name)):
+            return format_where((*table, name))
     return None
 
 

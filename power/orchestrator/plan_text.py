@@ -70,6 +70,9 @@ def summary_text(plan: ResolvedPlan) -> str:
     if len(plan.devices) > 1:
         split = (f", tensor parallel {rt.tensor_parallel}" if rt.tensor_parallel > 1 else
                  f", split {rt.split_mode} {list(rt.tensor_split or ())} main {rt.main_gpu}")
+    if rt.draft_device is not None or rt.draft_gpu_layers != "all":
+        split += (f"; drafter on {rt.draft_device or 'the target devices'}, "
+                  f"{rt.draft_gpu_layers if rt.draft_gpu_layers != 'all' else 'all'} layer(s) offloaded")
     lines.append(f"  devices  {', '.join(f'{d.index}: {d.name}' for d in plan.devices)}{split}")
     lines.append(f"  runtime  ctx {rt.ctx:,}, slots {rt.slots}{' (unified KV)' if rt.kv_unified else ''}, "
                  f"batch {rt.batch}, verify capacity {rt.verify_capacity}, "

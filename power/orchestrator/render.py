@@ -123,6 +123,7 @@ def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None =
     if target not in TARGETS:
         raise RenderError(f"unknown render target {target!r}; choose one of {', '.join(TARGETS)}")
     plan_path = Path(plan_path).resolve()
+    _power_only(plan, target)
     sized_for(plan, TARGET_ENGINES[target])
     if target in ENGINES:
         context = {"launch": with_api_key(engine_launch(plan, target, plan_path, listen, root=root), target, api_key_file)}
@@ -173,6 +174,24 @@ def with_api_key(launch: Launch, engine: str, key_file: str | None) -> Launch:
     if variable is not None:
         return replace(launch, secret_files=launch.secret_files | {variable: key_file})
     return replace(launch, options=launch.options + (("--api-key-file", key_file),))
+
+
+# What another engine's plan renders for its deployment instead of the targets that start `power serve`.
+_OWN_TARGETS = {"llama-server": "llama-server-env", "vllm": "vllm"}
+
+
+def _power_only(plan: ResolvedPlan, target: str) -> None:
+    """The systemd unit and the POWER_* env file start Power's runtime; for another engine's plan, say so and name the
+    target that deploys that engine (PWR464), rather than only that the memory would differ."""
+    engine = plan.memory.engine
+    if target not in ("systemd", "env") or engine == TARGET_ENGINES[target]:
+        return
+    own = _OWN_TARGETS.get(engine)
+    how = (f"render `--target {own} -o FILE` and start {engine} from your own unit"
+           + (" with EnvironmentFile=FILE" if own == "llama-server-env" else "")) if own else \
+        f"deploy {engine} the way that engine is deployed"
+    raise RenderError(code="PWR464", message=f"--target {target} renders for `power serve` (Power's runtime) only, and "
+                      f"this plan was sized for {adapter(engine).description}", hint=how)
 
 
 def sized_for(plan: ResolvedPlan, engine: str) -> None:

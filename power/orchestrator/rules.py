@@ -7,14 +7,15 @@ fields it relates are individually valid (or absent, taking their defaults).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from pydantic import BaseModel
 
 from power import modes
+from power.artifacts import provenance
 from power.artifacts.checkpoint import CONFIG as CHECKPOINT_CONFIG
-from power.orchestrator import provenance
 from power.orchestrator.locator import KeyPath, format_where
 from power.orchestrator.schema import Profile, ProfileRuntime
 
@@ -215,7 +216,7 @@ def _profile(data: dict[str, Any]) -> list[Issue]:
         issues += _snapshots_vs_width(k, s)
     if k is not None:
         issues += _verify_capacity(runtime, k)
-    return issues + _batches(runtime) + _tensor_split(runtime)
+    return issues + _batches(runtime) + _tensor_split(runtime) + _draft_overrides(runtime)
 
 
 def _fr(data: dict[str, Any], mode: str | None) -> list[Issue]:
@@ -384,3 +385,31 @@ def _external_kinds() -> list[str]:
 def _and(items) -> str:
     items = list(items)
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _draft_overrides(runtime: dict[str, Any]) -> list[Issue]:
+    """PWR532: each runtime.draft_override_tensor entry is PATTERN=CPU or PATTERN=CUDA<n>, its pattern a regex."""
+    entries = runtime.get("draft_override_tensor")
+    if not isinstance(entries, list):
+        return []
+    issues = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, str) and override_target(entry) is None:
+            issues.append(Issue("PWR532", f"runtime.draft_override_tensor[{index}] = {entry!r} is not PATTERN=CPU or "
+                                "PATTERN=CUDA<n> with a regular expression llama.cpp can search tensor names with",
+                                ("runtime", "draft_override_tensor", index),
+                                hint='write e.g. "blk\\.1\\.ffn_.*=CPU" (host memory) or "output=CUDA1"'))
+    return issues
+
+
+def override_target(entry: str) -> tuple[str, int | None] | None:
+    """`PATTERN=CPU` -> (pattern, None); `PATTERN=CUDA1` -> (pattern, 1); None when malformed."""
+    pattern, _, buffer = entry.rpartition("=")
+    match = re.fullmatch(r"CPU|CUDA(\d+)", buffer)
+    if not pattern or match is None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error:
+        return None
+    return pattern, int(match.group(1)) if match.group(1) is not None else None

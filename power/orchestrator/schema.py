@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from power import modes
-from power.documents import arithmetic
+from power.documents import arithmetic, kv_types
 from power.documents.plan import DEFAULT_ENGINE, EngineName
 from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
 
@@ -221,7 +221,7 @@ class ProfileRuntime(_Strict):
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
-    kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
+    kv_cache_type: KvCacheType = Field(kv_types.DEFAULT, description="KV cache element type (llama.cpp names)")
     arithmetic: ArithmeticName = Field(
         arithmetic.AUTO, description='Power\'s runtime\'s matrix products: "quantised" (weights kept quantised, '
         'integer products with exact sums; each forward runs on its real rows), "float32" (the reference: exactly '
@@ -237,6 +237,18 @@ class ProfileRuntime(_Strict):
     main_gpu: StrictInt = Field(0, ge=0, lt=MAX_DEVICES, description="with split_mode none: which of the deployment's "
                                                                      "devices runs the model (llama-server -mg), counted "
                                                                      "in the deployment's device list")
+    draft_kv_cache_type: KvCacheType | None = Field(None, description="the drafter's KV cache element type "
+                                                    "(llama-server --spec-draft-type-k/-v); default kv_cache_type")
+    draft_device: StrictInt | None = Field(None, ge=0, lt=MAX_DEVICES, description="the deployment's GPU the drafter "
+                                           "runs on (llama-server --spec-draft-device), counted in the deployment's "
+                                           "device list from 0; default: the target's devices, split as the target")
+    draft_override_tensor: list[StrictStr] | None = Field(
+        None, max_length=64, description="drafter tensors placed by name (llama-server --spec-draft-override-tensor): "
+        "each \"PATTERN=CPU\" (host memory) or \"PATTERN=CUDA<n>\" (the deployment's device n), the pattern a regular "
+        "expression searched in each tensor name, the first match wins")
+    draft_gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
+        "all", description=f'the drafter\'s layers offloaded to its device(s) (llama-server --spec-draft-ngl): an '
+                           f'integer from 0 to {MAX_LAYERS} or "all"')
     tensor_parallel: StrictInt = Field(1, ge=1, le=MAX_DEVICES, description="vLLM --tensor-parallel-size: each layer "
                                                                             "sharded over this many devices (the "
                                                                             "deployment's device count)")
@@ -354,6 +366,14 @@ class Deployment(_Strict):
         None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="the Kubernetes Secret (its key `api-key`) holding the API key clients must send; the render "
                     "mounts it into the engine, never reads it")
+    exactness: Literal["exact", "near-tie"] = Field(
+        "exact", description="what a rollout's gate accepts of greedy outputs: exact (identical to the incumbent's) | "
+                             "near-tie (they may differ where the target's own top two tokens are within "
+                             "near_tie_margin nats, read without speculation: a live engine's arithmetic)")
+    near_tie_margin: float = Field(0.1, gt=0, le=5, description="nats: the widest gap between the target's own "
+                                                                "log-probabilities of two tokens a near-tie may have")
+    concurrency: StrictInt = Field(1, ge=1, le=1024, description="the clients the deployment serves at once: a "
+                                   "rollout's gate judges the candidate at that many (`power bench --concurrency`)")
 
 
     @model_validator(mode="after")
@@ -383,6 +403,10 @@ class ModelVolume(_Strict):
     pull: StrictBool = Field(False, description="an init container runs `power pull` on the plan into the volume "
                              "(each artifact from its manifest source, checked by size and sha256) before `power "
                              "verify`, so the volume needs no pre-filling")
+    token_secret: StrictStr | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+                                           description="with pull: the Kubernetes Secret whose key `token` the pull "
+                                           "reads as HF_TOKEN (a gated or private repository); the render never "
+                                           "reads it")
     local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
                                         "artifact path under it is the same path under mount_path in the pod")
     mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only "
@@ -395,6 +419,8 @@ class ModelVolume(_Strict):
                              "or empty_dir = true (filled by pull = true)")
         if self.empty_dir and not self.pull:
             raise ValueError("an empty_dir volume starts empty: set pull = true so the init container fills it")
+        if self.token_secret is not None and not self.pull:
+            raise ValueError("token_secret is the pull's Hub token: set pull = true, or remove it")
         return self
 
 

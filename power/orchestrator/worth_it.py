@@ -30,6 +30,7 @@ from typing import Any
 from power import modes
 from power.documents.evidence import BASELINE, CANDIDATE
 from power.documents.plan import ResolvedPlan
+from power.documents.verdicts import NOISE_BAND
 from power.orchestrator.units import format_size
 
 # One verification pass of K + 1 rows costs about 1.1 target steps on a GPU engine (docs/reference.md).
@@ -153,6 +154,8 @@ class Report:
     verify_cost: float = VERIFY_COST  # target steps one verification pass of K + 1 rows costs
     warning: str = OPTIMISM_WARNING
     measured: dict[str, Any] | None = None  # the evidence the steps were read from, when they were
+    # --slots N: the candidate's measured aggregate speedup with N clients at once (`under_load`)
+    load: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -177,7 +180,9 @@ def fit_of(plan: ResolvedPlan) -> str:
 def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
            incumbent_commit: float = 1.0, p_band: tuple[float, float] = (0.4, 0.6), fit: str = UNPLANNED_FIT,
            drafter: str = modes.DRAFT_MODEL, measured: MeasuredSteps | None = None,
-           verify_cost: float = VERIFY_COST) -> Report:
+           verify_cost: float = VERIFY_COST, load: dict[str, Any] | None = None) -> Report:
+    """`load`: `under_load`'s reading at the deployment's slots; a candidate that does not pay there is a loss,
+    whatever the single-stream arithmetic says."""
     depths = sorted({*BREAK_EVEN_DEPTHS, k})
     band = (p_band[0], (p_band[0] + p_band[1]) / 2, p_band[1])
     band_rates = tuple((p, rate(p, k, draft_step, target_step, drafter, verify_cost)) for p in band)
@@ -188,6 +193,8 @@ def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
         verdict = "loss"
     else:
         verdict = "depends on acceptance"
+    if load is not None and not load["pays"]:
+        verdict = "loss"
     settling = ("measure p on your traffic: greedy continuation agreement of drafter and target on identical "
                 "prompts (temperature 0, same tokenizer), or a paired `power bench PLAN --vs PLAN2` run on the "
                 "engine the deployment runs")
@@ -201,8 +208,19 @@ def assess(target_step: float, draft_step: float, k: int, incumbent_rate: float,
         break_even={d: break_even_p(d, draft_step, target_step, incumbent_rate, drafter, verify_cost) for d in depths},
         p_band=p_band, band_rates=band_rates, verdict=verdict, fit=fit, settling_measurement=settling,
         verify_cost=verify_cost,
-        measured=measured.document() if measured else None,
+        measured=measured.document() if measured else None, load=load,
     )
+
+
+def under_load(evidence: dict[str, Any], shape: str, slots: int) -> dict[str, Any]:
+    """The candidate's aggregate speedup with `slots` clients at once on `shape`, from the evidence's `concurrency`
+    section (`power bench --concurrency 1,N`); ValueError when it was not measured there."""
+    level = ((evidence.get("concurrency") or {}).get("per_level") or {}).get(str(slots), {}).get(shape)
+    if not level or level.get("speedup") is None:
+        raise ValueError(f"no measurement with {slots} clients at once on {shape!r}: rerun `power bench "
+                         f"--concurrency 1,{slots}`")
+    speedup = float(level["speedup"])
+    return {"slots": slots, "shape": shape, "measured_speedup": speedup, "pays": speedup >= 1 + NOISE_BAND}
 
 
 def render_text(report: Report) -> str:
@@ -212,7 +230,7 @@ def render_text(report: Report) -> str:
               else "as given")
     lines = [
         f"1. Does the target already draft? {'yes' if r.target_already_drafts else 'no'} "
-        f"(incumbent {r.incumbent_rate:g} tok/s at {r.incumbent_commit:g} commit/round; "
+        f"(incumbent {r.incumbent_rate:.1f} tok/s at {r.incumbent_commit:.2f} commit/round; "
         f"target step {r.target_step_s * 1000:.1f} ms, draft step {r.draft_step_s * 1000:.1f} ms, {source}; "
         f"a verification pass of K + 1 rows costs {r.verify_cost:g} target steps)",
         f"2. Break-even acceptance p against the incumbent ({r.drafter}: {r.draft_cost}):",
@@ -222,8 +240,12 @@ def render_text(report: Report) -> str:
         lines.append(f"     K={depth}: {shown}")
     rates = ", ".join(f"{value:.1f} tok/s at p={p:g}" for p, value in r.band_rates)
     lines.append(f"3. At K={r.k} over the realistic band: {rates}; "
-                 f"incumbent {r.incumbent_rate:g} tok/s -> {r.verdict.upper()}")
+                 f"incumbent {r.incumbent_rate:.1f} tok/s -> {r.verdict.upper()}")
     lines.append(f"   warning: {r.warning}")
     lines.append(f"4. Fit and attachment surface: {r.fit}")
     lines.append(f"5. The one measurement that settles it: {r.settling_measurement}")
+    if r.load is not None:
+        lines.append(f"6. With {r.load['slots']} slots busy: the candidate's aggregate was {r.load['measured_speedup']:.2f}x "
+                     f"the incumbent's on {r.load['shape']!r} (`power bench --concurrency`): "
+                     f"{'it pays there' if r.load['pays'] else 'it does not pay there, so this is a LOSS for a deployment that serves them'}")
     return "\n".join(lines)

@@ -64,6 +64,9 @@ class SpeculationStats(SpeculationRates):
     clamps: int = 0  # requests clamped to S after a replay
     fallbacks: int = 0  # one-way adaptive fallbacks to the target
     governor_parks: int = 0
+    # The target's own decode rate inside this engine: the cost governor's plain baseline when the request ended
+    # (None without a governor, or before it measured one)
+    plain_tok_s: float | None = None
     prefill_s: float = 0.0
     decode_s: float = 0.0
     position_reached: list[int] = field(default_factory=list)
@@ -388,8 +391,11 @@ class Decoder:
 
     def _wanted(self, decoding: Decoding) -> int:
         slot, remaining = decoding.slot, decoding.request.max_new_tokens - len(decoding.seq.emitted)
-        speculate = slot.speculator is not None and (slot.governor is None or slot.governor.speculate())
-        return min(decoding.scheduler.width(), remaining - 1) if speculate else 0
+        governor = slot.governor
+        if slot.speculator is None or (governor is not None and not governor.speculate()):
+            return 0
+        cap = governor.width_cap() if governor is not None else None
+        return min(decoding.scheduler.width(), remaining - 1, cap or remaining)
 
     def _account(self, decoding: Decoding, result: RoundResult, seconds: float) -> None:
         decoding.stats.add_round(result)
@@ -428,8 +434,10 @@ class Decoder:
             stats.decode_s = time.perf_counter() - decoding._started - stats.prefill_s
         if placement is not None:
             stats.clamps, stats.fallbacks = placement.scheduler.clamps, placement.scheduler.fallbacks
-            if placement.slot.governor:
-                stats.governor_parks = placement.slot.governor.parks - decoding._parks_before
+            governor = placement.slot.governor
+            if governor:
+                stats.governor_parks = governor.parks - decoding._parks_before
+                stats.plain_tok_s = 1.0 / governor.plain_cost if governor.plain_cost else None
             placement.slot.holder = None
         seq = placement.seq if placement else None
         if error is not None:

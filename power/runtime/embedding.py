@@ -28,10 +28,10 @@ class TokenEmbedding:
 
     @classmethod
     def of_gguf(cls, gguf: GGUFFile, name: str, shape: Sequence[int], device: str = "cpu") -> TokenEmbedding:
-        """The tensor's GGUF rows, copied to `device` (memory of its own, not the loaded file's)."""
+        """The tensor's GGUF rows on `device`, in the buffer the verified read filled (moved there when not the CPU)."""
         info = gguf.expect(name, shape)
         vocab, width = int(shape[0]), int(shape[1])
-        table = gguf.raw(name).to(device, copy=True).view(vocab, -1)  # [vocab, row_bytes] uint8
+        table = gguf.raw(name).to(device).view(vocab, -1)  # [vocab, row_bytes] uint8
 
         def rows(tokens: torch.Tensor) -> torch.Tensor:
             picked = table[tokens]

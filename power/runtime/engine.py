@@ -27,6 +27,7 @@ import torch
 
 from power import __version__, modes, threads
 from power.artifacts.verify import TARGET, Artifact
+from power.documents import kv_types
 from power.documents.arithmetic import AUTO
 from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
@@ -38,6 +39,7 @@ from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.errors import ContextOverflow, RuntimeInputError, kernel_refusal
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
+from power.runtime.host_memory import require_room
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
@@ -83,13 +85,14 @@ class Workload:
 
     @classmethod
     def of_gguf(cls, path: Path, ctx: int = DEFAULT_CTX, verify_capacity: int = 1) -> Workload:
-        """The arithmetic is a plan's default (`auto`), so a plan-less run gives a default plan's tokens."""
+        """The arithmetic and the KV cache type are a plan's defaults (`auto`, f16), so a plan-less run gives a
+        default plan's tokens."""
         return cls(
             artifacts=(Artifact(TARGET, Path(path), None),),
             mode=Mode(requested=modes.NONE, resolved=modes.NONE, chain=(), reason="a direct run of one GGUF"),
             speculation=Speculation(k=0, s=0, rollback="none"),
             runtime=Runtime(ctx=ctx, batch=1, verify_capacity=verify_capacity, gpu_layers="all", flash_attn=False,
-                            cuda_graphs=False, kv_cache_type="f32", draft_kv_cache_type="f32",
+                            cuda_graphs=False, kv_cache_type=kv_types.DEFAULT, draft_kv_cache_type=kv_types.DEFAULT,
                             arithmetic=resolve_arithmetic(AUTO)),
             sampling=Sampling(temperature=0.0, seed=0, verify="match"),
             plan_digest=None,
@@ -152,7 +155,10 @@ class Engine:
         runtime = workload.runtime
         self.slots = _slots(runtime)
         self.device = resolve_device(options.device)
-        # Each artifact is read once, hashed as read and checked against the plan; the engine runs those bytes.
+        if torch.device(self.device).type == "cpu":
+            require_room(workload.artifacts)  # before a byte of tensor data is read (PWR650, PWR520)
+        # Each artifact is hashed once, in full, against the plan; each tensor's bytes are checked against that read
+        # as they are copied into place, so the engine runs the bytes verified.
         gguf = GGUFFile.verified(workload.target)
         drafters = {a.role: GGUFFile.verified(a) for a in workload.artifacts[1:]}
         self.artifacts = {str(file.path): file.sha256 for file in (gguf, *drafters.values())}
@@ -161,7 +167,7 @@ class Engine:
                                                                  runtime.verify_capacity).positions_per_slot,
                                     verify_capacity=runtime.verify_capacity,
                                     snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
-                                    device=self.device, slots=self.slots)
+                                    device=self.device, slots=self.slots, kv_type=runtime.kv_cache_type)
         except KernelError as error:  # the CPU kernels: a path, a build or the cache (docs/kernels.md)
             raise kernel_refusal(error) from error
         if runtime.cuda_graphs and torch.device(self.device).type == "cuda":
@@ -170,7 +176,7 @@ class Engine:
         self.chat_template = gguf.get("tokenizer.chat_template")  # the model's own (None: it carries none)
         speculator = _speculator(workload, self.trunk, gguf, drafters)
         for file in (gguf, *drafters.values()):
-            file.release()  # everything is built: the weights are held once, in their own memory
+            file.release()  # everything is built: the file is closed, the header's long arrays dropped
         heap.trim()  # the load's temporaries, freed, go back to the system
         self.width = ProposalWidth.of(workload, speculator)
         schedule = SchedulerConfig(k=self.width.effective, s=max(1, workload.speculation.s),
@@ -263,12 +269,7 @@ class Engine:
         self.decoder.step()
 
     def _room(self, prompt_ids: list[int], max_tokens: int) -> int:
-        room = self.n_ctx - len(prompt_ids) + 1  # the last emitted token needs no cache slot
-        if room < 1 + (max_tokens > 1):
-            per_slot = f" (the plan's {self.workload.runtime.ctx} split between {self.slots} slots)" if self.slots > 1 else ""
-            raise ContextOverflow(f"the prompt is {len(prompt_ids)} tokens; the context is {self.n_ctx} positions"
-                                  f"{per_slot}", hint="shorten the prompt or plan a larger ctx")
-        return room
+        return context_room(len(prompt_ids), max_tokens, self.workload.runtime)
 
     def _ended(self, ticket: Ticket, decoding: Decoding) -> None:
         if decoding.error is not None:
@@ -299,10 +300,12 @@ class Engine:
             prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
-            governor_parks=stats.governor_parks, position_reached=list(stats.position_reached),
+            governor_parks=stats.governor_parks, plain_tok_s=stats.plain_tok_s, position_reached=list(stats.position_reached),
             position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
+                     # the element type the attention caches hold their rows in (the plan's kv_cache_type)
+                     "kv_cache_type": self.trunk.options.kv_type,
                      # the plan's cuda_graphs, and what ran: the decode forwards as CUDA graph replays (on a CUDA
                      # device only; prefill chunks run eagerly), and the row counts captured so far (docs/runtime.md)
                      "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": graphs is not None,
@@ -357,6 +360,19 @@ class ProposalWidth:
         return {"planned": self.planned, "effective": self.effective, "limited_by": self.limited_by}
 
 
+def context_room(prompt_tokens: int, max_tokens: int, runtime: Runtime) -> int:
+    """The tokens a slot's context leaves a prompt of `prompt_tokens` under `runtime`; ContextOverflow when it leaves
+    none for `max_tokens` (asked by the engine per request, and by `power bench` of its traffic before loading)."""
+    slots = _slots(runtime)
+    n_ctx = runtime_geometry(runtime.ctx, slots, runtime.verify_capacity).positions_per_slot
+    room = n_ctx - prompt_tokens + 1  # the last emitted token needs no cache slot
+    if room < 1 + (max_tokens > 1):
+        per_slot = f" (the plan's {runtime.ctx} split between {slots} slots)" if slots > 1 else ""
+        raise ContextOverflow(f"the prompt is {prompt_tokens} tokens; the context is {n_ctx} positions{per_slot}",
+                              hint="shorten the prompt or plan a larger ctx")
+    return room
+
+
 def resolve_device(device: str) -> str:
     """"auto" -> "cuda" when torch sees a CUDA device, else "cpu"; an explicit CUDA device must exist (fail closed)."""
     if device == "auto":
@@ -397,6 +413,6 @@ def _speculator(workload: Workload, trunk, target: GGUFFile, drafters: dict[str,
               if runtime.ngram_match and runtime.ngram_draft_min and runtime.ngram_draft_max else None)
     members = [registry.create(kind, SpeculatorRequest(trunk, target=target, drafter=drafters.get(kind),
                                                        fr_vocab_size=speculation.fr_vocab_size, ngram=window,
-                                                       p_min=speculation.p_min))
+                                                       p_min=speculation.p_min, kv_type=runtime.draft_kv_cache_type))
                for kind in (mode.chain or (mode.resolved,))]
     return members[0] if len(members) == 1 else ChainSpeculator(members)

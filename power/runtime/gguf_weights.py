@@ -1,20 +1,25 @@
-"""GGUF weights for the runtime: header metadata and tensors from one verified copy of the file.
+"""GGUF weights for the runtime: header metadata, and each tensor's bytes copied into place as verified.
 
-The file is read once into memory this object owns and hashed as it is read
-(`power.artifacts.verify.read_verified`): against the plan's sha256 when the
-artifact names one, refused (PWR115) when it differs. The header is parsed from
-those same bytes by the bounded reader (`power.artifacts.gguf_reader`) and must
-pass the header-value checks every plan passes (`power.artifacts.header_values`);
-every tensor's bytes are views of them. So the bytes that run are the bytes that
-were verified: a write to the file after the check, during the load or while the
-model serves never reaches the engine (a map or a second open by path would let
-it through).
+Opening a file reads its header and hashes the whole file once, in order
+(`power.artifacts.verify.verified_regions`): against the plan's sha256 when the
+artifact names one, refused (PWR115) when it differs. The same read keeps the
+sha256 of the header's bytes and of each tensor's bytes, and nothing else: no
+copy of the file is held. The header that was parsed must hash to what was
+verified, and it must pass the header-value checks every plan passes
+(`power.artifacts.header_values`). `raw(name)` then reads that tensor's bytes
+into a buffer of its own and checks them against their digest before anyone
+sees them, so the bytes that run are the bytes that were verified: a write to
+the file after the check never reaches the engine (PWR116), and memory holds the
+weights as the engine builds them (repacked, copied or dequantised), one
+tensor's bytes at a time beside them, never the whole file.
 
-Once the weights are built from it (repacked, copied or dequantised into memory
-of their own), `release()` lets the copy go, with the header's long arrays
-(the vocabulary, scores, merges): the engine then holds the weights once, not
-the file beside them. Nothing is read again afterwards: a tensor asked for after
-the release is an error, never a second read of the file.
+Before any of that, a file whose tensor data is all holes (a header-only replica
+of a model, as the artifact factory builds for sizing) is refused as such
+(PWR650): there are no weights to run.
+
+`release()` closes the file and drops the header's long arrays (the vocabulary,
+scores, merges) once everything is built: a tensor asked for afterwards is an
+error, never a second read.
 
 Shapes: GGUF stores `ne` innermost-first; `tensor()` returns the torch shape
 (outermost first), e.g. `token_embd.weight` with ne = (640, 262144) is [262144, 640].
@@ -22,19 +27,21 @@ Shapes: GGUF stores `ne` innermost-first; `tensor()` returns the torch shape
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from power.artifacts import gguf_reader
 from power.artifacts.ggml_types import QUANT_TYPES
-from power.artifacts.gguf_reader import ArtifactError
+from power.artifacts.gguf_reader import ArtifactError, GGUFHeader
 from power.artifacts.header_values import require_valid_header
-from power.artifacts.verify import TARGET, Artifact, read_verified
+from power.artifacts.verify import TARGET, Artifact, present, verified_regions
 from power.kernels import dispatch
 from power.kernels.dequant import BLOCK_LAYOUT
 
@@ -49,22 +56,30 @@ class TensorInfo:
 
 
 class GGUFFile:
-    """A GGUF file: `metadata` (key -> value), `tensors` (name -> TensorInfo), tensor data from the verified copy.
+    """A GGUF file: `metadata` (key -> value), `tensors` (name -> TensorInfo), each tensor's verified bytes on demand.
 
     `GGUFFile(path)` takes the file as it is (its digest in `sha256`); `GGUFFile.verified(artifact)` refuses a
     file that is not the planned one."""
 
     def __init__(self, path: str | Path, artifact: Artifact | None = None) -> None:
         self.path = Path(path)
-        data, self.sha256 = read_verified(artifact or Artifact(TARGET, self.path, None))
-        header = gguf_reader.parse_header(data, self.path)
-        require_valid_header(header)
+        artifact = artifact or Artifact(TARGET, self.path, None)
+        present(artifact)
+        fd, opened = gguf_reader.open_regular_file(self.path)
+        self._fd: int | None = fd
+        self._closer = weakref.finalize(self, os.close, fd)
+        try:
+            header = gguf_reader.read_open_header(fd, opened.st_size, str(self.path))
+            require_valid_header(header)
+            require_tensor_data(fd, header)
+            self.sha256, self._digests = _verified_digests(artifact, fd, opened.st_size, header)
+        except BaseException:
+            self.release()
+            raise
         self.metadata: dict[str, Any] = header.metadata
         self.tensors = {t.name: TensorInfo(t.name, _type_name(t.ggml_type), t.shape, header.data_offset + t.offset,
                                            t.nbytes) for t in header.tensors}
-        self.size = len(data)
-        self._bytes: np.ndarray | None = np.frombuffer(data, dtype=np.uint8)
-        self._released: weakref.ref[np.ndarray] | None = None
+        self.size = opened.st_size
 
     @classmethod
     def verified(cls, artifact: Artifact) -> GGUFFile:
@@ -86,29 +101,29 @@ class GGUFFile:
         return self.metadata[key]
 
     def raw(self, name: str) -> torch.Tensor:
-        """The tensor's bytes as a flat uint8 torch tensor: a view of the verified copy (treat it as read-only; copy
-        what must outlive `release()`)."""
+        """The tensor's bytes as a flat uint8 torch tensor of its own, read from the file and checked against the
+        digest the verifying read took (PWR116 when they differ: the file changed after it was verified)."""
         info = self.info(name)  # the header reader has checked every extent against the file size
-        if self._bytes is None:
-            raise RuntimeError(f"{self.path}: tensor {name!r} was asked for after the file's bytes were released "
+        if self._fd is None:
+            raise RuntimeError(f"{self.path}: tensor {name!r} was asked for after the file was released "
                                "(GGUFFile.release, once the weights are built); read every tensor before releasing")
-        return torch.from_numpy(self._bytes[info.offset:info.offset + info.nbytes])
+        buffer = torch.empty(info.nbytes, dtype=torch.uint8)
+        view, done = buffer.numpy().data, 0
+        while done < info.nbytes and (n := os.preadv(self._fd, [view[done:]], info.offset + done)):
+            done += n
+        if done != info.nbytes or hashlib.sha256(view).digest() != self._digests[name]:
+            raise ArtifactError(f"tensor {name!r}'s bytes are not the ones verified when the file was opened: the "
+                                "file changed while the model loaded", code="PWR116", file=str(self.path),
+                                offset=info.offset, hint="wait until whatever writes the file is done, then start again")
+        return buffer
 
     def release(self) -> None:
-        """Let the verified copy of the file go, and the header's long arrays (vocabulary, scores, merges), once
-        everything that reads them is built. Its memory is freed unless a view of it is still held (`held_bytes`)."""
-        if self._bytes is not None:
-            self._released = weakref.ref(self._bytes)
-            self._bytes = None
-        self.metadata = {key: value for key, value in self.metadata.items()
+        """Close the file, and drop the header's long arrays (vocabulary, scores, merges), once everything that reads
+        them is built."""
+        self._fd = None
+        self._closer()
+        self.metadata = {key: value for key, value in getattr(self, "metadata", {}).items()
                          if not (isinstance(value, (list, memoryview)) and len(value) > gguf_reader.MAX_LIST_ELEMENTS)}
-
-    @property
-    def held_bytes(self) -> int:
-        """The bytes of the verified copy still in memory: the file's size until `release()`, and after it too while
-        anything holds a view of them (0 once they are freed)."""
-        alive = self._bytes is not None or (self._released is not None and self._released() is not None)
-        return self.size if alive else 0
 
     def info(self, name: str) -> TensorInfo:
         if name not in self.tensors:
@@ -141,3 +156,39 @@ class GGUFFile:
 
 def _type_name(ggml_type: int) -> str:
     return QUANT_TYPES[ggml_type].name if ggml_type in QUANT_TYPES else f"GGML type {ggml_type}"
+
+
+def require_tensor_data(fd: int, header: GGUFHeader) -> None:
+    """A file whose tensor data holds no byte (all of it a hole) is a header-only replica: refused before hashing."""
+    tensor_bytes = sum(t.nbytes for t in header.tensors)
+    block = os.fstat(fd).st_blksize
+    if tensor_bytes <= block or not _all_hole(fd, -(-header.data_offset // block) * block):
+        return
+    raise ArtifactError(f"the file holds no tensor data: its {tensor_bytes:,} bytes of tensors are one hole (a "
+                        "header-only replica, as `power fixtures build` makes for sizing), so there are no weights to "
+                        "run", code="PWR650", file=header.path, offset=header.data_offset,
+                        hint="point the manifest at the real model file; header-only replicas can be planned, sized "
+                             "and reviewed, not run")
+
+
+def _all_hole(fd: int, start: int) -> bool:
+    """No data from `start` (the block after the header's last) to the end of the file (a file system without
+    SEEK_DATA reports data everywhere)."""
+    try:
+        os.lseek(fd, start, os.SEEK_DATA)
+    except OSError as err:
+        return err.errno == errno.ENXIO
+    return False
+
+
+def _verified_digests(artifact: Artifact, fd: int, size: int, header: GGUFHeader) -> tuple[str, dict[str, bytes]]:
+    """The file's sha256 (checked against the plan) and each tensor's bytes' sha256, from one read; the header that
+    was parsed must be the header that was hashed."""
+    tensors = sorted(header.tensors, key=lambda t: t.offset)
+    parsed = min(len(header.raw), header.data_offset)  # the header's bytes up to its padding
+    regions = [(0, parsed)] + [(header.data_offset + t.offset, t.nbytes) for t in tensors]
+    sha256, digests = verified_regions(artifact, fd, size, regions)
+    if hashlib.sha256(memoryview(header.raw)[:parsed]).digest() != digests[0]:
+        raise ArtifactError("the header changed between its reading and the file's verification", code="PWR116",
+                            file=header.path, hint="wait until whatever writes the file is done, then start again")
+    return sha256, {t.name: digest for t, digest in zip(tensors, digests[1:], strict=True)}

@@ -31,6 +31,19 @@ Accounting rules (TensorSharp's design notes for its speculative runtime; each f
 - a new request caps the remaining park at `first_park` and forgets the backoff
   (one loss is remembered, so its re-probe stays short).
 
+The promise, kept per request on top of the verdicts (`loss_budget`): speculation
+may cost a request at most 2 % of what its tokens cost at the plain rate, so a
+request decodes at no less than 1 / 1.02 (0.98x) of the target alone, whatever
+its speculators land. The governor keeps the request's excess, each speculative
+step's seconds beyond its tokens at the plain cost (negative when it won), and a
+member proposes only while the excess plus the loss its recent steps took (its
+own upkeep and catch-up included: a drafter runs them when it proposes) stays
+inside the budget the request's tokens have earned. A member that wins earns the
+room to keep speculating; one that never lands a draft is held to the budget,
+whatever its state machine says. The first step a member ever takes in a slot
+measures it (no cost is known before it runs), so it proposes one token at most
+(`width_cap`).
+
 A chain of speculators (an n-gram lookup in front of a learned head) gets one
 verdict per member over one plain baseline (`ChainGovernor`): a step's cost
 belongs to the member that proposed, or to the last one that ran when none did,
@@ -67,6 +80,8 @@ class GovernorConfig:
     hold_steps: int = 64
     hold_window: int = 8
     baseline_window: int = 32
+    # The share of a request's plain-rate cost its speculative steps may lose (None: verdicts only, no budget).
+    loss_budget: float | None = 0.02
 
 
 class PlainBaseline:
@@ -102,6 +117,7 @@ class CostGovernor:
         self.baseline = baseline
         self._spec: list[tuple[float, int]] = []  # this probe's steps
         self._hold: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)
+        self._recent: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)  # its last steps, any phase
         self._phase_steps = 0
         self._zero_accept_run = 0
         self._park_len = 0
@@ -119,6 +135,19 @@ class CostGovernor:
         self._park_len = min(self._park_len, self.config.first_park)
         self._backoff = self.config.first_park
 
+    @property
+    def measured(self) -> bool:
+        """Whether any step of this speculator has been timed (until then its cost is unknown)."""
+        return bool(self._recent)
+
+    def expected_loss(self, plain: float) -> float:
+        """The seconds its next step is expected to cost beyond its tokens at `plain` seconds a token: the mean of its
+        recent steps (none when they won)."""
+        if not self._recent:
+            return 0.0
+        seconds, tokens = sum(s for s, _ in self._recent), sum(t for _, t in self._recent)
+        return max(0.0, (seconds - tokens * plain) / len(self._recent))
+
     # --- the state machine ------------------------------------------------
     def passing_step(self) -> None:
         """A step this speculator did not propose on: plain, or another chain member's."""
@@ -130,6 +159,7 @@ class CostGovernor:
 
     def speculative_step(self, step: tuple[float, int], accepted: int, proposed: int) -> None:
         """A step whose cost is this speculator's."""
+        self._recent.append(step)
         self._phase_steps += 1
         if self.phase is Phase.HOLD:
             self._hold.append(step)
@@ -188,24 +218,43 @@ class ChainGovernor:
         self.config = config or GovernorConfig()
         self.baseline = PlainBaseline(self.config.baseline_window)
         self.members = tuple(CostGovernor(self.config, self.baseline) for _ in range(members))
+        self._request_tokens = 0  # tokens this request emitted, every step
+        self._excess = 0.0  # seconds this request's speculative steps cost beyond their tokens at the plain cost
 
     def allowed(self) -> tuple[bool, ...]:
         """Which members may propose on the next step (none: a plain step)."""
         if any(member.phase is Phase.BASELINE for member in self.members):
             return (False,) * len(self.members)
-        return tuple(member.speculate() for member in self.members)
+        return tuple(member.speculate() and self._affordable(member) for member in self.members)
 
     def speculate(self) -> bool:
         return any(self.allowed())
+
+    def width_cap(self) -> int | None:
+        """The most proposals the next step may make: one while a member that may propose has never been timed."""
+        allowed = self.allowed()
+        return 1 if any(ok and not member.measured for ok, member in zip(allowed, self.members, strict=True)) else None
+
+    def _affordable(self, member: CostGovernor) -> bool:
+        """Whether the request's loss budget covers the member's next step (module docstring: the promise)."""
+        plain = self.baseline.cost
+        if self.config.loss_budget is None or plain is None:
+            return True
+        budget = self.config.loss_budget * plain * self._request_tokens
+        return self._excess + member.expected_loss(plain) <= budget
 
     def record(self, member: int | None, tokens: int, seconds: float, accepted: int = 0, proposed: int = 1) -> None:
         """One decode step: the member whose cost it was (None: a plain step), tokens emitted, its wall time, drafts
         accepted and drafts proposed (0: nothing was verified)."""
         step = (seconds, max(tokens, 1))
+        plain = self.baseline.cost
+        self._request_tokens += step[1]
         if member is None:
             self.baseline.plain(step)
         else:
             self.baseline.speculative()
+            if plain is not None:
+                self._excess += seconds - step[1] * plain
         for index, governor in enumerate(self.members):
             if index == member:
                 governor.speculative_step(step, accepted, proposed)
@@ -215,6 +264,7 @@ class ChainGovernor:
     def new_request(self) -> None:
         for member in self.members:
             member.new_request()
+        self._request_tokens, self._excess = 0, 0.0
 
     @property
     def parks(self) -> int:

@@ -1,6 +1,6 @@
 """Giving the memory a load freed back to the operating system.
 
-A load builds large temporaries and frees them: the verified copy of the file,
+A load builds large temporaries and frees them: each tensor's bytes as read,
 the repacking buffers, the header's vocabulary as Python objects. The C
 library's allocator keeps freed heap pages mapped in the process until it is
 asked to return them (glibc's `malloc_trim`); measured on Gemma 3 270M, about 50

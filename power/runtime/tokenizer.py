@@ -34,7 +34,7 @@ from tokenizers import Regex, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.models import BPE
 
-from power.artifacts.gguf_reader import ArtifactError
+from power.artifacts.gguf_reader import ArtifactError, GGUFHeader
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.pieces import Pieces
 from power.runtime.spm import SPM_SPACE, SentencePiece, within
@@ -76,7 +76,7 @@ class Vocabulary:
     add_bos: bool
 
     @classmethod
-    def from_gguf(cls, gguf: GGUFFile) -> Vocabulary:
+    def from_gguf(cls, gguf: GGUFFile | GGUFHeader) -> Vocabulary:
         tokens = gguf.get("tokenizer.ggml.tokens")
         if not tokens:
             raise ArtifactError("the header carries no tokenizer (tokenizer.ggml.tokens is missing)", code="PWR121",
@@ -133,7 +133,8 @@ class Tokenizer:
         self._verbatim = vocab.verbatim()
 
     @classmethod
-    def from_gguf(cls, gguf: GGUFFile) -> Tokenizer:
+    def from_gguf(cls, gguf: GGUFFile | GGUFHeader) -> Tokenizer:
+        """From an opened model, or from its header alone (what `power bench` counts prompt tokens with)."""
         return cls(Vocabulary.from_gguf(gguf), str(gguf.path), gguf.get("tokenizer.ggml.merges") or ())
 
     @property

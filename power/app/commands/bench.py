@@ -7,6 +7,7 @@ import contextlib
 import json
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import click
@@ -14,9 +15,13 @@ import click
 from power.app.cli import EXIT_FINDINGS, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.commands.runtime_options import runtime_options
+from power.app.divergence import DEFAULT_MARGIN
+from power.app.lifecycle import Lifecycle
 from power.app.outputs import require_outputs, writing
+from power.app.quiet import HostWatch
 from power.app.traffic import DEFAULT_SHAPES
 from power.artifacts.atomic import write_text_atomic
+from power.documents.evidence import BASELINE, CANDIDATE
 from power.findings import PowerError
 from power.orchestrator.engines import ENGINES
 
@@ -54,13 +59,26 @@ ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
 @click.option("--write-env", "env_path", type=click.Path(path_type=Path), default=None,
               help="Write the winner (else the incumbent) as the deployment's env file, the measured table as its "
               "comment: LLAMA_ARG_* for llama-server, POWER_* for power.")
+@click.option("--one-at-a-time", is_flag=True,
+              help="Run the configurations in turn (each started, warmed, measured, stopped), as when their summed "
+              "sizing does not fit the device, which the bench checks by itself. Live engines only.")
+@click.option("--deployment-port", type=click.IntRange(1, 65535), default=None,
+              help="The port the deployment's own engine serves on: a server found there is stopped before the "
+              "bench and restarted exactly as it was started when the bench ends, also on a failure or Ctrl-C.")
+@click.option("--concurrency", "concurrency_text", default="1", show_default=True, metavar="N1,N2,...",
+              help="Also drive each configuration with this many clients at once on every shape (e.g. 1,4,8; at "
+              "most the plans' slots): per level the aggregate and per-request figures, and the level where the "
+              "candidate stops paying. 1 alone: single-stream only.")
+@click.option("--near-tie-margin", type=click.FloatRange(min=0.0), default=DEFAULT_MARGIN, show_default=True,
+              help="Nats between the target's own log-probabilities of two tokens below which a greedy divergence is "
+              "a near-tie (arithmetic) rather than lossy; read at each first divergence without speculation.")
 @runtime_options
 @root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,
           max_tokens: int, prompt_tokens: int | None, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
-          env_path: Path | None, device: str, threads: int | None,
-          root: Path | None, as_json: bool) -> None:
+          env_path: Path | None, one_at_a_time: bool, deployment_port: int | None, concurrency_text: str,
+          near_tie_margin: float, device: str, threads: int | None, root: Path | None, as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
@@ -72,9 +90,9 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     2 usage or input error (a missing engine binary included: nothing is measured).
     """
     require_outputs(files=(output, report, env_path), as_json=as_json)
-    from power.app import bench as harness
     from power.app import live, sweep
     from power.app.bench_report import REPORT_FORMATS, text_table, write_report
+    from power.app.residency import residency
     from power.app.traffic import REFERENCE_PROMPT_TOKENS, build_shape, parse_shapes
     from power.documents.plan import load_plan, located
 
@@ -97,27 +115,77 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
                                f"--engine {' or '.join(ENV_TARGETS)}")
     try:
+        # Every refusal that needs no model before the runtime's stack is imported: a missing engine binary (PWR470),
+        # an edited baseline plan, a bad sweep.
         binary = live.engine_binary(engine, engine_binary) if engine in live.LIVE_ENGINES else None
-        candidates = [(harness.CANDIDATE, plan, candidate_plan)]
+        measured_against = [(BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline is not None else []
+        candidates = [(CANDIDATE, plan, candidate_plan)]
         if sweeps:
             folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
             candidates = sweep.variants(candidate_plan, sweep.parse(list(sweeps)), folder)
-        plans = candidates + ([(harness.BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline else [])
+        plans = candidates + measured_against
     except PowerError as err:
         refuse(err, as_json)
+    from power.app import bench as harness
+    from power.app import concurrency
+
+    if engine not in live.LIVE_ENGINES:
+        try:
+            harness.require_prompts_fit(plans, traffic, root)
+        except PowerError as err:
+            refuse(err, as_json, at=plan)
     for label, path, resolved in plans:
         if resolved.memory.engine != engine:
             click.echo(f"note: {label} {path} was sized for {resolved.memory.engine}; measuring it on {engine}: "
                        f"its evidence counts for {engine} deployments only", err=True)
+    if one_at_a_time and engine not in live.LIVE_ENGINES:
+        refuse(PowerError("--one-at-a-time: Power's runtime loads every plan in this process, side by side",
+                          code="PWR474", hint="measure one at a time on the deployment's live engine (--engine "
+                          "llama-server or vllm)"), as_json, at=plan)
+    slots = min(resolved.memory.slots.slots for _, _, resolved in plans)
+    try:
+        levels = concurrency.parse_levels(concurrency_text, slots)
+    except PowerError as err:
+        refuse(err, as_json, at=plan)
+    loaded: list = []  # the --concurrency levels' measurements
+    placed = residency([resolved for _, _, resolved in plans], asked=one_at_a_time,
+                       in_turns=engine in live.LIVE_ENGINES)
+    click.echo(f"residency: {placed.reason}", err=True)
+    lifecycle = Lifecycle()
+    progress = partial(click.echo, err=True)
+    servers: dict = {}
+    watch = HostWatch(lambda: {pid for server in servers.values() if (pid := _pid(server)) is not None})
     with contextlib.ExitStack() as running:
         try:
-            configs = _configs(plans, engine, binary, device, threads, root, running)
-            measurements = harness.run_protocol(configs, traffic, runs, lambda line: click.echo(line, err=True))
+            if deployment_port is not None:
+                _stand_down(deployment_port, lifecycle, running)
+            configs = _configs(plans, engine, binary, device, threads, root, running, lifecycle, servers,
+                               start=not placed.sequential)
+            if placed.sequential:
+                measurements = harness.run_in_turns(
+                    configs, traffic, runs, progress, bring_up=lambda c: _bring_up(servers[c.label], c.label, lifecycle),
+                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle), watch=watch,
+                    during_turn=(lambda c, run: loaded.extend(concurrency.in_turn(c, run, traffic, levels, progress)))
+                    if levels != [1] else None)
+            else:
+                measurements = harness.run_protocol(configs, traffic, runs, progress, watch)
+                if levels != [1]:
+                    loaded = concurrency.run_levels(configs, traffic, runs, levels, progress)
+            explained = _explained(configs[: len(candidates)], configs[-1] if baseline else None, traffic,
+                                   measurements, servers, lifecycle, placed.sequential)
         except PowerError as err:
-            refuse(err, as_json, at=plan)  # exits; the stack stops every server it started
+            refuse(err, as_json, at=plan)  # exits; the stack stops every server it started, restores the deployment
     control = configs[-1] if baseline else None
-    documents = [harness.evidence(config, control, traffic, runs, max_tokens, measurements)
+    host = watch.document()
+    if host["busy"]:
+        click.echo(f"note: a busy host: {host['reason']}; ratios measured now may not hold on a quiet one", err=True)
+    documents = [harness.evidence(config, control, traffic, runs, max_tokens, measurements, placed, lifecycle.events,
+                                  host, explained.get(config.label), near_tie_margin)
                  for config in configs[: len(candidates)]]
+    if levels != [1]:
+        for config, document in zip(configs, documents, strict=False):
+            roles = {config.label: harness.CANDIDATE} | ({control.label: harness.BASELINE} if control else {})
+            document["concurrency"] = concurrency.section(loaded, roles, levels, [s.name for s in traffic], slots)
     best = harness.winner(documents) if control else None
     document = best or documents[0]
     if sweeps:
@@ -142,14 +210,15 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
 
 
 def _configs(plans, engine: str, binary: Path | None, device: str, threads: int | None, root: Path | None,
-             running: contextlib.ExitStack):
-    """One configuration per plan, its engine loaded (Power) or started and healthy (live; stopped by `running`)."""
+             running: contextlib.ExitStack, lifecycle: Lifecycle, servers: dict, start: bool = True):
+    """One configuration per plan, its engine loaded (Power) or, with `start`, started and healthy (live; stopped by
+    `running`); the live servers go into `servers` by label, for a run in turns to bring up and take down."""
     from power.app import bench as harness
     from power.app.live import LIVE_ENGINES, LiveEngine, LiveEngineError
     from power.app.served import ServedEngine
     from power.runtime.engine import Engine, EngineOptions, Workload
 
-    configs, servers = [], []
+    configs = []
     for label, path, plan in plans:
         click.echo(f"loading {label}: {path} (mode {plan.mode.resolved}) on {engine}", err=True)
         if engine not in LIVE_ENGINES:  # Power's own runtime, in this process
@@ -160,13 +229,93 @@ def _configs(plans, engine: str, binary: Path | None, device: str, threads: int 
             if binary is None:
                 raise LiveEngineError(f"no {engine} binary to launch", hint="pass --engine-binary PATH")
             server = LiveEngine(engine, plan, Path(path), binary, threads=threads)
-            running.callback(server.stop)
-            server.start_process()
-            servers.append(server)
+            running.callback(_take_down, server, label, lifecycle)
+            servers[label] = server
             configs.append(harness.BenchConfig(label, Path(path), plan, ServedEngine(server)))
-    for server in servers:  # live servers load side by side, then each must be healthy
-        server.wait_healthy()
+    if start:
+        for label, server in servers.items():  # live servers load side by side, then each must be healthy
+            server.start_process()
+            lifecycle.event("start", label, port=server.port, pid=_pid(server))
+        for label, server in servers.items():
+            server.wait_healthy()
+            lifecycle.event("healthy", label, port=server.port, pid=_pid(server), load_s=round(server.load_s, 3))
     return configs
+
+
+def _explained(candidates, control, traffic, measurements, servers: dict, lifecycle: Lifecycle,
+               sequential: bool) -> dict[str, dict[str, list]]:
+    """Per candidate, per greedy shape whose outputs differ from the baseline's: each run's first divergence,
+    replayed through the candidate's own live server without speculation (brought up again for it when the run
+    went one at a time); on Power's runtime, exact by construction, only where it happened."""
+    from power.app import bench as harness
+    from power.app import divergence
+
+    explained: dict[str, dict[str, list]] = {}
+    if control is None:
+        return explained
+    for config in candidates:
+        pairs = {shape.name: (shape, harness.receipts_of(measurements, shape.name, config.label),
+                              harness.receipts_of(measurements, shape.name, control.label)) for shape in traffic}
+        differing = {name: pair for name, pair in pairs.items() if pair[0].temperature == 0.0 and any(
+            ours.token_ids != theirs.token_ids for ours, theirs in zip(pair[1], pair[2], strict=True))}
+        if not differing:
+            continue
+        server = servers.get(config.label)
+        with contextlib.ExitStack() as turn:
+            if server is not None and sequential:
+                _bring_up(server, config.label, lifecycle)
+                turn.callback(_take_down, server, config.label, lifecycle)
+            replay = partial(divergence.explain, server) if server is not None else None
+            explained[config.label] = {name: harness.divergences(ours, theirs, shape, replay)
+                                       for name, (shape, ours, theirs) in differing.items()}
+    return explained
+
+
+def _pid(server) -> int | None:
+    return server.process.pid if server.process is not None else None
+
+
+def _bring_up(server, label: str, lifecycle: Lifecycle) -> None:
+    """Start one configuration's server on its own and wait until it is healthy (its turn)."""
+    click.echo(f"starting {label}", err=True)
+    server.start_process()
+    lifecycle.event("start", label, port=server.port, pid=_pid(server))
+    server.wait_healthy()
+    lifecycle.event("healthy", label, port=server.port, pid=_pid(server), load_s=round(server.load_s, 3))
+
+
+def _take_down(server, label: str, lifecycle: Lifecycle) -> None:
+    """Stop the server if it runs (a second call, from the exit stack, finds nothing to stop)."""
+    pid = _pid(server)
+    if pid is not None:
+        server.stop()
+        lifecycle.event("stop", label, port=server.port, pid=pid)
+
+
+def _stand_down(port: int, lifecycle: Lifecycle, running: contextlib.ExitStack) -> None:
+    """Stop the deployment's server on `port` (if one runs), its restore registered first on `running`."""
+    from power.app import standing
+
+    found = standing.find(port)
+    if found is None:
+        click.echo(f"deployment port {port}: nothing listens there, so nothing is stopped", err=True)
+        lifecycle.event("absent", "deployment", port=port)
+        return
+    click.echo(f"stopping the deployment's server on port {port} (pid {found.pid}); it is restored when the bench "
+               "ends", err=True)
+    held = standing.Standing(found, lifecycle)
+    running.callback(_restore, held)
+    held.stop()
+
+
+def _restore(held) -> None:
+    """Bring the deployment back; when it cannot be, say so and exit with the usage code (the bench's figures, if
+    any, are not worth a deployment left down)."""
+    try:
+        held.restore()
+    except PowerError as err:
+        refuse(err)
+    click.echo(f"restored the deployment's server on port {held.server.port} (pid {held.restored})", err=True)
 
 
 def _sweep_section(documents: list[dict], labels: list[str], best: dict | None) -> dict:
@@ -177,6 +326,8 @@ def _sweep_section(documents: list[dict], labels: list[str], best: dict | None) 
             "k": document["candidate"]["k"], "ngram": document["candidate"]["ngram"],
             "lossless": document["lossless"]["proven"],
             "shapes": {name: {"decode_tok_s": r["candidate"]["decode_tok_s"], "speedup": r.get("speedup"),
+                              "request_tok_s": r["candidate"]["request_tok_s"],
+                              "request_speedup": r.get("request_speedup"),
                               "acceptance": r["candidate"]["acceptance"], "verdict": r["verdict"]}
                        for name, r in document["shapes"].items()},
         })

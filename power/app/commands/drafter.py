@@ -118,4 +118,14 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     click.echo(f"wrote {result.drafter}, {result.manifest}, {result.profile}")
     click.echo(f"{result.report['tokens']} tokens, {result.report['steps']} steps; held-back acceptance per position "
                f"{acceptance['per_position']}, mean accepted at K=7 {acceptance['mean_accepted'].get('7')}")
+    worth = result.report["worth_it"]
+    even = worth["break_even_p"]
+    click.echo(f"worth-it at K{worth['k']}: the held-back acceptance (p = {worth['p']:.2f}) decodes at "
+               f"{worth['speedup']:.2f}x target-only on this machine (target step {worth['target_step_s'] * 1e3:.1f} ms, "
+               f"verification {worth['verify_cost']:.2f} steps, drafting {worth['draft_step_s'] * 1e3:.1f} ms; "
+               f"break-even p = {'none: not even p = 1' if even is None else f'{even:.2f}'})")
+    if not worth["beats_target_only"]:
+        click.echo("this drafter cannot beat target-only here, so no plan is suggested: train it longer (--budget) "
+                   "or on text like the traffic it will serve (--corpus)")
+        return
     click.echo(f"next: power plan {result.manifest} {result.profile} --device \"8 GiB\"")

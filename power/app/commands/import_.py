@@ -4,8 +4,8 @@ The launch is read from the command line after `--`, an env file, or a systemd
 unit (its Environment=, EnvironmentFile= and ExecStart= lines). Every known
 launch-line mistake is a finding located at the flag. With `-o DIR`, a launch
 that reads without errors becomes DIR/manifest.toml + DIR/profile.toml, which
-are first loaded and checked like any Power file; with `--device SIZE` or
-`--host HOST` they are also compiled into a plan (artifact digests and kinds,
+are first loaded and checked like any Power file; with `--device SIZE` (repeated for several devices) or
+`--host HOST` (its devices) they are also compiled into a plan (artifact digests and kinds,
 binding, tokenizer, sizing). The files are checked in a scratch folder beside
 DIR and moved into DIR only when no check found an error: any error finding
 writes nothing. Exit codes: 0 clean, 1 error findings, 2 usage or input error.
@@ -43,6 +43,7 @@ from power.orchestrator.launch_import import (
     env_names,
     import_launch,
     manifest_document,
+    on_the_line,
     profile_document,
 )
 from power.orchestrator.launch_tokens import (
@@ -67,13 +68,16 @@ def _engine_command(engine: str):
     @click.option("--unit", type=click.Path(path_type=Path), help="Read the launch from a systemd unit.")
     @click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
                   help="Write manifest.toml and profile.toml into this directory.")
-    @click.option("--device", type=DeviceSize(), help='With -o: also compile the plan for one device of this size, e.g. "24 GiB".')
+    @click.option("--device", "sizes", type=DeviceSize(), multiple=True,
+                  help='With -o: also compile the plan for a device of this size, e.g. "24 GiB" (repeat it for '
+                       'several, as the line\'s -ts and --spec-draft-device count them).')
     @click.option("--host", "host_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-                  help="With -o: also compile the plan for this host file's first device.")
+                  help="With -o: also compile the plan for this host file's devices (llama-server uses every device "
+                       "it sees).")
     @click.option("--json", "as_json", is_flag=True, help="Print the findings and the documents as JSON.")
     def command(argv: tuple[str, ...], env_file: Path | None, unit: Path | None, output: Path | None,
-                device: int | None, host_path: Path | None, as_json: bool) -> None:
-        if output is None and (device is not None or host_path is not None):
+                sizes: tuple[int, ...], host_path: Path | None, as_json: bool) -> None:
+        if output is None and (sizes or host_path is not None):
             raise click.UsageError("--device and --host compile the written files: give -o DIR as well")
         require_outputs(directories=(output,), as_json=as_json)
         try:
@@ -86,7 +90,7 @@ def _engine_command(engine: str):
         if output is not None and not has_errors(findings):
             findings += _missing_files(result.spec)
         if output is not None and not has_errors(findings):
-            documents, checked = _checked_documents(result.spec, output, host_path, device, engine)
+            documents, checked = _checked_documents(result.spec, output, host_path, sizes, engine)
             findings += [f for f in checked if f not in findings]
         _report(findings, documents, as_json)
         sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
@@ -136,7 +140,7 @@ def _at(token: Token, message: str) -> Finding:
                    hint="run the import on the machine that holds the files, or pass their local paths")
 
 
-def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None, device: int | None,
+def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None, sizes: tuple[int, ...],
                        engine: str) -> tuple[dict, list[Finding]]:
     """Write manifest and profile into a scratch folder beside `output`, check (and compile) them there, and move
     them into `output` only when nothing found an error; the documents and every finding come back."""
@@ -146,8 +150,8 @@ def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None, d
     try:
         documents, written = _write(spec, scratch)
         findings = [f for loaded in written for f in loaded.findings]
-        if not has_errors(findings) and (device is not None or host_path is not None):
-            plan, compiled = _compile(*written, host_path, device, engine)
+        if not has_errors(findings) and (sizes or host_path is not None):
+            plan, compiled = _compile(*written, host_path, sizes, engine)
             findings += [f for f in compiled if f not in findings]
             documents["plan"] = _plan_summary(plan) if plan else None
         if not has_errors(findings):
@@ -155,9 +159,14 @@ def _checked_documents(spec: LaunchSpec, output: Path, host_path: Path | None, d
             for name in ("manifest.toml", "profile.toml"):
                 os.replace(scratch / name, output / name)
             return documents, [_moved(f, scratch, output) for f in findings]
-        return {}, [_moved(f, scratch, output) for f in findings]
+        return {}, [on_the_line(f, spec) if _about(f, scratch) else f for f in findings]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _about(finding: Finding, scratch: Path) -> bool:
+    """Whether the finding is about a document written into `scratch`."""
+    return bool(finding.file and finding.file.startswith(str(scratch)))
 
 
 def _moved(finding: Finding, scratch: Path, output: Path) -> Finding:
@@ -188,16 +197,20 @@ def _model_context(spec: LaunchSpec) -> int | None:
     return context if isinstance(context, int) and context > 0 else None
 
 
-def _compile(manifest: Loaded, profile: Loaded, host_path: Path | None, device: int | None, engine: str):
-    """The written files compiled for the engine the launch line runs (its allocation is what must fit)."""
-    host, findings = host_from_options(host_path, (device,) if device is not None else ())
+def _compile(manifest: Loaded, profile: Loaded, host_path: Path | None, sizes: tuple[int, ...], engine: str):
+    """The written files compiled for the engine the launch line runs (its allocation is what must fit), on every
+    device of the host: llama-server spreads over every device it sees."""
+    host, findings = host_from_options(host_path, sizes)
     if host is None:
         return None, findings
-    return compile_plan(manifest, profile, host, engine=engine)
+    compiled, found = compile_plan(manifest, profile, host, tuple(range(len(host.devices))), engine=engine)
+    return compiled, findings + found
 
 
 def _plan_summary(plan: ResolvedPlan) -> dict:
-    return {"digest": plan.digest, "device": plan.devices[0].name, "engine": plan.memory.engine,
+    return {"digest": plan.digest, "device": ", ".join(d.name for d in plan.devices), "engine": plan.memory.engine,
+            "devices": [{"name": d.name, "holds": d.holds, "total_bytes": d.total_bytes, "margin_bytes": d.margin_bytes,
+                         "verdict": d.verdict} for d in plan.memory.devices],
             "verdict": plan.memory.verdict,
             "margin_bytes": plan.memory.margin_bytes, "mode": plan.mode.resolved, "chain": list(plan.mode.chain),
             "k": plan.speculation.k, "s": plan.speculation.s, "rollback": plan.speculation.rollback}

@@ -18,6 +18,7 @@ from power.app.cli import EXIT_FINDINGS
 from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, ArtifactFacts, inspect_artifact
+from power.artifacts.ggml_types import FILE_TYPES
 from power.artifacts.gguf_reader import view_element_type
 from power.findings import has_errors
 
@@ -84,12 +85,19 @@ def _value(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def _file_type(file_type: int | None) -> str:
+    """`general.file_type` with llama.cpp's name for it: "15 (Q4_K_M)"."""
+    if file_type is None:
+        return "-"
+    return f"{file_type} ({FILE_TYPES[file_type]})" if file_type in FILE_TYPES else f"{file_type} (unknown to Power)"
+
+
 def _summary(facts: ArtifactFacts, digest: str | None) -> str:
     rows = [
         ("file", facts.path),
         ("architecture", facts.architecture),
         ("name", facts.name or "-"),
-        ("file type", str(facts.file_type) if facts.file_type is not None else "-"),
+        ("file type", _file_type(facts.file_type)),
         ("size", f"{facts.size:,} B ({_bytes(facts.size)})"),
         ("header", f"GGUF v{facts.version}, {len(facts.metadata)} keys, {len(facts.tensors)} tensors, "
                    f"data at byte {facts.data_offset:,} (alignment {facts.alignment})"),

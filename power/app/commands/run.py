@@ -54,6 +54,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
     if gguf is not None and root is not None:
         raise click.UsageError("--root locates a plan's artifacts; with --gguf, give the file's path")
     require_outputs(files=(receipt_path,), as_json=as_json)
+    resolved = _plan(plan, as_json)  # an edited or unreadable plan is refused before the runtime is imported
     from power.runtime.engine import EngineOptions
 
     streamed = False
@@ -66,7 +67,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
 
     try:
         options = EngineOptions(device=device, threads=threads)
-        engine = _engine(plan, gguf, ctx, verify_capacity, root, options)
+        engine = _engine(plan, resolved, gguf, ctx, verify_capacity, root, options)
         receipt = engine.generate(_as_text(engine, prompt), max_tokens, None if as_json else stream, stop=stops)
     except PowerError as err:
         if streamed:
@@ -94,14 +95,23 @@ def _as_text(engine, prompt: str) -> str:
         raise RuntimeInputError(f"the prompt cannot be read as text: {err}", hint="remove that character") from None
 
 
-def _engine(plan: Path | None, gguf: Path | None, ctx: int | None, verify_capacity: int | None, root: Path | None,
-            options):
+def _plan(plan: Path | None, as_json: bool):
+    """The resolved plan at `plan` (None with --gguf); refused here when it cannot be used."""
     from power.documents.plan import load_plan
+
+    if plan is None:
+        return None
+    try:
+        return load_plan(plan)
+    except PowerError as err:
+        refuse(err, as_json, at=plan)
+
+
+def _engine(plan: Path | None, resolved, gguf: Path | None, ctx: int | None, verify_capacity: int | None,
+            root: Path | None, options):
     from power.runtime.engine import DEFAULT_CTX, Engine, Workload
 
     if plan is not None:
-        return Engine(Workload.of_plan(load_plan(plan), plan, root), options)
+        return Engine(Workload.of_plan(resolved, plan, root), options)
     assert gguf is not None  # run() takes exactly one of them
     return Engine(Workload.of_gguf(gguf, ctx or DEFAULT_CTX, verify_capacity or 1), options)
-
-

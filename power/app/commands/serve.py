@@ -59,6 +59,8 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     try:
         resolved = load_plan(plan)
         # Usage errors first: before the runtime's stack (torch) is imported or any artifact is read.
+        template = _template_file(chat_template_file)
+        api_key = read_api_key(api_key_file) if api_key_file else None
         listening = listen(host, port)
     except PowerError as err:
         refuse(err, at=plan)
@@ -70,8 +72,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
-        template = _template_file(chat_template_file)
-        access = Access(read_api_key(api_key_file) if api_key_file else None, public_metrics)
+        access = Access(api_key, public_metrics)
     except PowerError as err:
         refuse(err, at=plan)
     options = EngineOptions(device=device, threads=threads)

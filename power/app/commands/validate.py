@@ -37,7 +37,7 @@ def validate(paths: tuple[str, ...], as_json: bool) -> None:
     finding, 2 when a path does not exist or holds no .toml file.
     """
     files, usage_findings = expand_paths(paths)
-    documents = [load_document(path) for path in files]
+    documents = [_checked(load_document(path)) for path in files]
     findings = [finding for document in documents for finding in document.findings]
     if as_json:
         click.echo(json.dumps(_report(documents, usage_findings + findings), indent=2))
@@ -50,6 +50,15 @@ def validate(paths: tuple[str, ...], as_json: bool) -> None:
     if usage_findings:
         sys.exit(EXIT_USAGE)
     sys.exit(EXIT_FINDINGS if has_errors(findings) else EXIT_OK)
+
+
+def _checked(document: Loaded) -> Loaded:
+    """A fleet is checked as far as its file alone says: each deployment's host and devices exist (PWR060)."""
+    if document.kind == "fleet" and document.model is not None:
+        from power.orchestrator.fleet.review import fleet_placement_findings
+
+        document.findings += fleet_placement_findings(document)
+    return document
 
 
 def expand_paths(arguments: tuple[str, ...]) -> tuple[list[Path], list[Finding]]:

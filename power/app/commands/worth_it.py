@@ -79,13 +79,23 @@ class Band(click.ParamType):
               "a GPU engine; more on a CPU, where extra rows are not free (bench/bench_drafter.py measures it).")
 @click.option("--plan", "plan_path", type=click.Path(path_type=Path),
               help="A compiled plan for the drafter: its VRAM verdict and attachment go in the report.")
+@click.option("--slots", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="The clients the deployment serves at once: above 1, the verdict also needs the candidate to pay "
+              "at that many, measured (--evidence from `power bench --concurrency 1,N`); the arithmetic alone is "
+              "single-stream.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def worth_it(target_step, draft_step, drafter, k, incumbent, incumbent_commit, evidence_path, shape, p_band,
-             verify_cost, plan_path, as_json) -> None:
+             verify_cost, plan_path, slots, as_json) -> None:
     """Is a drafter worth it? Break-even acceptance and the rate over a realistic band, against the incumbent."""
-    measured = None
+    measured, load = None, None
+    if slots > 1 and evidence_path is None:
+        raise click.UsageError(f"--slots {slots}: the break-even arithmetic is single-stream; with {slots} clients at "
+                               f"once the verification rows compete with theirs, so give --evidence from `power bench "
+                               f"--concurrency 1,{slots}`")
     if evidence_path is not None:
         measured = _measured(evidence_path, shape, verify_cost, as_json)
+        if slots > 1:
+            load = _load(evidence_path, measured.shape, slots, as_json)
         target_step, draft_step, drafter, k = measured.target_step, measured.draft_step, measured.drafter, measured.k
         incumbent, incumbent_commit = measured.incumbent_rate, measured.incumbent_commit
     missing = [name for name, value in (("--draft-step", draft_step), ("-k", k), ("--incumbent", incumbent))
@@ -101,7 +111,7 @@ def worth_it(target_step, draft_step, drafter, k, incumbent, incumbent_commit, e
         except PlanError as err:
             refuse(err, as_json)
     report = arithmetic.assess(target_step, draft_step, k, incumbent, incumbent_commit, p_band, fit, drafter, measured,
-                               verify_cost)
+                               verify_cost, load)
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else arithmetic.render_text(report))
 
 
@@ -118,4 +128,13 @@ def _measured(path: Path, shape: str | None, verify_cost: float, as_json: bool) 
         return arithmetic.steps_from_evidence(document, shape, verify_cost)
     except (ValueError, KeyError, TypeError) as err:
         refuse(EvidenceInputError(f"cannot read step times from the evidence ({err})", file=str(path), hint=hint),
+               as_json)
+
+
+def _load(path: Path, shape: str, slots: int, as_json: bool) -> dict:
+    try:
+        return arithmetic.under_load(read_json(path), shape, slots)
+    except (DocumentError, ValueError) as err:
+        refuse(EvidenceInputError(f"cannot judge {slots} slots from the evidence: {err}", file=str(path),
+                                  hint=f"rerun `power bench CANDIDATE --vs BASELINE --concurrency 1,{slots} -o FILE`"),
                as_json)

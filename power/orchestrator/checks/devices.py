@@ -1,4 +1,4 @@
-"""PWR507, PWR508, PWR510: the profile's split settings against the deployment's devices, whatever the engine.
+"""PWR507, PWR508, PWR510, PWR530, PWR532: the profile's split settings against the deployment's devices, whatever the engine.
 
 Located at the profile key an operator changes (runtime.tensor_split,
 runtime.main_gpu); any error means no plan. What one engine cannot run on the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from power.findings import Finding
 from power.orchestrator.loading import Loaded
+from power.orchestrator.rules import override_target
 from power.orchestrator.schema import HostSpec
 
 
@@ -32,4 +33,20 @@ def check_devices(profile: Loaded, host: HostSpec, devices: tuple[int, ...]) -> 
             "PWR508", f"runtime.main_gpu = {runtime.main_gpu}, but the deployment has {count} device(s) "
             f"(main_gpu counts within them, from 0)", where="runtime.main_gpu",
             hint=f"use a main_gpu from 0 to {count - 1}"))
+    draft = runtime.draft_device
+    if draft is not None and (draft >= count or host.devices[devices[draft]].kind != "gpu"):
+        gpus = [position for position, index in enumerate(devices) if host.devices[index].kind == "gpu"]
+        findings.append(profile.finding(
+            "PWR530", f"runtime.draft_device = {draft}, but the deployment's GPUs are at {gpus or 'no position'} of its "
+            f"{count} device(s) (draft_device counts within them, from 0)", where="runtime.draft_device",
+            hint=f"use a draft_device among {gpus}" if gpus else "remove draft_device: the drafter runs where the "
+                                                                  "target runs"))
+    for index, entry in enumerate(runtime.draft_override_tensor or ()):
+        target = override_target(entry)
+        if target is not None and target[1] is not None and (target[1] >= count
+                                                             or host.devices[devices[target[1]]].kind != "gpu"):
+            findings.append(profile.finding(
+                "PWR532", f"runtime.draft_override_tensor[{index}] = {entry!r} names CUDA{target[1]}, but the "
+                f"deployment has {count} device(s) (CUDA<n> counts within them, from 0)",
+                where=f"runtime.draft_override_tensor[{index}]", hint="name one of the deployment's GPUs, or CPU"))
     return findings

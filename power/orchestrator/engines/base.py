@@ -56,6 +56,9 @@ class Asked:
     devices: int
     kv_unified: bool = False
     p_min: float | None = None  # the confidence gate asked of a gated drafter (spec_draft_p_min)
+    # the drafter placed apart from the target: on its own device of several, or with layers left in host memory
+    draft_placed: bool = False
+    draft_kv_cache_type: str | None = None  # None: the target's
 
     @classmethod
     def of_plan(cls, plan: ResolvedPlan) -> Asked:
@@ -63,7 +66,9 @@ class Asked:
         return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None, d.files is not None)
                                           for d in plan.drafters),
                    rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
-                   plan.speculation.p_min)
+                   plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
+                                                        len(plan.devices)) or bool(rt.draft_override_tensor),
+                   rt.draft_kv_cache_type)
 
     def checkpoint_refusals(self, engine: str) -> list[Refusal]:
         """PWR463 for each drafter given as a Hugging Face checkpoint, on an engine that loads GGUF drafters only."""
@@ -75,6 +80,11 @@ class Asked:
         """Where to point at a drafter of `kind`: its manifest entry, else the profile's spec_mode."""
         index = next((d.index for d in self.drafters if d.kind == kind and d.index is not None), None)
         return ("manifest", f"drafters[{index}].kind") if index is not None else ("profile", "spec_mode")
+
+
+def draft_placed(own_device: bool, draft_gpu_layers: int | str, devices: int) -> bool:
+    """Whether the drafter is placed apart from the target: its own device among several, or layers left on the host."""
+    return (own_device and devices > 1) or draft_gpu_layers != "all"
 
 
 @dataclass(frozen=True)

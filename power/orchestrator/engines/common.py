@@ -1,4 +1,5 @@
-"""What more than one adapter says the same way: plan features without a flag, the device list, layer sharding."""
+"""What more than one adapter says the same way: plan features without a flag, the device list, layer sharding,
+the drafter's own placement."""
 
 from __future__ import annotations
 
@@ -34,3 +35,18 @@ def tensor_parallel_refusal(engine: str, asked: Asked) -> list[Refusal]:
     return [Refusal("PWR510", f"runtime.tensor_parallel = {asked.tensor_parallel} is vLLM's setting; {engine} does "
                     "not shard layers", "remove tensor_parallel (llama-server splits layers by runtime.tensor_split), "
                     'or run engine "vllm"', "profile", "runtime.tensor_parallel")]
+
+
+def draft_placement_refusal(engine: str, asked: Asked, kv_types: bool) -> list[Refusal]:
+    """The drafter's own device or offloaded layers (and, for an engine that honours KV types, its own KV type) are
+    llama-server's settings: an engine that runs the drafter with the target refuses them rather than dropping them.
+    Power's runtime holds its MTP head's cache in the draft KV type itself (`kv_types` False: nothing to refuse)."""
+    own_kv = kv_types and asked.draft_kv_cache_type not in (None, asked.kv_cache_type)
+    if not (asked.draft_placed or own_kv):
+        return []
+    keys = [key for key, asked_for in (("draft_device / draft_gpu_layers", asked.draft_placed),
+                                       ("draft_kv_cache_type", own_kv)) if asked_for]
+    return [Refusal("PWR531", f"runtime.{' and '.join(keys)} place the drafter apart from the target; {engine} runs "
+                    "the drafter with the target, on its devices and in its cache type", "remove "
+                    f"runtime.{' and runtime.'.join(keys)}, or run this deployment with engine \"llama-server\"",
+                    "profile", "runtime.draft_device" if asked.draft_placed else "runtime.draft_kv_cache_type")]

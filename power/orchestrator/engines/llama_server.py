@@ -41,6 +41,7 @@ _FLAGS = (
     ("top_k", "--top-k"), ("top_p", "--top-p"), ("min_p", "--min-p"), ("metrics", "--metrics"),
     ("spec_type", "--spec-type"), ("k", "--spec-draft-n-max"), ("draft_kv_cache_type", "--spec-draft-type-k"),
     ("draft_kv_cache_type_v", "--spec-draft-type-v"), ("draft_device", "--spec-draft-device"),
+    ("draft_gpu_layers", "--spec-draft-ngl"), ("draft_override_tensor", "--spec-draft-override-tensor"),
     ("p_min", "--spec-draft-p-min"), ("draft_model", "--spec-draft-model"),
     ("ngram_match", "--spec-ngram-mod-n-match"), ("ngram_draft_min", "--spec-ngram-mod-n-min"),
     ("ngram_draft_max", "--spec-ngram-mod-n-max"), ("split_mode", "-sm"), ("main_gpu", "-mg"),
@@ -135,6 +136,10 @@ class LlamaServer(EngineAdapter):
                      (flag("draft_kv_cache_type_v"), rt.draft_kv_cache_type)]
             if rt.draft_device is not None:
                 args.append((flag("draft_device"), rt.draft_device))
+            if rt.draft_gpu_layers != "all":
+                args.append((flag("draft_gpu_layers"), rt.draft_gpu_layers))
+            if rt.draft_override_tensor:
+                args.append((flag("draft_override_tensor"), ",".join(rt.draft_override_tensor)))
             if plan.speculation.p_min is not None:
                 args.append((flag("p_min"), plan.speculation.p_min))
         args += [(flag("draft_model"), d.path) for d in drafting if d.path is not None]

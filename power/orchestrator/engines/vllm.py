@@ -11,7 +11,7 @@ from power import modes
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings, options
-from power.orchestrator.engines.common import unsupported_notes, visible_devices
+from power.orchestrator.engines.common import draft_placement_refusal, unsupported_notes, visible_devices
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
 from power.orchestrator.sizing.vllm import size_vllm, tensor_parallel_issue
 
@@ -70,7 +70,7 @@ class Vllm(EngineAdapter):
                 f"{asked.devices} device(s): vLLM shards each layer over exactly the devices it is given",
                 f"set tensor_parallel = {asked.devices}, or give the deployment {asked.tensor_parallel} device(s)",
                 "profile", "runtime.tensor_parallel"))
-        return refusals
+        return refusals + draft_placement_refusal(self.name, asked, kv_types=True)
 
     def program_word(self, word: str) -> bool:
         name = Path(word).name

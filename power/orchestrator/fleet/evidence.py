@@ -5,7 +5,7 @@ the models `power bench` writes it through.
 
 Only what the gates need is read: which plans were compared, on which engine
 (and build), whether their greedy outputs were proven identical, and per traffic shape the paired decode
-rates, the bench's speedup and verdict, output parity, and the candidate's
+and request-wide rates, the bench's speedups and verdicts, output parity, and the candidate's
 request, replay and fallback counts. A file that is not readable
 evidence comes back as a PWR071 finding, never an exception.
 """
@@ -33,8 +33,17 @@ class GatedShape:
     candidate_tok_s: float
     baseline_tok_s: float
     speedup: float
-    # faster | slower | no difference | lossy | measured (docs/bench.md: faster = >= 5 % and ranges apart)
+    # request-wide: generated tokens over the whole request, prefill included
+    request_candidate_tok_s: float
+    request_baseline_tok_s: float
+    request_speedup: float
+    # faster | slower | no difference | lossy | measured (docs/bench.md: faster = >= 5 % and ranges apart, on
+    # decode and request-wide both; `judged` holds each figure's own verdict)
     verdict: str
+    judged: dict[str, str]
+    # exact | near-tie | lossy, and each divergence's margin in nats (None: it could not be told)
+    exactness: str
+    margins: list[float | None]
     parity: bool
     replays: int
     fallbacks: int
@@ -49,6 +58,10 @@ class Evidence:
     baseline_digest: str
     lossless: bool
     shapes: dict[str, GatedShape]
+    # proven but for shapes whose every divergence is a near-tie (what a near-tie exactness policy accepts)
+    lossless_to_near_ties: bool = False
+    # `--concurrency`: {clients: {shape: the candidate's aggregate speedup (None: no baseline rate)}}
+    under_load: dict[int, dict[str, float | None]] | None = None
     # the engine that produced it (evidence written before engines were recorded came from Power's runtime)
     engine: str = "power"
     engine_build: str = ""
@@ -83,15 +96,26 @@ def _gated(path: Path, sha256: str, document: EvidenceDocument) -> Evidence:
     return Evidence(
         path=path, sha256=sha256, candidate_digest=document.candidate.plan_digest,
         baseline_digest=baseline.plan_digest, lossless=document.lossless.proven,
+        lossless_to_near_ties=document.lossless.proven_to_near_ties, under_load=_under_load(document.concurrency),
         shapes={name: _shape(name, result) for name, result in document.shapes.items() if result.baseline},
         engine=document.engine.name, engine_build=document.engine.build)
+
+
+def _under_load(section: dict | None) -> dict[int, dict[str, float | None]] | None:
+    if not section:
+        return None
+    return {int(level): {shape: result.get("speedup") for shape, result in shapes.items()}
+            for level, shapes in section.get("per_level", {}).items()}
 
 
 def _shape(name: str, result: ShapeResult) -> GatedShape:
     assert result.baseline is not None
     return GatedShape(
         shape=name, candidate_tok_s=result.candidate.decode_tok_s, baseline_tok_s=result.baseline.decode_tok_s,
-        speedup=result.speedup or 0.0, verdict=result.verdict, parity=result.parity,
+        speedup=result.speedup or 0.0, request_candidate_tok_s=result.candidate.request_tok_s,
+        request_baseline_tok_s=result.baseline.request_tok_s, request_speedup=result.request_speedup or 0.0,
+        verdict=result.verdict, judged=dict(result.judged), parity=result.parity, exactness=result.exactness,
+        margins=[d.margin for d in result.divergences],
         replays=result.candidate.replays, fallbacks=result.candidate.fallbacks, requests=result.candidate.requests)
 
 

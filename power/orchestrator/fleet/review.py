@@ -146,7 +146,7 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
                 objects_digest: str | None = None) -> dict[str, Any]:
     """What the lock keeps for a deployment and drift compares: the plan's digest and the fields worth showing,
     and with [kubernetes] the digest of the objects it renders to (an image or node change shows as drift)."""
-    record = {
+    record: dict[str, Any] = {
         "host": deployment.host,
         "device": _device_field(deployment),
         "manifest": plan.name,
@@ -165,6 +165,11 @@ def plan_record(plan: ResolvedPlan, deployment: Deployment, profile_name: str | 
         "verdict": plan.memory.verdict,
         "plan_digest": plan.digest,
     }
+    # the defaults are left out, so records written before these settings stay the same
+    if deployment.exactness != "exact":
+        record["exactness"] = {"policy": deployment.exactness, "margin": deployment.near_tie_margin}
+    if deployment.concurrency != 1:
+        record["concurrency"] = deployment.concurrency
     if objects_digest is not None:
         record["objects_digest"] = objects_digest
     return record
@@ -226,18 +231,10 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
     name = deployment.name or (manifest.model.name if manifest.ok else Path(deployment.manifest).stem)
     item = DeploymentReview(index=index, key=f"{deployment.host}/{name}", deployment=deployment, findings=findings,
                             profile_name=profile.model.name if profile.ok else None)
+    misplaced = placement_findings(loaded, index, deployment, hosts, item.key)
     host = hosts.get(deployment.host)
-    if host is None:
-        item.findings.append(loaded.finding(
-            "PWR060", f"deployment {item.key} names host {deployment.host!r}, which this fleet does not define",
-            where=f"{where}.host", hint=_host_hint(deployment.host, hosts)))
-        return item
-    missing = [i for i in deployment.device_indices if i >= len(host.devices)]
-    if missing:
-        key = "device" if deployment.devices is None else "devices"
-        item.findings.append(loaded.finding(
-            "PWR060", f"host {host.name} has {len(host.devices)} device(s); there is no device {missing[0]}",
-            where=f"{where}.{key}", hint=f"use a device index from 0 to {len(host.devices) - 1}"))
+    if misplaced or host is None:
+        item.findings += misplaced
         return item
     if not (manifest.ok and profile.ok):
         item.findings += manifest.findings + profile.findings
@@ -248,6 +245,33 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
             item.findings.append(loaded.finding("PWR067", f"deployment {item.key} could not be planned",
                                                 where=where, hint="run `power plan` on its manifest and profile"))
     return item
+
+
+def placement_findings(loaded: Loaded, index: int, deployment: Deployment, hosts: dict[str, HostSpec],
+                       key: str) -> list[Finding]:
+    """PWR060: the deployment's host is one the fleet defines, and its devices are that host's."""
+    where = f"deployments[{index}]"
+    host = hosts.get(deployment.host)
+    if host is None:
+        return [loaded.finding(
+            "PWR060", f"deployment {key} names host {deployment.host!r}, which this fleet does not define",
+            where=f"{where}.host", hint=_host_hint(deployment.host, hosts))]
+    missing = [i for i in deployment.device_indices if i >= len(host.devices)]
+    if missing:
+        field_name = "device" if deployment.devices is None else "devices"
+        return [loaded.finding(
+            "PWR060", f"host {host.name} has {len(host.devices)} device(s); there is no device {missing[0]}",
+            where=f"{where}.{field_name}", hint=f"use a device index from 0 to {len(host.devices) - 1}")]
+    return []
+
+
+def fleet_placement_findings(loaded: Loaded) -> list[Finding]:
+    """Every deployment's PWR060 from the fleet file alone, nothing planned (`power validate`)."""
+    fleet: Fleet = loaded.model
+    hosts = {host.name: host for host in fleet.hosts}
+    return [finding for index, deployment in enumerate(fleet.deployments)
+            for finding in placement_findings(loaded, index, deployment, hosts,
+                                              f"{deployment.host}/{deployment.name or Path(deployment.manifest).stem}")]
 
 
 def _engine_of(loaded: Loaded, index: int, deployment: Deployment, profile: Loaded) -> tuple[Deployment, list[Finding]]:
@@ -276,10 +300,11 @@ def _place(loaded: Loaded, review: FleetReview, images_required: bool) -> None:
 
 def _shared_gpu_findings(loaded: Loaded, review: FleetReview) -> list[Finding]:
     """PWR096: in a cluster each pod requests its GPUs whole (`nvidia.com/gpu`), so a second deployment on a GPU
-    another already holds would stay Pending: refused here rather than rendered."""
+    another already holds would stay Pending: refused here rather than rendered. The fleet file alone says so,
+    whether or not the deployments plan and place: reported with every other finding, never after them."""
     findings = []
     for use in (use for uses in review.device_uses().values() for use in uses):
-        placed = [d for d in use.deployments if d.key in review.placements]
+        placed = use.deployments
         if len(placed) < 2 or use.host.devices[use.index].kind != "gpu":
             continue
         findings.append(loaded.finding(

@@ -6,8 +6,8 @@ reviewed plans when the lock has none) and stages the hosts whose plan
 changes. `advance` applies the next stage only when, for every
 (candidate, incumbent) pair in it, an evidence file (docs/bench.md) shows:
 greedy losslessness proven; on every traffic shape those deployments serve,
-identical outputs and the bench's verdict "faster" (>= 5 % with the min-max
-ranges apart); no fallbacks, and no replays unless the candidate is the
+identical outputs and the bench's verdict "faster" on decode and request-wide
+tok/s both (>= 5 % with the min-max ranges apart); no fallbacks, and no replays unless the candidate is the
 guarded K/S path (S < K: at most one exact replay per request); and measured on
 the engine those deployments run (the fleet's `engine`: Power's runtime, or a live
 llama-server / vLLM launched from the render): evidence from another engine is
@@ -184,7 +184,11 @@ def advance(fleet_path: Path, evidence_paths: list[Path], lock_path: Path | None
                 outcome.findings += [_other_engine(fleet_path, key, engine, found) for key in serving]
                 continue
             used.append(item.sha256)
-            outcome.findings += gate(item, shapes, rollout["candidates"][serving[0]]["rollback"])
+            record = rollout["candidates"][serving[0]]
+            outcome.findings += gate(item, shapes, record["rollback"], Exactness.of(record),
+                                     record.get("concurrency", 1))
+            outcome.lines += [f"{', '.join(serving)} on {shape!r} ({engine}): {_figures(item.shapes[shape])}"
+                              for shape in shapes if shape in item.shapes]
     if not outcome.ok:
         outcome.lines.append(f"refused: stage {stage['name']} stays closed; the lock is unchanged")
         return outcome
@@ -232,10 +236,33 @@ def _written(lock_path: Path, lock: FleetLock, outcome: Outcome) -> bool:
     return True
 
 
-def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Finding]:
-    """Every reason this evidence does not open the stage for deployments serving `shapes` (empty: it does)."""
-    findings = []
-    if not evidence.lossless:
+@dataclass(frozen=True)
+class Exactness:
+    """What the deployments' gate accepts of greedy outputs (the fleet's `exactness` and `near_tie_margin`)."""
+
+    policy: str = "exact"  # exact | near-tie
+    margin: float = 0.0
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> Exactness:
+        written = record.get("exactness")
+        return cls(written["policy"], float(written["margin"])) if written else cls()
+
+    def accepts(self, result: GatedShape) -> bool:
+        """Identical outputs; or, under near-tie, divergences each within this policy's margin (the evidence's own
+        margins, not its class)."""
+        return result.parity or (self.policy == "near-tie" and bool(result.margins) and all(
+            margin is not None and margin <= self.margin for margin in result.margins))
+
+
+def gate(evidence: Evidence, shapes: list[str], rollback_policy: str, exactness: Exactness | None = None,
+         clients: int = 1) -> list[Finding]:
+    """Every reason this evidence does not open the stage for deployments serving `shapes` to `clients` at once
+    (empty: it does)."""
+    exactness = exactness or Exactness()
+    findings = _under_load(evidence, shapes, clients)
+    proven = evidence.lossless or (exactness.policy == "near-tie" and evidence.lossless_to_near_ties)
+    if not proven:
         findings.append(_gate_finding("PWR072", evidence, "greedy losslessness is not proven (outputs differ or "
                                       "were not compared)", "speculation may only buy speed: find the divergence "
                                       "with `power bench` before rolling out"))
@@ -245,28 +272,26 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
             findings.append(_gate_finding("PWR073", evidence, f"no measurement on the {shape!r} traffic these "
                                           "deployments serve", f"rerun the bench with --shapes including {shape}"))
             continue
-        if not result.parity:
+        if not exactness.accepts(result):
             findings.append(_gate_finding("PWR072", evidence, f"on {shape!r} the greedy outputs differ between the "
-                                          "candidate and the incumbent", "a lossy plan never rolls out: find the "
-                                          "divergence before anything else"))
+                                          f"candidate and the incumbent ({_divergence(result, exactness)})",
+                                          "a lossy plan never rolls out: find the divergence before anything else; "
+                                          "a live engine's near-ties are accepted only where the deployment says "
+                                          "exactness = \"near-tie\""))
         if result.requests < MIN_RUNS:
             findings.append(_gate_finding(
                 "PWR073", evidence, f"on {shape!r} only {result.requests} measured run(s) per configuration: too few "
                 "to tell a speedup from noise", f"rerun the bench with --runs {MIN_RUNS} or more"))
         elif result.verdict != "faster":
             findings.append(_gate_finding(
-                "PWR073", evidence, f"on {shape!r} the bench's verdict is {result.verdict!r}: the candidate decodes at "
-                f"{result.candidate_tok_s:.2f} tok/s vs the incumbent's {result.baseline_tok_s:.2f} "
-                f"({result.speedup:.3f}x); a stage needs 'faster' (>= 5 % with the min-max ranges apart)",
-                "keep the incumbent for this traffic, or tune K/S for it and measure again"))
-        elif (own := _own_speedup(result)) is None or own < 1 + NOISE_BAND or not math.isclose(own, result.speedup,
-                                                                                                 rel_tol=1e-3):
-            shown = "no rate" if own is None else f"{own:.3f}x"
+                "PWR073", evidence, f"on {shape!r} the bench's verdict is {result.verdict!r}: {_figures(result)}; a "
+                "stage needs 'faster' on decode and request-wide both (>= 5 % with the min-max ranges apart)",
+                _not_faster_hint(result)))
+        elif untrusted := _untrusted(result):
             findings.append(_gate_finding(
-                "PWR073", evidence, f"on {shape!r} the evidence says 'faster' but its own rates ({result.candidate_tok_s:.2f} "
-                f"vs {result.baseline_tok_s:.2f} tok/s) give {shown}, and it states {result.speedup:.3f}x: the gate "
-                f"trusts the numbers, which need >= {1 + NOISE_BAND:.2f}x", "rerun `power bench`; evidence is "
-                "never edited by hand"))
+                "PWR073", evidence, f"on {shape!r} the evidence says 'faster' but {untrusted}: the gate trusts the "
+                f"numbers, which need >= {1 + NOISE_BAND:.2f}x on decode and request-wide", "rerun `power bench`; "
+                "evidence is never edited by hand"))
         allowed_replays = result.requests if rollback_policy == "guarded" else 0
         if result.fallbacks > 0 or result.replays > allowed_replays:
             findings.append(_gate_finding(
@@ -276,11 +301,77 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str) -> list[Fi
     return findings
 
 
-def _own_speedup(result: GatedShape) -> float | None:
+def _under_load(evidence: Evidence, shapes: list[str], clients: int) -> list[Finding]:
+    """A deployment serving several clients at once is judged there: the candidate's aggregate must pay at that
+    level (`power bench --concurrency`) on every shape it serves."""
+    if clients == 1:
+        return []
+    measured = (evidence.under_load or {}).get(clients)
+    if measured is None:
+        return [_gate_finding("PWR073", evidence, f"the deployments serve {clients} clients at once, and the evidence "
+                              f"has no measurement at {clients}", f"rerun the bench with --concurrency 1,{clients}")]
+    findings = []
+    for shape in shapes:
+        speedup = measured.get(shape)
+        if speedup is None or speedup < 1 + NOISE_BAND:
+            shown = "no baseline rate" if speedup is None else f"{speedup:.3f}x the incumbent's aggregate tok/s"
+            findings.append(_gate_finding(
+                "PWR073", evidence, f"on {shape!r} at {clients} clients at once (what the deployments serve) the "
+                f"candidate gives {shown}; a stage needs >= {1 + NOISE_BAND:.2f}x there",
+                "keep the incumbent for this load, or a shallower draft that still pays with full slots"))
+    return findings
+
+
+def _divergence(result: GatedShape, exactness: Exactness) -> str:
+    told = [m for m in result.margins if m is not None]
+    widest = f"the widest {max(told):.4f} nats" if told else "none of them told by the target's probabilities"
+    margins = f"{len(result.margins)} divergence(s) explained, {widest}" if result.margins else "unexplained"
+    policy = ("the deployment accepts exact outputs only" if exactness.policy == "exact"
+              else f"the deployment accepts near-ties within {exactness.margin} nats")
+    return f"the bench calls it {result.exactness}: {margins}; {policy}"
+
+
+def _rates(result: GatedShape) -> dict[str, tuple[float, float, float]]:
+    """Each judged figure's (candidate tok/s, incumbent tok/s, stated speedup)."""
+    return {"decode": (result.candidate_tok_s, result.baseline_tok_s, result.speedup),
+            "request-wide": (result.request_candidate_tok_s, result.request_baseline_tok_s, result.request_speedup)}
+
+
+def _figures(result: GatedShape) -> str:
+    """Both figures and their verdicts, the ones that were not faster named first."""
+    failed = [figure for figure in _rates(result) if result.judged.get(figure) != "faster"]
+    rates = "; ".join(f"{figure} {result.judged.get(figure, 'not judged')}: {candidate:.2f} vs the incumbent's "
+                      f"{baseline:.2f} tok/s ({speedup:.3f}x)"
+                      for figure, (candidate, baseline, speedup) in _rates(result).items())
+    return f"not faster on {' and '.join(failed)} ({rates})" if failed else rates
+
+
+def _not_faster_hint(result: GatedShape) -> str:
+    """What to do, by the cause: medians clear of the noise band whose runs' ranges overlap are a measurement too
+    noisy to call, not a plan to tune; a median inside the band (or below it) is the plan's."""
+    medians = [speedup for figure, (_, _, speedup) in _rates(result).items() if result.judged.get(figure) != "faster"]
+    if result.verdict == "no difference" and medians and all(m >= 1 + NOISE_BAND for m in medians):
+        return (f"the medians are a clear win ({', '.join(f'{m:.2f}x' for m in medians)}) but the runs' ranges "
+                "overlap: measure again with more runs (--runs 5 or more) or on a quieter host")
+    return "keep the incumbent for this traffic, or tune K/S for it and measure again"
+
+
+def _untrusted(result: GatedShape) -> str | None:
+    """Where the evidence's own rates do not give the speedup it states, or give less than the noise band."""
+    for figure, (candidate, baseline, stated) in _rates(result).items():
+        own = _own_speedup(candidate, baseline)
+        if own is None or own < 1 + NOISE_BAND or not math.isclose(own, stated, rel_tol=1e-3):
+            shown = "no rate" if own is None else f"{own:.3f}x"
+            return (f"its own {figure} rates ({candidate:.2f} vs {baseline:.2f} tok/s) give {shown}, and it states "
+                    f"{stated:.3f}x")
+    return None
+
+
+def _own_speedup(candidate: float, baseline: float) -> float | None:
     """The candidate's median rate over the incumbent's, from the evidence's own numbers (None: no baseline rate)."""
-    if not (math.isfinite(result.baseline_tok_s) and result.baseline_tok_s > 0 and math.isfinite(result.candidate_tok_s)):
+    if not (math.isfinite(baseline) and baseline > 0 and math.isfinite(candidate)):
         return None
-    return result.candidate_tok_s / result.baseline_tok_s
+    return candidate / baseline
 
 
 def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentReview], profile_path: Path,

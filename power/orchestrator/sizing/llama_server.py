@@ -33,6 +33,7 @@ repack copies, KV, output and one compute buffer.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -48,6 +49,7 @@ from power.orchestrator.sizing.model import (
     MiB,
     Request,
     Sizing,
+    Split,
     block_index,
     is_quantized,
     largest,
@@ -118,10 +120,14 @@ def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, requ
 
 
 def _initialised_gpus(devices: tuple[DeviceBudget, ...], request: Request) -> list[int]:
-    """Every device of a layer split gets a backend (and a CUDA context); `-sm none` keeps the main one only."""
+    """Every device of a layer split gets a backend (and a CUDA context); `-sm none` keeps the main one only, and
+    the drafter's own devices."""
     if devices[0].kind == "cpu":
         return []
-    return [request.split.main] if request.split.mode == "none" else list(range(len(devices)))
+    if request.split.mode == "layer":
+        return list(range(len(devices)))
+    drafter = {request.draft_device} | {where for _, where in request.draft_overrides}
+    return sorted({request.split.main} | {position for position in drafter if position is not None})
 
 
 # --- weights ---------------------------------------------------------------------
@@ -137,7 +143,7 @@ def _tensor_location(tensor: TensorInfo, placement: Placement, input_at: int | N
 
 
 def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, name: str, on_cpu: bool,
-             load_mtp: bool = False) -> None:
+             load_mtp: bool = False, overrides: tuple[tuple[str, int | None], ...] = ()) -> None:
     """The tensors llama.cpp loads, where it places them. MTP (nextn) blocks load only with draft-mtp
     (`llama_model_params.load_mtp`, common/common.cpp; the architecture's loader marks them TENSOR_SKIP otherwise)."""
     input_at = 0 if on_cpu else HOST
@@ -145,7 +151,8 @@ def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, name: 
     by_location: dict[int | None, list[TensorInfo]] = defaultdict(list)
     for tensor in facts.tensors:
         if load_mtp or not _in_nextn_block(tensor, facts, nextn):
-            by_location[_tensor_location(tensor, placement, input_at)].append(tensor)
+            by_location[_overridden(tensor, overrides, on_cpu, _tensor_location(tensor, placement, input_at))].append(
+                tensor)
     tied = "output.weight" not in {t.name for t in facts.tensors}
     embedding = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
     if tied and embedding is not None and placement.output != input_at:
@@ -159,6 +166,15 @@ def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, name: 
         if any(_in_nextn_block(t, facts, nextn) for t in tensors):
             detail += f"; with the {nextn} MTP block(s) draft-mtp loads"
         ledger.add(where, Component(name, sum(t.nbytes for t in tensors), detail))
+
+
+def _overridden(tensor: TensorInfo, overrides: tuple[tuple[str, int | None], ...], on_cpu: bool,
+                placed: int | None) -> int | None:
+    """Where an override puts the tensor (llama.cpp searches each pattern in the name, the first match wins; CPU is
+    host memory), else where its layer put it. On a CPU device everything is host memory already."""
+    if on_cpu:
+        return placed
+    return next((where for pattern, where in overrides if re.search(pattern, tensor.name)), placed)
 
 
 def _in_nextn_block(tensor: TensorInfo, facts: ArtifactFacts, nextn: int) -> bool:
@@ -305,15 +321,26 @@ def _draft_model(ledger: _Ledger, drafter: ArtifactFacts, request: Request, targ
     """A drafter GGUF with its own llama_context (common_speculative_init_result): placed like the target,
     KV in the draft cache type over the draft context's cells, its own output and compute buffers."""
     context = draft_context(request, target)
-    placement = place_layers(len(drafter.layers), None, devices, request.split)  # --spec-draft-ngl: all layers
+    placement = _draft_placement(len(drafter.layers), request, devices)
     on_cpu = devices[0].kind == "cpu"
-    _weights(ledger, drafter, placement, "drafter weights", on_cpu)
+    _weights(ledger, drafter, placement, "drafter weights", on_cpu, overrides=request.draft_overrides)
     _kv(ledger, drafter, [l for l in drafter.layers if l.kind in (GLOBAL, SLIDING)], placement, context,
         request.draft_kv_cache_type, "drafter KV", "estimated")
     vocab = (drafter.tokenizer.vocab_size if drafter.tokenizer else 0) or request.vocab
     _output_buffer(ledger, 0 if on_cpu else HOST, vocab, context, "drafter ")
     _compute(ledger, drafter, placement, context, request, devices, "drafter compute buffer", estimated=True,
              vocab=vocab, cache_type=request.draft_kv_cache_type)
+
+
+def _draft_placement(n_layers: int, request: Request, devices: tuple[DeviceBudget, ...]) -> Placement:
+    """The drafter's layers as llama.cpp places its model (common/speculative.cpp gives it the target's split
+    settings with its own device list and --spec-draft-ngl): on its own device when --spec-draft-device names one,
+    else split over the target's devices."""
+    if request.draft_device is None or devices[0].kind == "cpu":
+        return place_layers(n_layers, request.draft_gpu_layers, devices, request.split)
+    own = place_layers(n_layers, request.draft_gpu_layers, (devices[request.draft_device],), Split())
+    return Placement(tuple(None if where is None else request.draft_device for where in own.layers),
+                     None if own.output is None else request.draft_device)
 
 
 def _mtp_context(ledger: _Ledger, target: ArtifactFacts, placement: Placement, request: Request,

@@ -84,6 +84,10 @@ class Request:
     flash_attn: bool = False
     cuda_graphs: bool = True
     gpu_layers: int | None = None  # None: every layer on the devices
+    draft_gpu_layers: int | None = None  # the drafter's (llama-server --spec-draft-ngl); None: every layer
+    draft_device: int | None = None  # the drafter's device (a position in the devices); None: split as the target
+    # drafter tensors placed by name (--spec-draft-override-tensor): (regex, position in the devices, or None: host)
+    draft_overrides: tuple[tuple[str, int | None], ...] = ()
     use_mtp: bool = False
     fr_vocab_size: int | None = None
     vocab: int = 0  # the target's vocabulary: logits rows, and the LM head drafters borrow

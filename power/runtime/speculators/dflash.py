@@ -21,6 +21,12 @@ DFlash2 adds, when its header carries them (the file decides, not its name):
 
 The target's KV cache is untouched: the ring holds the drafter's sliding window
 (`dflash.attention.sliding_window`), or the whole context when none is declared.
+
+`commit` only queues the tapped rows that landed; passes A and B run over the
+queue in one go when the drafter next proposes, so a round it does not propose
+on (the cost governor parked it, or a lookup in front of it proposed) costs what
+a target-only round costs, and the upkeep is charged to the step it proposes on.
+Rows the window would evict before that are dropped from the queue unrun.
 """
 
 from __future__ import annotations
@@ -36,15 +42,20 @@ from typing_extensions import override
 
 from power import modes
 from power.artifacts.contracts import (
+    PRODUCT,
+    ROWS,
     DrafterHparams,
     classify_drafter,
     declared_draft_tokens,
     drafter_hparams,
+    drafter_tensor_role,
     required,
 )
 
+from ..embedding import TokenEmbedding
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
+from ..linear import Float32Linear, Linear, Stacked, quantised
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
 from .kv_ring import KVRing
 from .target_head import TargetHead
@@ -60,6 +71,18 @@ def grouped_conv(x: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, group
 
 
 @dataclass(frozen=True)
+class _Queued:
+    """Committed rows the ring has not taken yet: the tapped features of positions [start, start + n)."""
+
+    start: int
+    features: torch.Tensor  # [n, L*d]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.features)
+
+
+@dataclass(frozen=True)
 class _HeaderView:
     """What `power.artifacts.contracts` reads from a header, over the runtime's GGUF reader."""
 
@@ -67,6 +90,26 @@ class _HeaderView:
     architecture: str
     metadata: Mapping[str, Any]
     tensor_shapes: Mapping[str, tuple[int, ...]]
+
+
+def _held(drafter: GGUFFile, name: str) -> Linear | TokenEmbedding | torch.Tensor:
+    """How the drafter holds tensor `name` (`power.artifacts.contracts.drafter_tensor_role`): a matrix that multiplies
+    activations in its GGUF blocks, through the CPU kernels as the target's (exactly dequantised for a type they do not
+    multiply), a token-indexed table as its GGUF rows, anything else in float32."""
+    info = drafter.info(name)
+    role = drafter_tensor_role(name)
+    if role == PRODUCT:
+        shape = (int(info.shape[0]), int(info.shape[1]))
+        packed = quantised(drafter.raw(name), info.qtype, shape, "cpu")
+        return packed if packed is not None else Float32Linear(drafter.tensor(name), rows=0)
+    if role == ROWS:
+        return TokenEmbedding.of_gguf(drafter, name, info.shape)
+    return drafter.tensor(name)
+
+
+def held_bytes(weights: Mapping[str, Linear | TokenEmbedding | torch.Tensor]) -> int:
+    """What a drafter's weights hold in memory (the plan's "drafter weights")."""
+    return sum(w.numel() * w.element_size() if isinstance(w, torch.Tensor) else w.nbytes for w in weights.values())
 
 
 def header_view(gguf: GGUFFile) -> _HeaderView:
@@ -88,15 +131,15 @@ def load_block_drafter(kind: str, request: SpeculatorRequest) -> tuple[GGUFFile,
     layers = drafter.get(f"{drafter.architecture}.target_layers", [])
     if any(not 0 <= layer <= config.n_layers for layer in layers):
         return Decline(kind, f"drafter reads target layers {list(layers)}; the target has {config.n_layers}")
-    return drafter, TargetHead(request.target, request.fr_vocab_size, declared_draft_tokens(header_view(drafter)))
+    return drafter, TargetHead(request.trunk, request.target, request.fr_vocab_size,
+                               declared_draft_tokens(header_view(drafter)))
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
     loaded = load_block_drafter(kind, request)
     if isinstance(loaded, Decline):
         return loaded
-    config = request.trunk.config
-    return BlockDrafter(*loaded, context_rows=config.n_ctx, guard_rows=config.verify_capacity)
+    return BlockDrafter(*loaded, context_rows=request.trunk.config.n_ctx)
 
 
 class BlockDrafter(Speculator):
@@ -104,10 +147,11 @@ class BlockDrafter(Speculator):
 
     name = modes.DFLASH
 
-    def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int, guard_rows: int) -> None:
+    def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int) -> None:
         self.hp: DrafterHparams = drafter_hparams(header_view(drafter))
         self.head = head
-        self.w = {name: drafter.tensor(name) for name in drafter.tensors}
+        # tensor -> its matrix in GGUF blocks (a `Linear`), its GGUF rows (a `TokenEmbedding`) or a float32 tensor
+        self.w: dict[str, Any] = {name: _held(drafter, name) for name in drafter.tensors}
         self.layers = [self._layer_weights(i) for i in range(self.hp.block_count)]
         self.taps = tuple(self.hp.target_layers)
         self.max_proposals = self.hp.block_size - 1
@@ -118,7 +162,8 @@ class BlockDrafter(Speculator):
         if self.conv or self.selector:
             self.name = modes.DFLASH2
         rows = min(self.hp.sliding_window or context_rows, context_rows)
-        self.ring = KVRing(self.hp.block_count, rows, self.hp.head_count_kv, self.hp.head_dim, guard_rows)
+        self.ring = KVRing(self.hp.block_count, rows, self.hp.head_count_kv, self.hp.head_dim)
+        self.queued: tuple[_Queued, ...] = ()  # committed rows the ring has not taken yet, in position order
         self._cos, self._sin = rope_tables(context_rows + self.hp.block_size, self.hp.head_dim, self.hp.rope_freq_base)
 
     @property
@@ -128,39 +173,63 @@ class BlockDrafter(Speculator):
     # --- the speculator interface ---------------------------------------------
     @override
     def begin(self, tokens: Sequence[int]) -> None:
-        self.ring.reset()
+        self.reset()
 
+    @override
     def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
-        if start != self.ring.length:  # a gap (an adopted prefix): refill from here on
-            self.ring.jump(start)
-        feat = torch.cat([hidden[layer] for layer in self.taps], dim=-1)  # PASS A  [n, L*d]
-        g = rms_norm(linear(feat, self.w["fc.weight"]), self.w["enc.output_norm.weight"], self.hp.rms_epsilon)
-        positions = torch.arange(start, start + len(tokens))
-        keys, values = zip(*(self._inject(i, g, positions) for i in range(self.hp.block_count)), strict=True)  # PASS B
-        self.ring.write(start, torch.stack(keys), torch.stack(values))
+        features = torch.cat([hidden[layer] for layer in self.taps], dim=-1)  # a copy: [n, L*d]
+        self.queued += (_Queued(start, features),)
+        while len(self.queued) > 1 and self.queued[-1].end - self.queued[1].start >= self.ring.rows:
+            self.queued = self.queued[1:]  # the window evicts these rows before anything reads them
 
     def propose(self, ctx: DraftContext) -> Proposal:
         n = min(ctx.max_tokens, self.hp.block_size - 1)
         if n <= 0:
             return Proposal()
+        self._catch_up()
         rows = self._block(ctx.tokens[-1])[1 : 1 + n]  # PASS C: the MASK rows, normed
         return Proposal(tokens=self._read_block(ctx.tokens[-1], rows), head_ran=True)
 
     def reset(self) -> None:
         self.ring.reset()
+        self.queued = ()
 
     def spawn(self) -> BlockDrafter:
         twin = copy.copy(self)  # the weights and rope tables are shared, read-only
         twin.ring = self.ring.empty_like()
+        twin.queued = ()
         return twin
 
     def checkpoint(self) -> Any:
-        return self.ring.checkpoint()
+        """The ring's extent and the queue: a round's catch-up writes only queued rows past the ring's length, and a
+        restore queues them again, so the next catch-up rewrites those slots before anything reads the window."""
+        return self.ring.extent, self.queued
 
     def restore(self, checkpoint: Any) -> None:
-        self.ring.restore(checkpoint)
+        extent, self.queued = checkpoint
+        self.ring.extent = extent
 
     # --- the passes ------------------------------------------------------------
+    def _catch_up(self) -> None:
+        """PASS A and B over the queued rows: one pass per run of consecutive positions (a gap, an adopted prefix
+        or rows dropped from the queue, restarts the ring there)."""
+        runs: list[list[_Queued]] = []
+        for queued in self.queued:
+            if runs and queued.start == runs[-1][-1].end:
+                runs[-1].append(queued)
+            else:
+                runs.append([queued])
+        for run in runs:
+            start = run[0].start
+            if start != self.ring.length:
+                self.ring.jump(start)
+            feat = torch.cat([queued.features for queued in run])  # PASS A
+            g = rms_norm(linear(feat, self.w["fc.weight"]), self.w["enc.output_norm.weight"], self.hp.rms_epsilon)
+            positions = torch.arange(start, start + len(feat))
+            keys, values = zip(*(self._inject(i, g, positions) for i in range(self.hp.block_count)), strict=True)  # B
+            self.ring.write(start, torch.stack(keys), torch.stack(values))
+        self.queued = ()
+
     def _inject(self, layer: int, g: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w, hp = self.layers[layer], self.hp
         k = linear(g, w["attn_k"]).view(len(g), hp.head_count_kv, hp.head_dim)
@@ -212,7 +281,7 @@ class BlockDrafter(Speculator):
     def _layer_weights(self, i: int) -> dict[str, torch.Tensor]:
         prefix = f"blk.{i}."
         weights = {name[len(prefix) :].removesuffix(".weight"): t for name, t in self.w.items() if name.startswith(prefix)}
-        return weights | {"ffn_gate_up": torch.cat((weights["ffn_gate"], weights["ffn_up"]))}
+        return weights | {"ffn_gate_up": Stacked((weights["ffn_gate"], weights["ffn_up"]))}
 
     # --- reading a block out ----------------------------------------------------
     def _read_block(self, anchor: int, rows: torch.Tensor) -> list[int]:

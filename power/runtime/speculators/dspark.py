@@ -22,7 +22,7 @@ from power import modes
 from power.artifacts.contracts import required
 
 from ..gguf_weights import GGUFFile
-from ..layers import rms_norm
+from ..layers import linear, rms_norm
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
 from .dflash import BlockDrafter, load_block_drafter
 from .target_head import TargetHead
@@ -32,16 +32,14 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
     loaded = load_block_drafter(kind, request)
     if isinstance(loaded, Decline):
         return loaded
-    config = request.trunk.config
-    return DSparkDrafter(*loaded, context_rows=config.n_ctx, guard_rows=config.verify_capacity, p_min=request.p_min)
+    return DSparkDrafter(*loaded, context_rows=request.trunk.config.n_ctx, p_min=request.p_min)
 
 
 class DSparkDrafter(BlockDrafter):
     name = modes.DSPARK
 
-    def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int, guard_rows: int,
-                 p_min: float | None = None) -> None:
-        super().__init__(drafter, head, context_rows, guard_rows)
+    def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int, p_min: float | None = None) -> None:
+        super().__init__(drafter, head, context_rows)
         # The operator's confidence gate (the profile's spec_draft_p_min); None keeps the header's threshold.
         self.threshold = required(self.hp.confidence_threshold, "confidence_threshold") if p_min is None else p_min
 
@@ -49,6 +47,7 @@ class DSparkDrafter(BlockDrafter):
         n = min(ctx.max_tokens, self.hp.block_size - 1)
         if n <= 0:
             return Proposal()
+        self._catch_up()
         rows = self._block(ctx.tokens[-1])[1 : 1 + n]
         drafts, pred = [], ctx.tokens[-1]
         for h in rows:
@@ -61,7 +60,8 @@ class DSparkDrafter(BlockDrafter):
 
     def _markov(self, h: torch.Tensor, pred: int) -> torch.Tensor:
         w = self.w
-        return ((w["markov.hidden.weight"] @ h) * w["markov.token_embd.weight"][pred]) @ w["markov.output.weight"].T
+        token = w["markov.token_embd.weight"](torch.tensor([pred]))  # [1, r]: the one row it reads
+        return linear(linear(h[None], w["markov.hidden.weight"]) * token, w["markov.output.weight"])[0]
 
     def _confidence(self, h: torch.Tensor) -> float:
         return float(torch.sigmoid(self.w["confidence.weight"][0] @ h + self.w["confidence.bias"][0]))

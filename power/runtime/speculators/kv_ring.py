@@ -1,31 +1,20 @@
 """A drafter's own KV cache: a ring of `rows` positions (its sliding window, or the whole context).
 
 Position p lives in slot p % rows. Writing positions past the window evicts the
-oldest ones, so a checkpoint saves the slots the next writes may overwrite, not
-just the length: restoring must bring evicted rows back (the Gemma SWA lesson in
-TensorSharp's design notes).
+oldest ones, so a restore to an earlier extent must not be read until the rows
+written since are written again (the Gemma SWA lesson in TensorSharp's design
+notes): the block drafter writes only rows it keeps queued in its checkpoint, and
+catches them up again before it reads the window (`power.runtime.speculators.dflash`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 
-@dataclass(frozen=True)
-class RingCheckpoint:
-    first: int
-    length: int
-    slots: torch.Tensor  # slot indices saved
-    keys: torch.Tensor
-    values: torch.Tensor
-
-
 class KVRing:
-    def __init__(self, layers: int, rows: int, kv_heads: int, head_dim: int, guard_rows: int) -> None:
+    def __init__(self, layers: int, rows: int, kv_heads: int, head_dim: int) -> None:
         self.rows = rows
-        self.guard_rows = guard_rows  # how many positions one commit may write (saved by `checkpoint`)
         self.keys = torch.zeros(layers, rows, kv_heads, head_dim)
         self.values = torch.zeros(layers, rows, kv_heads, head_dim)
         self.first = 0  # positions before it were never written (a gap: an adopted prefix)
@@ -34,7 +23,7 @@ class KVRing:
     def empty_like(self) -> KVRing:
         """A ring of the same shape, holding nothing."""
         layers, rows, kv_heads, head_dim = self.keys.shape
-        return KVRing(layers, rows, kv_heads, head_dim, self.guard_rows)
+        return KVRing(layers, rows, kv_heads, head_dim)
 
     def write(self, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """keys/values [layers, n, kv_heads, head_dim] for positions [start, start + n)."""
@@ -54,14 +43,14 @@ class KVRing:
         slots = positions % self.rows
         return self.keys[layer, slots], self.values[layer, slots], positions
 
-    def checkpoint(self) -> RingCheckpoint:
-        slots = torch.arange(self.length, self.length + min(self.guard_rows, self.rows)) % self.rows
-        return RingCheckpoint(self.first, self.length, slots, self.keys[:, slots].clone(), self.values[:, slots].clone())
+    @property
+    def extent(self) -> tuple[int, int]:
+        """The positions written, [first, length)."""
+        return self.first, self.length
 
-    def restore(self, checkpoint: RingCheckpoint) -> None:
-        self.keys[:, checkpoint.slots] = checkpoint.keys
-        self.values[:, checkpoint.slots] = checkpoint.values
-        self.first, self.length = checkpoint.first, checkpoint.length
+    @extent.setter
+    def extent(self, extent: tuple[int, int]) -> None:
+        self.first, self.length = extent
 
     def jump(self, position: int) -> None:
         """Start over at `position`: nothing before it is resident."""
