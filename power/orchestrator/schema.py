@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from power import modes
-from power.documents import arithmetic
+from power.documents import arithmetic, kv_types
 from power.documents.plan import DEFAULT_ENGINE, EngineName
 from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
 
@@ -221,7 +221,7 @@ class ProfileRuntime(_Strict):
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
-    kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
+    kv_cache_type: KvCacheType = Field(kv_types.DEFAULT, description="KV cache element type (llama.cpp names)")
     arithmetic: ArithmeticName = Field(
         arithmetic.AUTO, description='Power\'s runtime\'s matrix products: "quantised" (weights kept quantised, '
         'integer products with exact sums; each forward runs on its real rows), "float32" (the reference: exactly '

@@ -195,9 +195,10 @@ def _api_server_findings(loaded: Loaded, fleet: Fleet, settings: FleetKubernetes
 
 
 def _overlap(mount_path: str, taken: str) -> bool:
-    """The two folders are one, or one holds the other (`/` holds every mount)."""
+    """The model volume would be mounted at `taken` or over it (`/` holds every mount, and the image's whole
+    tree); a volume inside one of the pod's own mounts is a nested mount Kubernetes orders by path."""
     mine, theirs = PurePosixPath(posixpath.normpath(mount_path)), PurePosixPath(taken)
-    return mine == theirs or mine in theirs.parents or theirs in mine.parents
+    return mine == theirs or mine in theirs.parents
 
 
 def _label_value(value: str) -> bool:
