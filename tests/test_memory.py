@@ -40,15 +40,16 @@ def test_a_built_trunk_needs_nothing_of_the_file(name, arithmetic):
         model.raw("token_embd.weight")
 
 
+# VmHWM is this process's own peak (ru_maxrss keeps the parent's across fork and exec: pytest's own size).
 PROBE = """
-import resource, sys
+import sys
 import torch
 from power.runtime.gguf_weights import GGUFFile
-def rss():
-    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmRSS"))
-base = rss()
+def status(key):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))
+base = status("VmRSS")
 model = GGUFFile(sys.argv[1])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+print(status("VmHWM") - base)
 """
 
 
