@@ -210,6 +210,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR510": ("error", "the devices do not suit the engine (several devices for Power's runtime, a tensor-parallel "
                         "size other than the device count, a CPU among GPUs)"),
     "PWR511": ("error", "a quantized V cache without flash attention (llama-server refuses to start)"),
+    "PWR512": ("error", "a KV cache type Power's runtime does not hold (it holds f32, f16, bf16 and q8_0)"),
+    "PWR513": ("error", "a q8_0 KV cache for key/value heads whose width is not a whole number of 32-value blocks"),
+    "PWR514": ("error", "a q8_0 KV cache on the GPU path, whose attention reads f32, f16 and bf16 caches"),
     # PWR52x the host's memory at load time (runtime/host_memory.py)
     "PWR520": ("error", "the host cannot hold the weights the runtime would load (refused before loading, with both figures)"),
     # PWR53x the drafter's placement (checks/devices.py, engines/)

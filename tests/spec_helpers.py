@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from power.artifacts import factory
+from power.documents.kv_types import F32
 from power.runtime.decoder import Decoder
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams
@@ -80,22 +81,29 @@ def gguf(name: str) -> GGUFFile:
     return GGUFFile(target_path(name))
 
 
-def trunk(name: str, snapshot_rows: int = CAPACITY - 1):
-    """One trunk per model (per S for the hybrid, whose recurrent snapshots S sizes), reused across tests."""
-    return _trunk(name, snapshot_rows if name == "hybrid" else 0)
+def trunk(name: str, snapshot_rows: int = CAPACITY - 1, kv_type: str = F32):
+    """One trunk per model (per S for the hybrid, whose recurrent snapshots S sizes; per KV cache type), reused across
+    tests."""
+    return _trunk(name, snapshot_rows if name == "hybrid" else 0, kv_type)
 
 
 @lru_cache(maxsize=None)
-def _trunk(name: str, snapshot_rows: int):
+def _trunk(name: str, snapshot_rows: int, kv_type: str):
     n_ctx = 1024 if name == "gemma" else 2048
-    return load_trunk(gguf(name), n_ctx=n_ctx, verify_capacity=CAPACITY, snapshot_rows=snapshot_rows)
+    return load_trunk(gguf(name), n_ctx=n_ctx, verify_capacity=CAPACITY, snapshot_rows=snapshot_rows, kv_type=kv_type)
+
+
+def plain_stream(name: str, n_tokens: int, seed: int = 0, temperature: float = 0.0,
+                 kv_type: str = F32) -> tuple[int, ...]:
+    """The autoregressive continuation of the model's test prompt (prompt excluded), computed once per arguments
+    however they are passed (a second run would move the shared trunk under a test that holds it)."""
+    return _plain_stream(name, n_tokens, seed, temperature, kv_type)
 
 
 @lru_cache(maxsize=None)
-def plain_stream(name: str, n_tokens: int, seed: int = 0, temperature: float = 0.0) -> tuple[int, ...]:
-    """The autoregressive continuation of the model's test prompt (prompt excluded)."""
+def _plain_stream(name: str, n_tokens: int, seed: int, temperature: float, kv_type: str) -> tuple[int, ...]:
     params = SamplingParams(temperature=temperature, seed=seed)
-    generation = Decoder(trunk(name), Sampler(params)).generate(prompt_for(name), n_tokens)
+    generation = Decoder(trunk(name, kv_type=kv_type), Sampler(params)).generate(prompt_for(name), n_tokens)
     return tuple(generation.tokens)
 
 
@@ -141,25 +149,27 @@ class Oracle(Speculator):
         del self.asked[asked:]
 
 
-def oracle_for(name: str, n_tokens: int, plan: Sequence[int | None] = (), then: int | None = None) -> Oracle:
-    truth = prompt_for(name) + list(plain_stream(name, n_tokens))
+def oracle_for(name: str, n_tokens: int, plan: Sequence[int | None] = (), then: int | None = None,
+               kv_type: str = F32) -> Oracle:
+    truth = prompt_for(name) + list(plain_stream(name, n_tokens, kv_type=kv_type))
     return Oracle(truth, plan, then, vocab=trunk(name).config.vocab_size)
 
 
-def built(kind: str, model: str, target) -> Speculator:
+def built(kind: str, model: str, target, kv_type: str = F32) -> Speculator:
     """A real speculator of `kind` for `target` (a trunk of `model`); DSpark's confidence gate at 0 so that its
     blocks are verified (with random weights its header threshold gates nearly every block)."""
     drafter = fixture_dir() / DRAFTERS[kind] if kind in DRAFTERS else None
     request = SpeculatorRequest(target, drafter=drafter and GGUFFile(drafter), target=gguf(model), p_min=0.0,
-                                ngram=NGramWindow(2, 1, 64))
+                                ngram=NGramWindow(2, 1, 64), kv_type=kv_type)
     speculator = build_speculator(kind, request)
     assert not isinstance(speculator, Decline), str(speculator)
     return speculator
 
 
-def speculative(name: str, speculator: Speculator | None, k: int, s: int, adaptive: bool = False, **params) -> Decoder:
+def speculative(name: str, speculator: Speculator | None, k: int, s: int, adaptive: bool = False, kv_type: str = F32,
+                **params) -> Decoder:
     return Decoder(
-        trunk(name, s),
+        trunk(name, s, kv_type),
         Sampler(SamplingParams(**params)),
         speculator,
         SchedulerConfig(k=k, s=s, adaptive=adaptive),

@@ -393,3 +393,19 @@ def test_a_concurrency_above_the_plans_slots_is_refused_before_anything_runs() -
     result = invoke(fixture_plan("slots"), "--vs", fixture_plan("slots-none"), "--concurrency", "1,8")
     assert result.exit_code == 2 and "PWR475" in result.output and "4 request(s) at once" in result.output
     assert "warm-up" not in result.output
+
+
+def test_a_pair_that_both_drafts_has_no_negative_control_rather_than_a_broken_one() -> None:
+    """Issue 40 (low): "negative control: does not hold" when both plans speculate by design (K7 against K5)."""
+    from evidence_helpers import evidence_document
+
+    from power.app.bench_report import summary_lines
+
+    document = evidence_document("a" * 64, "b" * 64)
+    both = {"label": "baseline", "draft_n": {"candidate": 24, "baseline": 12}, "holds": False,
+            "reason": "no zero-draft control: candidate proposed 24, baseline 12"}
+    assert any(line.startswith("negative control: none (both plans draft) - no zero-draft control") for line in
+               summary_lines(document | {"negative_control": both}))
+    broken = both | {"draft_n": {"candidate": 0, "baseline": 0}}
+    assert any(line.startswith("negative control: does not hold") for line in summary_lines(
+        document | {"negative_control": broken}))

@@ -146,7 +146,7 @@ def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
                                                                 digest(fixture("mtp-sidecar")))
         assert drafter.target_sha256 == plan.target.sha256 and drafter.contract == {"nextn_predict_layers": 1}
     assert "sidecar" in plan.mode.reason
-    weights = {c.name: c.bytes for c in plan.memory.components}
+    weights = {c.name: c.bytes for c in plan.memory.host}  # the drafters run on the CPU: host memory beside a GPU
     assert weights["drafter weights"] > 0
     plan, _ = compiled(manifest, write_profile(tmp_path, "auto"), engine="llama-server")
     assert plan is not None
@@ -172,7 +172,7 @@ def test_a_gemma3_mtp_sidecar_plans_for_its_target_and_nowhere_else(tmp_path):
     assert plan is not None, [f.render() for f in findings]
     (drafter,) = plan.drafters
     assert drafter.kind == "mtp" and drafter.contract == {"nextn_predict_layers": 1}
-    ring = next(c for c in plan.memory.components if c.name == "drafter KV")
+    ring = next(c for c in plan.memory.host if c.name == "drafter KV")
     assert "256 B per position" in ring.detail and "no sliding window" in ring.detail  # its one global block
     elsewhere = {"dense-target": "general.architecture is gemma3, the target's qwen3",
                  "hybrid-target": "general.architecture is gemma3, the target's qwen35"}

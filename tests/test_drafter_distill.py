@@ -62,6 +62,7 @@ def test_the_trained_block_rows_are_the_runtime_drafters_rows(tmp_path, kind):
     tokens = [5, 77, 300, 12, 9, 140, 201, 33, 60, 2]
     out = trunk.prefill(tokens[:-1], drafter.taps)
     drafter.commit(tokens[:-1], out.hidden, 0)
+    drafter._catch_up()  # a proposal would run the queued rows first
     features = torch.cat([out.hidden[t] for t in hp.target_layers], dim=-1)
     features = torch.cat([features, torch.zeros(1, features.shape[1])])  # the anchor's row is never read
     trained = net.rows(features, torch.tensor(tokens), torch.tensor([len(tokens) - 1]))[0].detach()

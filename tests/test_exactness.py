@@ -26,6 +26,7 @@ from spec_helpers import (
     trunk,
 )
 
+from power.documents.kv_types import BF16, F16, Q8_0
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.base import Decline, SpeculatorRequest
 from power.runtime.speculators.registry import build, create
@@ -37,16 +38,16 @@ GEMMA_TOKENS = 40
 KS = [(k, s) for k in (1, 3, 7, 10) for s in sorted({k, k - 1, 1}) if s >= 1]
 
 
-def _speculator(kind: str, model: str, k: int, s: int, n_tokens: int):
+def _speculator(kind: str, model: str, k: int, s: int, n_tokens: int, kv_type: str):
     if kind == "oracle":
-        return oracle_for(model, n_tokens, then=k // 2)  # every round partially wrong, half-way in
-    return built(kind, model, trunk(model, s))
+        return oracle_for(model, n_tokens, then=k // 2, kv_type=kv_type)  # every round partially wrong, half-way in
+    return built(kind, model, trunk(model, s, kv_type), kv_type)
 
 
-def _assert_exact(model: str, kind: str, k: int, s: int, n_tokens: int) -> None:
-    speculator = _speculator(kind, model, k, s, n_tokens)
-    generation = speculative(model, speculator, k, s).generate(prompt_for(model), n_tokens)
-    reference = plain_stream(model, n_tokens)
+def _assert_exact(model: str, kind: str, k: int, s: int, n_tokens: int, kv_type: str = "f32") -> None:
+    speculator = _speculator(kind, model, k, s, n_tokens, kv_type)
+    generation = speculative(model, speculator, k, s, kv_type=kv_type).generate(prompt_for(model), n_tokens)
+    reference = plain_stream(model, n_tokens, kv_type=kv_type)
     assert tuple(generation.tokens) == reference
     assert generation.stats.proposed > 0
     guarded_replays = generation.stats.replays > 0
@@ -80,6 +81,18 @@ def test_a_gemma3_mtp_sidecar_speculates_exactly_through_accepted_and_rejected_c
 @pytest.mark.parametrize("kind, k, s", [("oracle", 10, 9), ("ngram", 7, 7), ("ngram", 3, 1), ("oracle", 1, 1)])
 def test_gemma_greedy_speculation_equals_autoregressive(kind, k, s):
     _assert_exact("gemma", kind, k, s, GEMMA_TOKENS)
+
+
+# The KV cache types: each cache row is rounded as it is written, by itself, so speculation stays exact with each (the
+# fixtures' 16-wide heads hold no q8_0 block: gemma3's 32-wide and the real Gemma's 256-wide ones do). S < K on the
+# hybrid: guarded replays.
+KV_CASES = [("dense", "oracle", F16), ("dense", "dflash", BF16), ("hybrid", "mtp", F16), ("hybrid", "ngram", BF16),
+            ("gemma3", "oracle", F16), ("gemma3", "oracle", BF16), ("gemma3", "oracle", Q8_0), ("gemma", "ngram", Q8_0)]
+
+
+@pytest.mark.parametrize("model, kind, kv_type", KV_CASES)
+def test_greedy_speculation_equals_autoregressive_with_every_kv_type(model, kind, kv_type):
+    _assert_exact(model, kind, 7, 3, GEMMA_TOKENS if model == "gemma" else FIXTURE_TOKENS, kv_type)
 
 
 @pytest.mark.parametrize("verify", ["match", "rejection"])

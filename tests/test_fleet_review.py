@@ -207,6 +207,17 @@ def test_the_summary_counts_in_words_that_agree_with_the_count(world: World) -> 
     assert result.exit_code == 1 and "2 hosts, 2 deployments: 1 error, 0 warnings" in result.output, result.output
 
 
+def test_findings_name_their_files_one_way(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40 (low): the fleet file's findings were relative as given, its profiles' absolute (resolved)."""
+    world.fleet(TWO_HOSTS, CLEAN.replace("profiles/balanced.toml", "profiles/guarded.toml").replace('host = "ws-2"',
+                                                                                               'host = "ws-9"'))
+    monkeypatch.chdir(world.root)
+    result = review("fleet.toml")
+    located = [line.split(":", 1)[0] for line in result.output.splitlines() if ": PWR" in line]
+    assert "fleet.toml" in located and "profiles/guarded.toml" in located, result.output
+    assert not any(Path(name).is_absolute() for name in located), located
+
+
 def test_another_fleets_lock_is_refused_and_never_rewritten(world: World) -> None:
     """Issue 40.1: two fleets in one folder shared fleet.lock, and the second's --write-lock removed the first's plans
     and rollout history. A lock names its fleet; every command refuses another fleet's, leaving it byte for byte."""

@@ -100,9 +100,11 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def engine(arithmetic: str = FLOAT32) -> Engine:
-    """Gemma in `arithmetic` (the float32 reference unless named; a plan-less run is quantised)."""
+    """Gemma in `arithmetic` (the float32 reference unless named; a plan-less run is quantised), its KV caches in f32
+    (a plan-less run holds them in f16, a default plan's type): what is measured here is the arithmetic."""
     workload = Workload.of_gguf(gemma(), ctx=600)
-    return Engine(dataclasses.replace(workload, runtime=workload.runtime.model_copy(update={"arithmetic": arithmetic})))
+    return Engine(dataclasses.replace(workload, runtime=workload.runtime.model_copy(
+        update={"arithmetic": arithmetic, "kv_cache_type": "f32", "draft_kv_cache_type": "f32"})))
 
 
 def test_float32_trunk_logits_agree_with_the_float64_reference():

@@ -180,3 +180,20 @@ def test_a_gguf_with_no_tensors_is_refused_by_plan_and_run(tmp_path):
     assert planned.exit_code == 1 and "PWR124" in codes(planned) and "no tensors" in planned.stdout
     ran = run(model)
     assert ran.exit_code == 2 and codes(ran)[0] == "PWR124"
+
+
+def test_an_architecture_name_with_a_nul_is_refused_at_its_key(tmp_path):
+    """Issue 38 (low): general.architecture = "qwen3\\0evil" (its keys under that prefix) planned; it prefixes every
+    key and is written into plans and launch lines, so plan, run and inspect refuse it at the key."""
+    architecture, metadata, shapes = dense_layout()
+    named = "qwen3\x00evil"
+    values = {key.replace("qwen3.", f"{named}.", 1): value
+              for key, value in (metadata | factory.tokenizer_metadata(TOKENIZER)).items()}
+    tensors = {name: Tensor(np.ones(shape, np.float32)) for name, shape in shapes.items()}
+    model = write_gguf(tmp_path / "model.gguf", named, values, tensors)
+    planned = plan(model, tmp_path)
+    assert planned.exit_code == 1 and "PWR123" in codes(planned), planned.output
+    finding = next(f for f in json.loads(planned.stdout)["findings"] if f["code"] == "PWR123")
+    assert finding["where"] == "general.architecture" and finding["offset"] is not None
+    assert "PWR123" in codes(power("inspect", "--json", "--no-hash", model))
+    assert run(model).exit_code == 2

@@ -12,7 +12,9 @@ import math
 import pytest
 import torch
 
+from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.kernels.cpu import available_paths, rowops
+from power.runtime import kv_rows
 
 PATHS = available_paths()
 
@@ -54,6 +56,23 @@ def test_attention_agrees_with_its_reference(path: str, window: int | None) -> N
     got = rowops.attention(q, k, v, positions, window, 1 / math.sqrt(48), path)
     want = rowops.reference_attention(q, k, v, positions, window, 1 / math.sqrt(48))
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kv_type", RUNTIME_KV_TYPES)
+def test_attention_over_stored_rows_is_attention_over_the_values_they_hold(path: str, kv_type: str) -> None:
+    """A cache held in f16, bf16 or q8_0 rows gives the same bits as the float32 cache of the values read back:
+    reading a stored row is exact, and the arithmetic after it is the float32 kernel's."""
+    k, v = cache(15, head_dim=64)
+    stored_k, stored_v = kv_rows.encode(k, kv_type), kv_rows.encode(v, kv_type)
+    q = torch.randn(5, 4, 64, generator=generator(16))
+    positions = torch.tensor([0, 9, 33, 60, 95])
+    got = rowops.attention(q, stored_k, stored_v, positions, None, 0.125, path)
+    held = rowops.attention(q, kv_rows.decode(stored_k, kv_type), kv_rows.decode(stored_v, kv_type), positions,
+                            None, 0.125, path)
+    assert torch.equal(got, held)
+    if kv_type != "f32":  # the rounding is real: the values held are not the float32 ones
+        assert not torch.equal(got, rowops.attention(q, k, v, positions, None, 0.125, path))
 
 
 def test_attention_reads_only_the_slots_up_to_a_row_and_within_its_window() -> None:

@@ -159,16 +159,22 @@ def test_a_plan_renders_alone_with_pulling_on(tmp_path, hub):
         assert run("plan", tmp_path / "manifests" / f"{name}.toml", tmp_path / "profiles" / "ngram.toml", "--host",
                    host, "-o", plans[name]).exit_code == 0
     result = run("render", plans["published"], "--target", "kubernetes", "--host", host, "--models-claim", "models",
-                 "--models-pull")
+                 "--models-pull", "--models-token-secret", "hf-token")
     assert result.exit_code == 0, result.output
     documents = list(yaml.safe_load_all(result.output))
     for document in documents:
         assert kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
     pod = documents[1]["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["initContainers"]] == ["pull", "verify"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in \
+        pod["initContainers"][0]["env"]
+    assert not any(e["name"] == "HF_TOKEN" for c in [pod["initContainers"][1], *pod["containers"]] for e in c["env"])
     assert {"name": "models", "persistentVolumeClaim": {"claimName": "models", "readOnly": False}} in pod["volumes"]
     unsourced = run("render", plans["dense"], "--target", "kubernetes", "--host", host, "--models-empty-dir",
                     "--models-pull")
     assert unsourced.exit_code == 1 and "PWR140" in unsourced.output
     no_pull = run("render", plans["published"], "--target", "kubernetes", "--host", host, "--models-empty-dir")
     assert no_pull.exit_code == 2 and "set pull = true" in no_pull.output
+    stray = run("render", plans["published"], "--target", "kubernetes", "--host", host, "--models-claim", "models",
+                "--models-token-secret", "hf-token")
+    assert stray.exit_code == 2 and "token_secret is the pull's Hub token" in stray.output

@@ -166,3 +166,12 @@ def test_an_artifact_missing_with_no_source_is_refused(tmp_path):
     path.write_text(f'schema = "power.manifest/v1"\nname = "x"\n[target]\npath = "t.gguf"\nsha256 = "{"0" * 64}"\n')
     result = subprocess.run([POWER, "pull", str(path), "--json"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and codes(result) == ["PWR140"]
+
+
+def test_usage_errors_exit_2(tmp_path):
+    missing = subprocess.run([POWER, "pull", str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "PWR001" in missing.stderr
+    plan = tmp_path / "plan.json"
+    plan.write_text("{not json")
+    broken = subprocess.run([POWER, "pull", str(plan)], capture_output=True, text=True, timeout=120)
+    assert broken.returncode == 2 and "PWR080" in broken.stderr

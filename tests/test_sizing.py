@@ -19,12 +19,13 @@ from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
 from power.documents import geometry
 from power.documents.arithmetic import ARITHMETICS, FLOAT32
+from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
 from power.orchestrator.compile import target_vocab
 from power.orchestrator.engines import adapter
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.sizing.placement import place_layers
-from power.runtime import kv_cache
+from power.runtime import kv_cache, kv_rows
 from power.runtime.trunks import load_trunk
 from power.runtime.trunks.base import DEFAULT_PREFILL_CHUNK
 
@@ -101,23 +102,72 @@ def test_recurrent_rows_per_sequence_and_rollback_rows():
     assert parts(four)["recurrent state"] == parts(one)["recurrent state"] * 4 * (1 + 3)
 
 
-def test_power_runtime_kv_is_the_runtimes_own_allocation():
+# q8_0 only where the heads are whole 32-value blocks (the plan refuses the 16-wide fixtures': PWR513, below).
+@pytest.mark.parametrize("name,kv_type", [(name, kv_type) for name in ("gemma", "gemma3-target", "dense-target",
+                                                                       "hybrid-target")
+                                          for kv_type in RUNTIME_KV_TYPES
+                                          if kv_type != "q8_0" or name in ("gemma", "gemma3-target")])
+def test_power_runtime_kv_is_the_runtimes_own_allocation(name, kv_type):
     """Power's runtime keeps every attention layer (sliding ones too) at pad(ctx + max(verify, prefill chunk), 256)
-    positions, in f32: the plan's figure is what the runtime's trunk allocates."""
-    dense = inspect_artifact(fixture("dense-target"))
-    sizing = size_plan("power", dense, None, Request(ctx=1000, verify_rows=8, vocab=300), CPU)
-    trunk = load_trunk(fixture("dense-target"), n_ctx=1000, verify_capacity=8)
-    allocated = sum(cache.k.nbytes + cache.v.nbytes for layer in trunk.layers for cache in layer.caches)
-    assert parts(sizing)["target KV"] == allocated == 4 * 2 * 16 * 2 * 4 * 1280
-    assert (geometry.ATTENTION_BLOCK, geometry.PREFILL_CHUNK) == (kv_cache.ATTENTION_BLOCK, DEFAULT_PREFILL_CHUNK)
+    positions, in the plan's KV type: the plan's figure is what the runtime's trunk allocates, in every type."""
+    path = gemma() if name == "gemma" else fixture(name)
+    facts = inspect_artifact(path)
+    request = Request(ctx=1000, verify_rows=8, vocab=target_vocab(facts), kv_cache_type=kv_type)
+    sizing = size_plan("power", facts, None, request, CPU)
+    trunk = load_trunk(path, n_ctx=1000, verify_capacity=8, kv_type=kv_type)
+    allocated = sum(cache.k.nbytes + cache.v.nbytes for layer in trunk.layers for cache in getattr(layer, "caches", ()))
+    assert parts(sizing)["target KV"] == allocated
     assert sizing.engine == "power"
+
+
+def test_power_runtime_kv_counts_every_layer_at_its_padded_capacity():
+    assert (geometry.ATTENTION_BLOCK, geometry.PREFILL_CHUNK) == (kv_cache.ATTENTION_BLOCK, DEFAULT_PREFILL_CHUNK)
+    dense = size_plan("power", inspect_artifact(fixture("dense-target")), None,
+                      Request(ctx=1000, verify_rows=8, vocab=300, kv_cache_type="f32"), CPU)
+    assert parts(dense)["target KV"] == 4 * 2 * 16 * 2 * 4 * 1280
     two = size_plan("power", gemma_facts(), None, Request(ctx=1000, verify_rows=8, slots=2, vocab=GEMMA_VOCAB), CPU)
-    assert parts(two)["target KV"] == 18 * 1 * (256 + 256) * 4 * 768 * 2  # sliding layers too, ctx / 2 a slot
+    assert parts(two)["target KV"] == 18 * 1 * (256 + 256) * 2 * 768 * 2  # f16, sliding layers too, ctx / 2 a slot
+
+
+@pytest.mark.parametrize("kv_type", RUNTIME_KV_TYPES)
+def test_the_plans_kv_is_what_the_engine_holds_in_every_kv_type(tmp_path, kv_type):
+    """The plan's target KV is the bytes the engine's caches hold in the profile's kv_cache_type (gemma3-target: heads
+    32 wide, one q8_0 block a row), and the receipt says which type that is."""
+    from power.runtime.engine import Engine, EngineOptions, Workload
+
+    manifest = write_manifest(tmp_path, "gemma3-target", [{"kind": "ngram"}])
+    plan_path = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", str(manifest), str(write_profile(tmp_path, "ngram", runtime={
+        "ctx": 512, "slots": 2, "kv_cache_type": kv_type})), "--device", "8 GiB", "-o", str(plan_path)])
+    assert result.exit_code == 0, result.output
+    plan = load_plan(plan_path)
+    engine = Engine(Workload.of_plan(plan, plan_path), EngineOptions())
+    caches = [cache for layer in engine.trunk.layers for cache in (layer.caches.k, layer.caches.v)]
+    assert {cache.dtype for cache in caches} == {kv_rows.DTYPES[kv_type]}
+    held = sum(cache.nbytes for cache in caches)
+    planned = {c.name: c for c in plan.memory.components}["target KV"]
+    assert planned.bytes == held and planned.detail.endswith(f"x {kv_type}")
+    assert held == {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}[kv_type] * 6 * 2 * 32 * 512 * 2
+    receipt = engine.generate("hello there", 4)
+    assert receipt.runtime["kv_cache_type"] == kv_type
+
+
+def test_a_kv_type_the_runtime_does_not_hold_is_refused_at_the_profiles_key(tmp_path):
+    """q4_0 is not a type Power's runtime holds (PWR512); q8_0 needs head rows of whole 32-value blocks (PWR513: the
+    dense fixture's heads are 16 wide). Neither plans, and nothing is downgraded."""
+    manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
+    for kv_type, code in (("q4_0", "PWR512"), ("q8_0", "PWR513")):
+        profile = write_profile(tmp_path, "ngram", runtime={"kv_cache_type": kv_type})
+        result = CliRunner().invoke(main, ["plan", str(manifest), str(profile), "--device", "8 GiB", "-o",
+                                           str(tmp_path / "plan.json")])
+        assert result.exit_code != 0 and code in result.output and "kv_cache_type = " in result.output, result.output
+        assert not (tmp_path / "plan.json").exists()
 
 
 def test_the_plans_slots_are_what_the_engine_allocates(tmp_path):
     """Defect 3: with ctx 1024 and 4 slots the plan charged 1024 positions a slot (5,242,880 B of target KV) while
-    `Engine` gives each slot ctx / slots = 256 (2,097,152 B). The plan and the engine now read one geometry."""
+    `Engine` gives each slot ctx / slots = 256 (2,097,152 B in f32). The plan and the engine now read one geometry
+    (and, since, one KV type: the profile's f16, 1,048,576 B)."""
     from power.runtime.engine import Engine, EngineOptions, Workload
 
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
@@ -129,7 +179,7 @@ def test_the_plans_slots_are_what_the_engine_allocates(tmp_path):
     engine = Engine(Workload.of_plan(plan, plan_path), EngineOptions())
     allocated = sum(cache.k.nbytes + cache.v.nbytes for layer in engine.trunk.layers for cache in layer.caches)
     assert plan.memory.slots.ctx_per_slot == engine.n_ctx == 256
-    assert {c.name: c.bytes for c in plan.memory.components}["target KV"] == allocated == 2_097_152
+    assert {c.name: c.bytes for c in plan.memory.components}["target KV"] == allocated == 1_048_576  # in f16
 
 
 @pytest.mark.parametrize("arithmetic", ARITHMETICS)
@@ -143,6 +193,72 @@ def test_power_runtime_weights_are_what_the_loader_holds(name, arithmetic):
     planned = parts(size_plan("power", facts, None, request, CPU))["target weights"]
     trunk = load_trunk(path, n_ctx=256, verify_capacity=4, arithmetic=arithmetic)
     assert planned == trunk.weight_bytes
+
+
+def test_power_runtime_mtp_head_weights_are_what_the_head_holds():
+    """The MTP head's matrices stay in their GGUF blocks (the CPU kernels' tiles), its vectors f32: the plan charges
+    exactly what the loaded head holds (it once charged every element as f32)."""
+    from spec_helpers import built, trunk
+
+    facts = inspect_artifact(fixture("hybrid-target"))
+    request = Request(ctx=256, verify_rows=4, vocab=target_vocab(facts), use_mtp=True)
+    planned = parts(size_plan("power", facts, None, request, CPU))["MTP head weights"]
+    assert planned == built("mtp", "hybrid", trunk("hybrid")).weight_bytes
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dflash2", "dspark"])
+def test_power_runtime_block_drafter_weights_are_what_the_drafter_holds(kind):
+    """A block drafter's matrices stay in their GGUF blocks (the CPU kernels' tiles), a DSpark Markov table in its GGUF
+    rows, the rest f32: the plan charges what the loaded drafter holds (it once dequantised every tensor to f32)."""
+    from spec_helpers import DRAFTERS, built, fixture_dir, trunk
+
+    from power.orchestrator.sizing import power_runtime
+    from power.runtime.linear import CPU_TYPES
+    from power.runtime.speculators.dflash import held_bytes
+
+    assert power_runtime.CPU_TYPES == CPU_TYPES
+    target = inspect_artifact(fixture("dense-target"))
+    drafter = inspect_artifact(fixture_dir() / DRAFTERS[kind])
+    request = Request(ctx=256, verify_rows=11, vocab=target_vocab(target))
+    planned = parts(size_plan("power", target, drafter, request, CPU))["drafter weights"]
+    loaded = built(kind, "dense", trunk("dense"))
+    assert planned == held_bytes(loaded.w) < sum(t.nbytes for t in drafter.tensors) * 4
+
+
+def test_power_runtime_recurrent_state_is_at_most_what_the_plan_charges():
+    """A hybrid slot holds its live state, the state its last forward started from and the one at its last whole
+    prefill chunk, sharing tensors where they are the same, plus its last forward's replay inputs: after a prefill
+    that ends a chunk and a speculative-sized forward they are all distinct, and the plan charges that much."""
+    facts = inspect_artifact(fixture("hybrid-target"))
+    request = Request(ctx=256, verify_rows=4, vocab=target_vocab(facts), snapshots=3)
+    planned = parts(size_plan("power", facts, None, request, CPU))["recurrent state"]
+    trunk = load_trunk(fixture("hybrid-target"), n_ctx=256, verify_capacity=4, snapshot_rows=3)
+    trunk.prefill([3 + i % 50 for i in range(64)])  # two whole chunks of 32 rows: the chunk's state at 64
+    trunk.forward([6])
+    trunk.forward([7, 8, 9, 10])  # started at 65, live at 69
+    window = trunk.windows[0]
+    states = [t for held in (trunk.states[0], window.base, trunk.chunk_states[0][1]) for s in held.values()
+              for t in (s.conv, s.delta)]
+    inputs = [t for i in window.inputs.values() for t in (i.qkv, i.decay, i.beta)]
+
+    def distinct(tensors):
+        return sum({t.data_ptr(): t.nbytes for t in tensors}.values())
+
+    assert distinct(states) == sum(t.nbytes for t in states)  # three distinct states
+    per_row = distinct(inputs) // 4
+    assert planned == distinct(states) + per_row * 32  # at most a prefill chunk's 32 rows of inputs
+
+
+def test_on_a_gpu_the_drafters_are_host_memory():
+    """The learned drafters run on the CPU: on a GPU plan their weights, caches and compute are host memory, outside
+    the device's verdict; on a CPU plan they count on the device (the host)."""
+    target, dspark = _qwen_headers()
+    request = Request(ctx=4096, verify_rows=11, vocab=248_320, use_mtp=True, snapshots=7)
+    gpu = size_plan("power", target, dspark, request, GPU)
+    assert {"MTP head weights", "MTP head KV", "drafter weights", "drafter KV"} <= set(host_parts(gpu))
+    assert not {"MTP head weights", "drafter weights"} & set(parts(gpu))
+    cpu = size_plan("power", target, dspark, request, (DeviceBudget(0, "cpu", 64 * GiB, 0, "cpu"),))
+    assert {"MTP head weights", "drafter weights"} <= set(parts(cpu)) and not cpu.host
 
 
 def test_the_27b_q6k_target_plans_for_power_on_a_48_gib_device():
@@ -223,7 +339,7 @@ def test_a_2048_window_caps_the_drafter_kv():
     # llama.cpp's sliding cache: pad(2048 + n_ubatch 512, 256) = 2560 cells of 20 KiB
     assert parts(llama)["drafter KV (sliding)"] == 20 * KiB * 2560
     power = size_plan("power", target, dflash, Request(ctx=262_144, vocab=248_320), GPU)
-    assert parts(power)["drafter KV"] == 40 * KiB * 2048  # Power's ring: the window itself, in f32
+    assert host_parts(power)["drafter KV"] == 40 * KiB * 2048  # Power's ring: the window itself, in f32, on the host
 
 
 def test_q6k_target_is_the_reference_artifact_size():
@@ -387,3 +503,28 @@ def test_every_total_grows_with_the_context(a, b, s, slots, unified, cache, flas
 @cache
 def _qwen_headers():
     return inspect_artifact(fixture("qwen36-27b-q6k")), inspect_artifact(fixture("qwen36-27b-dspark"))
+
+
+# The bundled Qwen3.6-27B profiles (docs/sizing.md, "The production profiles on Power's runtime").
+QWEN_PROFILES = ["balanced-k7s7", "guarded-k7s6", "q6k-peak-fr8192", "dspark-k10s6", "dflash2", "target-only"]
+
+
+@pytest.mark.parametrize("profile", QWEN_PROFILES)
+def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_path, profile):
+    """Each bundled Qwen3.6-27B profile, with its own KV type (f16), fits a 24 GiB GPU on Power's runtime: the target's
+    weights in their GGUF rows, the KV in f16, three recurrent states plus replay inputs; the learned drafters (MTP head,
+    DSpark, DFlash2, in their GGUF blocks) are host memory beside it."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
+                                                           {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}],
+                              hashed=False, quant="Q6_K", architecture="qwen35")
+    result = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / f"{profile}.toml"), "--device", "24GiB",
+                                       "--engine", "power", "--json"])
+    assert result.exit_code == 0, result.output
+    memory = json.loads(result.stdout)["memory"]
+    assert memory["verdict"] == "fits" and memory["margin_bytes"] > 512 * MiB, memory["margin_bytes"] / MiB
+    device = {c["name"]: c for c in memory["devices"][0]["components"]}
+    assert device["target KV"]["detail"].endswith("x f16")
+    assert device["recurrent state"]["bytes"] < 600 * MiB  # 1.17 GiB of f32 snapshots at S = 7 before
+    host = {c["name"]: c["bytes"] for c in memory["host"]}
+    if profile == "dflash2" or profile.startswith("dspark"):
+        assert host["drafter weights"] < 2 * GiB  # 6.6 GiB dequantised to f32 before

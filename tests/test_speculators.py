@@ -82,7 +82,7 @@ def test_block_drafters_propose_one_block_from_the_target_taps(kind):
 def test_dflash2_selector_walk_conditions_each_position_on_its_predecessor():
     drafter, tokens = _armed("dense", "dflash2")
     rows = drafter._block(tokens[-1])[1:]
-    candidates = drafter._unary(drafter.head.logits(rows)).topk(drafter.hp.selector_top_k, dim=-1).indices
+    candidates = drafter._unary(drafter.head.draft_logits(rows)).topk(drafter.hp.selector_top_k, dim=-1).indices
     walked = drafter._selector_walk(tokens[-1], rows)
     assert all(t in candidates[e].tolist() for e, t in enumerate(walked))  # every pick is a top-k candidate
     # Random fixture codebooks are too small to outvote the unary term; scaled up, the predecessor decides.

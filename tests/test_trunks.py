@@ -16,6 +16,7 @@ import torch
 from gguf_helpers import assert_rows_match_alone, fixtures, gemma
 
 from power.documents.arithmetic import ARITHMETICS, FLOAT32, QUANTISED
+from power.documents.kv_types import F32, Q8_0, RUNTIME_KV_TYPES
 from power.runtime.errors import ContextOverflow
 from power.runtime.trunks import load_trunk
 from power.runtime.trunks.base import Part
@@ -43,6 +44,14 @@ def tokens_for(name: str) -> tuple[list[int], list[int]]:
 
 
 TRUNKS = [(name, arithmetic) for name in ("gemma", "dense-target", "hybrid-target") for arithmetic in ARITHMETICS]
+# Every KV type on every trunk whose head rows it stores (q8_0 needs whole blocks of 32: the fixtures' heads are 16 wide,
+# gemma3-target's 32, the real Gemma's 256).
+KV_TRUNKS = [(name, kv_type) for name in ("gemma", "gemma3-target", "dense-target", "hybrid-target")
+             for kv_type in RUNTIME_KV_TYPES if kv_type != Q8_0 or name.startswith("gemma")]
+
+
+def path_of(name: str):
+    return gemma() if name == "gemma" else fixtures()[name]
 
 
 def test_the_quantised_arithmetic_runs_real_rows_on_the_cpu_and_the_reference_pads():
@@ -72,12 +81,12 @@ def test_a_row_is_bit_identical_alone_among_others_and_after_rewind(name, arithm
     assert torch.equal(again.logits[0], together.logits[-1]), "re-forward after rewind differs"
 
 
-@pytest.mark.parametrize("name", ["gemma", "dense-target", "hybrid-target"])
-def test_a_row_is_the_same_bits_at_every_row_count(name):
+@pytest.mark.parametrize("name,kv_type", KV_TRUNKS)
+def test_a_row_is_the_same_bits_at_every_row_count(name, kv_type):
     """The quantised arithmetic runs a forward on its real rows: row j of a forward of n rows, for every n from 1 to
     the capacity, equals the same token forwarded alone after the same prefix (logits and taps), and so does every
-    row of a prefill chunk of any length."""
-    model = load_trunk(gemma() if name == "gemma" else fixtures()[name], n_ctx=64, verify_capacity=8, snapshot_rows=8)
+    row of a prefill chunk of any length; with every KV type (each cache row rounded by itself as it is written)."""
+    model = load_trunk(path_of(name), n_ctx=64, verify_capacity=8, snapshot_rows=8, kv_type=kv_type)
     assert model.real_rows
     vocab = model.config.vocab_size
     prefix = [t % vocab for t in PREFIX]
@@ -95,12 +104,14 @@ def test_a_row_is_the_same_bits_at_every_row_count(name):
         assert torch.equal(torch.cat([p.logits for p in pieces]), whole.logits), f"a prefill split at {n} differs"
 
 
-@pytest.mark.parametrize("name,arithmetic", TRUNKS)
-def test_rows_of_several_sequences_in_one_forward_equal_each_sequence_alone(name, arithmetic):
+@pytest.mark.parametrize("name,arithmetic,kv_type", [(name, arithmetic, F32) for name, arithmetic in TRUNKS]
+                         + [(name, QUANTISED, kv_type) for name, kv_type in KV_TRUNKS if kv_type != F32])
+def test_rows_of_several_sequences_in_one_forward_equal_each_sequence_alone(name, arithmetic, kv_type):
     """Three sequences of different lengths share one forward (and one prefill chunk): every row, logits and taps,
-    equals the same rows forwarded in their own slot alone - whatever row offset their segment had."""
-    path = gemma() if name == "gemma" else fixtures()[name]
-    model = load_trunk(path, n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, arithmetic=arithmetic, slots=3)
+    equals the same rows forwarded in their own slot alone - whatever row offset their segment had; with every KV
+    type."""
+    model = load_trunk(path_of(name), n_ctx=64, verify_capacity=CAPACITY, snapshot_rows=S, arithmetic=arithmetic,
+                       slots=3, kv_type=kv_type)
     prefix, rows = tokens_for(name)
     taps = (1, model.config.n_layers)
     prompts = [prefix, prefix[:2], [*prefix, *rows]]

@@ -243,3 +243,12 @@ def test_a_fleet_naming_an_undefined_host_fails_validate(tmp_path):
     assert f"{fleet}:8:8: PWR060 [error] deployment ws-01/qwen names host 'ws-01'" in result.output
     assert "did you mean 'ws-1'?" in result.output
     assert f"{fleet}:14:10: PWR060 [error] host ws-1 has 1 device(s); there is no device 2" in result.output
+
+
+def test_a_renamed_setting_one_table_too_high_says_where_it_goes(tmp_path):
+    """Issue 40 (low): a top-level `n_ctx` got PWR020 (unknown key) instead of the rename hint it gets in [runtime]."""
+    profile = tmp_path / "p.toml"
+    profile.write_text('schema = "power.profile/v1"\nname = "p"\nn_ctx = 4096\n')
+    result = run("validate", str(profile))
+    assert result.exit_code == 1 and f"{profile}:3:1: PWR026 [error] `n_ctx` is not Power's name" in result.output
+    assert "hint: set `ctx` in [runtime] instead" in result.output and "PWR020" not in result.output

@@ -148,3 +148,30 @@ def test_checkpoint_entries_are_checked_as_the_manifest_is_read(tmp_path, hub):
     manifest.write_text(text.replace('  { name = "config.json" },\n', "").replace('revision = "main"', f'revision = "{COMMIT}"'))
     no_config = power(hub, tmp_path, "validate", manifest)
     assert no_config.returncode == 1 and "must include config.json" in no_config.stdout + no_config.stderr
+
+
+def test_k_past_the_checkpoints_block_is_refused(tmp_path, hub):
+    manifest, profile = world(tmp_path, hub)
+    assert power(hub, tmp_path, "pull", manifest, "--pin").returncode == 0
+    profile.write_text(profile.read_text().replace("spec_draft_max = 4", "spec_draft_max = 8")
+                       .replace("spec_mtp_recurrent_snapshots = 4", "spec_mtp_recurrent_snapshots = 8"))
+    refused = power(hub, tmp_path, "plan", manifest, profile, "--device", "24 GiB", "--engine", "vllm", "--json")
+    assert refused.returncode == 1 and "PWR425" in refused.stdout and "block_size 8" in refused.stdout
+
+
+def test_the_sealed_plan_pulls_the_checkpoint_into_an_empty_folder_that_verifies(tmp_path, hub):
+    """What the Kubernetes pull init container does for a vLLM pod: `power pull PLAN` into the mounted folder."""
+    manifest, profile = world(tmp_path, hub)
+    assert power(hub, tmp_path, "pull", manifest, "--pin").returncode == 0
+    plan_path = tmp_path / "plan.json"
+    assert power(hub, tmp_path, "plan", manifest, profile, "--device", "24 GiB", "--engine", "vllm", "-o",
+                 plan_path).returncode == 0
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "dense-target.gguf").write_bytes((tmp_path / "dense-target.gguf").read_bytes())
+    pulled = power(hub, tmp_path, "pull", plan_path, "-o", models)
+    assert pulled.returncode == 0, pulled.stderr
+    assert (models / "dflash-drafter" / "tokenizer.json").read_bytes() == hub.commits[COMMIT]["tokenizer.json"]
+    verified = power(hub, tmp_path, "verify", plan_path, "--root", models)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert power(hub, tmp_path, "pull", plan_path, "--pin").returncode == 2

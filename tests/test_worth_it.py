@@ -50,6 +50,15 @@ def test_command_reports_in_the_reference_order():
     assert "LOSS" in result.output and "K=7" in result.output
 
 
+def test_rates_print_at_the_precision_the_band_prints():
+    """Issue 40 (low): a measured incumbent printed as "1.24218 tok/s" beside the band's "1.3 tok/s"."""
+    result = CliRunner().invoke(main, ["worth-it", "--target-step", "800ms", "--draft-step", "12ms", "-k", "3",
+                                       "--incumbent", "1.24218"])
+    assert result.exit_code == 0, result.output
+    assert "1.24218" not in result.output and "(incumbent 1.2 tok/s at 1.00 commit/round;" in result.output
+    assert "incumbent 1.2 tok/s -> " in result.output
+
+
 def test_command_json_and_derived_target_step():
     result = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25",
                                        "--incumbent-commit", "1.67", "--p-band", "0.4:0.6", "--json"])

@@ -63,6 +63,14 @@ def text_table(evidence: dict[str, Any]) -> str:
     return "\n".join(lines + [""] + summary_lines(evidence)) + "\n"
 
 
+def _control_state(control: dict[str, Any]) -> str:
+    """Whether the zero-draft control holds; "none" when both plans speculate by design (nothing to hold), "does not
+    hold" only when a side that should have drafted nothing, or something, did not."""
+    if control["holds"]:
+        return "holds"
+    return "none (both plans draft)" if min(control["draft_n"].values()) > 0 else "does not hold"
+
+
 def summary_lines(evidence: dict[str, Any]) -> list[str]:
     lossless = evidence["lossless"]
     lines = [f"losslessness: {'PROVEN' if lossless['proven'] else 'NOT PROVEN'} - {lossless['reason']}"]
@@ -71,7 +79,7 @@ def summary_lines(evidence: dict[str, Any]) -> list[str]:
                      f"{' (proven but for them)' if lossless.get('proven_to_near_ties') else ''}")
     control = evidence.get("negative_control")
     if control:
-        lines.append(f"negative control: {'holds' if control['holds'] else 'does not hold'} - {control['reason']}")
+        lines.append(f"negative control: {_control_state(control)} - {control['reason']}")
     host = evidence.get("host")
     if host:
         lines.append(f"host: {'BUSY' if host['busy'] else 'quiet'} - {host['reason']}")

@@ -246,6 +246,24 @@ def dspark_extra_tensors(hp: DrafterHparams) -> dict[str, tuple[int, ...]]:
     }
 
 
+# How Power's runtime holds a block drafter's tensors (power.runtime.speculators.dflash; its sizing counts the same):
+# the matrices that multiply activations in their GGUF blocks, as the target's; the table a DSpark Markov head reads
+# one row of per token as its GGUF rows; everything else (norms, convolution taps, the confidence head, DFlash2's
+# selector codebooks) in float32.
+PRODUCT, ROWS, FLOAT32 = "product", "rows", "float32"
+_DRAFTER_PRODUCTS = ("fc.weight", "selector_hidden.weight", "markov.hidden.weight", "markov.output.weight")
+_LAYER_PRODUCTS = tuple(f"{name}.weight" for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                                      "ffn_down", *(f"{s}_conv_proj" for s in CONV_SUBLAYERS)))
+_ROW_TABLES = ("markov.token_embd.weight",)
+
+
+def drafter_tensor_role(name: str) -> str:
+    """PRODUCT, ROWS or FLOAT32: how the runtime holds a block drafter's tensor `name`."""
+    if name in _DRAFTER_PRODUCTS or (name.startswith("blk.") and name.split(".", 2)[2] in _LAYER_PRODUCTS):
+        return PRODUCT
+    return ROWS if name in _ROW_TABLES else FLOAT32
+
+
 def required(value: _T | None, key: str) -> _T:
     """A hyper-parameter `key` that the drafter's kind requires (the key checks refuse a header without it)."""
     if value is None:

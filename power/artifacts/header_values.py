@@ -59,6 +59,8 @@ def require_plausible_layers(header: GGUFHeader) -> None:
     _raise_first(_Checks(header).plausible_layers())
 
 
+ARCHITECTURE_KEY = "general.architecture"
+ARCHITECTURE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 NO_TENSORS = "the file lists no tensors: it holds no model"
 NO_TENSORS_HINT = "point the manifest at the model's GGUF (a vocabulary-only file has no weights to run)"
 
@@ -96,11 +98,12 @@ def _is_number(value: Any) -> bool:
 class _Checks:
     def __init__(self, header: GGUFHeader) -> None:
         self.header, self.meta = header, header.metadata
-        architecture = self.meta.get("general.architecture")
+        architecture = self.meta.get(ARCHITECTURE_KEY)
         self.arch = architecture if isinstance(architecture, str) else ""
         self.findings: list[Finding] = []
 
     def run(self) -> list[Finding]:
+        self._architecture()
         self.findings += self.plausible_layers()
         self._ranges()
         self._block_count()
@@ -132,6 +135,14 @@ class _Checks:
         return False
 
     # --- scalar ranges ----------------------------------------------------------------------
+
+    def _architecture(self) -> None:
+        """A name of letters, digits, '_', '.' and '-' (every llama.cpp architecture is one): it prefixes every key
+        and is written into plans and launch lines, where a NUL or a line break would cut or forge one."""
+        value = self.meta.get(ARCHITECTURE_KEY)
+        if value is not None and not (isinstance(value, str) and ARCHITECTURE_NAME.fullmatch(value)):
+            self.fail("PWR123", ARCHITECTURE_KEY, f"{ARCHITECTURE_KEY} is {value!r}: expected a name of letters, "
+                      "digits, '_', '.' and '-'")
 
     def _ranges(self) -> None:
         for name in POSITIVE_INTS:

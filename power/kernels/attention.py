@@ -66,7 +66,7 @@ def attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     out = q.new_zeros(n, n_heads, v_cache.shape[-1], dtype=torch.float32)
     for row in range(n):
         slot, position = slots[row].clamp(min=0).reshape(1), positions[row]
-        k, v = k_cache.index_select(0, slot)[0], v_cache.index_select(0, slot)[0]  # [Hkv, T, d]
+        k, v = k_cache.index_select(0, slot)[0].float(), v_cache.index_select(0, slot)[0].float()  # [Hkv, T, d]
         scores = torch.bmm(q[row].float().reshape(n_kv, group, -1), k.transpose(1, 2)) * scale  # [Hkv, G, T]
         allowed = keys <= position
         if window:

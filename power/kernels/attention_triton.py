@@ -35,7 +35,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, slots_ptr, positions_ptr, ca
     acc = tl.zeros([BLOCK_G, BLOCK_DV], tl.float32)
     for block in range(first, last):
         keys = block * BLOCK_N + tl.arange(0, BLOCK_N)
-        k = tl.load(k_ptr + (base + keys[:, None]) * HEAD_K + dk[None, :], mask=(dk < HEAD_K)[None, :], other=0.0)
+        k = tl.load(k_ptr + (base + keys[:, None]) * HEAD_K + dk[None, :], mask=(dk < HEAD_K)[None, :],
+                    other=0.0).to(tl.float32)  # an f16 / bf16 cache's rows widen exactly
         scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # [BLOCK_G, BLOCK_N]
         allowed = (keys >= lowest) & (keys <= position)
         scores = tl.where(allowed[None, :], scores, float("-inf"))
@@ -43,7 +44,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, slots_ptr, positions_ptr, ca
         rescale = tl.exp(peak - new_peak)
         weights = tl.exp(scores - new_peak[:, None])
         total = total * rescale + tl.sum(weights, 1)
-        v = tl.load(v_ptr + (base + keys[:, None]) * HEAD_V + dv[None, :], mask=(dv < HEAD_V)[None, :], other=0.0)
+        v = tl.load(v_ptr + (base + keys[:, None]) * HEAD_V + dv[None, :], mask=(dv < HEAD_V)[None, :],
+                    other=0.0).to(tl.float32)
         acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision="ieee")
         peak = new_peak
     out = acc / tl.where(total > 0, total, 1.0)[:, None]  # a padding row: 0 / 1

@@ -34,6 +34,7 @@ from power.kernels import rejection as rj
 BACKENDS = ("auto", "triton", "reference")
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 PROBS = (torch.float32, torch.float64)
+CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the KV types the GPU path's caches hold
 INTEGERS = (torch.int64, torch.int32)
 
 
@@ -276,10 +277,10 @@ def _rows_of_slots(kernel: str, slots: torch.Tensor, positions: torch.Tensor, ro
 
 def _caches(kernel: str, k_cache: torch.Tensor, v_cache: torch.Tensor, n_kv: int | None,
             head_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One attention layer's caches, [slots, Hkv, capacity, d] each, with `n_kv` KV heads (None: any) of width
-    `head_k` for the keys."""
-    k_cache = _tensor(kernel, "k_cache", k_cache, ndim=4, dtypes=(torch.float32,))
-    v_cache = _tensor(kernel, "v_cache", v_cache, ndim=4, dtypes=(torch.float32,))
+    """One attention layer's caches, [slots, Hkv, capacity, d] each, of one of CACHE_DTYPES (a row is rounded to it
+    as it is written and read back exactly), with `n_kv` KV heads (None: any) of width `head_k` for the keys."""
+    k_cache = _tensor(kernel, "k_cache", k_cache, ndim=4, dtypes=CACHE_DTYPES)
+    v_cache = _tensor(kernel, "v_cache", v_cache, ndim=4, dtypes=(k_cache.dtype,))
     slots, heads, capacity, width = k_cache.shape
     if (n_kv is not None and heads != n_kv) or width != head_k or tuple(v_cache.shape[:3]) != (slots, heads, capacity):
         raise ValueError(f"{kernel}: caches have shapes {tuple(k_cache.shape)} and {tuple(v_cache.shape)}; expected "
@@ -300,6 +301,7 @@ def cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache
         raise ValueError(f"cache_write: `v` has shape {tuple(v.shape)}; expected ({rows}, {n_kv}, {v_cache.shape[3]})")
     _rows_of_slots("cache_write", slots, positions, rows)
     device = _same_device("cache_write", k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions)
+    k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)  # each row rounded to the cache's type by torch (to nearest even)
     if backend(device) == "triton":
         triton_kernels().at.cache_write_triton(k, v, k_cache, v_cache, slots, positions)
     else:

@@ -158,6 +158,16 @@ def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Cho
     return Chosen(resolution, files[0] if files else None), findings
 
 
+def block_size(chosen: Chosen, artifacts: Artifacts) -> int | None:
+    """The chosen block drafter's draft block: its GGUF header's, or its checkpoint's config.json's."""
+    if chosen.resolution.resolved not in contracts.ARCHITECTURE_OF:
+        return None
+    if chosen.drafter is not None:
+        return contracts.drafter_hparams(chosen.drafter.facts).block_size
+    checkpoints = [artifacts.checkpoints[i] for i in chosen.resolution.drafters if i in artifacts.checkpoints]
+    return checkpoints[0].facts.block_size if checkpoints else None
+
+
 def is_recurrent(facts: ArtifactFacts) -> bool:
     return any(layer.kind == RECURRENT for layer in facts.layers)
 
@@ -296,7 +306,7 @@ def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tup
     if chosen is None or has_errors(findings):
         return None, findings
     target_vocab_size = target_vocab(checked.target.facts)
-    findings += check_speculation(profile, chosen.resolution.resolved, chosen.drafter, target_vocab_size)
+    findings += check_speculation(profile, chosen.resolution.resolved, block_size(chosen, checked), target_vocab_size)
     placed = Placed(host, tuple(devices), engine)
     findings += placement_findings(manifest, profile, chosen, placed, checked.target.facts)
     if has_errors(findings):

@@ -420,6 +420,12 @@ def _unknown_key(loaded: Loaded, model_type: type[BaseModel], path: KeyPath) -> 
         return loaded.finding(
             "PWR026", f"`{key}` is not Power's name for this setting", where=path, hint=f"rename `{key}` to `{renamed}`", at="key"
         )
+    home = _table_holding(model_type, path[:-1], renamed) if renamed else None
+    if home is not None:
+        return loaded.finding(
+            "PWR026", f"`{key}` is not Power's name for this setting, nor is it set at {place}", where=path,
+            hint=f"set `{renamed}` in [{home}] instead", at="key"
+        )
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     hint = f"did you mean `{close[0]}`?" if close else f"allowed keys in {place}: {', '.join(sorted(allowed))}"
     return loaded.finding("PWR020", f"unknown key `{key}` in {place}", where=path, hint=hint, at="key")
@@ -489,6 +495,15 @@ def _shape(annotation: Any) -> tuple[str, type[BaseModel]] | None:
         found = _shape(arg)
         if found is not None:
             return found
+    return None
+
+
+def _table_holding(model_type: type[BaseModel], table: KeyPath, key: str) -> str | None:
+    """The table directly under `table` whose keys include `key` (a renamed setting written one level too high)."""
+    for name in _allowed_keys(model_type, table):
+        model = _model_at(model_type, (*table, name))
+        if model is not None and model is not _model_at(model_type, table) and key in _allowed_keys(model_type, (*table, name)):
+            return format_where((*table, name))
     return None
 
 

@@ -14,8 +14,8 @@ from typing import Any, TypeGuard
 from pydantic import BaseModel
 
 from power import modes
+from power.artifacts import provenance
 from power.artifacts.checkpoint import CONFIG as CHECKPOINT_CONFIG
-from power.orchestrator import provenance
 from power.orchestrator.locator import KeyPath, format_where
 from power.orchestrator.schema import Profile, ProfileRuntime
 

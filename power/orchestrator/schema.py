@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from power import modes
-from power.documents import arithmetic
+from power.documents import arithmetic, kv_types
 from power.documents.plan import DEFAULT_ENGINE, EngineName
 from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
 
@@ -221,7 +221,7 @@ class ProfileRuntime(_Strict):
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
     flash_attn: StrictBool = Field(False, description="flash attention for the target")
-    kv_cache_type: KvCacheType = Field("f16", description="KV cache element type (llama.cpp names)")
+    kv_cache_type: KvCacheType = Field(kv_types.DEFAULT, description="KV cache element type (llama.cpp names)")
     arithmetic: ArithmeticName = Field(
         arithmetic.AUTO, description='Power\'s runtime\'s matrix products: "quantised" (weights kept quantised, '
         'integer products with exact sums; each forward runs on its real rows), "float32" (the reference: exactly '
@@ -403,6 +403,10 @@ class ModelVolume(_Strict):
     pull: StrictBool = Field(False, description="an init container runs `power pull` on the plan into the volume "
                              "(each artifact from its manifest source, checked by size and sha256) before `power "
                              "verify`, so the volume needs no pre-filling")
+    token_secret: StrictStr | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+                                           description="with pull: the Kubernetes Secret whose key `token` the pull "
+                                           "reads as HF_TOKEN (a gated or private repository); the render never "
+                                           "reads it")
     local: FilePath = Field(description="the folder, relative to this file, whose copy the volume holds: a planned "
                                         "artifact path under it is the same path under mount_path in the pod")
     mount_path: StrictStr = Field("/models", pattern=r"^/", description="where the pod sees the volume (read-only "
@@ -415,6 +419,8 @@ class ModelVolume(_Strict):
                              "or empty_dir = true (filled by pull = true)")
         if self.empty_dir and not self.pull:
             raise ValueError("an empty_dir volume starts empty: set pull = true so the init container fills it")
+        if self.token_secret is not None and not self.pull:
+            raise ValueError("token_secret is the pull's Hub token: set pull = true, or remove it")
         return self
 
 

@@ -230,7 +230,7 @@ def render_text(report: Report) -> str:
               else "as given")
     lines = [
         f"1. Does the target already draft? {'yes' if r.target_already_drafts else 'no'} "
-        f"(incumbent {r.incumbent_rate:g} tok/s at {r.incumbent_commit:g} commit/round; "
+        f"(incumbent {r.incumbent_rate:.1f} tok/s at {r.incumbent_commit:.2f} commit/round; "
         f"target step {r.target_step_s * 1000:.1f} ms, draft step {r.draft_step_s * 1000:.1f} ms, {source}; "
         f"a verification pass of K + 1 rows costs {r.verify_cost:g} target steps)",
         f"2. Break-even acceptance p against the incumbent ({r.drafter}: {r.draft_cost}):",
@@ -240,7 +240,7 @@ def render_text(report: Report) -> str:
         lines.append(f"     K={depth}: {shown}")
     rates = ", ".join(f"{value:.1f} tok/s at p={p:g}" for p, value in r.band_rates)
     lines.append(f"3. At K={r.k} over the realistic band: {rates}; "
-                 f"incumbent {r.incumbent_rate:g} tok/s -> {r.verdict.upper()}")
+                 f"incumbent {r.incumbent_rate:.1f} tok/s -> {r.verdict.upper()}")
     lines.append(f"   warning: {r.warning}")
     lines.append(f"4. Fit and attachment surface: {r.fit}")
     lines.append(f"5. The one measurement that settles it: {r.settling_measurement}")

@@ -27,6 +27,7 @@ import torch
 
 from power import __version__, modes, threads
 from power.artifacts.verify import TARGET, Artifact
+from power.documents import kv_types
 from power.documents.arithmetic import AUTO
 from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
@@ -84,13 +85,14 @@ class Workload:
 
     @classmethod
     def of_gguf(cls, path: Path, ctx: int = DEFAULT_CTX, verify_capacity: int = 1) -> Workload:
-        """The arithmetic is a plan's default (`auto`), so a plan-less run gives a default plan's tokens."""
+        """The arithmetic and the KV cache type are a plan's defaults (`auto`, f16), so a plan-less run gives a
+        default plan's tokens."""
         return cls(
             artifacts=(Artifact(TARGET, Path(path), None),),
             mode=Mode(requested=modes.NONE, resolved=modes.NONE, chain=(), reason="a direct run of one GGUF"),
             speculation=Speculation(k=0, s=0, rollback="none"),
             runtime=Runtime(ctx=ctx, batch=1, verify_capacity=verify_capacity, gpu_layers="all", flash_attn=False,
-                            cuda_graphs=False, kv_cache_type="f32", draft_kv_cache_type="f32",
+                            cuda_graphs=False, kv_cache_type=kv_types.DEFAULT, draft_kv_cache_type=kv_types.DEFAULT,
                             arithmetic=resolve_arithmetic(AUTO)),
             sampling=Sampling(temperature=0.0, seed=0, verify="match"),
             plan_digest=None,
@@ -165,7 +167,7 @@ class Engine:
                                                                  runtime.verify_capacity).positions_per_slot,
                                     verify_capacity=runtime.verify_capacity,
                                     snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
-                                    device=self.device, slots=self.slots)
+                                    device=self.device, slots=self.slots, kv_type=runtime.kv_cache_type)
         except KernelError as error:  # the CPU kernels: a path, a build or the cache (docs/kernels.md)
             raise kernel_refusal(error) from error
         if runtime.cuda_graphs and torch.device(self.device).type == "cuda":
@@ -302,6 +304,8 @@ class Engine:
             position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
+                     # the element type the attention caches hold their rows in (the plan's kv_cache_type)
+                     "kv_cache_type": self.trunk.options.kv_type,
                      # the plan's cuda_graphs, and what ran: the decode forwards as CUDA graph replays (on a CUDA
                      # device only; prefill chunks run eagerly), and the row counts captured so far (docs/runtime.md)
                      "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": graphs is not None,
@@ -409,6 +413,6 @@ def _speculator(workload: Workload, trunk, target: GGUFFile, drafters: dict[str,
               if runtime.ngram_match and runtime.ngram_draft_min and runtime.ngram_draft_max else None)
     members = [registry.create(kind, SpeculatorRequest(trunk, target=target, drafter=drafters.get(kind),
                                                        fr_vocab_size=speculation.fr_vocab_size, ngram=window,
-                                                       p_min=speculation.p_min))
+                                                       p_min=speculation.p_min, kv_type=runtime.draft_kv_cache_type))
                for kind in (mode.chain or (mode.resolved,))]
     return members[0] if len(members) == 1 else ChainSpeculator(members)

@@ -12,6 +12,10 @@ later. Capacity is the context plus the largest forward shape (so the padding
 rows of a forward that ends at the context limit still have somewhere to land),
 rounded up to a whole number of ATTENTION_BLOCK slots.
 
+Rows are held in the plan's KV type (`power.documents.kv_types`): each row is rounded to it as it is written, by
+itself (`power.runtime.kv_rows`), and attention reads the rounded values back exactly, on both paths (the GPU path
+holds f32, f16 and bf16; q8_0 is the CPU path's).
+
 Shapes: n = rows in the forward, H / Hkv = query / key-value heads, hd = head width, T = cache capacity in
 slots.
 """
@@ -24,7 +28,10 @@ from typing import Iterator
 
 import torch
 
+from power.documents.kv_types import F32, Q8_0, RUNTIME_KV_TYPES, whole_blocks
 from power.kernels.cpu import rowops
+from power.runtime import kv_rows
+from power.runtime.errors import RuntimeInputError
 
 ATTENTION_BLOCK = 256
 
@@ -35,11 +42,11 @@ def padded_capacity(capacity: int) -> int:
 
 
 class KVCache:
-    """One sequence's keys and values: k [Hkv, T, hd_k], v [Hkv, T, hd_v] (views of a `SlotCaches`' tensors when the
-    sequence is one slot of a trunk)."""
+    """One sequence's keys and values: k [Hkv, T, hd_k], v [Hkv, T, hd_v] as stored rows of `kv_type`
+    (`power.runtime.kv_rows`; views of a `SlotCaches`' tensors when the sequence is one slot of a trunk)."""
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.k, self.v = k, v
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, kv_type: str = F32) -> None:
+        self.k, self.v, self.kv_type = k, v, kv_type
 
     @property
     def capacity(self) -> int:
@@ -48,8 +55,8 @@ class KVCache:
     def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k/v [n, Hkv, hd] at positions [start, start + n)."""
         n = k.shape[0]
-        self.k[:, start:start + n] = k.transpose(0, 1)
-        self.v[:, start:start + n] = v.transpose(0, 1)
+        self.k[:, start:start + n] = kv_rows.encode(k, self.kv_type).transpose(0, 1)
+        self.v[:, start:start + n] = kv_rows.encode(v, self.kv_type).transpose(0, 1)
 
     def attend_rows(self, q: torch.Tensor, positions: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
         """On the CPU: q [n, H, hd] at `positions` [n], each row over the slots up to its position (the last
@@ -59,14 +66,17 @@ class KVCache:
 
 class SlotCaches:
     """One attention layer's caches for every slot of a trunk: k [S, Hkv, T, hd_k], v [S, Hkv, T, hd_v] in one tensor
-    each (the GPU path's kernels index them by each row's slot), and slot s as the `KVCache` views k[s], v[s]."""
+    each (the GPU path's kernels index them by each row's slot), and slot s as the `KVCache` views k[s], v[s]; rows
+    stored in `kv_type`."""
 
     def __init__(self, slots: int, n_kv_heads: int, capacity: int, head_dim_k: int, head_dim_v: int,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", kv_type: str = F32) -> None:
+        check_kv_type(kv_type, head_dim_k, head_dim_v)
         positions = padded_capacity(capacity)
-        self.k = _zeros((slots, n_kv_heads, positions, head_dim_k), device)
-        self.v = _zeros((slots, n_kv_heads, positions, head_dim_v), device)
-        self._slots = [KVCache(self.k[s], self.v[s]) for s in range(slots)]
+        self.kv_type = kv_type
+        self.k = _zeros((slots, n_kv_heads, positions, kv_rows.stored_width(kv_type, head_dim_k)), kv_type, device)
+        self.v = _zeros((slots, n_kv_heads, positions, kv_rows.stored_width(kv_type, head_dim_v)), kv_type, device)
+        self._slots = [KVCache(self.k[s], self.v[s], kv_type) for s in range(slots)]
 
     def __getitem__(self, slot: int) -> KVCache:
         return self._slots[slot]
@@ -78,10 +88,31 @@ class SlotCaches:
         return len(self._slots)
 
 
-def _zeros(shape: tuple[int, ...], device: str) -> torch.Tensor:
-    """float32 zeros on `device`. On the CPU they are a fresh anonymous memory map, whose pages the kernel gives
-    zero-filled on first touch: the cache's resident memory then follows the positions written, up to its
-    capacity, where `torch.zeros` would write every page at once."""
+def check_kv_type(kv_type: str, *widths: int) -> None:
+    """Refuse a KV type the runtime does not hold, or q8_0 rows that are not whole blocks: never another type."""
+    if kv_type not in RUNTIME_KV_TYPES:
+        raise RuntimeInputError(f"kv_cache_type {kv_type!r} is not a type Power's runtime holds its caches in "
+                                f"({', '.join(RUNTIME_KV_TYPES)})", code="PWR512",
+                                hint=f"set the profile's runtime.kv_cache_type to one of {', '.join(RUNTIME_KV_TYPES)}")
+    if not all(whole_blocks(kv_type, width) for width in widths):
+        raise RuntimeInputError(f"kv_cache_type {kv_type!r} stores blocks of 32 values; this model's key/value head "
+                                f"widths {'/'.join(map(str, widths))} are not whole blocks", code="PWR513",
+                                hint="set the profile's runtime.kv_cache_type to f16, bf16 or f32")
+
+
+def check_device_kv_type(kv_type: str, kernels: bool) -> None:
+    """The GPU path's attention kernels read float caches: refuse q8_0 there rather than hold another type."""
+    if kernels and kv_type == Q8_0:
+        raise RuntimeInputError("kv_cache_type \"q8_0\" is held by the CPU path's attention only; the GPU path "
+                                "reads f32, f16 and bf16 caches", code="PWR514",
+                                hint="set the profile's runtime.kv_cache_type to f16 or bf16, or run on the CPU")
+
+
+def _zeros(shape: tuple[int, ...], kv_type: str, device: str) -> torch.Tensor:
+    """Zeros of `kv_type`'s stored rows on `device`. On the CPU they are a fresh anonymous memory map, whose pages the
+    kernel gives zero-filled on first touch: the cache's resident memory then follows the positions written, up to
+    its capacity, where `torch.zeros` would write every page at once."""
+    dtype = kv_rows.DTYPES[kv_type]
     if torch.device(device).type != "cpu":
-        return torch.zeros(shape, device=device)
-    return torch.frombuffer(mmap.mmap(-1, math.prod(shape) * 4), dtype=torch.float32).view(shape)
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return torch.frombuffer(mmap.mmap(-1, math.prod(shape) * dtype.itemsize), dtype=dtype).view(shape)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from power.kernels import dispatch
 from power.kernels.cpu import rowops
+from power.runtime.linear import Linear
 
 SIMD_WIDTH = 64  # floats: two AVX-512 vectors, a whole number of AVX2 ones
 
@@ -35,8 +36,11 @@ def aligned(op: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torc
     return op(padded)[:, :width]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [n, in] (float32) @ weight[out, in].T -> [n, out] float32; the matmul runs in the weight's dtype."""
+def linear(x: torch.Tensor, weight: torch.Tensor | Linear) -> torch.Tensor:
+    """x [n, in] (float32) @ weight[out, in].T -> [n, out] float32; the matmul runs in the weight's dtype, or as a
+    packed `Linear` (a drafter's matrix in its GGUF blocks) multiplies."""
+    if isinstance(weight, Linear):
+        return weight(x.float().contiguous())
     return F.linear(x.to(weight.dtype), weight).to(torch.float32)
 
 

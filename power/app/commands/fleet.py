@@ -10,7 +10,9 @@ is clean but the plans differ from the lock (drift), like
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -137,7 +139,7 @@ def _record_plans(result: FleetReview) -> None:
 
 def _print_review(result: FleetReview) -> None:
     for finding in result.all_findings:
-        click.echo(finding.render(), err=finding.is_error and result.input_error)
+        click.echo(_relative(finding).render(), err=finding.is_error and result.input_error)
     if result.input_error:
         return
     document = result.to_json()
@@ -157,6 +159,15 @@ def _print_review(result: FleetReview) -> None:
     click.echo(f"\n{summary['hosts']} hosts, {summary['deployments']} deployments: "
                f"{summary['errors']} error{'s' * (summary['errors'] != 1)}, "
                f"{summary['warnings']} warning{'s' * (summary['warnings'] != 1)}")
+
+
+def _relative(finding: Finding) -> Finding:
+    """The finding with its file named as the fleet file is, relative to the current folder when it lies in it: the
+    review reaches manifests and profiles by their resolved paths, and one listing should not mix the two forms."""
+    if finding.file is None or not os.path.isabs(finding.file):
+        return finding
+    shown = os.path.relpath(finding.file)
+    return finding if shown.startswith("..") else dataclasses.replace(finding, file=shown)
 
 
 def _row(item: dict) -> tuple[str, ...]:

@@ -54,15 +54,15 @@ def pull(document_path: Path, out_dir: Path | None, pin: bool, as_json: bool) ->
     plan = _plan(document_path, as_json)
     if plan is not None:
         if pin:
-            refuse(PullError("--pin writes commits and digests into a manifest; a plan is sealed", code="PWR140",
-                             file=str(document_path), hint="pin the manifest, then re-plan"), as_json)
-        pulled, findings = _pull_each(_wanted_from_plan(located(plan, document_path), out_dir), None)
+            raise click.UsageError("--pin writes commits and digests into a manifest, and a plan is sealed: pin the "
+                                   "manifest, then re-plan")
+        pulled, findings = _pull_each(_wanted_from_plan(located(plan, document_path), out_dir), document_path)
         _end(document_path, pulled, findings, as_json)
     loaded = load_manifest(document_path)
     model, findings = _manifest(loaded, pin)
     if model is None:
         _end(loaded.path, [], findings, as_json)
-    pulled, failed = _pull_each(_wanted_from_manifest(model, out_dir), loaded)
+    pulled, failed = _pull_each(_wanted_from_manifest(model, out_dir), loaded.path, loaded)
     findings += failed
     if pin and not has_errors(findings):
         findings += _pin(loaded, pulled)
@@ -70,17 +70,18 @@ def pull(document_path: Path, out_dir: Path | None, pin: bool, as_json: bool) ->
 
 
 def _plan(path: Path, as_json: bool) -> ResolvedPlan | None:
-    """The sealed plan at `path`, or None when the file is not a plan (a manifest); a broken plan is refused."""
+    """The sealed plan at `path`, or None when the file is no plan (a manifest, or nothing: the manifest loader
+    names what it is); a broken JSON plan is refused."""
     try:
         return load_plan(path)
     except PlanError as err:
-        if err.finding.code == NOT_A_PLAN and path.is_file():
+        if err.finding.code == NOT_A_PLAN and path.suffix != ".json":
             return None
         refuse(err, as_json)
 
 
-def _pull_each(wanted: list[Wanted], loaded: Loaded | None) -> tuple[list[Pulled], list[Finding]]:
-    """Each artifact pulled in turn; a refusal is a finding (at the manifest key, given the manifest)."""
+def _pull_each(wanted: list[Wanted], at: Path, loaded: Loaded | None = None) -> tuple[list[Pulled], list[Finding]]:
+    """Each artifact pulled in turn; a refusal is a finding at the manifest key (given the manifest), else in `at`."""
     pulled: list[Pulled] = []
     findings: list[Finding] = []
     for each in wanted:
@@ -90,7 +91,7 @@ def _pull_each(wanted: list[Wanted], loaded: Loaded | None) -> tuple[list[Pulled
             found = err.finding
             where = found.where or f"{each.where}.source"
             findings.append(loaded.finding(found.code, found.message, where=where, hint=found.hint)
-                            if loaded is not None else replace(found, where=where))
+                            if loaded is not None else replace(found, where=where, file=found.file or str(at)))
     return pulled, findings
 
 

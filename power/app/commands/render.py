@@ -41,6 +41,8 @@ SECRET_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
               "(with --models-pull).")
 @click.option("--models-pull", is_flag=True, help="kubernetes: an init container pulls the plan's artifacts from "
               "their sources into the model volume (`power pull`, checked by size and sha256) before `power verify`.")
+@click.option("--models-token-secret", metavar="NAME", help="kubernetes: with --models-pull, the Secret whose key "
+              "`token` the pull reads as HF_TOKEN (a gated or private repository); never read by the render.")
 @click.option("--models-local", type=click.Path(path_type=Path, file_okay=False),
               help="kubernetes: the local folder the volume is a copy of (default: the target's folder).")
 @click.option("--namespace", help="kubernetes: the objects' namespace (default: none, kubectl's current one).")
@@ -61,7 +63,8 @@ SECRET_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 @root_option
 def render(plan_path: Path, target: str, output: Path | None, host_path: Path | None, engine: str | None,
            models_host_path: str | None, models_claim: str | None, models_empty_dir: bool, models_pull: bool,
-           models_local: Path | None, namespace: str | None, pod_monitor: bool, dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
+           models_token_secret: str | None, models_local: Path | None, namespace: str | None, pod_monitor: bool,
+           dry_run: bool, power_executable: str | None, address: str | None, port: int | None,
            api_key_file: str | None, api_key_secret: str | None, root: Path | None) -> None:
     """Render launch artifacts (llama-server and its LLAMA_ARG_* env file, vLLM, Power, env, systemd, Kubernetes)
     from a plan (JSON or TOML).
@@ -86,7 +89,8 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
         for artifact in planned_artifacts(plan):
             cached_sha256(artifact)
         if target == KUBERNETES:
-            volume = _model_volume(plan, models_host_path, models_claim, models_empty_dir, models_pull, models_local)
+            volume = _model_volume(plan, models_host_path, models_claim, models_empty_dir, models_pull,
+                                   models_token_secret, models_local)
             text = _kubernetes(plan, host_path, engine or plan.memory.engine, volume, namespace, pod_monitor, dry_run,
                                api_key_secret)
         else:
@@ -103,7 +107,7 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
 
 
 def _model_volume(plan: ResolvedPlan, models_host_path: str | None, models_claim: str | None, models_empty_dir: bool,
-                  models_pull: bool, models_local: Path | None) -> ModelVolume:
+                  models_pull: bool, models_token_secret: str | None, models_local: Path | None) -> ModelVolume:
     from pydantic import ValidationError
 
     from power.orchestrator.schema import ModelVolume
@@ -114,7 +118,7 @@ def _model_volume(plan: ResolvedPlan, models_host_path: str | None, models_claim
     local = models_local or Path(plan.target.path).parent
     try:
         return ModelVolume(host_path=models_host_path, claim=models_claim, empty_dir=models_empty_dir,
-                           pull=models_pull, local=local.resolve())
+                           pull=models_pull, token_secret=models_token_secret, local=local.resolve())
     except ValidationError as err:
         message = err.errors()[0]["msg"].removeprefix("Value error, ")
         raise click.UsageError(f"--models-*: {message}") from None

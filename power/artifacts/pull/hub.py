@@ -13,9 +13,9 @@ import huggingface_hub
 from huggingface_hub import constants, errors
 from huggingface_hub.utils import _http
 
+from power.artifacts import provenance
 from power.artifacts.pull import redirects
 from power.artifacts.pull.errors import PullError
-from power.orchestrator import provenance
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

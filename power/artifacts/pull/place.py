@@ -10,11 +10,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from power.artifacts import provenance
 from power.artifacts.atomic import atomic_path
 from power.artifacts.digests import sha256_file
 from power.artifacts.pull import hub, transfer
 from power.artifacts.pull.errors import PullError
-from power.orchestrator import provenance
 
 PARTIAL_DIR = ".power-pull"  # beside the placed files: a resumable partial download, never read by an engine
 

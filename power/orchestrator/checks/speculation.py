@@ -10,11 +10,11 @@ from __future__ import annotations
 from power import modes
 from power.artifacts import contracts
 from power.findings import Finding
-from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.loading import Loaded
 
 
-def check_speculation(profile: Loaded, resolved: str, drafter: Checked | None, vocab_size: int) -> list[Finding]:
+def check_speculation(profile: Loaded, resolved: str, block: int | None, vocab_size: int) -> list[Finding]:
+    """`block`: the resolved block drafter's block size (its GGUF header's, or its checkpoint's config.json's)."""
     settings = profile.model
     findings = []
     fr = settings.spec_mtp_fr_vocab_size
@@ -27,9 +27,8 @@ def check_speculation(profile: Loaded, resolved: str, drafter: Checked | None, v
             "PWR423", f'spec_mtp_fr_vocab_size is set but the mode resolved to "{resolved}", which has no draft head '
             "whose projection FR could cut", where="spec_mtp_fr_vocab_size",
             hint='remove spec_mtp_fr_vocab_size, or set spec_mode = "mtp" on a target with an MTP head'))
-    if drafter is not None and resolved in contracts.ARCHITECTURE_OF:
-        block = contracts.drafter_hparams(drafter.facts).block_size
-        if block and settings.spec_draft_max > block - 1:
+    if block and resolved in contracts.ARCHITECTURE_OF:
+        if settings.spec_draft_max > block - 1:
             findings.append(profile.finding(
                 "PWR425", f"spec_draft_max = {settings.spec_draft_max} but the {resolved} drafter proposes at most "
                 f"{block - 1} tokens per block (block_size {block} = anchor + {block - 1} drafts)",

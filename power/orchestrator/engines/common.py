@@ -40,7 +40,7 @@ def tensor_parallel_refusal(engine: str, asked: Asked) -> list[Refusal]:
 def draft_placement_refusal(engine: str, asked: Asked, kv_types: bool) -> list[Refusal]:
     """The drafter's own device or offloaded layers (and, for an engine that honours KV types, its own KV type) are
     llama-server's settings: an engine that runs the drafter with the target refuses them rather than dropping them.
-    Power's runtime holds its KV in float32 whatever the type (`kv_types` False)."""
+    Power's runtime holds its MTP head's cache in the draft KV type itself (`kv_types` False: nothing to refuse)."""
     own_kv = kv_types and asked.draft_kv_cache_type not in (None, asked.kv_cache_type)
     if not (asked.draft_placed or own_kv):
         return []

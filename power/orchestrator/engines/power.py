@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from power import modes
-from power.artifacts.facts import ArtifactFacts
+from power.artifacts.facts import RECURRENT, ArtifactFacts
+from power.documents.kv_types import Q8_0_BLOCK, RUNTIME_KV_TYPES, whole_blocks
 from power.documents.plan import ResolvedPlan
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
 from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
@@ -60,8 +61,24 @@ class PowerRuntime(EngineAdapter):
                                     "positions; runtime.kv_unified shares one cache between them",
                                     'set kv_unified = false, or run engine "llama-server"', "profile",
                                     "runtime.kv_unified"))
+        for key, kv_type in (("kv_cache_type", asked.kv_cache_type), ("draft_kv_cache_type", asked.draft_kv_cache_type)):
+            if kv_type is not None and kv_type not in RUNTIME_KV_TYPES:
+                refusals.append(Refusal("PWR512", f"{key} = \"{kv_type}\" is not a type Power's runtime holds its "
+                                        f"caches in ({', '.join(RUNTIME_KV_TYPES)})",
+                                        f"set {key} to one of {', '.join(RUNTIME_KV_TYPES)}", "profile",
+                                        f"runtime.{key}"))
         return (refusals + asked.checkpoint_refusals("Power's runtime") + tensor_parallel_refusal(self.name, asked)
                 + draft_placement_refusal(self.name, asked, kv_types=False))
+
+    def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:
+        """A q8_0 cache stores whole blocks of 32 values of each head's key and value rows."""
+        widths = sorted({w for layer in target.layers if layer.kind != RECURRENT
+                         for w in (layer.head_dim_k, layer.head_dim_v) if w})
+        if all(whole_blocks(asked.kv_cache_type, width) for width in widths):
+            return []
+        return [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of {Q8_0_BLOCK} values; "
+                        f"the target's key/value head widths {'/'.join(map(str, widths))} are not whole blocks",
+                        'set kv_cache_type = "f16" (or "bf16", "f32")', "profile", "runtime.kv_cache_type")]
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
              devices: tuple[DeviceBudget, ...]) -> Sizing:

@@ -41,6 +41,7 @@ CACHE_DIR = "/cache"
 API_KEY_DIR = "/var/run/secrets/power"
 API_KEY_ITEM = "api-key"
 HUB_CACHE_DIR = ".cache/huggingface"  # in the model volume, beside the pulled files
+TOKEN_ITEM = "token"  # the key of a volume's token_secret holding the Hub token
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class ModelMount:
     local: Path
     mount_path: str
     pull: bool = False  # an init container pulls the plan's artifacts into it before `power verify`
+    token_secret: str | None = None  # the Secret whose key TOKEN_ITEM the pull reads as HF_TOKEN
 
 
 @dataclass(frozen=True)
@@ -303,8 +305,12 @@ def _pull_container(placement: Placement, plan_path: str, env: list[dict[str, An
     link to its cached blob, never a second copy. Any refusal exits non-zero, so the pod fails before `verify`,
     and the engine never starts on half a file."""
     writable = [dict(mount, readOnly=False) if mount["name"] == "models" else mount for mount in mounts]
-    hub_cache = [{"name": "HF_HUB_CACHE", "value": f"{placement.mount.mount_path.rstrip('/')}/{HUB_CACHE_DIR}"}]
-    return _init_container(placement, "pull", ["power", "pull", plan_path], env + hub_cache, writable)
+    hub: list[dict[str, Any]] = [{"name": "HF_HUB_CACHE",
+                                  "value": f"{placement.mount.mount_path.rstrip('/')}/{HUB_CACHE_DIR}"}]
+    if placement.mount.token_secret is not None:
+        hub.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": placement.mount.token_secret,
+                                                                        "key": TOKEN_ITEM}}})
+    return _init_container(placement, "pull", ["power", "pull", plan_path], env + hub, writable)
 
 
 def engine_memory_bytes(plan: ResolvedPlan, engine: str) -> int:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import posixpath
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 from power.documents.plan import ResolvedPlan
@@ -82,7 +83,8 @@ def model_mount(volume: ModelVolume) -> ModelMount:
         source = {"emptyDir": {}}
     else:
         source = {"hostPath": {"path": volume.host_path, "type": "Directory"}}
-    return ModelMount(source=source, local=Path(volume.local), mount_path=volume.mount_path, pull=volume.pull)
+    return ModelMount(source=source, local=Path(volume.local), mount_path=volume.mount_path, pull=volume.pull,
+                      token_secret=volume.token_secret)
 
 
 def node_selector(placement: HostKubernetes | None) -> dict[str, str]:
@@ -184,11 +186,19 @@ def _api_server_findings(loaded: Loaded, fleet: Fleet, settings: FleetKubernetes
                f"accepts ({MAX_USER_ID})", "use the image's non-root user id, e.g. 65532")
     reserved = {PLAN_DIR, "/tmp", CACHE_DIR, API_KEY_DIR}
     for name, volume in settings.volumes.items():
-        if volume.mount_path.rstrip("/") in reserved:
-            reject(f"kubernetes.volumes.{name}.mount_path", f"mount_path {volume.mount_path} is where the pod already "
-                   f"mounts {'the plan' if volume.mount_path.rstrip('/') == PLAN_DIR else 'a volume of its own'} "
-                   f"(taken: {', '.join(sorted(reserved))}): two mounts at one path", "use /models")
+        taken = next((path for path in sorted(reserved) if _overlap(volume.mount_path, path)), None)
+        if taken is not None:
+            reject(f"kubernetes.volumes.{name}.mount_path", f"mount_path {volume.mount_path} overlaps where the pod "
+                   f"already mounts {'the plan' if taken == PLAN_DIR else 'a volume of its own'} at {taken} (taken: "
+                   f"{', '.join(sorted(reserved))}): two mounts at one path, or one over the other", "use /models")
     return findings
+
+
+def _overlap(mount_path: str, taken: str) -> bool:
+    """The model volume would be mounted at `taken` or over it (`/` holds every mount, and the image's whole
+    tree); a volume inside one of the pod's own mounts is a nested mount Kubernetes orders by path."""
+    mine, theirs = PurePosixPath(posixpath.normpath(mount_path)), PurePosixPath(taken)
+    return mine == theirs or mine in theirs.parents
 
 
 def _label_value(value: str) -> bool:

@@ -1,4 +1,4 @@
-"""What Power's own runtime (power.runtime) holds for a plan, on its one device.
+"""What Power's own runtime (power.runtime) holds for a plan, on its one device (and, beside a GPU, on the host).
 
 The target's weights are what the loader holds (`power.runtime.trunks.base.Weights`;
 tests/test_sizing.py compares the two on Gemma and the fixtures), which follows the
@@ -14,26 +14,34 @@ plan's arithmetic (power.documents.arithmetic):
 - float32: every matrix dequantised, 4 B a weight;
 - vectors (norms, biases) and a depthwise convolution's taps in float32.
 
-Every cache is float32. The runtime's layout differs from llama.cpp's:
+Attention caches hold their rows in the plan's KV type (`kv_cache_type`; the MTP head's
+`draft_kv_cache_type`): f32, f16, bf16 or q8_0, each head's row of each position rounded
+on write (`power.documents.kv_types`), so a row of width w costs ggml_row_size(type, w).
+The recurrent state and a DFlash/DSpark drafter's ring are float32. The runtime's
+layout differs from llama.cpp's:
 
 - each slot gets ctx / slots positions, and every attention layer, sliding or
   global, keeps a region of `pad(ctx / slots + max(verify capacity, prefill
   chunk), 256)` positions per slot: `power.documents.geometry`, the function
   the runtime's `Engine` builds its trunk from;
-- recurrent layers keep their conv and delta state and S snapshots per slot;
-- a drafter keeps a ring of its sliding window (else the whole context)
-  (runtime/speculators/kv_ring.py);
+- recurrent layers keep at most three states per slot (live, the last forward's
+  start, the last whole prefill chunk's end) and, with S > 0, the last forward's
+  inputs to the recurrence, from which a rewind replays (`runtime/trunks/qwen35.py`);
+- the learned drafters run on the CPU and borrow the trunk's embedding and LM
+  head: their matrices in GGUF blocks (`power.artifacts.contracts.drafter_tensor_role`),
+  a block drafter's ring of its sliding window (else the whole context)
+  (runtime/speculators/kv_ring.py); beside a GPU they are host memory;
 - a forward runs at most the verification capacity's rows (the float32 reference
   pads every forward to it).
 
-The KV regions and the target's weights follow the runtime's allocation rules;
-compute, drafters and the CUDA terms are estimates (torch's caching allocator and
-kernel workspaces are not modelled).
+The KV regions and the weights follow the runtime's allocation rules; the recurrent
+state is an upper bound; compute, the drafter ring and the CUDA terms are estimates
+(torch's caching allocator and kernel workspaces are not modelled).
 """
 
 from __future__ import annotations
 
-from power.artifacts.contracts import MTP
+from power.artifacts.contracts import MTP, PRODUCT, ROWS, drafter_tensor_role
 from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
 from power.documents.arithmetic import QUANTISED
@@ -51,6 +59,7 @@ from power.orchestrator.sizing.model import (
     largest,
     pad,
     trunk_layers,
+    type_bytes,
     whole,
 )
 
@@ -58,9 +67,12 @@ FLOAT32 = 4
 EMBEDDING = "token_embd.weight"
 OUTPUT = "output.weight"
 FLOAT32_SUFFIXES = ("ssm_conv1d.weight",)  # 2-D, but a depthwise convolution's taps: held in float32
+RECURRENT_STATES = 3  # a slot's live state, its last forward's start, its last whole prefill chunk's end
 TILE = 16  # output rows per tile of the CPU kernels' layout (power/kernels/cpu/layout.py TILE)
 # The types the GPU's batch-invariant product reads in place (power/kernels/dequant.py TRITON_TYPES).
 BLOCK_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# The types the CPU kernels multiply in place (power/kernels/cpu/layout.py FIELDS).
+CPU_TYPES = ("Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K", "F32", "F16", "BF16")
 
 
 def geometry(request: Request) -> Geometry:
@@ -77,31 +89,37 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
     components = [_target_weights(trunk_tensors, request.arithmetic, device.kind)]
     attention = [l for l in trunk_layers(target) if l.kind != RECURRENT]
     if attention:
-        components.append(_kv("target KV", attention, positions, request.slots))
-    recurrent = _recurrent(target, request)
+        components.append(_kv("target KV", attention, positions, request.slots, request.kv_cache_type))
+    prefill_rows = max(request.verify_rows, min(PREFILL_CHUNK, layout.positions_per_slot))
+    recurrent = _recurrent(target, request, prefill_rows)
     if recurrent is not None:
         components.append(recurrent)
+    # The learned drafters run on the CPU (their bits shape proposals, never tokens): on a GPU their weights, caches
+    # and compute are host memory, outside the device's verdict.
+    drafting: list[Component] = []
     if request.use_mtp:
-        mtp = [t for t in target.tensors if _mtp_tensor(t, target)]
+        mtp = _mtp_head(target)
         if mtp:
-            components.append(_weights("MTP head weights", mtp))
-            components.append(_kv("MTP head KV", [l for l in target.layers if l.kind == NEXTN], positions,
-                                  request.slots))
+            drafting.append(_quantised_weights("MTP head weights", mtp))
+            drafting.append(_kv("MTP head KV", [l for l in target.layers if l.kind == NEXTN], positions,
+                                request.slots, request.draft_kv_cache_type))
     if drafter is not None:
-        components.append(_weights("drafter weights", list(drafter.tensors)))
-        components.append(_drafter_ring(drafter, request))
+        if drafter.drafter_kind == MTP:
+            drafting.append(_quantised_weights("drafter weights", _mtp_head(drafter)))
+        else:
+            drafting.append(_block_drafter_weights(list(drafter.tensors)))
+        drafting.append(_drafter_ring(drafter, request))
     if request.fr_vocab_size:
-        width = whole(target.hparam("embedding_length"))
-        components.append(Component("FR projection", request.fr_vocab_size * width * FLOAT32,
-                                    f"{request.fr_vocab_size} rows x n_embd {width} x f32 of the output matrix",
-                                    "estimated"))
-    prefill_rows = max(request.verify_rows, min(PREFILL_CHUNK, layout.positions_per_slot))
+        components.append(_cut_head(target, request.fr_vocab_size, device.kind))
     components.append(_compute(target, prefill_rows, positions, request.vocab, request.flash_attn, "target"))
     if drafter is not None and drafter.drafter_kind != MTP:  # an MTP sidecar's compute is the MTP head's, below
-        components.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
+        drafting.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
     if request.use_mtp:
-        components.append(_compute(target, request.verify_rows, positions, request.fr_vocab_size or request.vocab,
-                                   request.flash_attn, "MTP head"))
+        drafting.append(_compute(target, request.verify_rows, positions, request.fr_vocab_size or request.vocab,
+                                 request.flash_attn, "MTP head"))
+    host = tuple(c for c in drafting if c.bytes) if device.kind == "gpu" else ()
+    if not host:
+        components += drafting
     if device.kind == "gpu":
         components.append(Component("CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, cuBLAS workspace, kernel images "
                                     "(not measured here)", "estimated"))
@@ -114,7 +132,7 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
                       ctx_per_slot=layout.positions_per_slot, kv_streams=request.slots, sliding_cells=None, batch=request.verify_rows,
                       ubatch=request.verify_rows, outputs=request.verify_rows)
     placed = DeviceSizing(device, tuple(c for c in components if c.bytes), "every layer")
-    return Sizing("power", request.ctx, slots, (placed,))
+    return Sizing("power", request.ctx, slots, (placed,), host)
 
 
 def _mtp_tensor(tensor: TensorInfo, facts: ArtifactFacts) -> bool:
@@ -153,11 +171,50 @@ def _matrix_bytes(tensor: TensorInfo, arithmetic: str, device_kind: str) -> int:
     return tensor.nbytes if tensor.type_name in BLOCK_TYPES else in_features * out_features * FLOAT32
 
 
-def _weights(name: str, tensors: list[TensorInfo]) -> Component:
-    """A drafter's (or the MTP head's) weights: its loader dequantises them to float32."""
-    elements = sum(_elements(t) for t in tensors)
-    return Component(name, elements * FLOAT32, f"{elements:,} elements x f32 (drafters dequantise their weights)",
-                     "estimated")
+def _mtp_head(facts: ArtifactFacts) -> list[TensorInfo]:
+    """The nextn block's tensors: what the MTP head loads (from the target, or from an MTP-only sidecar)."""
+    return [t for t in facts.tensors if _mtp_tensor(t, facts)]
+
+
+def _quantised_weights(name: str, tensors: list[TensorInfo]) -> Component:
+    """The MTP head's weights, on the CPU: matrices in their GGUF blocks in the kernels' tiles, vectors in f32
+    (`power.runtime.speculators.mtp.MTPHead.weight_bytes`)."""
+    held = sum(held_bytes(t, QUANTISED, "cpu", tied=False) for t in tensors)
+    return Component(name, held, f"{len(tensors)} tensors on the CPU: matrices as their GGUF blocks in 16-row tiles, "
+                     "vectors in f32")
+
+
+def _cut_head(target: ArtifactFacts, rows: int, device_kind: str) -> Component:
+    """An FR draft head: the first `rows` rows of the target's LM head in their GGUF blocks on the trunk's device
+    (`power.runtime.speculators.target_head`); the whole head is the trunk's own."""
+    head = next(t for t in target.tensors if t.name == (OUTPUT if any(t.name == OUTPUT for t in target.tensors)
+                                                         else EMBEDDING))
+    width, vocab = head.dims
+    row = head.nbytes // vocab
+    if device_kind == "cpu":
+        held, how = pad(rows, TILE) * row, "GGUF blocks in 16-row tiles"
+    elif head.type_name in BLOCK_TYPES:
+        held, how = rows * row, "GGUF rows"
+    else:
+        held, how = rows * width * FLOAT32, "f32"
+    return Component("FR projection", held, f"{rows} rows of the LM head ({head.type_name}) x n_embd {width} as {how}")
+
+
+def _block_drafter_weights(tensors: list[TensorInfo]) -> Component:
+    """A DFlash / DSpark drafter's weights as its loader holds them (`power.artifacts.contracts.drafter_tensor_role`):
+    the matrices that multiply activations in their GGUF blocks in the CPU kernels' tiles, a token-indexed table as
+    its GGUF rows, the rest in float32."""
+    held = sum(_drafter_tensor_bytes(t) for t in tensors)
+    products = sum(1 for t in tensors if drafter_tensor_role(t.name) == PRODUCT)
+    return Component("drafter weights", held, f"{len(tensors)} tensors on the CPU: {products} matrices as their GGUF "
+                     "blocks in 16-row tiles, token-indexed tables as their GGUF rows, the rest in f32")
+
+
+def _drafter_tensor_bytes(tensor: TensorInfo) -> int:
+    role = drafter_tensor_role(tensor.name)
+    if role == PRODUCT and tensor.type_name in CPU_TYPES:
+        return held_bytes(tensor, QUANTISED, "cpu", tied=False)
+    return tensor.nbytes if role == ROWS else _elements(tensor) * FLOAT32
 
 
 def _elements(tensor: TensorInfo) -> int:
@@ -167,24 +224,33 @@ def _elements(tensor: TensorInfo) -> int:
     return count
 
 
-def _kv(name: str, layers: list[LayerFacts], positions: int, slots: int) -> Component:
-    per_position = sum(l.n_head_kv * (l.head_dim_k + l.head_dim_v) for l in layers) * FLOAT32
+def _kv(name: str, layers: list[LayerFacts], positions: int, slots: int, kv_type: str) -> Component:
+    """Each head's key and value rows of each position, rounded to `kv_type` row by row (ggml_row_size)."""
+    per_position = sum(l.n_head_kv * (type_bytes(l.head_dim_k, kv_type) + type_bytes(l.head_dim_v, kv_type))
+                       for l in layers)
     heads = "/".join(str(h) for h in sorted({l.n_head_kv for l in layers}))
     sample = layers[0]
     return Component(name, per_position * positions * slots,
                      f"{len(layers)} layers (sliding ones too) x n_head_kv {heads} x (k {sample.head_dim_k} + "
-                     f"v {sample.head_dim_v}) x {positions} positions x {slots} slot(s) x f32")
+                     f"v {sample.head_dim_v}) x {positions} positions x {slots} slot(s) x {kv_type}")
 
 
-def _recurrent(facts: ArtifactFacts, request: Request) -> Component | None:
+def _recurrent(facts: ArtifactFacts, request: Request, rows: int) -> Component | None:
+    """Per slot: three states at most (the live one, the one its last forward started from, the one at its last whole
+    prefill chunk's end; copies share a state's tensors), and with S > 0 each layer's inputs to the recurrence for the
+    last forward's rows (at most `rows`), from which a rewind replays (`power.runtime.trunks.qwen35`)."""
     count = sum(1 for layer in trunk_layers(facts) if layer.kind == RECURRENT)
     if not count:
         return None
     conv, state = recurrent_row_widths(facts)
-    copies = (1 + request.snapshots) * request.slots
-    return Component("recurrent state", count * (conv + state) * FLOAT32 * copies,
-                     f"{count} layers x (conv {conv} + state {state}) x f32 x (1 + S={request.snapshots} snapshots) x "
-                     f"{request.slots} slot(s)", "estimated")
+    channels = conv // max(whole(facts.hparam("ssm.conv_kernel")) - 1, 1)
+    heads = whole(facts.hparam("ssm.time_step_rank"))
+    inputs = rows * (channels + 2 * heads) if request.snapshots else 0
+    held = count * (RECURRENT_STATES * (conv + state) + inputs) * FLOAT32 * request.slots
+    replay = (f" + {rows} rows x (qkv {channels} + decay and beta 2 x {heads}) of replay inputs"
+              if request.snapshots else "")
+    return Component("recurrent state", held, f"{count} layers x ({RECURRENT_STATES} states x (conv {conv} + state "
+                     f"{state}){replay}) x f32 x {request.slots} slot(s), for S = {request.snapshots}", "estimated")
 
 
 def _drafter_ring(drafter: ArtifactFacts, request: Request) -> Component:

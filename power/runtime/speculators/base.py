@@ -13,6 +13,8 @@ from typing import Any, Sequence
 
 import torch
 
+from power.documents.kv_types import F32
+
 from ..errors import RuntimeInputError
 from ..gguf_weights import GGUFFile
 from ..trunks.protocol import Trunk
@@ -42,6 +44,7 @@ class SpeculatorRequest:
     fr_vocab_size: int | None = None  # FR: the draft head's token-ID prefix
     ngram: NGramWindow | None = None  # the n-gram lookup's window
     p_min: float | None = None  # the confidence a drafted position needs (DSpark's gate); None: the header's
+    kv_type: str = F32  # the element type a drafter's own KV cache holds its rows in (the plan's draft_kv_cache_type)
 
 
 @dataclass(frozen=True)

@@ -42,15 +42,20 @@ from typing_extensions import override
 
 from power import modes
 from power.artifacts.contracts import (
+    PRODUCT,
+    ROWS,
     DrafterHparams,
     classify_drafter,
     declared_draft_tokens,
     drafter_hparams,
+    drafter_tensor_role,
     required,
 )
 
+from ..embedding import TokenEmbedding
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
+from ..linear import Float32Linear, Linear, Stacked, quantised
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
 from .kv_ring import KVRing
 from .target_head import TargetHead
@@ -87,6 +92,26 @@ class _HeaderView:
     tensor_shapes: Mapping[str, tuple[int, ...]]
 
 
+def _held(drafter: GGUFFile, name: str) -> Linear | TokenEmbedding | torch.Tensor:
+    """How the drafter holds tensor `name` (`power.artifacts.contracts.drafter_tensor_role`): a matrix that multiplies
+    activations in its GGUF blocks, through the CPU kernels as the target's (exactly dequantised for a type they do not
+    multiply), a token-indexed table as its GGUF rows, anything else in float32."""
+    info = drafter.info(name)
+    role = drafter_tensor_role(name)
+    if role == PRODUCT:
+        shape = (int(info.shape[0]), int(info.shape[1]))
+        packed = quantised(drafter.raw(name), info.qtype, shape, "cpu")
+        return packed if packed is not None else Float32Linear(drafter.tensor(name), rows=0)
+    if role == ROWS:
+        return TokenEmbedding.of_gguf(drafter, name, info.shape)
+    return drafter.tensor(name)
+
+
+def held_bytes(weights: Mapping[str, Linear | TokenEmbedding | torch.Tensor]) -> int:
+    """What a drafter's weights hold in memory (the plan's "drafter weights")."""
+    return sum(w.numel() * w.element_size() if isinstance(w, torch.Tensor) else w.nbytes for w in weights.values())
+
+
 def header_view(gguf: GGUFFile) -> _HeaderView:
     return _HeaderView(str(gguf.path), gguf.architecture, gguf.metadata, {n: i.shape for n, i in gguf.tensors.items()})
 
@@ -106,7 +131,8 @@ def load_block_drafter(kind: str, request: SpeculatorRequest) -> tuple[GGUFFile,
     layers = drafter.get(f"{drafter.architecture}.target_layers", [])
     if any(not 0 <= layer <= config.n_layers for layer in layers):
         return Decline(kind, f"drafter reads target layers {list(layers)}; the target has {config.n_layers}")
-    return drafter, TargetHead(request.target, request.fr_vocab_size, declared_draft_tokens(header_view(drafter)))
+    return drafter, TargetHead(request.trunk, request.target, request.fr_vocab_size,
+                               declared_draft_tokens(header_view(drafter)))
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
@@ -124,7 +150,8 @@ class BlockDrafter(Speculator):
     def __init__(self, drafter: GGUFFile, head: TargetHead, context_rows: int) -> None:
         self.hp: DrafterHparams = drafter_hparams(header_view(drafter))
         self.head = head
-        self.w = {name: drafter.tensor(name) for name in drafter.tensors}
+        # tensor -> its matrix in GGUF blocks (a `Linear`), its GGUF rows (a `TokenEmbedding`) or a float32 tensor
+        self.w: dict[str, Any] = {name: _held(drafter, name) for name in drafter.tensors}
         self.layers = [self._layer_weights(i) for i in range(self.hp.block_count)]
         self.taps = tuple(self.hp.target_layers)
         self.max_proposals = self.hp.block_size - 1
@@ -254,7 +281,7 @@ class BlockDrafter(Speculator):
     def _layer_weights(self, i: int) -> dict[str, torch.Tensor]:
         prefix = f"blk.{i}."
         weights = {name[len(prefix) :].removesuffix(".weight"): t for name, t in self.w.items() if name.startswith(prefix)}
-        return weights | {"ffn_gate_up": torch.cat((weights["ffn_gate"], weights["ffn_up"]))}
+        return weights | {"ffn_gate_up": Stacked((weights["ffn_gate"], weights["ffn_up"]))}
 
     # --- reading a block out ----------------------------------------------------
     def _read_block(self, anchor: int, rows: torch.Tensor) -> list[int]:

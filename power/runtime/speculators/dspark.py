@@ -22,7 +22,7 @@ from power import modes
 from power.artifacts.contracts import required
 
 from ..gguf_weights import GGUFFile
-from ..layers import rms_norm
+from ..layers import linear, rms_norm
 from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
 from .dflash import BlockDrafter, load_block_drafter
 from .target_head import TargetHead
@@ -60,7 +60,8 @@ class DSparkDrafter(BlockDrafter):
 
     def _markov(self, h: torch.Tensor, pred: int) -> torch.Tensor:
         w = self.w
-        return ((w["markov.hidden.weight"] @ h) * w["markov.token_embd.weight"][pred]) @ w["markov.output.weight"].T
+        token = w["markov.token_embd.weight"](torch.tensor([pred]))  # [1, r]: the one row it reads
+        return linear(linear(h[None], w["markov.hidden.weight"]) * token, w["markov.output.weight"])[0]
 
     def _confidence(self, h: torch.Tensor) -> float:
         return float(torch.sigmoid(self.w["confidence.weight"][0] @ h + self.w["confidence.bias"][0]))

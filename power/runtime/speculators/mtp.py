@@ -47,6 +47,7 @@ from typing_extensions import override
 from power import modes
 from power.artifacts.contracts import declared_draft_tokens, nextn_layer_count
 from power.documents.arithmetic import QUANTISED
+from power.documents.kv_types import F32
 
 from ..gguf_weights import GGUFFile
 from ..kv_cache import SlotCaches
@@ -74,24 +75,24 @@ class NextnBlock:
     kv_shape: tuple[int, int, int]  # KV heads, key width, value width
 
 
-def _qwen35(head_file: GGUFFile, w: Weights, positions: int) -> NextnBlock:
+def _qwen35(head_file: GGUFFile, w: Weights, positions: int, kv_type: str) -> NextnBlock:
     """The qwen35 hybrid's block: a gated full-attention layer (partial rope)."""
     p = Qwen35Params.from_gguf(head_file)
-    caches = SlotCaches(1, p.n_kv_heads, positions, p.head_dim, p.head_dim)
+    caches = SlotCaches(1, p.n_kv_heads, positions, p.head_dim, p.head_dim, kv_type=kv_type)
     return NextnBlock(GatedAttentionLayer(w, p, p.n_layers, caches), p, p.n_layers, p.d_model, p.eps, 1.0,
                       rope_tables(positions, p.rope_dims, p.rope_base), (p.n_kv_heads, p.head_dim, p.head_dim))
 
 
-def _gemma3(head_file: GGUFFile, w: Weights, positions: int) -> NextnBlock:
+def _gemma3(head_file: GGUFFile, w: Weights, positions: int, kv_type: str) -> NextnBlock:
     """A Gemma 3 layer, global (no window, the header's rope base), with Gemma's embedding scale."""
     p = Gemma3Params.from_gguf(head_file)
-    caches = SlotCaches(1, p.n_kv_heads, positions, p.head_dim_k, p.head_dim_v)
+    caches = SlotCaches(1, p.n_kv_heads, positions, p.head_dim_k, p.head_dim_v, kv_type=kv_type)
     return NextnBlock(Gemma3Layer(w, p, p.n_layers, caches), p, p.n_layers, p.d_model, p.eps, p.embedding_scale,
                       p.rope(True, positions), (p.n_kv_heads, p.head_dim_k, p.head_dim_v))
 
 
 # general.architecture -> how its nextn block is built
-BLOCKS: dict[str, Callable[[GGUFFile, Weights, int], NextnBlock]] = {"qwen35": _qwen35, "gemma3": _gemma3}
+BLOCKS: dict[str, Callable[[GGUFFile, Weights, int, str], NextnBlock]] = {"qwen35": _qwen35, "gemma3": _gemma3}
 
 
 def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
@@ -108,8 +109,8 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
     if arch != target.architecture or head_file.get(f"{arch}.embedding_length") != request.trunk.config.d_model:
         return Decline(kind, f"{head_file.path} is a {arch} head of width {head_file.get(f'{arch}.embedding_length')}; "
                              f"the target is {target.architecture} of width {request.trunk.config.d_model}")
-    head = TargetHead(target, request.fr_vocab_size, declared_draft_tokens(header_view(head_file)))
-    return MTPHead(head_file, head, request.trunk.config.n_ctx, request.p_min)
+    head = TargetHead(request.trunk, target, request.fr_vocab_size, declared_draft_tokens(header_view(head_file)))
+    return MTPHead(head_file, head, request.trunk.config.n_ctx, request.p_min, request.kv_type)
 
 
 @dataclass(frozen=True)
@@ -128,18 +129,22 @@ class _Queued:
 class MTPHead(Speculator):
     name = modes.MTP
 
-    def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int, p_min: float | None = None) -> None:
+    def __init__(self, head_file: GGUFFile, head: TargetHead, n_ctx: int, p_min: float | None = None,
+                 kv_type: str = F32) -> None:
         """`head_file` holds the nextn block (the target itself, or its MTP-only sidecar); `head` is the target's.
-        `p_min` (the profile's spec_draft_p_min) ends a proposal at the first draft whose probability is below it."""
+        `p_min` (the profile's spec_draft_p_min) ends a proposal at the first draft whose probability is below it.
+        `kv_type`: the element type the head's cache holds its rows in (the plan's draft_kv_cache_type)."""
         # A draft head's bits only shape proposals, never tokens: its matrices run in their GGUF blocks.
         w = Weights(head_file, TrunkOptions(n_ctx=n_ctx, verify_capacity=1, arithmetic=QUANTISED))
-        block = self.block = BLOCKS[head_file.architecture](head_file, w, n_ctx + 1)
+        self.kv_type = kv_type
+        block = self.block = BLOCKS[head_file.architecture](head_file, w, n_ctx + 1, kv_type)
         self.taps = (block.trunk_layers,)  # the final residual before the output norm
         b, d = f"blk.{block.trunk_layers}.nextn.", block.d_model
         self.eh_proj = w.matrix(b + "eh_proj.weight", [d, 2 * d])
         self.enorm = w.tensor(b + "enorm.weight", [d])
         self.hnorm = w.tensor(b + "hnorm.weight", [d])
         self.head_norm = w.tensor(b + "shared_head_norm.weight", [d])
+        self.weight_bytes = sum(w.held.values())  # what the head's weights hold (the plan's "MTP head weights")
         self.head = head
         self.p_min = p_min or None  # 0 gates nothing (llama.cpp's default)
         self.capacity = n_ctx
@@ -226,4 +231,4 @@ class MTPHead(Speculator):
     def _cache(self, n_ctx: int) -> SlotCaches:
         """The head's own cache: one position past the context (the draft row after the last committed one)."""
         heads, key_width, value_width = self.block.kv_shape
-        return SlotCaches(1, heads, n_ctx + 1, key_width, value_width)
+        return SlotCaches(1, heads, n_ctx + 1, key_width, value_width, kv_type=self.kv_type)

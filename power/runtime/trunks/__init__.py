@@ -11,6 +11,7 @@ from pathlib import Path
 
 from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import QUANTISED
+from power.documents.kv_types import F32
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.trunks.base import FixedShapeTrunk, TrunkOptions
 
@@ -26,10 +27,11 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 
 def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int, snapshot_rows: int = 0,
                arithmetic: str = QUANTISED, device: str = "cpu", prefill_chunk: int | None = None,
-               slots: int = 1, kernel_path: str = "auto") -> FixedShapeTrunk:
+               slots: int = 1, kernel_path: str = "auto", kv_type: str = F32) -> FixedShapeTrunk:
     """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) in `arithmetic`
     (`power.documents.arithmetic`), with forwards of at most `verify_capacity` rows, holding `slots` sequences of
-    `n_ctx` positions each, on the CPU or GPU path (`kernel_path`, `TrunkOptions.path`)."""
+    `n_ctx` positions each, on the CPU or GPU path (`kernel_path`, `TrunkOptions.path`), its attention caches holding
+    their rows in `kv_type` (`power.documents.kv_types`)."""
     gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
     architecture = gguf.architecture
     if architecture not in ARCHITECTURES:
@@ -37,7 +39,7 @@ def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int,
                             f"(implemented: {', '.join(sorted(ARCHITECTURES))})", code="PWR120", file=str(gguf.path),
                             hint="use a plan whose target is one of these, or render the plan for llama-server instead")
     options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows,
-                           arithmetic=arithmetic, device=device, slots=slots, path=kernel_path,
+                           arithmetic=arithmetic, device=device, slots=slots, path=kernel_path, kv_type=kv_type,
                            **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))
     module_name, class_name = ARCHITECTURES[architecture]
     module = importlib.import_module(f"power.runtime.trunks.{module_name}")

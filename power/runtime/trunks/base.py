@@ -41,11 +41,12 @@ import torch
 
 from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
+from power.documents.kv_types import F32
 from power.runtime.cuda_graphs import GRAPHS_OFF, CudaGraphError, CudaRecorder, ForwardGraphs, Recorder
 from power.runtime.embedding import TokenEmbedding
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.kv_cache import SlotCaches
+from power.runtime.kv_cache import SlotCaches, check_device_kv_type
 from power.runtime.layers import Norm, softcap
 from power.runtime.linear import Float32Linear, Linear, Stacked, quantised
 from power.runtime.trunks.batch import DeviceRows, RowBatch, Segment
@@ -74,6 +75,7 @@ class TrunkOptions:
     # "auto": the GPU path off the CPU, the CPU path on it; "gpu" on the CPU runs the GPU path's kernels there (Triton's
     # interpreter with POWER_KERNELS=triton, else their torch references): for tests and `gpu-check --interpret`.
     path: str = "auto"
+    kv_type: str = F32  # the element type the attention caches hold their rows in (`power.documents.kv_types`)
 
     def __post_init__(self) -> None:
         if self.path not in PATHS or (self.path == "cpu" and torch.device(self.device).type != "cpu"):
@@ -85,6 +87,7 @@ class TrunkOptions:
         if self.verify_capacity < 1 or self.n_ctx < 1 or self.prefill_chunk < 1 or self.slots < 1:
             raise RuntimeInputError(f"n_ctx ({self.n_ctx}), verify_capacity ({self.verify_capacity}), "
                                     f"prefill_chunk ({self.prefill_chunk}) and slots ({self.slots}) must be positive")
+        check_device_kv_type(self.kv_type, self.kernels)
 
     @property
     def cache_capacity(self) -> int:
@@ -99,7 +102,8 @@ class TrunkOptions:
 
 def slot_caches(options: TrunkOptions, n_kv_heads: int, head_dim_k: int, head_dim_v: int) -> SlotCaches:
     """One attention layer's caches: a region of `cache_capacity` positions for each slot."""
-    return SlotCaches(options.slots, n_kv_heads, options.cache_capacity, head_dim_k, head_dim_v, options.device)
+    return SlotCaches(options.slots, n_kv_heads, options.cache_capacity, head_dim_k, head_dim_v, options.device,
+                      options.kv_type)
 
 
 class ArchHeader:
@@ -263,6 +267,7 @@ class FixedShapeTrunk:
     """
 
     config: TrunkConfig
+    embedding: TokenEmbedding  # set by each concrete trunk
 
     def __init__(self, config: TrunkConfig, options: TrunkOptions, weights: Weights, output_norm: Norm,
                  output: Linear, logit_softcap: float | None = None) -> None:
@@ -512,6 +517,14 @@ class TrunkSequence:
 
     def reset(self) -> None:
         self.trunk.reset(self.slot)
+
+    @property
+    def embedding(self) -> TokenEmbedding:
+        return self.trunk.embedding
+
+    @property
+    def lm_head(self) -> Linear:
+        return self.trunk.lm_head
 
     def reusable_prefix(self, length: int) -> int:
         return self.trunk.reusable_prefix(length, self.slot)

@@ -175,7 +175,7 @@ class Gemma3Trunk(FixedShapeTrunk):
         self.global_rope = p.rope(True, capacity, options.device)
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
-                             recurrent=False, slots=options.slots)
+                             recurrent=False, slots=options.slots, device=options.device)
         super().__init__(config, options, w, w.norm("output_norm.weight", [p.d_model], p.eps), output, p.logit_softcap)
 
     @override

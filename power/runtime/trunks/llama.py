@@ -100,7 +100,7 @@ class LlamaTrunk(FixedShapeTrunk):
         self.rope = rope_tables(options.cache_capacity, p.head_dim, p.rope_base, device=options.device)
         config = TrunkConfig(architecture=p.arch, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity, snapshot_rows=0,
-                             recurrent=False, slots=options.slots)
+                             recurrent=False, slots=options.slots, device=options.device)
         output = w.lm_head([p.vocab, p.d_model])
         super().__init__(config, options, w, w.norm("output_norm.weight", [p.d_model], p.eps), output)
 

@@ -28,6 +28,9 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from power.runtime.embedding import TokenEmbedding
+from power.runtime.linear import Linear
+
 
 class OutsideResidentWindow(RuntimeError):
     """A rewind target whose recurrent state is no longer resident (rejected suffix longer than S)."""
@@ -44,6 +47,7 @@ class TrunkConfig:
     snapshot_rows: int  # S: resident per-row recurrent snapshots (0 for attention-only trunks)
     recurrent: bool
     slots: int = 1  # sequences the trunk holds side by side, each with its own cache region and state
+    device: str = "cpu"  # where its weights, caches and activations live
 
 
 @dataclass
@@ -89,3 +93,11 @@ class Trunk(Protocol):
 
     def reset(self) -> None:
         """Empty the cache and recurrent state for a new request."""
+
+    @property
+    def embedding(self) -> TokenEmbedding:
+        """The token embedding, as the trunk holds it (a drafter borrows it: one copy)."""
+
+    @property
+    def lm_head(self) -> Linear:
+        """The output projection [vocab, d], as the trunk holds it (a drafter's head borrows it: one copy)."""

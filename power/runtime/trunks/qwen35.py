@@ -15,11 +15,19 @@ Rope (NEOX) covers the first `rope.dimension_count` dims of each head; for text 
 multi-section positions are all equal, so the sections reduce to ordinary rope.
 
 Recurrent state is real state, one per slot: a forward commits each sequence's
-state after its last real row and keeps per-row snapshots for its last S
-(`snapshot_rows`) rows, so `rewind` can return to any length in [end - S, end];
-shorter raises `OutsideResidentWindow`. Padding rows never touch the recurrent
-state. A slot also keeps its state at the end of its last whole prefill chunk,
-the one length a new request sharing that prompt prefix can resume from.
+state after its last real row, and `rewind` can return to any length in
+[end - S, end] (S = `snapshot_rows`, never before the forward's first row);
+shorter raises `OutsideResidentWindow`. Rather than a full state per row, a slot
+keeps the state its last forward started from and each recurrent layer's inputs
+to the recurrence for that forward's rows (the pre-convolution rows, the decay
+and beta: about 1/75 of a state a row at Qwen3.6-27B's shape), and a rewind
+replays the first rows from there by the same float operations in the same
+order, so it arrives at the same bits (`ResidentWindow`). A state's tensors are
+never written in place (each row makes new ones), so a checkpoint, the window's
+start and the live state share them rather than copy. Padding rows never touch
+the recurrent state. A slot also keeps its state at the end of its last whole
+prefill chunk, the one length a new request sharing that prompt prefix can
+resume from.
 """
 
 from __future__ import annotations
@@ -92,11 +100,35 @@ class Qwen35Params:
 
 @dataclass
 class RecurrentState:
+    """One layer's state. Its tensors are never written in place (a row rebinds them to new ones), so copies share."""
+
     conv: torch.Tensor  # [channels, K-1]: the last K-1 conv inputs
     delta: torch.Tensor  # [Hv, dk, dv]
 
-    def clone(self) -> RecurrentState:
-        return RecurrentState(self.conv.clone(), self.delta.clone())
+    def share(self) -> RecurrentState:
+        return RecurrentState(self.conv, self.delta)
+
+
+@dataclass(frozen=True)
+class RecurrentInputs:
+    """One layer's inputs to the recurrence for one sequence's rows of a forward, from which the state after any of
+    them is replayed exactly: qkv [n, C] before the convolution, decay and beta [n, Hv]."""
+
+    qkv: torch.Tensor
+    decay: torch.Tensor
+    beta: torch.Tensor
+
+
+@dataclass
+class ResidentWindow:
+    """The lengths a slot can rewind to, [first, end]: its state at `start` (where its last forward began) and each
+    recurrent layer's inputs for the rows since, replayed up to the length asked."""
+
+    start: int
+    first: int
+    end: int
+    base: dict[int, RecurrentState]
+    inputs: dict[int, RecurrentInputs]
 
 
 class FFN:
@@ -129,57 +161,58 @@ class GatedDeltaNetLayer:
                               torch.zeros(p.value_heads, p.state, p.state, device=device))
 
     def __call__(self, h: torch.Tensor, batch: RowBatch, states: list[dict[int, RecurrentState]], layer: int,
-                 p: Qwen35Params, keep: int) -> tuple[torch.Tensor, dict[int, dict[int, RecurrentState]]]:
+                 p: Qwen35Params) -> tuple[torch.Tensor, dict[int, RecurrentInputs]]:
         """Rows [m, d] -> [m, d]; advances each segment's slot state (`states[slot][layer]`) over its rows.
 
-        Also returns {slot: {rows consumed: state}} for each segment's last `keep` rows.
+        Also returns {slot: the segment's inputs to the recurrence} (what `replay` reruns).
         """
         x = self.attn_norm(h)
         qkv, z, beta, alpha = self.w_in(x).split(self.split_in, dim=-1)  # [m, C], [m, Hv*dv], [m, Hv], [m, Hv]
         beta = aligned(torch.sigmoid, beta)
         decay = self.a * aligned(F.softplus, alpha + self.dt_bias)  # [m, Hv], log decay <= 0
         out = h.new_zeros(h.shape[0], p.value_heads, p.state)
-        snapshots = {}
+        inputs = {}
         for segment in batch.segments:
             rows = segment.rows
-            snapshots[segment.slot] = self._recur(qkv[rows], decay[rows], beta[rows], states[segment.slot][layer],
-                                                  out[rows], p, keep)
+            inputs[segment.slot] = RecurrentInputs(qkv[rows].clone(), decay[rows].clone(), beta[rows].clone())
+            self._recur(inputs[segment.slot], states[segment.slot][layer], out[rows], p)
         gated = self.norm(out) * F.silu(z.view(-1, p.value_heads, p.state))
         h = h + self.w_out(gated.reshape(h.shape[0], -1))
-        return h + self.ffn(h), snapshots
+        return h + self.ffn(h), inputs
 
-    def _recur(self, qkv: torch.Tensor, decay: torch.Tensor, beta: torch.Tensor, state: RecurrentState,
-               out: torch.Tensor, p: Qwen35Params, keep: int) -> dict[int, RecurrentState]:
-        """One sequence's rows [n, C] through its state: writes `out` [n, Hv, dv], advances `state`, and returns
-        {rows consumed: state} for the last `keep` rows."""
-        n = qkv.shape[0]
-        mixed, conv_states = self._conv(qkv, state.conv, p)  # [n, C]
+    def replay(self, inputs: RecurrentInputs, rows: int, state: RecurrentState, p: Qwen35Params) -> None:
+        """Advance `state` over the first `rows` rows of `inputs` exactly as the forward did."""
+        first = RecurrentInputs(inputs.qkv[:rows], inputs.decay[:rows], inputs.beta[:rows])
+        self._recur(first, state, None, p)
+
+    def _recur(self, inputs: RecurrentInputs, state: RecurrentState, out: torch.Tensor | None, p: Qwen35Params) -> None:
+        """One sequence's rows through its state: writes `out` [n, Hv, dv] (None: the state alone) and advances
+        `state`. Each row's operations read only that row and the state, so the first rows of a forward arrive at the
+        same state whether or not the rest follow."""
+        n = inputs.qkv.shape[0]
+        mixed, state.conv = self._conv(inputs.qkv, state.conv, p)  # [n, C]
         q, k, v = torch.split(mixed, [p.state * p.key_heads, p.state * p.key_heads, p.state * p.value_heads], dim=-1)
         repeat = p.value_heads // p.key_heads
         q = self.l2_norm(q.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1) / math.sqrt(p.state)
         k = self.l2_norm(k.view(n, p.key_heads, p.state)).repeat_interleave(repeat, dim=1)
         v = v.view(n, p.value_heads, p.state)
-        snapshots = {}
-        s = state.delta
+        s, decay, beta = state.delta, inputs.decay, inputs.beta
         for t in range(n):  # the recurrence, one row at a time: [Hv, dk, dv]
             s = s * decay[t].exp()[:, None, None]
             remembered = (s * k[t][:, :, None]).sum(dim=1)  # [Hv, dv]
             s = s + k[t][:, :, None] * ((v[t] - remembered) * beta[t][:, None])[:, None, :]
-            out[t] = (s * q[t][:, :, None]).sum(dim=1)
-            if t >= n - keep:
-                snapshots[t + 1] = RecurrentState(conv_states[t], s)
-        state.conv, state.delta = conv_states[n - 1], s
-        return snapshots
+            if out is not None:
+                out[t] = (s * q[t][:, :, None]).sum(dim=1)
+        state.delta = s
 
-    def _conv(self, rows: torch.Tensor, conv_state: torch.Tensor, p: Qwen35Params) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Causal depthwise conv + silu over rows [n, C]; also the conv state after each row."""
+    def _conv(self, rows: torch.Tensor, conv_state: torch.Tensor, p: Qwen35Params) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal depthwise conv + silu over rows [n, C]; also the conv state after the last row."""
         window = torch.cat((conv_state, rows.T), dim=1)  # [C, K-1+n]
         n, kernel = rows.shape[0], p.conv_kernel
         out = torch.zeros_like(rows)
         for tap in range(kernel):  # elementwise per tap: every row summed in the same order
             out = out + (self.conv[:, tap:tap + 1] * window[:, tap:tap + n]).T
-        states = [window[:, t + 1:t + kernel].clone() for t in range(n)]
-        return F.silu(out), states
+        return F.silu(out), window[:, n:n + kernel - 1].clone()
 
 
 class GatedAttentionLayer:
@@ -218,13 +251,14 @@ class Qwen35Trunk(FixedShapeTrunk):
                        else GatedAttentionLayer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim, p.head_dim))
                        for i in range(p.n_layers)]
         self.rope = rope_tables(options.cache_capacity, p.rope_dims, p.rope_base, device=options.device)
-        # Per slot: committed length -> every recurrent layer's state (the resident window), and the state at the
-        # end of the slot's last whole prefill chunk (where a new request sharing that prefix may resume).
-        self.snapshots: list[dict[int, dict[int, RecurrentState]]] = [{} for _ in range(options.slots)]
+        # Per slot: the lengths it can rewind to (None: only its position), and the state at the end of the slot's
+        # last whole prefill chunk (where a new request sharing that prefix may resume).
+        self.windows: list[ResidentWindow | None] = [None] * options.slots
         self.chunk_states: list[tuple[int, dict[int, RecurrentState]] | None] = [None] * options.slots
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,
                              n_ctx=options.n_ctx, verify_capacity=options.verify_capacity,
-                             snapshot_rows=options.snapshot_rows, recurrent=True, slots=options.slots)
+                             snapshot_rows=options.snapshot_rows, recurrent=True, slots=options.slots,
+                             device=options.device)
         output = w.lm_head([p.vocab, p.d_model])
         super().__init__(config, options, w, w.norm("output_norm.weight", [p.d_model], p.eps), output)
         self.states = [self._initial_states() for _ in range(options.slots)]
@@ -238,62 +272,60 @@ class Qwen35Trunk(FixedShapeTrunk):
              taps: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         if not isinstance(batch, RowBatch):  # `capture_graphs` refuses a recurrent trunk, so no graph gets here
             raise TypeError("the qwen35 trunk runs each sequence's rows through its own state: it needs the segments")
-        p, keep = self.params, self.options.snapshot_rows + 1  # S rows back, plus the live state
+        p = self.params
         rope = rope_rows(self.rope, batch.positions)
-        before = {s.slot: _copy(self.states[s.slot]) for s in batch.segments if self.options.snapshot_rows >= s.n}
-        per_row: dict[int, dict[int, dict[int, RecurrentState]]] = {s.slot: {} for s in batch.segments}
+        before = {s.slot: _share(self.states[s.slot]) for s in batch.segments}
+        inputs: dict[int, dict[int, RecurrentInputs]] = {s.slot: {} for s in batch.segments}
         h = self.embedding(tokens)
         tapped = {}
         for i, layer in enumerate(self.layers):
             if i in taps:
                 tapped[i] = h
             if isinstance(layer, GatedDeltaNetLayer):
-                h, consumed = layer(h, batch, self.states, i, p, keep)
+                h, consumed = layer(h, batch, self.states, i, p)
                 for slot, rows in consumed.items():
-                    per_row[slot][i] = rows
+                    inputs[slot][i] = rows
             else:
                 h = layer(h, batch, rope, p)
         if p.n_layers in taps:
             tapped[p.n_layers] = h
         for segment in batch.segments:
-            self._keep_snapshots(segment.slot, segment.start, per_row[segment.slot], before.get(segment.slot))
-            if batch.prefill and (segment.start + segment.n) % self.options.prefill_chunk == 0:
-                self.chunk_states[segment.slot] = (segment.start + segment.n, _copy(self.states[segment.slot]))
+            end = segment.start + segment.n
+            if self.options.snapshot_rows:  # the lengths [end - S, end] this forward passed through
+                self.windows[segment.slot] = ResidentWindow(segment.start, max(segment.start, end - self.options.snapshot_rows),
+                                                            end, before[segment.slot], inputs[segment.slot])
+            if batch.prefill and end % self.options.prefill_chunk == 0:
+                self.chunk_states[segment.slot] = (end, _share(self.states[segment.slot]))
         return h, tapped
-
-    def _keep_snapshots(self, slot: int, start: int, per_row: dict[int, dict[int, RecurrentState]],
-                        before: dict[int, RecurrentState] | None) -> None:
-        """Replace the slot's resident window with this forward's: lengths [end - S, end] that it passed through."""
-        consumed = next(iter(per_row.values())).keys()
-        self.snapshots[slot] = {start + rows: {i: layer_rows[rows] for i, layer_rows in per_row.items()}
-                                for rows in consumed}
-        if before is not None:
-            self.snapshots[slot][start] = before
 
     # --- recurrent state ----------------------------------------------------------
 
     def _rewind_state(self, slot: int, length: int) -> None:
-        position, snapshots = self.position_of(slot), self.snapshots[slot]
+        position, window = self.position_of(slot), self.windows[slot]
         if length == position:
             return
-        if length not in snapshots:
-            resident = sorted(snapshots)
-            window = f"[{resident[0]}, {position}]" if resident else f"[{position}, {position}]"
-            raise OutsideResidentWindow(f"length {length} is outside the resident window {window} "
+        if window is None or not window.first <= length <= window.end:
+            resident = f"[{window.first}, {position}]" if window is not None else f"[{position}, {position}]"
+            raise OutsideResidentWindow(f"length {length} is outside the resident window {resident} "
                                         f"(S = {self.options.snapshot_rows})")
-        self.states[slot] = _copy(snapshots[length])
-        self.snapshots[slot] = {kept: states for kept, states in snapshots.items() if kept <= length}
+        states = _share(window.base)
+        for i, state in states.items():
+            layer = self.layers[i]
+            assert isinstance(layer, GatedDeltaNetLayer)
+            layer.replay(window.inputs[i], length - window.start, state, self.params)
+        self.states[slot] = states
+        window.end = length
 
     def _state_checkpoint(self, slot: int) -> Any:
-        return _copy(self.states[slot])
+        return _share(self.states[slot])
 
     def _restore_state(self, slot: int, state: Any) -> None:
-        self.states[slot] = _copy(state)
-        self.snapshots[slot] = {}
+        self.states[slot] = _share(state)
+        self.windows[slot] = None
 
     def _reset_state(self, slot: int) -> None:
         self.states[slot] = self._initial_states()
-        self.snapshots[slot] = {}
+        self.windows[slot] = None
         self.chunk_states[slot] = None
 
     # --- prefix reuse: only where the state at that length was kept ------------------
@@ -313,8 +345,9 @@ class Qwen35Trunk(FixedShapeTrunk):
         self.restore((length, kept[1]), slot)
 
 
-def _copy(states: dict[int, RecurrentState]) -> dict[int, RecurrentState]:
-    return {i: s.clone() for i, s in states.items()}
+def _share(states: dict[int, RecurrentState]) -> dict[int, RecurrentState]:
+    """A copy of a slot's states that shares their tensors (never written in place)."""
+    return {i: s.share() for i, s in states.items()}
 
 
 def _partial_rope(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], dims: int) -> torch.Tensor:

@@ -1,4 +1,5 @@
-// The trunks' per-row float32 operations on the CPU: RMS norm, rotary embedding and attention over a KV cache
+// The trunks' per-row float32 operations on the CPU: RMS norm, rotary embedding and attention over a KV cache (held
+// in f32, f16, bf16 or q8_0 rows, read back exactly)
 // (power/kernels/cpu/rowops.py defines them and holds their torch references). Each row is computed by one fixed
 // sequence of float32 operations that reads nothing of another row, so a row's bits do not depend on how many
 // rows share the call, and the same code compiled for every instruction path gives the same bits on each
@@ -7,6 +8,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -61,6 +64,50 @@ void check_rows(const at::Tensor& t, const char* name) {
                 ": contiguous float32 on the CPU");
 }
 
+// A KV cache's stored rows (power/runtime/kv_rows.py): float32, f16 or bf16 values, or q8_0 blocks (uint8: per 32
+// values an f16 scale d and 32 int8 q). `row` gives row j's `width` values in float32, exactly (d * q is an 11-bit
+// times a 7-bit integer): f32 rows in place, the others widened into `scratch`.
+constexpr int64_t kQ8Block = 32, kQ8BlockBytes = 34;
+
+struct CacheRows {
+    const uint8_t* base;
+    at::ScalarType type;
+    int64_t width;      // values a row
+    int64_t row_bytes;  // bytes a stored row
+
+    CacheRows(const at::Tensor& t, const char* name) : type(t.scalar_type()) {
+        TORCH_CHECK(t.is_contiguous() && t.device().is_cpu() && t.dim() == 3, name, ": a contiguous [Hkv, T, width] "
+                    "cache on the CPU");
+        TORCH_CHECK(type == at::kFloat || type == at::kHalf || type == at::kBFloat16 ||
+                    (type == at::kByte && t.size(2) % kQ8BlockBytes == 0), name,
+                    ": float32, float16 or bfloat16 values, or uint8 q8_0 blocks of 34 bytes");
+        base = static_cast<const uint8_t*>(t.data_ptr());
+        row_bytes = t.size(2) * t.element_size();
+        width = type == at::kByte ? t.size(2) / kQ8BlockBytes * kQ8Block : t.size(2);
+    }
+
+    const float* row(int64_t j, float* scratch) const {
+        const uint8_t* p = base + j * row_bytes;
+        if (type == at::kFloat) return reinterpret_cast<const float*>(p);
+        if (type == at::kHalf) {
+            for (int64_t c = 0; c < width; ++c) scratch[c] = static_cast<float>(reinterpret_cast<const c10::Half*>(p)[c]);
+        } else if (type == at::kBFloat16) {
+            for (int64_t c = 0; c < width; ++c) {
+                scratch[c] = static_cast<float>(reinterpret_cast<const c10::BFloat16*>(p)[c]);
+            }
+        } else {
+            for (int64_t b = 0; b < width / kQ8Block; ++b, p += kQ8BlockBytes) {
+                uint16_t bits;
+                std::memcpy(&bits, p, 2);
+                const float d = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+                const int8_t* q = reinterpret_cast<const int8_t*>(p + 2);
+                for (int64_t c = 0; c < kQ8Block; ++c) scratch[b * kQ8Block + c] = d * static_cast<float>(q[c]);
+            }
+        }
+        return scratch;
+    }
+};
+
 }  // namespace
 
 // x [R, d], weight [W, d] (row r uses weight row r % W) -> (x * (1 / sqrt(sum(x^2) / d + eps))) * weight.
@@ -112,24 +159,24 @@ at::Tensor rope(at::Tensor x, at::Tensor cos, at::Tensor sin, bool neox) {
     return out;
 }
 
-// q [n, H, hd] at positions [n] against the cache k [Hkv, T, hd], v [Hkv, T, hdv] -> [n, H * hdv].
-// Row i, head h reads slots lo..p (p its position; lo = p - window + 1 for a sliding layer, else 0) of KV head
-// h / (H / Hkv): scores s_j = dot(q, k_j) * scale, m = max s_j, e_j = exp(s_j - m), then the e_j and the
-// e_j v_j added in slot order, divided by their sum.
+// q [n, H, hd] at positions [n] against the cache k [Hkv, T, hd], v [Hkv, T, hdv] (stored rows: `CacheRows`) ->
+// [n, H * hdv]. Row i, head h reads slots lo..p (p its position; lo = p - window + 1 for a sliding layer, else 0) of
+// KV head h / (H / Hkv): scores s_j = dot(q, k_j) * scale, m = max s_j, e_j = exp(s_j - m), then the e_j and the
+// e_j v_j added in slot order, divided by their sum. A stored row is read back exactly, so the arithmetic is the
+// same whatever the cache's type.
 at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positions, int64_t window, double scale) {
     check_rows(q, "q");
-    check_rows(k, "k");
-    check_rows(v, "v");
+    const CacheRows keys_in(k, "k"), values_in(v, "v");
     TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 1 && positions.size(0) == q.size(0),
                 "positions: int64 [n]");
-    TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.size(0) == v.size(0) && k.size(1) == v.size(1) &&
-                q.size(2) == k.size(2) && q.size(1) % k.size(0) == 0, "q [n, H, hd], k [Hkv, T, hd], v [Hkv, T, hdv]");
+    TORCH_CHECK(q.dim() == 3 && k.size(0) == v.size(0) && k.size(1) == v.size(1) && q.size(2) == keys_in.width &&
+                q.size(1) % k.size(0) == 0, "q [n, H, hd], k [Hkv, T, hd], v [Hkv, T, hdv]");
     const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2), kv_heads = k.size(0), slots = k.size(1);
-    const int64_t hdv = v.size(2), group = heads / kv_heads;
+    const int64_t hdv = values_in.width, group = heads / kv_heads;
     const int64_t* pp = positions.data_ptr<int64_t>();
     for (int64_t i = 0; i < n; ++i) TORCH_CHECK(pp[i] >= 0 && pp[i] < slots, "position ", pp[i], " outside the cache");
     auto out = at::empty({n, heads * hdv}, q.options());
-    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    const float* qp = q.data_ptr<float>();
     float* op = out.data_ptr<float>();
     const float factor = (float)scale;
     const int64_t work = std::max<int64_t>(1, (pp[n - 1] + 1) * (hd + hdv) * group);
@@ -137,18 +184,16 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
     // own arithmetic is the same sequence as alone; only the heads' loops are interleaved).
     at::parallel_for(0, n * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
         std::vector<float> e;  // [group, readable slots]: the scores, then the weights
-        std::vector<float> peak(group), total(group);
+        std::vector<float> peak(group), total(group), key_row(hd), value_row(hdv);
         for (int64_t task = begin; task < end; ++task) {
             const int64_t i = task / kv_heads, g = task % kv_heads, p = pp[i];
             const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, count = p - lo + 1;
             const float* query = qp + (i * heads + g * group) * hd;
-            const float* keys = kp + g * slots * hd;
-            const float* values = vp + g * slots * hdv;
             float* o = op + i * heads * hdv + g * group * hdv;
             e.resize(group * count);
             std::fill(peak.begin(), peak.end(), -INFINITY);
             for (int64_t j = 0; j < count; ++j) {
-                const float* key = keys + (lo + j) * hd;
+                const float* key = keys_in.row(g * slots + lo + j, key_row.data());
                 for (int64_t h = 0; h < group; ++h) {
                     const float score = dot(query + h * hd, key, hd) * factor;
                     e[h * count + j] = score;
@@ -158,7 +203,7 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
             std::fill(o, o + group * hdv, 0.0f);
             std::fill(total.begin(), total.end(), 0.0f);
             for (int64_t j = 0; j < count; ++j) {
-                const float* value = values + (lo + j) * hdv;
+                const float* value = values_in.row(g * slots + lo + j, value_row.data());
                 for (int64_t h = 0; h < group; ++h) {
                     const float weight = std::exp(e[h * count + j] - peak[h]);
                     total[h] += weight;
