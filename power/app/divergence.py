@@ -19,7 +19,6 @@ Power's runtime is exact by construction, so on it any divergence is lossy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 EXACT, NEAR_TIE, LOSSY = "exact", "near-tie", "lossy"
@@ -33,17 +32,6 @@ class Replayer(Protocol):
     """A live engine that completes a prompt given as text then token ids (llama-server's /completion)."""
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The exactness a rollout accepts: `exact` only, or `near-tie` divergences within `margin` nats."""
-
-    exactness: str = EXACT  # EXACT | NEAR_TIE
-    margin: float = DEFAULT_MARGIN
-
-    def document(self) -> dict[str, Any]:
-        return {"exactness": self.exactness, "margin": self.margin}
 
 
 def first_divergence(baseline: list[int], candidate: list[int]) -> int | None:

@@ -13,16 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from power.documents.plan import ResolvedPlan
+from power.orchestrator.units import format_size
 
 SIDE_BY_SIDE, SEQUENTIAL = "side-by-side", "sequential"
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)
 class Residency:
     protocol: str  # SIDE_BY_SIDE | SEQUENTIAL
     reason: str
-    devices: list[dict[str, Any]]  # per device index: its name, what the configurations need together, what it offers
 
     @property
     def sequential(self) -> bool:
@@ -35,17 +34,17 @@ def residency(plans: list[ResolvedPlan], asked: bool = False, in_turns: bool = T
     in the bench's own process, so there the sums are reported and the run stays side by side)."""
     devices = _summed(plans)
     over = [d for d in devices if d["need_bytes"] > d["usable_bytes"]]
-    sums = "; ".join(f"device {d['index']} ({d['name']}): {d['need_bytes'] / GIB:.2f} GiB needed together, "
-                     f"{d['usable_bytes'] / GIB:.2f} GiB usable below the headroom" for d in devices)
+    sums = "; ".join(f"device {d['index']} ({d['name']}): {format_size(d['need_bytes'])} needed together, "
+                     f"{format_size(d['usable_bytes'])} usable below the headroom" for d in devices)
     if over and not in_turns:
         return Residency(SIDE_BY_SIDE, f"side by side in this process, though the plans' sizing does not fit the "
-                                       f"device together ({sums})", devices)
+                                       f"device together ({sums})")
     if over:
         return Residency(SEQUENTIAL, f"the {len(plans)} configurations cannot be resident together ({sums}): "
-                                     "one at a time", devices)
+                                     "one at a time")
     if asked:
-        return Residency(SEQUENTIAL, f"one at a time, as asked (--one-at-a-time; {sums})", devices)
-    return Residency(SIDE_BY_SIDE, f"the {len(plans)} configurations fit together ({sums})", devices)
+        return Residency(SEQUENTIAL, f"one at a time, as asked (--one-at-a-time; {sums})")
+    return Residency(SIDE_BY_SIDE, f"the {len(plans)} configurations fit together ({sums})")
 
 
 def _summed(plans: list[ResolvedPlan]) -> list[dict[str, Any]]:

@@ -21,7 +21,6 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from power.app.lifecycle import Lifecycle
 from power.findings import PowerError
@@ -48,9 +47,6 @@ class StandingServer:
     cwd: str
     env: dict[str, str]
     output: str | None  # the regular file its stdout went to, else None
-
-    def document(self) -> dict[str, Any]:
-        return {"port": self.port, "pid": self.pid, "argv": self.argv, "cwd": self.cwd, "output": self.output}
 
 
 def listening_inodes(port: int) -> set[str]:

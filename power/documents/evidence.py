@@ -67,6 +67,8 @@ class Summary(_Model):
     ttft_s: float
     ttft_s_min: float
     ttft_s_max: float
+    # the target's own decode rate inside the same engine (the receipts' plain_tok_s; None where not measured)
+    target_only_tok_s: float | None = None
     prefill_tok_s: float
     generated_tokens: int
     rounds: int

@@ -811,10 +811,8 @@ def on_the_line(finding: Finding, spec: LaunchSpec) -> Finding:
 
 
 def _default_of(engine: str, flag: str) -> str:
-    """`llama.cpp's default 48` from the pinned option table; other engines: their default."""
-    option = llama_flags.table().lookup(flag) if engine == LLAMA_SERVER else None
-    stated = option.default.split(",")[0].strip() if option is not None and option.default else None
-    return f"llama.cpp's default {stated}" if stated else "the engine's default"
+    """`llama.cpp's default 48` where the engine states its default; else `the engine's default`."""
+    return adapter(engine).stated_default(flag) or "the engine's default"
 
 
 def _key_of(where: str | None) -> str | None:

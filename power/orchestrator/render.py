@@ -184,7 +184,7 @@ def _power_only(plan: ResolvedPlan, target: str) -> None:
     """The systemd unit and the POWER_* env file start Power's runtime; for another engine's plan, say so and name the
     target that deploys that engine (PWR464), rather than only that the memory would differ."""
     engine = plan.memory.engine
-    if target not in ("systemd", "env") or engine == TARGET_ENGINES[target]:
+    if target not in ("systemd", "env") or not sized_elsewhere(plan, TARGET_ENGINES[target]):
         return
     own = _OWN_TARGETS.get(engine)
     how = (f"render `--target {own} -o FILE` and start {engine} from your own unit"
@@ -194,10 +194,14 @@ def _power_only(plan: ResolvedPlan, target: str) -> None:
                       f"this plan was sized for {adapter(engine).description}", hint=how)
 
 
+def sized_elsewhere(plan: ResolvedPlan, engine: str) -> bool:
+    return plan.memory.engine != engine
+
+
 def sized_for(plan: ResolvedPlan, engine: str) -> None:
     """RenderError (PWR464) unless the plan was sized for `engine`: another engine allocates other memory, so the
     plan's verdict would not hold for what runs."""
-    if plan.memory.engine != engine:
+    if sized_elsewhere(plan, engine):
         raise RenderError(code="PWR464", message=f"this plan was sized for {adapter(plan.memory.engine).description}; "
                           f"{adapter(engine).description} allocates other memory, so its verdict would not hold",
                           hint=f"plan it for this engine (`power plan MANIFEST PROFILE --engine {engine} ...`), then "

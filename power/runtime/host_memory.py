@@ -22,7 +22,6 @@ from typing import Sequence
 
 from power.artifacts.gguf_reader import open_regular_file, read_open_header
 from power.artifacts.verify import Artifact, present
-from power.orchestrator.units import format_size
 from power.runtime.errors import RuntimeInputError
 from power.runtime.gguf_weights import require_tensor_data
 
@@ -41,10 +40,10 @@ def require_room(artifacts: Sequence[Artifact]) -> None:
     room = available_bytes()
     if room is None or needed <= room:
         return
-    parts = ", ".join(f"{path.name} {format_size(size)}" for path, size in tensors.items())
+    parts = ", ".join(f"{path.name} {_mib(size)}" for path, size in tensors.items())
     raise RuntimeInputError(
-        f"the runtime would hold at least {format_size(needed)} of weights in host memory ({parts}), and this process "
-        f"can get {format_size(room)} ({', '.join(f'{name} {format_size(value)}' for name, value in _limits().items())})",
+        f"the runtime would hold at least {_mib(needed)} of weights in host memory ({parts}), and this process "
+        f"can get {_mib(room)} ({', '.join(f'{name} {_mib(value)}' for name, value in _limits().items())})",
         code="PWR520", file=str(artifacts[0].path),
         hint="run on a host with more free memory or a GPU (--device cuda), or plan a smaller quantisation of the model")
 
@@ -57,6 +56,10 @@ def _tensor_bytes(path: Path) -> int:
     finally:
         os.close(fd)
     return sum(t.nbytes for t in header.tensors)
+
+
+def _mib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**20:,.1f} MiB"
 
 
 def available_bytes() -> int | None:

@@ -245,10 +245,11 @@ def _configs(plans, engine: str, binary: Path | None, device: str, threads: int 
 def _explained(candidates, control, traffic, measurements, servers: dict, lifecycle: Lifecycle,
                sequential: bool) -> dict[str, dict[str, list]]:
     """Per candidate, per greedy shape whose outputs differ from the baseline's: each run's first divergence,
-    replayed through the candidate's own live server without speculation (brought up again for it when the run
-    went one at a time); on Power's runtime, exact by construction, only where it happened."""
+    replayed through the candidate's own llama-server without speculation (brought up again for it when the run
+    went one at a time); on Power's runtime, exact by construction, and on vLLM, only where it happened."""
     from power.app import bench as harness
     from power.app import divergence
+    from power.app.live import PROTOCOLS
 
     explained: dict[str, dict[str, list]] = {}
     if control is None:
@@ -265,7 +266,10 @@ def _explained(candidates, control, traffic, measurements, servers: dict, lifecy
             if server is not None and sequential:
                 _bring_up(server, config.label, lifecycle)
                 turn.callback(_take_down, server, config.label, lifecycle)
-            replay = partial(divergence.explain, server) if server is not None else None
+            # the native /completion reads the target's log-probabilities (n_probs); an OpenAI-shaped server is
+            # not replayed here, so its divergences stay unexplained, which is lossy (fail closed)
+            replay = (partial(divergence.explain, server)
+                      if server is not None and PROTOCOLS[server.engine].native else None)
             explained[config.label] = {name: harness.divergences(ours, theirs, shape, replay)
                                        for name, (shape, ours, theirs) in differing.items()}
     return explained

@@ -199,6 +199,11 @@ class EngineAdapter(ABC):
         """Whether a launch line's leading word names this engine's program (`power import` drops it)."""
         return False
 
+    def stated_default(self, flag: str) -> str | None:  # noqa: ARG002
+        """What the engine runs when its launch line leaves `flag` out, in words (`llama.cpp's default 48`), where
+        its option table states it."""
+        return None
+
     def env_names(self) -> EnvNames | None:
         """The variables the engine reads as options (`LLAMA_ARG_CTX_SIZE` is `--ctx-size`), or None."""
         return None

@@ -93,6 +93,11 @@ class LlamaServer(EngineAdapter):
         name = Path(word).name
         return name in {"llama-server", "server"} or name.startswith("llama-server")
 
+    def stated_default(self, flag: str) -> str | None:
+        option = llama_flags.table().lookup(flag)
+        stated = option.default.split(",")[0].strip() if option is not None and option.default else None
+        return f"llama.cpp's default {stated}" if stated else None
+
     def env_names(self) -> EnvNames:
         return EnvNames(ENV_PREFIX, {env: option.name for env, option in llama_flags.table().by_env.items()})
 
