@@ -60,6 +60,7 @@ def test_the_kubernetes_and_env_targets_refuse_a_key_file(planned) -> None:
         assert render(engine_plan(planned, target), target, "--api-key-file", str(key_file)).exit_code == 2
 
 
+@pytest.mark.llama_server
 def test_the_real_llama_server_from_the_render_admits_only_the_key(planned, tmp_path: Path) -> None:
     _, key_file = planned
     port = free_port()

@@ -10,6 +10,8 @@ from llama_server import binary
 
 from power.orchestrator import llama_flags
 
+pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: runs the real llama-server binary
+
 
 def _run(*argv: str, env: dict | None = None) -> str:
     run = subprocess.run([str(binary()), *argv], capture_output=True, text=True, timeout=60,
