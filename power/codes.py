@@ -102,10 +102,12 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR113": ("error", "the declared quant differs from the file's header"),
     "PWR114": ("error", "the declared architecture differs from the file's header"),
     "PWR115": ("error", "the artifact differs from the sha256 the plan was compiled with"),
-    # PWR12x what the runtime can load (runtime/gguf_weights.py, trunks, tokenizer)
+    # PWR12x what the runtime can load (runtime/gguf_weights.py, trunks, tokenizer); tensor widths
+    # (artifacts/header_values.py) and types (artifacts/runtime_types.py) are refused by plan and verify first
     "PWR120": ("error", "the runtime implements no such architecture or tokenizer"),
-    "PWR121": ("error", "a tensor or header key the runtime needs is missing or mis-shaped"),
-    "PWR122": ("error", "a tensor's quant type the runtime cannot dequantise"),
+    "PWR121": ("error", "a tensor or header key the runtime needs is missing, or a tensor's shape contradicts the "
+                        "header (embedding_length, head_count)"),
+    "PWR122": ("error", "a tensor's quant type Power's runtime cannot dequantise (refused in plans for it)"),
     # PWR123-125 header values the runtime trusts (artifacts/header_values.py): plan and runtime refuse alike
     "PWR123": ("error", "a header value is out of range or of the wrong type (0 heads, NaN epsilon, rope base 0, ...)"),
     "PWR124": ("error", "header values contradict each other or the tensors (block_count vs blocks present, "

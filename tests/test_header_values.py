@@ -19,6 +19,10 @@ from click.testing import CliRunner
 from power.app.cli import main
 from power.artifacts import factory
 from power.artifacts.factory import DENSE, HYBRID, TOKENIZER, Tensor, write_gguf
+from power.artifacts.runtime_types import RUNTIME_TYPES
+from power.documents.plan import ResolvedPlan, load_plan, save_plan
+from power.kernels.dequant import BLOCK_LAYOUT
+from power.runtime.linear import CPU_TYPES
 
 GEMMA = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, window=16)
 
@@ -56,13 +60,14 @@ def gemma_layout() -> tuple[str, dict, dict]:
 LAYOUTS = {"dense": dense_layout, "hybrid": hybrid_layout, "gemma3": gemma_layout}
 
 
-def write_variant(path: Path, layout: str, metadata: dict | None = None, shapes: dict | None = None) -> Path:
-    """A runnable model of `layout` with header values (None: removed) and tensor shapes replaced."""
+def write_variant(path: Path, layout: str, metadata: dict | None = None, shapes: dict | None = None,
+                  types: dict | None = None) -> Path:
+    """A runnable model of `layout` with header values (None: removed), tensor shapes and GGML types replaced."""
     architecture, base_metadata, base_shapes = LAYOUTS[layout]()
     values = base_metadata | factory.tokenizer_metadata(TOKENIZER) | (metadata or {})
     rng = np.random.default_rng(7)
     tensors = {name: Tensor(np.ones(shape, np.float32) if len(shape) == 1 else
-                            rng.normal(0.0, 0.02, shape).astype(np.float32))
+                            rng.normal(0.0, 0.02, shape).astype(np.float32), (types or {}).get(name, factory.F32))
                for name, shape in (base_shapes | (shapes or {})).items()}
     return write_gguf(path, architecture, {k: v for k, v in values.items() if v is not None}, tensors)
 
@@ -73,13 +78,13 @@ def power(*args) -> object:
     return result
 
 
-def plan(model: Path, tmp_path: Path):
+def plan(model: Path, tmp_path: Path, *options: str):
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     manifest = tmp_path / "manifest.toml"
     manifest.write_text(f'schema = "power.manifest/v1"\nname = "m"\n[target]\npath = "{model.name}"\nsha256 = "{digest}"\n')
     profile = tmp_path / "profile.toml"
     profile.write_text('schema = "power.profile/v1"\nname = "plain"\nspec_mode = "none"\n[runtime]\nctx = 128\n')
-    return power("plan", manifest, profile, "--device", "1 GiB", "--json")
+    return power("plan", manifest, profile, "--device", "1 GiB", "--json", *options)
 
 
 def run(model: Path):
@@ -129,6 +134,12 @@ CASES = {
     "value_length = 2^32-1": ("gemma3", {"gemma3.attention.value_length": 2**32 - 1}, None, "PWR124"),
     "K projection narrower than the header's heads": ("gemma3", None, {"blk.0.attn_k.weight": (16, GEMMA["d_model"])},
                                                       "PWR124"),
+    # Issue 38 item 12: tensors that contradict embedding_length / head_count were refused only by `power run`.
+    "a norm wider than embedding_length": ("dense", None, {"blk.0.attn_norm.weight": (DENSE.d_model + 32,)}, "PWR121"),
+    "a down projection writing past embedding_length": ("gemma3", None, {"blk.1.ffn_down.weight":
+                                                                         (GEMMA["d_model"] * 2, GEMMA["ffn"])}, "PWR121"),
+    "an attention output narrower than its heads": ("gemma3", None, {"blk.0.attn_output.weight":
+                                                                     (GEMMA["d_model"], GEMMA["head_dim"])}, "PWR121"),
 }
 
 
@@ -197,3 +208,58 @@ def test_an_architecture_name_with_a_nul_is_refused_at_its_key(tmp_path):
     assert finding["where"] == "general.architecture" and finding["offset"] is not None
     assert "PWR123" in codes(power("inspect", "--json", "--no-hash", model))
     assert run(model).exit_code == 2
+
+
+def forged_plan(good: Path, model: Path, tmp_path: Path, engine: str) -> Path:
+    """A plan sealed over `good`, its target then pointed at `model` and re-sealed by hand (as a plan from a Power
+    that did not refuse `model` would be)."""
+    manifest = tmp_path / "good.manifest.toml"
+    manifest.write_text(f'schema = "power.manifest/v1"\nname = "m"\n[target]\npath = "{good.name}"\n'
+                        f'sha256 = "{hashlib.sha256(good.read_bytes()).hexdigest()}"\n')
+    profile = tmp_path / "good.profile.toml"
+    profile.write_text('schema = "power.profile/v1"\nname = "plain"\nspec_mode = "none"\n[runtime]\nctx = 128\n')
+    planned = tmp_path / "good.plan.json"
+    compiled = power("plan", manifest, profile, "--device", "1 GiB", "--engine", engine, "-o", planned)
+    assert compiled.exit_code == 0, compiled.output
+    plan_document = load_plan(planned)
+    target = plan_document.target.model_copy(update={"path": str(model), "size": model.stat().st_size,
+                                                    "sha256": hashlib.sha256(model.read_bytes()).hexdigest()})
+    forged = tmp_path / "forged.plan.json"
+    save_plan(ResolvedPlan.build(**{**dict(plan_document), "target": target, "digest": ""}), forged)
+    return forged
+
+
+def test_verify_refuses_a_target_whose_tensors_contradict_its_header(tmp_path):
+    """Issue 38 item 12: a sealed plan over a model whose attention norm is wider than embedding_length verified
+    (exit 0) and only `power run` refused it; verify, the last gate, refuses it for every engine."""
+    good = write_variant(tmp_path / "good.gguf", "dense")
+    model = write_variant(tmp_path / "model.gguf", "dense", shapes={"blk.0.attn_norm.weight": (DENSE.d_model + 32,)})
+    for engine in ("power", "llama-server"):
+        verified = power("verify", forged_plan(good, model, tmp_path, engine), "--json")
+        assert verified.exit_code == 1, verified.output
+        [finding] = json.loads(verified.stdout)["findings"]
+        assert (finding["code"], finding["file"], finding["where"]) == ("PWR121", str(model), "blk.0.attn_norm.weight")
+
+
+def test_plan_and_verify_refuse_a_matrix_type_the_runtime_cannot_read(tmp_path):
+    """Issue 38 item 12: a Q4_1 matrix planned for Power's runtime and verified; only `power run` refused it
+    (PWR122). llama-server reads Q4_1, so a plan for it still compiles and verifies."""
+    up = "blk.0.ffn_up.weight"
+    model = write_variant(tmp_path / "model.gguf", "dense", types={up: gguf.GGMLQuantizationType.Q4_1})
+
+    planned = plan(model, tmp_path)
+    assert planned.exit_code == 1, planned.output
+    finding = next(f for f in json.loads(planned.stdout)["findings"] if f["code"] == "PWR122")
+    assert (finding["file"], finding["where"]) == (str(model), up) and "Q4_1" in finding["message"]
+    ran = run(model)
+    assert ran.exit_code == 2 and codes(ran)[0] == "PWR122", ran.output
+    assert plan(model, tmp_path, "--engine", "llama-server").exit_code == 0
+
+    good = write_variant(tmp_path / "good.gguf", "dense")
+    verified = power("verify", forged_plan(good, model, tmp_path, "power"), "--json")
+    assert verified.exit_code == 1 and codes(verified) == ["PWR122"], verified.output
+    assert power("verify", forged_plan(good, model, tmp_path, "llama-server")).exit_code == 0
+
+
+def test_the_runtime_reads_exactly_the_types_its_plans_allow():
+    assert set(RUNTIME_TYPES) == set(BLOCK_LAYOUT) == set(CPU_TYPES)

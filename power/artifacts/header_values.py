@@ -5,7 +5,7 @@ the key, the key) for every value the Power runtime would divide by, index with,
 over or feed to a tokenizer that no model could have: zero heads, a NaN epsilon, a
 rope base of 0, a block count that disagrees with the blocks in the file, an
 embedding with fewer rows than the vocabulary, a BOS id past its end, a token that is
-not UTF-8. `ArtifactFacts.findings` carries them, so `power plan` and `power validate`
+not UTF-8, a tensor whose width contradicts `embedding_length` or `head_count` (PWR121). `ArtifactFacts.findings` carries them, so `power plan` and `power validate`
 refuse the file and `power inspect` shows why; the runtime's GGUF loader calls
 `require_valid_header`, so `power run --gguf` refuses the same file the same way.
 
@@ -47,6 +47,11 @@ TOKENS, TYPES, SCORES, MERGES = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_
 # The special ids the runtime's tokenizer uses (BOS prepended, EOS stops).
 RUNTIME_SPECIAL_IDS = ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+# Tensors one side of which is the residual stream (`embedding_length` wide): that side's torch dimension.
+_RESIDUAL_SIDE = {**dict.fromkeys(("output_norm.weight", "attn_norm.weight", "ffn_norm.weight", "attn_output.weight",
+                                   "ffn_down.weight"), 0),
+                  **dict.fromkeys(("token_embd.weight", "output.weight", "attn_q.weight", "attn_k.weight",
+                                   "attn_v.weight", "ffn_gate.weight", "ffn_up.weight"), -1)}
 _CORRUPT = "the header is corrupt or hand-edited: re-convert the model with a current llama.cpp convert script"
 
 
@@ -109,6 +114,7 @@ class _Checks:
         self._block_count()
         self._heads()
         self._attention_shapes()
+        self._widths()
         self._recurrent()
         self._tokenizer()
         return self.findings
@@ -253,6 +259,41 @@ class _Checks:
             if rows != kv_heads * length:
                 self.fail("PWR124", self.key(length_key), f"{self.key(length_key)} = {length} with {kv_heads} KV "
                           f"heads needs blk.{block}.{tensor} to have {kv_heads * length:,} rows; it has {rows:,}")
+
+    def _widths(self) -> None:
+        """Every tensor the trunks read beside the residual stream is `embedding_length` wide on that side, and
+        each block's attention output reads its heads' values (`attention.head_count` x value length): a file
+        that contradicts its header is refused here, as the runtime's loader would refuse it (PWR121)."""
+        width = self.get("embedding_length")
+        if not (_is_int(width) and width >= 1):
+            return
+        for tensor in self.header.tensors:
+            match = _BLOCK.match(tensor.name)
+            role = tensor.name[match.end():] if match else tensor.name
+            side = _RESIDUAL_SIDE.get(role)
+            if side is not None and tensor.shape and tensor.shape[side] != width:
+                self._misshaped(tensor.name, tensor.shape, f"its residual-stream side is {tensor.shape[side]:,} wide, "
+                                f"but {self.key('embedding_length')} is {width:,}")
+            if match and role == "attn_output.weight" and len(tensor.shape) == 2:
+                needed = self._head_values(int(match.group(1)), width)
+                if needed is not None and tensor.shape[1] != needed:
+                    self._misshaped(tensor.name, tensor.shape, f"{tensor.shape[1]:,} columns, but "
+                                    f"{self.key('attention.head_count')} heads of their value length need {needed:,}")
+
+    def _head_values(self, block: int, width: int) -> int | None:
+        """A block's attention heads times their value length (the width its attention output reads)."""
+        heads, length = self.get("attention.head_count"), self.get("attention.value_length")
+        if isinstance(heads, list):
+            heads = heads[block] if block < len(heads) else None
+        if not (_is_int(heads) and heads >= 1):
+            return None
+        if length is None and not isinstance(self.get("attention.head_count"), list):
+            length = width // heads
+        return heads * length if _is_int(length) and length >= 1 else None
+
+    def _misshaped(self, name: str, shape: tuple[int, ...], why: str) -> None:
+        self.findings.append(Finding("PWR121", Severity.ERROR, f"tensor {name!r} has shape {list(shape)}: {why}",
+                                     file=self.header.path, where=name, hint=_CORRUPT))
 
     def _kv_heads(self, block: int) -> int | None:
         value = self.get("attention.head_count_kv")

@@ -279,7 +279,7 @@ def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: P
     refusals = engine.supports(asked) + engine.target_refusals(target, asked)
     documents = {"manifest": manifest, "profile": profile}
     return [documents[r.document].finding(r.code, f"engine {engine.name}: {r.message}", where=r.where, hint=r.hint)
-            for r in refusals]
+            for r in refusals] + engine.artifact_findings(target)
 
 
 def placement_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,

@@ -41,9 +41,9 @@ from power.artifacts import gguf_reader
 from power.artifacts.ggml_types import QUANT_TYPES
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader
 from power.artifacts.header_values import require_valid_header
+from power.artifacts.runtime_types import unreadable_type
 from power.artifacts.verify import TARGET, Artifact, present, verified_regions
 from power.kernels import dispatch
-from power.kernels.dequant import BLOCK_LAYOUT
 
 
 @dataclass(frozen=True)
@@ -144,10 +144,8 @@ class GGUFFile:
             raise ArtifactError(f"tensor {name!r} has shape {list(info.shape)}, expected {list(shape)} from the "
                                 "header's hyperparameters", code="PWR121", file=str(self.path),
                                 hint="the artifact is inconsistent: re-convert it")
-        if info.qtype not in BLOCK_LAYOUT:
-            raise ArtifactError(f"tensor {name!r} is {info.qtype}, which the runtime cannot dequantise "
-                                f"(supported: {', '.join(BLOCK_LAYOUT)})", code="PWR122", file=str(self.path),
-                                hint="requantise the model to one of them")
+        if unreadable := unreadable_type(str(self.path), name, info.qtype):
+            raise ArtifactError.of(unreadable)
         return info
 
     def has(self, name: str) -> bool:

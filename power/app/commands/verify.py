@@ -2,11 +2,14 @@
 
 Checks, in order: the plan's seal (its digest over its content); every artifact it
 names, hashed in full (never from the digest cache) against the planned size and
-sha256; each drafter's binding (its `target_sha256` is the target's); each drafter's
-tokenizer against the target's, over the complete vocabulary. One finding per
-problem. Exit codes: 0 everything holds; 1 a check failed (a broken seal, a missing or
-changed artifact, a binding or tokenizer mismatch); 2 usage error or a file that is not
-a readable plan. Imports no torch, so an init container starts it in a moment.
+sha256; each drafter's binding (its `target_sha256` is the target's); what the plan's
+engine would refuse in the target's header (`power.artifacts.header_values`, and for
+Power's runtime a tensor type it cannot read); each drafter's tokenizer against the
+target's, over the complete vocabulary. One finding per problem. Exit codes: 0
+everything holds; 1 a check failed (a broken seal, a missing or changed artifact, a
+binding or tokenizer mismatch, a target the engine cannot load); 2 usage error or a
+file that is not a readable plan. Imports no torch, so an init container starts it in a
+moment.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from power.findings import Finding, Severity, has_errors
 from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.checks.checkpoints import tokenizer_findings
 from power.orchestrator.checks.tokenizer import check_tokenizer
+from power.orchestrator.engines import adapter
 
 BROKEN_SEAL = "PWR082"
 
@@ -49,7 +53,9 @@ def verify(plan_path: Path, root: Path | None, as_json: bool) -> None:
         _report(plan_path, None, [], [err.finding], as_json)
     verified, findings = _artifacts(plan)
     if not has_errors(findings):
-        findings += _bindings(plan) + _tokenizers(plan)
+        findings += _bindings(plan) + _runnable(plan)
+    if not has_errors(findings):
+        findings += _tokenizers(plan)
     _report(plan_path, plan, verified, findings, as_json)
 
 
@@ -73,6 +79,16 @@ def _bindings(plan: ResolvedPlan) -> list[Finding]:
                     hint="use the drafter built for this target, and re-plan")
             for index, drafter in enumerate(plan.drafters)
             if drafter.target_sha256 is not None and drafter.target_sha256 != plan.target.sha256]
+
+
+def _runnable(plan: ResolvedPlan) -> list[Finding]:
+    """What the plan's engine would refuse in the target's header, refused here first: a header value or tensor
+    shape no model has (`power.artifacts.header_values`), and for Power's runtime a tensor type it cannot read."""
+    try:
+        target = inspect_artifact(plan.target.path)
+    except ArtifactError as err:
+        return [err.finding]
+    return [finding for finding in target.findings if finding.is_error] + adapter(plan.memory.engine).artifact_findings(target)
 
 
 def _tokenizers(plan: ResolvedPlan) -> list[Finding]:

@@ -17,6 +17,7 @@ from typing import Literal
 
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
+from power.findings import Finding
 from power.orchestrator.launch_tokens import EnvNames
 from power.orchestrator.sizing.fit import fitting_split, largest_context
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
@@ -167,6 +168,10 @@ class EngineAdapter(ABC):
 
     def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:  # noqa: ARG002
         """What of the target's shape this engine cannot run with `asked` (vLLM: heads that do not shard)."""
+        return []
+
+    def artifact_findings(self, target: ArtifactFacts) -> list[Finding]:  # noqa: ARG002
+        """What the engine cannot load in the target file itself, located in that file (tensor types)."""
         return []
 
     @abstractmethod

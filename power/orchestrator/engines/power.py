@@ -11,8 +11,10 @@ from pathlib import Path
 
 from power import modes
 from power.artifacts.facts import RECURRENT, ArtifactFacts
+from power.artifacts.runtime_types import unreadable_types
 from power.documents.kv_types import Q8_0_BLOCK, RUNTIME_KV_TYPES, whole_blocks
 from power.documents.plan import ResolvedPlan
+from power.findings import Finding
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
 from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
@@ -79,6 +81,10 @@ class PowerRuntime(EngineAdapter):
         return [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of {Q8_0_BLOCK} values; "
                         f"the target's key/value head widths {'/'.join(map(str, widths))} are not whole blocks",
                         'set kv_cache_type = "f16" (or "bf16", "f32")', "profile", "runtime.kv_cache_type")]
+
+    def artifact_findings(self, target: ArtifactFacts) -> list[Finding]:
+        """A tensor of a type the runtime's loader cannot dequantise (PWR122), refused before a plan is sealed."""
+        return unreadable_types(target.path, target.tensors)
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
              devices: tuple[DeviceBudget, ...]) -> Sizing:
