@@ -22,7 +22,6 @@ from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 from power.app.cli import main
 from power.artifacts.contracts import DFLASH, DSPARK, MTP, declared_draft_tokens
 from power.documents.plan import load_plan
-from power.drafters import worth
 from power.drafters.distill import DistillRequest, TrainingData, drafter_shape
 from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
 from power.drafters.generate import NO_LABEL, Example, corpus_examples
@@ -31,7 +30,9 @@ from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
 from power.drafters.progress import BudgetBar
 from power.drafters.prompt_sets import load_prompts
 from power.drafters.train import training_precision
+from power.drafters.worth import Costs
 from power.modes import NGRAM
+from power.orchestrator.worth_it import judge_distilled
 from power.runtime.engine import Engine, Workload
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm
@@ -298,10 +299,10 @@ def test_acceptance_is_held_back_from_the_targets_own_text_when_there_is_any():
 def test_the_worth_it_verdict_prices_the_held_back_acceptance_with_the_measured_costs():
     """A drafter that lands nothing cannot beat target-only whatever it costs; one that lands most drafts of a cheap
     round does; the break-even acceptance lies between."""
-    costs = worth.Costs(target_step_s=0.015, verify_cost={1: 1.1, 7: 1.6}, draft_s={1: 0.004, 7: 0.02})
-    nothing = worth.judge(costs, MTP, 7, mean_accepted=0.0)
+    costs = Costs(target_step_s=0.015, verify_cost={1: 1.1, 7: 1.6}, draft_s={1: 0.004, 7: 0.02}).document()
+    nothing = judge_distilled(costs, MTP, 7, mean_accepted=0.0)
     assert not nothing.beats_target_only and nothing.speedup < 1 and nothing.p == pytest.approx(0.0)
-    most = worth.judge(costs, MTP, 7, mean_accepted=5.0)
+    most = judge_distilled(costs, MTP, 7, mean_accepted=5.0)
     assert most.beats_target_only and most.speedup > 1
     assert most.break_even_p is not None and nothing.p < most.break_even_p < most.p
 

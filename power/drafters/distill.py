@@ -405,8 +405,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
         "acceptance_before_rounding": best["trained_curve"],
         "recommended": asdict(advice),
-        "worth_it": worth.judge(costs, request.kind, advice.k,
-                                best["curve"]["mean_accepted"][str(advice.k)]).document(),
+        "round_costs": costs.document(),  # this machine's, for the worth-it verdict (power.drafters.worth)
     }
     export.report(out / "distill.json", report)
     return Distilled(drafter, manifest, profile, report)

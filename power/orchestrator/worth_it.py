@@ -249,3 +249,34 @@ def render_text(report: Report) -> str:
                      f"the incumbent's on {r.load['shape']!r} (`power bench --concurrency`): "
                      f"{'it pays there' if r.load['pays'] else 'it does not pay there, so this is a LOSS for a deployment that serves them'}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Worth:
+    k: int
+    p: float  # per-position acceptance implied by the held-back mean accepted drafts at K
+    target_step_s: float
+    verify_cost: float
+    draft_step_s: float
+    speedup: float  # the drafter's rate over target-only's at p
+    break_even_p: float | None  # the acceptance at which it would tie (None: not even p = 1)
+    verdict: str  # worth_it.assess's: "win", "loss" or "depends on acceptance"
+
+    @property
+    def beats_target_only(self) -> bool:
+        return self.verdict == "win"
+
+    def document(self) -> dict[str, Any]:
+        return {key: round(value, 4) if isinstance(value, float) else value
+                for key, value in asdict(self).items()} | {"beats_target_only": self.beats_target_only}
+
+
+def judge_distilled(costs: dict[str, Any], kind: str, k: int, mean_accepted: float) -> Worth:
+    """A distilled drafter's verdict at K = `k` with `mean_accepted` drafts landed per round (its held-back curve's),
+    against the target alone, with the round costs distill measured (`power.drafters.worth.Costs.document`)."""
+    p = acceptance_of(1.0 + mean_accepted, k)
+    step, draft, verify = costs["target_step_s"], costs["draft_s"][k], costs["verify_cost"][k]
+    incumbent = 1.0 / step
+    verdict = assess(step, draft, k, incumbent, p_band=(p, p), drafter=kind, verify_cost=verify).verdict
+    return Worth(k, p, step, verify, draft, rate(p, k, draft, step, kind, verify) / incumbent,
+                 break_even_p(k, draft, step, incumbent, kind, verify), verdict)

@@ -118,7 +118,13 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     click.echo(f"wrote {result.drafter}, {result.manifest}, {result.profile}")
     click.echo(f"{result.report['tokens']} tokens, {result.report['steps']} steps; held-back acceptance per position "
                f"{acceptance['per_position']}, mean accepted at K=7 {acceptance['mean_accepted'].get('7')}")
-    worth = result.report["worth_it"]
+    from power.drafters.export import report as write_report
+    from power.orchestrator.worth_it import judge_distilled
+
+    k = result.report["recommended"]["k"]
+    worth = judge_distilled(result.report["round_costs"], kind, k,
+                            result.report["acceptance"]["mean_accepted"][str(k)]).document()
+    write_report(out / "distill.json", result.report | {"worth_it": worth})
     even = worth["break_even_p"]
     click.echo(f"worth-it at K{worth['k']}: the held-back acceptance (p = {worth['p']:.2f}) decodes at "
                f"{worth['speedup']:.2f}x target-only on this machine (target step {worth['target_step_s'] * 1e3:.1f} ms, "
