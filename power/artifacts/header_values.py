@@ -275,21 +275,26 @@ class _Checks:
                 self._misshaped(tensor.name, tensor.shape, f"its residual-stream side is {tensor.shape[side]:,} wide, "
                                 f"but {self.key('embedding_length')} is {width:,}")
             if match and role == "attn_output.weight" and len(tensor.shape) == 2:
-                needed = self._head_values(int(match.group(1)), width)
-                if needed is not None and tensor.shape[1] != needed:
+                allowed = self._head_values(int(match.group(1)), width)
+                if allowed and tensor.shape[1] not in allowed:
                     self._misshaped(tensor.name, tensor.shape, f"{tensor.shape[1]:,} columns, but "
-                                    f"{self.key('attention.head_count')} heads of their value length need {needed:,}")
+                                    f"{self.key('attention.head_count')} heads of their value length need "
+                                    f"{' or '.join(f'{n:,}' for n in sorted(allowed))}")
 
-    def _head_values(self, block: int, width: int) -> int | None:
-        """A block's attention heads times their value length (the width its attention output reads)."""
-        heads, length = self.get("attention.head_count"), self.get("attention.value_length")
-        if isinstance(heads, list):
+    def _head_values(self, block: int, width: int) -> set[int]:
+        """The widths a block's attention output may read: its heads times their value length, which is
+        `attention.value_length`, else (as llama.cpp's loader or a qwen3-style trunk reads it) the key length or
+        `embedding_length` / heads; empty where the heads are unknown."""
+        heads = self.get("attention.head_count")
+        per_layer = isinstance(heads, list)
+        if per_layer:
             heads = heads[block] if block < len(heads) else None
         if not (_is_int(heads) and heads >= 1):
-            return None
-        if length is None and not isinstance(self.get("attention.head_count"), list):
-            length = width // heads
-        return heads * length if _is_int(length) and length >= 1 else None
+            return set()
+        declared = self.get("attention.value_length")
+        lengths = [declared] if declared is not None else [self.get("attention.key_length")] + \
+            ([] if per_layer else [width // heads])
+        return {heads * length for length in lengths if _is_int(length) and length >= 1}
 
     def _misshaped(self, name: str, shape: tuple[int, ...], why: str) -> None:
         self.findings.append(Finding("PWR121", Severity.ERROR, f"tensor {name!r} has shape {list(shape)}: {why}",
