@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
@@ -110,9 +112,14 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
 
-def serve(hub: Hub) -> tuple[ThreadingHTTPServer, str]:
-    """The server (stop it with .shutdown()) and its base URL, on a free loopback port."""
+@contextmanager
+def serving(hub: Hub) -> Iterator[Hub]:
+    """The hub answering on a free loopback port (its URL in `hub.base`) until the block ends."""
     handler = type("Handler", (_Handler,), {"hub": hub})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    hub.base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield hub
+    finally:
+        server.shutdown()

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from fleet_world import build_world, write
-from hub_server import Hub, serve, sha256
+from hub_server import Hub, serving, sha256
 
 from power.app.cli import main
 from power.orchestrator.kubernetes.objects import PLAN_DIR, PLAN_FILE
@@ -31,11 +31,8 @@ def run(*args: object):
 
 @pytest.fixture
 def hub():
-    hub = Hub()
-    server, base = serve(hub)
-    hub.base = base
-    yield hub
-    server.shutdown()
+    with serving(Hub()) as hub:
+        yield hub
 
 
 def pulling_fleet(tmp_path: Path, hub: Hub, sourced: bool = True) -> tuple[Path, Path]:

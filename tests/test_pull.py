@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_server import Hub, serve, sha256
+from hub_server import Hub, serving, sha256
 
 POWER = str(Path(sys.executable).parent / "power")
 COMMIT_A = "a" * 40
@@ -22,12 +22,9 @@ NEWER = WEIGHTS[::-1]
 
 @pytest.fixture
 def hub():
-    hub = Hub()
-    hub.commit(COMMIT_A, {"model.gguf": WEIGHTS})
-    server, base = serve(hub)
-    hub.base = base
-    yield hub
-    server.shutdown()
+    with serving(Hub()) as hub:
+        hub.commit(COMMIT_A, {"model.gguf": WEIGHTS})
+        yield hub
 
 
 def run(hub: Hub, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_server import Hub, serve, sha256
+from hub_server import Hub, serving, sha256
 
 from power.artifacts.digests import sha256_file
 from power.artifacts.factory import build_dense_target
@@ -28,11 +28,8 @@ COMMIT = "d" * 40
 
 @pytest.fixture
 def hub():
-    hub = Hub()
-    server, base = serve(hub)
-    hub.base = base
-    yield hub
-    server.shutdown()
+    with serving(Hub()) as hub:
+        yield hub
 
 
 def checkpoint(target: Path, tokens_edit: dict[int, str] | None = None) -> dict[str, bytes]:
