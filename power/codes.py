@@ -113,6 +113,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR124": ("error", "header values contradict each other or the tensors (block_count vs blocks present, "
                         "vocabulary vs embedding rows, heads vs KV heads)"),
     "PWR125": ("error", "a special token id the runtime uses lies outside the vocabulary"),
+    # PWR126 the tensor data the runtime reads into place (runtime/finite_weights.py)
+    "PWR126": ("error", "a tensor's weights or block scales hold NaN or Inf (refused as the runtime loads it)"),
     # PWR13x where an artifact is published (orchestrator/rules.py) and `power pull` (artifacts/pull/)
     "PWR130": ("error", "an artifact's `source` names neither or both of a Hub `repo` and a `url` (or Hub keys with a url)"),
     "PWR131": ("error", "a source's revision is not a commit id (a branch, a tag, or none): not pinned"),

@@ -9,8 +9,10 @@ verified, and it must pass the header-value checks every plan passes
 (`power.artifacts.header_values`). `raw(name)` then reads that tensor's bytes
 into a buffer of its own and checks them against their digest before anyone
 sees them, so the bytes that run are the bytes that were verified: a write to
-the file after the check never reaches the engine (PWR116), and memory holds the
-weights as the engine builds them (repacked, copied or dequantised), one
+the file after the check never reaches the engine (PWR116). A tensor whose
+weights or block scales hold a NaN or Inf is refused there too (PWR126,
+`power.runtime.finite_weights`): it would turn every logit it reaches into NaN.
+Memory holds the weights as the engine builds them (repacked, copied or dequantised), one
 tensor's bytes at a time beside them, never the whole file.
 
 Before any of that, a file whose tensor data is all holes (a header-only replica
@@ -44,6 +46,7 @@ from power.artifacts.header_values import require_valid_header
 from power.artifacts.runtime_types import unreadable_type
 from power.artifacts.verify import TARGET, Artifact, present, verified_regions
 from power.kernels import dispatch
+from power.runtime.finite_weights import FLOAT_TYPES, first_non_finite
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,11 @@ class GGUFFile:
             raise ArtifactError(f"tensor {name!r}'s bytes are not the ones verified when the file was opened: the "
                                 "file changed while the model loaded", code="PWR116", file=str(self.path),
                                 offset=info.offset, hint="wait until whatever writes the file is done, then start again")
+        if (at := first_non_finite(info.qtype, buffer)) is not None:
+            raise ArtifactError(f"tensor {name!r} ({info.qtype}) holds a NaN or Inf {_value_kind(info.qtype)} at "
+                                f"byte {at:,} of its data: every logit it reaches would be NaN", code="PWR126",
+                                file=str(self.path), offset=info.offset + at,
+                                hint="the file is corrupt: re-download or re-quantise it")
         return buffer
 
     def release(self) -> None:
@@ -150,6 +158,10 @@ class GGUFFile:
 
     def has(self, name: str) -> bool:
         return name in self.tensors
+
+
+def _value_kind(qtype: str) -> str:
+    return "weight" if qtype in FLOAT_TYPES else "block scale"
 
 
 def _type_name(ggml_type: int) -> str:
