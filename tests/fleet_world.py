@@ -20,6 +20,18 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def kubernetes_host(path: Path) -> Path:
+    """A host file at `path`: one 24 GiB GPU on Kubernetes node gpu-1, with an image for Power's runtime."""
+    return write(path, '''
+        schema = "power.host/v1"
+        name = "gpu-1"
+        devices = [{ model = "RTX 4090", vram = "24 GiB" }]
+        [kubernetes]
+        node_name = "gpu-1"
+        images = { power = "registry.example.com/power:1" }
+        ''')
+
+
 @dataclass
 class World:
     root: Path

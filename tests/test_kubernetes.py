@@ -18,7 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from evidence_helpers import write_evidence
-from fleet_world import build_world, write
+from fleet_world import build_world, kubernetes_host, write
 
 from power.app.cli import main
 from power.documents.plan import load_plan
@@ -483,14 +483,7 @@ def test_a_power_pods_memory_limit_covers_what_power_run_of_the_plan_peaks_at(tm
         ''')
     profile = write(tmp_path / "profile.toml", 'schema = "power.profile/v1"\nname = "plain"\nspec_mode = "none"\n'
                                                '[runtime]\nctx = 2048\n')
-    host = write(tmp_path / "host.toml", '''
-        schema = "power.host/v1"
-        name = "gpu-1"
-        devices = [{ model = "RTX 4090", vram = "24 GiB" }]
-        [kubernetes]
-        node_name = "gpu-1"
-        images = { power = "registry.example.com/power:1" }
-        ''')
+    host = kubernetes_host(tmp_path / "host.toml")
     plan = tmp_path / "plan.json"
     assert run("plan", manifest, profile, "--host", host, "-o", plan).exit_code == 0
     rendered = run("render", plan, "--target", "kubernetes", "--host", host, "--models-claim", "models")

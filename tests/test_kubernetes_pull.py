@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from click.testing import CliRunner
-from fleet_world import build_world, write
+from fleet_world import build_world, kubernetes_host, write
 from hub_server import Hub, serving, sha256
 
 from power.app.cli import main
@@ -142,14 +142,7 @@ def test_an_empty_dir_without_pull_is_refused(tmp_path, hub):
 
 def test_a_plan_renders_alone_with_pulling_on(tmp_path, hub):
     pulling_fleet(tmp_path, hub)
-    host = write(tmp_path / "host.toml", '''
-        schema = "power.host/v1"
-        name = "gpu-1"
-        devices = [{ model = "RTX 4090", vram = "24 GiB" }]
-        [kubernetes]
-        node_name = "gpu-1"
-        images = { power = "registry.example.com/power:1" }
-        ''')
+    host = kubernetes_host(tmp_path / "host.toml")
     plans = {}
     for name in ("published", "dense"):
         plans[name] = tmp_path / f"{name}.plan.json"

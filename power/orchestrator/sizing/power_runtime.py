@@ -44,6 +44,7 @@ from __future__ import annotations
 from power.artifacts.contracts import MTP, PRODUCT, ROWS, drafter_tensor_role
 from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
+from power.artifacts.runtime_types import RUNTIME_TYPES  # the types the CPU kernels multiply in place
 from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
 from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
@@ -71,8 +72,6 @@ RECURRENT_STATES = 3  # a slot's live state, its last forward's start, its last 
 TILE = 16  # output rows per tile of the CPU kernels' layout (power/kernels/cpu/layout.py TILE)
 # The types the GPU's batch-invariant product reads in place (power/kernels/dequant.py TRITON_TYPES).
 BLOCK_TYPES = ("Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
-# The types the CPU kernels multiply in place (power/kernels/cpu/layout.py FIELDS).
-CPU_TYPES = ("Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K", "F32", "F16", "BF16")
 
 
 def geometry(request: Request) -> Geometry:
@@ -212,7 +211,7 @@ def _block_drafter_weights(tensors: list[TensorInfo]) -> Component:
 
 def _drafter_tensor_bytes(tensor: TensorInfo) -> int:
     role = drafter_tensor_role(tensor.name)
-    if role == PRODUCT and tensor.type_name in CPU_TYPES:
+    if role == PRODUCT and tensor.type_name in RUNTIME_TYPES:
         return held_bytes(tensor, QUANTISED, "cpu", tied=False)
     return tensor.nbytes if role == ROWS else _elements(tensor) * FLOAT32
 

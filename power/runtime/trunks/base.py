@@ -228,10 +228,6 @@ class Weights:
         info = self.gguf.expect(name, shape)
         out_features, in_features = int(shape[0]), int(shape[1])
         linear = quantised(self.gguf.raw(name), info.qtype, (out_features, in_features), self.device, self.kernels)
-        if linear is None and not self.kernels:
-            raise ArtifactError(f"tensor {name!r} is {info.qtype}, which the CPU kernels do not multiply",
-                                code="PWR122", file=str(self.gguf.path),
-                                hint="plan with `arithmetic = \"float32\"` in the profile's [runtime], or requantise")
         if linear is None:
             linear = Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows)
         return self._holding(label or name, linear)
