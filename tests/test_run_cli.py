@@ -113,7 +113,7 @@ def _gguf(path, architecture: str, tensors: dict[str, np.ndarray], metadata: dic
 @pytest.mark.parametrize("case,needle", [
     ("architecture", "architecture 'mamba' is not implemented"),
     ("missing", "tensor 'token_embd.weight' is missing"),
-    ("shape", "tensor 'blk.0.attn_norm.weight' has shape [4], expected [8]"),
+    ("shape", "its residual-stream side is 4 wide, but llama.embedding_length is 8"),
     ("context", "the prompt is"),
     ("usage", "give exactly one of PLAN or --gguf"),
     ("no such device", "CUDA device(s)\n  hint: use a CUDA build of torch on a machine with that GPU, or --device cpu"),
@@ -125,7 +125,7 @@ def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, 
     elif case in ("missing", "shape"):
         meta = {f"llama.{k}": v for k, v in (("embedding_length", 8), ("block_count", 1), ("feed_forward_length", 16),
                                              ("attention.head_count", 2), ("attention.layer_norm_rms_epsilon", 1e-6))}
-        tensors = {"blk.0.attn_norm.weight": np.ones(4, dtype=np.float32)}
+        tensors = {"blk.0.attn_norm.weight": np.ones(4 if case == "shape" else 8, dtype=np.float32)}
         if case == "shape":
             tensors["token_embd.weight"] = np.ones((16, 8), dtype=np.float32)
         args = ["--gguf", _gguf(tmp_path / "l.gguf", "llama", tensors, meta)]
