@@ -69,7 +69,9 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     import uvicorn
 
     from power.runtime.engine import Engine, EngineOptions, Workload
-    from power.runtime.server import Access, ServerLimits, create_app, http_protocol
+    from power.serving.access import Access
+    from power.serving.limits import ServerLimits, http_protocol
+    from power.serving.server import create_app
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
