@@ -267,7 +267,8 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
                  runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min,
                  draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers,
                                            len(placed.devices)) or bool(runtime.draft_override_tensor),
-                 draft_kv_cache_type=draft_cache_type(runtime))
+                 draft_kv_cache_type=draft_cache_type(runtime),
+                 graphs_on_gpu=runtime.cuda_graphs and any(placed.host.devices[i].kind == "gpu" for i in placed.devices))
 
 
 def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,
@@ -278,8 +279,9 @@ def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: P
     asked = asked_of(manifest, profile, chosen, placed)
     refusals = engine.supports(asked) + engine.target_refusals(target, asked)
     documents = {"manifest": manifest, "profile": profile}
+    files = [target] + ([chosen.drafter.facts] if chosen.drafter else [])
     return [documents[r.document].finding(r.code, f"engine {engine.name}: {r.message}", where=r.where, hint=r.hint)
-            for r in refusals] + engine.artifact_findings(target)
+            for r in refusals] + [finding for facts in files for finding in engine.artifact_findings(facts)]
 
 
 def placement_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,
