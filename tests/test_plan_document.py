@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from power.artifacts.documents import DocumentError
+from power.artifacts.bounded_reader import DocumentError
 from power.documents.plan import (
     Device,
     DeviceMemory,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from power.artifacts.atomic import write_text_atomic
-from power.artifacts.documents import DocumentError, read_json
+from power.artifacts.bounded_reader import DocumentError, read_json
 from power.artifacts.gguf_reader import ArtifactError, artifact_error, open_regular_file
 
 if TYPE_CHECKING:

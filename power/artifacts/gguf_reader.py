@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from power.artifacts.documents import DocumentError, Reason, open_regular
+from power.artifacts.bounded_reader import DocumentError, Reason, open_regular
 from power.artifacts.ggml_types import QUANT_TYPES, ValueType
 from power.findings import PowerError
 

@@ -66,7 +66,7 @@ from pydantic import (
 )
 
 from power.artifacts.atomic import write_text_atomic
-from power.artifacts.documents import (
+from power.artifacts.bounded_reader import (
     MAX_JSON_BYTES,
     DocumentError,
     check_structure,

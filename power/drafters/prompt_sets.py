@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from power.artifacts.documents import DocumentError, parse_json, read_text
+from power.artifacts.bounded_reader import DocumentError, parse_json, read_text
 
 PROMPT_SETS = ("train", "heldout")
 MAX_PROMPTS_BYTES = 64 << 20

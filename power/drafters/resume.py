@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from power.artifacts.atomic import atomic_path, write_text_atomic
-from power.artifacts.documents import DocumentError, Reason, read_json
+from power.artifacts.bounded_reader import DocumentError, Reason, read_json
 
 MAX_KEY_BYTES = 4096
 

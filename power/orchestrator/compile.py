@@ -20,8 +20,8 @@ from pathlib import Path
 
 from power import modes
 from power.artifacts import contracts
+from power.artifacts.bounded_reader import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.digests import file_stamp, sha256_file
-from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.plan import (

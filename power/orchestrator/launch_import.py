@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 
 from power import codes, modes
 from power.artifacts import contracts
-from power.artifacts.documents import DocumentError, is_regular_file, parse_json
+from power.artifacts.bounded_reader import DocumentError, is_regular_file, parse_json
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
 from power.orchestrator import llama_flags, llama_options, vllm_options

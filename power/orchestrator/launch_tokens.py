@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from power.artifacts.documents import MAX_LAUNCH_BYTES, DocumentError, read_text
+from power.artifacts.bounded_reader import MAX_LAUNCH_BYTES, DocumentError, read_text
 from power.findings import PowerError
 
 COMMAND_LINE = "<command line>"

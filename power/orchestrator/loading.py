@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from power import codes, modes
-from power.artifacts.documents import (
+from power.artifacts.bounded_reader import (
     MAX_TOML_BYTES,
     DocumentError,
     Reason,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from power.artifacts.documents import DocumentError, read_text
+from power.artifacts.bounded_reader import DocumentError, read_text
 from power.runtime.template_sandbox import ChatTemplateError, TemplateSandbox
 
 __all__ = ["MAX_TEMPLATE_BYTES", "ChatTemplate", "ChatTemplateError"]

@@ -129,7 +129,7 @@ class Slot:
 
 
 @dataclass(frozen=True)
-class Placement:
+class SlotAssignment:
     """Where a request decodes once it has a slot: the slot, its transaction and its K/S scheduler."""
 
     slot: Slot
@@ -143,7 +143,7 @@ class Decoding:
 
     request: DecodeRequest
     stats: SpeculationStats = field(default_factory=SpeculationStats)
-    placement: Placement | None = None  # set when it takes a slot
+    placement: SlotAssignment | None = None  # set when it takes a slot
     generation: Generation | None = None  # set when it ends normally or cancelled
     error: Exception | None = None  # set when it failed
     reused: int = 0
@@ -151,7 +151,7 @@ class Decoding:
     _parks_before: int = 0
 
     @property
-    def placed(self) -> Placement:
+    def placed(self) -> SlotAssignment:
         if self.placement is None:
             raise RuntimeError("the request has not taken a slot yet")
         return self.placement
@@ -280,7 +280,7 @@ class Decoder:
         decoding._started = time.perf_counter()
         seq = SpeculativeSequence(slot.trunk, request.sampler, slot.speculator, request.stop_ids, request.cancel,
                                   request.observer)
-        decoding.placement = Placement(slot, seq, Scheduler(self.schedule))
+        decoding.placement = SlotAssignment(slot, seq, Scheduler(self.schedule))
         decoding.reused = reuse
         try:
             seq.begin(request.prompt, decoding.reused)

@@ -30,8 +30,8 @@ from power.app.commands.plan import DeviceSize, host_from_options
 from power.app.outputs import require_outputs
 from power.artifacts import gguf_reader
 from power.artifacts.atomic import write_text_atomic
+from power.artifacts.bounded_reader import is_regular_file
 from power.artifacts.digests import sha256_file
-from power.artifacts.documents import is_regular_file
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors

@@ -133,7 +133,7 @@ def api_key_path(option: Path | None) -> Path | None:
 def read_api_key(path: Path) -> str:
     """The key in `path` (a regular UTF-8 file, at most 4 KiB, surrounding whitespace ignored): printable ASCII,
     never empty. A file other users can read is served with a warning."""
-    from power.artifacts.documents import DocumentError, read_text
+    from power.artifacts.bounded_reader import DocumentError, read_text
 
     try:
         key = read_text(path, MAX_API_KEY_BYTES).strip()

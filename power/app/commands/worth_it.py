@@ -11,7 +11,7 @@ import click
 from power import modes
 from power.app.cli import refuse
 from power.app.commands.params import FiniteFloatRange
-from power.artifacts.documents import DocumentError, read_json
+from power.artifacts.bounded_reader import DocumentError, read_json
 from power.documents.plan import PlanError, load_plan
 from power.findings import PowerError
 from power.orchestrator import worth_it as arithmetic

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from power.artifacts.documents import lookup_problem
+from power.artifacts.bounded_reader import lookup_problem
 from power.artifacts.facts import ArtifactError, ArtifactFacts
 from power.artifacts.ggml_types import FILE_TYPES
 from power.artifacts.header_values import NO_TENSORS, NO_TENSORS_HINT

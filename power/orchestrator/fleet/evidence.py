@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, decode_utf8, parse_json, read_bytes
+from power.artifacts.bounded_reader import MAX_JSON_BYTES, DocumentError, decode_utf8, parse_json, read_bytes
 from power.documents.evidence import SCHEMA, ShapeResult
 from power.documents.evidence import Evidence as EvidenceDocument
 from power.findings import Finding, Severity

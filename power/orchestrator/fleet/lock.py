@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from power.artifacts.atomic import write_text_atomic
-from power.artifacts.documents import MAX_JSON_BYTES, DocumentError, Reason, parse_json, read_json, read_text
+from power.artifacts.bounded_reader import MAX_JSON_BYTES, DocumentError, Reason, parse_json, read_json, read_text
 from power.documents.plan import canonical_json
 from power.findings import Finding, Severity
 

@@ -22,7 +22,7 @@ from power.findings import Finding, Severity, has_errors
 from power.orchestrator.engines import adapter
 from power.orchestrator.fleet.drift import Change, diff, render, summary
 from power.orchestrator.fleet.lock import FleetLock, read_lock
-from power.orchestrator.kubernetes.objects import Placement, objects_digest, render_objects
+from power.orchestrator.kubernetes.objects import ClusterPlacement, objects_digest, render_objects
 from power.orchestrator.kubernetes.placement import Placed, fleet_placements
 from power.orchestrator.loading import Loaded, load_fleet
 from power.orchestrator.plan_memo import PlanMemo
@@ -84,7 +84,7 @@ class FleetReview:
     lock: FleetLock | None = None
     drift: list[Change] = field(default_factory=list)
     # where each deployment runs in a cluster, when the fleet declares [kubernetes] (key -> placement)
-    placements: dict[str, Placement] = field(default_factory=dict)
+    placements: dict[str, ClusterPlacement] = field(default_factory=dict)
     # the fleet file as loaded, for findings located in it after the review
     loaded: Loaded | None = field(default=None, repr=False)
 

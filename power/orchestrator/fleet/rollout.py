@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
+from power.artifacts.bounded_reader import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.documents.verdicts import NOISE_BAND
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.evidence import Evidence, GatedShape, read_evidence

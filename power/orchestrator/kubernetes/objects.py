@@ -55,7 +55,7 @@ class ModelMount:
 
 
 @dataclass(frozen=True)
-class Placement:
+class ClusterPlacement:
     """Where and how one deployment runs in the cluster (resolved from the fleet or a host file)."""
 
     key: str
@@ -102,7 +102,7 @@ def unsourced_paths(plan: ResolvedPlan) -> list[str]:
     return unsourced + [str(d.path) for d in plan.drafters if d.path is not None and d.source is None]
 
 
-def carried_plan(plan: ResolvedPlan, placement: Placement) -> ResolvedPlan:
+def carried_plan(plan: ResolvedPlan, placement: ClusterPlacement) -> ResolvedPlan:
     """The plan as the pod reads it: artifacts under the mount, source files relative to the fleet; same digest."""
     document = plan.document()
     document["target"]["path"] = container_path(placement.mount, plan.target.path)
@@ -122,11 +122,11 @@ def _relative(path: str, base_dir: Path) -> str:
     return Path(os.path.relpath(Path(path).resolve(), Path(base_dir).resolve())).as_posix()
 
 
-def plan_config_map_name(placement: Placement, plan: ResolvedPlan) -> str:
+def plan_config_map_name(placement: ClusterPlacement, plan: ResolvedPlan) -> str:
     return f"{placement.name}-plan-{plan.digest[:LABEL_DIGEST_CHARS]}"
 
 
-def render_objects(plan: ResolvedPlan, placement: Placement) -> list[dict[str, Any]]:
+def render_objects(plan: ResolvedPlan, placement: ClusterPlacement) -> list[dict[str, Any]]:
     """ConfigMap, Deployment, Service, PodDisruptionBudget (and PodMonitor): plain data in document order."""
     carried = carried_plan(plan, placement)
     objects = [_config_map(carried, placement), _deployment(carried, placement), _service(placement),
@@ -143,7 +143,7 @@ def objects_digest(objects: list[dict[str, Any]]) -> str:
     return hashlib.sha256(canonical_json(objects)).hexdigest()
 
 
-def _metadata(placement: Placement, name: str, labels: dict[str, str],
+def _metadata(placement: ClusterPlacement, name: str, labels: dict[str, str],
               annotations: dict[str, str] | None = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name}
     if placement.namespace:
@@ -154,11 +154,11 @@ def _metadata(placement: Placement, name: str, labels: dict[str, str],
     return metadata
 
 
-def _selector(placement: Placement) -> dict[str, str]:
+def _selector(placement: ClusterPlacement) -> dict[str, str]:
     return {"app.kubernetes.io/instance": placement.name}
 
 
-def _labels(placement: Placement) -> dict[str, str]:
+def _labels(placement: ClusterPlacement) -> dict[str, str]:
     labels = {
         "app.kubernetes.io/name": placement.engine,
         **_selector(placement),
@@ -173,11 +173,11 @@ def _labels(placement: Placement) -> dict[str, str]:
     return labels
 
 
-def _plan_labels(placement: Placement, plan: ResolvedPlan) -> dict[str, str]:
+def _plan_labels(placement: ClusterPlacement, plan: ResolvedPlan) -> dict[str, str]:
     return {**_labels(placement), f"{PREFIX}plan": plan.digest[:LABEL_DIGEST_CHARS], f"{PREFIX}mode": plan.mode.resolved}
 
 
-def _plan_annotations(placement: Placement, plan: ResolvedPlan) -> dict[str, str]:
+def _plan_annotations(placement: ClusterPlacement, plan: ResolvedPlan) -> dict[str, str]:
     annotations = {f"{PREFIX}deployment": placement.key, f"{PREFIX}plan-digest": plan.digest,
                    f"{PREFIX}plan-name": plan.name}
     if placement.dry_run:
@@ -185,7 +185,7 @@ def _plan_annotations(placement: Placement, plan: ResolvedPlan) -> dict[str, str
     return annotations
 
 
-def _config_map(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
+def _config_map(plan: ResolvedPlan, placement: ClusterPlacement) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -196,7 +196,7 @@ def _config_map(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
     }
 
 
-def _deployment(plan: ResolvedPlan, placement: Placement) -> dict[str, Any]:
+def _deployment(plan: ResolvedPlan, placement: ClusterPlacement) -> dict[str, Any]:
     plan_path = f"{PLAN_DIR}/{PLAN_FILE}"
     launch = engine_launch(plan, placement.engine, Path(plan_path), Listen("0.0.0.0", PORT))
     mounts: list[dict[str, Any]] = [
@@ -284,7 +284,7 @@ def _prebuilt_annotations(engine: str) -> dict[str, str]:
     return {} if prebuilt is None else {f"{PREFIX}image-prebuilt": f"the image holds {prebuilt[1]}: {prebuilt[2]}"}
 
 
-def _init_container(placement: Placement, name: str, command: list[str], env: list[dict[str, Any]],
+def _init_container(placement: ClusterPlacement, name: str, command: list[str], env: list[dict[str, Any]],
                     mounts: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "name": name,
@@ -297,7 +297,7 @@ def _init_container(placement: Placement, name: str, command: list[str], env: li
     }
 
 
-def _pull_container(placement: Placement, plan_path: str, env: list[dict[str, Any]],
+def _pull_container(placement: ClusterPlacement, plan_path: str, env: list[dict[str, Any]],
                     mounts: list[dict[str, Any]]) -> dict[str, Any]:
     """`power pull` on the carried plan (its paths are already where the pod mounts the volume) into the model
     volume, mounted writable here alone: each file is fetched into the volume's partial store (which a restarted
@@ -340,7 +340,7 @@ def _api_key(launch: Launch, engine: str, secret: str) -> tuple[Launch, list[dic
     return with_api_key(launch, engine, f"{API_KEY_DIR}/{API_KEY_ITEM}"), [], [mount], [volume]
 
 
-def _network_policy(placement: Placement) -> dict[str, Any]:
+def _network_policy(placement: ClusterPlacement) -> dict[str, Any]:
     """Ingress to the engine's port from the named namespaces (and the deployment's own) only."""
     allowed = sorted(set(placement.allow_namespaces or ()))
     sources: list[dict[str, Any]] = [{"podSelector": {}}]  # the deployment's own namespace
@@ -379,7 +379,7 @@ def _container_security() -> dict[str, Any]:
     }
 
 
-def _service(placement: Placement) -> dict[str, Any]:
+def _service(placement: ClusterPlacement) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -392,7 +392,7 @@ def _service(placement: Placement) -> dict[str, Any]:
     }
 
 
-def _disruption_budget(placement: Placement) -> dict[str, Any]:
+def _disruption_budget(placement: ClusterPlacement) -> dict[str, Any]:
     # One replica holding a GPU: a voluntary eviction (a drain) waits for the operator; a crashing pod never blocks it.
     return {
         "apiVersion": "policy/v1",
@@ -406,7 +406,7 @@ def _disruption_budget(placement: Placement) -> dict[str, Any]:
     }
 
 
-def _pod_monitor(placement: Placement) -> dict[str, Any]:
+def _pod_monitor(placement: ClusterPlacement) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

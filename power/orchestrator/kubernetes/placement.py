@@ -26,8 +26,8 @@ from power.orchestrator.kubernetes.objects import (
     API_KEY_DIR,
     CACHE_DIR,
     PLAN_DIR,
+    ClusterPlacement,
     ModelMount,
-    Placement,
     dry_run_image,
     unmounted_paths,
     unsourced_paths,
@@ -104,8 +104,8 @@ def tolerations(placement: HostKubernetes | None) -> tuple[dict, ...]:
 
 
 def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_images: bool
-                     ) -> tuple[dict[str, Placement], list[Finding]]:
-    """A Placement per deployment that has a plan, and every finding that keeps one from the cluster."""
+                     ) -> tuple[dict[str, ClusterPlacement], list[Finding]]:
+    """A ClusterPlacement per deployment that has a plan, and every finding that keeps one from the cluster."""
     settings = fleet.kubernetes
     if settings is None:
         return {}, [loaded.finding("PWR090", "the fleet declares no [kubernetes] settings: no images, no model volumes",
@@ -113,7 +113,7 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
                                    hint="add a [kubernetes] table with images = { ... } and [kubernetes.volumes.models]")]
     hosts = {host.name: (index, host) for index, host in enumerate(fleet.hosts)}
     findings: list[Finding] = _api_server_findings(loaded, fleet, settings)
-    placements: dict[str, Placement] = {}
+    placements: dict[str, ClusterPlacement] = {}
     names: dict[str, str] = {}
     unselected: set[str] = set()
     reported: set[str] = set()
@@ -140,7 +140,7 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
             continue
         images = _images(settings, host)
         engine = item.deployment.runs_on
-        placements[item.key] = Placement(
+        placements[item.key] = ClusterPlacement(
             key=item.key, name=name, engine=engine,
             image=images[engine] if require_images else dry_run_image(engine),
             verify_image=images[VERIFY_ENGINE] if require_images else dry_run_image(VERIFY_ENGINE),
@@ -323,7 +323,7 @@ def _sized_for_host(loaded_host: Loaded, plan: ResolvedPlan) -> list[Finding]:
 
 def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: ModelMount, *, dry_run: bool,
                    namespace: str | None = None, pod_monitor: bool = False,
-                   api_key_secret: str | None = None) -> tuple[Placement | None, list[Finding]]:
+                   api_key_secret: str | None = None) -> tuple[ClusterPlacement | None, list[Finding]]:
     """One plan placed on the host a host file describes (`power render PLAN --target kubernetes --host HOST`)."""
     host = loaded_host.model
     findings = list(loaded_host.findings)
@@ -348,7 +348,7 @@ def host_placement(loaded_host: Loaded, plan: ResolvedPlan, engine: str, mount: 
                      for path in unsourced_paths(plan)]
     if has_errors(findings):
         return None, findings
-    placement = Placement(
+    placement = ClusterPlacement(
         key=f"{host.name}/{plan.name}", name=object_name(f"{host.name}/{plan.name}"), engine=engine,
         image=dry_run_image(engine) if dry_run else images[engine],
         verify_image=dry_run_image(VERIFY_ENGINE) if dry_run else images[VERIFY_ENGINE],

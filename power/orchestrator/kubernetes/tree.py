@@ -25,7 +25,7 @@ from typing import Any
 from power.artifacts.atomic import new_mode
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity
-from power.orchestrator.kubernetes.objects import PREFIX, Placement, render_objects
+from power.orchestrator.kubernetes.objects import PREFIX, ClusterPlacement, render_objects
 
 KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
 FILE_NAMES = {"ConfigMap": "plan", "Deployment": "deployment", "Service": "service",
@@ -73,7 +73,7 @@ def _dumper() -> type:
     return Dumper
 
 
-def build_tree(plans: dict[str, ResolvedPlan], placements: dict[str, Placement], stages: list[Stage],
+def build_tree(plans: dict[str, ResolvedPlan], placements: dict[str, ClusterPlacement], stages: list[Stage],
                header: str) -> dict[str, str]:
     """{relative path: text} of the whole tree, computed before anything is written."""
     files: dict[str, str] = {}
@@ -91,7 +91,7 @@ def build_tree(plans: dict[str, ResolvedPlan], placements: dict[str, Placement],
     return files
 
 
-def _overlay(stage: Stage, base_objects: dict[str, list[dict[str, Any]]], placements: dict[str, Placement],
+def _overlay(stage: Stage, base_objects: dict[str, list[dict[str, Any]]], placements: dict[str, ClusterPlacement],
              header: str) -> dict[str, str]:
     files: dict[str, str] = {}
     resources = ["../../base"]

@@ -116,17 +116,19 @@ ROLLBACK_ARCHITECTURES = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp"
 
 
 @dataclass(frozen=True)
-class Speculation:
+class SpeculationReserve:
+    """What llama-server reserves in the target's context for speculation."""
+
     draft_len: int
     rs_snapshots: int
     block_draft: bool
 
 
-def speculation(spec_types: tuple[str, ...], draft_n_max: int, ngram_mod_n_max: int, architecture: str) -> Speculation:
+def speculation(spec_types: tuple[str, ...], draft_n_max: int, ngram_mod_n_max: int, architecture: str) -> SpeculationReserve:
     """What the `--spec-type` list makes llama-server reserve for a target of `architecture`, given
     `--spec-draft-n-max` and `--spec-ngram-mod-n-max`."""
     lengths = [draft_n_max for t in spec_types if t in DRAFT_N_MAX_TYPES]
     lengths += [ngram_mod_n_max for t in spec_types if t == NGRAM_MOD_TYPE]
     rolls_back = any(t in ROLLBACK_ROW_TYPES for t in spec_types) and architecture in ROLLBACK_ARCHITECTURES
     rollback = draft_n_max if rolls_back else 0
-    return Speculation(max(lengths, default=0), rollback, any(t in BLOCK_DRAFT_TYPES for t in spec_types))
+    return SpeculationReserve(max(lengths, default=0), rollback, any(t in BLOCK_DRAFT_TYPES for t in spec_types))
