@@ -42,6 +42,7 @@ import torch
 from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.documents.kv_types import F32
+from power.kernels.cpu.layout import TILE
 from power.runtime.cuda_graphs import GRAPHS_OFF, CudaGraphError, CudaRecorder, ForwardGraphs, Recorder
 from power.runtime.embedding import TokenEmbedding
 from power.runtime.errors import ContextOverflow, RuntimeInputError
@@ -179,16 +180,18 @@ class Weights:
         return self._holding(" + ".join(name for name, _ in matrices), Float32Linear(weight, self.rows))
 
     def _same_type_runs(self, matrices: Sequence[tuple[str, Sequence[int]]]) -> list[list[tuple[str, Sequence[int]]]]:
-        """`matrices` cut into runs of neighbours that share a GGUF type, in order."""
+        """`matrices` cut into runs of neighbours that share a GGUF type, in order. A run goes on past a matrix only
+        when its rows fill whole tiles of the CPU kernels, so the stack holds the bytes the matrices would hold alone
+        (what sizing charges)."""
         runs: list[list[tuple[str, Sequence[int]]]] = []
-        previous = None
+        previous: tuple[str, int] | None = None
         for name, shape in matrices:
             qtype = self.gguf.expect(name, shape).qtype
-            if qtype == previous:
+            if previous is not None and previous[0] == qtype and previous[1] % TILE == 0:
                 runs[-1].append((name, shape))
             else:
                 runs.append([(name, shape)])
-            previous = qtype
+            previous = (qtype, int(shape[0]))
         return runs
 
     def lm_head(self, shape: Sequence[int]) -> Linear:
