@@ -41,10 +41,12 @@ def test_the_kernels_kind_enum_is_layout_kinds_in_order():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the instruction paths are x86-64's")
 def test_every_path_builds_without_a_warning_on_any_x86_machine(tmp_path):
-    """All five paths compile (about a minute each on 2 quiet cores), the ones this CPU lacks included: the compiler
-    needs only their -m flags, and a build is never loaded to be made."""
+    """All five paths compile (about a minute each on 2 quiet cores, over 3 minutes each at a load average of 12),
+    the ones this CPU lacks included: the compiler needs only their -m flags, and a build is never loaded to be
+    made."""
     root = tmp_path / "kernels"
     args = [arg for name in kernel_build.PATH_NAMES for arg in ("--path", name)]
     done = power("kernels", "build", *args, "--verbose", cache_root=root)
