@@ -13,7 +13,7 @@ import click
 from power.app.cli import EXIT_USAGE, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.commands.params import FiniteFloatRange
-from power.app.commands.runtime_options import runtime_options
+from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
 from power.findings import PowerError
 
 API_KEY_FILE_ENV = "POWER_API_KEY_FILE"
@@ -64,6 +64,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         listening = listen(host, port)
     except PowerError as err:
         refuse(err, at=plan)
+    refuse_unusable_device(device)
 
     import uvicorn
 
