@@ -19,7 +19,7 @@ import pytest
 from hub_server import Hub, serving, sha256
 
 from power.artifacts.digests import sha256_file
-from power.artifacts.factory import build_dense_target
+from power.artifacts.factory import build_dense_target, build_gemma3_target
 from power.artifacts.facts import inspect_artifact
 from power.documents.plan import load_plan
 from power.orchestrator.compile import target_vocab
@@ -73,9 +73,10 @@ def safetensors(tensors: dict[str, tuple[int, int]]) -> bytes:
 
 
 def world(tmp_path: Path, hub: Hub, tokens_edit: dict[int, str] | None = None, kind: str = "dflash",
-          config_edit: dict | None = None) -> tuple[Path, Path]:
-    """(manifest, profile): the dense fixture target beside the manifest and a `kind` checkpoint on the Hub."""
-    target = build_dense_target(tmp_path)
+          config_edit: dict | None = None, build_target=build_dense_target) -> tuple[Path, Path]:
+    """(manifest, profile): a fixture target (the dense one unless told) beside the manifest and a `kind`
+    checkpoint for it on the Hub."""
+    target = build_target(tmp_path)
     hub.commit(COMMIT, checkpoint(target, tokens_edit, kind, config_edit))
     files = "\n".join(f'  {{ name = "{name}" }},' for name in ("config.json", "tokenizer.json", "model.safetensors"))
     manifest = tmp_path / "m.toml"
@@ -257,6 +258,14 @@ def test_eagle3_runs_on_vllm_only_and_only_as_a_checkpoint(tmp_path, hub):
     manifest.write_text(text[:text.index("files = [")] + 'sha256 = "' + "0" * 64 + '"\n')
     as_gguf = power(hub, tmp_path, "validate", manifest, "--json")
     assert as_gguf.returncode == 1 and "lists no `files`" in as_gguf.stdout
+
+
+def test_vllm_refuses_eagle3_against_a_target_model_type_it_does_not_run_it_for(tmp_path, hub):
+    manifest, profile = world(tmp_path, hub, kind="eagle3", build_target=build_gemma3_target)
+    assert power(hub, tmp_path, "pull", manifest, "--pin").returncode == 0
+    refused = power(hub, tmp_path, "plan", manifest, profile, "--device", "24 GiB", "--engine", "vllm", "--json")
+    [finding] = [f for f in json.loads(refused.stdout)["findings"] if f["severity"] == "error"]
+    assert refused.returncode == 1 and finding["code"] == "PWR460" and "this target is gemma3" in finding["message"]
 
 
 def test_a_vllm_eagle3_launch_line_imports_into_manifest_and_profile(tmp_path, hub):
