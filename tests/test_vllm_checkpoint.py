@@ -198,8 +198,17 @@ def test_the_sealed_plan_pulls_the_checkpoint_into_an_empty_folder_that_verifies
     assert power(hub, tmp_path, "pull", plan_path, "--pin").returncode == 2
 
 
-def test_a_hub_eagle3_checkpoint_is_pulled_planned_sized_and_rendered_for_vllm(tmp_path, hub):
-    manifest, profile = world(tmp_path, hub, kind="eagle3")
+# The speculators format (github.com/vllm-project/speculators), which vLLM also loads: the layer's keys nested.
+SPECULATORS = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+               "transformer_layer_config": {"num_hidden_layers": 1, "num_attention_heads": 4,
+                                            "num_key_value_heads": 1, "head_dim": 16}}
+
+
+@pytest.mark.parametrize(("edit", "architecture", "kv_heads"), [
+    ({}, "LlamaForCausalLMEagle3", 2), (SPECULATORS, "Eagle3Speculator", 1)])
+def test_a_hub_eagle3_checkpoint_is_pulled_planned_sized_and_rendered_for_vllm(tmp_path, hub, edit, architecture,
+                                                                                kv_heads):
+    manifest, profile = world(tmp_path, hub, kind="eagle3", config_edit=edit)
     assert power(hub, tmp_path, "pull", manifest, "--pin").returncode == 0
     plan_path = tmp_path / "plan.json"
     planned = power(hub, tmp_path, "plan", manifest, profile, "--device", "24 GiB", "--engine", "vllm", "-o", plan_path)
@@ -207,13 +216,14 @@ def test_a_hub_eagle3_checkpoint_is_pulled_planned_sized_and_rendered_for_vllm(t
     plan = load_plan(plan_path)
     drafter = plan.drafters[0]
     layers = len(trunk_layers(inspect_artifact(tmp_path / "dense-target.gguf")))
-    assert drafter.kind == "eagle3" and drafter.contract["architecture"] == "LlamaForCausalLMEagle3"
+    assert drafter.kind == "eagle3" and drafter.contract["architecture"] == architecture
     assert (drafter.contract["draft_vocab_size"], drafter.contract["target_layer_ids"]) == (32, (0, layers // 2,
                                                                                                  layers - 1))
     components = {c.name: c for c in plan.memory.devices[0].components}
     weights = len(hub.commits[COMMIT]["model.safetensors"])
     assert components["drafter weights"].bytes == weights
-    assert components["drafter KV"].bytes == 1 * 2 * 16 * 2 * 2 * plan.memory.slots.ctx_per_slot * plan.runtime.slots
+    layers_heads_dim_kv_bytes = 1 * kv_heads * 16 * 2 * 2  # one layer, its KV heads x 16, K and V, 16-bit
+    assert components["drafter KV"].bytes == layers_heads_dim_kv_bytes * plan.memory.slots.ctx_per_slot * plan.runtime.slots
 
     rendered = power(hub, tmp_path, "render", plan_path, "--target", "vllm")
     assert rendered.returncode == 0, rendered.stderr
