@@ -569,3 +569,33 @@ def test_the_dspark_reference_row_of_docs_sizing_is_what_the_profile_sizes_to(tm
     row = next(line for line in (REPO / "docs" / "sizing.md").read_text().splitlines()
                if line.startswith("| DSpark K10/S6, ctx 512, batch 12, 24 GiB |"))
     assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, row
+
+
+def test_the_two_device_example_of_docs_sizing_runs_as_written(tmp_path):
+    """Issue 40 (docs drift): docs/sizing.md's two-device example gave no manifest or profile. It gives both now;
+    this runs its command on them and finds every line it shows (a `...` line stands for lines left out)."""
+    text = (REPO / "docs" / "sizing.md").read_text()
+    example = text[text.index("A two-device host that fits"):text.index("One 16 GiB device alone needs")]
+    blocks = example.split("```")[1::2]
+    files = {}
+    for block in blocks[:2]:
+        header, _, body = block.removeprefix("toml\n").partition("\n")
+        files[header.removeprefix("# fixtures/")] = body
+    shown = [line for line in blocks[2].strip("\n").splitlines() if line.strip() != "..."]
+    (tmp_path / "qwen36-27b-q6k.gguf").symlink_to(fixture("qwen36-27b-q6k"))
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    command = example.split("`power size ")[1].split("`")[0].split()
+    assert command[:2] == ["fixtures/qwen36.manifest.toml", "fixtures/split.toml"]
+    sized = CliRunner().invoke(main, ["size", str(tmp_path / "qwen36.manifest.toml"), str(tmp_path / "split.toml"),
+                                      *command[2:]])
+    assert sized.exit_code == 0, sized.output
+    missing = [line for line in shown if not any(_shows(line, printed) for printed in sized.stdout.splitlines())]
+    assert not missing, missing
+
+
+def _shows(documented: str, printed: str) -> bool:
+    """`printed` is the documented line, a `...` inside it standing for any text."""
+    head, *_, tail = documented.split("...") if "..." in documented else (documented, "")
+    return printed == documented or ("..." in documented and printed.startswith(head) and printed.endswith(tail)
+                                     and len(printed) >= len(head) + len(tail))
