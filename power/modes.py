@@ -155,6 +155,10 @@ WEIGHT_FREE: frozenset[str] = frozenset(m.name for m in MODES if m.artifact == "
 HEADER_CONTRACT: frozenset[str] = frozenset(m.name for m in MODES if m.artifact != "none" and not m.reserved
                                             and not m.checkpoint_only)
 CHECKPOINT_ONLY: frozenset[str] = frozenset(m.name for m in MODES if m.checkpoint_only)
+# Kinds whose weights are a target model's nextn blocks: in the target itself, or in a sidecar file of its model.
+NATIVE_HEADS: frozenset[str] = frozenset(m.name for m in MODES if m.artifact == "target")
+# The `general.architecture` a drafter file of each kind carries (its contract: power.artifacts.contracts).
+ARCHITECTURE_OF: dict[str, str] = {m.name: m.header_architecture for m in MODES if m.header_architecture}
 # spec_mode values the adaptive controller may drive (auto: when it resolves to one of them).
 ADAPTIVE_SPEC_MODES: frozenset[str] = frozenset({AUTO, *(m.name for m in MODES if m.adaptive)})
 FR_SPEC_MODES: frozenset[str] = frozenset(m.name for m in MODES if m.fr)

@@ -17,7 +17,6 @@ from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
-from power.documents import geometry
 from power.documents.arithmetic import ARITHMETICS, FLOAT32
 from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
@@ -25,9 +24,8 @@ from power.orchestrator.compile import target_vocab
 from power.orchestrator.engines import adapter
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.sizing.placement import place_layers
-from power.runtime import kv_cache, kv_rows
+from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
-from power.runtime.trunks.base import DEFAULT_PREFILL_CHUNK
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REPO_PROFILES = REPO / "profiles"
@@ -121,7 +119,6 @@ def test_power_runtime_kv_is_the_runtimes_own_allocation(name, kv_type):
 
 
 def test_power_runtime_kv_counts_every_layer_at_its_padded_capacity():
-    assert (geometry.ATTENTION_BLOCK, geometry.PREFILL_CHUNK) == (kv_cache.ATTENTION_BLOCK, DEFAULT_PREFILL_CHUNK)
     dense = size_plan("power", inspect_artifact(fixture("dense-target")), None,
                       Request(ctx=1000, verify_rows=8, vocab=300, kv_cache_type="f32"), CPU)
     assert parts(dense)["target KV"] == 4 * 2 * 16 * 2 * 4 * 1280
