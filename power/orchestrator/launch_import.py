@@ -105,7 +105,7 @@ class LaunchSpec:
     ctx: int | None = None
     kv_cache_type: str | None = None
     draft_kv_cache_type: str | None = None
-    flash_attn: bool | None = None
+    flash_attn: bool | str | None = None  # "auto": llama.cpp's default
     seed: int | None = None
     temperature: float | None = None
     slots: int | None = None
@@ -358,8 +358,25 @@ def _text(token: Token, findings: list[Finding]) -> str:  # noqa: ARG001
     return token.text
 
 
-def _switch(token: Token, findings: list[Finding]) -> bool:  # noqa: ARG001
-    return token.text.lower() in {"on", "1", "true", "yes"}
+def _flash_attn(token: Token, findings: list[Finding]) -> bool | str | None:
+    """-fa on|off|auto as llama.cpp's common/arg.cpp reads it: `auto`, its default, stays auto (see
+    power.documents.plan.flash_attention_on), never off."""
+    word = token.text.lower()
+    if word in {"on", "enabled", "true", "1"}:
+        return True
+    if word in {"off", "disabled", "false", "0"}:
+        return False
+    if word in {"auto", "-1"}:
+        return "auto"
+    findings.append(_finding("PWR459", token, f"-fa takes on, off or auto, found {token.text!r}",
+                             "write -fa on, -fa off or -fa auto"))
+    return None
+
+
+def _flash_attn_of(spec: LaunchSpec) -> bool | str | None:
+    """The launch's -fa, or llama-server's default where it gives none: auto (common/common.h,
+    common_params.flash_attn_type)."""
+    return "auto" if spec.flash_attn is None and spec.engine == LLAMA_SERVER else spec.flash_attn
 
 
 def _layers(token: Token, findings: list[Finding]) -> int | str | None:
@@ -421,7 +438,7 @@ def _overrides(token: Token, findings: list[Finding]) -> list[str] | None:
 # LaunchSpec attribute of the same name holds it.
 _READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
     "model": _token, "draft_model": _token, "k": lambda t, f: _int(t, f), "ctx": lambda t, f: _int(t, f),
-    "kv_cache_type": _text, "draft_kv_cache_type": _text, "flash_attn": _switch, "seed": lambda t, f: _int(t, f),
+    "kv_cache_type": _text, "draft_kv_cache_type": _text, "flash_attn": _flash_attn, "seed": lambda t, f: _int(t, f),
     "temperature": lambda t, f: _float(t, f), "slots": lambda t, f: _int(t, f), "batch": lambda t, f: _int(t, f),
     "ubatch": lambda t, f: _int(t, f), "p_min": lambda t, f: _float(t, f),
     "ngram_match": lambda t, f: _int(t, f), "ngram_draft_min": lambda t, f: _int(t, f),
@@ -745,7 +762,7 @@ def profile_document(spec: LaunchSpec) -> dict[str, Any]:
                  "ngram_draft_max": spec.ngram_draft_max if spec.ngram_draft_max != k else None}
     runtime = {key: value for key, value in (
         ("ctx", spec.ctx), ("slots", spec.slots), ("kv_unified", spec.kv_unified), ("batch", spec.batch),
-        ("ubatch", spec.ubatch), ("flash_attn", spec.flash_attn), ("kv_cache_type", spec.kv_cache_type),
+        ("ubatch", spec.ubatch), ("flash_attn", _flash_attn_of(spec)), ("kv_cache_type", spec.kv_cache_type),
         *ngram.items()) if value is not None}
     sampling = {key: value for key, value in (("temperature", spec.temperature), ("seed", spec.seed))
                 if value is not None}
