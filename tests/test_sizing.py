@@ -17,7 +17,6 @@ from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
-from power.documents import geometry
 from power.documents.arithmetic import ARITHMETICS, FLOAT32
 from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
@@ -25,9 +24,8 @@ from power.orchestrator.compile import target_vocab
 from power.orchestrator.engines import adapter
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.sizing.placement import place_layers
-from power.runtime import kv_cache, kv_rows
+from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
-from power.runtime.trunks.base import DEFAULT_PREFILL_CHUNK
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REPO_PROFILES = REPO / "profiles"
@@ -121,7 +119,6 @@ def test_power_runtime_kv_is_the_runtimes_own_allocation(name, kv_type):
 
 
 def test_power_runtime_kv_counts_every_layer_at_its_padded_capacity():
-    assert (geometry.ATTENTION_BLOCK, geometry.PREFILL_CHUNK) == (kv_cache.ATTENTION_BLOCK, DEFAULT_PREFILL_CHUNK)
     dense = size_plan("power", inspect_artifact(fixture("dense-target")), None,
                       Request(ctx=1000, verify_rows=8, vocab=300, kv_cache_type="f32"), CPU)
     assert parts(dense)["target KV"] == 4 * 2 * 16 * 2 * 4 * 1280
@@ -525,3 +522,77 @@ def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_p
     host = {c["name"]: c["bytes"] for c in memory["host"]}
     if profile == "dflash2" or profile.startswith("dspark"):
         assert host["drafter weights"] < 2 * GiB  # 6.6 GiB dequantised to f32 before
+
+
+def test_cuda_graphs_asked_of_a_recurrent_target_are_named_at_plan_for_powers_runtime(tmp_path):
+    """Issue 40 (noticed): the bundled Qwen3.6-27B profiles set cuda_graphs = true, which Power's runtime refuses
+    for the qwen35 hybrid at load on a CUDA device (PWR607). The bundled profiles now ask for no graphs (each plans
+    above), and a profile that asks is told at plan, at its key (PWR651, a warning: on the CPU graphs do not apply);
+    llama-server, which captures the hybrid, takes them without a word."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}], hashed=False, quant="Q6_K",
+                              architecture="qwen35")
+    profile = tmp_path / "graphs.toml"
+    profile.write_text((REPO_PROFILES / "balanced-k7s7.toml").read_text().replace("cuda_graphs = false",
+                                                                                  "cuda_graphs = true"))
+    runner = CliRunner()
+    warned = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--engine", "power"])
+    assert warned.exit_code == 0, warned.output
+    assert f"{profile}:13:15: PWR651 [warning] engine power: runtime.cuda_graphs = true, but Power's runtime cannot " \
+           "capture the qwen35 target in CUDA graphs" in warned.stderr
+    for engine, host in (("llama-server", ["--device", "24GiB"]), ("power", ["--host", str(tmp_path / "cpu.toml")])):
+        (tmp_path / "cpu.toml").write_text('schema = "power.host/v1"\nname = "cpu"\ndevices = [{ model = "cpu", '
+                                           'vram = "64 GiB", kind = "cpu" }]\n')
+        quiet = runner.invoke(main, ["size", str(manifest), str(profile), *host, "--engine", engine])
+        assert quiet.exit_code == 0 and "PWR651" not in quiet.output, quiet.output
+    every_drafter = write_manifest(tmp_path, "qwen36-27b-q6k", [
+        {"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
+        {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}], name="all", hashed=False, quant="Q6_K",
+        architecture="qwen35")
+    for bundled in QWEN_PROFILES:
+        planned = runner.invoke(main, ["size", str(every_drafter), str(REPO_PROFILES / f"{bundled}.toml"), "--device",
+                                       "24GiB", "--engine", "power"])
+        assert planned.exit_code == 0 and "PWR651" not in planned.output, planned.output
+
+
+def test_the_dspark_reference_row_of_docs_sizing_is_what_the_profile_sizes_to(tmp_path):
+    """Issue 40 (docs drift): docs/sizing.md's DSpark row showed an older 23,572 MiB. The row is the bundled
+    dspark-k10s6 profile sized for llama-server on a 24 GiB device, as `power size` prints it now."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+                              hashed=False, quant="Q6_K", architecture="qwen35")
+    sized = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / "dspark-k10s6.toml"), "--device",
+                                      "24GiB", "--engine", "llama-server", "--json"])
+    memory = json.loads(sized.stdout)["memory"]
+    total, margin = memory["devices"][0]["total_bytes"], memory["margin_bytes"]
+    row = next(line for line in (REPO / "docs" / "sizing.md").read_text().splitlines()
+               if line.startswith("| DSpark K10/S6, ctx 512, batch 12, 24 GiB |"))
+    assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, row
+
+
+def test_the_two_device_example_of_docs_sizing_runs_as_written(tmp_path):
+    """Issue 40 (docs drift): docs/sizing.md's two-device example gave no manifest or profile. It gives both now;
+    this runs its command on them and finds every line it shows (a `...` line stands for lines left out)."""
+    text = (REPO / "docs" / "sizing.md").read_text()
+    example = text[text.index("A two-device host that fits"):text.index("One 16 GiB device alone needs")]
+    blocks = example.split("```")[1::2]
+    files = {}
+    for block in blocks[:2]:
+        header, _, body = block.removeprefix("toml\n").partition("\n")
+        files[header.removeprefix("# fixtures/")] = body
+    shown = [line for line in blocks[2].strip("\n").splitlines() if line.strip() != "..."]
+    (tmp_path / "qwen36-27b-q6k.gguf").symlink_to(fixture("qwen36-27b-q6k"))
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    command = example.split("`power size ")[1].split("`")[0].split()
+    assert command[:2] == ["fixtures/qwen36.manifest.toml", "fixtures/split.toml"]
+    sized = CliRunner().invoke(main, ["size", str(tmp_path / "qwen36.manifest.toml"), str(tmp_path / "split.toml"),
+                                      *command[2:]])
+    assert sized.exit_code == 0, sized.output
+    missing = [line for line in shown if not any(_shows(line, printed) for printed in sized.stdout.splitlines())]
+    assert not missing, missing
+
+
+def _shows(documented: str, printed: str) -> bool:
+    """`printed` is the documented line, a `...` inside it standing for any text."""
+    head, *_, tail = documented.split("...") if "..." in documented else (documented, "")
+    return printed == documented or ("..." in documented and printed.startswith(head) and printed.endswith(tail)
+                                     and len(printed) >= len(head) + len(tail))

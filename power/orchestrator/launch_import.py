@@ -105,7 +105,7 @@ class LaunchSpec:
     ctx: int | None = None
     kv_cache_type: str | None = None
     draft_kv_cache_type: str | None = None
-    flash_attn: bool | None = None
+    flash_attn: bool | str | None = None  # "auto": llama.cpp's default
     seed: int | None = None
     temperature: float | None = None
     slots: int | None = None
@@ -358,8 +358,25 @@ def _text(token: Token, findings: list[Finding]) -> str:  # noqa: ARG001
     return token.text
 
 
-def _switch(token: Token, findings: list[Finding]) -> bool:  # noqa: ARG001
-    return token.text.lower() in {"on", "1", "true", "yes"}
+def _flash_attn(token: Token, findings: list[Finding]) -> bool | str | None:
+    """-fa on|off|auto as llama.cpp's common/arg.cpp reads it: `auto`, its default, stays auto (see
+    power.documents.plan.flash_attention_on), never off."""
+    word = token.text.lower()
+    if word in {"on", "enabled", "true", "1"}:
+        return True
+    if word in {"off", "disabled", "false", "0"}:
+        return False
+    if word in {"auto", "-1"}:
+        return "auto"
+    findings.append(_finding("PWR459", token, f"-fa takes on, off or auto, found {token.text!r}",
+                             "write -fa on, -fa off or -fa auto"))
+    return None
+
+
+def _flash_attn_of(spec: LaunchSpec) -> bool | str | None:
+    """The launch's -fa, or llama-server's default where it gives none: auto (common/common.h,
+    common_params.flash_attn_type)."""
+    return "auto" if spec.flash_attn is None and spec.engine == LLAMA_SERVER else spec.flash_attn
 
 
 def _layers(token: Token, findings: list[Finding]) -> int | str | None:
@@ -421,7 +438,7 @@ def _overrides(token: Token, findings: list[Finding]) -> list[str] | None:
 # LaunchSpec attribute of the same name holds it.
 _READ_AS: dict[str, Callable[[Token, list[Finding]], Any]] = {
     "model": _token, "draft_model": _token, "k": lambda t, f: _int(t, f), "ctx": lambda t, f: _int(t, f),
-    "kv_cache_type": _text, "draft_kv_cache_type": _text, "flash_attn": _switch, "seed": lambda t, f: _int(t, f),
+    "kv_cache_type": _text, "draft_kv_cache_type": _text, "flash_attn": _flash_attn, "seed": lambda t, f: _int(t, f),
     "temperature": lambda t, f: _float(t, f), "slots": lambda t, f: _int(t, f), "batch": lambda t, f: _int(t, f),
     "ubatch": lambda t, f: _int(t, f), "p_min": lambda t, f: _float(t, f),
     "ngram_match": lambda t, f: _int(t, f), "ngram_draft_min": lambda t, f: _int(t, f),
@@ -497,7 +514,9 @@ def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Findin
     if drafters:
         mode = CONTEXT_BACKED[drafters[0]]
         if mode is None:
-            findings.append(_finding("PWR455", value, f"Power has no adapter for {drafters[0]}",
+            named = modes.FOREIGN_LLAMA_SPEC_TYPES.get(drafters[0])  # a mode Power runs on another engine only
+            why = modes.mode(named).llama_refusal if named in modes.BY_NAME else None
+            findings.append(_finding("PWR455", value, why or f"Power has no adapter for {drafters[0]}",
                                      "plan it as draft-mtp, draft-dflash or draft-dspark, or keep it outside Power"))
         else:
             spec.mode = mode
@@ -629,7 +648,7 @@ def _window_findings(spec: LaunchSpec) -> list[Finding]:
 
 def _window_by_contract(spec: LaunchSpec) -> list[Finding]:
     """Without the file, the DSpark contract still says it: DSpark headers carry no sliding-window key."""
-    if spec.mode != contracts.DSPARK or "attention.sliding_window" in contracts.REQUIRED_KEYS[contracts.DSPARK]:
+    if spec.mode != modes.DSPARK or "attention.sliding_window" in contracts.REQUIRED_KEYS[modes.DSPARK]:
         return []
     return [_finding(
         "PWR453", spec.draft_model,
@@ -702,8 +721,9 @@ def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path
     drafters: list[dict[str, Any]] = []
     if spec.draft_model is not None and (_runs_a_file(spec.mode) or _sidecar(spec.mode)):
         path = Path(spec.draft_model.text).absolute()
-        drafters.append({"kind": spec.mode, "path": os.path.relpath(path, out_dir), "size": path.stat().st_size,
-                         "sha256": sha256_of(path), "target_sha256": target_sha})
+        drafters.append({"kind": spec.mode, "path": os.path.relpath(path, out_dir), "target_sha256": target_sha,
+                         **(_checkpoint_files(path, sha256_of) if path.is_dir() else
+                            {"size": path.stat().st_size, "sha256": sha256_of(path)})})
     elif spec.mode != modes.NONE and modes.mode(spec.mode).artifact == "target":
         drafters.append({"kind": spec.mode})
     drafters += [{"kind": kind} for kind in spec.chain if kind in modes.WEIGHT_FREE]
@@ -714,6 +734,15 @@ def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path
         "target": {"path": os.path.relpath(target, out_dir), "size": target.stat().st_size, "sha256": target_sha},
         "drafters": drafters,
     }
+
+
+def _checkpoint_files(folder: Path, sha256_of: Callable[[Path], str]) -> dict[str, Any]:
+    """A drafter given as a checkpoint folder (what vLLM's `model` names): each of its files with its size and
+    sha256, by its path inside the folder (hidden files and folders, such as a download cache, left out)."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file()
+                   and not any(part.startswith(".") for part in path.relative_to(folder).parts))
+    return {"files": [{"name": path.relative_to(folder).as_posix(), "size": path.stat().st_size,
+                       "sha256": sha256_of(path)} for path in files]}
 
 
 def _sidecar(mode: str) -> bool:
@@ -733,7 +762,7 @@ def profile_document(spec: LaunchSpec) -> dict[str, Any]:
                  "ngram_draft_max": spec.ngram_draft_max if spec.ngram_draft_max != k else None}
     runtime = {key: value for key, value in (
         ("ctx", spec.ctx), ("slots", spec.slots), ("kv_unified", spec.kv_unified), ("batch", spec.batch),
-        ("ubatch", spec.ubatch), ("flash_attn", spec.flash_attn), ("kv_cache_type", spec.kv_cache_type),
+        ("ubatch", spec.ubatch), ("flash_attn", _flash_attn_of(spec)), ("kv_cache_type", spec.kv_cache_type),
         *ngram.items()) if value is not None}
     sampling = {key: value for key, value in (("temperature", spec.temperature), ("seed", spec.seed))
                 if value is not None}

@@ -28,14 +28,16 @@ import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from power.documents.plan import ResolvedPlan
 from power.findings import PowerError
 from power.orchestrator import llama_flags
 from power.orchestrator.engines import ENGINES, Asked, Launch, adapter
 from power.orchestrator.engines.power import PowerRuntime
+
+if TYPE_CHECKING:
+    import jinja2
 
 # Each render target and the engine it launches (the env file and the systemd unit start Power's runtime).
 TARGET_ENGINES = {"llama-server": "llama-server", "llama-server-env": "llama-server", "vllm": "vllm",
@@ -55,6 +57,8 @@ class RenderError(PowerError):
 
 
 def _environment() -> jinja2.Environment:
+    import jinja2  # here, not at import: `power <command> --help` and the commands that render nothing never load it
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("power.orchestrator", "templates"),
         undefined=jinja2.StrictUndefined,

@@ -8,7 +8,6 @@ import time
 import click
 
 from power.app.cli import EXIT_FINDINGS, print_findings, refuse
-from power.kernels.cpu.cache import KernelError
 from power.runtime.errors import kernel_refusal
 
 
@@ -41,7 +40,7 @@ def build(paths: tuple[str, ...], every: bool, force: bool, verbose: bool) -> No
             library = cache.verify(name, kernel_build.build_key(name), kernel_build.namespace_of(name))
             note = "" if name in runs_here else ", not run on this CPU"
             click.echo(f"{name}: {library} ({time.monotonic() - started:.1f} s{note})")
-    except KernelError as error:
+    except cache.KernelError as error:
         refuse(kernel_refusal(error))
 
 
@@ -55,7 +54,7 @@ def status(as_json: bool) -> None:
 
     try:
         chosen = kernel_build.chosen_path()
-    except KernelError as error:
+    except cache.KernelError as error:
         refuse(kernel_refusal(error), as_json)
     available = kernel_build.available_paths()
     rows, findings = [], []
@@ -67,7 +66,7 @@ def status(as_json: bool) -> None:
             try:
                 cache.verify(name, key, kernel_build.namespace_of(name))
                 row["built"] = True
-            except KernelError as error:
+            except cache.KernelError as error:
                 finding = kernel_refusal(error).finding
                 row["refused"] = finding.message
                 findings.append(finding)

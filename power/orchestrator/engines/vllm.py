@@ -19,6 +19,9 @@ NAME = "vllm"
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
 KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
 _HINT = 'run this deployment with engine "llama-server" or "power"'
+# The target model types vLLM runs EAGLE-3 against, by substring of the target's model type
+# (vllm/config/speculative.py `_verify_args`: "Eagle3 is only supported for ... models").
+EAGLE3_TARGETS = ("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe")
 
 SETTINGS = Settings((
     Setting("model", "--model"), Setting("alias", "--served-model-name"), Setting("ctx", "--max-model-len"),
@@ -78,8 +81,15 @@ class Vllm(EngineAdapter):
 
     def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:
         issue = tensor_parallel_issue(target, asked.tensor_parallel)
-        return [Refusal("PWR509", issue, "use a tensor_parallel that divides the heads (1, 2, 4, ...)", "profile",
-                        "runtime.tensor_parallel")] if issue else []
+        refusals = [Refusal("PWR509", issue, "use a tensor_parallel that divides the heads (1, 2, 4, ...)", "profile",
+                            "runtime.tensor_parallel")] if issue else []
+        model_type = target.architecture.replace("-", "_")
+        if modes.EAGLE3 in asked.chain[:1] and not any(known in model_type for known in EAGLE3_TARGETS):
+            document, where = asked.drafter_where(modes.EAGLE3)
+            refusals.append(Refusal("PWR460", f"vLLM runs EAGLE-3 against {', '.join(EAGLE3_TARGETS)} models only; "
+                                    f"this target is {target.architecture} (vLLM stops at start: \"Eagle3 is only "
+                                    "supported for ...\")", "use another drafter for this target", document, where))
+        return refusals
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,  # noqa: ARG002
              devices: tuple[DeviceBudget, ...]) -> Sizing:

@@ -17,6 +17,7 @@ docs/sizing.md gives every rule with its source.
 
 from power.orchestrator.sizing.fit import Sizer, fitting_split, largest_context
 from power.orchestrator.sizing.model import (
+    CheckpointDraft,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -30,5 +31,6 @@ from power.orchestrator.sizing.model import (
 )
 from power.orchestrator.sizing.vllm import tensor_parallel_issue
 
-__all__ = ["Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing", "SlotFacts", "Split",
+__all__ = [
+    "CheckpointDraft","Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing", "SlotFacts", "Split",
            "fitting_split", "largest_context", "tensor_parallel_issue", "trunk_layers", "whole"]
