@@ -47,8 +47,9 @@ from power.artifacts.gguf_reader import TensorInfo
 from power.artifacts.runtime_types import RUNTIME_TYPES  # the types the CPU kernels multiply in place
 from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
-from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -59,6 +60,7 @@ from power.orchestrator.sizing.model import (
     block_index,
     largest,
     pad,
+    recurrent_row_widths,
     trunk_layers,
     type_bytes,
     whole,

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from power.artifacts.facts import GLOBAL, RECURRENT, SLIDING, ArtifactFacts
 from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -25,6 +26,7 @@ from power.orchestrator.sizing.model import (
     SlotFacts,
     largest,
     pad,
+    recurrent_row_widths,
     trunk_layers,
     whole,
 )

@@ -17,8 +17,8 @@ from power.documents.plan import ResolvedPlan
 from power.findings import Finding
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
 from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
+from power.orchestrator.engines.power.sizing import size_power
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
-from power.orchestrator.sizing.power_runtime import size_power
 
 NAME = "power"
 
@@ -46,6 +46,8 @@ class PowerRuntime(EngineAdapter):
                       f"{KERNEL_CACHE_DIR}` when the image is built (the CPU kernels, so no pod compiles them)")
     description = "Power's runtime"
     settings = SETTINGS
+    targets = ("power", "env", "systemd")
+    env_target = "env"
 
     def supports(self, asked: Asked) -> list[Refusal]:
         refusals = []
