@@ -201,6 +201,12 @@ class EngineAdapter(ABC):
     # how `power import ENGINE` reads its launch line (None: it has no launch line to import)
     launch_reader: LaunchReader | None = None
 
+    @property
+    def in_process(self) -> bool:
+        """Whether Power runs the engine in its own process (`power run`, `serve`, `bench`): its own runtime, which
+        has no live record because it is never started as another program."""
+        return self.live is None
+
     @abstractmethod
     def supports(self, asked: Asked) -> list[Refusal]:
         """What of `asked` this engine cannot run (its mode, its artifacts, its settings); empty when it can."""
