@@ -186,3 +186,16 @@ def test_the_llama_server_settings_table_reads_both_ways():
     settings = settings_table()
     assert settings.env("ctx") == "LLAMA_ARG_CTX_SIZE" and settings.field_of_env("LLAMA_ARG_CTX_SIZE") == "ctx"
     assert settings.flag("fit") == "--fit" and settings.field_of_flag("-c") == "ctx"
+
+
+def test_every_engine_setting_says_what_it_means():
+    """One entry per setting holds its flag, its variable and its help, as llama.cpp's `common_arg` does."""
+    unexplained = [f"{name}: {setting.field}" for name, engine in ADAPTERS.items()
+                   for setting in engine.settings.entries if not setting.help]
+    assert unexplained == []
+
+
+def test_a_switch_is_rendered_on_or_off_through_the_settings_table():
+    settings = ADAPTERS["llama-server"].settings
+    assert (settings.switch("kv_unified", True), settings.switch("kv_unified", False)) == ("--kv-unified",
+                                                                                           "--no-kv-unified")

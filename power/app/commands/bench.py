@@ -126,7 +126,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         plans = candidates + measured_against
     except PowerError as err:
         refuse(err, as_json)
-    if engine not in live.LIVE_ENGINES:
+    if engine not in LIVE_ENGINES:
         refuse_unusable_device(device, as_json)
     from power.app import bench as harness
     from power.app import concurrency
