@@ -28,14 +28,16 @@ import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from power.documents.plan import ResolvedPlan
 from power.findings import PowerError
 from power.orchestrator.engines import ENGINES, TARGET_ENGINES, Asked, Launch, adapter
 from power.orchestrator.engines.llama_server import flags as llama_flags
 from power.orchestrator.engines.power.adapter import PowerRuntime
+
+if TYPE_CHECKING:
+    import jinja2
 
 TARGETS = tuple(TARGET_ENGINES)
 
@@ -52,6 +54,8 @@ class RenderError(PowerError):
 
 
 def _environment() -> jinja2.Environment:
+    import jinja2  # here, not at import: `power <command> --help` and the commands that render nothing never load it
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("power.orchestrator", "templates"),
         undefined=jinja2.StrictUndefined,

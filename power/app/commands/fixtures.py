@@ -10,7 +10,6 @@ import click
 from power.app.outputs import require_outputs
 from power.artifacts.contracts import MTP
 from power.artifacts.digests import sha256_file
-from power.artifacts.factory import build_fixtures
 from power.artifacts.facts import ArtifactError, inspect_artifact
 
 # Header-only fixtures are sparse files of real artifact sizes: hashing reads every byte of the hole.
@@ -28,6 +27,8 @@ def fixtures() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def build(directory: Path, hash_sparse: bool, as_json: bool) -> None:
     """Write every fixture into DIRECTORY (deterministic: the same files, the same digests)."""
+    from power.artifacts.factory import build_fixtures  # gguf's writer and numpy: not for `--help`
+
     require_outputs(directories=(directory,), as_json=as_json)
     rows = [_describe(name, path, hash_sparse) for name, path in build_fixtures(directory).items()]
     if as_json:

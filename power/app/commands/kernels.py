@@ -8,7 +8,6 @@ import time
 import click
 
 from power.app.cli import EXIT_FINDINGS, print_findings, refuse
-from power.kernels.cpu.cache import KernelError
 from power.runtime.errors import kernel_refusal
 
 
@@ -40,7 +39,7 @@ def build(paths: tuple[str, ...], every: bool, force: bool) -> None:
             kernel_build.build(name, force=force)
             library = cache.verify(name, key, kernel_build.namespace_of(name))
             click.echo(f"{name}: {library} ({time.monotonic() - started:.1f} s)")
-    except KernelError as error:
+    except cache.KernelError as error:
         refuse(kernel_refusal(error))
 
 
@@ -54,7 +53,7 @@ def status(as_json: bool) -> None:
 
     try:
         chosen = kernel_build.chosen_path()
-    except KernelError as error:
+    except cache.KernelError as error:
         refuse(kernel_refusal(error), as_json)
     available = kernel_build.available_paths()
     rows, findings = [], []
@@ -66,7 +65,7 @@ def status(as_json: bool) -> None:
             try:
                 cache.verify(name, key, kernel_build.namespace_of(name))
                 row["built"] = True
-            except KernelError as error:
+            except cache.KernelError as error:
                 finding = kernel_refusal(error).finding
                 row["refused"] = finding.message
                 findings.append(finding)

@@ -128,7 +128,7 @@ def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, 
         for finding in findings:
             click.echo(finding.render(), err=True)
         click.echo(summary_text(resolved))
-        if adapter(resolved.memory.engine).in_process:
+        if adapter(resolved.memory.engine).checks_host_memory:
             click.echo(host_memory_line(resolved))
         if output is not None:
             click.echo(f"wrote {output}")

@@ -74,6 +74,8 @@ class Asked:
     # the drafter placed apart from the target: on its own device of several, or with layers left in host memory
     draft_placed: bool = False
     draft_kv_cache_type: str | None = None  # None: the target's
+    graphs_on_gpu: bool = False  # runtime.cuda_graphs on a deployment whose devices include a GPU
+
 
     @classmethod
     def of_plan(cls, plan: ResolvedPlan) -> Asked:
@@ -83,7 +85,7 @@ class Asked:
                    rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
                    plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
                                                         len(plan.devices)) or bool(rt.draft_override_tensor),
-                   rt.draft_kv_cache_type)
+                   rt.draft_kv_cache_type, rt.cuda_graphs and any(d.kind == "gpu" for d in plan.devices))
 
     def checkpoint_refusals(self, engine: str) -> list[Refusal]:
         """PWR463 for each drafter given as a Hugging Face checkpoint, on an engine that loads GGUF drafters only."""
@@ -200,12 +202,8 @@ class EngineAdapter(ABC):
     live: LiveBench | None = None
     # how `power import ENGINE` reads its launch line (None: it has no launch line to import)
     launch_reader: LaunchReader | None = None
-
-    @property
-    def in_process(self) -> bool:
-        """Whether Power runs the engine in its own process (`power run`, `serve`, `bench`): its own runtime, which
-        has no live record because it is never started as another program."""
-        return self.live is None
+    # the engine refuses at load, on the CPU, weights the host cannot hold (PWR520): `power plan` judges the host too
+    checks_host_memory: bool = False
 
     @abstractmethod
     def supports(self, asked: Asked) -> list[Refusal]:
