@@ -140,6 +140,10 @@ CONTEXT_BACKED: frozenset[str] = frozenset(m.name for m in MODES if m.context_ba
 WEIGHT_FREE: frozenset[str] = frozenset(m.name for m in MODES if m.artifact == "none")
 # Kinds whose contract lives in a GGUF header (the target's nextn heads, or the drafter's own file).
 HEADER_CONTRACT: frozenset[str] = frozenset(m.name for m in MODES if m.artifact != "none" and not m.reserved)
+# Kinds whose weights are a target model's nextn blocks: in the target itself, or in a sidecar file of its model.
+NATIVE_HEADS: frozenset[str] = frozenset(m.name for m in MODES if m.artifact == "target")
+# The `general.architecture` a drafter file of each kind carries (its contract: power.artifacts.contracts).
+ARCHITECTURE_OF: dict[str, str] = {m.name: m.header_architecture for m in MODES if m.header_architecture}
 # spec_mode values the adaptive controller may drive (auto: when it resolves to one of them).
 ADAPTIVE_SPEC_MODES: frozenset[str] = frozenset({AUTO, *(m.name for m in MODES if m.adaptive)})
 FR_SPEC_MODES: frozenset[str] = frozenset(m.name for m in MODES if m.fr)

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from power import modes
-from power.artifacts.contracts import DFLASH, DSPARK, MTP, DrafterHparams
+from power.artifacts.contracts import DrafterHparams
+from power.modes import DFLASH, DSPARK, MTP
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
@@ -173,7 +174,7 @@ Recipe = BlockRecipe | MTPRecipe
 def recipe(request: DistillRequest, target: GGUFFile) -> Recipe:
     if request.kind not in KINDS:
         raise ValueError(f"power drafter distill trains {', '.join(KINDS)} drafters, not {request.kind!r}")
-    if request.kind != MTP:
+    if request.kind not in modes.NATIVE_HEADS:
         return BlockRecipe(request.kind, drafter_shape(request, target))
     if target.architecture != GEMMA3:
         raise ValueError(f"--kind mtp trains a Gemma 3 head ({GEMMA3}); {target.path} is {target.architecture}")

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from power.artifacts.contracts import DSPARK, DrafterHparams, drafter_tensors
+from power.artifacts.contracts import DrafterHparams, drafter_tensors
+from power.modes import DSPARK
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
 
 from .generate import NO_LABEL, Example

@@ -139,7 +139,7 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
             continue
         own = drafters.get(index)
         findings += check_drafter(manifest, index, declared, own, target)
-        if own is not None and declared.kind in contracts.FILE_KINDS:
+        if own is not None and declared.kind in modes.HEADER_CONTRACT:
             findings += check_tokenizer(index, declared.kind, own, target)
     return Artifacts(target, drafters, checkpoints), findings
 
@@ -147,7 +147,7 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
 def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Chosen | None, list[Finding]]:
     drafters = manifest.model.drafters
     facts = artifacts.target.facts
-    target_has_head = facts.drafter_kind == contracts.MTP
+    target_has_head = facts.drafter_kind in modes.NATIVE_HEADS
     sidecar = [modes.mode(d.kind).sidecar and d.path is not None for d in drafters]
     runnable = [modes.mode(d.kind).artifact != "target" or target_has_head or sidecar[i] for i, d in enumerate(drafters)]
     declared = Declared([d.kind for d in drafters], runnable, sidecar)
@@ -160,7 +160,7 @@ def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Cho
 
 def block_size(chosen: Chosen, artifacts: Artifacts) -> int | None:
     """The chosen block drafter's draft block: its GGUF header's, or its checkpoint's config.json's."""
-    if chosen.resolution.resolved not in contracts.ARCHITECTURE_OF:
+    if chosen.resolution.resolved not in modes.ARCHITECTURE_OF:
         return None
     if chosen.drafter is not None:
         return contracts.drafter_hparams(chosen.drafter.facts).block_size
@@ -353,7 +353,7 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
             path=target.facts.path, size=target.facts.size, sha256=target.sha256, architecture=target.facts.architecture,
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
             vocab_size=target_vocab(target.facts), context_length=whole(target.facts.hparam("context_length")) or None,
-            has_mtp=target.facts.drafter_kind == contracts.MTP,
+            has_mtp=target.facts.drafter_kind in modes.NATIVE_HEADS,
             recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT),
             source=published(manifest.model.target)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),

@@ -128,7 +128,7 @@ def _window_findings(spec: LaunchSpec) -> list[Finding]:
 
 def _window_by_contract(spec: LaunchSpec) -> list[Finding]:
     """Without the file, the DSpark contract still says it: DSpark headers carry no sliding-window key."""
-    if spec.mode != contracts.DSPARK or "attention.sliding_window" in contracts.REQUIRED_KEYS[contracts.DSPARK]:
+    if spec.mode != modes.DSPARK or "attention.sliding_window" in contracts.REQUIRED_KEYS[modes.DSPARK]:
         return []
     return [finding(
         "PWR453", spec.draft_model,

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from power.app.outputs import require_outputs
-from power.artifacts.contracts import MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, inspect_artifact
+from power.modes import NATIVE_HEADS
 
 # Header-only fixtures are sparse files of real artifact sizes: hashing reads every byte of the hole.
 HASH_LIMIT_BYTES = 100_000_000
@@ -43,8 +43,9 @@ def build(directory: Path, hash_sparse: bool, as_json: bool) -> None:
 
 
 def _kind(drafter_kind: str | None, architecture: str) -> str:
-    if drafter_kind in (None, MTP):
-        return f"target ({architecture})" + (" + mtp head" if drafter_kind == MTP else "")
+    head = drafter_kind in NATIVE_HEADS
+    if drafter_kind is None or head:
+        return f"target ({architecture})" + (" + mtp head" if head else "")
     return drafter_kind
 
 

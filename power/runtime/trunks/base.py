@@ -41,6 +41,7 @@ import torch
 
 from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
+from power.documents.geometry import PREFILL_CHUNK
 from power.documents.kv_types import F32
 from power.runtime.cuda_graphs import GRAPHS_OFF, CudaGraphError, CudaRecorder, ForwardGraphs, Recorder
 from power.runtime.embedding import TokenEmbedding
@@ -54,7 +55,6 @@ from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
 PAD_TOKEN = 0
 EMBEDDING, OUTPUT = "token_embd.weight", "output.weight"
-DEFAULT_PREFILL_CHUNK = 32
 PATHS = ("auto", "cpu", "gpu")
 
 
@@ -69,7 +69,7 @@ class TrunkOptions:
     verify_capacity: int
     snapshot_rows: int = 0
     arithmetic: str = QUANTISED  # `power.documents.arithmetic`
-    prefill_chunk: int = DEFAULT_PREFILL_CHUNK
+    prefill_chunk: int = PREFILL_CHUNK
     device: str = "cpu"  # where weights, caches and activations live ("cpu", "cuda", "cuda:1", ...)
     slots: int = 1  # sequences decoded side by side
     # "auto": the GPU path off the CPU, the CPU path on it; "gpu" on the CPU runs the GPU path's kernels there (Triton's
