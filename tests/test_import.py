@@ -418,3 +418,33 @@ def test_a_model_file_that_is_not_a_gguf_is_a_finding_at_its_flag(tmp_path: Path
     assert result.exit_code == 1, result.output
     [finding] = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "PWR102"]
     assert finding["file"] == COMMAND_LINE and str(text_file) in finding["message"]
+
+
+def test_flash_attention_auto_imports_as_auto_and_sizes_and_renders_as_llama_server_runs_it(tmp_path: Path) -> None:
+    """Issue 40 (noticed): `-fa auto` (llama.cpp's default, also with no -fa) imported as flash_attn = false, which
+    sizes the V cache and the attention's compute without flash attention. llama.cpp builds the context for flash attention under auto
+    and keeps it where the device runs it (src/llama-context.cpp): the profile says "auto", the plan sizes it as
+    `-fa on` does, and the render gives llama-server `-fa auto` back."""
+    assert (_llama("-m", "t.gguf", "-fa", "auto").spec.flash_attn, _llama("-m", "t.gguf", "-fa", "enabled").spec.flash_attn,
+            _llama("-m", "t.gguf", "-fa", "0").spec.flash_attn) == ("auto", True, False)
+    assert _codes(_llama("-m", "t.gguf", "-fa", "maybe")) == ["PWR459"]
+    target = build_dense_target(tmp_path)
+    plans = {}
+    for value in ("auto", "on", "off", "default"):  # default: no -fa, which is auto to llama-server
+        out = tmp_path / value
+        flag = ["-fa", value] if value != "default" else []
+        imported = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--device", "8 GiB", "--",
+                                             "llama-server", "-m", str(target), "-c", "2048", *flag])
+        assert imported.exit_code == 0, imported.output
+        planned = CliRunner().invoke(main, ["plan", str(out / "manifest.toml"), str(out / "profile.toml"), "--device",
+                                            "8 GiB", "--engine", "llama-server", "--json"])
+        assert planned.exit_code == 0, planned.output
+        plans[value] = json.loads(planned.stdout)
+    assert 'flash_attn = "auto"' in (tmp_path / "auto" / "profile.toml").read_text()
+    assert plans["auto"]["runtime"]["flash_attn"] == plans["default"]["runtime"]["flash_attn"] == "auto"
+    assert plans["auto"]["memory"]["devices"] == plans["on"]["memory"]["devices"] != plans["off"]["memory"]["devices"]
+    (tmp_path / "auto.plan.json").write_text(json.dumps(plans["auto"]))
+    rendered = CliRunner().invoke(main, ["render", str(tmp_path / "auto.plan.json"), "--target", "llama-server"])
+    assert rendered.exit_code == 0, rendered.output
+    words = rendered.stdout.split()
+    assert words[words.index("-fa") + 1] == "auto"

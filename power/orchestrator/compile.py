@@ -44,6 +44,7 @@ from power.documents.plan import (
     Speculation,
     Target,
     Tokenizer,
+    flash_attention_on,
 )
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
@@ -211,7 +212,7 @@ def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
         draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
         kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=draft_cache_type(runtime),
-        flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs,
+        flash_attn=flash_attention_on(runtime.flash_attn), cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,
         draft_gpu_layers=None if runtime.draft_gpu_layers == "all" else runtime.draft_gpu_layers,
         draft_device=runtime.draft_device,
@@ -263,7 +264,7 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     declared = manifest.model.drafters
     drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None, declared[i].files is not None)
                      for i in chosen.resolution.drafters)
-    return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
+    return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, flash_attention_on(runtime.flash_attn),
                  runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min,
                  draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers,
                                            len(placed.devices)) or bool(runtime.draft_override_tensor),

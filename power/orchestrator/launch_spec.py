@@ -33,7 +33,7 @@ class LaunchSpec:
     ctx: int | None = None
     kv_cache_type: str | None = None
     draft_kv_cache_type: str | None = None
-    flash_attn: bool | None = None
+    flash_attn: bool | str | None = None  # "auto": llama.cpp's default
     seed: int | None = None
     temperature: float | None = None
     slots: int | None = None
@@ -114,7 +114,3 @@ def read_token(token: Token, findings: list[Finding]) -> Token:  # noqa: ARG001 
 
 def read_text(token: Token, findings: list[Finding]) -> str:  # noqa: ARG001
     return token.text
-
-
-def read_switch(token: Token, findings: list[Finding]) -> bool:  # noqa: ARG001
-    return token.text.lower() in {"on", "1", "true", "yes"}

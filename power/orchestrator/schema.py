@@ -221,7 +221,8 @@ class ProfileRuntime(_Strict):
     kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
-    flash_attn: StrictBool = Field(False, description="flash attention for the target")
+    flash_attn: StrictBool | Literal["auto"] = Field(False, description="flash attention for the target: true, false or "
+                                                     "\"auto\" (llama.cpp's default: on where the device runs it)")
     kv_cache_type: KvCacheType = Field(kv_types.DEFAULT, description="KV cache element type (llama.cpp names)")
     arithmetic: ArithmeticName = Field(
         arithmetic.AUTO, description='Power\'s runtime\'s matrix products: "quantised" (weights kept quantised, '

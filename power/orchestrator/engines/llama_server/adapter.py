@@ -78,7 +78,7 @@ class LlamaServer(EngineAdapter):
             (flag("batch"), rt.batch),
             (flag("ubatch"), rt.ubatch),
             (flag("gpu_layers"), rt.gpu_layers),
-            (flag("flash_attn"), "on" if rt.flash_attn else "off"),
+            (flag("flash_attn"), "auto" if rt.flash_attn == "auto" else "on" if rt.flash_attn else "off"),
             # llama-server's default `--fit on` resizes unset arguments to the free memory it finds at start, so
             # what would run could differ from the plan (common/fit.cpp); the plan's sizing is the one that holds.
             (flag("fit"), "off"),

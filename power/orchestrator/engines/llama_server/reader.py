@@ -210,6 +210,8 @@ def _llama_defaults(spec: LaunchSpec) -> None:
         spec.slots = LLAMA_AUTO_SLOTS
         spec.kv_unified = True if spec.kv_unified is None else spec.kv_unified
     spec.kv_unified = bool(spec.kv_unified)
+    # no -fa: llama-server's default, auto (common/common.h, common_params.flash_attn_type)
+    spec.flash_attn = "auto" if spec.flash_attn is None else spec.flash_attn
     spec.batch = spec.batch or default("--batch-size")
     spec.unstated_k = default("--spec-draft-n-max") or 1
     if spec.mode != modes.NONE and spec.k is None:

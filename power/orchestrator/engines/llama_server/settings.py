@@ -21,7 +21,6 @@ from power.orchestrator.launch_spec import (
     is_number,
     read_float,
     read_int,
-    read_switch,
     read_text,
     read_token,
 )
@@ -38,6 +37,21 @@ def _layers(token: Token, findings: list[Finding]) -> int | str | None:
     if token.text in {"auto", "all"} or (is_number(token.text) and token.text.startswith("-")):
         return "all"
     return read_int(token, findings)
+
+
+def _flash_attn(token: Token, findings: list[Finding]) -> bool | str | None:
+    """-fa on|off|auto as llama.cpp's common/arg.cpp reads it: `auto`, its default, stays auto (see
+    power.documents.plan.flash_attention_on), never off."""
+    word = token.text.lower()
+    if word in {"on", "enabled", "true", "1"}:
+        return True
+    if word in {"off", "disabled", "false", "0"}:
+        return False
+    if word in {"auto", "-1"}:
+        return "auto"
+    findings.append(finding("PWR459", token, f"-fa takes on, off or auto, found {token.text!r}",
+                            "write -fa on, -fa off or -fa auto"))
+    return None
 
 
 def _split_mode(token: Token, findings: list[Finding]) -> str | None:
@@ -92,7 +106,7 @@ def _overrides(token: Token, findings: list[Finding]) -> list[str] | None:
 _ENTRIES: tuple[tuple[str, str, ValueReader | None], ...] = (
     ("model", "-m", read_token), ("alias", "--alias", None), ("ctx", "-c", read_int), ("slots", "-np", read_int),
     ("kv_unified", "--kv-unified", None), ("batch", "-b", read_int), ("ubatch", "-ub", read_int),
-    ("gpu_layers", "-ngl", _layers), ("flash_attn", "-fa", read_switch), ("fit", "--fit", None),
+    ("gpu_layers", "-ngl", _layers), ("flash_attn", "-fa", _flash_attn), ("fit", "--fit", None),
     ("kv_cache_type", "-ctk", read_text), ("kv_cache_type_v", "-ctv", read_token), ("seed", "--seed", read_int),
     ("temperature", "--temp", read_float), ("top_k", "--top-k", None), ("top_p", "--top-p", None),
     ("min_p", "--min-p", None), ("metrics", "--metrics", None), ("spec_type", "--spec-type", None),
