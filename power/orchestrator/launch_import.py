@@ -147,8 +147,9 @@ def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path
     drafters: list[dict[str, Any]] = []
     if spec.draft_model is not None and (runs_a_file(spec.mode) or sidecar(spec.mode)):
         path = Path(spec.draft_model.text).absolute()
-        drafters.append({"kind": spec.mode, "path": os.path.relpath(path, out_dir), "size": path.stat().st_size,
-                         "sha256": sha256_of(path), "target_sha256": target_sha})
+        drafters.append({"kind": spec.mode, "path": os.path.relpath(path, out_dir), "target_sha256": target_sha,
+                         **(_checkpoint_files(path, sha256_of) if path.is_dir() else
+                            {"size": path.stat().st_size, "sha256": sha256_of(path)})})
     elif spec.mode != modes.NONE and modes.mode(spec.mode).artifact == "target":
         drafters.append({"kind": spec.mode})
     drafters += [{"kind": kind} for kind in spec.chain if kind in modes.WEIGHT_FREE]
@@ -159,6 +160,15 @@ def manifest_document(spec: LaunchSpec, out_dir: Path, sha256_of: Callable[[Path
         "target": {"path": os.path.relpath(target, out_dir), "size": target.stat().st_size, "sha256": target_sha},
         "drafters": drafters,
     }
+
+
+def _checkpoint_files(folder: Path, sha256_of: Callable[[Path], str]) -> dict[str, Any]:
+    """A drafter given as a checkpoint folder (what vLLM's `model` names): each of its files with its size and
+    sha256, by its path inside the folder (hidden files and folders, such as a download cache, left out)."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file()
+                   and not any(part.startswith(".") for part in path.relative_to(folder).parts))
+    return {"files": [{"name": path.relative_to(folder).as_posix(), "size": path.stat().st_size,
+                       "sha256": sha256_of(path)} for path in files]}
 
 
 def profile_document(spec: LaunchSpec) -> dict[str, Any]:

@@ -115,8 +115,10 @@ def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | No
 
 def _missing_files(spec: LaunchSpec) -> list[Finding]:
     """Writing a manifest needs the model files on this machine: each one that is not here is a finding at its flag."""
+    checkpoint = spec.draft_model is not None and Path(spec.draft_model.text).is_dir()  # a drafter's checkpoint folder
     return [_at(token, f"{token.text} is not a file on this machine, so its size and sha256 cannot be recorded")
-            for token in (spec.model, spec.draft_model) if token is not None and not is_regular_file(token.text)]
+            for token in (spec.model, None if checkpoint else spec.draft_model)
+            if token is not None and not is_regular_file(token.text)]
 
 
 def _not_gguf(spec: LaunchSpec) -> list[Finding]:

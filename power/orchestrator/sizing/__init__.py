@@ -15,6 +15,7 @@ docs/sizing.md gives every rule with its source.
 
 from power.orchestrator.sizing.fit import Sizer, fitting_split, largest_context
 from power.orchestrator.sizing.model import (
+    CheckpointDraft,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -27,5 +28,5 @@ from power.orchestrator.sizing.model import (
     whole,
 )
 
-__all__ = ["Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing", "SlotFacts", "Split",
-           "fitting_split", "largest_context", "trunk_layers", "whole"]
+__all__ = ["CheckpointDraft", "Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing", "SlotFacts",
+           "Split", "fitting_split", "largest_context", "trunk_layers", "whole"]

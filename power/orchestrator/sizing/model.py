@@ -70,6 +70,17 @@ class Split:
 
 
 @dataclass(frozen=True)
+class CheckpointDraft:
+    """A drafter vLLM loads from a Hugging Face checkpoint: its weights' bytes (its safetensors files) and the
+    shape of its own KV cache (its config.json)."""
+
+    weights_bytes: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
 class Request:
     """The settings sizing depends on, from the profile, the resolved mode and the engine."""
 
@@ -96,6 +107,7 @@ class Request:
     use_mtp: bool = False
     fr_vocab_size: int | None = None
     vocab: int = 0  # the target's vocabulary: logits rows, and the LM head drafters borrow
+    checkpoint_draft: CheckpointDraft | None = None  # vLLM: the drafter it loads from a checkpoint folder
     split: Split = field(default_factory=Split)
 
 

@@ -35,9 +35,9 @@ class LlamaServer(EngineAdapter):
         for kind in asked.chain:
             document, where = asked.drafter_where(kind)
             if modes.llama_spec_type(kind) is None:
-                refusals.append(Refusal("PWR460", f"llama-server has no {kind} speculative type", "run this "
-                                        'deployment with engine "power", or choose a mode llama-server runs',
-                                        document, where))
+                why = modes.mode(kind).llama_refusal or f"llama-server has no {kind} speculative type"
+                refusals.append(Refusal("PWR460", why, "run this deployment with the engine that runs it (`power "
+                                        "plan --engine`), or choose a mode llama-server runs", document, where))
         if is_quantized(asked.kv_cache_type) and not asked.flash_attn:
             refusals.append(Refusal(
                 "PWR511", f"kv_cache_type = \"{asked.kv_cache_type}\" quantizes the V cache, which llama-server only "

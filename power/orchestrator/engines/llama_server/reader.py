@@ -276,7 +276,9 @@ def _read_spec_types(spec: LaunchSpec, flag: Token, value: Token) -> list[Findin
     if drafters:
         mode = CONTEXT_BACKED[drafters[0]]
         if mode is None:
-            findings.append(finding("PWR455", value, f"Power has no adapter for {drafters[0]}",
+            named = modes.FOREIGN_LLAMA_SPEC_TYPES.get(drafters[0])  # a mode Power runs on another engine only
+            why = modes.mode(named).llama_refusal if named in modes.BY_NAME else None
+            findings.append(finding("PWR455", value, why or f"Power has no adapter for {drafters[0]}",
                                      "plan it as draft-mtp, draft-dflash or draft-dspark, or keep it outside Power"))
         else:
             spec.mode = mode

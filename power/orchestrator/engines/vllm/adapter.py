@@ -19,7 +19,9 @@ from power.orchestrator.engines.vllm.sizing import size_vllm, tensor_parallel_is
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
 
 _HINT = 'run this deployment with engine "llama-server" or "power"'
-
+# The target model types vLLM runs EAGLE-3 against, by substring of the target's model type
+# (vllm/config/speculative.py `_verify_args`: "Eagle3 is only supported for ... models").
+EAGLE3_TARGETS = ("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe")
 
 
 class Vllm(EngineAdapter):
@@ -73,8 +75,15 @@ class Vllm(EngineAdapter):
 
     def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:
         issue = tensor_parallel_issue(target, asked.tensor_parallel)
-        return [Refusal("PWR509", issue, "use a tensor_parallel that divides the heads (1, 2, 4, ...)", "profile",
-                        "runtime.tensor_parallel")] if issue else []
+        refusals = [Refusal("PWR509", issue, "use a tensor_parallel that divides the heads (1, 2, 4, ...)", "profile",
+                            "runtime.tensor_parallel")] if issue else []
+        model_type = target.architecture.replace("-", "_")
+        if modes.EAGLE3 in asked.chain[:1] and not any(known in model_type for known in EAGLE3_TARGETS):
+            document, where = asked.drafter_where(modes.EAGLE3)
+            refusals.append(Refusal("PWR460", f"vLLM runs EAGLE-3 against {', '.join(EAGLE3_TARGETS)} models only; "
+                                    f"this target is {target.architecture} (vLLM stops at start: \"Eagle3 is only "
+                                    "supported for ...\")", "use another drafter for this target", document, where))
+        return refusals
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,  # noqa: ARG002
              devices: tuple[DeviceBudget, ...]) -> Sizing:
