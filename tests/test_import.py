@@ -20,7 +20,9 @@ from power.artifacts.factory import (
     build_headless_hybrid_target,
     build_mtp_sidecar,
 )
-from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, env_names, import_launch
+from power.orchestrator.launch_import import env_names, import_launch
+
+LLAMA_SERVER, VLLM = "llama-server", "vllm"
 from power.orchestrator.launch_tokens import (
     COMMAND_LINE,
     tokens_from_argv,

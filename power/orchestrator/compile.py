@@ -57,6 +57,8 @@ from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.engines.base import draft_placed
+from power.orchestrator.engines.llama_server.context import speculation
+from power.orchestrator.engines.llama_server.placement import default_ratios
 from power.orchestrator.loading import Loaded
 from power.orchestrator.resolve import Declared, Resolution, resolve
 from power.orchestrator.rules import override_target
@@ -72,8 +74,6 @@ from power.orchestrator.sizing import (
     trunk_layers,
     whole,
 )
-from power.orchestrator.sizing.llama_context import speculation
-from power.orchestrator.sizing.placement import default_ratios
 
 
 class ArtifactMemo:

@@ -36,16 +36,15 @@ from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.compile import compile_plan
+from power.orchestrator.engines import IMPORTABLE
 from power.orchestrator.launch_import import (
-    LLAMA_SERVER,
-    VLLM,
-    LaunchSpec,
     env_names,
     import_launch,
     manifest_document,
     on_the_line,
     profile_document,
 )
+from power.orchestrator.launch_spec import LaunchSpec
 from power.orchestrator.launch_tokens import (
     LaunchInputError,
     Token,
@@ -99,8 +98,8 @@ def _engine_command(engine: str):
     return click.command(name=engine)(command)
 
 
-import_.add_command(_engine_command(LLAMA_SERVER))
-import_.add_command(_engine_command(VLLM))
+for _engine in IMPORTABLE:
+    import_.add_command(_engine_command(_engine))
 
 
 def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | None) -> list[Token]:

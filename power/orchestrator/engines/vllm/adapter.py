@@ -10,27 +10,18 @@ from pathlib import Path
 from power import modes
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
-from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings, options
+from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, options
 from power.orchestrator.engines.common import draft_placement_refusal, unsupported_notes, visible_devices
+from power.orchestrator.engines.vllm import reader
+from power.orchestrator.engines.vllm.live import LIVE
+from power.orchestrator.engines.vllm.settings import KV_DTYPES, NAME, SETTINGS
+from power.orchestrator.engines.vllm.sizing import size_vllm, tensor_parallel_issue
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
-from power.orchestrator.sizing.vllm import size_vllm, tensor_parallel_issue
 
-NAME = "vllm"
-# vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
-KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
 _HINT = 'run this deployment with engine "llama-server" or "power"'
 # The target model types vLLM runs EAGLE-3 against, by substring of the target's model type
 # (vllm/config/speculative.py `_verify_args`: "Eagle3 is only supported for ... models").
 EAGLE3_TARGETS = ("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe")
-
-SETTINGS = Settings((
-    Setting("model", "--model"), Setting("alias", "--served-model-name"), Setting("ctx", "--max-model-len"),
-    Setting("slots", "--max-num-seqs"), Setting("batch", "--max-num-batched-tokens"), Setting("seed", "--seed"),
-    Setting("generation_config", "--generation-config"), Setting("kv_cache_type", "--kv-cache-dtype"),
-    Setting("speculative_config", "--speculative-config"), Setting("tensor_parallel", "--tensor-parallel-size"),
-    Setting("gpu_memory_utilization", "--gpu-memory-utilization"), Setting("tokenizer", "--tokenizer"),
-    Setting("eager", "--enforce-eager"),
-))
 
 
 class Vllm(EngineAdapter):
@@ -40,6 +31,9 @@ class Vllm(EngineAdapter):
     description = "vLLM"
     settings = SETTINGS
     multi_device = "tensor parallelism (--tensor-parallel-size)"
+    targets = ("vllm",)
+    live = LIVE
+    launch_reader = staticmethod(reader.read)
 
     def supports(self, asked: Asked) -> list[Refusal]:
         refusals = []

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from power.artifacts.facts import GLOBAL, RECURRENT, SLIDING, ArtifactFacts
 from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
     CheckpointDraft,
     Component,
     DeviceBudget,
@@ -29,6 +30,7 @@ from power.orchestrator.sizing.model import (
     SlotFacts,
     largest,
     pad,
+    recurrent_row_widths,
     trunk_layers,
     whole,
 )
