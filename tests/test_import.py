@@ -20,7 +20,9 @@ from power.artifacts.factory import (
     build_headless_hybrid_target,
     build_mtp_sidecar,
 )
-from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, env_names, import_launch
+from power.orchestrator.launch_import import env_names, import_launch
+
+LLAMA_SERVER, VLLM = "llama-server", "vllm"
 from power.orchestrator.launch_tokens import (
     COMMAND_LINE,
     tokens_from_argv,
@@ -151,7 +153,8 @@ def test_no_model_is_a_finding() -> None:
 
 def test_unknown_and_unadapted_types() -> None:
     assert _codes(_llama("-m", "t.gguf", "--spec-type", "draft-magic")) == ["PWR455"]
-    assert _codes(_llama("-m", "t.gguf", "--spec-type", "draft-eagle3", "-md", "e.gguf")) == ["PWR455"]
+    [eagle3] = _llama("-m", "t.gguf", "--spec-type", "draft-eagle3", "-md", "e.gguf").findings
+    assert eagle3.code == "PWR455" and "draft-eagle3 loads a GGUF converted from the checkpoint" in eagle3.message
 
 
 def test_env_file_variables_are_flags_and_keep_their_line(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 The one rule both halves read: the runtime's `Engine` builds its trunk from it,
 and the orchestrator's sizing charges what it allocates
-(`power.orchestrator.sizing.power_runtime`), so a plan's KV figure is what the
+(`power.orchestrator.engines.power.sizing`), so a plan's KV figure is what the
 runtime holds (docs/sizing.md, "Power's runtime").
 
 Each slot gets its own region of ctx / slots positions (llama-server's split

@@ -21,6 +21,7 @@ from pathlib import Path
 from power import modes
 from power.artifacts import contracts
 from power.artifacts.bounded_reader import MAX_TOML_BYTES, DocumentError, read_bytes
+from power.artifacts.checkpoint import WEIGHTS_SUFFIX
 from power.artifacts.digests import file_stamp, sha256_file
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
 from power.documents.arithmetic import resolve as resolve_arithmetic
@@ -56,11 +57,14 @@ from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.engines.base import draft_placed
+from power.orchestrator.engines.llama_server.context import speculation
+from power.orchestrator.engines.llama_server.placement import default_ratios
 from power.orchestrator.loading import Loaded
 from power.orchestrator.resolve import Declared, Resolution, resolve
 from power.orchestrator.rules import override_target
 from power.orchestrator.schema import HostSpec, ProfileRuntime
 from power.orchestrator.sizing import (
+    CheckpointDraft,
     Component,
     DeviceBudget,
     MiB,
@@ -70,8 +74,6 @@ from power.orchestrator.sizing import (
     trunk_layers,
     whole,
 )
-from power.orchestrator.sizing.llama_context import speculation
-from power.orchestrator.sizing.placement import default_ratios
 
 
 class ArtifactMemo:
@@ -165,8 +167,13 @@ def block_size(chosen: Chosen, artifacts: Artifacts) -> int | None:
         return None
     if chosen.drafter is not None:
         return contracts.drafter_hparams(chosen.drafter.facts).block_size
-    checkpoints = [artifacts.checkpoints[i] for i in chosen.resolution.drafters if i in artifacts.checkpoints]
-    return checkpoints[0].facts.block_size if checkpoints else None
+    checkpoint = chosen_checkpoint(chosen, artifacts)
+    return checkpoint.facts.block_size if checkpoint else None
+
+
+def chosen_checkpoint(chosen: Chosen, artifacts: Artifacts) -> CheckedCheckpoint | None:
+    """The chosen drafter, when it is given as a checkpoint folder."""
+    return next((artifacts.checkpoints[i] for i in chosen.resolution.drafters if i in artifacts.checkpoints), None)
 
 
 def is_recurrent(facts: ArtifactFacts) -> bool:
@@ -219,7 +226,19 @@ def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed
         draft_overrides=draft_overrides(runtime),
         use_mtp=speculating and modes.mode(resolved).artifact == "target",
         fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolved) else None,
-        vocab=target_vocab(target), split=split_of(profile, placed))
+        vocab=target_vocab(target), split=split_of(profile, placed),
+        checkpoint_draft=checkpoint_draft(chosen, artifacts))
+
+
+def checkpoint_draft(chosen: Chosen, artifacts: Artifacts) -> CheckpointDraft | None:
+    """The chosen checkpoint drafter as vLLM's sizing reads it: its safetensors files' bytes and, where its
+    config.json gives them, its layers and KV heads (0 where it does not: no KV is charged for it)."""
+    checkpoint = chosen_checkpoint(chosen, artifacts)
+    if checkpoint is None:
+        return None
+    facts = checkpoint.facts
+    weights = sum(size for name, size, _ in checkpoint.files if name.endswith(WEIGHTS_SUFFIX))
+    return CheckpointDraft(weights, facts.layers or 0, facts.kv_heads or 0, facts.head_dim or 0)
 
 
 def draft_cache_type(runtime: ProfileRuntime) -> str:
@@ -440,8 +459,10 @@ def _checkpoint_drafter(declared, checkpoint: CheckedCheckpoint) -> Drafter:
     digests (`listing_sha256`) and each file's own; config.json's facts as its contract."""
     facts = checkpoint.facts
     contract: dict[str, ContractValue] = {"format": "checkpoint", "architecture": facts.architecture}
-    contract |= {key: value for key, value in (("block_size", facts.block_size), ("target_layers", facts.target_layers))
-                 if value is not None}
+    contract |= {key: value for key, value in (
+        ("block_size", facts.block_size), ("target_layers", facts.target_layers),
+        ("target_hidden_size", facts.target_hidden_size), ("draft_vocab_size", facts.draft_vocab_size),
+        ("target_layer_ids", facts.aux_layer_ids)) if value is not None}
     return Drafter(kind=declared.kind, path=str(facts.folder), size=checkpoint.size, sha256=checkpoint.sha256,
                    target_sha256=declared.target_sha256, contract=contract, source=published(declared),
                    files=tuple(CheckpointFile(name=name, size=size, sha256=digest)

@@ -48,8 +48,9 @@ from power.artifacts.runtime_types import RUNTIME_TYPES  # the types the CPU ker
 from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
 from power.modes import NATIVE_HEADS
-from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -60,6 +61,7 @@ from power.orchestrator.sizing.model import (
     block_index,
     largest,
     pad,
+    recurrent_row_widths,
     trunk_layers,
     type_bytes,
     whole,

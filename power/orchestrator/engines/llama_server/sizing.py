@@ -1,6 +1,6 @@
 """What llama-server allocates for a plan, device by device (llama.cpp as vendored in llama-cpp-python 0.3.36).
 
-Per device (placement: `power.orchestrator.sizing.placement`):
+Per device (placement: `power.orchestrator.engines.llama_server.placement`):
 
 - target weights: the tensors of the blocks placed there, and the output layer
   (`output_norm`, `output`) where it is placed; the input layer (`token_embd`)
@@ -39,9 +39,12 @@ from dataclasses import dataclass
 
 from power.artifacts.facts import GLOBAL, NEXTN, RECURRENT, SLIDING, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
+from power.orchestrator.engines.llama_server.context import LlamaContext, draft_context, slot_facts, target_context
+from power.orchestrator.engines.llama_server.placement import LayerPlacement, place_layers
 from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.llama_context import LlamaContext, draft_context, slot_facts, target_context
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
     Basis,
     Component,
     DeviceBudget,
@@ -53,16 +56,12 @@ from power.orchestrator.sizing.model import (
     block_index,
     is_quantized,
     largest,
+    recurrent_row_widths,
     type_bytes,
     whole,
 )
-from power.orchestrator.sizing.placement import Placement, place_layers
 from power.orchestrator.units import format_size
 
-# CUDA context + cuBLAS workspace + loaded kernel images, per device (docs/sizing.md): an estimate.
-CUDA_CONTEXT_BYTES = 384 * MiB
-# CUDA graph pool per captured shape: an estimate.
-CUDA_GRAPH_BYTES_PER_SHAPE = 64 * MiB
 # Recurrent conv and ssm state are f32 (type_r, type_s).
 STATE_BYTES = 4
 INPUT_TENSORS = frozenset({"token_embd.weight", "token_types.weight", "position_embd.weight"})
@@ -133,7 +132,7 @@ def _initialised_gpus(devices: tuple[DeviceBudget, ...], request: Request) -> li
 # --- weights ---------------------------------------------------------------------
 
 
-def _tensor_location(tensor: TensorInfo, placement: Placement, input_at: int | None) -> int | None:
+def _tensor_location(tensor: TensorInfo, placement: LayerPlacement, input_at: int | None) -> int | None:
     block = block_index(tensor.name)
     if block is not None:
         return placement.layers[block]
@@ -142,7 +141,7 @@ def _tensor_location(tensor: TensorInfo, placement: Placement, input_at: int | N
     return placement.output
 
 
-def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, name: str, on_cpu: bool,
+def _weights(ledger: _Ledger, facts: ArtifactFacts, placement: LayerPlacement, name: str, on_cpu: bool,
              load_mtp: bool = False, overrides: tuple[tuple[str, int | None], ...] = ()) -> None:
     """The tensors llama.cpp loads, where it places them. MTP (nextn) blocks load only with draft-mtp
     (`llama_model_params.load_mtp`, common/common.cpp; the architecture's loader marks them TENSOR_SKIP otherwise)."""
@@ -207,7 +206,7 @@ def kv_cell_bytes(layer: LayerFacts, k_type: str, v_type: str, v_width: int) -> 
     return type_bytes(layer.n_head_kv * layer.head_dim_k, k_type) + type_bytes(v_width, v_type)
 
 
-def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placement: Placement, context: LlamaContext,
+def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placement: LayerPlacement, context: LlamaContext,
         cache_type: str, label: str, basis: Basis) -> None:
     n_swa = whole(facts.hparam("attention.sliding_window"))
     v_widest = max((l.n_head_kv * l.head_dim_v for l in layers), default=0)
@@ -230,7 +229,7 @@ def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placeme
             f"{cells} cells x {context.n_stream} stream(s) x {cache_type}", basis))
 
 
-def _recurrent(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, context: LlamaContext) -> None:
+def _recurrent(ledger: _Ledger, facts: ArtifactFacts, placement: LayerPlacement, context: LlamaContext) -> None:
     layers = [l for l in facts.layers if l.kind == RECURRENT]
     if not layers:
         return
@@ -243,15 +242,6 @@ def _recurrent(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, cont
         ledger.add(where, Component("recurrent state", count * (conv + state) * STATE_BYTES * rows,
                                     f"{count} layers x (conv {conv} + state {state}) x f32 x {rows} row(s): "
                                     f"{context.n_seq_max} sequence(s) x (1 + {context.n_rs_seq} rollback rows)"))
-
-
-def recurrent_row_widths(facts: ArtifactFacts) -> tuple[int, int]:
-    """llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state) of a Mamba-style / gated delta-net layer."""
-    d_conv = whole(facts.hparam("ssm.conv_kernel"))
-    d_inner = whole(facts.hparam("ssm.inner_size"))
-    d_state = whole(facts.hparam("ssm.state_size"))
-    n_group = whole(facts.hparam("ssm.group_count"))
-    return max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner
 
 
 # --- output and compute ----------------------------------------------------------
@@ -285,7 +275,7 @@ def graph_shape(facts: ArtifactFacts, context: LlamaContext, vocab: int, cache_t
         flash_attn=context.flash_attn, quantized_kv=is_quantized(cache_type))
 
 
-def _compute(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, context: LlamaContext, request: Request,
+def _compute(ledger: _Ledger, facts: ArtifactFacts, placement: LayerPlacement, context: LlamaContext, request: Request,
              devices: tuple[DeviceBudget, ...], name: str, estimated: bool, vocab: int | None = None,
              cache_type: str | None = None) -> None:
     shape = graph_shape(facts, context, request.vocab if vocab is None else vocab, cache_type or request.kv_cache_type)
@@ -332,18 +322,18 @@ def _draft_model(ledger: _Ledger, drafter: ArtifactFacts, request: Request, targ
              vocab=vocab, cache_type=request.draft_kv_cache_type)
 
 
-def _draft_placement(n_layers: int, request: Request, devices: tuple[DeviceBudget, ...]) -> Placement:
+def _draft_placement(n_layers: int, request: Request, devices: tuple[DeviceBudget, ...]) -> LayerPlacement:
     """The drafter's layers as llama.cpp places its model (common/speculative.cpp gives it the target's split
     settings with its own device list and --spec-draft-ngl): on its own device when --spec-draft-device names one,
     else split over the target's devices."""
     if request.draft_device is None or devices[0].kind == "cpu":
         return place_layers(n_layers, request.draft_gpu_layers, devices, request.split)
     own = place_layers(n_layers, request.draft_gpu_layers, (devices[request.draft_device],), Split())
-    return Placement(tuple(None if where is None else request.draft_device for where in own.layers),
+    return LayerPlacement(tuple(None if where is None else request.draft_device for where in own.layers),
                      None if own.output is None else request.draft_device)
 
 
-def _mtp_context(ledger: _Ledger, target: ArtifactFacts, placement: Placement, request: Request,
+def _mtp_context(ledger: _Ledger, target: ArtifactFacts, placement: LayerPlacement, request: Request,
                  target_context_: LlamaContext, devices: tuple[DeviceBudget, ...]) -> None:
     """draft-mtp: a second llama_context on the target's own weights (ctx_type MTP) whose KV holds only the nextn
     layers (llama_model::create_memory: `il >= n_layer`); its graph (the MTP head) is estimated."""

@@ -32,7 +32,7 @@ CPU = None  # a layer llama.cpp keeps in host memory
 
 
 @dataclass(frozen=True)
-class Placement:
+class LayerPlacement:
     """Layer index -> position in the deployment's device list (None: host memory)."""
 
     layers: tuple[int | None, ...]
@@ -65,10 +65,10 @@ def default_ratios(devices: tuple[DeviceBudget, ...]) -> tuple[float, ...]:
     return tuple(float(max(d.memory_bytes - d.headroom_bytes, 0)) for d in devices)
 
 
-def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[DeviceBudget, ...], split: Split) -> Placement:
+def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[DeviceBudget, ...], split: Split) -> LayerPlacement:
     """The device of every block and of the output layer, as llama.cpp assigns them."""
     if len(devices) == 1 and devices[0].kind == "cpu":
-        return Placement(tuple(0 for _ in range(n_layer_all)), 0)
+        return LayerPlacement(tuple(0 for _ in range(n_layer_all)), 0)
     n_gpu = n_layer_all + 1 if gpu_layers is None else gpu_layers
     i_gpu_start = max(n_layer_all + 1 - n_gpu, 0)
     act_gpu_layers = min(n_gpu, n_layer_all + 1)
@@ -83,7 +83,7 @@ def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[Device
                 return CPU
             value = _f32(_f32(il - i_gpu_start) / _f32(act_gpu_layers))
             return min(bisect.bisect_right(points, value), len(points) - 1)
-    return Placement(tuple(device_of(il) for il in range(n_layer_all)), device_of(n_layer_all))
+    return LayerPlacement(tuple(device_of(il) for il in range(n_layer_all)), device_of(n_layer_all))
 
 
 def _split_points(ratios: tuple[float, ...]) -> list[float]:
