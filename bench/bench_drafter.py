@@ -44,7 +44,7 @@ from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.prompt_sets import load_prompts
-from power.orchestrator.loading import load_manifest
+from power.orchestrator.inputs.loading import load_manifest
 from power.orchestrator.worth_it import acceptance_of, assess
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.gguf_weights import GGUFFile

@@ -15,7 +15,7 @@ from __future__ import annotations
 # code -> (default severity, title)
 CODES: dict[str, tuple[str, str]] = {
     # --- PWR0xx: files, TOML, schema ---------------------------------------
-    # PWR00x reading the file (orchestrator/loading.py); PWR001 and PWR009 are usage errors (exit 2)
+    # PWR00x reading the file (orchestrator/inputs/loading.py); PWR001 and PWR009 are usage errors (exit 2)
     "PWR001": ("error", "the path does not exist"),
     "PWR002": ("error", "the path is not a regular file (a FIFO, device, socket or directory)"),
     "PWR003": ("error", "the file is larger than the 8 MiB limit for a TOML file"),
@@ -25,7 +25,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR007": ("error", "TOML syntax error"),
     "PWR008": ("error", "TOML arrays or inline tables nested too deeply"),
     "PWR009": ("error", "a directory or glob holds no .toml file"),
-    # PWR01x the `schema` line (orchestrator/loading.py)
+    # PWR01x the `schema` line (orchestrator/inputs/loading.py)
     "PWR010": ("error", "the file has no `schema` key"),
     "PWR011": ("error", "the `schema` names an unknown file kind or version"),
     "PWR012": ("error", "the file is of another kind than the one expected here"),
@@ -35,7 +35,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR016": ("error", "an integer outside TOML's 64-bit range (or of thousands of digits)"),
     "PWR017": ("error", "more findings in one file than are listed (200): their count"),
     "PWR018": ("error", "an output path cannot be written (no such folder, a directory, not writable)"),
-    # PWR02x fields (orchestrator/schema.py, rules.py)
+    # PWR02x fields (orchestrator/inputs/schema.py, rules.py)
     "PWR020": ("error", "unknown key"),
     "PWR021": ("error", "a required key is missing"),
     "PWR022": ("error", "a value has the wrong type or is out of range"),
@@ -115,7 +115,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR125": ("error", "a special token id the runtime uses lies outside the vocabulary"),
     # PWR126 the tensor data the runtime reads into place (runtime/finite_weights.py)
     "PWR126": ("error", "a tensor's weights or block scales hold NaN or Inf (refused as the runtime loads it)"),
-    # PWR13x where an artifact is published (orchestrator/rules.py) and `power pull` (artifacts/pull/)
+    # PWR13x where an artifact is published (orchestrator/inputs/rules.py) and `power pull` (artifacts/pull/)
     "PWR130": ("error", "an artifact's `source` names neither or both of a Hub `repo` and a `url` (or Hub keys with a url)"),
     "PWR131": ("error", "a source's revision is not a commit id (a branch, a tag, or none): not pinned"),
     "PWR132": ("error", "an artifact with a source declares no size or no sha256 to check the pulled bytes against"),
@@ -143,7 +143,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR310": ("error", "the drafter's tokenizer differs from the target's"),
     "PWR311": ("info", "the drafter carries no tokenizer; it uses the target's"),
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
-    # PWR40x/41x profile settings that need no artifact (orchestrator/schema.py, rules.py)
+    # PWR40x/41x profile settings that need no artifact (orchestrator/inputs/schema.py, rules.py)
     "PWR401": ("error", "K (spec_draft_max) is not an integer from 1 to 64"),
     "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer from 1 to 4096"),
     "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer from 1 to 16,777,216"),
@@ -155,7 +155,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR409": ("error", "sampling.temperature is not a finite number >= 0"),
     "PWR410": ("warning", "spec_mode draft-model is reserved: a plan fails closed unless the runtime adapter exists"),
     "PWR411": ("error", "the n-gram window is empty (ngram_draft_min > the longest draft)"),
-    # PWR44x/45x existing launch lines (orchestrator/launch_import.py)
+    # PWR44x/45x existing launch lines (orchestrator/launch/importer.py)
     "PWR440": ("error", "a word llama-server does not know (it stops at start: invalid argument)"),
     "PWR441": ("error", "an option without its value at the end of the launch line"),
     "PWR442": ("warning", "a `$VAR` in a unit's ExecStart that the unit does not define"),
@@ -177,7 +177,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR446": ("warning", "a llama-server request default or access setting the render does not carry (sampling "
                           "defaults, chat template, API key, TLS)"),
     "PWR447": ("error", "a model to download at start (-hf, --spec-draft-hf, -mu): Power records local files only"),
-    # PWR46x renders (orchestrator/render.py)
+    # PWR46x renders (orchestrator/launch/render.py)
     "PWR460": ("error", "the engine cannot run this plan's speculation (refused by `plan` and `fleet review`, and again "
                         "by `render`)"),
     "PWR461": ("error", "a value cannot be written into this render target (control characters, unsplittable words)"),

@@ -11,9 +11,9 @@ from gguf_helpers import fixtures
 from power.artifacts.digests import sha256_file
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding
-from power.orchestrator.compile import compile_plan
-from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.schema import DeviceSpec, HostSpec
+from power.orchestrator.inputs.loading import load_manifest, load_profile
+from power.orchestrator.inputs.schema import DeviceSpec, HostSpec
+from power.orchestrator.planning.compile import compile_plan
 
 
 @cache

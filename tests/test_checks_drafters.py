@@ -132,7 +132,7 @@ def test_auto_prefers_external_then_native_mtp_then_none(tmp_path, drafters, res
 
 def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
     """The reference `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked, planned, sized, rendered."""
-    from power.orchestrator.render import engine_launch
+    from power.orchestrator.launch.render import engine_launch
 
     headless = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp"}])
     plan, findings = compiled(headless, write_profile(tmp_path, "mtp"))

@@ -89,7 +89,7 @@ def test_k_beyond_the_drafters_block(tmp_path):
 
 
 def test_the_confidence_gate_comes_from_the_profile_else_the_drafters_header(tmp_path):
-    from power.orchestrator.render import engine_launch
+    from power.orchestrator.launch.render import engine_launch
 
     manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dspark", "fixture": "dspark-drafter"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "dspark"))
@@ -110,7 +110,7 @@ def test_a_confidence_gate_for_a_mode_without_one_is_refused(tmp_path):
 def test_an_mtp_head_takes_the_confidence_gate_and_vllm_which_has_none_refuses_it(tmp_path):
     """llama.cpp's draft-mtp stops drafting at the first draft below --spec-draft-p-min, and so does Power's head;
     vLLM's MTP drafts every position, so a gated plan is never sealed for it."""
-    from power.orchestrator.render import engine_launch
+    from power.orchestrator.launch.render import engine_launch
 
     profile = write_profile(tmp_path, "mtp", spec_draft_p_min=0.5)
     plan, findings = compiled(mtp_manifest(tmp_path), profile)

@@ -11,8 +11,8 @@ from power import codes
 from power.artifacts.bundled import GEMMA_SHA256, GEMMA_SIZE
 from power.artifacts.gguf_reader import read_header
 from power.findings import Severity
-from power.orchestrator.loading import load_document, load_manifest, load_profile
-from power.orchestrator.schema import KIND_MODELS, json_schema
+from power.orchestrator.inputs.loading import load_document, load_manifest, load_profile
+from power.orchestrator.inputs.schema import KIND_MODELS, json_schema
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = sorted([*REPO.glob("manifests/*.toml"), *REPO.glob("profiles/*.toml"), *REPO.glob("examples/hosts/*.toml")])

@@ -15,7 +15,7 @@ from plan_helpers import codes, digest
 from power.app.cli import main
 from power.artifacts import factory
 from power.documents.plan import load_plan
-from power.orchestrator.loading import load_profile
+from power.orchestrator.inputs.loading import load_profile
 
 # A llama-shaped header of 337 MB (16 layers, 16 heads, 8 KV heads): more than one 720 MiB GPU holds beside its CUDA
 # context, less than two.

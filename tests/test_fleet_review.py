@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from fleet_world import World, build_world, write
 
-import power.orchestrator.compile as compiler
+import power.orchestrator.planning.compile as compiler
 from power.app.cli import main
 
 TWO_HOSTS = '''

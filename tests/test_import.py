@@ -20,10 +20,10 @@ from power.artifacts.factory import (
     build_headless_hybrid_target,
     build_mtp_sidecar,
 )
-from power.orchestrator.launch_import import env_names, import_launch
+from power.orchestrator.launch.importer import env_names, import_launch
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
-from power.orchestrator.launch_tokens import (
+from power.orchestrator.launch.tokens import (
     COMMAND_LINE,
     tokens_from_argv,
     tokens_from_env_file,

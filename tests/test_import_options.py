@@ -16,15 +16,15 @@ from power.app.cli import main
 from power.app.live import LiveEngine
 from power.artifacts.factory import build_dense_target, build_dflash_drafter
 from power.documents.plan import load_plan
-from power.orchestrator import launch_options
 from power.orchestrator.engines.llama_server import flags as llama_flags
 from power.orchestrator.engines.llama_server import options as llama_options
 from power.orchestrator.engines.llama_server.settings import field_of_option, settings_table
 from power.orchestrator.engines.vllm import options as vllm_options
 from power.orchestrator.engines.vllm.reader import REMOVED as VLLM_REMOVED
 from power.orchestrator.engines.vllm.settings import SETTINGS as VLLM_SETTINGS
-from power.orchestrator.launch_import import import_launch, profile_document
-from power.orchestrator.launch_tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
+from power.orchestrator.launch import options as launch_options
+from power.orchestrator.launch.importer import import_launch, profile_document
+from power.orchestrator.launch.tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
 
 GEMMA_FILE = Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf"
 LLAMA_SERVER, VLLM = "llama-server", "vllm"

@@ -15,7 +15,7 @@ from gguf_helpers import REPO
 from llama_server import binary
 
 from power.app import conformance
-from power.orchestrator.compile import ArtifactMemo
+from power.orchestrator.planning.compile import ArtifactMemo
 
 pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
 
@@ -55,7 +55,7 @@ def test_every_component_is_within_2_percent_or_1_mib_of_llama_server(case, llam
 
 def test_the_conformance_run_launches_the_rendered_line_unchanged(models, memo, tmp_path):
     """Issue 23 defect 11: the run added `-fit off` to the line, so the render it checked was not the one launched."""
-    from power.orchestrator.render import Listen, engine_launch
+    from power.orchestrator.launch.render import Listen, engine_launch
 
     case = conformance.MATRIX[0]
     plan = conformance.plan_for(case, models[case.model], tmp_path / "plan", memo)

@@ -18,10 +18,10 @@ from power.app.live import LiveEngine, free_port
 from power.app.served import ServedEngine
 from power.app.traffic import build_shape
 from power.documents.plan import load_plan, save_plan
-from power.orchestrator.compile import compile_plan
-from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.render import Listen, render
-from power.orchestrator.schema import DeviceSpec, HostSpec
+from power.orchestrator.inputs.loading import load_manifest, load_profile
+from power.orchestrator.inputs.schema import DeviceSpec, HostSpec
+from power.orchestrator.launch.render import Listen, render
+from power.orchestrator.planning.compile import compile_plan
 
 pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from toml_helpers import MANIFEST_HEAD, PROFILE_HEAD, SHA_A, codes, toml_key, toml_value, write
 
 from power.findings import Severity
-from power.orchestrator.loading import MAX_TOML_BYTES, load_document, load_manifest, load_profile
-from power.orchestrator.schema import KIND_MODELS
+from power.orchestrator.inputs.loading import MAX_TOML_BYTES, load_document, load_manifest, load_profile
+from power.orchestrator.inputs.schema import KIND_MODELS
 
 
 def single(loaded, code):

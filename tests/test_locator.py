@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toml_helpers import toml_key, toml_value
 
-from power.orchestrator.locator import TomlLocator, format_where, parse_where
+from power.orchestrator.inputs.locator import TomlLocator, format_where, parse_where
 
 FLEET = '''#:schema ../power/orchestrator/schemas/fleet.json
 schema = "power.fleet/v1"

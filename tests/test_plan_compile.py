@@ -10,7 +10,7 @@ from gguf_helpers import REPO, gemma
 
 from power.app.cli import main
 from power.documents.plan import ResolvedPlan, load_plan
-from power.orchestrator.render import render
+from power.orchestrator.launch.render import render
 
 MANIFEST = REPO / "manifests" / "gemma3-270m.toml"
 PROFILES = REPO / "profiles"

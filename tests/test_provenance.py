@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from power.app.cli import main
 from power.documents.plan import load_plan
-from power.orchestrator.loading import load_manifest
+from power.orchestrator.inputs.loading import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMMA = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"

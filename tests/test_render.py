@@ -17,7 +17,7 @@ from runtime_plans import write_plan
 
 from power.app.cli import main
 from power.documents.plan import load_plan, save_plan
-from power.orchestrator.render import TARGET_ENGINES, RenderError, env_context, render
+from power.orchestrator.launch.render import TARGET_ENGINES, RenderError, env_context, render
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 # The same plans sealed for each engine they render for (a render for another engine than the plan's is refused).
@@ -320,7 +320,7 @@ def test_vllm_runs_the_ngram_window_and_the_slots_of_the_plan(tmp_path):
 
 def test_the_llama_arg_env_file_names_each_option_as_llama_cpp_does():
     from power.orchestrator.engines.llama_server import flags as llama_flags
-    from power.orchestrator.render import Listen, engine_launch
+    from power.orchestrator.launch.render import Listen, engine_launch
 
     plan = load_plan(CHAIN_PLAN)
     launch = engine_launch(plan, "llama-server", CHAIN_PLAN, Listen("127.0.0.1", 8081))

@@ -22,7 +22,7 @@ from power.app.cli import main
 from power.app.live import free_port
 from power.documents.plan import load_plan
 from power.orchestrator.fleet.lock import read_lock
-from power.orchestrator.render import Listen, engine_launch
+from power.orchestrator.launch.render import Listen, engine_launch
 
 pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
 

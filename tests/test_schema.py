@@ -7,9 +7,9 @@ import pytest
 from toml_helpers import MANIFEST_HEAD, PROFILE_HEAD, SHA_A, SHA_B, codes, write
 
 from power.findings import Severity
-from power.orchestrator.loading import load_fleet, load_host, load_manifest, load_profile
-from power.orchestrator.schema import KIND_MODELS, Profile, json_schema
-from power.orchestrator.units import SizeError, parse_size
+from power.orchestrator.inputs.loading import load_fleet, load_host, load_manifest, load_profile
+from power.orchestrator.inputs.schema import KIND_MODELS, Profile, json_schema
+from power.orchestrator.inputs.units import SizeError, parse_size
 
 
 def profile(tmp_path: Path, body: str):

@@ -20,9 +20,9 @@ from power.artifacts.facts import inspect_artifact
 from power.documents.arithmetic import ARITHMETICS, FLOAT32
 from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
-from power.orchestrator.compile import target_vocab
 from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server.placement import place_layers
+from power.orchestrator.planning.compile import target_vocab
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
@@ -346,8 +346,8 @@ def dspark_plan(tmp_path_factory):
     """The reference DSpark K10/S6 profile at ctx 512, batch 12, for llama-server on a 24 GiB device."""
     from plan_helpers import host
 
-    from power.orchestrator.compile import compile_plan
-    from power.orchestrator.loading import load_manifest, load_profile
+    from power.orchestrator.inputs.loading import load_manifest, load_profile
+    from power.orchestrator.planning.compile import compile_plan
 
     directory = tmp_path_factory.mktemp("dspark")
     manifest = write_manifest(directory, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],

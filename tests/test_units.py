@@ -1,6 +1,6 @@
 import pytest
 
-from power.orchestrator.units import SizeError, format_size, parse_size
+from power.orchestrator.inputs.units import SizeError, format_size, parse_size
 
 
 @pytest.mark.parametrize(

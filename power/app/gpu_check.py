@@ -47,7 +47,7 @@ from power.kernels.attention import attention_bound, cache_write_reference
 from power.kernels.blocks import random_blocks
 from power.kernels.dequant import dequantize_reference
 from power.kernels.qmatmul import SUPPORTED, qmatmul_reference, step_size
-from power.orchestrator.schema import DEFAULT_DRAFT_MAX as PLAN_K  # verify_capacity K + 1
+from power.orchestrator.inputs.schema import DEFAULT_DRAFT_MAX as PLAN_K  # verify_capacity K + 1
 from power.runtime.cuda_graphs import Recorder, Rerun
 from power.runtime.decoder import Decoder
 from power.runtime.gguf_weights import GGUFFile

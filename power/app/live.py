@@ -34,7 +34,7 @@ from power.artifacts.verify import verified_sha256
 from power.documents.plan import ResolvedPlan, planned_artifacts
 from power.findings import PowerError
 from power.orchestrator.engines import Launch, LiveBench, adapter
-from power.orchestrator.render import Listen, engine_launch
+from power.orchestrator.launch.render import Listen, engine_launch
 from power.threads import environment_for_other_programs
 
 LOOPBACK = "127.0.0.1"

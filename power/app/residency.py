@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from power.documents.plan import ResolvedPlan
-from power.orchestrator.units import format_size
+from power.orchestrator.inputs.units import format_size
 
 SIDE_BY_SIDE, SEQUENTIAL = "side-by-side", "sequential"
 

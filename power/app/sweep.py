@@ -23,9 +23,9 @@ import tomli_w
 from power import modes
 from power.documents.plan import ResolvedPlan, save_plan
 from power.findings import PowerError, has_errors
-from power.orchestrator.compile import ArtifactMemo, compile_plan
-from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.schema import DeviceSpec, HostSpec
+from power.orchestrator.inputs.loading import load_manifest, load_profile
+from power.orchestrator.inputs.schema import DeviceSpec, HostSpec
+from power.orchestrator.planning.compile import ArtifactMemo, compile_plan
 
 # sweep name -> how its value reads; `window` sets two keys.
 SETTINGS = ("k", "ngram_match", "ngram_draft_min", "ngram_draft_max", "window")

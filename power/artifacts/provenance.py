@@ -1,6 +1,6 @@
 """What a manifest's `source` tables mean: a Hub repository pinned to a commit, or an HTTPS URL.
 
-The rules (PWR130-PWR133, `power.orchestrator.rules`) and `power pull` read a source
+The rules (PWR130-PWR133, `power.orchestrator.inputs.rules`) and `power pull` read a source
 through these helpers, so both agree on what "pinned" and "secure" are.
 """
 

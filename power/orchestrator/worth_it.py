@@ -31,7 +31,7 @@ from power import modes
 from power.documents.evidence import BASELINE, CANDIDATE
 from power.documents.plan import ResolvedPlan
 from power.documents.verdicts import NOISE_BAND
-from power.orchestrator.units import format_size
+from power.orchestrator.inputs.units import format_size
 
 # One verification pass of K + 1 rows costs about 1.1 target steps on a GPU engine (docs/reference.md).
 VERIFY_COST = 1.1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from power.orchestrator.render import Listen
+from power.orchestrator.launch.render import Listen
 
 KUBERNETES = "kubernetes"
 # Power's env file carries the runtime's variables only: no engine command line to name a key file in.

@@ -356,7 +356,7 @@ def _sweep_table(section: dict) -> str:
 
 def _write_env(path: Path, engine: str, best: dict | None, configs, control, table: str) -> None:
     """The winner (or, when none won, the incumbent) rendered as the deployment's env file, the table as comment."""
-    from power.orchestrator.render import render
+    from power.orchestrator.launch.render import render
 
     chosen = next((c for c in configs if best and c.plan.digest == best["candidate"]["plan_digest"]), None)
     if chosen is None:

@@ -11,7 +11,7 @@ from power.app.cli import EXIT_FINDINGS, EXIT_USAGE, print_findings, refuse
 from power.app.outputs import owned_folder
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError, has_errors
-from power.orchestrator.schema import Manifest
+from power.orchestrator.inputs.schema import Manifest
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, None: 60}
@@ -87,7 +87,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     must match their pinned sha256. Exit codes: 0 ok, 1 the manifest has
     errors, 2 usage error (or an input that is not what the manifest pinned).
     """
-    from power.orchestrator.loading import load_manifest
+    from power.orchestrator.inputs.loading import load_manifest
 
     loaded = load_manifest(manifest)
     if not loaded.ok:

@@ -22,12 +22,12 @@ from power.app.cli import EXIT_FINDINGS, EXIT_OK
 from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
 from power.findings import Finding, Severity
+from power.orchestrator.fleet.kubernetes import render_fleet
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, write_lock
 from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, default_lock_path, exit_code, review_fleet
 from power.orchestrator.fleet.rollout import IN_PROGRESS, stage_states
-from power.orchestrator.kubernetes.fleet import render_fleet
+from power.orchestrator.inputs.units import format_size
 from power.orchestrator.kubernetes.tree import write_tree
-from power.orchestrator.units import format_size
 
 _COLUMNS = ("DEPLOYMENT", "DEV", "FITS", "MARGIN", "MODE", "K/S", "ROLLBACK", "TRAFFIC", "FINDINGS")
 _LOCK_OPTION = click.option("--lock", "lock_path", type=click.Path(path_type=Path),

@@ -35,25 +35,25 @@ from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.compile import compile_plan
 from power.orchestrator.engines import IMPORTABLE
-from power.orchestrator.launch_import import (
+from power.orchestrator.inputs.loading import Loaded, load_manifest, load_profile
+from power.orchestrator.inputs.units import format_size
+from power.orchestrator.launch.importer import (
     env_names,
     import_launch,
     manifest_document,
     on_the_line,
     profile_document,
 )
-from power.orchestrator.launch_spec import LaunchSpec
-from power.orchestrator.launch_tokens import (
+from power.orchestrator.launch.spec import LaunchSpec
+from power.orchestrator.launch.tokens import (
     LaunchInputError,
     Token,
     tokens_from_argv,
     tokens_from_env_file,
     tokens_from_systemd_unit,
 )
-from power.orchestrator.loading import Loaded, load_manifest, load_profile
-from power.orchestrator.units import format_size
+from power.orchestrator.planning.compile import compile_plan
 
 
 @click.group(name="import")

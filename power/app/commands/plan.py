@@ -15,12 +15,12 @@ from power.app.outputs import require_outputs, writing
 from power.artifacts.gguf_reader import read_header
 from power.documents.plan import DEFAULT_ENGINE, ResolvedPlan, planned_artifacts, save_plan, to_json, to_toml
 from power.findings import Finding
-from power.orchestrator.compile import Placed, compile_plan
 from power.orchestrator.engines import ENGINES, adapter
-from power.orchestrator.loading import Loaded, load_host, load_manifest, load_profile
-from power.orchestrator.plan_text import summary_text
-from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
-from power.orchestrator.units import SizeError, format_size, parse_device_size
+from power.orchestrator.inputs.loading import Loaded, load_host, load_manifest, load_profile
+from power.orchestrator.inputs.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
+from power.orchestrator.inputs.units import SizeError, format_size, parse_device_size
+from power.orchestrator.planning.compile import Placed, compile_plan
+from power.orchestrator.planning.plan_text import summary_text
 from power.runtime.host_room import mib, room_for
 
 # Loader codes that mean the command was pointed at nothing: usage errors, not check failures.

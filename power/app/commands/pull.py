@@ -29,9 +29,9 @@ from power.artifacts.pull.place import Pulled, Wanted
 from power.artifacts.pull.place import pull as pull_one
 from power.documents.plan import Drafter, PlanError, ResolvedPlan, Target, load_plan, located
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.loading import Loaded, load_manifest
-from power.orchestrator.pin import pinned
-from power.orchestrator.schema import DrafterEntry, Manifest, TargetEntry
+from power.orchestrator.inputs.loading import Loaded, load_manifest
+from power.orchestrator.inputs.pin import pinned
+from power.orchestrator.inputs.schema import DrafterEntry, Manifest, TargetEntry
 
 NOT_A_PLAN = "PWR080"
 PIN_FIXES = frozenset({"PWR131", "PWR132"})  # what `--pin` writes, so a manifest refused for them can still be pinned

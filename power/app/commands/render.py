@@ -16,11 +16,11 @@ from power.artifacts.verify import cached_sha256
 from power.documents.plan import ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import PowerError, has_errors
 from power.orchestrator.engines import ENGINES
-from power.orchestrator.render import TARGETS
-from power.orchestrator.render import render as render_plan
+from power.orchestrator.launch.render import TARGETS
+from power.orchestrator.launch.render import render as render_plan
 
 if TYPE_CHECKING:
-    from power.orchestrator.schema import ModelVolume
+    from power.orchestrator.inputs.schema import ModelVolume
 
 @click.command("render")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
@@ -101,7 +101,7 @@ def _rendered(arguments: RenderArguments) -> str:
 def _model_volume(plan: ResolvedPlan, volume: VolumeArguments) -> ModelVolume:
     from pydantic import ValidationError
 
-    from power.orchestrator.schema import ModelVolume
+    from power.orchestrator.inputs.schema import ModelVolume
 
     local = volume.local or Path(plan.target.path).parent
     try:
@@ -113,10 +113,10 @@ def _model_volume(plan: ResolvedPlan, volume: VolumeArguments) -> ModelVolume:
 
 
 def _kubernetes(plan: ResolvedPlan, arguments: KubernetesArguments) -> str:
+    from power.orchestrator.inputs.loading import load_host
     from power.orchestrator.kubernetes.objects import render_objects
     from power.orchestrator.kubernetes.placement import host_placement, model_mount
     from power.orchestrator.kubernetes.tree import yaml_text
-    from power.orchestrator.loading import load_host
 
     volume = _model_volume(plan, arguments.volume)
     placement, findings = host_placement(load_host(arguments.host), plan, arguments.engine or plan.memory.engine,

@@ -16,11 +16,11 @@ import click
 from power.app.cli import EXIT_FINDINGS, EXIT_OK
 from power.app.outputs import require_outputs
 from power.documents.plan import ResolvedPlan, save_plan
+from power.orchestrator.fleet.kubernetes import render_fleet
 from power.orchestrator.fleet.review import default_lock_path
 from power.orchestrator.fleet.rollout import Outcome, advance, open_lock, plan_rollout, rollback, rollout_status
-from power.orchestrator.kubernetes.fleet import render_fleet
 from power.orchestrator.kubernetes.tree import write_tree
-from power.orchestrator.plan_memo import PlanMemo
+from power.orchestrator.planning.plan_memo import PlanMemo
 
 _FLEET = click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 _LOCK = click.option("--lock", "lock_path", type=click.Path(path_type=Path),

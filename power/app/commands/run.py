@@ -12,7 +12,7 @@ from power.app.commands.artifact_root import root_option
 from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
 from power.app.outputs import require_outputs, writing
 from power.findings import PowerError
-from power.orchestrator.schema import MAX_CTX, MAX_ROWS
+from power.orchestrator.inputs.schema import MAX_CTX, MAX_ROWS
 
 
 @click.command("run")

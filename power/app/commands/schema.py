@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from power.orchestrator.schema import KIND_MODELS, json_schema_text
+from power.orchestrator.inputs.schema import KIND_MODELS, json_schema_text
 
 
 @click.command()

@@ -14,7 +14,9 @@ from power.app.cli import EXIT_FINDINGS, EXIT_OK
 from power.app.commands.plan import engine_for, exit_code, placement_from_options, placement_options
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.memory import check_memory
-from power.orchestrator.compile import (
+from power.orchestrator.inputs.loading import load_manifest, load_profile
+from power.orchestrator.inputs.schema import MAX_CTX
+from power.orchestrator.planning.compile import (
     ArtifactMemo,
     check_artifacts,
     choose,
@@ -22,9 +24,7 @@ from power.orchestrator.compile import (
     placement_findings,
     size_for,
 )
-from power.orchestrator.loading import load_manifest, load_profile
-from power.orchestrator.plan_text import memory_text
-from power.orchestrator.schema import MAX_CTX
+from power.orchestrator.planning.plan_text import memory_text
 
 
 @click.command("size")

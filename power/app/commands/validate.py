@@ -17,7 +17,7 @@ import click
 
 from power.app.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.loading import Loaded, load_document
+from power.orchestrator.inputs.loading import Loaded, load_document
 
 _GLOB_CHARACTERS = set("*?[")
 

@@ -20,7 +20,7 @@ from power.artifacts.facts import ArtifactError, ArtifactFacts
 from power.artifacts.ggml_types import FILE_TYPES
 from power.artifacts.header_values import NO_TENSORS, NO_TENSORS_HINT
 from power.findings import Finding
-from power.orchestrator.loading import Loaded
+from power.orchestrator.inputs.loading import Loaded
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from power.artifacts.tokenizer_facts import TokenizerFacts
 from power.findings import Finding, Severity
 from power.orchestrator.checks.artifacts import ArtifactSource, Checked
 from power.orchestrator.checks.drafters import binding_findings
-from power.orchestrator.loading import Loaded
+from power.orchestrator.inputs.loading import Loaded
 from power.orchestrator.sizing.model import whole
 
 EAGLE3_FUSED_STATES = 3  # vLLM's EAGLE-3 `fc` fuses three target hidden states (llama_eagle3.py)

@@ -9,9 +9,9 @@ that do not shard) is its adapter's (`power.orchestrator.engines`).
 from __future__ import annotations
 
 from power.findings import Finding
-from power.orchestrator.loading import Loaded
-from power.orchestrator.rules import override_target
-from power.orchestrator.schema import HostSpec
+from power.orchestrator.inputs.loading import Loaded
+from power.orchestrator.inputs.rules import override_target
+from power.orchestrator.inputs.schema import HostSpec
 
 
 def check_devices(profile: Loaded, host: HostSpec, devices: tuple[int, ...]) -> list[Finding]:

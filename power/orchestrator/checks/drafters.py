@@ -10,7 +10,7 @@ from power import modes
 from power.artifacts import contracts
 from power.findings import Finding
 from power.orchestrator.checks.artifacts import Checked
-from power.orchestrator.loading import Loaded
+from power.orchestrator.inputs.loading import Loaded
 
 
 def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | None, target: Checked) -> list[Finding]:

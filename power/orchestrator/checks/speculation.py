@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from power import modes
 from power.findings import Finding
-from power.orchestrator.loading import Loaded
+from power.orchestrator.inputs.loading import Loaded
 
 
 def check_speculation(profile: Loaded, resolved: str, block: int | None, vocab_size: int) -> list[Finding]:

@@ -18,8 +18,8 @@ from typing import Callable, Literal
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan, flash_attention_on
 from power.findings import Finding
-from power.orchestrator.launch_spec import LaunchSpec, ValueReader
-from power.orchestrator.launch_tokens import EnvNames, Token
+from power.orchestrator.launch.spec import LaunchSpec, ValueReader
+from power.orchestrator.launch.tokens import EnvNames, Token
 from power.orchestrator.sizing.fit import fitting_split, largest_context
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
 

@@ -1,1 +1,1 @@
-"""Fleets: review, the lock, drift, profile rollouts, evidence and the HTML report."""
+"""Fleets: review, the lock, drift, profile rollouts, evidence, the HTML report, and a fleet rendered for Kubernetes."""

@@ -13,7 +13,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from power.orchestrator.fleet.rollout import stage_states
-from power.orchestrator.units import format_size
+from power.orchestrator.inputs.units import format_size
 
 BAR_WIDTH = 640
 DEPLOYMENT_COLOR = "#3b6fd8"

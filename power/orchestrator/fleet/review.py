@@ -22,12 +22,12 @@ from power.findings import Finding, Severity, has_errors
 from power.orchestrator.engines import adapter
 from power.orchestrator.fleet.drift import Change, diff, render, summary
 from power.orchestrator.fleet.lock import FleetLock, read_lock
+from power.orchestrator.inputs.loading import Loaded, load_fleet
+from power.orchestrator.inputs.schema import Deployment, Fleet, HostSpec
+from power.orchestrator.inputs.units import format_size
 from power.orchestrator.kubernetes.objects import ClusterPlacement, objects_digest, render_objects
 from power.orchestrator.kubernetes.placement import Placed, fleet_placements
-from power.orchestrator.loading import Loaded, load_fleet
-from power.orchestrator.plan_memo import PlanMemo
-from power.orchestrator.schema import Deployment, Fleet, HostSpec
-from power.orchestrator.units import format_size
+from power.orchestrator.planning.plan_memo import PlanMemo
 
 DEFAULT_LOCK_NAME = "fleet.lock"
 # `--detailed-exitcode`: clean, but the plans differ from the lock (terraform plan -detailed-exitcode).

@@ -48,9 +48,9 @@ from power.orchestrator.fleet.review import (
     plan_record,
     review_fleet,
 )
-from power.orchestrator.loading import Loaded, load_fleet, load_manifest
-from power.orchestrator.plan_memo import PlanMemo
-from power.orchestrator.schema import Fleet
+from power.orchestrator.inputs.loading import Loaded, load_fleet, load_manifest
+from power.orchestrator.inputs.schema import Fleet
+from power.orchestrator.planning.plan_memo import PlanMemo
 
 IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"
 # Fewer paired runs than this per shape cannot separate a speedup from noise (one run's min-max range is a point).

@@ -22,7 +22,7 @@ from typing import Any
 
 from power.documents.plan import ResolvedPlan, canonical_json
 from power.orchestrator.engines import adapter
-from power.orchestrator.render import Launch, Listen, engine_launch, with_api_key
+from power.orchestrator.launch.render import Launch, Listen, engine_launch, with_api_key
 
 PORT = 8080
 PLAN_DIR = "/etc/power"

@@ -22,6 +22,17 @@ from typing import Any, Final
 
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
+from power.orchestrator.inputs.loading import Loaded
+from power.orchestrator.inputs.schema import (
+    Deployment,
+    EngineImages,
+    Fleet,
+    FleetKubernetes,
+    HostKubernetes,
+    HostSpec,
+    ModelVolume,
+)
+from power.orchestrator.inputs.units import format_size
 from power.orchestrator.kubernetes.objects import (
     API_KEY_DIR,
     CACHE_DIR,
@@ -32,17 +43,6 @@ from power.orchestrator.kubernetes.objects import (
     unmounted_paths,
     unsourced_paths,
 )
-from power.orchestrator.loading import Loaded
-from power.orchestrator.schema import (
-    Deployment,
-    EngineImages,
-    Fleet,
-    FleetKubernetes,
-    HostKubernetes,
-    HostSpec,
-    ModelVolume,
-)
-from power.orchestrator.units import format_size
 
 # Service names are DNS-1035 labels: lowercase letters, digits and '-', a letter first, at most 63 characters.
 MAX_NAME = 63

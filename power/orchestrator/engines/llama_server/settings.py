@@ -15,7 +15,8 @@ from functools import cache
 from power.findings import Finding
 from power.orchestrator.engines.base import Setting, Settings
 from power.orchestrator.engines.llama_server import flags, options
-from power.orchestrator.launch_spec import (
+from power.orchestrator.inputs.rules import override_target
+from power.orchestrator.launch.spec import (
     ValueReader,
     finding,
     is_number,
@@ -24,8 +25,7 @@ from power.orchestrator.launch_spec import (
     read_text,
     read_token,
 )
-from power.orchestrator.launch_tokens import Token
-from power.orchestrator.rules import override_target
+from power.orchestrator.launch.tokens import Token
 
 NAME = "llama-server"
 ENV_PREFIX = "LLAMA_ARG_"

@@ -1,5 +1,5 @@
 """What an imported launch line asks for, in Power's terms, and how its words read: the vocabulary every engine's
-launch-line reader (`power.orchestrator.engines.<engine>.reader`) fills and `power.orchestrator.launch_import` turns
+launch-line reader (`power.orchestrator.engines.<engine>.reader`) fills and `power.orchestrator.launch.importer` turns
 into a manifest and a profile.
 
 A reader turns each option's value word into a setting through the reader its settings table names (`read_int`,
@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from power import modes
 from power.findings import Finding, Severity
-from power.orchestrator.launch_tokens import Token
+from power.orchestrator.launch.tokens import Token
 
 # How one value word reads into a setting; a word that does not read appends its finding and gives None.
 ValueReader = Callable[[Token, list[Finding]], Any]

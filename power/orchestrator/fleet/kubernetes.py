@@ -20,7 +20,7 @@ from power.orchestrator.fleet.review import FleetReview, review_fleet
 from power.orchestrator.fleet.rollout import ROLLED_BACK
 from power.orchestrator.kubernetes.placement import fleet_placements
 from power.orchestrator.kubernetes.tree import Stage, build_tree, tree_finding
-from power.orchestrator.plan_memo import PlanMemo
+from power.orchestrator.planning.plan_memo import PlanMemo
 
 
 def render_fleet(fleet_path: Path, lock_path: Path | None = None, dry_run: bool = False,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding
-from power.orchestrator.compile import ArtifactMemo, compile_plan
-from power.orchestrator.loading import Loaded, load_manifest, load_profile
-from power.orchestrator.schema import HostSpec
+from power.orchestrator.inputs.loading import Loaded, load_manifest, load_profile
+from power.orchestrator.inputs.schema import HostSpec
+from power.orchestrator.planning.compile import ArtifactMemo, compile_plan
 
 PlanKey = tuple[str, str, str, tuple[tuple[int, str, str, int], ...], int]
 

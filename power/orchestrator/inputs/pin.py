@@ -8,7 +8,7 @@ from typing import Any
 import tomlkit
 
 from power.artifacts.pull.place import Pulled
-from power.orchestrator.locator import parse_where
+from power.orchestrator.inputs.locator import parse_where
 
 
 def pinned(text: str, pulled: list[Pulled]) -> str:

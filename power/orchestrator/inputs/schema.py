@@ -2,8 +2,8 @@
 
 Every model forbids unknown keys and checks each field on its own (types, ranges,
 units, digests). Rules that relate several fields (S vs K, FR vs mode, a drafter
-kind that needs a file) live in `power.orchestrator.rules`, and
-`power.orchestrator.loading` runs both, so load files through it.
+kind that needs a file) live in `power.orchestrator.inputs.rules`, and
+`power.orchestrator.inputs.loading` runs both, so load files through it.
 
 Paths are resolved against the directory of the file that names them: pass
 `context={"base_dir": <that directory>}` to `model_validate` (the loader does).
@@ -33,7 +33,7 @@ from pydantic import (
 from power import modes
 from power.documents import arithmetic, kv_types
 from power.documents.plan import DEFAULT_ENGINE, EngineName
-from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
+from power.orchestrator.inputs.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_size, parse_size
 
 SCHEMA_VERSION = "v1"
 DEFAULT_HEADROOM = 512 * 1024**2
@@ -145,7 +145,7 @@ COMMIT_PATTERN = r"^[0-9a-f]{40}$"
 
 class SourceEntry(_Strict):
     """Where an artifact is published: a Hugging Face repository at a commit, or a plain HTTPS URL
-    (the rules in `power.orchestrator.rules` relate the keys; `power pull` fetches from it)."""
+    (the rules in `power.orchestrator.inputs.rules` relate the keys; `power pull` fetches from it)."""
 
     repo: StrictStr | None = Field(None, pattern=HUB_REPO_PATTERN,
                                    description='a Hugging Face repository, "owner/name"')

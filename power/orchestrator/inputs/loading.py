@@ -35,10 +35,10 @@ from power.artifacts.bounded_reader import (
     read_bytes,
 )
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator import rules
-from power.orchestrator.locator import KeyPath, Position, TomlLocator, format_where, parse_where
-from power.orchestrator.schema import GENERATED_KINDS, KIND_MODELS, RENAMED_KEYS, SCHEMA_VERSION, schema_id
-from power.orchestrator.units import ACCEPTED_FORMS, SizeError
+from power.orchestrator.inputs import rules
+from power.orchestrator.inputs.locator import KeyPath, Position, TomlLocator, format_where, parse_where
+from power.orchestrator.inputs.schema import GENERATED_KINDS, KIND_MODELS, RENAMED_KEYS, SCHEMA_VERSION, schema_id
+from power.orchestrator.inputs.units import ACCEPTED_FORMS, SizeError
 
 # Findings listed per file; the rest are counted in one PWR017 finding.
 MAX_FINDINGS_PER_FILE = 200

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from power import modes
 from power.findings import Finding, Severity
-from power.orchestrator.loading import Loaded
+from power.orchestrator.inputs.loading import Loaded
 
 # Why `auto` chose a drafter, by where its weights live.
 AUTO_REASONS = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from power.documents.plan import Memory, MemoryComponent, ResolvedPlan
-from power.orchestrator.units import format_size
+from power.orchestrator.inputs.units import format_size
 
 VERDICTS = {
     "fits": "fits",

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 from power import modes
 from power.artifacts import provenance
 from power.artifacts.checkpoint import CONFIG as CHECKPOINT_CONFIG
-from power.orchestrator.locator import KeyPath, format_where
-from power.orchestrator.schema import Profile, ProfileRuntime
+from power.orchestrator.inputs.locator import KeyPath, format_where
+from power.orchestrator.inputs.schema import Profile, ProfileRuntime
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,10 @@ from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.engines.base import draft_placed
 from power.orchestrator.engines.llama_server.context import speculation
 from power.orchestrator.engines.llama_server.placement import default_ratios
-from power.orchestrator.loading import Loaded
-from power.orchestrator.resolve import Declared, Resolution, resolve
-from power.orchestrator.rules import override_target
-from power.orchestrator.schema import HostSpec, ProfileRuntime
+from power.orchestrator.inputs.loading import Loaded
+from power.orchestrator.inputs.rules import override_target
+from power.orchestrator.inputs.schema import HostSpec, ProfileRuntime
+from power.orchestrator.planning.resolve import Declared, Resolution, resolve
 from power.orchestrator.sizing import (
     CheckpointDraft,
     Component,
