@@ -27,9 +27,9 @@ from power.app.live import LiveEngine
 from power.app.served import ServedEngine
 from power.app.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
 from power.documents.plan import save_plan
-from power.orchestrator.planning.compile import compile_plan
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import DeviceSpec, HostSpec
+from power.orchestrator.planning.compile import compile_plan
 from power.runtime.engine import Engine, EngineOptions, Workload
 
 REPO = Path(__file__).resolve().parent.parent

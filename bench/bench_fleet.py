@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from power.artifacts.factory import build_dense_target, build_hybrid_target
-from power.orchestrator.planning.compile import ArtifactMemo, compile_plan
 from power.orchestrator.fleet.review import review_fleet
 from power.orchestrator.inputs.loading import load_fleet, load_manifest, load_profile
+from power.orchestrator.planning.compile import ArtifactMemo, compile_plan
 
 DEVICES = ('{ model = "RTX 4090", vram = "24 GiB" }', '{ model = "RTX 6000 Ada", vram = "48 GiB" }',
            '{ model = "H200", vram = "141 GB" }')
