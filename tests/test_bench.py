@@ -275,6 +275,27 @@ def test_a_natural_shape_is_judged_request_by_request() -> None:
     assert mixed["verdict"] == "no difference" and "faster on 2 of them" in mixed["verdict_reason"]
 
 
+def test_the_table_says_how_a_natural_shapes_speedup_was_taken() -> None:
+    """Issue 40 (low): a natural shape's speedup (the median of the pairs' ratios 2.0, 1.1 and 1.07: 1.10x) is not the
+    ratio of the median rates its row shows (20 against 15 tok/s): a line under the table says which it is, for
+    natural shapes only."""
+    from power.app.bench_report import rows, text_table
+
+    def shape(name: str) -> dict:
+        return bench.shape_result(build_shape(name), {"candidate": _runs(0.10, 0.30, 0.15),
+                                                      "baseline": _runs(0.20, 0.33, 0.16)})
+
+    document = {"shapes": {"code": shape("code"), "identity": shape("identity")}, "candidate": {"plan": "p"},
+                "baseline": {"plan": "b"}, "lossless": {"proven": False, "reason": "-"}, "protocol": {}}
+    [code_row, _] = rows(document)
+    assert code_row["speedup"] == "1.10x" and code_row["candidate tok/s"].startswith("20.00")
+    assert code_row["baseline tok/s"].startswith("15.00")
+    table = text_table(document)
+    assert ("speedup on code: the median of the per-request ratios (run r sent one request to both configurations, "
+            "and each run another), not the ratio of the median tok/s beside it") in table.splitlines()
+    assert "identity" not in table.split("speedup on ")[1]
+
+
 def test_a_verdict_needs_repeated_runs_and_a_candidate_that_drafted() -> None:
     """Defect 8: `--runs 1` called a candidate that drafted nothing "1.06x faster", its "ranges" single points."""
     single = _evidence(_runs(0.10), _runs(0.20))

@@ -15,9 +15,11 @@ import gguf
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from gguf_helpers import fixtures
 
 from power.app.cli import main
-from power.artifacts import factory
+from power.artifacts import contracts, factory
+from power.artifacts.digests import sha256_file
 from power.artifacts.factory import DENSE, HYBRID, TOKENIZER, Tensor, write_gguf
 from power.artifacts.runtime_types import RUNTIME_TYPES
 from power.documents.plan import ResolvedPlan, load_plan, save_plan
@@ -263,3 +265,52 @@ def test_plan_and_verify_refuse_a_matrix_type_the_runtime_cannot_read(tmp_path):
 
 def test_the_runtime_reads_exactly_the_types_its_plans_allow():
     assert set(RUNTIME_TYPES) == set(BLOCK_LAYOUT) == set(CPU_TYPES)
+
+
+def write_dflash_drafter(path: Path, types: dict | None = None) -> Path:
+    """The factory's DFlash drafter for the hybrid fixture target, its matrices in F32 but for `types`."""
+    hp = factory.fixture_drafter_hparams(contracts.DFLASH)
+    rng = np.random.default_rng(11)
+    tensors = {name: Tensor(np.ones(shape, np.float32) if len(shape) == 1 else
+                            rng.normal(0.0, 0.02, shape).astype(np.float32), (types or {}).get(name, factory.F32))
+               for name, shape in contracts.drafter_tensors(contracts.DFLASH, hp).items()}
+    metadata = contracts.drafter_metadata(contracts.DFLASH, hp) | factory.tokenizer_metadata(TOKENIZER)
+    return write_gguf(path, contracts.ARCHITECTURE_OF[contracts.DFLASH], metadata, tensors)
+
+
+def test_plan_and_verify_refuse_a_drafter_matrix_type_the_runtime_cannot_read(tmp_path):
+    """Issue 40 (noticed): PWR122 checked the target's tensors only, so a GGUF drafter with a Q4_1 matrix planned
+    for Power's runtime and verified, and only its load refused it. Plan and verify now refuse it in the drafter."""
+    target = fixtures()["hybrid-target"]
+    good = write_dflash_drafter(tmp_path / "good-drafter.gguf")
+    matrix = next(name for name, shape in contracts.drafter_tensors(
+        contracts.DFLASH, factory.fixture_drafter_hparams(contracts.DFLASH)).items() if len(shape) == 2)
+    bad = write_dflash_drafter(tmp_path / "drafter.gguf", types={matrix: gguf.GGMLQuantizationType.Q4_1})
+
+    def manifest(drafter: Path) -> Path:
+        path = tmp_path / f"{drafter.stem}.manifest.toml"
+        target_sha256 = sha256_file(target, progress=False)
+        path.write_text(f'schema = "power.manifest/v1"\nname = "m"\n[target]\npath = "{target}"\n'
+                        f'sha256 = "{target_sha256}"\n[[drafters]]\nkind = "dflash"\npath = "{drafter}"\n'
+                        f'sha256 = "{sha256_file(drafter, progress=False)}"\ntarget_sha256 = "{target_sha256}"\n')
+        return path
+
+    profile = tmp_path / "dflash.profile.toml"
+    profile.write_text('schema = "power.profile/v1"\nname = "dflash"\nspec_mode = "dflash"\n'
+                       'spec_draft_max = 3\n[runtime]\nctx = 128\n')
+    planned = power("plan", manifest(bad), profile, "--device", "1 GiB", "--json")
+    assert planned.exit_code == 1, planned.output
+    [finding] = [f for f in json.loads(planned.stdout)["findings"] if f["severity"] == "error"]
+    assert (finding["code"], finding["file"], finding["where"]) == ("PWR122", str(bad), matrix) and "Q4_1" in finding["message"]
+
+    sealed = tmp_path / "good.plan.json"
+    made = power("plan", manifest(good), profile, "--device", "1 GiB", "-o", sealed)
+    assert made.exit_code == 0, made.output
+    plan_document = load_plan(sealed)
+    [drafter] = plan_document.drafters
+    swapped = drafter.model_copy(update={"path": str(bad), "size": bad.stat().st_size,
+                                         "sha256": sha256_file(bad, progress=False)})
+    forged = tmp_path / "forged.plan.json"
+    save_plan(ResolvedPlan.build(**{**dict(plan_document), "drafters": (swapped,), "digest": ""}), forged)
+    verified = power("verify", forged, "--json")
+    assert verified.exit_code == 1 and codes(verified) == ["PWR122"], verified.output

@@ -21,7 +21,9 @@ ALLOWED = {
     "power.orchestrator": BELOW_BOTH | {"power.orchestrator"},
     "power.runtime": BELOW_BOTH | {"power.kernels", "power.runtime"},
     "power.drafters": BELOW_BOTH | {"power.kernels", "power.runtime", "power.drafters"},
-    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.drafters", "power.app"},
+    "power.serving": BELOW_BOTH | {"power.runtime", "power.serving"},
+    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.drafters", "power.serving",
+                               "power.app"},
 }
 
 

@@ -20,6 +20,8 @@ from power.runtime.kv_cache import SlotCaches
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def logits_after(trunk, tokens: list[int]) -> torch.Tensor:
     trunk.reset()
@@ -194,3 +196,32 @@ def test_a_model_the_host_cannot_hold_is_refused_before_loading_with_both_figure
     done = limited_run(gemma(), 160 << 20)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "PWR520" in done.stderr and "at least 235.2 MiB" in done.stderr and "ulimit -v room" in done.stderr
+
+
+LIMITED_PLAN = """
+import resource, sys
+from power.app.cli import main
+import power.app.commands.plan
+if sys.argv[1] != "unlimited":
+    vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[1]), resource.RLIM_INFINITY))
+main(["plan", "manifests/gemma3-270m.toml", "profiles/ngram.toml", "--device", "24 GiB"])
+"""
+
+
+@pytest.mark.parametrize("room, verdict", [
+    ("unlimited", ": fits"),
+    (str(160 << 20), ": does not fit: `power run`, `serve` and `bench` on this host's CPU refuse it before loading (PWR520)"),
+])
+def test_the_plan_judges_this_hosts_memory_with_the_runtimes_figures(room, verdict):
+    """Issue 40.2: the plan's host-memory section said "no verdict" where the runtime refuses at load (PWR520). The
+    plan now says, for the host it ran on, what the runtime holds against what this process can get: Gemma's 235.2
+    MiB of tensors fit a host with room, not a 160 MiB allowance (`ulimit -v`, the figure PWR520 names)."""
+    done = subprocess.run([sys.executable, "-c", LIMITED_PLAN, room], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("  host memory on this host (")]
+    assert "where `power plan` ran; the plan itself is portable): on the CPU the runtime holds at least 235.2 MiB of " \
+           "weights (gemma-3-270m-q4_k_m.gguf 235.2 MiB); " in line
+    assert line.endswith(verdict)
+    assert ("ulimit -v room" in line) == (room != "unlimited")

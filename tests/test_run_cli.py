@@ -116,7 +116,7 @@ def _gguf(path, architecture: str, tensors: dict[str, np.ndarray], metadata: dic
     ("shape", "its residual-stream side is 4 wide, but llama.embedding_length is 8"),
     ("context", "the prompt is"),
     ("usage", "give exactly one of PLAN or --gguf"),
-    ("no such device", "CUDA device(s)\n  hint: use a CUDA build of torch on a machine with that GPU, or --device cpu"),
+    ("no such device", "\n  hint: use a CUDA build of torch on a machine with that GPU, or --device cpu"),
     ("unknown device", "device 'tpu' is not supported\n  hint: choose auto, cpu, cuda or cuda:N"),
 ])
 def test_bad_input_exits_2_naming_the_cause_without_a_traceback(tmp_path, case, needle):

@@ -23,9 +23,10 @@ from power.app.traffic import build_shape
 from power.documents.plan import load_plan
 from power.documents.receipt import Receipt
 from power.runtime.engine import Engine, EngineOptions, Workload
-from power.runtime.server import ServerLimits, create_app
 from power.runtime.stops import StopText
 from power.runtime.transaction import Step
+from power.serving.limits import ServerLimits
+from power.serving.server import create_app
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
@@ -556,7 +557,7 @@ def test_a_parameter_the_server_does_not_implement_is_a_400_naming_it(field: str
 @contextmanager
 def serving_bounded(limits: ServerLimits) -> Iterator[tuple[str, int]]:
     """The app behind the protocol `power serve` runs (`http_protocol`): (base URL, port)."""
-    from power.runtime.server import http_protocol
+    from power.serving.limits import http_protocol
 
     server = uvicorn.Server(uvicorn.Config(app_for(limits), host="127.0.0.1", port=0, log_level="warning",
                                            http=http_protocol(limits)))

@@ -95,8 +95,10 @@ def plans(tmp_path_factory) -> Path:
     (("bench", "PLANS/edited.json"), "PWR082"),
     (("bench", "PLANS/plan.json", "--vs", "PLANS/edited.json"), "PWR082"),
     (("bench", "PLANS/plan.json", "--engine", "llama-server", "--engine-binary", "PLANS/no-such-binary"), "PWR470"),
+    (("run", "PLANS/plan.json", "--prompt", "The", "--device", "tpu"), "PWR601"),
+    (("serve", "PLANS/plan.json", "--device", "gpu0"), "PWR601"),
 ], ids=["serve-key-file", "serve-template", "serve-edited", "run-edited", "bench-edited", "bench-vs-edited",
-        "bench-no-binary"])
+        "bench-no-binary", "run-unknown-device", "serve-unknown-device"])
 def test_a_refusal_that_needs_no_model_comes_before_the_runtime_is_imported(plans, args, code):
     """Issue 40.5: these refused after 8-10 s of loading (58 s for a bench prompt on the 27B), where `power verify`
     says the same in about a second. Each is refused before torch is imported, let alone a model read."""
@@ -113,3 +115,53 @@ def test_a_bench_prompt_longer_than_the_context_is_refused_before_any_model_load
     assert "PWR602 [error] candidate plan, traffic shape echo: the prompt is" in stderr
     assert "the context is 512 positions (with 64 tokens to generate)" in stderr
     assert "loading candidate" not in stderr
+
+
+def _cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_cuda_here(), reason="this host has a CUDA device: --device cuda runs here")
+@pytest.mark.parametrize("command", [
+    ("run", "PLANS/plan.json", "--prompt", "The", "--device", "cuda"),
+    ("serve", "PLANS/plan.json", "--device", "cuda:0"),
+    ("bench", "PLANS/plan.json", "--device", "cuda"),
+], ids=["run", "serve", "bench"])
+def test_cuda_on_a_host_without_it_is_refused_before_torch_is_imported(plans, command):
+    """Issue 40.5: `run --device cuda` on a host with no CUDA was refused before the model loaded but after torch's
+    import (seconds). The installed torch's build and the NVIDIA driver say no without importing torch."""
+    exit_code, stderr, torch_imported = refused(*(arg.replace("PLANS", str(plans)) for arg in command))
+    assert exit_code == 2 and "PWR601 [error]" in stderr, stderr[-2000:]
+    assert "built without CUDA" in stderr or "no NVIDIA driver" in stderr
+    assert not torch_imported
+
+
+def test_a_cuda_build_of_torch_without_a_driver_is_refused_before_torch_is_imported(plans, tmp_path):
+    """A CUDA build of torch (the default wheel on Linux) on a host with no NVIDIA driver: the driver's library
+    does not load, so the run is refused before torch's import. A stand-in torch package whose import fails shows
+    that only its version file was read."""
+    import ctypes
+
+    from power.runtime.devices import DRIVER_LIBRARY
+
+    try:
+        ctypes.CDLL(DRIVER_LIBRARY)
+        pytest.skip("this host has an NVIDIA driver")
+    except OSError:
+        pass
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('the stand-in torch was imported')\n")
+    (tmp_path / "torch" / "version.py").write_text("__version__ = '2.13.0+cu128'\ncuda = '12.8'\nhip = None\n")
+    probe = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from power.app.cli import main\n"
+        f"sys.argv = ['power', 'run', {str(plans / 'plan.json')!r}, '--prompt', 'The', '--device', 'cuda']\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"PWR601 [error] device 'cuda': no NVIDIA driver is installed here ({DRIVER_LIBRARY} does not load)" \
+        in result.stderr

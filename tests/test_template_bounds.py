@@ -23,8 +23,8 @@ from power.app.cli import main
 from power.documents.plan import load_plan
 from power.runtime.chat import ChatTemplate
 from power.runtime.engine import Engine, Workload
-from power.runtime.server import create_app
 from power.runtime.template_sandbox import RENDER_BUDGET_S, TemplateSandbox
+from power.serving.server import create_app
 
 HELLO = [{"role": "user", "content": "hi"}]
 POWER_BOMB = "{{ (messages|length + 9) ** (messages|length * 10**9) }}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from power.app.traffic import HELDOUT_LABELS
 from power.artifacts.atomic import write_text_atomic
 
 REPORT_FORMATS = {".md": "bench_report.md.j2", ".html": "bench_report.html.j2"}
@@ -86,7 +87,16 @@ def summary_lines(evidence: dict[str, Any]) -> list[str]:
     protocol = evidence["protocol"]
     if protocol.get("residency_reason"):
         lines.append(f"residency: {protocol['residency']} - {protocol['residency_reason']}")
-    return lines + below_target_only(evidence)
+    return lines + paired_speedups(evidence) + below_target_only(evidence)
+
+
+def paired_speedups(evidence: dict[str, Any]) -> list[str]:
+    """The line that says how a natural shape's speedup was taken: not the ratio of the medians its row shows."""
+    natural = [name for name, result in evidence["shapes"].items() if name in HELDOUT_LABELS and result.get("speedup")]
+    if not natural:
+        return []
+    return [f"speedup on {', '.join(natural)}: the median of the per-request ratios (run r sent one request to both "
+            "configurations, and each run another), not the ratio of the median tok/s beside it"]
 
 
 def below_target_only(evidence: dict[str, Any]) -> list[str]:

@@ -1,8 +1,8 @@
 """The GGML tensor types Power's runtime reads, and the finding for a tensor of any other type (PWR122).
 
 Read from the GGUF header's tensor table alone (no tensor data), so `power plan` and
-`power verify` refuse, for a plan whose engine is Power's runtime, the file the runtime's
-loader (`power.runtime.gguf_weights.GGUFFile.expect`) would refuse at run. Importable
+`power verify` refuse, for a plan whose engine is Power's runtime, the file (the target or a
+GGUF drafter) the runtime's loader (`power.runtime.gguf_weights.GGUFFile.expect`) would refuse at run. Importable
 without torch; tests/test_header_values.py keeps `RUNTIME_TYPES` equal to the types
 power/kernels/dequant.py dequantises and the CPU kernels multiply.
 """

@@ -278,8 +278,9 @@ def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: P
     asked = asked_of(manifest, profile, chosen, placed)
     refusals = engine.supports(asked) + engine.target_refusals(target, asked)
     documents = {"manifest": manifest, "profile": profile}
+    files = [target] + ([chosen.drafter.facts] if chosen.drafter else [])
     return [documents[r.document].finding(r.code, f"engine {engine.name}: {r.message}", where=r.where, hint=r.hint)
-            for r in refusals] + engine.artifact_findings(target)
+            for r in refusals] + [finding for facts in files for finding in engine.artifact_findings(facts)]
 
 
 def placement_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,

@@ -1,1 +1,1 @@
-"""Power's runtime: GGUF weights, trunks, speculators, the speculative transaction, sampling, receipts, server, bench."""
+"""Power's runtime: GGUF weights, trunks, speculators, the speculative transaction, sampling, receipts."""

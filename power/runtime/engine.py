@@ -16,7 +16,6 @@ request to its end.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from power.documents.receipt import Receipt
 from power.kernels.cpu.cache import KernelError
 from power.runtime import heap
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
+from power.runtime.devices import NO_CUDA_HINT, cuda_index
 from power.runtime.errors import ContextOverflow, RuntimeInputError, kernel_refusal
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
@@ -377,14 +377,10 @@ def resolve_device(device: str) -> str:
     """"auto" -> "cuda" when torch sees a CUDA device, else "cpu"; an explicit CUDA device must exist (fail closed)."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    cuda = re.fullmatch(r"cuda(?::(\d+))?", device)
-    if device != "cpu" and not cuda:
-        raise RuntimeInputError(f"device {device!r} is not supported", code="PWR601",
-                                hint="choose auto, cpu, cuda or cuda:N")
-    if cuda and int(cuda.group(1) or 0) >= torch.cuda.device_count():
+    index = cuda_index(device)
+    if index is not None and index >= torch.cuda.device_count():
         raise RuntimeInputError(f"device {device!r}: this torch ({torch.__version__}) sees "
-                                f"{torch.cuda.device_count()} CUDA device(s)", code="PWR601",
-                                hint="use a CUDA build of torch on a machine with that GPU, or --device cpu")
+                                f"{torch.cuda.device_count()} CUDA device(s)", code="PWR601", hint=NO_CUDA_HINT)
     return device
 
 

@@ -14,7 +14,7 @@ import click
 
 from power.app.cli import EXIT_FINDINGS, refuse
 from power.app.commands.artifact_root import root_option
-from power.app.commands.runtime_options import runtime_options
+from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
 from power.app.divergence import DEFAULT_MARGIN
 from power.app.lifecycle import Lifecycle
 from power.app.outputs import require_outputs, writing
@@ -126,6 +126,8 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         plans = candidates + measured_against
     except PowerError as err:
         refuse(err, as_json)
+    if engine not in live.LIVE_ENGINES:
+        refuse_unusable_device(device, as_json)
     from power.app import bench as harness
     from power.app import concurrency
 

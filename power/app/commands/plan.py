@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -11,14 +12,17 @@ import click
 
 from power.app.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from power.app.outputs import require_outputs, writing
-from power.documents.plan import DEFAULT_ENGINE, save_plan, to_json, to_toml
+from power.artifacts.gguf_reader import read_header
+from power.documents.plan import DEFAULT_ENGINE, ResolvedPlan, planned_artifacts, save_plan, to_json, to_toml
 from power.findings import Finding
 from power.orchestrator.compile import Placed, compile_plan
 from power.orchestrator.engines import ENGINES, adapter
+from power.orchestrator.engines.power import NAME as POWER
 from power.orchestrator.loading import Loaded, load_host, load_manifest, load_profile
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
 from power.orchestrator.units import SizeError, format_size, parse_device_size
+from power.runtime.host_room import mib, room_for
 
 # Loader codes that mean the command was pointed at nothing: usage errors, not check failures.
 USAGE_CODES = {"PWR001", "PWR009"}
@@ -125,9 +129,23 @@ def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, 
         for finding in findings:
             click.echo(finding.render(), err=True)
         click.echo(summary_text(resolved))
+        if resolved.memory.engine == POWER:
+            click.echo(host_memory_line(resolved))
         if output is not None:
             click.echo(f"wrote {output}")
     sys.exit(EXIT_OK)
+
+
+def host_memory_line(plan: ResolvedPlan) -> str:
+    """Whether this host can hold the weights Power's runtime keeps in host memory on the CPU: the figures the
+    runtime refuses on at load (PWR520), judged here for the machine `power plan` runs on, not sealed in the plan."""
+    tensors = {a.path.name: sum(t.nbytes for t in read_header(a.path).tensors) for a in planned_artifacts(plan)}
+    room = room_for(sum(tensors.values()))
+    verdict = "fits" if room.fits else ("does not fit: `power run`, `serve` and `bench` on this host's CPU refuse it "
+                                        "before loading (PWR520)")
+    return (f"  host memory on this host ({platform.node() or 'unnamed'}, where `power plan` ran; the plan itself is "
+            f"portable): on the CPU the runtime holds at least {mib(room.needed)} of weights "
+            f"({', '.join(f'{name} {mib(size)}' for name, size in tensors.items())}); {room.figures()}: {verdict}")
 
 
 def _refuse(findings: list[Finding], as_json: bool) -> NoReturn:

@@ -9,7 +9,7 @@ import click
 
 from power.app.cli import refuse
 from power.app.commands.artifact_root import root_option
-from power.app.commands.runtime_options import runtime_options
+from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
 from power.app.outputs import require_outputs, writing
 from power.findings import PowerError
 from power.orchestrator.schema import MAX_CTX, MAX_ROWS
@@ -55,6 +55,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         raise click.UsageError("--root locates a plan's artifacts; with --gguf, give the file's path")
     require_outputs(files=(receipt_path,), as_json=as_json)
     resolved = _plan(plan, as_json)  # an edited or unreadable plan is refused before the runtime is imported
+    refuse_unusable_device(device, as_json)
     from power.runtime.engine import EngineOptions
 
     streamed = False

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import click
 
+from power.app.cli import refuse
+from power.findings import PowerError
+from power.runtime.devices import refuse_absent_device
+
 
 def runtime_options(command):
     """Adds --device and --threads (parameters device, threads)."""
@@ -22,3 +26,12 @@ def runtime_options(command):
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def refuse_unusable_device(device: str, as_json: bool = False) -> None:
+    """A --device that cannot run here (an unknown name, CUDA on a host without it) refused before torch is imported:
+    PWR601, exit 2 (`power.runtime.devices`)."""
+    try:
+        refuse_absent_device(device)
+    except PowerError as err:
+        refuse(err, as_json)

@@ -13,7 +13,7 @@ import click
 from power.app.cli import EXIT_USAGE, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.commands.params import FiniteFloatRange
-from power.app.commands.runtime_options import runtime_options
+from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
 from power.findings import PowerError
 
 API_KEY_FILE_ENV = "POWER_API_KEY_FILE"
@@ -64,11 +64,14 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         listening = listen(host, port)
     except PowerError as err:
         refuse(err, at=plan)
+    refuse_unusable_device(device)
 
     import uvicorn
 
     from power.runtime.engine import Engine, EngineOptions, Workload
-    from power.runtime.server import Access, ServerLimits, create_app, http_protocol
+    from power.serving.access import Access
+    from power.serving.limits import ServerLimits, http_protocol
+    from power.serving.server import create_app
 
     try:
         workload = Workload.of_plan(resolved, plan, root)

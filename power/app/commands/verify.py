@@ -83,12 +83,16 @@ def _bindings(plan: ResolvedPlan) -> list[Finding]:
 
 def _runnable(plan: ResolvedPlan) -> list[Finding]:
     """What the plan's engine would refuse in the target's header, refused here first: a header value or tensor
-    shape no model has (`power.artifacts.header_values`), and for Power's runtime a tensor type it cannot read."""
+    shape no model has (`power.artifacts.header_values`), and for Power's runtime a tensor type it cannot read, in
+    the target and in each GGUF drafter."""
+    engine = adapter(plan.memory.engine)
     try:
         target = inspect_artifact(plan.target.path)
+        drafters = [inspect_artifact(d.path) for d in plan.drafters if d.path is not None and d.files is None]
     except ArtifactError as err:
         return [err.finding]
-    return [finding for finding in target.findings if finding.is_error] + adapter(plan.memory.engine).artifact_findings(target)
+    return ([finding for finding in target.findings if finding.is_error]
+            + [finding for facts in (target, *drafters) for finding in engine.artifact_findings(facts)])
 
 
 def _tokenizers(plan: ResolvedPlan) -> list[Finding]:

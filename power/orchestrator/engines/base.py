@@ -170,8 +170,9 @@ class EngineAdapter(ABC):
         """What of the target's shape this engine cannot run with `asked` (vLLM: heads that do not shard)."""
         return []
 
-    def artifact_findings(self, target: ArtifactFacts) -> list[Finding]:  # noqa: ARG002
-        """What the engine cannot load in the target file itself, located in that file (tensor types)."""
+    def artifact_findings(self, artifact: ArtifactFacts) -> list[Finding]:  # noqa: ARG002
+        """What the engine cannot load in a GGUF file it reads (the target, a GGUF drafter), located in that file
+        (tensor types)."""
         return []
 
     @abstractmethod

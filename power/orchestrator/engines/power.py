@@ -82,9 +82,9 @@ class PowerRuntime(EngineAdapter):
                         f"the target's key/value head widths {'/'.join(map(str, widths))} are not whole blocks",
                         'set kv_cache_type = "f16" (or "bf16", "f32")', "profile", "runtime.kv_cache_type")]
 
-    def artifact_findings(self, target: ArtifactFacts) -> list[Finding]:
+    def artifact_findings(self, artifact: ArtifactFacts) -> list[Finding]:
         """A tensor of a type the runtime's loader cannot dequantise (PWR122), refused before a plan is sealed."""
-        return unreadable_types(target.path, target.tensors)
+        return unreadable_types(artifact.path, artifact.tensors)
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
              devices: tuple[DeviceBudget, ...]) -> Sizing:
