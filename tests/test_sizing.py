@@ -525,3 +525,47 @@ def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_p
     host = {c["name"]: c["bytes"] for c in memory["host"]}
     if profile == "dflash2" or profile.startswith("dspark"):
         assert host["drafter weights"] < 2 * GiB  # 6.6 GiB dequantised to f32 before
+
+
+def test_cuda_graphs_asked_of_a_recurrent_target_are_named_at_plan_for_powers_runtime(tmp_path):
+    """Issue 40 (noticed): the bundled Qwen3.6-27B profiles set cuda_graphs = true, which Power's runtime refuses
+    for the qwen35 hybrid at load on a CUDA device (PWR607). The bundled profiles now ask for no graphs (each plans
+    above), and a profile that asks is told at plan, at its key (PWR651, a warning: on the CPU graphs do not apply);
+    llama-server, which captures the hybrid, takes them without a word."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}], hashed=False, quant="Q6_K",
+                              architecture="qwen35")
+    profile = tmp_path / "graphs.toml"
+    profile.write_text((REPO_PROFILES / "balanced-k7s7.toml").read_text().replace("cuda_graphs = false",
+                                                                                  "cuda_graphs = true"))
+    runner = CliRunner()
+    warned = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--engine", "power"])
+    assert warned.exit_code == 0, warned.output
+    assert f"{profile}:13:15: PWR651 [warning] engine power: runtime.cuda_graphs = true, but Power's runtime cannot " \
+           "capture the qwen35 target in CUDA graphs" in warned.stderr
+    for engine, host in (("llama-server", ["--device", "24GiB"]), ("power", ["--host", str(tmp_path / "cpu.toml")])):
+        (tmp_path / "cpu.toml").write_text('schema = "power.host/v1"\nname = "cpu"\ndevices = [{ model = "cpu", '
+                                           'vram = "64 GiB", kind = "cpu" }]\n')
+        quiet = runner.invoke(main, ["size", str(manifest), str(profile), *host, "--engine", engine])
+        assert quiet.exit_code == 0 and "PWR651" not in quiet.output, quiet.output
+    every_drafter = write_manifest(tmp_path, "qwen36-27b-q6k", [
+        {"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
+        {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}], name="all", hashed=False, quant="Q6_K",
+        architecture="qwen35")
+    for bundled in QWEN_PROFILES:
+        planned = runner.invoke(main, ["size", str(every_drafter), str(REPO_PROFILES / f"{bundled}.toml"), "--device",
+                                       "24GiB", "--engine", "power"])
+        assert planned.exit_code == 0 and "PWR651" not in planned.output, planned.output
+
+
+def test_the_dspark_reference_row_of_docs_sizing_is_what_the_profile_sizes_to(tmp_path):
+    """Issue 40 (docs drift): docs/sizing.md's DSpark row showed an older 23,572 MiB. The row is the bundled
+    dspark-k10s6 profile sized for llama-server on a 24 GiB device, as `power size` prints it now."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+                              hashed=False, quant="Q6_K", architecture="qwen35")
+    sized = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / "dspark-k10s6.toml"), "--device",
+                                      "24GiB", "--engine", "llama-server", "--json"])
+    memory = json.loads(sized.stdout)["memory"]
+    total, margin = memory["devices"][0]["total_bytes"], memory["margin_bytes"]
+    row = next(line for line in (REPO / "docs" / "sizing.md").read_text().splitlines()
+               if line.startswith("| DSpark K10/S6, ctx 512, batch 12, 24 GiB |"))
+    assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, row

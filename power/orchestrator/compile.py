@@ -267,7 +267,8 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
                  runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min,
                  draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers,
                                            len(placed.devices)) or bool(runtime.draft_override_tensor),
-                 draft_kv_cache_type=draft_cache_type(runtime))
+                 draft_kv_cache_type=draft_cache_type(runtime),
+                 graphs_on_gpu=runtime.cuda_graphs and any(placed.host.devices[i].kind == "gpu" for i in placed.devices))
 
 
 def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,

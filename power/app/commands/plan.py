@@ -17,7 +17,6 @@ from power.documents.plan import DEFAULT_ENGINE, ResolvedPlan, planned_artifacts
 from power.findings import Finding
 from power.orchestrator.compile import Placed, compile_plan
 from power.orchestrator.engines import ENGINES, adapter
-from power.orchestrator.engines.power import NAME as POWER
 from power.orchestrator.loading import Loaded, load_host, load_manifest, load_profile
 from power.orchestrator.plan_text import summary_text
 from power.orchestrator.schema import DEFAULT_HEADROOM, DeviceSpec, HostSpec
@@ -129,7 +128,7 @@ def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, 
         for finding in findings:
             click.echo(finding.render(), err=True)
         click.echo(summary_text(resolved))
-        if resolved.memory.engine == POWER:
+        if adapter(resolved.memory.engine).checks_host_memory:
             click.echo(host_memory_line(resolved))
         if output is not None:
             click.echo(f"wrote {output}")

@@ -1,13 +1,18 @@
-"""A file of a Hugging Face repository, through huggingface_hub: its endpoint (HF_ENDPOINT), its token (HF_TOKEN
-or the saved login), its cache (HF_HUB_CACHE), its resumed transfers and progress bars. What Power adds: the
-revision resolved to a commit, the Hub's own sha256 of an LFS file (its X-Linked-Etag) and size, and a client
-whose every redirect passes `pull.redirects` before it is followed."""
+"""A file of a Hugging Face repository, resolved through huggingface_hub: its endpoint (HF_ENDPOINT), its token
+(HF_TOKEN or the saved login), its cache (HF_HUB_CACHE, read when it already holds the file). What Power adds:
+the revision resolved to a commit, the Hub's own sha256 of an LFS file (its X-Linked-Etag) and size, the address
+its bytes are served from, and a client whose every redirect passes `pull.redirects` before it is followed.
+
+The bytes themselves are fetched by `pull.transfer`, like a URL's, into a partial file that the next run resumes:
+huggingface_hub writes each download to a file of its own process and deletes it when the process ends, so a
+transfer cut short would start again from zero."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import huggingface_hub
 from huggingface_hub import constants, errors
@@ -27,6 +32,7 @@ class HubFile:
     commit: str
     size: int | None
     lfs_sha256: str | None  # the Hub's sha256 of an LFS file; None for a file kept in git itself
+    location: str  # where its bytes are served: the endpoint itself, or the storage it redirects to
 
     @property
     def label(self) -> str:
@@ -50,29 +56,29 @@ def resolve(repo: str, revision: str, filename: str) -> HubFile:
         meta = huggingface_hub.get_hf_file_metadata(url)
     except (errors.HfHubHTTPError, OSError, _http.httpx2.HTTPError) as err:
         raise _unreachable(repo, revision, filename, err) from None
-    redirects.check(url, meta.location, filename)
     if not provenance.is_commit(meta.commit_hash):
         raise PullError(f"{repo}: the Hub named no commit for revision {revision!r}", hint="check the endpoint "
                         "serves the Hugging Face Hub API (HF_ENDPOINT)")
+    commit = str(meta.commit_hash)
     etag = meta.etag or ""
-    return HubFile(repo, filename, str(meta.commit_hash), meta.size, etag if SHA256.match(etag) else None)
+    redirected = meta.location != url  # to the storage serving this very blob; else the file at its commit
+    location = redirects.check(url, meta.location, filename) if redirected else \
+        huggingface_hub.hf_hub_url(repo, filename, revision=commit)
+    return HubFile(repo, filename, commit, meta.size, etag if SHA256.match(etag) else None, location)
 
 
-def download(file: HubFile) -> Path:
-    """The file at its commit in huggingface_hub's cache (fetched unless already there): the cached path."""
-    _police_redirects()
-    try:
-        return Path(huggingface_hub.hf_hub_download(file.repo, file.filename, revision=file.commit))
-    except (errors.HfHubHTTPError, OSError, _http.httpx2.HTTPError) as err:
-        raise _unreachable(file.repo, file.commit, file.filename, err) from None
+def cached(file: HubFile) -> Path | None:
+    """The file at its commit in huggingface_hub's cache, when the cache already holds it."""
+    found = huggingface_hub.try_to_load_from_cache(file.repo, file.filename, revision=file.commit)
+    return Path(found) if isinstance(found, str) else None
 
 
-def forget(cached: Path) -> None:
-    """Delete a cached file whose bytes were refused: the blob and the snapshot's link to it."""
-    blob = cached.resolve()
-    blob.unlink(missing_ok=True)
-    if cached.is_symlink():
-        cached.unlink()
+def headers(file: HubFile) -> dict[str, str]:
+    """The headers huggingface_hub sends (its user agent, the token), for the endpoint's own host only: storage
+    the Hub redirects to is served by a signed address, and is never sent the token."""
+    if urlsplit(file.location).netloc.lower() != urlsplit(endpoint()).netloc.lower():
+        return {}
+    return huggingface_hub.utils.build_hf_headers()
 
 
 def _unreachable(repo: str, revision: str, filename: str, err: Exception) -> PullError:

@@ -1,6 +1,8 @@
 """One artifact pulled: left alone when the file is already there with the declared size and sha256; otherwise
-fetched from its source, checked (size, sha256, and the Hub's own sha256 of an LFS file) and only then moved
-into place with one atomic rename. Bytes that fail a check are deleted, never placed."""
+taken from huggingface_hub's cache when it holds the file with those digests, or fetched from its source into a
+partial file beside the placed ones (which the next run resumes), checked (size, sha256, and the Hub's own sha256
+of an LFS file) and only then moved into place with one atomic rename. Bytes that fail a check are deleted, never
+placed."""
 
 from __future__ import annotations
 
@@ -66,14 +68,15 @@ def pull(wanted: Wanted) -> Pulled:
 
 def _present(wanted: Wanted) -> Pulled | None:
     """The file already in place with the declared size and sha256 (its digest from the cache when unchanged)."""
-    if wanted.sha256 is None or not wanted.path.is_file():
+    if wanted.sha256 is None or not _holds(wanted.path, wanted.size, wanted.sha256):
         return None
-    size = wanted.path.stat().st_size
-    if wanted.size is not None and size != wanted.size:
-        return None
-    if sha256_file(wanted.path) != wanted.sha256:
-        return None
-    return Pulled(wanted, size, wanted.sha256, fetched=False)
+    return Pulled(wanted, wanted.path.stat().st_size, wanted.sha256, fetched=False)
+
+
+def _holds(path: Path, size: int | None, sha256: str) -> bool:
+    """`path` is a file of `size` (when declared) bytes whose sha256 is `sha256` (from the digest cache when the
+    file is unchanged)."""
+    return path.is_file() and (size is None or path.stat().st_size == size) and sha256_file(path) == sha256
 
 
 def _at_commit(present: Pulled) -> Pulled:
@@ -99,29 +102,35 @@ def _from_hub(wanted: Wanted) -> Pulled:
                         f"declares {wanted.sha256}", code="PWR137", where=f"{wanted.where}.sha256",
                         hint="the revision holds another file: check source.revision and source.filename, or "
                              "re-pin with `power pull --pin` if the new file is the one you want")
-    cached = hub.download(file)
-    try:
-        size, digest = _checked(wanted, cached, file.lfs_sha256)
-    except PullError:
-        hub.forget(cached)
-        raise
-    with atomic_path(wanted.path) as temp:
-        _link_or_copy(cached, temp)
+    expected = wanted.sha256 or file.lfs_sha256
+    cached = hub.cached(file)
+    if cached is not None and expected is not None and _holds(cached, wanted.size, expected):
+        with atomic_path(wanted.path) as temp:
+            _link_or_copy(cached, temp)
+        return Pulled(wanted, cached.stat().st_size, expected, fetched=True, commit=file.commit, origin=file.label)
+    size, digest = _fetched(wanted, file.location, hub.headers(file), file.lfs_sha256)
     return Pulled(wanted, size, digest, fetched=True, commit=file.commit, origin=file.label)
 
 
 def _from_url(wanted: Wanted) -> Pulled:
     assert wanted.url is not None
+    size, digest = _fetched(wanted, wanted.url, {}, None)
+    return Pulled(wanted, size, digest, fetched=True, origin=wanted.url)
+
+
+def _fetched(wanted: Wanted, url: str, headers: dict[str, str], lfs_sha256: str | None) -> tuple[int, str]:
+    """The file fetched into its partial file beside the placed ones (resumed from an earlier run's), checked,
+    and renamed into place: its size and sha256."""
     partial = wanted.path.parent / PARTIAL_DIR / f"{wanted.path.name}.partial"
-    transfer.download(wanted.url, partial, wanted.path.name)
+    transfer.download(url, partial, wanted.path.name, headers)
     try:
-        size, digest = _checked(wanted, partial, None)
+        size, digest = _checked(wanted, partial, lfs_sha256)
     except PullError:
         partial.unlink(missing_ok=True)
         raise
     os.replace(partial, wanted.path)
     _remove_if_empty(partial.parent)
-    return Pulled(wanted, size, digest, fetched=True, origin=wanted.url)
+    return size, digest
 
 
 def _checked(wanted: Wanted, fetched: Path, lfs_sha256: str | None) -> tuple[int, str]:

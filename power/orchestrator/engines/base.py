@@ -60,6 +60,8 @@ class Asked:
     # the drafter placed apart from the target: on its own device of several, or with layers left in host memory
     draft_placed: bool = False
     draft_kv_cache_type: str | None = None  # None: the target's
+    graphs_on_gpu: bool = False  # runtime.cuda_graphs on a deployment whose devices include a GPU
+
 
     @classmethod
     def of_plan(cls, plan: ResolvedPlan) -> Asked:
@@ -69,7 +71,7 @@ class Asked:
                    rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
                    plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
                                                         len(plan.devices)) or bool(rt.draft_override_tensor),
-                   rt.draft_kv_cache_type)
+                   rt.draft_kv_cache_type, rt.cuda_graphs and any(d.kind == "gpu" for d in plan.devices))
 
     def checkpoint_refusals(self, engine: str) -> list[Refusal]:
         """PWR463 for each drafter given as a Hugging Face checkpoint, on an engine that loads GGUF drafters only."""
@@ -161,6 +163,8 @@ class EngineAdapter(ABC):
     # what the engine's image holds ready-made so a pod starts without building it: (the variable that points the
     # engine at it, the folder in the image, how the image fills that folder); None: nothing
     image_prebuilt: tuple[str, str, str] | None = None
+    # the engine refuses at load, on the CPU, weights the host cannot hold (PWR520): `power plan` judges the host too
+    checks_host_memory: bool = False
 
     @abstractmethod
     def supports(self, asked: Asked) -> list[Refusal]:

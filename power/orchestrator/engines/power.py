@@ -45,6 +45,7 @@ class PowerRuntime(EngineAdapter):
                       f"`POWER_KERNEL_CACHE={KERNEL_CACHE_DIR} power kernels build --all && chmod -R a+rX,go-w "
                       f"{KERNEL_CACHE_DIR}` when the image is built (the CPU kernels, so no pod compiles them)")
     description = "Power's runtime"
+    checks_host_memory = True
     settings = SETTINGS
 
     def supports(self, asked: Asked) -> list[Refusal]:
@@ -73,12 +74,23 @@ class PowerRuntime(EngineAdapter):
                 + draft_placement_refusal(self.name, asked, kv_types=False))
 
     def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:
-        """A q8_0 cache stores whole blocks of 32 values of each head's key and value rows."""
+        """CUDA graphs asked of a target with recurrent layers, which the runtime refuses to capture at load on a CUDA
+        device (PWR607, `power.runtime.trunks.base.Trunk.capture_graphs`): a warning (PWR651), since the plan still
+        runs on the CPU, where graphs do not apply; a q8_0 cache, which stores whole blocks of 32 values of each
+        head's key and value rows."""
+        refusals = []
+        if asked.graphs_on_gpu and any(layer.kind == RECURRENT for layer in target.layers):
+            refusals.append(Refusal("PWR651", f"runtime.cuda_graphs = true, but Power's runtime cannot capture the "
+                                    f"{target.architecture} target in CUDA graphs (its recurrent layers run each "
+                                    "sequence's rows through their state in Python): a run on a CUDA device is "
+                                    "refused at load (PWR607)",
+                                    'set cuda_graphs = false in the profile\'s [runtime], or run engine "llama-server"',
+                                    "profile", "runtime.cuda_graphs"))
         widths = sorted({w for layer in target.layers if layer.kind != RECURRENT
                          for w in (layer.head_dim_k, layer.head_dim_v) if w})
         if all(whole_blocks(asked.kv_cache_type, width) for width in widths):
-            return []
-        return [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of {Q8_0_BLOCK} values; "
+            return refusals
+        return refusals + [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of {Q8_0_BLOCK} values; "
                         f"the target's key/value head widths {'/'.join(map(str, widths))} are not whole blocks",
                         'set kv_cache_type = "f16" (or "bf16", "f32")', "profile", "runtime.kv_cache_type")]
 

@@ -40,7 +40,6 @@ STARTUP_SECONDS = 1800  # loading (and for vLLM, compiling) a large model takes 
 CACHE_DIR = "/cache"
 API_KEY_DIR = "/var/run/secrets/power"
 API_KEY_ITEM = "api-key"
-HUB_CACHE_DIR = ".cache/huggingface"  # in the model volume, beside the pulled files
 TOKEN_ITEM = "token"  # the key of a volume's token_secret holding the Hub token
 
 
@@ -301,12 +300,11 @@ def _init_container(placement: Placement, name: str, command: list[str], env: li
 def _pull_container(placement: Placement, plan_path: str, env: list[dict[str, Any]],
                     mounts: list[dict[str, Any]]) -> dict[str, Any]:
     """`power pull` on the carried plan (its paths are already where the pod mounts the volume) into the model
-    volume, mounted writable here alone, with huggingface_hub's cache inside the volume: a pulled file is a hard
-    link to its cached blob, never a second copy. Any refusal exits non-zero, so the pod fails before `verify`,
-    and the engine never starts on half a file."""
+    volume, mounted writable here alone: each file is fetched into the volume's partial store (which a restarted
+    pod on a claim resumes) and renamed into place, never a second copy. Any refusal exits non-zero, so the pod
+    fails before `verify`, and the engine never starts on half a file."""
     writable = [dict(mount, readOnly=False) if mount["name"] == "models" else mount for mount in mounts]
-    hub: list[dict[str, Any]] = [{"name": "HF_HUB_CACHE",
-                                  "value": f"{placement.mount.mount_path.rstrip('/')}/{HUB_CACHE_DIR}"}]
+    hub: list[dict[str, Any]] = []
     if placement.mount.token_secret is not None:
         hub.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": placement.mount.token_secret,
                                                                         "key": TOKEN_ITEM}}})
