@@ -173,7 +173,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR458": ("error", "the launch line names no model"),
     "PWR459": ("error", "the launch input cannot be read"),
     "PWR444": ("error", "a llama-server option Power refuses: what would run is not what the plan says "
-                        "(orchestrator/llama_options.py names each one and its fix)"),
+                        "(orchestrator/engines/llama_server/options.py names each one and its fix)"),
     "PWR445": ("error", "a V cache type other than the K cache type (-ctv / --spec-draft-type-v): Power keeps one type "
                         "for both"),
     "PWR446": ("warning", "a llama-server request default or access setting the render does not carry (sampling "

@@ -30,6 +30,8 @@ Vocabulary:
   draft probability, as llama.cpp's draft-mtp stops at the first draft below it).
 - **sidecar**: a native head that may also come as a separate file (an MTP-only
   GGUF for a target shipped without its head), bound by the target's sha256.
+- **checkpoint_only**: its drafter is published as a Hugging Face checkpoint
+  folder (what vLLM loads), never as a GGUF Power checks.
 - **llama.cpp / vLLM**: how the engines spell it today, and the spellings they
   retired.
 """
@@ -47,7 +49,8 @@ DRAFT_COST_TEXT = {"per-token": "K sequential forwards", "per-round": "about one
 
 AUTO = "auto"
 NONE = "none"
-MTP, DFLASH, DFLASH2, DSPARK, NGRAM, DRAFT_MODEL = "mtp", "dflash", "dflash2", "dspark", "ngram", "draft-model"
+MTP, DFLASH, DFLASH2, DSPARK, EAGLE3, NGRAM, DRAFT_MODEL = (
+    "mtp", "dflash", "dflash2", "dspark", "eagle3", "ngram", "draft-model")
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,11 @@ class Mode:
     chain_loss: str | None = None  # n-gram: the measured loss of chaining it on a recurrent target
     confidence_gate: bool = False
     sidecar: bool = False
+    checkpoint_only: bool = False
     reserved: bool = False  # no production adapter: a plan fails closed
     header_architecture: str | None = None  # the `general.architecture` a file-backed drafter carries
     llama: LlamaSpelling | None = None
+    llama_refusal: str | None = None  # why Power cannot render it for llama-server, where llama.cpp has it
     vllm_method: str | None = None
     vllm_aliases: tuple[str, ...] = ()  # other vLLM methods Power reads as this mode
     vllm_refusal: str | None = None  # why Power cannot render it for vLLM (None when it can)
@@ -113,6 +118,14 @@ MODES: tuple[Mode, ...] = (
                 "matched the control and every request entered fallback replay",
          llama=LlamaSpelling("draft-dspark", retired=("dspark",)), vllm_method="dspark", speculator="dspark",
          vllm_refusal=_VLLM_HF_DRAFTER.format(name="DSpark")),
+    # EAGLE-3 (arXiv:2503.01840): one decoder layer over three of the target's hidden states, drafting token by
+    # token; vLLM loads it as a checkpoint (vllm/model_executor/models/llama_eagle3.py).
+    Mode(EAGLE3, "file", context_backed=True, draft_cost="per-token", checkpoint_only=True,
+         opt_in="EAGLE-3 runs on vLLM only, from a Hugging Face checkpoint: a plan names it",
+         llama_refusal="llama.cpp's draft-eagle3 loads a GGUF converted from the checkpoint, whose header Power has "
+                       "no contract for; Power checks EAGLE-3 drafters as the Hugging Face checkpoints vLLM loads",
+         vllm_method="eagle3",
+         fixed_shape="vLLM drafts EAGLE-3's num_speculative_tokens every round; Power's runtime does not run it"),
     Mode(NGRAM, "none", context_backed=False, draft_cost="none", auto_priority=3,
          chain_loss="the reference measurements (docs/reference.md) found draft-mtp,ngram-mod losing on all traffic on the qwen35 hybrid: with n-gram "
                     "in the chain llama.cpp disables recurrent rollback, which the drafter's verification depends on",
@@ -127,7 +140,7 @@ MODES: tuple[Mode, ...] = (
 # Engine spellings of drafters Power has no adapter for: an import names them instead of calling them unknown.
 FOREIGN_LLAMA_SPEC_TYPES = {"draft-eagle3": "eagle3"}
 FOREIGN_LLAMA_RETIRED = {"eagle3": "draft-eagle3"}
-FOREIGN_VLLM_METHODS = ("eagle", "eagle3", "medusa", "mlp_speculator", "suffix", "custom_class",
+FOREIGN_VLLM_METHODS = ("eagle", "medusa", "mlp_speculator", "suffix", "custom_class",
                         "extract_hidden_states")
 # llama.cpp's `--spec-type none`: no speculation.
 LLAMA_NO_SPECULATION = "none"
@@ -139,7 +152,13 @@ FILE_BACKED: frozenset[str] = frozenset(m.name for m in MODES if m.file_backed)
 CONTEXT_BACKED: frozenset[str] = frozenset(m.name for m in MODES if m.context_backed)
 WEIGHT_FREE: frozenset[str] = frozenset(m.name for m in MODES if m.artifact == "none")
 # Kinds whose contract lives in a GGUF header (the target's nextn heads, or the drafter's own file).
-HEADER_CONTRACT: frozenset[str] = frozenset(m.name for m in MODES if m.artifact != "none" and not m.reserved)
+HEADER_CONTRACT: frozenset[str] = frozenset(m.name for m in MODES if m.artifact != "none" and not m.reserved
+                                            and not m.checkpoint_only)
+CHECKPOINT_ONLY: frozenset[str] = frozenset(m.name for m in MODES if m.checkpoint_only)
+# Kinds whose weights are a target model's nextn blocks: in the target itself, or in a sidecar file of its model.
+NATIVE_HEADS: frozenset[str] = frozenset(m.name for m in MODES if m.artifact == "target")
+# The `general.architecture` a drafter file of each kind carries (its contract: power.artifacts.contracts).
+ARCHITECTURE_OF: dict[str, str] = {m.name: m.header_architecture for m in MODES if m.header_architecture}
 # spec_mode values the adaptive controller may drive (auto: when it resolves to one of them).
 ADAPTIVE_SPEC_MODES: frozenset[str] = frozenset({AUTO, *(m.name for m in MODES if m.adaptive)})
 FR_SPEC_MODES: frozenset[str] = frozenset(m.name for m in MODES if m.fr)

@@ -33,10 +33,10 @@ class WaitPolicy:
     """How OpenMP's idle threads wait in this process, and who decided it."""
 
     setting: str  # e.g. "OMP_WAIT_POLICY=passive"
-    source: str  # "power" | "environment" | "torch loaded first"
+    source: str  # "Power" | "environment" | "torch loaded first"
 
     def describe(self) -> str:
-        if self.source == "power":
+        if self.source == "Power":
             return f"{self.setting} (set by Power: idle kernel threads sleep)"
         if self.source == "environment":
             return f"{self.setting} (from the environment)"
@@ -57,7 +57,7 @@ def settle_wait_policy() -> WaitPolicy:
             _settled = WaitPolicy("default", "torch loaded first")
         else:
             os.environ[WAIT_POLICY_ENV] = PASSIVE
-            _settled = WaitPolicy(f"{WAIT_POLICY_ENV}={PASSIVE}", "power")
+            _settled = WaitPolicy(f"{WAIT_POLICY_ENV}={PASSIVE}", "Power")
     return _settled
 
 
@@ -65,7 +65,7 @@ def environment_for_other_programs() -> dict[str, str]:
     """This process's environment without the wait policy Power set for itself: another engine Power starts
     (llama-server, vLLM, whose CPU backends may use OpenMP too) keeps its own default."""
     environment = dict(os.environ)
-    if _settled is not None and _settled.source == "power":
+    if _settled is not None and _settled.source == "Power":
         environment.pop(WAIT_POLICY_ENV, None)
     return environment
 

@@ -21,7 +21,7 @@ from plan_helpers import write_manifest
 from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 
 from power.app.cli import main
-from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP, declared_draft_tokens
+from power.artifacts.contracts import declared_draft_tokens
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, TrainingData, drafter_shape
 from power.drafters.export import BLOCK_MATRICES, MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
@@ -33,7 +33,7 @@ from power.drafters.prompt_sets import load_prompts
 from power.drafters.served import replay
 from power.drafters.train import Curve, training_precision
 from power.drafters.worth import Costs
-from power.modes import NGRAM
+from power.modes import DFLASH, DFLASH2, DSPARK, MTP, NGRAM
 from power.orchestrator.worth_it import judge_distilled
 from power.runtime.decoder import Decoder
 from power.runtime.engine import Engine, EngineOptions, Workload

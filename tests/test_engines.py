@@ -3,6 +3,7 @@ engine's name (issue 23)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -50,12 +51,45 @@ def test_each_engine_has_an_adapter_and_the_plan_vocabulary_names_them():
     assert set(ENGINES) == set(get_args(EngineName)) == set(ADAPTERS)
 
 
-def test_no_module_outside_the_adapters_tests_an_engines_name():
+def _outside_the_engines() -> list[Path]:
+    """Every module of the package but those in an engine's folder (power/orchestrator/engines/)."""
+    engines = REPO / "power" / "orchestrator" / "engines"
+    return [path for path in (REPO / "power").rglob("*.py") if engines not in path.parents]
+
+
+def _engine_names_used(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of each engine name compared (`== "vllm"`, `in ("power", ...)`) or used as a key (a dict's,
+    or a subscript's; a `Literal[...]` type names the engines, as the plan's vocabulary `EngineName` does)."""
+    def named(node: ast.expr | None) -> list[ast.Constant]:
+        elements = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [e for e in elements if isinstance(e, ast.Constant) and e.value in ENGINES]
+
+    used: list[ast.Constant] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            used += [c for operand in (node.left, *node.comparators) for c in named(operand)]
+        elif isinstance(node, ast.Dict):
+            used += [c for key in node.keys for c in named(key)]
+        elif isinstance(node, ast.Subscript) and not (isinstance(node.value, ast.Name) and node.value.id == "Literal"):
+            used += named(node.slice)
+    return [(c.lineno, str(c.value)) for c in used]
+
+
+def test_no_module_outside_the_engines_folders_tests_an_engines_name():
+    """An engine's knowledge lives in its folder: elsewhere no `engine ==` test, and no engine name compared or used
+    as a key (read with `ast`, as tests/test_layers.py reads imports)."""
     pattern = re.compile(r"engine\s*==")
-    offenders = [f"{path.relative_to(REPO)}:{number}" for path in (REPO / "power").rglob("*.py")
-                 if "engines" not in path.relative_to(REPO / "power").parts
-                 for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
-    assert offenders == []
+    tested = [f"{path.relative_to(REPO)}:{number}" for path in _outside_the_engines()
+              for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    named = [f"{path.relative_to(REPO)}:{line}: {name!r}" for path in _outside_the_engines()
+             for line, name in _engine_names_used(ast.parse(path.read_text()))]
+    assert tested == [] and named == []
+
+
+def test_the_guard_sees_an_engine_name_compared_or_used_as_a_key():
+    code = ('a = x == "vllm"\nb = y in ("power", "z")\nc = {"llama-server": 1}\nd = e["vllm"]\nf = g == "other"\n'
+            'E = Literal["power", "vllm"]\n')
+    assert _engine_names_used(ast.parse(code)) == [(1, "vllm"), (2, "power"), (3, "llama-server"), (4, "vllm")]
 
 
 def test_a_switch_style_flash_attn_before_another_option_names_the_real_mistake():
@@ -140,8 +174,8 @@ def test_a_refusal_without_a_file_of_its_own_is_located_at_the_plan(tmp_path):
 
 def test_the_llama_server_settings_table_reads_both_ways():
     """Setting <-> flag <-> env name, as llama.cpp's common/arg.cpp keeps them in one entry."""
-    from power.orchestrator import llama_flags
-    from power.orchestrator.engines.llama_server import field_of_option, settings_table
+    from power.orchestrator.engines.llama_server import flags as llama_flags
+    from power.orchestrator.engines.llama_server.settings import field_of_option, settings_table
 
     table = llama_flags.table()
     for setting in settings_table().entries:
@@ -152,3 +186,16 @@ def test_the_llama_server_settings_table_reads_both_ways():
     settings = settings_table()
     assert settings.env("ctx") == "LLAMA_ARG_CTX_SIZE" and settings.field_of_env("LLAMA_ARG_CTX_SIZE") == "ctx"
     assert settings.flag("fit") == "--fit" and settings.field_of_flag("-c") == "ctx"
+
+
+def test_every_engine_setting_says_what_it_means():
+    """One entry per setting holds its flag, its variable and its help, as llama.cpp's `common_arg` does."""
+    unexplained = [f"{name}: {setting.field}" for name, engine in ADAPTERS.items()
+                   for setting in engine.settings.entries if not setting.help]
+    assert unexplained == []
+
+
+def test_a_switch_is_rendered_on_or_off_through_the_settings_table():
+    settings = ADAPTERS["llama-server"].settings
+    assert (settings.switch("kv_unified", True), settings.switch("kv_unified", False)) == ("--kv-unified",
+                                                                                           "--no-kv-unified")

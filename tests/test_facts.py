@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from gguf_helpers import fixtures, gemma
 
+from power import modes
 from power.artifacts import contracts, factory
 from power.artifacts.facts import inspect_artifact
 from power.artifacts.gguf_reader import read_header
@@ -45,7 +46,7 @@ def test_dspark_drafter_kv_at_the_reference_context_is_five_gib():
 def test_every_fixture_satisfies_its_own_contract_and_no_other(name):
     found = facts(name)
     assert contracts.contract_violations(found, found.drafter_kind) == []
-    for other in set(contracts.FILE_KINDS) - {found.drafter_kind}:
+    for other in modes.HEADER_CONTRACT - {found.drafter_kind}:
         codes = [finding.code for finding in contracts.contract_violations(found, other)]
         assert codes and set(codes) <= {"PWR210", "PWR212"}, other
 
@@ -88,7 +89,7 @@ def _rewrite_drafter(tmp_path, kind, *, drop_tensor=None, reshape=None, drop_key
     if drop_key:
         del metadata[drop_key]
     tensors = {name: factory.Tensor(np.zeros(shape, dtype="float32")) for name, shape in shapes.items()}
-    path = factory.write_gguf(tmp_path / f"{kind}-broken.gguf", contracts.ARCHITECTURE_OF[kind], metadata, tensors)
+    path = factory.write_gguf(tmp_path / f"{kind}-broken.gguf", modes.ARCHITECTURE_OF[kind], metadata, tensors)
     return inspect_artifact(path)
 
 

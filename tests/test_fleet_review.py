@@ -204,7 +204,7 @@ def test_the_summary_counts_in_words_that_agree_with_the_count(world: World) -> 
     """Issue 40 (low): "1 errors"."""
     one = CLEAN.replace('host = "ws-2"', 'host = "ws-3"', 1)
     result = review(world.fleet(TWO_HOSTS, one))
-    assert result.exit_code == 1 and "2 hosts, 2 deployments: 1 error, 0 warnings" in result.output, result.output
+    assert result.exit_code == 1 and "2 hosts, 2 deployments: 1 error, 1 warning" in result.output, result.output
 
 
 def test_findings_name_their_files_one_way(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

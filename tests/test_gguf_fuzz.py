@@ -15,9 +15,10 @@ from gguf_helpers import fixtures, gemma
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from power.artifacts.contracts import FILE_KINDS, contract_violations
+from power.artifacts.contracts import contract_violations
 from power.artifacts.facts import inspect_artifact
 from power.artifacts.gguf_reader import ArtifactError, read_header
+from power.modes import HEADER_CONTRACT
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
@@ -30,7 +31,7 @@ def fuzz(examples: int) -> settings:
 def _read_or_finding(path) -> str:
     try:
         facts = inspect_artifact(path)
-        for kind in FILE_KINDS:
+        for kind in sorted(HEADER_CONTRACT):
             contract_violations(facts, kind)
     except ArtifactError as error:
         assert error.finding.code.startswith("PWR1")

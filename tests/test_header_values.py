@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from gguf_helpers import fixtures
 
+from power import modes
 from power.app.cli import main
 from power.artifacts import contracts, factory
 from power.artifacts.digests import sha256_file
@@ -269,13 +270,13 @@ def test_the_runtime_reads_exactly_the_types_its_plans_allow():
 
 def write_dflash_drafter(path: Path, types: dict | None = None) -> Path:
     """The factory's DFlash drafter for the hybrid fixture target, its matrices in F32 but for `types`."""
-    hp = factory.fixture_drafter_hparams(contracts.DFLASH)
+    hp = factory.fixture_drafter_hparams(modes.DFLASH)
     rng = np.random.default_rng(11)
     tensors = {name: Tensor(np.ones(shape, np.float32) if len(shape) == 1 else
                             rng.normal(0.0, 0.02, shape).astype(np.float32), (types or {}).get(name, factory.F32))
-               for name, shape in contracts.drafter_tensors(contracts.DFLASH, hp).items()}
-    metadata = contracts.drafter_metadata(contracts.DFLASH, hp) | factory.tokenizer_metadata(TOKENIZER)
-    return write_gguf(path, contracts.ARCHITECTURE_OF[contracts.DFLASH], metadata, tensors)
+               for name, shape in contracts.drafter_tensors(modes.DFLASH, hp).items()}
+    metadata = contracts.drafter_metadata(modes.DFLASH, hp) | factory.tokenizer_metadata(TOKENIZER)
+    return write_gguf(path, modes.ARCHITECTURE_OF[modes.DFLASH], metadata, tensors)
 
 
 def test_plan_and_verify_refuse_a_drafter_matrix_type_the_runtime_cannot_read(tmp_path):
@@ -284,7 +285,7 @@ def test_plan_and_verify_refuse_a_drafter_matrix_type_the_runtime_cannot_read(tm
     target = fixtures()["hybrid-target"]
     good = write_dflash_drafter(tmp_path / "good-drafter.gguf")
     matrix = next(name for name, shape in contracts.drafter_tensors(
-        contracts.DFLASH, factory.fixture_drafter_hparams(contracts.DFLASH)).items() if len(shape) == 2)
+        modes.DFLASH, factory.fixture_drafter_hparams(modes.DFLASH)).items() if len(shape) == 2)
     bad = write_dflash_drafter(tmp_path / "drafter.gguf", types={matrix: gguf.GGMLQuantizationType.Q4_1})
 
     def manifest(drafter: Path) -> Path:

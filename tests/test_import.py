@@ -20,7 +20,9 @@ from power.artifacts.factory import (
     build_headless_hybrid_target,
     build_mtp_sidecar,
 )
-from power.orchestrator.launch_import import LLAMA_SERVER, VLLM, env_names, import_launch
+from power.orchestrator.launch_import import env_names, import_launch
+
+LLAMA_SERVER, VLLM = "llama-server", "vllm"
 from power.orchestrator.launch_tokens import (
     COMMAND_LINE,
     tokens_from_argv,
@@ -151,7 +153,8 @@ def test_no_model_is_a_finding() -> None:
 
 def test_unknown_and_unadapted_types() -> None:
     assert _codes(_llama("-m", "t.gguf", "--spec-type", "draft-magic")) == ["PWR455"]
-    assert _codes(_llama("-m", "t.gguf", "--spec-type", "draft-eagle3", "-md", "e.gguf")) == ["PWR455"]
+    [eagle3] = _llama("-m", "t.gguf", "--spec-type", "draft-eagle3", "-md", "e.gguf").findings
+    assert eagle3.code == "PWR455" and "draft-eagle3 loads a GGUF converted from the checkpoint" in eagle3.message
 
 
 def test_env_file_variables_are_flags_and_keep_their_line(tmp_path: Path) -> None:
@@ -416,3 +419,33 @@ def test_a_model_file_that_is_not_a_gguf_is_a_finding_at_its_flag(tmp_path: Path
     assert result.exit_code == 1, result.output
     [finding] = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "PWR102"]
     assert finding["file"] == COMMAND_LINE and str(text_file) in finding["message"]
+
+
+def test_flash_attention_auto_imports_as_auto_and_sizes_and_renders_as_llama_server_runs_it(tmp_path: Path) -> None:
+    """Issue 40 (noticed): `-fa auto` (llama.cpp's default, also with no -fa) imported as flash_attn = false, which
+    sizes the V cache and the attention's compute without flash attention. llama.cpp builds the context for flash attention under auto
+    and keeps it where the device runs it (src/llama-context.cpp): the profile says "auto", the plan sizes it as
+    `-fa on` does, and the render gives llama-server `-fa auto` back."""
+    assert (_llama("-m", "t.gguf", "-fa", "auto").spec.flash_attn, _llama("-m", "t.gguf", "-fa", "enabled").spec.flash_attn,
+            _llama("-m", "t.gguf", "-fa", "0").spec.flash_attn) == ("auto", True, False)
+    assert _codes(_llama("-m", "t.gguf", "-fa", "maybe")) == ["PWR459"]
+    target = build_dense_target(tmp_path)
+    plans = {}
+    for value in ("auto", "on", "off", "default"):  # default: no -fa, which is auto to llama-server
+        out = tmp_path / value
+        flag = ["-fa", value] if value != "default" else []
+        imported = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--device", "8 GiB", "--",
+                                             "llama-server", "-m", str(target), "-c", "2048", *flag])
+        assert imported.exit_code == 0, imported.output
+        planned = CliRunner().invoke(main, ["plan", str(out / "manifest.toml"), str(out / "profile.toml"), "--device",
+                                            "8 GiB", "--engine", "llama-server", "--json"])
+        assert planned.exit_code == 0, planned.output
+        plans[value] = json.loads(planned.stdout)
+    assert 'flash_attn = "auto"' in (tmp_path / "auto" / "profile.toml").read_text()
+    assert plans["auto"]["runtime"]["flash_attn"] == plans["default"]["runtime"]["flash_attn"] == "auto"
+    assert plans["auto"]["memory"]["devices"] == plans["on"]["memory"]["devices"] != plans["off"]["memory"]["devices"]
+    (tmp_path / "auto.plan.json").write_text(json.dumps(plans["auto"]))
+    rendered = CliRunner().invoke(main, ["render", str(tmp_path / "auto.plan.json"), "--target", "llama-server"])
+    assert rendered.exit_code == 0, rendered.output
+    words = rendered.stdout.split()
+    assert words[words.index("-fa") + 1] == "auto"

@@ -16,14 +16,19 @@ from power.app.cli import main
 from power.app.live import LiveEngine
 from power.artifacts.factory import build_dense_target, build_dflash_drafter
 from power.documents.plan import load_plan
-from power.orchestrator import llama_flags, llama_options, vllm_options
-from power.orchestrator.engines.llama_server import field_of_option
-from power.orchestrator.engines.vllm import SETTINGS as VLLM_SETTINGS
-from power.orchestrator.launch_import import _READ_AS, LLAMA_SERVER, VLLM, VLLM_REMOVED, import_launch, profile_document
+from power.orchestrator import launch_options
+from power.orchestrator.engines.llama_server import flags as llama_flags
+from power.orchestrator.engines.llama_server import options as llama_options
+from power.orchestrator.engines.llama_server.settings import field_of_option, settings_table
+from power.orchestrator.engines.vllm import options as vllm_options
+from power.orchestrator.engines.vllm.reader import REMOVED as VLLM_REMOVED
+from power.orchestrator.engines.vllm.settings import SETTINGS as VLLM_SETTINGS
+from power.orchestrator.launch_import import import_launch, profile_document
 from power.orchestrator.launch_tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
 
 GEMMA_FILE = Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf"
-# read by the importer outside `_READ_AS`: the speculative types' list, and a switch
+LLAMA_SERVER, VLLM = "llama-server", "vllm"
+# read by the reader apart from the settings table's value readers: the speculative types' list, and a switch
 READ_APART = {"spec_type", "kv_unified"}
 
 
@@ -38,18 +43,19 @@ def test_every_option_of_the_pinned_table_is_in_exactly_one_list():
     assert set(rows) == {o.name for o in options}  # no row for an option the binary does not have
     for option in options:
         row = llama_options.row(option.name)
-        assert row.disposition in {llama_options.CARRIED, llama_options.REFUSED, llama_options.NO_EFFECT}
+        assert row.disposition in {launch_options.CARRIED, launch_options.REFUSED, launch_options.NO_EFFECT}
         assert row.meaning
-        if row.disposition == llama_options.CARRIED:
+        if row.disposition == launch_options.CARRIED:
             field = field_of_option(option)
-            assert field in _READ_AS or field in READ_APART, f"{option.name} is carried but nothing reads {field}"
-        if row.disposition == llama_options.REFUSED:
+            read = settings_table().reader(field) if field is not None else None
+            assert read is not None or field in READ_APART, f"{option.name} is carried but nothing reads {field}"
+        if row.disposition == launch_options.REFUSED:
             assert row.fix and row.code in {"PWR444", "PWR446", "PWR447"}
         if option.removed:
-            assert row.disposition == llama_options.REFUSED
+            assert row.disposition == launch_options.REFUSED
 
 
-@pytest.mark.parametrize("row", [r for r in llama_options.ROWS if r.disposition == llama_options.REFUSED
+@pytest.mark.parametrize("row", [r for r in llama_options.ROWS if r.disposition == launch_options.REFUSED
                                  and not llama_flags.table().option(r.option).removed], ids=lambda r: r.option)
 def test_each_refused_option_is_a_finding_at_its_flag_with_the_fix(row):
     option = llama_flags.table().option(row.option)
@@ -193,10 +199,11 @@ def test_an_undefined_variable_in_a_unit_is_one_finding_not_a_contradiction(tmp_
 
 def test_every_vllm_argument_power_reads_is_carried_refused_or_of_no_effect():
     for row in vllm_options.ROWS:
-        assert row.disposition in {llama_options.CARRIED, llama_options.REFUSED, llama_options.NO_EFFECT}
-        if row.disposition == llama_options.CARRIED:
+        assert row.disposition in {launch_options.CARRIED, launch_options.REFUSED, launch_options.NO_EFFECT}
+        if row.disposition == launch_options.CARRIED:
             field = VLLM_SETTINGS.field_of_flag(row.option)
-            assert row.option in vllm_options.SPECULATIVE or field in _READ_AS or field == "eager", row.option
+            read = VLLM_SETTINGS.reader(field) if field is not None else None
+            assert row.option in vllm_options.SPECULATIVE or read is not None or field == "eager", row.option
     assert not set(vllm_options.by_flag()) & set(VLLM_REMOVED)  # removed flags are PWR456's
 
 

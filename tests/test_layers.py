@@ -70,3 +70,20 @@ def test_the_scan_sees_every_layer_and_both_halves_reading_the_plan():
     seen = {(layer(module), imported) for module, path in modules() for imported in imports(module, path)}
     assert {layer(module) for module, _ in modules()} == set(ALLOWED)
     assert {("power.runtime", "power.documents.plan"), ("power.orchestrator", "power.documents.plan")} <= seen
+
+
+def packages(path: Path) -> set[str]:
+    """The top-level packages one file imports (absolute imports only)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_one_module_writes_gguf_with_the_gguf_package():
+    """The drafter export and the fixtures write through power.artifacts.gguf_writer; headers are read by Power's own
+    reader, so nothing else imports the `gguf` package."""
+    assert {module for module, path in modules() if "gguf" in packages(path)} == {"power.artifacts.gguf_writer"}

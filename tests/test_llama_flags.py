@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from llama_server import binary
 
-from power.orchestrator import llama_flags
+from power.orchestrator.engines.llama_server import flags as llama_flags
 
 pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: runs the real llama-server binary
 

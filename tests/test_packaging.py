@@ -50,7 +50,7 @@ def test_a_built_wheel_installs_and_imports_the_three_namespaces(tmp_path):
     for package in packages_in_tree():
         assert f"{package.replace('.', '/')}/__init__.py" in names
     assert {f"power/orchestrator/schemas/{kind}.json" for kind in ("manifest", "profile", "host", "fleet")} <= names
-    assert "power/orchestrator/data/llama-server-flags.json" in names
+    assert "power/orchestrator/engines/llama_server/llama-server-flags.json" in names
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     assert "power = power.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

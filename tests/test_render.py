@@ -319,7 +319,7 @@ def test_vllm_runs_the_ngram_window_and_the_slots_of_the_plan(tmp_path):
 
 
 def test_the_llama_arg_env_file_names_each_option_as_llama_cpp_does():
-    from power.orchestrator import llama_flags
+    from power.orchestrator.engines.llama_server import flags as llama_flags
     from power.orchestrator.render import Listen, engine_launch
 
     plan = load_plan(CHAIN_PLAN)

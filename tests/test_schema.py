@@ -72,7 +72,7 @@ def test_llama_cpp_spec_type_value_names_powers_mode(tmp_path):
         ('[runtime]\nctx = "4k"\n', "PWR022", "runtime.ctx"),
         ("[runtime]\ngpu_layers = -1\n", "PWR022", "runtime.gpu_layers"),
         ('[sampling]\nverify = "exact"\n', "PWR022", "sampling.verify"),
-        ('spec_mode = "eagle3"\n', "PWR022", "spec_mode"),
+        ('spec_mode = "medusa"\n', "PWR022", "spec_mode"),
     ],
 )
 def test_field_ranges_and_types(tmp_path, body, code, where):

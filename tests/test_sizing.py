@@ -17,17 +17,15 @@ from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
-from power.documents import geometry
 from power.documents.arithmetic import ARITHMETICS, FLOAT32
 from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
 from power.orchestrator.compile import target_vocab
 from power.orchestrator.engines import adapter
+from power.orchestrator.engines.llama_server.placement import place_layers
 from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
-from power.orchestrator.sizing.placement import place_layers
-from power.runtime import kv_cache, kv_rows
+from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
-from power.runtime.trunks.base import DEFAULT_PREFILL_CHUNK
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REPO_PROFILES = REPO / "profiles"
@@ -121,7 +119,6 @@ def test_power_runtime_kv_is_the_runtimes_own_allocation(name, kv_type):
 
 
 def test_power_runtime_kv_counts_every_layer_at_its_padded_capacity():
-    assert (geometry.ATTENTION_BLOCK, geometry.PREFILL_CHUNK) == (kv_cache.ATTENTION_BLOCK, DEFAULT_PREFILL_CHUNK)
     dense = size_plan("power", inspect_artifact(fixture("dense-target")), None,
                       Request(ctx=1000, verify_rows=8, vocab=300, kv_cache_type="f32"), CPU)
     assert parts(dense)["target KV"] == 4 * 2 * 16 * 2 * 4 * 1280
@@ -569,3 +566,33 @@ def test_the_dspark_reference_row_of_docs_sizing_is_what_the_profile_sizes_to(tm
     row = next(line for line in (REPO / "docs" / "sizing.md").read_text().splitlines()
                if line.startswith("| DSpark K10/S6, ctx 512, batch 12, 24 GiB |"))
     assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, row
+
+
+def test_the_two_device_example_of_docs_sizing_runs_as_written(tmp_path):
+    """Issue 40 (docs drift): docs/sizing.md's two-device example gave no manifest or profile. It gives both now;
+    this runs its command on them and finds every line it shows (a `...` line stands for lines left out)."""
+    text = (REPO / "docs" / "sizing.md").read_text()
+    example = text[text.index("A two-device host that fits"):text.index("One 16 GiB device alone needs")]
+    blocks = example.split("```")[1::2]
+    files = {}
+    for block in blocks[:2]:
+        header, _, body = block.removeprefix("toml\n").partition("\n")
+        files[header.removeprefix("# fixtures/")] = body
+    shown = [line for line in blocks[2].strip("\n").splitlines() if line.strip() != "..."]
+    (tmp_path / "qwen36-27b-q6k.gguf").symlink_to(fixture("qwen36-27b-q6k"))
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    command = example.split("`power size ")[1].split("`")[0].split()
+    assert command[:2] == ["fixtures/qwen36.manifest.toml", "fixtures/split.toml"]
+    sized = CliRunner().invoke(main, ["size", str(tmp_path / "qwen36.manifest.toml"), str(tmp_path / "split.toml"),
+                                      *command[2:]])
+    assert sized.exit_code == 0, sized.output
+    missing = [line for line in shown if not any(_shows(line, printed) for printed in sized.stdout.splitlines())]
+    assert not missing, missing
+
+
+def _shows(documented: str, printed: str) -> bool:
+    """`printed` is the documented line, a `...` inside it standing for any text."""
+    head, *_, tail = documented.split("...") if "..." in documented else (documented, "")
+    return printed == documented or ("..." in documented and printed.startswith(head) and printed.endswith(tail)
+                                     and len(printed) >= len(head) + len(tail))

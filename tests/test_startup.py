@@ -46,6 +46,31 @@ def test_header_and_toml_commands_import_nothing_heavy(args):
     assert not heavy, f"power {' '.join(args)} imported {sorted(heavy)}"
 
 
+def _subcommands() -> list[tuple[str, ...]]:
+    """Every command and every command of a group, as `power ... --help` names them."""
+    import click
+
+    from power.app.cli import COMMANDS, main
+
+    context = click.Context(main)
+    found = []
+    for name in COMMANDS:
+        command = main.get_command(context, name)
+        found.append((name,))
+        if isinstance(command, click.Group):
+            found += [(name, sub) for sub in command.list_commands(context)]
+    return found
+
+
+@pytest.mark.parametrize("command", _subcommands(), ids=" ".join)
+def test_a_commands_help_imports_nothing_heavy(command):
+    """Issue 40 (low): `power <command> --help` took 1-2.8 s, importing the sizing's numpy, the renders' jinja2 and
+    YAML, the pull's progress bar, the fixtures' gguf writer or torch for the kernels. Help needs none of them."""
+    loaded = loaded_by(*command, "--help")
+    heavy = loaded & HEAVY
+    assert not heavy, f"power {' '.join(command)} --help imported {sorted(heavy)}"
+
+
 def test_inspect_reads_a_header_without_the_schema_models():
     assert "pydantic" not in loaded_by("inspect", "--json", str(gemma()))
 

@@ -30,12 +30,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
-from gguf import GGMLQuantizationType as Q
-
 from power.app.live import free_port
 from power.artifacts import factory
 from power.artifacts.bundled import ensure_gemma
+from power.artifacts.gguf_writer import FileType, Q
 from power.documents.plan import ResolvedPlan
 from power.orchestrator.compile import ArtifactMemo, compile_plan
 from power.orchestrator.loading import load_manifest, load_profile
@@ -151,7 +149,7 @@ def models(directory: Path, repo_models: Path) -> dict[str, Path]:
                   if "_norm" not in name or name.endswith(("attn_norm.weight", "ffn_norm.weight")) or
                   name.startswith("output_norm")}
         tensors = {name: (shape, Q.F32 if len(shape) == 1 else Q.F16) for name, shape in shapes.items()}
-        metadata = (factory.dense_metadata(factory.DENSE, arch, f"header-only {arch}", gguf.LlamaFileType.MOSTLY_F16)
+        metadata = (factory.dense_metadata(factory.DENSE, arch, f"header-only {arch}", FileType.MOSTLY_F16)
                     | factory.tokenizer_metadata(factory.TOKENIZER))
         built[arch] = factory.write_sparse_gguf(directory / f"{arch}-target.gguf", arch, metadata, tensors)
     return built

@@ -47,6 +47,7 @@ from power.kernels.attention import attention_bound, cache_write_reference
 from power.kernels.blocks import random_blocks
 from power.kernels.dequant import dequantize_reference
 from power.kernels.qmatmul import SUPPORTED, qmatmul_reference, step_size
+from power.orchestrator.schema import DEFAULT_DRAFT_MAX as PLAN_K  # verify_capacity K + 1
 from power.runtime.cuda_graphs import Recorder, Rerun
 from power.runtime.decoder import Decoder
 from power.runtime.gguf_weights import GGUFFile
@@ -58,7 +59,6 @@ from power.runtime.trunks import load_trunk
 from power.runtime.trunks.base import Part
 
 NO_DEVICE = 2
-PLAN_K = 7  # the profile default spec_draft_max (power.orchestrator.schema); verify_capacity K + 1
 ROW_COUNTS = range(1, 17)
 GEMMA = Path("models") / "gemma-3-270m-q4_k_m.gguf"
 # A repetitive prompt (token IDs, no tokenizer needed) so the n-gram lookup finds drafts.

@@ -33,41 +33,22 @@ from typing import Any
 from power.artifacts.verify import verified_sha256
 from power.documents.plan import ResolvedPlan, planned_artifacts
 from power.findings import PowerError
-from power.orchestrator.engines import Launch
+from power.orchestrator.engines import Launch, LiveBench, adapter
 from power.orchestrator.render import Listen, engine_launch
 from power.threads import environment_for_other_programs
 
-LLAMA_SERVER, VLLM = "llama-server", "vllm"
-LIVE_ENGINES = (LLAMA_SERVER, VLLM)
-# Where a binary may be named when it is not on PATH.
-BINARY_ENV = {LLAMA_SERVER: "POWER_LLAMA_SERVER", VLLM: "POWER_VLLM"}
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 600.0
 REQUEST_TIMEOUT_S = 1800.0
-# llama-server's /metrics counters a request is measured by (deltas around it).
-LLAMA_COUNTERS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
-                  "spec_decode_num_drafts_total", "n_decode_total")
-VLLM_COUNTERS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
-                 "spec_decode_num_drafts_total")
 
 
-@dataclass(frozen=True)
-class Protocol:
-    """How the harness talks to one live engine: llama-server's own /completion (its timings and token ids) or
-    vLLM's OpenAI /v1/completions, the counters a request is measured by, where its build is read."""
-
-    native: bool  # llama-server's /completion and /props, else OpenAI-shaped /v1/completions and /version
-    counters: tuple[str, ...]
-    thread_flags: tuple[str, ...]  # the options that take the machine's thread count
-    install_hint: str
-
-
-PROTOCOLS = {
-    LLAMA_SERVER: Protocol(True, LLAMA_COUNTERS, ("--threads", "--threads-batch"),
-                           "build it with scripts/build-llama-server and pass --engine-binary PATH (or set "
-                           f"{BINARY_ENV[LLAMA_SERVER]})"),
-    VLLM: Protocol(False, VLLM_COUNTERS, (), f"install vLLM (pip install vllm) or set {BINARY_ENV[VLLM]}"),
-}
+def protocol(engine: str) -> LiveBench:
+    """How the harness talks to `engine` live (its folder's record: counters, executable variable, API shape);
+    KeyError for Power's runtime, which the bench runs in its own process."""
+    record = adapter(engine).live
+    if record is None:
+        raise KeyError(f"{engine} runs in the bench's own process, not as a live engine")
+    return record
 
 
 class LiveEngineError(PowerError):
@@ -78,12 +59,13 @@ class LiveEngineError(PowerError):
 
 def engine_binary(engine: str, given: Path | None = None) -> Path:
     """The engine's executable: `given`, else $POWER_LLAMA_SERVER / $POWER_VLLM, else PATH; fail closed without one."""
-    candidate = given or (Path(os.environ[BINARY_ENV[engine]]) if os.environ.get(BINARY_ENV[engine]) else None)
+    variable = protocol(engine).binary_env
+    candidate = given or (Path(os.environ[variable]) if os.environ.get(variable) else None)
     found = candidate if candidate is not None else (Path(which) if (which := shutil.which(engine)) else None)
     if found is None or not found.is_file() or not os.access(found, os.X_OK):
         where = str(candidate) if candidate is not None else f"{engine} on PATH"
         raise LiveEngineError(f"the {engine} engine is not here: no executable {where}",
-                              hint=PROTOCOLS[engine].install_hint)
+                              hint=protocol(engine).install_hint)
     return found
 
 
@@ -123,7 +105,7 @@ class LiveEngine:
     def _words(self, launch: Launch) -> list[str]:
         words = [str(self.binary), *launch.argv[1:]]
         if self.threads:
-            words += [word for flag in PROTOCOLS[self.engine].thread_flags for word in (flag, str(self.threads))]
+            words += [word for flag in protocol(self.engine).thread_flags for word in (flag, str(self.threads))]
         return words
 
     def start_process(self) -> None:
@@ -230,7 +212,7 @@ class LiveEngine:
         return values
 
     def _build(self) -> str:
-        if PROTOCOLS[self.engine].native:
+        if protocol(self.engine).native:
             return str(self.props().get("build_info", ""))
         return str(self.get_json("/version").get("version", ""))
 
@@ -241,10 +223,10 @@ class LiveEngine:
 
     def complete(self, prompt: str, max_tokens: int, temperature: float, seed: int) -> Completion:
         """One completion of `prompt`, with the engine's /metrics counters read around it."""
-        protocol = PROTOCOLS[self.engine]
+        talk = protocol(self.engine)
         before = self.metrics()
         started = time.perf_counter()
-        if protocol.native:
+        if talk.native:
             body = self.post_json("/completion", {
                 "prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "seed": seed,
                 "cache_prompt": False, "return_tokens": True})
@@ -254,7 +236,7 @@ class LiveEngine:
                 "seed": seed, "return_token_ids": True})
         wall_s = time.perf_counter() - started
         after = self.metrics()
-        return Completion(self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in protocol.counters},
+        return Completion(self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in talk.counters},
                           wall_s)
 
 

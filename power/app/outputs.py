@@ -15,7 +15,6 @@ from typing import Iterator
 
 from power.app.cli import refuse
 from power.findings import PowerError
-from power.orchestrator.kubernetes.tree import RENDER_MARKER
 
 
 class OutputError(PowerError):
@@ -90,6 +89,8 @@ def replaceable_tree(path: str | os.PathLike[str]) -> Path:
     if resolved == here or resolved in here.parents:
         raise OutputError(f"{path} is the working directory or one of its parents: it would be replaced whole",
                           file=str(path), hint="name a folder of its own, e.g. deploy/k8s")
+    from power.orchestrator.kubernetes.tree import RENDER_MARKER  # the plan models and the engines: not for `--help`
+
     return owned_folder(path, RENDER_MARKER, "render", "replaced whole")
 
 

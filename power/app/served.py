@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from power.app.live import PROTOCOLS
+from power.app.live import protocol
 from power.documents.plan import ResolvedPlan
 from power.documents.receipt import Receipt
 from power.runtime.sampling import SamplingParams
@@ -77,7 +77,7 @@ class ServedEngine:
 
     def receipt(self, done: Completion) -> Receipt:
         plan, body, delta = self.server.plan, done.body, done.counters
-        if PROTOCOLS[done.engine].native:
+        if protocol(done.engine).native:
             timings = body.get("timings", {})
             tokens = [int(t) for t in body.get("tokens", [])]
             text, stop = str(body.get("content", "")), STOP_REASONS.get(str(body.get("stop_type")), "stop")

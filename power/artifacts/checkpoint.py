@@ -1,10 +1,15 @@
 """A drafter published as a Hugging Face checkpoint folder, as vLLM loads one: what its `config.json` says (the
 kind, by the name in `architectures`; the draft block size; the target it was trained against: its layer count,
-width and vocabulary) and, when it carries one, the vocabulary of its `tokenizer.json`, for the identity check
-against the target GGUF's (`power.orchestrator.checks.checkpoints`).
+width, vocabulary and the layers whose hidden states it reads; its own layers and KV heads, for sizing) and, when
+it carries one, the vocabulary of its `tokenizer.json`, for the identity check against the target GGUF's
+(`power.orchestrator.checks.checkpoints`).
 
 The keys are the DFlash reference checkpoints' (github.com/z-lab/dflash: `block_size` and `target_layer_ids` under
-`dflash_config`, `num_target_layers` beside them); weights are vLLM's to load and are only hashed here.
+`dflash_config`, `num_target_layers` beside them) and the EAGLE-3 ones vLLM reads
+(vllm/model_executor/models/llama_eagle3.py: `target_hidden_size`, else `hidden_size`, is the width of each of
+the three target hidden states its `fc` fuses; `draft_vocab_size`, else `vocab_size`, its head's rows;
+`eagle_aux_hidden_state_layer_ids` the target layers it reads; a speculators-format checkpoint keeps the layer's
+own keys under `transformer_layer_config`). Weights are vLLM's to load and are only hashed and sized here.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 MAX_JSON_BYTES = 64 << 20  # a tokenizer.json of a 256k vocabulary is about 20 MB
 # The kind a checkpoint is, by the name its config.json's `architectures` gives its model class (most specific first).
-KIND_BY_ARCHITECTURE = (("DFlash2", modes.DFLASH2), ("DFlash", modes.DFLASH), ("DSpark", modes.DSPARK))
+KIND_BY_ARCHITECTURE = (("DFlash2", modes.DFLASH2), ("DFlash", modes.DFLASH), ("DSpark", modes.DSPARK),
+                        ("Eagle3", modes.EAGLE3))
+WEIGHTS_SUFFIX = ".safetensors"
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,12 @@ class CheckpointFacts:
     target_layers: int | None  # num_target_layers: the depth of the target it reads hidden states from
     hidden_size: int | None
     vocab_size: int | None
+    target_hidden_size: int | None  # the width of the target hidden states it reads (EAGLE-3; None: hidden_size)
+    draft_vocab_size: int | None  # its own head's rows, mapped onto the target's vocabulary (EAGLE-3)
+    aux_layer_ids: tuple[int, ...] | None  # the target layers whose hidden states it reads
+    layers: int | None  # its own decoder layers, each with a KV cache
+    kv_heads: int | None
+    head_dim: int | None
     tokens: tuple[str, ...] | None  # tokenizer.json's vocabulary by id (None: the checkpoint carries none)
     merges: tuple[str, ...] | None
 
@@ -53,13 +66,27 @@ def read_checkpoint(folder: Path, names: list[str]) -> CheckpointFacts:
         raise ArtifactError(f"{CONFIG} names no model class in `architectures`", code="PWR211",
                             file=str(folder / CONFIG), hint="point `path` at the drafter checkpoint's own folder")
     draft = _table(config, "dflash_config")
+    layer = _table(config, "transformer_layer_config") or config
     tokens, merges = _vocabulary(folder / TOKENIZER) if TOKENIZER in names else (None, None)
+    heads, hidden = _int(layer.get("num_attention_heads")), _int(layer.get("hidden_size"))
     return CheckpointFacts(
         folder=folder, architecture=architecture,
         kind=next((kind for marker, kind in KIND_BY_ARCHITECTURE if marker.lower() in architecture.lower()), None),
         block_size=_int(draft.get("block_size", config.get("block_size"))),
-        target_layers=_int(config.get("num_target_layers")), hidden_size=_int(config.get("hidden_size")),
-        vocab_size=_int(config.get("vocab_size")), tokens=tokens, merges=merges)
+        target_layers=_int(config.get("num_target_layers")), hidden_size=hidden,
+        vocab_size=_int(layer.get("vocab_size")), target_hidden_size=_int(config.get("target_hidden_size")),
+        draft_vocab_size=_int(config.get("draft_vocab_size")),
+        aux_layer_ids=_aux_layer_ids(config, draft),
+        layers=_int(layer.get("num_hidden_layers")), kv_heads=_int(layer.get("num_key_value_heads", heads)),
+        head_dim=_int(layer.get("head_dim")) or (hidden // heads if hidden and heads else None),
+        tokens=tokens, merges=merges)
+
+
+def _aux_layer_ids(config: dict[str, Any], draft: dict[str, Any]) -> tuple[int, ...] | None:
+    """The target layers whose hidden states the drafter reads: EAGLE-3's (at the top, as vLLM reads them, or under
+    `eagle_config`), or DFlash's `target_layer_ids`."""
+    key = "eagle_aux_hidden_state_layer_ids"
+    return _ints(config.get(key, _table(config, "eagle_config").get(key, draft.get("target_layer_ids"))))
 
 
 def _vocabulary(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -109,3 +136,10 @@ def _table(document: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ints(value: Any) -> tuple[int, ...] | None:
+    """A list of whole numbers as a tuple; None when it is absent or holds anything else."""
+    if not isinstance(value, list) or any(_int(item) is None for item in value):
+        return None
+    return tuple(value)

@@ -26,15 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping, Protocol, TypeGuard, TypeVar
 
 from power.findings import Finding, Severity
-
-DFLASH = "dflash"
-DFLASH2 = "dflash2"
-DSPARK = "dspark"
-MTP = "mtp"
-FILE_KINDS = (MTP, DFLASH, DFLASH2, DSPARK)
-
-# The architecture (`general.architecture`) each external drafter kind carries.
-ARCHITECTURE_OF = {DFLASH: "dflash", DFLASH2: "dflash", DSPARK: "dspark"}
+from power.modes import ARCHITECTURE_OF, DFLASH, DFLASH2, DSPARK, HEADER_CONTRACT, MTP
 
 INT = "int"
 FLOAT = "float"
@@ -449,7 +441,7 @@ def contract_violations(view: HeaderView, declared_kind: str) -> list[Finding]:
 
     For the non-file kinds (`ngram`, `draft-model`, `none`, `auto`) there is no header contract: [].
     """
-    if declared_kind not in FILE_KINDS:
+    if declared_kind not in HEADER_CONTRACT:
         return []
     found = classify_drafter(view)
     if declared_kind == MTP and found is None:

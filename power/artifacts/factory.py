@@ -27,17 +27,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import gguf
 import numpy as np
-from gguf import GGMLQuantizationType as Q
-from gguf import GGUFValueType as V
 
+from power import modes
 from power.artifacts import contracts
 from power.artifacts.atomic import atomic_path
 from power.artifacts.contracts import DrafterHparams
 from power.artifacts.gguf_reader import read_header
+from power.artifacts.gguf_writer import F16, F32, FileType, Q, Tensor, block_values, write_gguf, write_sparse_gguf
 
-F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = Q.F32, Q.F16, Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K
+Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K
 
 WEIGHT_STD = 0.02
 FIXTURE_SEED = 20261130
@@ -147,97 +146,6 @@ def tokenizer_metadata(tok: FixtureTokenizer) -> dict[str, Any]:
         "tokenizer.ggml.add_bos_token": False,
         "tokenizer.ggml.add_eos_token": False,
     }
-
-
-# --- writing -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A tensor to write: float weights and the GGML type they are stored as."""
-
-    values: np.ndarray
-    ggml_type: Q = F32
-
-
-def _add_metadata(writer: gguf.GGUFWriter, metadata: dict[str, Any]) -> None:
-    """Typed like llama.cpp's converters: ints as uint32, floats as float32, int arrays as int32/uint32."""
-    for key, value in metadata.items():
-        if key == "general.architecture":
-            continue
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        elif value and all(isinstance(item, int) for item in value):
-            writer.add_key_value(key, list(value), V.ARRAY, sub_type=V.INT32)
-        elif value and all(isinstance(item, (str, bytes)) for item in value):
-            # bytes are written as they are: a test can store a token that is not UTF-8
-            writer.add_key_value(key, list(value), V.ARRAY, sub_type=V.STRING)
-        else:
-            writer.add_array(key, list(value))
-
-
-def _encoded(tensor: Tensor) -> tuple[np.ndarray, Q | None]:
-    values = tensor.values.astype(np.float32)
-    if tensor.ggml_type == F32:
-        return values, None
-    if tensor.ggml_type == F16:
-        return values.astype(np.float16), None
-    return gguf.quants.quantize(values, tensor.ggml_type), tensor.ggml_type
-
-
-
-def write_gguf(path: Path, architecture: str, metadata: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
-    """Write a complete GGUF (header + tensor data) atomically."""
-    with atomic_path(Path(path)) as temp:
-        writer = gguf.GGUFWriter(temp, architecture)
-        _add_metadata(writer, metadata)
-        for name, tensor in tensors.items():
-            data, raw_type = _encoded(tensor)
-            writer.add_tensor(name, data, raw_dtype=raw_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-    return Path(path)
-
-
-def tensor_nbytes(shape: tuple[int, ...], ggml_type: Q) -> int:
-    block_size, type_size = gguf.GGML_QUANT_SIZES[ggml_type]
-    return int(np.prod(shape[:-1], dtype=np.int64)) * (shape[-1] // block_size) * type_size
-
-
-def write_sparse_gguf(path: Path, architecture: str, metadata: dict[str, Any],
-                      tensors: dict[str, tuple[tuple[int, ...], Q]], total_size: int | None = None) -> Path:
-    """Write a real header over a hole: tensor data is never written, the file is extended by truncate.
-
-    `total_size` pads the file past the last tensor to a known real artifact's size.
-    """
-    with atomic_path(Path(path)) as temp:
-        writer = gguf.GGUFWriter(temp, architecture)
-        _add_metadata(writer, metadata)
-        data_size = 0
-        for name, (shape, ggml_type) in tensors.items():
-            nbytes = tensor_nbytes(shape, ggml_type)
-            writer.add_tensor_info(name, shape, np.dtype(np.float32), nbytes, raw_dtype=ggml_type)
-            data_size += gguf.GGUFWriter.ggml_pad(nbytes, writer.data_alignment)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        assert writer.fout is not None  # write_header_to_file opened it
-        fout = writer.fout[0]
-        data_start = gguf.GGUFWriter.ggml_pad(fout.tell(), writer.data_alignment)
-        end = data_start + data_size
-        if total_size is not None and total_size < end:
-            raise ValueError(f"{path}: the tensors need {end} bytes, more than total_size = {total_size}")
-        fout.truncate(total_size or end)
-        writer.close()
-    return Path(path)
 
 
 # --- weights and shapes --------------------------------------------------------------------
@@ -441,9 +349,9 @@ def fixture_drafter_hparams(kind: str) -> DrafterHparams:
     common = DrafterHparams(embedding_length=FIXTURE_D_MODEL, block_count=2, feed_forward_length=128, head_count=4,
                             head_count_kv=2, head_dim=16, vocab_size=TOKENIZER.vocab_size, block_size=4,
                             target_layers=(1, 3), mask_token_id=TOKENIZER.id_of("<|mask|>"))
-    if kind == contracts.DFLASH:
+    if kind == modes.DFLASH:
         return replace(common, sliding_window=32)
-    if kind == contracts.DFLASH2:
+    if kind == modes.DFLASH2:
         return replace(common, sliding_window=32, conv_kernel_size=3, conv_group_size=16, selector_rank=8,
                        selector_top_k=4, logit_scale=1.0, final_logit_softcapping=30.0)
     return replace(common, markov_rank=8, confidence_threshold=0.5)
@@ -476,7 +384,7 @@ def build_dense_target(directory: Path, chat_template: str | None = None) -> Pat
     """`qwen3` dense target: 4 layers, GQA 4/2, d 64; layer i's matrices in Q4_0, Q5_0, Q8_0, F16. With
     `chat_template` (e.g. CHATML_TEMPLATE, which the fixture vocabulary's special tokens fit) its header carries one."""
     tensors = _Weights(FIXTURE_SEED).fill(dense_tensor_shapes(DENSE), _dense_layer_type)
-    metadata = dense_metadata(DENSE, "qwen3", "fixture-dense-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = dense_metadata(DENSE, "qwen3", "fixture-dense-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     if chat_template is not None:
         metadata["tokenizer.chat_template"] = chat_template
     return write_gguf(Path(directory) / "dense-target.gguf", "qwen3", metadata, tensors)
@@ -487,12 +395,12 @@ def build_dense_arch_target(directory: Path, arch: str) -> Path:
     dense trunks the runtime runs (`power.runtime.trunks.llama`)."""
     seed = FIXTURE_SEED + {"llama": 8, "qwen2": 9}[arch]
     tensors = _Weights(seed).fill(dense_tensor_shapes(DENSE, arch), _dense_layer_type)
-    metadata = dense_metadata(DENSE, arch, f"fixture-{arch}-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = dense_metadata(DENSE, arch, f"fixture-{arch}-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     return write_gguf(Path(directory) / f"{arch}-target.gguf", arch, metadata, tensors)
 
 
 def _gemma3_metadata(name: str) -> dict[str, Any]:
-    return (_trunk_metadata(GEMMA, "gemma3", name, gguf.LlamaFileType.MOSTLY_Q8_0, block_count=GEMMA.n_layers,
+    return (_trunk_metadata(GEMMA, "gemma3", name, FileType.MOSTLY_Q8_0, block_count=GEMMA.n_layers,
                             rope_freq_base=1_000_000.0)
             | {"gemma3.attention.sliding_window": GEMMA_WINDOW} | tokenizer_metadata(TOKENIZER))
 
@@ -527,7 +435,7 @@ def _hybrid_tensors() -> dict[str, Tensor]:
 
 def build_hybrid_target(directory: Path) -> Path:
     """`qwen35` hybrid target: 8 layers (gated delta net, attention at 3 and 7) + one nextn/MTP block."""
-    metadata = hybrid_metadata(HYBRID, "fixture-hybrid-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = hybrid_metadata(HYBRID, "fixture-hybrid-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     return write_gguf(Path(directory) / "hybrid-target.gguf", "qwen35", metadata, _hybrid_tensors())
 
 
@@ -539,7 +447,7 @@ def build_headless_hybrid_target(directory: Path) -> Path:
     """The hybrid target shipped without its MTP head (docs/reference.md): the same trunk, no nextn block."""
     headless = replace(HYBRID, nextn=0)
     tensors = {name: t for name, t in _hybrid_tensors().items() if not _is_head(name)}
-    metadata = hybrid_metadata(headless, "fixture-headless-target", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = hybrid_metadata(headless, "fixture-headless-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     return write_gguf(Path(directory) / "headless-hybrid-target.gguf", "qwen35", metadata, tensors)
 
 
@@ -548,7 +456,7 @@ def build_mtp_sidecar(directory: Path) -> Path:
     embedding, output head and nextn block, no trunk tensors."""
     shared = {"token_embd.weight", "output_norm.weight", "output.weight"}
     tensors = {name: t for name, t in _hybrid_tensors().items() if _is_head(name) or name in shared}
-    metadata = hybrid_metadata(HYBRID, "fixture-mtp-only", gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = hybrid_metadata(HYBRID, "fixture-mtp-only", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     return write_gguf(Path(directory) / "mtp-sidecar.gguf", "qwen35", metadata, tensors)
 
 
@@ -558,33 +466,33 @@ def _build_drafter(path: Path, kind: str, seed: int, name: str, tokenizer: Fixtu
     tensors = weights.fill(contracts.drafter_tensors(kind, hp), _small_matrix_type)
     if "confidence.bias" in tensors:
         tensors["confidence.bias"] = Tensor(np.zeros(1, dtype=np.float32), F32)
-    metadata = _drafter_metadata(kind, hp, name, gguf.LlamaFileType.MOSTLY_Q8_0) | tokenizer_metadata(tokenizer)
-    return write_gguf(path, contracts.ARCHITECTURE_OF[kind], metadata, tensors)
+    metadata = _drafter_metadata(kind, hp, name, FileType.MOSTLY_Q8_0) | tokenizer_metadata(tokenizer)
+    return write_gguf(path, modes.ARCHITECTURE_OF[kind], metadata, tensors)
 
 
 def build_dflash_drafter(directory: Path) -> Path:
     """DFlash v1: 2 layers, block size 4, reads target layers 1 and 3, sliding window 32."""
-    return _build_drafter(Path(directory) / "dflash-drafter.gguf", contracts.DFLASH, FIXTURE_SEED + 2, "fixture-dflash")
+    return _build_drafter(Path(directory) / "dflash-drafter.gguf", modes.DFLASH, FIXTURE_SEED + 2, "fixture-dflash")
 
 
 def build_dflash2_drafter(directory: Path) -> Path:
     """DFlash2: DFlash v1 + grouped dynamic convolutions (kernel 3, groups of 16) + selector (rank 8, top-k 4)."""
-    return _build_drafter(Path(directory) / "dflash2-drafter.gguf", contracts.DFLASH2, FIXTURE_SEED + 3, "fixture-dflash2")
+    return _build_drafter(Path(directory) / "dflash2-drafter.gguf", modes.DFLASH2, FIXTURE_SEED + 3, "fixture-dflash2")
 
 
 def build_dspark_drafter(directory: Path) -> Path:
     """DSpark: the DFlash backbone + Markov head (rank 8) + confidence head; no sliding window."""
-    return _build_drafter(Path(directory) / "dspark-drafter.gguf", contracts.DSPARK, FIXTURE_SEED + 4, "fixture-dspark")
+    return _build_drafter(Path(directory) / "dspark-drafter.gguf", modes.DSPARK, FIXTURE_SEED + 4, "fixture-dspark")
 
 
 def build_dspark_named_dflash(directory: Path) -> Path:
     """A DSpark drafter whose file name and general.name say DFlash: the header must win."""
-    return _build_drafter(Path(directory) / "dflash-named-dspark.gguf", contracts.DSPARK, FIXTURE_SEED + 5, "fixture-dflash")
+    return _build_drafter(Path(directory) / "dflash-named-dspark.gguf", modes.DSPARK, FIXTURE_SEED + 5, "fixture-dflash")
 
 
 def build_tokenizer_mismatch_drafter(directory: Path) -> Path:
     """A DFlash v1 drafter whose vocabulary differs from the targets' in one token (and one merge)."""
-    return _build_drafter(Path(directory) / "dflash-drafter-other-tokenizer.gguf", contracts.DFLASH, FIXTURE_SEED + 2,
+    return _build_drafter(Path(directory) / "dflash-drafter-other-tokenizer.gguf", modes.DFLASH, FIXTURE_SEED + 2,
                           "fixture-dflash-other-tokenizer", fixture_tokenizer(altered=True))
 
 
@@ -621,9 +529,9 @@ def real_drafter_hparams(kind: str) -> DrafterHparams:
     common = DrafterHparams(embedding_length=5120, block_count=5, feed_forward_length=17408, head_count=32,
                             head_count_kv=8, head_dim=128, vocab_size=QWEN36_27B.vocab, block_size=16,
                             target_layers=(1, 16, 31, 46, 61), mask_token_id=248077)
-    if kind == contracts.DFLASH:
+    if kind == modes.DFLASH:
         return replace(common, sliding_window=2048)
-    if kind == contracts.DFLASH2:
+    if kind == modes.DFLASH2:
         return replace(common, sliding_window=2048, conv_kernel_size=4, conv_group_size=128, selector_rank=64,
                        selector_top_k=8, logit_scale=1.0, final_logit_softcapping=0.0)
     return replace(common, markov_rank=256, confidence_threshold=0.5)
@@ -631,7 +539,7 @@ def real_drafter_hparams(kind: str) -> DrafterHparams:
 
 def _real_type(main: Q) -> Callable[[str, tuple[int, ...]], Q]:
     """The main quant where rows split into its blocks; F16 for other matrices; F32 for vectors and convolutions."""
-    block = gguf.GGML_QUANT_SIZES[main][0]
+    block = block_values(main)
 
     def type_of(name: str, shape: tuple[int, ...]) -> Q:
         if len(shape) == 1 or "ssm_conv1d" in name or "_conv_base" in name or name == "confidence.weight":
@@ -648,32 +556,32 @@ def _typed(shapes: dict[str, tuple[int, ...]], type_of: Callable[[str, tuple[int
 def build_qwen36_27b_q6k(directory: Path) -> Path:
     """The Qwen3.6-27B Q6_K target's header (64 layers: 48 GDN + 16 attention, + 1 MTP block), padded to 22,884,408,288 B."""
     tensors = _typed(hybrid_tensor_shapes(QWEN36_27B), _real_type(Q6_K))
-    metadata = hybrid_metadata(QWEN36_27B, "Qwen3.6-27B (header only)", gguf.LlamaFileType.MOSTLY_Q6_K)
+    metadata = hybrid_metadata(QWEN36_27B, "Qwen3.6-27B (header only)", FileType.MOSTLY_Q6_K)
     return write_sparse_gguf(Path(directory) / "qwen36-27b-q6k.gguf", "qwen35", metadata, tensors, QWEN36_27B_Q6K_SIZE)
 
 
 def _build_real_drafter(path: Path, kind: str, main: Q, file_type: int, name: str) -> Path:
     hp = real_drafter_hparams(kind)
     tensors = _typed(contracts.drafter_tensors(kind, hp), _real_type(main))
-    return write_sparse_gguf(path, contracts.ARCHITECTURE_OF[kind], _drafter_metadata(kind, hp, name, file_type), tensors)
+    return write_sparse_gguf(path, modes.ARCHITECTURE_OF[kind], _drafter_metadata(kind, hp, name, file_type), tensors)
 
 
 def build_qwen36_27b_dflash(directory: Path) -> Path:
     """The Qwen3.6-27B DFlash v1 drafter's header, Q8_0 (58 tensors)."""
-    return _build_real_drafter(Path(directory) / "qwen36-27b-dflash-q8_0.gguf", contracts.DFLASH, Q8_0,
-                               gguf.LlamaFileType.MOSTLY_Q8_0, "Qwen3.6-27B-DFlash (header only)")
+    return _build_real_drafter(Path(directory) / "qwen36-27b-dflash-q8_0.gguf", modes.DFLASH, Q8_0,
+                               FileType.MOSTLY_Q8_0, "Qwen3.6-27B-DFlash (header only)")
 
 
 def build_qwen36_27b_dflash2(directory: Path) -> Path:
     """The Qwen3.6-27B DFlash2 drafter's header, Q4_K (81 tensors)."""
-    return _build_real_drafter(Path(directory) / "qwen36-27b-dflash2-q4_k.gguf", contracts.DFLASH2, Q4_K,
-                               gguf.LlamaFileType.MOSTLY_Q4_K_M, "Qwen3.6-27B-DFlash2 (header only)")
+    return _build_real_drafter(Path(directory) / "qwen36-27b-dflash2-q4_k.gguf", modes.DFLASH2, Q4_K,
+                               FileType.MOSTLY_Q4_K_M, "Qwen3.6-27B-DFlash2 (header only)")
 
 
 def build_qwen36_27b_dspark(directory: Path) -> Path:
     """The Qwen3.6-27B DSpark drafter's header, Q4_K, no sliding window (20 KiB of KV per position)."""
-    return _build_real_drafter(Path(directory) / "qwen36-27b-dspark-q4_k.gguf", contracts.DSPARK, Q4_K,
-                               gguf.LlamaFileType.MOSTLY_Q4_K_M, "Qwen3.6-27B-DSpark (header only)")
+    return _build_real_drafter(Path(directory) / "qwen36-27b-dspark-q4_k.gguf", modes.DSPARK, Q4_K,
+                               FileType.MOSTLY_Q4_K_M, "Qwen3.6-27B-DSpark (header only)")
 
 
 SINGLE_FIXTURES: dict[str, Callable[[Path], Path]] = {

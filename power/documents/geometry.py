@@ -2,7 +2,7 @@
 
 The one rule both halves read: the runtime's `Engine` builds its trunk from it,
 and the orchestrator's sizing charges what it allocates
-(`power.orchestrator.sizing.power_runtime`), so a plan's KV figure is what the
+(`power.orchestrator.engines.power.sizing`), so a plan's KV figure is what the
 runtime holds (docs/sizing.md, "Power's runtime").
 
 Each slot gets its own region of ctx / slots positions (llama-server's split
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The runtime's cache block (runtime/kv_cache.py) and its prefill chunk (runtime/trunks/base.py); a test holds them
-# equal to the runtime's.
+# The runtime's cache block (its caches hold whole blocks: runtime/kv_cache.py) and its prefill chunk (the rows one
+# prefill forward takes: runtime/trunks/base.py). Defined here, read there.
 ATTENTION_BLOCK = 256
 PREFILL_CHUNK = 32
 
@@ -35,4 +35,9 @@ def runtime_geometry(ctx: int, slots: int, verify_capacity: int, prefill_chunk: 
     """The runtime's layout of `ctx` positions over `slots` slots, each its own region."""
     positions = ctx // slots
     capacity = positions + max(verify_capacity, prefill_chunk)
-    return Geometry(slots, positions, capacity, -(-capacity // ATTENTION_BLOCK) * ATTENTION_BLOCK)
+    return Geometry(slots, positions, capacity, padded_capacity(capacity))
+
+
+def padded_capacity(capacity: int) -> int:
+    """Cache positions for `capacity` positions: a whole number of ATTENTION_BLOCK blocks."""
+    return -(-capacity // ATTENTION_BLOCK) * ATTENTION_BLOCK

@@ -4,7 +4,7 @@ A cache row is one position of one KV head: `width` values (the head's key or va
 each row to the plan's `kv_cache_type` when it writes it, by itself (`power.runtime.kv_rows`), and attention reads
 the rounded values back exactly in float32, so a row's bits never depend on the forward that wrote it: greedy
 speculation stays token for token equal to plain decoding with every type. The sizing of Power's runtime charges
-`row_bytes` (`power.orchestrator.sizing.power_runtime`), the same rule the runtime allocates by.
+`row_bytes` (`power.orchestrator.engines.power.sizing`), the same rule the runtime allocates by.
 
 - f32: 4 B a value; f16 and bf16: 2 B a value (IEEE half, bfloat16; round to nearest even);
 - q8_0: llama.cpp's `block_q8_0` (ggml/src/ggml-common.h): blocks of 32 values, each an f16 scale d = max|x| / 127

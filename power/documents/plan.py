@@ -210,7 +210,7 @@ class Runtime(_Frozen):
     tensor_split: tuple[float, ...] | None = None
     main_gpu: int = 0
     tensor_parallel: int = 1
-    flash_attn: bool
+    flash_attn: bool | Literal["auto"]  # auto: llama.cpp's default (flash_attention_on)
     cuda_graphs: bool
     kv_cache_type: str
     draft_kv_cache_type: str
@@ -405,6 +405,13 @@ def located(plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Re
     drafters = tuple(d if d.path is None else d.model_copy(update={"path": where(d.path)}) for d in plan.drafters)
     return plan.model_copy(update={"target": plan.target.model_copy(update={"path": where(plan.target.path)}),
                                    "drafters": drafters})
+
+
+def flash_attention_on(setting: bool | str) -> bool:
+    """Whether the engine builds the target's attention for flash attention. `auto`, llama.cpp's default, does: it
+    sets `cparams.flash_attn = flash_attn_type != LLAMA_FLASH_ATTN_TYPE_DISABLED` before it makes the KV cache (its V
+    rows untransposed, unpadded) and keeps the op on wherever the device runs it (src/llama-context.cpp)."""
+    return setting is not False
 
 
 def planned_artifacts(plan: ResolvedPlan) -> tuple[Artifact, ...]:

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from power import modes
-from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP, DrafterHparams
+from power.artifacts.contracts import DrafterHparams
 from power.artifacts.gguf_reader import ArtifactError
+from power.modes import DFLASH, DFLASH2, DSPARK, MTP
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators import mtp
 from power.runtime.tokenizer import Tokenizer
@@ -188,7 +189,7 @@ Recipe = BlockRecipe | MTPRecipe
 def recipe(request: DistillRequest, target: GGUFFile) -> Recipe:
     if request.kind not in KINDS:
         raise ValueError(f"power drafter distill trains {', '.join(KINDS)} drafters, not {request.kind!r}")
-    if request.kind != MTP:
+    if request.kind not in modes.NATIVE_HEADS:
         return BlockRecipe(request.kind, drafter_shape(request, target))
     if target.architecture != GEMMA3:
         arch = target.architecture

@@ -1,7 +1,7 @@
 """Writing a distilled drafter out: its GGUF, a manifest naming it beside its target, and the profile to run it.
 
 The GGUF follows the kind's contract (`power.artifacts.contracts`: the keys, the
-tensors and their shapes, written by the same writer as the fixtures) and carries
+tensors and their shapes, written by `power.artifacts.gguf_writer`, as the fixtures are) and carries
 the target's tokenizer, so `power plan` and `power verify` check it like any
 other drafter. The manifest binds it to the target by digest (`target_sha256`).
 """
@@ -14,19 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
 import torch
 
 from power.artifacts.atomic import atomic_path
 from power.artifacts.contracts import (
-    ARCHITECTURE_OF,
     DrafterHparams,
     draft_tokens_key,
     drafter_metadata,
     mtp_sidecar_metadata,
 )
 from power.artifacts.digests import sha256_file
-from power.artifacts.factory import Tensor, write_gguf
+from power.artifacts.gguf_writer import F16, F32, FileType, Q, Tensor, stored_values, write_gguf
+from power.modes import ARCHITECTURE_OF
 from power.runtime.gguf_weights import GGUFFile
 
 DEFAULT_CTX = 4096  # the bundled profiles' context
@@ -45,7 +44,7 @@ class Recommendation:
     p_min: float | None = None
 
 
-F16, Q8_0 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0
+Q8_0 = Q.Q8_0
 BLOCK_MATRICES = F16  # block drafters run float32 products of their weights
 MTP_MATRICES = Q8_0  # the MTP head multiplies its matrices in their GGUF blocks (power.runtime.speculators.mtp)
 
@@ -72,15 +71,14 @@ def write_mtp_sidecar(path: Path, tensors: dict[str, torch.Tensor], target: Path
     return _write(path, arch, name, metadata, tensors, MTP_MATRICES)
 
 
-def stored(tensors: dict[str, torch.Tensor], matrices: gguf.GGMLQuantizationType) -> dict[str, torch.Tensor]:
+def stored(tensors: dict[str, torch.Tensor], matrices: Q) -> dict[str, torch.Tensor]:
     """The tensors as the file will hold them (matrices rounded to `matrices`, vectors float32), as float32: what the
     runtime reads back, so the acceptance reported is the written drafter's."""
     def round_trip(value: torch.Tensor) -> torch.Tensor:
         qtype = _storage(value, matrices)
-        if qtype == gguf.GGMLQuantizationType.F32:
+        if qtype == F32:
             return value.float().clone()
-        encoded = gguf.quants.quantize(value.float().numpy(), qtype)
-        return torch.from_numpy(gguf.quants.dequantize(encoded, qtype).copy()).reshape(value.shape).float()
+        return torch.from_numpy(stored_values(value.float().numpy(), qtype).copy()).reshape(value.shape).float()
 
     return {name: round_trip(value) for name, value in tensors.items()}
 
@@ -94,16 +92,16 @@ def _tokenizer(source: GGUFFile) -> dict[str, Any]:
 
 
 def _write(path: Path, architecture: str, name: str, metadata: dict[str, Any], tensors: dict[str, torch.Tensor],
-           matrices: gguf.GGMLQuantizationType) -> Path:
+           matrices: Q) -> Path:
     """Matrices of whole 32-value blocks in `matrices`, the rest in float32."""
-    file_type = gguf.LlamaFileType.MOSTLY_Q8_0 if matrices == Q8_0 else gguf.LlamaFileType.MOSTLY_F16
+    file_type = FileType.MOSTLY_Q8_0 if matrices == Q8_0 else FileType.MOSTLY_F16
     header = {"general.name": name, "general.file_type": int(file_type), **metadata}
     written = {key: Tensor(value.float().numpy(), _storage(value, matrices)) for key, value in tensors.items()}
     return write_gguf(path, architecture, header, written)
 
 
-def _storage(value: torch.Tensor, matrices: gguf.GGMLQuantizationType) -> gguf.GGMLQuantizationType:
-    return matrices if value.dim() == 2 and value.shape[1] % 32 == 0 else gguf.GGMLQuantizationType.F32
+def _storage(value: torch.Tensor, matrices: Q) -> Q:
+    return matrices if value.dim() == 2 and value.shape[1] % 32 == 0 else F32
 
 
 def write_manifest(path: Path, name: str, target: Path, target_architecture: str, kind: str, drafter: Path) -> Path:

@@ -38,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from power.artifacts.contracts import DFLASH2, DSPARK, DrafterHparams, drafter_tensors, required
+from power.artifacts.contracts import DrafterHparams, drafter_tensors, required
+from power.modes import DFLASH2, DSPARK
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables, softcap
 from power.runtime.speculators.dflash import grouped_conv
 

@@ -1,4 +1,9 @@
-"""The one dispatch point: every kernel call in the runtime goes through here.
+"""The dispatch point of the Triton kernels: every call of one in the runtime goes through here.
+
+The CPU kernels (`power.kernels.cpu`: C++ products with GGUF matrices kept in their blocks, row norms, rope and
+attention) are the other entry point, called directly: they hold weights in a tile layout of their own, reordered
+once at load (`QuantMatrix`), and run the CPU's instruction path chosen at load, with no second backend to pick
+per call (docs/kernels.md, "Two entry points").
 
 Rule: the Triton kernel on a CUDA device, the torch reference elsewhere.
 `POWER_KERNELS` (read at each call) overrides it:

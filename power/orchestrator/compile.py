@@ -20,6 +20,7 @@ from pathlib import Path
 
 from power import modes
 from power.artifacts import contracts
+from power.artifacts.checkpoint import WEIGHTS_SUFFIX
 from power.artifacts.digests import file_stamp, sha256_file
 from power.artifacts.documents import MAX_TOML_BYTES, DocumentError, read_bytes
 from power.artifacts.facts import RECURRENT, ArtifactError, ArtifactFacts, inspect_artifact
@@ -44,6 +45,7 @@ from power.documents.plan import (
     Speculation,
     Target,
     Tokenizer,
+    flash_attention_on,
 )
 from power.findings import Finding, has_errors
 from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
@@ -55,11 +57,14 @@ from power.orchestrator.checks.speculation import check_speculation
 from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.engines.base import draft_placed
+from power.orchestrator.engines.llama_server.context import speculation
+from power.orchestrator.engines.llama_server.placement import default_ratios
 from power.orchestrator.loading import Loaded
 from power.orchestrator.resolve import Declared, Resolution, resolve
 from power.orchestrator.rules import override_target
 from power.orchestrator.schema import HostSpec, ProfileRuntime
 from power.orchestrator.sizing import (
+    CheckpointDraft,
     Component,
     DeviceBudget,
     MiB,
@@ -69,8 +74,6 @@ from power.orchestrator.sizing import (
     trunk_layers,
     whole,
 )
-from power.orchestrator.sizing.llama_context import speculation
-from power.orchestrator.sizing.placement import default_ratios
 
 
 class ArtifactMemo:
@@ -139,7 +142,7 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
             continue
         own = drafters.get(index)
         findings += check_drafter(manifest, index, declared, own, target)
-        if own is not None and declared.kind in contracts.FILE_KINDS:
+        if own is not None and declared.kind in modes.HEADER_CONTRACT:
             findings += check_tokenizer(index, declared.kind, own, target)
     return Artifacts(target, drafters, checkpoints), findings
 
@@ -147,7 +150,7 @@ def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = Tr
 def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Chosen | None, list[Finding]]:
     drafters = manifest.model.drafters
     facts = artifacts.target.facts
-    target_has_head = facts.drafter_kind == contracts.MTP
+    target_has_head = facts.drafter_kind in modes.NATIVE_HEADS
     sidecar = [modes.mode(d.kind).sidecar and d.path is not None for d in drafters]
     runnable = [modes.mode(d.kind).artifact != "target" or target_has_head or sidecar[i] for i, d in enumerate(drafters)]
     declared = Declared([d.kind for d in drafters], runnable, sidecar)
@@ -160,12 +163,17 @@ def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Cho
 
 def block_size(chosen: Chosen, artifacts: Artifacts) -> int | None:
     """The chosen block drafter's draft block: its GGUF header's, or its checkpoint's config.json's."""
-    if chosen.resolution.resolved not in contracts.ARCHITECTURE_OF:
+    if chosen.resolution.resolved not in modes.ARCHITECTURE_OF:
         return None
     if chosen.drafter is not None:
         return contracts.drafter_hparams(chosen.drafter.facts).block_size
-    checkpoints = [artifacts.checkpoints[i] for i in chosen.resolution.drafters if i in artifacts.checkpoints]
-    return checkpoints[0].facts.block_size if checkpoints else None
+    checkpoint = chosen_checkpoint(chosen, artifacts)
+    return checkpoint.facts.block_size if checkpoint else None
+
+
+def chosen_checkpoint(chosen: Chosen, artifacts: Artifacts) -> CheckedCheckpoint | None:
+    """The chosen drafter, when it is given as a checkpoint folder."""
+    return next((artifacts.checkpoints[i] for i in chosen.resolution.drafters if i in artifacts.checkpoints), None)
 
 
 def is_recurrent(facts: ArtifactFacts) -> bool:
@@ -211,14 +219,26 @@ def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
         draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
         kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=draft_cache_type(runtime),
-        flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs,
+        flash_attn=flash_attention_on(runtime.flash_attn), cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,
         draft_gpu_layers=None if runtime.draft_gpu_layers == "all" else runtime.draft_gpu_layers,
         draft_device=runtime.draft_device,
         draft_overrides=draft_overrides(runtime),
         use_mtp=speculating and modes.mode(resolved).artifact == "target",
         fr_vocab_size=settings.spec_mtp_fr_vocab_size if _has_draft_head(resolved) else None,
-        vocab=target_vocab(target), split=split_of(profile, placed))
+        vocab=target_vocab(target), split=split_of(profile, placed),
+        checkpoint_draft=checkpoint_draft(chosen, artifacts))
+
+
+def checkpoint_draft(chosen: Chosen, artifacts: Artifacts) -> CheckpointDraft | None:
+    """The chosen checkpoint drafter as vLLM's sizing reads it: its safetensors files' bytes and, where its
+    config.json gives them, its layers and KV heads (0 where it does not: no KV is charged for it)."""
+    checkpoint = chosen_checkpoint(chosen, artifacts)
+    if checkpoint is None:
+        return None
+    facts = checkpoint.facts
+    weights = sum(size for name, size, _ in checkpoint.files if name.endswith(WEIGHTS_SUFFIX))
+    return CheckpointDraft(weights, facts.layers or 0, facts.kv_heads or 0, facts.head_dim or 0)
 
 
 def draft_cache_type(runtime: ProfileRuntime) -> str:
@@ -263,7 +283,7 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     declared = manifest.model.drafters
     drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None, declared[i].files is not None)
                      for i in chosen.resolution.drafters)
-    return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, runtime.flash_attn,
+    return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, flash_attention_on(runtime.flash_attn),
                  runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min,
                  draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers,
                                            len(placed.devices)) or bool(runtime.draft_override_tensor),
@@ -353,7 +373,7 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
             path=target.facts.path, size=target.facts.size, sha256=target.sha256, architecture=target.facts.architecture,
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
             vocab_size=target_vocab(target.facts), context_length=whole(target.facts.hparam("context_length")) or None,
-            has_mtp=target.facts.drafter_kind == contracts.MTP,
+            has_mtp=target.facts.drafter_kind in modes.NATIVE_HEADS,
             recurrent_layers=sum(1 for layer in target.facts.layers if layer.kind == RECURRENT),
             source=published(manifest.model.target)),
         mode=Mode(requested=resolution.requested, resolved=resolution.resolved, chain=chain, reason=resolution.reason),
@@ -439,8 +459,10 @@ def _checkpoint_drafter(declared, checkpoint: CheckedCheckpoint) -> Drafter:
     digests (`listing_sha256`) and each file's own; config.json's facts as its contract."""
     facts = checkpoint.facts
     contract: dict[str, ContractValue] = {"format": "checkpoint", "architecture": facts.architecture}
-    contract |= {key: value for key, value in (("block_size", facts.block_size), ("target_layers", facts.target_layers))
-                 if value is not None}
+    contract |= {key: value for key, value in (
+        ("block_size", facts.block_size), ("target_layers", facts.target_layers),
+        ("target_hidden_size", facts.target_hidden_size), ("draft_vocab_size", facts.draft_vocab_size),
+        ("target_layer_ids", facts.aux_layer_ids)) if value is not None}
     return Drafter(kind=declared.kind, path=str(facts.folder), size=checkpoint.size, sha256=checkpoint.sha256,
                    target_sha256=declared.target_sha256, contract=contract, source=published(declared),
                    files=tuple(CheckpointFile(name=name, size=size, sha256=digest)

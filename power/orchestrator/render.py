@@ -6,7 +6,7 @@ goes in them. `engine_launch` is the one source of an engine's command line: it
 asks the engine's adapter (`power.orchestrator.engines`) whether it can run the
 plan, refuses a plan sized for another engine, then takes the adapter's line: the
 shell templates print it, the llama-server env file spells the same options as
-the variables llama.cpp's `common/arg.cpp` names (`power.orchestrator.llama_flags`),
+the variables llama.cpp's `common/arg.cpp` names (`engines.llama_server.flags`),
 the Kubernetes render puts the same words in a container's command, and
 `power bench --engine` launches exactly it. A rendered engine runs what the plan
 says: every setting whose engine default differs from the plan is written (slots
@@ -28,18 +28,17 @@ import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from power.documents.plan import ResolvedPlan
 from power.findings import PowerError
-from power.orchestrator import llama_flags
-from power.orchestrator.engines import ENGINES, Asked, Launch, adapter
-from power.orchestrator.engines.power import PowerRuntime
+from power.orchestrator.engines import ENGINES, TARGET_ENGINES, Asked, Launch, adapter
+from power.orchestrator.engines.llama_server import flags as llama_flags
+from power.orchestrator.engines.power.adapter import PowerRuntime
 
-# Each render target and the engine it launches (the env file and the systemd unit start Power's runtime).
-TARGET_ENGINES = {"llama-server": "llama-server", "llama-server-env": "llama-server", "vllm": "vllm",
-                  "power": "power", "env": "power", "systemd": "power"}
+if TYPE_CHECKING:
+    import jinja2
+
 TARGETS = tuple(TARGET_ENGINES)
 
 POWER = PowerRuntime()
@@ -55,6 +54,8 @@ class RenderError(PowerError):
 
 
 def _environment() -> jinja2.Environment:
+    import jinja2  # here, not at import: `power <command> --help` and the commands that render nothing never load it
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("power.orchestrator", "templates"),
         undefined=jinja2.StrictUndefined,
@@ -128,7 +129,8 @@ def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None =
     if target in ENGINES:
         context = {"launch": with_api_key(engine_launch(plan, target, plan_path, listen, root=root), target, api_key_file)}
     elif target == "llama-server-env":
-        launch = with_api_key(engine_launch(plan, "llama-server", plan_path, listen), "llama-server", api_key_file)
+        engine = TARGET_ENGINES[target]
+        launch = with_api_key(engine_launch(plan, engine, plan_path, listen), engine, api_key_file)
         context = llama_server_env_context(launch)
     elif target == "systemd":
         context = systemd_context(plan, plan_path, executable, root, api_key_file)
@@ -176,20 +178,16 @@ def with_api_key(launch: Launch, engine: str, key_file: str | None) -> Launch:
     return replace(launch, options=launch.options + (("--api-key-file", key_file),))
 
 
-# What another engine's plan renders for its deployment instead of the targets that start `power serve`.
-_OWN_TARGETS = {"llama-server": "llama-server-env", "vllm": "vllm"}
-
-
 def _power_only(plan: ResolvedPlan, target: str) -> None:
     """The systemd unit and the POWER_* env file start Power's runtime; for another engine's plan, say so and name the
     target that deploys that engine (PWR464), rather than only that the memory would differ."""
     engine = plan.memory.engine
     if target not in ("systemd", "env") or not sized_elsewhere(plan, TARGET_ENGINES[target]):
         return
-    own = _OWN_TARGETS.get(engine)
+    runner = adapter(engine)
+    own = runner.env_target or runner.targets[0]
     how = (f"render `--target {own} -o FILE` and start {engine} from your own unit"
-           + (" with EnvironmentFile=FILE" if own == "llama-server-env" else "")) if own else \
-        f"deploy {engine} the way that engine is deployed"
+           + (" with EnvironmentFile=FILE" if runner.env_target else ""))
     raise RenderError(code="PWR464", message=f"--target {target} renders for `power serve` (Power's runtime) only, and "
                       f"this plan was sized for {adapter(engine).description}", hint=how)
 
@@ -256,7 +254,7 @@ def systemd_context(plan: ResolvedPlan, plan_path: Path, executable: str | None,
         raise RenderError(code="PWR462", message=f"the systemd unit needs the absolute path of the power executable, "
                           f"and {'none was found' if executable is None else repr(executable) + ' is not one'}",
                           hint="pass --power-executable /path/to/power (e.g. `command -v power`)")
-    argv = with_api_key(engine_launch(plan, "power", plan_path, root=root), "power", api_key_file).argv
+    argv = with_api_key(engine_launch(plan, POWER.name, plan_path, root=root), POWER.name, api_key_file).argv
     return {**env_context(plan, plan_path), "exec_start": [executable, *argv[1:]]}
 
 

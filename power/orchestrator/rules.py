@@ -127,6 +127,11 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
     here: KeyPath = ("drafters", index)
     if "files" in drafter:
         return _checkpoint(here, kind, drafter)
+    if kind in modes.CHECKPOINT_ONLY:
+        return [Issue("PWR025", f"a {kind} drafter is a Hugging Face checkpoint folder (what vLLM loads), but this "
+                      "entry lists no `files`", here + ("kind",),
+                      hint="name the checkpoint's folder in `path` and each of its files in `files` (config.json "
+                           "among them), with target_sha256 and a [drafters.source] (docs/files.md)")]
     if kind in modes.FILE_BACKED or (modes.mode(kind).sidecar and "path" in drafter):
         missing = [key for key in ("path", "sha256", "target_sha256") if key not in drafter]
         if missing:

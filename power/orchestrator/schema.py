@@ -37,6 +37,7 @@ from power.orchestrator.units import ACCEPTED_FORMS, MAX_BYTES, parse_device_siz
 
 SCHEMA_VERSION = "v1"
 DEFAULT_HEADROOM = 512 * 1024**2
+DEFAULT_DRAFT_MAX = 7  # K, a profile's proposal width, when it sets no spec_draft_max
 # Upper bounds where a value stops making physical sense (docs/files.md lists them): far above any real
 # deployment, low enough that no size computed from them leaves 64 bits.
 MAX_CTX = 1 << 26  # 67,108,864 tokens
@@ -220,7 +221,8 @@ class ProfileRuntime(_Strict):
     kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
-    flash_attn: StrictBool = Field(False, description="flash attention for the target")
+    flash_attn: StrictBool | Literal["auto"] = Field(False, description="flash attention for the target: true, false or "
+                                                     "\"auto\" (llama.cpp's default: on where the device runs it)")
     kv_cache_type: KvCacheType = Field(kv_types.DEFAULT, description="KV cache element type (llama.cpp names)")
     arithmetic: ArithmeticName = Field(
         arithmetic.AUTO, description='Power\'s runtime\'s matrix products: "quantised" (weights kept quantised, '
@@ -271,7 +273,7 @@ class Profile(_Strict):
     name: StrictStr = Field(min_length=1, pattern=NAME_PATTERN, description="the profile's name")
     description: StrictStr | None = Field(None, description="free text")
     spec_mode: SpecModeName = Field(modes.AUTO, description=" | ".join(modes.SPEC_MODES))
-    spec_draft_max: StrictInt = Field(7, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
+    spec_draft_max: StrictInt = Field(DEFAULT_DRAFT_MAX, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
     spec_mtp_recurrent_snapshots: StrictInt = Field(
         7, ge=1, le=MAX_ROWS, description=f"S, the resident rollback window: an integer from 1 to {MAX_ROWS}")
     spec_mtp_fr_vocab_size: StrictInt | None = Field(

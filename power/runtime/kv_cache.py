@@ -10,7 +10,7 @@ Slots are positions: position p lives in slot p. Rewinding is only a matter of
 the trunk's position counter: slots past it are never read and are overwritten
 later. Capacity is the context plus the largest forward shape (so the padding
 rows of a forward that ends at the context limit still have somewhere to land),
-rounded up to a whole number of ATTENTION_BLOCK slots.
+rounded up to whole cache blocks (`power.documents.geometry.padded_capacity`).
 
 Rows are held in the plan's KV type (`power.documents.kv_types`): each row is rounded to it as it is written, by
 itself (`power.runtime.kv_rows`), and attention reads the rounded values back exactly, on both paths (the GPU path
@@ -28,17 +28,11 @@ from typing import Iterator
 
 import torch
 
+from power.documents.geometry import padded_capacity
 from power.documents.kv_types import F32, Q8_0, RUNTIME_KV_TYPES, whole_blocks
 from power.kernels.cpu import rowops
 from power.runtime import kv_rows
 from power.runtime.errors import RuntimeInputError
-
-ATTENTION_BLOCK = 256
-
-
-def padded_capacity(capacity: int) -> int:
-    """Cache slots for `capacity` positions: a whole number of ATTENTION_BLOCK slots."""
-    return -(-capacity // ATTENTION_BLOCK) * ATTENTION_BLOCK
 
 
 class KVCache:

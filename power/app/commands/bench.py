@@ -23,10 +23,10 @@ from power.app.traffic import DEFAULT_SHAPES
 from power.artifacts.atomic import write_text_atomic
 from power.documents.evidence import BASELINE, CANDIDATE
 from power.findings import PowerError
-from power.orchestrator.engines import ENGINES
+from power.orchestrator.engines import ADAPTERS, ENGINES, LIVE_ENGINES, adapter
 
-# What `--write-env` renders per engine: the env file that deployment reads.
-ENV_TARGETS = {"power": "env", "llama-server": "llama-server-env"}
+# The engines whose deployment reads an env file `--write-env` renders (its adapter's `env_target`).
+WRITES_ENV = tuple(name for name, engine in ADAPTERS.items() if engine.env_target is not None)
 
 
 @click.command("bench")
@@ -111,13 +111,13 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     except PowerError as err:
         refuse(err, as_json)
     engine = engine or candidate_plan.memory.engine
-    if env_path is not None and engine not in ENV_TARGETS:
+    if env_path is not None and engine not in WRITES_ENV:
         raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
-                               f"--engine {' or '.join(ENV_TARGETS)}")
+                               f"--engine {' or '.join(WRITES_ENV)}")
     try:
         # Every refusal that needs no model before the runtime's stack is imported: a missing engine binary (PWR470),
         # an edited baseline plan, a bad sweep.
-        binary = live.engine_binary(engine, engine_binary) if engine in live.LIVE_ENGINES else None
+        binary = live.engine_binary(engine, engine_binary) if engine in LIVE_ENGINES else None
         measured_against = [(BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline is not None else []
         candidates = [(CANDIDATE, plan, candidate_plan)]
         if sweeps:
@@ -126,12 +126,12 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         plans = candidates + measured_against
     except PowerError as err:
         refuse(err, as_json)
-    if engine not in live.LIVE_ENGINES:
+    if engine not in LIVE_ENGINES:
         refuse_unusable_device(device, as_json)
     from power.app import bench as harness
     from power.app import concurrency
 
-    if engine not in live.LIVE_ENGINES:
+    if engine not in LIVE_ENGINES:
         try:
             harness.require_prompts_fit(plans, traffic, root)
         except PowerError as err:
@@ -140,7 +140,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         if resolved.memory.engine != engine:
             click.echo(f"note: {label} {path} was sized for {resolved.memory.engine}; measuring it on {engine}: "
                        f"its evidence counts for {engine} deployments only", err=True)
-    if one_at_a_time and engine not in live.LIVE_ENGINES:
+    if one_at_a_time and engine not in LIVE_ENGINES:
         refuse(PowerError("--one-at-a-time: Power's runtime loads every plan in this process, side by side",
                           code="PWR474", hint="measure one at a time on the deployment's live engine (--engine "
                           "llama-server or vllm)"), as_json, at=plan)
@@ -151,7 +151,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         refuse(err, as_json, at=plan)
     loaded: list = []  # the --concurrency levels' measurements
     placed = residency([resolved for _, _, resolved in plans], asked=one_at_a_time,
-                       in_turns=engine in live.LIVE_ENGINES)
+                       in_turns=engine in LIVE_ENGINES)
     click.echo(f"residency: {placed.reason}", err=True)
     lifecycle = Lifecycle()
     progress = partial(click.echo, err=True)
@@ -216,7 +216,7 @@ def _configs(plans, engine: str, binary: Path | None, device: str, threads: int 
     """One configuration per plan, its engine loaded (Power) or, with `start`, started and healthy (live; stopped by
     `running`); the live servers go into `servers` by label, for a run in turns to bring up and take down."""
     from power.app import bench as harness
-    from power.app.live import LIVE_ENGINES, LiveEngine, LiveEngineError
+    from power.app.live import LiveEngine, LiveEngineError
     from power.app.served import ServedEngine
     from power.runtime.engine import Engine, EngineOptions, Workload
 
@@ -251,7 +251,7 @@ def _explained(candidates, control, traffic, measurements, servers: dict, lifecy
     went one at a time); on Power's runtime, exact by construction, and on vLLM, only where it happened."""
     from power.app import bench as harness
     from power.app import divergence
-    from power.app.live import PROTOCOLS
+    from power.app.live import protocol
 
     explained: dict[str, dict[str, list]] = {}
     if control is None:
@@ -271,7 +271,7 @@ def _explained(candidates, control, traffic, measurements, servers: dict, lifecy
             # the native /completion reads the target's log-probabilities (n_probs); an OpenAI-shaped server is
             # not replayed here, so its divergences stay unexplained, which is lossy (fail closed)
             replay = (partial(divergence.explain, server)
-                      if server is not None and PROTOCOLS[server.engine].native else None)
+                      if server is not None and protocol(server.engine).native else None)
             explained[config.label] = {name: harness.divergences(ours, theirs, shape, replay)
                                        for name, (shape, ours, theirs) in differing.items()}
     return explained
@@ -365,7 +365,7 @@ def _write_env(path: Path, engine: str, best: dict | None, configs, control, tab
                    "re-measuring")
     else:
         verdict = f"the winner: {chosen.label} (plan {chosen.plan.digest[:12]}), measured against the incumbent below"
-    body = render(chosen.plan, ENV_TARGETS[engine], chosen.plan_path)
+    body = render(chosen.plan, str(adapter(engine).env_target), chosen.plan_path)
     measured = "\n".join(f"# {line}".rstrip() for line in [f"power bench on {engine}: {verdict}", "",
                                                              *table.splitlines()])
     write_text_atomic(path, measured + "\n" + body)

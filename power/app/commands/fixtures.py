@@ -8,10 +8,9 @@ from pathlib import Path
 import click
 
 from power.app.outputs import require_outputs
-from power.artifacts.contracts import MTP
 from power.artifacts.digests import sha256_file
-from power.artifacts.factory import build_fixtures
 from power.artifacts.facts import ArtifactError, inspect_artifact
+from power.modes import NATIVE_HEADS
 
 # Header-only fixtures are sparse files of real artifact sizes: hashing reads every byte of the hole.
 HASH_LIMIT_BYTES = 100_000_000
@@ -28,6 +27,8 @@ def fixtures() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def build(directory: Path, hash_sparse: bool, as_json: bool) -> None:
     """Write every fixture into DIRECTORY (deterministic: the same files, the same digests)."""
+    from power.artifacts.factory import build_fixtures  # gguf's writer and numpy: not for `--help`
+
     require_outputs(directories=(directory,), as_json=as_json)
     rows = [_describe(name, path, hash_sparse) for name, path in build_fixtures(directory).items()]
     if as_json:
@@ -42,8 +43,9 @@ def build(directory: Path, hash_sparse: bool, as_json: bool) -> None:
 
 
 def _kind(drafter_kind: str | None, architecture: str) -> str:
-    if drafter_kind in (None, MTP):
-        return f"target ({architecture})" + (" + mtp head" if drafter_kind == MTP else "")
+    head = drafter_kind in NATIVE_HEADS
+    if drafter_kind is None or head:
+        return f"target ({architecture})" + (" + mtp head" if head else "")
     return drafter_kind
 
 

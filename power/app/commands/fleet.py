@@ -23,7 +23,6 @@ from power.app.outputs import require_outputs, writing
 from power.artifacts.atomic import write_text_atomic
 from power.findings import Finding, Severity
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, write_lock
-from power.orchestrator.fleet.report import render_report
 from power.orchestrator.fleet.review import DRIFT_EXIT, FleetReview, default_lock_path, exit_code, review_fleet
 from power.orchestrator.fleet.rollout import IN_PROGRESS, stage_states
 from power.orchestrator.kubernetes.fleet import render_fleet
@@ -89,6 +88,8 @@ def report(fleet_file: Path, lock_path: Path | None, output: Path) -> None:
 
     Exit codes: 0 clean, 1 the review has error findings (the page is written, showing them), 2 usage error.
     """
+    from power.orchestrator.fleet.report import render_report  # jinja2: not for `--help`
+
     require_outputs(files=(output,))
     result = review_fleet(fleet_file, lock_path)
     if result.input_error:

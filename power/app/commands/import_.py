@@ -36,16 +36,15 @@ from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.compile import compile_plan
+from power.orchestrator.engines import IMPORTABLE
 from power.orchestrator.launch_import import (
-    LLAMA_SERVER,
-    VLLM,
-    LaunchSpec,
     env_names,
     import_launch,
     manifest_document,
     on_the_line,
     profile_document,
 )
+from power.orchestrator.launch_spec import LaunchSpec
 from power.orchestrator.launch_tokens import (
     LaunchInputError,
     Token,
@@ -99,8 +98,8 @@ def _engine_command(engine: str):
     return click.command(name=engine)(command)
 
 
-import_.add_command(_engine_command(LLAMA_SERVER))
-import_.add_command(_engine_command(VLLM))
+for _engine in IMPORTABLE:
+    import_.add_command(_engine_command(_engine))
 
 
 def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | None) -> list[Token]:
@@ -116,8 +115,10 @@ def _tokens(engine: str, argv: list[str], env_file: Path | None, unit: Path | No
 
 def _missing_files(spec: LaunchSpec) -> list[Finding]:
     """Writing a manifest needs the model files on this machine: each one that is not here is a finding at its flag."""
+    checkpoint = spec.draft_model is not None and Path(spec.draft_model.text).is_dir()  # a drafter's checkpoint folder
     return [_at(token, f"{token.text} is not a file on this machine, so its size and sha256 cannot be recorded")
-            for token in (spec.model, spec.draft_model) if token is not None and not is_regular_file(token.text)]
+            for token in (spec.model, None if checkpoint else spec.draft_model)
+            if token is not None and not is_regular_file(token.text)]
 
 
 def _not_gguf(spec: LaunchSpec) -> list[Finding]:

@@ -15,12 +15,12 @@ from typing import Any, Sequence
 import click
 
 from power.app.cli import EXIT_FINDINGS
-from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.artifacts.digests import sha256_file
 from power.artifacts.facts import ArtifactError, ArtifactFacts, inspect_artifact
 from power.artifacts.ggml_types import FILE_TYPES
 from power.artifacts.gguf_reader import view_element_type
 from power.findings import has_errors
+from power.modes import DFLASH, DFLASH2, DSPARK, MTP
 
 CONTRACT_NAMES = {DFLASH: "DFlash v1", DFLASH2: "DFlash2 (convolution + selector)",
                   DSPARK: "DSpark (Markov head, confidence-scheduled)", MTP: "MTP/nextn head inside the target"}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from power.app.arguments.render import KUBERNETES, KubernetesArguments, RenderArguments, VolumeArguments, parse_render
 from power.app.cli import EXIT_FINDINGS, print_findings, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.outputs import require_outputs, writing
@@ -16,15 +16,11 @@ from power.artifacts.verify import cached_sha256
 from power.documents.plan import ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import PowerError, has_errors
 from power.orchestrator.engines import ENGINES
-from power.orchestrator.render import TARGETS, Listen
+from power.orchestrator.render import TARGETS
 from power.orchestrator.render import render as render_plan
 
 if TYPE_CHECKING:
     from power.orchestrator.schema import ModelVolume
-
-KUBERNETES = "kubernetes"
-SECRET_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
-
 
 @click.command("render")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
@@ -74,28 +70,13 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
     another file (PWR115) renders nothing (exit 2). `power verify`, which hashes every byte, is
     the gate to run before the rendered engine starts.
     """
-    if (address is None) != (port is None):
-        raise click.UsageError("--address and --port go together: give both, or neither for the engine's default")
-    if api_key_file is not None and target in ("env", KUBERNETES):
-        raise click.UsageError(f"--api-key-file applies to the engine launches; --target {target} "
-                               + ("takes the key from a Secret: --api-key-secret NAME" if target == KUBERNETES
-                                  else "carries no engine command line"))
-    if api_key_secret is not None and (target != KUBERNETES or not re.fullmatch(SECRET_NAME, api_key_secret)):
-        raise click.UsageError("--api-key-secret names a Kubernetes Secret (lowercase letters, digits, '-', '.') "
-                               "and applies to --target kubernetes; the other targets take --api-key-file PATH")
+    arguments = parse_render(plan_path, target, output, root, address, port, api_key_file, power_executable,
+                             host_path, engine, VolumeArguments(models_host_path, models_claim, models_empty_dir,
+                                                                models_pull, models_token_secret, models_local),
+                             namespace, pod_monitor, dry_run, api_key_secret)
     require_outputs(files=(output,))
     try:
-        plan = located(load_plan(plan_path), plan_path, root)
-        for artifact in planned_artifacts(plan):
-            cached_sha256(artifact)
-        if target == KUBERNETES:
-            volume = _model_volume(plan, models_host_path, models_claim, models_empty_dir, models_pull,
-                                   models_token_secret, models_local)
-            text = _kubernetes(plan, host_path, engine or plan.memory.engine, volume, namespace, pod_monitor, dry_run,
-                               api_key_secret)
-        else:
-            text = render_plan(plan, target, plan_path, root, executable=power_executable,
-                               listen=Listen(address, port) if address and port else None, api_key_file=api_key_file)
+        text = _rendered(arguments)
     except PowerError as err:
         refuse(err, at=plan_path)
     if output is None:
@@ -106,36 +87,41 @@ def render(plan_path: Path, target: str, output: Path | None, host_path: Path | 
         click.echo(f"wrote {output}", err=True)
 
 
-def _model_volume(plan: ResolvedPlan, models_host_path: str | None, models_claim: str | None, models_empty_dir: bool,
-                  models_pull: bool, models_token_secret: str | None, models_local: Path | None) -> ModelVolume:
+def _rendered(arguments: RenderArguments) -> str:
+    """The target's text for the plan, once every artifact it names is there with its planned size and sha256."""
+    plan = located(load_plan(arguments.plan), arguments.plan, arguments.root)
+    for artifact in planned_artifacts(plan):
+        cached_sha256(artifact)
+    if arguments.kubernetes is not None:
+        return _kubernetes(plan, arguments.kubernetes)
+    return render_plan(plan, arguments.target, arguments.plan, arguments.root, executable=arguments.power_executable,
+                       listen=arguments.listen, api_key_file=arguments.api_key_file)
+
+
+def _model_volume(plan: ResolvedPlan, volume: VolumeArguments) -> ModelVolume:
     from pydantic import ValidationError
 
     from power.orchestrator.schema import ModelVolume
 
-    if sum((models_host_path is not None, models_claim is not None, models_empty_dir)) != 1:
-        raise click.UsageError("--target kubernetes needs one of --models-host-path, --models-claim or "
-                               "--models-empty-dir (with --models-pull)")
-    local = models_local or Path(plan.target.path).parent
+    local = volume.local or Path(plan.target.path).parent
     try:
-        return ModelVolume(host_path=models_host_path, claim=models_claim, empty_dir=models_empty_dir,
-                           pull=models_pull, token_secret=models_token_secret, local=local.resolve())
+        return ModelVolume(host_path=volume.host_path, claim=volume.claim, empty_dir=volume.empty_dir,
+                           pull=volume.pull, token_secret=volume.token_secret, local=local.resolve())
     except ValidationError as err:
         message = err.errors()[0]["msg"].removeprefix("Value error, ")
         raise click.UsageError(f"--models-*: {message}") from None
 
 
-def _kubernetes(plan: ResolvedPlan, host_path: Path | None, engine: str, volume: ModelVolume, namespace: str | None,
-                pod_monitor: bool, dry_run: bool, api_key_secret: str | None) -> str:
+def _kubernetes(plan: ResolvedPlan, arguments: KubernetesArguments) -> str:
     from power.orchestrator.kubernetes.objects import render_objects
     from power.orchestrator.kubernetes.placement import host_placement, model_mount
     from power.orchestrator.kubernetes.tree import yaml_text
     from power.orchestrator.loading import load_host
 
-    if host_path is None:
-        raise click.UsageError("--target kubernetes needs --host HOST.toml (its [kubernetes] table names the node "
-                               "and the images)")
-    placement, findings = host_placement(load_host(host_path), plan, engine, model_mount(volume), dry_run=dry_run,
-                                         namespace=namespace, pod_monitor=pod_monitor, api_key_secret=api_key_secret)
+    volume = _model_volume(plan, arguments.volume)
+    placement, findings = host_placement(load_host(arguments.host), plan, arguments.engine or plan.memory.engine,
+                                         model_mount(volume), dry_run=arguments.dry_run, namespace=arguments.namespace,
+                                         pod_monitor=arguments.pod_monitor, api_key_secret=arguments.api_key_secret)
     if placement is None or has_errors(findings):
         print_findings(findings, as_json=False)
         raise SystemExit(EXIT_FINDINGS)

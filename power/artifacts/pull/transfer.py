@@ -10,7 +10,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-from tqdm import tqdm
 
 from power.artifacts.pull import redirects
 from power.artifacts.pull.errors import PullError
@@ -81,6 +80,8 @@ def _write(response: httpx.Response, partial: Path, offset: int, name: str) -> N
     length = response.headers.get("Content-Length")
     expected = int(length) if length and length.isdigit() else None
     received = 0
+    from tqdm import tqdm  # here, not at import: `power pull --help` never loads it
+
     with partial.open("r+b" if offset else "wb") as out, tqdm(
             total=None if expected is None else offset + expected, initial=offset, unit="B", unit_scale=True,
             desc=name, disable=None, leave=False) as bar:

@@ -1,13 +1,15 @@
 """A drafter given as a Hugging Face checkpoint folder (for vLLM), against what the manifest declares and the
 target it serves: each file's presence, size and sha256 (PWR110-PWR112); its config.json's kind (PWR210), target
-depth and vocabulary (PWR211); its binding (PWR213); its tokenizer.json against the target GGUF's vocabulary,
-token by token (PWR310; PWR311 when it carries none and so reads the target's ids as they are)."""
+depth, vocabulary, width and the target layers it reads (PWR211); its binding (PWR213); its tokenizer.json
+against the target GGUF's vocabulary, token by token (PWR310; PWR311 when it carries none and so reads the
+target's ids as they are)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from power import modes
 from power.artifacts.checkpoint import TOKENIZER, CheckpointFacts, listing_sha256, read_checkpoint
 from power.artifacts.facts import ArtifactError
 from power.artifacts.tokenizer_facts import TokenizerFacts
@@ -15,6 +17,9 @@ from power.findings import Finding, Severity
 from power.orchestrator.checks.artifacts import ArtifactSource, Checked
 from power.orchestrator.checks.drafters import binding_findings
 from power.orchestrator.loading import Loaded
+from power.orchestrator.sizing.model import whole
+
+EAGLE3_FUSED_STATES = 3  # vLLM's EAGLE-3 `fc` fuses three target hidden states (llama_eagle3.py)
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,8 @@ def check_checkpoint(manifest: Loaded, index: int, declared, memo: ArtifactSourc
         facts = read_checkpoint(folder, [name for name, _, _ in files])
     except ArtifactError as err:
         return None, [err.finding]
-    findings = _contract(manifest, here, declared.kind, facts, target_layers, target_vocab)
+    target_width = whole(target.facts.hparam("embedding_length"))
+    findings = _contract(manifest, here, declared.kind, facts, (target_layers, target_vocab, target_width))
     findings += binding_findings(manifest, index, declared, target)
     findings += tokenizer_findings(index, declared.kind, facts, target.facts.tokenizer)
     errors = [f for f in findings if f.is_error]
@@ -76,21 +82,43 @@ def _files(manifest: Loaded, here: str, folder: Path, declared, memo: ArtifactSo
     return files, findings
 
 
-def _contract(manifest: Loaded, here: str, kind: str, facts: CheckpointFacts, target_layers: int,
-              target_vocab: int) -> list[Finding]:
+def _contract(manifest: Loaded, here: str, kind: str, facts: CheckpointFacts,
+              target: tuple[int, int, int]) -> list[Finding]:
+    """config.json's kind, and what it says of the target it was built for against this target's (layers,
+    vocabulary, width)."""
     if facts.kind != kind:
         return [manifest.finding("PWR210", f"{here}: the checkpoint's config.json names {facts.architecture}, "
                                  f"{'a ' + facts.kind if facts.kind else 'no'} drafter kind, not {kind}",
                                  where=f"{here}.kind", hint="declare the kind the checkpoint is, or point `path` at the "
                                  f"{kind} checkpoint")]
-    findings = []
-    for what, theirs, ours in (("target layers (num_target_layers)", facts.target_layers, target_layers),
-                               ("vocabulary (vocab_size)", facts.vocab_size, target_vocab)):
-        if theirs is not None and theirs != ours:
-            findings.append(manifest.finding(
-                "PWR211", f"{here}: the checkpoint was built for a target of {theirs:,} {what}; this target has "
-                f"{ours:,}", where=f"{here}.path", hint="use the drafter checkpoint built for this target"))
-    return findings
+    layers, vocab, width = target
+    fused = facts.target_hidden_size or (facts.hidden_size if kind == modes.EAGLE3 else None)
+    findings = [manifest.finding("PWR211", f"{here}: the checkpoint was built for a target of {theirs:,} {what}; this "
+                                 f"target has {ours:,}", where=f"{here}.path",
+                                 hint="use the drafter checkpoint built for this target")
+                for what, theirs, ours in (("target layers (num_target_layers)", facts.target_layers, layers),
+                                           ("vocabulary (vocab_size)", facts.vocab_size, vocab),
+                                           ("hidden size (target_hidden_size)", fused, width))
+                if theirs is not None and theirs != ours]
+    return findings + [manifest.finding("PWR211", f"{here}: the checkpoint's config.json {problem}",
+                                        where=f"{here}.path", hint="use the drafter checkpoint built for this target")
+                       for problem in _inconsistencies(kind, facts, layers)]
+
+
+def _inconsistencies(kind: str, facts: CheckpointFacts, layers: int) -> list[str]:
+    """What config.json says that vLLM could not build against this target: a hidden state read from a layer the
+    target lacks, EAGLE-3's fused states not three, a draft head larger than the vocabulary it maps onto."""
+    problems = []
+    ids = facts.aux_layer_ids or ()
+    outside = [i for i in ids if not 0 <= i < layers]
+    if outside:
+        problems.append(f"reads the hidden states of target layers {list(ids)}; this target has layers 0-{layers - 1}")
+    if kind == modes.EAGLE3 and facts.aux_layer_ids is not None and len(ids) != EAGLE3_FUSED_STATES:
+        problems.append(f"names {len(ids)} target layers (eagle_aux_hidden_state_layer_ids); vLLM's EAGLE-3 fuses "
+                        f"{EAGLE3_FUSED_STATES}")
+    if facts.draft_vocab_size is not None and facts.vocab_size is not None and facts.draft_vocab_size > facts.vocab_size:
+        problems.append(f"draft_vocab_size {facts.draft_vocab_size:,} exceeds its vocab_size {facts.vocab_size:,}")
+    return problems
 
 
 def tokenizer_findings(index: int, kind: str, facts: CheckpointFacts, target: TokenizerFacts | None) -> list[Finding]:

@@ -6,6 +6,7 @@ The contract itself (kind from the header, required keys and tensors) is
 
 from __future__ import annotations
 
+from power import modes
 from power.artifacts import contracts
 from power.findings import Finding
 from power.orchestrator.checks.artifacts import Checked
@@ -16,12 +17,12 @@ def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | Non
     """Contract and binding findings for `drafters[index]` (`checked` is its own file: a file-backed drafter or an MTP
     sidecar; None for a head in the target or weight-free n-gram)."""
     kind = declared.kind
-    if kind == contracts.MTP and checked is None:
+    if kind in modes.NATIVE_HEADS and checked is None:
         return _at_declaration(manifest, index, contracts.contract_violations(target.facts, kind))
     if checked is None:
         return []
     findings = _at_declaration(manifest, index, contracts.contract_violations(checked.facts, kind))
-    if kind == contracts.MTP and not findings:  # an MTP-only sidecar: the head of this target's model
+    if kind in modes.NATIVE_HEADS and not findings:  # an MTP-only sidecar: the head of this target's model
         findings += contracts.sidecar_violations(checked.facts, target.facts)
     return findings + binding_findings(manifest, index, declared, target)
 
@@ -48,7 +49,7 @@ def _at_declaration(manifest: Loaded, index: int, findings: list[Finding]) -> li
 
 def contract_facts(kind: str, checked: Checked | None, target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
     """The header facts a plan records for a drafter (what the runtime and renderers need, nothing else)."""
-    if kind == contracts.MTP:
+    if kind in modes.NATIVE_HEADS:
         return {"nextn_predict_layers": contracts.nextn_layer_count((checked or target).facts)}
     if checked is None:
         return {}

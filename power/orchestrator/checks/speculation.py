@@ -8,7 +8,6 @@ are the ones that depend on what `auto` resolved to or on header facts.
 from __future__ import annotations
 
 from power import modes
-from power.artifacts import contracts
 from power.findings import Finding
 from power.orchestrator.loading import Loaded
 
@@ -27,7 +26,7 @@ def check_speculation(profile: Loaded, resolved: str, block: int | None, vocab_s
             "PWR423", f'spec_mtp_fr_vocab_size is set but the mode resolved to "{resolved}", which has no draft head '
             "whose projection FR could cut", where="spec_mtp_fr_vocab_size",
             hint='remove spec_mtp_fr_vocab_size, or set spec_mode = "mtp" on a target with an MTP head'))
-    if block and resolved in contracts.ARCHITECTURE_OF:
+    if block and resolved in modes.ARCHITECTURE_OF:
         if settings.spec_draft_max > block - 1:
             findings.append(profile.finding(
                 "PWR425", f"spec_draft_max = {settings.spec_draft_max} but the {resolved} drafter proposes at most "

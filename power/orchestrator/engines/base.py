@@ -13,17 +13,31 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from power.artifacts.facts import ArtifactFacts
-from power.documents.plan import ResolvedPlan
+from power.documents.plan import ResolvedPlan, flash_attention_on
 from power.findings import Finding
-from power.orchestrator.launch_tokens import EnvNames
+from power.orchestrator.launch_spec import LaunchSpec, ValueReader
+from power.orchestrator.launch_tokens import EnvNames, Token
 from power.orchestrator.sizing.fit import fitting_split, largest_context
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
 
 # Which file a refusal is located in: the profile (settings, the mode asked for) or the manifest (the drafters).
 Document = Literal["profile", "manifest"]
+# An engine's launch-line reader: the located words (program dropped) -> what they ask for, and the findings.
+LaunchReader = Callable[[list[Token]], tuple[LaunchSpec, list[Finding]]]
+
+
+@dataclass(frozen=True)
+class LiveBench:
+    """How `power bench` runs the engine live from its render and measures it: pure data the app reads."""
+
+    binary_env: str  # the variable that names its executable when it is not on PATH
+    native: bool  # llama-server's own /completion and /props, else OpenAI-shaped /v1/completions and /version
+    counters: tuple[str, ...]  # the /metrics counters a request is measured by (deltas around it)
+    thread_flags: tuple[str, ...]  # the options that take the machine's thread count
+    install_hint: str  # how to get the executable
 
 
 @dataclass(frozen=True)
@@ -68,7 +82,7 @@ class Asked:
         rt = plan.runtime
         return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None, d.files is not None)
                                           for d in plan.drafters),
-                   rt.kv_cache_type, rt.flash_attn, rt.tensor_parallel, len(plan.devices), rt.kv_unified,
+                   rt.kv_cache_type, flash_attention_on(rt.flash_attn), rt.tensor_parallel, len(plan.devices), rt.kv_unified,
                    plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
                                                         len(plan.devices)) or bool(rt.draft_override_tensor),
                    rt.draft_kv_cache_type, rt.cuda_graphs and any(d.kind == "gpu" for d in plan.devices))
@@ -92,11 +106,15 @@ def draft_placed(own_device: bool, draft_gpu_layers: int | str, devices: int) ->
 
 @dataclass(frozen=True)
 class Setting:
-    """One plan setting as the engine spells it: on its command line and, where it has one, as a variable."""
+    """One plan setting as the engine spells it, as llama.cpp's `common/arg.cpp` keeps a `common_arg`: its flag on the
+    command line, its variable, what it means, and how an imported launch line's value reads back into it."""
 
     field: str  # Power's name (the plan's runtime/sampling/speculation key, or the importer's LaunchSpec attribute)
     flag: str | None  # the word the render writes (None: the engine reads it only from its environment)
     env: str | None = None
+    help: str = ""
+    read: ValueReader | None = None  # how `power import` reads its value (None: not read from a launch line)
+    off: str | None = None  # a switch's spelling that turns it off (`--no-kv-unified`)
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,19 @@ class Settings:
 
     def env(self, field: str) -> str | None:
         return self._by_field()[field].env
+
+    def switch(self, field: str, on: bool) -> str:
+        """The switch's spelling that turns it on, or off (`--kv-unified` / `--no-kv-unified`)."""
+        setting = self._by_field()[field]
+        word = setting.flag if on else setting.off
+        if word is None:
+            raise KeyError(f"{field} has no {'flag' if on else 'off spelling'}")
+        return word
+
+    def reader(self, field: str) -> ValueReader | None:
+        """How an imported value of `field` reads (None: the field is not read from a launch line)."""
+        setting = self._by_field().get(field)
+        return setting.read if setting is not None else None
 
     def field_of_flag(self, flag: str) -> str | None:
         return next((s.field for s in self.entries if s.flag == flag), None)
@@ -163,6 +194,14 @@ class EngineAdapter(ABC):
     # what the engine's image holds ready-made so a pod starts without building it: (the variable that points the
     # engine at it, the folder in the image, how the image fills that folder); None: nothing
     image_prebuilt: tuple[str, str, str] | None = None
+    # the render targets that launch it (each a template `templates/<target>.j2`), its own command line first
+    targets: tuple[str, ...] = ()
+    # the target that renders its deployment's env file (`power bench --write-env`); None: it has none
+    env_target: str | None = None
+    # how `power bench` runs it as a live process (None: Power's runtime, measured in the bench's own process)
+    live: LiveBench | None = None
+    # how `power import ENGINE` reads its launch line (None: it has no launch line to import)
+    launch_reader: LaunchReader | None = None
     # the engine refuses at load, on the CPU, weights the host cannot hold (PWR520): `power plan` judges the host too
     checks_host_memory: bool = False
 

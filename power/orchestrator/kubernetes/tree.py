@@ -14,14 +14,13 @@ of other plans fails in `kubectl kustomize` instead of mixing them.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from power.artifacts.atomic import new_mode
 from power.documents.plan import ResolvedPlan
@@ -43,7 +42,9 @@ class Stage:
 
 def yaml_text(*documents: object) -> str:
     """Plain YAML documents (`---` between them); multi-line strings as literal blocks, so the plan reads as JSON."""
-    return "---\n".join(yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096)
+    import yaml  # here, not at import: `power <command> --help` and the commands that write no YAML never load it
+
+    return "---\n".join(yaml.dump(document, Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=4096)
                         for document in documents)
 
 
@@ -56,17 +57,20 @@ def yaml_comment(text: str) -> str:
     return f"# {escaped}\n"
 
 
-class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, _data: Any) -> bool:
-        return True  # objects share sub-dicts (the mounts of both containers); a manifest spells each out
+@functools.cache
+def _dumper() -> type:
+    import yaml
 
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, _data: Any) -> bool:
+            return True  # objects share sub-dicts (the mounts of both containers); a manifest spells each out
 
-def _string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    def string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
-
-_Dumper.add_representer(str, _string)
+    Dumper.add_representer(str, string)
+    return Dumper
 
 
 def build_tree(plans: dict[str, ResolvedPlan], placements: dict[str, Placement], stages: list[Stage],

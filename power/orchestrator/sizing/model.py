@@ -26,6 +26,11 @@ DeviceKind = Literal["gpu", "cpu"]
 # A margin below this after the headroom needs a quiet device (docs/reference.md: 23,847 MiB peak on 24 GiB).
 THIN_MARGIN_BYTES = 1024 * MiB
 _VERDICT_ORDER = ("fits", "fits-below-headroom", "does-not-fit")
+# CUDA context + cuBLAS workspace + loaded kernel images, per device (docs/sizing.md): an estimate, the same for
+# every engine on a GPU.
+CUDA_CONTEXT_BYTES = 384 * MiB
+# CUDA graph pool per captured shape: an estimate.
+CUDA_GRAPH_BYTES_PER_SHAPE = 64 * MiB
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,17 @@ class Split:
 
 
 @dataclass(frozen=True)
+class CheckpointDraft:
+    """A drafter vLLM loads from a Hugging Face checkpoint: its weights' bytes (its safetensors files) and the
+    shape of its own KV cache (its config.json)."""
+
+    weights_bytes: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
 class Request:
     """The settings sizing depends on, from the profile, the resolved mode and the engine."""
 
@@ -91,6 +107,7 @@ class Request:
     use_mtp: bool = False
     fr_vocab_size: int | None = None
     vocab: int = 0  # the target's vocabulary: logits rows, and the LM head drafters borrow
+    checkpoint_draft: CheckpointDraft | None = None  # vLLM: the drafter it loads from a checkpoint folder
     split: Split = field(default_factory=Split)
 
 
@@ -208,3 +225,12 @@ def block_index(tensor_name: str) -> int | None:
     if tensor_name.startswith("blk."):
         return int(tensor_name.split(".")[1])
     return None
+
+
+def recurrent_row_widths(facts: ArtifactFacts) -> tuple[int, int]:
+    """llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state) of a Mamba-style / gated delta-net layer."""
+    d_conv = whole(facts.hparam("ssm.conv_kernel"))
+    d_inner = whole(facts.hparam("ssm.inner_size"))
+    d_state = whole(facts.hparam("ssm.state_size"))
+    n_group = whole(facts.hparam("ssm.group_count"))
+    return max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner

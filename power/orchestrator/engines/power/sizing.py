@@ -41,14 +41,16 @@ state is an upper bound; compute, the drafter ring and the CUDA terms are estima
 
 from __future__ import annotations
 
-from power.artifacts.contracts import MTP, PRODUCT, ROWS, drafter_tensor_role
+from power.artifacts.contracts import PRODUCT, ROWS, drafter_tensor_role
 from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
 from power.artifacts.runtime_types import RUNTIME_TYPES  # the types the CPU kernels multiply in place
 from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
-from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
+from power.modes import NATIVE_HEADS
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -59,6 +61,7 @@ from power.orchestrator.sizing.model import (
     block_index,
     largest,
     pad,
+    recurrent_row_widths,
     trunk_layers,
     type_bytes,
     whole,
@@ -103,7 +106,7 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
             drafting.append(_kv("MTP head KV", [l for l in target.layers if l.kind == NEXTN], positions,
                                 request.slots, request.draft_kv_cache_type))
     if drafter is not None:
-        if drafter.drafter_kind == MTP:
+        if drafter.drafter_kind in NATIVE_HEADS:
             drafting.append(_quantised_weights("drafter weights", _mtp_head(drafter)))
         else:
             drafting.append(_block_drafter_weights(list(drafter.tensors)))
@@ -111,7 +114,7 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
     if request.fr_vocab_size:
         components.append(_cut_head(target, request.fr_vocab_size, device.kind))
     components.append(_compute(target, prefill_rows, positions, request.vocab, request.flash_attn, "target"))
-    if drafter is not None and drafter.drafter_kind != MTP:  # an MTP sidecar's compute is the MTP head's, below
+    if drafter is not None and drafter.drafter_kind not in NATIVE_HEADS:  # an MTP sidecar's compute is the MTP head's, below
         drafting.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
     if request.use_mtp:
         drafting.append(_compute(target, request.verify_rows, positions, request.fr_vocab_size or request.vocab,
@@ -257,7 +260,7 @@ def _drafter_ring(drafter: ArtifactFacts, request: Request) -> Component:
     context = geometry(request).positions_per_slot
     rows = min(context, window) if window else context
     # An MTP-only sidecar's header counts its trunk's blocks too; only its nextn blocks hold a cache.
-    cached = [l for l in drafter.layers if l.kind == NEXTN] if drafter.drafter_kind == MTP else drafter.layers
+    cached = [l for l in drafter.layers if l.kind == NEXTN] if drafter.drafter_kind in NATIVE_HEADS else drafter.layers
     per_position = sum(l.n_head_kv * (l.head_dim_k + l.head_dim_v) for l in cached) * FLOAT32
     why = f"sliding window {window}" if window else "no sliding window: the slot's whole context"
     return Component("drafter KV", per_position * rows * request.slots,

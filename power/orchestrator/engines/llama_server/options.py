@@ -1,68 +1,20 @@
 """What `power import` does with every option of the pinned llama-server: carried, refused, or of no effect on the plan.
 
-One row per option of the pinned binary's table (`llama_flags`, generated from
+One row per option of the pinned binary's table (`flags`, generated from
 `llama-server --help`), named by its long spelling, the way llama.cpp's
 `common/arg.cpp` keeps an option's spellings, env name and meaning in one entry.
 A test walks the whole option table and finds each option here exactly once, so
-an option a new llama.cpp adds cannot be dropped without a decision:
-
-- carried: read into the LaunchSpec attribute the llama-server adapter's settings
-  table names for it (`field_of_option`), then into the manifest, profile or plan
-  with the same meaning (the render writes it back);
-- refused: a finding naming the option, with the fix: PWR444 where the
-  deployment would run something other than the plan says, PWR447 for a model
-  to download, the warning PWR446 where only a request default or a setting the
-  render takes elsewhere is lost; `accepts` lists values that are llama.cpp's
-  own default, which change nothing and are not refused;
-- no effect: it changes neither what is loaded, nor where, nor what a greedy
-  request returns (logging, the HTTP listener, CPU threads, request limits).
+an option a new llama.cpp adds cannot be dropped without a decision: carried,
+refused with its fix, or of no effect (`power.orchestrator.launch_options`); a
+carried option is read into the field the settings table
+(`settings.field_of_option`) names for it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 
-# the codes of a refusal: what would run differs from the plan (an error); only a request default or a setting the
-# render takes elsewhere is lost (a warning); a model to download at start
-REFUSE, WARN, FETCH = "PWR444", "PWR446", "PWR447"
-CARRIED = "carried"
-REFUSED = "refused"
-NO_EFFECT = "no effect"
-
-
-@dataclass(frozen=True)
-class Row:
-    option: str  # the option's long spelling (`llama_flags.Option.name`)
-    disposition: str
-    meaning: str  # what it does in llama-server; for a refusal, why Power cannot hold it
-    fix: str | None = None  # refused: what to write instead
-    code: str = REFUSE  # refused: the finding's code (PWR446 a warning, PWR447 a model to download)
-    accepts: tuple[str, ...] = ()  # refused: values (or `on`/`off` for a switch) that are llama.cpp's default
-
-    def accepted(self, value: str) -> bool:
-        """Whether `value` is one of the defaults a refused option may be given (numbers compare as numbers)."""
-        return any(value == allowed or _same_number(value, allowed) for allowed in self.accepts)
-
-
-def _same_number(a: str, b: str) -> bool:
-    try:
-        return float(a) == float(b)
-    except ValueError:
-        return False
-
-
-def carried(option: str, meaning: str) -> Row:
-    return Row(option, CARRIED, meaning)
-
-
-def refused(option: str, meaning: str, fix: str, code: str = REFUSE, accepts: tuple[str, ...] = ()) -> Row:
-    return Row(option, REFUSED, meaning, fix=fix, code=code, accepts=accepts)
-
-
-def no_effect(option: str, meaning: str) -> Row:
-    return Row(option, NO_EFFECT, meaning)
-
+from power.orchestrator.launch_options import FETCH, WARN, Row, carried, no_effect, refused
 
 _EXITS = "llama-server prints and exits without serving"
 _CPU = "CPU threads, affinity, priority or polling: how fast the CPU work runs, not what is loaded or returned"

@@ -1,6 +1,6 @@
 """What llama-server allocates for a plan, device by device (llama.cpp as vendored in llama-cpp-python 0.3.36).
 
-Per device (placement: `power.orchestrator.sizing.placement`):
+Per device (placement: `power.orchestrator.engines.llama_server.placement`):
 
 - target weights: the tensors of the blocks placed there, and the output layer
   (`output_norm`, `output`) where it is placed; the input layer (`token_embd`)
@@ -39,9 +39,12 @@ from dataclasses import dataclass
 
 from power.artifacts.facts import GLOBAL, NEXTN, RECURRENT, SLIDING, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
+from power.orchestrator.engines.llama_server.context import LlamaContext, draft_context, slot_facts, target_context
+from power.orchestrator.engines.llama_server.placement import Placement, place_layers
 from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.llama_context import LlamaContext, draft_context, slot_facts, target_context
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
     Basis,
     Component,
     DeviceBudget,
@@ -53,16 +56,12 @@ from power.orchestrator.sizing.model import (
     block_index,
     is_quantized,
     largest,
+    recurrent_row_widths,
     type_bytes,
     whole,
 )
-from power.orchestrator.sizing.placement import Placement, place_layers
 from power.orchestrator.units import format_size
 
-# CUDA context + cuBLAS workspace + loaded kernel images, per device (docs/sizing.md): an estimate.
-CUDA_CONTEXT_BYTES = 384 * MiB
-# CUDA graph pool per captured shape: an estimate.
-CUDA_GRAPH_BYTES_PER_SHAPE = 64 * MiB
 # Recurrent conv and ssm state are f32 (type_r, type_s).
 STATE_BYTES = 4
 INPUT_TENSORS = frozenset({"token_embd.weight", "token_types.weight", "position_embd.weight"})
@@ -243,15 +242,6 @@ def _recurrent(ledger: _Ledger, facts: ArtifactFacts, placement: Placement, cont
         ledger.add(where, Component("recurrent state", count * (conv + state) * STATE_BYTES * rows,
                                     f"{count} layers x (conv {conv} + state {state}) x f32 x {rows} row(s): "
                                     f"{context.n_seq_max} sequence(s) x (1 + {context.n_rs_seq} rollback rows)"))
-
-
-def recurrent_row_widths(facts: ArtifactFacts) -> tuple[int, int]:
-    """llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state) of a Mamba-style / gated delta-net layer."""
-    d_conv = whole(facts.hparam("ssm.conv_kernel"))
-    d_inner = whole(facts.hparam("ssm.inner_size"))
-    d_state = whole(facts.hparam("ssm.state_size"))
-    n_group = whole(facts.hparam("ssm.group_count"))
-    return max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner
 
 
 # --- output and compute ----------------------------------------------------------

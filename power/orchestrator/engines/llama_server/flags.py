@@ -1,6 +1,6 @@
 """llama-server's command line as the pinned llama.cpp defines it: every option's spellings, value, env name.
 
-The table (`data/llama-server-flags.json`) is generated from the real binary
+The table (`llama-server-flags.json`, beside this module) is generated from the real binary
 (`scripts/llama-server-flags` parses `llama-server --help` and records, for each
 removed option, the error the binary prints), and a test holds it to the binary.
 The importer reads launch lines through it (which words are options, which take
@@ -119,7 +119,7 @@ def normalised(word: str) -> str:
 @cache
 def table() -> Table:
     """The committed table for the pinned llama.cpp."""
-    text = resources.files("power.orchestrator").joinpath("data", TABLE).read_text(encoding="utf-8")
+    text = resources.files("power.orchestrator.engines.llama_server").joinpath(TABLE).read_text(encoding="utf-8")
     return from_document(json.loads(text))
 
 

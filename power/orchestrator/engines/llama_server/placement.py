@@ -23,9 +23,8 @@ Each layer's KV cache and recurrent state live on that layer's device
 from __future__ import annotations
 
 import bisect
+import struct
 from dataclasses import dataclass
-
-import numpy as np
 
 from power.orchestrator.sizing.model import DeviceBudget, Split
 
@@ -82,15 +81,22 @@ def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[Device
         def device_of(il: int) -> int | None:
             if il < i_gpu_start or il - i_gpu_start >= act_gpu_layers:
                 return CPU
-            value = np.float32(il - i_gpu_start) / np.float32(act_gpu_layers)
+            value = _f32(_f32(il - i_gpu_start) / _f32(act_gpu_layers))
             return min(bisect.bisect_right(points, value), len(points) - 1)
     return Placement(tuple(device_of(il) for il in range(n_layer_all)), device_of(n_layer_all))
 
 
-def _split_points(ratios: tuple[float, ...]) -> list[np.float32]:
+def _split_points(ratios: tuple[float, ...]) -> list[float]:
     """Cumulative ratios over their sum, in float32 as llama.cpp computes them."""
-    total, sums = np.float32(0.0), []
+    total, sums = _f32(0.0), []
     for ratio in ratios:
-        total = np.float32(total + np.float32(ratio))
+        total = _f32(total + _f32(ratio))
         sums.append(total)
-    return [np.float32(s / total) for s in sums]
+    return [_f32(s / total) for s in sums]
+
+
+def _f32(value: float) -> float:
+    """`value` rounded to the nearest float32. A sum or quotient of two float32 values taken in float64 and then
+    rounded so is the float32 operation's own result (double rounding is innocuous when 53 >= 2 x 24 + 2 bits:
+    Figueroa, "When is double rounding innocuous?", SIGNUM Newsletter 30(3), 1995)."""
+    return struct.unpack("f", struct.pack("f", value))[0]

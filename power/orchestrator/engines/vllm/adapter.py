@@ -10,24 +10,18 @@ from pathlib import Path
 from power import modes
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
-from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings, options
+from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, options
 from power.orchestrator.engines.common import draft_placement_refusal, unsupported_notes, visible_devices
+from power.orchestrator.engines.vllm import reader
+from power.orchestrator.engines.vllm.live import LIVE
+from power.orchestrator.engines.vllm.settings import KV_DTYPES, NAME, SETTINGS
+from power.orchestrator.engines.vllm.sizing import size_vllm, tensor_parallel_issue
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
-from power.orchestrator.sizing.vllm import size_vllm, tensor_parallel_issue
 
-NAME = "vllm"
-# vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
-KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
 _HINT = 'run this deployment with engine "llama-server" or "power"'
-
-SETTINGS = Settings((
-    Setting("model", "--model"), Setting("alias", "--served-model-name"), Setting("ctx", "--max-model-len"),
-    Setting("slots", "--max-num-seqs"), Setting("batch", "--max-num-batched-tokens"), Setting("seed", "--seed"),
-    Setting("generation_config", "--generation-config"), Setting("kv_cache_type", "--kv-cache-dtype"),
-    Setting("speculative_config", "--speculative-config"), Setting("tensor_parallel", "--tensor-parallel-size"),
-    Setting("gpu_memory_utilization", "--gpu-memory-utilization"), Setting("tokenizer", "--tokenizer"),
-    Setting("eager", "--enforce-eager"),
-))
+# The target model types vLLM runs EAGLE-3 against, by substring of the target's model type
+# (vllm/config/speculative.py `_verify_args`: "Eagle3 is only supported for ... models").
+EAGLE3_TARGETS = ("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe")
 
 
 class Vllm(EngineAdapter):
@@ -37,6 +31,9 @@ class Vllm(EngineAdapter):
     description = "vLLM"
     settings = SETTINGS
     multi_device = "tensor parallelism (--tensor-parallel-size)"
+    targets = ("vllm",)
+    live = LIVE
+    launch_reader = staticmethod(reader.read)
 
     def supports(self, asked: Asked) -> list[Refusal]:
         refusals = []
@@ -78,8 +75,15 @@ class Vllm(EngineAdapter):
 
     def target_refusals(self, target: ArtifactFacts, asked: Asked) -> list[Refusal]:
         issue = tensor_parallel_issue(target, asked.tensor_parallel)
-        return [Refusal("PWR509", issue, "use a tensor_parallel that divides the heads (1, 2, 4, ...)", "profile",
-                        "runtime.tensor_parallel")] if issue else []
+        refusals = [Refusal("PWR509", issue, "use a tensor_parallel that divides the heads (1, 2, 4, ...)", "profile",
+                            "runtime.tensor_parallel")] if issue else []
+        model_type = target.architecture.replace("-", "_")
+        if modes.EAGLE3 in asked.chain[:1] and not any(known in model_type for known in EAGLE3_TARGETS):
+            document, where = asked.drafter_where(modes.EAGLE3)
+            refusals.append(Refusal("PWR460", f"vLLM runs EAGLE-3 against {', '.join(EAGLE3_TARGETS)} models only; "
+                                    f"this target is {target.architecture} (vLLM stops at start: \"Eagle3 is only "
+                                    "supported for ...\")", "use another drafter for this target", document, where))
+        return refusals
 
     def size(self, target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,  # noqa: ARG002
              devices: tuple[DeviceBudget, ...]) -> Sizing:

@@ -1,12 +1,4 @@
-"""llama-server: its settings (flag <-> env <-> Power's name), what it runs, its sizing and its command line.
-
-The settings table is read from the pinned llama.cpp's own option table
-(`power.orchestrator.llama_flags`, generated from `llama-server --help`), the
-way llama.cpp's `common/arg.cpp` keeps an option's spellings, its env name and
-the field it sets in one `common_arg` entry: the render writes a setting's
-flag, the env-file render its variable, the importer reads either back to the
-same field.
-"""
+"""llama-server: what it runs, its sizing and its command line, written through its settings table (`settings`)."""
 
 from __future__ import annotations
 
@@ -15,55 +7,24 @@ from pathlib import Path
 from power import modes
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
-from power.orchestrator import llama_flags
-from power.orchestrator.engines.base import (
-    Asked,
-    EngineAdapter,
-    Launch,
-    Refusal,
-    Setting,
-    Settings,
-    options,
-)
+from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Settings, options
 from power.orchestrator.engines.common import tensor_parallel_refusal, unsupported_notes, visible_devices
+from power.orchestrator.engines.llama_server import flags, reader
+from power.orchestrator.engines.llama_server.live import LIVE
+from power.orchestrator.engines.llama_server.settings import ENV_PREFIX, NAME, settings_table
+from power.orchestrator.engines.llama_server.sizing import size_llama_server
 from power.orchestrator.launch_tokens import EnvNames
-from power.orchestrator.sizing.llama_server import size_llama_server
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing, is_quantized
-
-NAME = "llama-server"
-ENV_PREFIX = "LLAMA_ARG_"
-
-# Power's name -> the word the render writes (the importer reads every spelling of the same option).
-_FLAGS = (
-    ("model", "-m"), ("alias", "--alias"), ("ctx", "-c"), ("slots", "-np"), ("kv_unified", "--kv-unified"),
-    ("batch", "-b"), ("ubatch", "-ub"), ("gpu_layers", "-ngl"), ("flash_attn", "-fa"), ("fit", "--fit"),
-    ("kv_cache_type", "-ctk"), ("kv_cache_type_v", "-ctv"), ("seed", "--seed"), ("temperature", "--temp"),
-    ("top_k", "--top-k"), ("top_p", "--top-p"), ("min_p", "--min-p"), ("metrics", "--metrics"),
-    ("spec_type", "--spec-type"), ("k", "--spec-draft-n-max"), ("draft_kv_cache_type", "--spec-draft-type-k"),
-    ("draft_kv_cache_type_v", "--spec-draft-type-v"), ("draft_device", "--spec-draft-device"),
-    ("draft_gpu_layers", "--spec-draft-ngl"), ("draft_override_tensor", "--spec-draft-override-tensor"),
-    ("p_min", "--spec-draft-p-min"), ("draft_model", "--spec-draft-model"),
-    ("ngram_match", "--spec-ngram-mod-n-match"), ("ngram_draft_min", "--spec-ngram-mod-n-min"),
-    ("ngram_draft_max", "--spec-ngram-mod-n-max"), ("split_mode", "-sm"), ("main_gpu", "-mg"),
-    ("tensor_split", "-ts"),
-)
-
-
-def settings_table() -> Settings:
-    """The settings with each option's long name and env variable as the pinned llama.cpp defines them."""
-    table = llama_flags.table()
-    return Settings(tuple(Setting(field, flag, table.option(flag).env) for field, flag in _FLAGS))
-
-
-def field_of_option(option: llama_flags.Option) -> str | None:
-    """The Power setting a llama-server option sets (any spelling, or its env variable), or None."""
-    return next((field for field, flag in _FLAGS if llama_flags.table().option(flag).name == option.name), None)
 
 
 class LlamaServer(EngineAdapter):
     name = NAME
     description = "llama-server"
     multi_device = "a layer split (-sm layer -ts)"
+    targets = ("llama-server", "llama-server-env")
+    env_target = "llama-server-env"
+    live = LIVE
+    launch_reader = staticmethod(reader.read)
 
     @property
     def settings(self) -> Settings:  # type: ignore[override]
@@ -74,9 +35,9 @@ class LlamaServer(EngineAdapter):
         for kind in asked.chain:
             document, where = asked.drafter_where(kind)
             if modes.llama_spec_type(kind) is None:
-                refusals.append(Refusal("PWR460", f"llama-server has no {kind} speculative type", "run this "
-                                        'deployment with engine "power", or choose a mode llama-server runs',
-                                        document, where))
+                why = modes.mode(kind).llama_refusal or f"llama-server has no {kind} speculative type"
+                refusals.append(Refusal("PWR460", why, "run this deployment with the engine that runs it (`power "
+                                        "plan --engine`), or choose a mode llama-server runs", document, where))
         if is_quantized(asked.kv_cache_type) and not asked.flash_attn:
             refusals.append(Refusal(
                 "PWR511", f"kv_cache_type = \"{asked.kv_cache_type}\" quantizes the V cache, which llama-server only "
@@ -94,12 +55,12 @@ class LlamaServer(EngineAdapter):
         return name in {"llama-server", "server"} or name.startswith("llama-server")
 
     def stated_default(self, flag: str) -> str | None:
-        option = llama_flags.table().lookup(flag)
+        option = flags.table().lookup(flag)
         stated = option.default.split(",")[0].strip() if option is not None and option.default else None
         return f"llama.cpp's default {stated}" if stated else None
 
     def env_names(self) -> EnvNames:
-        return EnvNames(ENV_PREFIX, {env: option.name for env, option in llama_flags.table().by_env.items()})
+        return EnvNames(ENV_PREFIX, {env: option.name for env, option in flags.table().by_env.items()})
 
     def splits_layers(self, devices: int, request: Request) -> bool:
         return devices > 1 and request.split.mode == "layer"
@@ -113,11 +74,11 @@ class LlamaServer(EngineAdapter):
             (flag("alias"), plan.name),
             (flag("ctx"), rt.ctx),
             (flag("slots"), rt.slots),
-            ("--kv-unified" if rt.kv_unified else "--no-kv-unified", None),
+            (self.settings.switch("kv_unified", rt.kv_unified), None),
             (flag("batch"), rt.batch),
             (flag("ubatch"), rt.ubatch),
             (flag("gpu_layers"), rt.gpu_layers),
-            (flag("flash_attn"), "on" if rt.flash_attn else "off"),
+            (flag("flash_attn"), "auto" if rt.flash_attn == "auto" else "on" if rt.flash_attn else "off"),
             # llama-server's default `--fit on` resizes unset arguments to the free memory it finds at start, so
             # what would run could differ from the plan (common/fit.cpp); the plan's sizing is the one that holds.
             (flag("fit"), "off"),

@@ -8,14 +8,19 @@ vllm/model_executor/models/llama.py `LlamaAttention`), so each device's KV is
 `--gpu-memory-utilization`; the plan charges what `--max-num-seqs` sequences of
 `--max-model-len` tokens need (16-token blocks), which is what must fit.
 Heads that do not divide are refused before sizing (`tensor_parallel_issue`).
+A drafter given as a checkpoint (DFlash, DSpark, EAGLE-3) adds its weights and
+its own layers' KV for the same sequences, sharded the same way (vLLM's draft
+model runs with the target's tensor parallelism unless told otherwise).
 """
 
 from __future__ import annotations
 
 from power.artifacts.facts import GLOBAL, RECURRENT, SLIDING, ArtifactFacts
 from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.llama_server import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_SHAPE, recurrent_row_widths
 from power.orchestrator.sizing.model import (
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BYTES_PER_SHAPE,
+    CheckpointDraft,
     Component,
     DeviceBudget,
     DeviceSizing,
@@ -25,6 +30,7 @@ from power.orchestrator.sizing.model import (
     SlotFacts,
     largest,
     pad,
+    recurrent_row_widths,
     trunk_layers,
     whole,
 )
@@ -89,6 +95,8 @@ def size_vllm(target: ArtifactFacts, request: Request, devices: tuple[DeviceBudg
             Component("CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, NCCL, kernel images (not measured here)",
                       "estimated"),
         ]
+        if request.checkpoint_draft is not None:
+            components += _draft_components(request.checkpoint_draft, tp, tokens, request.slots)
         if request.cuda_graphs:
             components.append(Component("CUDA graphs", CUDA_GRAPH_BYTES_PER_SHAPE,
                                         f"{CUDA_GRAPH_BYTES_PER_SHAPE // MiB} MiB graph pool (not measured here)",
@@ -98,3 +106,14 @@ def size_vllm(target: ArtifactFacts, request: Request, devices: tuple[DeviceBudg
                       kv_streams=1, sliding_cells=None, batch=request.batch, ubatch=request.batch,
                       outputs=request.slots)
     return Sizing("vllm", request.ctx, slots, tuple(sized))
+
+
+def _draft_components(draft: CheckpointDraft, tp: int, tokens: int, slots: int) -> list[Component]:
+    heads = max(1, draft.kv_heads // tp)
+    kv = draft.layers * heads * draft.head_dim * 2 * KV_ELEMENT * tokens * slots
+    return [
+        Component("drafter weights", draft.weights_bytes // tp, f"1/{tp} of {draft.weights_bytes:,} B of the "
+                                                                "checkpoint's safetensors files", "estimated"),
+        Component("drafter KV", kv, f"{draft.layers} layer(s) x {heads} KV head(s) x {draft.head_dim} x K and V, "
+                                    f"{slots} sequence(s) x {tokens} tokens, 16-bit", "estimated"),
+    ]

@@ -17,20 +17,28 @@ from power.documents.plan import ResolvedPlan
 from power.findings import Finding
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
 from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
+from power.orchestrator.engines.power.sizing import size_power
 from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
-from power.orchestrator.sizing.power_runtime import size_power
 
 NAME = "power"
 
 SETTINGS = Settings((
-    Setting("plan", None, "POWER_PLAN"), Setting("digest", None, "POWER_PLAN_DIGEST"),
-    Setting("name", None, "POWER_NAME"), Setting("target", None, "POWER_TARGET"),
-    Setting("target_sha256", None, "POWER_TARGET_SHA256"), Setting("mode", None, "POWER_SPEC_MODE"),
-    Setting("chain", None, "POWER_SPEC_CHAIN"), Setting("k", None, "POWER_SPEC_DRAFT_MAX"),
-    Setting("s", None, "POWER_SPEC_RECURRENT_SNAPSHOTS"), Setting("rollback", None, "POWER_SPEC_ROLLBACK"),
-    Setting("ctx", None, "POWER_CTX"), Setting("verify_capacity", None, "POWER_VERIFY_CAPACITY"),
-    Setting("arithmetic", None, "POWER_ARITHMETIC"),
-    Setting("root", "--root"), Setting("host", "--host"), Setting("port", "--port"),
+    Setting("plan", None, "POWER_PLAN", "the plan file `power serve` runs"),
+    Setting("digest", None, "POWER_PLAN_DIGEST", "the plan's digest, which the runtime checks the file against"),
+    Setting("name", None, "POWER_NAME", "the deployment's name (the model name /v1/models reports)"),
+    Setting("target", None, "POWER_TARGET", "the target GGUF"),
+    Setting("target_sha256", None, "POWER_TARGET_SHA256", "the target's sha256"),
+    Setting("mode", None, "POWER_SPEC_MODE", "the resolved speculative mode"),
+    Setting("chain", None, "POWER_SPEC_CHAIN", "the modes drafted in order, comma-separated"),
+    Setting("k", None, "POWER_SPEC_DRAFT_MAX", "K, the proposal width"),
+    Setting("s", None, "POWER_SPEC_RECURRENT_SNAPSHOTS", "S, the recurrent state snapshots kept per round"),
+    Setting("rollback", None, "POWER_SPEC_ROLLBACK", "how a recurrent target's state rolls back"),
+    Setting("ctx", None, "POWER_CTX", "the context in tokens"),
+    Setting("verify_capacity", None, "POWER_VERIFY_CAPACITY", "the fixed verification shape, in rows"),
+    Setting("arithmetic", None, "POWER_ARITHMETIC", "the arithmetic the runtime computes in"),
+    Setting("root", "--root", help="where `power serve` looks for the plan's artifacts"),
+    Setting("host", "--host", help="the address the server binds"),
+    Setting("port", "--port", help="the port the server binds"),
 ))
 
 
@@ -47,6 +55,8 @@ class PowerRuntime(EngineAdapter):
     description = "Power's runtime"
     checks_host_memory = True
     settings = SETTINGS
+    targets = ("power", "env", "systemd")
+    env_target = "env"
 
     def supports(self, asked: Asked) -> list[Refusal]:
         refusals = []
