@@ -11,12 +11,13 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
-from gguf_helpers import fixtures
+from gguf_helpers import fixtures, gemma
 from plan_helpers import write_manifest
 from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 
@@ -24,12 +25,19 @@ from power.app.cli import main
 from power.artifacts.contracts import declared_draft_tokens
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, TrainingData, drafter_shape
-from power.drafters.export import BLOCK_MATRICES, MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
+from power.drafters.export import (
+    BLOCK_MATRICES,
+    CHAINED_NGRAM_MATCH,
+    MTP_MATRICES,
+    stored,
+    write_drafter,
+    write_mtp_sidecar,
+)
 from power.drafters.generate import NO_LABEL, Example, corpus_examples
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
 from power.drafters.progress import BudgetBar
-from power.drafters.prompt_sets import load_prompts
+from power.drafters.prompt_sets import NONREPEATING_COPYABLE, copyable, load_prompts, longest_repeat
 from power.drafters.served import replay
 from power.drafters.train import Curve, training_precision
 from power.drafters.worth import Costs
@@ -271,6 +279,39 @@ PARITY_CASES = [
       for target in DENSE_TARGETS for kind in (DFLASH, DSPARK, DFLASH2)),
     pytest.param("gemma3-target", MTP, "bfloat16"),
 ]
+
+
+def test_the_longest_repeat_is_the_longest_run_a_lookup_could_copy():
+    text = [1, 2, 3, 4, 9, 1, 2, 3, 7, 2, 3, 4, 9, 5]
+    assert longest_repeat(text, 5) == 4  # 2 3 4 9 again at positions 9-12
+    assert longest_repeat(text, 13) == 0  # nothing ending at the last position occurred before
+    assert longest_repeat([5, 5, 5, 5], 1) == 3  # a run may overlap itself, as a lookup copies it
+    assert longest_repeat([1, 2, 3], 0) == 0
+
+
+def test_a_lookup_could_copy_the_tokens_whose_window_and_token_occurred_before():
+    text = [1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5, 7, 2, 3, 4, 5, 7]
+    assert copyable(text, 6, 4) == 2  # the 5 at 10 (1 2 3 4 5 again) and the 7 at 16 (2 3 4 5 7 again)
+    assert copyable(text, 0, 4) == copyable(text, 6, 4)  # nothing before position 6 repeats
+    assert copyable([1, 2, 3], 0, 4) == 0
+
+
+@pytest.mark.slow
+def test_the_nonrepeating_prompts_leave_a_lookup_little_to_copy():
+    """The packaged non-repeating prose, continued greedily by the bundled Gemma as bench/select_nonrepeating.py
+    measured it (128 tokens): each continuation's counts are the ones the set records, within its bound."""
+    target = GGUFFile(gemma())
+    tokenizer = Tokenizer.from_gguf(target)
+    prompts = [json.loads(line) for line in resources.files("power.drafters").joinpath(
+        "prompts", "nonrepeating.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert prompts and not {p["prompt"] for p in prompts} & {
+        p.text for which in ("train", "heldout") for p in load_prompts(which=which)}
+    engine = Engine(Workload.of_gguf(gemma()))
+    for record in prompts[:2]:
+        ids = tokenizer.encode(record["prompt"])
+        text = ids + engine.generate(record["prompt"], 128).token_ids
+        assert copyable(text, len(ids), CHAINED_NGRAM_MATCH) == record["copyable"] <= NONREPEATING_COPYABLE
+        assert longest_repeat(text, len(ids)) == record["longest_repeat"]
 
 
 @pytest.mark.parametrize("target, kind, precision", PARITY_CASES)
