@@ -256,7 +256,7 @@ def test_a_build_without_a_compiler_says_what_it_needs(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "KernelBuildError: building the scalar CPU kernels failed" in done.stderr
-    assert "they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH" in done.stderr
+    assert "they need a C++20 compiler with OpenMP (g++ or clang++) and ninja (the `ninja` package" in done.stderr
     assert [path.name for path in (tmp_path / "kernels").iterdir()] == [f".scalar-{build_key('scalar')}.lock"]
 
 

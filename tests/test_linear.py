@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_helpers import random_blocks
+from spec_helpers import GEMMA
 
 from power.kernels.cpu import QuantMatrix, chosen_path
 from power.kernels.dequant import dequantize_reference
+from power.runtime.gguf_weights import GGUFFile
 from power.runtime.linear import BlockLinear, Float32Linear, QuantLinear, Stacked, quantised
+from power.runtime.trunks.base import TrunkOptions, Weights
 
 OUT, IN, ROWS = 300, 256, 8
 
@@ -109,3 +112,19 @@ def test_a_packing_reads_its_rows_back_as_the_exact_dequantised_weights(packing)
     assert linear is not None
     rows = torch.tensor([OUT - 1, 0, 17, 17, 250])
     assert torch.equal(linear.rows(rows), exact[rows])
+
+
+def test_neighbours_of_one_gguf_type_stack_into_one_product_with_each_matrixs_bits():
+    """A trunk's fused matrices (Gemma 3 270M's q, k (Q5_0) and v (Q8_0); gate and up (Q5_0)) are one product per
+    run of one type, and give the bits of each matrix's own product side by side."""
+    weights = Weights(GGUFFile(GEMMA), TrunkOptions(n_ctx=64, verify_capacity=1))
+    x = torch.randn(3, 640, generator=torch.Generator().manual_seed(5))
+    qkv = [("blk.0.attn_q.weight", [1024, 640]), ("blk.0.attn_k.weight", [256, 640]),
+           ("blk.0.attn_v.weight", [256, 640])]
+    gate_up = [("blk.0.ffn_gate.weight", [2048, 640]), ("blk.0.ffn_up.weight", [2048, 640])]
+    for matrices, products in ((qkv, 2), (gate_up, 1)):
+        built = len(weights.linears)
+        fused = weights.fused(*matrices)
+        assert len(weights.linears) - built == products
+        alone = torch.cat([weights.matrix(name, shape)(x) for name, shape in matrices], dim=-1)
+        assert torch.equal(fused(x), alone)

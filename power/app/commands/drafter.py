@@ -1,4 +1,4 @@
-"""`power drafter distill MANIFEST --kind mtp|dflash|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
+"""`power drafter distill MANIFEST --kind mtp|dflash|dflash2|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def drafter() -> None:
 
 @drafter.command("distill")
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--kind", type=click.Choice(["mtp", "dflash", "dspark"]), required=True,
-              help="The drafter's kind (its contract: docs/contracts.md); mtp: a Gemma 3 target's MTP-only sidecar.")
+@click.option("--kind", type=click.Choice(["mtp", "dflash", "dflash2", "dspark"]), required=True,
+              help="The drafter's kind (its contract: docs/contracts.md); mtp: a Gemma 3 target's MTP-only sidecar "
+                   "(PWR219 for another architecture).")
 @click.option("--fr", type=click.IntRange(min=1), default=None,
               help="The head drafts over the N token IDs the target chose most often in the training text (the "
                    "drafter's draft vocabulary, written into its GGUF); default: every ID.")
@@ -85,26 +86,38 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     if not loaded.ok:
         print_findings(loaded.findings, as_json=False)
         raise SystemExit(EXIT_FINDINGS if has_errors(loaded.findings) else EXIT_USAGE)
-    try:
-        owned_folder(out, DISTILL_MARKER, "distill")
-        target_sha256 = verified_inputs(loaded.model, manifest.parent)
-    except PowerError as err:
-        refuse(err, at=manifest)
     import torch
 
     from power.drafters.distill import distill as run_distill
+    from power.drafters.distill import recipe
+    from power.runtime.gguf_weights import GGUFFile
 
+    target = manifest.parent / loaded.model.target.path
+    try:
+        owned_folder(out, DISTILL_MARKER, "distill")
+        target_sha256 = verified_inputs(loaded.model, manifest.parent)
+        request = arguments.request(target, target_sha256)
+        recipe(request, GGUFFile(target))  # a kind this target cannot have is refused before anything is written
+    except PowerError as err:
+        refuse(err, at=manifest)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
     if arguments.threads:
         torch.set_num_threads(arguments.threads)
     write_text_atomic(out / DISTILL_MARKER, "written by power drafter distill: a rerun may write over this folder\n")
     try:
-        result = run_distill(arguments.request(manifest.parent / loaded.model.target.path, target_sha256))
+        result = run_distill(request)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     acceptance = result.report["acceptance"]
     click.echo(f"wrote {result.drafter}, {result.manifest}, {result.profile}")
     click.echo(f"{result.report['tokens']} tokens, {result.report['steps']} steps; held-back acceptance per position "
                f"{acceptance['per_position']}, mean accepted at K=7 {acceptance['mean_accepted'].get('7')}")
+    if result.report["served"] is not None:
+        figures = result.report["served"]["per_k"]
+        click.echo("tokens a round, training's estimate from the held-back per-position accuracies against the "
+                   f"runtime's drafter served over {result.report['served']['sequences']} held-back sequences: "
+                   + ", ".join(f"K{k} {f['estimate']:.2f} / {f['served']:.2f}" for k, f in figures.items()))
     from power.drafters.export import report as write_report
     from power.orchestrator.worth_it import judge_distilled
 

@@ -18,11 +18,12 @@ def kernels() -> None:
 
 @kernels.command("build")
 @click.option("--path", "paths", multiple=True, metavar="NAME",
-              help="An instruction path to build (repeatable); default: the one this CPU runs (POWER_CPU_PATH or "
-                   "the best it has).")
+              help="An instruction path to build (repeatable), whether or not this CPU runs it (for a cache other "
+                   "hosts will use); default: the one this CPU runs (POWER_CPU_PATH or the best it has).")
 @click.option("--all", "every", is_flag=True, help="Every instruction path this CPU can run.")
 @click.option("--force", is_flag=True, help="Build again, replacing what the cache holds (e.g. a refused build).")
-def build(paths: tuple[str, ...], every: bool, force: bool) -> None:
+@click.option("--verbose", is_flag=True, help="Show the compiler's commands and messages.")
+def build(paths: tuple[str, ...], every: bool, force: bool, verbose: bool) -> None:
     """Compile the CPU kernels into the kernel cache ($POWER_KERNEL_CACHE, else the user cache directory) and
     check them as a run would load them. Exit 2 when a path cannot be built or the cache cannot be used."""
     from power.kernels.cpu import build as kernel_build
@@ -31,14 +32,14 @@ def build(paths: tuple[str, ...], every: bool, force: bool) -> None:
     if every and paths:
         raise click.UsageError("give --path NAME or --all, not both")
     try:
-        names = kernel_build.available_paths() if every else (
-            tuple(kernel_build.chosen_path(name) for name in paths) or (kernel_build.chosen_path(),))
+        names = kernel_build.available_paths() if every else (paths or (kernel_build.chosen_path(),))
+        runs_here = kernel_build.available_paths()
         for name in names:
             started = time.monotonic()
-            key = kernel_build.build_key(name)
-            kernel_build.build(name, force=force)
-            library = cache.verify(name, key, kernel_build.namespace_of(name))
-            click.echo(f"{name}: {library} ({time.monotonic() - started:.1f} s)")
+            kernel_build.build(name, force=force, verbose=verbose)
+            library = cache.verify(name, kernel_build.build_key(name), kernel_build.namespace_of(name))
+            note = "" if name in runs_here else ", not run on this CPU"
+            click.echo(f"{name}: {library} ({time.monotonic() - started:.1f} s{note})")
     except cache.KernelError as error:
         refuse(kernel_refusal(error))
 

@@ -10,6 +10,7 @@ amx path also needs Linux's leave to use AMX tile data, asked for (once per proc
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -17,6 +18,7 @@ import hashlib
 import os
 import platform
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -53,8 +55,9 @@ PATHS: tuple[Path_, ...] = (
     Path_("scalar", (), ()),
 )
 PATH_NAMES = tuple(path.name for path in PATHS)
-# -ffp-contract=off: a multiply and an add stay two roundings (no FMA), as in the torch reference.
-COMMON_CFLAGS = ("-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-fopenmp")
+# -ffp-contract=off: a multiply and an add stay two roundings (no FMA), as in the torch reference. The sources
+# compile without a warning under -Wall -Wextra on every path (tests/test_kernel_cpu_build.py).
+COMMON_CFLAGS = ("-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-Wall", "-Wextra")
 
 
 class CPUPathError(cache.KernelError):
@@ -158,10 +161,14 @@ def namespace_of(name: str) -> str:
     return f"power_cpu_{name}"
 
 
-def build(name: str, *, force: bool = False) -> None:
-    """Compile path `name` into the kernel cache unless it is there (`force`: again, replacing it)."""
+def build(name: str, *, force: bool = False, verbose: bool = False) -> None:
+    """Compile path `name` into the kernel cache unless it is there (`force`: again, replacing it), on any x86-64
+    CPU (the compiler needs only the path's -m flags; whether this CPU runs the path matters when it is loaded).
+    `verbose`: the compiler's commands and messages on stdout."""
+    if name not in PATH_NAMES:
+        raise CPUPathError(f"CPU path {name!r} is not an instruction path; choose one of {', '.join(PATH_NAMES)}")
     key, namespace = build_key(name), namespace_of(name)
-    cache.build(name, key, namespace, lambda folder: _compile(name, key, namespace, folder), force=force)
+    cache.build(name, key, namespace, lambda folder: _compile(name, key, namespace, folder, verbose), force=force)
 
 
 @functools.cache
@@ -177,19 +184,45 @@ def extension(name: str) -> Any:
     return getattr(torch.ops, namespace)
 
 
-def _compile(name: str, key: str, namespace: str, folder: Path) -> None:
+def _compile(name: str, key: str, namespace: str, folder: Path, verbose: bool) -> None:
+    """The library `<namespace>_<key>.so` compiled into `folder` by torch's extension builder, not loaded.
+
+    `cpp_extension.load` would also load it, which a path this CPU lacks cannot survive (its static initialisers
+    run the path's instructions) and which registers its ops; its build step alone is
+    `_write_ninja_file_and_build_library` (torch is pinned in pyproject.toml; the all-paths build test runs it).
+    """
     from torch.utils import cpp_extension
 
     try:
-        cpp_extension.load(name=f"{namespace}_{key}", sources=[str(CSRC / source) for source in COMPILED],
-                           extra_cflags=[*COMMON_CFLAGS, *_path(name).cflags, f"-DPOWER_OPS={namespace}"],
-                           extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False,
-                           verbose=False)
+        with _ninja_on_path():
+            cpp_extension._write_ninja_file_and_build_library(
+                name=f"{namespace}_{key}", sources=[str(CSRC / source) for source in COMPILED],
+                extra_cflags=[*COMMON_CFLAGS, *_path(name).cflags, f"-DPOWER_OPS={namespace}"], extra_cuda_cflags=[],
+                extra_sycl_cflags=[], extra_ldflags=["-fopenmp"], extra_include_paths=[], build_directory=str(folder),
+                verbose=verbose, with_cuda=False, with_sycl=False)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
         raise cache.KernelBuildError(
             f"building the {name} CPU kernels failed: {error}",
-            hint="they need a C++20 compiler with OpenMP (g++ or clang++) and ninja on the PATH; or run "
-                 "`power kernels build` where they are and copy the kernel cache (docs/kernels.md)") from error
+            hint="they need a C++20 compiler with OpenMP (g++ or clang++) and ninja (the `ninja` package Power "
+                 "depends on, or one on the PATH); or run `power kernels build` where they are and copy the kernel "
+                 "cache (docs/kernels.md)") from error
+
+
+@contextlib.contextmanager
+def _ninja_on_path() -> Iterator[None]:
+    """PATH with the `ninja` package's binary folder last, while torch's builder looks for `ninja` there: a Power
+    installed into an environment that is not activated still finds the ninja it installed."""
+    saved = os.environ.get("PATH", "")
+    try:
+        import ninja
+    except ImportError:
+        yield
+        return
+    os.environ["PATH"] = os.pathsep.join(filter(None, (saved, ninja.BIN_DIR)))
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = saved
 
 
 def _register_shapes(namespace: str) -> None:

@@ -43,6 +43,7 @@ from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.documents.geometry import PREFILL_CHUNK
 from power.documents.kv_types import F32
+from power.kernels.cpu.layout import TILE
 from power.runtime.cuda_graphs import GRAPHS_OFF, CudaGraphError, CudaRecorder, ForwardGraphs, Recorder
 from power.runtime.embedding import TokenEmbedding
 from power.runtime.errors import ContextOverflow, RuntimeInputError
@@ -170,19 +171,35 @@ class Weights:
 
     def fused(self, *matrices: tuple[str, Sequence[int]]) -> Linear:
         """One callable for several matrices that read the same input: their outputs side by side, in order (one
-        float32 product; quantised, one product per matrix, each in its own GGUF type)."""
+        float32 product; quantised, one product per run of neighbours in the same GGUF type, their blocks stacked
+        into one matrix: each output row is computed alone, so stacking changes no bit and saves a call each)."""
         if self.arithmetic == QUANTISED:
-            parts = [self._quantised(name, shape) for name, shape in matrices]
+            parts = [self._quantised(run) for run in self._same_type_runs(matrices)]
             return parts[0] if len(parts) == 1 else Stacked(parts)
         weight = torch.cat([self.gguf.tensor(name, shape, self.device) for name, shape in matrices])
         return self._holding(" + ".join(name for name, _ in matrices), Float32Linear(weight, self.rows))
+
+    def _same_type_runs(self, matrices: Sequence[tuple[str, Sequence[int]]]) -> list[list[tuple[str, Sequence[int]]]]:
+        """`matrices` cut into runs of neighbours that share a GGUF type, in order. A run goes on past a matrix only
+        when its rows fill whole tiles of the CPU kernels, so the stack holds the bytes the matrices would hold alone
+        (what sizing charges)."""
+        runs: list[list[tuple[str, Sequence[int]]]] = []
+        previous: tuple[str, int] | None = None
+        for name, shape in matrices:
+            qtype = self.gguf.expect(name, shape).qtype
+            if previous is not None and previous[0] == qtype and previous[1] % TILE == 0:
+                runs[-1].append((name, shape))
+            else:
+                runs.append([(name, shape)])
+            previous = (qtype, int(shape[0]))
+        return runs
 
     def lm_head(self, shape: Sequence[int]) -> Linear:
         """`output.weight` [vocab, d], or the token embedding when the output is tied to it (built once)."""
         if self._head is None:
             name = OUTPUT if self.gguf.has(OUTPUT) else EMBEDDING
             if self.arithmetic == QUANTISED:
-                self._head = self._quantised(name, shape, f"{name} (LM head)")
+                self._head = self._quantised([(name, shape)], f"{name} (LM head)")
             else:
                 self._head = self._holding(f"{name} (LM head)",
                                            Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows))
@@ -222,20 +239,28 @@ class Weights:
         """The instruction paths the products take, in order of first use."""
         return "+".join(dict.fromkeys(linear.path for linear in self.linears))
 
-    def _quantised(self, name: str, shape: Sequence[int], label: str | None = None) -> Linear:
-        """A matrix kept in its GGUF blocks. On the GPU path, a type the Triton product does not read is dequantised to
-        float32 (exact; such a trunk pads its forwards); on the CPU path every type the runtime reads has a kernel."""
-        info = self.gguf.expect(name, shape)
-        out_features, in_features = int(shape[0]), int(shape[1])
-        linear = quantised(self.gguf.raw(name), info.qtype, (out_features, in_features), self.device, self.kernels)
+    def _quantised(self, matrices: Sequence[tuple[str, Sequence[int]]], label: str | None = None) -> Linear:
+        """Matrices of one GGUF type and width kept in their blocks, stacked (a row-major matrix's bytes are its rows
+        in order). On the GPU path, a type the Triton product does not read is dequantised to float32 (exact; such a
+        trunk pads its forwards); on the CPU path every type the runtime reads has a kernel."""
+        qtype = self.gguf.expect(*matrices[0]).qtype
+        out_features, in_features = sum(int(shape[0]) for _, shape in matrices), int(matrices[0][1][1])
+        raw = _stacked([self.gguf.raw(name) for name, _ in matrices])
+        linear = quantised(raw, qtype, (out_features, in_features), self.device, self.kernels)
         if linear is None:
-            linear = Float32Linear(self.gguf.tensor(name, shape, self.device), self.rows)
-        return self._holding(label or name, linear)
+            linear = Float32Linear(_stacked([self.gguf.tensor(name, shape, self.device) for name, shape in matrices]),
+                                   self.rows)
+        return self._holding(label or " + ".join(name for name, _ in matrices), linear)
 
     def _holding(self, name: str, linear: Linear) -> Linear:
         self.held[name] = linear.nbytes
         self.linears.append(linear)
         return linear
+
+
+def _stacked(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The tensors one after the other along the first dimension (a lone one as it is: no copy of an LM head)."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors))
 
 
 @dataclass(frozen=True)

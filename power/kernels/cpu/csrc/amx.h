@@ -129,10 +129,11 @@ struct ByteScale {
 
     explicit ByteScale(V sc) {
         const __m512i byte = _mm512_and_si512(sc.v, _mm512_set1_epi32(0xFF));
-        even = _mm512_or_si512(byte, _mm512_slli_epi32(byte, 16));
-        odd = _mm512_slli_epi32(even, 8);
-        const __m512i sc32 = _mm512_and_si512(_mm512_slli_epi32(sc.v, 5), _mm512_set1_epi32(0xFFFF));
-        offset = _mm512_or_si512(sc32, _mm512_slli_epi32(sc32, 16));
+        even = _mm512_or_si512(byte, _mm512_maskz_slli_epi32(kEveryLane, byte, 16));
+        odd = _mm512_maskz_slli_epi32(kEveryLane, even, 8);
+        const __m512i sc32 =
+            _mm512_and_si512(_mm512_maskz_slli_epi32(kEveryLane, sc.v, 5), _mm512_set1_epi32(0xFFFF));
+        offset = _mm512_or_si512(sc32, _mm512_maskz_slli_epi32(kEveryLane, sc32, 16));
     }
 
     __m512i times(__m512i u, __m512i operand) const {
@@ -149,7 +150,8 @@ inline void split_scaled(uint8_t* low, uint8_t* high, V v, const ByteScale<kOffs
     const __m512i even = scale.times(v.v, scale.even), odd = scale.times(v.v, scale.odd);
     const __m512i low_byte = _mm512_set1_epi16(0x00FF);
     _mm512_storeu_si512(low, _mm512_or_si512(_mm512_and_si512(even, low_byte), _mm512_slli_epi16(odd, 8)));
-    _mm512_storeu_si512(high, _mm512_or_si512(_mm512_srli_epi16(even, 8), _mm512_andnot_si512(low_byte, odd)));
+    const __m512i odd_high = _mm512_maskz_andnot_epi32(kEveryLane, low_byte, odd);
+    _mm512_storeu_si512(high, _mm512_or_si512(_mm512_srli_epi16(even, 8), odd_high));
 }
 
 // Asks for the n bytes `ahead` bytes past p in cache before their tile loads, which (unlike vector loads) the

@@ -516,8 +516,8 @@ bool takes_amx(int64_t, int64_t, int64_t) { return false; }
 
 // `rows` rows from r0: on AMX, all of them (at most 16) in one chunk of 4, 8, 12 or 16 rows; without, in
 // chunks of 4, then 2 or 1.
-void run_rows(int64_t kind, bool on_amx, const Call& call, int64_t first, int64_t last, int64_t r0, int64_t rows,
-              float (*local)[kGroupTiles * 16]) {
+void run_rows(int64_t kind, [[maybe_unused]] bool on_amx, const Call& call, int64_t first, int64_t last, int64_t r0,
+              int64_t rows, float (*local)[kGroupTiles * 16]) {
 #ifdef POWER_PATH_AMX
     if (on_amx) {
         switch ((rows + 3) / 4) {

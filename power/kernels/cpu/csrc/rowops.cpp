@@ -24,11 +24,9 @@ constexpr int kLanes = 16;
 // same IEEE operations whichever the compiler emits.
 typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
 
-inline Lanes load_lanes(const float* p) {
-    Lanes v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
+// Lanes from p, written through a reference: a function returning a 64-byte vector has a different ABI on the paths
+// without AVX-512 (GCC's -Wpsabi).
+inline void load_lanes(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof(v)); }
 
 // acc[0] after adding the upper half of the lanes onto the lower half, 8 + 8, then 4 + 4, 2 + 2, 1 + 1.
 inline float fold(float* acc) {
@@ -42,7 +40,12 @@ inline float fold(float* acc) {
 inline float dot(const float* a, const float* b, int64_t d) {
     Lanes sum = {};
     int64_t k = 0;
-    for (; k + kLanes <= d; k += kLanes) sum += load_lanes(a + k) * load_lanes(b + k);
+    for (; k + kLanes <= d; k += kLanes) {
+        Lanes x, y;
+        load_lanes(x, a + k);
+        load_lanes(y, b + k);
+        sum += x * y;
+    }
     float acc[kLanes];
     std::memcpy(acc, &sum, sizeof(acc));
     for (int l = 0; k + l < d; ++l) acc[l] += a[k + l] * b[k + l];
@@ -53,7 +56,10 @@ inline float dot(const float* a, const float* b, int64_t d) {
 inline void add_scaled(float* out, float weight, const float* value, int64_t d) {
     int64_t c = 0;
     for (; c + kLanes <= d; c += kLanes) {
-        Lanes o = load_lanes(out + c) + weight * load_lanes(value + c);
+        Lanes o, v;
+        load_lanes(o, out + c);
+        load_lanes(v, value + c);
+        o += weight * v;
         std::memcpy(out + c, &o, sizeof(o));
     }
     for (; c < d; ++c) out[c] += weight * value[c];

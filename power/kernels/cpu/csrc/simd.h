@@ -28,6 +28,9 @@ static inline float f32_at(const uint8_t* p, int j) { float f; std::memcpy(&f, p
 // POWER_SIGNED_Q8) instead.
 #if defined(POWER_PATH_AVX512VNNI)
 #include <immintrin.h>
+// Every lane. The zero-masked forms of the intrinsics below, with every lane, are the same instructions as the plain
+// forms, whose pass-through operand GCC 12.2 declares uninitialised and then warns about (GCC bug 105593).
+constexpr __mmask16 kEveryLane = 0xFFFF;
 struct V { __m512i v; };
 struct F { __m512 v; };
 static inline V load64(const uint8_t* p) { return {_mm512_loadu_si512(p)}; }
@@ -39,22 +42,25 @@ static inline V operator^(V a, V b) { return {_mm512_xor_si512(a.v, b.v)}; }
 static inline V operator+(V a, V b) { return {_mm512_add_epi32(a.v, b.v)}; }
 static inline V operator-(V a, V b) { return {_mm512_sub_epi32(a.v, b.v)}; }
 static inline V operator*(V a, V b) { return {_mm512_mullo_epi32(a.v, b.v)}; }
-static inline V shl(V a, int n) { return {_mm512_sll_epi32(a.v, _mm_cvtsi32_si128(n))}; }
-static inline V shr(V a, int n) { return {_mm512_srl_epi32(a.v, _mm_cvtsi32_si128(n))}; }
-static inline V sar(V a, int n) { return {_mm512_sra_epi32(a.v, _mm_cvtsi32_si128(n))}; }
+static inline V shl(V a, int n) { return {_mm512_maskz_sll_epi32(kEveryLane, a.v, _mm_cvtsi32_si128(n))}; }
+static inline V shr(V a, int n) { return {_mm512_maskz_srl_epi32(kEveryLane, a.v, _mm_cvtsi32_si128(n))}; }
+static inline V sar(V a, int n) { return {_mm512_maskz_sra_epi32(kEveryLane, a.v, _mm_cvtsi32_si128(n))}; }
 // Sum of the four products u8(w) * s8(x) of each 32-bit lane, added to acc (exact: no saturation).
 static inline V dot_u8(V acc, V w, V x) { return {_mm512_dpbusd_epi32(acc.v, w.v, x.v)}; }
 // Sum of the two products s16 x s16 of each 32-bit lane, added to acc (exact).
 static inline V dot_i16(V acc, V a, V b) { return {_mm512_dpwssd_epi32(acc.v, a.v, b.v)}; }
-static inline F tofloat(V a) { return {_mm512_cvtepi32_ps(a.v)}; }
+static inline F tofloat(V a) { return {_mm512_maskz_cvtepi32_ps(kEveryLane, a.v)}; }
 static inline F fsplat(float a) { return {_mm512_set1_ps(a)}; }
 static inline F fzero() { return {_mm512_setzero_ps()}; }
 static inline F operator+(F a, F b) { return {_mm512_add_ps(a.v, b.v)}; }
 static inline F operator-(F a, F b) { return {_mm512_sub_ps(a.v, b.v)}; }
 static inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
-static inline F load_f16(const uint8_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p))}; }
+static inline F load_f16(const uint8_t* p) {
+    return {_mm512_maskz_cvtph_ps(kEveryLane, _mm256_loadu_si256((const __m256i*)p))};
+}
 static inline F load_bf16(const uint8_t* p) {
-    return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16))};
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(kEveryLane, _mm256_loadu_si256((const __m256i*)p));
+    return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kEveryLane, wide, 16))};
 }
 static inline F load_f32(const uint8_t* p) { return {_mm512_loadu_ps(p)}; }
 static inline void store(float* p, F a) { _mm512_storeu_ps(p, a.v); }
