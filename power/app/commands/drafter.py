@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
+from power.app.arguments.distill import parse_distill
 from power.app.cli import EXIT_FINDINGS, EXIT_USAGE, print_findings, refuse
 from power.app.outputs import owned_folder
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError, has_errors
 from power.orchestrator.schema import Manifest
 
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
-SECONDS = {"s": 1, "m": 60, "h": 3600, None: 60}
 DISTILL_MARKER = ".power-distill"  # in a folder distill wrote: a rerun may write over it (and resume from it)
-
-
-def parse_budget(text: str) -> float:
-    """`20m`, `90s`, `1.5h` or a bare number of minutes -> seconds."""
-    match = DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise click.BadParameter(f"{text!r} is not a duration: write 20m, 90s or 1.5h")
-    return float(match.group(1)) * SECONDS[match.group(2)]
 
 
 def verified_inputs(manifest: Manifest, folder: Path) -> str:
@@ -90,32 +80,30 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     """
     from power.orchestrator.loading import load_manifest
 
+    arguments = parse_distill(manifest, out, kind, fr, budget, seed, prompts, corpus, corpus_share, max_prompts,
+                              max_new_tokens, slots, steps, chain_levels, precision, threads, quiet)
     loaded = load_manifest(manifest)
     if not loaded.ok:
         print_findings(loaded.findings, as_json=False)
         raise SystemExit(EXIT_FINDINGS if has_errors(loaded.findings) else EXIT_USAGE)
     import torch
 
-    from power.drafters.distill import DistillRequest, recipe
     from power.drafters.distill import distill as run_distill
+    from power.drafters.distill import recipe
     from power.runtime.gguf_weights import GGUFFile
 
     target = manifest.parent / loaded.model.target.path
     try:
         owned_folder(out, DISTILL_MARKER, "distill")
         target_sha256 = verified_inputs(loaded.model, manifest.parent)
-        request = DistillRequest(target=target, target_sha256=target_sha256, kind=kind, out=out, fr=fr,
-                                 budget_s=parse_budget(budget), seed=seed, prompts=prompts, corpus=corpus,
-                                 corpus_share=corpus_share, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
-                                 slots=slots, max_steps=steps, chain_levels=chain_levels, precision=precision,
-                                 progress=not quiet)
+        request = arguments.request(target, target_sha256)
         recipe(request, GGUFFile(target))  # a kind this target cannot have is refused before anything is written
     except PowerError as err:
         refuse(err, at=manifest)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
-    if threads:
-        torch.set_num_threads(threads)
+    if arguments.threads:
+        torch.set_num_threads(arguments.threads)
     write_text_atomic(out / DISTILL_MARKER, "written by power drafter distill: a rerun may write over this folder\n")
     try:
         result = run_distill(request)
