@@ -5,7 +5,9 @@
 DIR is a `power drafter distill` output (its manifest names the target and the
 drafter; distill.json the kind and FR). The prompts are the packaged held-out set
 (`power/drafters/prompts/heldout.jsonl`: topics and code tasks that appear in no
-training prompt), `--per-shape` each of prose, code and chat.
+training prompt), `--per-shape` each of prose, code and chat, and of the
+non-repeating prose (`power/drafters/prompts/nonrepeating.jsonl`: continuations
+with nothing for n-gram to copy).
 
 Per prompt, in one process, the configurations run in turn (so load from other
 processes lands on all alike): target-only at capacity 1; the drafter at K7/S7
@@ -43,7 +45,7 @@ from power.app.bench import machine
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
-from power.drafters.prompt_sets import load_prompts
+from power.drafters.prompt_sets import Prompt, load_prompts
 from power.orchestrator.inputs.loading import load_manifest
 from power.orchestrator.worth_it import acceptance_of, assess
 from power.runtime.decoder import Decoder, Generation
@@ -58,7 +60,7 @@ from power.runtime.speculators.ngram import NGramSpeculator
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 
-SHAPES = ("prose", "code", "chat")
+SHAPES = ("prose", "code", "chat", "nonrepeating")  # the last: power/drafters/prompts/nonrepeating.jsonl
 NGRAM = NGramWindow(CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN, 7)  # the distilled profile's lookup
 
 
@@ -166,7 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min: drafter(t, p)),
                     speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
                                 lambda t, p=p_min: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t, p)]))]
-    prompts = load_prompts(which="heldout")
+    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating", p.text) for p in load_prompts(which="nonrepeating")]
     context = tokenizer.encode(prompts[0].text)
     costs = {c.k + 1: verify_cost(trunk(c.k + 1), c.k + 1, context) for c in configs if c.recorder is not None}
     print("a verification pass costs, in one-row steps: "

@@ -138,6 +138,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR216": ("error", "the profile's mode cannot be served by the manifest (never downgraded)"),
     "PWR217": ("info", "how `auto` resolved"),
     "PWR218": ("info", "weight-free n-gram chained with a context-backed drafter"),
+    # PWR219-PWR229 `power drafter distill` (drafters/distill.py)
+    "PWR219": ("error", "`power drafter distill --kind mtp` for a target architecture with no MTP head layout"),
     # --- PWR3xx: tokenizer identity ----------------------------------------
     # PWR31x complete-vocabulary comparison (orchestrator/checks/tokenizer.py)
     "PWR310": ("error", "the drafter's tokenizer differs from the target's"),

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
-from gguf_helpers import fixtures
+from gguf_helpers import fixtures, gemma
 from plan_helpers import write_manifest
 from spec_helpers import copying_mtp_sidecar, plain_stream, prompt_for
 
@@ -23,21 +25,32 @@ from power.app.cli import main
 from power.artifacts.contracts import declared_draft_tokens
 from power.documents.plan import load_plan
 from power.drafters.distill import DistillRequest, TrainingData, drafter_shape
-from power.drafters.export import MTP_MATRICES, stored, write_drafter, write_mtp_sidecar
+from power.drafters.export import (
+    BLOCK_MATRICES,
+    CHAINED_NGRAM_MATCH,
+    MTP_MATRICES,
+    stored,
+    write_drafter,
+    write_mtp_sidecar,
+)
 from power.drafters.generate import NO_LABEL, Example, corpus_examples
 from power.drafters.model import BlockDrafterNet, block_targets
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
 from power.drafters.progress import BudgetBar
-from power.drafters.prompt_sets import load_prompts
-from power.drafters.train import training_precision
+from power.drafters.prompt_sets import NONREPEATING_COPYABLE, copyable, load_prompts, longest_repeat
+from power.drafters.served import replay
+from power.drafters.train import Curve, training_precision
 from power.drafters.worth import Costs
-from power.modes import DFLASH, DSPARK, MTP, NGRAM
+from power.modes import DFLASH, DFLASH2, DSPARK, MTP, NGRAM
 from power.orchestrator.worth_it import judge_distilled
-from power.runtime.engine import Engine, Workload
+from power.runtime.decoder import Decoder
+from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm
+from power.runtime.sampling import Sampler, SamplingParams
+from power.runtime.scheduler import SchedulerConfig
 from power.runtime.speculators import registry
-from power.runtime.speculators.base import DraftContext, SpeculatorRequest
+from power.runtime.speculators.base import DraftContext, Speculator, SpeculatorRequest
 from power.runtime.speculators.dflash import header_view
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
@@ -52,11 +65,21 @@ def gemma3():
     return fixtures()["gemma3-target"]
 
 
-@pytest.mark.parametrize("kind", [DFLASH, DSPARK])
+def _shaken(net: BlockDrafterNet) -> None:
+    """DFlash2's convolutions and selector away from their identity start (deltas and codebooks that matter)."""
+    generator = torch.Generator().manual_seed(5)
+    for name in net.names:
+        if "_conv_" in name or name.startswith("selector_"):
+            value = net.tensor(name)
+            value.data.add_(torch.randn(value.shape, generator=generator) * (1.0 if name.startswith("selector_") else 0.2))
+
+
+@pytest.mark.parametrize("kind", [DFLASH, DSPARK, DFLASH2])
 def test_the_trained_block_rows_are_the_runtime_drafters_rows(tmp_path, kind):
     target = GGUFFile(dense())
     hp = drafter_shape(DistillRequest(dense(), kind, tmp_path), target)
     net = BlockDrafterNet(kind, hp, target.tensor("token_embd.weight"), target.tensor("output.weight"), 64, seed=3)
+    _shaken(net)
     path = write_drafter(tmp_path / "d.gguf", kind, hp, net.tensors(), dense(), "test")
     trunk = load_trunk(dense(), n_ctx=64, verify_capacity=hp.block_size)
     drafter = registry.create(kind, SpeculatorRequest(trunk, target, GGUFFile(path)))
@@ -68,6 +91,104 @@ def test_the_trained_block_rows_are_the_runtime_drafters_rows(tmp_path, kind):
     features = torch.cat([features, torch.zeros(1, features.shape[1])])  # the anchor's row is never read
     trained = net.rows(features, torch.tensor(tokens), torch.tensor([len(tokens) - 1]))[0].detach()
     torch.testing.assert_close(trained, drafter._block(tokens[-1]), atol=2e-2, rtol=2e-2)
+
+
+def test_the_trained_dflash2_selector_picks_what_the_runtime_walk_picks(tmp_path):
+    """From the same block rows, the trained unary term is the runtime's (the target head's logits; the runtime's
+    products quantise activations to int8, a percent off), and the trained selector, fed the runtime's unary term and
+    the walk's own predecessors (the anchor, then each pick), picks every token the runtime's greedy walk picks."""
+    target = GGUFFile(dense())
+    hp = drafter_shape(DistillRequest(dense(), DFLASH2, tmp_path), target)
+    vocabulary = torch.arange(400).flip(0)  # a draft vocabulary in another order than the IDs
+    net = BlockDrafterNet(DFLASH2, hp, target.tensor("token_embd.weight"), target.tensor("output.weight")[vocabulary],
+                          64, seed=4, draft_tokens=vocabulary)
+    _shaken(net)
+    path = write_drafter(tmp_path / "d.gguf", DFLASH2, hp, net.tensors(), dense(), "test", vocabulary.tolist())
+    for name, value in stored(net.tensors(), BLOCK_MATRICES).items():  # the float16 the file stores
+        net.tensor(name).data.copy_(value)
+    trunk = load_trunk(dense(), n_ctx=64, verify_capacity=hp.block_size)
+    drafter = registry.create(DFLASH2, SpeculatorRequest(trunk, target, GGUFFile(path)))
+    tokens = [5, 77, 300, 12, 9, 140, 201, 33, 60, 2]
+    drafter.commit(tokens[:-1], trunk.prefill(tokens[:-1], drafter.taps).hidden, 0)
+    drafter._catch_up()
+    rows = drafter._block(tokens[-1])[1:]
+    walk = drafter._selector_walk(tokens[-1], rows)
+    unary = drafter._unary(drafter.head.draft_logits(rows))
+    torch.testing.assert_close(net.unary(rows).detach(), unary, atol=0.05, rtol=0.05)
+    picked = vocabulary[net.selected(unary, rows, torch.tensor([tokens[-1], *walk[:-1]]))].tolist()
+    assert picked == walk
+    assert picked != vocabulary[unary.argmax(-1)].tolist()  # the transition term changed some picks
+
+
+def test_the_acceptance_estimate_is_one_plus_the_sum_of_the_accuracy_products():
+    """Rounds accepting 0, 1, 3 and 3 drafts: the accuracies per position are 3/4, 2/3, 2/2 and 0/2, and the estimate at
+    K is 1 + the sum over k <= K of their products, which over the same rounds is 1 + the mean accepted at K."""
+    curve = Curve.empty(4)
+    curve.add(torch.tensor([0, 1, 3, 3]))
+    assert curve.per_position() == pytest.approx([3 / 4, 2 / 3, 1.0, 0.0])
+    assert [curve.estimate(k) for k in (1, 2, 3, 4)] == pytest.approx([1.75, 2.25, 2.75, 2.75])
+    assert [curve.estimate(k) for k in (1, 2, 3, 4)] == pytest.approx([1 + curve.mean_accepted(k) for k in (1, 2, 3, 4)])
+    assert curve.to_json()["estimate"]["3"] == pytest.approx(2.75)
+
+
+@dataclass
+class _Rounds(Speculator):
+    """A speculator that notes each round's anchor position and drafts."""
+
+    inner: Speculator
+    rounds: list[tuple[int, list[int]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.name, self.taps, self.max_proposals = self.inner.name, self.inner.taps, self.inner.max_proposals
+
+    def begin(self, tokens):
+        self.inner.begin(tokens)
+
+    def propose(self, ctx):
+        proposal = self.inner.propose(ctx)
+        self.rounds.append((len(ctx.tokens) - 1, proposal.tokens[: ctx.max_tokens]))
+        return proposal
+
+    def commit(self, tokens, hidden, start):
+        self.inner.commit(tokens, hidden, start)
+
+    def reset(self):
+        self.inner.reset()
+
+    def checkpoint(self):
+        return self.inner.checkpoint()
+
+    def restore(self, checkpoint):
+        self.inner.restore(checkpoint)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_the_served_replay_accepts_what_a_greedy_decode_at_k_accepts(k):
+    """The replay of the target's greedy text (power.drafters.served) lays its rounds where the runtime's decoder lays
+    them and accepts in each what verification accepts, for a head that lands some chains and misses others."""
+    sidecar, prompt = copying_mtp_sidecar(), prompt_for("gemma3")
+    target = GGUFFile(gemma3())
+    trunk = load_trunk(target, n_ctx=128, verify_capacity=k + 1)
+    recorded = _Rounds(registry.create(MTP, SpeculatorRequest(trunk, target, GGUFFile(sidecar))))
+    generated = Decoder(trunk, Sampler(SamplingParams()), recorded, SchedulerConfig(k=k, s=k)).generate(prompt, 40).tokens
+    text = prompt + generated
+    decoded = [next((i for i, d in enumerate(drafts) if d != text[anchor + 1 + i]), len(drafts))
+               for anchor, drafts in recorded.rounds if anchor + k < len(text)]
+    example = Example(torch.tensor(text[:-1]), torch.tensor([NO_LABEL] * (len(prompt) - 1) + generated),
+                      torch.zeros(len(text) - 1, 1, dtype=torch.bfloat16))
+    served = replay(gemma3(), sidecar, MTP, [example], [k])
+    assert served.accepted[k] == decoded and 0 < sum(decoded) < k * len(decoded)
+    assert served.tokens_per_round(k) == pytest.approx(1 + sum(decoded) / len(decoded))
+
+
+@pytest.mark.parametrize("target", ["dense-target", "llama-target", "qwen2-target", "hybrid-target"])
+def test_an_mtp_head_for_an_architecture_without_a_layout_is_refused_before_anything_is_written(tmp_path, target):
+    manifest = write_manifest(tmp_path, target, [], name="fixture")
+    out = tmp_path / "drafter"
+    result = CliRunner().invoke(main, ["drafter", "distill", str(manifest), "--kind", "mtp", "--quiet", "-o", str(out)])
+    assert result.exit_code == 2
+    assert "PWR219" in result.output and "gemma3, qwen35" in result.output and "--kind dflash" in result.output
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_the_trained_mtp_chain_is_the_runtime_heads_chain(tmp_path):
@@ -149,8 +270,51 @@ def test_packaged_prompts_keep_the_held_out_topics_apart():
     assert not train & {p.text for p in held}
 
 
-@pytest.mark.parametrize("target, kind, precision", [("dense-target", DFLASH, "float32"),
-                                                     ("gemma3-target", MTP, "bfloat16")])
+# Every dense trunk the runtime runs (qwen3: the dense fixture) with every block kind, and the Gemma 3 MTP head; the
+# fast tier runs each architecture and each kind once, the rest is marked slow.
+DENSE_TARGETS = ("dense-target", "llama-target", "qwen2-target")
+FAST_PAIRS = {("dense-target", DFLASH), ("llama-target", DSPARK), ("qwen2-target", DFLASH2)}
+PARITY_CASES = [
+    *(pytest.param(target, kind, "float32", marks=() if (target, kind) in FAST_PAIRS else pytest.mark.slow)
+      for target in DENSE_TARGETS for kind in (DFLASH, DSPARK, DFLASH2)),
+    pytest.param("gemma3-target", MTP, "bfloat16"),
+]
+
+
+def test_the_longest_repeat_is_the_longest_run_a_lookup_could_copy():
+    text = [1, 2, 3, 4, 9, 1, 2, 3, 7, 2, 3, 4, 9, 5]
+    assert longest_repeat(text, 5) == 4  # 2 3 4 9 again at positions 9-12
+    assert longest_repeat(text, 13) == 0  # nothing ending at the last position occurred before
+    assert longest_repeat([5, 5, 5, 5], 1) == 3  # a run may overlap itself, as a lookup copies it
+    assert longest_repeat([1, 2, 3], 0) == 0
+
+
+def test_a_lookup_could_copy_the_tokens_whose_window_and_token_occurred_before():
+    text = [1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 5, 7, 2, 3, 4, 5, 7]
+    assert copyable(text, 6, 4) == 2  # the 5 at 10 (1 2 3 4 5 again) and the 7 at 16 (2 3 4 5 7 again)
+    assert copyable(text, 0, 4) == copyable(text, 6, 4)  # nothing before position 6 repeats
+    assert copyable([1, 2, 3], 0, 4) == 0
+
+
+@pytest.mark.slow
+def test_the_nonrepeating_prompts_leave_a_lookup_little_to_copy():
+    """The packaged non-repeating prose, continued greedily by the bundled Gemma as bench/select_nonrepeating.py
+    measured it (128 tokens): each continuation's counts are the ones the set records, within its bound."""
+    target = GGUFFile(gemma())
+    tokenizer = Tokenizer.from_gguf(target)
+    prompts = [json.loads(line) for line in resources.files("power.drafters").joinpath(
+        "prompts", "nonrepeating.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert prompts and not {p["prompt"] for p in prompts} & {
+        p.text for which in ("train", "heldout") for p in load_prompts(which=which)}
+    engine = Engine(Workload.of_gguf(gemma()))
+    for record in prompts[:2]:
+        ids = tokenizer.encode(record["prompt"])
+        text = ids + engine.generate(record["prompt"], 128).token_ids
+        assert copyable(text, len(ids), CHAINED_NGRAM_MATCH) == record["copyable"] <= NONREPEATING_COPYABLE
+        assert longest_repeat(text, len(ids)) == record["longest_repeat"]
+
+
+@pytest.mark.parametrize("target, kind, precision", PARITY_CASES)
 def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, precision):
     manifest = write_manifest(tmp_path, target, [], name="fixture")
     prompts = tmp_path / "prompts.jsonl"
@@ -170,14 +334,25 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     assert ("next: power plan" in distilled.output) == worth["beats_target_only"]
     assert ("cannot beat target-only" in distilled.output) != worth["beats_target_only"]
     assert report["steps"] == 3 and report["sequences"] == 12 and report["draft_vocab"] == 400
+    # training's estimate beside the runtime's served figure, per K (the recommended K among them), with their ratio
+    served, estimate = report["served"], report["acceptance"]["estimate"]
+    assert served["sequences"] >= 1 and str(report["recommended"]["k"]) in served["per_k"]
+    for k, figures in served["per_k"].items():
+        assert figures["estimate"] == estimate[k] and figures["rounds"] > 0 and figures["served"] >= 1.0
+        assert figures["estimate_over_served"] == pytest.approx(figures["estimate"] / figures["served"], abs=1e-3)
+    assert "tokens a round, training's estimate" in distilled.output
     drafter = GGUFFile(next(out.glob("*.gguf")))
     ranked = declared_draft_tokens(header_view(drafter))
     assert ranked is not None and len(set(ranked)) == 400
     profile = (out / "profile.toml").read_text()
     gate = "spec_draft_p_min = 0.3"  # the recommended gate of a kind whose drafts it cuts (MTP, not DFlash)
     assert (gate in profile) == (kind == MTP) and report["recommended"]["k"] <= 7
-    # a three-step head is too unsure to clear the gate: the parity run below opens it so that the head proposes
-    (out / "profile.toml").write_text(profile.replace(gate, "spec_draft_p_min = 0.0"))
+    # a three-step drafter is too unsure to clear a confidence gate (the head's 0.3, DSpark's header 0.5): the parity
+    # run below opens it so that the drafter proposes
+    opened = "spec_draft_p_min = 0.0\n"
+    (out / "profile.toml").write_text(profile.replace(gate + "\n", opened) if kind == MTP else
+                                      profile.replace("spec_mtp_adaptive", opened + "spec_mtp_adaptive")
+                                      if kind == DSPARK else profile)
     plan_path = tmp_path / "plan.toml"
     planned = runner.invoke(main, ["plan", str(out / "manifest.toml"), str(out / "profile.toml"), "--device", "8 GiB",
                                    "-o", str(plan_path)])
@@ -189,7 +364,7 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     assert tuple(plan.mode.chain) == (NGRAM, kind)  # the manifest's lookup proposes first, the drafter where it has none
     # the lookup the held-out bench measures: the last 4 tokens, drafts of 2 or more (of 1 when K is 1)
     assert (plan.runtime.ngram_match, plan.runtime.ngram_draft_min) == (4, min(2, report["recommended"]["k"]))
-    speculative = Engine(Workload.of_plan(plan, plan_path))
+    speculative = Engine(Workload.of_plan(plan, plan_path), EngineOptions(governor=False))  # every round drafts
     plain = Engine(Workload.of_gguf(fixtures()[target]))
     for prompt in ("Story 99: once upon a time", "The quick brown fox"):
         drafted = speculative.generate(prompt, 24)

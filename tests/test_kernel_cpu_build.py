@@ -44,7 +44,7 @@ def test_the_kernels_kind_enum_is_layout_kinds_in_order():
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the instruction paths are x86-64's")
 def test_every_path_builds_without_a_warning_on_any_x86_machine(tmp_path):
-    """All five paths compile (about a minute each on 2 quiet cores, over 3 minutes each at a load average of 12),
+    """All five paths compile (about a minute each on 2 quiet cores, 13 minutes in all at a load average of 10-11),
     the ones this CPU lacks included: the compiler needs only their -m flags, and a build is never loaded to be
     made."""
     root = tmp_path / "kernels"

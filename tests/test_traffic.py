@@ -91,8 +91,10 @@ def test_natural_shapes_cycle_through_held_out_prompts_no_training_prompt_shares
     from power.drafters.prompt_sets import load_prompts
 
     shape = build_shape(name, 64)
-    assert len(shape.prompts) == HELDOUT_PROMPTS == len(set(shape.prompts))
-    assert [shape.prompt_for(run) for run in (0, 1, HELDOUT_PROMPTS)] == [shape.prompts[0], shape.prompts[1],
-                                                                            shape.prompts[0]]
+    # every shape sends eight prompts but the non-repeating prose, which has the few its selection kept
+    assert len(shape.prompts) == len(set(shape.prompts)) == (HELDOUT_PROMPTS if name != "nonrepeating" else
+                                                             len(load_prompts(which="nonrepeating")))
+    assert [shape.prompt_for(run) for run in (0, 1, len(shape.prompts))] == [shape.prompts[0], shape.prompts[1],
+                                                                               shape.prompts[0]]
     assert not set(shape.prompts) & {p.text for p in load_prompts(which="train")}
     assert build_shape(name, 64, 1536) == shape  # fixed requests: the passage size does not apply

@@ -129,3 +129,35 @@ def _profile_document(model: Any, overrides: dict[str, Any], name: str) -> dict[
         else:
             runtime[setting] = value
     return document
+
+
+def section(documents: list[dict], labels: list[str], best: dict | None) -> dict:
+    """The evidence's `sweep` section: each variant's figures per shape, and which won (None: the incumbent stays)."""
+    variants = []
+    for label, document in zip(labels, documents, strict=True):
+        variants.append({
+            "label": label, "plan_digest": document["candidate"]["plan_digest"], "plan": document["candidate"]["plan"],
+            "k": document["candidate"]["k"], "ngram": document["candidate"]["ngram"],
+            "lossless": document["lossless"]["proven"],
+            "shapes": {name: {"decode_tok_s": r["candidate"]["decode_tok_s"], "speedup": r.get("speedup"),
+                              "request_tok_s": r["candidate"]["request_tok_s"],
+                              "request_speedup": r.get("request_speedup"),
+                              "acceptance": r["candidate"]["acceptance"], "verdict": r["verdict"]}
+                       for name, r in document["shapes"].items()},
+        })
+    winner = next((label for label, d in zip(labels, documents, strict=True) if d is best), None)
+    return {"variants": variants, "winner": winner,
+            "rule": "lossless, never slower on a shape, faster on one; then the best geometric-mean speedup"}
+
+
+def table(section: dict) -> str:
+    """The sweep section as the lines printed above the bench's table."""
+    shapes = list(section["variants"][0]["shapes"]) if section["variants"] else []
+    lines = ["sweep: " + "  ".join(["variant".ljust(22), *(s.ljust(24) for s in shapes), "lossless"])]
+    for v in section["variants"]:
+        cells = [f"{r['decode_tok_s']:.2f} ({r['speedup']:.2f}x {r['verdict']})" if r.get("speedup")
+                 else f"{r['decode_tok_s']:.2f} ({r['verdict']})" for r in v["shapes"].values()]
+        lines.append("       " + "  ".join([v["label"].ljust(22), *(c.ljust(24) for c in cells),
+                                            "yes" if v["lossless"] else "no"]))
+    lines.append(f"winner: {section['winner'] or 'none: no variant won on every shape; the incumbent stays'}")
+    return "\n".join(lines) + "\n"

@@ -18,7 +18,12 @@ machine, every run) and says whom it can favour:
   has) - a learned drafter on the text it was trained to write, and n-gram where
   the target repeats itself. Run r sends the shape's prompt r (of
   HELDOUT_PROMPTS), so `--runs 8` measures eight different requests, each pair
-  on the same prompt.
+  on the same prompt;
+- nonrepeating: held-out prose whose greedy continuations by the bundled Gemma
+  leave the n-gram lookup at most a third of their tokens to copy
+  (`power/drafters/prompts/nonrepeating.jsonl`, chosen by counting them:
+  `bench/select_nonrepeating.py`) - a learned drafter where n-gram has little
+  to copy.
 
 Sizes: `power bench` runs the reference sizes (docs/reference.md) (`REFERENCE_PROMPT_TOKENS`: an echo passage
 of about 1.5k tokens, prose over about 1k tokens of filler, at about 12 Gemma
@@ -38,8 +43,10 @@ from dataclasses import dataclass
 from power.drafters.prompt_sets import load_prompts
 
 DEFAULT_SHAPES = ("prose", "echo", "structured", "identity")  # the reference A/B protocol (docs/reference.md)
-SHAPE_NAMES = (*DEFAULT_SHAPES, "writing", "code", "chat")
-HELDOUT_LABELS = {"writing": "prose", "code": "code", "chat": "chat"}  # a shape -> its label in the held-out set
+SHAPE_NAMES = (*DEFAULT_SHAPES, "writing", "code", "chat", "nonrepeating")
+# a natural shape -> its prompts' label in its packaged set (`heldout`, unless PROMPT_SET_OF names another)
+HELDOUT_LABELS = {"writing": "prose", "code": "code", "chat": "chat", "nonrepeating": "prose"}
+PROMPT_SET_OF = {"nonrepeating": "nonrepeating"}
 HELDOUT_PROMPTS = 8  # prompts a held-out shape cycles through, run by run
 
 # Word pools for the generated passages. Each generated line draws fresh words and is
@@ -187,8 +194,11 @@ def _identity(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # no
 
 def _heldout(name: str, max_tokens: int, prompt_tokens: int | None) -> TrafficShape:  # noqa: ARG001 - fixed prompts
     label = HELDOUT_LABELS[name]
-    prompts = tuple(p.text for p in load_prompts(which="heldout") if p.shape == label)[:HELDOUT_PROMPTS]
-    return TrafficShape(name, prompts, 0.0, max_tokens, "a learned drafter on natural text; n-gram where it repeats")
+    which = PROMPT_SET_OF.get(name, "heldout")
+    prompts = tuple(p.text for p in load_prompts(which=which) if p.shape == label)[:HELDOUT_PROMPTS]
+    favours = ("a learned drafter where n-gram has little to copy" if which == "nonrepeating"
+               else "a learned drafter on natural text; n-gram where it repeats")
+    return TrafficShape(name, prompts, 0.0, max_tokens, favours)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ Shapes of drafter tensors come from `power.artifacts.contracts`; see
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -215,12 +216,18 @@ class HybridConfig:
         return layer < self.n_layers and (layer + 1) % self.interval != 0
 
 
-def dense_tensor_shapes(cfg: DenseConfig) -> dict[str, tuple[int, ...]]:
-    """llama/qwen3 tensors (qwen3 adds the per-head q/k norms)."""
+def dense_tensor_shapes(cfg: DenseConfig, arch: str = "qwen3") -> dict[str, tuple[int, ...]]:
+    """qwen3 tensors (per-head q/k norms); llama's drop the norms, qwen2's trade them for q/k/v biases."""
     d = cfg.d_model
     shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab, d), "output_norm.weight": (d,), "output.weight": (cfg.vocab, d)}
+    widths = {"q": cfg.n_heads * cfg.head_dim, "k": cfg.n_kv_heads * cfg.head_dim, "v": cfg.n_kv_heads * cfg.head_dim}
     for i in range(cfg.n_layers):
-        shapes |= contracts.qk_norm_block_tensors(i, d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn)
+        block = contracts.qk_norm_block_tensors(i, d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn)
+        if arch != "qwen3":
+            block = {name: shape for name, shape in block.items() if not name.endswith(("q_norm.weight", "k_norm.weight"))}
+        if arch == "qwen2":
+            block |= {f"blk.{i}.attn_{x}.bias": (width,) for x, width in widths.items()}
+        shapes |= block
     return shapes
 
 
@@ -381,6 +388,15 @@ def build_dense_target(directory: Path, chat_template: str | None = None) -> Pat
     if chat_template is not None:
         metadata["tokenizer.chat_template"] = chat_template
     return write_gguf(Path(directory) / "dense-target.gguf", "qwen3", metadata, tensors)
+
+
+def build_dense_arch_target(directory: Path, arch: str) -> Path:
+    """A `llama` or `qwen2` dense target of the qwen3 fixture's shape and quant types (its own weights): the other
+    dense trunks the runtime runs (`power.runtime.trunks.llama`)."""
+    seed = FIXTURE_SEED + {"llama": 8, "qwen2": 9}[arch]
+    tensors = _Weights(seed).fill(dense_tensor_shapes(DENSE, arch), _dense_layer_type)
+    metadata = dense_metadata(DENSE, arch, f"fixture-{arch}-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    return write_gguf(Path(directory) / f"{arch}-target.gguf", arch, metadata, tensors)
 
 
 def _gemma3_metadata(name: str) -> dict[str, Any]:
@@ -570,6 +586,8 @@ def build_qwen36_27b_dspark(directory: Path) -> Path:
 
 SINGLE_FIXTURES: dict[str, Callable[[Path], Path]] = {
     "dense-target": build_dense_target,
+    "llama-target": functools.partial(build_dense_arch_target, arch="llama"),
+    "qwen2-target": functools.partial(build_dense_arch_target, arch="qwen2"),
     "hybrid-target": build_hybrid_target,
     "gemma3-target": build_gemma3_target,
     "gemma3-mtp-sidecar": build_gemma3_mtp_sidecar,

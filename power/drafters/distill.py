@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -27,25 +28,28 @@ import torch
 
 from power import modes
 from power.artifacts.contracts import DrafterHparams
-from power.modes import DFLASH, DSPARK, MTP
+from power.artifacts.gguf_reader import ArtifactError
+from power.modes import DFLASH, DFLASH2, DSPARK, MTP
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.speculators import mtp
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 from power.runtime.trunks.gemma3 import ARCH as GEMMA3
 from power.runtime.trunks.gemma3 import Gemma3Params
 
-from . import export, generate, prompt_sets, resume, worth
+from . import export, generate, prompt_sets, resume, served, worth
 from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
 from .train import Objective, Trainer, TrainSettings, training_precision
 from .vocabulary import coverage, greedy_labels, ranked_tokens
 
-KINDS = (MTP, DFLASH, DSPARK)
+KINDS = (MTP, DFLASH, DFLASH2, DSPARK)
 MASK_TOKEN_NAMES = ("<mask>", "<|mask|>")
 HELD_BACK_EVERY = 10  # every tenth generated sequence measures acceptance instead of training
 HELD_BACK_MAX = 48  # sequences: the measurement's cost stays a small part of training's
 COST_CONTEXT = 64  # tokens of held-back text the round costs are timed after (power.drafters.worth)
+SERVED_WIDTHS = (3, 5, 7)  # the widths the served figure is replayed at (power.drafters.served), with the recommended K
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,21 @@ def drafter_shape(request: DistillRequest, target: GGUFFile) -> DrafterHparams:
         vocab_size=target.info("token_embd.weight").shape[0],
         block_size=request.block_size, target_layers=taps, mask_token_id=_mask_token(target),
         rms_epsilon=1e-6, rope_freq_base=10_000.0,
-        sliding_window=1024 if request.kind == DFLASH else None,
+        sliding_window=1024 if request.kind in (DFLASH, DFLASH2) else None,
         markov_rank=32 if request.kind == DSPARK else None,
         confidence_threshold=0.5 if request.kind == DSPARK else None,
+        **(dflash2_shape(target, width) if request.kind == DFLASH2 else {}),
     )
+
+
+def dflash2_shape(target: GGUFFile, width: int) -> dict[str, Any]:
+    """DFlash2's convolution and selector, as the published Qwen3.6-27B DFlash2 drafter shapes them at a smaller width
+    (kernel 4 over groups of 16 channels, the selector's rank 32 and top 8 candidates), with the target's own
+    logit scale and softcap on the unary term."""
+    arch = target.architecture
+    return {"conv_kernel_size": 4, "conv_group_size": math.gcd(width, 16), "selector_rank": 32, "selector_top_k": 8,
+            "logit_scale": float(target.get(f"{arch}.logit_scale", 1.0)),
+            "final_logit_softcapping": float(target.get(f"{arch}.final_logit_softcapping", 0.0))}
 
 
 def _mask_token(target: GGUFFile) -> int:
@@ -177,7 +192,13 @@ def recipe(request: DistillRequest, target: GGUFFile) -> Recipe:
     if request.kind not in modes.NATIVE_HEADS:
         return BlockRecipe(request.kind, drafter_shape(request, target))
     if target.architecture != GEMMA3:
-        raise ValueError(f"--kind mtp trains a Gemma 3 head ({GEMMA3}); {target.path} is {target.architecture}")
+        arch = target.architecture
+        why = (f"the runtime runs the MTP heads of {', '.join(sorted(mtp.BLOCKS))} targets, and "
+               + (f"a {arch} model ships its own" if arch in mtp.BLOCKS
+                  else f"no nextn layout is published for {arch} (docs/drafters.md)"))
+        raise ArtifactError(f"--kind mtp trains a {GEMMA3} nextn head; {target.path} is a {arch} target: {why}",
+                            code="PWR219", file=str(target.path),
+                            hint=f"distil a block drafter for it: --kind {' or '.join(k for k in KINDS if k != MTP)}")
     return MTPRecipe(Gemma3Params.from_gguf(target), request.chain_levels)
 
 
@@ -210,9 +231,11 @@ def distill(request: DistillRequest) -> Distilled:
     resumed = resume.load(checkpoint, key)
     if resumed is not None:
         _restore(trainer, resumed, checkpoint)
-    best = trainer.run(deadline - export_s, lambda state: resume.save(checkpoint, key, state), request.progress)
+    # after training: the last evaluation, the written weights' curve and the served replay, each about as long
+    best = trainer.run(deadline - export_s, lambda state: resume.save(checkpoint, key, state), request.progress,
+                       after=3)
     best = written_acceptance(trainer, how, best)
-    return _export(request, how, objective, best, data, vocabulary, time.monotonic() - started, trainer, costs)
+    return _export(request, how, objective, best, data, vocabulary, started, trainer, costs, deadline)
 
 
 def written_acceptance(trainer: Trainer, how: Recipe, best: dict[str, Any]) -> dict[str, Any]:
@@ -380,8 +403,8 @@ def recommend(curve: dict[str, Any], ctx: int, kind: str) -> export.Recommendati
 
 
 def _export(request: DistillRequest, how: Recipe, objective: Objective, best: dict[str, Any],
-            data: TrainingData, vocabulary: torch.Tensor | None, total_s: float, trainer: Trainer,
-            costs: worth.Costs) -> Distilled:
+            data: TrainingData, vocabulary: torch.Tensor | None, started: float, trainer: Trainer,
+            costs: worth.Costs, deadline: float) -> Distilled:
     out = request.out
     name = f"{request.target.stem}-{request.kind}"
     net = objective.net
@@ -393,6 +416,9 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
     manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
                                      drafter)
     profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)
+    # the served replay runs on the target's own text: a corpus is not what the target says
+    replayed = (served.replay(request.target, drafter, request.kind, trainer.held,
+                              sorted({*SERVED_WIDTHS, advice.k}), deadline) if data.generated else None)
     examples = data.sequences
     labels = greedy_labels(examples)
     report = {
@@ -402,9 +428,10 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "sequences": len(examples), "tokens": generate.token_count(examples), "labelled_rows": int(len(labels)),
         "draft_vocab": len(net.head), "draft_vocab_coverage_held_back": round(coverage(trainer.held, vocabulary), 4),
         "data": data.report(), "data_s": round(data.generated_s + data.corpus_s, 1),
-        "train_s": round(trainer.trained_s, 1), "total_s": round(total_s, 1),
+        "train_s": round(trainer.trained_s, 1), "total_s": round(time.monotonic() - started, 1),
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
         "acceptance_before_rounding": best["trained_curve"],
+        "served": None if replayed is None else replayed.document(best["curve"]["estimate"]),
         "recommended": asdict(advice),
         "round_costs": costs.document(),  # this machine's, for the worth-it verdict (power.drafters.worth)
     }

@@ -29,16 +29,19 @@ drafts it would chain at inference, so the count is exact.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from power.artifacts.contracts import DrafterHparams, drafter_tensors
-from power.modes import DSPARK
-from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables
+from power.artifacts.contracts import DrafterHparams, drafter_tensors, required
+from power.modes import DFLASH2, DSPARK
+from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables, softcap
+from power.runtime.speculators.dflash import grouped_conv
 
 from .generate import NO_LABEL, Example
 
@@ -53,6 +56,7 @@ class GGUFTensors(nn.Module):
     embedding: torch.Tensor
     head: torch.Tensor
     draft_index: torch.Tensor
+    draft_ids: torch.Tensor
 
     def __init__(self, names: dict[str, tuple[int, ...]], embedding: torch.Tensor, head: torch.Tensor, seed: int,
                  start: dict[str, torch.Tensor] | None = None, draft_tokens: torch.Tensor | None = None) -> None:
@@ -62,8 +66,10 @@ class GGUFTensors(nn.Module):
         self.register_buffer("head", head, persistent=False)
         n = len(head)
         index = torch.full((len(embedding),), n, dtype=torch.int64)  # n: not in the draft vocabulary
-        index[draft_tokens if draft_tokens is not None else torch.arange(n)] = torch.arange(n)
+        ids = draft_tokens if draft_tokens is not None else torch.arange(n)
+        index[ids] = torch.arange(n)
         self.register_buffer("draft_index", index, persistent=False)
+        self.register_buffer("draft_ids", ids, persistent=False)  # each head row's token ID
         generator = torch.Generator().manual_seed(seed)
         self.names = names
         for name, shape in names.items():
@@ -109,13 +115,29 @@ class BlockDrafterNet(GGUFTensors):
         x = self.embedding[ids.reshape(-1)]  # [A*bs, d], unscaled, as the runtime's TargetHead.embed
         mask = self._mask(anchors, length)
         for i in range(hp.block_count):
-            u = rms_norm(x, w(f"blk.{i}.attn_norm.weight"), hp.rms_epsilon)
-            x = x + self._attention(i, u, g, block_positions, mask)
-            u = rms_norm(x, w(f"blk.{i}.ffn_norm.weight"), hp.rms_epsilon)
-            x = x + gated_mlp(u, lambda v, i=i: torch.cat((v @ w(f"blk.{i}.ffn_gate.weight").T,
-                                                          v @ w(f"blk.{i}.ffn_up.weight").T), dim=-1),
-                              lambda v, i=i: v @ w(f"blk.{i}.ffn_down.weight").T, F.silu)
+            x = self._sublayer(x, i, "attn", functools.partial(self._attention, i, g=g, positions=block_positions,
+                                                                mask=mask))
+            x = self._sublayer(x, i, "ffn", functools.partial(self._ffn, i))
         return rms_norm(x, w("output_norm.weight"), hp.rms_epsilon).view(n_anchor, bs, -1)
+
+    def _ffn(self, layer: int, u: torch.Tensor) -> torch.Tensor:
+        w, b = self.tensor, f"blk.{layer}."
+        return gated_mlp(u, lambda v: torch.cat((v @ w(b + "ffn_gate.weight").T, v @ w(b + "ffn_up.weight").T), dim=-1),
+                         lambda v: v @ w(b + "ffn_down.weight").T, F.silu)
+
+    def _sublayer(self, x: torch.Tensor, layer: int, kind: str,
+                  fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """x [A*bs, d] + the sublayer `kind` of `layer` on its normed input; DFlash2 filters that input and the
+        sublayer's output with its grouped dynamic convolution inside each block (the runtime's `_sublayer`)."""
+        hp, w, b = self.hp, self.tensor, f"blk.{layer}.{kind}"
+        u = rms_norm(x, w(f"{b}_norm.weight"), hp.rms_epsilon)
+        if self.kind != DFLASH2:
+            return x + fn(u)
+        k, group = required(hp.conv_kernel_size, "conv_kernel_size"), required(hp.conv_group_size, "conv_group_size")
+        base, blocks = w(f"{b}_conv_base.weight"), (-1, hp.block_size, hp.embedding_length)
+        delta = (u @ w(f"{b}_conv_proj.weight").T).view(-1, hp.block_size, 2, k, hp.embedding_length // group)
+        y = fn(grouped_conv(u.view(blocks), base[:k], delta[:, :, 0], group).reshape(len(u), -1))
+        return x + grouped_conv(y.view(blocks), base[k:], delta[:, :, 1], group).reshape(len(u), -1)
 
     def markov(self, rows: torch.Tensor, predecessors: torch.Tensor) -> torch.Tensor:
         """DSpark: h' = h + output((hidden h) * token_embd[pred]) for rows [..., d], predecessors [...]."""
@@ -125,6 +147,23 @@ class BlockDrafterNet(GGUFTensors):
 
     def markov_logits(self, marked: torch.Tensor) -> torch.Tensor:
         return rms_norm(marked, self.tensor("markov.norm.weight"), self.hp.rms_epsilon) @ self.head.T
+
+    def unary(self, rows: torch.Tensor) -> torch.Tensor:
+        """DFlash2's unary term over the draft vocabulary: the target head's logits, scaled and soft-capped."""
+        return softcap((rows @ self.head.T) * (self.hp.logit_scale or 1.0), self.hp.final_logit_softcapping)
+
+    def transition(self, rows: torch.Tensor, predecessors: torch.Tensor) -> torch.Tensor:
+        """DFlash2's selector term for every draft-vocabulary candidate: <A[pred] * (P h), B[cand]>, [..., N]."""
+        w = self.tensor
+        low = (rows @ w("selector_hidden.weight").T) * w("selector_predecessor.weight")[predecessors]
+        return low @ w("selector_successor.weight")[self.draft_ids].T
+
+    def selected(self, unary: torch.Tensor, rows: torch.Tensor, predecessors: torch.Tensor) -> torch.Tensor:
+        """The selector's pick per row (a draft-vocabulary row): among the `unary` term's top-k candidates, the best
+        unary + transition score, as the runtime's greedy walk picks it from these predecessors."""
+        scores, picks = unary.topk(required(self.hp.selector_top_k, "selector_top_k"), dim=-1)
+        chosen = (scores + self.transition(rows, predecessors).gather(-1, picks)).argmax(-1, keepdim=True)
+        return picks.gather(-1, chosen).squeeze(-1)
 
     def confidence_logit(self, marked: torch.Tensor) -> torch.Tensor:
         return marked @ self.tensor("confidence.weight")[0] + self.tensor("confidence.bias")[0]
@@ -193,6 +232,10 @@ class BlockObjective:
             right = (logits.argmax(-1) == target[valid]).float()
             confidence = F.binary_cross_entropy_with_logits(net.confidence_logit(marked[valid]), right)
             return weighted_ce(logits, target[valid], weights) + self.confidence_weight * confidence
+        if net.kind == DFLASH2:
+            unary = net.unary(rows[valid])
+            walked = unary + net.transition(rows[valid], _predecessors(example, anchors, token_ids)[valid])
+            return weighted_ce(unary, target[valid], weights) + weighted_ce(walked, target[valid], weights)
         return weighted_ce(rows[valid] @ net.head.T, target[valid], weights)
 
     def accepted(self, example: Example) -> torch.Tensor:
@@ -210,6 +253,8 @@ class BlockObjective:
             marked = net.markov(rows, _predecessors(example, anchors, token_ids))
             hit = net.markov_logits(marked).argmax(-1) == target
             hit = hit & (torch.sigmoid(net.confidence_logit(marked)) >= (hp.confidence_threshold or 0.0))
+        elif net.kind == DFLASH2:
+            hit = net.selected(net.unary(rows), rows, _predecessors(example, anchors, token_ids)) == target
         else:
             hit = (rows @ net.head.T).argmax(-1) == target
         return hit.int().cummin(dim=1).values.sum(dim=1)
@@ -254,10 +299,15 @@ def _attr(name: str) -> str:
 
 
 def _initial(name: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Norms start at 1, the confidence bias at 0, matrices at normal(0, 0.02)."""
+    """Norms start at 1, the confidence bias at 0, DFlash2's convolutions as the identity (tap 0 of the input's and
+    of the output's filters 1, no dynamic deltas), matrices at normal(0, 0.02)."""
     if name.endswith("norm.weight"):
         return torch.ones(shape)
-    if name == "confidence.bias":
+    if name == "confidence.bias" or name.endswith("_conv_proj.weight"):
         return torch.zeros(shape)
+    if name.endswith("_conv_base.weight"):
+        identity = torch.zeros(shape)
+        identity[[0, shape[0] // 2]] = 1.0
+        return identity
     return torch.randn(shape, generator=generator) * WEIGHT_STD
 

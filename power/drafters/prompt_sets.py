@@ -2,7 +2,10 @@
 
 `train` is what `power drafter distill` generates from by default; `heldout`
 shares no topic or task with it (docs/drafters.md says how the two were kept
-apart) and is what the benches and `power bench`'s natural-text shapes send.
+apart) and is what the benches and `power bench`'s natural-text shapes send;
+`nonrepeating` is held-out prose whose greedy continuations by the bundled Gemma
+3 270M leave an n-gram lookup little to copy (`bench/select_nonrepeating.py`
+chose them by counting).
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from power.artifacts.bounded_reader import DocumentError, parse_json, read_text
 
-PROMPT_SETS = ("train", "heldout")
+PROMPT_SETS = ("train", "heldout", "nonrepeating")
 MAX_PROMPTS_BYTES = 64 << 20
 MAX_CORPUS_BYTES = 256 << 20  # read whole and tokenised before generating: an operator's text, not a data set
+NONREPEATING_COPYABLE = 42  # of a `nonrepeating` prompt's 128-token continuation, the most an n-gram lookup could copy (a third)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,34 @@ def load_prompts(path: Path | None = None, which: str = "train") -> list[Prompt]
         return [_prompt(line, f"the {which} prompt set", number) for number, line in _lines(text)]
     text = read_input(path, MAX_PROMPTS_BYTES)
     return [_prompt(line, str(path), number) for number, line in _lines(text)]
+
+
+def longest_repeat(tokens: Sequence[int], start: int) -> int:
+    """The longest run of `tokens` ending at a position >= `start` that also ends at an earlier position: what an
+    n-gram lookup can copy there (with a window of w tokens, a repeat of w + n tokens lets it land n drafts)."""
+    best = 0
+    previous = [0] * len(tokens)  # previous[i]: the common run ending at i and at the row's position - 1
+    for j in range(1, len(tokens)):
+        current = [0] * len(tokens)
+        for i in range(j):
+            if tokens[i] == tokens[j]:
+                current[i] = (previous[i - 1] if i else 0) + 1
+        if j >= start:
+            best = max(best, *current[:j])
+        previous = current
+    return best
+
+
+def copyable(tokens: Sequence[int], start: int, window: int) -> int:
+    """Tokens at positions >= `start` that a lookup of the last `window` tokens could copy: the `window` + 1 tokens
+    ending there occurred earlier (what n-gram lookup drafts right)."""
+    seen: set[tuple[int, ...]] = set()
+    count = 0
+    for end in range(window + 1, len(tokens) + 1):
+        gram = tuple(tokens[end - window - 1 : end])
+        count += end - 1 >= start and gram in seen
+        seen.add(gram)
+    return count
 
 
 def read_input(path: Path, limit: int) -> str:

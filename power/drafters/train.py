@@ -95,9 +95,23 @@ class Curve:
         """Mean accepted drafts per round at width k."""
         return sum(self.accepted[:k]) / self.blocks if self.blocks else 0.0
 
+    def estimate(self, k: int) -> float:
+        """Tokens a round of width k commits, from the per-position accuracies: 1 + sum_{j<=k} prod_{i<=j} acc_i,
+        acc_i the share of the rounds whose drafts 1..i-1 were all right that get draft i right too. Over the
+        rounds measured the product telescopes to the share of rounds that accept j drafts or more, so this is
+        1 + `mean_accepted(k)` on the held-back anchors (every anchor a round; `power.drafters.served` measures
+        the rounds serving lays)."""
+        total, reaching = 1.0, 1.0
+        for accuracy in self.per_position()[:k]:
+            reaching *= accuracy
+            total += reaching
+        return total
+
     def to_json(self) -> dict[str, Any]:
+        widths = range(1, len(self.reached) + 1)
         return {"blocks": self.blocks, "per_position": [round(p, 4) for p in self.per_position()],
-                "mean_accepted": {str(k): round(self.mean_accepted(k), 4) for k in range(1, len(self.reached) + 1)}}
+                "mean_accepted": {str(k): round(self.mean_accepted(k), 4) for k in widths},
+                "estimate": {str(k): round(self.estimate(k), 4) for k in widths}}
 
 
 class Trainer:
@@ -111,6 +125,7 @@ class Trainer:
         self.best: dict[str, Any] = {"score": -1.0, "step": 0, "curve": None, "state": None}
         self.trained_s = 0.0
         self._eval_s = 0.0  # the last held-back evaluation's seconds
+        self.estimate = 0.0  # the last evaluation's tokens per round at K (`Curve.estimate`)
 
     # --- checkpoint ----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -127,14 +142,15 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------
     def run(self, deadline: float | None, checkpoint: Callable[[dict[str, Any]], None] | None,
-            progress: bool = True) -> dict[str, Any]:
+            progress: bool = True, after: int = 2) -> dict[str, Any]:
         """Train until `max_steps` or until the next step and the evaluations still to come would pass `deadline`
-        (the last evaluation, and the caller's measurement of the best state: each as long as the last one took);
-        `checkpoint` is given `state()` after every evaluation."""
+        (the last evaluation, and `after - 1` measurements the caller makes of the best state: each as long as the
+        last evaluation took); `checkpoint` is given `state()` after every evaluation."""
         s = self.settings
         bar = BudgetBar("train", deadline, s.max_steps, "step", progress, initial=self.step)
         step_s = 0.0
-        while self.step < s.max_steps and (deadline is None or time.monotonic() + step_s + 2 * self._eval_s < deadline):
+        while self.step < s.max_steps and (deadline is None
+                                           or time.monotonic() + step_s + after * self._eval_s < deadline):
             started = time.monotonic()
             loss = self._train_step()
             self.step += 1
@@ -144,7 +160,8 @@ class Trainer:
                 self._evaluate()
                 if checkpoint is not None:
                     checkpoint(self.state())
-            bar.advance(step=self.step, loss=f"{loss:.3f}", best=f"{max(self.best['score'], 0.0):.2f}")
+            bar.advance(step=self.step, loss=f"{loss:.3f}", best=f"{max(self.best['score'], 0.0):.2f}",
+                        estimate=f"{self.estimate:.2f} tok/round at K{self.k}")
         bar.close()
         if self.best["state"] is None or self.step % s.eval_every:
             self._evaluate()
@@ -182,7 +199,7 @@ class Trainer:
         started = time.monotonic()
         curve = self.curve()
         self._eval_s = time.monotonic() - started
-        score = curve.mean_accepted(self.k)
+        score, self.estimate = curve.mean_accepted(self.k), curve.estimate(self.k)
         if score > self.best["score"]:
             self.best = {"score": score, "step": self.step, "curve": curve.to_json(),
                          "state": {k: v.clone() for k, v in self.net.state_dict().items()}}

@@ -23,7 +23,7 @@ from power.app.traffic import DEFAULT_SHAPES
 from power.artifacts.atomic import write_text_atomic
 from power.documents.evidence import BASELINE, CANDIDATE
 from power.findings import PowerError
-from power.orchestrator.engines import ADAPTERS, ENGINES, LIVE_ENGINES, adapter
+from power.orchestrator.engines import ADAPTERS, ENGINES, LIVE_ENGINES
 
 # The engines whose deployment reads an env file `--write-env` renders (its adapter's `env_target`).
 WRITES_ENV = tuple(name for name, engine in ADAPTERS.items() if engine.env_target is not None)
@@ -191,7 +191,7 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     best = harness.winner(documents) if control else None
     document = best or documents[0]
     if sweeps:
-        document["sweep"] = _sweep_section(documents, [label for label, _, _ in candidates], best)
+        document["sweep"] = sweep.section(documents, [label for label, _, _ in candidates], best)
     if output is not None:
         with writing(output, as_json):
             harness.write_evidence(document, output)
@@ -202,10 +202,13 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         click.echo(f"wrote {report}", err=True)
     table = text_table(document)
     if sweeps:
-        table = _sweep_table(document["sweep"]) + "\n" + table
+        table = sweep.table(document["sweep"]) + "\n" + table
     if env_path is not None:
+        from power.app.bench_env import env_file_text
+
         with writing(env_path, as_json):
-            _write_env(env_path, engine, best, configs, control, table)
+            write_text_atomic(env_path, env_file_text(engine, best, configs, control, table))
+        click.echo(f"wrote {env_path}", err=True)
     click.echo(json.dumps(document, indent=2, ensure_ascii=False) if as_json else table, nl=not as_json)
     if any(result["verdict"] == "lossy" for d in documents for result in d["shapes"].values()):
         sys.exit(EXIT_FINDINGS)
@@ -322,51 +325,3 @@ def _restore(held) -> None:
     except PowerError as err:
         refuse(err)
     click.echo(f"restored the deployment's server on port {held.server.port} (pid {held.restored})", err=True)
-
-
-def _sweep_section(documents: list[dict], labels: list[str], best: dict | None) -> dict:
-    variants = []
-    for label, document in zip(labels, documents, strict=True):
-        variants.append({
-            "label": label, "plan_digest": document["candidate"]["plan_digest"], "plan": document["candidate"]["plan"],
-            "k": document["candidate"]["k"], "ngram": document["candidate"]["ngram"],
-            "lossless": document["lossless"]["proven"],
-            "shapes": {name: {"decode_tok_s": r["candidate"]["decode_tok_s"], "speedup": r.get("speedup"),
-                              "request_tok_s": r["candidate"]["request_tok_s"],
-                              "request_speedup": r.get("request_speedup"),
-                              "acceptance": r["candidate"]["acceptance"], "verdict": r["verdict"]}
-                       for name, r in document["shapes"].items()},
-        })
-    winner = next((label for label, d in zip(labels, documents, strict=True) if d is best), None)
-    return {"variants": variants, "winner": winner,
-            "rule": "lossless, never slower on a shape, faster on one; then the best geometric-mean speedup"}
-
-
-def _sweep_table(section: dict) -> str:
-    shapes = list(section["variants"][0]["shapes"]) if section["variants"] else []
-    lines = ["sweep: " + "  ".join(["variant".ljust(22), *(s.ljust(24) for s in shapes), "lossless"])]
-    for v in section["variants"]:
-        cells = [f"{r['decode_tok_s']:.2f} ({r['speedup']:.2f}x {r['verdict']})" if r.get("speedup")
-                 else f"{r['decode_tok_s']:.2f} ({r['verdict']})" for r in v["shapes"].values()]
-        lines.append("       " + "  ".join([v["label"].ljust(22), *(c.ljust(24) for c in cells),
-                                            "yes" if v["lossless"] else "no"]))
-    lines.append(f"winner: {section['winner'] or 'none: no variant won on every shape; the incumbent stays'}")
-    return "\n".join(lines) + "\n"
-
-
-def _write_env(path: Path, engine: str, best: dict | None, configs, control, table: str) -> None:
-    """The winner (or, when none won, the incumbent) rendered as the deployment's env file, the table as comment."""
-    from power.orchestrator.launch.render import render
-
-    chosen = next((c for c in configs if best and c.plan.digest == best["candidate"]["plan_digest"]), None)
-    if chosen is None:
-        chosen = control or configs[0]
-        verdict = ("no candidate won on every measured shape: this is the incumbent's env; do not switch without "
-                   "re-measuring")
-    else:
-        verdict = f"the winner: {chosen.label} (plan {chosen.plan.digest[:12]}), measured against the incumbent below"
-    body = render(chosen.plan, str(adapter(engine).env_target), chosen.plan_path)
-    measured = "\n".join(f"# {line}".rstrip() for line in [f"power bench on {engine}: {verdict}", "",
-                                                             *table.splitlines()])
-    write_text_atomic(path, measured + "\n" + body)
-    click.echo(f"wrote {path}", err=True)

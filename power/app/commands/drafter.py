@@ -1,29 +1,19 @@
-"""`power drafter distill MANIFEST --kind mtp|dflash|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
+"""`power drafter distill MANIFEST --kind mtp|dflash|dflash2|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
+from power.app.arguments.distill import parse_distill
 from power.app.cli import EXIT_FINDINGS, EXIT_USAGE, print_findings, refuse
 from power.app.outputs import owned_folder
 from power.artifacts.atomic import write_text_atomic
 from power.findings import PowerError, has_errors
 from power.orchestrator.inputs.schema import Manifest
 
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
-SECONDS = {"s": 1, "m": 60, "h": 3600, None: 60}
 DISTILL_MARKER = ".power-distill"  # in a folder distill wrote: a rerun may write over it (and resume from it)
-
-
-def parse_budget(text: str) -> float:
-    """`20m`, `90s`, `1.5h` or a bare number of minutes -> seconds."""
-    match = DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise click.BadParameter(f"{text!r} is not a duration: write 20m, 90s or 1.5h")
-    return float(match.group(1)) * SECONDS[match.group(2)]
 
 
 def verified_inputs(manifest: Manifest, folder: Path) -> str:
@@ -46,8 +36,9 @@ def drafter() -> None:
 
 @drafter.command("distill")
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--kind", type=click.Choice(["mtp", "dflash", "dspark"]), required=True,
-              help="The drafter's kind (its contract: docs/contracts.md); mtp: a Gemma 3 target's MTP-only sidecar.")
+@click.option("--kind", type=click.Choice(["mtp", "dflash", "dflash2", "dspark"]), required=True,
+              help="The drafter's kind (its contract: docs/contracts.md); mtp: a Gemma 3 target's MTP-only sidecar "
+                   "(PWR219 for another architecture).")
 @click.option("--fr", type=click.IntRange(min=1), default=None,
               help="The head drafts over the N token IDs the target chose most often in the training text (the "
                    "drafter's draft vocabulary, written into its GGUF); default: every ID.")
@@ -89,27 +80,31 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     """
     from power.orchestrator.inputs.loading import load_manifest
 
+    arguments = parse_distill(manifest, out, kind, fr, budget, seed, prompts, corpus, corpus_share, max_prompts,
+                              max_new_tokens, slots, steps, chain_levels, precision, threads, quiet)
     loaded = load_manifest(manifest)
     if not loaded.ok:
         print_findings(loaded.findings, as_json=False)
         raise SystemExit(EXIT_FINDINGS if has_errors(loaded.findings) else EXIT_USAGE)
+    import torch
+
+    from power.drafters.distill import distill as run_distill
+    from power.drafters.distill import recipe
+    from power.runtime.gguf_weights import GGUFFile
+
+    target = manifest.parent / loaded.model.target.path
     try:
         owned_folder(out, DISTILL_MARKER, "distill")
         target_sha256 = verified_inputs(loaded.model, manifest.parent)
+        request = arguments.request(target, target_sha256)
+        recipe(request, GGUFFile(target))  # a kind this target cannot have is refused before anything is written
     except PowerError as err:
         refuse(err, at=manifest)
-    import torch
-
-    from power.drafters.distill import DistillRequest
-    from power.drafters.distill import distill as run_distill
-
-    if threads:
-        torch.set_num_threads(threads)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    if arguments.threads:
+        torch.set_num_threads(arguments.threads)
     write_text_atomic(out / DISTILL_MARKER, "written by power drafter distill: a rerun may write over this folder\n")
-    request = DistillRequest(target=(manifest.parent / loaded.model.target.path), target_sha256=target_sha256,
-                             kind=kind, out=out, fr=fr, budget_s=parse_budget(budget), seed=seed, prompts=prompts,
-                             corpus=corpus, corpus_share=corpus_share, max_prompts=max_prompts,
-                             max_new_tokens=max_new_tokens, slots=slots, max_steps=steps, chain_levels=chain_levels, precision=precision, progress=not quiet)
     try:
         result = run_distill(request)
     except ValueError as err:
@@ -118,6 +113,11 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     click.echo(f"wrote {result.drafter}, {result.manifest}, {result.profile}")
     click.echo(f"{result.report['tokens']} tokens, {result.report['steps']} steps; held-back acceptance per position "
                f"{acceptance['per_position']}, mean accepted at K=7 {acceptance['mean_accepted'].get('7')}")
+    if result.report["served"] is not None:
+        figures = result.report["served"]["per_k"]
+        click.echo("tokens a round, training's estimate from the held-back per-position accuracies against the "
+                   f"runtime's drafter served over {result.report['served']['sequences']} held-back sequences: "
+                   + ", ".join(f"K{k} {f['estimate']:.2f} / {f['served']:.2f}" for k, f in figures.items()))
     from power.drafters.export import report as write_report
     from power.orchestrator.worth_it import judge_distilled
 

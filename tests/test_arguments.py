@@ -1,5 +1,5 @@
-"""`power render`'s argument record: options that cannot go together are a usage error (exit 2) before any plan is
-read, each naming the fix."""
+"""The big commands' argument records (power/app/arguments/): options that cannot go together, or a value that does
+not parse, are a usage error (exit 2) before any input is read, each naming the fix."""
 
 from __future__ import annotations
 
@@ -29,3 +29,13 @@ def test_kubernetes_needs_exactly_one_model_volume(tmp_path):
         result = CliRunner().invoke(main, ["render", str(tmp_path / "absent-plan.json"), "--target", "kubernetes",
                                            "--host", str(host), *volume])
         assert result.exit_code == 2 and "needs one of --models-host-path, --models-claim" in result.output
+
+
+@pytest.mark.parametrize("budget", ["soon", "0m", "-5s", "20 minutes"])
+def test_a_distill_budget_that_is_not_a_duration_is_refused_before_the_manifest_is_read(tmp_path, budget):
+    manifest = tmp_path / "manifest.toml"
+    manifest.write_text("not toml at all [")
+    result = CliRunner().invoke(main, ["drafter", "distill", str(manifest), "--kind", "dflash", "--budget", budget,
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "is not a duration: write 20m, 90s or 1.5h" in result.output
+    assert not (tmp_path / "out").exists()
