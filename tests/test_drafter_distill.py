@@ -338,6 +338,7 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     served, estimate = report["served"], report["acceptance"]["estimate"]
     assert served["sequences"] >= 1 and str(report["recommended"]["k"]) in served["per_k"]
     for k, figures in served["per_k"].items():
+        # the estimate over the sequences the replay reached: all of them here, what acceptance.estimate covers
         assert figures["estimate"] == estimate[k] and figures["rounds"] > 0 and figures["served"] >= 1.0
         assert figures["estimate_over_served"] == pytest.approx(figures["estimate"] / figures["served"], abs=1e-3)
     assert "tokens a round, training's estimate" in distilled.output

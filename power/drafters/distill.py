@@ -431,7 +431,9 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "train_s": round(trainer.trained_s, 1), "total_s": round(time.monotonic() - started, 1),
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
         "acceptance_before_rounding": best["trained_curve"],
-        "served": None if replayed is None else replayed.document(best["curve"]["estimate"]),
+        # the estimate over the sequences the replay reached (the budget may stop it before the last)
+        "served": None if replayed is None else replayed.document(
+            trainer.curve(trainer.held[:replayed.sequences]).to_json()["estimate"]),
         "recommended": asdict(advice),
         "round_costs": costs.document(),  # this machine's, for the worth-it verdict (power.drafters.worth)
     }
