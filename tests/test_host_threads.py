@@ -27,7 +27,7 @@ def receipt_runtime(env: dict[str, str] | None = None, preexec_fn=None, *args: s
     return json.loads(done.stdout)["runtime"]
 
 
-def test_power_sets_a_bounded_spin_unless_the_user_chose_a_wait_policy():
+def test_power_sets_a_passive_wait_unless_the_user_chose_a_wait_policy():
     assert receipt_runtime()["wait_policy"] == "OMP_WAIT_POLICY=passive (set by Power: idle kernel threads sleep)"
     chosen = receipt_runtime(CLEAN | {"OMP_WAIT_POLICY": "active"})
     assert chosen["wait_policy"] == "OMP_WAIT_POLICY=active (from the environment)"
