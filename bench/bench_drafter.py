@@ -18,8 +18,8 @@ drafter at K7 (what the distilled manifest runs: n-gram proposes first, the
 drafter when it has nothing); and, per `--p-min` gate, the drafter at K7 with
 its drafts cut at the first one less probable than the gate, alone and behind
 n-gram. Speculative runs keep the cost governor on, as a
-deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s (prefill
-excluded), speedup over target-only, the drafter's acceptance per draft position
+deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s
+(prefill excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it: the decoder's per-position counters), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
 measured acceptance and this machine's verification cost
@@ -163,12 +163,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                speculating(f"{kind} K7/S7", 7, 7, drafter), speculating(f"{kind} K10/S6", 10, 6, drafter),
                speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
                speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
-               speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)]))]
+               speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM),
+                                                                                   drafter(t)]))]
     for p_min in args.p_min:
         configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min: drafter(t, p)),
                     speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
                                 lambda t, p=p_min: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t, p)]))]
-    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating", p.text) for p in load_prompts(which="nonrepeating")]
+    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating",
+                                                      p.text) for p in load_prompts(which="nonrepeating")]
     context = tokenizer.encode(prompts[0].text)
     costs = {c.k + 1: verify_cost(trunk(c.k + 1), c.k + 1, context) for c in configs if c.recorder is not None}
     print("a verification pass costs, in one-row steps: "

@@ -192,8 +192,11 @@ def main() -> None:
     parser.add_argument("--configs", default="quantised:1,float32:1",
                         help="comma-separated arithmetic:capacity for Power")
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
-    parser.add_argument("--accuracy", action="store_true",
-                        help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)")
+    parser.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)",
+    )
     parser.add_argument("--contention", type=int, default=0, metavar="N",
                         help="also measure beside N busy processes, and llama-server with --poll 0")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -255,7 +258,9 @@ def _report(results: dict[str, dict], args, threads: int, busy: int = 0) -> None
         if reference:
             r["prefill_vs_llama_server"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
             r["decode_vs_llama_server"] = r["decode_tok_s"] / reference["decode_tok_s"]
-            r["resident_vs_llama_server"] = r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
+            r["resident_vs_llama_server"] = (
+                r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
+            )
             r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
         print(f"{name:<28}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_server', 0):>6.2f}"
               f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_server', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"

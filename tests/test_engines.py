@@ -35,9 +35,9 @@ def test_fleet_review_refuses_what_the_deployments_engine_cannot_run(tmp_path):
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "dflash2", "fixture": "dflash2-drafter"}])
     profile = write_profile(tmp_path, "dflash2")
     fleet = tmp_path / "fleet.toml"
-    fleet.write_text(f'schema = "power.fleet/v1"\n[[hosts]]\nname = "a"\ndevices = [{{ model = "L4", vram = "24 GiB" }}]\n'
-                     f'[[deployments]]\nhost = "a"\nmanifest = "{manifest.name}"\nprofile = "{profile.name}"\n'
-                     'engine = "vllm"\n')
+    fleet.write_text('schema = "power.fleet/v1"\n[[hosts]]\nname = "a"\ndevices = '
+                     f'[{{ model = "L4", vram = "24 GiB" }}]\n[[deployments]]\nhost = "a"\nmanifest = '
+                     f'"{manifest.name}"\nprofile = "{profile.name}"\nengine = "vllm"\n')
     review = review_fleet(fleet)
     assert review.has_errors and "PWR460" in codes(review.all_findings)
     assert not review.deployments[0].plan
@@ -132,8 +132,9 @@ def test_a_fleet_deployment_without_an_engine_says_it_runs_the_default(tmp_path)
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
     profile = write_profile(tmp_path, "ngram")
     fleet = tmp_path / "fleet.toml"
-    fleet.write_text(f'schema = "power.fleet/v1"\n[[hosts]]\nname = "a"\ndevices = [{{ model = "L4", vram = "24 GiB" }}]\n'
-                     f'[[deployments]]\nhost = "a"\nmanifest = "{manifest.name}"\nprofile = "{profile.name}"\n')
+    fleet.write_text('schema = "power.fleet/v1"\n[[hosts]]\nname = "a"\ndevices = '
+                     f'[{{ model = "L4", vram = "24 GiB" }}]\n[[deployments]]\nhost = "a"\nmanifest = '
+                     f'"{manifest.name}"\nprofile = "{profile.name}"\n')
     review = review_fleet(fleet)
     assert codes(review.all_findings).count("PWR050") == 1 and review.deployments[0].plan.memory.engine == "power"
     profile.write_text(profile.read_text().replace("[runtime]", 'engine = "llama-server"\n[runtime]'))

@@ -22,7 +22,8 @@ ALLOWED = {
     "power.runtime": BELOW_BOTH | {"power.kernels", "power.runtime"},
     "power.drafters": BELOW_BOTH | {"power.kernels", "power.runtime", "power.drafters"},
     "power.serving": BELOW_BOTH | {"power.runtime", "power.serving"},
-    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.drafters", "power.serving",
+    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.drafters",
+                               "power.serving",
                                "power.app"},
 }
 
@@ -63,7 +64,8 @@ def test_a_module_imports_only_its_own_layer_and_those_below(module, path):
     own = layer(module)
     for imported in imports(module, path):
         assert layer(imported) in ALLOWED[own], (
-            f"{module} ({path.relative_to(REPO)}) imports {imported}: {own} may import only {', '.join(sorted(ALLOWED[own]))}")
+            f"{module} ({path.relative_to(REPO)}) imports {imported}: {own} may import only "
+            f"{', '.join(sorted(ALLOWED[own]))}")
 
 
 def test_the_scan_sees_every_layer_and_both_halves_reading_the_plan():

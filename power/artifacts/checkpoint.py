@@ -102,7 +102,8 @@ def _vocabulary(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     added = document.get("added_tokens")
     if isinstance(added, list):
         by_id |= {entry["id"]: entry["content"] for entry in added
-                  if isinstance(entry, dict) and isinstance(entry.get("id"), int) and isinstance(entry.get("content"), str)}
+                  if isinstance(entry, dict) and isinstance(entry.get("id"),
+                                                            int) and isinstance(entry.get("content"), str)}
     if not by_id or sorted(by_id) != list(range(len(by_id))):
         raise ArtifactError(f"{TOKENIZER} does not give one token for every id from 0", code="PWR211", file=str(path),
                             hint="use the tokenizer.json published with the checkpoint")

@@ -117,7 +117,13 @@ class Curve:
 class Trainer:
     def __init__(self, objective: Objective, settings: TrainSettings, train: Sequence[Example],
                  held: Sequence[Example], k: int) -> None:
-        self.objective, self.settings, self.train_set, self.held, self.k = objective, settings, list(train), list(held), k
+        self.objective, self.settings, self.train_set, self.held, self.k = (
+            objective,
+            settings,
+            list(train),
+            list(held),
+            k,
+        )
         self.net = objective.net
         self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=settings.learning_rate, weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(settings.seed)

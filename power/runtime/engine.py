@@ -300,8 +300,10 @@ class Engine:
             prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
-            governor_parks=stats.governor_parks, plain_tok_s=stats.plain_tok_s, position_reached=list(stats.position_reached),
-            position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
+            governor_parks=stats.governor_parks, plain_tok_s=stats.plain_tok_s,
+            position_reached=list(stats.position_reached),
+            position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s,
+            decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
                      # the element type the attention caches hold their rows in (the plan's kv_cache_type)

@@ -130,7 +130,8 @@ def _not_gguf(spec: LaunchSpec) -> list[Finding]:
         try:
             gguf_reader.read_header(token.text)
         except ArtifactError as err:
-            findings.append(dataclasses.replace(_at(token, f"{token.text}: {err.finding.message}"), code=err.finding.code,
+            findings.append(dataclasses.replace(_at(token, f"{token.text}: {err.finding.message}"),
+                                                code=err.finding.code,
                                                 hint=err.finding.hint))
     return findings
 
@@ -229,4 +230,7 @@ def _report(findings: list[Finding], documents: dict, as_json: bool) -> None:
                    f"{format_size(abs(plan['margin_bytes']))}{' over' if plan['margin_bytes'] < 0 else ''}), "
                    f"{plan['mode']} K{plan['k']}/S{plan['s']}, rollback {plan['rollback']}")
     errors = sum(1 for f in findings if f.is_error)
-    click.echo(f"{len(findings)} finding(s), {errors} error(s)" + ("; wrote manifest.toml and profile.toml" if documents else ""))
+    click.echo(
+        f"{len(findings)} finding(s), {errors} error(s)"
+        + ("; wrote manifest.toml and profile.toml" if documents else "")
+    )

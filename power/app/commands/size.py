@@ -31,7 +31,8 @@ from power.orchestrator.planning.plan_text import memory_text
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.argument("profile", type=click.Path(path_type=Path))
 @placement_options
-@click.option("--ctx", type=click.IntRange(min=1, max=MAX_CTX), help="Size at this context instead of the profile's runtime.ctx.")
+@click.option("--ctx", type=click.IntRange(min=1, max=MAX_CTX), help="Size at this context instead of the "
+                                                                     "profile's runtime.ctx.")
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
 def size(manifest, profile, host_path, sizes, indices, engine, ctx, as_json) -> None:
     """Per-device, per-component memory from the GGUF headers for one engine, each device's verdict, and the largest

@@ -47,7 +47,8 @@ def _at_declaration(manifest: Loaded, index: int, findings: list[Finding]) -> li
             if f.code in DECLARATION_CODES else f for f in findings]
 
 
-def contract_facts(kind: str, checked: Checked | None, target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
+def contract_facts(kind: str, checked: Checked | None,
+                   target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
     """The header facts a plan records for a drafter (what the runtime and renderers need, nothing else)."""
     if kind in modes.NATIVE_HEADS:
         return {"nextn_predict_layers": contracts.nextn_layer_count((checked or target).facts)}

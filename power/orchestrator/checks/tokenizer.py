@@ -22,9 +22,15 @@ def check_tokenizer(index: int, kind: str, drafter: Checked, target: Checked) ->
     differences = compare_tokenizers(theirs, ours)
     if not differences:
         return []
-    return [Finding("PWR310", Severity.ERROR,
-                    f"drafters[{index}] ({kind}): its tokenizer differs from the target's: " + "; ".join(differences[:4])
-                    + (f" (and {len(differences) - 4} more)" if len(differences) > 4 else ""),
-                    file=drafter.facts.path,
-                    hint=f"use a drafter built for the target's tokenizer (target {theirs.short_fingerprint}, "
-                    f"drafter {ours.short_fingerprint})")]
+    return [
+        Finding(
+            "PWR310",
+            Severity.ERROR,
+            f"drafters[{index}] ({kind}): its tokenizer differs from the target's: "
+            + "; ".join(differences[:4])
+            + (f" (and {len(differences) - 4} more)" if len(differences) > 4 else ""),
+            file=drafter.facts.path,
+            hint=f"use a drafter built for the target's tokenizer (target {theirs.short_fingerprint}, "
+            f"drafter {ours.short_fingerprint})",
+        )
+    ]

@@ -82,7 +82,8 @@ class Asked:
         rt = plan.runtime
         return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None, d.files is not None)
                                           for d in plan.drafters),
-                   rt.kv_cache_type, flash_attention_on(rt.flash_attn), rt.tensor_parallel, len(plan.devices), rt.kv_unified,
+                   rt.kv_cache_type, flash_attention_on(rt.flash_attn), rt.tensor_parallel, len(plan.devices),
+                   rt.kv_unified,
                    plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
                                                         len(plan.devices)) or bool(rt.draft_override_tensor),
                    rt.draft_kv_cache_type, rt.cuda_graphs and any(d.kind == "gpu" for d in plan.devices))

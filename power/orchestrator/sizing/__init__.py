@@ -28,5 +28,6 @@ from power.orchestrator.sizing.model import (
     whole,
 )
 
-__all__ = ["CheckpointDraft", "Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing", "SlotFacts",
+__all__ = ["CheckpointDraft", "Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing",
+           "SlotFacts",
            "Split", "fitting_split", "largest_context", "trunk_layers", "whole"]

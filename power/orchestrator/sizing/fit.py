@@ -55,7 +55,8 @@ def fitting_split(size: Sizer, request: Request, devices: int, layers: int) -> t
     return best
 
 
-def _greedy(units: int, n_devices: int, devices_of: Callable[[tuple[int, ...]], tuple[DeviceSizing, ...]]) -> tuple[int, ...]:
+def _greedy(units: int, n_devices: int,
+            devices_of: Callable[[tuple[int, ...]], tuple[DeviceSizing, ...]]) -> tuple[int, ...]:
     """Give each device in turn the most units it holds (the later ones taking the rest), checking that device only."""
     counts = [0] * n_devices
     left = units

@@ -125,4 +125,7 @@ class LlamaServer(EngineAdapter):
             return []
         if rt.split_mode == "none":
             return [(flag("split_mode"), "none"), (flag("main_gpu"), rt.main_gpu)]
-        return [(flag("split_mode"), "layer"), (flag("tensor_split"), ",".join(f"{r:g}" for r in rt.tensor_split or ()))]
+        return [
+            (flag("split_mode"), "layer"),
+            (flag("tensor_split"), ",".join(f"{r:g}" for r in rt.tensor_split or ())),
+        ]

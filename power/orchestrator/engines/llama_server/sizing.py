@@ -106,7 +106,8 @@ def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, requ
     for position in _initialised_gpus(devices, request):
         runs_layers = bool(ledger.by_location[position])
         ledger.add(position, Component("CUDA context", CUDA_CONTEXT_BYTES,
-                                       "CUDA runtime, cuBLAS workspace, kernel images (not measured here)", "estimated"))
+                                       "CUDA runtime, cuBLAS workspace, kernel images (not measured here)",
+                                       "estimated"))
         if request.cuda_graphs and runs_layers:
             shapes = 2 if (drafter is not None or request.use_mtp) else 1
             ledger.add(position, Component("CUDA graphs", shapes * CUDA_GRAPH_BYTES_PER_SHAPE,
@@ -206,7 +207,8 @@ def kv_cell_bytes(layer: LayerFacts, k_type: str, v_type: str, v_width: int) -> 
     return type_bytes(layer.n_head_kv * layer.head_dim_k, k_type) + type_bytes(v_width, v_type)
 
 
-def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placement: LayerPlacement, context: LlamaContext,
+def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placement: LayerPlacement,
+        context: LlamaContext,
         cache_type: str, label: str, basis: Basis) -> None:
     n_swa = whole(facts.hparam("attention.sliding_window"))
     v_widest = max((l.n_head_kv * l.head_dim_v for l in layers), default=0)

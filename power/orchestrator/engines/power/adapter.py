@@ -74,7 +74,8 @@ class PowerRuntime(EngineAdapter):
                                     "positions; runtime.kv_unified shares one cache between them",
                                     'set kv_unified = false, or run engine "llama-server"', "profile",
                                     "runtime.kv_unified"))
-        for key, kv_type in (("kv_cache_type", asked.kv_cache_type), ("draft_kv_cache_type", asked.draft_kv_cache_type)):
+        for key, kv_type in (("kv_cache_type", asked.kv_cache_type), ("draft_kv_cache_type",
+                                                                      asked.draft_kv_cache_type)):
             if kv_type is not None and kv_type not in RUNTIME_KV_TYPES:
                 refusals.append(Refusal("PWR512", f"{key} = \"{kv_type}\" is not a type Power's runtime holds its "
                                         f"caches in ({', '.join(RUNTIME_KV_TYPES)})",
@@ -100,8 +101,9 @@ class PowerRuntime(EngineAdapter):
                          for w in (layer.head_dim_k, layer.head_dim_v) if w})
         if all(whole_blocks(asked.kv_cache_type, width) for width in widths):
             return refusals
-        return refusals + [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of {Q8_0_BLOCK} values; "
-                        f"the target's key/value head widths {'/'.join(map(str, widths))} are not whole blocks",
+        return refusals + [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of "
+                        f"{Q8_0_BLOCK} values; the target's key/value head widths {'/'.join(map(str, widths))} "
+                        "are not whole blocks",
                         'set kv_cache_type = "f16" (or "bf16", "f32")', "profile", "runtime.kv_cache_type")]
 
     def artifact_findings(self, artifact: ArtifactFacts) -> list[Finding]:

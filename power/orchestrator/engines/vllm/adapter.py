@@ -111,7 +111,9 @@ class Vllm(EngineAdapter):
         if rt.kv_cache_type in KV_DTYPES:
             args.append((flag("kv_cache_type"), KV_DTYPES[rt.kv_cache_type]))
         else:
-            notes.append(f"kv cache type {rt.kv_cache_type}: vLLM has no such --kv-cache-dtype; it uses the model dtype")
+            notes.append(
+                f"kv cache type {rt.kv_cache_type}: vLLM has no such --kv-cache-dtype; it uses the model dtype"
+            )
         if plan.mode.chain:
             config, config_notes = speculative_config(plan)
             args.append((flag("speculative_config"), json.dumps(config, sort_keys=True)))

@@ -85,7 +85,9 @@ def read(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
             spec.cuda_graphs, spec.given["cuda_graphs"] = False, flag
         elif value is None:
             continue
-        elif (field := SETTINGS.field_of_flag(flag.text)) is not None and (read := SETTINGS.reader(field)) is not None:  # the settings table, flag -> field
+        elif (field := SETTINGS.field_of_flag(flag.text)) is not None and (
+            read := SETTINGS.reader(field)
+        ) is not None:  # the settings table, flag -> field
             spec.given[field] = flag
             setattr(spec, field, read(value, findings))
         elif flag.text == "--speculative-config":
