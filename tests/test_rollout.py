@@ -143,6 +143,13 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     document = json.loads(unpaired.read_text())
     unpaired.write_text(json.dumps(document | {"baseline": None}))
     assert "ran without a baseline" in run("rollout", "advance", fleet, "--evidence", unpaired).output
+    claimed = evidence(tmp_path / "claimed.json", candidate, incumbent)
+    document = json.loads(claimed.read_text())
+    for result in document["shapes"].values():
+        result["candidate"]["decode_tok_s_runs"][0] = 1.0  # a pair against the 'faster' the file states
+    claimed.write_text(json.dumps(document))
+    assert "the evidence says 'faster' but its own decode runs give 1.400x" in run(
+        "rollout", "advance", fleet, "--evidence", claimed).output
     garbage = tmp_path / "garbage.json"
     garbage.write_text("not json")
     assert "PWR071" in run("rollout", "advance", fleet, "--evidence", garbage).output
@@ -154,10 +161,10 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
 
 
-def test_a_clear_median_win_with_overlapping_ranges_is_told_to_measure_again_not_to_tune(world: World,
-                                                                                          tmp_path: Path) -> None:
-    """Issue 40.3: a live bench gave a 2.78x median with the runs' ranges overlapping under noise, and PWR073 said
-    "keep the incumbent, or tune K/S". The hint follows the cause: measure again; a real tie still says tune."""
+def test_a_clear_median_win_whose_pairs_disagree_is_told_to_measure_again_not_to_tune(world: World,
+                                                                                       tmp_path: Path) -> None:
+    """Issue 40.3: a live bench gave a 2.78x median refused under noise, and PWR073 said "keep the incumbent, or tune
+    K/S". The hint follows the cause: measure again; a real tie still says tune."""
     fleet = world.root / "fleet.toml"
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
                "--canary", "ws-3").exit_code == 0
@@ -165,12 +172,12 @@ def test_a_clear_median_win_with_overlapping_ranges_is_told_to_measure_again_not
     noisy = evidence(tmp_path / "noisy.json", candidate, incumbent, speedup=2.78)
     document = json.loads(noisy.read_text())
     for result in document["shapes"].values():
-        result["candidate"]["decode_tok_s_min"] = result["baseline"]["decode_tok_s"] * 0.5  # ranges overlap
+        result["candidate"]["decode_tok_s_runs"][0] = result["baseline"]["decode_tok_s"] * 0.5  # a pair against
         result["judged"]["decode"] = result["verdict"] = "no difference"
     noisy.write_text(json.dumps(document))
     refused = run("rollout", "advance", fleet, "--evidence", noisy)
     assert refused.exit_code == 1 and "PWR073" in refused.output, refused.output
-    assert "measure again with more runs (--runs 5 or more) or on a quieter host" in refused.output
+    assert "measure again with more runs (--runs 6 or more) or on a quieter host" in refused.output
     assert "2.78x" in refused.output and "tune K/S" not in refused.output
     tie = run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "tie.json", candidate, incumbent,
                                                                   speedup=1.02))
@@ -262,7 +269,7 @@ def _lock_at(path: Path):
 
 
 def test_the_gate_trusts_the_evidences_numbers_not_its_verdict_string(world: World, tmp_path: Path) -> None:
-    """Issue 26 (low): evidence that says "faster" (and 1.4x) while its own rates give 0.5x opened a stage."""
+    """Issue 26 (low): evidence that says "faster" (and 1.4x) while its own runs give 0.5x opened a stage."""
     fleet = world.root / "fleet.toml"
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
                "--canary", "ws-3").exit_code == 0
@@ -270,7 +277,8 @@ def test_the_gate_trusts_the_evidences_numbers_not_its_verdict_string(world: Wor
     path = evidence(tmp_path / "forged.json", candidate, incumbent, speedup=1.4)
     document = json.loads(path.read_text())
     for result in document["shapes"].values():
-        result["candidate"]["decode_tok_s"] = 10.0  # the incumbent's 20: 0.5x
+        runs = len(result["candidate"]["decode_tok_s_runs"])
+        result["candidate"] |= {"decode_tok_s": 10.0, "decode_tok_s_runs": [10.0] * runs}  # the incumbent's 20: 0.5x
     path.write_text(json.dumps(document))
     before = world.lock.read_bytes()
     result = run("rollout", "advance", fleet, "--evidence", path)

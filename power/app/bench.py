@@ -36,7 +36,7 @@ from power.artifacts.atomic import write_text_atomic
 from power.documents.evidence import BASELINE, CANDIDATE, MIN_RUNS, SCHEMA, Evidence
 from power.documents.plan import ResolvedPlan
 from power.documents.receipt import Receipt, acceptance_by_position, summed_positions
-from power.documents.verdicts import NOISE_BAND
+from power.documents.verdicts import pairs
 from power.runtime.sampling import SamplingParams
 
 WARMUP_SHAPE = "identity"
@@ -286,8 +286,7 @@ def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]],
     if BASELINE not in receipts:
         return result | {"speedup": None, "request_speedup": None, "judged": {}, "verdict": "measured",
                          "verdict_reason": "no baseline (--vs) to compare with"}
-    judged = {figure: _judge(result[CANDIDATE], result[BASELINE], figure, paired=len(shape.prompts) > 1)
-              for figure in FIGURES}
+    judged = {figure: _judge(result[CANDIDATE], result[BASELINE], figure) for figure in FIGURES}
     verdict, reason = _verdict(result[CANDIDATE], result[BASELINE], first.mode, judged)
     divergences = divergences or []
     exactness = (EXACT if result["parity"] or shape.temperature != 0.0
@@ -351,18 +350,15 @@ class Judgement:
     reason: str
 
 
-def _judge(candidate: dict[str, Any], baseline: dict[str, Any], figure: str, paired: bool) -> Judgement:
-    """`paired`: run r of both configurations sent the same request, and requests differ run to run (a natural
-    shape), so the speedup is the median of the runs' ratios and the verdict asks every pair to agree."""
+def _judge(candidate: dict[str, Any], baseline: dict[str, Any], figure: str) -> Judgement:
+    """The pairs' verdict (`power.documents.verdicts`): run r of both configurations sent the same request, one
+    right after the other."""
     if baseline[FIGURES[figure]] <= 0:
         return Judgement("no difference", None, f"{figure}: the baseline generated no tokens to rate")
-    speedup, apart, spread = (_paired if paired else _unpaired)(candidate, baseline, figure)
-    reason = f"{figure}: candidate {speedup:.2f}x the baseline's {spread}"
-    if speedup >= 1 + NOISE_BAND and apart:
-        return Judgement("faster", speedup, reason)
-    if speedup <= 1 - NOISE_BAND and apart:
-        return Judgement("slower", speedup, reason)
-    return Judgement("no difference", speedup, reason)
+    key = FIGURES[figure]
+    paired = pairs(candidate[f"{key}_runs"], baseline[f"{key}_runs"])
+    return Judgement(paired.verdict, paired.median,
+                     f"{figure}: candidate {paired.median:.2f}x the baseline's {figure} tok/s, {paired.describe()}")
 
 
 def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str,
@@ -371,8 +367,8 @@ def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str,
     reasons = "; ".join(judgement.reason for judgement in judged.values())
     runs = min(candidate["requests"], baseline["requests"])
     if runs < MIN_RUNS:
-        return "measured", (f"{reasons} over {runs} run(s): a verdict needs {MIN_RUNS} or more (--runs), since one "
-                            "run's range is a point")
+        return "measured", (f"{reasons} over {runs} run(s): a verdict needs {MIN_RUNS} or more (--runs), since "
+                            "fewer pairs give no bound on the median ratio")
     if mode != "none" and candidate["draft_n"] == 0:
         return "no difference", f"{reasons}; but it drafted nothing ({mode}): the difference is not its speculation's"
     verdicts = {figure: judgement.verdict for figure, judgement in judged.items()}
@@ -381,24 +377,6 @@ def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str,
     if not_faster := [figure for figure, verdict in verdicts.items() if verdict != "faster"]:
         return "no difference", f"not faster on {' and '.join(not_faster)}: {reasons}"
     return "faster", reasons
-
-
-def _unpaired(candidate: dict[str, Any], baseline: dict[str, Any], figure: str) -> tuple[float, bool, str]:
-    """One request repeated: the ratio of the medians, and whether the min-max ranges are apart."""
-    key = FIGURES[figure]
-    speedup = candidate[key] / baseline[key]
-    apart = candidate[f"{key}_min"] > baseline[f"{key}_max"] or candidate[f"{key}_max"] < baseline[f"{key}_min"]
-    return speedup, apart, f"median {figure} tok/s; ranges {'do not overlap' if apart else 'overlap'}"
-
-
-def _paired(candidate: dict[str, Any], baseline: dict[str, Any], figure: str) -> tuple[float, bool, str]:
-    """A different request each run: the median of the per-request ratios, and whether every request agrees."""
-    key = FIGURES[figure]
-    ratios = [c / b for c, b in zip(candidate[f"{key}_runs"], baseline[f"{key}_runs"], strict=True) if b > 0]
-    faster = sum(ratio > 1 for ratio in ratios)
-    apart = faster in (0, len(ratios))
-    return statistics.median(ratios), apart, (f"{figure} tok/s, the median of {len(ratios)} paired requests; faster "
-                                              f"on {faster} of them")
 
 
 def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[str, Any]:

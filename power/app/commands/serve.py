@@ -61,7 +61,6 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         # Usage errors first: before the runtime's stack (torch) is imported or any artifact is read.
         template = _template_file(chat_template_file)
         api_key = read_api_key(api_key_file) if api_key_file else None
-        listening = listen(host, port)
     except PowerError as err:
         refuse(err, at=plan)
     refuse_unusable_device(device)
@@ -76,6 +75,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     try:
         workload = Workload.of_plan(resolved, plan, root)
         access = Access(api_key, public_metrics)
+        listening = listen(host, port)  # last: a refusal that needs no model leaves the port free
     except PowerError as err:
         refuse(err, at=plan)
     options = EngineOptions(device=device, threads=threads)
