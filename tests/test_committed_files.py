@@ -88,7 +88,7 @@ def test_q6k_peak_profile_matches_the_seed():
     assert peak.spec_mode == "mtp"
     assert (peak.spec_draft_max, peak.spec_mtp_recurrent_snapshots, peak.spec_mtp_fr_vocab_size) == (7, 6, 8192)
     runtime = peak.runtime
-    assert (runtime.verify_capacity, runtime.cuda_graphs, runtime.flash_attn, runtime.gpu_layers) == (11, False, False, "all")
+    assert (runtime.verify_capacity, runtime.cuda_graphs, runtime.flash_attn, runtime.gpu_layers) == (11, True, False, "all")
 
 
 def test_dspark_and_control_profiles_match_the_seed():

@@ -33,13 +33,13 @@ from power.drafters.export import (
     write_drafter,
     write_mtp_sidecar,
 )
-from power.drafters.generate import NO_LABEL, Example, corpus_examples
-from power.drafters.model import BlockDrafterNet, block_targets
+from power.drafters.generate import NO_LABEL, NOT_SCORED, Example, corpus_examples
+from power.drafters.model import BlockDrafterNet, block_targets, expected_accepted
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
 from power.drafters.progress import BudgetBar
 from power.drafters.prompt_sets import NONREPEATING_COPYABLE, copyable, load_prompts, longest_repeat
 from power.drafters.served import replay
-from power.drafters.train import Curve, training_precision
+from power.drafters.train import Curve, laid_rounds, training_precision
 from power.drafters.worth import Costs
 from power.modes import DFLASH, DFLASH2, DSPARK, MTP, NGRAM
 from power.orchestrator.worth_it import judge_distilled
@@ -120,15 +120,39 @@ def test_the_trained_dflash2_selector_picks_what_the_runtime_walk_picks(tmp_path
     assert picked != vocabulary[unary.argmax(-1)].tolist()  # the transition term changed some picks
 
 
-def test_the_acceptance_estimate_is_one_plus_the_sum_of_the_accuracy_products():
-    """Rounds accepting 0, 1, 3 and 3 drafts: the accuracies per position are 3/4, 2/3, 2/2 and 0/2, and the estimate at
-    K is 1 + the sum over k <= K of their products, which over the same rounds is 1 + the mean accepted at K."""
+def test_the_acceptance_estimate_is_one_plus_the_sum_of_the_accuracy_products_over_the_rounds_serving_lays():
+    """A prompt of 2 tokens, then 9 generated; a round anchored at positions 2..9 accepts 4, 3, 2, 1, 0, 0, 0, 0 drafts
+    and position 10 cannot be scored. At K = 4 serving lays rounds at 2 (4 drafts), 7, 8 and 9 (none), then steps
+    over 10: accuracies per position 1/4, 1/1, 1/1, 1/1 and an estimate of 1 + 4 x 1/4 = 1 + the mean 1 accepted,
+    where every anchor alike would say 1 + 10/8. At K = 1 the rounds are at 2, 4, 6, 7, 8 and 9."""
+    example = Example(torch.zeros(11, dtype=torch.long), torch.tensor([NO_LABEL] + [7] * 10), torch.zeros(11, 1))
+    accepted = torch.tensor([NOT_SCORED, NOT_SCORED, 4, 3, 2, 1, 0, 0, 0, 0, NOT_SCORED])
+    assert example.first_generated == 2
+    assert laid_rounds(accepted, example.first_generated, 4).tolist() == [4, 0, 0, 0]
+    assert laid_rounds(accepted, example.first_generated, 1).tolist() == [1, 1, 0, 0, 0, 0]
     curve = Curve.empty(4)
-    curve.add(torch.tensor([0, 1, 3, 3]))
-    assert curve.per_position() == pytest.approx([3 / 4, 2 / 3, 1.0, 0.0])
-    assert [curve.estimate(k) for k in (1, 2, 3, 4)] == pytest.approx([1.75, 2.25, 2.75, 2.75])
-    assert [curve.estimate(k) for k in (1, 2, 3, 4)] == pytest.approx([1 + curve.mean_accepted(k) for k in (1, 2, 3, 4)])
-    assert curve.to_json()["estimate"]["3"] == pytest.approx(2.75)
+    curve.add(accepted, example.first_generated)
+    assert curve.laid[4].per_position() == pytest.approx([1 / 4, 1.0, 1.0, 1.0])
+    assert curve.estimate(4) == pytest.approx(2.0) and curve.estimate(1) == pytest.approx(1 + 2 / 6)
+    assert curve.mean_accepted(4) == pytest.approx(10 / 8) and curve.per_position()[0] == pytest.approx(4 / 8)
+    document = curve.to_json()
+    assert document["blocks"] == 8 and document["estimate"]["4"] == 2.0 and document["estimate_rounds"]["4"] == 4
+
+
+def test_the_expected_accepted_drafts_multiply_the_probabilities_of_the_targets_tokens_up_to_a_rounds_end():
+    """Block 1 gives the target's tokens probabilities 1/2, 1/2, 1/4: it accepts 1/2 + 1/4 + 1/16 drafts in
+    expectation. Block 2's second row does not count (a label the draft vocabulary lacks), so its round ends there:
+    1/2, and its third row, though it counts for the cross-entropy, gets no gradient from the expectation."""
+    probabilities = torch.tensor([[0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3], [0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3],
+                                  [0.25, 0.25, 0.25, 0.25], [0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3],
+                                  [0.9, 0.1 / 3, 0.1 / 3, 0.1 / 3]])
+    logits = probabilities.log().requires_grad_()
+    valid = torch.tensor([[True, True, True], [True, False, True]])
+    expected = expected_accepted(logits, torch.zeros(5, dtype=torch.long), valid)
+    assert float(expected.detach()) == pytest.approx((0.5 + 0.25 + 0.0625 + 0.5) / 2)
+    expected.backward()
+    assert logits.grad is not None and torch.count_nonzero(logits.grad[4]) == 0
+    assert torch.count_nonzero(logits.grad[:4].abs() > 1e-6) > 0
 
 
 @dataclass
@@ -249,7 +273,7 @@ def test_held_back_chains_are_counted_as_verification_counts_them(tmp_path, rank
             drafts = head.propose(DraftContext(tokens[:anchor + 1], k)).tokens
             hits = [d == t for d, t in zip(drafts, labels[anchor - 1:anchor - 1 + k].tolist(), strict=True)]
             counted.append(hits.index(False) if False in hits else k)
-    assert chain_accepted(net, example, k).tolist() == counted
+    assert [a for a in chain_accepted(net, example, k).tolist() if a != NOT_SCORED] == counted
     assert 0 < sum(counted) < k * len(counted)
 
 

@@ -29,7 +29,7 @@ from power.artifacts.contracts import gemma3_block_tensors, nextn_tensors
 from power.runtime.layers import Norm, attention, rms_norm, rope_rows
 from power.runtime.trunks.gemma3 import Gemma3LayerWeights, Gemma3Params, gemma3_layer, stacked_qk_norm
 
-from .generate import NO_LABEL, Example
+from .generate import NO_LABEL, NOT_SCORED, Example
 from .model import GGUFTensors, weighted_ce
 
 # follow(level, rows, normed rows) -> bool [n]: which rows' chains draft one more level
@@ -137,9 +137,10 @@ def chain_targets(example: Example, levels: int) -> tuple[torch.Tensor, torch.Te
 
 
 def chain_accepted(net: MTPHeadNet, example: Example, k: int) -> torch.Tensor:
-    """Accepted drafts of every chain of `k` the held-back text can score to the end, counted as verification
-    counts them: drafts accepted up to the first that differs from the target's token. A chain stops drafting at
-    its first miss, so only the rows of chains still alive run."""
+    """Accepted drafts [T] of the chain of `k` from every anchor position, counted as verification counts them:
+    drafts accepted up to the first that differs from the target's token; NOT_SCORED where the held-back text cannot
+    score the chain to the end. A chain stops drafting at its first miss, so only the rows of chains still alive
+    run."""
     token_ids, valid = chain_targets(example, k)
     labels = net.draft_labels(token_ids)
     anchors = torch.arange(max(0, len(labels) - k + 1))
@@ -156,7 +157,9 @@ def chain_accepted(net: MTPHeadNet, example: Example, k: int) -> torch.Tensor:
 
     if whole.any():
         net.chain(example.features.float(), example.tokens, k, follow)
-    return accepted[scored]
+    by_position = torch.full((len(example.tokens),), NOT_SCORED, dtype=torch.long)
+    by_position[1:][scored] = accepted[scored]  # row r drafts from the anchor at position r + 1
+    return by_position
 
 
 @dataclass

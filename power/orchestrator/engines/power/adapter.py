@@ -94,7 +94,8 @@ class PowerRuntime(EngineAdapter):
                                     f"{target.architecture} target in CUDA graphs (its recurrent layers run each "
                                     "sequence's rows through their state in Python): a run on a CUDA device is "
                                     "refused at load (PWR607)",
-                                    'set cuda_graphs = false in the profile\'s [runtime], or run engine "llama-server"',
+                                    "set cuda_graphs = false in the profile's [runtime] to run it on Power's runtime, "
+                                    'or keep the graphs and run engine "llama-server", which captures this target',
                                     "profile", "runtime.cuda_graphs"))
         widths = sorted({w for layer in target.layers if layer.kind != RECURRENT
                          for w in (layer.head_dim_k, layer.head_dim_v) if w})
