@@ -253,6 +253,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR650": ("error", "the artifact holds no tensor data (a header-only replica): nothing to run"),
     "PWR651": ("warning", "the plan asks for CUDA graphs the runtime cannot capture for this target (a recurrent "
                           "trunk): a run on a CUDA device is refused at load (PWR607)"),
+    "PWR652": ("error", "POWER_KERNEL_WAIT names no wait for Power's kernel threads (sleep, spin or adaptive)"),
 }
 
 

@@ -151,6 +151,7 @@ class Engine:
     def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
         self.threads_why = _set_threads(options.threads)
+        self.kernel_wait = threads.kernel_wait()  # refused (PWR652) before the load when the environment's is unknown
         self.workload, self.options = workload, options
         runtime = workload.runtime
         self.slots = _slots(runtime)
@@ -317,6 +318,7 @@ class Engine:
                      # why that many (the affinity's CPUs, the cgroup quota, or --threads) and how idle
                      # kernel threads wait (power.threads)
                      "threads_why": self.threads_why, "wait_policy": threads.settle_wait_policy().describe(),
+                     "kernel_wait": self.kernel_wait.describe(),
                      "n_ctx": runtime.ctx, "slots": self.slots,
                      "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,
                      "prefill_chunk": self.trunk.options.prefill_chunk,
