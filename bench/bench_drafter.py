@@ -23,7 +23,7 @@ deployment does (`--governor off`: every round speculative, the drafter's own ra
 (conditional on reaching it: the decoder's per-position counters), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
 measured acceptance and this machine's verification cost
-(`power.orchestrator.worth_it.assess` with the measured time of a K + 1-row
+(`power.orchestrator.planning.worth_it.assess` with the measured time of a K + 1-row
 forward over a one-row forward, both after a held-out prompt), and whether every
 greedy stream is bit-identical to target-only.
 """
@@ -47,7 +47,7 @@ from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.prompt_sets import Prompt, load_prompts
 from power.orchestrator.inputs.loading import load_manifest
-from power.orchestrator.worth_it import acceptance_of, assess
+from power.orchestrator.planning.worth_it import acceptance_of, assess
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig

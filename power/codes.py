@@ -99,7 +99,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR109": ("error", "tensor data lies outside the file, overlaps, or is misaligned (truncated data)"),
     "PWR116": ("error", "the artifact changed while it was being read or hashed"),
     "PWR117": ("error", "invalid metadata value (bad UTF-8 in a key, name or token; bad general.alignment)"),
-    # PWR11x declared vs file (orchestrator/checks/artifacts.py)
+    # PWR11x declared vs file (orchestrator/planning/checks/artifacts.py)
     "PWR110": ("error", "a declared artifact file does not exist"),
     "PWR111": ("error", "the declared size differs from the file's size"),
     "PWR112": ("error", "the declared sha256 differs from the file's digest"),
@@ -133,7 +133,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR139": ("info", "`power pull --pin` wrote a commit, size or sha256 into the manifest"),
     "PWR140": ("error", "an artifact to pull has no source to fetch it from"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
-    # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
+    # PWR21x kinds, binding, mode resolution (orchestrator/planning/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),
     "PWR211": ("error", "the drafter's header breaks its kind's contract (tensors, metadata)"),
     "PWR212": ("error", "native MTP requested but the target carries no nextn/MTP tensors"),
@@ -146,7 +146,7 @@ CODES: dict[str, tuple[str, str]] = {
     # PWR219-PWR229 `power drafter distill` (drafters/distill.py)
     "PWR219": ("error", "`power drafter distill --kind mtp` for a target architecture with no MTP head layout"),
     # --- PWR3xx: tokenizer identity ----------------------------------------
-    # PWR31x complete-vocabulary comparison (orchestrator/checks/tokenizer.py)
+    # PWR31x complete-vocabulary comparison (orchestrator/planning/checks/tokenizer.py)
     "PWR310": ("error", "the drafter's tokenizer differs from the target's"),
     "PWR311": ("info", "the drafter carries no tokenizer; it uses the target's"),
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
@@ -200,7 +200,7 @@ CODES: dict[str, tuple[str, str]] = {
                         "(app/standing.py)"),
     "PWR474": ("error", "--one-at-a-time asked of Power's runtime, which loads every plan in the bench's process"),
     "PWR475": ("error", "a --concurrency list that is not whole numbers, or a level above the plans' slots"),
-    # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
+    # PWR42x settings checked against the artifacts (orchestrator/planning/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
     "PWR424": ("error", "retired: adaptive scheduling with auto resolved to DFlash2 (auto never chooses DFlash2 now)"),
@@ -208,7 +208,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR426": ("error", "spec_draft_p_min set, but the resolved mode's speculator has no confidence gate"),
     "PWR427": ("error", "the n-gram's longest draft exceeds K, the drafts Power verifies per round"),
     # --- PWR5xx: memory -----------------------------------------------------
-    # PWR50x sizing (orchestrator/checks/memory.py, checks/devices.py, rules.py, sizing/)
+    # PWR50x sizing (orchestrator/planning/checks/memory.py, checks/devices.py, rules.py, sizing/)
     "PWR500": ("error", "the plan does not fit the device"),
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),

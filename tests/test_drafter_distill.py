@@ -42,7 +42,7 @@ from power.drafters.served import replay
 from power.drafters.train import Curve, laid_rounds, training_precision
 from power.drafters.worth import Costs
 from power.modes import DFLASH, DFLASH2, DSPARK, MTP, NGRAM
-from power.orchestrator.worth_it import judge_distilled
+from power.orchestrator.planning.worth_it import judge_distilled
 from power.runtime.decoder import Decoder
 from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.gguf_weights import GGUFFile

@@ -23,7 +23,7 @@ from power.artifacts.factory import (
 from power.orchestrator.launch.importer import env_names, import_launch
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
-from power.orchestrator.launch.tokens import (
+from power.orchestrator.inputs.launch_lines.tokens import (
     COMMAND_LINE,
     tokens_from_argv,
     tokens_from_env_file,

@@ -22,9 +22,9 @@ from power.orchestrator.engines.llama_server.settings import field_of_option, se
 from power.orchestrator.engines.vllm import options as vllm_options
 from power.orchestrator.engines.vllm.reader import REMOVED as VLLM_REMOVED
 from power.orchestrator.engines.vllm.settings import SETTINGS as VLLM_SETTINGS
-from power.orchestrator.launch import options as launch_options
+from power.orchestrator.inputs.launch_lines import options as launch_options
+from power.orchestrator.inputs.launch_lines.tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
 from power.orchestrator.launch.importer import import_launch, profile_document
-from power.orchestrator.launch.tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
 
 GEMMA_FILE = Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf"
 LLAMA_SERVER, VLLM = "llama-server", "vllm"

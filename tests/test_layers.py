@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,24 @@ def test_the_scan_sees_every_layer_and_both_halves_reading_the_plan():
     seen = {(layer(module), imported) for module, path in modules() for imported in imports(module, path)}
     assert {layer(module) for module, _ in modules()} == set(ALLOWED)
     assert {("power.runtime", "power.documents.plan"), ("power.orchestrator", "power.documents.plan")} <= seen
+
+
+ORCHESTRATOR = "power.orchestrator"
+
+
+def test_the_orchestrators_modules_live_in_folders_that_import_each_other_without_a_cycle():
+    """The pipeline shows in the folders (docs/architecture.md, "The orchestrator's floors"): no module loose on the
+    top floor, and no two folders importing each other, directly or round a loop."""
+    def folder(module: str) -> str:
+        return module.removeprefix(ORCHESTRATOR + ".").split(".")[0]
+
+    inside = [(module, path) for module, path in modules() if module.startswith(ORCHESTRATOR + ".")]
+    assert [module for module, path in inside if path.parent == REPO / "power" / "orchestrator"] == []
+    graph: dict[str, set[str]] = {folder(module): set() for module, _ in inside}
+    for module, path in inside:
+        graph[folder(module)] |= {folder(name) for name in imports(module, path)
+                                  if name.startswith(ORCHESTRATOR + ".") and folder(name) != folder(module)}
+    assert list(graphlib.TopologicalSorter(graph).static_order())
 
 
 def packages(path: Path) -> set[str]:

@@ -23,8 +23,8 @@ from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
 from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server.placement import place_layers
+from power.orchestrator.engines.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.planning.compile import target_vocab
-from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
 

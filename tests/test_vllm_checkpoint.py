@@ -22,8 +22,8 @@ from power.artifacts.digests import sha256_file
 from power.artifacts.factory import build_dense_target, build_gemma3_target
 from power.artifacts.facts import inspect_artifact
 from power.documents.plan import load_plan
+from power.orchestrator.engines.sizing import trunk_layers, whole
 from power.orchestrator.planning.compile import target_vocab
-from power.orchestrator.sizing import trunk_layers, whole
 
 POWER = str(Path(sys.executable).parent / "power")
 COMMIT = "d" * 40

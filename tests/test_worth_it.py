@@ -9,7 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from power.app.cli import main
-from power.orchestrator.worth_it import acceptance_of, assess, break_even_p, expected_accepted, rate, round_time
+from power.orchestrator.planning.worth_it import (
+    acceptance_of,
+    assess,
+    break_even_p,
+    expected_accepted,
+    rate,
+    round_time,
+)
 
 
 def test_expected_accepted_is_the_geometric_sum():

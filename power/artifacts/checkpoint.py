@@ -2,7 +2,7 @@
 kind, by the name in `architectures`; the draft block size; the target it was trained against: its layer count,
 width, vocabulary and the layers whose hidden states it reads; its own layers and KV heads, for sizing) and, when
 it carries one, the vocabulary of its `tokenizer.json`, for the identity check against the target GGUF's
-(`power.orchestrator.checks.checkpoints`).
+(`power.orchestrator.planning.checks.checkpoints`).
 
 The keys are the DFlash reference checkpoints' (github.com/z-lab/dflash: `block_size` and `target_layer_ids` under
 `dflash_config`, `num_target_layers` beside them) and the EAGLE-3 ones vLLM reads

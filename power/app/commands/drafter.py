@@ -122,7 +122,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
                    f"runtime's drafter served over {result.report['served']['sequences']} held-back sequences: "
                    + ", ".join(f"K{k} {f['estimate']:.2f} / {f['served']:.2f}" for k, f in figures.items()))
     from power.drafters.export import report as write_report
-    from power.orchestrator.worth_it import judge_distilled
+    from power.orchestrator.planning.worth_it import judge_distilled
 
     k = result.report["recommended"]["k"]
     worth = judge_distilled(result.report["round_costs"], kind, k,

@@ -36,6 +36,14 @@ from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.engines import IMPORTABLE
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec
+from power.orchestrator.inputs.launch_lines.tokens import (
+    LaunchInputError,
+    Token,
+    tokens_from_argv,
+    tokens_from_env_file,
+    tokens_from_systemd_unit,
+)
 from power.orchestrator.inputs.loading import Loaded, load_manifest, load_profile
 from power.orchestrator.inputs.units import format_size
 from power.orchestrator.launch.importer import (
@@ -44,14 +52,6 @@ from power.orchestrator.launch.importer import (
     manifest_document,
     on_the_line,
     profile_document,
-)
-from power.orchestrator.launch.spec import LaunchSpec
-from power.orchestrator.launch.tokens import (
-    LaunchInputError,
-    Token,
-    tokens_from_argv,
-    tokens_from_env_file,
-    tokens_from_systemd_unit,
 )
 from power.orchestrator.planning.compile import compile_plan
 

@@ -13,9 +13,9 @@ import click
 from power.app.cli import EXIT_FINDINGS, EXIT_OK
 from power.app.commands.plan import engine_for, exit_code, placement_from_options, placement_options
 from power.findings import Finding, has_errors
-from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import MAX_CTX
+from power.orchestrator.planning.checks.memory import check_memory
 from power.orchestrator.planning.compile import (
     ArtifactMemo,
     check_artifacts,

@@ -14,8 +14,8 @@ from power.app.commands.params import FiniteFloatRange
 from power.artifacts.bounded_reader import DocumentError, read_json
 from power.documents.plan import PlanError, load_plan
 from power.findings import PowerError
-from power.orchestrator import worth_it as arithmetic
 from power.orchestrator.fleet.evidence import EVIDENCE_SCHEMA
+from power.orchestrator.planning import worth_it as arithmetic
 
 
 class EvidenceInputError(PowerError):

@@ -18,10 +18,10 @@ from typing import Callable, Literal
 from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan, flash_attention_on
 from power.findings import Finding
-from power.orchestrator.launch.spec import LaunchSpec, ValueReader
-from power.orchestrator.launch.tokens import EnvNames, Token
-from power.orchestrator.sizing.fit import fitting_split, largest_context
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
+from power.orchestrator.engines.sizing.fit import fitting_split, largest_context
+from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec, ValueReader
+from power.orchestrator.inputs.launch_lines.tokens import EnvNames, Token
 
 # Which file a refusal is located in: the profile (settings, the mode asked for) or the manifest (the drafters).
 Document = Literal["profile", "manifest"]

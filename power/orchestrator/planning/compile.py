@@ -48,22 +48,11 @@ from power.documents.plan import (
     flash_attention_on,
 )
 from power.findings import Finding, has_errors
-from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
-from power.orchestrator.checks.checkpoints import CheckedCheckpoint, check_checkpoint
-from power.orchestrator.checks.devices import check_devices
-from power.orchestrator.checks.drafters import check_drafter, contract_facts
-from power.orchestrator.checks.memory import check_memory
-from power.orchestrator.checks.speculation import check_speculation
-from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.engines.base import draft_placed
 from power.orchestrator.engines.llama_server.context import speculation
 from power.orchestrator.engines.llama_server.placement import default_ratios
-from power.orchestrator.inputs.loading import Loaded
-from power.orchestrator.inputs.rules import override_target
-from power.orchestrator.inputs.schema import HostSpec, ProfileRuntime
-from power.orchestrator.planning.resolve import Declared, Resolution, resolve
-from power.orchestrator.sizing import (
+from power.orchestrator.engines.sizing import (
     CheckpointDraft,
     Component,
     DeviceBudget,
@@ -74,6 +63,17 @@ from power.orchestrator.sizing import (
     trunk_layers,
     whole,
 )
+from power.orchestrator.inputs.loading import Loaded
+from power.orchestrator.inputs.rules import override_target
+from power.orchestrator.inputs.schema import HostSpec, ProfileRuntime
+from power.orchestrator.planning.checks.artifacts import Checked, check_artifact, file_quant
+from power.orchestrator.planning.checks.checkpoints import CheckedCheckpoint, check_checkpoint
+from power.orchestrator.planning.checks.devices import check_devices
+from power.orchestrator.planning.checks.drafters import check_drafter, contract_facts
+from power.orchestrator.planning.checks.memory import check_memory
+from power.orchestrator.planning.checks.speculation import check_speculation
+from power.orchestrator.planning.checks.tokenizer import check_tokenizer
+from power.orchestrator.planning.resolve import Declared, Resolution, resolve
 
 
 class ArtifactMemo:

@@ -13,8 +13,8 @@ from power.orchestrator.engines.llama_server import flags, reader
 from power.orchestrator.engines.llama_server.live import LIVE
 from power.orchestrator.engines.llama_server.settings import ENV_PREFIX, NAME, settings_table
 from power.orchestrator.engines.llama_server.sizing import size_llama_server
-from power.orchestrator.launch.tokens import EnvNames
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing, is_quantized
+from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing, is_quantized
+from power.orchestrator.inputs.launch_lines.tokens import EnvNames
 
 
 class LlamaServer(EngineAdapter):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import Request, SlotFacts, pad
+from power.orchestrator.engines.sizing.model import Request, SlotFacts, pad
 
 # llama_context pads the context and the sliding-window cache to 256 cells.
 N_CTX_PAD = 256

@@ -5,7 +5,7 @@ One row per option of the pinned binary's table (`flags`, generated from
 `common/arg.cpp` keeps an option's spellings, env name and meaning in one entry.
 A test walks the whole option table and finds each option here exactly once, so
 an option a new llama.cpp adds cannot be dropped without a decision: carried,
-refused with its fix, or of no effect (`power.orchestrator.launch.options`); a
+refused with its fix, or of no effect (`power.orchestrator.inputs.launch_lines.options`); a
 carried option is read into the field the settings table
 (`settings.field_of_option`) names for it.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from power.orchestrator.launch.options import FETCH, WARN, Row, carried, no_effect, refused
+from power.orchestrator.inputs.launch_lines.options import FETCH, WARN, Row, carried, no_effect, refused
 
 _EXITS = "llama-server prints and exits without serving"
 _CPU = "CPU threads, affinity, priority or polling: how fast the CPU work runs, not what is loaded or returned"

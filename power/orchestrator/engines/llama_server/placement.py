@@ -26,7 +26,7 @@ import bisect
 import struct
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import DeviceBudget, Split
+from power.orchestrator.engines.sizing.model import DeviceBudget, Split
 
 CPU = None  # a layer llama.cpp keeps in host memory
 

@@ -18,9 +18,9 @@ from power import modes
 from power.findings import Finding, Severity
 from power.orchestrator.engines.llama_server import flags, options
 from power.orchestrator.engines.llama_server.settings import NAME, field_of_option, settings_table
-from power.orchestrator.launch.options import NO_EFFECT, REFUSED, Row, refusal
-from power.orchestrator.launch.spec import LaunchSpec, finding, is_number, runs_a_file, sidecar
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.options import NO_EFFECT, REFUSED, Row, refusal
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec, finding, is_number, runs_a_file, sidecar
+from power.orchestrator.inputs.launch_lines.tokens import Token
 
 # `-np` left at its default (-1, "auto") makes llama-server serve 4 slots over one unified KV cache
 # (tools/server/server.cpp: "n_parallel is set to auto, using n_parallel = 4 and kv_unified = true").

@@ -41,9 +41,8 @@ from power.artifacts.facts import GLOBAL, NEXTN, RECURRENT, SLIDING, ArtifactFac
 from power.artifacts.gguf_reader import TensorInfo
 from power.orchestrator.engines.llama_server.context import LlamaContext, draft_context, slot_facts, target_context
 from power.orchestrator.engines.llama_server.placement import LayerPlacement, place_layers
-from power.orchestrator.inputs.units import format_size
-from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.model import (
+from power.orchestrator.engines.sizing import llama_graph
+from power.orchestrator.engines.sizing.model import (
     CUDA_CONTEXT_BYTES,
     CUDA_GRAPH_BYTES_PER_SHAPE,
     Basis,
@@ -61,6 +60,7 @@ from power.orchestrator.sizing.model import (
     type_bytes,
     whole,
 )
+from power.orchestrator.inputs.units import format_size
 
 # Recurrent conv and ssm state are f32 (type_r, type_s).
 STATE_BYTES = 4

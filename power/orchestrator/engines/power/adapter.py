@@ -18,7 +18,7 @@ from power.findings import Finding
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
 from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
 from power.orchestrator.engines.power.sizing import size_power
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
+from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing
 
 NAME = "power"
 

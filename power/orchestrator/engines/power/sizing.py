@@ -48,7 +48,7 @@ from power.artifacts.runtime_types import RUNTIME_TYPES  # the types the CPU ker
 from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
 from power.modes import NATIVE_HEADS
-from power.orchestrator.sizing.model import (
+from power.orchestrator.engines.sizing.model import (
     CUDA_CONTEXT_BYTES,
     CUDA_GRAPH_BYTES_PER_SHAPE,
     Component,

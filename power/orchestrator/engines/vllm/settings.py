@@ -10,8 +10,8 @@ from __future__ import annotations
 from power.findings import Finding
 from power.orchestrator.engines.base import Setting, Settings
 from power.orchestrator.engines.vllm import options
-from power.orchestrator.launch.spec import ValueReader, finding, read_int, read_token
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.spec import ValueReader, finding, read_int, read_token
+from power.orchestrator.inputs.launch_lines.tokens import Token
 
 NAME = "vllm"
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.

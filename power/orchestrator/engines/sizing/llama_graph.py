@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import pad
+from power.orchestrator.engines.sizing.model import pad
 
 F32, I32, I64, F16 = 4, 4, 8, 2
 # ggml_backend_buffer_type alignment: the CPU buffer type's TENSOR_ALIGNMENT, CUDA's 128.

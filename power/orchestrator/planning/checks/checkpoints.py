@@ -14,10 +14,10 @@ from power.artifacts.checkpoint import TOKENIZER, CheckpointFacts, listing_sha25
 from power.artifacts.facts import ArtifactError
 from power.artifacts.tokenizer_facts import TokenizerFacts
 from power.findings import Finding, Severity
-from power.orchestrator.checks.artifacts import ArtifactSource, Checked
-from power.orchestrator.checks.drafters import binding_findings
+from power.orchestrator.engines.sizing.model import whole
 from power.orchestrator.inputs.loading import Loaded
-from power.orchestrator.sizing.model import whole
+from power.orchestrator.planning.checks.artifacts import ArtifactSource, Checked
+from power.orchestrator.planning.checks.drafters import binding_findings
 
 EAGLE3_FUSED_STATES = 3  # vLLM's EAGLE-3 `fc` fuses three target hidden states (llama_eagle3.py)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from power import modes
 from power.artifacts import contracts
 from power.findings import Finding
-from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.inputs.loading import Loaded
+from power.orchestrator.planning.checks.artifacts import Checked
 
 
 def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | None, target: Checked) -> list[Finding]:

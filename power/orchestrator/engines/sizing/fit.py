@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from power.orchestrator.sizing.model import DeviceSizing, Request, Sizing
+from power.orchestrator.engines.sizing.model import DeviceSizing, Request, Sizing
 
 # An engine's sizing of a request on the deployment's devices (`EngineAdapter.size` with the artifacts bound).
 Sizer = Callable[[Request], Sizing]

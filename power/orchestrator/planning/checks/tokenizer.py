@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from power.artifacts.tokenizer_facts import compare_tokenizers
 from power.findings import Finding, Severity
-from power.orchestrator.checks.artifacts import Checked
+from power.orchestrator.planning.checks.artifacts import Checked
 
 
 def check_tokenizer(index: int, kind: str, drafter: Checked, target: Checked) -> list[Finding]:
