@@ -2,7 +2,7 @@
 
 Speculation compares token ids, so both files must map every id to the same
 string. The comparison (tokens, types, merges, model, pre-tokenizer, special
-ids) is `power.orchestrator.tokenizer_facts.compare_tokenizers`; any difference
+ids) is `power.artifacts.tokenizer_facts.compare_tokenizers`; any difference
 fails closed (llama.cpp tolerates a 128-token size difference: we do not).
 """
 
