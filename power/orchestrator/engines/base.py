@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from power.artifacts.facts import ArtifactFacts
-from power.documents.plan import ResolvedPlan, flash_attention_on
+from power.documents.plan import EngineName, ResolvedPlan, flash_attention_on
 from power.findings import Finding
 from power.orchestrator.engines.sizing.fit import fitting_split, largest_context
 from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing
@@ -181,7 +181,8 @@ def options(pairs: list[tuple[str, object]]) -> tuple[tuple[str, ...], ...]:
 class EngineAdapter(ABC):
     """One engine: Power's runtime, llama-server or vLLM."""
 
-    name: str
+    # typed with the plan vocabulary's names, so a type check refuses an adapter named outside it
+    name: EngineName
     # what `power plan` says when it sizes for this engine by default
     description: str
     settings: Settings

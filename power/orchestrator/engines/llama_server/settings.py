@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from power.documents.plan import EngineName
 from power.findings import Finding
 from power.orchestrator.engines.base import Setting, Settings
 from power.orchestrator.engines.llama_server import flags, options
@@ -27,7 +28,7 @@ from power.orchestrator.inputs.launch_lines.spec import (
 from power.orchestrator.inputs.launch_lines.tokens import Token
 from power.orchestrator.inputs.rules import override_target
 
-NAME = "llama-server"
+NAME: EngineName = "llama-server"
 ENV_PREFIX = "LLAMA_ARG_"
 
 

@@ -13,14 +13,14 @@ from power import modes
 from power.artifacts.facts import RECURRENT, ArtifactFacts
 from power.artifacts.runtime_types import unreadable_types
 from power.documents.kv_types import Q8_0_BLOCK, RUNTIME_KV_TYPES, whole_blocks
-from power.documents.plan import ResolvedPlan
+from power.documents.plan import EngineName, ResolvedPlan
 from power.findings import Finding
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
 from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
 from power.orchestrator.engines.power.sizing import size_power
 from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing
 
-NAME = "power"
+NAME: EngineName = "power"
 
 SETTINGS = Settings((
     Setting("plan", None, "POWER_PLAN", "the plan file `power serve` runs"),
