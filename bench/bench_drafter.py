@@ -12,19 +12,20 @@ with nothing for n-gram to copy).
 
 Per prompt, in one process, the configurations run in turn (so load from other
 processes lands on all alike): target-only at capacity 1; n-gram at K7; each drafter at KK/SK for every K of
-`--widths` (capacity K + 1); and, without `--widths-only`, each drafter at K10/S6 (capacity 11; Gemma's attention-only trunk rewinds any
+`--widths` (capacity K + 1); and, without `--widths-only`, each drafter at K10/S6
+(capacity 11; Gemma's attention-only trunk rewinds any
 length, so S < K never replays and the replay counter says so) and at K7 under
 the adaptive controller; n-gram chained in front of the
 drafter at K7 (what the distilled manifest runs: n-gram proposes first, the
 drafter when it has nothing); and, per `--p-min` gate, the drafter at K7 with
 its drafts cut at the first one less probable than the gate, alone and behind
 n-gram. Speculative runs keep the cost governor on, as a
-deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s (prefill
-excluded), speedup over target-only, the drafter's acceptance per draft position
+deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s
+(prefill excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it: the decoder's per-position counters), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
 measured acceptance and this machine's verification cost
-(`power.orchestrator.worth_it.assess` with the measured time of a K + 1-row
+(`power.orchestrator.planning.worth_it.assess` with the measured time of a K + 1-row
 forward over a one-row forward, both after a held-out prompt), and whether every
 greedy stream is bit-identical to target-only.
 """
@@ -48,7 +49,7 @@ from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.prompt_sets import Prompt, load_prompts
 from power.orchestrator.inputs.loading import load_manifest
-from power.orchestrator.worth_it import acceptance_of, assess
+from power.orchestrator.planning.worth_it import acceptance_of, assess
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
@@ -189,13 +190,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for p_min in args.p_min:
             configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min, d=drafter: d(t, p)),
                         speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
-                                    lambda t, p=p_min, d=drafter: ChainSpeculator([NGramSpeculator(NGRAM), d(t, p)]))]
-    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating", p.text) for p in load_prompts(which="nonrepeating")]
+                                    lambda t, p=p_min, d=drafter: ChainSpeculator([NGramSpeculator(NGRAM),
+                                                                                    d(t, p)]))]
+    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating",
+                                                      p.text) for p in load_prompts(which="nonrepeating")]
     context = tokenizer.encode(prompts[0].text)
     costs = {c.k + 1: verify_cost(trunk(c.k + 1), c.k + 1, context) for c in configs if c.recorder is not None}
     print("a verification pass costs, in one-row steps: "
           + ", ".join(f"{rows} rows {cost:.2f}" for rows, cost in costs.items()), flush=True)
-    report: dict[str, Any] = {"drafters": {kind: d.report for kind, d in distilled.items()}, "machine": machine(), "threads": args.threads,
+    report: dict[str, Any] = {"drafters": {kind: d.report for kind, d in distilled.items()}, "machine": machine(),
+                              "threads": args.threads,
                               "arithmetic": args.arithmetic, "tokens": args.tokens, "governor": args.governor,
                               "verify_cost": {str(rows): round(cost, 3) for rows, cost in costs.items()},
                               "shapes": {}}

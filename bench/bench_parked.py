@@ -119,7 +119,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         drafters = {f"mtp {label}": GGUFFile(path) for label, path in args.mtp}
         names = [name for head in drafters for name in (head, f"ngram -> {head}")]
     else:
-        drafters = {kind: GGUFFile(write_untrained(kind, GEMMA, work / f"{kind}.gguf")) for kind in ("dflash", "dspark")}
+        drafters = {kind: GGUFFile(write_untrained(kind, GEMMA, work / f"{kind}.gguf"))
+                    for kind in ("dflash", "dspark")}
         drafters["mtp"] = GGUFFile(write_untrained("mtp", GEMMA, work / "mtp.gguf"))
         names = list(PLANS)
     window = NGramWindow(CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN, args.k)
@@ -136,7 +137,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     control = TimedDecoder(trunk, Sampler(SamplingParams()))
     plans = [plan(name) for name in names]
-    prompts = [p for shape in SHAPES for p in [p for p in load_prompts(which="heldout") if p.shape == shape][: args.per_shape]]
+    prompts = [
+        p for shape in SHAPES for p in [p for p in load_prompts(which="heldout") if p.shape == shape][: args.per_shape]
+    ]
     control.generate(tokenizer.encode(prompts[-1].text), 8)  # warm the trunk: the first request ran cold
     for prompt in prompts:
         for p in plans:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import Request, SlotFacts, pad
+from power.orchestrator.engines.sizing.model import Request, SlotFacts, pad
 
 # llama_context pads the context and the sliding-window cache to 256 cells.
 N_CTX_PAD = 256
@@ -124,7 +124,8 @@ class SpeculationReserve:
     block_draft: bool
 
 
-def speculation(spec_types: tuple[str, ...], draft_n_max: int, ngram_mod_n_max: int, architecture: str) -> SpeculationReserve:
+def speculation(spec_types: tuple[str, ...], draft_n_max: int, ngram_mod_n_max: int,
+                architecture: str) -> SpeculationReserve:
     """What the `--spec-type` list makes llama-server reserve for a target of `architecture`, given
     `--spec-draft-n-max` and `--spec-ngram-mod-n-max`."""
     lengths = [draft_n_max for t in spec_types if t in DRAFT_N_MAX_TYPES]

@@ -26,7 +26,7 @@ import bisect
 import struct
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import DeviceBudget, Split
+from power.orchestrator.engines.sizing.model import DeviceBudget, Split
 
 CPU = None  # a layer llama.cpp keeps in host memory
 
@@ -65,7 +65,8 @@ def default_ratios(devices: tuple[DeviceBudget, ...]) -> tuple[float, ...]:
     return tuple(float(max(d.memory_bytes - d.headroom_bytes, 0)) for d in devices)
 
 
-def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[DeviceBudget, ...], split: Split) -> LayerPlacement:
+def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[DeviceBudget, ...],
+                 split: Split) -> LayerPlacement:
     """The device of every block and of the output layer, as llama.cpp assigns them."""
     if len(devices) == 1 and devices[0].kind == "cpu":
         return LayerPlacement(tuple(0 for _ in range(n_layer_all)), 0)

@@ -228,7 +228,8 @@ def block_index(tensor_name: str) -> int | None:
 
 
 def recurrent_row_widths(facts: ArtifactFacts) -> tuple[int, int]:
-    """llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state) of a Mamba-style / gated delta-net layer."""
+    """llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state) of a Mamba-style /
+    gated delta-net layer."""
     d_conv = whole(facts.hparam("ssm.conv_kernel"))
     d_inner = whole(facts.hparam("ssm.inner_size"))
     d_state = whole(facts.hparam("ssm.state_size"))
