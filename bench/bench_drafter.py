@@ -159,12 +159,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                     GovernorConfig() if args.governor == "on" else None), recorder, k)
 
     kind = distilled["kind"]
-    configs = [Config("target-only", Decoder(trunk(1), greedy), None),
-               speculating(f"{kind} K7/S7", 7, 7, drafter), speculating(f"{kind} K10/S6", 10, 6, drafter),
-               speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
-               speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
-               speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM),
-                                                                                   drafter(t)]))]
+    configs = [
+        Config("target-only", Decoder(trunk(1), greedy), None),
+        speculating(f"{kind} K7/S7", 7, 7, drafter),
+        speculating(f"{kind} K10/S6", 10, 6, drafter),
+        speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
+        speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
+        speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)])),
+    ]
     for p_min in args.p_min:
         configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min: drafter(t, p)),
                     speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,

@@ -354,9 +354,13 @@ def dspark_plan(tmp_path_factory):
     from power.orchestrator.planning.compile import compile_plan
 
     directory = tmp_path_factory.mktemp("dspark")
-    manifest = write_manifest(directory, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark",
-                                                                              "fixture": "qwen36-27b-dspark"}],
-                              quant="Q6_K", architecture="qwen35")
+    manifest = write_manifest(
+        directory,
+        "qwen36-27b-q6k",
+        [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+        quant="Q6_K",
+        architecture="qwen35",
+    )
     return compile_plan(load_manifest(manifest), load_profile(REPO_PROFILES / "dspark-k10s6.toml"), host(24 * GiB),
                         engine="llama-server")
 
@@ -516,10 +520,18 @@ def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_p
     """Each bundled Qwen3.6-27B profile, with its own KV type (f16), fits a 24 GiB GPU on Power's runtime: the target's
     weights in their GGUF rows, the KV in f16, three recurrent states plus replay inputs; the learned drafters (MTP
     head, DSpark, DFlash2, in their GGUF blocks) are host memory beside it."""
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark",
-                                                                             "fixture": "qwen36-27b-dspark"},
-                                                           {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}],
-                              hashed=False, quant="Q6_K", architecture="qwen35")
+    manifest = write_manifest(
+        tmp_path,
+        "qwen36-27b-q6k",
+        [
+            {"kind": "mtp"},
+            {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
+            {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"},
+        ],
+        hashed=False,
+        quant="Q6_K",
+        architecture="qwen35",
+    )
     result = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / f"{profile}.toml"), "--device",
                                        "24GiB",
                                        "--engine", "power", "--json"])
@@ -572,9 +584,14 @@ def test_cuda_graphs_stay_as_the_profile_says_and_only_powers_runtime_is_warned(
 def test_the_dspark_reference_row_of_docs_sizing_is_what_the_profile_sizes_to(tmp_path):
     """Issue 40 (docs drift): docs/sizing.md's DSpark row showed an older 23,572 MiB. The row is the bundled
     dspark-k10s6 profile sized for llama-server on a 24 GiB device, as `power size` prints it now."""
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark",
-                                                                             "fixture": "qwen36-27b-dspark"}],
-                              hashed=False, quant="Q6_K", architecture="qwen35")
+    manifest = write_manifest(
+        tmp_path,
+        "qwen36-27b-q6k",
+        [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+        hashed=False,
+        quant="Q6_K",
+        architecture="qwen35",
+    )
     sized = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / "dspark-k10s6.toml"), "--device",
                                       "24GiB", "--engine", "llama-server", "--json"])
     memory = json.loads(sized.stdout)["memory"]
