@@ -269,9 +269,9 @@ def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
 
     def lines(candidate: list[Receipt]) -> list[str]:
         shapes = {"identity": bench.shape_result(build_shape("identity"), {"candidate": candidate})}
-        return summary_lines({"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False,
-                                                                                         "reason": "-"},
-                              "protocol": {}})
+        return summary_lines(
+            {"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False, "reason": "-"}, "protocol": {}}
+        )
 
     slow = [line for line in lines(runs(40.0)) if line.startswith("below target-only")]
     assert len(slow) == 1 and "the candidate on identity decodes at 0.75x" in slow[0]

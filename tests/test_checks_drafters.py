@@ -109,8 +109,9 @@ def test_auto_passes_over_opt_in_drafters_and_says_why(tmp_path, kind, why):
 
 @pytest.mark.parametrize("mode", ["dspark", "dflash2", "ngram"])
 def test_an_explicit_mode_the_manifest_cannot_serve_is_an_error_not_a_downgrade(tmp_path, mode):
-    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "dflash",
-                                                                            "fixture": "dflash-drafter"}])
+    manifest = write_manifest(
+        tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}]
+    )
     plan, findings = compiled(manifest, write_profile(tmp_path, mode))
     assert plan is None and errors(findings) == ["PWR216"]
     (finding,) = findings[-1:]

@@ -157,8 +157,10 @@ def test_tokenizer_fingerprint_is_over_the_whole_vocabulary():
     # the vocabulary has 496 tokens, all inside the short fingerprint's first 2000
     assert other.short_fingerprint != same.short_fingerprint
     differences = compare_tokenizers(same, other)
-    assert differences == ["first differing token at id 491: 'retu' vs 'QZ'", "first differing merge at index "
-                                                                              "235: 'ret u' vs 'Q Z'"]
+    assert differences == [
+        "first differing token at id 491: 'retu' vs 'QZ'",
+        "first differing merge at index 235: 'ret u' vs 'Q Z'",
+    ]
     assert compare_tokenizers(same, facts("hybrid-target").tokenizer) == []
 
 
@@ -184,7 +186,8 @@ def test_a_drafter_pairs_only_with_a_target_of_its_shape():
     assert contracts.pairing_violations(facts("dspark-drafter"), facts("hybrid-target")) == []
     assert contracts.pairing_violations(facts("qwen36-27b-dflash2"), facts("qwen36-27b-q6k")) == []
     messages = [f.message for f in contracts.pairing_violations(facts("qwen36-27b-dspark"), facts("dense-target"))]
-    assert len(messages) == 3 and {f.code for f in contracts.pairing_violations(facts("qwen36-27b-dspark"),
-                                                                                facts("dense-target"))} == {"PWR211"}
+    assert len(messages) == 3 and {
+        f.code for f in contracts.pairing_violations(facts("qwen36-27b-dspark"), facts("dense-target"))
+    } == {"PWR211"}
     assert "width 5120" in messages[0] and "vocab_size 248320" in messages[1] and "[16, 31, 46, 61]" in messages[2]
     assert contracts.pairing_violations(facts("hybrid-target"), facts("dense-target")) == []

@@ -410,8 +410,9 @@ def test_unit_expansion_is_bounded_in_size_files_and_value_length(tmp_path: Path
     many_files = tmp_path / "many.service"
     many_files.write_text("[Service]\n" + f"EnvironmentFile={env}\n" * 2000 + "ExecStart=/usr/bin/llama-server\n")
     huge_value = tmp_path / "huge.service"
-    huge_value.write_text("[Service]\nEnvironment=\"ARGS=" + "-x " * 300_000 + "\"\nExecStart=/usr/bin/llama-server "
-                                                                               "$ARGS\n")
+    huge_value.write_text(
+        '[Service]\nEnvironment="ARGS=' + "-x " * 300_000 + '"\nExecStart=/usr/bin/llama-server $ARGS\n'
+    )
     for unit, says in ((multiplied, "expands past"), (many_files, "EnvironmentFile= lines"),
                        (huge_value, "a line may have at most")):
         result, took = _import_unit(unit)

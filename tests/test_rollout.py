@@ -162,8 +162,9 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
 
 
-def test_a_clear_median_win_whose_pairs_disagree_is_told_to_measure_again_not_to_tune(world: World,
-                                                                                       tmp_path: Path) -> None:
+def test_a_clear_median_win_whose_pairs_disagree_is_told_to_measure_again_not_to_tune(
+    world: World, tmp_path: Path
+) -> None:
     """Issue 40.3: a live bench gave a 2.78x median refused under noise, and PWR073 said "keep the incumbent, or tune
     K/S". The hint follows the cause: measure again; a real tie still says tune."""
     fleet = world.root / "fleet.toml"

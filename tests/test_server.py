@@ -163,20 +163,25 @@ def test_completion_carries_text_usage_timings_and_receipt() -> None:
         assert again["tokens_sha256"] == receipt["tokens_sha256"]
         echo = complete(base, prompt=build_shape("echo", 24).prompt, max_tokens=12).json()["receipt"]
         served = (receipt, again, echo)
-        for counter, field in (("power_spec_draft_tokens_total", "proposed"), ("power_spec_accepted_tokens_total",
-                                                                               "accepted"),
-                               ("power_spec_drafts_total", "speculative_rounds"), ("power_spec_replays_total",
-                                                                                   "replays"),
-                               ("power_spec_fallbacks_total", "fallbacks"), ("power_governor_parks_total",
-                                                                             "governor_parks")):
+        for counter, field in (
+            ("power_spec_draft_tokens_total", "proposed"),
+            ("power_spec_accepted_tokens_total", "accepted"),
+            ("power_spec_drafts_total", "speculative_rounds"),
+            ("power_spec_replays_total", "replays"),
+            ("power_spec_fallbacks_total", "fallbacks"),
+            ("power_governor_parks_total", "governor_parks"),
+        ):
             assert metric(base, counter) == sum(r[field] for r in served), counter
         for position in range(1, max(len(r["position_reached"]) for r in served) + 1):  # 1-based: the first draft is 1
             for counter, field in (("power_spec_position_reached_total", "position_reached"),
                                    ("power_spec_position_accepted_total", "position_accepted")):
                 assert metric(base, counter, position=str(position)) == sum(
                     r[field][position - 1] for r in served if len(r[field]) >= position), (counter, position)
-        assert metric(base, "power_spec_position_reached_total", position="1") == metric(base,
-                                                                                         "power_spec_drafts_total") > 0
+        assert (
+            metric(base, "power_spec_position_reached_total", position="1")
+            == metric(base, "power_spec_drafts_total")
+            > 0
+        )
         assert metric(base, "power_generated_tokens_total") == 36
         assert metric(base, "power_requests_total", status="ok") == 3
 

@@ -63,8 +63,12 @@ def test_json_shape(tmp_path):
     assert set(report) == {"findings", "files", "summary"}
     finding = report["findings"][0]
     assert {"code", "severity", "file", "line", "col", "message", "hint"} <= set(finding)
-    assert (finding["code"], finding["severity"], finding["file"], finding["line"]) == ("PWR407", "warning", str(bad),
-                                                                                        3)
+    assert (finding["code"], finding["severity"], finding["file"], finding["line"]) == (
+        "PWR407",
+        "warning",
+        str(bad),
+        3,
+    )
     assert report["files"] == [
         {"file": str(good), "kind": "profile", "valid": True},
         {"file": str(bad), "kind": "profile", "valid": True},

@@ -167,8 +167,9 @@ def test_checkpoint_entries_are_checked_as_the_manifest_is_read(tmp_path, hub):
     text = manifest.read_text()
     refused = power(hub, tmp_path, "validate", manifest, "--json")
     assert refused.returncode == 1 and {"PWR131", "PWR132"} <= set(refused.stdout.split('"')), refused.stdout
-    manifest.write_text(text.replace('  { name = "config.json" },\n', "").replace('revision = "main"',
-                                                                                  f'revision = "{COMMIT}"'))
+    manifest.write_text(
+        text.replace('  { name = "config.json" },\n', "").replace('revision = "main"', f'revision = "{COMMIT}"')
+    )
     no_config = power(hub, tmp_path, "validate", manifest)
     assert no_config.returncode == 1 and "must include config.json" in no_config.stdout + no_config.stderr
 

@@ -237,9 +237,9 @@ class LiveEngine:
                 "seed": seed, "return_token_ids": True})
         wall_s = time.perf_counter() - started
         after = self.metrics()
-        return Completion(self.engine, body, {name: after.get(name, 0.0) - before.get(name,
-                                                                                      0.0) for name in talk.counters},
-                          wall_s)
+        return Completion(
+            self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in talk.counters}, wall_s
+        )
 
 
 @dataclass(frozen=True)

@@ -564,9 +564,15 @@ def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
                                            "non-negative layer indices",
                                  view, "list the target layers whose residuals the drafter reads"))
     if kind == DFLASH2 and hp.conv_group_size and hp.embedding_length % hp.conv_group_size:
-        findings.append(_finding("PWR211", f"dflash.conv_group_size = {hp.conv_group_size} does not divide "
-                                 f"embedding_length = {hp.embedding_length}", view, "re-export with "
-                                                                                    "a dividing group size"))
+        findings.append(
+            _finding(
+                "PWR211",
+                f"dflash.conv_group_size = {hp.conv_group_size} does not divide "
+                f"embedding_length = {hp.embedding_length}",
+                view,
+                "re-export with a dividing group size",
+            )
+        )
     if hp.head_count_kv and hp.head_count % hp.head_count_kv:
         findings.append(_finding("PWR211", f"{arch}.attention.head_count = {hp.head_count} is not a multiple of "
                                  f"head_count_kv = {hp.head_count_kv}", view,
@@ -604,9 +610,14 @@ def _mtp_violations(view: HeaderView) -> list[Finding]:
                 findings.append(_finding("PWR211", f"MTP head tensor {name} is missing", view,
                                          "re-convert the target with its complete MTP head"))
             elif tuple(shapes[name]) != shape:
-                findings.append(_finding("PWR211", f"tensor {name} has shape {list(shapes[name])}, "
-                                         f"the mtp contract wants {list(shape)}", view, "re-convert "
-                                                                                        "the target's MTP head"))
+                findings.append(
+                    _finding(
+                        "PWR211",
+                        f"tensor {name} has shape {list(shapes[name])}, the mtp contract wants {list(shape)}",
+                        view,
+                        "re-convert the target's MTP head",
+                    )
+                )
     return findings + _draft_tokens_violations(view, target_vocab_size(view))
 
 

@@ -227,8 +227,9 @@ def dense_tensor_shapes(cfg: DenseConfig, arch: str = "qwen3") -> dict[str, tupl
     for i in range(cfg.n_layers):
         block = contracts.qk_norm_block_tensors(i, d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn)
         if arch != "qwen3":
-            block = {name: shape for name, shape in block.items() if not name.endswith(("q_norm.weight",
-                                                                                        "k_norm.weight"))}
+            block = {
+                name: shape for name, shape in block.items() if not name.endswith(("q_norm.weight", "k_norm.weight"))
+            }
         if arch == "qwen2":
             block |= {f"blk.{i}.attn_{x}.bias": (width,) for x, width in widths.items()}
         shapes |= block

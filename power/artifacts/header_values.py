@@ -255,8 +255,10 @@ class _Checks:
         """A model has tensors, and the first block's K and V projections are as wide as the header's KV heads
         times its key and value lengths: a hand-edited length (2^32 - 1) would otherwise size a terabyte KV cache."""
         shapes = {t.name: t.shape for t in self.header.tensors}
-        for length_key, tensor in (("attention.key_length", "attn_k.weight"), ("attention.value_length",
-                                                                               "attn_v.weight")):
+        for length_key, tensor in (
+            ("attention.key_length", "attn_k.weight"),
+            ("attention.value_length", "attn_v.weight"),
+        ):
             length = self.get(length_key)
             block = next((index for index in sorted(self._blocks()) if f"blk.{index}.{tensor}" in shapes), None)
             kv_heads = self._kv_heads(block) if block is not None else None
@@ -340,8 +342,9 @@ class _Checks:
                 count = f"{len(values)} entries" if sequence else _short(values)
                 self.fail("PWR124", name, f"{name} has {count} for {len(tokens)} tokens: one per token expected")
         merges = self.meta.get(MERGES)
-        if merges is not None and not (isinstance(merges, list) and all(isinstance(m,
-                                                                                   str) and " " in m for m in merges)):
+        if merges is not None and not (
+            isinstance(merges, list) and all(isinstance(m, str) and " " in m for m in merges)
+        ):
             self.fail("PWR123", MERGES, f"{MERGES} is not an array of \"left right\" pairs")
         for name in RUNTIME_SPECIAL_IDS:
             value = self.meta.get(name)

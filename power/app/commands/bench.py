@@ -166,11 +166,17 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
                                start=not placed.sequential)
             if placed.sequential:
                 measurements = harness.run_in_turns(
-                    configs, traffic, runs, progress, bring_up=lambda c: _bring_up(servers[c.label], c.label,
-                                                                                   lifecycle),
-                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle), watch=watch,
+                    configs,
+                    traffic,
+                    runs,
+                    progress,
+                    bring_up=lambda c: _bring_up(servers[c.label], c.label, lifecycle),
+                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle),
+                    watch=watch,
                     during_turn=(lambda c, run: loaded.extend(concurrency.in_turn(c, run, traffic, levels, progress)))
-                    if levels != [1] else None)
+                    if levels != [1]
+                    else None,
+                )
             else:
                 measurements = harness.run_protocol(configs, traffic, runs, progress, watch)
                 if levels != [1]:

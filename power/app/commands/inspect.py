@@ -62,8 +62,9 @@ def render_report(facts: ArtifactFacts, digest: str | None) -> str:
 
 def _rows(rows: Sequence[tuple[str, ...]], indent: str = "  ") -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths,
-                                                                                 strict=True)).rstrip() for row in rows)
+    return "\n".join(
+        indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
 
 
 def _bytes(n: int) -> str:

@@ -157,8 +157,9 @@ def read_api_key(path: Path) -> str:
 
 def _why(message: str) -> str:
     """A reader's message as the rest of a sentence about the key file."""
-    return message if message.startswith(("is ",
-                                          "grew ")) else f"cannot be used: {message.removeprefix('cannot read: ')}"
+    if message.startswith(("is ", "grew ")):
+        return message
+    return f"cannot be used: {message.removeprefix('cannot read: ')}"
 
 
 # uvicorn's own default backlog.

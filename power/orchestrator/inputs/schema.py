@@ -281,8 +281,9 @@ class Profile(_Strict):
     name: StrictStr = Field(min_length=1, pattern=NAME_PATTERN, description="the profile's name")
     description: StrictStr | None = Field(None, description="free text")
     spec_mode: SpecModeName = Field(modes.AUTO, description=" | ".join(modes.SPEC_MODES))
-    spec_draft_max: StrictInt = Field(DEFAULT_DRAFT_MAX, ge=1, le=64, description="K, the proposal width: an "
-                                                                                  "integer from 1 to 64")
+    spec_draft_max: StrictInt = Field(
+        DEFAULT_DRAFT_MAX, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64"
+    )
     spec_mtp_recurrent_snapshots: StrictInt = Field(
         7, ge=1, le=MAX_ROWS, description=f"S, the resident rollback window: an integer from 1 to {MAX_ROWS}")
     spec_mtp_fr_vocab_size: StrictInt | None = Field(
@@ -348,8 +349,9 @@ class HostKubernetes(_Strict):
     node_selector: dict[str, StrictStr] = Field(
         default_factory=dict, description='node labels the pod requires, e.g. { '
                                           '"nvidia.com/gpu.product" = "NVIDIA-L4" }')
-    tolerations: list[Toleration] = Field(default_factory=list, description="taints of the host's "
-                                                                            "nodes the pod tolerates")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="taints of the host's nodes the pod tolerates"
+    )
     images: EngineImages = Field(default_factory=dict, description="engine images on this host, over the fleet's "
                                                                    "[kubernetes.images]")
 
@@ -455,8 +457,9 @@ class FleetKubernetes(_Strict):
     images: EngineImages = Field(default_factory=dict, description="the image of each engine: power (also the "
                                                                    "init container running `power "
                                                                    "verify`), llama-server, vllm")
-    volumes: dict[str, ModelVolume] = Field(default_factory=dict, description="the volumes holding the "
-                                                                              "model files, by name")
+    volumes: dict[str, ModelVolume] = Field(
+        default_factory=dict, description="the volumes holding the model files, by name"
+    )
     pod_monitor: StrictBool = Field(False, description="also render a Prometheus Operator PodMonitor per deployment")
     run_as_user: StrictInt = Field(65532, ge=1, description="the non-root user (and group) the containers run as")
     allow_namespaces: list[Annotated[StrictStr, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]] | None = Field(

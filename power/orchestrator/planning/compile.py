@@ -50,8 +50,6 @@ from power.documents.plan import (
 from power.findings import Finding, has_errors
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.engines.base import draft_placed
-from power.orchestrator.engines.llama_server.context import speculation
-from power.orchestrator.engines.llama_server.placement import default_ratios
 from power.orchestrator.engines.sizing import (
     CheckpointDraft,
     Component,
@@ -63,6 +61,7 @@ from power.orchestrator.engines.sizing import (
     trunk_layers,
     whole,
 )
+from power.orchestrator.engines.sizing.model import default_ratios
 from power.orchestrator.inputs.loading import Loaded
 from power.orchestrator.inputs.rules import override_target
 from power.orchestrator.inputs.schema import HostSpec, ProfileRuntime
@@ -213,14 +212,12 @@ def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed
     resolved = chosen.resolution.resolved
     speculating = resolved != modes.NONE
     runtime = settings.runtime
-    spec_types = tuple(t for kind in chosen.resolution.chain if (t := modes.llama_spec_type(kind)) is not None)
-    llama = speculation(spec_types, settings.spec_draft_max, runtime.ngram_draft_max or settings.spec_draft_max,
-                        target.architecture)
     return Request(
         ctx=ctx or runtime.ctx, slots=runtime.slots, kv_unified=runtime.kv_unified, batch=runtime.batch,
         ubatch=runtime.ubatch, verify_rows=settings.verify_rows, arithmetic=resolve_arithmetic(runtime.arithmetic),
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
-        draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
+        chain=tuple(chosen.resolution.chain), draft_max=settings.spec_draft_max,
+        ngram_draft_max=runtime.ngram_draft_max or settings.spec_draft_max,
         kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=draft_cache_type(runtime),
         flash_attn=flash_attention_on(runtime.flash_attn), cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,

@@ -86,7 +86,7 @@ class _Ledger:
 
 def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
                       devices: tuple[DeviceBudget, ...]) -> Sizing:
-    context = target_context(request)
+    context = target_context(request, target.architecture)
     placement = place_layers(len(target.layers), request.gpu_layers, devices, request.split)
     on_cpu = devices[0].kind == "cpu"
     ledger = _Ledger(defaultdict(list))
