@@ -4,8 +4,8 @@
 
 Real hidden states: the normed final residual of every row of a few prompts
 (Gemma 3 270M in the quantised arithmetic). The head is the runtime's: Gemma's
-tied Q8_0 embedding multiplied by `QuantMatrix` (`QuantLinear`); the greedy head's float32 channels are chosen on the first
-half of the rows and it is timed on the second half. The two are timed
+tied Q8_0 embedding multiplied by `QuantMatrix` (`QuantLinear`); the greedy head's float32 channels are chosen on the
+first half of the rows and it is timed on the second half. The two are timed
 interleaved (A B A B ...), so load from other processes lands on both alike; the
 argmaxes are checked equal on every call.
 """
@@ -60,8 +60,8 @@ def main() -> None:
     half = rows.shape[0] // 2
     started = time.perf_counter()
     greedy = GreedyHead(head, outlier_channels(rows[:half], args.channels))
-    print(f"{args.gguf.name}: head {head.shape[0]} x {head.shape[1]}, {rows.shape[0]} real rows, {args.threads} threads, "
-          f"{args.channels} float32 channels, built in {time.perf_counter() - started:.1f} s")
+    print(f"{args.gguf.name}: head {head.shape[0]} x {head.shape[1]}, {rows.shape[0]} real rows, "
+          f"{args.threads} threads, {args.channels} float32 channels, built in {time.perf_counter() - started:.1f} s")
     held_out = rows[half:]
     for n in (1, 2, 8):
         full_s, greedy_s, sizes = [], [], []

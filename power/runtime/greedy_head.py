@@ -133,7 +133,8 @@ class GreedyHead:
             w_dense, w_rest = w[:, self._dense], w[:, self._rest]
             approx_dense = w_dense.to(torch.float32)
             q, s = _int4_symmetric(w_rest)
-            approx_rest = ((q - INT4_ZERO).double().view(end - begin, -1, GROUP) * s.double().t()[:, :, None]).flatten(1)
+            approx_rest = ((q - INT4_ZERO).double().view(end - begin, -1,
+                                                         GROUP) * s.double().t()[:, :, None]).flatten(1)
             dense_t[:, begin:end] = approx_dense.t()
             levels[begin:end], scales[:, begin:end] = q, s
             norms[:, begin:end] = torch.stack((w.norm(dim=1), (w_dense - approx_dense.double()).norm(dim=1),
@@ -154,16 +155,22 @@ class GreedyHead:
         dense_in, rest_in = effective[:, self._dense], effective[:, self._rest]
         dense_32, rest_16 = dense_in.to(torch.float32), rest_in.to(torch.bfloat16)
         p = dense_32 @ self._dense_t
-        p += torch.ops.aten._weight_int4pack_mm_for_cpu(rest_16, self._packed, GROUP, self._scales_zeros).to(torch.float32)
+        p += torch.ops.aten._weight_int4pack_mm_for_cpu(rest_16, self._packed, GROUP,
+                                                        self._scales_zeros).to(torch.float32)
         dense_hat, rest_hat = dense_32.double().norm(dim=1), rest_16.double().norm(dim=1)
         e_norm = effective.norm(dim=1)
-        row_terms = torch.stack((
-            self.exact.rounding * e_norm,  # (a) x ||w_v||
-            dense_in.norm(dim=1),  # (b) x ||w_O - w'_O||
-            (dense_in - dense_32.double()).norm(dim=1) + (self._dense_arith + 2 * UNIT) * dense_hat,  # (c, d, e) x ||w'_O||
-            rest_in.norm(dim=1),  # (b) x ||w_R - w'_R||
-            (rest_in - rest_16.double()).norm(dim=1) + (self._rest_arith + 2 * UNIT) * rest_hat,  # (c, d, e) x ||w'_R||
-        ), dim=1)
+        row_terms = torch.stack(
+            (
+                self.exact.rounding * e_norm,  # (a) x ||w_v||
+                dense_in.norm(dim=1),  # (b) x ||w_O - w'_O||
+                (dense_in - dense_32.double()).norm(dim=1)
+                + (self._dense_arith + 2 * UNIT) * dense_hat,  # (c, d, e) x ||w'_O||
+                rest_in.norm(dim=1),  # (b) x ||w_R - w'_R||
+                (rest_in - rest_16.double()).norm(dim=1)
+                + (self._rest_arith + 2 * UNIT) * rest_hat,  # (c, d, e) x ||w'_R||
+            ),
+            dim=1,
+        )
         bound = _round_up_float32(row_terms) @ self._norms
         return p, bound.mul_(SAFETY).add_(FLOOR)
 
