@@ -129,6 +129,7 @@ def test_the_llama_server_fleet_walkthrough_up_to_the_bench(lab):
 
 
 @pytest.mark.llama_server  # the documented bench launches the real llama-server
+@pytest.mark.timeout(3600)  # nine pairs a shape: on a busy 2-core host, past the default 15 minutes
 def test_the_kubernetes_rollout_walkthrough_opens_the_canary_as_written(tmp_path, monkeypatch):
     """docs/kubernetes.md steps 2 and 4 as written: review and render, plan the rollout, export the plans, bench the
     canary's pair on llama-server, advance with --kubernetes; then k8s/stages/canary holds the overlay the text lists.
@@ -142,7 +143,8 @@ def test_the_kubernetes_rollout_walkthrough_opens_the_canary_as_written(tmp_path
     (tmp_path / "models").symlink_to(REPO / "models")
     monkeypatch.setenv("POWER_LLAMA_SERVER", str(binary()))
     page = (REPO / "docs" / "kubernetes.md").read_text()
-    steps = [page.split("## 2. Render")[1].split("## 3.")[0], page.split("## 4. Roll a profile out")[1].split("## 5.")[0]]
+    steps = [page.split("## 2. Render")[1].split("## 3.")[0],
+             page.split("## 4. Roll a profile out")[1].split("## 5.")[0]]
     commands = [line for step in steps for line in re.search(r"```sh\n(.*?)```", step, re.S)[1].splitlines()
                 if line.startswith("power ")]
     assert len(commands) == 6, commands
