@@ -18,12 +18,12 @@ drafter at K7 (what the distilled manifest runs: n-gram proposes first, the
 drafter when it has nothing); and, per `--p-min` gate, the drafter at K7 with
 its drafts cut at the first one less probable than the gate, alone and behind
 n-gram. Speculative runs keep the cost governor on, as a
-deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s (prefill
-excluded), speedup over target-only, the drafter's acceptance per draft position
+deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s
+(prefill excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it: the decoder's per-position counters), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
 measured acceptance and this machine's verification cost
-(`power.orchestrator.worth_it.assess` with the measured time of a K + 1-row
+(`power.orchestrator.planning.worth_it.assess` with the measured time of a K + 1-row
 forward over a one-row forward, both after a held-out prompt), and whether every
 greedy stream is bit-identical to target-only.
 """
@@ -47,7 +47,7 @@ from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.prompt_sets import Prompt, load_prompts
 from power.orchestrator.inputs.loading import load_manifest
-from power.orchestrator.worth_it import acceptance_of, assess
+from power.orchestrator.planning.worth_it import acceptance_of, assess
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
@@ -159,16 +159,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                     GovernorConfig() if args.governor == "on" else None), recorder, k)
 
     kind = distilled["kind"]
-    configs = [Config("target-only", Decoder(trunk(1), greedy), None),
-               speculating(f"{kind} K7/S7", 7, 7, drafter), speculating(f"{kind} K10/S6", 10, 6, drafter),
-               speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
-               speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
-               speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)]))]
+    configs = [
+        Config("target-only", Decoder(trunk(1), greedy), None),
+        speculating(f"{kind} K7/S7", 7, 7, drafter),
+        speculating(f"{kind} K10/S6", 10, 6, drafter),
+        speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
+        speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
+        speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)])),
+    ]
     for p_min in args.p_min:
         configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min: drafter(t, p)),
                     speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
                                 lambda t, p=p_min: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t, p)]))]
-    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating", p.text) for p in load_prompts(which="nonrepeating")]
+    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating",
+                                                      p.text) for p in load_prompts(which="nonrepeating")]
     context = tokenizer.encode(prompts[0].text)
     costs = {c.k + 1: verify_cost(trunk(c.k + 1), c.k + 1, context) for c in configs if c.recorder is not None}
     print("a verification pass costs, in one-row steps: "

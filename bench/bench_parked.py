@@ -100,7 +100,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                        SchedulerConfig(k=args.k, s=args.k), GovernorConfig()))
 
     plans = [Plan("target-only", TimedDecoder(trunk, Sampler(SamplingParams())))] + [plan(name) for name in PLANS]
-    prompts = [p for shape in SHAPES for p in [p for p in load_prompts(which="heldout") if p.shape == shape][: args.per_shape]]
+    prompts = [
+        p for shape in SHAPES for p in [p for p in load_prompts(which="heldout") if p.shape == shape][: args.per_shape]
+    ]
     identical = {p.name: True for p in plans}
     plans[0].decoder.generate(tokenizer.encode(prompts[-1].text), 8)  # warm the trunk: the first request ran cold
     for prompt in prompts:

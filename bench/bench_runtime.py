@@ -23,6 +23,11 @@ polling off (`--poll 0`), so Power and llama-server (default and not polling)
 are seen side by side under the same contention, each also over its own quiet
 figure.
 
+`--kernel-waits adaptive,sleep` runs each quantised configuration once per
+wait of Power's kernel threads (power.threads, docs/runtime.md "How kernel
+threads wait"), interleaved like every engine: `sleep` is the passive wait
+Power had before its adaptive one, so one run compares them on the same host.
+
 Reports tok/s, the ratio to llama-server, the weight bytes one decode step
 reads, the achieved bandwidth (bytes x tok/s), how many leading greedy tokens
 agree with llama-server (it quantises activations, so a near-tie can flip a
@@ -35,7 +40,7 @@ continuation: max and mean |logit difference| and top-1 agreement per row.
 
 from __future__ import annotations
 
-from power.threads import environment_for_other_programs, settle_wait_policy
+from power.threads import KERNEL_WAITS, KernelWait, environment_for_other_programs, settle_wait_policy
 
 settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
 
@@ -54,6 +59,7 @@ import torch
 from native import contention, instruction_paths, layer_matrices, llama_server_binary, resident_mib
 
 from power.app.live import free_port
+from power.kernels.cpu.build import set_wait
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
@@ -66,12 +72,16 @@ PROMPT = ("Speculative decoding drafts a few tokens and the target verifies them
 
 
 class PowerEngine:
-    def __init__(self, gguf: GGUFFile, n_ctx: int, arithmetic: str, capacity: int) -> None:
-        self.trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=capacity, arithmetic=arithmetic)
-        self.name = f"power {arithmetic} B{capacity} ({self.trunk.instruction_path})"
+    def __init__(self, trunk, arithmetic: str, capacity: int, wait: str | None = None) -> None:
+        """`wait`: how the kernel threads wait during this engine's runs (power.threads.KERNEL_WAITS); None:
+        Power's own choice, as loaded."""
+        self.trunk, self.wait = trunk, wait
+        self.name = f"power {arithmetic} B{capacity} ({self.trunk.instruction_path})" + (f" {wait}" if wait else "")
 
     def run(self, prompt: list[int], decode: int) -> tuple[float, float, list[int]]:
         """(prefill seconds, decode seconds of the tokens after the first, the greedy tokens)."""
+        if self.wait is not None:
+            set_wait(self.trunk.instruction_path, KernelWait(self.wait, "environment"))
         self.trunk.reset()
         started = time.perf_counter()
         tokens = [int(self.trunk.prefill(prompt).logits[-1].argmax())]
@@ -191,9 +201,15 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     parser.add_argument("--configs", default="quantised:1,float32:1",
                         help="comma-separated arithmetic:capacity for Power")
+    parser.add_argument("--kernel-waits", default="",
+                        help=f"comma-separated waits of Power's kernel threads ({', '.join(KERNEL_WAITS)}) to run each "
+                             "quantised configuration under, interleaved (default: Power's own choice only)")
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
-    parser.add_argument("--accuracy", action="store_true",
-                        help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)")
+    parser.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)",
+    )
     parser.add_argument("--contention", type=int, default=0, metavar="N",
                         help="also measure beside N busy processes, and llama-server with --poll 0")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -210,9 +226,12 @@ def main() -> None:
         print(f"{key}: {value}")
     report: dict = {"gguf": str(args.gguf), "paths": paths, "runs": {}}
     power = []
+    waits = [wait for wait in args.kernel_waits.split(",") if wait] or [None]
     for config in args.configs.split(","):
         arithmetic, capacity = config.split(":")
-        power.append(PowerEngine(gguf, n_ctx, arithmetic, int(capacity)))
+        trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=int(capacity), arithmetic=arithmetic)
+        for wait in waits if arithmetic == "quantised" else [None]:
+            power.append(PowerEngine(trunk, arithmetic, int(capacity), wait))
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         polls = [None, 0] if args.contention and binary else [None] if binary else []
@@ -255,7 +274,9 @@ def _report(results: dict[str, dict], args, threads: int, busy: int = 0) -> None
         if reference:
             r["prefill_vs_llama_server"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
             r["decode_vs_llama_server"] = r["decode_tok_s"] / reference["decode_tok_s"]
-            r["resident_vs_llama_server"] = r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
+            r["resident_vs_llama_server"] = (
+                r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
+            )
             r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
         print(f"{name:<28}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_server', 0):>6.2f}"
               f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_server', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
@@ -275,7 +296,8 @@ def _report_contention(quiet: dict[str, dict], contended: dict[str, dict]) -> No
 
 def _report_accuracy(engines: list, gguf: GGUFFile, ids: list[int], n_ctx: int, report: dict) -> None:
     """Every engine's logits over `ids` against Power float32 at capacity 1 (the exactly dequantised weights)."""
-    exact = PowerEngine(gguf, n_ctx, "float32", 1).all_logits(ids)
+    exact = PowerEngine(load_trunk(gguf, n_ctx=n_ctx, verify_capacity=1, arithmetic="float32"), "float32",
+                        1).all_logits(ids)
     print(f"\nlogits vs Power float32 (exact dequantised weights), teacher-forced over {len(ids)} rows")
     print(f"{'engine':<24}{'max |d|':>9}{'mean |d|':>10}{'top-1 agrees':>14}")
     for engine in engines:

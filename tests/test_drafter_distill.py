@@ -33,16 +33,16 @@ from power.drafters.export import (
     write_drafter,
     write_mtp_sidecar,
 )
-from power.drafters.generate import NO_LABEL, Example, corpus_examples
-from power.drafters.model import BlockDrafterNet, block_targets
+from power.drafters.generate import NO_LABEL, NOT_SCORED, Example, corpus_examples
+from power.drafters.model import BlockDrafterNet, block_targets, expected_accepted
 from power.drafters.mtp_head import MTPHeadNet, chain_accepted, chain_targets
 from power.drafters.progress import BudgetBar
 from power.drafters.prompt_sets import NONREPEATING_COPYABLE, copyable, load_prompts, longest_repeat
 from power.drafters.served import replay
-from power.drafters.train import Curve, training_precision
+from power.drafters.train import Curve, laid_rounds, training_precision
 from power.drafters.worth import Costs
 from power.modes import DFLASH, DFLASH2, DSPARK, MTP, NGRAM
-from power.orchestrator.worth_it import judge_distilled
+from power.orchestrator.planning.worth_it import judge_distilled
 from power.runtime.decoder import Decoder
 from power.runtime.engine import Engine, EngineOptions, Workload
 from power.runtime.gguf_weights import GGUFFile
@@ -71,7 +71,9 @@ def _shaken(net: BlockDrafterNet) -> None:
     for name in net.names:
         if "_conv_" in name or name.startswith("selector_"):
             value = net.tensor(name)
-            value.data.add_(torch.randn(value.shape, generator=generator) * (1.0 if name.startswith("selector_") else 0.2))
+            value.data.add_(
+                torch.randn(value.shape, generator=generator) * (1.0 if name.startswith("selector_") else 0.2)
+            )
 
 
 @pytest.mark.parametrize("kind", [DFLASH, DSPARK, DFLASH2])
@@ -120,15 +122,39 @@ def test_the_trained_dflash2_selector_picks_what_the_runtime_walk_picks(tmp_path
     assert picked != vocabulary[unary.argmax(-1)].tolist()  # the transition term changed some picks
 
 
-def test_the_acceptance_estimate_is_one_plus_the_sum_of_the_accuracy_products():
-    """Rounds accepting 0, 1, 3 and 3 drafts: the accuracies per position are 3/4, 2/3, 2/2 and 0/2, and the estimate at
-    K is 1 + the sum over k <= K of their products, which over the same rounds is 1 + the mean accepted at K."""
+def test_the_acceptance_estimate_is_one_plus_the_sum_of_the_accuracy_products_over_the_rounds_serving_lays():
+    """A prompt of 2 tokens, then 9 generated; a round anchored at positions 2..9 accepts 4, 3, 2, 1, 0, 0, 0, 0 drafts
+    and position 10 cannot be scored. At K = 4 serving lays rounds at 2 (4 drafts), 7, 8 and 9 (none), then steps
+    over 10: accuracies per position 1/4, 1/1, 1/1, 1/1 and an estimate of 1 + 4 x 1/4 = 1 + the mean 1 accepted,
+    where every anchor alike would say 1 + 10/8. At K = 1 the rounds are at 2, 4, 6, 7, 8 and 9."""
+    example = Example(torch.zeros(11, dtype=torch.long), torch.tensor([NO_LABEL] + [7] * 10), torch.zeros(11, 1))
+    accepted = torch.tensor([NOT_SCORED, NOT_SCORED, 4, 3, 2, 1, 0, 0, 0, 0, NOT_SCORED])
+    assert example.first_generated == 2
+    assert laid_rounds(accepted, example.first_generated, 4).tolist() == [4, 0, 0, 0]
+    assert laid_rounds(accepted, example.first_generated, 1).tolist() == [1, 1, 0, 0, 0, 0]
     curve = Curve.empty(4)
-    curve.add(torch.tensor([0, 1, 3, 3]))
-    assert curve.per_position() == pytest.approx([3 / 4, 2 / 3, 1.0, 0.0])
-    assert [curve.estimate(k) for k in (1, 2, 3, 4)] == pytest.approx([1.75, 2.25, 2.75, 2.75])
-    assert [curve.estimate(k) for k in (1, 2, 3, 4)] == pytest.approx([1 + curve.mean_accepted(k) for k in (1, 2, 3, 4)])
-    assert curve.to_json()["estimate"]["3"] == pytest.approx(2.75)
+    curve.add(accepted, example.first_generated)
+    assert curve.laid[4].per_position() == pytest.approx([1 / 4, 1.0, 1.0, 1.0])
+    assert curve.estimate(4) == pytest.approx(2.0) and curve.estimate(1) == pytest.approx(1 + 2 / 6)
+    assert curve.mean_accepted(4) == pytest.approx(10 / 8) and curve.per_position()[0] == pytest.approx(4 / 8)
+    document = curve.to_json()
+    assert document["blocks"] == 8 and document["estimate"]["4"] == 2.0 and document["estimate_rounds"]["4"] == 4
+
+
+def test_the_expected_accepted_drafts_multiply_the_probabilities_of_the_targets_tokens_up_to_a_rounds_end():
+    """Block 1 gives the target's tokens probabilities 1/2, 1/2, 1/4: it accepts 1/2 + 1/4 + 1/16 drafts in
+    expectation. Block 2's second row does not count (a label the draft vocabulary lacks), so its round ends there:
+    1/2, and its third row, though it counts for the cross-entropy, gets no gradient from the expectation."""
+    probabilities = torch.tensor([[0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3], [0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3],
+                                  [0.25, 0.25, 0.25, 0.25], [0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3],
+                                  [0.9, 0.1 / 3, 0.1 / 3, 0.1 / 3]])
+    logits = probabilities.log().requires_grad_()
+    valid = torch.tensor([[True, True, True], [True, False, True]])
+    expected = expected_accepted(logits, torch.zeros(5, dtype=torch.long), valid)
+    assert float(expected.detach()) == pytest.approx((0.5 + 0.25 + 0.0625 + 0.5) / 2)
+    expected.backward()
+    assert logits.grad is not None and torch.count_nonzero(logits.grad[4]) == 0
+    assert torch.count_nonzero(logits.grad[:4].abs() > 1e-6) > 0
 
 
 @dataclass
@@ -170,7 +196,9 @@ def test_the_served_replay_accepts_what_a_greedy_decode_at_k_accepts(k):
     target = GGUFFile(gemma3())
     trunk = load_trunk(target, n_ctx=128, verify_capacity=k + 1)
     recorded = _Rounds(registry.create(MTP, SpeculatorRequest(trunk, target, GGUFFile(sidecar))))
-    generated = Decoder(trunk, Sampler(SamplingParams()), recorded, SchedulerConfig(k=k, s=k)).generate(prompt, 40).tokens
+    generated = (
+        Decoder(trunk, Sampler(SamplingParams()), recorded, SchedulerConfig(k=k, s=k)).generate(prompt, 40).tokens
+    )
     text = prompt + generated
     decoded = [next((i for i, d in enumerate(drafts) if d != text[anchor + 1 + i]), len(drafts))
                for anchor, drafts in recorded.rounds if anchor + k < len(text)]
@@ -230,7 +258,9 @@ def test_held_back_chains_are_counted_as_verification_counts_them(tmp_path, rank
         seen = sorted(set(tokens))
         vocabulary = torch.tensor(seen[::-2] + [i for i in range(64) if i not in seen])  # half the text's tokens
         weights = {name: sidecar.tensor(name) for name in sidecar.tensors}
-        sidecar = GGUFFile(write_mtp_sidecar(tmp_path / "ranked.gguf", weights, gemma3(), "ranked", vocabulary.tolist()))
+        sidecar = GGUFFile(
+            write_mtp_sidecar(tmp_path / "ranked.gguf", weights, gemma3(), "ranked", vocabulary.tolist())
+        )
     trunk = load_trunk(target, n_ctx=128, verify_capacity=1)
     head = registry.create(MTP, SpeculatorRequest(trunk, target, sidecar))
     out = trunk.prefill(tokens, head.taps, all_logits=True)
@@ -249,7 +279,7 @@ def test_held_back_chains_are_counted_as_verification_counts_them(tmp_path, rank
             drafts = head.propose(DraftContext(tokens[:anchor + 1], k)).tokens
             hits = [d == t for d, t in zip(drafts, labels[anchor - 1:anchor - 1 + k].tolist(), strict=True)]
             counted.append(hits.index(False) if False in hits else k)
-    assert chain_accepted(net, example, k).tolist() == counted
+    assert [a for a in chain_accepted(net, example, k).tolist() if a != NOT_SCORED] == counted
     assert 0 < sum(counted) < k * len(counted)
 
 
@@ -259,7 +289,13 @@ def test_a_chain_level_counts_only_while_the_text_is_the_targets_own_greedy_path
     labels, valid = chain_targets(example, levels=3)
     assert labels.tolist() == [3, 4, 9, 6, NO_LABEL]  # the target's token after positions 1..5
     assert valid[0].tolist() == [True, True, True, True, False]  # every labelled position, from its own anchor
-    assert valid[1].tolist() == [False, True, True, False, False]  # anchored at 2, 3: the text followed; at 4 it did not
+    assert valid[1].tolist() == [
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]  # anchored at 2, 3: the text followed; at 4 it did not
     assert valid[2].tolist() == [False, False, True, False, False]
 
 
@@ -362,7 +398,10 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     assert verified.exit_code == 0, verified.output
     plan = load_plan(plan_path)
     assert plan.mode.resolved == kind and plan.speculation.fr_vocab_size is None  # the drafter's vocabulary bounds it
-    assert tuple(plan.mode.chain) == (NGRAM, kind)  # the manifest's lookup proposes first, the drafter where it has none
+    assert tuple(plan.mode.chain) == (
+        NGRAM,
+        kind,
+    )  # the manifest's lookup proposes first, the drafter where it has none
     # the lookup the held-out bench measures: the last 4 tokens, drafts of 2 or more (of 1 when K is 1)
     assert (plan.runtime.ngram_match, plan.runtime.ngram_draft_min) == (4, min(2, report["recommended"]["k"]))
     speculative = Engine(Workload.of_plan(plan, plan_path), EngineOptions(governor=False))  # every round drafts
@@ -443,7 +482,9 @@ def test_a_corpus_shares_the_data_time_with_the_targets_own_text(tmp_path, share
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n\n".join(f"Paragraph {i}: the fox ran across the quiet field into the wood." for i in range(8)))
+    corpus.write_text(
+        "\n\n".join(f"Paragraph {i}: the fox ran across the quiet field into the wood." for i in range(8))
+    )
     args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--corpus", str(corpus),
             "--corpus-share", str(share), "--max-new-tokens", "6", "--slots", "2", "--steps", "2", "--quiet",
             "-o", str(tmp_path / "out")]
@@ -572,7 +613,9 @@ def test_distill_writes_only_into_a_folder_it_wrote(tmp_path):
     (out / "manifest.toml").write_text("# the operator's own\n")
     result = _distill(manifest, out, "--prompts", _tale(tmp_path))
     assert result.exit_code == 2 and "PWR018" in result.output and "did not distill" in result.output, result.output
-    assert (out / "manifest.toml").read_text() == "# the operator's own\n" and sorted(out.iterdir()) == [out / "manifest.toml"]
+    assert (out / "manifest.toml").read_text() == "# the operator's own\n" and sorted(out.iterdir()) == [
+        out / "manifest.toml"
+    ]
 
 
 @pytest.mark.parametrize("option, content, message", [

@@ -1,4 +1,5 @@
-"""The exact greedy LM head (`power.runtime.greedy_head`): its bound holds on every token, its argmax is the full head's.
+"""The exact greedy LM head (`power.runtime.greedy_head`): its bound holds on every token, its
+argmax is the full head's.
 
 On the real Gemma 3 270M head (262,144 x 640, tied to the Q8_0 embedding, multiplied by `QuantMatrix` as the
 runtime does) over real hidden states of a few prompts and of a long greedy stream, and on a synthetic Q8_0 head

@@ -1,5 +1,6 @@
 """Threads and waiting on a real host: `power run` sizes its threads to the process's affinity and cgroup CPU
-quota, sets a yielding OpenMP wait policy unless the user chose one, and its receipt says both and why."""
+quota, sets a yielding OpenMP wait policy and its kernel threads' adaptive wait unless the user chose others, and
+its receipt says all of them and why."""
 
 from __future__ import annotations
 
@@ -16,23 +17,64 @@ from gguf_helpers import fixtures
 from power.threads import cgroup_quota
 
 POWER = str(Path(sys.executable).parent / "power")
-CLEAN = {name: value for name, value in os.environ.items() if name not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+CLEAN = {name: value for name, value in os.environ.items()
+         if name not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "POWER_KERNEL_WAIT")}
+GEMMA = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+
+def run_power(env: dict[str, str] | None = None, preexec_fn=None, *args: str, gguf: Path | None = None,
+              tokens: int = 2) -> subprocess.CompletedProcess:
+    return subprocess.run([POWER, "run", "--gguf", str(gguf or fixtures()["dense-target"]), "--prompt",
+                           "The quick brown fox", "--max-tokens", str(tokens), "--json", *args], env=env or CLEAN,
+                           capture_output=True, text=True,
+                          timeout=600, preexec_fn=preexec_fn)
+
+
+def receipt(env: dict[str, str] | None = None, preexec_fn=None, *args: str, **options) -> dict:
+    done = run_power(env, preexec_fn, *args, **options)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 def receipt_runtime(env: dict[str, str] | None = None, preexec_fn=None, *args: str) -> dict:
-    done = subprocess.run([POWER, "run", "--gguf", str(fixtures()["dense-target"]), "--prompt", "The quick brown fox",
-                           "--max-tokens", "2", "--json", *args], env=env or CLEAN, capture_output=True, text=True,
-                          timeout=600, preexec_fn=preexec_fn)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)["runtime"]
+    return receipt(env, preexec_fn, *args)["runtime"]
 
 
 def test_power_sets_a_passive_wait_unless_the_user_chose_a_wait_policy():
-    assert receipt_runtime()["wait_policy"] == "OMP_WAIT_POLICY=passive (set by Power: idle kernel threads sleep)"
+    assert (
+        receipt_runtime()["wait_policy"] == "OMP_WAIT_POLICY=passive (set by Power: torch's idle OpenMP threads sleep)"
+    )
     chosen = receipt_runtime(CLEAN | {"OMP_WAIT_POLICY": "active"})
     assert chosen["wait_policy"] == "OMP_WAIT_POLICY=active (from the environment)"
     spin = receipt_runtime(CLEAN | {"GOMP_SPINCOUNT": "0"})
     assert spin["wait_policy"] == "GOMP_SPINCOUNT=0 (from the environment)"
+
+
+def test_kernel_threads_wait_adaptively_unless_the_environment_chose():
+    assert receipt_runtime()["kernel_wait"] == ("adaptive: idle kernel threads spin up to 200 us while the host is "
+                                                "quiet, sleep at once while it is contended (set by Power)")
+    chosen = receipt_runtime(CLEAN | {"POWER_KERNEL_WAIT": "sleep"})
+    assert chosen["kernel_wait"] == "sleep: idle kernel threads sleep at once (POWER_KERNEL_WAIT from the environment)"
+
+
+def test_an_unknown_kernel_wait_is_refused_before_the_load():
+    done = run_power(CLEAN | {"POWER_KERNEL_WAIT": "busy"})
+    assert done.returncode != 0
+    assert "PWR652" in done.stderr and "POWER_KERNEL_WAIT='busy'" in done.stderr, done.stderr[-3000:]
+    assert "sleep, spin, adaptive" in done.stderr
+
+
+def test_the_bundled_model_decodes_the_same_tokens_at_one_and_two_threads_under_every_kernel_wait():
+    """The kernel threads take chunks of a product in turn, so which thread computes a row changes with timing:
+    its result must not."""
+    def tokens(wait: str, threads: int) -> list[int]:
+        return receipt(CLEAN | {"POWER_KERNEL_WAIT": wait}, None, "--threads", str(threads), gguf=GEMMA,
+                       tokens=12)["token_ids"]
+
+    alone = tokens("sleep", 1)
+    assert len(alone) == 12
+    for wait in ("sleep", "spin", "adaptive"):
+        assert tokens(wait, 2) == alone, wait
 
 
 def test_the_policy_is_in_place_before_torch_loads_and_a_late_import_is_reported():

@@ -1,4 +1,5 @@
-"""The memory model on real headers: llama-server's slot semantics, the layer split, the reference arithmetic, verdicts."""
+"""The memory model on real headers: llama-server's slot semantics, the layer split, the
+reference arithmetic, verdicts."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
 from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server.placement import place_layers
+from power.orchestrator.engines.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.planning.compile import target_vocab
-from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
 
@@ -78,17 +79,19 @@ def test_sliding_cells_follow_the_window_per_stream_or_shared():
 def test_batches_are_clamped_and_outputs_reserved_per_slot_and_draft():
     clamped = gemma_on_cpu(ctx=1000, batch=4096, ubatch=4096)
     assert (clamped.slots.batch, clamped.slots.ubatch) == (1000, 1000)  # n_batch = min(the given -c, -b)
-    drafting = gemma_on_cpu(slots=4, draft_len=3)
+    drafting = gemma_on_cpu(slots=4, chain=("ngram",), ngram_draft_max=3)
     assert drafting.slots.outputs == 16
     assert parts(drafting)["output buffer"] == 4 * GEMMA_VOCAB * 4  # one row per sequence at load
     assert parts(drafting)["output buffer growth"] == 12 * GEMMA_VOCAB * 4  # to 16 rows on a full verification
-    assert gemma_on_cpu(slots=2, batch=5, draft_len=48).slots.outputs == 5  # never more than -b
+    assert gemma_on_cpu(slots=2, batch=5, chain=("ngram",), ngram_draft_max=48).slots.outputs == 5  # never more than -b
 
 
 @pytest.mark.parametrize("flash, expected", [(True, 23_875_616), (False, 54_276_128)])
 def test_compute_buffer_is_llamas_graph_reservation(flash, expected):
     """-c 4096 -np 1 -ub 512, to the byte (llama-server logs 22.7696 / 51.7617 MiB); the conformance test runs it."""
-    component = next(c for c in gemma_on_cpu(flash_attn=flash).devices[0].components if c.name == "target compute buffer")
+    component = next(
+        c for c in gemma_on_cpu(flash_attn=flash).devices[0].components if c.name == "target compute buffer"
+    )
     assert (component.bytes, component.basis) == (expected, "exact")
     assert ("kq" in component.detail) != flash
 
@@ -96,7 +99,8 @@ def test_compute_buffer_is_llamas_graph_reservation(flash, expected):
 def test_recurrent_rows_per_sequence_and_rollback_rows():
     hybrid = inspect_artifact(fixture("hybrid-target"))
     one = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300), CPU)
-    four = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300, slots=4, rs_snapshots=3), CPU)
+    four = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300, slots=4, chain=("mtp",), draft_max=3),
+                     CPU)
     assert parts(four)["recurrent state"] == parts(one)["recurrent state"] * 4 * (1 + 3)
 
 
@@ -350,8 +354,13 @@ def dspark_plan(tmp_path_factory):
     from power.orchestrator.planning.compile import compile_plan
 
     directory = tmp_path_factory.mktemp("dspark")
-    manifest = write_manifest(directory, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
-                              quant="Q6_K", architecture="qwen35")
+    manifest = write_manifest(
+        directory,
+        "qwen36-27b-q6k",
+        [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+        quant="Q6_K",
+        architecture="qwen35",
+    )
     return compile_plan(load_manifest(manifest), load_profile(REPO_PROFILES / "dspark-k10s6.toml"), host(24 * GiB),
                         engine="llama-server")
 
@@ -364,7 +373,8 @@ def test_dspark_k10s6_at_ctx_512_fits_24_gib_only_with_a_thin_margin(dspark_plan
     assert (plan.runtime.ctx, plan.runtime.batch, plan.speculation.rollback, memory.engine) == (512, 12, "guarded",
                                                                                               "llama-server")
     assert memory.verdict == "fits" and 0 < memory.margin_bytes < 1 * GiB
-    # The reference measurements (docs/reference.md) found a 23,847 MiB peak; the header-only target lacks 443 MiB of the real file's mixed quants.
+    # The reference measurements (docs/reference.md) found a 23,847 MiB peak; the header-only target lacks 443 MiB of
+    # the real file's mixed quants.
     assert 23_000 * MiB < memory.total_bytes < 23_847 * MiB
     (thin,) = [f for f in plan.findings if f.code == "PWR503"]
     assert "requires a quiet device" in thin.message
@@ -375,9 +385,9 @@ def test_every_component_of_the_dspark_plan_is_present(dspark_plan):
     plan, _ = dspark_plan
     (device,) = plan.memory.devices
     names = [c.name for c in device.components]
-    # the bundled profile asks for no CUDA graphs (docs/sizing.md), so no graph pool is charged
+    # the bundled profile asks for CUDA graphs, as the reference ran (docs/sizing.md): their pool is charged
     assert names == ["target weights", "target KV (global)", "recurrent state", "target compute buffer",
-                     "drafter weights", "drafter KV (global)", "drafter compute buffer", "CUDA context"]
+                     "drafter weights", "drafter KV (global)", "drafter compute buffer", "CUDA context", "CUDA graphs"]
     kv = {c.name: c for c in device.components}["target KV (global)"]
     # 16 attention layers of 64 (full_attention_interval 4): the 48 recurrent ones hold state, not KV.
     assert kv.bytes == 16 * 4 * (256 + 256) * 512 * 2 and "16 layers" in kv.detail
@@ -462,7 +472,8 @@ def test_the_hint_proposes_a_split_before_a_smaller_context(tmp_path):
 
 
 def test_size_command_table_json_and_exit_codes(tmp_path):
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "dspark", "fixture": "qwen36-27b-dspark"}], hashed=False)
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+                              hashed=False)
     profile = REPO_PROFILES / "dspark-k10s6.toml"
     runner = CliRunner()
     result = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--ctx", "262144",
@@ -487,8 +498,8 @@ def test_every_total_grows_with_the_context(a, b, s, slots, unified, cache, flas
     """The largest-context search assumes it: a longer context never needs less memory."""
     target, drafter = _qwen_headers()
     low, high = sorted((a, b))
-    request = Request(ctx=low, verify_rows=11, snapshots=s, rs_snapshots=s, slots=slots, kv_unified=unified,
-                      kv_cache_type=cache, flash_attn=flash, vocab=248_320)
+    request = Request(ctx=low, verify_rows=11, snapshots=s, chain=("mtp",), draft_max=s, slots=slots,
+                      kv_unified=unified, kv_cache_type=cache, flash_attn=flash, vocab=248_320)
     drafter = None if engine == "vllm" else drafter
     small = size_plan(engine, target, drafter, request, GPU)
     large = size_plan(engine, target, drafter, replace(request, ctx=high), GPU)
@@ -507,12 +518,22 @@ QWEN_PROFILES = ["balanced-k7s7", "guarded-k7s6", "q6k-peak-fr8192", "dspark-k10
 @pytest.mark.parametrize("profile", QWEN_PROFILES)
 def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_path, profile):
     """Each bundled Qwen3.6-27B profile, with its own KV type (f16), fits a 24 GiB GPU on Power's runtime: the target's
-    weights in their GGUF rows, the KV in f16, three recurrent states plus replay inputs; the learned drafters (MTP head,
-    DSpark, DFlash2, in their GGUF blocks) are host memory beside it."""
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
-                                                           {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}],
-                              hashed=False, quant="Q6_K", architecture="qwen35")
-    result = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / f"{profile}.toml"), "--device", "24GiB",
+    weights in their GGUF rows, the KV in f16, three recurrent states plus replay inputs; the learned drafters (MTP
+    head, DSpark, DFlash2, in their GGUF blocks) are host memory beside it."""
+    manifest = write_manifest(
+        tmp_path,
+        "qwen36-27b-q6k",
+        [
+            {"kind": "mtp"},
+            {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
+            {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"},
+        ],
+        hashed=False,
+        quant="Q6_K",
+        architecture="qwen35",
+    )
+    result = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / f"{profile}.toml"), "--device",
+                                       "24GiB",
                                        "--engine", "power", "--json"])
     assert result.exit_code == 0, result.output
     memory = json.loads(result.stdout)["memory"]
@@ -525,48 +546,61 @@ def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_p
         assert host["drafter weights"] < 2 * GiB  # 6.6 GiB dequantised to f32 before
 
 
-def test_cuda_graphs_asked_of_a_recurrent_target_are_named_at_plan_for_powers_runtime(tmp_path):
-    """Issue 40 (noticed): the bundled Qwen3.6-27B profiles set cuda_graphs = true, which Power's runtime refuses
-    for the qwen35 hybrid at load on a CUDA device (PWR607). The bundled profiles now ask for no graphs (each plans
-    above), and a profile that asks is told at plan, at its key (PWR651, a warning: on the CPU graphs do not apply);
-    llama-server, which captures the hybrid, takes them without a word."""
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}], hashed=False, quant="Q6_K",
-                              architecture="qwen35")
-    profile = tmp_path / "graphs.toml"
-    profile.write_text((REPO_PROFILES / "balanced-k7s7.toml").read_text().replace("cuda_graphs = false",
-                                                                                  "cuda_graphs = true"))
-    runner = CliRunner()
-    warned = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--engine", "power"])
-    assert warned.exit_code == 0, warned.output
-    assert f"{profile}:13:15: PWR651 [warning] engine power: runtime.cuda_graphs = true, but Power's runtime cannot " \
-           "capture the qwen35 target in CUDA graphs" in warned.stderr
-    for engine, host in (("llama-server", ["--device", "24GiB"]), ("power", ["--host", str(tmp_path / "cpu.toml")])):
-        (tmp_path / "cpu.toml").write_text('schema = "power.host/v1"\nname = "cpu"\ndevices = [{ model = "cpu", '
-                                           'vram = "64 GiB", kind = "cpu" }]\n')
-        quiet = runner.invoke(main, ["size", str(manifest), str(profile), *host, "--engine", engine])
-        assert quiet.exit_code == 0 and "PWR651" not in quiet.output, quiet.output
-    every_drafter = write_manifest(tmp_path, "qwen36-27b-q6k", [
+def test_cuda_graphs_stay_as_the_profile_says_and_only_powers_runtime_is_warned(tmp_path):
+    """Issue 40 (noticed), revisited: the bundled Qwen3.6-27B profiles ask for CUDA graphs, as their reference figures
+    ran on llama-server, which captures the qwen35 hybrid: llama-server takes them without a word (its render sets no
+    GGML_CUDA_DISABLE_GRAPHS, tests/test_render.py). Only Power's runtime, which refuses to capture the recurrent trunk
+    on a CUDA device at load (PWR607), is warned at plan, at the profile's key, with the fix (PWR651); on a CPU host
+    graphs do not apply and nothing is said."""
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [
         {"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
         {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}], name="all", hashed=False, quant="Q6_K",
         architecture="qwen35")
+    llama_server_runs = write_manifest(tmp_path, "qwen36-27b-q6k", [
+        {"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}], name="mtp-dspark", hashed=False,
+        quant="Q6_K", architecture="qwen35")  # llama-server has no DFlash2 type
+    cpu = tmp_path / "cpu.toml"
+    cpu.write_text(
+        'schema = "power.host/v1"\nname = "cpu"\ndevices = [{ model = "cpu", vram = "64 GiB", kind = "cpu" }]\n'
+    )
+    runner = CliRunner()
     for bundled in QWEN_PROFILES:
-        planned = runner.invoke(main, ["size", str(every_drafter), str(REPO_PROFILES / f"{bundled}.toml"), "--device",
-                                       "24GiB", "--engine", "power"])
-        assert planned.exit_code == 0 and "PWR651" not in planned.output, planned.output
+        profile = REPO_PROFILES / f"{bundled}.toml"
+        line = next(number for number, text in enumerate(profile.read_text().splitlines(), 1)
+                    if text.startswith("cuda_graphs = true"))
+        warned = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--engine", "power"])
+        assert warned.exit_code == 0, warned.output
+        assert f"{profile}:{line}:15: PWR651 [warning] engine power: runtime.cuda_graphs = true, but Power's runtime " \
+               "cannot capture the qwen35 target in CUDA graphs" in warned.stderr, warned.stderr
+        assert "set cuda_graphs = false in the profile's [runtime] to run it on Power's runtime" in warned.stderr
+        on_cpu = runner.invoke(main, ["size", str(manifest), str(profile), "--host", str(cpu), "--engine", "power"])
+        assert on_cpu.exit_code == 0 and "PWR651" not in on_cpu.output, on_cpu.output
+        if bundled != "dflash2":
+            on_llama_server = runner.invoke(main, ["size", str(llama_server_runs), str(profile), "--device", "24GiB",
+                                                   "--engine", "llama-server"])
+            assert on_llama_server.exit_code == 0 and "PWR651" not in on_llama_server.output, on_llama_server.output
 
 
 def test_the_dspark_reference_row_of_docs_sizing_is_what_the_profile_sizes_to(tmp_path):
     """Issue 40 (docs drift): docs/sizing.md's DSpark row showed an older 23,572 MiB. The row is the bundled
     dspark-k10s6 profile sized for llama-server on a 24 GiB device, as `power size` prints it now."""
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
-                              hashed=False, quant="Q6_K", architecture="qwen35")
+    manifest = write_manifest(
+        tmp_path,
+        "qwen36-27b-q6k",
+        [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+        hashed=False,
+        quant="Q6_K",
+        architecture="qwen35",
+    )
     sized = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / "dspark-k10s6.toml"), "--device",
                                       "24GiB", "--engine", "llama-server", "--json"])
     memory = json.loads(sized.stdout)["memory"]
     total, margin = memory["devices"][0]["total_bytes"], memory["margin_bytes"]
     row = next(line for line in (REPO / "docs" / "sizing.md").read_text().splitlines()
                if line.startswith("| DSpark K10/S6, ctx 512, batch 12, 24 GiB |"))
-    assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, row
+    assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, (
+        row
+    )
 
 
 def test_the_two_device_example_of_docs_sizing_runs_as_written(tmp_path):

@@ -132,6 +132,29 @@ def test_a_refusal_that_needs_no_model_comes_before_the_runtime_is_imported(plan
     assert not torch_imported
 
 
+@pytest.mark.parametrize("args, code", [
+    (("--device", "gpu0"), "PWR601"),
+    (("--api-key-file", "PLANS/missing-key"), "PWR606"),
+    (("--chat-template-file", "PLANS/bad.jinja"), "PWR605"),
+], ids=["unknown-device", "missing-key-file", "bad-template"])
+def test_a_serve_refusal_that_needs_no_model_leaves_its_port_free(plans, args, code):
+    """Issue 40 (noticed): `serve` bound its port, then checked --device; the refusal came with the port held. Every
+    refusal that needs no model is made before the socket is bound, so the port is free for the corrected command."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from power.app.cli import main
+    from power.app.live import free_port
+
+    port = free_port()
+    result = CliRunner().invoke(main, ["serve", str(plans / "plan.json"), "--port", str(port),
+                                       *(arg.replace("PLANS", str(plans)) for arg in args)])
+    assert result.exit_code == 2 and f"{code} [error]" in result.output, result.output
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))
+
+
 def test_a_bench_prompt_longer_than_the_context_is_refused_before_any_model_loads(plans):
     """The echo passage (~1.5k tokens) against a 512-position plan: counted with the target's tokenizer from its
     header, refused (PWR602) before `loading candidate`."""

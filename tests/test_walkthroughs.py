@@ -131,7 +131,9 @@ def test_the_llama_server_fleet_walkthrough_up_to_the_bench(lab):
 def test_the_plan_pages_first_command(tmp_path):
     """docs/plan.md opens with `power plan manifests/gemma3-270m.toml profiles/ngram.toml --host ... -o plan.json`."""
     page = (REPO / "docs" / "plan.md").read_text()
-    command = "power plan manifests/gemma3-270m.toml profiles/ngram.toml --host examples/hosts/rtx4090.toml -o plan.json"
+    command = (
+        "power plan manifests/gemma3-270m.toml profiles/ngram.toml --host examples/hosts/rtx4090.toml -o plan.json"
+    )
     assert command in page
     result = power(REPO, command.removeprefix("power ").replace("plan.json", str(tmp_path / "plan.json")))
     assert result.exit_code == 0, result.output

@@ -36,7 +36,7 @@ from power.artifacts.atomic import write_text_atomic
 from power.documents.evidence import BASELINE, CANDIDATE, MIN_RUNS, SCHEMA, Evidence
 from power.documents.plan import ResolvedPlan
 from power.documents.receipt import Receipt, acceptance_by_position, summed_positions
-from power.documents.verdicts import NOISE_BAND
+from power.documents.verdicts import pairs
 from power.runtime.sampling import SamplingParams
 
 WARMUP_SHAPE = "identity"
@@ -245,24 +245,39 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
     speculative_rounds = sum(r.speculative_rounds for r in receipts)
     rounds = sum(r.rounds for r in receipts)
     decoded = sum(max(0, len(r.token_ids) - 1) for r in receipts)
-    reached, hits = summed_positions(r.position_reached for r in receipts), summed_positions(r.position_accepted for r in receipts)
+    reached, hits = (
+        summed_positions(r.position_reached for r in receipts),
+        summed_positions(r.position_accepted for r in receipts),
+    )
     return {
         "requests": len(receipts),
         "decode_tok_s": statistics.median(rates),
-        "decode_tok_s_min": min(rates), "decode_tok_s_max": max(rates), "decode_tok_s_runs": rates,
-        "request_tok_s": statistics.median(request_rates), "request_tok_s_min": min(request_rates),
-        "request_tok_s_max": max(request_rates), "request_tok_s_runs": request_rates,
-        "ttft_s": statistics.median(ttfts), "ttft_s_min": min(ttfts), "ttft_s_max": max(ttfts),
+        "decode_tok_s_min": min(rates),
+        "decode_tok_s_max": max(rates),
+        "decode_tok_s_runs": rates,
+        "request_tok_s": statistics.median(request_rates),
+        "request_tok_s_min": min(request_rates),
+        "request_tok_s_max": max(request_rates),
+        "request_tok_s_runs": request_rates,
+        "ttft_s": statistics.median(ttfts),
+        "ttft_s_min": min(ttfts),
+        "ttft_s_max": max(ttfts),
         "prefill_tok_s": statistics.median(r.prefill_tok_s for r in receipts),
         "generated_tokens": statistics.median_low(len(r.token_ids) for r in receipts),
-        "rounds": rounds, "draft_n": proposed, "draft_n_accepted": accepted,
+        "rounds": rounds,
+        "draft_n": proposed,
+        "draft_n_accepted": accepted,
         "acceptance": accepted / proposed if proposed else 0.0,
         "mean_accepted_length": accepted / speculative_rounds if speculative_rounds else 0.0,
         "tokens_per_round": decoded / rounds if rounds else 0.0,
         "acceptance_by_position": acceptance_by_position(reached, hits),
-        "replays": sum(r.replays for r in receipts), "clamps": sum(r.clamps for r in receipts),
-        "fallbacks": sum(r.fallbacks for r in receipts), "governor_parks": sum(r.governor_parks for r in receipts),
-        "target_only_tok_s": statistics.median(plain) if (plain := [r.plain_tok_s for r in receipts if r.plain_tok_s]) else None,
+        "replays": sum(r.replays for r in receipts),
+        "clamps": sum(r.clamps for r in receipts),
+        "fallbacks": sum(r.fallbacks for r in receipts),
+        "governor_parks": sum(r.governor_parks for r in receipts),
+        "target_only_tok_s": statistics.median(plain)
+        if (plain := [r.plain_tok_s for r in receipts if r.plain_tok_s])
+        else None,
         "tokens_sha256": [r.tokens_sha256 for r in receipts],
         "text": receipts[0].text,
     }
@@ -286,8 +301,7 @@ def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]],
     if BASELINE not in receipts:
         return result | {"speedup": None, "request_speedup": None, "judged": {}, "verdict": "measured",
                          "verdict_reason": "no baseline (--vs) to compare with"}
-    judged = {figure: _judge(result[CANDIDATE], result[BASELINE], figure, paired=len(shape.prompts) > 1)
-              for figure in FIGURES}
+    judged = {figure: _judge(result[CANDIDATE], result[BASELINE], figure) for figure in FIGURES}
     verdict, reason = _verdict(result[CANDIDATE], result[BASELINE], first.mode, judged)
     divergences = divergences or []
     exactness = (EXACT if result["parity"] or shape.temperature != 0.0
@@ -310,9 +324,9 @@ def _lossy_reason(divergences: list[dict[str, Any]], margin: float) -> str:
         return "greedy outputs differ between the configurations: a correctness bug, whatever the speed"
     d = clear[0]
     gap = "beyond the target's top tokens" if d["margin"] is None else f"{d['margin']:.4f} nats apart"
-    return (f"greedy outputs differ at token {d['position']} (run {d['run'] + 1}): the baseline's {d['baseline_token']} "
-            f"and the candidate's {d['candidate_token']} are {gap} in the target's own distribution, beyond the "
-            f"near-tie margin {margin}: a correctness bug, whatever the speed")
+    return (f"greedy outputs differ at token {d['position']} (run {d['run'] + 1}): the baseline's "
+            f"{d['baseline_token']} and the candidate's {d['candidate_token']} are {gap} in the target's own "
+            f"distribution, beyond the near-tie margin {margin}: a correctness bug, whatever the speed")
 
 
 def divergences(candidate: list[Receipt], baseline: list[Receipt], shape: TrafficShape,
@@ -351,18 +365,15 @@ class Judgement:
     reason: str
 
 
-def _judge(candidate: dict[str, Any], baseline: dict[str, Any], figure: str, paired: bool) -> Judgement:
-    """`paired`: run r of both configurations sent the same request, and requests differ run to run (a natural
-    shape), so the speedup is the median of the runs' ratios and the verdict asks every pair to agree."""
+def _judge(candidate: dict[str, Any], baseline: dict[str, Any], figure: str) -> Judgement:
+    """The pairs' verdict (`power.documents.verdicts`): run r of both configurations sent the same request, one
+    right after the other."""
     if baseline[FIGURES[figure]] <= 0:
         return Judgement("no difference", None, f"{figure}: the baseline generated no tokens to rate")
-    speedup, apart, spread = (_paired if paired else _unpaired)(candidate, baseline, figure)
-    reason = f"{figure}: candidate {speedup:.2f}x the baseline's {spread}"
-    if speedup >= 1 + NOISE_BAND and apart:
-        return Judgement("faster", speedup, reason)
-    if speedup <= 1 - NOISE_BAND and apart:
-        return Judgement("slower", speedup, reason)
-    return Judgement("no difference", speedup, reason)
+    key = FIGURES[figure]
+    paired = pairs(candidate[f"{key}_runs"], baseline[f"{key}_runs"])
+    return Judgement(paired.verdict, paired.median,
+                     f"{figure}: candidate {paired.median:.2f}x the baseline's {figure} tok/s, {paired.describe()}")
 
 
 def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str,
@@ -371,8 +382,8 @@ def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str,
     reasons = "; ".join(judgement.reason for judgement in judged.values())
     runs = min(candidate["requests"], baseline["requests"])
     if runs < MIN_RUNS:
-        return "measured", (f"{reasons} over {runs} run(s): a verdict needs {MIN_RUNS} or more (--runs), since one "
-                            "run's range is a point")
+        return "measured", (f"{reasons} over {runs} run(s): a verdict needs {MIN_RUNS} or more (--runs), since "
+                            "fewer pairs give no bound on the median ratio")
     if mode != "none" and candidate["draft_n"] == 0:
         return "no difference", f"{reasons}; but it drafted nothing ({mode}): the difference is not its speculation's"
     verdicts = {figure: judgement.verdict for figure, judgement in judged.items()}
@@ -381,24 +392,6 @@ def _verdict(candidate: dict[str, Any], baseline: dict[str, Any], mode: str,
     if not_faster := [figure for figure, verdict in verdicts.items() if verdict != "faster"]:
         return "no difference", f"not faster on {' and '.join(not_faster)}: {reasons}"
     return "faster", reasons
-
-
-def _unpaired(candidate: dict[str, Any], baseline: dict[str, Any], figure: str) -> tuple[float, bool, str]:
-    """One request repeated: the ratio of the medians, and whether the min-max ranges are apart."""
-    key = FIGURES[figure]
-    speedup = candidate[key] / baseline[key]
-    apart = candidate[f"{key}_min"] > baseline[f"{key}_max"] or candidate[f"{key}_max"] < baseline[f"{key}_min"]
-    return speedup, apart, f"median {figure} tok/s; ranges {'do not overlap' if apart else 'overlap'}"
-
-
-def _paired(candidate: dict[str, Any], baseline: dict[str, Any], figure: str) -> tuple[float, bool, str]:
-    """A different request each run: the median of the per-request ratios, and whether every request agrees."""
-    key = FIGURES[figure]
-    ratios = [c / b for c, b in zip(candidate[f"{key}_runs"], baseline[f"{key}_runs"], strict=True) if b > 0]
-    faster = sum(ratio > 1 for ratio in ratios)
-    apart = faster in (0, len(ratios))
-    return statistics.median(ratios), apart, (f"{figure} tok/s, the median of {len(ratios)} paired requests; faster "
-                                              f"on {faster} of them")
 
 
 def _lossless(per_shape: dict[str, dict[str, Any]], labels: list[str]) -> dict[str, Any]:
@@ -427,15 +420,17 @@ def _proof(per_shape: dict[str, dict[str, Any]], greedy: dict[str, dict[str, Any
     if BASELINE not in labels:
         return proof | {"proven": False, "reason": "no baseline (--vs): nothing to compare the outputs with"}
     if mismatched:
-        return proof | {"proven": False, "reason": f"greedy outputs differ between the configurations on: {', '.join(mismatched)}"}
+        return proof | {"proven": False, "reason": "greedy outputs differ between the configurations on: "
+                                                   f"{', '.join(mismatched)}"}
     if identity is None:
         return proof | {"proven": False, "reason": "the identity shape did not run: add it to --shapes for the proof"}
     if vacuous:
         return proof | {"proven": False, "reason": f"the greedy outputs on {', '.join(vacuous)} are empty or shorter "
                         f"than {VACUOUS_TOKENS} tokens: identical outputs that say nothing prove nothing"}
     tokens = identity[CANDIDATE]["generated_tokens"]
-    return proof | {"proven": True, "reason": f"identity: both configurations emitted the same {tokens} tokens in every run; "
-                                              f"every shape at temperature 0 matched ({', '.join(greedy)})"}
+    return proof | {"proven": True, "reason": f"identity: both configurations emitted the same {tokens} "
+                                              "tokens in every run; every shape at temperature 0 matched "
+                                              f"({', '.join(greedy)})"}
 
 
 def _negative_control(per_shape: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA: Final = "power.evidence/v1"
 CANDIDATE, BASELINE = "candidate", "baseline"
-# Fewer paired runs than this per shape cannot tell a speedup from noise: one run's min-max range is a point.
+# Fewer paired runs than this per shape cannot tell a speedup from noise: fewer pairs give no bound on the median ratio.
 MIN_RUNS = 3
 # faster | slower | no difference | lossy | measured (no baseline, or too few runs for a verdict)
 Verdict = Literal["faster", "slower", "no difference", "lossy", "measured"]

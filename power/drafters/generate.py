@@ -27,6 +27,7 @@ from .progress import BudgetBar
 from .prompt_sets import MAX_CORPUS_BYTES, Prompt, json_line, read_input
 
 NO_LABEL = -1
+NOT_SCORED = -1  # the accepted drafts at a position whose round the text cannot score to the end
 FIELDS = ("tokens", "labels", "features")
 
 
@@ -35,6 +36,12 @@ class Example:
     tokens: torch.Tensor  # [T] int64
     labels: torch.Tensor  # [T] int64: the target's greedy next token after position t, or NO_LABEL
     features: torch.Tensor  # [T, taps * d] bfloat16 (Gemma's residuals overflow float16)
+
+    @property
+    def first_generated(self) -> int:
+        """The position of the first token the target wrote after the prompt, whose rows are unlabelled but the last
+        (the prompt's last row is labelled with that token): where serving lays its first round."""
+        return int((self.labels == NO_LABEL).sum()) + 1
 
     def plain(self) -> dict[str, torch.Tensor]:
         """The example as a table of tensors (what a resume file stores)."""
@@ -47,7 +54,12 @@ class Example:
         if not isinstance(row, dict) or not all(isinstance(row.get(name), torch.Tensor) for name in FIELDS):
             raise ValueError(f"a row is not a table of {', '.join(FIELDS)} tensors")
         tokens, labels, features = (row[name] for name in FIELDS)
-        if tokens.dtype != torch.int64 or labels.dtype != torch.int64 or tokens.dim() != 1 or labels.shape != tokens.shape:
+        if (
+            tokens.dtype != torch.int64
+            or labels.dtype != torch.int64
+            or tokens.dim() != 1
+            or labels.shape != tokens.shape
+        ):
             raise ValueError("a row's tokens and labels are not two int64 vectors of one length")
         if features.dtype != torch.bfloat16 or tuple(features.shape) != (len(tokens), width):
             raise ValueError(f"a row's features are not bfloat16 [{len(tokens)}, {width}]")

@@ -20,7 +20,8 @@ block's draft row `e` (1..bs-1) must say the target's greedy token after
 from `a` on (always, in self-generated text; in a corpus, where the text and the
 target agree). The loss is cross-entropy over the draft vocabulary
 (`power.drafters.vocabulary`; labels outside it cannot be drafted and are left out), weighted
-`decay ** (e - 1)`: an early position gates every later one. A held-back
+`decay ** (e - 1)`: an early position gates every later one; less the drafts the block accepts in
+expectation (`expected_accepted`), which weights each position by what it unlocks. A held-back
 block's drafts are accepted up to the first one that differs from the target
 (and, for DSpark, up to the first row under the confidence threshold); the
 Markov head is fed the target's tokens, which up to the first miss are the
@@ -43,7 +44,7 @@ from power.modes import DFLASH2, DSPARK
 from power.runtime.layers import apply_rope, gated_mlp, rms_norm, rope_tables, softcap
 from power.runtime.speculators.dflash import grouped_conv
 
-from .generate import NO_LABEL, Example
+from .generate import NO_LABEL, NOT_SCORED, Example
 
 WEIGHT_STD = 0.02
 
@@ -210,6 +211,7 @@ class BlockObjective:
     anchors_per_sequence: int = 8
     position_decay: float = 0.8
     confidence_weight: float = 0.2
+    acceptance_weight: float = 1.0
 
     @property
     def positions(self) -> int:
@@ -231,22 +233,31 @@ class BlockObjective:
             logits = net.markov_logits(marked[valid])
             right = (logits.argmax(-1) == target[valid]).float()
             confidence = F.binary_cross_entropy_with_logits(net.confidence_logit(marked[valid]), right)
-            return weighted_ce(logits, target[valid], weights) + self.confidence_weight * confidence
+            return self._drafts_loss(logits, target, valid, weights) + self.confidence_weight * confidence
         if net.kind == DFLASH2:
             unary = net.unary(rows[valid])
             walked = unary + net.transition(rows[valid], _predecessors(example, anchors, token_ids)[valid])
-            return weighted_ce(unary, target[valid], weights) + weighted_ce(walked, target[valid], weights)
-        return weighted_ce(rows[valid] @ net.head.T, target[valid], weights)
+            return weighted_ce(unary, target[valid], weights) + self._drafts_loss(walked, target, valid, weights)
+        return self._drafts_loss(rows[valid] @ net.head.T, target, valid, weights)
+
+    def _drafts_loss(self, logits: torch.Tensor, target: torch.Tensor, valid: torch.Tensor,
+                     weights: torch.Tensor) -> torch.Tensor:
+        """The drafts' position-weighted cross-entropy, less `acceptance_weight` x the drafts a block accepts in
+        expectation (`expected_accepted`): logits [n, N] of the valid rows of target [A, P] / valid [A, P]."""
+        expected = expected_accepted(logits, target[valid], valid)
+        return weighted_ce(logits, target[valid], weights) - self.acceptance_weight * expected
 
     def accepted(self, example: Example) -> torch.Tensor:
-        """Accepted drafts of every block the held-back text can score to the end."""
+        """Accepted drafts of the block at every anchor position, NOT_SCORED where the held-back text cannot score it
+        to the end."""
         net, hp = self.net, self.net.hp
         anchors = anchor_positions(example)
         token_ids, valid = block_targets(example, anchors, hp.block_size)
         whole = valid.all(dim=1)
         anchors, token_ids = anchors[whole], token_ids[whole]
+        accepted = torch.full((len(example.tokens),), NOT_SCORED, dtype=torch.long)
         if not len(anchors):
-            return torch.zeros(0, dtype=torch.long)
+            return accepted
         target = net.draft_labels(token_ids)
         rows = net.rows(example.features.float(), example.tokens, anchors)[:, 1:]
         if net.kind == DSPARK:
@@ -257,7 +268,8 @@ class BlockObjective:
             hit = net.selected(net.unary(rows), rows, _predecessors(example, anchors, token_ids)) == target
         else:
             hit = (rows @ net.head.T).argmax(-1) == target
-        return hit.int().cummin(dim=1).values.sum(dim=1)
+        accepted[anchors] = hit.long().cummin(dim=1).values.sum(dim=1)
+        return accepted
 
 
 def block_targets(example: Example, anchors: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -292,6 +304,19 @@ def weighted_ce(logits: torch.Tensor, target: torch.Tensor, weights: torch.Tenso
     if not len(target):
         return logits.sum() * 0.0
     return (F.cross_entropy(logits, target, reduction="none") * weights).sum() / weights.sum()
+
+
+def expected_accepted(logits: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The drafts a block accepts in expectation, averaged over the blocks, when draft e is right with the module's
+    probability p_e of the target's token: sum_e prod_{i<=e} p_i (the acceptance estimate's formula, soft and
+    differentiable). Its gradient weights position j's log-probability by sum_{e>=j} prod_{i<=e} p_i, what getting j
+    right is worth given the positions before it. logits [n, N] and target [n] are the valid rows of valid [A, P]; a
+    round ends at its first row that does not count (past the text's greedy path, or a label the draft vocabulary
+    lacks)."""
+    log_p = torch.zeros(valid.shape, dtype=torch.float32).masked_scatter(
+        valid, -F.cross_entropy(logits.float(), target, reduction="none"))
+    reaching = torch.exp(torch.cumsum(log_p, dim=1)) * valid.int().cummin(dim=1).values
+    return reaching.sum(dim=1).mean() if len(valid) else logits.sum() * 0.0
 
 
 def _attr(name: str) -> str:

@@ -1,4 +1,5 @@
-"""The Gemma 3 MTP head as a trainable torch module: the chain `power.runtime.speculators.mtp` runs, every position at once.
+"""The Gemma 3 MTP head as a trainable torch module: the chain `power.runtime.speculators.mtp`
+runs, every position at once.
 
 At inference (`MTPHead`) the head commits one row per landed token, pairing
 token t_p with the target's final residual h_{p-1}, and drafts a chain from an
@@ -29,7 +30,7 @@ from power.artifacts.contracts import gemma3_block_tensors, nextn_tensors
 from power.runtime.layers import Norm, attention, rms_norm, rope_rows
 from power.runtime.trunks.gemma3 import Gemma3LayerWeights, Gemma3Params, gemma3_layer, stacked_qk_norm
 
-from .generate import NO_LABEL, Example
+from .generate import NO_LABEL, NOT_SCORED, Example
 from .model import GGUFTensors, weighted_ce
 
 # follow(level, rows, normed rows) -> bool [n]: which rows' chains draft one more level
@@ -137,9 +138,10 @@ def chain_targets(example: Example, levels: int) -> tuple[torch.Tensor, torch.Te
 
 
 def chain_accepted(net: MTPHeadNet, example: Example, k: int) -> torch.Tensor:
-    """Accepted drafts of every chain of `k` the held-back text can score to the end, counted as verification
-    counts them: drafts accepted up to the first that differs from the target's token. A chain stops drafting at
-    its first miss, so only the rows of chains still alive run."""
+    """Accepted drafts [T] of the chain of `k` from every anchor position, counted as verification counts them:
+    drafts accepted up to the first that differs from the target's token; NOT_SCORED where the held-back text cannot
+    score the chain to the end. A chain stops drafting at its first miss, so only the rows of chains still alive
+    run."""
     token_ids, valid = chain_targets(example, k)
     labels = net.draft_labels(token_ids)
     anchors = torch.arange(max(0, len(labels) - k + 1))
@@ -156,13 +158,16 @@ def chain_accepted(net: MTPHeadNet, example: Example, k: int) -> torch.Tensor:
 
     if whole.any():
         net.chain(example.features.float(), example.tokens, k, follow)
-    return accepted[scored]
+    by_position = torch.full((len(example.tokens),), NOT_SCORED, dtype=torch.long)
+    by_position[1:][scored] = accepted[scored]  # row r drafts from the anchor at position r + 1
+    return by_position
 
 
 @dataclass
 class ChainObjective:
     """Every position of a sequence, `levels` chain steps deep, for `power.drafters.train.Trainer`: cross-entropy over
-    the draft vocabulary at every level's valid rows, level s weighted decay ** s; acceptance over chains of `positions`."""
+    the draft vocabulary at every level's valid rows, level s weighted decay ** s; acceptance over
+    chains of `positions`."""
 
     net: MTPHeadNet
     levels: int = 3

@@ -27,7 +27,7 @@ from power.runtime.speculators import registry
 from power.runtime.speculators.base import DraftContext, SpeculatorRequest
 from power.runtime.trunks import load_trunk
 
-from .generate import NO_LABEL, Example
+from .generate import Example
 
 
 @dataclass
@@ -65,7 +65,7 @@ def replay(target: Path, drafter: Path, kind: str, sequences: Sequence[Example],
     for example in sequences:
         if served.sequences and deadline is not None and time.monotonic() >= deadline:
             break
-        prompt = int((example.labels == NO_LABEL).sum()) + 1  # the prompt's last row is the first labelled one
+        prompt = example.first_generated
         text = example.tokens[:prompt].tolist() + example.labels[prompt - 1:].tolist()
         trunk.reset()
         hidden = trunk.prefill(text, taps=speculator.taps).hidden

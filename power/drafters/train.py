@@ -15,14 +15,14 @@ loop between steps.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
 from power.kernels.cpu.build import cpu_flags
 
-from .generate import Example
+from .generate import NOT_SCORED, Example
 from .model import GGUFTensors
 from .progress import BudgetBar
 
@@ -67,57 +67,111 @@ class Objective(Protocol):
         """The loss on one sequence (`generator`: any random choice it makes, so a run is deterministic)."""
 
     def accepted(self, example: Example) -> torch.Tensor:
-        """Accepted drafts [n] of each of the n rounds the held-back sequence can score to the end."""
+        """Accepted drafts [T] of a round anchored at each position of the held-back sequence, NOT_SCORED where the
+        text cannot score one to the end."""
 
 
 @dataclass
-class Curve:
-    """Acceptance on the held-back rounds: per draft position, conditional on the positions before it."""
+class Positions:
+    """Rounds' accepted drafts counted per draft position, conditional on the positions before it."""
 
-    reached: list[int] = field(default_factory=list)  # rounds whose drafts 1..e-1 were all accepted
-    accepted: list[int] = field(default_factory=list)  # ... and whose draft e was accepted too
-    blocks: int = 0
+    reached: list[int]  # rounds whose drafts 1..e-1 were all accepted
+    accepted: list[int]  # ... and whose draft e was accepted too
+    rounds: int = 0
 
     @classmethod
-    def empty(cls, positions: int) -> Curve:
-        return cls([0] * positions, [0] * positions, 0)
+    def empty(cls, positions: int) -> Positions:
+        return cls([0] * positions, [0] * positions)
 
     def add(self, accepted_length: torch.Tensor) -> None:
         for e in range(len(self.reached)):
             self.reached[e] += int((accepted_length >= e).sum())
             self.accepted[e] += int((accepted_length > e).sum())
-        self.blocks += len(accepted_length)
+        self.rounds += len(accepted_length)
 
     def per_position(self) -> list[float]:
         return [a / r if r else 0.0 for a, r in zip(self.accepted, self.reached, strict=True)]
 
     def mean_accepted(self, k: int) -> float:
         """Mean accepted drafts per round at width k."""
-        return sum(self.accepted[:k]) / self.blocks if self.blocks else 0.0
+        return sum(self.accepted[:k]) / self.rounds if self.rounds else 0.0
 
-    def estimate(self, k: int) -> float:
-        """Tokens a round of width k commits, from the per-position accuracies: 1 + sum_{j<=k} prod_{i<=j} acc_i,
-        acc_i the share of the rounds whose drafts 1..i-1 were all right that get draft i right too. Over the
-        rounds measured the product telescopes to the share of rounds that accept j drafts or more, so this is
-        1 + `mean_accepted(k)` on the held-back anchors (every anchor a round; `power.drafters.served` measures
-        the rounds serving lays)."""
+    def tokens_per_round(self, k: int) -> float:
+        """1 + sum_{j<=k} prod_{i<=j} acc_i, acc_i the share of the rounds whose drafts 1..i-1 were all right that
+        get draft i right too. Over the rounds counted the product telescopes to the share of rounds that accept j
+        drafts or more, so this is 1 + `mean_accepted(k)`: the formula, not an independence assumption."""
         total, reaching = 1.0, 1.0
         for accuracy in self.per_position()[:k]:
             reaching *= accuracy
             total += reaching
         return total
 
+
+def laid_rounds(accepted: torch.Tensor, first: int, k: int) -> torch.Tensor:
+    """The rounds serving lays at width k over one sequence, as `power.drafters.served` replays them: the first
+    anchored at position `first`, each accepting min(accepted[anchor], k) drafts and the next anchored after those and
+    the target's own token (`accepted` [T]: the drafts a round anchored at each position accepts, NOT_SCORED where the
+    text cannot score one: such an anchor is stepped over)."""
+    rounds, anchor, at = [], first, accepted.tolist()
+    while anchor < len(at):
+        if at[anchor] == NOT_SCORED:
+            anchor += 1
+            continue
+        rounds.append(min(at[anchor], k))
+        anchor += rounds[-1] + 1
+    return torch.tensor(rounds, dtype=torch.long)
+
+
+@dataclass
+class Curve:
+    """Acceptance on held-back text: per draft position over every anchor (each one a round), and per width K over
+    the rounds serving lays (`laid_rounds`), whose tokens per round is the acceptance estimate."""
+
+    anchors: Positions
+    laid: dict[int, Positions]
+
+    @classmethod
+    def empty(cls, positions: int) -> Curve:
+        return cls(Positions.empty(positions), {k: Positions.empty(k) for k in range(1, positions + 1)})
+
+    def add(self, accepted: torch.Tensor, first: int) -> None:
+        """One sequence's accepted drafts per anchor position (`Objective.accepted`), serving's first round at
+        `first`."""
+        self.anchors.add(accepted[accepted != NOT_SCORED])
+        for k, counts in self.laid.items():
+            counts.add(laid_rounds(accepted, first, k))
+
+    def per_position(self) -> list[float]:
+        return self.anchors.per_position()
+
+    def mean_accepted(self, k: int) -> float:
+        """Mean accepted drafts per anchor at width k."""
+        return self.anchors.mean_accepted(k)
+
+    def estimate(self, k: int) -> float:
+        """Tokens a round of width k commits, from the per-position accuracies over the rounds serving lays at k.
+        Every anchor's mean usually runs above it: a stretch the drafter gets right counts once per position in it,
+        where serving crosses it in a few long rounds."""
+        return self.laid[k].tokens_per_round(k)
+
     def to_json(self) -> dict[str, Any]:
-        widths = range(1, len(self.reached) + 1)
-        return {"blocks": self.blocks, "per_position": [round(p, 4) for p in self.per_position()],
+        widths = range(1, len(self.anchors.reached) + 1)
+        return {"blocks": self.anchors.rounds, "per_position": [round(p, 4) for p in self.per_position()],
                 "mean_accepted": {str(k): round(self.mean_accepted(k), 4) for k in widths},
-                "estimate": {str(k): round(self.estimate(k), 4) for k in widths}}
+                "estimate": {str(k): round(self.estimate(k), 4) for k in widths},
+                "estimate_rounds": {str(k): self.laid[k].rounds for k in widths}}
 
 
 class Trainer:
     def __init__(self, objective: Objective, settings: TrainSettings, train: Sequence[Example],
                  held: Sequence[Example], k: int) -> None:
-        self.objective, self.settings, self.train_set, self.held, self.k = objective, settings, list(train), list(held), k
+        self.objective, self.settings, self.train_set, self.held, self.k = (
+            objective,
+            settings,
+            list(train),
+            list(held),
+            k,
+        )
         self.net = objective.net
         self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=settings.learning_rate, weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(settings.seed)
@@ -192,7 +246,7 @@ class Trainer:
     def curve(self, examples: Sequence[Example] | None = None) -> Curve:
         curve = Curve.empty(self.objective.positions)
         for example in examples if examples is not None else self.held:
-            curve.add(self.objective.accepted(example))
+            curve.add(self.objective.accepted(example), example.first_generated)
         return curve
 
     def _evaluate(self) -> None:

@@ -151,6 +151,7 @@ class Engine:
     def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
         self.threads_why = _set_threads(options.threads)
+        self.kernel_wait = threads.kernel_wait()  # refused (PWR652) before the load when the environment's is unknown
         self.workload, self.options = workload, options
         runtime = workload.runtime
         self.slots = _slots(runtime)
@@ -300,8 +301,10 @@ class Engine:
             prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
-            governor_parks=stats.governor_parks, plain_tok_s=stats.plain_tok_s, position_reached=list(stats.position_reached),
-            position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
+            governor_parks=stats.governor_parks, plain_tok_s=stats.plain_tok_s,
+            position_reached=list(stats.position_reached),
+            position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s,
+            decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
                      # the element type the attention caches hold their rows in (the plan's kv_cache_type)
@@ -315,6 +318,7 @@ class Engine:
                      # why that many (the affinity's CPUs, the cgroup quota, or --threads) and how idle
                      # kernel threads wait (power.threads)
                      "threads_why": self.threads_why, "wait_policy": threads.settle_wait_policy().describe(),
+                     "kernel_wait": self.kernel_wait.describe(),
                      "n_ctx": runtime.ctx, "slots": self.slots,
                      "slot_ctx": self.n_ctx, "verify_capacity": runtime.verify_capacity,
                      "prefill_chunk": self.trunk.options.prefill_chunk,

@@ -47,8 +47,8 @@ WRITES_ENV = tuple(name for name, engine in ADAPTERS.items() if engine.env_targe
 @click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
               help="Tokens per request (the identity shape stops at 16).")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
-              help="The echo passage's size in (Gemma-like) tokens (default: ~1.5k, docs/reference.md, 1536); prose filler is "
-              "2/3 of it.")
+              help="The echo passage's size in (Gemma-like) tokens (default: ~1.5k, docs/reference.md, "
+              "1536); prose filler is 2/3 of it.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="SETTING=V1,V2,...",
               help="Run variants of PLAN in the same run: k=3,5,7 (draft depth), window=2/7,48/64 (n-gram draft "
               "lengths), ngram_match=4,24 ...; several --sweep combine. The winner becomes the evidence.")
@@ -118,7 +118,8 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
         # Every refusal that needs no model before the runtime's stack is imported: a missing engine binary (PWR470),
         # an edited baseline plan, a bad sweep.
         binary = live.engine_binary(engine, engine_binary) if engine in LIVE_ENGINES else None
-        measured_against = [(BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline is not None else []
+        measured_against = [(BASELINE, baseline, located(load_plan(baseline), baseline,
+                                                         root))] if baseline is not None else []
         candidates = [(CANDIDATE, plan, candidate_plan)]
         if sweeps:
             folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
@@ -165,10 +166,17 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
                                start=not placed.sequential)
             if placed.sequential:
                 measurements = harness.run_in_turns(
-                    configs, traffic, runs, progress, bring_up=lambda c: _bring_up(servers[c.label], c.label, lifecycle),
-                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle), watch=watch,
+                    configs,
+                    traffic,
+                    runs,
+                    progress,
+                    bring_up=lambda c: _bring_up(servers[c.label], c.label, lifecycle),
+                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle),
+                    watch=watch,
                     during_turn=(lambda c, run: loaded.extend(concurrency.in_turn(c, run, traffic, levels, progress)))
-                    if levels != [1] else None)
+                    if levels != [1]
+                    else None,
+                )
             else:
                 measurements = harness.run_protocol(configs, traffic, runs, progress, watch)
                 if levels != [1]:

@@ -38,8 +38,9 @@ F32, F16 and BF16 matrices: the weights widen exactly to float32 and the result 
 
 Nothing in these steps looks at another row, and the order is fixed per (row, output), so a row's result is
 the same bits whatever the number of rows in the call, and whichever path computes it. The kernels
-(csrc/qmatmul.cpp) parallelise over tiles of 16 output rows with torch's intra-op threads, never over the
-sum, quantise the activations once per call, and read each weight block once for up to 16 rows.
+(csrc/qmatmul.cpp) parallelise over tiles of 16 output rows on Power's kernel threads (csrc/pool.cpp, as many as
+torch's intra-op threads), never over the sum, quantise the activations once per call, and read each weight
+block once for up to 16 rows.
 
 The amx path (csrc/amx.h) is the avx512vnni build plus AMX int8 tile products for the integer sums of step 2,
 taken for a call of at least 3 (Q8_0), 5 (Q4_0, Q5_0, Q6_K) or 8 (Q4_K, Q5_K) rows that reads at least

@@ -5,7 +5,7 @@ the models `power bench` writes it through.
 
 Only what the gates need is read: which plans were compared, on which engine
 (and build), whether their greedy outputs were proven identical, and per traffic shape the paired decode
-and request-wide rates, the bench's speedups and verdicts, output parity, and the candidate's
+and request-wide runs, the bench's speedups and verdicts, output parity, and the candidate's
 request, replay and fallback counts. A file that is not readable
 evidence comes back as a PWR071 finding, never an exception.
 """
@@ -37,8 +37,10 @@ class GatedShape:
     request_candidate_tok_s: float
     request_baseline_tok_s: float
     request_speedup: float
-    # faster | slower | no difference | lossy | measured (docs/bench.md: faster = >= 5 % and ranges apart, on
-    # decode and request-wide both; `judged` holds each figure's own verdict)
+    # each figure's paired runs, (candidate's, incumbent's) tok/s, run r of both on the same request
+    runs: dict[str, tuple[list[float], list[float]]]
+    # faster | slower | no difference | lossy | measured (docs/bench.md: faster = the pairs' median ratio >= 5 %
+    # with the bound on it above 1, on decode and request-wide both; `judged` holds each figure's own verdict)
     verdict: str
     judged: dict[str, str]
     # exact | near-tie | lossy, and each divergence's margin in nats (None: it could not be told)
@@ -114,6 +116,8 @@ def _shape(name: str, result: ShapeResult) -> GatedShape:
         shape=name, candidate_tok_s=result.candidate.decode_tok_s, baseline_tok_s=result.baseline.decode_tok_s,
         speedup=result.speedup or 0.0, request_candidate_tok_s=result.candidate.request_tok_s,
         request_baseline_tok_s=result.baseline.request_tok_s, request_speedup=result.request_speedup or 0.0,
+        runs={"decode": (result.candidate.decode_tok_s_runs, result.baseline.decode_tok_s_runs),
+              "request-wide": (result.candidate.request_tok_s_runs, result.baseline.request_tok_s_runs)},
         verdict=result.verdict, judged=dict(result.judged), parity=result.parity, exactness=result.exactness,
         margins=[d.margin for d in result.divergences],
         replays=result.candidate.replays, fallbacks=result.candidate.fallbacks, requests=result.candidate.requests)

@@ -7,8 +7,8 @@ changes. `advance` applies the next stage only when, for every
 (candidate, incumbent) pair in it, an evidence file (docs/bench.md) shows:
 greedy losslessness proven; on every traffic shape those deployments serve,
 identical outputs and the bench's verdict "faster" on decode and request-wide
-tok/s both (>= 5 % with the min-max ranges apart); no fallbacks, and no replays unless the candidate is the
-guarded K/S path (S < K: at most one exact replay per request); and measured on
+tok/s both (the paired runs' median ratio >= 1.05, the bound on it above 1); no fallbacks, and no replays unless the
+candidate is the guarded K/S path (S < K: at most one exact replay per request); and measured on
 the engine those deployments run (the fleet's `engine`: Power's runtime, or a live
 llama-server / vLLM launched from the render): evidence from another engine is
 refused at the deployment (PWR077). `rollback` restores every
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from power.artifacts.bounded_reader import MAX_TOML_BYTES, DocumentError, read_bytes
-from power.documents.verdicts import NOISE_BAND
+from power.documents.verdicts import NOISE_BAND, pairs
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.fleet.evidence import Evidence, GatedShape, read_evidence
 from power.orchestrator.fleet.lock import FleetLock, LockConflict, read_lock, write_lock
@@ -53,7 +53,7 @@ from power.orchestrator.inputs.schema import Fleet
 from power.orchestrator.planning.plan_memo import PlanMemo
 
 IN_PROGRESS, COMPLETE, ROLLED_BACK = "in-progress", "complete", "rolled-back"
-# Fewer paired runs than this per shape cannot separate a speedup from noise (one run's min-max range is a point).
+# Fewer paired runs than this per shape give no bound on the median ratio: no speedup told from noise.
 MIN_RUNS = 3
 CANARY_LABEL = ("rollout", "canary")
 
@@ -285,12 +285,14 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str, exactness:
         elif result.verdict != "faster":
             findings.append(_gate_finding(
                 "PWR073", evidence, f"on {shape!r} the bench's verdict is {result.verdict!r}: {_figures(result)}; a "
-                "stage needs 'faster' on decode and request-wide both (>= 5 % with the min-max ranges apart)",
+                f"stage needs 'faster' on decode and request-wide both (the paired runs' median ratio >= "
+                f"{1 + NOISE_BAND:.2f}x, the bound on it above 1)",
                 _not_faster_hint(result)))
         elif untrusted := _untrusted(result):
             findings.append(_gate_finding(
                 "PWR073", evidence, f"on {shape!r} the evidence says 'faster' but {untrusted}: the gate trusts the "
-                f"numbers, which need >= {1 + NOISE_BAND:.2f}x on decode and request-wide", "rerun `power bench`; "
+                f"runs, which need >= {1 + NOISE_BAND:.2f}x with the bound above 1 on decode and request-wide",
+                "rerun `power bench`; "
                 "evidence is never edited by hand"))
         allowed_replays = result.requests if rollback_policy == "guarded" else 0
         if result.fallbacks > 0 or result.replays > allowed_replays:
@@ -347,31 +349,25 @@ def _figures(result: GatedShape) -> str:
 
 
 def _not_faster_hint(result: GatedShape) -> str:
-    """What to do, by the cause: medians clear of the noise band whose runs' ranges overlap are a measurement too
-    noisy to call, not a plan to tune; a median inside the band (or below it) is the plan's."""
+    """What to do, by the cause: a median clear of the noise band whose pairs disagree (the bound on it reaches 1)
+    is a measurement too noisy to call, not a plan to tune; a median inside the band (or below it) is the plan's."""
     medians = [speedup for figure, (_, _, speedup) in _rates(result).items() if result.judged.get(figure) != "faster"]
     if result.verdict == "no difference" and medians and all(m >= 1 + NOISE_BAND for m in medians):
-        return (f"the medians are a clear win ({', '.join(f'{m:.2f}x' for m in medians)}) but the runs' ranges "
-                "overlap: measure again with more runs (--runs 5 or more) or on a quieter host")
+        return (f"the medians are a clear win ({', '.join(f'{m:.2f}x' for m in medians)}) but the pairs disagree "
+                "(the bound on the median ratio is not above 1): measure again with more runs (--runs 6 or more) or "
+                "on a quieter host")
     return "keep the incumbent for this traffic, or tune K/S for it and measure again"
 
 
 def _untrusted(result: GatedShape) -> str | None:
-    """Where the evidence's own rates do not give the speedup it states, or give less than the noise band."""
-    for figure, (candidate, baseline, stated) in _rates(result).items():
-        own = _own_speedup(candidate, baseline)
-        if own is None or own < 1 + NOISE_BAND or not math.isclose(own, stated, rel_tol=1e-3):
-            shown = "no rate" if own is None else f"{own:.3f}x"
-            return (f"its own {figure} rates ({candidate:.2f} vs {baseline:.2f} tok/s) give {shown}, and it states "
+    """Where the evidence's own paired runs do not give the speedup it states, or no 'faster' verdict."""
+    for figure, (candidate, baseline) in result.runs.items():
+        stated = _rates(result)[figure][2]
+        own = pairs(candidate, baseline)
+        if own.verdict != "faster" or not math.isclose(own.median, stated, rel_tol=1e-3):
+            return (f"its own {figure} runs give {own.median:.3f}x ({own.describe()}), and it states "
                     f"{stated:.3f}x")
     return None
-
-
-def _own_speedup(candidate: float, baseline: float) -> float | None:
-    """The candidate's median rate over the incumbent's, from the evidence's own numbers (None: no baseline rate)."""
-    if not (math.isfinite(baseline) and baseline > 0 and math.isfinite(candidate)):
-        return None
-    return candidate / baseline
 
 
 def _candidates(review: FleetReview, fleet: Fleet, selected: list[DeploymentReview], profile_path: Path,

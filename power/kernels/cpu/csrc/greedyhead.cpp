@@ -4,12 +4,12 @@
 // path (simd.h), compiled with -ffp-contract=off so that every path computes the reference's bits.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <tuple>
 
+#include "pool.h"
 #include "simd.h"
 
 namespace {
@@ -186,7 +186,7 @@ std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor compact, at::Tensor ti
     const Rows rows{q.data_ptr<int8_t>(), d.data_ptr<float>(), sum.data_ptr<int32_t>(), norm.data_ptr<float>(),
                     exact.data_ptr<uint8_t>(), in, nb, n, p.data_ptr<float>(), bound.data_ptr<float>(), n_tiles * 16};
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / (nb * kCompactBlock));
-    at::parallel_for(0, n_tiles, grain, [&](int64_t begin, int64_t end) {
+    power_pool::parallel_for(n_tiles, grain, [&](int64_t begin, int64_t end) {
         // Every chunk of rows through a group of tiles before the next group: the group stays in cache.
         for (int64_t first = begin; first < end; first += kGroupTiles) {
             const int64_t last = std::min(end, first + kGroupTiles);

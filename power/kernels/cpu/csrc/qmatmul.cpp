@@ -3,13 +3,13 @@
 // path (simd.h); compiled with -ffp-contract=off so that every path rounds exactly as the torch reference does.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
+#include "pool.h"
 #include "simd.h"
 #ifdef POWER_PATH_AMX
 #include "amx.h"
@@ -599,7 +599,7 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
 #endif
     const Call call{packed.data_ptr<uint8_t>(), tp, tile_bytes, info.act_block ? nb : in, act, x.data_ptr<float>(), in, n};
     float* op = out.data_ptr<float>();
-    at::parallel_for(0, nt, grain, [&](int64_t begin, int64_t end) {
+    power_pool::parallel_for(nt, grain, [&](int64_t begin, int64_t end) {
         // A group's results go to a local block first: rows of the output lie 4 * out bytes apart, and storing
         // the rows of one tile straight there would put every store in the same cache set.
         float local[kLocalRows][kGroupTiles * 16];
@@ -721,7 +721,7 @@ at::Tensor rows(int64_t kind, at::Tensor packed, int64_t in, at::Tensor rows, at
     float* op = out.data_ptr<float>();
     const uint8_t* base = packed.data_ptr<uint8_t>();
     const int64_t* lanes = lane_bytes.data_ptr<int64_t>();
-    at::parallel_for(0, k, 16, [&](int64_t begin, int64_t end) {
+    power_pool::parallel_for(k, 16, [&](int64_t begin, int64_t end) {
         uint8_t block[256];
         for (int64_t i = begin; i < end; ++i) {
             const uint8_t* tile = base + rp[i] / 16 * tile_bytes;

@@ -7,7 +7,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
@@ -16,6 +15,8 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "pool.h"
 
 namespace {
 
@@ -188,7 +189,7 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
     const int64_t work = std::max<int64_t>(1, (pp[n - 1] + 1) * (hd + hdv) * group);
     // One task per row and KV head: each key and value row is read once for the group's query heads (every head's
     // own arithmetic is the same sequence as alone; only the heads' loops are interleaved).
-    at::parallel_for(0, n * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
+    power_pool::parallel_for(n * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
         std::vector<float> e;  // [group, readable slots]: the scores, then the weights
         std::vector<float> peak(group), total(group), key_row(hd), value_row(hdv);
         for (int64_t task = begin; task < end; ++task) {
