@@ -68,8 +68,8 @@ def evidence_for_every_pair(lock_path: Path, folder: Path, fleet: str = "inferen
 
 @pytest.fixture(scope="module")
 def rolled_out(tmp_path_factory) -> tuple[Path, Path]:
-    """The example fleet rendered, then its rollout of n-gram K7 (over the incumbent K5: on echo traffic the longer
-    drafts pay, issue 40.3) advanced through every stage: (tree, lock)."""
+    """The example fleet rendered, then its rollout of n-gram K7 (over the incumbent target alone: on echo traffic
+    the drafts pay, issue 40.3) advanced through every stage: (tree, lock)."""
     tmp = tmp_path_factory.mktemp("example")
     tree, lock = tmp / "k8s", tmp / "fleet.lock"
     assert run("fleet", "review", EXAMPLE, "--lock", lock, "--write-lock").exit_code == 0
@@ -179,7 +179,7 @@ def test_the_example_carries_the_plan_the_review_compiled(rolled_out) -> None:
     config_map = yaml.safe_load((tree / "base" / "a100-gemma3-270m" / "plan.yaml").read_text())
     carried = json.loads(config_map["data"][PLAN_FILE])
     assert carried["digest"] == lock.rollout["previous"]["a100/gemma3-270m"]["plan_digest"]
-    assert carried["sources"]["profile"]["path"] == "profiles/ngram-k5.toml"
+    assert carried["sources"]["profile"]["path"] == "profiles/target-only.toml"
     assert config_map["immutable"] is True
 
 
