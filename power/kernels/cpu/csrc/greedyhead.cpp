@@ -49,21 +49,10 @@ inline void add_term(F scale, V s, F& p, F& mag) {
 template <int NR>
 void exact_block(const uint8_t* qb, F dw, int64_t b, const Chunk<NR>& a, F* p, F* mag) {
     V w[8];
-#ifdef POWER_SIGNED_Q8
-    for (int g = 0; g < 8; ++g) w[g] = load64(qb + 32 + 64 * g);
-#else
-    for (int g = 0; g < 8; ++g) w[g] = load64(qb + 32 + 64 * g) ^ splat((int32_t)0x80808080);
-#endif
+    load_q8_0(qb, w);
     for (int r = 0; r < NR; ++r) {
         if (!a.exact[r][b]) continue;
-        const int8_t* q = a.q[r] + 32 * b;
-        V s = zero();
-#ifdef POWER_SIGNED_Q8
-        for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
-#else
-        for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
-        s = s - splat(128 * a.sum[r][b]);
-#endif
+        const V s = q8_0_sum(w, a.q[r] + 32 * b, a.sum[r][b]);
         add_term(dw * fsplat(a.d[r][b]), s, p[r], mag[r]);
     }
 }

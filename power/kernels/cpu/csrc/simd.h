@@ -191,3 +191,25 @@ static inline V x4(const int8_t* p) {
     return splat(v);
 }
 static const V kLow4 = splat(0x0F0F0F0F);
+
+// A Q8_0 block's signed weights for 16 rows (the tile layout's 8 groups of 4 bytes at p + 32), as q8_0_sum takes
+// them: biased by 128 where u8 x s8 products are summed, as stored for the sign trick (POWER_SIGNED_Q8).
+static inline void load_q8_0(const uint8_t* p, V* w) {
+#ifdef POWER_SIGNED_Q8
+    for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g);
+#else
+    for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g) ^ splat((int32_t)0x80808080);
+#endif
+}
+
+// The exact int32 sum of those weights times 32 activation levels q, whose own sum is `total`.
+static inline V q8_0_sum(const V* w, const int8_t* q, [[maybe_unused]] int32_t total) {
+    V s = zero();
+#ifdef POWER_SIGNED_Q8
+    for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
+    return s;
+#else
+    for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
+    return s - splat(128 * total);
+#endif
+}
