@@ -33,6 +33,7 @@ from power.documents.geometry import runtime_geometry
 from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
 from power.documents.receipt import Receipt
 from power.kernels.cpu.cache import KernelError
+from power.kernels.cpu.waits import kernel_wait
 from power.runtime import heap
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.devices import NO_CUDA_HINT, cuda_index
@@ -151,7 +152,10 @@ class Engine:
     def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
         self.threads_why = _set_threads(options.threads)
-        self.kernel_wait = threads.kernel_wait()  # refused (PWR652) before the load when the environment's is unknown
+        try:
+            self.kernel_wait = kernel_wait()
+        except KernelError as error:  # PWR652, before the load: the environment names no wait
+            raise kernel_refusal(error) from error
         self.workload, self.options = workload, options
         runtime = workload.runtime
         self.slots = _slots(runtime)
