@@ -68,12 +68,8 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         refuse(err, at=plan)
     refuse_unusable_device(device)
 
-    import uvicorn
-
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.workload import Workload
     from power.serving.access import Access
-    from power.serving.limits import ServerLimits, http_protocol
-    from power.serving.server import create_app
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
@@ -81,6 +77,12 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
         listening = listen(host, port)  # last: a refusal that needs no model leaves the port free
     except PowerError as err:
         refuse(err, at=plan)
+
+    import uvicorn
+
+    from power.runtime.engine import Engine, EngineOptions
+    from power.serving.limits import ServerLimits, http_protocol
+    from power.serving.server import create_app
     options = EngineOptions(device=device, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
