@@ -1,12 +1,12 @@
 """The instruction paths of the CPU kernels: which this CPU has, and one compiled extension per path.
 
-Each path is a build of `csrc/qmatmul.cpp` (the products), `csrc/rowops.cpp` (norm, rope, attention) and
-`csrc/pool.cpp` (the threads they run on, waiting as `power.threads.kernel_wait` says) with its own `-m` flags, compiled
-with `torch.utils.cpp_extension.load` into the kernel cache (`power.kernels.cpu.cache`: built atomically under a lock,
-loaded only after its digest, owner and mode are checked), keyed by a hash of the sources, the flags and the torch
-version. `power kernels build` (and `scripts/bootstrap`) builds ahead of time; a first use that finds no build compiles
-it then, saying so. The amx path also needs Linux's leave to use AMX tile data, asked for (once per process)
-when the paths are listed.
+Each path is a build of `csrc/qmatmul.cpp` (the products), `csrc/rowops.cpp` (norm, rope, attention),
+`csrc/pool.cpp` (the threads they run on, waiting as `power.threads.kernel_wait` says) and `csrc/greedyhead.cpp` (the
+greedy head's cheap pass) with its own `-m` flags, compiled with `torch.utils.cpp_extension.load` into the kernel cache
+(`power.kernels.cpu.cache`: built atomically under a lock, loaded only after its digest, owner and mode are checked),
+keyed by a hash of the sources, the flags and the torch version. `power kernels build` (and `scripts/bootstrap`) builds
+ahead of time; a first use that finds no build compiles it then, saying so. The amx path also needs Linux's leave to
+use AMX tile data, asked for (once per process) when the paths are listed.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from power import threads
 from power.kernels.cpu import cache
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "simd.h", "amx.h", "pool.h")
-COMPILED = SOURCES[:3]  # the headers are included
+COMPILED = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "greedyhead.cpp")
+SOURCES = (*COMPILED, "simd.h", "amx.h", "pool.h")  # the headers are included
 ENV_PATH = "POWER_CPU_PATH"
 
 

@@ -37,13 +37,6 @@ struct Chunk {
     int tile_row[NR];
 };
 
-inline V x4(const int8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return splat(v);
-}
-
-const V kLow4 = splat(0x0F0F0F0F);
 const V kBit4 = splat(0x10101010);
 
 // Bit `bit` of every byte of h, moved to bit 4 (the fifth bit of a Q5 weight).
