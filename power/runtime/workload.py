@@ -1,6 +1,5 @@
 """What the engine runs (`Workload`): a plan's own sections and where its artifacts lie, read without torch, so a
-command refuses a plan whose artifacts are missing before the runtime's stack loads (`power serve` binds its port
-only after that)."""
+command refuses a plan whose artifacts are missing before the runtime's stack loads."""
 
 from __future__ import annotations
 

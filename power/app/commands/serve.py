@@ -87,6 +87,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     from power.runtime.engine import Engine, EngineOptions
     from power.serving.limits import ServerLimits, http_protocol
     from power.serving.server import create_app
+
     options = EngineOptions(device=device, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
