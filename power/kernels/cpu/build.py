@@ -1,7 +1,7 @@
 """The instruction paths of the CPU kernels: which this CPU has, and one compiled extension per path.
 
 Each path is a build of `csrc/qmatmul.cpp` (the products), `csrc/rowops.cpp` (norm, rope, attention),
-`csrc/pool.cpp` (the threads they run on, waiting as `power.threads.kernel_wait` says) and `csrc/greedyhead.cpp` (the
+`csrc/pool.cpp` (the threads they run on, waiting as `waits.kernel_wait` says) and `csrc/greedyhead.cpp` (the
 greedy head's cheap pass) with its own `-m` flags, compiled with `torch.utils.cpp_extension.load` into the kernel cache
 (`power.kernels.cpu.cache`: built atomically under a lock, loaded only after its digest, owner and mode are checked),
 keyed by a hash of the sources, the flags and the torch version. `power kernels build` (and `scripts/bootstrap`) builds
@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from power import threads
 from power.kernels.cpu import cache
+from power.kernels.cpu.waits import KERNEL_SPIN_US, KERNEL_WAITS, KernelWait, kernel_wait
 
 CSRC = Path(__file__).parent / "csrc"
 COMPILED = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "greedyhead.cpp")
@@ -184,18 +184,18 @@ def extension(name: str) -> Any:
     cache.load(name, key, namespace, torch.ops.load_library)
     _register_shapes(namespace)
     ops = getattr(torch.ops, namespace)
-    _set_wait(ops, threads.kernel_wait())
+    _set_wait(ops, kernel_wait())
     return ops
 
 
-def set_wait(name: str, wait: threads.KernelWait) -> None:
-    """From now on path `name`'s idle kernel threads wait as `wait` says (loading takes `threads.kernel_wait()`);
+def set_wait(name: str, wait: KernelWait) -> None:
+    """From now on path `name`'s idle kernel threads wait as `wait` says (loading takes `kernel_wait()`);
     a benchmark compares waits in one process with it."""
     _set_wait(extension(name), wait)
 
 
-def _set_wait(ops: Any, wait: threads.KernelWait) -> None:
-    ops.set_wait(threads.KERNEL_WAITS.index(wait.mode), threads.KERNEL_SPIN_US)
+def _set_wait(ops: Any, wait: KernelWait) -> None:
+    ops.set_wait(KERNEL_WAITS.index(wait.mode), KERNEL_SPIN_US)
 
 
 def _compile(name: str, key: str, namespace: str, folder: Path, verbose: bool) -> None:
