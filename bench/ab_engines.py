@@ -30,7 +30,8 @@ from power.documents.plan import save_plan
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import DeviceSpec, HostSpec
 from power.orchestrator.planning.compile import compile_plan
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
+from power.runtime.workload import Workload
 
 REPO = Path(__file__).resolve().parent.parent
 PLANS = ("target-only", "ngram")

@@ -40,7 +40,7 @@ continuation: max and mean |logit difference| and top-1 agreement per row.
 
 from __future__ import annotations
 
-from power.threads import KERNEL_WAITS, KernelWait, environment_for_other_programs, settle_wait_policy
+from power.threads import environment_for_other_programs, settle_wait_policy
 
 settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
 
@@ -60,6 +60,7 @@ from native import contention, instruction_paths, layer_matrices, llama_server_b
 
 from power.app.live import free_port
 from power.kernels.cpu.build import set_wait
+from power.kernels.cpu.waits import KERNEL_WAITS, KernelWait
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
@@ -73,7 +74,7 @@ PROMPT = ("Speculative decoding drafts a few tokens and the target verifies them
 
 class PowerEngine:
     def __init__(self, trunk, arithmetic: str, capacity: int, wait: str | None = None) -> None:
-        """`wait`: how the kernel threads wait during this engine's runs (power.threads.KERNEL_WAITS); None:
+        """`wait`: how the kernel threads wait during this engine's runs (power.kernels.cpu.waits.KERNEL_WAITS); None:
         Power's own choice, as loaded."""
         self.trunk, self.wait = trunk, wait
         self.name = f"power {arithmetic} B{capacity} ({self.trunk.instruction_path})" + (f" {wait}" if wait else "")

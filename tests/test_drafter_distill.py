@@ -44,7 +44,7 @@ from power.drafters.worth import Costs
 from power.modes import DFLASH, DFLASH2, DSPARK, MTP, NGRAM
 from power.orchestrator.planning.worth_it import judge_distilled
 from power.runtime.decoder import Decoder
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm
 from power.runtime.sampling import Sampler, SamplingParams
@@ -55,6 +55,7 @@ from power.runtime.speculators.dflash import header_view
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 from power.runtime.trunks.gemma3 import Gemma3Params
+from power.runtime.workload import Workload
 
 
 def dense():

@@ -22,7 +22,8 @@ from gguf_helpers import gemma
 
 from power.artifacts.gguf_reader import read_header
 from power.documents.arithmetic import ARITHMETICS, FLOAT32
-from power.runtime.engine import Engine, Workload
+from power.runtime.engine import Engine
+from power.runtime.workload import Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 

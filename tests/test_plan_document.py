@@ -125,7 +125,7 @@ def test_plan_is_immutable():
 
 
 def test_the_engine_reads_the_plan_sections_as_they_are():
-    from power.runtime.engine import Workload
+    from power.runtime.workload import Workload
 
     plan = sample_plan()
     workload = Workload.of_plan(plan, Path("/plans/p.json"))

@@ -22,9 +22,10 @@ from power.app.cli import main
 from power.app.traffic import build_shape
 from power.documents.plan import load_plan
 from power.documents.receipt import Receipt
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
 from power.runtime.stops import StopText
 from power.runtime.transaction import Step
+from power.runtime.workload import Workload
 from power.serving.limits import ServerLimits
 from power.serving.server import create_app
 

@@ -134,7 +134,8 @@ def test_power_runtime_kv_counts_every_layer_at_its_padded_capacity():
 def test_the_plans_kv_is_what_the_engine_holds_in_every_kv_type(tmp_path, kv_type):
     """The plan's target KV is the bytes the engine's caches hold in the profile's kv_cache_type (gemma3-target: heads
     32 wide, one q8_0 block a row), and the receipt says which type that is."""
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.engine import Engine, EngineOptions
+    from power.runtime.workload import Workload
 
     manifest = write_manifest(tmp_path, "gemma3-target", [{"kind": "ngram"}])
     plan_path = tmp_path / "plan.json"
@@ -169,7 +170,8 @@ def test_the_plans_slots_are_what_the_engine_allocates(tmp_path):
     """Defect 3: with ctx 1024 and 4 slots the plan charged 1024 positions a slot (5,242,880 B of target KV) while
     `Engine` gives each slot ctx / slots = 256 (2,097,152 B in f32). The plan and the engine now read one geometry
     (and, since, one KV type: the profile's f16, 1,048,576 B)."""
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.engine import Engine, EngineOptions
+    from power.runtime.workload import Workload
 
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
     plan_path = tmp_path / "plan.json"

@@ -10,11 +10,12 @@ from spec_helpers import fixture_dir, gguf, plain_stream, prompt_for, target_pat
 
 from power.artifacts import factory
 from power.documents.plan import Mode, Speculation
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
 from power.runtime.errors import RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined, SpeculatorRequest
+from power.runtime.workload import Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 

@@ -116,9 +116,10 @@ def require_prompts_fit(plans: list[tuple[str, Path, ResolvedPlan]], shapes: lis
     """Every prompt the protocol sends Power's runtime (the warm-up's included) fits each plan's context, counted
     with the target's tokenizer read from its header: refused (PWR602) before any model loads, not after."""
     from power.artifacts.gguf_reader import read_header
-    from power.runtime.engine import Workload, context_room
+    from power.runtime.engine import context_room
     from power.runtime.errors import ContextOverflow
     from power.runtime.tokenizer import Tokenizer
+    from power.runtime.workload import Workload
 
     for label, path, plan in plans:
         tokenizer = Tokenizer.from_gguf(read_header(Workload.of_plan(plan, path, root).target.path))

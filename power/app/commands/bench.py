@@ -181,7 +181,8 @@ def _configs(plans, engine: str, binary: Path | None, device: str, threads: int 
     from power.app import bench as harness
     from power.app.live import LiveEngine, LiveEngineError
     from power.app.served import ServedEngine
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.engine import Engine, EngineOptions
+    from power.runtime.workload import Workload
 
     configs = []
     for label, path, plan in plans:

@@ -113,7 +113,8 @@ def _plan(plan: Path | None, as_json: bool):
 
 def _engine(plan: Path | None, resolved, gguf: Path | None, ctx: int | None, verify_capacity: int | None,
             root: Path | None, options):
-    from power.runtime.engine import DEFAULT_CTX, Engine, Workload
+    from power.runtime.engine import Engine
+    from power.runtime.workload import DEFAULT_CTX, Workload
 
     if plan is not None:
         return Engine(Workload.of_plan(resolved, plan, root), options)

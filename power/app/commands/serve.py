@@ -67,20 +67,27 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     except PowerError as err:
         refuse(err, at=plan)
     refuse_unusable_device(device)
+    try:  # after every refusal that needs nothing loaded, before the runtime's stack is imported
+        listening = listen(host, port)
+    except PowerError as err:
+        refuse(err, at=plan)
 
-    import uvicorn
-
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.workload import Workload
     from power.serving.access import Access
-    from power.serving.limits import ServerLimits, http_protocol
-    from power.serving.server import create_app
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
         access = Access(api_key, public_metrics)
-        listening = listen(host, port)  # last: a refusal that needs no model leaves the port free
     except PowerError as err:
+        listening.close()  # a refusal leaves the port free
         refuse(err, at=plan)
+
+    import uvicorn
+
+    from power.runtime.engine import Engine, EngineOptions
+    from power.serving.limits import ServerLimits, http_protocol
+    from power.serving.server import create_app
+
     options = EngineOptions(device=device, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
