@@ -30,7 +30,8 @@ from power.documents.plan import save_plan
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import DeviceSpec, HostSpec
 from power.orchestrator.planning.compile import compile_plan
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
+from power.runtime.workload import Workload
 
 REPO = Path(__file__).resolve().parent.parent
 PLANS = ("target-only", "ngram")
@@ -113,9 +114,9 @@ def markdown(table: dict, args) -> str:
         accept = ", ".join(f"{c['acceptance']:.0%}" if c["acceptance"] is not None else "-" for c in (ln, pn))
         parity = ", ".join("identical" if row[f"{e} parity"] else "DIFFERENT" for e in ("llama-server", "power"))
         lines.append(f"| {shape} | {lt['prompt_tokens']} | {rate(lt)} | {rate(ln)} | {rate(pt)} | {rate(pn)} | "
-                     f"{ln['decode_tok_s'] / lt['decode_tok_s']:.2f}x | {pn['decode_tok_s'] / pt['decode_tok_s']:.2f}x | "
-                     f"{pt['decode_tok_s'] / lt['decode_tok_s']:.2f}x | {pn['decode_tok_s'] / ln['decode_tok_s']:.2f}x | "
-                     f"{accept} | {parity} |")
+                     f"{ln['decode_tok_s'] / lt['decode_tok_s']:.2f}x | "
+                     f"{pn['decode_tok_s'] / pt['decode_tok_s']:.2f}x | {pt['decode_tok_s'] / lt['decode_tok_s']:.2f}x "
+                     f"| {pn['decode_tok_s'] / ln['decode_tok_s']:.2f}x | {accept} | {parity} |")
     return "\n".join(lines)
 
 

@@ -49,7 +49,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", type=Path, default=Path("models/gemma-3-270m-q4_k_m.gguf"))
     parser.add_argument("--corpus", type=Path, required=True, help="the operator's text (as `--corpus` reads it)")
-    parser.add_argument("--work", type=Path, required=True, help="where each share's rows and the held-out rows are kept")
+    parser.add_argument("--work", type=Path, required=True, help="where each share's rows and the "
+                                                                 "held-out rows are kept")
     parser.add_argument("--data-minutes", type=float, default=5.0, help="data time each share gets")
     parser.add_argument("--shares", default="0,0.5,1", help="the corpus's shares of the data time")
     parser.add_argument("--steps", type=int, default=240, help="training steps each share gets")
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         request = _request(args, share)
         work = args.work / f"share-{share:g}"
         data = training_data(request, target, taps, work, time.monotonic() + args.data_minutes * 60)
-        row = {"data": data.report(), "corpus_agreement": _agreement(data.corpus), **_train(args, target, data, heldout)}
+        row = {"data": data.report(), "corpus_agreement": _agreement(data.corpus),
+               **_train(args, target, data, heldout)}
         out["shares"][f"{share:g}"] = row
         _print(share, row)
     return out

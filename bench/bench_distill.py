@@ -19,7 +19,9 @@ loaded machine run it with `--threads 1`: two threads that wait on each other
 while other processes hold the cores ran a step 17x slower here.
 
 Configurations: `mtp` (the default MTP head: 3 chain levels, random start),
-`mtp-l1` (one level: teacher forcing only), `mtp-l2`, `dflash`, `dspark`.
+`mtp-l1` (one level: teacher forcing only), `mtp-l2`, `dflash`, `dflash2`, `dspark`, and each block kind's `-ce`
+twin: its position-weighted cross-entropy alone, without the expected accepted drafts
+(`power.drafters.model.expected_accepted`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import torch
 
 from power.app.bench import machine
-from power.artifacts.contracts import DFLASH, DSPARK, MTP
+from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.drafters import generate, prompt_sets, resume
 from power.drafters.distill import HELD_BACK_EVERY, HELD_BACK_MAX, DistillRequest, recipe, vocab_size
 from power.drafters.generate import Example
@@ -50,7 +52,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "mtp-l1": {"kind": MTP, "chain_levels": 1},
     "mtp-l2": {"kind": MTP, "chain_levels": 2},
     "dflash": {"kind": DFLASH},
+    "dflash-ce": {"kind": DFLASH, "objective": {"acceptance_weight": 0.0}},
+    "dflash2": {"kind": DFLASH2},
+    "dflash2-ce": {"kind": DFLASH2, "objective": {"acceptance_weight": 0.0}},
     "dspark": {"kind": DSPARK},
+    "dspark-ce": {"kind": DSPARK, "objective": {"acceptance_weight": 0.0}},
 }
 K = 7
 
@@ -101,7 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         longest = max(len(e.tokens) for e in train + heldout)
         vocabulary = (ranked_tokens(fitted, args.fr, vocab_size(target)) if args.vocab == "ranked"
                       else torch.arange(min(args.fr, vocab_size(target))))
-        objective = how.objective(target, vocabulary, longest, args.seed)
+        objective = replace(how.objective(target, vocabulary, longest, args.seed), **CONFIGS[name].get("objective", {}))
         settings = replace(how.settings(), seed=args.seed, max_steps=args.steps,
                            precision=training_precision(args.precision))
         settings = replace(settings, learning_rate=args.lr) if args.lr else settings
@@ -123,7 +129,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _request(args: argparse.Namespace, name: str) -> DistillRequest:
-    return DistillRequest(args.target, out=args.work, fr=args.fr, seed=args.seed, **CONFIGS[name])
+    fields = {key: value for key, value in CONFIGS[name].items() if key != "objective"}
+    return DistillRequest(args.target, out=args.work, fr=args.fr, seed=args.seed, **fields)
 
 
 def _data(args: argparse.Namespace, target: GGUFFile, taps: tuple[int, ...]) -> tuple[list[Example], list[Example],

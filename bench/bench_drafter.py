@@ -1,8 +1,9 @@
-"""A distilled drafter on the real Gemma 3 270M: against target-only and n-gram, on held-out prompts, in one run.
+"""Distilled drafters on the real Gemma 3 270M: against target-only and n-gram, on held-out prompts, in one run.
 
-    python bench/bench_drafter.py DIR [--per-shape 4] [--tokens 64] [--threads 2] [--json out.json]
+    python bench/bench_drafter.py DIR [DIR ...] [--widths 7] [--widths-only] [--per-shape 4] [--tokens 64]
+                                  [--threads 2] [--json out.json]
 
-DIR is a `power drafter distill` output (its manifest names the target and the
+Each DIR is a `power drafter distill` output of another kind (its manifest names the target and the
 drafter; distill.json the kind and FR). The prompts are the packaged held-out set
 (`power/drafters/prompts/heldout.jsonl`: topics and code tasks that appear in no
 training prompt), `--per-shape` each of prose, code and chat, and of the
@@ -10,20 +11,21 @@ non-repeating prose (`power/drafters/prompts/nonrepeating.jsonl`: continuations
 with nothing for n-gram to copy).
 
 Per prompt, in one process, the configurations run in turn (so load from other
-processes lands on all alike): target-only at capacity 1; the drafter at K7/S7
-(capacity 8), at K10/S6 (capacity 11; Gemma's attention-only trunk rewinds any
+processes lands on all alike): target-only at capacity 1; n-gram at K7; each drafter at KK/SK for every K of
+`--widths` (capacity K + 1); and, without `--widths-only`, each drafter at K10/S6
+(capacity 11; Gemma's attention-only trunk rewinds any
 length, so S < K never replays and the replay counter says so) and at K7 under
-the adaptive controller; n-gram at K7; n-gram chained in front of the
+the adaptive controller; n-gram chained in front of the
 drafter at K7 (what the distilled manifest runs: n-gram proposes first, the
 drafter when it has nothing); and, per `--p-min` gate, the drafter at K7 with
 its drafts cut at the first one less probable than the gate, alone and behind
 n-gram. Speculative runs keep the cost governor on, as a
-deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s (prefill
-excluded), speedup over target-only, the drafter's acceptance per draft position
+deployment does (`--governor off`: every round speculative, the drafter's own rate). Reported per shape: decode tok/s
+(prefill excluded), speedup over target-only, the drafter's acceptance per draft position
 (conditional on reaching it: the decoder's per-position counters), mean accepted
 length, the draft step's time, governor parks, the worth-it verdict from the
 measured acceptance and this machine's verification cost
-(`power.orchestrator.worth_it.assess` with the measured time of a K + 1-row
+(`power.orchestrator.planning.worth_it.assess` with the measured time of a K + 1-row
 forward over a one-row forward, both after a held-out prompt), and whether every
 greedy stream is bit-identical to target-only.
 """
@@ -47,7 +49,7 @@ from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.prompt_sets import Prompt, load_prompts
 from power.orchestrator.inputs.loading import load_manifest
-from power.orchestrator.worth_it import acceptance_of, assess
+from power.orchestrator.planning.worth_it import acceptance_of, assess
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import GovernorConfig
@@ -114,7 +116,11 @@ class Config:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("drafter_dir", type=Path)
+    parser.add_argument("drafter_dirs", type=Path, nargs="+")
+    parser.add_argument("--widths", default="7", type=lambda text: [int(x) for x in text.split(",")],
+                        help="comma-separated K each drafter runs at (S = K)")
+    parser.add_argument("--widths-only", action="store_true",
+                        help="only those widths: no K10/S6, adaptive, chained or gated configurations")
     parser.add_argument("--per-shape", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
@@ -134,14 +140,27 @@ def main() -> None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
+@dataclass(frozen=True)
+class Distilled:
+    """One `power drafter distill` output: its target, drafter file and distill.json."""
+
+    target: Path
+    drafter: Path
+    report: dict[str, Any]
+
+    @classmethod
+    def read(cls, directory: Path) -> Distilled:
+        manifest = load_manifest(directory / "manifest.toml").model
+        report = json.loads((directory / "distill.json").read_text())
+        entry = next(d for d in manifest.drafters if d.kind == report["kind"])
+        return cls(directory / manifest.target.path, directory / entry.path, report)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    manifest_path = args.drafter_dir / "manifest.toml"
-    manifest = load_manifest(manifest_path).model
-    distilled = json.loads((args.drafter_dir / "distill.json").read_text())
-    target = manifest_path.parent / manifest.target.path
-    drafter_entry = next(d for d in manifest.drafters if d.kind == distilled["kind"])
-    drafter_path = manifest_path.parent / drafter_entry.path
-    gguf = GGUFFile(target)
+    distilled = {d.report["kind"]: d for d in map(Distilled.read, args.drafter_dirs)}
+    if len(distilled) < len(args.drafter_dirs) or len({d.target.resolve() for d in distilled.values()}) > 1:
+        raise SystemExit("bench_drafter: give one distill output per kind, all of one target")
+    gguf = GGUFFile(next(iter(distilled.values())).target)
     tokenizer = Tokenizer.from_gguf(gguf)
     greedy = Sampler(SamplingParams())
 
@@ -149,31 +168,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def trunk(capacity: int) -> Any:  # configurations of one capacity share a trunk: each generation starts afresh
         return load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, arithmetic=args.arithmetic)
 
-    def drafter(t: Any, p_min: float | None = None) -> Speculator:  # its draft vocabulary is the file's own
-        return registry.create(distilled["kind"], SpeculatorRequest(t, gguf, GGUFFile(drafter_path), p_min=p_min))
-
     def speculating(name: str, k: int, s: int, make: Any, adaptive: bool = False) -> Config:
         t = trunk(k + 1)
         recorder = Recorder(make(t))
         return Config(name, Decoder(t, greedy, recorder, SchedulerConfig(k=k, s=s, adaptive=adaptive),
                                     GovernorConfig() if args.governor == "on" else None), recorder, k)
 
-    kind = distilled["kind"]
     configs = [Config("target-only", Decoder(trunk(1), greedy), None),
-               speculating(f"{kind} K7/S7", 7, 7, drafter), speculating(f"{kind} K10/S6", 10, 6, drafter),
-               speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
-               speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM)),
-               speculating(f"ngram -> {kind} K7", 7, 7, lambda t: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t)]))]
-    for p_min in args.p_min:
-        configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min: drafter(t, p)),
-                    speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
-                                lambda t, p=p_min: ChainSpeculator([NGramSpeculator(NGRAM), drafter(t, p)]))]
-    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating", p.text) for p in load_prompts(which="nonrepeating")]
+               speculating("ngram K7", 7, 7, lambda _: NGramSpeculator(NGRAM))]
+    for kind, made in distilled.items():
+        def drafter(t: Any, p_min: float | None = None, kind: str = kind, made: Distilled = made) -> Speculator:
+            return registry.create(kind, SpeculatorRequest(t, gguf, GGUFFile(made.drafter), p_min=p_min))
+
+        configs += [speculating(f"{kind} K{k}/S{k}", k, k, drafter) for k in args.widths]
+        if args.widths_only:
+            continue
+        configs += [speculating(f"{kind} K10/S6", 10, 6, drafter),
+                    speculating(f"{kind} K7 adaptive", 7, 7, drafter, adaptive=True),
+                    speculating(f"ngram -> {kind} K7", 7, 7,
+                                lambda t, d=drafter: ChainSpeculator([NGramSpeculator(NGRAM), d(t)]))]
+        for p_min in args.p_min:
+            configs += [speculating(f"{kind} K7 p>={p_min:g}", 7, 7, lambda t, p=p_min, d=drafter: d(t, p)),
+                        speculating(f"ngram -> {kind} K7 p>={p_min:g}", 7, 7,
+                                    lambda t, p=p_min, d=drafter: ChainSpeculator([NGramSpeculator(NGRAM),
+                                                                                    d(t, p)]))]
+    prompts = load_prompts(which="heldout") + [Prompt("nonrepeating",
+                                                      p.text) for p in load_prompts(which="nonrepeating")]
     context = tokenizer.encode(prompts[0].text)
     costs = {c.k + 1: verify_cost(trunk(c.k + 1), c.k + 1, context) for c in configs if c.recorder is not None}
     print("a verification pass costs, in one-row steps: "
           + ", ".join(f"{rows} rows {cost:.2f}" for rows, cost in costs.items()), flush=True)
-    report: dict[str, Any] = {"drafter": distilled, "machine": machine(), "threads": args.threads,
+    report: dict[str, Any] = {"drafters": {kind: d.report for kind, d in distilled.items()}, "machine": machine(),
+                              "threads": args.threads,
                               "arithmetic": args.arithmetic, "tokens": args.tokens, "governor": args.governor,
                               "verify_cost": {str(rows): round(cost, 3) for rows, cost in costs.items()},
                               "shapes": {}}

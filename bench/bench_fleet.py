@@ -1,4 +1,5 @@
-"""Review a generated 1,000-host fleet over 20 artifacts; report the time, and the ratio to planning each deployment alone.
+"""Review a generated 1,000-host fleet over 20 artifacts; report the time, and the ratio to
+planning each deployment alone.
 
     python bench/bench_fleet.py [--hosts 1000] [--artifacts 20] [--naive 1000]
 
@@ -49,7 +50,8 @@ def build_fleet(root: Path, hosts: int, artifacts: int) -> Path:
         drafter = "ngram" if kind == "dense" else "mtp"
         manifest = root / f"m{index:02d}.toml"
         manifest.write_text(f'schema = "power.manifest/v1"\nname = "m{index:02d}"\n[target]\n'
-                            f'path = "{path.relative_to(root)}"\nsha256 = "{digest}"\n[[drafters]]\nkind = "{drafter}"\n')
+                            f'path = "{path.relative_to(root)}"\nsha256 = '
+                            f'"{digest}"\n[[drafters]]\nkind = "{drafter}"\n')
         manifests.append((manifest.name, kind))
     lines = ['schema = "power.fleet/v1"', 'name = "generated"']
     for host in range(hosts):

@@ -1,18 +1,20 @@
-"""The exact greedy LM head against the full head: time per call at 1, 2 and 8 rows, and the candidate-set sizes.
+"""The exact greedy LM head against the full head: time per call at 1, 2 and 8 rows, its parts, and the candidates.
 
-    python bench/bench_greedy_head.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 2] [--channels 64]
+    python bench/bench_greedy_head.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 2] [--exact-blocks 6]
 
 Real hidden states: the normed final residual of every row of a few prompts
 (Gemma 3 270M in the quantised arithmetic). The head is the runtime's: Gemma's
-tied Q8_0 embedding multiplied by `QuantMatrix` (`QuantLinear`); the greedy head's float32 channels are chosen on the first
-half of the rows and it is timed on the second half. The two are timed
-interleaved (A B A B ...), so load from other processes lands on both alike; the
-argmaxes are checked equal on every call.
+tied Q8_0 embedding multiplied by `QuantMatrix` (`QuantLinear`). Per call, timed
+interleaved (A B C D A B C D ...) so that load from other processes lands on all
+alike: the full head and its argmax (A), the greedy head (B), its cheap pass alone
+(C), and the bytes each reads; the argmaxes are checked equal on every call. The
+load average is printed beside the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 import torch
 
 from power.runtime.gguf_weights import GGUFFile
-from power.runtime.greedy_head import GreedyHead, outlier_channels
+from power.runtime.greedy_head import EXACT_BLOCKS, GreedyHead
 from power.runtime.layers import rms_norm
 from power.runtime.linear import QuantLinear
 from power.runtime.tokenizer import Tokenizer
@@ -52,35 +54,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gguf", type=Path, default=REPO / "models" / "gemma-3-270m-q4_k_m.gguf")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--channels", type=int, default=64, help="input channels the cheap pass keeps in float32")
+    parser.add_argument("--exact-blocks", type=int, default=EXACT_BLOCKS,
+                        help="blocks of 32 input channels each row reads in full")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     head, rows = hidden_rows(GGUFFile(args.gguf))
-    half = rows.shape[0] // 2
     started = time.perf_counter()
-    greedy = GreedyHead(head, outlier_channels(rows[:half], args.channels))
-    print(f"{args.gguf.name}: head {head.shape[0]} x {head.shape[1]}, {rows.shape[0]} real rows, {args.threads} threads, "
-          f"{args.channels} float32 channels, built in {time.perf_counter() - started:.1f} s")
-    held_out = rows[half:]
+    greedy = GreedyHead(head, args.exact_blocks)
+    vocab, width = head.shape
+    blocks = width // 32
+    pass_bytes = vocab * (19 * (blocks - args.exact_blocks) + 34 * args.exact_blocks)
+    print(f"{args.gguf.name}: head {vocab} x {width}, {rows.shape[0]} real rows, {args.threads} threads, "
+          f"{args.exact_blocks} exact blocks of {blocks}, built in {time.perf_counter() - started:.1f} s; "
+          f"the full head reads {head.nbytes / 1e6:.0f} MB, the cheap pass {pass_bytes / 1e6:.0f} MB "
+          f"(+ {greedy.nbytes / 1e6:.0f} MB held); load average {os.getloadavg()[0]:.2f}")
     for n in (1, 2, 8):
-        full_s, greedy_s, sizes = [], [], []
-        for begin in range(0, held_out.shape[0] - n + 1, n):
-            x = held_out[begin:begin + n]
+        full_s, greedy_s, pass_s, sizes = [], [], [], []
+        for begin in range(0, rows.shape[0] - n + 1, n):
+            x = rows[begin:begin + n]
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
                 expected = head(x).argmax(dim=1)
                 t1 = time.perf_counter()
                 got = greedy.argmax(x)
                 t2 = time.perf_counter()
+                greedy.bounds(x)
+                t3 = time.perf_counter()
                 full_s.append(t1 - t0)
                 greedy_s.append(t2 - t1)
+                pass_s.append(t3 - t2)
                 assert torch.equal(got, expected), (begin, n)
             sizes.extend(greedy.last_candidates)
-        full, fast = statistics.median(full_s) * 1e3, statistics.median(greedy_s) * 1e3
-        print(f"{n} rows: full Q8_0 head + argmax {full:6.2f} ms, greedy head {fast:6.2f} ms ({full / fast:.2f}x); "
-              f"candidates per row median {statistics.median(sizes):.0f}, mean {statistics.mean(sizes):.0f}, "
-              f"max {max(sizes)} of {head.shape[0]}")
+        full, fast, cheap = (statistics.median(t) * 1e3 for t in (full_s, greedy_s, pass_s))
+        print(f"{n} rows: full Q8_0 head + argmax {full:6.2f} ms, greedy head {fast:6.2f} ms ({full / fast:.2f}x), "
+              f"cheap pass {cheap:6.2f} ms; candidates per row median {statistics.median(sizes):.0f}, "
+              f"mean {statistics.mean(sizes):.0f}, max {max(sizes)} of {vocab}; load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def engines(model: GGUFFile, name: str, paths: list[str],
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def seconds_per_call(call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, clock: Callable[[], float]) -> float:
+def seconds_per_call(call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                     clock: Callable[[], float]) -> float:
     calls, start = 0, clock()
     while clock() - start < SLICE_SECONDS or calls < 2:
         call(x)

@@ -40,7 +40,7 @@ continuation: max and mean |logit difference| and top-1 agreement per row.
 
 from __future__ import annotations
 
-from power.threads import KERNEL_WAITS, KernelWait, environment_for_other_programs, settle_wait_policy
+from power.threads import environment_for_other_programs, settle_wait_policy
 
 settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
 
@@ -60,6 +60,7 @@ from native import contention, instruction_paths, layer_matrices, llama_server_b
 
 from power.app.live import free_port
 from power.kernels.cpu.build import set_wait
+from power.kernels.cpu.waits import KERNEL_WAITS, KernelWait
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
@@ -73,7 +74,7 @@ PROMPT = ("Speculative decoding drafts a few tokens and the target verifies them
 
 class PowerEngine:
     def __init__(self, trunk, arithmetic: str, capacity: int, wait: str | None = None) -> None:
-        """`wait`: how the kernel threads wait during this engine's runs (power.threads.KERNEL_WAITS); None:
+        """`wait`: how the kernel threads wait during this engine's runs (power.kernels.cpu.waits.KERNEL_WAITS); None:
         Power's own choice, as loaded."""
         self.trunk, self.wait = trunk, wait
         self.name = f"power {arithmetic} B{capacity} ({self.trunk.instruction_path})" + (f" {wait}" if wait else "")
@@ -205,8 +206,11 @@ def main() -> None:
                         help=f"comma-separated waits of Power's kernel threads ({', '.join(KERNEL_WAITS)}) to run each "
                              "quantised configuration under, interleaved (default: Power's own choice only)")
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
-    parser.add_argument("--accuracy", action="store_true",
-                        help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)")
+    parser.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="also score every engine's logits against Power float32 (teacher-forced; llama-cpp-python)",
+    )
     parser.add_argument("--contention", type=int, default=0, metavar="N",
                         help="also measure beside N busy processes, and llama-server with --poll 0")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -271,7 +275,9 @@ def _report(results: dict[str, dict], args, threads: int, busy: int = 0) -> None
         if reference:
             r["prefill_vs_llama_server"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
             r["decode_vs_llama_server"] = r["decode_tok_s"] / reference["decode_tok_s"]
-            r["resident_vs_llama_server"] = r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
+            r["resident_vs_llama_server"] = (
+                r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
+            )
             r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
         print(f"{name:<28}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_server', 0):>6.2f}"
               f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_server', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"

@@ -242,7 +242,8 @@ def report(results: Results, clients: list[int], has_llama: bool, busy: int = 0)
                      f"{_spread(results.throughput, 'llama-server', n)} | {_ratio(power, llama)} |"
                      f"{extra(results.throughput, n, power)}")
     lines += ["", f"## n-gram speculation on the echo shape (aggregate tok/s{beside}, median [range] of runs)", "",
-              f"| clients | Power (ngram plan) | llama-server (rendered n-gram line) | Power / llama-server |{extra_head}",
+              "| clients | Power (ngram plan) | llama-server (rendered n-gram line) | Power / "
+              f"llama-server |{extra_head}",
               f"| ---: | ---: | ---: | ---: |{extra_rule}"]
     for n in sorted({s.clients for s in results.ngram}):
         power = median_tok_s(results.ngram, "power", n)
@@ -270,7 +271,7 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.2f}"
 
 
-# --- main --------------------------------------------------------------------------------------------------------------
+# --- main -------------------------------------------------------------------------------------------------------------
 
 
 def main() -> None:

@@ -28,9 +28,9 @@ from power.app import conformance
 from power.artifacts.bundled import ensure_gemma
 from power.artifacts.factory import build_qwen36_27b_q6k, write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
+from power.orchestrator.engines.sizing import DeviceBudget, Request, size_plan
 from power.orchestrator.inputs.units import format_size
 from power.orchestrator.planning.compile import ArtifactMemo
-from power.orchestrator.sizing import DeviceBudget, Request, size_plan
 
 REPO = Path(__file__).resolve().parents[1]
 

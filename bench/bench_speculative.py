@@ -78,7 +78,8 @@ def main() -> None:
         f"plain B{capacity}": load_trunk(gguf, n_ctx=1024, verify_capacity=capacity, arithmetic=args.arithmetic),
     }
     greedy = Sampler(SamplingParams())
-    report = {"gguf": str(args.gguf), "k": args.k, "ngram_window": [window.match, window.draft_min, window.draft_max], "tokens": args.tokens, "passes": args.passes,
+    report = {"gguf": str(args.gguf), "k": args.k, "ngram_window": [window.match, window.draft_min, window.draft_max],
+              "tokens": args.tokens, "passes": args.passes,
               "threads": args.threads, "arithmetic": args.arithmetic, "torch": torch.__version__, "shapes": {}}
     for name in args.shapes.split(","):
         shape = build_shape(name, args.tokens)
@@ -116,7 +117,8 @@ def _summarise(shape: str, prompt_tokens: int, runs: list[Run], capacity: int) -
         "identical_to_plain_B1": tokens["ngram"] == tokens["plain B1"],
         f"identical_to_plain_B{capacity}": tokens["ngram"] == tokens[f"plain B{capacity}"],
     }
-    print(f"\n[{shape}] {prompt_tokens} prompt tokens, {summary['generated']} generated; decode tok/s (median of passes):")
+    print(f"\n[{shape}] {prompt_tokens} prompt tokens, {summary['generated']} generated; decode "
+          "tok/s (median of passes):")
     for config, value in rate.items():
         print(f"  {config:<12}{value:8.2f}")
     print(f"  ngram / plain B1 = {summary['ngram_vs_plain_B1']:.2f}x, ngram / plain B{capacity} = "

@@ -7,8 +7,8 @@ Each policy is a fresh `power run --gguf ... --json` process (OpenMP reads its w
 loads it), so every policy is set in the environment: libgomp's default spin (GOMP_SPINCOUNT=300000, what a
 process gets without Power's choice), passive (OMP_WAIT_POLICY=passive: sleep at once), and bounded spins.
 Within a run every policy goes once in turn, so load from other processes lands on all alike; the figures
-are the receipts' prefill and decode tok/s, medians over the runs (a run past `--bound` seconds counts 0). Power's choice (power.threads) is the
-policy that keeps both figures close to the best quiet and ahead under contention.
+are the receipts' prefill and decode tok/s, medians over the runs (a run past `--bound` seconds counts 0). Power's
+choice (power.threads) is the policy that keeps both figures close to the best quiet and ahead under contention.
 """
 
 from __future__ import annotations

@@ -67,7 +67,9 @@ def instruction_paths(binary: str | None) -> dict[str, str]:
         fields = dict(line.split("=", 1) for line in info.read_text().splitlines() if "=" in line)
         on = [flag.removeprefix("-DGGML_").removesuffix("=ON") for flag in fields.get("cmake_cpu_flags", "").split()
               if flag.endswith("=ON")]
-        paths["llama-server"] = f"{fields.get('cache_key', fields.get('llama_cpp_python_version', '?'))}: {' '.join(on)}"
+        paths["llama-server"] = (
+            f"{fields.get('cache_key', fields.get('llama_cpp_python_version', '?'))}: {' '.join(on)}"
+        )
     elif binary:
         paths["llama-server"] = binary
     return paths

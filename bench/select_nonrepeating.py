@@ -67,8 +67,8 @@ def main() -> None:
     out = ROOT / "power" / "drafters" / "prompts" / "nonrepeating.jsonl"
     out.write_text("".join(json.dumps({"shape": "prose", "prompt": r["prompt"], "longest_repeat": r["longest_repeat"],
                                        "copyable": r["copyable"]}) + "\n" for r in kept), encoding="utf-8")
-    print(f"{len(kept)} of {len(rows)} candidates leave a window-{NGRAM_MATCH} lookup at most {args.copyable} tokens of "
-          f"{args.tokens} to copy; "
+    print(f"{len(kept)} of {len(rows)} candidates leave a window-{NGRAM_MATCH} lookup at most "
+          f"{args.copyable} tokens of {args.tokens} to copy; "
           f"(longest repeat, tokens a window-{NGRAM_MATCH} lookup could copy) per candidate: "
           f"{sorted((r['longest_repeat'], r['copyable']) for r in rows)}; wrote {out.relative_to(ROOT)}")
     if args.json:

@@ -44,7 +44,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR025": ("error", "a drafter entry lacks the file its kind needs, or names a file its kind cannot use"),
     "PWR026": ("error", "a key spelled the llama.cpp way or renamed: use Power's name for it"),
     # PWR05x engines (orchestrator/engines/, fleet/review.py, app/commands/plan.py)
-    "PWR050": ("info", "a deployment names no engine, nor does its profile: it is sized for the default (Power's runtime)"),
+    "PWR050": ("info", "a deployment names no engine, nor does its profile: it is sized for the "
+                       "default (Power's runtime)"),
     # PWR06x fleet files and the fleet lock (orchestrator/fleet/review.py, lock.py)
     "PWR060": ("error", "a deployment names a host the fleet does not define"),
     "PWR061": ("warning", "a path leaves the fleet's directory tree through `..`"),
@@ -65,7 +66,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR075": ("error", "the evidence is for another plan than the one being rolled out"),
     "PWR076": ("error", "no rollout in progress, or one already in progress"),
     "PWR077": ("error", "the evidence was measured on another engine than the deployment runs"),
-    "PWR078": ("error", "a bench sweep cannot be built (bad --sweep value, changed sources, a variant that does not compile)"),
+    "PWR078": ("error", "a bench sweep cannot be built (bad --sweep value, changed sources, a variant "
+                        "that does not compile)"),
     "PWR079": ("error", "a bench option the engine cannot honour (--write-env for vLLM)"),
     # PWR08x Power's own documents: plans (documents/plan.py), fleet locks past PWR06x (orchestrator/fleet/lock.py)
     "PWR080": ("error", "the plan file cannot be read or is not a Power plan"),
@@ -78,9 +80,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR092": ("error", "a deployment's model volume is not declared"),
     "PWR093": ("error", "a planned artifact lies outside its model volume's local folder"),
     "PWR094": ("error", "two deployments map to one Kubernetes object name"),
-    "PWR095": ("error", "a rollout's staged deployment runs neither the incumbent nor the candidate plan in the fleet file"),
+    "PWR095": ("error", "a rollout's staged deployment runs neither the incumbent nor the candidate "
+                        "plan in the fleet file"),
     "PWR096": ("error", "two deployments share one GPU in a cluster (each pod requests its GPUs whole)"),
-    "PWR097": ("error", "a value the Kubernetes API server would reject (label value, node name, label key, mount path, user id)"),
+    "PWR097": ("error", "a value the Kubernetes API server would reject (label value, node name, label key, "
+                        "mount path, user id)"),
     # --- PWR1xx: artifacts (GGUF header, size, digest, quant, architecture) -
     # PWR10x the GGUF file itself (artifacts/gguf_reader.py, digests.py): each names the byte offset
     "PWR100": ("error", "the artifact cannot be opened (missing, unreadable)"),
@@ -95,7 +99,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR109": ("error", "tensor data lies outside the file, overlaps, or is misaligned (truncated data)"),
     "PWR116": ("error", "the artifact changed while it was being read or hashed"),
     "PWR117": ("error", "invalid metadata value (bad UTF-8 in a key, name or token; bad general.alignment)"),
-    # PWR11x declared vs file (orchestrator/checks/artifacts.py)
+    # PWR11x declared vs file (orchestrator/planning/checks/artifacts.py)
     "PWR110": ("error", "a declared artifact file does not exist"),
     "PWR111": ("error", "the declared size differs from the file's size"),
     "PWR112": ("error", "the declared sha256 differs from the file's digest"),
@@ -116,7 +120,8 @@ CODES: dict[str, tuple[str, str]] = {
     # PWR126 the tensor data the runtime reads into place (runtime/finite_weights.py)
     "PWR126": ("error", "a tensor's weights or block scales hold NaN or Inf (refused as the runtime loads it)"),
     # PWR13x where an artifact is published (orchestrator/inputs/rules.py) and `power pull` (artifacts/pull/)
-    "PWR130": ("error", "an artifact's `source` names neither or both of a Hub `repo` and a `url` (or Hub keys with a url)"),
+    "PWR130": ("error", "an artifact's `source` names neither or both of a Hub `repo` and a `url` (or "
+                        "Hub keys with a url)"),
     "PWR131": ("error", "a source's revision is not a commit id (a branch, a tag, or none): not pinned"),
     "PWR132": ("error", "an artifact with a source declares no size or no sha256 to check the pulled bytes against"),
     "PWR133": ("error", "a source URL or Hub endpoint is not https (plain http only to a loopback address)"),
@@ -128,7 +133,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR139": ("info", "`power pull --pin` wrote a commit, size or sha256 into the manifest"),
     "PWR140": ("error", "an artifact to pull has no source to fetch it from"),
     # --- PWR2xx: drafters (kind, contract, binding, auto resolution) --------
-    # PWR21x kinds, binding, mode resolution (orchestrator/checks/drafters.py, resolve.py)
+    # PWR21x kinds, binding, mode resolution (orchestrator/planning/checks/drafters.py, resolve.py)
     "PWR210": ("error", "the drafter's header is another kind than the manifest declares"),
     "PWR211": ("error", "the drafter's header breaks its kind's contract (tensors, metadata)"),
     "PWR212": ("error", "native MTP requested but the target carries no nextn/MTP tensors"),
@@ -141,7 +146,7 @@ CODES: dict[str, tuple[str, str]] = {
     # PWR219-PWR229 `power drafter distill` (drafters/distill.py)
     "PWR219": ("error", "`power drafter distill --kind mtp` for a target architecture with no MTP head layout"),
     # --- PWR3xx: tokenizer identity ----------------------------------------
-    # PWR31x complete-vocabulary comparison (orchestrator/checks/tokenizer.py)
+    # PWR31x complete-vocabulary comparison (orchestrator/planning/checks/tokenizer.py)
     "PWR310": ("error", "the drafter's tokenizer differs from the target's"),
     "PWR311": ("info", "the drafter carries no tokenizer; it uses the target's"),
     # --- PWR4xx: speculation settings (K, S, FR, adaptive, flags) ----------
@@ -150,7 +155,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR402": ("error", "S (spec_mtp_recurrent_snapshots) is not an integer from 1 to 4096"),
     "PWR403": ("error", "FR (spec_mtp_fr_vocab_size) is not an integer from 1 to 16,777,216"),
     "PWR404": ("error", "FR is set for a mode without a draft head (FR applies to mtp, dflash, dflash2 and dspark)"),
-    "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 keeps a fixed shape)"),
+    "PWR405": ("error", "spec_mtp_adaptive is set for a mode the adaptive controller does not drive (dflash2 "
+                        "keeps a fixed shape)"),
     "PWR406": ("info", "S < K: the guarded path (one exact replay, then every later round clamped to S)"),
     "PWR407": ("warning", "S > K: resident rollback state that is never used"),
     "PWR408": ("error", "runtime.verify_capacity is smaller than K+1"),
@@ -180,8 +186,8 @@ CODES: dict[str, tuple[str, str]] = {
                           "defaults, chat template, API key, TLS)"),
     "PWR447": ("error", "a model to download at start (-hf, --spec-draft-hf, -mu): Power records local files only"),
     # PWR46x renders (orchestrator/launch/render.py)
-    "PWR460": ("error", "the engine cannot run this plan's speculation (refused by `plan` and `fleet review`, and again "
-                        "by `render`)"),
+    "PWR460": ("error", "the engine cannot run this plan's speculation (refused by `plan` and "
+                        "`fleet review`, and again by `render`)"),
     "PWR461": ("error", "a value cannot be written into this render target (control characters, unsplittable words)"),
     "PWR462": ("error", "the systemd unit cannot start Power: no absolute path to the power executable"),
     "PWR463": ("error", "the engine cannot load this plan's artifact (vLLM drafters are Hugging Face checkpoints)"),
@@ -194,7 +200,7 @@ CODES: dict[str, tuple[str, str]] = {
                         "(app/standing.py)"),
     "PWR474": ("error", "--one-at-a-time asked of Power's runtime, which loads every plan in the bench's process"),
     "PWR475": ("error", "a --concurrency list that is not whole numbers, or a level above the plans' slots"),
-    # PWR42x settings checked against the artifacts (orchestrator/checks/speculation.py)
+    # PWR42x settings checked against the artifacts (orchestrator/planning/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),
     "PWR424": ("error", "retired: adaptive scheduling with auto resolved to DFlash2 (auto never chooses DFlash2 now)"),
@@ -202,7 +208,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR426": ("error", "spec_draft_p_min set, but the resolved mode's speculator has no confidence gate"),
     "PWR427": ("error", "the n-gram's longest draft exceeds K, the drafts Power verifies per round"),
     # --- PWR5xx: memory -----------------------------------------------------
-    # PWR50x sizing (orchestrator/checks/memory.py, checks/devices.py, rules.py, sizing/)
+    # PWR50x sizing (orchestrator/planning/checks/memory.py, checks/devices.py, rules.py, sizing/)
     "PWR500": ("error", "the plan does not fit the device"),
     "PWR501": ("warning", "the plan fits only by eating into the headroom"),
     "PWR502": ("warning", "a drafter without a sliding window caches the whole context on the device"),
@@ -220,7 +226,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR513": ("error", "a q8_0 KV cache for key/value heads whose width is not a whole number of 32-value blocks"),
     "PWR514": ("error", "a q8_0 KV cache on the GPU path, whose attention reads f32, f16 and bf16 caches"),
     # PWR52x the host's memory at load time (runtime/host_memory.py)
-    "PWR520": ("error", "the host cannot hold the weights the runtime would load (refused before loading, with both figures)"),
+    "PWR520": ("error", "the host cannot hold the weights the runtime would load (refused before "
+                        "loading, with both figures)"),
     # PWR53x the drafter's placement (checks/devices.py, engines/)
     "PWR530": ("error", "runtime.draft_device is not one of the deployment's GPUs"),
     "PWR531": ("error", "the drafter's own device, offloaded layers or KV type asked of an engine that runs it with "
@@ -273,7 +280,12 @@ def title(code: str) -> str:
 def markdown_table() -> str:
     rows = ["| code | severity | meaning |", "| --- | --- | --- |"]
     rows += [f"| `{code}` | {sev} | {text} |" for code, (sev, text) in sorted(CODES.items())]
-    return "# Check codes\n\nStable codes; never renumbered. Generated from `power/codes.py`.\n\n" + EXIT_CODES + "\n".join(rows) + "\n"
+    return (
+        "# Check codes\n\nStable codes; never renumbered. Generated from `power/codes.py`.\n\n"
+        + EXIT_CODES
+        + "\n".join(rows)
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

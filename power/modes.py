@@ -56,7 +56,9 @@ MTP, DFLASH, DFLASH2, DSPARK, EAGLE3, NGRAM, DRAFT_MODEL = (
 @dataclass(frozen=True)
 class LlamaSpelling:
     spec_type: str  # the current `--spec-type` value
-    retired: tuple[str, ...] = ()  # earlier spellings: current llama.cpp does not know them and runs without speculation
+    retired: tuple[
+        str, ...
+    ] = ()  # earlier spellings: current llama.cpp does not know them and runs without speculation
     aliases: tuple[str, ...] = ()  # other current values Power reads as this mode
 
 
@@ -103,7 +105,8 @@ _VLLM_HF_DRAFTER = ("vLLM loads {name} drafters as Hugging Face checkpoints (e.g
                     "GGUF file")
 
 MODES: tuple[Mode, ...] = (
-    Mode(MTP, "target", context_backed=True, adaptive=True, fr=True, auto_priority=2, sidecar=True, confidence_gate=True,
+    Mode(MTP, "target", context_backed=True, adaptive=True, fr=True, auto_priority=2, sidecar=True,
+         confidence_gate=True,
          llama=LlamaSpelling("draft-mtp", retired=("mtp",)),
          vllm_method="mtp", vllm_aliases=VLLM_MTP_METHODS, speculator="mtp"),
     # Block drafters draft through the target's LM head, which the Power runtime cuts to the FR prefix as well.
@@ -111,11 +114,13 @@ MODES: tuple[Mode, ...] = (
          llama=LlamaSpelling("draft-dflash", retired=("dflash",)), vllm_method="dflash", speculator="dflash",
          vllm_refusal=_VLLM_HF_DRAFTER.format(name="DFlash")),
     Mode(DFLASH2, "file", context_backed=True, fr=True, header_architecture="dflash", speculator="dflash",
-         opt_in="the reference measurements (docs/reference.md) keep DFlash2 opt-in: its 12-task quality calibration kept only 7/12 complete outputs",
+         opt_in="the reference measurements (docs/reference.md) keep DFlash2 opt-in: its 12-task quality calibration "
+                "kept only 7/12 complete outputs",
          fixed_shape="DFlash2 keeps a fixed draft shape"),
-    Mode(DSPARK, "file", context_backed=True, adaptive=True, fr=True, header_architecture="dspark", confidence_gate=True,
-         opt_in="the reference measurements (docs/reference.md) found DSpark as no lossless production default: at context 1024 only 54/100 outputs "
-                "matched the control and every request entered fallback replay",
+    Mode(DSPARK, "file", context_backed=True, adaptive=True, fr=True, header_architecture="dspark",
+         confidence_gate=True,
+         opt_in="the reference measurements (docs/reference.md) found DSpark as no lossless production default: at "
+                "context 1024 only 54/100 outputs matched the control and every request entered fallback replay",
          llama=LlamaSpelling("draft-dspark", retired=("dspark",)), vllm_method="dspark", speculator="dspark",
          vllm_refusal=_VLLM_HF_DRAFTER.format(name="DSpark")),
     # EAGLE-3 (arXiv:2503.01840): one decoder layer over three of the target's hidden states, drafting token by
@@ -127,8 +132,9 @@ MODES: tuple[Mode, ...] = (
          vllm_method="eagle3",
          fixed_shape="vLLM drafts EAGLE-3's num_speculative_tokens every round; Power's runtime does not run it"),
     Mode(NGRAM, "none", context_backed=False, draft_cost="none", auto_priority=3,
-         chain_loss="the reference measurements (docs/reference.md) found draft-mtp,ngram-mod losing on all traffic on the qwen35 hybrid: with n-gram "
-                    "in the chain llama.cpp disables recurrent rollback, which the drafter's verification depends on",
+         chain_loss="the reference measurements (docs/reference.md) found draft-mtp,ngram-mod losing on all traffic on "
+                    "the qwen35 hybrid: with n-gram in the chain llama.cpp disables recurrent rollback, which the "
+                    "drafter's verification depends on",
          llama=LlamaSpelling("ngram-mod", aliases=("ngram-simple", "ngram-cache", "ngram-map-k", "ngram-map-k4v")),
          vllm_method="ngram", vllm_aliases=("ngram_gpu",), speculator="ngram",
          fixed_shape="n-gram proposals are not scheduled by the adaptive controller"),

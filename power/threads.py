@@ -9,13 +9,7 @@ imported, before torch: unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, i
 (idle threads sleep at once), which measured best of the spins tried on a shared host (docs/runtime.md, "On a
 shared host"; bench/bench_wait_policy.py).
 
-Kernel threads. Power's CPU kernels (power/kernels/cpu/csrc/pool.cpp) run on threads of their own, not on
-OpenMP's: a decode step of a small model makes some eighty products, each too short to pay for waking a sleeping
-thread, and a thread that spins between them takes the CPU a contended host's other work needs. `kernel_wait()`:
-by default (adaptive) an idle kernel thread spins for up to KERNEL_SPIN_US while the host is quiet and sleeps at
-once while it is contended, judged from the calling thread's run-queue delay over the last 20 ms
-(/proc/thread-self/schedstat); POWER_KERNEL_WAIT=sleep or =spin fixes either (docs/runtime.md, "How kernel
-threads wait").
+The kernel threads' own wait (Power's CPU kernels run on threads of their own): power.kernels.cpu.waits.
 
 Threads. `thread_budget()`: the CPUs in this process's affinity mask (`sched_getaffinity`), capped by the
 cgroup's CPU quota rounded up (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`, the smallest
@@ -30,14 +24,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.findings import PowerError
-
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 SPINCOUNT_ENV = "GOMP_SPINCOUNT"
 PASSIVE = "passive"
-KERNEL_WAIT_ENV = "POWER_KERNEL_WAIT"
-KERNEL_WAITS = ("sleep", "spin", "adaptive")  # in the order of pool.h's `Wait`
-KERNEL_SPIN_US = 200
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -72,40 +61,6 @@ def settle_wait_policy() -> WaitPolicy:
             os.environ[WAIT_POLICY_ENV] = PASSIVE
             _settled = WaitPolicy(f"{WAIT_POLICY_ENV}={PASSIVE}", "Power")
     return _settled
-
-
-class KernelWaitError(PowerError):
-    """POWER_KERNEL_WAIT names no wait."""
-
-    code = "PWR652"
-
-
-@dataclass(frozen=True)
-class KernelWait:
-    """How Power's kernel threads wait when idle, and who decided it."""
-
-    mode: str  # one of KERNEL_WAITS
-    source: str  # "Power" | "environment"
-
-    def describe(self) -> str:
-        how = {"sleep": "sleep at once",
-               "spin": f"spin up to {KERNEL_SPIN_US} us, then sleep",
-               "adaptive": f"spin up to {KERNEL_SPIN_US} us while the host is quiet, sleep at once while it is "
-                           "contended"}[self.mode]
-        who = "set by Power" if self.source == "Power" else f"{KERNEL_WAIT_ENV} from the environment"
-        return f"{self.mode}: idle kernel threads {how} ({who})"
-
-
-def kernel_wait() -> KernelWait:
-    """The kernel threads' wait: POWER_KERNEL_WAIT when set (refused when it names no wait), else adaptive."""
-    chosen = os.environ.get(KERNEL_WAIT_ENV)
-    if chosen is None:
-        return KernelWait("adaptive", "Power")
-    if chosen not in KERNEL_WAITS:
-        raise KernelWaitError(f"{KERNEL_WAIT_ENV}={chosen!r} is not a wait for Power's kernel threads",
-                              hint=f"set it to one of {', '.join(KERNEL_WAITS)}, or unset it for Power's adaptive "
-                                   "wait (docs/runtime.md, \"How kernel threads wait\")")
-    return KernelWait(chosen, "environment")
 
 
 def environment_for_other_programs() -> dict[str, str]:

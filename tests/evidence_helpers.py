@@ -56,7 +56,8 @@ def evidence_document(candidate: str, baseline: str, *, engine: str = "power", l
     return Evidence.model_validate({
         "schema": "power.evidence/v1", "created": "2026-01-01T00:00:00Z", "power_version": "test",
         "engine": {"name": engine}, "machine": {},
-        "protocol": {"shapes": list(results), "runs": runs, "max_tokens": 32, "prompt_tokens": dict.fromkeys(results, 64),
+        "protocol": {"shapes": list(results), "runs": runs, "max_tokens": 32,
+                     "prompt_tokens": dict.fromkeys(results, 64),
                      "order": "alternating", "warmup_requests": 1},
         "candidate": _configuration("candidate", candidate, engine),
         "baseline": _configuration("baseline", baseline, engine), "shapes": results,

@@ -1,4 +1,5 @@
-"""A small fleet world in a tmp directory: generated GGUFs, manifests, profiles and fleet files (for the fleet tests)."""
+"""A small fleet world in a tmp directory: generated GGUFs, manifests, profiles and fleet files
+(for the fleet tests)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shared by the artifact tests: the bundled Gemma file, the factory's fixtures (built once per run), hand-made headers."""
+"""Shared by the artifact tests: the bundled Gemma file, the factory's fixtures (built once per
+run), hand-made headers."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from power.artifacts.factory import build_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 # Fixtures with tensor data (the header-only ones are sparse files of real sizes).
-RUNNABLE = ("dense-target", "hybrid-target", "gemma3-target", "gemma3-mtp-sidecar", "dflash-drafter", "dflash2-drafter", "dspark-drafter",
+RUNNABLE = ("dense-target", "hybrid-target", "gemma3-target", "gemma3-mtp-sidecar", "dflash-drafter", "dflash2-drafter",
+            "dspark-drafter",
             "dflash-named-dspark", "dflash-drafter-other-tokenizer")
 HEADER_ONLY = ("qwen36-27b-q6k", "qwen36-27b-dflash", "qwen36-27b-dflash2", "qwen36-27b-dspark")
 
@@ -45,7 +47,12 @@ def kv_string(key: str, value: str) -> bytes:
 
 
 def tensor_info(name: str, dims: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
-    return gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", ggml_type, offset)
+    return (
+        gguf_string(name)
+        + struct.pack("<I", len(dims))
+        + b"".join(struct.pack("<Q", d) for d in dims)
+        + struct.pack("<IQ", ggml_type, offset)
+    )
 
 
 def header(kvs: list[bytes], tensors: list[bytes], *, version: int = 3, magic: bytes = b"GGUF",

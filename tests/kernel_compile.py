@@ -52,35 +52,42 @@ def specs():
     partials = {"BLOCK_R": argmax.BLOCK_R, "BLOCK_C": argmax.BLOCK_C, "NO_INDEX": argmax.NO_INDEX}
     for dtype in ("fp32", "fp16", "bf16"):
         yield (f"partial_argmax {dtype}", argmax._partial_argmax_kernel,
-               {"x_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "V": "i32", "n_chunks": "i32"}, argmax_consts, {})
+               {"x_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "V": "i32", "n_chunks": "i32"},
+               argmax_consts, {})
     yield ("argmax_of_partials", argmax._argmax_of_partials_kernel,
            {"val_ptr": "*fp32", "idx_ptr": "*i64", "out_ptr": "*i64", "R": "i32", "n_chunks": "i32"}, partials, {})
     yield ("greedy_verify accept", greedy_verify_triton._accept_kernel,
-           {"val_ptr": "*fp32", "idx_ptr": "*i64", "proposals_ptr": "*i64", "out_ptr": "*i64", "K": "i32", "n_chunks": "i32"},
+           {"val_ptr": "*fp32", "idx_ptr": "*i64", "proposals_ptr": "*i64", "out_ptr": "*i64", "K": "i32",
+            "n_chunks": "i32"},
            {"BLOCK_R": 32, "BLOCK_C": argmax.BLOCK_C, "NO_INDEX": argmax.NO_INDEX}, {})
     shared = {"BLOCK_K": 16, "BLOCK_V": rejection_triton.BLOCK_V, "LANES": rejection.LANES, "ACCEPT": rejection.ACCEPT,
               "WEIGHT_SCALE": float(2**rejection.WEIGHT_BITS)}
     draw = {"BLOCK_B": rejection_triton.BLOCK_B, "SAMPLE": rejection.SAMPLE, "RESIDUAL": rejection.RESIDUAL,
             "UNIFORM_BITS": rejection.UNIFORM_BITS}
     for dtype in ("fp32", "fp64"):
-        probs = {"p_ptr": f"*{dtype}", "q_ptr": f"*{dtype}", "proposals_ptr": "*i64", "u_ptr": "*fp64", "sums_ptr": "*i64",
+        probs = {"p_ptr": f"*{dtype}", "q_ptr": f"*{dtype}", "proposals_ptr": "*i64", "u_ptr": "*fp64",
+                 "sums_ptr": "*i64",
                  "K": "i32", "V": "i32", "n_blocks": "i32"}
         yield (f"rejection block sums {dtype}", rejection_triton._block_sums_kernel, probs, shared, {})
         yield (f"rejection draw {dtype}", rejection_triton._draw_kernel, probs | {"out_ptr": "*i64"}, shared | draw, {})
     for dtype in ("fp32", "bf16"):
         yield (f"fr_argmax {dtype}", fr_argmax_triton._fr_partial_kernel,
-               {"h_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "M": "i32", "N": "i32",
+               {"h_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "val_ptr": "*fp32", "idx_ptr": "*i64", "M": "i32",
+                "N": "i32",
                 "D": "i32", "n_chunks": "i32"},
                {"CHUNK": argmax.CHUNK, "BLOCK_M": fr_argmax_triton.BLOCK_M, "BLOCK_V": fr_argmax_triton.BLOCK_V,
-                "BLOCK_D": fr_argmax_triton.MAX_BLOCK_D, "NO_INDEX": argmax.NO_INDEX}, {"num_warps": fr_argmax_triton.NUM_WARPS})
+                "BLOCK_D": fr_argmax_triton.MAX_BLOCK_D, "NO_INDEX": argmax.NO_INDEX},
+                {"num_warps": fr_argmax_triton.NUM_WARPS})
     for qtype, code in dequant.TRITON_TYPES.items():
         per_block = dequant.BLOCK_LAYOUT[qtype][0]
-        yield (f"dequantize {qtype}", dequant_triton._dequant_kernel, {"raw_ptr": "*u8", "out_ptr": "*fp32", "n_blocks": "i64"},
+        yield (f"dequantize {qtype}", dequant_triton._dequant_kernel, {"raw_ptr": "*u8", "out_ptr": "*fp32",
+                                                                       "n_blocks": "i64"},
                {"PER_BLOCK": per_block, "QTYPE": code, "BLOCKS": dequant_triton._TRITON_WEIGHTS // per_block},
                {"enable_fp_fusion": False})
     for qtype, (code, per_block) in qmatmul.CODES.items():
         yield (f"qmatmul {qtype}", qmatmul_triton._qmatmul_kernel,
-               {"x_ptr": "*fp32", "w_ptr": "*u8", "y_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "row_bytes": "i32"},
+               {"x_ptr": "*fp32", "w_ptr": "*u8", "y_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+                "row_bytes": "i32"},
                {"PER_BLOCK": per_block, "QTYPE": code, "BLOCK_M": qmatmul.BLOCK_M, "BLOCK_N": qmatmul.BLOCK_N,
                 "BLOCK_K": qmatmul.BLOCK_K}, {"enable_fp_fusion": False})
     # Gemma 3 270M's attention (4 query heads on 1 KV head, width 256), the fixtures' (2 on 1, width 16), and wide
@@ -105,7 +112,8 @@ def specs():
                {"HAS_WEIGHT": has_weight, "BLOCK": triton.next_power_of_2(width)}, {})
 
 
-def compile_one(kernel, types: dict[str, str], constants: dict[str, object], options: dict[str, object]) -> dict[str, bytes | str]:
+def compile_one(kernel, types: dict[str, str], constants: dict[str, object],
+                options: dict[str, object]) -> dict[str, bytes | str]:
     """The kernel's assembly for sm_90: "ptx" and the ptxas-built "cubin"."""
     signature = dict(types) | {name: "constexpr" for name in constants}
     ordered = {name: signature[name] for name in kernel.arg_names}
@@ -117,7 +125,8 @@ def stack_bytes(cubin: bytes) -> int:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
         file.write(cubin)
         file.flush()
-        usage = subprocess.run([str(CUOBJDUMP), "-res-usage", file.name], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([str(CUOBJDUMP), "-res-usage", file.name], capture_output=True, text=True,
+                               check=True).stdout
     return int(re.search(r"STACK:(\d+)", usage).group(1))
 
 

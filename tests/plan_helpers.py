@@ -65,7 +65,8 @@ def write_profile(directory: Path, mode: str, k: int = 3, s: int = 3, name: str 
     lines = ['schema = "power.profile/v1"', f'name = "{name}"', f'spec_mode = "{mode}"',
              f"spec_draft_max = {k}", f"spec_mtp_recurrent_snapshots = {s}"]
     lines += [f"{key} = {toml_value(value)}" for key, value in settings.items()]
-    lines += ["[runtime]"] + [f"{key} = {toml_value(value)}" for key, value in ({"ctx": 1024} | (runtime or {})).items()]
+    lines += ["[runtime]"] + [f"{key} = {toml_value(value)}" for key,
+                              value in ({"ctx": 1024} | (runtime or {})).items()]
     path = Path(directory) / f"{name}.profile.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -1,4 +1,5 @@
-"""Shared by the server and bench tests: resolved plans over the factory's small dense target, made with `power plan`."""
+"""Shared by the server and bench tests: resolved plans over the factory's small dense target,
+made with `power plan`."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def test_the_real_llama_server_from_the_render_admits_only_the_key(planned, tmp_
     _, key_file = planned
     port = free_port()
     script = tmp_path / "serve.sh"
-    rendered = render(engine_plan(planned, "llama-server"), "llama-server", "--api-key-file", str(key_file), "--address", "127.0.0.1", "--port",
+    rendered = render(engine_plan(planned, "llama-server"), "llama-server", "--api-key-file", str(key_file),
+                      "--address", "127.0.0.1", "--port",
                       str(port), "-o", str(script))
     assert rendered.exit_code == 0, rendered.output
     log = tmp_path / "llama.log"

@@ -66,7 +66,8 @@ def decoder(model: str, kind: str, slots: int, arithmetic: str = QUANTISED) -> D
         target = slotted(model, slots, S, arithmetic)
     for slot in range(slots):
         target.reset(slot)
-    return Decoder(target, Sampler(SamplingParams()), None if kind == "none" else built(kind, model, target), SchedulerConfig(k=K, s=S))
+    return Decoder(target, Sampler(SamplingParams()), None if kind == "none" else built(kind, model, target),
+                   SchedulerConfig(k=K, s=S))
 
 
 def run(decoder_: Decoder, prompts, params=GREEDY, tokens: int = TOKENS, **request) -> list[Decoding]:

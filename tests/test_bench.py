@@ -1,4 +1,5 @@
-"""`power bench`: the A/B protocol over real engines (the dense fixture planned with n-gram vs the zero-draft control)."""
+"""`power bench`: the A/B protocol over real engines (the dense fixture planned with n-gram vs
+the zero-draft control)."""
 
 from __future__ import annotations
 
@@ -149,7 +150,8 @@ def test_reports_carry_the_table_and_one_chart_per_shape(ab, tmp_path: Path) -> 
 
 def test_without_a_baseline_every_shape_is_measured_and_nothing_is_proven(tmp_path: Path) -> None:
     out = tmp_path / "solo.json"
-    result = invoke(fixture_plan("ngram"), "--shapes", "echo,identity", "--runs", 1, "--max-tokens", 6, "-o", out, "--json")
+    result = invoke(fixture_plan("ngram"), "--shapes", "echo,identity", "--runs", 1, "--max-tokens", 6, "-o", out,
+                    "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert json.loads(result.stdout) == document
@@ -267,8 +269,9 @@ def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
 
     def lines(candidate: list[Receipt]) -> list[str]:
         shapes = {"identity": bench.shape_result(build_shape("identity"), {"candidate": candidate})}
-        return summary_lines({"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False, "reason": "-"},
-                              "protocol": {}})
+        return summary_lines(
+            {"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False, "reason": "-"}, "protocol": {}}
+        )
 
     slow = [line for line in lines(runs(40.0)) if line.startswith("below target-only")]
     assert len(slow) == 1 and "the candidate on identity decodes at 0.75x" in slow[0]
@@ -315,8 +318,10 @@ def test_the_table_says_how_the_speedups_were_taken() -> None:
     [code_row, _] = rows(document)
     assert code_row["speedup"] == "1.10x" and code_row["candidate tok/s"].startswith("20.00")
     assert code_row["baseline tok/s"].startswith("15.00")
-    assert ("speedup: the median of the paired runs' ratios (run r sent the same request to both configurations, "
-            "one right after the other), not the ratio of the median tok/s beside it") in text_table(document).splitlines()
+    assert (
+        "speedup: the median of the paired runs' ratios (run r sent the same request to both configurations, "
+        "one right after the other), not the ratio of the median tok/s beside it"
+    ) in text_table(document).splitlines()
 
 
 def test_a_verdict_needs_repeated_runs_and_a_candidate_that_drafted() -> None:
@@ -345,7 +350,8 @@ def test_a_live_engine_that_is_not_here_fails_closed_before_anything_runs(engine
 
 def test_a_sweep_runs_every_variant_in_one_run_and_the_winner_is_the_evidence(tmp_path: Path) -> None:
     evidence, env = tmp_path / "evidence.json", tmp_path / "deploy.env"
-    result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--sweep", "k=2,3", "--shapes", "echo,identity",
+    result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--sweep", "k=2,3", "--shapes",
+                    "echo,identity",
                     "--runs", 1, "--max-tokens", 12, "--threads", 1, "-o", evidence, "--write-env", env)
     assert result.exit_code == 0, result.output
     document = json.loads(evidence.read_text())

@@ -41,7 +41,8 @@ def plans(tmp_path_factory) -> tuple[Path, Path]:
 def test_a_token_swapped_at_a_clear_margin_is_lossy(plans, tmp_path: Path) -> None:
     candidate, baseline = plans
     wrong = tmp_path / "llama-server"
-    wrong.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / 'swapping_proxy.py'} {binary()} \"$@\"\n")
+    wrong.write_text(f"#!/bin/sh\nexec {sys.executable} "
+                     f"{Path(__file__).parent / 'swapping_proxy.py'} {binary()} \"$@\"\n")
     wrong.chmod(0o755)
     evidence = tmp_path / "evidence.json"
     result = run("bench", candidate, "--vs", baseline, "--engine", "llama-server", "--engine-binary", wrong,
@@ -69,7 +70,9 @@ def test_the_real_ngram_divergence_on_prose_is_a_near_tie_with_its_margin(plans,
     assert not prose["parity"] and prose["exactness"] == "near-tie" and prose["divergences"]
     for divergence in prose["divergences"]:
         assert divergence["baseline_token"] != divergence["candidate_token"]
-        assert divergence["margin"] == pytest.approx(abs(divergence["baseline_logprob"] - divergence["candidate_logprob"]))
+        assert divergence["margin"] == pytest.approx(
+            abs(divergence["baseline_logprob"] - divergence["candidate_logprob"])
+        )
         assert divergence["margin"] <= prose["near_tie_margin"]
         # the replay runs the candidate's own target: its top token is one of the two
         assert divergence["target_top_token"] in (divergence["baseline_token"], divergence["candidate_token"])

@@ -4,6 +4,9 @@ renders, its evidence bound to the engine, and a rollout that takes it for a lla
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,9 @@ from power.app.bench import winner
 from power.app.cli import main
 from power.orchestrator.fleet.lock import read_lock
 
-pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches the real llama-server
+# outside `scripts/test --fast`: launches the real llama-server; the README's bench (nine pairs a shape) runs past the
+# default 15 minutes on a busy 2-core host
+pytestmark = [pytest.mark.llama_server, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parent.parent
 FLEET = REPO / "examples" / "fleet" / "llama-server.toml"
@@ -26,9 +31,22 @@ def run(*args):
     return CliRunner().invoke(main, [*map(str, args)])
 
 
+def documented(command: str, **words: str) -> list[str]:
+    """A command of examples/fleet/README.md step 5 as written, its placeholders filled: `<candidate>` and
+    `<incumbent>` with the exported plans' names, the build script's output with the test's llama-server."""
+    section = (REPO / "examples" / "fleet" / "README.md").read_text().split("## 5.")[1]
+    lines = "\n".join(re.findall(r"```sh\n(.*?)```", section, re.S)).replace("\\\n", " ").splitlines()
+    line = next(line for line in lines if line.startswith(f"power {command} "))
+    for placeholder, word in words.items():
+        line = line.replace(f"<{placeholder}>", word)
+    return [str(binary()) if word == "$(scripts/build-llama-server)" else word
+            for word in shlex.split(line.split("   #")[0])[1:]]
+
+
 @pytest.fixture(scope="module")
 def rollout(tmp_path_factory):
-    """The example fleet's rollout of the n-gram profile, planned, with its plans exported and one live bench run."""
+    """The example fleet's rollout of the n-gram profile, planned, with its plans exported and the README's bench
+    run as written, from a folder of its own (where the README's relative plans/ and evidence.json lie)."""
     root = tmp_path_factory.mktemp("rollout")
     lock = root / "fleet.lock"
     assert run("fleet", "review", FLEET, "--lock", lock, "--write-lock").exit_code == 0
@@ -39,13 +57,15 @@ def rollout(tmp_path_factory):
     state, _ = read_lock(lock, "cpu-lab")
     candidate = state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
     incumbent = state.deployments[LLAMA_KEY]["plan_digest"]
-    evidence = root / "evidence.json"
-    env = root / "cpu-1.env"
-    bench = run("bench", root / "plans" / f"{candidate[:12]}.json", "--vs", root / "plans" / f"{incumbent[:12]}.json",
-                "--engine", "llama-server", "--engine-binary", binary(), "--shapes", "echo,identity", "--runs", 3,
-                "--max-tokens", 24, "--prompt-tokens", 256, "--threads", 1, "-o", evidence, "--write-env", env)
+    here = Path.cwd()
+    os.chdir(root)
+    try:
+        bench = run(*documented("bench", candidate=candidate[:12], incumbent=incumbent[:12]))
+    finally:
+        os.chdir(here)
     assert bench.exit_code == 0, bench.output
-    return lock, json.loads(evidence.read_text()), evidence, env, bench.output
+    evidence = root / "evidence.json"
+    return lock, json.loads(evidence.read_text()), evidence, root / "cpu-1.env", bench.output
 
 
 def test_the_evidence_says_which_engine_and_build_measured_it(rollout):
@@ -66,36 +86,33 @@ def test_greedy_parity_is_proven_on_outputs_that_say_something(rollout):
     _, document, _, _, _ = rollout
     assert document["lossless"]["proven"], document["lossless"]["reason"]
     assert document["lossless"]["vacuous_shapes"] == []
-    assert document["shapes"]["echo"]["candidate"]["generated_tokens"] == 24
+    assert document["shapes"]["echo"]["candidate"]["generated_tokens"] == 64
 
 
 def test_the_winner_is_written_as_the_deployments_llama_arg_env_file(rollout):
-    _, document, _, env, output = rollout
+    _, document, _, env, _ = rollout
     text = env.read_text()
     assert text.startswith("# power bench on llama-server:") and "# echo" in text
-    won = winner([document]) is not None
-    assert ("LLAMA_ARG_SPEC_TYPE=ngram-mod" in text) == won
-    assert ("the winner: candidate" in text) == won
+    assert winner([document]) is not None
+    assert "LLAMA_ARG_SPEC_TYPE=ngram-mod" in text and "the winner: candidate" in text
     assert "LLAMA_ARG_N_PARALLEL=1" in text and "LLAMA_ARG_ENDPOINT_METRICS=true" in text
 
 
-def test_the_llama_server_evidence_decides_the_canary_of_the_llama_server_deployment(rollout):
-    """The gate acts on what was measured: 'faster' on echo opens the canary, anything else keeps the incumbent."""
+def test_the_documented_bench_opens_the_canary_of_the_llama_server_deployment(rollout):
+    """Issue 40.3: examples/fleet/README.md step 5 says `rollout advance` opens the canary; the live bench gave a
+    2.78x median, refused under noise (the runs' ranges overlapped). Judged from the pairs, it opens, as written."""
     lock, document, evidence, _, _ = rollout
-    before = read_lock(lock, "cpu-lab")[0]
-    advanced = run("rollout", "advance", FLEET, "--lock", lock, "--evidence", evidence, "--json")
-    state, _ = read_lock(lock, "cpu-lab")
     echo = document["shapes"]["echo"]
-    if echo["verdict"] == "faster":
-        assert advanced.exit_code == 0, advanced.output
-        assert state.deployments[LLAMA_KEY]["engine"] == "llama-server"
-        assert state.deployments[LLAMA_KEY]["plan_digest"] == state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
-    else:
-        assert advanced.exit_code == 1, advanced.output
-        findings = json.loads(advanced.output)["findings"]
-        assert any(f["code"] == "PWR073" and f"the bench's verdict is {echo['verdict']!r}" in f["message"]
-                   for f in findings), findings
-        assert state.deployments == before.deployments
+    assert echo["verdict"] == "faster", echo["verdict_reason"]
+    advance = documented("rollout advance")
+    assert advance[advance.index("--evidence") + 1] == "evidence.json"
+    advance[advance.index("--lock") + 1] = str(lock)
+    advance[advance.index("--evidence") + 1] = str(evidence)
+    advanced = run(*[str(FLEET) if word == "examples/fleet/llama-server.toml" else word for word in advance])
+    assert advanced.exit_code == 0, advanced.output
+    state, _ = read_lock(lock, "cpu-lab")
+    assert state.deployments[LLAMA_KEY]["engine"] == "llama-server"
+    assert state.deployments[LLAMA_KEY]["plan_digest"] == state.rollout["candidates"][LLAMA_KEY]["plan_digest"]
 
 
 def test_llama_server_evidence_for_a_deployment_that_runs_power_is_refused_at_its_line(tmp_path):

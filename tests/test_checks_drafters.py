@@ -109,7 +109,9 @@ def test_auto_passes_over_opt_in_drafters_and_says_why(tmp_path, kind, why):
 
 @pytest.mark.parametrize("mode", ["dspark", "dflash2", "ngram"])
 def test_an_explicit_mode_the_manifest_cannot_serve_is_an_error_not_a_downgrade(tmp_path, mode):
-    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}])
+    manifest = write_manifest(
+        tmp_path, "hybrid-target", [{"kind": "mtp"}, {"kind": "dflash", "fixture": "dflash-drafter"}]
+    )
     plan, findings = compiled(manifest, write_profile(tmp_path, mode))
     assert plan is None and errors(findings) == ["PWR216"]
     (finding,) = findings[-1:]
@@ -131,7 +133,8 @@ def test_auto_prefers_external_then_native_mtp_then_none(tmp_path, drafters, res
 
 
 def test_an_mtp_sidecar_serves_a_target_shipped_without_its_head(tmp_path):
-    """The reference `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked, planned, sized, rendered."""
+    """The reference `--spec-draft-model MTP-only.gguf --spec-type draft-mtp`: bound, checked,
+    planned, sized, rendered."""
     from power.orchestrator.launch.render import engine_launch
 
     headless = write_manifest(tmp_path, "headless-hybrid-target", [{"kind": "mtp"}])

@@ -6,7 +6,8 @@ from plan_helpers import compiled, write_manifest, write_profile
 
 
 def test_tokenizer_mismatch_over_the_complete_vocabulary_fails_closed(tmp_path):
-    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash", "fixture": "dflash-drafter-other-tokenizer"}])
+    manifest = write_manifest(tmp_path, "hybrid-target", [{"kind": "dflash",
+                                                           "fixture": "dflash-drafter-other-tokenizer"}])
     plan, findings = compiled(manifest, write_profile(tmp_path, "dflash"))
     assert plan is None
     (finding,) = [f for f in findings if f.is_error]

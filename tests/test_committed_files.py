@@ -76,7 +76,8 @@ def test_gemma_manifest_quant_and_architecture_are_what_the_header_says():
 
 def test_qwen_manifest_carries_the_reference_artifact_set():
     manifest = load_manifest(REPO / "manifests" / "qwen3.6-27b-q6k.toml").model
-    assert (manifest.target.size, manifest.target.quant, manifest.target.architecture) == (22_884_408_288, "Q6_K", "qwen35")
+    assert (manifest.target.size, manifest.target.quant,
+            manifest.target.architecture) == (22_884_408_288, "Q6_K", "qwen35")
     kinds = [drafter.kind for drafter in manifest.drafters]
     assert kinds == ["mtp", "dspark", "dflash2"]
     assert manifest.drafters[2].size == 1_140_000_000
@@ -88,7 +89,8 @@ def test_q6k_peak_profile_matches_the_seed():
     assert peak.spec_mode == "mtp"
     assert (peak.spec_draft_max, peak.spec_mtp_recurrent_snapshots, peak.spec_mtp_fr_vocab_size) == (7, 6, 8192)
     runtime = peak.runtime
-    assert (runtime.verify_capacity, runtime.cuda_graphs, runtime.flash_attn, runtime.gpu_layers) == (11, True, False, "all")
+    assert (runtime.verify_capacity, runtime.cuda_graphs, runtime.flash_attn,
+            runtime.gpu_layers) == (11, True, False, "all")
 
 
 def test_dspark_and_control_profiles_match_the_seed():

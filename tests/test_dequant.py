@@ -96,8 +96,10 @@ def test_the_loader_names_a_missing_tensor_a_wrong_shape_and_an_unsupported_type
 
 
 def test_an_unimplemented_architecture_is_refused_by_name(tmp_path):
-    path = _write(tmp_path / "mamba.gguf", "mamba", {"x.weight": (np.ones(32, dtype=np.float32), gguf.GGMLQuantizationType.F32)})
-    with pytest.raises(ArtifactError, match=r"mamba\.gguf: PWR120 \[error\] architecture 'mamba' is not implemented.*gemma3"):
+    path = _write(tmp_path / "mamba.gguf", "mamba", {"x.weight": (np.ones(32, dtype=np.float32),
+                                                                  gguf.GGMLQuantizationType.F32)})
+    with pytest.raises(ArtifactError, match=r"mamba\.gguf: PWR120 \[error\] architecture 'mamba' is "
+                                            r"not implemented.*gemma3"):
         load_trunk(path, n_ctx=16, verify_capacity=1)
 
 

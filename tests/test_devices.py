@@ -39,7 +39,8 @@ def files(tmp_path, model):
     host = tmp_path / "pair.host.toml"
     host.write_text('schema = "power.host/v1"\nname = "pair"\nheadroom = "16 MiB"\n'
                     'devices = [{ model = "GPU A", vram = "720 MiB" }, { model = "GPU B", vram = "720 MiB" },\n'
-                    '           { model = "GPU C", vram = "720 MiB" }, { model = "host CPU", vram = "8 GiB", kind = "cpu" }]\n')
+                    '           { model = "GPU C", vram = "720 MiB" }, { model = "host CPU", vram = "8 '
+                    'GiB", kind = "cpu" }]\n')
     return tmp_path, manifest, host
 
 

@@ -111,7 +111,9 @@ def test_a_file_that_shrinks_while_hashed(artifact):
     with pytest.raises(ArtifactError) as raised:
         sha256_file(artifact, use_cache=False, progress=truncate_after_first_chunk)
     finding = raised.value.finding
-    assert finding.code == "PWR116" and finding.file == str(artifact) and "changed while it was hashed" in finding.message
+    assert (
+        finding.code == "PWR116" and finding.file == str(artifact) and "changed while it was hashed" in finding.message
+    )
     assert not cache_path().exists()
 
 

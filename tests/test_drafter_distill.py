@@ -42,9 +42,9 @@ from power.drafters.served import replay
 from power.drafters.train import Curve, laid_rounds, training_precision
 from power.drafters.worth import Costs
 from power.modes import DFLASH, DFLASH2, DSPARK, MTP, NGRAM
-from power.orchestrator.worth_it import judge_distilled
+from power.orchestrator.planning.worth_it import judge_distilled
 from power.runtime.decoder import Decoder
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.layers import rms_norm
 from power.runtime.sampling import Sampler, SamplingParams
@@ -55,6 +55,7 @@ from power.runtime.speculators.dflash import header_view
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
 from power.runtime.trunks.gemma3 import Gemma3Params
+from power.runtime.workload import Workload
 
 
 def dense():
@@ -71,7 +72,9 @@ def _shaken(net: BlockDrafterNet) -> None:
     for name in net.names:
         if "_conv_" in name or name.startswith("selector_"):
             value = net.tensor(name)
-            value.data.add_(torch.randn(value.shape, generator=generator) * (1.0 if name.startswith("selector_") else 0.2))
+            value.data.add_(
+                torch.randn(value.shape, generator=generator) * (1.0 if name.startswith("selector_") else 0.2)
+            )
 
 
 @pytest.mark.parametrize("kind", [DFLASH, DSPARK, DFLASH2])
@@ -194,7 +197,9 @@ def test_the_served_replay_accepts_what_a_greedy_decode_at_k_accepts(k):
     target = GGUFFile(gemma3())
     trunk = load_trunk(target, n_ctx=128, verify_capacity=k + 1)
     recorded = _Rounds(registry.create(MTP, SpeculatorRequest(trunk, target, GGUFFile(sidecar))))
-    generated = Decoder(trunk, Sampler(SamplingParams()), recorded, SchedulerConfig(k=k, s=k)).generate(prompt, 40).tokens
+    generated = (
+        Decoder(trunk, Sampler(SamplingParams()), recorded, SchedulerConfig(k=k, s=k)).generate(prompt, 40).tokens
+    )
     text = prompt + generated
     decoded = [next((i for i, d in enumerate(drafts) if d != text[anchor + 1 + i]), len(drafts))
                for anchor, drafts in recorded.rounds if anchor + k < len(text)]
@@ -254,7 +259,9 @@ def test_held_back_chains_are_counted_as_verification_counts_them(tmp_path, rank
         seen = sorted(set(tokens))
         vocabulary = torch.tensor(seen[::-2] + [i for i in range(64) if i not in seen])  # half the text's tokens
         weights = {name: sidecar.tensor(name) for name in sidecar.tensors}
-        sidecar = GGUFFile(write_mtp_sidecar(tmp_path / "ranked.gguf", weights, gemma3(), "ranked", vocabulary.tolist()))
+        sidecar = GGUFFile(
+            write_mtp_sidecar(tmp_path / "ranked.gguf", weights, gemma3(), "ranked", vocabulary.tolist())
+        )
     trunk = load_trunk(target, n_ctx=128, verify_capacity=1)
     head = registry.create(MTP, SpeculatorRequest(trunk, target, sidecar))
     out = trunk.prefill(tokens, head.taps, all_logits=True)
@@ -283,7 +290,13 @@ def test_a_chain_level_counts_only_while_the_text_is_the_targets_own_greedy_path
     labels, valid = chain_targets(example, levels=3)
     assert labels.tolist() == [3, 4, 9, 6, NO_LABEL]  # the target's token after positions 1..5
     assert valid[0].tolist() == [True, True, True, True, False]  # every labelled position, from its own anchor
-    assert valid[1].tolist() == [False, True, True, False, False]  # anchored at 2, 3: the text followed; at 4 it did not
+    assert valid[1].tolist() == [
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]  # anchored at 2, 3: the text followed; at 4 it did not
     assert valid[2].tolist() == [False, False, True, False, False]
 
 
@@ -386,7 +399,10 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     assert verified.exit_code == 0, verified.output
     plan = load_plan(plan_path)
     assert plan.mode.resolved == kind and plan.speculation.fr_vocab_size is None  # the drafter's vocabulary bounds it
-    assert tuple(plan.mode.chain) == (NGRAM, kind)  # the manifest's lookup proposes first, the drafter where it has none
+    assert tuple(plan.mode.chain) == (
+        NGRAM,
+        kind,
+    )  # the manifest's lookup proposes first, the drafter where it has none
     # the lookup the held-out bench measures: the last 4 tokens, drafts of 2 or more (of 1 when K is 1)
     assert (plan.runtime.ngram_match, plan.runtime.ngram_draft_min) == (4, min(2, report["recommended"]["k"]))
     speculative = Engine(Workload.of_plan(plan, plan_path), EngineOptions(governor=False))  # every round drafts
@@ -467,7 +483,9 @@ def test_a_corpus_shares_the_data_time_with_the_targets_own_text(tmp_path, share
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n\n".join(f"Paragraph {i}: the fox ran across the quiet field into the wood." for i in range(8)))
+    corpus.write_text(
+        "\n\n".join(f"Paragraph {i}: the fox ran across the quiet field into the wood." for i in range(8))
+    )
     args = ["drafter", "distill", str(manifest), "--kind", "dflash", "--prompts", str(prompts), "--corpus", str(corpus),
             "--corpus-share", str(share), "--max-new-tokens", "6", "--slots", "2", "--steps", "2", "--quiet",
             "-o", str(tmp_path / "out")]
@@ -596,7 +614,9 @@ def test_distill_writes_only_into_a_folder_it_wrote(tmp_path):
     (out / "manifest.toml").write_text("# the operator's own\n")
     result = _distill(manifest, out, "--prompts", _tale(tmp_path))
     assert result.exit_code == 2 and "PWR018" in result.output and "did not distill" in result.output, result.output
-    assert (out / "manifest.toml").read_text() == "# the operator's own\n" and sorted(out.iterdir()) == [out / "manifest.toml"]
+    assert (out / "manifest.toml").read_text() == "# the operator's own\n" and sorted(out.iterdir()) == [
+        out / "manifest.toml"
+    ]
 
 
 @pytest.mark.parametrize("option, content, message", [

@@ -120,6 +120,7 @@ def test_drafters_decline_a_target_they_cannot_serve():
                                 target=gguf("gemma"))
     declined = build("dflash", request)
     assert isinstance(declined, Decline) and "d_model" in declined.reason
-    mislabeled = build("dflash", SpeculatorRequest(trunk("dense"), drafter=GGUFFile(fixture_dir() / "dspark-drafter.gguf"),
+    mislabeled = build("dflash", SpeculatorRequest(trunk("dense"),
+                                                   drafter=GGUFFile(fixture_dir() / "dspark-drafter.gguf"),
                                                    target=gguf("dense")))
     assert isinstance(mislabeled, Decline) and "dspark" in mislabeled.reason

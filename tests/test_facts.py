@@ -34,7 +34,8 @@ def facts(name):
 ])
 def test_the_header_decides_the_drafter_contract(name, kind, window, kv_per_position):
     found = facts(name)
-    assert (found.drafter_kind, found.sliding_window, found.drafter_kv_bytes_per_position) == (kind, window, kv_per_position)
+    assert (found.drafter_kind, found.sliding_window,
+            found.drafter_kv_bytes_per_position) == (kind, window, kv_per_position)
 
 
 def test_dspark_drafter_kv_at_the_reference_context_is_five_gib():
@@ -113,11 +114,18 @@ def test_a_missing_contract_key_is_named(tmp_path):
 
 def test_hybrid_layers_and_census():
     found = facts("hybrid-target")
-    assert [layer.kind for layer in found.layers] == ["recurrent"] * 3 + ["global"] + ["recurrent"] * 3 + ["global", "nextn"]
+    assert [layer.kind for layer in found.layers] == ["recurrent"] * 3 + ["global"] + ["recurrent"] * 3 + [
+        "global",
+        "nextn",
+    ]
     assert [layer.n_head_kv for layer in found.layers][:4] == [0, 0, 0, 2]
     assert sum(row.count for row in found.census) == len(found.tensors)
-    assert sum(row.nbytes for row in found.census) == found.tensor_bytes == sum(layer.nbytes for layer in found.layers) + sum(
-        t.nbytes for t in found.tensors if not t.name.startswith("blk."))
+    assert (
+        sum(row.nbytes for row in found.census)
+        == found.tensor_bytes
+        == sum(layer.nbytes for layer in found.layers)
+        + sum(t.nbytes for t in found.tensors if not t.name.startswith("blk."))
+    )
 
 
 def test_dense_target_census_has_every_small_block_quant():
@@ -149,7 +157,10 @@ def test_tokenizer_fingerprint_is_over_the_whole_vocabulary():
     # the vocabulary has 496 tokens, all inside the short fingerprint's first 2000
     assert other.short_fingerprint != same.short_fingerprint
     differences = compare_tokenizers(same, other)
-    assert differences == ["first differing token at id 491: 'retu' vs 'QZ'", "first differing merge at index 235: 'ret u' vs 'Q Z'"]
+    assert differences == [
+        "first differing token at id 491: 'retu' vs 'QZ'",
+        "first differing merge at index 235: 'ret u' vs 'Q Z'",
+    ]
     assert compare_tokenizers(same, facts("hybrid-target").tokenizer) == []
 
 
@@ -175,6 +186,8 @@ def test_a_drafter_pairs_only_with_a_target_of_its_shape():
     assert contracts.pairing_violations(facts("dspark-drafter"), facts("hybrid-target")) == []
     assert contracts.pairing_violations(facts("qwen36-27b-dflash2"), facts("qwen36-27b-q6k")) == []
     messages = [f.message for f in contracts.pairing_violations(facts("qwen36-27b-dspark"), facts("dense-target"))]
-    assert len(messages) == 3 and {f.code for f in contracts.pairing_violations(facts("qwen36-27b-dspark"), facts("dense-target"))} == {"PWR211"}
+    assert len(messages) == 3 and {
+        f.code for f in contracts.pairing_violations(facts("qwen36-27b-dspark"), facts("dense-target"))
+    } == {"PWR211"}
     assert "width 5120" in messages[0] and "vocab_size 248320" in messages[1] and "[16, 31, 46, 61]" in messages[2]
     assert contracts.pairing_violations(facts("hybrid-target"), facts("dense-target")) == []

@@ -1,4 +1,5 @@
-"""`power fleet review`: every deployment planned and checked, located fleet findings, device sums, drift, exit codes."""
+"""`power fleet review`: every deployment planned and checked, located fleet findings, device
+sums, drift, exit codes."""
 
 from __future__ import annotations
 
@@ -115,7 +116,9 @@ profile = "profiles/balanced.toml"
     duplicate = _finding_at(result.output, "PWR066")
     assert "ws-1/hybrid is declared twice" in duplicate
     outside_line = _finding_at(result.output, "PWR061")
-    assert "[warning]" in outside_line and text[int(outside_line.split(":")[1]) - 1].startswith("manifest = \"../elsewhere/")
+    assert "[warning]" in outside_line and text[int(outside_line.split(":")[1]) - 1].startswith(
+        'manifest = "../elsewhere/'
+    )
     assert "ws-2/outside" in result.output  # planned anyway: allowed, only shown
 
 

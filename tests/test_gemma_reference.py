@@ -22,7 +22,8 @@ from gguf_helpers import gemma
 
 from power.artifacts.gguf_reader import read_header
 from power.documents.arithmetic import ARITHMETICS, FLOAT32
-from power.runtime.engine import Engine, Workload
+from power.runtime.engine import Engine
+from power.runtime.workload import Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
@@ -48,7 +49,11 @@ class Float64Gemma:
         """Logits of every row, or of the `last` rows only."""
         m = self.meta
         d, n_layers = m["gemma3.embedding_length"], m["gemma3.block_count"]
-        n_head, n_kv, hd = m["gemma3.attention.head_count"], m["gemma3.attention.head_count_kv"], m["gemma3.attention.key_length"]
+        n_head, n_kv, hd = (
+            m["gemma3.attention.head_count"],
+            m["gemma3.attention.head_count_kv"],
+            m["gemma3.attention.key_length"],
+        )
         eps, window = m["gemma3.attention.layer_norm_rms_epsilon"], m["gemma3.attention.sliding_window"]
         embedding = self.w("token_embd.weight")
         n = len(ids)
@@ -77,7 +82,9 @@ class Float64Gemma:
             attn = out.reshape(n, -1) @ self.w(p + "attn_output.weight").T
             h = h + rms(attn, self.w(p + "post_attention_norm.weight"), eps)
             x = rms(h, self.w(p + "ffn_norm.weight"), eps)
-            ffn = (gelu_tanh(x @ self.w(p + "ffn_gate.weight").T) * (x @ self.w(p + "ffn_up.weight").T)) @ self.w(p + "ffn_down.weight").T
+            ffn = (gelu_tanh(x @ self.w(p + "ffn_gate.weight").T) * (x @ self.w(p + "ffn_up.weight").T)) @ self.w(
+                p + "ffn_down.weight"
+            ).T
             h = h + rms(ffn, self.w(p + "post_ffw_norm.weight"), eps)
         return rms(h[-(last or n):], self.w("output_norm.weight"), eps) @ embedding.T
 

@@ -94,7 +94,8 @@ def test_mutated_counts_and_lengths(tmp_path, edits):
 
 
 @fuzz(12)
-@given(edits=st.lists(st.tuples(st.integers(min_value=0, max_value=6_525_119), st.integers(0, 255)), min_size=1, max_size=4))
+@given(edits=st.lists(st.tuples(st.integers(min_value=0, max_value=6_525_119), st.integers(0, 255)), min_size=1,
+                      max_size=4))
 def test_mutated_gemma_header(tmp_path, edits):
     path = tmp_path / "gemma-mutated.gguf"
     path.write_bytes(_mutate(_gemma_header(), edits))

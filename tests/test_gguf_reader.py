@@ -30,7 +30,8 @@ def assert_agrees_with_gguf_reader(path) -> None:
             assert actual.readonly and len(actual) > MAX_LIST_ELEMENTS, key
             assert actual.obj is ours.raw, key
             np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected, dtype=np.asarray(actual).dtype))
-        elif isinstance(expected, float) or (isinstance(expected, list) and expected and isinstance(expected[0], float)):
+        elif isinstance(expected, float) or (isinstance(expected,
+                                                        list) and expected and isinstance(expected[0], float)):
             np.testing.assert_array_equal(np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64))
         else:
             assert actual == expected, key
@@ -43,7 +44,8 @@ def assert_agrees_with_gguf_reader(path) -> None:
         assert mine.nbytes == other.n_bytes, mine.name
 
 
-@pytest.mark.parametrize("name", ["dense-target", "hybrid-target", "dflash-drafter", "dflash2-drafter", "dspark-drafter",
+@pytest.mark.parametrize("name", ["dense-target", "hybrid-target", "dflash-drafter", "dflash2-drafter",
+                                  "dspark-drafter",
                                   "dflash-drafter-other-tokenizer", "qwen36-27b-q6k", "qwen36-27b-dflash2",
                                   "qwen36-27b-dspark"])
 def test_every_field_agrees_with_gguf_reader_on_the_fixtures(name):

@@ -54,7 +54,8 @@ def test_backoff_is_capped():
     _through_baseline(gov)
     parks = []
     for _ in range(4):
-        _spec_steps(gov, gov.config.probe_steps if gov.members[0].losses == 0 else 3, tokens=1, seconds=0.02, accepted=1)
+        _spec_steps(gov, gov.config.probe_steps if gov.members[0].losses == 0 else 3, tokens=1, seconds=0.02,
+                    accepted=1)
         steps = 0
         while not gov.speculate():
             _plain_steps(gov, 1)

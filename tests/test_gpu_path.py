@@ -119,6 +119,7 @@ def test_a_failed_capture_refuses_the_forward_and_names_the_shape_and_the_fix(mo
     model = gpu_trunk("dense-target")
     model.capture_graphs(FailingCapture())
     model.prefill(PREFIX)
-    with pytest.raises(CudaGraphError, match="the 2-row decode forward .* operation not permitted when stream is capturing") as refused:
+    with pytest.raises(CudaGraphError, match="the 2-row decode forward .* operation not permitted "
+                                             "when stream is capturing") as refused:
         model.forward(ROWS[:2])
     assert "cuda_graphs = false" in (refused.value.finding.hint or "")

@@ -84,7 +84,8 @@ def power(*args) -> object:
 def plan(model: Path, tmp_path: Path, *options: str):
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     manifest = tmp_path / "manifest.toml"
-    manifest.write_text(f'schema = "power.manifest/v1"\nname = "m"\n[target]\npath = "{model.name}"\nsha256 = "{digest}"\n')
+    manifest.write_text('schema = "power.manifest/v1"\nname = "m"\n[target]\npath = '
+                        f'"{model.name}"\nsha256 = "{digest}"\n')
     profile = tmp_path / "profile.toml"
     profile.write_text('schema = "power.profile/v1"\nname = "plain"\nspec_mode = "none"\n[runtime]\nctx = 128\n')
     return power("plan", manifest, profile, "--device", "1 GiB", "--json", *options)
@@ -113,7 +114,8 @@ CASES = {
     "attention.head_count = 0": ("dense", {"qwen3.attention.head_count": 0}, None, "PWR123"),
     "attention.head_count is a string": ("dense", {"qwen3.attention.head_count": "four"}, None, "PWR123"),
     "bos_token_id = 2^32-1": ("dense", {"tokenizer.ggml.bos_token_id": 2**32 - 1}, None, "PWR125"),
-    "eos_token_id past the vocabulary": ("dense", {"tokenizer.ggml.eos_token_id": TOKENIZER.vocab_size}, None, "PWR125"),
+    "eos_token_id past the vocabulary": ("dense", {"tokenizer.ggml.eos_token_id": TOKENIZER.vocab_size}, None,
+                                         "PWR125"),
     "token_embd with 100 rows": ("dense", None, {"token_embd.weight": (100, DENSE.d_model)}, "PWR124"),
     "output with 100 rows": ("dense", None, {"output.weight": (100, DENSE.d_model)}, "PWR124"),
     "a token of invalid UTF-8": ("dense", {"tokenizer.ggml.tokens": TOKENS_WITH_BAD_UTF8}, None, "PWR117"),
@@ -140,7 +142,8 @@ CASES = {
     # Issue 38 item 12: tensors that contradict embedding_length / head_count were refused only by `power run`.
     "a norm wider than embedding_length": ("dense", None, {"blk.0.attn_norm.weight": (DENSE.d_model + 32,)}, "PWR121"),
     "a down projection writing past embedding_length": ("gemma3", None, {"blk.1.ffn_down.weight":
-                                                                         (GEMMA["d_model"] * 2, GEMMA["ffn"])}, "PWR121"),
+                                                                         (GEMMA["d_model"] * 2, GEMMA["ffn"])},
+                                                                         "PWR121"),
     "an attention output narrower than its heads": ("gemma3", None, {"blk.0.attn_output.weight":
                                                                      (GEMMA["d_model"], GEMMA["head_dim"])}, "PWR121"),
 }
@@ -302,7 +305,8 @@ def test_plan_and_verify_refuse_a_drafter_matrix_type_the_runtime_cannot_read(tm
     planned = power("plan", manifest(bad), profile, "--device", "1 GiB", "--json")
     assert planned.exit_code == 1, planned.output
     [finding] = [f for f in json.loads(planned.stdout)["findings"] if f["severity"] == "error"]
-    assert (finding["code"], finding["file"], finding["where"]) == ("PWR122", str(bad), matrix) and "Q4_1" in finding["message"]
+    assert (finding["code"], finding["file"], finding["where"]) == ("PWR122", str(bad),
+                                                                    matrix) and "Q4_1" in finding["message"]
 
     sealed = tmp_path / "good.plan.json"
     made = power("plan", manifest(good), profile, "--device", "1 GiB", "-o", sealed)

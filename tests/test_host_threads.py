@@ -25,7 +25,8 @@ GEMMA = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gg
 def run_power(env: dict[str, str] | None = None, preexec_fn=None, *args: str, gguf: Path | None = None,
               tokens: int = 2) -> subprocess.CompletedProcess:
     return subprocess.run([POWER, "run", "--gguf", str(gguf or fixtures()["dense-target"]), "--prompt",
-                           "The quick brown fox", "--max-tokens", str(tokens), "--json", *args], env=env or CLEAN, capture_output=True, text=True,
+                           "The quick brown fox", "--max-tokens", str(tokens), "--json", *args], env=env or CLEAN,
+                           capture_output=True, text=True,
                           timeout=600, preexec_fn=preexec_fn)
 
 
@@ -40,7 +41,9 @@ def receipt_runtime(env: dict[str, str] | None = None, preexec_fn=None, *args: s
 
 
 def test_power_sets_a_passive_wait_unless_the_user_chose_a_wait_policy():
-    assert receipt_runtime()["wait_policy"] == "OMP_WAIT_POLICY=passive (set by Power: torch's idle OpenMP threads sleep)"
+    assert (
+        receipt_runtime()["wait_policy"] == "OMP_WAIT_POLICY=passive (set by Power: torch's idle OpenMP threads sleep)"
+    )
     chosen = receipt_runtime(CLEAN | {"OMP_WAIT_POLICY": "active"})
     assert chosen["wait_policy"] == "OMP_WAIT_POLICY=active (from the environment)"
     spin = receipt_runtime(CLEAN | {"GOMP_SPINCOUNT": "0"})

@@ -108,7 +108,9 @@ def test_a_hostile_toml_file_is_one_finding_and_the_rest_of_the_directory_is_val
 
 def test_a_5000_digit_integer_in_a_manifest_is_located(tmp_path):
     manifest = tmp_path / "m.toml"
-    manifest.write_text('schema = "power.manifest/v1"\nname = "m"\n[target]\npath = "t.gguf"\nsize = ' + "9" * 5000 + "\n")
+    manifest.write_text(
+        'schema = "power.manifest/v1"\nname = "m"\n[target]\npath = "t.gguf"\nsize = ' + "9" * 5000 + "\n"
+    )
     result = invoke("validate", manifest)
     assert result.exit_code == 1 and f"{manifest}:5:8: PWR016" in result.output
 
@@ -140,4 +142,6 @@ def test_a_path_longer_than_a_file_name_may_be_is_a_located_finding(tmp_path):
         assert result.exit_code == 1 and "Traceback" not in result.output, result.output[-2000:]
         assert "PWR110" in result.output and "cannot be looked up (File name too long)" in result.output
     imported = invoke("import", "llama-server", "-o", str(tmp_path), "--", "-m", f"/{long}")
-    assert imported.exit_code == 1 and "PWR458" in imported.output and "is not a file on this machine" in imported.output
+    assert (
+        imported.exit_code == 1 and "PWR458" in imported.output and "is not a file on this machine" in imported.output
+    )

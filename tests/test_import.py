@@ -23,7 +23,7 @@ from power.artifacts.factory import (
 from power.orchestrator.launch.importer import env_names, import_launch
 
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
-from power.orchestrator.launch.tokens import (
+from power.orchestrator.inputs.launch_lines.tokens import (
     COMMAND_LINE,
     tokens_from_argv,
     tokens_from_env_file,
@@ -228,13 +228,17 @@ def test_cli_converts_a_clean_launch_into_checked_manifest_and_profile(tmp_path:
     out = tmp_path / "imported"
     result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--json", "--device", "8 GiB", "--",
                                        "llama-server", "-m", str(target), "-md", str(drafter),
-                                       "--spec-type", "draft-dflash,ngram-mod", "--spec-draft-n-max", "3", "-c", "2048"])
+                                       "--spec-type", "draft-dflash,ngram-mod", "--spec-draft-n-max", "3", "-c",
+                                       "2048"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert [f["code"] for f in report["findings"]] == ["PWR218"]  # info: the n-gram chain in front of DFlash
     manifest = (out / "manifest.toml").read_text()
     assert 'kind = "dflash"' in manifest and 'kind = "ngram"' in manifest
-    assert report["documents"]["manifest"]["target"]["sha256"] == report["documents"]["manifest"]["drafters"][0]["target_sha256"]
+    assert (
+        report["documents"]["manifest"]["target"]["sha256"]
+        == report["documents"]["manifest"]["drafters"][0]["target_sha256"]
+    )
     profile = (out / "profile.toml").read_text()
     assert 'spec_mode = "dflash"' in profile and "spec_draft_max = 3" in profile and "ctx = 2048" in profile
     plan = report["documents"]["plan"]
@@ -301,12 +305,14 @@ def test_vllm_methods_power_runs_under_another_name(method, mode):
 
 def test_vllm_methods_without_a_power_adapter_are_named_not_unknown():
     config = json.dumps({"method": "suffix", "num_speculative_tokens": 8})
-    [finding] = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--speculative-config", config])).findings
+    [finding] = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--speculative-config",
+                                                      config])).findings
     assert finding.code == "PWR455" and "no adapter for the vLLM method 'suffix'" in finding.message
 
 
 def test_vllm_retired_swap_space_is_flagged():
-    result = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--swap-space", "16", "--max-num-seqs", "8"]))
+    result = import_launch(VLLM, tokens_from_argv(["vllm", "serve", "t.gguf", "--swap-space", "16", "--max-num-seqs",
+                                                   "8"]))
     [finding] = result.findings
     assert finding.code == "PWR456" and "--swap-space" in finding.message and "--kv-offloading-size" in finding.hint
     assert result.spec.slots == 8
@@ -375,7 +381,8 @@ def test_an_mtp_only_draft_model_imports_as_the_targets_sidecar(tmp_path: Path) 
     target, sidecar = build_headless_hybrid_target(tmp_path), build_mtp_sidecar(tmp_path)
     out = tmp_path / "imported"
     result = CliRunner().invoke(main, ["import", "llama-server", "-o", str(out), "--json", "--device", "8 GiB", "--",
-                                       "-m", str(target), "--spec-draft-model", str(sidecar), "--spec-type", "draft-mtp",
+                                       "-m", str(target), "--spec-draft-model", str(sidecar), "--spec-type",
+                                       "draft-mtp",
                                        "--spec-draft-n-max", "2", "-np", "1", "-c", "2048"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -403,7 +410,9 @@ def test_unit_expansion_is_bounded_in_size_files_and_value_length(tmp_path: Path
     many_files = tmp_path / "many.service"
     many_files.write_text("[Service]\n" + f"EnvironmentFile={env}\n" * 2000 + "ExecStart=/usr/bin/llama-server\n")
     huge_value = tmp_path / "huge.service"
-    huge_value.write_text("[Service]\nEnvironment=\"ARGS=" + "-x " * 300_000 + "\"\nExecStart=/usr/bin/llama-server $ARGS\n")
+    huge_value.write_text(
+        '[Service]\nEnvironment="ARGS=' + "-x " * 300_000 + '"\nExecStart=/usr/bin/llama-server $ARGS\n'
+    )
     for unit, says in ((multiplied, "expands past"), (many_files, "EnvironmentFile= lines"),
                        (huge_value, "a line may have at most")):
         result, took = _import_unit(unit)
@@ -423,10 +432,11 @@ def test_a_model_file_that_is_not_a_gguf_is_a_finding_at_its_flag(tmp_path: Path
 
 def test_flash_attention_auto_imports_as_auto_and_sizes_and_renders_as_llama_server_runs_it(tmp_path: Path) -> None:
     """Issue 40 (noticed): `-fa auto` (llama.cpp's default, also with no -fa) imported as flash_attn = false, which
-    sizes the V cache and the attention's compute without flash attention. llama.cpp builds the context for flash attention under auto
-    and keeps it where the device runs it (src/llama-context.cpp): the profile says "auto", the plan sizes it as
-    `-fa on` does, and the render gives llama-server `-fa auto` back."""
-    assert (_llama("-m", "t.gguf", "-fa", "auto").spec.flash_attn, _llama("-m", "t.gguf", "-fa", "enabled").spec.flash_attn,
+    sizes the V cache and the attention's compute without flash attention. llama.cpp builds the context for flash
+    attention under auto and keeps it where the device runs it (src/llama-context.cpp): the profile says "auto", the
+    plan sizes it as `-fa on` does, and the render gives llama-server `-fa auto` back."""
+    assert (_llama("-m", "t.gguf", "-fa", "auto").spec.flash_attn, _llama("-m", "t.gguf", "-fa",
+                                                                          "enabled").spec.flash_attn,
             _llama("-m", "t.gguf", "-fa", "0").spec.flash_attn) == ("auto", True, False)
     assert _codes(_llama("-m", "t.gguf", "-fa", "maybe")) == ["PWR459"]
     target = build_dense_target(tmp_path)

@@ -22,9 +22,9 @@ from power.orchestrator.engines.llama_server.settings import field_of_option, se
 from power.orchestrator.engines.vllm import options as vllm_options
 from power.orchestrator.engines.vllm.reader import REMOVED as VLLM_REMOVED
 from power.orchestrator.engines.vllm.settings import SETTINGS as VLLM_SETTINGS
-from power.orchestrator.launch import options as launch_options
+from power.orchestrator.inputs.launch_lines import options as launch_options
+from power.orchestrator.inputs.launch_lines.tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
 from power.orchestrator.launch.importer import import_launch, profile_document
-from power.orchestrator.launch.tokens import COMMAND_LINE, tokens_from_argv, tokens_from_systemd_unit
 
 GEMMA_FILE = Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf"
 LLAMA_SERVER, VLLM = "llama-server", "vllm"
@@ -145,7 +145,8 @@ def test_offload_split_and_the_drafters_device_round_trip_through_plan_and_rende
 def test_layers_left_on_the_host_are_sized_in_host_memory(tmp_path: Path):
     _import(tmp_path, "partial", "-ngl", "2", "-ngld", "0")
     plan = json.loads((tmp_path / "partial.plan.json").read_text())
-    # 4 layers + output, 2 offloaded: layer 3 and the output layer on the devices, layers 0-2 and the drafter on the host
+    # 4 layers + output, 2 offloaded: layer 3 and the output layer on the devices, layers 0-2
+    # and the drafter on the host
     assert "".join(d["holds"] for d in plan["memory"]["devices"]).count("layers 3") == 1
     host = {c["name"]: c["bytes"] for c in plan["memory"]["host"]}
     assert host["drafter weights"] > 0

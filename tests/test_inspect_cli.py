@@ -29,7 +29,8 @@ def test_report_sections_for_a_dflash2_drafter():
     result = run("inspect", str(fixtures()["dflash2-drafter"]))
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for heading in ("artifact", "hyper-parameters (dflash)", "layers: 2 sliding", "tensor census", "tokenizer", "drafter contract"):
+    for heading in ("artifact", "hyper-parameters (dflash)", "layers: 2 sliding", "tensor census", "tokenizer",
+                    "drafter contract"):
         assert heading in out
     assert "dflash2 - DFlash2" in out and "32 positions" in out and "256 B per position" in out
     assert "selector_rank" in out and "sha256(first 2000 tokens)=" in out

@@ -1,4 +1,5 @@
-"""Row-count-invariant attention and cache write: a row's bits ignore the rows beside it; both paths within the bound."""
+"""Row-count-invariant attention and cache write: a row's bits ignore the rows beside it; both
+paths within the bound."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "power.kernels.bench", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "power.kernels.bench", *args], capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_without_a_gpu_it_says_so_and_exits_zero():

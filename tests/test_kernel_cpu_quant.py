@@ -144,9 +144,11 @@ def test_a_matrix_large_enough_for_tile_products_equals_the_reference_at_every_r
 @pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES)
 def test_rows_read_from_the_tiles_are_the_dequantisers_bits(qtype, path):
     """A row read back from the tile layout (a tied embedding's lookup) is the reference dequantiser's row, bit for
-    bit: every type, random blocks (every quant bit pattern) and real ones, rows in every tile and the last padded one."""
+    bit: every type, random blocks (every quant bit pattern) and real ones, rows in every tile
+    and the last padded one."""
     rows = torch.tensor([39, 0, 17, 17, 31, 5, 16, 15])
-    matrices = [matrix_bytes(qtype, 10)] + ([matrix_bytes(qtype, 11, gaussian=True)] if qtype in GGUF_QUANTISABLE else [])
+    matrices = [matrix_bytes(qtype, 10)] + ([matrix_bytes(qtype, 11,
+                                                          gaussian=True)] if qtype in GGUF_QUANTISABLE else [])
     for raw in matrices:
         matrix = QuantMatrix(qtype, raw, (OUT, IN), path=path)
         expected = dequantize_reference(qtype, raw, (OUT, IN))[rows]
@@ -204,7 +206,8 @@ def test_a_path_the_cpu_lacks_is_refused_by_name(monkeypatch):
     with pytest.raises(CPUPathError, match="amx .*lacks amx_tile, amx_int8 .*can run avx512vnni, avx2, scalar; unset"):
         chosen_path("amx", flags=AVX512_VNNI)
     monkeypatch.setenv("POWER_CPU_PATH", "sve")
-    with pytest.raises(CPUPathError, match="'sve' .*POWER_CPU_PATH.* choose one of amx, avx512vnni, avxvnni, avx2, scalar"):
+    with pytest.raises(CPUPathError, match="'sve' .*POWER_CPU_PATH.* choose one of amx, avx512vnni, "
+                                           "avxvnni, avx2, scalar"):
         QuantMatrix("Q8_0", matrix_bytes("Q8_0", 6), (OUT, IN))
     monkeypatch.setenv("POWER_CPU_PATH", PATHS[-1])
     assert QuantMatrix("Q8_0", matrix_bytes("Q8_0", 6), (OUT, IN)).path == "scalar"

@@ -25,7 +25,8 @@ def generator(seed: int) -> torch.Generator:
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("shape, weight_shape", [((7, 640), (640,)), ((3, 5, 256), (5, 256)), ((2, 33), (33,))])
-def test_rms_norm_is_its_reference_bit_for_bit(path: str, shape: tuple[int, ...], weight_shape: tuple[int, ...]) -> None:
+def test_rms_norm_is_its_reference_bit_for_bit(path: str, shape: tuple[int, ...],
+                                               weight_shape: tuple[int, ...]) -> None:
     g = generator(1)
     x = torch.randn(shape, generator=g) * 3
     weight = torch.randn(weight_shape, generator=g)

@@ -27,7 +27,13 @@ def exact_argmax(hidden: torch.Tensor, head: torch.Tensor, n_prefix: int) -> tor
 
 @pytest.mark.parametrize(
     ("rows", "vocab", "width", "n_prefix"),
-    [(1, 5, 3, 5), (3, 1001, 40, 999), (17, 4099, 24, 4097), (2, GEMMA_VOCAB, 8, 8192), (2, GEMMA_VOCAB, 8, GEMMA_VOCAB)],
+    [
+        (1, 5, 3, 5),
+        (3, 1001, 40, 999),
+        (17, 4099, 24, 4097),
+        (2, GEMMA_VOCAB, 8, 8192),
+        (2, GEMMA_VOCAB, 8, GEMMA_VOCAB),
+    ],
 )
 def test_integer_scores_pick_the_exact_argmax_lowest_id_first(monkeypatch, rows, vocab, width, n_prefix):
     hidden, head = integer_valued(rows, vocab, width, seed=vocab + n_prefix)

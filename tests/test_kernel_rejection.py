@@ -1,4 +1,5 @@
-"""Rejection-sampling step: deterministic given its uniforms, Triton equal to the reference, lossless in distribution."""
+"""Rejection-sampling step: deterministic given its uniforms, Triton equal to the reference,
+lossless in distribution."""
 
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ def one_thread():
 
 
 def generate(fixtures: dict[str, Path], speculator: str | None, params: SamplingParams, n_tokens: int):
-    """`speculator`: a registry name, None, or "oracle": the plain continuation with each round's third proposal wrong."""
+    """`speculator`: a registry name, None, or "oracle": the plain continuation with each
+    round's third proposal wrong."""
     trunk = load_trunk(fixtures["target"], n_ctx=256, verify_capacity=K + 1)
     if speculator == "oracle":
         truth = PROMPT + generate(fixtures, None, params, n_tokens).tokens

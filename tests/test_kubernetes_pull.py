@@ -42,8 +42,8 @@ def pulling_fleet(tmp_path: Path, hub: Hub, sourced: bool = True) -> tuple[Path,
     hub.commit(COMMIT, {target.name: target.read_bytes()})
     source = f'[target.source]\nrepo = "o/n"\nrevision = "{COMMIT}"\n' if sourced else ""
     write(tmp_path / "manifests" / "published.toml", f'schema = "power.manifest/v1"\nname = "published"\n[target]\n'
-          f'path = "../artifacts/{target.name}"\nsize = {target.stat().st_size}\nsha256 = "{sha256(target.read_bytes())}"\n'
-          f'{source}[[drafters]]\nkind = "ngram"\n')
+          f'path = "../artifacts/{target.name}"\nsize = {target.stat().st_size}\nsha256 = '
+          f'"{sha256(target.read_bytes())}"\n{source}[[drafters]]\nkind = "ngram"\n')
     mount = tmp_path / "pod" / "models"
     fleet = world.fleet(f'''
         [[hosts]]
@@ -73,7 +73,9 @@ def rendered_pod(tmp_path: Path, fleet: Path) -> tuple[list[dict], dict]:
     result = run("fleet", "render", fleet, "--target", "kubernetes", "-o", tree)
     assert result.exit_code == 0, result.output
     folder = tree / "base" / "gpu-1-published"
-    documents = [yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml")) if path.name != "kustomization.yaml"]
+    documents = [
+        yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml")) if path.name != "kustomization.yaml"
+    ]
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     return documents, deployment["spec"]["template"]["spec"]
 

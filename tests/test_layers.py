@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ ALLOWED = {
     "power.runtime": BELOW_BOTH | {"power.kernels", "power.runtime"},
     "power.drafters": BELOW_BOTH | {"power.kernels", "power.runtime", "power.drafters"},
     "power.serving": BELOW_BOTH | {"power.runtime", "power.serving"},
-    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.drafters", "power.serving",
+    "power.app": BELOW_BOTH | {"power.kernels", "power.orchestrator", "power.runtime", "power.drafters",
+                               "power.serving",
                                "power.app"},
 }
 
@@ -63,13 +65,32 @@ def test_a_module_imports_only_its_own_layer_and_those_below(module, path):
     own = layer(module)
     for imported in imports(module, path):
         assert layer(imported) in ALLOWED[own], (
-            f"{module} ({path.relative_to(REPO)}) imports {imported}: {own} may import only {', '.join(sorted(ALLOWED[own]))}")
+            f"{module} ({path.relative_to(REPO)}) imports {imported}: {own} may import only "
+            f"{', '.join(sorted(ALLOWED[own]))}")
 
 
 def test_the_scan_sees_every_layer_and_both_halves_reading_the_plan():
     seen = {(layer(module), imported) for module, path in modules() for imported in imports(module, path)}
     assert {layer(module) for module, _ in modules()} == set(ALLOWED)
     assert {("power.runtime", "power.documents.plan"), ("power.orchestrator", "power.documents.plan")} <= seen
+
+
+ORCHESTRATOR = "power.orchestrator"
+
+
+def test_the_orchestrators_modules_live_in_folders_that_import_each_other_without_a_cycle():
+    """The pipeline shows in the folders (docs/architecture.md, "The orchestrator's floors"): no module loose on the
+    top floor, and no two folders importing each other, directly or round a loop."""
+    def folder(module: str) -> str:
+        return module.removeprefix(ORCHESTRATOR + ".").split(".")[0]
+
+    inside = [(module, path) for module, path in modules() if module.startswith(ORCHESTRATOR + ".")]
+    assert [module for module, path in inside if path.parent == REPO / "power" / "orchestrator"] == []
+    graph: dict[str, set[str]] = {folder(module): set() for module, _ in inside}
+    for module, path in inside:
+        graph[folder(module)] |= {folder(name) for name in imports(module, path)
+                                  if name.startswith(ORCHESTRATOR + ".") and folder(name) != folder(module)}
+    assert list(graphlib.TopologicalSorter(graph).static_order())
 
 
 def packages(path: Path) -> set[str]:

@@ -98,7 +98,9 @@ def test_slots_context_and_speculation_are_the_plans(servers):
 def test_ngram_drafts_are_accepted_on_the_echo_shape_and_target_only_drafts_nothing(servers):
     echo = _complete(servers["ngram"], "echo", 48)
     assert echo.proposed > 0 and echo.accepted > echo.proposed // 2, echo.runtime
-    assert echo.speculative_rounds > 0 and echo.runtime["counters"]["spec_decode_num_draft_tokens_total"] == echo.proposed
+    assert (
+        echo.speculative_rounds > 0 and echo.runtime["counters"]["spec_decode_num_draft_tokens_total"] == echo.proposed
+    )
     control = _complete(servers["target-only"], "echo", 48)
     assert control.proposed == 0 and control.speculative_rounds == 0
 

@@ -108,12 +108,14 @@ def test_a_document_power_generates_is_recognised_not_validated(tmp_path):
 
 
 def test_an_editor_schema_line_naming_another_kind_is_a_warning(tmp_path):
-    loaded = load_document(write(tmp_path, "p.toml", "#:schema ../power/orchestrator/schemas/manifest.json\n" + PROFILE_HEAD))
+    loaded = load_document(write(tmp_path, "p.toml",
+                                 "#:schema ../power/orchestrator/schemas/manifest.json\n" + PROFILE_HEAD))
     assert codes(loaded) == ["PWR015"] and loaded.ok
     finding = loaded.findings[0]
     assert (finding.line, finding.col, finding.severity) == (1, 10, Severity.WARNING)
     assert "profile.json" in finding.hint
-    assert load_document(write(tmp_path, "q.toml", "#:schema ../power/orchestrator/schemas/profile.json\n" + PROFILE_HEAD)).findings == []
+    assert load_document(write(tmp_path, "q.toml",
+                               "#:schema ../power/orchestrator/schemas/profile.json\n" + PROFILE_HEAD)).findings == []
 
 
 def test_wrong_kind_for_the_use(tmp_path):
@@ -123,19 +125,25 @@ def test_wrong_kind_for_the_use(tmp_path):
 
 
 def test_every_error_of_a_file_at_once(tmp_path):
-    body = 'spec_mode = "dflash2"\nspec_draft_max = 99\nspec_mtp_adaptive = true\nfoo = 1\n[runtime]\nbatch = 0\n[sampling]\ntemperature = -1.0\n'
+    body = ('spec_mode = "dflash2"\nspec_draft_max = 99\nspec_mtp_adaptive = true\nfoo = 1\n'
+            '[runtime]\nbatch = 0\n[sampling]\ntemperature = -1.0\n')
     loaded = load_profile(write(tmp_path, "p.toml", PROFILE_HEAD + body))
     assert codes(loaded) == ["PWR401", "PWR405", "PWR020", "PWR022", "PWR409"]
     assert [finding.line for finding in loaded.findings] == [4, 5, 6, 8, 10]
 
 
 def test_locate_and_finding_point_later_checks_at_the_manifest_line(tmp_path):
-    text = MANIFEST_HEAD + f'[target]\npath = "t.gguf"\nsha256 = "{SHA_A}"\n\n[[drafters]]\nkind = "mtp"\n\n[[drafters]]\nkind = "dspark"\npath = "d.gguf"\nsha256 = "{SHA_A}"\ntarget_sha256 = "{SHA_A}"\n'
+    text = (
+        MANIFEST_HEAD
+        + f'[target]\npath = "t.gguf"\nsha256 = "{SHA_A}"\n\n[[drafters]]\nkind = "mtp"\n\n'
+        f'[[drafters]]\nkind = "dspark"\npath = "d.gguf"\nsha256 = "{SHA_A}"\ntarget_sha256 = "{SHA_A}"\n'
+    )
     loaded = load_manifest(write(tmp_path, "m.toml", text))
     assert loaded.ok
     assert loaded.locate("drafters[1].sha256") == (13, 1, f'sha256 = "{SHA_A}"')
     assert loaded.locate(("target", "path")) == (4, 1, 'path = "t.gguf"')
-    finding = loaded.finding("PWR112", "the declared sha256 differs from the file's digest", where="drafters[1].sha256", hint="fix it")
+    finding = loaded.finding("PWR112", "the declared sha256 differs from the file's digest", where="drafters[1].sha256",
+                             hint="fix it")
     assert (finding.file, finding.line, finding.col, finding.where) == (str(loaded.path), 13, 10, "drafters[1].sha256")
     assert finding.severity is Severity.ERROR
     assert finding.render().startswith(f"{loaded.path}:13:10: PWR112 [error]")

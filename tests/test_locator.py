@@ -76,7 +76,8 @@ def test_deep_nesting_is_skipped_not_followed():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(list('[]{}"\'=.,#\n \\abc123') + ['"""', "'''", "[[", "]]", "a = "]), max_size=80).map("".join))
+@given(st.lists(st.sampled_from(list('[]{}"\'=.,#\n \\abc123') + ['"""', "'''", "[[", "]]", "a = "]),
+                max_size=80).map("".join))
 def test_never_raises_on_any_text(text):
     locator = TomlLocator(text)
     for where in ["a", "a.b", "a[0]", "a[0].b", "abc.a[1]"]:

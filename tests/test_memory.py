@@ -93,8 +93,8 @@ def test_serving_on_the_cpu_never_loads_triton():
     probe = ("import sys\n"
              "from power.app.cli import main\n"
              "try:\n"
-             f"    main(['run', '--gguf', {str(fixtures()['dense-target'])!r}, '--prompt', 'The', '--max-tokens', '3'])\n"
-             "except SystemExit as end:\n"
+             f"    main(['run', '--gguf', {str(fixtures()['dense-target'])!r}, '--prompt', 'The', "
+             "'--max-tokens', '3'])\nexcept SystemExit as end:\n"
              "    assert not end.code, end.code\n"
              "print('triton loaded:', 'triton' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
@@ -211,7 +211,8 @@ main(["plan", "manifests/gemma3-270m.toml", "profiles/ngram.toml", "--device", "
 
 @pytest.mark.parametrize("room, verdict", [
     ("unlimited", ": fits"),
-    (str(160 << 20), ": does not fit: `power run`, `serve` and `bench` on this host's CPU refuse it before loading (PWR520)"),
+    (str(160 << 20), ": does not fit: `power run`, `serve` and `bench` on this host's CPU refuse it "
+                     "before loading (PWR520)"),
 ])
 def test_the_plan_judges_this_hosts_memory_with_the_runtimes_figures(room, verdict):
     """Issue 40.2: the plan's host-memory section said "no verdict" where the runtime refuses at load (PWR520). The

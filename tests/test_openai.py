@@ -27,7 +27,8 @@ from runtime_plans import chat_plan
 
 from power.artifacts.factory import CHATML_TEMPLATE
 from power.documents.plan import load_plan
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
+from power.runtime.workload import Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 

@@ -107,7 +107,8 @@ def umask():
     os.umask(previous)
 
 
-@pytest.mark.parametrize(("mask", "plain", "script"), [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750), (0o077, 0o600, 0o700)])
+@pytest.mark.parametrize(("mask", "plain", "script"), [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750),
+                                                       (0o077, 0o600, 0o700)])
 def test_written_files_follow_the_umask(tmp_path, umask, mask, plain, script):
     umask(mask)
     manifest, profile = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}]), write_profile(tmp_path, "ngram")

@@ -39,7 +39,8 @@ def test_a_built_wheel_installs_and_imports_the_three_namespaces(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "--wheel-dir", str(tmp_path / "dist"), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "--wheel-dir",
+         str(tmp_path / "dist"), str(source)],
         check=True,
         capture_output=True,
     )
@@ -58,6 +59,9 @@ def test_a_built_wheel_installs_and_imports_the_three_namespaces(tmp_path):
     site = tmp_path / "site"
     python_path = os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]])
     probe = "import importlib; print('\\n'.join(importlib.import_module(n).__file__ for n in %r))" % NAMESPACES
-    result = subprocess.run([sys.executable, "-S", "-c", probe], env={"PYTHONPATH": python_path}, cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-S", "-c", probe], env={"PYTHONPATH": python_path}, cwd=tmp_path,
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert [Path(line) for line in result.stdout.split()] == [site / name.replace(".", "/") / "__init__.py" for name in NAMESPACES]
+    assert [Path(line) for line in result.stdout.split()] == [
+        site / name.replace(".", "/") / "__init__.py" for name in NAMESPACES
+    ]

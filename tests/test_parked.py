@@ -38,7 +38,8 @@ def _speculator(plan: str, directory: Path):
     def member(kind: str):
         drafter = None if kind == "ngram" else untrained(kind, directory)
         return registry.create(kind, SpeculatorRequest(trunk("gemma"), target=gguf("gemma"), drafter=drafter,
-                                                       ngram=NGramWindow(CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN, K)))
+                                                       ngram=NGramWindow(CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN,
+                                                                         K)))
     kinds = plan.split(" -> ")
     return member(kinds[0]) if len(kinds) == 1 else ChainSpeculator([member(kind) for kind in kinds])
 

@@ -36,7 +36,8 @@ from power.findings import Finding, Severity
 def sample_plan(**overrides) -> ResolvedPlan:
     sections = dict(
         name="demo",
-        sources=Sources(manifest=FileRef(path="/m.toml", sha256="a" * 64), profile=FileRef(path="/p.toml", sha256="b" * 64)),
+        sources=Sources(manifest=FileRef(path="/m.toml", sha256="a" * 64),
+                        profile=FileRef(path="/p.toml", sha256="b" * 64)),
         devices=(Device(index=0, name="24 GiB", vram_bytes=24 << 30, headroom_bytes=512 << 20),),
         target=Target(path="/t.gguf", size=1000, sha256="c" * 64, architecture="qwen35", quant="Q6_K",
                       n_layers=4, vocab_size=512, has_mtp=True),
@@ -45,7 +46,8 @@ def sample_plan(**overrides) -> ResolvedPlan:
                   Drafter(kind="dspark", path="/d.gguf", size=10, sha256="d" * 64, target_sha256="c" * 64,
                           contract={"block_size": 16, "target_layers": (1, 3)})),
         speculation=Speculation(k=10, s=6, rollback="guarded", adaptive=True),
-        runtime=Runtime(ctx=512, batch=12, verify_capacity=11, arithmetic="quantised", gpu_layers=999, flash_attn=False, cuda_graphs=True,
+        runtime=Runtime(ctx=512, batch=12, verify_capacity=11, arithmetic="quantised", gpu_layers=999, flash_attn=False,
+                        cuda_graphs=True,
                         kv_cache_type="f16", draft_kv_cache_type="f16", ngram_match=24, ngram_draft_min=12,
                             ngram_draft_max=48),
         sampling=Sampling(temperature=0.0, seed=0, verify="match"),
@@ -90,7 +92,8 @@ def test_digest_does_not_depend_on_where_the_files_lie():
         sources=Sources(manifest=FileRef(path="/elsewhere/m.toml", sha256="a" * 64),
                         profile=FileRef(path="/elsewhere/p.toml", sha256="b" * 64)),
         target=plan.target.model_copy(update={"path": "/elsewhere/t.gguf"}),
-        findings=(FindingRecord.of(Finding("PWR402", Severity.INFO, "guarded", file="/elsewhere/p.toml", line=3, col=1)),),
+        findings=(FindingRecord.of(Finding("PWR402", Severity.INFO, "guarded", file="/elsewhere/p.toml", line=3,
+                                           col=1)),),
     )
     assert moved.digest == plan.digest
     assert sample_plan(target=plan.target.model_copy(update={"sha256": "f" * 64})).digest != plan.digest
@@ -122,7 +125,7 @@ def test_plan_is_immutable():
 
 
 def test_the_engine_reads_the_plan_sections_as_they_are():
-    from power.runtime.engine import Workload
+    from power.runtime.workload import Workload
 
     plan = sample_plan()
     workload = Workload.of_plan(plan, Path("/plans/p.json"))

@@ -97,6 +97,7 @@ def test_the_plan_seals_the_source_and_verify_reports_it(tmp_path):
 def test_a_plan_without_sources_has_no_source_key(tmp_path):
     plan_path = tmp_path / "plan.json"
     planned = CliRunner().invoke(main, ["plan", str(ROOT / "manifests" / "gemma3-270m.toml"),
-                                        str(ROOT / "profiles" / "ngram.toml"), "--device", "24 GiB", "-o", str(plan_path)])
+                                        str(ROOT / "profiles" / "ngram.toml"), "--device", "24 GiB", "-o",
+                                        str(plan_path)])
     assert planned.exit_code == 0, planned.output
     assert "source" not in json.loads(plan_path.read_text())["target"]

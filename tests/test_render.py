@@ -195,7 +195,9 @@ def _systemd_verify(tmp_path: Path, drop_in: str) -> subprocess.CompletedProcess
         pytest.fail("systemd-analyze is not installed: run scripts/bootstrap (it installs Debian's systemd package)")
     units = tmp_path / "units"
     (units / "power-test.service.d").mkdir(parents=True)
-    (units / "power-test.service").write_text("[Unit]\nDescription=Power render test\n[Service]\nExecStart=/bin/false\n")
+    (units / "power-test.service").write_text(
+        "[Unit]\nDescription=Power render test\n[Service]\nExecStart=/bin/false\n"
+    )
     (units / "power-test.service.d" / "power.conf").write_text(drop_in)
     return subprocess.run([analyze, "verify", str(units / "power-test.service")], capture_output=True, text=True,
                           env={**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"})

@@ -87,7 +87,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 
 def _overcommitted_fleet(world: World) -> Path:
     single = world.fleet('[[hosts]]\nname = "probe"\ndevices = [{ model = "x", vram = "24 GiB" }]\n',
-                         '[[deployments]]\nhost = "probe"\nmanifest = "manifests/hybrid.toml"\nprofile = "profiles/balanced.toml"\n',
+                         '[[deployments]]\nhost = "probe"\nmanifest = "manifests/hybrid.toml"\nprofile = '
+                         '"profiles/balanced.toml"\n',
                          name="probe.toml")
     probe = json.loads(CliRunner().invoke(main, ["fleet", "review", str(single), "--json"]).output)
     one_plan = probe["hosts"][0]["devices"][0]["planned_bytes"]

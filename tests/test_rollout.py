@@ -1,4 +1,5 @@
-"""`power rollout`: plan -> canary -> waves -> all, each stage gated by evidence files; a rollback restores the plans."""
+"""`power rollout`: plan -> canary -> waves -> all, each stage gated by evidence files; a
+rollback restores the plans."""
 
 from __future__ import annotations
 
@@ -161,8 +162,9 @@ def test_each_gate_refuses_with_its_own_finding(world: World, tmp_path: Path) ->
     assert run("rollout", "advance", fleet, "--evidence", once_each).exit_code == 0
 
 
-def test_a_clear_median_win_whose_pairs_disagree_is_told_to_measure_again_not_to_tune(world: World,
-                                                                                       tmp_path: Path) -> None:
+def test_a_clear_median_win_whose_pairs_disagree_is_told_to_measure_again_not_to_tune(
+    world: World, tmp_path: Path
+) -> None:
     """Issue 40.3: a live bench gave a 2.78x median refused under noise, and PWR073 said "keep the incumbent, or tune
     K/S". The hint follows the cause: measure again; a real tie still says tune."""
     fleet = world.root / "fleet.toml"
@@ -199,7 +201,8 @@ def test_a_rollback_after_the_canary_restores_only_the_canary(world: World, tmp_
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 0
     original = {key: record["plan_digest"] for key, record in _lock(world).deployments.items()}
     candidate, incumbent = _pair(world, "ws-2/hybrid")
-    assert run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "e.json", candidate, incumbent)).exit_code == 0
+    assert run("rollout", "advance", fleet, "--evidence", evidence(tmp_path / "e.json", candidate,
+                                                                   incumbent)).exit_code == 0
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml").exit_code == 1
     result = run("rollout", "rollback", fleet)
     assert result.exit_code == 0 and "restored ws-2/hybrid" in result.output
@@ -241,7 +244,8 @@ def test_the_gate_reads_real_power_bench_evidence(world: World, tmp_path: Path) 
                         'profile = "profiles/target-only.toml"\ntraffic = "identity"\n', name="bench-fleet.toml")
     lock = world.root / "bench.lock"
     assert run("fleet", "review", fleet, "--lock", lock, "--write-lock").exit_code == 0
-    assert run("rollout", "plan", fleet, "--lock", lock, "--profile", world.root / "profiles" / "ngram.toml").exit_code == 0
+    assert run("rollout", "plan", fleet, "--lock", lock, "--profile",
+               world.root / "profiles" / "ngram.toml").exit_code == 0
     plans = tmp_path / "plans"
     assert run("rollout", "status", fleet, "--lock", lock, "--export-plans", plans).exit_code == 0
     state, _ = read_lock(lock, "lab")
@@ -254,7 +258,9 @@ def test_the_gate_reads_real_power_bench_evidence(world: World, tmp_path: Path) 
     assert bench.exit_code == 0, bench.output
     measured = json.loads(evidence_path.read_text())
     identity = measured["shapes"]["identity"]
-    opens = measured["lossless"]["proven"] and identity["verdict"] == "faster" and identity["candidate"]["fallbacks"] == 0
+    opens = (
+        measured["lossless"]["proven"] and identity["verdict"] == "faster" and identity["candidate"]["fallbacks"] == 0
+    )
     result = run("rollout", "advance", fleet, "--lock", lock, "--evidence", evidence_path)
     assert result.exit_code == (0 if opens else 1), result.output
     if not opens:
@@ -316,7 +322,8 @@ def test_a_drafter_fast_on_decode_is_gated_on_what_a_request_gains(world: World,
     ctx 1024 (1.445x). It opens the stage, and the operator reads the request-wide 1.445x beside the 5.25x."""
     result, opened = _gate_on_recorded(world, tmp_path, (169.324, 32.678), (32.249, 22.618))
     assert result["verdict"] == "faster" and result["judged"] == {"decode": "faster", "request-wide": "faster"}
-    assert result["speedup"] == pytest.approx(5.250, abs=1e-3) and result["request_speedup"] == pytest.approx(1.445, abs=1e-3)
+    assert result["speedup"] == pytest.approx(5.250,
+                                              abs=1e-3) and result["request_speedup"] == pytest.approx(1.445, abs=1e-3)
     assert opened.exit_code == 0, opened.output
     assert "decode faster: 169.32 vs the incumbent's 32.25 tok/s (5.251x)" in opened.output
     assert "request-wide faster: 32.68 vs the incumbent's 22.62 tok/s (1.445x)" in opened.output

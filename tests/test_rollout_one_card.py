@@ -28,7 +28,8 @@ pytestmark = pytest.mark.llama_server  # outside `scripts/test --fast`: launches
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = (REPO / "docs" / "fleet.md").read_text().split("### A rollout on one 24 GB card", 1)[1]
-COMMANDS = [line for line in re.search(r"```sh\n(.*?)```", SECTION, re.S).group(1).splitlines()  # type: ignore[union-attr]
+COMMANDS = [line for line in re.search(r"```sh\n(.*?)```", SECTION,
+                                       re.S).group(1).splitlines()  # type: ignore[union-attr]
             if line.startswith("power ")]
 KEY = "card-1/gemma3-270m"
 

@@ -36,7 +36,8 @@ def test_json_receipt_carries_the_stream_its_digest_and_zero_speculation_counter
     receipt = json.loads(result.stdout)
     assert receipt["schema"] == "power.receipt/v1"
     assert 1 <= len(receipt["token_ids"]) <= 6
-    assert receipt["tokens_sha256"] == hashlib.sha256(struct.pack(f"<{len(receipt['token_ids'])}I", *receipt["token_ids"])).hexdigest()
+    assert receipt["tokens_sha256"] == hashlib.sha256(struct.pack(f"<{len(receipt['token_ids'])}I",
+                                                                  *receipt["token_ids"])).hexdigest()
     with open(dense(), "rb") as handle:
         assert receipt["artifacts"] == {dense(): hashlib.sha256(handle.read()).hexdigest()}
     assert all(receipt[key] == 0 for key in ("proposed", "accepted", "replays", "clamps", "fallbacks"))

@@ -138,7 +138,8 @@ def test_rejection_never_accepts_a_token_the_drafter_could_not_draw():
     p = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
     q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
     for pos in range(100):
-        uniforms = torch.tensor([[uniform(0, row, lane) for lane in Lane] for row in (pos, pos + 1)], dtype=torch.float64)
+        uniforms = torch.tensor([[uniform(0, row, lane) for lane in Lane] for row in (pos, pos + 1)],
+                                dtype=torch.float64)
         assert [int(t) for t in dispatch.rejection_step(p, q, torch.tensor([1]), uniforms)] == [0, 1]
     assert not any(reference.accept(p[0], q[0], 1, uniform(0, pos, Lane.ACCEPT)) for pos in range(100))
     assert all(reference.correct(p[0], q[0], uniform(0, pos, Lane.RESIDUAL)) == 1 for pos in range(100))

@@ -119,7 +119,8 @@ def test_s_below_k_is_the_guarded_path_and_s_above_k_is_unused_state(tmp_path):
     assert guarded.severity is Severity.INFO and "guarded path: one exact replay then clamp to S" in guarded.message
     unused = only(profile(tmp_path, "spec_draft_max = 3\nspec_mtp_recurrent_snapshots = 7\n"), "PWR407")
     assert unused.severity is Severity.WARNING and "resident state never used" in unused.message
-    assert profile(tmp_path, 'spec_mode = "none"\nspec_draft_max = 3\nspec_mtp_recurrent_snapshots = 7\n').findings == []
+    assert profile(tmp_path,
+                   'spec_mode = "none"\nspec_draft_max = 3\nspec_mtp_recurrent_snapshots = 7\n').findings == []
 
 
 def test_verify_capacity_must_hold_the_anchor_and_k_proposals(tmp_path):
@@ -159,7 +160,8 @@ def manifest(tmp_path: Path, drafters: str, target: str | None = None):
 
 
 def test_manifest_paths_resolve_against_the_manifests_directory(tmp_path):
-    loaded = manifest(tmp_path, f'[[drafters]]\nkind = "dspark"\npath = "../d.gguf"\nsha256 = "{SHA_B}"\ntarget_sha256 = "{SHA_A}"\n')
+    loaded = manifest(tmp_path, '[[drafters]]\nkind = "dspark"\npath = "../d.gguf"\nsha256 = '
+                                f'"{SHA_B}"\ntarget_sha256 = "{SHA_A}"\n')
     assert loaded.ok, loaded.findings
     assert loaded.model.target.path == (tmp_path / "sub" / "t.gguf").resolve()
     assert loaded.model.target.size == 1_500_000_000
@@ -194,7 +196,10 @@ def test_mtp_and_ngram_drafters_name_no_file(tmp_path, kind, stray, reason):
 
 def test_an_mtp_sidecar_is_a_bound_file(tmp_path):
     finding = only(manifest(tmp_path, '[[drafters]]\nkind = "mtp"\npath = "mtp-only.gguf"\n'), "PWR025")
-    assert "mtp drafter sidecar is a separate GGUF file" in finding.message and "sha256 and target_sha256" in finding.message
+    assert (
+        "mtp drafter sidecar is a separate GGUF file" in finding.message
+        and "sha256 and target_sha256" in finding.message
+    )
 
 
 def test_a_malformed_sha256_is_named(tmp_path):
@@ -225,14 +230,16 @@ def test_a_bad_size_lists_the_accepted_forms(tmp_path):
 
 
 def test_host_sizes_and_defaults(tmp_path):
-    loaded = load_host(write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [{ model = "RTX 4090", vram = "24 GiB" }]\n'))
+    loaded = load_host(write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [{ model = "RTX '
+                                                 '4090", vram = "24 GiB" }]\n'))
     assert loaded.ok
     assert loaded.model.devices[0].vram == 24 * 1024**3
     assert loaded.model.headroom == 512 * 1024**2
 
 
 def test_host_bad_unit_in_an_inline_table_is_located(tmp_path):
-    path = write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [{ model = "RTX 4090", vram = "24 Gb" }]\n')
+    path = write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [{ model = "RTX '
+                                     '4090", vram = "24 Gb" }]\n')
     finding = only(load_host(path), "PWR023")
     assert finding.where == "devices[0].vram" and (finding.line, finding.col) == (3, 41)
     assert "bits" in finding.message
@@ -292,7 +299,8 @@ def test_json_schemas_forbid_unknown_keys_and_pin_the_schema_line():
     assert {alternative["type"] for alternative in size["anyOf"]} == {"integer", "string"}
 
 
-@pytest.mark.parametrize("text", ["24 GiB", "512MiB", "1.5 GB", "17 B", "1_140_000_000", "250 kB", "24 G", "24 Gb", "3 XB", "lots"])
+@pytest.mark.parametrize("text", ["24 GiB", "512MiB", "1.5 GB", "17 B", "1_140_000_000", "250 kB", "24 G", "24 Gb",
+                                  "3 XB", "lots"])
 def test_the_json_schemas_size_pattern_agrees_with_the_parser(text):
     pattern = json_schema("host")["$defs"]["DeviceSpec"]["properties"]["vram"]["anyOf"][1]["pattern"]
     try:

@@ -101,7 +101,8 @@ def fixture_plan(directory: Path, engine: str = "llama-server") -> Path:
         f'[[drafters]]\nkind = "dflash"\npath = "dflash-drafter.gguf"\nsha256 = "{drafter}"\n'
         f'target_sha256 = "{target}"\n')
     (directory / "profile.toml").write_text('schema = "power.profile/v1"\nname = "dflash"\nspec_mode = "dflash"\n'
-                                            'spec_draft_max = 3\nspec_mtp_recurrent_snapshots = 3\n[runtime]\nctx = 128\n')
+                                            'spec_draft_max = 3\nspec_mtp_recurrent_snapshots = '
+                                            '3\n[runtime]\nctx = 128\n')
     plan = directory / "plan.json"
     result = power("plan", directory / "manifest.toml", directory / "profile.toml", "--device", "2 GiB",
                    "--engine", engine, "-o", plan)
@@ -147,7 +148,8 @@ def test_the_seal_never_takes_a_digest_from_the_cache(tmp_path):
     overwrite_keeping_mtime(target, target.stat().st_size - 64, b"\x7f" * 64)
     cache = tmp_path / "cache" / "digests.json"
     stamp = os.stat(target)
-    key = ":".join(str(part) for part in (stamp.st_dev, stamp.st_ino, stamp.st_size, stamp.st_mtime_ns, stamp.st_ctime_ns))
+    key = ":".join(str(part) for part in (stamp.st_dev, stamp.st_ino, stamp.st_size, stamp.st_mtime_ns,
+                                          stamp.st_ctime_ns))
     cache.write_text(json.dumps({"schema": "power.digest-cache/v2", "entries": {key: {"sha256": planned}}}))
     assert json.loads(power("inspect", "--json", target).stdout)["sha256"] == planned  # the cache speaks here
     run = power("run", plan, "--prompt", "Hello", "--max-tokens", "3", "--json")

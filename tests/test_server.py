@@ -22,9 +22,10 @@ from power.app.cli import main
 from power.app.traffic import build_shape
 from power.documents.plan import load_plan
 from power.documents.receipt import Receipt
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
 from power.runtime.stops import StopText
 from power.runtime.transaction import Step
+from power.runtime.workload import Workload
 from power.serving.limits import ServerLimits
 from power.serving.server import create_app
 
@@ -163,16 +164,25 @@ def test_completion_carries_text_usage_timings_and_receipt() -> None:
         assert again["tokens_sha256"] == receipt["tokens_sha256"]
         echo = complete(base, prompt=build_shape("echo", 24).prompt, max_tokens=12).json()["receipt"]
         served = (receipt, again, echo)
-        for counter, field in (("power_spec_draft_tokens_total", "proposed"), ("power_spec_accepted_tokens_total", "accepted"),
-                               ("power_spec_drafts_total", "speculative_rounds"), ("power_spec_replays_total", "replays"),
-                               ("power_spec_fallbacks_total", "fallbacks"), ("power_governor_parks_total", "governor_parks")):
+        for counter, field in (
+            ("power_spec_draft_tokens_total", "proposed"),
+            ("power_spec_accepted_tokens_total", "accepted"),
+            ("power_spec_drafts_total", "speculative_rounds"),
+            ("power_spec_replays_total", "replays"),
+            ("power_spec_fallbacks_total", "fallbacks"),
+            ("power_governor_parks_total", "governor_parks"),
+        ):
             assert metric(base, counter) == sum(r[field] for r in served), counter
         for position in range(1, max(len(r["position_reached"]) for r in served) + 1):  # 1-based: the first draft is 1
             for counter, field in (("power_spec_position_reached_total", "position_reached"),
                                    ("power_spec_position_accepted_total", "position_accepted")):
                 assert metric(base, counter, position=str(position)) == sum(
                     r[field][position - 1] for r in served if len(r[field]) >= position), (counter, position)
-        assert metric(base, "power_spec_position_reached_total", position="1") == metric(base, "power_spec_drafts_total") > 0
+        assert (
+            metric(base, "power_spec_position_reached_total", position="1")
+            == metric(base, "power_spec_drafts_total")
+            > 0
+        )
         assert metric(base, "power_generated_tokens_total") == 36
         assert metric(base, "power_requests_total", status="ok") == 3
 
@@ -213,7 +223,10 @@ def test_a_stop_string_ends_the_request_as_stop_in_the_response_and_in_the_recei
         assert ids == full["receipt"]["token_ids"][: len(ids)]
         decode = engine().tokenizer.decode
         assert stop in decode(ids) and stop not in decode(ids[:-1])  # the last token completed the stop string
-        assert cut["usage"]["completion_tokens"] == len(ids) and cut["timings"]["tokens_sha256"] == receipt["tokens_sha256"]
+        assert (
+            cut["usage"]["completion_tokens"] == len(ids)
+            and cut["timings"]["tokens_sha256"] == receipt["tokens_sha256"]
+        )
         with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": 16, "stop": stop,
                                                                    "stream": True}, timeout=BOUND_S) as response:
             events = list(stream_events(response))
@@ -238,7 +251,8 @@ def overshooting_stop(speculative: Engine, prompt: str, max_tokens: int) -> str:
 def test_a_stop_string_ends_a_speculative_and_a_plain_run_on_the_same_tokens() -> None:
     prompt, max_tokens = build_shape("echo", 24).prompt, 64
     # No governor: the search below runs many requests, and a parked speculator would never run past a stop.
-    ngram, plain = (Engine(Workload.of_plan(load_plan(fixture_plan(p)), fixture_plan(p)), EngineOptions(governor=False, threads=1))
+    ngram, plain = (Engine(Workload.of_plan(load_plan(fixture_plan(p)), fixture_plan(p)),
+                           EngineOptions(governor=False, threads=1))
                     for p in ("ngram-float32", "none-float32"))
     stop = overshooting_stop(ngram, prompt, max_tokens)
     speculative, control = (e.generate(prompt, max_tokens, stop=[stop]) for e in (ngram, plain))
@@ -330,7 +344,10 @@ def test_concurrent_requests_finish_while_a_cancelled_stream_rolls_back(release:
         assert metric(base, "power_time_to_first_token_seconds_count") == 4
         assert metric(base, "power_decode_tokens_per_second_count") >= 3
         # After the cancellation the engine answers exactly as before it.
-        assert complete(base, max_tokens=6).json()["receipt"]["tokens_sha256"] == results[0].json()["receipt"]["tokens_sha256"]
+        assert (
+            complete(base, max_tokens=6).json()["receipt"]["tokens_sha256"]
+            == results[0].json()["receipt"]["tokens_sha256"]
+        )
 
 
 def test_a_full_queue_answers_429_with_retry_after(release: threading.Event) -> None:
@@ -538,7 +555,8 @@ def test_admission_counts_free_slots_and_queue_places_together(release: threadin
         assert [a.status_code for a in answers] == [200] * 8
 
 
-@pytest.mark.parametrize("field, value", [("top_p", 0.9), ("logprobs", 2), ("logprobs", True), ("presence_penalty", 0.5),
+@pytest.mark.parametrize("field, value", [("top_p", 0.9), ("logprobs", 2), ("logprobs", True),
+                                          ("presence_penalty", 0.5),
                                           ("frequency_penalty", -1), ("logit_bias", {"5": 100}), ("n", 2),
                                           ("best_of", 3), ("echo", True), ("top_k", 40), ("min_p", 0.05),
                                           ("ignore_eos", True)])

@@ -1,4 +1,5 @@
-"""The memory model on real headers: llama-server's slot semantics, the layer split, the reference arithmetic, verdicts."""
+"""The memory model on real headers: llama-server's slot semantics, the layer split, the
+reference arithmetic, verdicts."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
 from power.orchestrator.engines import adapter
 from power.orchestrator.engines.llama_server.placement import place_layers
+from power.orchestrator.engines.sizing import DeviceBudget, Request, Split, largest_context
 from power.orchestrator.planning.compile import target_vocab
-from power.orchestrator.sizing import DeviceBudget, Request, Split, largest_context
 from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
 
@@ -78,17 +79,19 @@ def test_sliding_cells_follow_the_window_per_stream_or_shared():
 def test_batches_are_clamped_and_outputs_reserved_per_slot_and_draft():
     clamped = gemma_on_cpu(ctx=1000, batch=4096, ubatch=4096)
     assert (clamped.slots.batch, clamped.slots.ubatch) == (1000, 1000)  # n_batch = min(the given -c, -b)
-    drafting = gemma_on_cpu(slots=4, draft_len=3)
+    drafting = gemma_on_cpu(slots=4, chain=("ngram",), ngram_draft_max=3)
     assert drafting.slots.outputs == 16
     assert parts(drafting)["output buffer"] == 4 * GEMMA_VOCAB * 4  # one row per sequence at load
     assert parts(drafting)["output buffer growth"] == 12 * GEMMA_VOCAB * 4  # to 16 rows on a full verification
-    assert gemma_on_cpu(slots=2, batch=5, draft_len=48).slots.outputs == 5  # never more than -b
+    assert gemma_on_cpu(slots=2, batch=5, chain=("ngram",), ngram_draft_max=48).slots.outputs == 5  # never more than -b
 
 
 @pytest.mark.parametrize("flash, expected", [(True, 23_875_616), (False, 54_276_128)])
 def test_compute_buffer_is_llamas_graph_reservation(flash, expected):
     """-c 4096 -np 1 -ub 512, to the byte (llama-server logs 22.7696 / 51.7617 MiB); the conformance test runs it."""
-    component = next(c for c in gemma_on_cpu(flash_attn=flash).devices[0].components if c.name == "target compute buffer")
+    component = next(
+        c for c in gemma_on_cpu(flash_attn=flash).devices[0].components if c.name == "target compute buffer"
+    )
     assert (component.bytes, component.basis) == (expected, "exact")
     assert ("kq" in component.detail) != flash
 
@@ -96,7 +99,8 @@ def test_compute_buffer_is_llamas_graph_reservation(flash, expected):
 def test_recurrent_rows_per_sequence_and_rollback_rows():
     hybrid = inspect_artifact(fixture("hybrid-target"))
     one = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300), CPU)
-    four = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300, slots=4, rs_snapshots=3), CPU)
+    four = size_plan("llama-server", hybrid, None, Request(ctx=1024, vocab=300, slots=4, chain=("mtp",), draft_max=3),
+                     CPU)
     assert parts(four)["recurrent state"] == parts(one)["recurrent state"] * 4 * (1 + 3)
 
 
@@ -130,7 +134,8 @@ def test_power_runtime_kv_counts_every_layer_at_its_padded_capacity():
 def test_the_plans_kv_is_what_the_engine_holds_in_every_kv_type(tmp_path, kv_type):
     """The plan's target KV is the bytes the engine's caches hold in the profile's kv_cache_type (gemma3-target: heads
     32 wide, one q8_0 block a row), and the receipt says which type that is."""
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.engine import Engine, EngineOptions
+    from power.runtime.workload import Workload
 
     manifest = write_manifest(tmp_path, "gemma3-target", [{"kind": "ngram"}])
     plan_path = tmp_path / "plan.json"
@@ -165,7 +170,8 @@ def test_the_plans_slots_are_what_the_engine_allocates(tmp_path):
     """Defect 3: with ctx 1024 and 4 slots the plan charged 1024 positions a slot (5,242,880 B of target KV) while
     `Engine` gives each slot ctx / slots = 256 (2,097,152 B in f32). The plan and the engine now read one geometry
     (and, since, one KV type: the profile's f16, 1,048,576 B)."""
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.engine import Engine, EngineOptions
+    from power.runtime.workload import Workload
 
     manifest = write_manifest(tmp_path, "dense-target", [{"kind": "ngram"}])
     plan_path = tmp_path / "plan.json"
@@ -350,8 +356,13 @@ def dspark_plan(tmp_path_factory):
     from power.orchestrator.planning.compile import compile_plan
 
     directory = tmp_path_factory.mktemp("dspark")
-    manifest = write_manifest(directory, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
-                              quant="Q6_K", architecture="qwen35")
+    manifest = write_manifest(
+        directory,
+        "qwen36-27b-q6k",
+        [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+        quant="Q6_K",
+        architecture="qwen35",
+    )
     return compile_plan(load_manifest(manifest), load_profile(REPO_PROFILES / "dspark-k10s6.toml"), host(24 * GiB),
                         engine="llama-server")
 
@@ -364,7 +375,8 @@ def test_dspark_k10s6_at_ctx_512_fits_24_gib_only_with_a_thin_margin(dspark_plan
     assert (plan.runtime.ctx, plan.runtime.batch, plan.speculation.rollback, memory.engine) == (512, 12, "guarded",
                                                                                               "llama-server")
     assert memory.verdict == "fits" and 0 < memory.margin_bytes < 1 * GiB
-    # The reference measurements (docs/reference.md) found a 23,847 MiB peak; the header-only target lacks 443 MiB of the real file's mixed quants.
+    # The reference measurements (docs/reference.md) found a 23,847 MiB peak; the header-only target lacks 443 MiB of
+    # the real file's mixed quants.
     assert 23_000 * MiB < memory.total_bytes < 23_847 * MiB
     (thin,) = [f for f in plan.findings if f.code == "PWR503"]
     assert "requires a quiet device" in thin.message
@@ -462,7 +474,8 @@ def test_the_hint_proposes_a_split_before_a_smaller_context(tmp_path):
 
 
 def test_size_command_table_json_and_exit_codes(tmp_path):
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "dspark", "fixture": "qwen36-27b-dspark"}], hashed=False)
+    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+                              hashed=False)
     profile = REPO_PROFILES / "dspark-k10s6.toml"
     runner = CliRunner()
     result = runner.invoke(main, ["size", str(manifest), str(profile), "--device", "24GiB", "--ctx", "262144",
@@ -487,8 +500,8 @@ def test_every_total_grows_with_the_context(a, b, s, slots, unified, cache, flas
     """The largest-context search assumes it: a longer context never needs less memory."""
     target, drafter = _qwen_headers()
     low, high = sorted((a, b))
-    request = Request(ctx=low, verify_rows=11, snapshots=s, rs_snapshots=s, slots=slots, kv_unified=unified,
-                      kv_cache_type=cache, flash_attn=flash, vocab=248_320)
+    request = Request(ctx=low, verify_rows=11, snapshots=s, chain=("mtp",), draft_max=s, slots=slots,
+                      kv_unified=unified, kv_cache_type=cache, flash_attn=flash, vocab=248_320)
     drafter = None if engine == "vllm" else drafter
     small = size_plan(engine, target, drafter, request, GPU)
     large = size_plan(engine, target, drafter, replace(request, ctx=high), GPU)
@@ -507,12 +520,22 @@ QWEN_PROFILES = ["balanced-k7s7", "guarded-k7s6", "q6k-peak-fr8192", "dspark-k10
 @pytest.mark.parametrize("profile", QWEN_PROFILES)
 def test_every_bundled_qwen_profile_fits_a_24_gib_device_on_powers_runtime(tmp_path, profile):
     """Each bundled Qwen3.6-27B profile, with its own KV type (f16), fits a 24 GiB GPU on Power's runtime: the target's
-    weights in their GGUF rows, the KV in f16, three recurrent states plus replay inputs; the learned drafters (MTP head,
-    DSpark, DFlash2, in their GGUF blocks) are host memory beside it."""
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
-                                                           {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"}],
-                              hashed=False, quant="Q6_K", architecture="qwen35")
-    result = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / f"{profile}.toml"), "--device", "24GiB",
+    weights in their GGUF rows, the KV in f16, three recurrent states plus replay inputs; the learned drafters (MTP
+    head, DSpark, DFlash2, in their GGUF blocks) are host memory beside it."""
+    manifest = write_manifest(
+        tmp_path,
+        "qwen36-27b-q6k",
+        [
+            {"kind": "mtp"},
+            {"kind": "dspark", "fixture": "qwen36-27b-dspark"},
+            {"kind": "dflash2", "fixture": "qwen36-27b-dflash2"},
+        ],
+        hashed=False,
+        quant="Q6_K",
+        architecture="qwen35",
+    )
+    result = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / f"{profile}.toml"), "--device",
+                                       "24GiB",
                                        "--engine", "power", "--json"])
     assert result.exit_code == 0, result.output
     memory = json.loads(result.stdout)["memory"]
@@ -539,7 +562,9 @@ def test_cuda_graphs_stay_as_the_profile_says_and_only_powers_runtime_is_warned(
         {"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}], name="mtp-dspark", hashed=False,
         quant="Q6_K", architecture="qwen35")  # llama-server has no DFlash2 type
     cpu = tmp_path / "cpu.toml"
-    cpu.write_text('schema = "power.host/v1"\nname = "cpu"\ndevices = [{ model = "cpu", vram = "64 GiB", kind = "cpu" }]\n')
+    cpu.write_text(
+        'schema = "power.host/v1"\nname = "cpu"\ndevices = [{ model = "cpu", vram = "64 GiB", kind = "cpu" }]\n'
+    )
     runner = CliRunner()
     for bundled in QWEN_PROFILES:
         profile = REPO_PROFILES / f"{bundled}.toml"
@@ -561,15 +586,23 @@ def test_cuda_graphs_stay_as_the_profile_says_and_only_powers_runtime_is_warned(
 def test_the_dspark_reference_row_of_docs_sizing_is_what_the_profile_sizes_to(tmp_path):
     """Issue 40 (docs drift): docs/sizing.md's DSpark row showed an older 23,572 MiB. The row is the bundled
     dspark-k10s6 profile sized for llama-server on a 24 GiB device, as `power size` prints it now."""
-    manifest = write_manifest(tmp_path, "qwen36-27b-q6k", [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
-                              hashed=False, quant="Q6_K", architecture="qwen35")
+    manifest = write_manifest(
+        tmp_path,
+        "qwen36-27b-q6k",
+        [{"kind": "mtp"}, {"kind": "dspark", "fixture": "qwen36-27b-dspark"}],
+        hashed=False,
+        quant="Q6_K",
+        architecture="qwen35",
+    )
     sized = CliRunner().invoke(main, ["size", str(manifest), str(REPO_PROFILES / "dspark-k10s6.toml"), "--device",
                                       "24GiB", "--engine", "llama-server", "--json"])
     memory = json.loads(sized.stdout)["memory"]
     total, margin = memory["devices"][0]["total_bytes"], memory["margin_bytes"]
     row = next(line for line in (REPO / "docs" / "sizing.md").read_text().splitlines()
                if line.startswith("| DSpark K10/S6, ctx 512, batch 12, 24 GiB |"))
-    assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, row
+    assert f"| {total / GiB:.2f} GiB ({total / MiB:,.0f} MiB), margin {margin / MiB:.0f} MiB: fits, `PWR503`" in row, (
+        row
+    )
 
 
 def test_the_two_device_example_of_docs_sizing_runs_as_written(tmp_path):

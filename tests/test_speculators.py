@@ -10,11 +10,12 @@ from spec_helpers import fixture_dir, gguf, plain_stream, prompt_for, target_pat
 
 from power.artifacts import factory
 from power.documents.plan import Mode, Speculation
-from power.runtime.engine import Engine, EngineOptions, Workload
+from power.runtime.engine import Engine, EngineOptions
 from power.runtime.errors import RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined, SpeculatorRequest
+from power.runtime.workload import Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
@@ -218,15 +219,18 @@ def test_a_block_drafter_queues_committed_rows_and_a_rolled_back_catch_up_leaves
 def _engine(mode: str, governor: bool = True) -> Engine:
     """The dense fixture at K = S = 7 in `mode`, without a plan (n-gram match length 2)."""
     plain = Workload.of_gguf(target_path("dense"), ctx=512, verify_capacity=8)
-    workload = replace(plain, mode=Mode(requested=mode, resolved=mode, chain=(mode,) if mode != "none" else (), reason="test"),
+    workload = replace(plain, mode=Mode(requested=mode, resolved=mode, chain=(mode,) if mode != "none" else (),
+                                        reason="test"),
                        speculation=Speculation(k=7, s=7, rollback="full"),
-                       runtime=plain.runtime.model_copy(update={"ngram_match": 2, "ngram_draft_min": 1, "ngram_draft_max": 7}))
+                       runtime=plain.runtime.model_copy(update={"ngram_match": 2, "ngram_draft_min": 1,
+                                                                "ngram_draft_max": 7}))
     return Engine(workload, EngineOptions(governor=governor))
 
 
 def test_the_engine_speculates_with_the_plan_mode_and_emits_the_plain_stream():
     plain = _engine("none").generate("Hello world! Hello there, how are you today? Hello world! Hello", 48)
-    spec = _engine("ngram", governor=False).generate("Hello world! Hello there, how are you today? Hello world! Hello", 48)
+    spec = _engine("ngram", governor=False).generate("Hello world! Hello there, how are you today? Hello world! Hello",
+                                                     48)
     assert spec.token_ids == plain.token_ids
     assert spec.proposed > 0 and plain.proposed == 0
 

@@ -22,8 +22,9 @@ from test_server import BOUND_S, ONE_THREAD, complete, serving
 from power.app.cli import main
 from power.documents.plan import load_plan
 from power.runtime.chat import ChatTemplate
-from power.runtime.engine import Engine, Workload
+from power.runtime.engine import Engine
 from power.runtime.template_sandbox import RENDER_BUDGET_S, TemplateSandbox
+from power.runtime.workload import Workload
 from power.serving.server import create_app
 
 HELLO = [{"role": "user", "content": "hi"}]

@@ -35,7 +35,8 @@ def gemma_tokenizer() -> Tokenizer:
 def spm_reference(text: str, tok: Tokenizer) -> list[int]:
     vocab = tok.vocab
     ids = {piece: i for i, piece in enumerate(vocab.tokens)}
-    verbatim = sorted((p for p, k in zip(vocab.tokens, vocab.types, strict=True) if k in (CONTROL, USER_DEFINED)), key=len, reverse=True)
+    verbatim = sorted((p for p, k in zip(vocab.tokens, vocab.types, strict=True) if k in (CONTROL, USER_DEFINED)),
+                      key=len, reverse=True)
     out: list[int] = []
     for fragment, is_token in _partition(text, verbatim):
         out += [ids[fragment]] if is_token else _spm_fragment(fragment.replace(" ", "▁"), ids, vocab.scores)

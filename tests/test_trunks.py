@@ -44,8 +44,8 @@ def tokens_for(name: str) -> tuple[list[int], list[int]]:
 
 
 TRUNKS = [(name, arithmetic) for name in ("gemma", "dense-target", "hybrid-target") for arithmetic in ARITHMETICS]
-# Every KV type on every trunk whose head rows it stores (q8_0 needs whole blocks of 32: the fixtures' heads are 16 wide,
-# gemma3-target's 32, the real Gemma's 256).
+# Every KV type on every trunk whose head rows it stores (q8_0 needs whole blocks of 32: the fixtures' heads are 16
+# wide, gemma3-target's 32, the real Gemma's 256).
 KV_TRUNKS = [(name, kv_type) for name in ("gemma", "gemma3-target", "dense-target", "hybrid-target")
              for kv_type in RUNTIME_KV_TYPES if kv_type != Q8_0 or name.startswith("gemma")]
 
@@ -217,7 +217,8 @@ def test_hybrid_replay_from_a_checkpoint_reproduces_the_rows():
 
 
 def test_the_recurrent_state_is_real_state():
-    """Different histories of the same length give different next-row logits only through the recurrent layers' state."""
+    """Different histories of the same length give different next-row logits only through the
+    recurrent layers' state."""
     model = trunk("hybrid-target")
     prefix, rows = tokens_for("hybrid-target")
     model.reset()

@@ -24,7 +24,8 @@ def broken_copy_of_the_default_profile(directory: Path) -> Path:
     text = (REPO / "profiles" / "balanced-k7s7.toml").read_text()
     text = text.replace("spec_mtp_adaptive = false", "spec_mtp_adaptiv = false")
     text = text.replace("spec_draft_max = 7 ", "spec_draft_max = 0 ")
-    text = text.replace("spec_mtp_recurrent_snapshots = 7", 'spec_mtp_recurrent_snapshots = 7\nspec_mtp_fr_vocab_size = "big"')
+    text = text.replace("spec_mtp_recurrent_snapshots = 7", 'spec_mtp_recurrent_snapshots = '
+                                                            '7\nspec_mtp_fr_vocab_size = "big"')
     path = directory / "broken.toml"
     path.write_text(text)
     return path
@@ -62,7 +63,12 @@ def test_json_shape(tmp_path):
     assert set(report) == {"findings", "files", "summary"}
     finding = report["findings"][0]
     assert {"code", "severity", "file", "line", "col", "message", "hint"} <= set(finding)
-    assert (finding["code"], finding["severity"], finding["file"], finding["line"]) == ("PWR407", "warning", str(bad), 3)
+    assert (finding["code"], finding["severity"], finding["file"], finding["line"]) == (
+        "PWR407",
+        "warning",
+        str(bad),
+        3,
+    )
     assert report["files"] == [
         {"file": str(good), "kind": "profile", "valid": True},
         {"file": str(bad), "kind": "profile", "valid": True},
@@ -91,7 +97,8 @@ def test_usage_errors_exit_2_with_the_finding_on_stderr(tmp_path):
     (tmp_path / "empty").mkdir()
     good = write(tmp_path, "good.toml", PROFILE_HEAD)
     result = subprocess.run(
-        [POWER, "validate", str(tmp_path / "missing.toml"), str(tmp_path / "empty"), str(tmp_path / "*.yaml"), str(good)],
+        [POWER, "validate", str(tmp_path / "missing.toml"), str(tmp_path / "empty"), str(tmp_path / "*.yaml"),
+         str(good)],
         capture_output=True,
         text=True,
     )
@@ -113,7 +120,11 @@ def test_bad_input_files_exit_1_never_a_traceback(tmp_path):
     result = run("validate", str(tmp_path))
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
-    assert [line.split(": ")[1].split()[0] for line in result.output.splitlines() if ": PWR" in line] == ["PWR005", "PWR004", "PWR011"]
+    assert [line.split(": ")[1].split()[0] for line in result.output.splitlines() if ": PWR" in line] == [
+        "PWR005",
+        "PWR004",
+        "PWR011",
+    ]
 
 
 def test_findings_per_file_are_bounded_and_the_rest_counted(tmp_path):
@@ -132,7 +143,9 @@ def test_schema_prints_the_committed_json_schema():
     for kind in ("manifest", "profile", "host", "fleet"):
         result = run("schema", kind)
         assert result.exit_code == 0
-        assert json.loads(result.output) == json.loads((REPO / "power" / "orchestrator" / "schemas" / f"{kind}.json").read_text())
+        assert json.loads(result.output) == json.loads(
+            (REPO / "power" / "orchestrator" / "schemas" / f"{kind}.json").read_text()
+        )
     assert run("schema", "plan").exit_code == 2
 
 
@@ -161,13 +174,14 @@ def test_carets_underline_the_whole_value_or_key(tmp_path):
     assert _caret_line(text, "  4 | spec_draft_max = 100   # K") == "  " + " " * len("4 | spec_draft_max = ") + "^^^"
     assert _caret_line(text, "  5 | spec_mtp_adaptiv = false") == "  " + " " * len("5 | ") + "^" * 16
     assert _caret_line(text, '  7 | ctx = "lots of tokens"') == "  " + " " * len("7 | ctx = ") + "^" * 16
-    spans = [(f["line"], f["col"], f["end_col"]) for f in json.loads(run("validate", "--json", str(path)).output)["findings"]]
+    spans = [(f["line"], f["col"], f["end_col"]) for f in json.loads(run("validate", "--json",
+                                                                         str(path)).output)["findings"]]
     assert spans == [(3, 13, 22), (4, 18, 21), (5, 1, 17), (7, 7, 23)]
 
 
 def test_a_value_over_several_lines_is_underlined_to_the_end_of_its_first(tmp_path):
-    path = write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [\n  { model = "x", vram = "1 GiB" },\n]\n'
-                 'headroom = [ "512 MiB",\n  "1 GiB" ]\n')
+    path = write(tmp_path, "h.toml", 'schema = "power.host/v1"\nname = "h"\ndevices = [\n  { model = "x", '
+                 'vram = "1 GiB" },\n]\nheadroom = [ "512 MiB",\n  "1 GiB" ]\n')
     finding = json.loads(run("validate", "--json", str(path)).output)["findings"][0]
     assert (finding["where"], finding["line"], finding["col"], finding["end_col"]) == ("headroom", 6, 12, 24)
     assert _caret_line(run("validate", str(path)).output, '  6 | headroom = [ "512 MiB",') == (
@@ -235,9 +249,9 @@ def test_a_fleet_naming_an_undefined_host_fails_validate(tmp_path):
     fleet = tmp_path / "fleet.toml"
     fleet.write_text('schema = "power.fleet/v1"\n\n[[hosts]]\nname = "ws-1"\n'
                      'devices = [{ model = "RTX 4090", vram = "24 GiB" }]\n\n'
-                     '[[deployments]]\nhost = "ws-01"\nmanifest = "manifests/qwen.toml"\nprofile = "profiles/p.toml"\n\n'
-                     '[[deployments]]\nhost = "ws-1"\ndevice = 2\nmanifest = "manifests/qwen.toml"\n'
-                     'profile = "profiles/p.toml"\n')
+                     '[[deployments]]\nhost = "ws-01"\nmanifest = "manifests/qwen.toml"\nprofile = '
+                     '"profiles/p.toml"\n\n[[deployments]]\nhost = "ws-1"\ndevice = 2\nmanifest = '
+                     '"manifests/qwen.toml"\nprofile = "profiles/p.toml"\n')
     result = run("validate", str(fleet))
     assert result.exit_code == 1, result.output
     assert f"{fleet}:8:8: PWR060 [error] deployment ws-01/qwen names host 'ws-01'" in result.output

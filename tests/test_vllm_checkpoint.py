@@ -22,8 +22,8 @@ from power.artifacts.digests import sha256_file
 from power.artifacts.factory import build_dense_target, build_gemma3_target
 from power.artifacts.facts import inspect_artifact
 from power.documents.plan import load_plan
+from power.orchestrator.engines.sizing import trunk_layers, whole
 from power.orchestrator.planning.compile import target_vocab
-from power.orchestrator.sizing import trunk_layers, whole
 
 POWER = str(Path(sys.executable).parent / "power")
 COMMIT = "d" * 40
@@ -58,7 +58,8 @@ def checkpoint(target: Path, tokens_edit: dict[int, str] | None = None, kind: st
                  "model": {"type": "BPE", "vocab": {token: index for index, token in enumerate(tokens)},
                            "merges": list(vocabulary.merges)}}
     return {"config.json": json.dumps(config | (config_edit or {})).encode(),
-            "tokenizer.json": json.dumps(tokenizer).encode(), "model.safetensors": safetensors({"fc.weight": (64, 192)})}
+            "tokenizer.json": json.dumps(tokenizer).encode(),
+            "model.safetensors": safetensors({"fc.weight": (64, 192)})}
 
 
 def safetensors(tensors: dict[str, tuple[int, int]]) -> bytes:
@@ -166,7 +167,9 @@ def test_checkpoint_entries_are_checked_as_the_manifest_is_read(tmp_path, hub):
     text = manifest.read_text()
     refused = power(hub, tmp_path, "validate", manifest, "--json")
     assert refused.returncode == 1 and {"PWR131", "PWR132"} <= set(refused.stdout.split('"')), refused.stdout
-    manifest.write_text(text.replace('  { name = "config.json" },\n', "").replace('revision = "main"', f'revision = "{COMMIT}"'))
+    manifest.write_text(
+        text.replace('  { name = "config.json" },\n', "").replace('revision = "main"', f'revision = "{COMMIT}"')
+    )
     no_config = power(hub, tmp_path, "validate", manifest)
     assert no_config.returncode == 1 and "must include config.json" in no_config.stdout + no_config.stderr
 
@@ -223,7 +226,10 @@ def test_a_hub_eagle3_checkpoint_is_pulled_planned_sized_and_rendered_for_vllm(t
     weights = len(hub.commits[COMMIT]["model.safetensors"])
     assert components["drafter weights"].bytes == weights
     layers_heads_dim_kv_bytes = 1 * kv_heads * 16 * 2 * 2  # one layer, its KV heads x 16, K and V, 16-bit
-    assert components["drafter KV"].bytes == layers_heads_dim_kv_bytes * plan.memory.slots.ctx_per_slot * plan.runtime.slots
+    assert (
+        components["drafter KV"].bytes
+        == layers_heads_dim_kv_bytes * plan.memory.slots.ctx_per_slot * plan.runtime.slots
+    )
 
     rendered = power(hub, tmp_path, "render", plan_path, "--target", "vllm")
     assert rendered.returncode == 0, rendered.stderr

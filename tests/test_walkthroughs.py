@@ -128,10 +128,50 @@ def test_the_llama_server_fleet_walkthrough_up_to_the_bench(lab):
     assert refused.exit_code == 1 and "PWR083" in refused.output
 
 
+@pytest.mark.llama_server  # the documented bench launches the real llama-server
+@pytest.mark.timeout(3600)  # nine pairs a shape: on a busy 2-core host, past the default 15 minutes
+def test_the_kubernetes_rollout_walkthrough_opens_the_canary_as_written(tmp_path, monkeypatch):
+    """docs/kubernetes.md steps 2 and 4 as written: review and render, plan the rollout, export the plans, bench the
+    canary's pair on llama-server, advance with --kubernetes; then k8s/stages/canary holds the overlay the text lists.
+    Issue 40.3: the advance was refused (PWR073), so the canary's folder never existed."""
+    from llama_server import binary
+
+    from power.orchestrator.fleet.lock import read_lock
+
+    shutil.copytree(REPO / "examples" / "kubernetes", tmp_path / "examples" / "kubernetes",
+                    ignore=shutil.ignore_patterns("fleet.lock"))
+    (tmp_path / "models").symlink_to(REPO / "models")
+    monkeypatch.setenv("POWER_LLAMA_SERVER", str(binary()))
+    page = (REPO / "docs" / "kubernetes.md").read_text()
+    steps = [page.split("## 2. Render")[1].split("## 3.")[0],
+             page.split("## 4. Roll a profile out")[1].split("## 5.")[0]]
+    commands = [line for step in steps for line in re.search(r"```sh\n(.*?)```", step, re.S)[1].splitlines()
+                if line.startswith("power ")]
+    assert len(commands) == 6, commands
+    for command in commands[:4]:
+        result = power(tmp_path, command.removeprefix("power "))
+        assert result.exit_code == 0, (command, result.output)
+    state, _ = read_lock(tmp_path / "examples" / "kubernetes" / "fleet.lock", "inference")
+    canary = "l4-a/gemma3-270m"
+    candidate = state.rollout["candidates"][canary]["plan_digest"]
+    incumbent = state.deployments[canary]["plan_digest"]
+    bench = commands[4].replace("<candidate>", candidate[:12]).replace("<incumbent>", incumbent[:12])
+    measured = power(tmp_path, bench.removeprefix("power "))
+    assert measured.exit_code == 0, measured.output
+    advanced = power(tmp_path, commands[5].removeprefix("power "))
+    assert advanced.exit_code == 0, advanced.output
+    state, _ = read_lock(tmp_path / "examples" / "kubernetes" / "fleet.lock", "inference")
+    assert state.deployments[canary]["plan_digest"] == candidate
+    for listed in re.findall(r"^(k8s/stages/canary/\S+)", page, re.M):
+        assert (tmp_path / listed).is_file(), listed
+
+
 def test_the_plan_pages_first_command(tmp_path):
     """docs/plan.md opens with `power plan manifests/gemma3-270m.toml profiles/ngram.toml --host ... -o plan.json`."""
     page = (REPO / "docs" / "plan.md").read_text()
-    command = "power plan manifests/gemma3-270m.toml profiles/ngram.toml --host examples/hosts/rtx4090.toml -o plan.json"
+    command = (
+        "power plan manifests/gemma3-270m.toml profiles/ngram.toml --host examples/hosts/rtx4090.toml -o plan.json"
+    )
     assert command in page
     result = power(REPO, command.removeprefix("power ").replace("plan.json", str(tmp_path / "plan.json")))
     assert result.exit_code == 0, result.output

@@ -9,7 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from power.app.cli import main
-from power.orchestrator.worth_it import acceptance_of, assess, break_even_p, expected_accepted, rate, round_time
+from power.orchestrator.planning.worth_it import (
+    acceptance_of,
+    assess,
+    break_even_p,
+    expected_accepted,
+    rate,
+    round_time,
+)
 
 
 def test_expected_accepted_is_the_geometric_sum():
@@ -187,5 +194,6 @@ def test_slots_are_judged_on_the_measured_concurrency_level(tmp_path):
     assert "6. With 2 slots busy" in text.output
     unmeasured = CliRunner().invoke(main, ["worth-it", "--evidence", str(evidence), "--shape", "echo", "--slots", "4"])
     assert unmeasured.exit_code == 2 and "PWR071" in unmeasured.output and "--concurrency 1,4" in unmeasured.output
-    bare = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25", "--slots", "4"])
+    bare = CliRunner().invoke(main, ["worth-it", "--draft-step", "12ms", "-k", "3", "--incumbent", "25", "--slots",
+                                     "4"])
     assert bare.exit_code == 2 and "single-stream" in bare.output

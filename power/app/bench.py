@@ -116,9 +116,10 @@ def require_prompts_fit(plans: list[tuple[str, Path, ResolvedPlan]], shapes: lis
     """Every prompt the protocol sends Power's runtime (the warm-up's included) fits each plan's context, counted
     with the target's tokenizer read from its header: refused (PWR602) before any model loads, not after."""
     from power.artifacts.gguf_reader import read_header
-    from power.runtime.engine import Workload, context_room
+    from power.runtime.engine import context_room
     from power.runtime.errors import ContextOverflow
     from power.runtime.tokenizer import Tokenizer
+    from power.runtime.workload import Workload
 
     for label, path, plan in plans:
         tokenizer = Tokenizer.from_gguf(read_header(Workload.of_plan(plan, path, root).target.path))
@@ -245,24 +246,39 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
     speculative_rounds = sum(r.speculative_rounds for r in receipts)
     rounds = sum(r.rounds for r in receipts)
     decoded = sum(max(0, len(r.token_ids) - 1) for r in receipts)
-    reached, hits = summed_positions(r.position_reached for r in receipts), summed_positions(r.position_accepted for r in receipts)
+    reached, hits = (
+        summed_positions(r.position_reached for r in receipts),
+        summed_positions(r.position_accepted for r in receipts),
+    )
     return {
         "requests": len(receipts),
         "decode_tok_s": statistics.median(rates),
-        "decode_tok_s_min": min(rates), "decode_tok_s_max": max(rates), "decode_tok_s_runs": rates,
-        "request_tok_s": statistics.median(request_rates), "request_tok_s_min": min(request_rates),
-        "request_tok_s_max": max(request_rates), "request_tok_s_runs": request_rates,
-        "ttft_s": statistics.median(ttfts), "ttft_s_min": min(ttfts), "ttft_s_max": max(ttfts),
+        "decode_tok_s_min": min(rates),
+        "decode_tok_s_max": max(rates),
+        "decode_tok_s_runs": rates,
+        "request_tok_s": statistics.median(request_rates),
+        "request_tok_s_min": min(request_rates),
+        "request_tok_s_max": max(request_rates),
+        "request_tok_s_runs": request_rates,
+        "ttft_s": statistics.median(ttfts),
+        "ttft_s_min": min(ttfts),
+        "ttft_s_max": max(ttfts),
         "prefill_tok_s": statistics.median(r.prefill_tok_s for r in receipts),
         "generated_tokens": statistics.median_low(len(r.token_ids) for r in receipts),
-        "rounds": rounds, "draft_n": proposed, "draft_n_accepted": accepted,
+        "rounds": rounds,
+        "draft_n": proposed,
+        "draft_n_accepted": accepted,
         "acceptance": accepted / proposed if proposed else 0.0,
         "mean_accepted_length": accepted / speculative_rounds if speculative_rounds else 0.0,
         "tokens_per_round": decoded / rounds if rounds else 0.0,
         "acceptance_by_position": acceptance_by_position(reached, hits),
-        "replays": sum(r.replays for r in receipts), "clamps": sum(r.clamps for r in receipts),
-        "fallbacks": sum(r.fallbacks for r in receipts), "governor_parks": sum(r.governor_parks for r in receipts),
-        "target_only_tok_s": statistics.median(plain) if (plain := [r.plain_tok_s for r in receipts if r.plain_tok_s]) else None,
+        "replays": sum(r.replays for r in receipts),
+        "clamps": sum(r.clamps for r in receipts),
+        "fallbacks": sum(r.fallbacks for r in receipts),
+        "governor_parks": sum(r.governor_parks for r in receipts),
+        "target_only_tok_s": statistics.median(plain)
+        if (plain := [r.plain_tok_s for r in receipts if r.plain_tok_s])
+        else None,
         "tokens_sha256": [r.tokens_sha256 for r in receipts],
         "text": receipts[0].text,
     }
@@ -309,9 +325,9 @@ def _lossy_reason(divergences: list[dict[str, Any]], margin: float) -> str:
         return "greedy outputs differ between the configurations: a correctness bug, whatever the speed"
     d = clear[0]
     gap = "beyond the target's top tokens" if d["margin"] is None else f"{d['margin']:.4f} nats apart"
-    return (f"greedy outputs differ at token {d['position']} (run {d['run'] + 1}): the baseline's {d['baseline_token']} "
-            f"and the candidate's {d['candidate_token']} are {gap} in the target's own distribution, beyond the "
-            f"near-tie margin {margin}: a correctness bug, whatever the speed")
+    return (f"greedy outputs differ at token {d['position']} (run {d['run'] + 1}): the baseline's "
+            f"{d['baseline_token']} and the candidate's {d['candidate_token']} are {gap} in the target's own "
+            f"distribution, beyond the near-tie margin {margin}: a correctness bug, whatever the speed")
 
 
 def divergences(candidate: list[Receipt], baseline: list[Receipt], shape: TrafficShape,
@@ -405,15 +421,17 @@ def _proof(per_shape: dict[str, dict[str, Any]], greedy: dict[str, dict[str, Any
     if BASELINE not in labels:
         return proof | {"proven": False, "reason": "no baseline (--vs): nothing to compare the outputs with"}
     if mismatched:
-        return proof | {"proven": False, "reason": f"greedy outputs differ between the configurations on: {', '.join(mismatched)}"}
+        return proof | {"proven": False, "reason": "greedy outputs differ between the configurations on: "
+                                                   f"{', '.join(mismatched)}"}
     if identity is None:
         return proof | {"proven": False, "reason": "the identity shape did not run: add it to --shapes for the proof"}
     if vacuous:
         return proof | {"proven": False, "reason": f"the greedy outputs on {', '.join(vacuous)} are empty or shorter "
                         f"than {VACUOUS_TOKENS} tokens: identical outputs that say nothing prove nothing"}
     tokens = identity[CANDIDATE]["generated_tokens"]
-    return proof | {"proven": True, "reason": f"identity: both configurations emitted the same {tokens} tokens in every run; "
-                                              f"every shape at temperature 0 matched ({', '.join(greedy)})"}
+    return proof | {"proven": True, "reason": f"identity: both configurations emitted the same {tokens} "
+                                              "tokens in every run; every shape at temperature 0 matched "
+                                              f"({', '.join(greedy)})"}
 
 
 def _negative_control(per_shape: dict[str, dict[str, Any]]) -> dict[str, Any]:

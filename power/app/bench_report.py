@@ -31,22 +31,29 @@ def rows(evidence: dict[str, Any]) -> list[dict[str, str]]:
     for name, result in evidence["shapes"].items():
         candidate = result["candidate"]
         baseline = result.get("baseline")
-        table.append({
-            "shape": name,
-            "candidate tok/s": _rate(candidate),
-            "baseline tok/s": _rate(baseline) if baseline else "-",
-            "speedup": f"{result['speedup']:.2f}x" if result.get("speedup") else "-",
-            "request-wide candidate": _rate(candidate, "request_tok_s"),
-            "request-wide baseline": _rate(baseline, "request_tok_s") if baseline else "-",
-            "request-wide speedup": f"{result['request_speedup']:.2f}x" if result.get("request_speedup") else "-",
-            "TTFT s (cand./base.)": f"{candidate['ttft_s']:.3f}" + (f"/{baseline['ttft_s']:.3f}" if baseline else ""),
-            "acceptance": f"{candidate['acceptance']:.1%}" if candidate["draft_n"] else "no drafts",
-            "by draft position": " ".join(f"{p:.2f}" for p in candidate.get("acceptance_by_position", [])) or "-",
-            "mean acc. len": f"{candidate['mean_accepted_length']:.2f}",
-            "replays/fallbacks": f"{candidate['replays']}/{candidate['fallbacks']}",
-            "parity": "identical" if result["parity"] else "near-tie" if result.get("exactness") == "near-tie" else "DIFFERENT",
-            "verdict": result["verdict"],
-        })
+        table.append(
+            {
+                "shape": name,
+                "candidate tok/s": _rate(candidate),
+                "baseline tok/s": _rate(baseline) if baseline else "-",
+                "speedup": f"{result['speedup']:.2f}x" if result.get("speedup") else "-",
+                "request-wide candidate": _rate(candidate, "request_tok_s"),
+                "request-wide baseline": _rate(baseline, "request_tok_s") if baseline else "-",
+                "request-wide speedup": f"{result['request_speedup']:.2f}x" if result.get("request_speedup") else "-",
+                "TTFT s (cand./base.)": f"{candidate['ttft_s']:.3f}"
+                + (f"/{baseline['ttft_s']:.3f}" if baseline else ""),
+                "acceptance": f"{candidate['acceptance']:.1%}" if candidate["draft_n"] else "no drafts",
+                "by draft position": " ".join(f"{p:.2f}" for p in candidate.get("acceptance_by_position", [])) or "-",
+                "mean acc. len": f"{candidate['mean_accepted_length']:.2f}",
+                "replays/fallbacks": f"{candidate['replays']}/{candidate['fallbacks']}",
+                "parity": "identical"
+                if result["parity"]
+                else "near-tie"
+                if result.get("exactness") == "near-tie"
+                else "DIFFERENT",
+                "verdict": result["verdict"],
+            }
+        )
     return table
 
 
@@ -122,7 +129,8 @@ def chart(result: dict[str, Any], labels: list[str]) -> dict[str, Any]:
         s = result[label]
         y = 10 + i * (BAR_HEIGHT + 10)
         bars.append({"label": label, "y": y, "mid": y + BAR_HEIGHT / 2, "width": s["decode_tok_s"] * scale,
-                     "low": LABEL_WIDTH + s["decode_tok_s_min"] * scale, "high": LABEL_WIDTH + s["decode_tok_s_max"] * scale,
+                     "low": LABEL_WIDTH + s["decode_tok_s_min"] * scale,
+                     "high": LABEL_WIDTH + s["decode_tok_s_max"] * scale,
                      "value": f"{s['decode_tok_s']:.2f} tok/s"})
     return {"width": CHART_WIDTH, "height": 20 + len(labels) * (BAR_HEIGHT + 10), "x0": LABEL_WIDTH,
             "bar_height": BAR_HEIGHT, "bars": bars}

@@ -52,8 +52,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("plan", "plan", "Compile manifest + profile + host into a resolved engine plan."),
     "size": ("size", "size", "Dry-run VRAM sizing: per-component breakdown and the largest context that fits."),
     "worth-it": ("worth_it", "worth_it", "Break-even arithmetic for a drafter against the incumbent."),
-    "pull": ("pull", "pull", "Fetch a manifest's artifacts from where they are published, checked by sha256 before placing."),
-    "verify": ("verify", "verify", "Verify a plan before it runs: its seal, every artifact by full sha256, tokenizers."),
+    "pull": ("pull", "pull", "Fetch a manifest's artifacts from where they are published, checked by "
+                             "sha256 before placing."),
+    "verify": ("verify", "verify",
+               "Verify a plan before it runs: its seal, every artifact by full sha256, tokenizers."),
     "render": ("render", "render", "Render launch artifacts (llama-server, vLLM, Power, env, systemd) from a plan."),
     "run": ("run", "run", "Generate with the Power runtime on a plan and print the receipt."),
     "serve": ("serve", "serve", "Serve a plan over OpenAI-style HTTP with /health and /metrics."),
@@ -61,8 +63,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "fleet": ("fleet", "fleet", "Review a fleet: plan every deployment, show drift against the lock."),
     "rollout": ("rollout", "rollout", "Stage a profile across a fleet, gated by evidence receipts."),
     "drafter": ("drafter", "drafter", "Build drafters: `power drafter distill` trains one for a manifest's target."),
-    "kernels": ("kernels", "kernels", "Build the CPU kernels ahead of time (`build`), or show the kernel cache (`status`)."),
-    "import": ("import_", "import_", "Turn an existing llama-server or vLLM launch line into manifest + profile and check it."),
+    "kernels": ("kernels", "kernels", "Build the CPU kernels ahead of time (`build`), or show the "
+                                      "kernel cache (`status`)."),
+    "import": ("import_", "import_", "Turn an existing llama-server or vLLM launch line into manifest + "
+                                     "profile and check it."),
 }
 
 

@@ -133,7 +133,8 @@ def run_levels(configs: list[Any], shapes: list[Any], runs: int, levels: list[in
             for config in (configs if run % 2 == 0 else configs[::-1])]
 
 
-def in_turn(config: Any, run: int, shapes: list[Any], levels: list[int], progress: Callable[[str], None]) -> list[Level]:
+def in_turn(config: Any, run: int, shapes: list[Any], levels: list[int],
+            progress: Callable[[str], None]) -> list[Level]:
     """One at a time: the levels of one configuration's turn, after its single-stream requests."""
     return [_measured(config, shape, run, level, progress) for level in levels for shape in shapes]
 

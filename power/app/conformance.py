@@ -35,11 +35,11 @@ from power.artifacts import factory
 from power.artifacts.bundled import ensure_gemma
 from power.artifacts.gguf_writer import FileType, Q
 from power.documents.plan import ResolvedPlan
+from power.orchestrator.engines.sizing.model import MiB
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import DeviceSpec, HostSpec
 from power.orchestrator.launch.render import Listen, engine_launch
 from power.orchestrator.planning.compile import ArtifactMemo, compile_plan
-from power.orchestrator.sizing.model import MiB
 from power.threads import environment_for_other_programs
 
 TOLERANCE = 0.02

@@ -2,8 +2,8 @@
 
 On a CUDA machine it runs, in one process and in this order:
 
-- **qmatmul**: the Triton kernel on every GGUF type the runtime keeps packed on a GPU, row-count invariant at every row count
-  1..16 (each prefix of a 16-row call and each row alone give the bits of the 16-row call), within the fp32 error
+- **qmatmul**: the Triton kernel on every GGUF type the runtime keeps packed on a GPU, row-count invariant at every row
+  count 1..16 (each prefix of a 16-row call and each row alone give the bits of the 16-row call), within the fp32 error
   bound of the exact product, and bit-equal to the torch reference on exactly representable inputs;
 - **attention**, **rms_norm**: the GPU path's attention (with its cache write) and norms, row-count invariant the same
   way, within their stated bounds of float64 (`power.kernels.attention`, `power.kernels.norm`);
@@ -81,7 +81,8 @@ class Shapes:
 
     @property
     def trunk_kernels(self) -> str:
-        """POWER_KERNELS for the trunk checks: the GPU's rule, or the references on the CPU (the interpreter is slow)."""
+        """POWER_KERNELS for the trunk checks: the GPU's rule, or the references on the CPU
+        (the interpreter is slow)."""
         return "reference" if self.interpret else "auto"
 
     def recorder(self) -> Recorder | None:
@@ -282,7 +283,8 @@ def speculation_check(target: Path, device: str, shapes: Shapes) -> dict[str, An
     plain = _decode(target, device, shapes, speculate=False)
     spec = _decode(target, device, shapes, speculate=True)
     stats = spec.stats
-    return {"passed": spec.tokens == plain.tokens, "target": target.name, "tokens": len(plain.tokens), "proposed": stats.proposed,
+    return {"passed": spec.tokens == plain.tokens, "target": target.name, "tokens": len(plain.tokens),
+            "proposed": stats.proposed,
             "accepted": stats.accepted, "first_difference": _first_difference(plain.tokens, spec.tokens)}
 
 
@@ -449,7 +451,8 @@ def _synchronise(device: str) -> None:
 
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                None if len(a) == len(b) else min(len(a), len(b)))
 
 
 if __name__ == "__main__":

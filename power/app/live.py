@@ -2,8 +2,8 @@
 
 The command line is `render.engine_launch`'s, the one every render of the plan
 prints, plus the machine's thread count (a host choice, not the plan's) and a
-loopback address. `LiveEngine` verifies every artifact the plan names (the seal), starts the server it owns, polls `/health`,
-completes prompts, reads the engine's own counters (llama-server: the
+loopback address. `LiveEngine` verifies every artifact the plan names (the seal), starts the server it owns, polls
+`/health`, completes prompts, reads the engine's own counters (llama-server: the
 per-request `timings.draft_n` / `draft_n_accepted`, and `/metrics` for the
 verification steps and decode calls a request took), and stops exactly the
 process it started, in `stop` (callers register `stop` on an ExitStack, so the
@@ -99,7 +99,8 @@ class LiveEngine:
         return self._words(self._launch(port))
 
     def _launch(self, port: int) -> Launch:
-        """The rendered line on `port`; a plan sized for another engine is measured here (bench says so), not refused."""
+        """The rendered line on `port`; a plan sized for another engine is measured here (bench
+        says so), not refused."""
         return engine_launch(self.plan, self.engine, self.plan_path, Listen(LOOPBACK, port), measuring=True)
 
     def _words(self, launch: Launch) -> list[str]:
@@ -236,8 +237,9 @@ class LiveEngine:
                 "seed": seed, "return_token_ids": True})
         wall_s = time.perf_counter() - started
         after = self.metrics()
-        return Completion(self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in talk.counters},
-                          wall_s)
+        return Completion(
+            self.engine, body, {name: after.get(name, 0.0) - before.get(name, 0.0) for name in talk.counters}, wall_s
+        )
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ def _gpu_tenants(ours: set[int]) -> list[dict[str, Any]] | None:
     if smi is None:
         return None
     try:
-        listed = subprocess.run([smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"],
+        listed = subprocess.run([smi, "--query-compute-apps=pid,process_name,used_memory",
+                                 "--format=csv,noheader,nounits"],
                                 capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None

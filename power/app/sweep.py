@@ -5,8 +5,8 @@ A variant is the candidate plan recompiled from the files it was compiled from
 settings replaced: `k` (K, with S = K and the verification shape at least K+1),
 `ngram_match`, `ngram_draft_min`, `ngram_draft_max`, or `window` (the reference
 "48/64": `ngram_draft_min/ngram_draft_max`). Several `--sweep` options combine
-(every combination); for n-gram alone a window's longest draft is also K. Each variant's profile is written as a TOML file beside its
-plan and loaded like any profile, so every rule and check runs on it; a variant
+(every combination); for n-gram alone a window's longest draft is also K. Each variant's profile is written as a TOML
+file beside its plan and loaded like any profile, so every rule and check runs on it; a variant
 that does not compile is refused with its findings, never skipped.
 """
 

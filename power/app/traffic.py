@@ -121,7 +121,8 @@ def parse_shapes(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [n for n in names if n not in SHAPE_NAMES]
     if unknown or not names:
-        raise ValueError(f"unknown traffic shape(s) {', '.join(unknown) or '(none given)'}: choose from {','.join(SHAPE_NAMES)}")
+        raise ValueError(f"unknown traffic shape(s) {', '.join(unknown) or '(none given)'}: choose from "
+                         f"{','.join(SHAPE_NAMES)}")
     return list(dict.fromkeys(names))
 
 
@@ -174,7 +175,8 @@ def _echo(max_tokens: int, prompt_tokens: int | None) -> TrafficShape:
     lines = unique_lines(_lines_for(max_tokens, prompt_tokens) + 1, seed=2)
     passage = "\n".join(lines)
     # A base model copies once the copy has started: the prompt opens it with the passage's first line.
-    prompt = f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\nThe same passage, copied word for word:\n{lines[0]}\n"
+    prompt = (f"Repeat the passage below verbatim, line by line.\n\nPassage:\n{passage}\n\n"
+              f"The same passage, copied word for word:\n{lines[0]}\n")
     return TrafficShape("echo", (prompt,), 0.0, max_tokens, "n-gram (the output is the prompt)")
 
 

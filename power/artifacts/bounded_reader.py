@@ -164,7 +164,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     data = dict(pairs)
     if len(data) != len(pairs):
         repeated = next(key for index, (key, _) in enumerate(pairs) if key in dict(pairs[:index]))
-        raise DocumentError(Reason.SYNTAX, f"not valid here: the key {json.dumps(repeated)} appears twice in one object")
+        raise DocumentError(Reason.SYNTAX,
+                            f"not valid here: the key {json.dumps(repeated)} appears twice in one object")
     return data
 
 
@@ -248,7 +249,8 @@ def _path_to(data: Any, target: Any) -> tuple[str | int, ...]:
         if node is target:
             return path
         if isinstance(node, (dict, list)):
-            pending += [(value, (*path, key)) for key, value in (node.items() if isinstance(node, dict) else enumerate(node))]
+            pending += [(value, (*path, key)) for key,
+                        value in (node.items() if isinstance(node, dict) else enumerate(node))]
     return ()
 
 

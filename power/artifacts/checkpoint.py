@@ -2,7 +2,7 @@
 kind, by the name in `architectures`; the draft block size; the target it was trained against: its layer count,
 width, vocabulary and the layers whose hidden states it reads; its own layers and KV heads, for sizing) and, when
 it carries one, the vocabulary of its `tokenizer.json`, for the identity check against the target GGUF's
-(`power.orchestrator.checks.checkpoints`).
+(`power.orchestrator.planning.checks.checkpoints`).
 
 The keys are the DFlash reference checkpoints' (github.com/z-lab/dflash: `block_size` and `target_layer_ids` under
 `dflash_config`, `num_target_layers` beside them) and the EAGLE-3 ones vLLM reads
@@ -102,7 +102,8 @@ def _vocabulary(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     added = document.get("added_tokens")
     if isinstance(added, list):
         by_id |= {entry["id"]: entry["content"] for entry in added
-                  if isinstance(entry, dict) and isinstance(entry.get("id"), int) and isinstance(entry.get("content"), str)}
+                  if isinstance(entry, dict) and isinstance(entry.get("id"),
+                                                            int) and isinstance(entry.get("content"), str)}
     if not by_id or sorted(by_id) != list(range(len(by_id))):
         raise ArtifactError(f"{TOKENIZER} does not give one token for every id from 0", code="PWR211", file=str(path),
                             hint="use the tokenizer.json published with the checkpoint")

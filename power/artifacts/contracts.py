@@ -379,7 +379,9 @@ def _draft_tokens_violations(view: HeaderView, vocab: int) -> list[Finding]:
         return [_finding("PWR211", f"{key} must be a non-empty array of token IDs", view, hint)]
     outside = [t for t in tokens if not 0 <= t < vocab]
     if outside:
-        return [_finding("PWR211", f"{key} names token IDs outside the vocabulary of {vocab}: {outside[:5]}", view, hint)]
+        return [
+            _finding("PWR211", f"{key} names token IDs outside the vocabulary of {vocab}: {outside[:5]}", view, hint)
+        ]
     if len(set(tokens)) != len(tokens):
         return [_finding("PWR211", f"{key} lists {len(tokens) - len(set(tokens))} token ID(s) twice", view, hint)]
     return []
@@ -422,7 +424,8 @@ def drafter_kv_bytes_per_position(view: HeaderView, kv_type_size: int = 2) -> in
         block_count = _meta_int(view, "block_count")
         layers = range(max(0, block_count - nextn_layer_count(view)), block_count)
         head_dim = _meta_int(view, "attention.key_length") or _default_head_dim(view)
-        return sum(2 * _per_layer(meta.get(f"{arch}.attention.head_count_kv", 0), layer) * head_dim for layer in layers) * kv_type_size
+        return sum(2 * _per_layer(meta.get(f"{arch}.attention.head_count_kv", 0),
+                                  layer) * head_dim for layer in layers) * kv_type_size
     hp = drafter_hparams(view)
     return hp.block_count * 2 * hp.head_count_kv * hp.head_dim * kv_type_size
 
@@ -483,7 +486,9 @@ def pairing_violations(drafter: HeaderView, target: HeaderView) -> list[Finding]
     if outside:
         problems.append(f"target_layers {outside} are not among the target's {trunk_layers} trunk layers")
     hint = "pair the drafter with the target it was trained for"
-    return [_finding("PWR211", f"the drafter cannot run on {target.path}: {problem}", drafter, hint) for problem in problems]
+    return [
+        _finding("PWR211", f"the drafter cannot run on {target.path}: {problem}", drafter, hint) for problem in problems
+    ]
 
 
 def sidecar_violations(sidecar: HeaderView, target: HeaderView) -> list[Finding]:
@@ -498,12 +503,15 @@ def sidecar_violations(sidecar: HeaderView, target: HeaderView) -> list[Finding]
         ("vocabulary", target_vocab_size(sidecar), target_vocab_size(target)),
     ]
     hint = "use the MTP-only GGUF converted from this target's base model"
-    return [_finding("PWR211", f"the MTP sidecar cannot serve {target.path}: its {what} is {mine}, the target's {theirs}",
+    return [_finding("PWR211", f"the MTP sidecar cannot serve {target.path}: its {what} is {mine}, "
+                               f"the target's {theirs}",
                      sidecar, hint) for what, mine, theirs in checks if mine != theirs]
 
 
 def _kind_mismatch(view: HeaderView, declared: str, found: str | None) -> Finding:
-    header = f"general.architecture = {view.architecture!r}" + (f", a {found} drafter" if found else ", no drafter contract")
+    header = f"general.architecture = {view.architecture!r}" + (
+        f", a {found} drafter" if found else ", no drafter contract"
+    )
     if declared == MTP:
         hint = "use a target that carries nextn/MTP tensors, or declare the drafter file's own kind"
     elif found is None:
@@ -531,8 +539,10 @@ def _drafter_key_violations(view: HeaderView, kind: str) -> list[Finding]:
 
 def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
     hp, arch, findings = drafter_hparams(view), view.architecture, []
-    positive: dict[str, int | None] = {"embedding_length": hp.embedding_length, "block_count": hp.block_count, "attention.head_count": hp.head_count,
-                "attention.head_count_kv": hp.head_count_kv, "attention.key_length": hp.head_dim, "block_size": hp.block_size,
+    positive: dict[str, int | None] = {"embedding_length": hp.embedding_length, "block_count": hp.block_count,
+                                       "attention.head_count": hp.head_count,
+                "attention.head_count_kv": hp.head_count_kv, "attention.key_length": hp.head_dim,
+                "block_size": hp.block_size,
                 "vocab_size": hp.vocab_size}
     if kind != DSPARK:
         positive["attention.sliding_window"] = hp.sliding_window
@@ -542,21 +552,31 @@ def _drafter_value_violations(view: HeaderView, kind: str) -> list[Finding]:
     if kind == DSPARK:
         positive["markov_rank"] = hp.markov_rank
     if hp.block_count > MAX_DRAFTER_BLOCKS:
-        findings.append(_finding("PWR211", f"{arch}.block_count = {hp.block_count}, more than {MAX_DRAFTER_BLOCKS} layers",
+        findings.append(_finding("PWR211", f"{arch}.block_count = {hp.block_count}, more than "
+                                           f"{MAX_DRAFTER_BLOCKS} layers",
                                  view, "re-export the drafter with its real layer count"))
     for key, value in positive.items():
         if value is None or value <= 0:
             findings.append(_finding("PWR211", f"{arch}.{key} = {value}, expected a positive integer", view,
                                      "re-export the drafter with a valid value"))
     if not hp.target_layers or any(layer < 0 for layer in hp.target_layers):
-        findings.append(_finding("PWR211", f"{arch}.target_layers = {list(hp.target_layers)}, expected non-negative layer indices",
+        findings.append(_finding("PWR211", f"{arch}.target_layers = {list(hp.target_layers)}, expected "
+                                           "non-negative layer indices",
                                  view, "list the target layers whose residuals the drafter reads"))
     if kind == DFLASH2 and hp.conv_group_size and hp.embedding_length % hp.conv_group_size:
-        findings.append(_finding("PWR211", f"dflash.conv_group_size = {hp.conv_group_size} does not divide "
-                                 f"embedding_length = {hp.embedding_length}", view, "re-export with a dividing group size"))
+        findings.append(
+            _finding(
+                "PWR211",
+                f"dflash.conv_group_size = {hp.conv_group_size} does not divide "
+                f"embedding_length = {hp.embedding_length}",
+                view,
+                "re-export with a dividing group size",
+            )
+        )
     if hp.head_count_kv and hp.head_count % hp.head_count_kv:
         findings.append(_finding("PWR211", f"{arch}.attention.head_count = {hp.head_count} is not a multiple of "
-                                 f"head_count_kv = {hp.head_count_kv}", view, "re-export with grouped-query head counts"))
+                                 f"head_count_kv = {hp.head_count_kv}", view,
+                                 "re-export with grouped-query head counts"))
     return findings
 
 
@@ -590,8 +610,14 @@ def _mtp_violations(view: HeaderView) -> list[Finding]:
                 findings.append(_finding("PWR211", f"MTP head tensor {name} is missing", view,
                                          "re-convert the target with its complete MTP head"))
             elif tuple(shapes[name]) != shape:
-                findings.append(_finding("PWR211", f"tensor {name} has shape {list(shapes[name])}, the mtp contract wants "
-                                         f"{list(shape)}", view, "re-convert the target's MTP head"))
+                findings.append(
+                    _finding(
+                        "PWR211",
+                        f"tensor {name} has shape {list(shapes[name])}, the mtp contract wants {list(shape)}",
+                        view,
+                        "re-convert the target's MTP head",
+                    )
+                )
     return findings + _draft_tokens_violations(view, target_vocab_size(view))
 
 

@@ -97,7 +97,8 @@ def _store(key: str, path: str, digest: str) -> None:
 Progress = Union[bool, Callable[[int], None], None]
 
 
-def _progress_callback(size: int, path: str, progress: Progress) -> tuple[Callable[[int], object] | None, tqdm[Any] | None]:
+def _progress_callback(size: int, path: str,
+                       progress: Progress) -> tuple[Callable[[int], object] | None, tqdm[Any] | None]:
     """(per-chunk callback, bar to close): a caller's callback, a tqdm bar, or nothing."""
     if callable(progress):
         return progress, None
@@ -106,7 +107,8 @@ def _progress_callback(size: int, path: str, progress: Progress) -> tuple[Callab
         return None, None
     from tqdm import tqdm
 
-    bar = tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"sha256 {Path(path).name}", file=sys.stderr)
+    bar = tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"sha256 {Path(path).name}",
+               file=sys.stderr)
     return bar.update, bar
 
 

@@ -47,9 +47,9 @@ QWEN36_27B_Q6K_SIZE = 22_884_408_288
 
 BPE_CORPUS = (
     "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens and the target verifies them. "
-    "A drafter proposes a block; the target accepts the longest matching prefix and emits one correction or bonus token. "
-    "def forward(self, tokens, positions):\n    return self.output(self.norm(self.layers(tokens, positions)))\n"
-    "for i in range(10):\n    print(i, i * i)\n"
+    "A drafter proposes a block; the target accepts the longest matching prefix and emits one "
+    "correction or bonus token. def forward(self, tokens, positions):\n    return "
+    "self.output(self.norm(self.layers(tokens, positions)))\nfor i in range(10):\n    print(i, i * i)\n"
     "Power compiles a manifest, a profile and a host into one resolved engine plan, and only a resolved plan runs. "
     "The quantised weights are dequantised into torch tensors; the cache keeps keys and values for every position. "
     "Hello world! Hello there, how are you today? I am fine, thank you, and you? 0123456789 + - * / = < > ( ) [ ] { }"
@@ -78,7 +78,8 @@ class FixtureTokenizer:
 
 def byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (byte-level BPE spells bytes this way)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"),
+                                                                 ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     mapping, extra = {}, 0
     for byte in range(256):
         if byte in printable:
@@ -164,7 +165,8 @@ class _Weights:
     def ones(shape: tuple[int, ...]) -> Tensor:
         return Tensor(np.ones(shape, dtype=np.float32), F32)
 
-    def fill(self, shapes: dict[str, tuple[int, ...]], type_of: Callable[[str, tuple[int, ...]], Q]) -> dict[str, Tensor]:
+    def fill(self, shapes: dict[str, tuple[int, ...]],
+             type_of: Callable[[str, tuple[int, ...]], Q]) -> dict[str, Tensor]:
         """Norm-named vectors at 1, other vectors and matrices normal, typed by `type_of`."""
         return {name: self.ones(shape) if _is_norm(name) else self.normal(shape, type_of(name, shape))
                 for name, shape in shapes.items()}
@@ -219,12 +221,15 @@ class HybridConfig:
 def dense_tensor_shapes(cfg: DenseConfig, arch: str = "qwen3") -> dict[str, tuple[int, ...]]:
     """qwen3 tensors (per-head q/k norms); llama's drop the norms, qwen2's trade them for q/k/v biases."""
     d = cfg.d_model
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab, d), "output_norm.weight": (d,), "output.weight": (cfg.vocab, d)}
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab, d), "output_norm.weight": (d,),
+                                          "output.weight": (cfg.vocab, d)}
     widths = {"q": cfg.n_heads * cfg.head_dim, "k": cfg.n_kv_heads * cfg.head_dim, "v": cfg.n_kv_heads * cfg.head_dim}
     for i in range(cfg.n_layers):
         block = contracts.qk_norm_block_tensors(i, d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn)
         if arch != "qwen3":
-            block = {name: shape for name, shape in block.items() if not name.endswith(("q_norm.weight", "k_norm.weight"))}
+            block = {
+                name: shape for name, shape in block.items() if not name.endswith(("q_norm.weight", "k_norm.weight"))
+            }
         if arch == "qwen2":
             block |= {f"blk.{i}.attn_{x}.bias": (width,) for x, width in widths.items()}
         shapes |= block
@@ -236,7 +241,8 @@ def hybrid_tensor_shapes(cfg: HybridConfig) -> dict[str, tuple[int, ...]]:
     d = cfg.d_model
     key_dim, value_dim = cfg.ssm_state * cfg.ssm_groups, cfg.ssm_state * cfg.ssm_v_heads
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab, d), "output_norm.weight": (d,), "output.weight": (cfg.vocab, d)}
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab, d), "output_norm.weight": (d,),
+                                          "output.weight": (cfg.vocab, d)}
     for i in range(cfg.block_count):
         shapes[f"blk.{i}.attn_norm.weight"] = (d,)
         if cfg.is_recurrent(i):
@@ -286,7 +292,8 @@ def dense_metadata(cfg: DenseConfig, arch: str, name: str, file_type: int) -> di
 
 def hybrid_metadata(cfg: HybridConfig, name: str, file_type: int) -> dict[str, Any]:
     return {
-        **_trunk_metadata(cfg, "qwen35", name, file_type, block_count=cfg.block_count, rope_freq_base=cfg.rope_freq_base),
+        **_trunk_metadata(cfg, "qwen35", name, file_type, block_count=cfg.block_count,
+                          rope_freq_base=cfg.rope_freq_base),
         "qwen35.rope.dimension_count": cfg.rope_dims,
         "qwen35.rope.dimension_sections": list(cfg.rope_sections),
         "qwen35.ssm.conv_kernel": cfg.conv_kernel,
@@ -359,7 +366,13 @@ def fixture_drafter_hparams(kind: str) -> DrafterHparams:
 
 def _small_matrix_type(name: str, shape: tuple[int, ...]) -> Q:
     """Q8_0 where rows split into 32-blocks, F16 otherwise; vectors F32."""
-    if len(shape) == 1 or name.endswith(".bias") or "ssm_conv1d" in name or "_conv_base" in name or name == "confidence.weight":
+    if (
+        len(shape) == 1
+        or name.endswith(".bias")
+        or "ssm_conv1d" in name
+        or "_conv_base" in name
+        or name == "confidence.weight"
+    ):
         return F32
     return Q8_0 if shape[-1] % 32 == 0 else F16
 
@@ -375,8 +388,8 @@ def _dense_layer_type(name: str, shape: tuple[int, ...]) -> Q:
 
 
 CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
 
@@ -384,7 +397,8 @@ def build_dense_target(directory: Path, chat_template: str | None = None) -> Pat
     """`qwen3` dense target: 4 layers, GQA 4/2, d 64; layer i's matrices in Q4_0, Q5_0, Q8_0, F16. With
     `chat_template` (e.g. CHATML_TEMPLATE, which the fixture vocabulary's special tokens fit) its header carries one."""
     tensors = _Weights(FIXTURE_SEED).fill(dense_tensor_shapes(DENSE), _dense_layer_type)
-    metadata = dense_metadata(DENSE, "qwen3", "fixture-dense-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = dense_metadata(DENSE, "qwen3", "fixture-dense-target",
+                              FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     if chat_template is not None:
         metadata["tokenizer.chat_template"] = chat_template
     return write_gguf(Path(directory) / "dense-target.gguf", "qwen3", metadata, tensors)
@@ -395,7 +409,8 @@ def build_dense_arch_target(directory: Path, arch: str) -> Path:
     dense trunks the runtime runs (`power.runtime.trunks.llama`)."""
     seed = FIXTURE_SEED + {"llama": 8, "qwen2": 9}[arch]
     tensors = _Weights(seed).fill(dense_tensor_shapes(DENSE, arch), _dense_layer_type)
-    metadata = dense_metadata(DENSE, arch, f"fixture-{arch}-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = dense_metadata(DENSE, arch, f"fixture-{arch}-target",
+                              FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     return write_gguf(Path(directory) / f"{arch}-target.gguf", arch, metadata, tensors)
 
 
@@ -447,7 +462,8 @@ def build_headless_hybrid_target(directory: Path) -> Path:
     """The hybrid target shipped without its MTP head (docs/reference.md): the same trunk, no nextn block."""
     headless = replace(HYBRID, nextn=0)
     tensors = {name: t for name, t in _hybrid_tensors().items() if not _is_head(name)}
-    metadata = hybrid_metadata(headless, "fixture-headless-target", FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
+    metadata = hybrid_metadata(headless, "fixture-headless-target",
+                               FileType.MOSTLY_Q8_0) | tokenizer_metadata(TOKENIZER)
     return write_gguf(Path(directory) / "headless-hybrid-target.gguf", "qwen35", metadata, tensors)
 
 
@@ -487,7 +503,8 @@ def build_dspark_drafter(directory: Path) -> Path:
 
 def build_dspark_named_dflash(directory: Path) -> Path:
     """A DSpark drafter whose file name and general.name say DFlash: the header must win."""
-    return _build_drafter(Path(directory) / "dflash-named-dspark.gguf", modes.DSPARK, FIXTURE_SEED + 5, "fixture-dflash")
+    return _build_drafter(Path(directory) / "dflash-named-dspark.gguf", modes.DSPARK, FIXTURE_SEED + 5,
+                          "fixture-dflash")
 
 
 def build_tokenizer_mismatch_drafter(directory: Path) -> Path:
@@ -549,12 +566,14 @@ def _real_type(main: Q) -> Callable[[str, tuple[int, ...]], Q]:
     return type_of
 
 
-def _typed(shapes: dict[str, tuple[int, ...]], type_of: Callable[[str, tuple[int, ...]], Q]) -> dict[str, tuple[tuple[int, ...], Q]]:
+def _typed(shapes: dict[str, tuple[int, ...]],
+           type_of: Callable[[str, tuple[int, ...]], Q]) -> dict[str, tuple[tuple[int, ...], Q]]:
     return {name: (shape, type_of(name, shape)) for name, shape in shapes.items()}
 
 
 def build_qwen36_27b_q6k(directory: Path) -> Path:
-    """The Qwen3.6-27B Q6_K target's header (64 layers: 48 GDN + 16 attention, + 1 MTP block), padded to 22,884,408,288 B."""
+    """The Qwen3.6-27B Q6_K target's header (64 layers: 48 GDN + 16 attention, + 1 MTP block),
+    padded to 22,884,408,288 B."""
     tensors = _typed(hybrid_tensor_shapes(QWEN36_27B), _real_type(Q6_K))
     metadata = hybrid_metadata(QWEN36_27B, "Qwen3.6-27B (header only)", FileType.MOSTLY_Q6_K)
     return write_sparse_gguf(Path(directory) / "qwen36-27b-q6k.gguf", "qwen35", metadata, tensors, QWEN36_27B_Q6K_SIZE)

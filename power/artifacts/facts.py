@@ -104,7 +104,8 @@ class ArtifactFacts:
             "data_offset": self.data_offset, "architecture": self.architecture, "name": self.name,
             "file_type": self.file_type, "metadata": {key: _json_value(value) for key, value in self.metadata.items()},
             "value_types": self.value_types,
-            "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "offset": t.offset, "nbytes": t.nbytes}
+            "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "offset": t.offset,
+                         "nbytes": t.nbytes}
                         for t in self.tensors],
             "census": [vars(row) for row in self.census],
             "tensor_bytes": self.tensor_bytes,
@@ -129,7 +130,8 @@ def _json_value(value: Any) -> Any:
 class _HeaderView:
     """The contracts' view of a header, before the facts exist."""
 
-    def __init__(self, path: str, architecture: str, metadata: Mapping[str, Any], tensors: tuple[TensorInfo, ...]) -> None:
+    def __init__(self, path: str, architecture: str, metadata: Mapping[str, Any],
+                 tensors: tuple[TensorInfo, ...]) -> None:
         self.path, self.architecture, self.metadata = path, architecture, metadata
         self.tensor_shapes = {tensor.name: tensor.shape for tensor in tensors}
 
@@ -212,7 +214,8 @@ def _layers(view: _HeaderView, tensors: tuple[TensorInfo, ...]) -> tuple[LayerFa
         heads = _per_layer(head_count, index)
         head_dim_k = _int(meta.get(f"{arch}.attention.key_length")) or (width // heads if heads else 0)
         head_dim_v = _int(meta.get(f"{arch}.attention.value_length")) or head_dim_k
-        n_head_kv = 0 if kind == RECURRENT else _per_layer(meta.get(f"{arch}.attention.head_count_kv", head_count), index)
+        n_head_kv = 0 if kind == RECURRENT else _per_layer(meta.get(f"{arch}.attention.head_count_kv", head_count),
+                                                           index)
         layers.append(LayerFacts(index, kind, n_head_kv, head_dim_k, head_dim_v, len(own), sum(t.nbytes for t in own)))
     return tuple(layers)
 

@@ -94,7 +94,8 @@ class ArtifactError(PowerError):
     code = "PWR100"
 
 
-def artifact_error(code: str, path: str | os.PathLike[str], message: str, hint: str, offset: int | None = None) -> ArtifactError:
+def artifact_error(code: str, path: str | os.PathLike[str], message: str, hint: str,
+                   offset: int | None = None) -> ArtifactError:
     return ArtifactError(message, code=code, file=str(path), offset=offset, hint=hint)
 
 
@@ -414,7 +415,8 @@ class _HeaderParser:
             at = cur.pos
             name = cur.string(f"the name of tensor {index}")
             if name in names:
-                raise cur.fail("PWR107", f"tensor {name!r} appears twice", "the header is corrupt: re-convert the artifact", at)
+                raise cur.fail("PWR107", f"tensor {name!r} appears twice", "the header is corrupt: "
+                                                                           "re-convert the artifact", at)
             names.add(name)
             n_dims = cur.u32(f"the dimension count of {name!r}")
             if not 1 <= n_dims <= MAX_DIMS:
@@ -450,8 +452,9 @@ class _HeaderParser:
         for info in sorted(tensors, key=lambda t: t.offset):
             absolute = data_offset + info.offset
             if info.offset % alignment:
-                raise artifact_error("PWR109", self.cur.path, f"tensor {info.name!r} data offset {info.offset} is not a "
-                                     f"multiple of the alignment {alignment}", "the header is corrupt: re-convert the "
+                raise artifact_error("PWR109", self.cur.path, f"tensor {info.name!r} data offset "
+                                     f"{info.offset} is not a multiple of the alignment {alignment}",
+                                     "the header is corrupt: re-convert the "
                                      "artifact", absolute)
             if info.offset < previous_end:
                 raise artifact_error("PWR109", self.cur.path, f"tensor {info.name!r} overlaps tensor {previous_name!r}",
@@ -469,10 +472,15 @@ def open_regular_file(path: str | os.PathLike[str]) -> tuple[int, os.stat_result
         return open_regular(path)
     except DocumentError as err:
         if err.reason is Reason.NOT_REGULAR:
-            raise artifact_error("PWR101", path, f"the artifact {err.message}",
-                                 "point the manifest at the .gguf file itself") from None
-        raise artifact_error("PWR100", path, f"cannot open the artifact: {err.message.removeprefix('cannot read: ')}",
-                             "check the path (relative paths are relative to the manifest) and its permissions") from None
+            raise artifact_error(
+                "PWR101", path, f"the artifact {err.message}", "point the manifest at the .gguf file itself"
+            ) from None
+        raise artifact_error(
+            "PWR100",
+            path,
+            f"cannot open the artifact: {err.message.removeprefix('cannot read: ')}",
+            "check the path (relative paths are relative to the manifest) and its permissions",
+        ) from None
 
 
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:

@@ -5,9 +5,9 @@ the key, the key) for every value the Power runtime would divide by, index with,
 over or feed to a tokenizer that no model could have: zero heads, a NaN epsilon, a
 rope base of 0, a block count that disagrees with the blocks in the file, an
 embedding with fewer rows than the vocabulary, a BOS id past its end, a token that is
-not UTF-8, a tensor whose width contradicts `embedding_length` or `head_count` (PWR121). `ArtifactFacts.findings` carries them, so `power plan` and `power validate`
-refuse the file and `power inspect` shows why; the runtime's GGUF loader calls
-`require_valid_header`, so `power run --gguf` refuses the same file the same way.
+not UTF-8, a tensor whose width contradicts `embedding_length` or `head_count` (PWR121). `ArtifactFacts.findings`
+carries them, so `power plan` and `power validate` refuse the file and `power inspect` shows why; the runtime's GGUF
+loader calls `require_valid_header`, so `power run --gguf` refuses the same file the same way.
 
 Only values that are present are checked (a missing key the runtime needs is its own
 PWR121); the keys are llama.cpp's, under the header's `general.architecture` prefix,
@@ -23,7 +23,8 @@ from typing import Any
 from power.artifacts.gguf_reader import ArtifactError, GGUFHeader
 from power.findings import Finding, Severity
 
-__all__ = ["MAX_BLOCK_COUNT", "NO_TENSORS", "NO_TENSORS_HINT", "header_findings", "require_plausible_layers", "require_valid_header"]
+__all__ = ["MAX_BLOCK_COUNT", "NO_TENSORS", "NO_TENSORS_HINT", "header_findings", "require_plausible_layers",
+           "require_valid_header"]
 
 # Layers are enumerated per block: a hostile block_count must not become a billion-row loop.
 MAX_BLOCK_COUNT = 4096
@@ -223,7 +224,8 @@ class _Checks:
                       f"skip {len(beyond)} layer(s)")
         elif missing:
             self.fail("PWR124", self.key("block_count"), f"{self.key('block_count')} is {count}, but the file holds "
-                      f"no tensors for block {missing[0]}{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")
+                      "no tensors for block "
+                      f"{missing[0]}{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")
         if nextn is not None and not (_is_int(nextn) and 0 <= nextn < count):
             self.fail("PWR123", self.key("nextn_predict_layers"), f"{self.key('nextn_predict_layers')} is {nextn!r}: "
                       f"expected 0 to {count - 1} of the {count} blocks")
@@ -241,7 +243,11 @@ class _Checks:
             self.fail("PWR124", self.key("embedding_length"), f"{self.key('embedding_length')} = {width} is narrower "
                       f"than {heads} heads, and no attention.key_length is given: each head would be 0 wide")
         rope_dims, key_length = self.get("rope.dimension_count"), self.get("attention.key_length")
-        if _is_int(rope_dims) and rope_dims >= 1 and (rope_dims % 2 or (_is_int(key_length) and rope_dims > key_length)):
+        if (
+            _is_int(rope_dims)
+            and rope_dims >= 1
+            and (rope_dims % 2 or (_is_int(key_length) and rope_dims > key_length))
+        ):
             self.fail("PWR124", self.key("rope.dimension_count"), f"{self.key('rope.dimension_count')} is {rope_dims}: "
                       f"rope rotates an even number of dimensions, at most the head width ({key_length})")
 
@@ -249,7 +255,10 @@ class _Checks:
         """A model has tensors, and the first block's K and V projections are as wide as the header's KV heads
         times its key and value lengths: a hand-edited length (2^32 - 1) would otherwise size a terabyte KV cache."""
         shapes = {t.name: t.shape for t in self.header.tensors}
-        for length_key, tensor in (("attention.key_length", "attn_k.weight"), ("attention.value_length", "attn_v.weight")):
+        for length_key, tensor in (
+            ("attention.key_length", "attn_k.weight"),
+            ("attention.value_length", "attn_v.weight"),
+        ):
             length = self.get(length_key)
             block = next((index for index in sorted(self._blocks()) if f"blk.{index}.{tensor}" in shapes), None)
             kv_heads = self._kv_heads(block) if block is not None else None
@@ -333,7 +342,9 @@ class _Checks:
                 count = f"{len(values)} entries" if sequence else _short(values)
                 self.fail("PWR124", name, f"{name} has {count} for {len(tokens)} tokens: one per token expected")
         merges = self.meta.get(MERGES)
-        if merges is not None and not (isinstance(merges, list) and all(isinstance(m, str) and " " in m for m in merges)):
+        if merges is not None and not (
+            isinstance(merges, list) and all(isinstance(m, str) and " " in m for m in merges)
+        ):
             self.fail("PWR123", MERGES, f"{MERGES} is not an array of \"left right\" pairs")
         for name in RUNTIME_SPECIAL_IDS:
             value = self.meta.get(name)

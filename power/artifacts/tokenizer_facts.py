@@ -147,7 +147,9 @@ def tokenizer_facts(header: GGUFHeader) -> TokenizerFacts | None:
     for name in sorted(special):
         digest.update(_lp(name) + struct.pack("<q", special[name]))
     digest.update(_flag(add_bos) + _flag(add_eos))
-    short = hashlib.sha256("\n".join(tokens[:SHORT_FINGERPRINT_TOKENS]).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    short = hashlib.sha256("\n".join(tokens[:SHORT_FINGERPRINT_TOKENS]).encode("utf-8", "surrogateescape")).hexdigest()[
+        :16
+    ]
     return TokenizerFacts(
         model=model if isinstance(model, str) else None,
         pre=pre if isinstance(pre, str) else None,

@@ -47,10 +47,12 @@ def verified_sha256(artifact: Artifact) -> str:
 
     For a gate that only checks (verify); whatever loads the artifact uses `verified_regions`."""
     present(artifact)
-    return _checked(artifact, sha256_file(artifact.path, use_cache=False))  # a progress bar on a terminal for large files
+    return _checked(artifact, sha256_file(artifact.path,
+                                          use_cache=False))  # a progress bar on a terminal for large files
 
 
-def verified_regions(artifact: Artifact, fd: int, size: int, regions: Sequence[tuple[int, int]]) -> tuple[str, list[bytes]]:
+def verified_regions(artifact: Artifact, fd: int, size: int,
+                     regions: Sequence[tuple[int, int]]) -> tuple[str, list[bytes]]:
     """The open artifact's sha256, checked against the plan (PWR115), and the sha256 of each (offset, length) region
     of the same read: a loader copies each region into place later and checks its copy against that digest, so the
     bytes it runs are the bytes verified here, without a copy of the whole file."""

@@ -20,7 +20,9 @@ F16: Final = "f16"
 BF16: Final = "bf16"
 Q8_0: Final = "q8_0"
 RUNTIME_KV_TYPES = (F32, F16, BF16, Q8_0)
-DEFAULT: Literal["f16"] = F16  # a profile's kv_cache_type unless it names one (and a plan-less run's: it gives a default plan's tokens)
+DEFAULT: Literal["f16"] = (
+    F16  # a profile's kv_cache_type unless it names one (and a plan-less run's: it gives a default plan's tokens)
+)
 VALUE_BYTES = {F32: 4, F16: 2, BF16: 2}
 Q8_0_BLOCK = 32
 Q8_0_BLOCK_BYTES = 2 + Q8_0_BLOCK

@@ -173,7 +173,8 @@ class Drafter(_Frozen):
     target_sha256: str | None = None
     contract: dict[str, ContractValue] = {}
     source: Source | None = None
-    # a Hugging Face checkpoint folder (for vLLM): its files; `sha256` is then `power.artifacts.checkpoint.listing_sha256`
+    # a Hugging Face checkpoint folder (for vLLM): its files; `sha256` is then
+    # `power.artifacts.checkpoint.listing_sha256`
     files: tuple[CheckpointFile, ...] | None = None
 
     @model_validator(mode="after")
@@ -203,7 +204,9 @@ class Runtime(_Frozen):
     slots: int = 1  # parallel sequences (llama-server -np)
     kv_unified: bool = False  # one KV cache shared by the slots; else each slot has ctx / slots cells
     verify_capacity: int
-    arithmetic: Arithmetic  # Power's runtime's matrix products (power.documents.arithmetic); llama.cpp and vLLM have their own
+    arithmetic: (
+        Arithmetic  # Power's runtime's matrix products (power.documents.arithmetic); llama.cpp and vLLM have their own
+    )
     gpu_layers: int | Literal["all"]
     # several devices: llama.cpp -sm / -ts (one ratio per device, in the plan's device order) / -mg; vLLM TP
     split_mode: Literal["layer", "none"] = "layer"
@@ -453,7 +456,8 @@ def load_plan(path: Path) -> ResolvedPlan:
     path = Path(path)
     data = _read_document(path)
     if data.get("schema") != PLAN_SCHEMA:
-        raise PlanError(f"not a Power plan (schema is {data.get('schema')!r}, expected {PLAN_SCHEMA!r})", file=str(path),
+        raise PlanError(f"not a Power plan (schema is {data.get('schema')!r}, expected {PLAN_SCHEMA!r})",
+                        file=str(path),
                         hint="compile one with `power plan MANIFEST PROFILE --device ... -o plan.json`")
     try:
         plan = ResolvedPlan.model_validate(data)
@@ -471,7 +475,8 @@ def load_plan(path: Path) -> ResolvedPlan:
     if plan.digest != expected:
         raise PlanError(f"digest mismatch (file says {plan.digest[:16]}..., content hashes to {expected[:16]}...): "
                         "the plan was edited after it was compiled", code="PWR082", file=str(path),
-                        hint="change the manifest or profile and recompile with `power plan` instead of editing the plan")
+                        hint="change the manifest or profile and recompile with `power plan` "
+                             "instead of editing the plan")
     return plan
 
 

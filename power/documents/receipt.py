@@ -58,7 +58,8 @@ class SpeculationRates:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        """The acceptance of each draft position, conditional on reaching it (a speculative-decoding paper's acceptance table)."""
+        """The acceptance of each draft position, conditional on reaching it (a speculative-decoding
+        paper's acceptance table)."""
         return acceptance_by_position(self.position_reached, self.position_accepted)
 
     @property
@@ -163,5 +164,6 @@ class Receipt(SpeculationRates):
         """One human line for the end of a streamed run."""
         return (f"[{self.stop_reason}] {self.prompt_tokens} prompt tokens at {self.prefill_tok_s:.1f} tok/s, "
                 f"{len(self.token_ids)} generated at {self.decode_tok_s:.1f} tok/s; {self.rounds} rounds, "
-                f"{self.accepted}/{self.proposed} drafts accepted (mean accepted length {self.mean_accepted_length:.2f}), "
-                f"{self.replays} replays, {self.fallbacks} fallbacks; tokens sha256 {self.tokens_sha256[:16]}...")
+                f"{self.accepted}/{self.proposed} drafts accepted (mean accepted length "
+                f"{self.mean_accepted_length:.2f}), {self.replays} replays, {self.fallbacks} fallbacks; tokens sha256 "
+                f"{self.tokens_sha256[:16]}...")

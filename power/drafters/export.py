@@ -141,7 +141,8 @@ def write_profile(path: Path, name: str, kind: str, advice: Recommendation) -> P
     lines = [
         'schema = "power.profile/v1"',
         f'name = "{name}"',
-        f'description = "The distilled {kind} drafter at K{advice.k}/S{advice.s} (from the measured acceptance curve)."',
+        f'description = "The distilled {kind} drafter at K{advice.k}/S{advice.s} '
+        '(from the measured acceptance curve)."',
         f'spec_mode = "{kind}"',
         f"spec_draft_max = {advice.k}",
         f"spec_mtp_recurrent_snapshots = {advice.s}",

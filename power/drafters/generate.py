@@ -54,7 +54,12 @@ class Example:
         if not isinstance(row, dict) or not all(isinstance(row.get(name), torch.Tensor) for name in FIELDS):
             raise ValueError(f"a row is not a table of {', '.join(FIELDS)} tensors")
         tokens, labels, features = (row[name] for name in FIELDS)
-        if tokens.dtype != torch.int64 or labels.dtype != torch.int64 or tokens.dim() != 1 or labels.shape != tokens.shape:
+        if (
+            tokens.dtype != torch.int64
+            or labels.dtype != torch.int64
+            or tokens.dim() != 1
+            or labels.shape != tokens.shape
+        ):
             raise ValueError("a row's tokens and labels are not two int64 vectors of one length")
         if features.dtype != torch.bfloat16 or tuple(features.shape) != (len(tokens), width):
             raise ValueError(f"a row's features are not bfloat16 [{len(tokens)}, {width}]")

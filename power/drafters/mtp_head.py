@@ -1,4 +1,5 @@
-"""The Gemma 3 MTP head as a trainable torch module: the chain `power.runtime.speculators.mtp` runs, every position at once.
+"""The Gemma 3 MTP head as a trainable torch module: the chain `power.runtime.speculators.mtp`
+runs, every position at once.
 
 At inference (`MTPHead`) the head commits one row per landed token, pairing
 token t_p with the target's final residual h_{p-1}, and drafts a chain from an
@@ -165,7 +166,8 @@ def chain_accepted(net: MTPHeadNet, example: Example, k: int) -> torch.Tensor:
 @dataclass
 class ChainObjective:
     """Every position of a sequence, `levels` chain steps deep, for `power.drafters.train.Trainer`: cross-entropy over
-    the draft vocabulary at every level's valid rows, level s weighted decay ** s; acceptance over chains of `positions`."""
+    the draft vocabulary at every level's valid rows, level s weighted decay ** s; acceptance over
+    chains of `positions`."""
 
     net: MTPHeadNet
     levels: int = 3

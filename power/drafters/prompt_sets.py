@@ -20,7 +20,9 @@ from power.artifacts.bounded_reader import DocumentError, parse_json, read_text
 PROMPT_SETS = ("train", "heldout", "nonrepeating")
 MAX_PROMPTS_BYTES = 64 << 20
 MAX_CORPUS_BYTES = 256 << 20  # read whole and tokenised before generating: an operator's text, not a data set
-NONREPEATING_COPYABLE = 42  # of a `nonrepeating` prompt's 128-token continuation, the most an n-gram lookup could copy (a third)
+NONREPEATING_COPYABLE = (
+    42  # of a `nonrepeating` prompt's 128-token continuation, the most an n-gram lookup could copy (a third)
+)
 
 
 @dataclass(frozen=True)

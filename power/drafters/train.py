@@ -150,8 +150,8 @@ class Curve:
 
     def estimate(self, k: int) -> float:
         """Tokens a round of width k commits, from the per-position accuracies over the rounds serving lays at k.
-        Every anchor's mean usually runs above it: a stretch the drafter gets right counts once per position in it, where
-        serving crosses it in a few long rounds."""
+        Every anchor's mean usually runs above it: a stretch the drafter gets right counts once per position in it,
+        where serving crosses it in a few long rounds."""
         return self.laid[k].tokens_per_round(k)
 
     def to_json(self) -> dict[str, Any]:
@@ -165,7 +165,13 @@ class Curve:
 class Trainer:
     def __init__(self, objective: Objective, settings: TrainSettings, train: Sequence[Example],
                  held: Sequence[Example], k: int) -> None:
-        self.objective, self.settings, self.train_set, self.held, self.k = objective, settings, list(train), list(held), k
+        self.objective, self.settings, self.train_set, self.held, self.k = (
+            objective,
+            settings,
+            list(train),
+            list(held),
+            k,
+        )
         self.net = objective.net
         self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=settings.learning_rate, weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(settings.seed)

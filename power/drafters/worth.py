@@ -4,7 +4,7 @@ The costs do not depend on the weights, so they are timed before training, on th
 drafter as first written (counted inside the budget): the target's one-row step,
 its verification pass of K + 1 rows and the drafter's proposal of K drafts, for
 each K distill may recommend, as the runtime runs them (medians of interleaved
-repeats). After training, `power.orchestrator.worth_it.judge_distilled` prices the
+repeats). After training, `power.orchestrator.planning.worth_it.judge_distilled` prices the
 recommended K at the held-back acceptance against the target alone; a drafter
 that cannot beat it is not worth deploying: distill says so instead of
 suggesting a plan (issue 40 item 4).

@@ -102,6 +102,7 @@ def argmax_of_partials(vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     rows, n_chunks = vals.shape
     out = torch.empty(rows, dtype=torch.int64, device=vals.device)
     grid = (triton.cdiv(rows, BLOCK_R),)
-    _argmax_of_partials_kernel[grid](vals, idx, out, rows, n_chunks, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, NO_INDEX=NO_INDEX)
+    _argmax_of_partials_kernel[grid](vals, idx, out, rows, n_chunks, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C,
+                                     NO_INDEX=NO_INDEX)
     return out
 

@@ -65,7 +65,9 @@ def _cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr, posit
     source_row = row.to(tl.int64) * n_kv + kv
     dk = tl.arange(0, BLOCK_DK)
     dv = tl.arange(0, BLOCK_DV)
-    real = (tl.zeros([1], tl.int64) + slot) >= 0  # a padding row (slot -1) stores nothing (a [1] mask: the interpreter takes no scalar one)
+    real = (
+        tl.zeros([1], tl.int64) + slot
+    ) >= 0  # a padding row (slot -1) stores nothing (a [1] mask: the interpreter takes no scalar one)
     k = tl.load(k_ptr + source_row * HEAD_K + dk, mask=dk < HEAD_K)
     v = tl.load(v_ptr + source_row * HEAD_V + dv, mask=dv < HEAD_V)
     tl.store(k_cache_ptr + cache_row * HEAD_K + dk, k, mask=(dk < HEAD_K) & real)

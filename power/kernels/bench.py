@@ -109,7 +109,8 @@ def cases(device: str) -> list[Case]:
     uniforms = torch.rand(17, 3, device=device, generator=gen, dtype=torch.float64)
     draft = torch.softmax(torch.randn(16, vocab, device=device, generator=gen), dim=-1)
     # A draft unlike the target rejects early: the residual draw reads one target and one draft row.
-    out.append(Case("rejection_step", f"K=16 V={vocab} f32", lambda: dispatch.rejection_step(probs, draft, proposals, uniforms),
+    out.append(Case("rejection_step", f"K=16 V={vocab} f32",
+                    lambda: dispatch.rejection_step(probs, draft, proposals, uniforms),
                     2 * vocab * 4, _same_ints))
     return out
 
@@ -179,11 +180,12 @@ def main(as_json: bool, device: int) -> None:
         return
     peak_text = f"{peak:.0f} GB/s nominal" if peak else "nominal peak unknown"
     click.echo(f"{device_name}: {peak_text}; device-to-device copy {copy_gbps:.0f} GB/s")
-    click.echo(f"{'kernel':<16} {'shape':<28} {'ms':>9} {'bytes':>12} {'GB/s':>8} {'of peak':>8} {'of copy':>8}  = reference")
+    click.echo(f"{'kernel':<16} {'shape':<28} {'ms':>9} {'bytes':>12} {'GB/s':>8} {'of peak':>8} "
+               f"{'of copy':>8}  = reference")
     for r in results:
         of_peak = f"{r.of_peak:.0%}" if r.of_peak is not None else "-"
-        click.echo(f"{r.kernel:<16} {r.shape:<28} {r.ms:>9.4f} {r.bytes:>12} {r.gbps:>8.0f} {of_peak:>8} {r.of_copy:>8.0%}  "
-                   f"{'yes' if r.matches_reference else 'NO'}")
+        click.echo(f"{r.kernel:<16} {r.shape:<28} {r.ms:>9.4f} {r.bytes:>12} {r.gbps:>8.0f} "
+                   f"{of_peak:>8} {r.of_copy:>8.0%}  {'yes' if r.matches_reference else 'NO'}")
     _exit_on_mismatch(results)
 
 

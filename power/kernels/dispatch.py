@@ -120,7 +120,8 @@ def dequantize(
     raw = _tensor("dequantize", "raw", raw, ndim=1, dtypes=(torch.uint8,))
     if qtype not in dequant.REFERENCES:
         supported = ", ".join(dequant.REFERENCES)
-        raise dequant.UnsupportedQuantType(f"dequantize: `qtype` {qtype!r} is not supported; expected one of {supported}")
+        raise dequant.UnsupportedQuantType(f"dequantize: `qtype` {qtype!r} is not supported; "
+                                           f"expected one of {supported}")
     shape = tuple(int(s) for s in shape)
     if not shape or any(s < 1 for s in shape):
         raise ValueError(f"dequantize: `shape` must be non-empty with positive sizes, got {shape}")

@@ -28,9 +28,11 @@ def _fr_partial_kernel(h_ptr, w_ptr, val_ptr, idx_ptr, M, N, D, n_chunks, CHUNK:
         for d0 in range(0, D, BLOCK_D):
             ds = d0 + tl.arange(0, BLOCK_D)
             h_mask = (rows < M)[:, None] & (ds < D)[None, :]
-            h = tl.load(h_ptr + rows[:, None] * D + ds[None, :], mask=h_mask, other=0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
+            h = tl.load(h_ptr + rows[:, None] * D + ds[None, :], mask=h_mask,
+                        other=0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
             w_mask = (ds < D)[:, None] & (vocab < N)[None, :]
-            w = tl.load(w_ptr + vocab[None, :].to(tl.int64) * D + ds[:, None], mask=w_mask, other=0)  # [BLOCK_D, BLOCK_V]
+            w = tl.load(w_ptr + vocab[None, :].to(tl.int64) * D + ds[:, None], mask=w_mask,
+                        other=0)  # [BLOCK_D, BLOCK_V]
             score += tl.dot(h, w.to(tl.float32), input_precision="ieee")
         score = tl.where((vocab < N)[None, :], score, float("-inf"))
         best_val, best_idx = keep_best(best_val, best_idx, score, vocab.to(tl.int64)[None, :])
@@ -48,6 +50,7 @@ def fr_argmax_triton(hidden: torch.Tensor, head_weight: torch.Tensor, n_prefix: 
     idx = torch.empty(rows, n_chunks, dtype=torch.int64, device=hidden.device)
     grid = (triton.cdiv(rows, BLOCK_M), n_chunks)
     _fr_partial_kernel[grid](hidden, head_weight, vals, idx, rows, n_prefix, width, n_chunks, CHUNK=CHUNK,
-                             BLOCK_M=BLOCK_M, BLOCK_V=BLOCK_V, BLOCK_D=min(MAX_BLOCK_D, max(16, triton.next_power_of_2(width))),
+                             BLOCK_M=BLOCK_M, BLOCK_V=BLOCK_V, BLOCK_D=min(MAX_BLOCK_D,
+                                                                           max(16, triton.next_power_of_2(width))),
                              NO_INDEX=NO_INDEX, num_warps=NUM_WARPS)
     return argmax_of_partials(vals, idx)

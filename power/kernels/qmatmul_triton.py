@@ -40,6 +40,7 @@ def qmatmul_triton(x: torch.Tensor, weight: torch.Tensor, qtype: str) -> torch.T
     y = torch.empty(rows, n_out, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(rows, BLOCK_M), triton.cdiv(n_out, BLOCK_N))
     code, per_block = CODES[qtype]
-    _qmatmul_kernel[grid](x, weight, y, rows, n_out, inner, row_bytes, PER_BLOCK=per_block, QTYPE=code, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+    _qmatmul_kernel[grid](x, weight, y, rows, n_out, inner, row_bytes, PER_BLOCK=per_block, QTYPE=code, BLOCK_M=BLOCK_M,
+                          BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                           enable_fp_fusion=False)
     return y

@@ -47,7 +47,8 @@ class ChatTemplate:
         try:
             return read_text(path, MAX_TEMPLATE_BYTES)
         except DocumentError as err:
-            raise ChatTemplateError(f"the chat template file cannot be used: it {err.message.removeprefix('cannot read: ')}", file=str(path),
+            raise ChatTemplateError("the chat template file cannot be used: it "
+                                    f"{err.message.removeprefix('cannot read: ')}", file=str(path),
                                     hint="give a UTF-8 Jinja template file") from None
 
     def with_tokens(self, bos_token: str, eos_token: str) -> ChatTemplate:

@@ -443,7 +443,8 @@ class Decoder:
         if error is not None:
             decoding.error = error
         else:
-            decoding.generation = Generation(seq.emitted if seq else [], stats, stopped, cancelled, seq, decoding.reused)
+            decoding.generation = Generation(seq.emitted if seq else [], stats, stopped, cancelled, seq,
+                                             decoding.reused)
         if decoding.request.on_done:
             decoding.request.on_done(decoding)
 

@@ -19,20 +19,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 from power import __version__, modes, threads
-from power.artifacts.verify import TARGET, Artifact
-from power.documents import kv_types
-from power.documents.arithmetic import AUTO
-from power.documents.arithmetic import resolve as resolve_arithmetic
 from power.documents.geometry import runtime_geometry
-from power.documents.plan import Mode, ResolvedPlan, Runtime, Sampling, Speculation, located, planned_artifacts
+from power.documents.plan import Runtime
 from power.documents.receipt import Receipt
 from power.kernels.cpu.cache import KernelError
+from power.kernels.cpu.waits import kernel_wait
 from power.runtime import heap
 from power.runtime.decoder import Decoder, DecodeRequest, Decoding, Generation
 from power.runtime.devices import NO_CUDA_HINT, cuda_index
@@ -49,8 +45,7 @@ from power.runtime.stops import StopText
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.transaction import StepObserver
 from power.runtime.trunks import load_trunk
-
-DEFAULT_CTX = 2048
+from power.runtime.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -61,54 +56,6 @@ class EngineOptions:
     device: str = "auto"  # "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda", "cuda:N"
     threads: int | None = None  # torch intra-op threads; None: this process's CPUs (power.threads.thread_budget)
     governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What the engine runs: the plan's own sections, read as they are, and where its artifacts lie.
-
-    `of_plan` takes a resolved plan; `of_gguf` is a plan-less, target-only run of one GGUF.
-    """
-
-    artifacts: tuple[Artifact, ...]  # the target first, then the drafters with files
-    mode: Mode
-    speculation: Speculation
-    runtime: Runtime
-    sampling: Sampling
-    plan_digest: str | None
-
-    @classmethod
-    def of_plan(cls, plan: ResolvedPlan, plan_path: Path, root: Path | None = None) -> Workload:
-        """Artifacts where `power.documents.plan.located` finds them (relative to the plan's folder, or in `root`)."""
-        artifacts = planned_artifacts(located(plan, plan_path, root))
-        return cls(artifacts, plan.mode, plan.speculation, plan.runtime, plan.sampling, plan.digest)
-
-    @classmethod
-    def of_gguf(cls, path: Path, ctx: int = DEFAULT_CTX, verify_capacity: int = 1) -> Workload:
-        """The arithmetic and the KV cache type are a plan's defaults (`auto`, f16), so a plan-less run gives a
-        default plan's tokens."""
-        return cls(
-            artifacts=(Artifact(TARGET, Path(path), None),),
-            mode=Mode(requested=modes.NONE, resolved=modes.NONE, chain=(), reason="a direct run of one GGUF"),
-            speculation=Speculation(k=0, s=0, rollback="none"),
-            runtime=Runtime(ctx=ctx, batch=1, verify_capacity=verify_capacity, gpu_layers="all", flash_attn=False,
-                            cuda_graphs=False, kv_cache_type=kv_types.DEFAULT, draft_kv_cache_type=kv_types.DEFAULT,
-                            arithmetic=resolve_arithmetic(AUTO)),
-            sampling=Sampling(temperature=0.0, seed=0, verify="match"),
-            plan_digest=None,
-        )
-
-    @property
-    def target(self) -> Artifact:
-        return self.artifacts[0]
-
-    def drafter(self, kind: str) -> Path | None:
-        return next((a.path for a in self.artifacts[1:] if a.role == kind), None)
-
-    @property
-    def sampling_params(self) -> SamplingParams:
-        s = self.sampling
-        return SamplingParams(temperature=s.temperature, seed=s.seed, verify=s.verify)
 
 
 @dataclass(eq=False)
@@ -151,7 +98,10 @@ class Engine:
     def __init__(self, workload: Workload, options: EngineOptions = EngineOptions()) -> None:
         started = time.perf_counter()
         self.threads_why = _set_threads(options.threads)
-        self.kernel_wait = threads.kernel_wait()  # refused (PWR652) before the load when the environment's is unknown
+        try:
+            self.kernel_wait = kernel_wait()
+        except KernelError as error:  # PWR652, before the load: the environment names no wait
+            raise kernel_refusal(error) from error
         self.workload, self.options = workload, options
         runtime = workload.runtime
         self.slots = _slots(runtime)
@@ -184,7 +134,7 @@ class Engine:
                                    adaptive=workload.speculation.adaptive)
         # One governor per slot: its verdict on the speculator outlives a request.
         governor = GovernorConfig() if speculator is not None and options.governor else None
-        self.decoder = Decoder(self.trunk, Sampler(workload.sampling_params), speculator, schedule, governor)
+        self.decoder = Decoder(self.trunk, Sampler(sampling_params(workload)), speculator, schedule, governor)
         self.load_s = time.perf_counter() - started
 
     def identity(self) -> dict[str, Any]:
@@ -201,7 +151,7 @@ class Engine:
     @property
     def sampling(self) -> SamplingParams:
         """The plan's sampling; a request may override it."""
-        return self.workload.sampling_params
+        return sampling_params(self.workload)
 
     @property
     def busy(self) -> bool:
@@ -301,8 +251,10 @@ class Engine:
             prompt_tokens=len(ticket.prompt_ids), token_ids=list(generation.tokens), text=text, stop_reason=reason,
             rounds=stats.rounds, proposed=stats.proposed, accepted=stats.accepted, replays=stats.replays,
             clamps=stats.clamps, fallbacks=stats.fallbacks, speculative_rounds=stats.speculative_rounds,
-            governor_parks=stats.governor_parks, plain_tok_s=stats.plain_tok_s, position_reached=list(stats.position_reached),
-            position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s, decode_s=stats.decode_s,
+            governor_parks=stats.governor_parks, plain_tok_s=stats.plain_tok_s,
+            position_reached=list(stats.position_reached),
+            position_accepted=list(stats.position_accepted), load_s=self.load_s, prefill_s=stats.prefill_s,
+            decode_s=stats.decode_s,
             runtime={"device": self.device, "arithmetic": arithmetic, "instruction_path": self.trunk.instruction_path,
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
                      # the element type the attention caches hold their rows in (the plan's kv_cache_type)
@@ -414,3 +366,9 @@ def _speculator(workload: Workload, trunk, target: GGUFFile, drafters: dict[str,
                                                        p_min=speculation.p_min, kv_type=runtime.draft_kv_cache_type))
                for kind in (mode.chain or (mode.resolved,))]
     return members[0] if len(members) == 1 else ChainSpeculator(members)
+
+
+def sampling_params(workload: Workload) -> SamplingParams:
+    """The plan's sampling section as the sampler takes it."""
+    s = workload.sampling
+    return SamplingParams(temperature=s.temperature, seed=s.seed, verify=s.verify)

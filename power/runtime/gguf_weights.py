@@ -117,7 +117,8 @@ class GGUFFile:
         if done != info.nbytes or hashlib.sha256(view).digest() != self._digests[name]:
             raise ArtifactError(f"tensor {name!r}'s bytes are not the ones verified when the file was opened: the "
                                 "file changed while the model loaded", code="PWR116", file=str(self.path),
-                                offset=info.offset, hint="wait until whatever writes the file is done, then start again")
+                                offset=info.offset,
+                                hint="wait until whatever writes the file is done, then start again")
         if (at := first_non_finite(info.qtype, buffer)) is not None:
             raise ArtifactError(f"tensor {name!r} ({info.qtype}) holds a NaN or Inf {_value_kind(info.qtype)} at "
                                 f"byte {at:,} of its data: every logit it reaches would be NaN", code="PWR126",

@@ -34,8 +34,11 @@ def require_room(artifacts: Sequence[Artifact]) -> None:
     parts = ", ".join(f"{path.name} {mib(size)}" for path, size in tensors.items())
     raise RuntimeInputError(
         f"the runtime would hold at least {mib(room.needed)} of weights in host memory ({parts}), and {room.figures()}",
-        code="PWR520", file=str(artifacts[0].path),
-        hint="run on a host with more free memory or a GPU (--device cuda), or plan a smaller quantisation of the model")
+        code="PWR520",
+        file=str(artifacts[0].path),
+        hint="run on a host with more free memory or a GPU (--device cuda), "
+        "or plan a smaller quantisation of the model",
+    )
 
 
 def _tensor_bytes(path: Path) -> int:

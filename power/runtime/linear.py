@@ -35,13 +35,10 @@ import torch.nn.functional as F
 from power.kernels import dispatch
 from power.kernels.cpu import QuantMatrix
 from power.kernels.cpu.layout import KINDS as CPU_KINDS
-from power.kernels.cpu.reference import ACTIVATION_BLOCK, quantize_rows
 from power.kernels.qmatmul import SUPPORTED as BLOCK_TYPES
 from power.kernels.qmatmul import step_size
-from power.runtime.errors import RuntimeInputError
 
 CPU_TYPES = tuple(CPU_KINDS)  # the GGML types the CPU kernels multiply in place
-BOUNDED_TYPES = ("Q8_0", "Q4_0", "Q5_0")  # one scale per 32 weights: the rounding an exact greedy head needs is derived
 
 class Linear:
     """A packed weight: call it on float32 rows; `nbytes` is what it holds (and one call reads) in memory."""
@@ -84,14 +81,18 @@ class Float32Linear(Linear):
 class QuantLinear(Linear):
     """A GGUF matrix multiplied in its blocks on the CPU (`power.kernels.cpu.QuantMatrix`).
 
-    For the 32-value block types (Q8_0, Q4_0, Q5_0) it also describes its arithmetic to an exact greedy head
-    (`power.runtime.greedy_head.ExactRows`): `select`, `effective_input`, `dequantised` and `rounding`.
+    `select` gives chosen output columns bit for bit, which an exact greedy head refines with
+    (`power.runtime.greedy_head`); `matrix` is the `QuantMatrix` it multiplies by.
     """
 
     row_count_invariant = True  # exact integer sums, one fixed float order per (row, output)
 
     def __init__(self, matrix: QuantMatrix) -> None:
         self.shape, self.path, self._matrix = matrix.shape, matrix.path, matrix
+
+    @property
+    def matrix(self) -> QuantMatrix:
+        return self._matrix
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._matrix(x)
@@ -102,44 +103,6 @@ class QuantLinear(Linear):
     def select(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """x [n, in] -> [n, len(rows)]: the columns `rows` of self(x), bit for bit."""
         return self._matrix.select(x, rows)
-
-    def effective_input(self, x: torch.Tensor) -> torch.Tensor:
-        """x [n, in] -> float64 [n, in]: each activation block as the products use it, d_x * q (exact in float64)."""
-        q, d = quantize_rows(x.to(torch.float32), self._bounded_block())
-        return (q * d.double()[..., None]).flatten(1)
-
-    def dequantised(self, begin: int, end: int) -> torch.Tensor:
-        """Weight rows [begin, end) as float64: d_w times the block's integer weights (exact: an f16 scale times an
-        integer of at most 8 bits fits float32's 24-bit significand)."""
-        self._bounded_block()
-        return self._matrix.rows(torch.arange(begin, end)).double()
-
-    @property
-    def rounding(self) -> float:
-        """c with |self(x)[:, v] - x~ . w_v| <= c ||x~|| ||w_v||, x~ = effective_input(x), w_v = dequantised row v.
-
-        Derivation (`power.kernels.cpu`'s arithmetic for the 32-value block types; u = 2^-24, gamma_m = m u /
-        (1 - m u), Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., Lemma 3.1 and 3.3):
-        block b's exact term is T_b = d_w d_x s_b = x~_b . w_b, with s_b the exact int32 sum of the integer
-        weights times the int8 activations. |s_b| <= 32 * 127 * 127 < 2^24, so float(s_b) is exact; the kernel
-        forms t_b = fl(fl(d_w d_x) s_b) = T_b (1 + theta_2), |theta_2| <= gamma_2. The result ((0 + t_0) + t_1)
-        + ... + t_{nb-1} adds nb terms with nb - 1 roundings (0 + t_0 is exact), so it is sum_b T_b (1 +
-        theta^(b)) with |theta^(b)| <= gamma_{nb+1}, and |computed - sum_b T_b| <= gamma_{nb+1} sum_b |T_b| <=
-        gamma_{nb+1} sum_k |x~_k w_k| <= gamma_{nb+1} ||x~|| ||w_v|| (Cauchy-Schwarz). Underflow (a subnormal
-        d_w d_x) adds at most 2^-149 per operation, which the greedy head's absolute floor covers. The constant
-        returned is 4 gamma_{nb+4}: twice the count of roundings and twice again, a safety margin for any
-        rounding this accounting missed.
-        """
-        blocks = self.shape[1] // self._bounded_block()
-        m = blocks + 4
-        return 4 * m * 2.0**-24 / (1 - m * 2.0**-24)
-
-    def _bounded_block(self) -> int:
-        """The activation block of a type whose rounding is derived here (the 32-value blocks); others refused."""
-        if self._matrix.qtype not in BOUNDED_TYPES:
-            raise RuntimeInputError(f"an exact greedy head needs a {'/'.join(BOUNDED_TYPES)} head; this one is "
-                                    f"{self._matrix.qtype}, whose block terms (a scale and a min) are not bounded here")
-        return ACTIVATION_BLOCK[self._matrix.qtype]
 
     @property
     def nbytes(self) -> int:

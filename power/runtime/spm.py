@@ -91,6 +91,7 @@ class SentencePiece:
 
 
 def within(deadline: float | None) -> None:
-    """TimeoutError once `deadline` (a `time.perf_counter()` instant) has passed: a request's tokenizing ends with it."""
+    """TimeoutError once `deadline` (a `time.perf_counter()` instant) has passed: a request's
+    tokenizing ends with it."""
     if deadline is not None and time.perf_counter() > deadline:
         raise TimeoutError("tokenizing ran past the request's time")

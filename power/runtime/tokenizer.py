@@ -87,7 +87,8 @@ class Vocabulary:
         return cls(
             tokens=Pieces(tokens),
             types=np.clip(types, 0, 255).astype(np.uint8).tobytes(),
-            scores=array("f", _per_token(gguf.get("tokenizer.ggml.scores"), 0.0, len(tokens)).astype(np.float32).tobytes()),
+            scores=array("f", _per_token(gguf.get("tokenizer.ggml.scores"), 0.0,
+                                         len(tokens)).astype(np.float32).tobytes()),
             model=model,
             pre=gguf.get("tokenizer.ggml.pre", "default"),
             bos_id=gguf.get("tokenizer.ggml.bos_token_id"),
@@ -241,7 +242,8 @@ def _byte_level_token_bytes(piece: str, kind: int) -> bytes:
 @lru_cache(maxsize=1)
 def _unicode_to_byte() -> dict[str, int]:
     """GPT-2's reversible byte <-> printable-unicode map, inverted."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"),
+                                                                 ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     codepoints = list(printable)
     extra = 0
     for byte in range(256):

@@ -191,7 +191,8 @@ class SpeculativeSequence:
         return self.close_round(opened, out)
 
     def open_round(self, width: int, members: Sequence[bool] | None = None) -> OpenRound:
-        """Steps 1-2: checkpoint and propose (`members`: which chain members may); the rows go to the target (step 3)."""
+        """Steps 1-2: checkpoint and propose (`members`: which chain members may); the rows go
+        to the target (step 3)."""
         checkpoint = self._checkpoint()
         try:
             return self._open(width, members, checkpoint)
@@ -219,7 +220,8 @@ class SpeculativeSequence:
             raise ValueError(f"a round of {width} proposals needs {width + 1} rows; the verification capacity is "
                              f"{self.trunk.config.verify_capacity} (the engine cuts K once: ProposalWidth)")
         speculator = self.speculator if width > 0 else None
-        proposal = speculator.propose(DraftContext(self.tokens, width, members)) if speculator is not None else Proposal()
+        proposal = speculator.propose(DraftContext(self.tokens, width,
+                                                   members)) if speculator is not None else Proposal()
         drafts = proposal.tokens[:width]
         self._after(Step.PROPOSE)
         # A lookup that found nothing and ran no head cost ~0.01 ms of a ~14 ms step: a plain round to the governor.

@@ -19,23 +19,29 @@ class Metrics:
         self.drafts = Counter("power_spec_drafts", "Speculative rounds that proposed at least one token.", registry=r)
         self.draft_tokens = Counter("power_spec_draft_tokens", "Proposed draft tokens.", registry=r)
         self.accepted_tokens = Counter("power_spec_accepted_tokens", "Draft tokens the target accepted.", registry=r)
-        self.replays = Counter("power_spec_replays", "Exact replays (a rejected suffix beyond the resident window).", registry=r)
+        self.replays = Counter("power_spec_replays", "Exact replays (a rejected suffix beyond the resident window).",
+                               registry=r)
         self.clamps = Counter("power_spec_clamps", "Requests clamped to S proposals after a replay.", registry=r)
         self.fallbacks = Counter("power_spec_fallbacks", "One-way adaptive fallbacks to the target.", registry=r)
-        self.governor_parks = Counter("power_governor_parks", "Times the cost governor parked the speculator.", registry=r)
+        self.governor_parks = Counter("power_governor_parks", "Times the cost governor parked the speculator.",
+                                      registry=r)
         self.position_reached = Counter("power_spec_position_reached", "Rounds that reached draft position N (accepted "
                                         "the drafts before it).", ["position"], registry=r)
-        self.position_accepted = Counter("power_spec_position_accepted", "Rounds that accepted the draft at position N.",
+        self.position_accepted = Counter("power_spec_position_accepted",
+                                         "Rounds that accepted the draft at position N.",
                                          ["position"], registry=r)
         self.generated_tokens = Counter("power_generated_tokens", "Tokens emitted.", registry=r)
         self.prompt_tokens = Counter("power_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
-        self.reused_tokens = Counter("power_prompt_reused_tokens", "Prompt tokens taken from a slot's cache.", registry=r)
+        self.reused_tokens = Counter("power_prompt_reused_tokens", "Prompt tokens taken from a slot's cache.",
+                                     registry=r)
         self.requests = Counter("power_requests", "Completion requests by outcome.", ["status"], registry=r)
         self.unauthorized = Counter("power_unauthorized_requests", "Requests refused with 401, by the key they sent "
                                     "(missing or wrong).", ["key"], registry=r)
-        self.decode_tok_s = Histogram("power_decode_tokens_per_second", "Per-request decode rate (tokens after the first).",
+        self.decode_tok_s = Histogram("power_decode_tokens_per_second", "Per-request decode rate "
+                                                                        "(tokens after the first).",
                                       buckets=DECODE_TOK_S_BUCKETS, registry=r)
-        self.ttft = Histogram("power_time_to_first_token_seconds", "Arrival to the first streamed text, queue wait included.",
+        self.ttft = Histogram("power_time_to_first_token_seconds", "Arrival to the first streamed text, "
+                                                                   "queue wait included.",
                               buckets=TTFT_S_BUCKETS, registry=r)
         self.queue_depth = Gauge("power_queue_depth", "Requests waiting for a slot.", registry=r)
         self.slots_busy = Gauge("power_slots_busy", "Slots holding a request.", registry=r)

@@ -79,7 +79,8 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
     count, worker = state.metrics.requests, state.worker
     if worker is not None and not worker.alive:
         count.labels("unavailable").inc()
-        return error_response(503, f"the engine stopped ({worker.failure}); the server must be restarted", "unavailable")
+        return error_response(503, f"the engine stopped ({worker.failure}); the server must be restarted",
+                              "unavailable")
     if worker is None:
         count.labels("unavailable").inc()
         if state.load_error is not None:
@@ -100,7 +101,8 @@ async def _serve(request: Request, state: ServerState, chat: bool) -> Response:
         count.labels("bad_request").inc()
         return error_response(413, f"{err}; send a shorter prompt", "invalid_request_error", code="request_too_large")
     try:
-        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat, deadline),
+        parsed, prompt_ids = await asyncio.wait_for(asyncio.to_thread(_prepare, worker.engine, state, body, chat,
+                                                                      deadline),
                                                     max(0.0, deadline - time.perf_counter()))
     except BadRequest as err:
         count.labels("bad_request").inc()
@@ -217,5 +219,5 @@ def _last_event(kind: str, payload: Any, job: Job, state: ServerState, shape: Re
 
 
 def _timeout_message(state: ServerState) -> str:
-    return f"the request took longer than {state.limits.request_timeout_s:g} s and was cancelled; raise --timeout or lower max_tokens"
-
+    return (f"the request took longer than {state.limits.request_timeout_s:g} s and was cancelled; "
+            "raise --timeout or lower max_tokens")

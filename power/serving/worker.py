@@ -28,7 +28,9 @@ class Job:
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # ("text", str) ... then ("done", Outcome) | ("error", (status, message))
+    events: asyncio.Queue = field(
+        default_factory=asyncio.Queue
+    )  # ("text", str) ... then ("done", Outcome) | ("error", (status, message))
 
     def push(self, kind: str, payload: Any) -> None:
         try:

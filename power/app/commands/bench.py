@@ -6,27 +6,23 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import tempfile
 from functools import partial
 from pathlib import Path
 
 import click
 
+from power.app.arguments.bench import BenchArguments, parse_bench, resolve_bench
 from power.app.cli import EXIT_FINDINGS, refuse
 from power.app.commands.artifact_root import root_option
-from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
+from power.app.commands.runtime_options import runtime_options
 from power.app.divergence import DEFAULT_MARGIN
 from power.app.lifecycle import Lifecycle
-from power.app.outputs import require_outputs, writing
+from power.app.outputs import writing
 from power.app.quiet import HostWatch
 from power.app.traffic import DEFAULT_SHAPES
 from power.artifacts.atomic import write_text_atomic
-from power.documents.evidence import BASELINE, CANDIDATE
 from power.findings import PowerError
-from power.orchestrator.engines import ADAPTERS, ENGINES, LIVE_ENGINES
-
-# The engines whose deployment reads an env file `--write-env` renders (its adapter's `env_target`).
-WRITES_ENV = tuple(name for name, engine in ADAPTERS.items() if engine.env_target is not None)
+from power.orchestrator.engines import ENGINES, LIVE_ENGINES
 
 
 @click.command("bench")
@@ -47,8 +43,8 @@ WRITES_ENV = tuple(name for name, engine in ADAPTERS.items() if engine.env_targe
 @click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
               help="Tokens per request (the identity shape stops at 16).")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
-              help="The echo passage's size in (Gemma-like) tokens (default: ~1.5k, docs/reference.md, 1536); prose filler is "
-              "2/3 of it.")
+              help="The echo passage's size in (Gemma-like) tokens (default: ~1.5k, docs/reference.md, "
+              "1536); prose filler is 2/3 of it.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="SETTING=V1,V2,...",
               help="Run variants of PLAN in the same run: k=3,5,7 (draft depth), window=2/7,48/64 (n-gram draft "
               "lengths), ngram_match=4,24 ...; several --sweep combine. The winner becomes the evidence.")
@@ -89,68 +85,24 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     output differed), 1 greedy outputs differ between the configurations (lossy),
     2 usage or input error (a missing engine binary included: nothing is measured).
     """
-    require_outputs(files=(output, report, env_path), as_json=as_json)
-    from power.app import live, sweep
-    from power.app.bench_report import REPORT_FORMATS, text_table, write_report
-    from power.app.residency import residency
-    from power.app.traffic import REFERENCE_PROMPT_TOKENS, build_shape, parse_shapes
-    from power.documents.plan import load_plan, located
+    arguments = resolve_bench(parse_bench(plan, baseline, engine, engine_binary, shapes, runs, max_tokens,
+                                          prompt_tokens, sweeps, output, report, env_path, one_at_a_time,
+                                          deployment_port, concurrency_text, near_tie_margin, device, threads, root,
+                                          as_json))
+    _measure(arguments)
 
-    try:
-        names = parse_shapes(shapes)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--shapes") from None
-    if report is not None and report.suffix not in REPORT_FORMATS:
-        raise click.BadParameter(f"{report}: give a .md or .html file name", param_hint="--report")
-    try:
-        traffic = [build_shape(name, max_tokens, prompt_tokens or REFERENCE_PROMPT_TOKENS) for name in names]
-    except ValueError as err:
-        raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
-    try:
-        candidate_plan = located(load_plan(plan), plan, root)
-    except PowerError as err:
-        refuse(err, as_json)
-    engine = engine or candidate_plan.memory.engine
-    if env_path is not None and engine not in WRITES_ENV:
-        raise click.UsageError(f"--write-env: a {engine} deployment has no env file Power renders; use "
-                               f"--engine {' or '.join(WRITES_ENV)}")
-    try:
-        # Every refusal that needs no model before the runtime's stack is imported: a missing engine binary (PWR470),
-        # an edited baseline plan, a bad sweep.
-        binary = live.engine_binary(engine, engine_binary) if engine in LIVE_ENGINES else None
-        measured_against = [(BASELINE, baseline, located(load_plan(baseline), baseline, root))] if baseline is not None else []
-        candidates = [(CANDIDATE, plan, candidate_plan)]
-        if sweeps:
-            folder = output.parent / f"{output.stem}.sweep" if output else Path(tempfile.mkdtemp(prefix="power-sweep-"))
-            candidates = sweep.variants(candidate_plan, sweep.parse(list(sweeps)), folder)
-        plans = candidates + measured_against
-    except PowerError as err:
-        refuse(err, as_json)
-    if engine not in LIVE_ENGINES:
-        refuse_unusable_device(device, as_json)
+
+def _measure(arguments: BenchArguments) -> None:
+    """Run the configurations, write the evidence, the report and the env file, print the table; exit 1 when greedy
+    outputs differ between them (lossy)."""
     from power.app import bench as harness
-    from power.app import concurrency
+    from power.app import concurrency, sweep
+    from power.app.bench_report import text_table, write_report
+    from power.app.residency import residency
 
-    if engine not in LIVE_ENGINES:
-        try:
-            harness.require_prompts_fit(plans, traffic, root)
-        except PowerError as err:
-            refuse(err, as_json, at=plan)
-    for label, path, resolved in plans:
-        if resolved.memory.engine != engine:
-            click.echo(f"note: {label} {path} was sized for {resolved.memory.engine}; measuring it on {engine}: "
-                       f"its evidence counts for {engine} deployments only", err=True)
-    if one_at_a_time and engine not in LIVE_ENGINES:
-        refuse(PowerError("--one-at-a-time: Power's runtime loads every plan in this process, side by side",
-                          code="PWR474", hint="measure one at a time on the deployment's live engine (--engine "
-                          "llama-server or vllm)"), as_json, at=plan)
-    slots = min(resolved.memory.slots.slots for _, _, resolved in plans)
-    try:
-        levels = concurrency.parse_levels(concurrency_text, slots)
-    except PowerError as err:
-        refuse(err, as_json, at=plan)
+    o, engine, plans, levels = arguments.options, arguments.engine, arguments.plans, arguments.levels
     loaded: list = []  # the --concurrency levels' measurements
-    placed = residency([resolved for _, _, resolved in plans], asked=one_at_a_time,
+    placed = residency([resolved for _, _, resolved in plans], asked=o.one_at_a_time,
                        in_turns=engine in LIVE_ENGINES)
     click.echo(f"residency: {placed.reason}", err=True)
     lifecycle = Lifecycle()
@@ -159,57 +111,65 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     watch = HostWatch(lambda: {pid for server in servers.values() if (pid := _pid(server)) is not None})
     with contextlib.ExitStack() as running:
         try:
-            if deployment_port is not None:
-                _stand_down(deployment_port, lifecycle, running)
-            configs = _configs(plans, engine, binary, device, threads, root, running, lifecycle, servers,
-                               start=not placed.sequential)
+            if o.deployment_port is not None:
+                _stand_down(o.deployment_port, lifecycle, running)
+            configs = _configs(plans, engine, arguments.binary, o.device, o.threads, o.root, running, lifecycle,
+                               servers, start=not placed.sequential)
             if placed.sequential:
                 measurements = harness.run_in_turns(
-                    configs, traffic, runs, progress, bring_up=lambda c: _bring_up(servers[c.label], c.label, lifecycle),
-                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle), watch=watch,
-                    during_turn=(lambda c, run: loaded.extend(concurrency.in_turn(c, run, traffic, levels, progress)))
-                    if levels != [1] else None)
+                    configs,
+                    o.traffic,
+                    o.runs,
+                    progress,
+                    bring_up=lambda c: _bring_up(servers[c.label], c.label, lifecycle),
+                    take_down=lambda c: _take_down(servers[c.label], c.label, lifecycle),
+                    watch=watch,
+                    during_turn=(lambda c, run: loaded.extend(concurrency.in_turn(c, run, o.traffic, levels, progress)))
+                    if levels != [1]
+                    else None,
+                )
             else:
-                measurements = harness.run_protocol(configs, traffic, runs, progress, watch)
+                measurements = harness.run_protocol(configs, o.traffic, o.runs, progress, watch)
                 if levels != [1]:
-                    loaded = concurrency.run_levels(configs, traffic, runs, levels, progress)
-            explained = _explained(configs[: len(candidates)], configs[-1] if baseline else None, traffic,
+                    loaded = concurrency.run_levels(configs, o.traffic, o.runs, levels, progress)
+            explained = _explained(configs[: len(arguments.candidates)], configs[-1] if o.baseline else None, o.traffic,
                                    measurements, servers, lifecycle, placed.sequential)
         except PowerError as err:
-            refuse(err, as_json, at=plan)  # exits; the stack stops every server it started, restores the deployment
-    control = configs[-1] if baseline else None
+            refuse(err, o.as_json, at=o.plan)  # exits; the stack stops every server it started, restores the deployment
+    control = configs[-1] if o.baseline else None
     host = watch.document()
     if host["busy"]:
         click.echo(f"note: a busy host: {host['reason']}; ratios measured now may not hold on a quiet one", err=True)
-    documents = [harness.evidence(config, control, traffic, runs, max_tokens, measurements, placed, lifecycle.events,
-                                  host, explained.get(config.label), near_tie_margin)
-                 for config in configs[: len(candidates)]]
+    documents = [harness.evidence(config, control, o.traffic, o.runs, o.max_tokens, measurements, placed,
+                                  lifecycle.events, host, explained.get(config.label), o.near_tie_margin)
+                 for config in configs[: len(arguments.candidates)]]
     if levels != [1]:
         for config, document in zip(configs, documents, strict=False):
             roles = {config.label: harness.CANDIDATE} | ({control.label: harness.BASELINE} if control else {})
-            document["concurrency"] = concurrency.section(loaded, roles, levels, [s.name for s in traffic], slots)
+            document["concurrency"] = concurrency.section(loaded, roles, levels, [s.name for s in o.traffic],
+                                                          arguments.slots)
     best = harness.winner(documents) if control else None
     document = best or documents[0]
-    if sweeps:
-        document["sweep"] = sweep.section(documents, [label for label, _, _ in candidates], best)
-    if output is not None:
-        with writing(output, as_json):
-            harness.write_evidence(document, output)
-        click.echo(f"wrote {output}", err=True)
-    if report is not None:
-        with writing(report, as_json):
-            write_report(document, report)
-        click.echo(f"wrote {report}", err=True)
+    if o.sweeps:
+        document["sweep"] = sweep.section(documents, [label for label, _, _ in arguments.candidates], best)
+    if o.output is not None:
+        with writing(o.output, o.as_json):
+            harness.write_evidence(document, o.output)
+        click.echo(f"wrote {o.output}", err=True)
+    if o.report is not None:
+        with writing(o.report, o.as_json):
+            write_report(document, o.report)
+        click.echo(f"wrote {o.report}", err=True)
     table = text_table(document)
-    if sweeps:
+    if o.sweeps:
         table = sweep.table(document["sweep"]) + "\n" + table
-    if env_path is not None:
+    if o.env_path is not None:
         from power.app.bench_env import env_file_text
 
-        with writing(env_path, as_json):
-            write_text_atomic(env_path, env_file_text(engine, best, configs, control, table))
-        click.echo(f"wrote {env_path}", err=True)
-    click.echo(json.dumps(document, indent=2, ensure_ascii=False) if as_json else table, nl=not as_json)
+        with writing(o.env_path, o.as_json):
+            write_text_atomic(o.env_path, env_file_text(engine, best, configs, control, table))
+        click.echo(f"wrote {o.env_path}", err=True)
+    click.echo(json.dumps(document, indent=2, ensure_ascii=False) if o.as_json else table, nl=not o.as_json)
     if any(result["verdict"] == "lossy" for d in documents for result in d["shapes"].values()):
         sys.exit(EXIT_FINDINGS)
 
@@ -221,7 +181,8 @@ def _configs(plans, engine: str, binary: Path | None, device: str, threads: int 
     from power.app import bench as harness
     from power.app.live import LiveEngine, LiveEngineError
     from power.app.served import ServedEngine
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.engine import Engine, EngineOptions
+    from power.runtime.workload import Workload
 
     configs = []
     for label, path, plan in plans:

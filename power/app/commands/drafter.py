@@ -1,4 +1,5 @@
-"""`power drafter distill MANIFEST --kind mtp|dflash|dflash2|dspark -o DIR`: train a drafter for the manifest's target on this machine."""
+"""`power drafter distill MANIFEST --kind mtp|dflash|dflash2|dspark -o DIR`: train a drafter for the manifest's
+target on this machine."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def drafter() -> None:
 @click.option("--budget", default="20m", show_default=True, help="Wall time for the whole run: 20m, 90s, 1.5h.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Prompts the target continues (JSON lines with a `prompt`, or one per line); default: the packaged set.")
+              help="Prompts the target continues (JSON lines with a `prompt`, or one per line); "
+                   "default: the packaged set.")
 @click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Text the target reads at prefill speed (paragraphs, or JSON lines with a `text`).")
 @click.option("--corpus-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
@@ -65,7 +67,8 @@ def drafter() -> None:
                    "else float32; weights and the acceptance measurement stay float32.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (resume/ keeps the resumable state).")
+              help="Where the drafter GGUF, manifest.toml, profile.toml and distill.json go (resume/ keeps "
+                   "the resumable state).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,
             corpus: Path | None, corpus_share: float, max_prompts: int | None, max_new_tokens: int, slots: int,
@@ -119,7 +122,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
                    f"runtime's drafter served over {result.report['served']['sequences']} held-back sequences: "
                    + ", ".join(f"K{k} {f['estimate']:.2f} / {f['served']:.2f}" for k, f in figures.items()))
     from power.drafters.export import report as write_report
-    from power.orchestrator.worth_it import judge_distilled
+    from power.orchestrator.planning.worth_it import judge_distilled
 
     k = result.report["recommended"]["k"]
     worth = judge_distilled(result.report["round_costs"], kind, k,
@@ -127,9 +130,10 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     write_report(out / "distill.json", result.report | {"worth_it": worth})
     even = worth["break_even_p"]
     click.echo(f"worth-it at K{worth['k']}: the held-back acceptance (p = {worth['p']:.2f}) decodes at "
-               f"{worth['speedup']:.2f}x target-only on this machine (target step {worth['target_step_s'] * 1e3:.1f} ms, "
-               f"verification {worth['verify_cost']:.2f} steps, drafting {worth['draft_step_s'] * 1e3:.1f} ms; "
-               f"break-even p = {'none: not even p = 1' if even is None else f'{even:.2f}'})")
+               f"{worth['speedup']:.2f}x target-only on this machine (target step "
+               f"{worth['target_step_s'] * 1e3:.1f} ms, verification {worth['verify_cost']:.2f} steps, drafting "
+               f"{worth['draft_step_s'] * 1e3:.1f} ms; break-even p = "
+               f"{'none: not even p = 1' if even is None else f'{even:.2f}'})")
     if not worth["beats_target_only"]:
         click.echo("this drafter cannot beat target-only here, so no plan is suggested: train it longer (--budget) "
                    "or on text like the traffic it will serve (--corpus)")

@@ -43,7 +43,8 @@ def fleet() -> None:
 @click.argument("fleet_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @_LOCK_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the review as JSON.")
-@click.option("--detailed-exitcode", is_flag=True, help="Exit 3 when the review is clean but the plans drift from the lock.")
+@click.option("--detailed-exitcode", is_flag=True, help="Exit 3 when the review is clean but the plans "
+                                                        "drift from the lock.")
 @click.option("--write-lock", "record", is_flag=True,
               help="Record the reviewed plans in the lock as applied (only when the review has no errors).")
 def review(fleet_file: Path, lock_path: Path | None, as_json: bool, detailed_exitcode: bool, record: bool) -> None:

@@ -36,6 +36,14 @@ from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.documents.plan import ResolvedPlan
 from power.findings import Finding, Severity, has_errors
 from power.orchestrator.engines import IMPORTABLE
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec
+from power.orchestrator.inputs.launch_lines.tokens import (
+    LaunchInputError,
+    Token,
+    tokens_from_argv,
+    tokens_from_env_file,
+    tokens_from_systemd_unit,
+)
 from power.orchestrator.inputs.loading import Loaded, load_manifest, load_profile
 from power.orchestrator.inputs.units import format_size
 from power.orchestrator.launch.importer import (
@@ -44,14 +52,6 @@ from power.orchestrator.launch.importer import (
     manifest_document,
     on_the_line,
     profile_document,
-)
-from power.orchestrator.launch.spec import LaunchSpec
-from power.orchestrator.launch.tokens import (
-    LaunchInputError,
-    Token,
-    tokens_from_argv,
-    tokens_from_env_file,
-    tokens_from_systemd_unit,
 )
 from power.orchestrator.planning.compile import compile_plan
 
@@ -130,7 +130,8 @@ def _not_gguf(spec: LaunchSpec) -> list[Finding]:
         try:
             gguf_reader.read_header(token.text)
         except ArtifactError as err:
-            findings.append(dataclasses.replace(_at(token, f"{token.text}: {err.finding.message}"), code=err.finding.code,
+            findings.append(dataclasses.replace(_at(token, f"{token.text}: {err.finding.message}"),
+                                                code=err.finding.code,
                                                 hint=err.finding.hint))
     return findings
 
@@ -229,4 +230,7 @@ def _report(findings: list[Finding], documents: dict, as_json: bool) -> None:
                    f"{format_size(abs(plan['margin_bytes']))}{' over' if plan['margin_bytes'] < 0 else ''}), "
                    f"{plan['mode']} K{plan['k']}/S{plan['s']}, rollback {plan['rollback']}")
     errors = sum(1 for f in findings if f.is_error)
-    click.echo(f"{len(findings)} finding(s), {errors} error(s)" + ("; wrote manifest.toml and profile.toml" if documents else ""))
+    click.echo(
+        f"{len(findings)} finding(s), {errors} error(s)"
+        + ("; wrote manifest.toml and profile.toml" if documents else "")
+    )

@@ -55,13 +55,16 @@ def inspect(file: str, as_json: bool, no_cache: bool, no_hash: bool) -> None:
 
 
 def render_report(facts: ArtifactFacts, digest: str | None) -> str:
-    sections = [_summary(facts, digest), _hparams(facts), _layers(facts), _census(facts), _tokenizer(facts), _drafter(facts)]
+    sections = [_summary(facts, digest), _hparams(facts), _layers(facts), _census(facts), _tokenizer(facts),
+                _drafter(facts)]
     return "\n\n".join(section for section in sections if section)
 
 
 def _rows(rows: Sequence[tuple[str, ...]], indent: str = "  ") -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return "\n".join(
+        indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
 
 
 def _bytes(n: int) -> str:
@@ -77,7 +80,11 @@ def _value(value: Any) -> str:
         return f"[{shown}, ...] ({len(value):,} {view_element_type(value)} items)"
     if isinstance(value, list):
         shown = ", ".join(_value(item) for item in value[:ARRAY_PREVIEW])
-        return f"[{shown}{', ...' if len(value) > ARRAY_PREVIEW else ''}] ({len(value)} items)" if len(value) > ARRAY_PREVIEW else f"[{shown}]"
+        return (
+            f"[{shown}{', ...' if len(value) > ARRAY_PREVIEW else ''}] ({len(value)} items)"
+            if len(value) > ARRAY_PREVIEW
+            else f"[{shown}]"
+        )
     if isinstance(value, float):
         return f"{value:.7g}"
     if isinstance(value, str) and len(value) > 80:
@@ -104,7 +111,8 @@ def _summary(facts: ArtifactFacts, digest: str | None) -> str:
         ("sha256", digest or "(not hashed: --no-hash)"),
     ]
     general = [(key, _value(value)) for key, value in facts.metadata.items()
-               if key.startswith("general.") and key not in ("general.architecture", "general.name", "general.file_type")]
+               if key.startswith("general.") and key not in ("general.architecture", "general.name",
+                                                             "general.file_type")]
     text = "artifact\n" + _rows(rows)
     return text + ("\n\nmetadata\n" + _rows(general) if general else "")
 
@@ -133,7 +141,8 @@ def _census(facts: ArtifactFacts) -> str:
     header = [("type", "tensors", "elements", "bytes", "share")]
     rows = [(row.ggml_type, str(row.count), f"{row.elements:,}", f"{row.nbytes:,}", f"{100 * row.nbytes / total:.1f}%")
             for row in facts.census]
-    footer = [("total", str(len(facts.tensors)), f"{sum(r.elements for r in facts.census):,}", f"{facts.tensor_bytes:,}", "")]
+    footer = [("total", str(len(facts.tensors)), f"{sum(r.elements for r in facts.census):,}",
+               f"{facts.tensor_bytes:,}", "")]
     return "tensor census\n" + _rows(header + rows + footer)
 
 
@@ -157,7 +166,8 @@ def _drafter(facts: ArtifactFacts) -> str:
     rows = [("contract", f"{kind} - {CONTRACT_NAMES[kind]}" if kind else "none (not a drafter, no MTP head)")]
     if kind:
         window = facts.sliding_window
-        rows.append(("sliding window", f"{window} positions" if window else "none: the draft KV spans the whole context"))
+        rows.append(("sliding window",
+                     f"{window} positions" if window else "none: the draft KV spans the whole context"))
         per_position = facts.drafter_kv_bytes_per_position
         rows.append(("drafter KV", f"{per_position:,} B per position (f16)"))
         for ctx in REFERENCE_CONTEXTS:

@@ -101,7 +101,8 @@ def exit_code(findings: list[Finding]) -> int:
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.argument("profile", type=click.Path(path_type=Path))
 @placement_options
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the plan (JSON, or TOML for a .toml name).")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write the plan (JSON, or TOML for a .toml name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan document as JSON.")
 @click.option("--toml", "as_toml", is_flag=True, help="Print the plan document as TOML.")
 def plan(manifest, profile, host_path, sizes, indices, engine, output, as_json, as_toml) -> None:

@@ -43,13 +43,17 @@ if TYPE_CHECKING:
               help="kubernetes: the local folder the volume is a copy of (default: the target's folder).")
 @click.option("--namespace", help="kubernetes: the objects' namespace (default: none, kubectl's current one).")
 @click.option("--pod-monitor", is_flag=True, help="kubernetes: also a Prometheus Operator PodMonitor.")
-@click.option("--dry-run", is_flag=True, help="kubernetes: placeholder images (under dry-run.invalid) instead of the host's.")
+@click.option("--dry-run", is_flag=True, help="kubernetes: placeholder images (under dry-run.invalid) "
+                                              "instead of the host's.")
 @click.option("--power-executable", metavar="PATH",
               help="systemd: the absolute path of `power` ExecStart= runs (default: this power's own).")
 @click.option("--address", help="llama-server, llama-server-env, vllm, power: the address the server binds "
                                 "(default: the engine's own, e.g. llama-server's 127.0.0.1).")
-@click.option("--port", type=click.IntRange(1, 65535),
-              help="llama-server, llama-server-env, vllm, power: the port the server binds (default: the engine's own).")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="llama-server, llama-server-env, vllm, power: the port the server binds (default: the engine's own).",
+)
 @click.option("--api-key-file", metavar="PATH",
               help="llama-server, llama-server-env, vllm, power, systemd: the file on the serving machine holding "
                    "the API key clients must send; the render names the file, never the key.")

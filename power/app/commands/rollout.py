@@ -40,7 +40,8 @@ def rollout() -> None:
 @_FLEET
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
               help="The profile to roll out.")
-@click.option("--canary", multiple=True, help="A canary host (repeatable; default: hosts labelled rollout=\"canary\", else the first).")
+@click.option("--canary", multiple=True, help="A canary host (repeatable; default: hosts labelled "
+                                              "rollout=\"canary\", else the first).")
 @click.option("--waves", type=click.IntRange(1, 100), default=2, show_default=True, help="Stages after the canary.")
 @click.option("--deployments", "select", default="*", show_default=True,
               help="Only deployments whose key (host/name) matches this glob, e.g. '*/qwen3.6-27b-q6k'.")
@@ -123,7 +124,9 @@ def _with_tree(fleet_file: Path, lock_path: Path | None, directory: Path | None,
     if files is not None:
         write_tree(directory, files)
         stages = sorted({path.split("/")[1] for path in files if path.startswith("stages/")})
-        outcome.lines.append(f"wrote {directory}: " + (f"stages {', '.join(stages)} over base" if stages else "base only"))
+        outcome.lines.append(
+            f"wrote {directory}: " + (f"stages {', '.join(stages)} over base" if stages else "base only")
+        )
     return outcome
 
 

@@ -19,8 +19,9 @@ from power.orchestrator.inputs.schema import MAX_CTX, MAX_ROWS
 @click.argument("plan", required=False, type=click.Path(path_type=Path))
 @click.option("--gguf", type=click.Path(path_type=Path),
               help="Run this GGUF directly, without a plan: plain greedy decoding (for quick checks and tests).")
-@click.option("--prompt", required=True, help="The prompt text, tokenised as text: `<eos>` or a template's markers in it "
-                                               "are not control tokens (BOS is added when the model's header asks).")
+@click.option("--prompt", required=True, help="The prompt text, tokenised as text: `<eos>` or a "
+                                               "template's markers in it are not control tokens (BOS is added when the "
+                                               "model's header asks).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--stop", "stops", multiple=True,
               help="End the generation at this text (repeatable); the text and receipt end before it, the receipt "
@@ -33,7 +34,8 @@ from power.orchestrator.inputs.schema import MAX_CTX, MAX_ROWS
 @root_option
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
               help="Also write the receipt JSON to this file (atomically).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) instead of streaming.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) "
+                                                      "instead of streaming.")
 def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stops: tuple[str, ...], ctx: int | None,
         verify_capacity: int | None, device: str, threads: int | None,
         root: Path | None, receipt_path: Path | None, as_json: bool) -> None:
@@ -50,7 +52,8 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
     if (plan is None) == (gguf is None):
         raise click.UsageError("give exactly one of PLAN or --gguf FILE")
     if plan is not None and (ctx is not None or verify_capacity is not None):
-        raise click.UsageError("--ctx and --verify-capacity are fixed by the plan; change the profile and re-plan instead")
+        raise click.UsageError("--ctx and --verify-capacity are fixed by the plan; change the "
+                               "profile and re-plan instead")
     if gguf is not None and root is not None:
         raise click.UsageError("--root locates a plan's artifacts; with --gguf, give the file's path")
     require_outputs(files=(receipt_path,), as_json=as_json)
@@ -110,7 +113,8 @@ def _plan(plan: Path | None, as_json: bool):
 
 def _engine(plan: Path | None, resolved, gguf: Path | None, ctx: int | None, verify_capacity: int | None,
             root: Path | None, options):
-    from power.runtime.engine import DEFAULT_CTX, Engine, Workload
+    from power.runtime.engine import Engine
+    from power.runtime.workload import DEFAULT_CTX, Workload
 
     if plan is not None:
         return Engine(Workload.of_plan(resolved, plan, root), options)

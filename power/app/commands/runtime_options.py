@@ -20,8 +20,8 @@ def runtime_options(command):
                      help="Where the target runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda "
                           "or cuda:N. An unavailable device is an error, never a silent CPU run."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
-                     help="Torch intra-op threads (default: the CPUs this process may use: its affinity, capped by its cgroup "
-                          "CPU quota; the receipt says which)."),
+                     help="Torch intra-op threads (default: the CPUs this process may use: its affinity, "
+                          "capped by its cgroup CPU quota; the receipt says which)."),
     ]
     for option in reversed(options):
         command = option(command)

@@ -23,12 +23,14 @@ MAX_API_KEY_BYTES = 4096
 @click.command("serve")
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to bind (0: any free port).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port to bind (0: any free port).")
 @click.option("--queue-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Requests that may wait for a slot (the plan's runtime.slots decode at once); more are refused "
                    "with 429 and Retry-After.")
 @click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0.1), default=300.0, show_default=True,
-              help="Seconds a request may take from arrival to its last token (queue wait included) before it is cancelled.")
+              help="Seconds a request may take from arrival to its last token (queue wait included) "
+                   "before it is cancelled.")
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=None,
               help="Larger request bodies are refused with 413 (default: 4 MiB).")
 @click.option("--chat-template-file", type=click.Path(path_type=Path), default=None,
@@ -36,7 +38,8 @@ MAX_API_KEY_BYTES = 4096
 @click.option("--api-key-file", type=click.Path(path_type=Path), default=None, envvar=API_KEY_FILE_ENV,
               help=f"A file holding the API key every request but /health must send as 'Authorization: Bearer KEY' "
                    f"(401 otherwise); also ${API_KEY_FILE_ENV}. Without it the server answers anyone who reaches it.")
-@click.option("--public-metrics", is_flag=True, help="With --api-key-file: leave /metrics open to scrapers without the key.")
+@click.option("--public-metrics", is_flag=True, help="With --api-key-file: leave /metrics open to "
+                                                     "scrapers without the key.")
 @runtime_options
 @root_option
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, max_body_bytes: int | None,
@@ -64,20 +67,27 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     except PowerError as err:
         refuse(err, at=plan)
     refuse_unusable_device(device)
+    try:  # after every refusal that needs nothing loaded, before the runtime's stack is imported
+        listening = listen(host, port)
+    except PowerError as err:
+        refuse(err, at=plan)
 
-    import uvicorn
-
-    from power.runtime.engine import Engine, EngineOptions, Workload
+    from power.runtime.workload import Workload
     from power.serving.access import Access
-    from power.serving.limits import ServerLimits, http_protocol
-    from power.serving.server import create_app
 
     try:
         workload = Workload.of_plan(resolved, plan, root)
         access = Access(api_key, public_metrics)
-        listening = listen(host, port)  # last: a refusal that needs no model leaves the port free
     except PowerError as err:
+        listening.close()  # a refusal leaves the port free
         refuse(err, at=plan)
+
+    import uvicorn
+
+    from power.runtime.engine import Engine, EngineOptions
+    from power.serving.limits import ServerLimits, http_protocol
+    from power.serving.server import create_app
+
     options = EngineOptions(device=device, threads=threads)
     server: uvicorn.Server | None = None
     failed: list[str] = []
@@ -154,7 +164,9 @@ def read_api_key(path: Path) -> str:
 
 def _why(message: str) -> str:
     """A reader's message as the rest of a sentence about the key file."""
-    return message if message.startswith(("is ", "grew ")) else f"cannot be used: {message.removeprefix('cannot read: ')}"
+    if message.startswith(("is ", "grew ")):
+        return message
+    return f"cannot be used: {message.removeprefix('cannot read: ')}"
 
 
 # uvicorn's own default backlog.

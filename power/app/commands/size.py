@@ -13,9 +13,9 @@ import click
 from power.app.cli import EXIT_FINDINGS, EXIT_OK
 from power.app.commands.plan import engine_for, exit_code, placement_from_options, placement_options
 from power.findings import Finding, has_errors
-from power.orchestrator.checks.memory import check_memory
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import MAX_CTX
+from power.orchestrator.planning.checks.memory import check_memory
 from power.orchestrator.planning.compile import (
     ArtifactMemo,
     check_artifacts,
@@ -31,7 +31,8 @@ from power.orchestrator.planning.plan_text import memory_text
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.argument("profile", type=click.Path(path_type=Path))
 @placement_options
-@click.option("--ctx", type=click.IntRange(min=1, max=MAX_CTX), help="Size at this context instead of the profile's runtime.ctx.")
+@click.option("--ctx", type=click.IntRange(min=1, max=MAX_CTX), help="Size at this context instead of the "
+                                                                     "profile's runtime.ctx.")
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
 def size(manifest, profile, host_path, sizes, indices, engine, ctx, as_json) -> None:
     """Per-device, per-component memory from the GGUF headers for one engine, each device's verdict, and the largest

@@ -71,7 +71,8 @@ def expand_paths(arguments: tuple[str, ...]) -> tuple[list[Path], list[Finding]]
             problems.append(_usage_finding("PWR001", argument, "no such file or directory", "check the path"))
         elif not found:
             problems.append(
-                _usage_finding("PWR009", argument, "holds no .toml file", "name a .toml file, or a directory that contains some")
+                _usage_finding("PWR009", argument, "holds no .toml file", "name a .toml file, or a "
+                                                                          "directory that contains some")
             )
         files += [path for path in found or [] if path not in files]
     return files, problems
@@ -108,7 +109,8 @@ def _counts(findings: list[Finding]) -> dict[str, int]:
 def _summary_line(documents: list[Loaded], findings: list[Finding]) -> str:
     counts = _counts(findings)
     files = f"{len(documents)} file{'s' * (len(documents) != 1)}"
-    tally = f"{counts['error']} error{'s' * (counts['error'] != 1)}, {counts['warning']} warning{'s' * (counts['warning'] != 1)}, {counts['info']} info"
+    tally = (f"{counts['error']} error{'s' * (counts['error'] != 1)}, "
+             f"{counts['warning']} warning{'s' * (counts['warning'] != 1)}, {counts['info']} info")
     if counts["error"]:
         return f"{tally} in {files}"
     return f"{files} valid ({tally})" if findings else f"{files} valid"

@@ -28,10 +28,10 @@ from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.artifacts.verify import Artifact, verified_sha256
 from power.documents.plan import PlanError, ResolvedPlan, load_plan, located, planned_artifacts
 from power.findings import Finding, Severity, has_errors
-from power.orchestrator.checks.artifacts import Checked
-from power.orchestrator.checks.checkpoints import tokenizer_findings
-from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import adapter
+from power.orchestrator.planning.checks.artifacts import Checked
+from power.orchestrator.planning.checks.checkpoints import tokenizer_findings
+from power.orchestrator.planning.checks.tokenizer import check_tokenizer
 
 BROKEN_SEAL = "PWR082"
 
@@ -96,7 +96,7 @@ def _runnable(plan: ResolvedPlan) -> list[Finding]:
 
 
 def _tokenizers(plan: ResolvedPlan) -> list[Finding]:
-    """Each drafter file's tokenizer against the target's (`power.orchestrator.checks.tokenizer`)."""
+    """Each drafter file's tokenizer against the target's (`power.orchestrator.planning.checks.tokenizer`)."""
     try:
         target = Checked(inspect_artifact(plan.target.path), plan.target.sha256)
         findings = []

@@ -14,8 +14,8 @@ from power.app.commands.params import FiniteFloatRange
 from power.artifacts.bounded_reader import DocumentError, read_json
 from power.documents.plan import PlanError, load_plan
 from power.findings import PowerError
-from power.orchestrator import worth_it as arithmetic
 from power.orchestrator.fleet.evidence import EVIDENCE_SCHEMA
+from power.orchestrator.planning import worth_it as arithmetic
 
 
 class EvidenceInputError(PowerError):
@@ -59,7 +59,8 @@ class Band(click.ParamType):
 
 
 @click.command("worth-it")
-@click.option("--target-step", type=Duration(), help="Target step time t_s (e.g. 67ms); default: incumbent commit per round / incumbent rate.")
+@click.option("--target-step", type=Duration(), help="Target step time t_s (e.g. 67ms); default: incumbent commit per "
+                                                     "round / incumbent rate.")
 @click.option("--draft-step", type=Duration(), help="Drafter step time d_s (e.g. 12ms): one forward of the drafter.")
 @click.option("--drafter", type=click.Choice([m.name for m in modes.MODES]), default=modes.DRAFT_MODEL,
               show_default=True, help="The drafter's kind, which prices a round: a plain model (draft-model) runs K "

@@ -88,7 +88,8 @@ def _at_commit(present: Pulled) -> Pulled:
     if file.lfs_sha256 is not None and file.lfs_sha256 != present.sha256:
         raise PullError(f"{wanted.where}: {file.label} has sha256 {file.lfs_sha256}, the file in place "
                         f"{present.sha256}: the revision moved on", code="PWR137", where=f"{wanted.where}.sha256",
-                        hint="pin the commit that holds this file, or remove the file and its sha256 to take the new one")
+                        hint="pin the commit that holds this file, or remove the file and its "
+                             "sha256 to take the new one")
     return dataclasses.replace(present, commit=file.commit, origin=file.label)
 
 

@@ -10,7 +10,8 @@ API
   - `m.rows(rows)`: rows int64 [k] -> float32 [k, in], those output rows dequantised from the tile layout, bit-identical
     to `power.kernels.dequant.dequantize_reference` of the file's rows (a tied embedding reads its LM head this way).
   - `m.nbytes` (the bytes held), `m.shape`, `m.qtype`, `m.path` (the instruction path that runs),
-    `m.row_count_invariant` (always True).
+    `m.row_count_invariant` (always True), `m.tiles` (the tile layout, flat uint8: read it, never write it; the
+    greedy head's cheap pass reads its exact blocks there, `power.kernels.cpu.greedy`).
 - `available_paths()`, `chosen_path()`, `CPUPathError`, `PATH_NAMES` (`power.kernels.cpu.build`); the env var
   `POWER_CPU_PATH` = amx | avx512vnni | avxvnni | avx2 | scalar forces a path, and one this CPU lacks (amx: or
   that Linux does not let this process use) is refused with the reason.
@@ -101,6 +102,10 @@ class QuantMatrix:
     @property
     def nbytes(self) -> int:
         return self._tiles.numel()
+
+    @property
+    def tiles(self) -> torch.Tensor:
+        return self._tiles
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [n, in] float32 -> [n, out] float32."""

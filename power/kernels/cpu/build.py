@@ -1,11 +1,12 @@
 """The instruction paths of the CPU kernels: which this CPU has, and one compiled extension per path.
 
-Each path is a build of `csrc/qmatmul.cpp` (the products), `csrc/rowops.cpp` (norm, rope, attention) and
-`csrc/pool.cpp` (the threads they run on, waiting as `power.threads.kernel_wait` says) with its own `-m` flags, compiled with `torch.utils.cpp_extension.load` into the kernel cache
-(`power.kernels.cpu.cache`: built atomically under a lock, loaded only after its digest, owner and mode are
-checked), keyed by a hash of the sources, the flags and the torch version. `power kernels build` (and
-`scripts/bootstrap`) builds ahead of time; a first use that finds no build compiles it then, saying so. The
-amx path also needs Linux's leave to use AMX tile data, asked for (once per process) when the paths are listed.
+Each path is a build of `csrc/qmatmul.cpp` (the products), `csrc/rowops.cpp` (norm, rope, attention),
+`csrc/pool.cpp` (the threads they run on, waiting as `waits.kernel_wait` says) and `csrc/greedyhead.cpp` (the
+greedy head's cheap pass) with its own `-m` flags, compiled with `torch.utils.cpp_extension.load` into the kernel cache
+(`power.kernels.cpu.cache`: built atomically under a lock, loaded only after its digest, owner and mode are checked),
+keyed by a hash of the sources, the flags and the torch version. `power kernels build` (and `scripts/bootstrap`) builds
+ahead of time; a first use that finds no build compiles it then, saying so. The amx path also needs Linux's leave to
+use AMX tile data, asked for (once per process) when the paths are listed.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from power import threads
 from power.kernels.cpu import cache
+from power.kernels.cpu.waits import KERNEL_SPIN_US, KERNEL_WAITS, KernelWait, kernel_wait
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "simd.h", "amx.h", "pool.h")
-COMPILED = SOURCES[:3]  # the headers are included
+COMPILED = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "greedyhead.cpp")
+SOURCES = (*COMPILED, "simd.h", "amx.h", "pool.h")  # the headers are included
 ENV_PATH = "POWER_CPU_PATH"
 
 
@@ -183,18 +184,18 @@ def extension(name: str) -> Any:
     cache.load(name, key, namespace, torch.ops.load_library)
     _register_shapes(namespace)
     ops = getattr(torch.ops, namespace)
-    _set_wait(ops, threads.kernel_wait())
+    _set_wait(ops, kernel_wait())
     return ops
 
 
-def set_wait(name: str, wait: threads.KernelWait) -> None:
-    """From now on path `name`'s idle kernel threads wait as `wait` says (loading takes `threads.kernel_wait()`);
+def set_wait(name: str, wait: KernelWait) -> None:
+    """From now on path `name`'s idle kernel threads wait as `wait` says (loading takes `kernel_wait()`);
     a benchmark compares waits in one process with it."""
     _set_wait(extension(name), wait)
 
 
-def _set_wait(ops: Any, wait: threads.KernelWait) -> None:
-    ops.set_wait(threads.KERNEL_WAITS.index(wait.mode), threads.KERNEL_SPIN_US)
+def _set_wait(ops: Any, wait: KernelWait) -> None:
+    ops.set_wait(KERNEL_WAITS.index(wait.mode), KERNEL_SPIN_US)
 
 
 def _compile(name: str, key: str, namespace: str, folder: Path, verbose: bool) -> None:

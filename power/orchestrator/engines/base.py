@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from power.artifacts.facts import ArtifactFacts
-from power.documents.plan import ResolvedPlan, flash_attention_on
+from power.documents.plan import EngineName, ResolvedPlan, flash_attention_on
 from power.findings import Finding
-from power.orchestrator.launch.spec import LaunchSpec, ValueReader
-from power.orchestrator.launch.tokens import EnvNames, Token
-from power.orchestrator.sizing.fit import fitting_split, largest_context
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
+from power.orchestrator.engines.sizing.fit import fitting_split, largest_context
+from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec, ValueReader
+from power.orchestrator.inputs.launch_lines.tokens import EnvNames, Token
 
 # Which file a refusal is located in: the profile (settings, the mode asked for) or the manifest (the drafters).
 Document = Literal["profile", "manifest"]
@@ -82,7 +82,8 @@ class Asked:
         rt = plan.runtime
         return cls(plan.mode.chain, tuple(AskedDrafter(d.kind, None, d.path is not None, d.files is not None)
                                           for d in plan.drafters),
-                   rt.kv_cache_type, flash_attention_on(rt.flash_attn), rt.tensor_parallel, len(plan.devices), rt.kv_unified,
+                   rt.kv_cache_type, flash_attention_on(rt.flash_attn), rt.tensor_parallel, len(plan.devices),
+                   rt.kv_unified,
                    plan.speculation.p_min, draft_placed(rt.draft_device is not None, rt.draft_gpu_layers,
                                                         len(plan.devices)) or bool(rt.draft_override_tensor),
                    rt.draft_kv_cache_type, rt.cuda_graphs and any(d.kind == "gpu" for d in plan.devices))
@@ -180,7 +181,8 @@ def options(pairs: list[tuple[str, object]]) -> tuple[tuple[str, ...], ...]:
 class EngineAdapter(ABC):
     """One engine: Power's runtime, llama-server or vLLM."""
 
-    name: str
+    # typed with the plan vocabulary's names, so a type check refuses an adapter named outside it
+    name: EngineName
     # what `power plan` says when it sizes for this engine by default
     description: str
     settings: Settings

@@ -12,9 +12,11 @@ def unsupported_notes(plan: ResolvedPlan) -> list[str]:
     spec = plan.speculation
     notes = []
     if spec.rollback != "none" and plan.target.recurrent_layers:
-        notes.append(f"S = {spec.s} recurrent snapshots ({spec.rollback} rollback): no flag; the engine keeps its own rollback state")
+        notes.append(f"S = {spec.s} recurrent snapshots ({spec.rollback} rollback): no flag; the engine keeps "
+                     "its own rollback state")
     if spec.fr_vocab_size:
-        notes.append(f"FR = {spec.fr_vocab_size} draft-only token-ID prefix: no flag; the draft head projects the full vocabulary")
+        notes.append(f"FR = {spec.fr_vocab_size} draft-only token-ID prefix: no flag; the draft head "
+                     "projects the full vocabulary")
     if spec.adaptive:
         notes.append("adaptive K/S controller: no flag; the engine drafts a fixed K per round")
     notes.append(f"fixed verification capacity {plan.runtime.verify_capacity} rows: no flag")

@@ -139,15 +139,27 @@ def write_lock(path: Path, lock: FleetLock) -> None:
             fcntl.flock(guard, fcntl.LOCK_EX)
             on_disk = _digest_on_disk(path)
             if on_disk != lock.read_digest:
-                raise LockConflict(Finding(
-                    code="PWR068", severity=Severity.ERROR, file=str(path),
-                    message="the fleet lock changed on disk while this command ran (another review or rollout wrote it)",
-                    hint="nothing was written; run the command again on the lock as it is now"))
+                raise LockConflict(
+                    Finding(
+                        code="PWR068",
+                        severity=Severity.ERROR,
+                        file=str(path),
+                        message="the fleet lock changed on disk while this command ran "
+                        "(another review or rollout wrote it)",
+                        hint="nothing was written; run the command again on the lock as it is now",
+                    )
+                )
             write_text_atomic(path, text)
     except OSError as err:
-        raise LockConflict(Finding(code="PWR018", severity=Severity.ERROR, file=str(path),
-                                   message=f"cannot write the fleet lock ({err.strerror or err})",
-                                   hint="nothing was written; choose a --lock path in a folder you can write to")) from None
+        raise LockConflict(
+            Finding(
+                code="PWR018",
+                severity=Severity.ERROR,
+                file=str(path),
+                message=f"cannot write the fleet lock ({err.strerror or err})",
+                hint="nothing was written; choose a --lock path in a folder you can write to",
+            )
+        ) from None
     lock.read_digest = document["digest"]
 
 
@@ -179,7 +191,8 @@ def _schema_problem(path: Path, data: Any, text: str) -> Finding | None:
                         hint="upgrade Power to the version that wrote this lock; never downgrade a lock by hand")
     missing = [key for key in (*_body_keys(match.group(0))[1:], "digest") if key not in data]
     if missing or not isinstance(data["deployments"], dict) or not isinstance(data["plans"], dict):
-        return _finding("PWR065", path, f"the fleet lock is malformed (missing or wrong: {', '.join(missing) or 'deployments/plans'})",
+        return _finding("PWR065", path, "the fleet lock is malformed (missing or wrong: "
+                                        f"{', '.join(missing) or 'deployments/plans'})",
                         text=text, line=1, col=1,
                         hint="restore the lock from version control, or delete it and run "
                              "`power fleet review FLEET --write-lock`")

@@ -48,7 +48,8 @@ def _rollout_view(rollout: dict[str, Any]) -> dict[str, Any]:
     return {
         "profile": rollout["profile"]["name"],
         "status": rollout["status"],
-        "stages": [{"name": name, "state": state, "deployments": ", ".join(keys)} for name, state, keys in stage_states(rollout)],
+        "stages": [{"name": name, "state": state, "deployments": ", ".join(keys)} for name, state,
+                   keys in stage_states(rollout)],
     }
 
 
@@ -88,7 +89,8 @@ def bar_segments(vram: int, headroom: int, uses: list[dict[str, Any]]) -> list[d
     segments, x = [], 0.0
     for use in uses:
         width = use["bytes"] * scale
-        segments.append(_segment("deployment", x, width, DEPLOYMENT_COLOR, f"{use['key']}: {format_size(use['bytes'])}"))
+        segments.append(_segment("deployment", x, width, DEPLOYMENT_COLOR,
+                                 f"{use['key']}: {format_size(use['bytes'])}"))
         x += width
     device_edge = vram * scale
     if planned > vram:

@@ -116,7 +116,8 @@ class FleetReview:
         """Each host's devices, in order, with the deployments placed on each."""
         if self.fleet is None:
             return {}
-        uses = {host.name: [DeviceUse(host, index, []) for index in range(len(host.devices))] for host in self.fleet.hosts}
+        uses = {host.name: [DeviceUse(host, index,
+                                      []) for index in range(len(host.devices))] for host in self.fleet.hosts}
         for item in self.deployments:
             devices = uses.get(item.deployment.host, [])
             for index in item.deployment.device_indices:
@@ -221,7 +222,8 @@ def _review_deployment(loaded: Loaded, index: int, deployment: Deployment, hosts
     where = f"deployments[{index}]"
     findings = _outside_tree_findings(loaded, index) + _missing_file_findings(loaded, index, deployment)
     if has_errors(findings):
-        return DeploymentReview(index=index, key=f"{deployment.host}/{deployment.name or Path(deployment.manifest).stem}",
+        return DeploymentReview(index=index,
+                                key=f"{deployment.host}/{deployment.name or Path(deployment.manifest).stem}",
                                 deployment=deployment, findings=findings)
     manifest = memo.manifest(deployment.manifest)
     profile = memo.profile(deployment.profile)
@@ -368,7 +370,8 @@ def _move_hint(moving: DeploymentReview, here: DeviceUse, uses: list[DeviceUse])
     room = [use for use in uses if use is not here and use.usable_bytes - use.planned_bytes >= needed]
     if room:
         places = ", ".join(f"{use.host.name} device {use.index}" for use in room[:3])
-        return f"{moving.key} ({format_size(needed)}) fits as planned on {places}; or shrink a plan (context, KV type, drafter)"
+        return (f"{moving.key} ({format_size(needed)}) fits as planned on {places}; "
+                "or shrink a plan (context, KV type, drafter)")
     return "move one deployment to another device or host, or shrink a plan (context, KV type, drafter)"
 
 

@@ -7,8 +7,8 @@ changes. `advance` applies the next stage only when, for every
 (candidate, incumbent) pair in it, an evidence file (docs/bench.md) shows:
 greedy losslessness proven; on every traffic shape those deployments serve,
 identical outputs and the bench's verdict "faster" on decode and request-wide
-tok/s both (the paired runs' median ratio >= 1.05, the bound on it above 1); no fallbacks, and no replays unless the candidate is the
-guarded K/S path (S < K: at most one exact replay per request); and measured on
+tok/s both (the paired runs' median ratio >= 1.05, the bound on it above 1); no fallbacks, and no replays unless the
+candidate is the guarded K/S path (S < K: at most one exact replay per request); and measured on
 the engine those deployments run (the fleet's `engine`: Power's runtime, or a live
 llama-server / vLLM launched from the render): evidence from another engine is
 refused at the deployment (PWR077). `rollback` restores every
@@ -291,7 +291,8 @@ def gate(evidence: Evidence, shapes: list[str], rollback_policy: str, exactness:
         elif untrusted := _untrusted(result):
             findings.append(_gate_finding(
                 "PWR073", evidence, f"on {shape!r} the evidence says 'faster' but {untrusted}: the gate trusts the "
-                f"runs, which need >= {1 + NOISE_BAND:.2f}x with the bound above 1 on decode and request-wide", "rerun `power bench`; "
+                f"runs, which need >= {1 + NOISE_BAND:.2f}x with the bound above 1 on decode and request-wide",
+                "rerun `power bench`; "
                 "evidence is never edited by hand"))
         allowed_replays = result.requests if rollback_policy == "guarded" else 0
         if result.fallbacks > 0 or result.replays > allowed_replays:

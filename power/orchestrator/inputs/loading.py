@@ -51,7 +51,9 @@ _FIELD_CODES = {
     "spec_mtp_fr_vocab_size": "PWR403",
     "temperature": "PWR409",
 }
-_SCHEMA_HINT = "the first key of every file names its kind: " + ", ".join(f'schema = "{schema_id(k)}"' for k in KIND_MODELS)
+_SCHEMA_HINT = "the first key of every file names its kind: " + ", ".join(
+    f'schema = "{schema_id(k)}"' for k in KIND_MODELS
+)
 
 
 @dataclass
@@ -250,7 +252,8 @@ def _read_kind(loaded: Loaded, data: dict[str, Any], text: str) -> str | None:
         return None
     if match is None or match["kind"] not in KIND_MODELS or match["version"] != SCHEMA_VERSION:
         loaded.findings.append(
-            loaded.finding("PWR011", f"schema = {_toml(value)} is not a Power file kind", where="schema", hint=_schema_value_hint(value))
+            loaded.finding("PWR011", f"schema = {_toml(value)} is not a Power file kind", where="schema",
+                           hint=_schema_value_hint(value))
         )
         return None
     loaded.kind = match["kind"]
@@ -269,7 +272,8 @@ def _check_editor_schema_line(loaded: Loaded, text: str) -> None:
             Finding(
                 code="PWR015",
                 severity=Severity.WARNING,
-                message=f"the #:schema line names {named}, but this is a {loaded.kind} file: editors will check it against the wrong schema",
+                message=f"the #:schema line names {named}, but this is a {loaded.kind} file: editors will check it "
+                        "against the wrong schema",
                 file=str(loaded.path),
                 line=1,
                 col=directive.start("target") + 1,
@@ -305,7 +309,8 @@ def _validate(loaded: Loaded, kind: str, document: dict[str, Any]) -> None:
         model = None
         loaded.findings += _schema_findings(loaded, model_type, exc, data)
     for issue in rules.check(kind, document):
-        loaded.findings.append(loaded.finding(issue.code, issue.message, where=issue.where, hint=issue.hint, severity=issue.severity))
+        loaded.findings.append(loaded.finding(issue.code, issue.message, where=issue.where, hint=issue.hint,
+                                              severity=issue.severity))
     loaded.model = None if has_errors(loaded.findings) else model
 
 
@@ -392,7 +397,8 @@ def _error_finding(loaded: Loaded, model_type: type[BaseModel], path: KeyPath, e
         )
     size_errors = [e for e in errors if isinstance((e.get("ctx") or {}).get("error"), SizeError)]
     if size_errors:
-        return loaded.finding("PWR023", f"{where}: {size_errors[0]['ctx']['error']}", where=path, hint=f"write {ACCEPTED_FORMS}")
+        return loaded.finding("PWR023", f"{where}: {size_errors[0]['ctx']['error']}", where=path,
+                              hint=f"write {ACCEPTED_FORMS}")
     value = errors[0].get("input")
     if key in ("sha256", "target_sha256") and "string_pattern_mismatch" in kinds:
         return loaded.finding(
@@ -418,7 +424,8 @@ def _unknown_key(loaded: Loaded, model_type: type[BaseModel], path: KeyPath) -> 
     renamed = RENAMED_KEYS.get(key)
     if renamed in allowed:
         return loaded.finding(
-            "PWR026", f"`{key}` is not Power's name for this setting", where=path, hint=f"rename `{key}` to `{renamed}`", at="key"
+            "PWR026", f"`{key}` is not Power's name for this setting", where=path,
+            hint=f"rename `{key}` to `{renamed}`", at="key"
         )
     home = _table_holding(model_type, path[:-1], renamed) if renamed else None
     if home is not None:
@@ -502,7 +509,8 @@ def _table_holding(model_type: type[BaseModel], table: KeyPath, key: str) -> str
     """The table directly under `table` whose keys include `key` (a renamed setting written one level too high)."""
     for name in _allowed_keys(model_type, table):
         model = _model_at(model_type, (*table, name))
-        if model is not None and model is not _model_at(model_type, table) and key in _allowed_keys(model_type, (*table, name)):
+        if model is not None and model is not _model_at(model_type,
+                                                        table) and key in _allowed_keys(model_type, (*table, name)):
             return format_where((*table, name))
     return None
 

@@ -82,7 +82,8 @@ def _source(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
     here = where + ("source",)
     repo, url = source.get("repo"), source.get("url")
     if (repo is None) == (url is None):
-        return [Issue("PWR130", f"{format_where(here)} names {'both `repo` and `url`' if repo else 'neither `repo` nor `url`'}",
+        return [Issue("PWR130", f"{format_where(here)} names "
+                                f"{'both `repo` and `url`' if repo else 'neither `repo` nor `url`'}",
                       here, hint='give either `repo = "owner/name"` with `revision` (a Hugging Face repository) '
                       'or `url = "https://..."`')]
     if url is not None and "files" in entry:
@@ -92,8 +93,9 @@ def _source(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
         return _url_source(here, source, url) + _digests(where, entry)
     revision = source.get("revision")
     issues = [] if provenance.is_commit(revision) else [Issue(
-        "PWR131", f"{format_where(here)}.revision {'is missing' if revision is None else f'is {revision!r}, a branch or tag'}"
-        ": it is not pinned to a commit, so the bytes it names can change", here + (("revision",) if revision else ()),
+        "PWR131", f"{format_where(here)}.revision "
+        f"{'is missing' if revision is None else f'is {revision!r}, a branch or tag'}: it is not pinned to a commit, "
+        "so the bytes it names can change", here + (("revision",) if revision else ()),
         hint="run `power pull --pin MANIFEST`: it resolves the revision to its commit id and writes it here")]
     return issues + _digests(where, entry)
 
@@ -101,8 +103,15 @@ def _source(where: KeyPath, entry: dict[str, Any]) -> list[Issue]:
 def _url_source(here: KeyPath, source: dict[str, Any], url: Any) -> list[Issue]:
     stray = [key for key in ("revision", "filename") if key in source]
     if stray:
-        return [Issue("PWR130", f"{format_where(here)} gives a `url` and {_and(f'`{key}`' for key in stray)}, which only "
-                      "a Hub repository has", here + (stray[0],), hint=f"remove {_and(stray)}, or use `repo` instead of `url`")]
+        return [
+            Issue(
+                "PWR130",
+                f"{format_where(here)} gives a `url` and "
+                f"{_and(f'`{key}`' for key in stray)}, which only a Hub repository has",
+                here + (stray[0],),
+                hint=f"remove {_and(stray)}, or use `repo` instead of `url`",
+            )
+        ]
     if isinstance(url, str) and not provenance.is_secure(url):
         return [Issue("PWR133", f"{format_where(here)}.url is not https: {url}", here + ("url",),
                       hint="use the https:// address (plain http only to a loopback address such as 127.0.0.1)")]
@@ -157,7 +166,9 @@ def _drafter(index: int, drafter: dict[str, Any]) -> list[Issue]:
                 f"a {kind} drafter {reason}, but this entry names {_and(stray)}",
                 here + (stray[0],),
                 hint=f"remove {_and(stray)} from this entry"
-                + (f", or use kind {'/'.join(_external_kinds())} if it is a separate drafter file" if in_target else ""),
+                + (
+                    f", or use kind {'/'.join(_external_kinds())} if it is a separate drafter file" if in_target else ""
+                ),
             )
         ]
     return []
@@ -236,14 +247,16 @@ def _fr(data: dict[str, Any], mode: str | None) -> list[Issue]:
                 "FR only applies if auto resolves to a mode with a draft head (mtp, dflash, dflash2, dspark); with "
                 "n-gram the plan rejects it",
                 where,
-                hint='set spec_mode to a drafter with a head (e.g. "mtp") to make FR meaningful, or remove spec_mtp_fr_vocab_size',
+                hint='set spec_mode to a drafter with a head (e.g. "mtp") to make FR meaningful, or remove '
+                     'spec_mtp_fr_vocab_size',
                 severity="info",
             )
         ]
     return [
         Issue(
             "PWR404",
-            f"spec_mtp_fr_vocab_size cuts a draft head's vocabulary projection, but spec_mode = \"{mode}\" has no draft head",
+            "spec_mtp_fr_vocab_size cuts a draft head's vocabulary projection, but spec_mode = "
+            f"\"{mode}\" has no draft head",
             where,
             hint='remove spec_mtp_fr_vocab_size, or use a mode with a draft head (mtp, dflash, dflash2, dspark)',
         )

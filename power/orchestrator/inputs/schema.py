@@ -164,7 +164,8 @@ class TargetEntry(_Strict):
                                   "required (`power pull --pin` writes it for an artifact with a source)")
     source: SourceEntry | None = Field(None, description="where the target is published (`power pull` fetches it)")
     quant: StrictStr | None = Field(None, description="the quantisation the header must declare, e.g. Q6_K, Q4_K_M")
-    architecture: StrictStr | None = Field(None, description="general.architecture the header must declare, e.g. qwen35, gemma3")
+    architecture: StrictStr | None = Field(None, description="general.architecture the header must "
+                                                             "declare, e.g. qwen35, gemma3")
 
 
 def _inside_folder(name: str) -> str:
@@ -185,10 +186,12 @@ class CheckpointFile(_Strict):
 
 class DrafterEntry(_Strict):
     kind: DrafterKindName = Field(description=" | ".join(modes.DRAFTER_KINDS) + "; the artifact's header must agree")
-    path: FilePath | None = Field(None, description=f"the drafter GGUF ({', '.join(sorted(modes.FILE_BACKED))}); mtp lives in the target, ngram needs none")
+    path: FilePath | None = Field(None, description=f"the drafter GGUF ({', '.join(sorted(modes.FILE_BACKED))}); mtp "
+                                                    "lives in the target, ngram needs none")
     size: Bytes | None = Field(None, description="the drafter file's size in bytes")
     sha256: Sha256 | None = Field(None, description="the drafter file's sha256 (64 hex digits)")
-    target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was built for: the binding")
+    target_sha256: Sha256 | None = Field(None, description="the sha256 of the target this drafter was "
+                                                           "built for: the binding")
     quant: StrictStr | None = Field(None, description="the drafter's quantisation, e.g. Q4_K_M")
     source: SourceEntry | None = Field(None, description="where the drafter is published (`power pull` fetches it)")
     files: list[CheckpointFile] | None = Field(None, min_length=1, description="a drafter that is a Hugging Face "
@@ -217,12 +220,14 @@ class ProfileRuntime(_Strict):
                              description="logical batch: most prompt tokens per decode call (llama.cpp -b)")
     ubatch: StrictInt = Field(512, ge=1, le=MAX_CTX, description="micro-batch: tokens per graph evaluation (llama.cpp "
                                                                  "-ub); the compute buffer is sized for it")
-    slots: StrictInt = Field(1, ge=1, le=256, description="parallel sequences the engine serves at once (llama-server -np)")
+    slots: StrictInt = Field(1, ge=1, le=256, description="parallel sequences the engine serves at "
+                                                          "once (llama-server -np)")
     kv_unified: StrictBool = Field(False, description="one KV cache shared by every slot (llama-server --kv-unified) "
                                                       "instead of ctx / slots cells per slot")
     cuda_graphs: StrictBool = Field(True, description="capture CUDA graphs for the fixed shapes")
-    flash_attn: StrictBool | Literal["auto"] = Field(False, description="flash attention for the target: true, false or "
-                                                     "\"auto\" (llama.cpp's default: on where the device runs it)")
+    flash_attn: StrictBool | Literal["auto"] = Field(False, description="flash attention for the "
+                                                     "target: true, false or \"auto\" (llama.cpp's default: on "
+                                                     "where the device runs it)")
     kv_cache_type: KvCacheType = Field(kv_types.DEFAULT, description="KV cache element type (llama.cpp names)")
     arithmetic: ArithmeticName = Field(
         arithmetic.AUTO, description='Power\'s runtime\'s matrix products: "quantised" (weights kept quantised, '
@@ -231,14 +236,16 @@ class ProfileRuntime(_Strict):
     gpu_layers: Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)] | Literal["all"] = Field(
         "all", description=f'layers offloaded to the GPU: an integer from 0 to {MAX_LAYERS} or "all" (full offload)')
     split_mode: SplitMode = Field("layer", description='several devices under llama-server: "layer" (each device a run '
-                                                       'of layers, -sm layer) or "none" (the main device only, -sm none)')
+                                                       'of layers, -sm layer) or "none" (the main '
+                                                       'device only, -sm none)')
     tensor_split: list[StrictInt | Annotated[StrictFloat, Field(allow_inf_nan=False)]] | None = Field(
-        None, max_length=MAX_DEVICES, description="each device's share of the layers (llama-server -ts), one ratio >= 0 "
-                                                  "per device of the deployment; default: each device's memory after "
-                                                  "the headroom")
+        None, max_length=MAX_DEVICES, description="each device's share of the layers (llama-server "
+                                                  "-ts), one ratio >= 0 per device of the deployment; default: each "
+                                                  "device's memory after the headroom")
     main_gpu: StrictInt = Field(0, ge=0, lt=MAX_DEVICES, description="with split_mode none: which of the deployment's "
-                                                                     "devices runs the model (llama-server -mg), counted "
-                                                                     "in the deployment's device list")
+                                                                     "devices runs the model "
+                                                                     "(llama-server -mg), counted in the "
+                                                                     "deployment's device list")
     draft_kv_cache_type: KvCacheType | None = Field(None, description="the drafter's KV cache element type "
                                                     "(llama-server --spec-draft-type-k/-v); default kv_cache_type")
     draft_device: StrictInt | None = Field(None, ge=0, lt=MAX_DEVICES, description="the deployment's GPU the drafter "
@@ -254,10 +261,10 @@ class ProfileRuntime(_Strict):
     tensor_parallel: StrictInt = Field(1, ge=1, le=MAX_DEVICES, description="vLLM --tensor-parallel-size: each layer "
                                                                             "sharded over this many devices (the "
                                                                             "deployment's device count)")
-    ngram_match: StrictInt = Field(24, ge=1, le=MAX_NGRAM, description="n-gram speculation: how many trailing tokens the "
-                                   "lookup matches (llama.cpp --spec-ngram-mod-n-match)")
-    ngram_draft_min: StrictInt = Field(1, ge=1, le=MAX_NGRAM, description="n-gram speculation: a draft shorter than this "
-                                       "is dropped (llama.cpp --spec-ngram-mod-n-min)")
+    ngram_match: StrictInt = Field(24, ge=1, le=MAX_NGRAM, description="n-gram speculation: how many "
+                                   "trailing tokens the lookup matches (llama.cpp --spec-ngram-mod-n-match)")
+    ngram_draft_min: StrictInt = Field(1, ge=1, le=MAX_NGRAM, description="n-gram speculation: a "
+                                       "draft shorter than this is dropped (llama.cpp --spec-ngram-mod-n-min)")
     ngram_draft_max: StrictInt | None = Field(None, ge=1, le=64, description="n-gram speculation: the longest draft "
                                               "(llama.cpp --spec-ngram-mod-n-max); default K (spec_draft_max)")
 
@@ -265,7 +272,8 @@ class ProfileRuntime(_Strict):
 class SamplingSettings(_Strict):
     temperature: StrictFloat = Field(0.0, ge=0.0, allow_inf_nan=False, description="0 is greedy; > 0 samples (finite)")
     seed: StrictInt = Field(0, ge=0, description="seed of the counter-based sampling stream")
-    verify: VerifyRule = Field("match", description='"match" (seeded stream equal to autoregressive) or "rejection" (Leviathan/Chen)')
+    verify: VerifyRule = Field("match", description='"match" (seeded stream equal to autoregressive) or '
+                                                    '"rejection" (Leviathan/Chen)')
 
 
 class Profile(_Strict):
@@ -273,18 +281,22 @@ class Profile(_Strict):
     name: StrictStr = Field(min_length=1, pattern=NAME_PATTERN, description="the profile's name")
     description: StrictStr | None = Field(None, description="free text")
     spec_mode: SpecModeName = Field(modes.AUTO, description=" | ".join(modes.SPEC_MODES))
-    spec_draft_max: StrictInt = Field(DEFAULT_DRAFT_MAX, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64")
+    spec_draft_max: StrictInt = Field(
+        DEFAULT_DRAFT_MAX, ge=1, le=64, description="K, the proposal width: an integer from 1 to 64"
+    )
     spec_mtp_recurrent_snapshots: StrictInt = Field(
         7, ge=1, le=MAX_ROWS, description=f"S, the resident rollback window: an integer from 1 to {MAX_ROWS}")
     spec_mtp_fr_vocab_size: StrictInt | None = Field(
         None, ge=1, le=MAX_VOCAB,
-        description=f"FR, the draft head's token-ID prefix: an integer from 1 to {MAX_VOCAB:,} (omit for the full vocabulary)"
+        description=f"FR, the draft head's token-ID prefix: an integer from 1 to {MAX_VOCAB:,} (omit for "
+                    "the full vocabulary)"
     )
     spec_draft_p_min: StrictFloat | None = Field(
         None, ge=0.0, le=1.0, description="the confidence a drafted position needs (llama.cpp --spec-draft-p-min; "
         "DSpark's gate); omit for the drafter's own threshold"
     )
-    spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, dspark; not dflash2)")
+    spec_mtp_adaptive: StrictBool = Field(False, description="the adaptive controller (mtp, dflash, "
+                                                             "dspark; not dflash2)")
     runtime: ProfileRuntime = Field(default_factory=ProfileRuntime)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     engine: EngineName | None = Field(None, description="the engine these settings were written for (`power import` "
@@ -319,25 +331,35 @@ EngineImages = dict[EngineName, Image]
 
 
 class Toleration(_Strict):
-    key: StrictStr | None = Field(None, description='the taint key, e.g. "nvidia.com/gpu" (omit with operator "Exists" for every taint)')
-    operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal (key and value match) | Exists (the key alone)")
+    key: StrictStr | None = Field(None, description='the taint key, e.g. "nvidia.com/gpu" (omit with operator '
+                                                    '"Exists" for every taint)')
+    operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal (key and value match) | "
+                                                                      "Exists (the key alone)")
     value: StrictStr | None = Field(None, description="the taint value, for operator Equal")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="the taint effect (omit: every effect)")
-    toleration_seconds: StrictInt | None = Field(None, ge=0, description="NoExecute only: how long the pod stays once tainted")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="the taint effect (omit: every effect)"
+    )
+    toleration_seconds: StrictInt | None = Field(None, ge=0, description="NoExecute only: how long the "
+                                                                         "pod stays once tainted")
 
 
 class HostKubernetes(_Strict):
-    node_name: StrictStr | None = Field(None, min_length=1, description="the node's name (its kubernetes.io/hostname label)")
+    node_name: StrictStr | None = Field(None, min_length=1, description="the node's name (its "
+                                                                        "kubernetes.io/hostname label)")
     node_selector: dict[str, StrictStr] = Field(
-        default_factory=dict, description='node labels the pod requires, e.g. { "nvidia.com/gpu.product" = "NVIDIA-L4" }')
-    tolerations: list[Toleration] = Field(default_factory=list, description="taints of the host's nodes the pod tolerates")
+        default_factory=dict, description='node labels the pod requires, e.g. { '
+                                          '"nvidia.com/gpu.product" = "NVIDIA-L4" }')
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="taints of the host's nodes the pod tolerates"
+    )
     images: EngineImages = Field(default_factory=dict, description="engine images on this host, over the fleet's "
                                                                    "[kubernetes.images]")
 
 
 class HostSpec(_Strict):
     name: StrictStr = Field(min_length=1, pattern=NAME_PATTERN, description="the host's name")
-    devices: list[DeviceSpec] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX 4090", vram = "24 GiB" }]')
+    devices: list[DeviceSpec] = Field(min_length=1, description='the accelerators, e.g. [{ model = "RTX '
+                                                                '4090", vram = "24 GiB" }]')
     headroom: Bytes = Field(DEFAULT_HEADROOM, description="memory kept free on each device (default 512 MiB)")
     labels: dict[str, StrictStr] = Field(default_factory=dict, description="free-form labels, e.g. { zone = \"lab\" }")
     kubernetes: HostKubernetes | None = Field(None, description="where the host's deployments run in a cluster "
@@ -354,11 +376,13 @@ class Deployment(_Strict):
     host: StrictStr = Field(min_length=1, description="the name of a host in this fleet")
     device: StrictInt = Field(0, ge=0, description="the index of the host's device the deployment runs on (default 0)")
     devices: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
-        None, min_length=1, max_length=MAX_DEVICES, description="several of the host's devices (by index) for one deployment: a llama-server "
-                                        "layer split or vLLM tensor parallelism; instead of `device`")
+        None, min_length=1, max_length=MAX_DEVICES, description="several of the host's devices (by index) for one "
+                                        "deployment: a llama-server layer split or vLLM tensor "
+                                        "parallelism; instead of `device`")
     manifest: FilePath = Field(description="the manifest file, relative to this fleet file")
     profile: FilePath = Field(description="the profile file, relative to this fleet file")
-    traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | structured | identity")
+    traffic: TrafficShape = Field("prose", description="the traffic shape the deployment serves: prose | echo | "
+                                                       "structured | identity")
     engine: EngineName | None = Field(None, description="the engine the deployment runs: power (Power's runtime, "
                                       "`power serve`) | llama-server | vllm; default: its profile's `engine`, else "
                                       "power")
@@ -398,7 +422,8 @@ class Deployment(_Strict):
 
 
 class ModelVolume(_Strict):
-    host_path: StrictStr | None = Field(None, pattern=r"^/", description="the folder on every node holding the files (hostPath)")
+    host_path: StrictStr | None = Field(None, pattern=r"^/", description="the folder on every node holding "
+                                                                         "the files (hostPath)")
     claim: StrictStr | None = Field(None, min_length=1, description="the PersistentVolumeClaim holding the files")
     empty_dir: StrictBool = Field(False, description="an emptyDir the pod's `pull` init container fills (needs "
                                   "pull = true)")
@@ -430,8 +455,11 @@ class FleetKubernetes(_Strict):
     namespace: StrictStr | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
                                         description="the namespace of every object (omit: kubectl's current one)")
     images: EngineImages = Field(default_factory=dict, description="the image of each engine: power (also the "
-                                                                   "init container running `power verify`), llama-server, vllm")
-    volumes: dict[str, ModelVolume] = Field(default_factory=dict, description="the volumes holding the model files, by name")
+                                                                   "init container running `power "
+                                                                   "verify`), llama-server, vllm")
+    volumes: dict[str, ModelVolume] = Field(
+        default_factory=dict, description="the volumes holding the model files, by name"
+    )
     pod_monitor: StrictBool = Field(False, description="also render a Prometheus Operator PodMonitor per deployment")
     run_as_user: StrictInt = Field(65532, ge=1, description="the non-root user (and group) the containers run as")
     allow_namespaces: list[Annotated[StrictStr, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]] | None = Field(

@@ -28,7 +28,8 @@ MAX_BYTES = 1 << 50
 # More digits than any size up to MAX_BYTES needs (whole or fraction): refused before int() reads them.
 _MAX_DIGITS = 20
 
-ACCEPTED_FORMS = 'an integer number of bytes, or a string such as "24 GiB", "512MiB", "1.5 GB", "250 kB" or "1_140_000_000" (units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB), at most 1 PiB'
+ACCEPTED_FORMS = ('an integer number of bytes, or a string such as "24 GiB", "512MiB", "1.5 GB", "250 kB" or '
+                  '"1_140_000_000" (units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB), at most 1 PiB')
 
 _SIZE = re.compile(r"^\s*(?P<number>\d[\d_]*(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
 

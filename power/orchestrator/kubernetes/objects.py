@@ -174,7 +174,8 @@ def _labels(placement: ClusterPlacement) -> dict[str, str]:
 
 
 def _plan_labels(placement: ClusterPlacement, plan: ResolvedPlan) -> dict[str, str]:
-    return {**_labels(placement), f"{PREFIX}plan": plan.digest[:LABEL_DIGEST_CHARS], f"{PREFIX}mode": plan.mode.resolved}
+    return {**_labels(placement), f"{PREFIX}plan": plan.digest[:LABEL_DIGEST_CHARS],
+            f"{PREFIX}mode": plan.mode.resolved}
 
 
 def _plan_annotations(placement: ClusterPlacement, plan: ResolvedPlan) -> dict[str, str]:
@@ -335,8 +336,10 @@ def _api_key(launch: Launch, engine: str, secret: str) -> tuple[Launch, list[dic
     if engine_adapter.public_metrics_option is not None:  # Prometheus scrapes without the key
         launch = replace(launch, options=launch.options + ((engine_adapter.public_metrics_option,),))
     mount = {"name": "api-key", "mountPath": API_KEY_DIR, "readOnly": True}
-    volume = {"name": "api-key", "secret": {"secretName": secret, "items": [{"key": API_KEY_ITEM, "path": API_KEY_ITEM}],
-                                            "defaultMode": 0o440}}
+    volume = {
+        "name": "api-key",
+        "secret": {"secretName": secret, "items": [{"key": API_KEY_ITEM, "path": API_KEY_ITEM}], "defaultMode": 0o440},
+    }
     return with_api_key(launch, engine, f"{API_KEY_DIR}/{API_KEY_ITEM}"), [], [mount], [volume]
 
 

@@ -108,9 +108,15 @@ def fleet_placements(loaded: Loaded, fleet: Fleet, items: list[Placed], require_
     """A ClusterPlacement per deployment that has a plan, and every finding that keeps one from the cluster."""
     settings = fleet.kubernetes
     if settings is None:
-        return {}, [loaded.finding("PWR090", "the fleet declares no [kubernetes] settings: no images, no model volumes",
-                                   where="schema", at="key",
-                                   hint="add a [kubernetes] table with images = { ... } and [kubernetes.volumes.models]")]
+        return {}, [
+            loaded.finding(
+                "PWR090",
+                "the fleet declares no [kubernetes] settings: no images, no model volumes",
+                where="schema",
+                at="key",
+                hint="add a [kubernetes] table with images = { ... } and [kubernetes.volumes.models]",
+            )
+        ]
     hosts = {host.name: (index, host) for index, host in enumerate(fleet.hosts)}
     findings: list[Finding] = _api_server_findings(loaded, fleet, settings)
     placements: dict[str, ClusterPlacement] = {}
@@ -268,11 +274,16 @@ def _volume(loaded: Loaded, settings: FleetKubernetes, item: Placed) -> tuple[st
     if wanted in settings.volumes:
         return wanted, []
     if wanted is None:
-        problem = "declares no model volume" if not declared else f"does not say which model volume ({', '.join(declared)}) holds its files"
+        problem = (
+            "declares no model volume"
+            if not declared
+            else f"does not say which model volume ({', '.join(declared)}) holds its files"
+        )
         return None, [loaded.finding(
             "PWR092", f"deployment {item.key}: the fleet {problem}", where=f"deployments[{item.index}]",
             hint="declare [kubernetes.volumes.models] with host_path = \"/srv/models\" (or claim = \"pvc-name\") and "
-                 "local = \"the folder here whose copy it holds\"; with several, set `volume = \"name\"` on the deployment")]
+                 "local = \"the folder here whose copy it holds\"; with several, set `volume = "
+                 "\"name\"` on the deployment")]
     close = difflib.get_close_matches(wanted, declared, n=1)
     return None, [loaded.finding(
         "PWR092", f"deployment {item.key} names model volume {wanted!r}, which [kubernetes.volumes] does not declare",

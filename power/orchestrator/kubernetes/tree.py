@@ -149,7 +149,9 @@ def json_patch(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
         return operations
     if (isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
             and all(isinstance(item, dict) for item in old + new)):
-        return [op for index, (a, b) in enumerate(zip(old, new, strict=True)) for op in json_patch(a, b, f"{path}/{index}")]
+        return [
+            op for index, (a, b) in enumerate(zip(old, new, strict=True)) for op in json_patch(a, b, f"{path}/{index}")
+        ]
     return [] if old == new else [{"op": "replace", "path": path, "value": new}]
 
 

@@ -44,9 +44,9 @@ from power.artifacts.bounded_reader import is_regular_file
 from power.artifacts.facts import ArtifactError, inspect_artifact
 from power.findings import Finding, Severity
 from power.orchestrator.engines import IMPORTABLE, adapter
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec, finding, runs_a_file, sidecar
+from power.orchestrator.inputs.launch_lines.tokens import EnvNames, Token
 from power.orchestrator.inputs.units import format_size
-from power.orchestrator.launch.spec import LaunchSpec, finding, runs_a_file, sidecar
-from power.orchestrator.launch.tokens import EnvNames, Token
 
 
 def env_names(engine: str) -> EnvNames | None:

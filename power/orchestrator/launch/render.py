@@ -127,7 +127,8 @@ def render(plan: ResolvedPlan, target: str, plan_path: Path, root: Path | None =
     _power_only(plan, target)
     sized_for(plan, TARGET_ENGINES[target])
     if target in ENGINES:
-        context = {"launch": with_api_key(engine_launch(plan, target, plan_path, listen, root=root), target, api_key_file)}
+        context = {"launch": with_api_key(engine_launch(plan, target, plan_path, listen, root=root), target,
+                                          api_key_file)}
     elif target == "llama-server-env":
         engine = TARGET_ENGINES[target]
         launch = with_api_key(engine_launch(plan, engine, plan_path, listen), engine, api_key_file)

@@ -48,22 +48,9 @@ from power.documents.plan import (
     flash_attention_on,
 )
 from power.findings import Finding, has_errors
-from power.orchestrator.checks.artifacts import Checked, check_artifact, file_quant
-from power.orchestrator.checks.checkpoints import CheckedCheckpoint, check_checkpoint
-from power.orchestrator.checks.devices import check_devices
-from power.orchestrator.checks.drafters import check_drafter, contract_facts
-from power.orchestrator.checks.memory import check_memory
-from power.orchestrator.checks.speculation import check_speculation
-from power.orchestrator.checks.tokenizer import check_tokenizer
 from power.orchestrator.engines import Asked, AskedDrafter, adapter
 from power.orchestrator.engines.base import draft_placed
-from power.orchestrator.engines.llama_server.context import speculation
-from power.orchestrator.engines.llama_server.placement import default_ratios
-from power.orchestrator.inputs.loading import Loaded
-from power.orchestrator.inputs.rules import override_target
-from power.orchestrator.inputs.schema import HostSpec, ProfileRuntime
-from power.orchestrator.planning.resolve import Declared, Resolution, resolve
-from power.orchestrator.sizing import (
+from power.orchestrator.engines.sizing import (
     CheckpointDraft,
     Component,
     DeviceBudget,
@@ -74,6 +61,18 @@ from power.orchestrator.sizing import (
     trunk_layers,
     whole,
 )
+from power.orchestrator.engines.sizing.model import default_ratios
+from power.orchestrator.inputs.loading import Loaded
+from power.orchestrator.inputs.rules import override_target
+from power.orchestrator.inputs.schema import HostSpec, ProfileRuntime
+from power.orchestrator.planning.checks.artifacts import Checked, check_artifact, file_quant
+from power.orchestrator.planning.checks.checkpoints import CheckedCheckpoint, check_checkpoint
+from power.orchestrator.planning.checks.devices import check_devices
+from power.orchestrator.planning.checks.drafters import check_drafter, contract_facts
+from power.orchestrator.planning.checks.memory import check_memory
+from power.orchestrator.planning.checks.speculation import check_speculation
+from power.orchestrator.planning.checks.tokenizer import check_tokenizer
+from power.orchestrator.planning.resolve import Declared, Resolution, resolve
 
 
 class ArtifactMemo:
@@ -118,7 +117,8 @@ class Chosen:
     drafter: Checked | None
 
 
-def check_artifacts(manifest: Loaded, memo: ArtifactMemo, with_digest: bool = True) -> tuple[Artifacts | None, list[Finding]]:
+def check_artifacts(manifest: Loaded, memo: ArtifactMemo,
+                    with_digest: bool = True) -> tuple[Artifacts | None, list[Finding]]:
     """Every declared artifact against its file, then each drafter's contract, binding and tokenizer."""
     model = manifest.model
     target, findings = check_artifact(manifest, "target", model.target, memo, with_digest)
@@ -152,7 +152,8 @@ def choose(manifest: Loaded, profile: Loaded, artifacts: Artifacts) -> tuple[Cho
     facts = artifacts.target.facts
     target_has_head = facts.drafter_kind in modes.NATIVE_HEADS
     sidecar = [modes.mode(d.kind).sidecar and d.path is not None for d in drafters]
-    runnable = [modes.mode(d.kind).artifact != "target" or target_has_head or sidecar[i] for i, d in enumerate(drafters)]
+    runnable = [modes.mode(d.kind).artifact != "target" or target_has_head or sidecar[i] for i,
+                d in enumerate(drafters)]
     declared = Declared([d.kind for d in drafters], runnable, sidecar)
     resolution, findings = resolve(profile.model.spec_mode, declared, manifest, profile, is_recurrent(facts))
     if resolution is None:
@@ -204,20 +205,19 @@ class Placed:
                                   self.host.headroom, self.host.devices[index].kind) for index in self.devices)
 
 
-def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed: Placed, ctx: int | None = None) -> Request:
+def sizing_request(profile: Loaded, chosen: Chosen, artifacts: Artifacts, placed: Placed,
+                   ctx: int | None = None) -> Request:
     """The settings the engine's allocation depends on, for the resolved mode."""
     settings, target = profile.model, artifacts.target.facts
     resolved = chosen.resolution.resolved
     speculating = resolved != modes.NONE
     runtime = settings.runtime
-    spec_types = tuple(t for kind in chosen.resolution.chain if (t := modes.llama_spec_type(kind)) is not None)
-    llama = speculation(spec_types, settings.spec_draft_max, runtime.ngram_draft_max or settings.spec_draft_max,
-                        target.architecture)
     return Request(
         ctx=ctx or runtime.ctx, slots=runtime.slots, kv_unified=runtime.kv_unified, batch=runtime.batch,
         ubatch=runtime.ubatch, verify_rows=settings.verify_rows, arithmetic=resolve_arithmetic(runtime.arithmetic),
         snapshots=settings.spec_mtp_recurrent_snapshots if speculating else 0,
-        draft_len=llama.draft_len, rs_snapshots=llama.rs_snapshots, block_draft=llama.block_draft,
+        chain=tuple(chosen.resolution.chain), draft_max=settings.spec_draft_max,
+        ngram_draft_max=runtime.ngram_draft_max or settings.spec_draft_max,
         kv_cache_type=runtime.kv_cache_type, draft_kv_cache_type=draft_cache_type(runtime),
         flash_attn=flash_attention_on(runtime.flash_attn), cuda_graphs=runtime.cuda_graphs,
         gpu_layers=None if runtime.gpu_layers == "all" else runtime.gpu_layers,
@@ -283,12 +283,20 @@ def asked_of(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed) 
     declared = manifest.model.drafters
     drafters = tuple(AskedDrafter(declared[i].kind, i, declared[i].path is not None, declared[i].files is not None)
                      for i in chosen.resolution.drafters)
-    return Asked(tuple(chosen.resolution.chain), drafters, runtime.kv_cache_type, flash_attention_on(runtime.flash_attn),
-                 runtime.tensor_parallel, len(placed.devices), runtime.kv_unified, profile.model.spec_draft_p_min,
-                 draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers,
-                                           len(placed.devices)) or bool(runtime.draft_override_tensor),
-                 draft_kv_cache_type=draft_cache_type(runtime),
-                 graphs_on_gpu=runtime.cuda_graphs and any(placed.host.devices[i].kind == "gpu" for i in placed.devices))
+    return Asked(
+        tuple(chosen.resolution.chain),
+        drafters,
+        runtime.kv_cache_type,
+        flash_attention_on(runtime.flash_attn),
+        runtime.tensor_parallel,
+        len(placed.devices),
+        runtime.kv_unified,
+        profile.model.spec_draft_p_min,
+        draft_placed=draft_placed(runtime.draft_device is not None, runtime.draft_gpu_layers, len(placed.devices))
+        or bool(runtime.draft_override_tensor),
+        draft_kv_cache_type=draft_cache_type(runtime),
+        graphs_on_gpu=runtime.cuda_graphs and any(placed.host.devices[i].kind == "gpu" for i in placed.devices),
+    )
 
 
 def engine_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed: Placed,
@@ -314,7 +322,8 @@ def placement_findings(manifest: Loaded, profile: Loaded, chosen: Chosen, placed
 def compile_plan(manifest: Loaded, profile: Loaded, host: HostSpec, devices: tuple[int, ...] = (0,),
                  artifacts: ArtifactMemo | None = None, host_path: Path | None = None,
                  engine: str = "power") -> tuple[ResolvedPlan | None, list[Finding]]:
-    """The plan for `manifest` + `profile` run by `engine` on `host`'s `devices`, and every finding; None on any error."""
+    """The plan for `manifest` + `profile` run by `engine` on `host`'s `devices`, and every
+    finding; None on any error."""
     findings = [*manifest.findings, *profile.findings]
     if not (manifest.ok and profile.ok):
         return None, findings
@@ -370,7 +379,8 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
         devices=tuple(Device(index=b.index, name=b.name, vram_bytes=b.memory_bytes, headroom_bytes=b.headroom_bytes,
                              kind=b.kind) for b in placed.budgets()),
         target=Target(
-            path=target.facts.path, size=target.facts.size, sha256=target.sha256, architecture=target.facts.architecture,
+            path=target.facts.path, size=target.facts.size, sha256=target.sha256,
+            architecture=target.facts.architecture,
             quant=file_quant(target.facts), n_layers=len(trunk_layers(target.facts)),
             vocab_size=target_vocab(target.facts), context_length=whole(target.facts.hparam("context_length")) or None,
             has_mtp=target.facts.drafter_kind in modes.NATIVE_HEADS,
@@ -387,7 +397,8 @@ def build_plan(manifest: Loaded, profile: Loaded, placed: Placed, sources: Sourc
             kv_unified=runtime.kv_unified,
             verify_capacity=settings.verify_rows, arithmetic=resolve_arithmetic(runtime.arithmetic),
             gpu_layers=runtime.gpu_layers,
-            split_mode=split.mode, tensor_split=split.ratios, main_gpu=split.main, tensor_parallel=split.tensor_parallel,
+            split_mode=split.mode, tensor_split=split.ratios, main_gpu=split.main,
+            tensor_parallel=split.tensor_parallel,
             flash_attn=runtime.flash_attn, cuda_graphs=runtime.cuda_graphs, kv_cache_type=runtime.kv_cache_type,
             draft_kv_cache_type=draft_cache_type(runtime), draft_device=draft_device_name(runtime),
             draft_gpu_layers=runtime.draft_gpu_layers, draft_override_tensor=tuple(runtime.draft_override_tensor or ()),

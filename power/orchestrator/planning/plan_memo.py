@@ -42,7 +42,8 @@ class PlanMemo:
 
     def plan(self, manifest: Loaded, profile: Loaded, host: HostSpec, devices: tuple[int, ...],
              engine: str) -> tuple[ResolvedPlan | None, list[Finding]]:
-        """The plan for `manifest` + `profile` run by `engine` on `host`'s `devices`, compiled once per distinct input."""
+        """The plan for `manifest` + `profile` run by `engine` on `host`'s `devices`, compiled
+        once per distinct input."""
         specs = tuple((index, host.devices[index].model, host.devices[index].kind, host.devices[index].vram)
                       for index in devices)
         key = (str(manifest.path), str(profile.path), engine, specs, host.headroom)

@@ -36,7 +36,9 @@ def memory_text(memory: Memory) -> str:
 
 
 def _component_line(component: MemoryComponent, width: int) -> str:
-    return f"    {component.name:<{width}}  {format_size(component.bytes):>11}  {component.basis:<9}  {component.detail}"
+    return (
+        f"    {component.name:<{width}}  {format_size(component.bytes):>11}  {component.basis:<9}  {component.detail}"
+    )
 
 
 def _slots_text(memory: Memory) -> str:
@@ -62,7 +64,8 @@ def summary_text(plan: ResolvedPlan) -> str:
                  else "weight-free / in the target")
         lines.append(f"  drafter  {drafter.kind}: {where}")
     if spec.rollback != "none":
-        rollback = {"full": "full rollback (S >= K)", "guarded": "guarded: one exact replay, then clamp to S"}[spec.rollback]
+        rollback = {"full": "full rollback (S >= K)",
+                    "guarded": "guarded: one exact replay, then clamp to S"}[spec.rollback]
         lines.append(f"  K={spec.k} S={spec.s}  {rollback}; FR {spec.fr_vocab_size or 'off'}; "
                      f"adaptive {'on' if spec.adaptive else 'off'}")
     rt = plan.runtime
@@ -77,7 +80,8 @@ def summary_text(plan: ResolvedPlan) -> str:
     lines.append(f"  runtime  ctx {rt.ctx:,}, slots {rt.slots}{' (unified KV)' if rt.kv_unified else ''}, "
                  f"batch {rt.batch}, verify capacity {rt.verify_capacity}, "
                  f"kv {rt.kv_cache_type}, cuda graphs {'on' if rt.cuda_graphs else 'off'}, "
-                 f"sampling temperature {plan.sampling.temperature:g} seed {plan.sampling.seed} ({plan.sampling.verify})")
+                 f"sampling temperature {plan.sampling.temperature:g} seed {plan.sampling.seed} "
+                 f"({plan.sampling.verify})")
     if plan.tokenizer:
         tok = plan.tokenizer
         lines.append(f"  tokenizer {tok.model}/{tok.pre}, vocab {tok.vocab_size:,}, merges {tok.merges:,}, "

@@ -124,7 +124,8 @@ def _explicit(requested: str, declared: Declared, manifest: Loaded, profile: Loa
     if not matches:
         listed = ", ".join(sorted(set(kinds))) or "none"
         return None, [profile.finding(
-            "PWR216", f'spec_mode = "{requested}" but the manifest {manifest.path.name} declares no {requested} drafter '
+            "PWR216", f'spec_mode = "{requested}" but the manifest {manifest.path.name} declares no '
+                      f'{requested} drafter '
             f"(it declares: {listed}); Power never downgrades to another mode", where="spec_mode",
             hint=f'add a [[drafters]] entry with kind = "{requested}" to the manifest, or pick a mode it serves '
             '(or "auto")')]

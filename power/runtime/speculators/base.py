@@ -83,7 +83,8 @@ class Speculator:
         raise NotImplementedError
 
     def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
-        """`tokens` landed in the target at positions [start, start + len(tokens)); `hidden[L]` holds their tapped rows."""
+        """`tokens` landed in the target at positions [start, start + len(tokens)); `hidden[L]`
+        holds their tapped rows."""
 
     def reset(self) -> None:
         """Forget everything (a new, unrelated request)."""

@@ -261,7 +261,8 @@ class BlockDrafter(Speculator):
         y = fn(grouped_conv(u, base[:k], delta[:, 0], group))
         return x + grouped_conv(y, base[k:], delta[:, 1], group)
 
-    def _attention(self, u: torch.Tensor, w: dict[str, torch.Tensor], layer: int, positions: torch.Tensor) -> torch.Tensor:
+    def _attention(self, u: torch.Tensor, w: dict[str, torch.Tensor], layer: int,
+                   positions: torch.Tensor) -> torch.Tensor:
         """The block's rows attend to the ring's resident positions and, bidirectionally, to each other."""
         hp, n = self.hp, len(u)
         q = linear(u, w["attn_q"]).view(n, hp.head_count, hp.head_dim)
@@ -282,7 +283,8 @@ class BlockDrafter(Speculator):
 
     def _layer_weights(self, i: int) -> dict[str, torch.Tensor]:
         prefix = f"blk.{i}."
-        weights = {name[len(prefix) :].removesuffix(".weight"): t for name, t in self.w.items() if name.startswith(prefix)}
+        weights = {name[len(prefix) :].removesuffix(".weight"): t for name,
+                   t in self.w.items() if name.startswith(prefix)}
         return weights | {"ffn_gate_up": Stacked((weights["ffn_gate"], weights["ffn_up"]))}
 
     # --- reading a block out ----------------------------------------------------

@@ -105,7 +105,8 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
     if nextn_layer_count(header_view(head_file)) == 0:
         return Decline(kind, f"{head_file.path} carries no nextn/MTP head ({arch}.nextn_predict_layers)")
     if arch not in BLOCKS:
-        return Decline(kind, f"the runtime's MTP head is implemented for {', '.join(sorted(BLOCKS))} targets, not {arch}")
+        return Decline(kind, "the runtime's MTP head is implemented for "
+                             f"{', '.join(sorted(BLOCKS))} targets, not {arch}")
     if arch != target.architecture or head_file.get(f"{arch}.embedding_length") != request.trunk.config.d_model:
         return Decline(kind, f"{head_file.path} is a {arch} head of width {head_file.get(f'{arch}.embedding_length')}; "
                              f"the target is {target.architecture} of width {request.trunk.config.d_model}")

@@ -329,7 +329,8 @@ class FixedShapeTrunk:
 
     def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = False,
                 slot: int = 0) -> ForwardOut:
-        """Append a prompt in fixed `prefill_chunk` chunks; logits of the last row, or of every row with `all_logits`."""
+        """Append a prompt in fixed `prefill_chunk` chunks; logits of the last row, or of every
+        row with `all_logits`."""
         if not tokens:
             raise ValueError("prefill needs at least one token")
         self._check_room(slot, len(tokens))
@@ -417,7 +418,8 @@ class FixedShapeTrunk:
             final, tapped = self._run(tokens, batch, taps)
         for segment in segments:
             self._positions[segment.slot] += segment.n
-        wanted = torch.cat([final[s.row + s.n - part.wanted:s.row + s.n] for s, part in zip(segments, parts, strict=True)])
+        wanted = torch.cat([final[s.row + s.n - part.wanted:s.row + s.n] for s,
+                            part in zip(segments, parts, strict=True)])
         logits = self.logits(wanted) if wanted.shape[0] else final.new_zeros(0, self.config.vocab_size)
         logits = logits.split([part.wanted for part in parts])
         return [ForwardOut(logits=rows_logits, hidden={layer: h[s.rows] for layer, h in tapped.items()})

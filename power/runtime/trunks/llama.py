@@ -63,7 +63,9 @@ class LlamaLayer:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.norm(b + "attn_norm.weight", [d], p.eps)
         self.split_qkv = [q_dim, kv_dim, kv_dim]
-        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
+        self.qkv = w.fused(
+            *((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True))
+        )
         self.biases = [w.optional_tensor(b + f"attn_{x}.bias", [n]) for x, n in zip("qkv", self.split_qkv, strict=True)]
         self.q_norm = w.optional_norm(b + "attn_q_norm.weight", [p.head_dim], p.eps)
         self.k_norm = w.optional_norm(b + "attn_k_norm.weight", [p.head_dim], p.eps)
@@ -77,7 +79,8 @@ class LlamaLayer:
                  p: LlamaParams) -> torch.Tensor:
         n, neox = h.shape[0], p.arch in NEOX_ARCHITECTURES
         x = self.attn_norm(h)
-        q, k, v = (_biased(y, bias) for y, bias in zip(self.qkv(x).split(self.split_qkv, dim=-1), self.biases, strict=True))
+        q, k, v = (_biased(y, bias) for y, bias in zip(self.qkv(x).split(self.split_qkv, dim=-1), self.biases,
+                                                       strict=True))
         q = q.reshape(n, p.n_heads, p.head_dim)
         k = k.reshape(n, p.n_kv_heads, p.head_dim)
         v = v.reshape(n, p.n_kv_heads, p.head_dim)

@@ -220,7 +220,9 @@ class GatedAttentionLayer:
         b, d, q_dim, kv_dim = f"blk.{i}.", p.d_model, p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim
         self.attn_norm = w.norm(b + "attn_norm.weight", [d], p.eps)
         self.split_qkv = [2 * q_dim, kv_dim, kv_dim]
-        self.qkv = w.fused(*((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True)))
+        self.qkv = w.fused(
+            *((b + f"attn_{x}.weight", [rows, d]) for x, rows in zip("qkv", self.split_qkv, strict=True))
+        )
         self.q_norm = w.norm(b + "attn_q_norm.weight", [p.head_dim], p.eps)
         self.k_norm = w.norm(b + "attn_k_norm.weight", [p.head_dim], p.eps)
         self.wo = w.matrix(b + "attn_output.weight", [d, q_dim])
@@ -292,8 +294,13 @@ class Qwen35Trunk(FixedShapeTrunk):
         for segment in batch.segments:
             end = segment.start + segment.n
             if self.options.snapshot_rows:  # the lengths [end - S, end] this forward passed through
-                self.windows[segment.slot] = ResidentWindow(segment.start, max(segment.start, end - self.options.snapshot_rows),
-                                                            end, before[segment.slot], inputs[segment.slot])
+                self.windows[segment.slot] = ResidentWindow(
+                    segment.start,
+                    max(segment.start, end - self.options.snapshot_rows),
+                    end,
+                    before[segment.slot],
+                    inputs[segment.slot],
+                )
             if batch.prefill and end % self.options.prefill_chunk == 0:
                 self.chunk_states[segment.slot] = (end, _share(self.states[segment.slot]))
         return h, tapped

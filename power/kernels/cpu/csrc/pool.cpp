@@ -253,5 +253,5 @@ void run(int64_t n, int64_t grain, Body body, const void* context) {
 
 }  // namespace power_pool
 
-// Registered as torch.ops.<POWER_OPS>.set_wait (power/kernels/cpu/build.py sets it from power.threads.kernel_wait).
+// Registered as torch.ops.<POWER_OPS>.set_wait (power/kernels/cpu/build.py sets it from power.kernels.cpu.waits.kernel_wait).
 TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) { m.def("set_wait(int wait, int spin_us) -> ()", &power_pool::set_wait); }

@@ -37,13 +37,6 @@ struct Chunk {
     int tile_row[NR];
 };
 
-inline V x4(const int8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return splat(v);
-}
-
-const V kLow4 = splat(0x0F0F0F0F);
 const V kBit4 = splat(0x10101010);
 
 // Bit `bit` of every byte of h, moved to bit 4 (the fifth bit of a Q5 weight).
@@ -142,21 +135,10 @@ void tile_q8_0(const uint8_t* t, int64_t nb, const Chunk<NR>& a, float* const* o
         const uint8_t* p = t + b * 544;
         const F dw = load_f16(p);
         V w[8];
-#ifdef POWER_SIGNED_Q8
-        for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g);
-#else
-        for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g) ^ splat((int32_t)0x80808080);
-#endif
+        load_q8_0(p, w);
         for (int r = 0; r < NR; ++r) {
-            const int8_t* q = a.q[r] + 32 * b;
-            V s = zero();
-#ifdef POWER_SIGNED_Q8
-            for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
-#else
-            for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
             const int16_t* bs = a.bsum[r] + 2 * b;
-            s = s - splat(128 * (bs[0] + bs[1]));
-#endif
+            const V s = q8_0_sum(w, a.q[r] + 32 * b, bs[0] + bs[1]);
             acc[r] = acc[r] + block_term(dw, a.d[r][b], s);
         }
     }

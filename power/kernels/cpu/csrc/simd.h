@@ -63,6 +63,11 @@ static inline F load_bf16(const uint8_t* p) {
     return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kEveryLane, wide, 16))};
 }
 static inline F load_f32(const uint8_t* p) { return {_mm512_loadu_ps(p)}; }
+// 16 unsigned bytes, one per lane, as floats (exact).
+static inline F load_u8(const uint8_t* p) {
+    return {_mm512_maskz_cvtepi32_ps(kEveryLane, _mm512_maskz_cvtepu8_epi32(kEveryLane, _mm_loadu_si128((const __m128i*)p)))};
+}
+static inline F abs(F a) { return {_mm512_abs_ps(a.v)}; }
 static inline void store(float* p, F a) { _mm512_storeu_ps(p, a.v); }
 
 #elif defined(POWER_PATH_AVX2) || defined(POWER_PATH_AVXVNNI)
@@ -129,6 +134,14 @@ static inline __m256 bf16_half(const uint8_t* p) {
 }
 static inline F load_bf16(const uint8_t* p) { return {bf16_half(p), bf16_half(p + 16)}; }
 static inline F load_f32(const uint8_t* p) { return {_mm256_loadu_ps((const float*)p), _mm256_loadu_ps((const float*)(p + 32))}; }
+static inline __m256 u8_half(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+static inline F load_u8(const uint8_t* p) { return {u8_half(p), u8_half(p + 8)}; }
+static inline F abs(F a) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    return {_mm256_andnot_ps(sign, a.lo), _mm256_andnot_ps(sign, a.hi)};
+}
 static inline void store(float* p, F a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
 
 #else  // portable scalar C++
@@ -166,5 +179,37 @@ static inline F operator*(F a, F b) POWER_LANES(F, a.v[j] * b.v[j])
 static inline F load_f16(const uint8_t* p) POWER_LANES(F, half_to_float(u16_at(p, j)))
 static inline F load_bf16(const uint8_t* p) POWER_LANES(F, bf16_to_float(u16_at(p, j)))
 static inline F load_f32(const uint8_t* p) POWER_LANES(F, f32_at(p, j))
+static inline F load_u8(const uint8_t* p) POWER_LANES(F, (float)p[j])
+static inline F abs(F a) POWER_LANES(F, std::fabs(a.v[j]))
 static inline void store(float* p, F a) { std::memcpy(p, a.v, 64); }
 #endif
+
+// The same 4 activation bytes in every lane (the operand an integer dot product multiplies each lane's weights by).
+static inline V x4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return splat(v);
+}
+static const V kLow4 = splat(0x0F0F0F0F);
+
+// A Q8_0 block's signed weights for 16 rows (the tile layout's 8 groups of 4 bytes at p + 32), as q8_0_sum takes
+// them: biased by 128 where u8 x s8 products are summed, as stored for the sign trick (POWER_SIGNED_Q8).
+static inline void load_q8_0(const uint8_t* p, V* w) {
+#ifdef POWER_SIGNED_Q8
+    for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g);
+#else
+    for (int g = 0; g < 8; ++g) w[g] = load64(p + 32 + 64 * g) ^ splat((int32_t)0x80808080);
+#endif
+}
+
+// The exact int32 sum of those weights times 32 activation levels q, whose own sum is `total`.
+static inline V q8_0_sum(const V* w, const int8_t* q, [[maybe_unused]] int32_t total) {
+    V s = zero();
+#ifdef POWER_SIGNED_Q8
+    for (int g = 0; g < 8; ++g) s = dot_s8(s, w[g], x4(q + 4 * g));
+    return s;
+#else
+    for (int g = 0; g < 8; ++g) s = dot_u8(s, w[g], x4(q + 4 * g));
+    return s - splat(128 * total);
+#endif
+}

@@ -13,8 +13,8 @@ from power.orchestrator.engines.llama_server import flags, reader
 from power.orchestrator.engines.llama_server.live import LIVE
 from power.orchestrator.engines.llama_server.settings import ENV_PREFIX, NAME, settings_table
 from power.orchestrator.engines.llama_server.sizing import size_llama_server
-from power.orchestrator.launch.tokens import EnvNames
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing, is_quantized
+from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing, is_quantized
+from power.orchestrator.inputs.launch_lines.tokens import EnvNames
 
 
 class LlamaServer(EngineAdapter):
@@ -125,4 +125,7 @@ class LlamaServer(EngineAdapter):
             return []
         if rt.split_mode == "none":
             return [(flag("split_mode"), "none"), (flag("main_gpu"), rt.main_gpu)]
-        return [(flag("split_mode"), "layer"), (flag("tensor_split"), ",".join(f"{r:g}" for r in rt.tensor_split or ()))]
+        return [
+            (flag("split_mode"), "layer"),
+            (flag("tensor_split"), ",".join(f"{r:g}" for r in rt.tensor_split or ())),
+        ]

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import Request, SlotFacts, pad
+from power import modes
+from power.orchestrator.engines.sizing.model import Request, SlotFacts, pad
 
 # llama_context pads the context and the sliding-window cache to 256 cells.
 N_CTX_PAD = 256
@@ -67,17 +68,18 @@ class LlamaContext:
         return min(self.reserve_tokens(), self.n_outputs_max)
 
 
-def target_context(request: Request) -> LlamaContext:
-    """The target's llama_context for llama-server launched with the request's settings."""
-    outputs = max(1, min(request.batch, request.slots * (1 + request.draft_len)))
-    return _context(request.ctx, request, outputs, request.rs_snapshots)
+def target_context(request: Request, architecture: str) -> LlamaContext:
+    """The target's llama_context, for a target of `architecture`, for llama-server launched with the request's
+    settings."""
+    outputs = max(1, min(request.batch, request.slots * (1 + draft_length(request))))
+    return _context(request.ctx, request, outputs, rollback_rows(request, architecture))
 
 
 def draft_context(request: Request, target: LlamaContext) -> LlamaContext:
     """The draft context `common_speculative_init_result` makes (common/speculative.cpp): the target's whole n_ctx,
     the same slots, batches and unified setting, no recurrent rollback rows, and n_outputs_max = n_parallel (a
     DFlash/DSpark block draft: n_parallel x (n_max + 1), `common_base_params_to_speculative`)."""
-    outputs = request.slots * (request.draft_len + 1) if request.block_draft else request.slots
+    outputs = request.slots * (draft_length(request) + 1) if block_draft(request) else request.slots
     return _context(target.n_ctx, request, max(1, outputs), 0)
 
 
@@ -115,20 +117,27 @@ ROLLBACK_ARCHITECTURES = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp"
                                     "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"})
 
 
-@dataclass(frozen=True)
-class SpeculationReserve:
-    """What llama-server reserves in the target's context for speculation."""
-
-    draft_len: int
-    rs_snapshots: int
-    block_draft: bool
+def spec_types(request: Request) -> tuple[str, ...]:
+    """The `--spec-type` list the request's chain renders as (its modes' llama.cpp spellings)."""
+    return tuple(t for kind in request.chain if (t := modes.llama_spec_type(kind)) is not None)
 
 
-def speculation(spec_types: tuple[str, ...], draft_n_max: int, ngram_mod_n_max: int, architecture: str) -> SpeculationReserve:
-    """What the `--spec-type` list makes llama-server reserve for a target of `architecture`, given
-    `--spec-draft-n-max` and `--spec-ngram-mod-n-max`."""
-    lengths = [draft_n_max for t in spec_types if t in DRAFT_N_MAX_TYPES]
-    lengths += [ngram_mod_n_max for t in spec_types if t == NGRAM_MOD_TYPE]
-    rolls_back = any(t in ROLLBACK_ROW_TYPES for t in spec_types) and architecture in ROLLBACK_ARCHITECTURES
-    rollback = draft_n_max if rolls_back else 0
-    return SpeculationReserve(max(lengths, default=0), rollback, any(t in BLOCK_DRAFT_TYPES for t in spec_types))
+def draft_length(request: Request) -> int:
+    """The longest draft a slot verifies: `--spec-draft-n-max` (K) for a draft type, `--spec-ngram-mod-n-max` for
+    ngram-mod (common_speculative_n_max)."""
+    types = spec_types(request)
+    lengths = [request.draft_max for t in types if t in DRAFT_N_MAX_TYPES]
+    lengths += [request.ngram_draft_max for t in types if t == NGRAM_MOD_TYPE]
+    return max(lengths, default=0)
+
+
+def rollback_rows(request: Request, architecture: str) -> int:
+    """n_rs_seq: the recurrent rows a sequence keeps for a partial rollback, K for a rollback type on an
+    architecture that supports it (need_n_rs_seq), else 0."""
+    rolls_back = any(t in ROLLBACK_ROW_TYPES for t in spec_types(request)) and architecture in ROLLBACK_ARCHITECTURES
+    return request.draft_max if rolls_back else 0
+
+
+def block_draft(request: Request) -> bool:
+    """Whether the draft context decodes a whole block (DFlash, DSpark: common_base_params_to_speculative)."""
+    return any(t in BLOCK_DRAFT_TYPES for t in spec_types(request))

@@ -26,7 +26,7 @@ import bisect
 import struct
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import DeviceBudget, Split
+from power.orchestrator.engines.sizing.model import DeviceBudget, Split, default_ratios
 
 CPU = None  # a layer llama.cpp keeps in host memory
 
@@ -59,13 +59,8 @@ def _runs(indices: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def default_ratios(devices: tuple[DeviceBudget, ...]) -> tuple[float, ...]:
-    """What Power renders as `-ts` when the profile sets none: each device's memory after its headroom
-    (llama.cpp's own default, free memory at load time, is not known when planning)."""
-    return tuple(float(max(d.memory_bytes - d.headroom_bytes, 0)) for d in devices)
-
-
-def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[DeviceBudget, ...], split: Split) -> LayerPlacement:
+def place_layers(n_layer_all: int, gpu_layers: int | None, devices: tuple[DeviceBudget, ...],
+                 split: Split) -> LayerPlacement:
     """The device of every block and of the output layer, as llama.cpp assigns them."""
     if len(devices) == 1 and devices[0].kind == "cpu":
         return LayerPlacement(tuple(0 for _ in range(n_layer_all)), 0)

@@ -18,9 +18,9 @@ from power import modes
 from power.findings import Finding, Severity
 from power.orchestrator.engines.llama_server import flags, options
 from power.orchestrator.engines.llama_server.settings import NAME, field_of_option, settings_table
-from power.orchestrator.launch.options import NO_EFFECT, REFUSED, Row, refusal
-from power.orchestrator.launch.spec import LaunchSpec, finding, is_number, runs_a_file, sidecar
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.options import NO_EFFECT, REFUSED, Row, refusal
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec, finding, is_number, runs_a_file, sidecar
+from power.orchestrator.inputs.launch_lines.tokens import Token
 
 # `-np` left at its default (-1, "auto") makes llama-server serve 4 slots over one unified KV cache
 # (tools/server/server.cpp: "n_parallel is set to auto, using n_parallel = 4 and kv_unified = true").
@@ -85,8 +85,9 @@ def _llama_options(tokens: list[Token], findings: list[Finding]) -> Iterator[_Gi
         index += 1 + len(values)
         if len(values) < option.values:
             findings.append(finding(
-                "PWR441", token, f"{token.text} takes a value ({option.value}) but the line ends: llama-server stops at "
-                f"start with `{flags.ARGUMENT_ERROR.format(flag=token.text, reason=flags.MISSING_VALUE)}`",
+                "PWR441", token, f"{token.text} takes a value ({option.value}) but the line ends: "
+                "llama-server stops at start with "
+                f"`{flags.ARGUMENT_ERROR.format(flag=token.text, reason=flags.MISSING_VALUE)}`",
                 f"write {token.text} {option.value}, or drop it"))
         elif option.removed:
             findings.append(_removed(option, token))
@@ -219,7 +220,9 @@ def _llama_defaults(spec: LaunchSpec) -> None:
     spec.ubatch = spec.ubatch or default("--ubatch-size")
     if any(kind in modes.WEIGHT_FREE for kind in spec.chain):
         spec.ngram_match = spec.ngram_match or default("--spec-ngram-mod-n-match")
-        spec.ngram_draft_min = spec.ngram_draft_min if spec.ngram_draft_min is not None else default("--spec-ngram-mod-n-min")
+        spec.ngram_draft_min = (
+            spec.ngram_draft_min if spec.ngram_draft_min is not None else default("--spec-ngram-mod-n-min")
+        )
         spec.ngram_draft_max = spec.ngram_draft_max or default("--spec-ngram-mod-n-max")
         if spec.mode in modes.WEIGHT_FREE:  # n-gram alone: its longest draft is the proposal width
             spec.k = spec.ngram_draft_max

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from functools import cache
 
+from power.documents.plan import EngineName
 from power.findings import Finding
 from power.orchestrator.engines.base import Setting, Settings
 from power.orchestrator.engines.llama_server import flags, options
-from power.orchestrator.inputs.rules import override_target
-from power.orchestrator.launch.spec import (
+from power.orchestrator.inputs.launch_lines.spec import (
     ValueReader,
     finding,
     is_number,
@@ -25,9 +25,10 @@ from power.orchestrator.launch.spec import (
     read_text,
     read_token,
 )
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.tokens import Token
+from power.orchestrator.inputs.rules import override_target
 
-NAME = "llama-server"
+NAME: EngineName = "llama-server"
 ENV_PREFIX = "LLAMA_ARG_"
 
 

@@ -41,9 +41,8 @@ from power.artifacts.facts import GLOBAL, NEXTN, RECURRENT, SLIDING, ArtifactFac
 from power.artifacts.gguf_reader import TensorInfo
 from power.orchestrator.engines.llama_server.context import LlamaContext, draft_context, slot_facts, target_context
 from power.orchestrator.engines.llama_server.placement import LayerPlacement, place_layers
-from power.orchestrator.inputs.units import format_size
-from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.model import (
+from power.orchestrator.engines.sizing import llama_graph
+from power.orchestrator.engines.sizing.model import (
     CUDA_CONTEXT_BYTES,
     CUDA_GRAPH_BYTES_PER_SHAPE,
     Basis,
@@ -61,6 +60,7 @@ from power.orchestrator.sizing.model import (
     type_bytes,
     whole,
 )
+from power.orchestrator.inputs.units import format_size
 
 # Recurrent conv and ssm state are f32 (type_r, type_s).
 STATE_BYTES = 4
@@ -86,7 +86,7 @@ class _Ledger:
 
 def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Request,
                       devices: tuple[DeviceBudget, ...]) -> Sizing:
-    context = target_context(request)
+    context = target_context(request, target.architecture)
     placement = place_layers(len(target.layers), request.gpu_layers, devices, request.split)
     on_cpu = devices[0].kind == "cpu"
     ledger = _Ledger(defaultdict(list))
@@ -106,7 +106,8 @@ def size_llama_server(target: ArtifactFacts, drafter: ArtifactFacts | None, requ
     for position in _initialised_gpus(devices, request):
         runs_layers = bool(ledger.by_location[position])
         ledger.add(position, Component("CUDA context", CUDA_CONTEXT_BYTES,
-                                       "CUDA runtime, cuBLAS workspace, kernel images (not measured here)", "estimated"))
+                                       "CUDA runtime, cuBLAS workspace, kernel images (not measured here)",
+                                       "estimated"))
         if request.cuda_graphs and runs_layers:
             shapes = 2 if (drafter is not None or request.use_mtp) else 1
             ledger.add(position, Component("CUDA graphs", shapes * CUDA_GRAPH_BYTES_PER_SHAPE,
@@ -206,7 +207,8 @@ def kv_cell_bytes(layer: LayerFacts, k_type: str, v_type: str, v_width: int) -> 
     return type_bytes(layer.n_head_kv * layer.head_dim_k, k_type) + type_bytes(v_width, v_type)
 
 
-def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placement: LayerPlacement, context: LlamaContext,
+def _kv(ledger: _Ledger, facts: ArtifactFacts, layers: list[LayerFacts], placement: LayerPlacement,
+        context: LlamaContext,
         cache_type: str, label: str, basis: Basis) -> None:
     n_swa = whole(facts.hparam("attention.sliding_window"))
     v_widest = max((l.n_head_kv * l.head_dim_v for l in layers), default=0)

@@ -13,14 +13,14 @@ from power import modes
 from power.artifacts.facts import RECURRENT, ArtifactFacts
 from power.artifacts.runtime_types import unreadable_types
 from power.documents.kv_types import Q8_0_BLOCK, RUNTIME_KV_TYPES, whole_blocks
-from power.documents.plan import ResolvedPlan
+from power.documents.plan import EngineName, ResolvedPlan
 from power.findings import Finding
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, Setting, Settings
 from power.orchestrator.engines.common import draft_placement_refusal, tensor_parallel_refusal
 from power.orchestrator.engines.power.sizing import size_power
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
+from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing
 
-NAME = "power"
+NAME: EngineName = "power"
 
 SETTINGS = Settings((
     Setting("plan", None, "POWER_PLAN", "the plan file `power serve` runs"),
@@ -74,7 +74,8 @@ class PowerRuntime(EngineAdapter):
                                     "positions; runtime.kv_unified shares one cache between them",
                                     'set kv_unified = false, or run engine "llama-server"', "profile",
                                     "runtime.kv_unified"))
-        for key, kv_type in (("kv_cache_type", asked.kv_cache_type), ("draft_kv_cache_type", asked.draft_kv_cache_type)):
+        for key, kv_type in (("kv_cache_type", asked.kv_cache_type), ("draft_kv_cache_type",
+                                                                      asked.draft_kv_cache_type)):
             if kv_type is not None and kv_type not in RUNTIME_KV_TYPES:
                 refusals.append(Refusal("PWR512", f"{key} = \"{kv_type}\" is not a type Power's runtime holds its "
                                         f"caches in ({', '.join(RUNTIME_KV_TYPES)})",
@@ -101,8 +102,9 @@ class PowerRuntime(EngineAdapter):
                          for w in (layer.head_dim_k, layer.head_dim_v) if w})
         if all(whole_blocks(asked.kv_cache_type, width) for width in widths):
             return refusals
-        return refusals + [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of {Q8_0_BLOCK} values; "
-                        f"the target's key/value head widths {'/'.join(map(str, widths))} are not whole blocks",
+        return refusals + [Refusal("PWR513", f"kv_cache_type = \"{asked.kv_cache_type}\" stores blocks of "
+                        f"{Q8_0_BLOCK} values; the target's key/value head widths {'/'.join(map(str, widths))} "
+                        "are not whole blocks",
                         'set kv_cache_type = "f16" (or "bf16", "f32")', "profile", "runtime.kv_cache_type")]
 
     def artifact_findings(self, artifact: ArtifactFacts) -> list[Finding]:

@@ -48,7 +48,7 @@ from power.artifacts.runtime_types import RUNTIME_TYPES  # the types the CPU ker
 from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
 from power.modes import NATIVE_HEADS
-from power.orchestrator.sizing.model import (
+from power.orchestrator.engines.sizing.model import (
     CUDA_CONTEXT_BYTES,
     CUDA_GRAPH_BYTES_PER_SHAPE,
     Component,
@@ -114,7 +114,9 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
     if request.fr_vocab_size:
         components.append(_cut_head(target, request.fr_vocab_size, device.kind))
     components.append(_compute(target, prefill_rows, positions, request.vocab, request.flash_attn, "target"))
-    if drafter is not None and drafter.drafter_kind not in NATIVE_HEADS:  # an MTP sidecar's compute is the MTP head's, below
+    if (
+        drafter is not None and drafter.drafter_kind not in NATIVE_HEADS
+    ):  # an MTP sidecar's compute is the MTP head's, below
         drafting.append(_compute(drafter, request.verify_rows, positions, request.vocab, request.flash_attn, "drafter"))
     if request.use_mtp:
         drafting.append(_compute(target, request.verify_rows, positions, request.fr_vocab_size or request.vocab,
@@ -131,7 +133,8 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
                                         f"{shapes} captured shape(s) x {CUDA_GRAPH_BYTES_PER_SHAPE // MiB} MiB pool "
                                         "(not measured here)", "estimated"))
     slots = SlotFacts(slots=request.slots, kv_unified=False, engine_ctx=layout.positions_per_slot * request.slots,
-                      ctx_per_slot=layout.positions_per_slot, kv_streams=request.slots, sliding_cells=None, batch=request.verify_rows,
+                      ctx_per_slot=layout.positions_per_slot, kv_streams=request.slots, sliding_cells=None,
+                      batch=request.verify_rows,
                       ubatch=request.verify_rows, outputs=request.verify_rows)
     placed = DeviceSizing(device, tuple(c for c in components if c.bytes), "every layer")
     return Sizing("power", request.ctx, slots, (placed,), host)

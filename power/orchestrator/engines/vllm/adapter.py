@@ -12,11 +12,11 @@ from power.artifacts.facts import ArtifactFacts
 from power.documents.plan import ResolvedPlan
 from power.orchestrator.engines.base import Asked, EngineAdapter, Launch, Refusal, options
 from power.orchestrator.engines.common import draft_placement_refusal, unsupported_notes, visible_devices
+from power.orchestrator.engines.sizing.model import DeviceBudget, Request, Sizing
 from power.orchestrator.engines.vllm import reader
 from power.orchestrator.engines.vllm.live import LIVE
 from power.orchestrator.engines.vllm.settings import KV_DTYPES, NAME, SETTINGS
 from power.orchestrator.engines.vllm.sizing import size_vllm, tensor_parallel_issue
-from power.orchestrator.sizing.model import DeviceBudget, Request, Sizing
 
 _HINT = 'run this deployment with engine "llama-server" or "power"'
 # The target model types vLLM runs EAGLE-3 against, by substring of the target's model type
@@ -111,7 +111,9 @@ class Vllm(EngineAdapter):
         if rt.kv_cache_type in KV_DTYPES:
             args.append((flag("kv_cache_type"), KV_DTYPES[rt.kv_cache_type]))
         else:
-            notes.append(f"kv cache type {rt.kv_cache_type}: vLLM has no such --kv-cache-dtype; it uses the model dtype")
+            notes.append(
+                f"kv cache type {rt.kv_cache_type}: vLLM has no such --kv-cache-dtype; it uses the model dtype"
+            )
         if plan.mode.chain:
             config, config_notes = speculative_config(plan)
             args.append((flag("speculative_config"), json.dumps(config, sort_keys=True)))

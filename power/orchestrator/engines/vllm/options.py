@@ -2,16 +2,16 @@
 
 vLLM has no option table Power pins (its arguments are `vllm/engine/arg_utils.py` `EngineArgs` and the OpenAI
 server's `cli_args.py`, hundreds of them, changing each release), so the rows below are the arguments Power reads,
-each with its disposition (`power.orchestrator.launch.options`); any other argument is a warning (PWR446) naming it, so nothing on
-the line is dropped without a word. A carried argument's field is the vLLM adapter's settings table's
-(`settings.SETTINGS`); the speculative arguments are read by the reader itself (`reader`).
+each with its disposition (`power.orchestrator.inputs.launch_lines.options`); any other argument is a warning (PWR446)
+naming it, so nothing on the line is dropped without a word. A carried argument's field is the vLLM adapter's settings
+table's (`settings.SETTINGS`); the speculative arguments are read by the reader itself (`reader`).
 """
 
 from __future__ import annotations
 
 from functools import cache
 
-from power.orchestrator.launch.options import REFUSE, WARN, Row, carried, no_effect, refused
+from power.orchestrator.inputs.launch_lines.options import REFUSE, WARN, Row, carried, no_effect, refused
 
 # the speculative configuration, read by the reader (`reader.read`), not through the settings table
 SPECULATIVE = ("--speculative-config", "--spec-method", "--spec-model", "--spec-tokens")

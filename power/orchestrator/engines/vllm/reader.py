@@ -16,9 +16,9 @@ from power.artifacts.bounded_reader import DocumentError, parse_json
 from power.findings import Finding, Severity
 from power.orchestrator.engines.vllm import options
 from power.orchestrator.engines.vllm.settings import NAME, SETTINGS
-from power.orchestrator.launch.options import NO_EFFECT, REFUSED, Row, refusal
-from power.orchestrator.launch.spec import LaunchSpec, finding, is_number, read_int, retext, runs_a_file
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.options import NO_EFFECT, REFUSED, Row, refusal
+from power.orchestrator.inputs.launch_lines.spec import LaunchSpec, finding, is_number, read_int, retext, runs_a_file
+from power.orchestrator.inputs.launch_lines.tokens import Token
 
 REMOVED = {
     "--speculative-model": None, "--num-speculative-tokens": None, "--speculative-draft-tensor-parallel-size": None,
@@ -85,7 +85,9 @@ def read(tokens: list[Token]) -> tuple[LaunchSpec, list[Finding]]:
             spec.cuda_graphs, spec.given["cuda_graphs"] = False, flag
         elif value is None:
             continue
-        elif (field := SETTINGS.field_of_flag(flag.text)) is not None and (read := SETTINGS.reader(field)) is not None:  # the settings table, flag -> field
+        elif (field := SETTINGS.field_of_flag(flag.text)) is not None and (
+            read := SETTINGS.reader(field)
+        ) is not None:  # the settings table, flag -> field
             spec.given[field] = flag
             setattr(spec, field, read(value, findings))
         elif flag.text == "--speculative-config":

@@ -7,13 +7,14 @@ meaning is the importer's row for the argument (`options`).
 
 from __future__ import annotations
 
+from power.documents.plan import EngineName
 from power.findings import Finding
 from power.orchestrator.engines.base import Setting, Settings
 from power.orchestrator.engines.vllm import options
-from power.orchestrator.launch.spec import ValueReader, finding, read_int, read_token
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.spec import ValueReader, finding, read_int, read_token
+from power.orchestrator.inputs.launch_lines.tokens import Token
 
-NAME = "vllm"
+NAME: EngineName = "vllm"
 # vLLM's --kv-cache-dtype has no llama.cpp block types: f16/bf16 map to the model dtype.
 KV_DTYPES = {"f16": "auto", "bf16": "auto", "f32": "auto"}
 

@@ -16,8 +16,8 @@ model runs with the target's tensor parallelism unless told otherwise).
 from __future__ import annotations
 
 from power.artifacts.facts import GLOBAL, RECURRENT, SLIDING, ArtifactFacts
-from power.orchestrator.sizing import llama_graph
-from power.orchestrator.sizing.model import (
+from power.orchestrator.engines.sizing import llama_graph
+from power.orchestrator.engines.sizing.model import (
     CUDA_CONTEXT_BYTES,
     CUDA_GRAPH_BYTES_PER_SHAPE,
     CheckpointDraft,

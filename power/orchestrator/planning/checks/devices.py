@@ -1,4 +1,5 @@
-"""PWR507, PWR508, PWR510, PWR530, PWR532: the profile's split settings against the deployment's devices, whatever the engine.
+"""PWR507, PWR508, PWR510, PWR530, PWR532: the profile's split settings against the deployment's
+devices, whatever the engine.
 
 Located at the profile key an operator changes (runtime.tensor_split,
 runtime.main_gpu); any error means no plan. What one engine cannot run on the
@@ -37,8 +38,9 @@ def check_devices(profile: Loaded, host: HostSpec, devices: tuple[int, ...]) -> 
     if draft is not None and (draft >= count or host.devices[devices[draft]].kind != "gpu"):
         gpus = [position for position, index in enumerate(devices) if host.devices[index].kind == "gpu"]
         findings.append(profile.finding(
-            "PWR530", f"runtime.draft_device = {draft}, but the deployment's GPUs are at {gpus or 'no position'} of its "
-            f"{count} device(s) (draft_device counts within them, from 0)", where="runtime.draft_device",
+            "PWR530", f"runtime.draft_device = {draft}, but the deployment's GPUs are at "
+            f"{gpus or 'no position'} of its {count} device(s) (draft_device counts within them, from 0)",
+            where="runtime.draft_device",
             hint=f"use a draft_device among {gpus}" if gpus else "remove draft_device: the drafter runs where the "
                                                                   "target runs"))
     for index, entry in enumerate(runtime.draft_override_tensor or ()):

@@ -1,4 +1,5 @@
-"""Is a drafter worth it? The break-even arithmetic (docs/reference.md), answered against the incumbent, not against zero.
+"""Is a drafter worth it? The break-even arithmetic (docs/reference.md), answered against the
+incumbent, not against zero.
 
     round_time = draft_cost(K, d_s) + v * t_s      drafting, then K + 1 rows verified in one target pass
     A          = (1 - p^(K+1)) / (1 - p)           expected tokens committed per round
@@ -224,7 +225,8 @@ def under_load(evidence: dict[str, Any], shape: str, slots: int) -> dict[str, An
 
 
 def render_text(report: Report) -> str:
-    """The report in the order of docs/reference.md: already drafting; break-even; band and rate; fit and attachment; the measurement."""
+    """The report in the order of docs/reference.md: already drafting; break-even; band and rate; fit and
+    attachment; the measurement."""
     r = report
     source = (f"read from {r.measured['engine']}'s own timings on {r.measured['shape']!r}" if r.measured
               else "as given")
@@ -245,9 +247,11 @@ def render_text(report: Report) -> str:
     lines.append(f"4. Fit and attachment surface: {r.fit}")
     lines.append(f"5. The one measurement that settles it: {r.settling_measurement}")
     if r.load is not None:
-        lines.append(f"6. With {r.load['slots']} slots busy: the candidate's aggregate was {r.load['measured_speedup']:.2f}x "
-                     f"the incumbent's on {r.load['shape']!r} (`power bench --concurrency`): "
-                     f"{'it pays there' if r.load['pays'] else 'it does not pay there, so this is a LOSS for a deployment that serves them'}")
+        pays = ("it pays there" if r.load["pays"]
+                else "it does not pay there, so this is a LOSS for a deployment that serves them")
+        lines.append(f"6. With {r.load['slots']} slots busy: the candidate's aggregate was "
+                     f"{r.load['measured_speedup']:.2f}x the incumbent's on {r.load['shape']!r} "
+                     f"(`power bench --concurrency`): {pays}")
     return "\n".join(lines)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from power.artifacts.facts import ArtifactFacts
 from power.findings import Finding
 from power.orchestrator.engines import adapter
+from power.orchestrator.engines.sizing import DeviceSizing, MiB, Sizing
 from power.orchestrator.inputs.loading import Loaded
 from power.orchestrator.inputs.units import format_size
-from power.orchestrator.sizing import DeviceSizing, MiB, Sizing
 
 # Drafter KV above this without a sliding window is worth a warning (docs/reference.md: DSpark's 5.0 GiB at 262144).
 DRAFTER_KV_BUDGET = 1024 * MiB

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from power import codes
 from power.findings import Finding, Severity
-from power.orchestrator.launch.spec import finding
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.spec import finding
+from power.orchestrator.inputs.launch_lines.tokens import Token
 
 # the codes of a refusal: what would run differs from the plan (an error); only a request default or a setting the
 # render takes elsewhere is lost (a warning); a model to download at start

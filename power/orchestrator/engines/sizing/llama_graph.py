@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from power.orchestrator.sizing.model import pad
+from power.orchestrator.engines.sizing.model import pad
 
 F32, I32, I64, F16 = 4, 4, 8, 2
 # ggml_backend_buffer_type alignment: the CPU buffer type's TENSOR_ALIGNMENT, CUDA's 128.
@@ -105,7 +105,8 @@ class Phase:
     terms: str
 
 
-def compute_phases(shape: GraphShape, alignment: int, with_layers: bool = True, with_output: bool = True) -> list[Phase]:
+def compute_phases(shape: GraphShape, alignment: int, with_layers: bool = True,
+                   with_output: bool = True) -> list[Phase]:
     """Each candidate peak with its terms; the buffer is the largest. `with_layers` / `with_output`: whether this
     buffer's backend runs the repeating layers / the output layer (one device of a layer split may hold either)."""
     a = alignment
@@ -227,7 +228,8 @@ def _k_rotation(head_dim: int) -> int:
     return size
 
 
-def compute_bytes(shape: GraphShape, alignment: int, with_layers: bool = True, with_output: bool = True) -> tuple[int, Phase]:
+def compute_bytes(shape: GraphShape, alignment: int, with_layers: bool = True,
+                  with_output: bool = True) -> tuple[int, Phase]:
     """The buffer size and the phase that sets it."""
     peak = max(compute_phases(shape, alignment, with_layers, with_output), key=lambda phase: phase.bytes)
     return peak.bytes, peak

@@ -49,7 +49,12 @@ def _ngram_width(profile: Loaded, resolved: str) -> list[Finding]:
     longest = settings.runtime.ngram_draft_max
     if resolved not in modes.WEIGHT_FREE or longest is None or longest <= settings.spec_draft_max:
         return []
-    return [profile.finding(
-        "PWR427", f"ngram_draft_max = {longest} but K = spec_draft_max = {settings.spec_draft_max}: Power's runtime "
-        f"verifies at most K drafts per round while llama-server would draft {longest}", where="runtime.ngram_draft_max",
-        hint=f"set spec_draft_max = {longest} (the n-gram's longest draft is K), or lower ngram_draft_max")]
+    return [
+        profile.finding(
+            "PWR427",
+            f"ngram_draft_max = {longest} but K = spec_draft_max = {settings.spec_draft_max}: Power's runtime "
+            f"verifies at most K drafts per round while llama-server would draft {longest}",
+            where="runtime.ngram_draft_max",
+            hint=f"set spec_draft_max = {longest} (the n-gram's longest draft is K), or lower ngram_draft_max",
+        )
+    ]

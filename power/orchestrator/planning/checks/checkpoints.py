@@ -14,10 +14,10 @@ from power.artifacts.checkpoint import TOKENIZER, CheckpointFacts, listing_sha25
 from power.artifacts.facts import ArtifactError
 from power.artifacts.tokenizer_facts import TokenizerFacts
 from power.findings import Finding, Severity
-from power.orchestrator.checks.artifacts import ArtifactSource, Checked
-from power.orchestrator.checks.drafters import binding_findings
+from power.orchestrator.engines.sizing.model import whole
 from power.orchestrator.inputs.loading import Loaded
-from power.orchestrator.sizing.model import whole
+from power.orchestrator.planning.checks.artifacts import ArtifactSource, Checked
+from power.orchestrator.planning.checks.drafters import binding_findings
 
 EAGLE3_FUSED_STATES = 3  # vLLM's EAGLE-3 `fc` fuses three target hidden states (llama_eagle3.py)
 
@@ -71,12 +71,14 @@ def _files(manifest: Loaded, here: str, folder: Path, declared, memo: ArtifactSo
         size = path.stat().st_size
         if entry.size is not None and size != entry.size:
             findings.append(manifest.finding("PWR111", f"{where}: {path} is {size:,} bytes, the manifest declares "
-                                             f"{entry.size:,}", where=f"{where}.size", hint="restore the published file"))
+                                             f"{entry.size:,}", where=f"{where}.size",
+                                             hint="restore the published file"))
             continue
         digest = memo.sha256(path)
         if entry.sha256 is not None and digest != entry.sha256:
             findings.append(manifest.finding("PWR112", f"{where}: {path} has sha256 {digest}, the manifest declares "
-                                             f"{entry.sha256}", where=f"{where}.sha256", hint="restore the published file"))
+                                             f"{entry.sha256}", where=f"{where}.sha256",
+                                             hint="restore the published file"))
             continue
         files.append((entry.name, size, digest))
     return files, findings
@@ -89,8 +91,8 @@ def _contract(manifest: Loaded, here: str, kind: str, facts: CheckpointFacts,
     if facts.kind != kind:
         return [manifest.finding("PWR210", f"{here}: the checkpoint's config.json names {facts.architecture}, "
                                  f"{'a ' + facts.kind if facts.kind else 'no'} drafter kind, not {kind}",
-                                 where=f"{here}.kind", hint="declare the kind the checkpoint is, or point `path` at the "
-                                 f"{kind} checkpoint")]
+                                 where=f"{here}.kind", hint="declare the kind the checkpoint is, or "
+                                 f"point `path` at the {kind} checkpoint")]
     layers, vocab, width = target
     fused = facts.target_hidden_size or (facts.hidden_size if kind == modes.EAGLE3 else None)
     findings = [manifest.finding("PWR211", f"{here}: the checkpoint was built for a target of {theirs:,} {what}; this "
@@ -116,7 +118,11 @@ def _inconsistencies(kind: str, facts: CheckpointFacts, layers: int) -> list[str
     if kind == modes.EAGLE3 and facts.aux_layer_ids is not None and len(ids) != EAGLE3_FUSED_STATES:
         problems.append(f"names {len(ids)} target layers (eagle_aux_hidden_state_layer_ids); vLLM's EAGLE-3 fuses "
                         f"{EAGLE3_FUSED_STATES}")
-    if facts.draft_vocab_size is not None and facts.vocab_size is not None and facts.draft_vocab_size > facts.vocab_size:
+    if (
+        facts.draft_vocab_size is not None
+        and facts.vocab_size is not None
+        and facts.draft_vocab_size > facts.vocab_size
+    ):
         problems.append(f"draft_vocab_size {facts.draft_vocab_size:,} exceeds its vocab_size {facts.vocab_size:,}")
     return problems
 

@@ -13,8 +13,8 @@ parameters and layer split beside it), and its adapter says which it is.
 docs/sizing.md gives every rule with its source.
 """
 
-from power.orchestrator.sizing.fit import Sizer, fitting_split, largest_context
-from power.orchestrator.sizing.model import (
+from power.orchestrator.engines.sizing.fit import Sizer, fitting_split, largest_context
+from power.orchestrator.engines.sizing.model import (
     CheckpointDraft,
     Component,
     DeviceBudget,
@@ -28,5 +28,6 @@ from power.orchestrator.sizing.model import (
     whole,
 )
 
-__all__ = ["CheckpointDraft", "Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing", "SlotFacts",
+__all__ = ["CheckpointDraft", "Component", "DeviceBudget", "DeviceSizing", "MiB", "Request", "Sizer", "Sizing",
+           "SlotFacts",
            "Split", "fitting_split", "largest_context", "trunk_layers", "whole"]

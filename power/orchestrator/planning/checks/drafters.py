@@ -9,8 +9,8 @@ from __future__ import annotations
 from power import modes
 from power.artifacts import contracts
 from power.findings import Finding
-from power.orchestrator.checks.artifacts import Checked
 from power.orchestrator.inputs.loading import Loaded
+from power.orchestrator.planning.checks.artifacts import Checked
 
 
 def check_drafter(manifest: Loaded, index: int, declared, checked: Checked | None, target: Checked) -> list[Finding]:
@@ -47,7 +47,8 @@ def _at_declaration(manifest: Loaded, index: int, findings: list[Finding]) -> li
             if f.code in DECLARATION_CODES else f for f in findings]
 
 
-def contract_facts(kind: str, checked: Checked | None, target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
+def contract_facts(kind: str, checked: Checked | None,
+                   target: Checked) -> dict[str, int | float | str | bool | tuple[int, ...]]:
     """The header facts a plan records for a drafter (what the runtime and renderers need, nothing else)."""
     if kind in modes.NATIVE_HEADS:
         return {"nextn_predict_layers": contracts.nextn_layer_count((checked or target).facts)}

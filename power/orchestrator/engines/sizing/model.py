@@ -69,6 +69,13 @@ class Split:
     tensor_parallel: int = 1
 
 
+def default_ratios(devices: tuple[DeviceBudget, ...]) -> tuple[float, ...]:
+    """A split's ratios when the profile sets none, whatever the engine: each device's memory after its headroom
+    (what Power renders as llama-server's `-ts`; llama.cpp's own default, free memory at load time, is not known
+    when planning)."""
+    return tuple(float(max(d.memory_bytes - d.headroom_bytes, 0)) for d in devices)
+
+
 @dataclass(frozen=True)
 class CheckpointDraft:
     """A drafter vLLM loads from a Hugging Face checkpoint: its weights' bytes (its safetensors files) and the
@@ -92,9 +99,9 @@ class Request:
     verify_rows: int = 1  # Power's fixed verification shape
     arithmetic: str = QUANTISED  # Power's matrix products (power.documents.arithmetic): what its weights hold
     snapshots: int = 0  # Power: S resident recurrent snapshots
-    draft_len: int = 0  # llama-server: the longest draft a slot verifies (outputs reserved per slot: 1 + draft_len)
-    rs_snapshots: int = 0  # llama-server: n_rs_seq, recurrent rows kept per sequence for a partial rollback
-    block_draft: bool = False  # llama-server: a DFlash/DSpark draft context samples every block position
+    chain: tuple[str, ...] = ()  # the resolved mode's chain (power.modes names), first proposer first
+    draft_max: int = 0  # K, the proposal width
+    ngram_draft_max: int = 0  # n-gram's longest draft
     kv_cache_type: str = "f16"
     draft_kv_cache_type: str = "f16"
     flash_attn: bool = False
@@ -228,7 +235,8 @@ def block_index(tensor_name: str) -> int | None:
 
 
 def recurrent_row_widths(facts: ArtifactFacts) -> tuple[int, int]:
-    """llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state) of a Mamba-style / gated delta-net layer."""
+    """llama_hparams::n_embd_r (conv state) and n_embd_s (ssm / delta state) of a Mamba-style /
+    gated delta-net layer."""
     d_conv = whole(facts.hparam("ssm.conv_kernel"))
     d_inner = whole(facts.hparam("ssm.inner_size"))
     d_state = whole(facts.hparam("ssm.state_size"))

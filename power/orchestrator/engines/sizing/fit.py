@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from power.orchestrator.sizing.model import DeviceSizing, Request, Sizing
+from power.orchestrator.engines.sizing.model import DeviceSizing, Request, Sizing
 
 # An engine's sizing of a request on the deployment's devices (`EngineAdapter.size` with the artifacts bound).
 Sizer = Callable[[Request], Sizing]
@@ -55,7 +55,8 @@ def fitting_split(size: Sizer, request: Request, devices: int, layers: int) -> t
     return best
 
 
-def _greedy(units: int, n_devices: int, devices_of: Callable[[tuple[int, ...]], tuple[DeviceSizing, ...]]) -> tuple[int, ...]:
+def _greedy(units: int, n_devices: int,
+            devices_of: Callable[[tuple[int, ...]], tuple[DeviceSizing, ...]]) -> tuple[int, ...]:
     """Give each device in turn the most units it holds (the later ones taking the rest), checking that device only."""
     counts = [0] * n_devices
     left = units

@@ -259,7 +259,9 @@ def _words(text: str, file: str, number: int, line: str, offset: int) -> list[_R
         try:
             [value] = shlex.split(raw) or [""]
         except ValueError as err:
-            raise LaunchInputError(f"{file}:{number}:{offset + match.start() + 1}: cannot read {raw!r} ({err})") from None
+            raise LaunchInputError(
+                f"{file}:{number}:{offset + match.start() + 1}: cannot read {raw!r} ({err})"
+            ) from None
         tokens.append(_RawToken(value, file, number, offset + match.start() + 1, line, raw=raw))
     return tokens
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from power import modes
 from power.findings import Finding, Severity
-from power.orchestrator.launch.tokens import Token
+from power.orchestrator.inputs.launch_lines.tokens import Token
 
 # How one value word reads into a setting; a word that does not read appends its finding and gives None.
 ValueReader = Callable[[Token, list[Finding]], Any]

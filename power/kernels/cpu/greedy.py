@@ -1,0 +1,177 @@
+"""The cheap pass of the exact greedy LM head over a Q8_0 head, on the CPU, and its torch reference.
+
+API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the matrix's own)
+-------------------------------------------------------------------------------------------
+- `CompactHead(matrix)`: from a Q8_0 `QuantMatrix` [vocab, in], a compact copy of its weights' high nibbles
+  (`nbytes`: 19 bytes per row and block of 32 weights, against Q8_0's 34; the Q8_0 matrix stays and is read too).
+  - `head.bounded(x, exact_blocks)`: x [n, in] -> (p, bound) float32 [n, vocab] with
+    `fl(p - bound) <= matrix(x) <= fl(p + bound)` for every row and token (the float32 comparisons included).
+    Each row multiplies its `exact_blocks` blocks of largest activation norm by all 8 bits and the rest by their
+    high nibbles; with every block exact, p is `matrix(x)` bit for bit.
+- `reference_bounded(raw, shape, x, exact_blocks)`: the same arithmetic in plain torch from the GGUF bytes; every
+  instruction path computes its bits (tests/test_kernel_cpu_greedy.py).
+
+Arithmetic (csrc/greedyhead.cpp; no fused multiply-add)
+-------------------------------------------------------
+Row x is quantised as the products quantise it (`power.kernels.cpu`): per block b of 32, levels x_q in [-127, 127]
+and a float32 scale d_x. Token v's block has a float16 scale d_w and int8 weights q, split as
+q = 16 h + 8 + l with h = floor(q / 16) in [-8, 7] and l in [-8, 7]. With c_b = fl(d_w d_x), the full product's own
+scale product, the block's integer is A_b = sum q x_q (an exact block: the full product's integer S_b) or
+A_b = sum (16 h + 8) x_q = 16 sum (h + 8) x_q - 120 sum x_q (a bounded one), exact in int32 and in float32
+(|A_b| < 2^24), and tau_b = fl(c_b A_b). In block order from +0:
+p = sum tau_b, m = sum |tau_b|, r = sum over the bounded blocks of fl(fl(|c_b| L_b) X_b), where L_b =
+ceil(4 ||l||) (stored, a byte) and X_b is ||x_q|| rounded up to float32; then
+bound = fl(fl(fl(r k_rem) + fl(m k_sum)) + floor).
+
+The bound. u = 2^-24, gamma_k = k u / (1 - k u) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed.,
+Lemma 3.1; a sum of k terms in any fixed order: eq. 3.5), nb blocks, g = gamma_{nb+4}. The full product is
+s = sum_b fl(c_b S_b) added in block order (`power.kernels.cpu`), so with U = sum c_b S_b and P = sum c_b A_b:
+  |s - U| <= gamma_nb sum |c_b S_b|, |p - P| <= gamma_nb sum |c_b A_b| = gamma_nb mu     (one product, nb - 1 sums)
+  |U - P| = |sum_bounded c_b sum l x_q| <= sum_bounded |c_b| ||l|| ||x_q|| = rho           (Cauchy-Schwarz)
+  sum |c_b S_b| <= mu + rho, so |s - p| <= (1 + g) rho + 2 g mu.
+The computed sums of nonnegative terms lose at most a factor (1 - g): rho <= r / (4 (1 - g)), mu <= m / (1 - g),
+and |p| <= m (1 + g) / (1 - g). The caller's fl(p -+ bound) errs by at most u (|p| + bound), and bound itself is at
+least (r k_rem + m k_sum)(1 - u)^3. Hence k_rem = (1 + g) / (4 (1 - g)^3) and k_sum = (2 g + 2 u) / (1 - g)^3, each
+rounded up to float32, give bound >= |s - p| + u (|p| + bound). A subnormal c_b breaks the relative model by at
+most 2^-149 an operation; `floor` = 2^-100 covers that for any realistic row. (The bound never depends on which
+blocks are exact: that choice, largest d_x ||x_q|| first, decides only how tight it is.)
+
+Compact layout: per 16-row tile of `power.kernels.cpu.layout` and block, 304 bytes: the tile's 16 float16 scales
+(32 bytes, as in its Q8_0 block), the 16 L_b (bytes), then 4 groups of 64 bytes, group k holding for each row
+(4 bytes) h + 8 of weights 4k..4k+3 in the low nibbles and of weights 16+4k..16+4k+3 in the high nibbles. An exact
+block is read from the Q8_0 tile itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from power.kernels.cpu import QuantMatrix
+from power.kernels.cpu.build import chosen_path, extension
+from power.kernels.cpu.layout import TILE
+from power.kernels.cpu.reference import quantize_rows
+from power.kernels.dequant import BLOCK_LAYOUT, _f16
+
+BLOCK = 32
+UNIT = 2.0**-24
+FLOOR = 2.0**-100
+Q8_0_BLOCK_BYTES = TILE * BLOCK_LAYOUT["Q8_0"][1]  # 544: a block of a 16-row tile
+COMPACT_BLOCK_BYTES = 304
+TILE_CHUNK = 1024  # tiles converted at a time at load
+
+
+def constants(in_features: int) -> tuple[float, float]:
+    """(k_rem, k_sum) of the module docstring for rows of `in_features`, rounded up to float32."""
+    blocks = in_features // BLOCK
+    g = (blocks + 4) * UNIT / (1 - (blocks + 4) * UNIT)
+    k_rem = (1 + g) / (4 * (1 - g) ** 3)
+    k_sum = (2 * g + 2 * UNIT) / (1 - g) ** 3
+    return _up(k_rem), _up(k_sum)
+
+
+class CompactHead:
+    """The high nibbles of a Q8_0 head's weights, with the norms of what they leave out; `bounded` scores every row."""
+
+    def __init__(self, matrix: QuantMatrix) -> None:
+        if matrix.qtype != "Q8_0":
+            raise ValueError(f"CompactHead: a Q8_0 head is split into nibbles here, not {matrix.qtype}")
+        self.matrix, self.shape = matrix, matrix.shape
+        blocks = matrix.shape[1] // BLOCK
+        tiles = matrix.tiles.view(-1, blocks, Q8_0_BLOCK_BYTES)
+        self._compact = torch.cat([_compact_tiles(tiles[begin:begin + TILE_CHUNK])
+                                   for begin in range(0, tiles.shape[0], TILE_CHUNK)]).reshape(-1)
+        self._constants = constants(matrix.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return self._compact.numel()
+
+    def bounded(self, x: torch.Tensor, exact_blocks: int, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [n, in] float32 -> (p, bound) float32 [n, vocab] (the module docstring)."""
+        if x.dim() != 2 or x.shape[1] != self.shape[1]:
+            raise ValueError(f"CompactHead: x must be [n, {self.shape[1]}], got {tuple(x.shape)}")
+        levels, scales, sums, norms, exact = activations(x, exact_blocks)
+        ops = extension(chosen_path(path) if path else self.matrix.path)
+        p, bound = ops.greedy_pass(self._compact, self.matrix.tiles, self.shape[1], levels.to(torch.int8).flatten(1),
+                                   scales, sums, norms, exact, *self._constants, FLOOR)
+        return p[:, :self.shape[0]], bound[:, :self.shape[0]]
+
+
+def activations(x: torch.Tensor, exact_blocks: int) -> tuple[torch.Tensor, ...]:
+    """x [n, in] -> levels float64 [n, nb, 32], scales float32, sums int32, norms (rounded up) float32 and exact
+    uint8 [n, nb] (1 for the `exact_blocks` blocks of largest d_x * norm, ties to the lower block)."""
+    levels, scales = quantize_rows(x.to(torch.float32).contiguous(), BLOCK)
+    norms = _sqrt_up(levels.pow(2).sum(dim=2))
+    energy = scales.double() * norms.double()
+    order = torch.sort(energy, dim=1, descending=True, stable=True).indices[:, :exact_blocks]
+    exact = torch.zeros_like(scales, dtype=torch.uint8).scatter_(1, order, 1)
+    return levels, scales, levels.sum(dim=2).to(torch.int32), norms, exact
+
+
+def reference_bounded(raw: torch.Tensor, shape: tuple[int, int], x: torch.Tensor,
+                      exact_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's (p, bound) in plain torch from the head's GGUF Q8_0 bytes (flat uint8) of `shape` [vocab, in]."""
+    vocab, width = shape
+    blocks = raw.reshape(vocab, width // BLOCK, BLOCK_LAYOUT["Q8_0"][1])
+    weight_scales = _f16(blocks[..., :2])[..., 0]  # [vocab, nb]
+    q = blocks[..., 2:].contiguous().view(torch.int8).to(torch.float64)  # [vocab, nb, 32]
+    high = torch.floor(q / 16)
+    rest = _norm_bytes((q - 16 * high - 8).pow(2).sum(dim=2)).to(torch.float32)
+    levels, scales, _, norms, exact = activations(x, exact_blocks)
+    full = torch.einsum("nbk,vbk->nvb", levels, q)
+    approx = torch.einsum("nbk,vbk->nvb", levels, 16 * high + 8)
+    is_exact = exact.bool()[:, None, :]
+    integers = torch.where(is_exact, full, approx).to(torch.float32)
+    c = weight_scales[None] * scales[:, None, :]
+    terms = c * integers
+    remainder = torch.where(is_exact, torch.zeros_like(c), (c.abs() * rest[None]) * norms[:, None, :])
+    p, magnitude, r = (_in_order(t) for t in (terms, terms.abs(), remainder))
+    k_rem, k_sum = constants(width)
+    return p, (r * k_rem + magnitude * k_sum) + FLOOR
+
+
+def _in_order(terms: torch.Tensor) -> torch.Tensor:
+    """[n, vocab, nb] float32 -> [n, vocab]: +0 + t_0 + t_1 + ..., one rounding per addition."""
+    acc = torch.zeros(terms.shape[:2], dtype=torch.float32)
+    for b in range(terms.shape[2]):
+        acc = acc + terms[:, :, b]
+    return acc
+
+
+def _compact_tiles(tiles: torch.Tensor) -> torch.Tensor:
+    """Q8_0 tile blocks [t, nb, 544] uint8 -> compact blocks [t, nb, 304] (the module docstring's layout)."""
+    t, nb = tiles.shape[:2]
+    q = tiles[..., 32:].reshape(t, nb, 8, TILE, 4)  # group g: weights 4g..4g+3 of each of the 16 rows
+    high = (q >> 4) ^ 8  # h + 8: the signed high nibble, offset
+    nibbles = high[:, :, :4] | (high[:, :, 4:] << 4)
+    rest = (q & 15).to(torch.int32) - 8
+    norms = _norm_bytes(rest.pow(2).sum(dim=(2, 4)))  # [t, nb, 16]
+    return torch.cat((tiles[..., :32], norms, nibbles.reshape(t, nb, -1)), dim=2)
+
+
+def _norm_bytes(squares: torch.Tensor) -> torch.Tensor:
+    """Integer sums of squares (at most 32 * 64) -> uint8 ceil(4 sqrt(s)), checked exactly in integers."""
+    s = squares.to(torch.int64)
+    m = torch.ceil(4 * torch.sqrt(s.double())).to(torch.int64)
+    m = torch.where((m - 1).clamp_min(0).pow(2) >= 16 * s, m - 1, m)
+    m = torch.where(m.pow(2) < 16 * s, m + 1, m)
+    return m.to(torch.uint8)
+
+
+def _sqrt_up(squares: torch.Tensor) -> torch.Tensor:
+    """Exact integer sums of squares (float64) -> float32 at or above their square roots (checked by squaring, exact
+    in float64)."""
+    root = torch.sqrt(squares).to(torch.float32)
+    while True:
+        short = root.double().pow(2) < squares
+        if not bool(short.any()):
+            return root
+        root = torch.where(short, torch.nextafter(root, torch.tensor(math.inf)), root)
+
+
+def _up(value: float) -> float:
+    """The float32 at or above a positive float64 value."""
+    down = torch.tensor(value, dtype=torch.float32)
+    return float(down if float(down) >= value else torch.nextafter(down, torch.tensor(math.inf)))

@@ -1,0 +1,61 @@
+"""The greedy head's cheap pass (power.kernels.cpu.greedy): every instruction path computes its torch reference's bits,
+its bound holds through the float32 comparisons, and with every block exact it is the Q8_0 product itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from power.kernels.blocks import random_blocks
+from power.kernels.cpu import QuantMatrix, available_paths
+from power.kernels.cpu.greedy import CompactHead, reference_bounded
+
+PATHS = available_paths()
+VOCAB, WIDTH = 200, 160  # 13 tiles, the last one padded; 5 blocks a row
+
+
+def head(seed: int = 1) -> tuple[torch.Tensor, QuantMatrix]:
+    raw = random_blocks("Q8_0", VOCAB, WIDTH, seed=seed).reshape(-1)
+    return raw, QuantMatrix("Q8_0", raw, (VOCAB, WIDTH))
+
+
+def rows(n: int, seed: int = 2, scale: float = 1.0) -> torch.Tensor:
+    x = torch.randn(n, WIDTH, generator=torch.Generator().manual_seed(seed)) * scale
+    x[:, [3, 50, 90]] *= 30  # outlier channels, as a final norm's output has
+    return x
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+@pytest.mark.parametrize("exact_blocks", [0, 2, 5])
+def test_every_path_is_its_reference_bit_for_bit(path: str, n: int, exact_blocks: int) -> None:
+    raw, matrix = head()
+    x = rows(n)
+    p, bound = CompactHead(matrix).bounded(x, exact_blocks, path)
+    want_p, want_bound = reference_bounded(raw, (VOCAB, WIDTH), x, exact_blocks)
+    assert torch.equal(p, want_p)
+    assert torch.equal(bound, want_bound)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_with_every_block_exact_the_pass_is_the_product(path: str) -> None:
+    _, matrix = head(3)
+    x = rows(4, seed=4)
+    p, _ = CompactHead(matrix).bounded(x, WIDTH // 32, path)
+    assert torch.equal(p, matrix(x))
+
+
+@pytest.mark.parametrize("exact_blocks", [0, 1, 3])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e4])
+def test_the_bound_holds_through_the_float32_comparisons(exact_blocks: int, scale: float) -> None:
+    _, matrix = head(5)
+    x = rows(6, seed=6, scale=scale)
+    p, bound = CompactHead(matrix).bounded(x, exact_blocks)
+    full = matrix(x)
+    assert bool(((p - bound <= full) & (full <= p + bound)).all())
+
+
+def test_a_head_that_is_not_q8_0_is_refused() -> None:
+    raw = random_blocks("Q4_0", 32, 64, seed=1).reshape(-1)
+    with pytest.raises(ValueError, match="Q8_0"):
+        CompactHead(QuantMatrix("Q4_0", raw, (32, 64)))
