@@ -3,7 +3,8 @@
 // other processes on a contended host need. So an idle worker spins (with pause) for a bounded time while the host is
 // quiet, and sleeps on a futex at once while it is contended, judged from how long the calling thread waited in the
 // run queue (/proc/thread-self/schedstat's second field) over the last interval. Chunks are taken in turn from a
-// shared counter, so a thread the scheduler preempts holds back one chunk, not a fixed share of the loop. Which thread
+// shared counter, so a thread the scheduler preempts holds back one chunk, not a fixed share of the loop, and the
+// caller waits only for the workers that entered the loop before it took the last chunk. Which thread
 // computes a chunk never changes its result: the bodies write disjoint outputs by a fixed sequence per item.
 #include "pool.h"
 
@@ -28,7 +29,9 @@ namespace power_pool {
 namespace {
 
 constexpr int64_t kChunksPerThread = 8;         // chunks enough that a preempted thread holds back little of a loop
+constexpr int64_t kLargestChunk = 16;           // grains: one chunk's work stays short beside a wake-up
 constexpr int64_t kCheckEveryNs = 20'000'000;   // how often the caller's run-queue delay is read
+constexpr int64_t kLongestJudgedNs = 200'000'000;  // a longer interval since the last read is not judged
 constexpr double kContendedShare = 0.05;        // run-queue delay over elapsed time from which the host is contended
 constexpr int64_t kFirstHoldNs = 100'000'000;  // how long threads sleep after spinning first proved contended
 constexpr int64_t kLongestHoldNs = 5'000'000'000;
@@ -100,6 +103,11 @@ struct HostJudge {
     bool spin(int64_t at) {
         if (at - last_at < kCheckEveryNs) return spinning;
         const int64_t delay = run_queue_delay_ns();
+        if (at - last_at > kLongestJudgedNs) {  // mostly time the caller did not ask for the CPU: it tells nothing
+            last_at = at;
+            last_delay = delay;
+            return spinning;
+        }
         const bool measured = last_delay >= 0 && delay >= 0;
         const bool contended = !measured || (double)(delay - last_delay) >= kContendedShare * (double)(at - last_at);
         last_at = at;
@@ -115,6 +123,11 @@ struct HostJudge {
     }
 };
 
+// The door of the loop being run, one futex word: the workers inside it (low 16 bits) and whether the caller closed
+// it (bit 16: it took the last chunk, so no worker may enter). A worker that enters an open door is in the loop
+// being run, whichever loop woke it: the loop's fields are written before its door opens.
+constexpr uint32_t kInside = 0xFFFF, kClosed = 1u << 16;
+
 struct Pool {
     std::atomic<int64_t> wait{kAdaptive};
     std::atomic<int64_t> spin_ns{kDefaultSpinNs};
@@ -127,7 +140,7 @@ struct Pool {
     const void* context = nullptr;
     int64_t n = 0, chunk = 1;
     std::atomic<int64_t> next{0};
-    std::atomic<uint32_t> generation{0}, pending{0};  // futex words: a new loop; the workers still in it
+    std::atomic<uint32_t> generation{0}, door{kClosed};  // futex words: a new loop is posted; see kInside
     std::atomic<uint32_t> idle_workers{0}, caller_sleeps{0};
 
     void take_chunks() {
@@ -136,14 +149,30 @@ struct Pool {
         }
     }
 
+    // Enters the loop unless the caller closed it: a worker that wakes after the caller did all the work is not
+    // waited for.
+    bool enter() {
+        uint32_t seen = door.load();
+        do {
+            if (seen & kClosed) return false;
+        } while (!door.compare_exchange_weak(seen, seen + 1));
+        return true;
+    }
+
+    void leave() {
+        const uint32_t left = door.fetch_sub(1) - 1;
+        if ((left & kInside) == 0 && (left & kClosed) && caller_sleeps.load()) futex_wake(door, 1);
+    }
+
     // `seen`: the generation when the worker was started (it may first run after the next loop is posted).
     void work(uint32_t seen) {
         for (;;) {
             await_change(generation, seen, idle_workers, budget_ns.load(std::memory_order_relaxed));
             seen = generation.load(std::memory_order_acquire);
             if (stopping.load()) return;
+            if (!enter()) continue;
             take_chunks();
-            if (pending.fetch_sub(1) == 1 && caller_sleeps.load()) futex_wake(pending, 1);
+            leave();
         }
     }
 
@@ -172,13 +201,15 @@ struct Pool {
         n = count;
         chunk = step;
         next.store(0);
-        pending.store((uint32_t)workers.size());
+        door.store(0);
         generation.fetch_add(1);
         if (idle_workers.load() > 0) futex_wake(generation, INT_MAX);
         take_chunks();
-        if (spin_until([&] { return pending.load(std::memory_order_acquire) == 0; }, budget_ns.load())) return;
+        const uint32_t closed = door.fetch_or(kClosed) | kClosed;
+        if ((closed & kInside) == 0) return;
+        if (spin_until([&] { return (door.load(std::memory_order_acquire) & kInside) == 0; }, budget_ns.load())) return;
         caller_sleeps.store(1);
-        for (uint32_t left = pending.load(); left != 0; left = pending.load()) futex_wait(pending, left);
+        for (uint32_t now = door.load(); now & kInside; now = door.load()) futex_wait(door, now);
         caller_sleeps.store(0);
     }
 };
@@ -207,7 +238,8 @@ void set_wait(int64_t wait, int64_t spin_us) {
 void run(int64_t n, int64_t grain, Body body, const void* context) {
     if (n <= 0) return;
     const int64_t threads = at::get_num_threads();
-    const int64_t chunk = std::max(grain, (n + threads * kChunksPerThread - 1) / (threads * kChunksPerThread));
+    const int64_t chunk = std::clamp((n + threads * kChunksPerThread - 1) / (threads * kChunksPerThread), grain,
+                                     grain * kLargestChunk);
     Pool& p = pool();
     std::unique_lock<std::mutex> lock(p.caller, std::try_to_lock);
     if (threads <= 1 || chunk >= n || !lock.owns_lock()) {
