@@ -145,7 +145,7 @@ def test_ctrl_c_midway_stops_what_it_started_and_restores_the_deployment(plans, 
     with open(log, "wb") as output:
         bench = subprocess.Popen([str(Path(sys.executable).parent / "power"), "bench", str(candidate), "--vs",
                                   str(baseline), *BENCH, "--engine-binary", str(launcher), "--deployment-port",
-                                  str(port)], stdout=output, stderr=subprocess.STDOUT)
+                                  str(port)], stdout=output, stderr=subprocess.STDOUT, preexec_fn=_interruptible)
     deadline = time.monotonic() + 600
     while "run 1/3 candidate" not in log.read_text():
         assert bench.poll() is None and time.monotonic() < deadline, log.read_text()
@@ -155,6 +155,12 @@ def test_ctrl_c_midway_stops_what_it_started_and_restores_the_deployment(plans, 
     assert "restored the deployment's server" in log.read_text()
     assert _all_stopped(pids)
     _assert_restored(port, original, argv)
+
+
+def _interruptible() -> None:
+    """Ctrl-C's SIGINT handled as at a terminal: a test runner's worker may ignore SIGINT, and a child inherits an
+    ignored signal across exec (Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_concurrency_levels_on_the_real_llama_server(tmp_path: Path) -> None:
