@@ -60,7 +60,8 @@ from power.orchestrator.engines import ENGINES, LIVE_ENGINES
               "sizing does not fit the device, which the bench checks by itself. Live engines only.")
 @click.option("--deployment-port", type=click.IntRange(1, 65535), default=None,
               help="The port the deployment's own engine serves on: a server found there is stopped before the "
-              "bench and restarted exactly as it was started when the bench ends, also on a failure or Ctrl-C.")
+              "bench (its systemd unit with systemctl, else the process; a container's is refused) and started again "
+              "the same way when the bench ends, also on a failure or Ctrl-C.")
 @click.option("--concurrency", "concurrency_text", default="1", show_default=True, metavar="N1,N2,...",
               help="Also drive each configuration with this many clients at once on every shape (e.g. 1,4,8; at "
               "most the plans' slots): per level the aggregate and per-request figures, and the level where the "
@@ -271,9 +272,9 @@ def _stand_down(port: int, lifecycle: Lifecycle, running: contextlib.ExitStack) 
         click.echo(f"deployment port {port}: nothing listens there, so nothing is stopped", err=True)
         lifecycle.event("absent", "deployment", port=port)
         return
-    click.echo(f"stopping the deployment's server on port {port} (pid {found.pid}); it is restored when the bench "
-               "ends", err=True)
-    held = standing.Standing(found, lifecycle)
+    held = standing.hold(found, lifecycle)
+    how = f"systemd unit {found.unit}, with systemctl" if found.unit else f"pid {found.pid}"
+    click.echo(f"stopping the deployment's server on port {port} ({how}); it is restored when the bench ends", err=True)
     running.callback(_restore, held)
     held.stop()
 
@@ -285,4 +286,5 @@ def _restore(held) -> None:
         held.restore()
     except PowerError as err:
         refuse(err)
-    click.echo(f"restored the deployment's server on port {held.server.port} (pid {held.restored})", err=True)
+    unit = f"systemd unit {held.server.unit}, " if held.server.unit else ""
+    click.echo(f"restored the deployment's server on port {held.server.port} ({unit}pid {held.restored})", err=True)
