@@ -182,7 +182,7 @@ class _Held(ABC):
         self.server = server
         self.lifecycle = lifecycle
         self.stopped = False
-        self.restored: int | None = None  # the restored server's pid
+        self.restored: int | None = None  # the restored server's pid; None while nothing was restored
 
     def restore(self) -> None:
         """Start the server again and wait until its port answers /health; Ctrl-C is held off while it starts, so a
@@ -272,6 +272,8 @@ class UnitStanding(_Held):
 
     def _restore(self) -> None:
         unit = self.unit
+        if systemd_unit.show(unit)["ActiveState"] in SERVING_STATES:  # the stop never went through: nothing to restore
+            return
         _wait_port_free(self.server.port, f"free the port, then `systemctl start {unit}`")
         systemd_unit.start(unit)
         started = systemd_unit.show(unit)

@@ -286,5 +286,6 @@ def _restore(held) -> None:
         held.restore()
     except PowerError as err:
         refuse(err)
-    unit = f"systemd unit {held.server.unit}, " if held.server.unit else ""
-    click.echo(f"restored the deployment's server on port {held.server.port} ({unit}pid {held.restored})", err=True)
+    if held.restored is not None:
+        unit = f"systemd unit {held.server.unit}, " if held.server.unit else ""
+        click.echo(f"restored the deployment's server on port {held.server.port} ({unit}pid {held.restored})", err=True)
