@@ -197,7 +197,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR471": ("error", "the live engine exited or never answered /health"),
     "PWR472": ("error", "the live engine refused or dropped a request"),
     "PWR473": ("error", "the deployment's running server cannot be read, stopped or restored around a bench "
-                        "(app/standing.py)"),
+                        "(app/bench/standing.py)"),
     "PWR474": ("error", "--one-at-a-time asked of Power's runtime, which loads every plan in the bench's process"),
     "PWR475": ("error", "a --concurrency list that is not whole numbers, or a level above the plans' slots"),
     # PWR42x settings checked against the artifacts (orchestrator/planning/checks/speculation.py)

@@ -8,11 +8,13 @@ and environment, read from `/proc` before it was stopped, its output appended
 to the file it wrote to. Callers register `restore` on an ExitStack, so the
 server comes back on every exit path (a finished run, a failure, Ctrl-C), and
 `restore` waits until the port answers `/health` again. Every stop and start is
-an event in the bench's lifecycle record (`power.app.lifecycle`).
+an event in the bench's lifecycle record (`power.app.bench.lifecycle`).
+`stand_down` is the bench's one step: find, register the restore, stop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,7 +24,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.app.lifecycle import Lifecycle
+import click
+
+from power.app.bench.lifecycle import Lifecycle
+from power.app.cli import refuse
 from power.findings import PowerError
 
 LOOPBACK = "127.0.0.1"
@@ -173,3 +178,27 @@ class Standing:
                                     f"(status {process.poll()})", hint=f"start it by hand: {' '.join(server.argv)}")
             time.sleep(0.5)
         self.lifecycle.event("healthy", "deployment", port=server.port, pid=process.pid)
+
+
+def stand_down(port: int, lifecycle: Lifecycle, running: contextlib.ExitStack) -> None:
+    """Stop the deployment's server on `port` (if one runs), its restore registered first on `running`."""
+    found = find(port)
+    if found is None:
+        click.echo(f"deployment port {port}: nothing listens there, so nothing is stopped", err=True)
+        lifecycle.event("absent", "deployment", port=port)
+        return
+    click.echo(f"stopping the deployment's server on port {port} (pid {found.pid}); it is restored when the bench "
+               "ends", err=True)
+    held = Standing(found, lifecycle)
+    running.callback(_restore, held)
+    held.stop()
+
+
+def _restore(held: Standing) -> None:
+    """Bring the deployment back; when it cannot be, say so and exit with the usage code (the bench's figures, if
+    any, are not worth a deployment left down)."""
+    try:
+        held.restore()
+    except PowerError as err:
+        refuse(err)
+    click.echo(f"restored the deployment's server on port {held.server.port} (pid {held.restored})", err=True)
