@@ -50,7 +50,8 @@ from power.orchestrator.engines import ENGINES
               "sizing does not fit the device, which the bench checks by itself. Live engines only.")
 @click.option("--deployment-port", type=click.IntRange(1, 65535), default=None,
               help="The port the deployment's own engine serves on: a server found there is stopped before the "
-              "bench and restarted exactly as it was started when the bench ends, also on a failure or Ctrl-C.")
+              "bench (its systemd unit with systemctl, else the process; a container's is refused) and started again "
+              "the same way when the bench ends, also on a failure or Ctrl-C.")
 @click.option("--concurrency", "concurrency_text", default="1", show_default=True, metavar="N1,N2,...",
               help="Also drive each configuration with this many clients at once on every shape (e.g. 1,4,8; at "
               "most the plans' slots): per level the aggregate and per-request figures, and the level where the "
