@@ -18,7 +18,7 @@ import systemd_host
 from click.testing import CliRunner
 from llama_server import binary
 
-from power.app import standing, systemd_unit
+from power.app.bench import standing, systemd_unit
 from power.app.cli import main
 from power.app.live import free_port
 

@@ -1,5 +1,5 @@
 """The systemd service a process runs in, and what `systemctl` says and does about it (`power bench
---deployment-port`, `power.app.standing`).
+--deployment-port`, `power.app.bench.standing`).
 
 The unit is read from the process's own cgroup (`/proc/PID/cgroup`: systemd puts
 every process of a service in the service's cgroup, systemd.unit(5)), then

@@ -6,7 +6,8 @@ port (`--deployment-port`), as an operator would stop it by hand, and restores
 it when the bench ends. Callers register `restore` on an ExitStack, so the
 server comes back on every exit path (a finished run, a failure, Ctrl-C), and
 `restore` waits until the port answers `/health` again. Every stop and start is
-an event in the bench's lifecycle record (`power.app.lifecycle`).
+an event in the bench's lifecycle record (`power.app.bench.lifecycle`).
+`stand_down` is the bench's one step: find, register the restore, stop.
 
 How it is stopped and restored follows who runs it:
 - a systemd service (the listener's cgroup is a `*.service`, confirmed with
@@ -21,6 +22,7 @@ How it is stopped and restored follows who runs it:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,8 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from power.app import systemd_unit
-from power.app.lifecycle import Lifecycle
+import click
+
+from power.app.bench import systemd_unit
+from power.app.bench.lifecycle import Lifecycle
+from power.app.cli import refuse
 from power.findings import PowerError
 
 LOOPBACK = "127.0.0.1"
@@ -284,3 +289,29 @@ class UnitStanding(_Held):
         now = systemd_unit.show(unit)
         self.restored = int(now["MainPID"])
         self._event("healthy", now)
+
+
+def stand_down(port: int, lifecycle: Lifecycle, running: contextlib.ExitStack) -> None:
+    """Stop the deployment's server on `port` (if one runs), its restore registered first on `running`."""
+    found = find(port)
+    if found is None:
+        click.echo(f"deployment port {port}: nothing listens there, so nothing is stopped", err=True)
+        lifecycle.event("absent", "deployment", port=port)
+        return
+    held = hold(found, lifecycle)
+    how = f"systemd unit {found.unit}, with systemctl" if found.unit else f"pid {found.pid}"
+    click.echo(f"stopping the deployment's server on port {port} ({how}); it is restored when the bench ends", err=True)
+    running.callback(_restore, held)
+    held.stop()
+
+
+def _restore(held: Standing | UnitStanding) -> None:
+    """Bring the deployment back; when it cannot be, say so and exit with the usage code (the bench's figures, if
+    any, are not worth a deployment left down)."""
+    try:
+        held.restore()
+    except PowerError as err:
+        refuse(err)
+    if held.restored is not None:
+        unit = f"systemd unit {held.server.unit}, " if held.server.unit else ""
+        click.echo(f"restored the deployment's server on port {held.server.port} ({unit}pid {held.restored})", err=True)
