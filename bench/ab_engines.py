@@ -6,7 +6,7 @@
 The plans are the bundled Gemma's `profiles/target-only.toml` and `profiles/ngram.toml`
 (compiled here); llama-server runs each as `power render --target llama-server` prints it
 (`power.app.live`), Power's runtime loads each in this process. Per shape the four
-alternate run by run (`power.app.bench.run_protocol`). Reported per shape: each
+alternate run by run (`power.app.bench.harness.run_protocol`). Reported per shape: each
 configuration's median decode tok/s, n-gram over target-only on each engine, Power over
 llama-server for each plan, acceptance, and greedy parity within each engine. The figures
 in docs/bench.md come from this script.
@@ -22,10 +22,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from power.app.bench import BenchConfig, run_protocol
+from power.app.bench.harness import BenchConfig, run_protocol
+from power.app.bench.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
 from power.app.live import LiveEngine
 from power.app.served import ServedEngine
-from power.app.traffic import SEEDS_PROMPT_TOKENS, build_shape, parse_shapes
 from power.documents.plan import save_plan
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import DeviceSpec, HostSpec

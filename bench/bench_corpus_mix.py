@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from power.app.bench import machine
+from power.app.bench.harness import machine
 from power.artifacts.contracts import MTP
 from power.drafters import generate, prompt_sets, resume
 from power.drafters.distill import DistillRequest, TrainingData, recipe, training_data, vocab_size

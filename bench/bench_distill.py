@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from power.app.bench import machine
+from power.app.bench.harness import machine
 from power.artifacts.contracts import DFLASH, DFLASH2, DSPARK, MTP
 from power.drafters import generate, prompt_sets, resume
 from power.drafters.distill import HELD_BACK_EVERY, HELD_BACK_MAX, DistillRequest, recipe, vocab_size

@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 import torch
 
-from power.app.bench import machine
+from power.app.bench.harness import machine
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.documents.receipt import acceptance_by_position, summed_positions
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH

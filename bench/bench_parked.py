@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from power.app.bench import machine
+from power.app.bench.harness import machine
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.prompt_sets import load_prompts
 from power.drafters.untrained import write_untrained

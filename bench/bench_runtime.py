@@ -6,7 +6,13 @@
 Every engine is loaded first; then prefill and decode are measured interleaved,
 engine after engine in every run (the A/B protocol's pairing), so load from
 other processes on a shared machine lands on all engines alike and the ratios
-hold even when the absolute figures move. Engines, at each thread count:
+hold even when the absolute figures move. Each run starts one engine further
+along the list, so every engine follows every other equally often: an engine
+that always ran right after llama-server prefilled up to a third slower beside
+busy processes than the same engine after Power (docs/runtime.md, "How kernel
+threads wait"). Reports the median over the runs and the best run (max tok/s,
+what a shared host's interruptions cannot make better). Engines, at each thread
+count:
 - llama-server built for this CPU (`scripts/build-llama-server --native`;
   `--portable` takes the AVX2 conformance build), one slot, greedy, its own
   timings of prompt processing and generation;
@@ -46,6 +52,7 @@ settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, a
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -176,17 +183,21 @@ class LlamaCppEngine:
 
 
 def measure(engines: list, prompt: list[int], decode: int, repeats: int) -> dict[str, dict]:
-    """Interleaved: each run, every engine in turn prefills the prompt and decodes; medians over the runs."""
+    """Interleaved: each run, every engine in turn prefills the prompt and decodes, run r starting at engine
+    r mod len(engines); medians and the best over the runs."""
     prefill_s: dict[str, list[float]] = {e.name: [] for e in engines}
     decode_s: dict[str, list[float]] = {e.name: [] for e in engines}
     tokens: dict[str, list[int]] = {}
-    for _ in range(repeats):
-        for engine in engines:
+    for run in range(repeats):
+        first = run % len(engines)
+        for engine in engines[first:] + engines[:first]:
             prefill, decoding, tokens[engine.name] = engine.run(prompt, decode)
             prefill_s[engine.name].append(prefill)
             decode_s[engine.name].append(decoding)
     return {e.name: {"prefill_tok_s": len(prompt) / statistics.median(prefill_s[e.name]),
                      "decode_tok_s": (decode - 1) / statistics.median(decode_s[e.name]),
+                     "prefill_best_tok_s": len(prompt) / min(prefill_s[e.name]),
+                     "decode_best_tok_s": (decode - 1) / min(decode_s[e.name]),
                      "bytes_per_step": e.bytes_per_step(), "resident_mib": e.resident_mib(),
                      "tokens": tokens[e.name]} for e in engines}
 
@@ -267,32 +278,37 @@ def _report(results: dict[str, dict], args, threads: int, busy: int = 0) -> None
     reference = results.get(LlamaServerEngine.name)
     beside = f", beside {busy} busy processes" if busy else ""
     print(f"\n{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
-          f"{threads} threads{beside}, torch {torch.__version__}, interleaved, median of {args.repeats}")
-    print(f"{'engine':<28}{'prefill tok/s':>14}{'x':>6}{'decode tok/s':>14}{'x':>6}{'MB/step':>9}{'GB/s':>7}"
-          f"{'RSS MiB':>9}{'x':>6}  greedy agrees")
+          f"{threads} threads{beside}, torch {torch.__version__}, interleaved in rotating order, median and best of "
+          f"{args.repeats}, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'engine':<44}{'prefill tok/s':>14}{'x':>6}{'best':>8}{'x':>6}{'decode tok/s':>14}{'x':>6}{'best':>8}"
+          f"{'x':>6}{'MB/step':>9}{'GB/s':>7}{'RSS MiB':>9}{'x':>6}  greedy agrees")
     for name, r in results.items():
         r["bandwidth_gb_s"] = r["bytes_per_step"] * r["decode_tok_s"] / 1e9
         if reference:
-            r["prefill_vs_llama_server"] = r["prefill_tok_s"] / reference["prefill_tok_s"]
-            r["decode_vs_llama_server"] = r["decode_tok_s"] / reference["decode_tok_s"]
+            for figure in ("prefill_tok_s", "decode_tok_s", "prefill_best_tok_s", "decode_best_tok_s"):
+                r[figure.removesuffix("_tok_s") + "_vs_llama_server"] = r[figure] / reference[figure]
             r["resident_vs_llama_server"] = (
                 r["resident_mib"] / reference["resident_mib"] if reference["resident_mib"] else 0
             )
             r["greedy_prefix_agreeing"] = common_prefix_length(r["tokens"], reference["tokens"])
-        print(f"{name:<28}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_server', 0):>6.2f}"
-              f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_server', 0):>6.2f}{r['bytes_per_step'] / 1e6:>9.0f}"
-              f"{r['bandwidth_gb_s']:>7.2f}{r['resident_mib']:>9.0f}{r.get('resident_vs_llama_server', 0):>6.2f}"
+        print(f"{name:<44}{r['prefill_tok_s']:>14.1f}{r.get('prefill_vs_llama_server', 0):>6.2f}"
+              f"{r['prefill_best_tok_s']:>8.1f}{r.get('prefill_best_vs_llama_server', 0):>6.2f}"
+              f"{r['decode_tok_s']:>14.2f}{r.get('decode_vs_llama_server', 0):>6.2f}"
+              f"{r['decode_best_tok_s']:>8.2f}{r.get('decode_best_vs_llama_server', 0):>6.2f}"
+              f"{r['bytes_per_step'] / 1e6:>9.0f}{r['bandwidth_gb_s']:>7.2f}{r['resident_mib']:>9.0f}"
+              f"{r.get('resident_vs_llama_server', 0):>6.2f}"
               f"  {r.get('greedy_prefix_agreeing', '-')}")
     print("(Power's RSS is this process's, holding every Power configuration loaded.)")
 
 
 def _report_contention(quiet: dict[str, dict], contended: dict[str, dict]) -> None:
     """Each engine's contended figures over its own quiet ones (1.0: unmoved by the busy processes)."""
-    print(f"{'engine':<28}{'prefill busy/quiet':>20}{'decode busy/quiet':>19}")
+    print(f"{'engine':<44}{'prefill busy/quiet':>20}{'best':>6}{'decode busy/quiet':>19}{'best':>6}")
     for name, r in contended.items():
-        r["prefill_vs_quiet"] = r["prefill_tok_s"] / quiet[name]["prefill_tok_s"]
-        r["decode_vs_quiet"] = r["decode_tok_s"] / quiet[name]["decode_tok_s"]
-        print(f"{name:<28}{r['prefill_vs_quiet']:>20.2f}{r['decode_vs_quiet']:>19.2f}")
+        for figure in ("prefill_tok_s", "decode_tok_s", "prefill_best_tok_s", "decode_best_tok_s"):
+            r[figure.removesuffix("_tok_s") + "_vs_quiet"] = r[figure] / quiet[name][figure]
+        print(f"{name:<44}{r['prefill_vs_quiet']:>20.2f}{r['prefill_best_vs_quiet']:>6.2f}"
+              f"{r['decode_vs_quiet']:>19.2f}{r['decode_best_vs_quiet']:>6.2f}")
 
 
 def _report_accuracy(engines: list, gguf: GGUFFile, ids: list[int], n_ctx: int, report: dict) -> None:

@@ -54,8 +54,8 @@ import httpx
 import tomli_w
 from native import contention, instruction_paths, llama_server_binary, resident_mib
 
+from power.app.bench.traffic import build_shape, unique_lines
 from power.app.live import LiveEngine, free_port
-from power.app.traffic import build_shape, unique_lines
 from power.documents.plan import load_plan, located
 from power.threads import environment_for_other_programs
 

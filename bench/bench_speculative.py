@@ -2,7 +2,7 @@
 
     python bench/bench_speculative.py [--k 7] [--tokens 96] [--passes 2] [--threads 2] [--json out.json]
 
-Two traffic shapes from `power.app.traffic` (the same prompts `power bench` uses):
+Two traffic shapes from `power.app.bench.traffic` (the same prompts `power bench` uses):
 - `echo`: the answer quotes a passage of unique lines from the prompt - where n-gram
   lookup pays;
 - `prose`: a free answer - where it finds little, and the cost governor must keep
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from power.app.traffic import build_shape
+from power.app.bench.traffic import build_shape
 from power.runtime.decoder import Decoder, Generation
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.governor import CostGovernor

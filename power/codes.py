@@ -43,6 +43,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR024": ("error", "a sha256 is not 64 hexadecimal digits"),
     "PWR025": ("error", "a drafter entry lacks the file its kind needs, or names a file its kind cannot use"),
     "PWR026": ("error", "a key spelled the llama.cpp way or renamed: use Power's name for it"),
+    # PWR027 `power drafter distill --budget` (drafters/budget.py)
+    "PWR027": ("error", "the distillation budget cannot hold writing the drafter out beside what was already spent: "
+                        "nothing is trained"),
     # PWR05x engines (orchestrator/engines/, fleet/review.py, app/commands/plan.py)
     "PWR050": ("info", "a deployment names no engine, nor does its profile: it is sized for the "
                        "default (Power's runtime)"),
@@ -197,9 +200,16 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR471": ("error", "the live engine exited or never answered /health"),
     "PWR472": ("error", "the live engine refused or dropped a request"),
     "PWR473": ("error", "the deployment's running server cannot be read, stopped or restored around a bench "
-                        "(app/standing.py)"),
+                        "(app/bench/standing.py)"),
     "PWR474": ("error", "--one-at-a-time asked of Power's runtime, which loads every plan in the bench's process"),
     "PWR475": ("error", "a --concurrency list that is not whole numbers, or a level above the plans' slots"),
+    "PWR476": ("error", "the deployment's server runs in another PID namespace (a container or a Kubernetes pod): "
+                        "Power does not stop it; stop it yourself and bench with --one-at-a-time "
+                        "(app/bench/standing.py)"),
+    "PWR477": ("error", "systemctl cannot confirm, stop or start the deployment's systemd unit "
+                        "(app/bench/systemd_unit.py)"),
+    "PWR478": ("error", "the deployment's server was left behind by a systemd unit that is no longer active: Power "
+                        "neither stops nor starts it (app/bench/standing.py)"),
     # PWR42x settings checked against the artifacts (orchestrator/planning/checks/speculation.py)
     "PWR422": ("error", "FR vocabulary prefix larger than the target's vocabulary"),
     "PWR423": ("error", "FR set, but the resolved mode has no draft head to apply it to"),

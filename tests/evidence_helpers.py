@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from power.app import bench
+from power.app.bench import harness
 from power.documents.evidence import Evidence
 
 SHAPES = ("prose", "echo", "structured", "identity")
@@ -37,8 +37,8 @@ def evidence_document(candidate: str, baseline: str, *, engine: str = "power", l
                       speedup: float = 1.4, request_speedup: float | None = None, shapes: tuple[str, ...] = SHAPES,
                       replays: int = 0, fallbacks: int = 0, runs: int = 4, results: dict | None = None,
                       under_load: dict[int, float] | None = None) -> dict:
-    """`results`: per-shape results as `power.app.bench.shape_result` built them, in place of the chosen figures (and
-    the losslessness the bench derives from them); `under_load`: {clients: the candidate's aggregate speedup} on
+    """`results`: per-shape results as `power.app.bench.harness.shape_result` built them, in place of the chosen figures
+    (and the losslessness the bench derives from them); `under_load`: {clients: the candidate's aggregate speedup} on
     every shape (`power bench --concurrency`)."""
     built = results is not None
     request_speedup = speedup if request_speedup is None else request_speedup
@@ -61,7 +61,7 @@ def evidence_document(candidate: str, baseline: str, *, engine: str = "power", l
                      "order": "alternating", "warmup_requests": 1},
         "candidate": _configuration("candidate", candidate, engine),
         "baseline": _configuration("baseline", baseline, engine), "shapes": results,
-        "lossless": bench._lossless(results, ["candidate", "baseline"]) if built else {
+        "lossless": harness._lossless(results, ["candidate", "baseline"]) if built else {
             "shape": "identity", "mismatched_shapes": [], "vacuous_shapes": [], "tokens_sha256": None, "texts": None,
             "proven": lossless, "reason": "chosen by the test"},
         "negative_control": None, "passed": lossless, "receipts": [],

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from runtime_plans import fixture_plan
 from typing_extensions import override
 
-from power.app import bench
-from power.app.bench_report import write_report
+from power.app.bench import harness
+from power.app.bench.report import write_report
+from power.app.bench.traffic import DEFAULT_SHAPES, build_shape
 from power.app.cli import main
-from power.app.traffic import DEFAULT_SHAPES, build_shape
 from power.documents.plan import load_plan
 from power.documents.receipt import Receipt
 from power.orchestrator.fleet.evidence import read_evidence
@@ -210,7 +210,7 @@ def _receipt(tokens: list[int], decode_s: float, proposed: int = 0, accepted: in
 
 
 def _evidence(candidate: list[Receipt], baseline: list[Receipt]) -> dict:
-    return bench.shape_result(build_shape("identity"), {"candidate": candidate, "baseline": baseline})
+    return harness.shape_result(build_shape("identity"), {"candidate": candidate, "baseline": baseline})
 
 
 def test_different_greedy_tokens_make_a_shape_lossy_whatever_the_speed() -> None:
@@ -262,13 +262,13 @@ def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
     decode rate is under 0.98x of it is said to be below target-only, with or without a baseline to compare with."""
     from dataclasses import replace
 
-    from power.app.bench_report import summary_lines
+    from power.app.bench.report import summary_lines
 
     def runs(plain_tok_s: float) -> list[Receipt]:
         return [replace(r, plain_tok_s=plain_tok_s) for r in _runs(0.10, 0.10, 0.10)]  # 30 tok/s
 
     def lines(candidate: list[Receipt]) -> list[str]:
-        shapes = {"identity": bench.shape_result(build_shape("identity"), {"candidate": candidate})}
+        shapes = {"identity": harness.shape_result(build_shape("identity"), {"candidate": candidate})}
         return summary_lines(
             {"shapes": shapes, "candidate": {"plan": "p"}, "lossless": {"proven": False, "reason": "-"}, "protocol": {}}
         )
@@ -314,7 +314,7 @@ def test_a_natural_shape_is_judged_request_by_request() -> None:
     """Each run sends another request, so the ranges hold how the requests differ: the verdict asks the pairs
     (the same request to both) to agree, and the speedup is the median of the pairs' ratios."""
     def natural(candidate: list[Receipt], baseline: list[Receipt]) -> dict:
-        return bench.shape_result(build_shape("code"), {"candidate": candidate, "baseline": baseline})
+        return harness.shape_result(build_shape("code"), {"candidate": candidate, "baseline": baseline})
 
     faster = natural(_runs(0.10, 0.30, 0.15), _runs(0.12, 0.40, 0.18))  # ranges overlap, every request faster
     assert faster["verdict"] == "faster" and "faster in 3" in faster["verdict_reason"]
@@ -326,10 +326,10 @@ def test_a_natural_shape_is_judged_request_by_request() -> None:
 def test_the_table_says_how_the_speedups_were_taken() -> None:
     """Issue 40 (low): a speedup (the median of the pairs' ratios 2.0, 1.1 and 1.07: 1.10x) is not the ratio of the
     median rates its row shows (20 against 15 tok/s): a line under the table says which it is."""
-    from power.app.bench_report import rows, text_table
+    from power.app.bench.report import rows, text_table
 
     def shape(name: str) -> dict:
-        return bench.shape_result(build_shape(name), {"candidate": _runs(0.10, 0.30, 0.15),
+        return harness.shape_result(build_shape(name), {"candidate": _runs(0.10, 0.30, 0.15),
                                                       "baseline": _runs(0.20, 0.33, 0.16)})
 
     document = {"shapes": {"code": shape("code"), "identity": shape("identity")}, "candidate": {"plan": "p"},
@@ -355,7 +355,7 @@ def test_empty_or_near_empty_greedy_outputs_prove_nothing() -> None:
     short = [_receipt([1, 2], 0.01)] * 2
     per_shape = {"identity": _evidence(short, short)}
     assert per_shape["identity"]["parity"] and per_shape["identity"]["vacuous"]
-    proof = bench._lossless(per_shape, ["candidate", "baseline"])
+    proof = harness._lossless(per_shape, ["candidate", "baseline"])
     assert not proof["proven"] and "prove nothing" in proof["reason"] and proof["vacuous_shapes"] == ["identity"]
 
 
@@ -427,17 +427,17 @@ def test_a_divergence_within_the_margin_is_a_near_tie_and_beyond_it_lossy() -> N
     target prefers by a clear margin replaced is a bug."""
     differing = [_receipt([1, 2, 3, 9], 0.05, proposed=3, accepted=2)] * 3
     plain = [_receipt([1, 2, 3, 4], 0.1)] * 3
-    tie = bench.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain},
+    tie = harness.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain},
                              [_divergence(0.02)] * 3, margin=0.1)
     assert tie["exactness"] == "near-tie" and tie["verdict"] == "faster" and not tie["parity"]
     assert "within 0.0200 nats (the near-tie margin is 0.1)" in tie["verdict_reason"]
-    clear = bench.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain},
+    clear = harness.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain},
                                [_divergence(2.5)] * 3, margin=0.1)
     assert clear["exactness"] == "lossy" and clear["verdict"] == "lossy"
     assert "differ at token 3 (run 1)" in clear["verdict_reason"] and "2.5000 nats apart" in clear["verdict_reason"]
-    unexplained = bench.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain})
+    unexplained = harness.shape_result(build_shape("identity"), {"candidate": differing, "baseline": plain})
     assert unexplained["exactness"] == "lossy" and "a correctness bug" in unexplained["verdict_reason"]
-    proof = bench._lossless({"identity": tie}, ["candidate", "baseline"])
+    proof = harness._lossless({"identity": tie}, ["candidate", "baseline"])
     assert not proof["proven"] and proof["exactness"] == "near-tie" and proof["proven_to_near_ties"]
 
 
@@ -468,7 +468,7 @@ def test_a_pair_that_both_drafts_has_no_negative_control_rather_than_a_broken_on
     """Issue 40 (low): "negative control: does not hold" when both plans speculate by design (K7 against K5)."""
     from evidence_helpers import evidence_document
 
-    from power.app.bench_report import summary_lines
+    from power.app.bench.report import summary_lines
 
     document = evidence_document("a" * 64, "b" * 64)
     both = {"label": "baseline", "draft_n": {"candidate": 24, "baseline": 12}, "holds": False,

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from llama_server import binary
 
-from power.app.bench import winner
+from power.app.bench.harness import winner
 from power.app.cli import main
 from power.orchestrator.fleet.lock import read_lock
 

@@ -1,6 +1,7 @@
 """`power bench` one configuration at a time on the real llama-server: two plans whose summed sizing does not fit
 the device run in turn, and the deployment's own server on its port is stopped first and restored afterwards, also
-when the run fails midway and on Ctrl-C."""
+when the run fails midway and on Ctrl-C: a plain process, and a systemd unit in a real systemd (tests/systemd_host.py)
+that systemd still supervises afterwards."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+import systemd_host
 from click.testing import CliRunner
 from llama_server import binary
 
-from power.app import standing
+from power.app.bench import standing, systemd_unit
 from power.app.cli import main
 from power.app.live import free_port
 
@@ -161,6 +163,149 @@ def _interruptible() -> None:
     """Ctrl-C's SIGINT handled as at a terminal: a test runner's worker may ignore SIGINT, and a child inherits an
     ignored signal across exec (Python then installs no KeyboardInterrupt handler)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+UNIT = "deployment.service"
+UNIT_BENCH = (*BENCH[:BENCH.index("--runs")], "--runs", "2", *BENCH[BENCH.index("--runs") + 2:])
+
+
+@pytest.fixture(scope="module")
+def systemd(tmp_path_factory):
+    with systemd_host.booted(tmp_path_factory.getbasetemp()) as host:
+        yield host
+
+
+@pytest.fixture()
+def unit(plans, systemd, tmp_path: Path):
+    """The deployment as an operator runs it under systemd: the baseline plan rendered as llama-server's env file,
+    started by a unit (Restart=on-failure) on its own port."""
+    port, env = free_port(), tmp_path / "deployment.env"
+    rendered = run("render", plans[1], "--target", "llama-server-env", "-o", env)
+    assert rendered.exit_code == 0, rendered.output
+    systemd.install(UNIT, f"""[Unit]
+Description=the deployment's llama-server
+[Service]
+EnvironmentFile={env}
+ExecStart={binary()} $LLAMA_SERVER_EXTRA_ARGS --host 127.0.0.1 --port {port} --threads 1
+Restart=on-failure
+""")
+    systemd.systemctl("start", UNIT)
+    _wait_healthy(port)
+    yield port, systemd.show(UNIT)
+    systemd.systemctl("stop", UNIT)
+
+
+def _bench_inside(systemd, plans, tmp_path: Path, *options) -> tuple[subprocess.Popen, Path]:
+    """`power bench` as an operator runs it on the unit's host: in the namespaces of its systemd."""
+    candidate, baseline = plans
+    log = tmp_path / "bench.log"
+    with open(log, "wb") as output:
+        bench = subprocess.Popen(systemd.command(str(Path(sys.executable).parent / "power"), "bench", str(candidate),
+                                                 "--vs", str(baseline), *UNIT_BENCH, *map(str, options), cwd=tmp_path),
+                                 stdout=output, stderr=subprocess.STDOUT, preexec_fn=_interruptible)
+    return bench, log
+
+
+def _assert_supervised(systemd, port: int, before: dict[str, str]) -> None:
+    """Back, healthy and run by its unit again: a new main process, no Restart= fired, and the only llama-server left
+    (every configuration stopped) in the unit's cgroup."""
+    after = systemd.show(UNIT)
+    assert after["ActiveState"] == "active" and standing.healthy(port)
+    assert after["MainPID"] != before["MainPID"] and after["NRestarts"] == before["NRestarts"]
+    servers = systemd.processes("llama-server")
+    assert len(servers) == 1 and systemd_unit.cgroup_of(servers[0]) == after["ControlGroup"]
+
+
+def test_a_systemd_unit_is_stopped_and_started_with_systemctl_around_the_turns(plans, systemd, unit, tmp_path):
+    port, before = unit
+    launcher, pids = _launcher(tmp_path)
+    evidence = tmp_path / "evidence.json"
+    bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", launcher, "--deployment-port", port,
+                               "-o", evidence)
+    assert bench.wait(timeout=900) == 0, log.read_text()
+    assert f"(systemd unit {UNIT}, with systemctl)" in log.read_text()
+    document = json.loads(evidence.read_text())
+    assert document["protocol"]["residency"] == "sequential" and len(pids.read_text().split()) == 4
+    deployment = [event for event in document["lifecycle"] if event["what"] == "deployment"]
+    assert [(e["event"], e["unit"], e["active_state"]) for e in deployment] == [
+        ("stop", UNIT, "active"), ("stopped", UNIT, "inactive"), ("start", UNIT, "active"), ("healthy", UNIT, "active")]
+    assert deployment[0]["pid"] == int(before["MainPID"])
+    assert deployment[-1]["pid"] == int(systemd.show(UNIT)["MainPID"])
+    _assert_supervised(systemd, port, before)
+
+
+def test_a_failure_midway_starts_the_unit_again(plans, systemd, unit, tmp_path) -> None:
+    port, before = unit
+    launcher, pids = _launcher(tmp_path, fail_at_start=3)  # the second run's first configuration never starts
+    bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", launcher, "--deployment-port", port)
+    assert bench.wait(timeout=900) == 2, log.read_text()
+    assert "PWR471" in log.read_text() and "injected failure" in log.read_text()
+    assert len(pids.read_text().split()) == 2
+    _assert_supervised(systemd, port, before)
+
+
+def test_ctrl_c_midway_starts_the_unit_again(plans, systemd, unit, tmp_path) -> None:
+    port, before = unit
+    launcher, _ = _launcher(tmp_path)
+    bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", launcher, "--deployment-port", port)
+    deadline = time.monotonic() + 600
+    while "run 1/2 candidate" not in log.read_text():
+        assert bench.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    os.kill(systemd_host.entered(bench), signal.SIGINT)
+    assert bench.wait(timeout=300) != 0
+    assert f"restored the deployment's server on port {port} (systemd unit {UNIT}" in log.read_text()
+    _assert_supervised(systemd, port, before)
+
+
+def test_a_unit_in_another_pid_namespace_is_refused_before_anything_stops(plans, systemd, unit) -> None:
+    """Seen from outside the namespaces of the systemd that runs it, as a container's or a pod's server is."""
+    port, before = unit
+    candidate, baseline = plans
+    result = run("bench", candidate, "--vs", baseline, *UNIT_BENCH, "--engine-binary", binary(),
+                 "--deployment-port", port)
+    assert result.exit_code == 2 and "PWR476" in result.output and "kubectl scale deployment" in result.output
+    assert systemd.show(UNIT) == before and standing.healthy(port)
+
+
+@pytest.fixture()
+def listener(systemd):
+    """A unit whose process listens on a port (Python's own http.server: these refusals never reach /health), written
+    by the test, `{server}` standing for the server's command line."""
+    port, name = free_port(), "listener.service"
+
+    def started(text: str) -> int:
+        systemd.install(name, text.format(server=f"{sys.executable} -m http.server --bind 127.0.0.1 {port}"))
+        systemd.systemctl("start", name)
+        deadline = time.monotonic() + 60
+        while not standing.listening_inodes(port):
+            assert time.monotonic() < deadline, "the unit's server never listened"
+            time.sleep(0.2)
+        return port
+
+    yield name, started
+    systemd.systemctl("kill", name)
+
+
+def test_a_server_its_stopped_unit_left_behind_is_refused_before_anything_stops(plans, systemd, listener,
+                                                                                tmp_path) -> None:
+    name, started = listener
+    port = started("[Service]\nType=oneshot\nKillMode=process\nExecStart=/bin/sh -c '{server} >/dev/null 2>&1 &'\n")
+    bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", binary(), "--deployment-port", port)
+    assert bench.wait(timeout=300) == 2, log.read_text()
+    assert "PWR478" in log.read_text() and "ActiveState=inactive" in log.read_text()
+    assert systemd.show(name)["ActiveState"] == "inactive" and standing.listening_inodes(port)
+
+
+def test_a_unit_systemctl_cannot_stop_is_left_running(plans, systemd, listener, tmp_path) -> None:
+    name, started = listener
+    port = started("[Unit]\nRefuseManualStop=yes\n[Service]\nExecStart={server}\n")
+    before = systemd.show(name)
+    bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", binary(), "--deployment-port", port)
+    assert bench.wait(timeout=300) == 2, log.read_text()
+    assert "PWR477" in log.read_text() and f"systemctl stop {name}" in log.read_text()
+    assert "restored the deployment" not in log.read_text() and "PWR473" not in log.read_text()  # nothing to restore
+    assert systemd.show(name) == before and standing.listening_inodes(port)
 
 
 def test_concurrency_levels_on_the_real_llama_server(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from power.kernels.cpu.greedy import calibrated_blocks
 from power.kernels.cpu.reference import quantize_rows
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.greedy_head import GreedyHead
@@ -25,6 +26,7 @@ PROMPTS = ("The capital of France is Paris, and the capital of Italy is Rome. Th
            "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) +",
            "Once upon a time there was a little girl named Lily. She loved to play in the")
 BLOCK = 32
+EXACT_BLOCKS = 6
 
 
 def normed_rows(gguf: GGUFFile, finals: torch.Tensor) -> torch.Tensor:
@@ -76,7 +78,7 @@ def synthetic_head(vocab: int = 4096, width: int = 160, seed: int = 0) -> tuple[
 @pytest.mark.slow
 def test_real_gemma_head_bound_holds_on_every_token_and_argmax_is_exact(gemma_head):
     head, rows = gemma_head
-    greedy = GreedyHead(head)
+    greedy = GreedyHead(head, calibrated_blocks(rows[:8], EXACT_BLOCKS))
     exact = head(rows)
     lower, upper = greedy.bounds(rows)
     assert bool(((lower <= exact) & (exact <= upper)).all())
@@ -86,10 +88,10 @@ def test_real_gemma_head_bound_holds_on_every_token_and_argmax_is_exact(gemma_he
 
 
 @pytest.mark.slow
-def test_a_long_greedy_stream_takes_the_full_heads_token_at_every_step(gemma):
+def test_a_long_greedy_stream_takes_the_full_heads_token_at_every_step(gemma, gemma_head):
     gguf, trunk, tokenizer = gemma
     layers = trunk.config.n_layers
-    greedy = GreedyHead(trunk.lm_head)
+    greedy = GreedyHead(trunk.lm_head, calibrated_blocks(gemma_head[1], EXACT_BLOCKS))
     trunk.reset()
     out = trunk.prefill(tokenizer.encode(PROMPTS[2]), taps=[layers])
     for _ in range(200):
@@ -102,7 +104,7 @@ def test_a_long_greedy_stream_takes_the_full_heads_token_at_every_step(gemma):
 def test_the_argmax_is_the_full_heads_on_activations_of_any_norm():
     levels, scales, x = synthetic_head()
     head = q8_0_head(levels, scales)
-    greedy = GreedyHead(head)
+    greedy = GreedyHead(head, calibrated_blocks(x, 2))
     for scale in (1e-3, 1.0, 1e3, 1e6):
         lower, upper = greedy.bounds(x * scale)
         exact = head(x * scale)
@@ -135,7 +137,7 @@ def tie_rows(levels: torch.Tensor, scales: torch.Tensor, x: torch.Tensor, row: i
 def test_adversarial_near_ties_resolve_as_the_full_head_does(row, above):
     levels, scales, x = synthetic_head()
     head = q8_0_head(*tie_rows(levels, scales, x, row, above))
-    greedy = GreedyHead(head)
+    greedy = GreedyHead(head, calibrated_blocks(x, 2))
     exact = head(x)
     lower, upper = greedy.bounds(x)
     assert bool(((lower <= exact) & (exact <= upper)).all())
@@ -149,4 +151,4 @@ def test_adversarial_near_ties_resolve_as_the_full_head_does(row, above):
 def test_a_head_that_is_not_q8_0_is_refused():
     raw = torch.zeros(64 * 256 // 256 * 144, dtype=torch.uint8)
     with pytest.raises(Exception, match="Q8_0"):
-        GreedyHead(quantised(raw, "Q4_K", (64, 256), "cpu"))
+        GreedyHead(quantised(raw, "Q4_K", (64, 256), "cpu"), ())

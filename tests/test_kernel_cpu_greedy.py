@@ -1,5 +1,6 @@
 """The greedy head's cheap pass (power.kernels.cpu.greedy): every instruction path computes its torch reference's bits,
-its bound holds through the float32 comparisons, and with every block exact it is the Q8_0 product itself."""
+its bound holds through the float32 comparisons, with every block exact it is the Q8_0 product itself, and the
+calibrated exact blocks are where the activation is."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from power.kernels.blocks import random_blocks
 from power.kernels.cpu import QuantMatrix, available_paths
-from power.kernels.cpu.greedy import CompactHead, reference_bounded
+from power.kernels.cpu.greedy import CompactHead, calibrated_blocks, reference_bounded
 
 PATHS = available_paths()
 VOCAB, WIDTH = 200, 160  # 13 tiles, the last one padded; 5 blocks a row
@@ -27,11 +28,11 @@ def rows(n: int, seed: int = 2, scale: float = 1.0) -> torch.Tensor:
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
-@pytest.mark.parametrize("exact_blocks", [0, 2, 5])
-def test_every_path_is_its_reference_bit_for_bit(path: str, n: int, exact_blocks: int) -> None:
+@pytest.mark.parametrize("exact_blocks", [(), (1, 3), (0, 1, 2, 3, 4)])
+def test_every_path_is_its_reference_bit_for_bit(path: str, n: int, exact_blocks: tuple[int, ...]) -> None:
     raw, matrix = head()
     x = rows(n)
-    p, bound = CompactHead(matrix).bounded(x, exact_blocks, path)
+    p, bound = CompactHead(matrix, exact_blocks).bounded(x, path)
     want_p, want_bound = reference_bounded(raw, (VOCAB, WIDTH), x, exact_blocks)
     assert torch.equal(p, want_p)
     assert torch.equal(bound, want_bound)
@@ -41,21 +42,31 @@ def test_every_path_is_its_reference_bit_for_bit(path: str, n: int, exact_blocks
 def test_with_every_block_exact_the_pass_is_the_product(path: str) -> None:
     _, matrix = head(3)
     x = rows(4, seed=4)
-    p, _ = CompactHead(matrix).bounded(x, WIDTH // 32, path)
+    p, _ = CompactHead(matrix, range(WIDTH // 32)).bounded(x, path)
     assert torch.equal(p, matrix(x))
 
 
-@pytest.mark.parametrize("exact_blocks", [0, 1, 3])
+@pytest.mark.parametrize("exact_blocks", [(), (4,), (0, 2, 4)])
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e4])
-def test_the_bound_holds_through_the_float32_comparisons(exact_blocks: int, scale: float) -> None:
+def test_the_bound_holds_through_the_float32_comparisons(exact_blocks: tuple[int, ...], scale: float) -> None:
     _, matrix = head(5)
     x = rows(6, seed=6, scale=scale)
-    p, bound = CompactHead(matrix).bounded(x, exact_blocks)
+    p, bound = CompactHead(matrix, exact_blocks).bounded(x)
     full = matrix(x)
     assert bool(((p - bound <= full) & (full <= p + bound)).all())
+
+
+def test_the_calibrated_blocks_are_those_of_the_outlier_channels() -> None:
+    assert calibrated_blocks(rows(6), 3) == [0, 1, 2]  # channels 3, 50 and 90
 
 
 def test_a_head_that_is_not_q8_0_is_refused() -> None:
     raw = random_blocks("Q4_0", 32, 64, seed=1).reshape(-1)
     with pytest.raises(ValueError, match="Q8_0"):
-        CompactHead(QuantMatrix("Q4_0", raw, (32, 64)))
+        CompactHead(QuantMatrix("Q4_0", raw, (32, 64)), ())
+
+
+def test_an_exact_block_outside_the_head_is_refused() -> None:
+    _, matrix = head()
+    with pytest.raises(ValueError, match="exact block 5 is not one of the head's 5 blocks"):
+        CompactHead(matrix, (0, 5))

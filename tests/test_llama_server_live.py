@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from llama_server import binary
 
+from power.app.bench.traffic import build_shape
 from power.app.live import LiveEngine, free_port
 from power.app.served import ServedEngine
-from power.app.traffic import build_shape
 from power.documents.plan import load_plan, save_plan
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import DeviceSpec, HostSpec

@@ -13,9 +13,9 @@ from evidence_helpers import write_evidence
 from fleet_world import World, build_world
 from hostile_documents import JSON_CASES, hostile
 
-from power.app import bench
+from power.app.bench import harness
+from power.app.bench.traffic import build_shape
 from power.app.cli import main
-from power.app.traffic import build_shape
 from power.documents.evidence import MIN_RUNS
 from power.documents.receipt import Receipt
 from power.orchestrator.fleet.lock import read_lock
@@ -308,9 +308,9 @@ def _gate_on_recorded(world: World, tmp_path: Path, candidate: tuple[float, floa
     assert run("rollout", "plan", fleet, "--profile", world.root / "profiles" / "guarded.toml",
                "--canary", "ws-3").exit_code == 0
     candidate_digest, incumbent_digest = _pair(world, "ws-3/hybrid")
-    result = bench.shape_result(build_shape("echo"), {"candidate": _recorded(*candidate),
+    result = harness.shape_result(build_shape("echo"), {"candidate": _recorded(*candidate),
                                                       "baseline": _recorded(*incumbent)})
-    identity = bench.shape_result(build_shape("identity"), {"candidate": _recorded(*candidate),
+    identity = harness.shape_result(build_shape("identity"), {"candidate": _recorded(*candidate),
                                                             "baseline": _recorded(*incumbent)})
     path = evidence(tmp_path / "recorded.json", candidate_digest, incumbent_digest,
                     results={"echo": result, "identity": identity})
@@ -357,9 +357,9 @@ def test_near_tie_divergences_open_a_stage_only_where_the_deployment_accepts_the
            "candidate_logprob": -0.71, "margin": 0.02, "target_top_token": 7}
     differing = [replace(receipt, token_ids=[*receipt.token_ids[:5], 8, *receipt.token_ids[6:]])
                  for receipt in _recorded(60.0, 30.0)]
-    results = {"echo": bench.shape_result(build_shape("echo"), {"candidate": differing,
+    results = {"echo": harness.shape_result(build_shape("echo"), {"candidate": differing,
                                                                 "baseline": _recorded(20.0, 15.0)}, [tie] * MIN_RUNS),
-               "identity": bench.shape_result(build_shape("identity"), {"candidate": _recorded(60.0, 30.0),
+               "identity": harness.shape_result(build_shape("identity"), {"candidate": _recorded(60.0, 30.0),
                                                                         "baseline": _recorded(20.0, 15.0)})}
     assert results["echo"]["exactness"] == "near-tie"
     path = evidence(tmp_path / "near-tie.json", candidate_digest, incumbent_digest, results=results)

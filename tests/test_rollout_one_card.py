@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from llama_server import binary
 
-from power.app import standing
+from power.app.bench import standing
 from power.app.cli import main
 from power.app.live import free_port
 from power.documents.plan import load_plan

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from runtime_plans import fixture_plan, write_plan
 
+from power.app.bench.traffic import build_shape
 from power.app.cli import main
-from power.app.traffic import build_shape
 from power.documents.plan import load_plan
 from power.documents.receipt import Receipt
 from power.runtime.engine import Engine, EngineOptions

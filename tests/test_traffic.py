@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from power.app.traffic import (
+from power.app.bench.traffic import (
     HELDOUT_LABELS,
     HELDOUT_PROMPTS,
     SHAPE_NAMES,
@@ -73,7 +73,7 @@ def test_the_reference_sizes_in_gemma_tokens() -> None:
     """echo: a ~1.5k-token passage; prose: ~1k tokens of filler (the reference A/B protocol)."""
     from pathlib import Path
 
-    from power.app.traffic import REFERENCE_PROMPT_TOKENS
+    from power.app.bench.traffic import REFERENCE_PROMPT_TOKENS
     from power.runtime.gguf_weights import GGUFFile
     from power.runtime.tokenizer import Tokenizer
 

@@ -3,7 +3,7 @@
 `ServedEngine` wraps a live server launched from a plan's render
 (`power.app.live.LiveEngine`, read by duck typing: the runtime imports
 nothing of the orchestrator but the plan) and answers the harness's engine
-interface (`power.app.bench.BenchEngine`). Each receipt is built from the
+interface (`power.app.bench.harness.BenchEngine`). Each receipt is built from the
 engine's own accounting: llama-server's `timings` (prompt and decode time,
 `draft_n`, `draft_n_accepted`) and its `/metrics` deltas around the request
 (`spec_decode_num_drafts_total`: the verification steps, the rounds that

@@ -1,6 +1,6 @@
 """The `power.evidence/v1` document: what `power bench` writes and the rollout gates read (docs/bench.md).
 
-One schema for both halves: the A/B harness (`power.app.bench`) builds its
+One schema for both halves: the A/B harness (`power.app.bench.harness`) builds its
 document through `Evidence` before writing it, and the fleet's gates
 (`power.orchestrator.fleet.evidence`) read files back through the same models,
 so a field renamed, dropped or mistyped on one side fails on the other at once.
@@ -121,7 +121,7 @@ class ShapeResult(_Model):
     verdict: Verdict
     verdict_reason: str
     # exact: greedy outputs identical; near-tie: every divergence within `near_tie_margin` nats in the candidate's
-    # target's own distribution; lossy: one beyond it (`power.app.divergence`)
+    # target's own distribution; lossy: one beyond it (`power.app.bench.divergence`)
     exactness: Exactness = "exact"
     near_tie_margin: float | None = None
     divergences: list[Divergence] = Field(default_factory=list)
@@ -181,12 +181,12 @@ class Evidence(_Model):
     passed: bool
     receipts: list[Measured]
     sweep: dict[str, Any] | None = None  # `power bench --sweep`: the variants' table and the winner
-    # every start and stop, of the configurations and of the deployment's own server (`power.app.lifecycle`)
+    # every start and stop, of the configurations and of the deployment's own server (`power.app.bench.lifecycle`)
     lifecycle: list[dict[str, Any]] = Field(default_factory=list)
-    # the quiet-host samples (`power.app.quiet`): load average, other processes' CPU share, busy or not
+    # the quiet-host samples (`power.app.bench.quiet`): load average, other processes' CPU share, busy or not
     host: dict[str, Any] | None = None
     # `--concurrency`: per level and shape the aggregate and per-request figures, and where the candidate stops
-    # paying (`power.app.concurrency`)
+    # paying (`power.app.bench.concurrency`)
     concurrency: dict[str, Any] | None = None
 
     def document(self) -> dict[str, Any]:

@@ -6,8 +6,9 @@ bit-identical to the full product) and finds that argmax by bound and refine:
 
 1. the cheap pass (`power.kernels.cpu.greedy.CompactHead.bounded`) scores every token, p_v, with a rigorous bound:
    lower_v = fl(p_v - b_v) <= s_v <= fl(p_v + b_v) = upper_v for the full product's score s_v of every token v.
-   It reads each weight's high nibble (4 of its 8 bits) and, per row, the `exact_blocks` blocks of 32 input
-   channels that carry the most activation, all 8 bits; the bound covers the low nibbles it leaves out (per block,
+   It reads each weight's high nibble (4 of its 8 bits) and, in a fixed set of `exact_blocks` blocks of 32 input
+   channels (chosen at construction, e.g. by `calibrated_blocks` where rows like the caller's carry the most
+   activation), all 8 bits, as one contiguous stream; the bound covers the low nibbles it leaves out (per block,
    Cauchy-Schwarz on exact integer sums) and every float rounding of both products (proof: that module);
 2. a token can be the argmax only if upper_v reaches the best lower bound max_w lower_w: every argmax is in that
    candidate set, because s_v* = max s >= s_w >= lower_w for the w that attains the best lower bound, and
@@ -22,35 +23,34 @@ full head's. Sampling (temperature > 0) needs the whole distribution and keeps t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from power.kernels.cpu.greedy import CompactHead
 from power.runtime.errors import RuntimeInputError
 from power.runtime.linear import Linear, QuantLinear
 
-EXACT_BLOCKS = 6  # blocks of 32 input channels each row reads in full (bench/bench_greedy_head.py --exact-blocks)
-
 
 class GreedyHead:
     """argmax of `exact(x)` per row, bit-identical, from a cheap bounded pass and the exact scores of a few tokens."""
 
-    def __init__(self, exact: Linear, exact_blocks: int = EXACT_BLOCKS) -> None:
+    def __init__(self, exact: Linear, exact_blocks: Sequence[int]) -> None:
         if not isinstance(exact, QuantLinear) or exact.matrix.qtype != "Q8_0":
             raise RuntimeInputError(f"an exact greedy head reads a Q8_0 head on the CPU kernels; this head is "
                                     f"{getattr(exact, 'path', type(exact).__name__)}")
         self.exact, self.shape = exact, exact.shape
-        self._compact = CompactHead(exact.matrix)
-        self._exact_blocks = exact_blocks
+        self._compact = CompactHead(exact.matrix, exact_blocks)
         self.last_candidates: list[int] = []  # candidate-set size per row of the last call (for benchmarks)
 
     @property
     def nbytes(self) -> int:
-        """What it holds beside the head it wraps: the compact copy."""
+        """What it holds beside the head it wraps: the pass's stream."""
         return self._compact.nbytes
 
     def bounds(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [n, in] -> (lower, upper) float32 [n, vocab] with lower <= exact(x) <= upper."""
-        p, bound = self._compact.bounded(x, self._exact_blocks)
+        p, bound = self._compact.bounded(x)
         return p - bound, p + bound
 
     def candidates(self, x: torch.Tensor) -> list[torch.Tensor]:

@@ -6,63 +6,24 @@ stack is imported; the command runs the record."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from power.app.arguments.runtime_options import refuse_unusable_device
+from power.app.bench.request import BenchArguments, BenchOptions
 from power.app.cli import refuse
-from power.app.commands.runtime_options import refuse_unusable_device
 from power.app.outputs import require_outputs
 from power.documents.evidence import BASELINE, CANDIDATE
 from power.findings import PowerError
 from power.orchestrator.engines import ADAPTERS, LIVE_ENGINES
 
 if TYPE_CHECKING:
-    from power.app.traffic import TrafficShape
     from power.documents.plan import ResolvedPlan
 
 # The engines whose deployment reads an env file `--write-env` renders (its adapter's `env_target`).
 WRITES_ENV = tuple(name for name, engine in ADAPTERS.items() if engine.env_target is not None)
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    """What the options say on their own."""
-
-    plan: Path
-    baseline: Path | None
-    engine: str | None  # None: the engine the candidate plan was sized for
-    engine_binary: Path | None
-    traffic: list[TrafficShape]
-    runs: int
-    max_tokens: int
-    sweeps: tuple[str, ...]
-    output: Path | None
-    report: Path | None
-    env_path: Path | None
-    one_at_a_time: bool
-    deployment_port: int | None
-    concurrency: str
-    near_tie_margin: float
-    device: str
-    threads: int | None
-    root: Path | None
-    as_json: bool
-
-
-@dataclass(frozen=True)
-class BenchArguments:
-    """The options with the plans loaded: what one `power bench` measures, on which engine."""
-
-    options: BenchOptions
-    engine: str
-    binary: Path | None  # the live engine's executable (None: Power's runtime, in this process)
-    candidates: list[tuple[str, Path, ResolvedPlan]]  # the candidate, or the sweep's variants
-    plans: list[tuple[str, Path, ResolvedPlan]]  # the candidates, then the baseline if there is one
-    levels: list[int]  # the --concurrency levels
-    slots: int  # the fewest slots of any plan
 
 
 def parse_bench(plan: Path, baseline: Path | None, engine: str | None, engine_binary: Path | None, shapes: str,
@@ -73,8 +34,8 @@ def parse_bench(plan: Path, baseline: Path | None, engine: str | None, engine_bi
     """The options' record; the command ends on an output that cannot be written, and click.BadParameter (exit 2)
     names a shape, a report format or a token count that cannot run."""
     require_outputs(files=(output, report, env_path), as_json=as_json)
-    from power.app.bench_report import REPORT_FORMATS
-    from power.app.traffic import REFERENCE_PROMPT_TOKENS, build_shape, parse_shapes
+    from power.app.bench.report import REPORT_FORMATS
+    from power.app.bench.traffic import REFERENCE_PROMPT_TOKENS, build_shape, parse_shapes
 
     try:
         names = parse_shapes(shapes)
@@ -95,7 +56,8 @@ def resolve_bench(options: BenchOptions) -> BenchArguments:
     """The record with its plans loaded; the command ends on a plan, binary, sweep, device, prompt, turn or
     concurrency level it cannot run (a finding that names no file of its own is located at the candidate plan where
     the plan is its cause), and click.UsageError (exit 2) for --write-env on an engine without an env file."""
-    from power.app import live, sweep
+    from power.app import live
+    from power.app.bench import sweep
     from power.documents.plan import load_plan, located
 
     o = options
@@ -123,7 +85,7 @@ def resolve_bench(options: BenchOptions) -> BenchArguments:
         refuse_unusable_device(o.device, o.as_json)
     _refuse_what_the_engine_cannot_run(o, engine, plans)
     slots = min(resolved.memory.slots.slots for _, _, resolved in plans)
-    from power.app import concurrency
+    from power.app.bench import concurrency
 
     try:
         levels = concurrency.parse_levels(o.concurrency, slots)
@@ -136,7 +98,7 @@ def _refuse_what_the_engine_cannot_run(options: BenchOptions, engine: str,
                                        plans: list[tuple[str, Path, ResolvedPlan]]) -> None:
     """On Power's runtime, a prompt longer than a plan's context and --one-at-a-time (it loads every plan side by
     side) are refused; a plan sized for another engine is measured, and said so."""
-    from power.app import bench as harness
+    from power.app.bench import harness
 
     if engine not in LIVE_ENGINES:
         try:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
+from power.app.arguments.runtime_options import refuse_unusable_device, runtime_options
 from power.app.cli import refuse
 from power.app.commands.artifact_root import root_option
-from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
 from power.app.outputs import require_outputs, writing
 from power.findings import PowerError
 from power.orchestrator.inputs.schema import MAX_CTX, MAX_ROWS

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
+from power.app.arguments.runtime_options import refuse_unusable_device, runtime_options
 from power.app.cli import EXIT_USAGE, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.commands.params import FiniteFloatRange
-from power.app.commands.runtime_options import refuse_unusable_device, runtime_options
 from power.findings import PowerError
 
 API_KEY_FILE_ENV = "POWER_API_KEY_FILE"

@@ -2,12 +2,17 @@
 
 API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the matrix's own)
 -------------------------------------------------------------------------------------------
-- `CompactHead(matrix)`: from a Q8_0 `QuantMatrix` [vocab, in], a compact copy of its weights' high nibbles
-  (`nbytes`: 19 bytes per row and block of 32 weights, against Q8_0's 34; the Q8_0 matrix stays and is read too).
-  - `head.bounded(x, exact_blocks)`: x [n, in] -> (p, bound) float32 [n, vocab] with
+- `CompactHead(matrix, exact_blocks)`: from a Q8_0 `QuantMatrix` [vocab, in], one stream the pass reads from
+  start to end: per 16-row tile, its blocks of 32 input channels in order, those of `exact_blocks` (block indices)
+  as their Q8_0 bytes and the others as their weights' high nibbles (`nbytes`: 34 and 19 bytes per row and block;
+  the Q8_0 matrix stays, for the exact scores of the candidates).
+  - `head.bounded(x)`: x [n, in] -> (p, bound) float32 [n, vocab] with
     `fl(p - bound) <= matrix(x) <= fl(p + bound)` for every row and token (the float32 comparisons included).
-    Each row multiplies its `exact_blocks` blocks of largest activation norm by all 8 bits and the rest by their
-    high nibbles; with every block exact, p is `matrix(x)` bit for bit.
+    Every row multiplies the exact blocks by all 8 bits and the rest by their high nibbles; with every block
+    exact, p is `matrix(x)` bit for bit.
+- `calibrated_blocks(x, count)`: the `count` blocks of largest mean activation norm over sample rows x, the
+  blocks where exact weights narrow the bound most for rows like them (which blocks are exact never decides
+  whether the bound holds).
 - `reference_bounded(raw, shape, x, exact_blocks)`: the same arithmetic in plain torch from the GGUF bytes; every
   instruction path computes its bits (tests/test_kernel_cpu_greedy.py).
 
@@ -34,17 +39,21 @@ and |p| <= m (1 + g) / (1 - g). The caller's fl(p -+ bound) errs by at most u (|
 least (r k_rem + m k_sum)(1 - u)^3. Hence k_rem = (1 + g) / (4 (1 - g)^3) and k_sum = (2 g + 2 u) / (1 - g)^3, each
 rounded up to float32, give bound >= |s - p| + u (|p| + bound). A subnormal c_b breaks the relative model by at
 most 2^-149 an operation; `floor` = 2^-100 covers that for any realistic row. (The bound never depends on which
-blocks are exact: that choice, largest d_x ||x_q|| first, decides only how tight it is.)
+blocks are exact: that choice decides only how tight it is.)
 
-Compact layout: per 16-row tile of `power.kernels.cpu.layout` and block, 304 bytes: the tile's 16 float16 scales
-(32 bytes, as in its Q8_0 block), the 16 L_b (bytes), then 4 groups of 64 bytes, group k holding for each row
-(4 bytes) h + 8 of weights 4k..4k+3 in the low nibbles and of weights 16+4k..16+4k+3 in the high nibbles. An exact
-block is read from the Q8_0 tile itself.
+The stream: per 16-row tile of `power.kernels.cpu.layout`, its blocks in order, each in one of two forms. An exact
+block is its Q8_0 tile block as the products read it (544 bytes). A bounded block takes 304 bytes: the tile's 16
+float16 scales (32 bytes, as in its Q8_0 block), the 16 L_b (bytes), then 4 groups of 64 bytes, group k holding
+for each row (4 bytes) h + 8 of weights 4k..4k+3 in the low nibbles and of weights 16+4k..16+4k+3 in the high
+nibbles. The pass reads one contiguous run per tile, which the hardware prefetcher follows: reading the exact
+blocks from the Q8_0 tiles instead, as gaps in a second stream, made the pass 2.1x slower at 6 exact blocks of 20
+(docs/runtime.md, "The exact greedy LM head").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -72,46 +81,50 @@ def constants(in_features: int) -> tuple[float, float]:
 
 
 class CompactHead:
-    """The high nibbles of a Q8_0 head's weights, with the norms of what they leave out; `bounded` scores every row."""
+    """A Q8_0 head as one stream of exact blocks and high nibbles with the norms of what they leave out; `bounded`
+    scores every row."""
 
-    def __init__(self, matrix: QuantMatrix) -> None:
+    def __init__(self, matrix: QuantMatrix, exact_blocks: Sequence[int]) -> None:
         if matrix.qtype != "Q8_0":
             raise ValueError(f"CompactHead: a Q8_0 head is split into nibbles here, not {matrix.qtype}")
         self.matrix, self.shape = matrix, matrix.shape
-        blocks = matrix.shape[1] // BLOCK
-        tiles = matrix.tiles.view(-1, blocks, Q8_0_BLOCK_BYTES)
-        self._compact = torch.cat([_compact_tiles(tiles[begin:begin + TILE_CHUNK])
-                                   for begin in range(0, tiles.shape[0], TILE_CHUNK)]).reshape(-1)
+        self.exact = _exact_marks(exact_blocks, matrix.shape[1] // BLOCK)
+        tiles = matrix.tiles.view(-1, self.exact.numel(), Q8_0_BLOCK_BYTES)
+        self._stream = torch.cat([_stream_tiles(tiles[begin:begin + TILE_CHUNK], self.exact)
+                                  for begin in range(0, tiles.shape[0], TILE_CHUNK)]).reshape(-1)
         self._constants = constants(matrix.shape[1])
 
     @property
     def nbytes(self) -> int:
-        return self._compact.numel()
+        return self._stream.numel()
 
-    def bounded(self, x: torch.Tensor, exact_blocks: int, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def bounded(self, x: torch.Tensor, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [n, in] float32 -> (p, bound) float32 [n, vocab] (the module docstring)."""
         if x.dim() != 2 or x.shape[1] != self.shape[1]:
             raise ValueError(f"CompactHead: x must be [n, {self.shape[1]}], got {tuple(x.shape)}")
-        levels, scales, sums, norms, exact = activations(x, exact_blocks)
+        levels, scales, sums, norms = activations(x)
         ops = extension(chosen_path(path) if path else self.matrix.path)
-        p, bound = ops.greedy_pass(self._compact, self.matrix.tiles, self.shape[1], levels.to(torch.int8).flatten(1),
-                                   scales, sums, norms, exact, *self._constants, FLOOR)
+        p, bound = ops.greedy_pass(self._stream, self.exact, levels.to(torch.int8).flatten(1), scales, sums, norms,
+                                   *self._constants, FLOOR)
         return p[:, :self.shape[0]], bound[:, :self.shape[0]]
 
 
-def activations(x: torch.Tensor, exact_blocks: int) -> tuple[torch.Tensor, ...]:
-    """x [n, in] -> levels float64 [n, nb, 32], scales float32, sums int32, norms (rounded up) float32 and exact
-    uint8 [n, nb] (1 for the `exact_blocks` blocks of largest d_x * norm, ties to the lower block)."""
+def activations(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """x [n, in] -> levels float64 [n, nb, 32], scales float32, sums int32 and norms (rounded up) float32 [n, nb]."""
     levels, scales = quantize_rows(x.to(torch.float32).contiguous(), BLOCK)
-    norms = _sqrt_up(levels.pow(2).sum(dim=2))
-    energy = scales.double() * norms.double()
-    order = torch.sort(energy, dim=1, descending=True, stable=True).indices[:, :exact_blocks]
-    exact = torch.zeros_like(scales, dtype=torch.uint8).scatter_(1, order, 1)
-    return levels, scales, levels.sum(dim=2).to(torch.int32), norms, exact
+    return levels, scales, levels.sum(dim=2).to(torch.int32), _sqrt_up(levels.pow(2).sum(dim=2))
+
+
+def calibrated_blocks(x: torch.Tensor, count: int) -> list[int]:
+    """The `count` blocks of largest mean d_x * norm over the rows of x [n, in], in increasing order (ties to the
+    lower block)."""
+    _, scales, _, norms = activations(x)
+    energy = (scales.double() * norms.double()).mean(dim=0)
+    return sorted(torch.sort(energy, descending=True, stable=True).indices[:count].tolist())
 
 
 def reference_bounded(raw: torch.Tensor, shape: tuple[int, int], x: torch.Tensor,
-                      exact_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+                      exact_blocks: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's (p, bound) in plain torch from the head's GGUF Q8_0 bytes (flat uint8) of `shape` [vocab, in]."""
     vocab, width = shape
     blocks = raw.reshape(vocab, width // BLOCK, BLOCK_LAYOUT["Q8_0"][1])
@@ -119,10 +132,10 @@ def reference_bounded(raw: torch.Tensor, shape: tuple[int, int], x: torch.Tensor
     q = blocks[..., 2:].contiguous().view(torch.int8).to(torch.float64)  # [vocab, nb, 32]
     high = torch.floor(q / 16)
     rest = _norm_bytes((q - 16 * high - 8).pow(2).sum(dim=2)).to(torch.float32)
-    levels, scales, _, norms, exact = activations(x, exact_blocks)
+    levels, scales, _, norms = activations(x)
     full = torch.einsum("nbk,vbk->nvb", levels, q)
     approx = torch.einsum("nbk,vbk->nvb", levels, 16 * high + 8)
-    is_exact = exact.bool()[:, None, :]
+    is_exact = _exact_marks(exact_blocks, width // BLOCK).bool()[None, None, :]
     integers = torch.where(is_exact, full, approx).to(torch.float32)
     c = weight_scales[None] * scales[:, None, :]
     terms = c * integers
@@ -140,8 +153,24 @@ def _in_order(terms: torch.Tensor) -> torch.Tensor:
     return acc
 
 
+def _exact_marks(exact_blocks: Sequence[int], blocks: int) -> torch.Tensor:
+    """Block indices -> uint8 [blocks], 1 at each (refused outside [0, blocks))."""
+    marks = torch.zeros(blocks, dtype=torch.uint8)
+    for block in exact_blocks:
+        if not 0 <= block < blocks:
+            raise ValueError(f"CompactHead: exact block {block} is not one of the head's {blocks} blocks")
+        marks[block] = 1
+    return marks
+
+
+def _stream_tiles(tiles: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """Q8_0 tile blocks [t, nb, 544] uint8 -> the stream's tiles [t, bytes] (the module docstring's layout)."""
+    compact = _compact_tiles(tiles)
+    return torch.cat([tiles[:, b] if exact[b] else compact[:, b] for b in range(exact.numel())], dim=1)
+
+
 def _compact_tiles(tiles: torch.Tensor) -> torch.Tensor:
-    """Q8_0 tile blocks [t, nb, 544] uint8 -> compact blocks [t, nb, 304] (the module docstring's layout)."""
+    """Q8_0 tile blocks [t, nb, 544] uint8 -> compact blocks [t, nb, 304] (a bounded block's form)."""
     t, nb = tiles.shape[:2]
     q = tiles[..., 32:].reshape(t, nb, 8, TILE, 4)  # group g: weights 4g..4g+3 of each of the 16 rows
     high = (q >> 4) ^ 8  # h + 8: the signed high nibble, offset

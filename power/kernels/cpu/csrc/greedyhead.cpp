@@ -1,7 +1,7 @@
 // The cheap pass of the exact greedy LM head over a Q8_0 head: every token's score from the high nibbles of its
-// integer weights (or, in the blocks a row marks exact, from all 8 bits), and a rigorous bound on the rest
-// (power/kernels/cpu/greedy.py defines the arithmetic, the compact layout and the bound). One build per instruction
-// path (simd.h), compiled with -ffp-contract=off so that every path computes the reference's bits.
+// integer weights (or, in the head's exact blocks, from all 8 bits), and a rigorous bound on the rest
+// (power/kernels/cpu/greedy.py defines the arithmetic, the one stream the pass reads and the bound). One build per
+// instruction path (simd.h), compiled with -ffp-contract=off so that every path computes the reference's bits.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -19,22 +19,20 @@ constexpr int64_t kGroupTiles = 32;
 constexpr int64_t kQ8Block = 544;       // a Q8_0 block of a 16-row tile (power/kernels/cpu/layout.py)
 constexpr int64_t kCompactBlock = 304;  // 16 float16 scales, 16 remainder norms, 16 rows x 32 high nibbles
 constexpr int64_t kNorms = 32, kNibbles = 48;
-constexpr int64_t kPrefetchTiles = 2;  // how far ahead the exact blocks are fetched
 
 // NR activation rows of the call (a row may repeat to fill a chunk; its result is then computed twice).
 template <int NR>
 struct Chunk {
-    const int8_t* q[NR];       // int8 levels [in]
-    const float* d[NR];        // block scales [nb]
-    const int32_t* sum[NR];    // the levels' sum per block [nb]
-    const float* norm[NR];     // the levels' norm per block, rounded up [nb]
-    const uint8_t* exact[NR];  // 1: the block is multiplied by all 8 bits [nb]
+    const int8_t* q[NR];     // int8 levels [in]
+    const float* d[NR];      // block scales [nb]
+    const int32_t* sum[NR];  // the levels' sum per block [nb]
+    const float* norm[NR];   // the levels' norm per block, rounded up [nb]
 };
 
 struct Call {
-    const uint8_t* compact;
-    const uint8_t* tiles;
-    int64_t nb;
+    const uint8_t* stream;
+    const uint8_t* exact;  // 1: the block is stored as its Q8_0 tile block [nb]
+    int64_t nb, tile_bytes;
     float k_rem, k_sum, floor;
 };
 
@@ -45,22 +43,22 @@ inline void add_term(F scale, V s, F& p, F& mag) {
     mag = mag + abs(term);
 }
 
-// Block b (at qb in the Q8_0 tile) for the rows that mark it exact, as csrc/qmatmul.cpp's tile_q8_0 multiplies it.
+// An exact block (its Q8_0 tile block at qb), as csrc/qmatmul.cpp's tile_q8_0 multiplies it.
 template <int NR>
-void exact_block(const uint8_t* qb, F dw, int64_t b, const Chunk<NR>& a, F* p, F* mag) {
+void exact_block(const uint8_t* qb, int64_t b, const Chunk<NR>& a, F* p, F* mag) {
+    const F dw = load_f16(qb);
     V w[8];
     load_q8_0(qb, w);
     for (int r = 0; r < NR; ++r) {
-        if (!a.exact[r][b]) continue;
-        const V s = q8_0_sum(w, a.q[r] + 32 * b, a.sum[r][b]);
-        add_term(dw * fsplat(a.d[r][b]), s, p[r], mag[r]);
+        add_term(dw * fsplat(a.d[r][b]), q8_0_sum(w, a.q[r] + 32 * b, a.sum[r][b]), p[r], mag[r]);
     }
 }
 
-// Block b (at cb in the compact copy) for the other rows: its high nibbles h + 8 give A = 16 sum((h + 8) x) -
-// 120 sum(x), the sum of (16 h + 8) x; the remainder's bound |scale| * ceil(4 ||l||) * ||x|| is added to rem.
+// A bounded block (its compact block at cb): its high nibbles h + 8 give A = 16 sum((h + 8) x) - 120 sum(x), the
+// sum of (16 h + 8) x; the remainder's bound |scale| * ceil(4 ||l||) * ||x|| is added to rem.
 template <int NR>
-void bounded_block(const uint8_t* cb, F dw, int64_t b, const Chunk<NR>& a, F* p, F* rem, F* mag) {
+void bounded_block(const uint8_t* cb, int64_t b, const Chunk<NR>& a, F* p, F* rem, F* mag) {
+    const F dw = load_f16(cb);
     const F norms = load_u8(cb + kNorms);
     V lo[4], hi[4];
     for (int k = 0; k < 4; ++k) {
@@ -69,7 +67,6 @@ void bounded_block(const uint8_t* cb, F dw, int64_t b, const Chunk<NR>& a, F* p,
         hi[k] = shr(v, 4) & kLow4;
     }
     for (int r = 0; r < NR; ++r) {
-        if (a.exact[r][b]) continue;
         const int8_t* q = a.q[r] + 32 * b;
         V s = zero();
         for (int k = 0; k < 4; ++k) {
@@ -82,24 +79,19 @@ void bounded_block(const uint8_t* cb, F dw, int64_t b, const Chunk<NR>& a, F* p,
     }
 }
 
-// One tile: every block, exact for the rows that mark it so, bounded for the others.
+// One tile: its blocks in order from one contiguous run of the stream, each exact or bounded as the head stores it.
 template <int NR>
-void tile_pass(const uint8_t* c, const uint8_t* t, const Call& call, const Chunk<NR>& a, float* const* p_out,
-               float* const* b_out) {
+void tile_pass(const uint8_t* c, const Call& call, const Chunk<NR>& a, float* const* p_out, float* const* b_out) {
     F p[NR], rem[NR], mag[NR];
     for (int r = 0; r < NR; ++r) p[r] = rem[r] = mag[r] = fzero();
-    const uint8_t* ahead = t + kPrefetchTiles * call.nb * kQ8Block;
     for (int64_t b = 0; b < call.nb; ++b) {
-        const uint8_t* cb = c + b * kCompactBlock;
-        int exact = 0;
-        for (int r = 0; r < NR; ++r) exact += a.exact[r][b];
-        const F dw = load_f16(cb);
-        if (exact) {
-            // The exact blocks are gaps in the stream of Q8_0 tiles, which the hardware prefetcher does not follow.
-            for (int64_t line = 0; line < kQ8Block; line += 64) __builtin_prefetch(ahead + b * kQ8Block + line);
-            exact_block<NR>(t + b * kQ8Block, dw, b, a, p, mag);
+        if (call.exact[b]) {
+            exact_block<NR>(c, b, a, p, mag);
+            c += kQ8Block;
+        } else {
+            bounded_block<NR>(c, b, a, p, rem, mag);
+            c += kCompactBlock;
         }
-        if (exact < NR) bounded_block<NR>(cb, dw, b, a, p, rem, mag);
     }
     for (int r = 0; r < NR; ++r) {
         store(p_out[r], p[r]);
@@ -112,7 +104,6 @@ struct Rows {
     const float* d;
     const int32_t* sum;
     const float* norm;
-    const uint8_t* exact;
     int64_t in, nb, n;
     float* p;
     float* bound;
@@ -128,7 +119,6 @@ void run_chunk(const Call& call, const Rows& rows, int64_t r0, int64_t first, in
         chunk.d[r] = rows.d + row * rows.nb;
         chunk.sum[r] = rows.sum + row * rows.nb;
         chunk.norm[r] = rows.norm + row * rows.nb;
-        chunk.exact[r] = rows.exact + row * rows.nb;
     }
     for (int64_t i = first; i < last; ++i) {
         float* p_out[NR];
@@ -138,8 +128,7 @@ void run_chunk(const Call& call, const Rows& rows, int64_t r0, int64_t first, in
             p_out[r] = rows.p + row * rows.stride + 16 * i;
             b_out[r] = rows.bound + row * rows.stride + 16 * i;
         }
-        tile_pass<NR>(call.compact + i * call.nb * kCompactBlock, call.tiles + i * call.nb * kQ8Block, call, chunk,
-                      p_out, b_out);
+        tile_pass<NR>(call.stream + i * call.tile_bytes, call, chunk, p_out, b_out);
     }
 }
 
@@ -150,31 +139,32 @@ void check_rows(const at::Tensor& t, at::ScalarType type, int64_t n, int64_t wid
 
 }  // namespace
 
-// compact: the head's compact copy (power/kernels/cpu/greedy.py); tiles: its Q8_0 tile layout; q int8 [n, in],
-// d float32, sum int32, norm float32 and exact uint8 [n, in / 32]. Returns (p, bound), float32 [n, tiles * 16].
-std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor compact, at::Tensor tiles, int64_t in, at::Tensor q,
-                                               at::Tensor d, at::Tensor sum, at::Tensor norm, at::Tensor exact,
-                                               double k_rem, double k_sum, double floor) {
-    TORCH_CHECK(in > 0 && in % 32 == 0, "in_features ", in, " is not whole Q8_0 blocks of 32");
-    const int64_t nb = in / 32, n = q.size(0);
-    TORCH_CHECK(compact.scalar_type() == at::kByte && compact.is_contiguous() && compact.numel() % (nb * kCompactBlock) == 0,
-                "compact: contiguous uint8, whole tiles of ", nb * kCompactBlock, " bytes");
-    const int64_t n_tiles = compact.numel() / (nb * kCompactBlock);
-    TORCH_CHECK(tiles.scalar_type() == at::kByte && tiles.is_contiguous() && tiles.numel() == n_tiles * nb * kQ8Block,
-                "tiles: the Q8_0 tile layout of the same ", n_tiles, " tiles");
+// stream: the head's pass stream (power/kernels/cpu/greedy.py); exact uint8 [in / 32]: which blocks it stores as
+// Q8_0; q int8 [n, in], d float32, sum int32 and norm float32 [n, in / 32]. Returns (p, bound), float32
+// [n, tiles * 16].
+std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor stream, at::Tensor exact, at::Tensor q, at::Tensor d,
+                                               at::Tensor sum, at::Tensor norm, double k_rem, double k_sum,
+                                               double floor) {
+    TORCH_CHECK(exact.scalar_type() == at::kByte && exact.dim() == 1 && exact.is_contiguous() && exact.numel() > 0,
+                "exact: contiguous uint8 [blocks]");
+    const int64_t nb = exact.numel(), in = 32 * nb, n = q.size(0);
+    const uint8_t* marks = exact.data_ptr<uint8_t>();
+    const int64_t exact_count = std::count_if(marks, marks + nb, [](uint8_t m) { return m != 0; });
+    const int64_t tile_bytes = exact_count * kQ8Block + (nb - exact_count) * kCompactBlock;
+    TORCH_CHECK(stream.scalar_type() == at::kByte && stream.is_contiguous() && stream.numel() % tile_bytes == 0,
+                "stream: contiguous uint8, whole tiles of ", tile_bytes, " bytes");
+    const int64_t n_tiles = stream.numel() / tile_bytes;
     check_rows(q, at::kChar, n, in, "q");
     check_rows(d, at::kFloat, n, nb, "d");
     check_rows(sum, at::kInt, n, nb, "sum");
     check_rows(norm, at::kFloat, n, nb, "norm");
-    check_rows(exact, at::kByte, n, nb, "exact");
     auto p = at::empty({n, n_tiles * 16}, at::kFloat);
     auto bound = at::empty({n, n_tiles * 16}, at::kFloat);
     if (n == 0) return {p, bound};
-    const Call call{compact.data_ptr<uint8_t>(), tiles.data_ptr<uint8_t>(), nb, (float)k_rem, (float)k_sum,
-                    (float)floor};
+    const Call call{stream.data_ptr<uint8_t>(), marks, nb, tile_bytes, (float)k_rem, (float)k_sum, (float)floor};
     const Rows rows{q.data_ptr<int8_t>(), d.data_ptr<float>(), sum.data_ptr<int32_t>(), norm.data_ptr<float>(),
-                    exact.data_ptr<uint8_t>(), in, nb, n, p.data_ptr<float>(), bound.data_ptr<float>(), n_tiles * 16};
-    const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / (nb * kCompactBlock));
+                    in, nb, n, p.data_ptr<float>(), bound.data_ptr<float>(), n_tiles * 16};
+    const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / tile_bytes);
     power_pool::parallel_for(n_tiles, grain, [&](int64_t begin, int64_t end) {
         // Every chunk of rows through a group of tiles before the next group: the group stays in cache.
         for (int64_t first = begin; first < end; first += kGroupTiles) {
@@ -191,7 +181,7 @@ std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor compact, at::Tensor ti
 }
 
 TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
-    m.def("greedy_pass(Tensor compact, Tensor tiles, int in_features, Tensor q, Tensor d, Tensor sum, Tensor norm, "
-          "Tensor exact, float k_rem, float k_sum, float floor) -> (Tensor, Tensor)");
+    m.def("greedy_pass(Tensor stream, Tensor exact, Tensor q, Tensor d, Tensor sum, Tensor norm, float k_rem, "
+          "float k_sum, float floor) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) { m.impl("greedy_pass", &greedy_pass); }

@@ -1,7 +1,7 @@
 """What `power bench` started and stopped, in order: the evidence's `lifecycle` record (docs/bench.md).
 
 Every configuration brought up or taken down, and the deployment's own server
-stopped and restored (`power.app.standing`), is an event with the seconds since
+stopped and restored (`power.app.bench.standing`), is an event with the seconds since
 the bench began, so the evidence shows the protocol that ran, not only its
 figures.
 """

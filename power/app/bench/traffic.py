@@ -30,7 +30,7 @@ of about 1.5k tokens, prose over about 1k tokens of filler, at about 12 Gemma
 tokens per generated line); a caller may size a shape by its answer instead
 (`prompt_tokens=None`: just enough passage to echo `max_tokens`).
 
-`python -m power.app.traffic SHAPE [MAX_TOKENS]` prints a shape's prompt.
+`python -m power.app.bench.traffic SHAPE [MAX_TOKENS]` prints a shape's prompt.
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ from typing import Any, Callable, Protocol
 import torch
 
 from power import __version__
-from power.app.divergence import DEFAULT_MARGIN, EXACT, LOSSY, NEAR_TIE, classify, first_divergence
-from power.app.quiet import HostWatch
-from power.app.residency import Residency
-from power.app.traffic import TrafficShape, build_shape
+from power.app.bench.divergence import DEFAULT_MARGIN, EXACT, LOSSY, NEAR_TIE, classify, first_divergence
+from power.app.bench.quiet import HostWatch
+from power.app.bench.residency import Residency
+from power.app.bench.traffic import TrafficShape, build_shape
 from power.artifacts.atomic import write_text_atomic
 from power.documents.evidence import BASELINE, CANDIDATE, MIN_RUNS, SCHEMA, Evidence
 from power.documents.plan import ResolvedPlan
@@ -180,8 +180,8 @@ def evidence(candidate: BenchConfig, baseline: BenchConfig | None, shapes: list[
              explained: dict[str, list[dict[str, Any]]] | None = None, margin: float = DEFAULT_MARGIN
              ) -> dict[str, Any]:
     """The `power.evidence/v1` document for one candidate (of possibly several that ran) against the baseline;
-    `host`: the quiet-host samples (`power.app.quiet`), a busy host said in every shape's verdict; `explained`: each
-    shape's divergences (`divergences`), classified with the near-tie `margin`."""
+    `host`: the quiet-host samples (`power.app.bench.quiet`), a busy host said in every shape's verdict; `explained`:
+    each shape's divergences (`divergences`), classified with the near-tie `margin`."""
     roles = {candidate.label: CANDIDATE} | ({baseline.label: BASELINE} if baseline else {})
     per_shape = {shape.name: shape_result(shape, {role: receipts_of(measurements, shape.name, label)
                                                   for label, role in roles.items()},
@@ -287,7 +287,7 @@ def summarise(receipts: list[Receipt]) -> dict[str, Any]:
 def shape_result(shape: TrafficShape, receipts: dict[str, list[Receipt]],
                  divergences: list[dict[str, Any]] | None = None, margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
     """`divergences`: the first divergence of each differing greedy pair, explained by the candidate's target
-    (`power.app.divergence`); without them a greedy difference is lossy."""
+    (`power.app.bench.divergence`); without them a greedy difference is lossy."""
     first = receipts[CANDIDATE][0]
     result: dict[str, Any] = {
         "prompt_sha256": hashlib.sha256("\0".join(shape.prompts).encode()).hexdigest(),

@@ -150,7 +150,7 @@ def chart(result: dict[str, Any], labels: list[str]) -> dict[str, Any]:
 
 
 def render(evidence: dict[str, Any], template: str) -> str:
-    environment = Environment(loader=PackageLoader("power.app", "templates"), undefined=StrictUndefined,
+    environment = Environment(loader=PackageLoader("power.app.bench", "templates"), undefined=StrictUndefined,
                               autoescape=select_autoescape(["html.j2"]), trim_blocks=True, lstrip_blocks=True)
     labels = configs(evidence)
     charts = {name: chart(result, labels) for name, result in evidence["shapes"].items()}

@@ -4,7 +4,7 @@ Each plan says what it needs on each device it uses (`memory.devices`); the
 configurations a bench runs side by side need the sum. When that sum is over
 what the device offers below its headroom (a 27B target and its incumbent on
 one 24 GB card), or when the operator asks (`--one-at-a-time`), the bench runs
-them in turn (`power.app.bench.run_in_turns`).
+them in turn (`power.app.bench.harness.run_in_turns`).
 """
 
 from __future__ import annotations
