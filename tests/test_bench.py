@@ -282,7 +282,7 @@ def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
 def test_a_plan_below_a_target_only_baseline_is_named_with_the_ratio_and_the_fix() -> None:
     """Against a --vs baseline that is target-only, a candidate whose median paired decode ratio is under 0.98x is
     named with that ratio and what to do; one at 0.99x, or against a speculative baseline, is not."""
-    from power.app.bench_report import summary_lines
+    from power.app.bench.report import summary_lines
 
     def lines(candidate_s: float, baseline_mode: str) -> list[str]:
         shapes = {"identity": _evidence(_runs(candidate_s, candidate_s, candidate_s), _runs(0.10, 0.10, 0.10))}
