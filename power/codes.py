@@ -43,6 +43,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PWR024": ("error", "a sha256 is not 64 hexadecimal digits"),
     "PWR025": ("error", "a drafter entry lacks the file its kind needs, or names a file its kind cannot use"),
     "PWR026": ("error", "a key spelled the llama.cpp way or renamed: use Power's name for it"),
+    # PWR027 `power drafter distill --budget` (drafters/budget.py)
+    "PWR027": ("error", "the distillation budget cannot hold writing the drafter out beside what was already spent: "
+                        "nothing is trained"),
     # PWR05x engines (orchestrator/engines/, fleet/review.py, app/commands/plan.py)
     "PWR050": ("info", "a deployment names no engine, nor does its profile: it is sized for the "
                        "default (Power's runtime)"),

@@ -4,9 +4,11 @@ DIR/resume/ keeps what a later run resumes from: the generated rows (data.pt) an
 training checkpoint (checkpoint.pt), each keyed by the inputs that made it and stored as
 plain tensors (`power.drafters.resume`: a file from elsewhere can neither run code nor
 stand in for this run's state). The budget
-covers the whole run: the data takes at most `generate_share` of it (an operator's
-corpus `corpus_share` of that, the target's own text the rest), training the
-rest, and the best checkpoint so far is what gets exported.
+covers the whole run and holds by construction (`power.drafters.budget`): the
+data takes at most `generate_share` of it (an operator's corpus `corpus_share`
+of that, the target's own text the rest); the phases after training are
+measured before its first step and reserved; training takes a step only when it
+fits beside them, and the best checkpoint so far is what gets exported.
 
 A recipe is what differs between kinds: the taps the rows keep, the module and
 objective trained, the training settings, and the file written. Block drafters
@@ -28,6 +30,7 @@ import torch
 
 from power import modes
 from power.artifacts.contracts import DrafterHparams
+from power.artifacts.digests import sha256_file
 from power.artifacts.gguf_reader import ArtifactError
 from power.modes import DFLASH, DFLASH2, DSPARK, MTP
 from power.runtime.gguf_weights import GGUFFile
@@ -38,6 +41,7 @@ from power.runtime.trunks.gemma3 import ARCH as GEMMA3
 from power.runtime.trunks.gemma3 import Gemma3Params
 
 from . import export, generate, prompt_sets, resume, served, worth
+from .budget import Budget, BudgetError
 from .generate import Example
 from .model import BlockDrafterNet, BlockObjective, GGUFTensors
 from .mtp_head import ChainObjective, MTPHeadNet
@@ -75,6 +79,7 @@ class DistillRequest:
     chain_levels: int = 3  # MTP: chain steps trained at once (the training-time test)
     precision: str = "auto"  # of training's products: `power.drafters.train.training_precision`
     progress: bool = True
+    began: float | None = None  # the `time.monotonic()` instant the budget began (the command's start), else now
 
 
 @dataclass(frozen=True)
@@ -203,39 +208,89 @@ def recipe(request: DistillRequest, target: GGUFFile) -> Recipe:
 
 
 def distill(request: DistillRequest) -> Distilled:
-    started = time.monotonic()
-    deadline = started + request.budget_s
+    """Generate, measure, train, write out and replay, each phase started only where its measured cost fits the
+    budget (`power.drafters.budget`): the data by its share of the budget, then training until the next step would
+    leave too little for the phases after it, whose costs are measured before the first step."""
+    budget = Budget(request.budget_s, started=request.began)
+    if request.began is not None:
+        budget.charge("start", request.began)  # the command's imports and the inputs checked against the manifest
     torch.manual_seed(request.seed)
     target = GGUFFile(request.target)
     how = recipe(request, target)
     work = request.out / "resume"
     data_key = _data_key(request, how.taps)
-    data = training_data(request, target, how.taps, work, started + request.budget_s * request.generate_share,
-                         data_key)
+    with budget.phase("data"):
+        data = training_data(request, target, how.taps, work, budget.share(request.generate_share), data_key)
     train, held = data.split()
     examples = data.sequences
     if not train or not held:
         raise ValueError(f"{len(examples)} sequences are too few to train and measure on; give more prompts or budget")
-    vocabulary = ranked_tokens(train, request.fr or vocab_size(target), vocab_size(target))
-    objective = how.objective(target, vocabulary, max(len(e.tokens) for e in examples), request.seed)
-    writing = time.monotonic()
-    untrained = how.write(work / "timing.gguf", objective.net, request.target, "timing",
+    with budget.phase("measure"):
+        vocabulary = ranked_tokens(train, request.fr or vocab_size(target), vocab_size(target))
+        objective = how.objective(target, vocabulary, max(len(e.tokens) for e in examples), request.seed)
+        settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps,
+                           precision=training_precision(request.precision))
+        trainer = Trainer(objective, settings, train, held, k=min(7, objective.positions))
+        checkpoint, key = work / "checkpoint.pt", _checkpoint_key(data_key, how, settings, vocabulary)
+        resumed = resume.load(checkpoint, key)
+        if resumed is not None:
+            _restore(trainer, resumed, checkpoint)
+        costs, after = _measured_costs(request, how, trainer, vocabulary, data, work)
+        trainer.measure_costs(lambda state: resume.save(checkpoint, key, state), budget.clock)
+    _require_room(budget, trainer.closing_s + after.seconds(trainer.eval_s), work)
+    with budget.phase("train"):
+        best = trainer.run(budget, lambda state: resume.save(checkpoint, key, state), request.progress,
+                           reserve=after.seconds)
+    with budget.phase("written curve"):
+        best = written_acceptance(trainer, how, best)
+    return _export(request, how, objective, best, data, vocabulary, trainer, costs, budget, after)
+
+
+@dataclass(frozen=True)
+class AfterTraining:
+    """What the phases after training cost, measured before its first step: writing the drafter out (and hashing it
+    into its manifest), and the served replay's first sequence (its trunk and drafter loaded, then the sequence at
+    every width, at an untrained drafter's rate: its rounds accept nothing, so it lays the most of them)."""
+
+    export_s: float
+    replay_s: float
+    timed: served.Served | None  # the untrained drafter's replay (none without the target's own text to replay)
+
+    def seconds(self, evaluation_s: float) -> float:
+        """Beside the written weights' curve and the estimate over the replayed sequences, each at most one held-back
+        evaluation (`evaluation_s`)."""
+        return self.export_s + self.replay_s + 2 * evaluation_s
+
+
+def _measured_costs(request: DistillRequest, how: Recipe, trainer: Trainer, vocabulary: torch.Tensor | None,
+                    data: TrainingData, work: Path) -> tuple[worth.Costs, AfterTraining]:
+    """This machine's round costs (for the worth-it verdict) and the phases after training's, from the untrained
+    drafter written as the trained one will be."""
+    started = time.monotonic()
+    untrained = how.write(work / "timing.gguf", trainer.net, request.target, "timing",
                           None if vocabulary is None else vocabulary.tolist())
-    export_s = time.monotonic() - writing  # what writing the drafter out at the end will take
-    context = max(held, key=lambda e: len(e.tokens)).tokens[:COST_CONTEXT].tolist()
+    sha256_file(untrained)  # the manifest pins the drafter it writes
+    export_s = time.monotonic() - started
+    first = trainer.held[0]
+    context = max(trainer.held, key=lambda e: len(e.tokens)).tokens[:COST_CONTEXT].tolist()
     costs = worth.measure(request.target, untrained, request.kind, range(1, DEEPEST_K + 1), context)
-    settings = replace(how.settings(), seed=request.seed, max_steps=request.max_steps,
-                       precision=training_precision(request.precision))
-    trainer = Trainer(objective, settings, train, held, k=min(7, objective.positions))
-    checkpoint, key = work / "checkpoint.pt", _checkpoint_key(data_key, how, settings, vocabulary)
-    resumed = resume.load(checkpoint, key)
-    if resumed is not None:
-        _restore(trainer, resumed, checkpoint)
-    # after training: the last evaluation, the written weights' curve and the served replay, each about as long
-    best = trainer.run(deadline - export_s, lambda state: resume.save(checkpoint, key, state), request.progress,
-                       after=3)
-    best = written_acceptance(trainer, how, best)
-    return _export(request, how, objective, best, data, vocabulary, started, trainer, costs, deadline)
+    if not data.generated:
+        return costs, AfterTraining(export_s, 0.0, None)
+    timed = served.replay(request.target, untrained, request.kind, [first], SERVED_WIDTHS)
+    replay_s = timed.setup_s + timed.sequence_s(first, len(SERVED_WIDTHS) + 1)  # the recommended K may be a 4th
+    return costs, AfterTraining(export_s, replay_s, timed)
+
+
+def _require_room(budget: Budget, needed: float, work: Path) -> None:
+    """Refused (PWR027) when the phases after training would not fit: nothing is trained or written out."""
+    if budget.fits(needed):
+        return
+    spent = budget.seconds - budget.left()
+    raise BudgetError(f"--budget {budget.seconds:g} s: {spent:.0f} s went to verifying the inputs, generating the "
+                      f"rows and measuring, and writing the drafter out needs {needed:.0f} s more (its last evaluation "
+                      f"and checkpoint, the file and its manifest, one served sequence): no time is left to train",
+                      hint=f"give --budget {math.ceil((spent + needed) / 60) + 1}m or more; the rows are kept in "
+                           f"{work} and a rerun reuses them")
 
 
 def written_acceptance(trainer: Trainer, how: Recipe, best: dict[str, Any]) -> dict[str, Any]:
@@ -403,22 +458,20 @@ def recommend(curve: dict[str, Any], ctx: int, kind: str) -> export.Recommendati
 
 
 def _export(request: DistillRequest, how: Recipe, objective: Objective, best: dict[str, Any],
-            data: TrainingData, vocabulary: torch.Tensor | None, started: float, trainer: Trainer,
-            costs: worth.Costs, deadline: float) -> Distilled:
+            data: TrainingData, vocabulary: torch.Tensor | None, trainer: Trainer, costs: worth.Costs,
+            budget: Budget, after: AfterTraining) -> Distilled:
     out = request.out
     name = f"{request.target.stem}-{request.kind}"
     net = objective.net
-    drafter = how.write(out / f"{name}.gguf", net, request.target, name,
-                        None if vocabulary is None else vocabulary.tolist())
     target = GGUFFile(request.target)
-    context = _context(target)
-    advice = recommend(best["curve"], min(context, export.DEFAULT_CTX), request.kind)
-    manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture, request.kind,
-                                     drafter)
-    profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)
-    # the served replay runs on the target's own text: a corpus is not what the target says
-    replayed = (served.replay(request.target, drafter, request.kind, trainer.held,
-                              sorted({*SERVED_WIDTHS, advice.k}), deadline) if data.generated else None)
+    advice = recommend(best["curve"], min(_context(target), export.DEFAULT_CTX), request.kind)
+    with budget.phase("export"):
+        drafter = how.write(out / f"{name}.gguf", net, request.target, name,
+                            None if vocabulary is None else vocabulary.tolist())
+        manifest = export.write_manifest(out / "manifest.toml", name, request.target, target.architecture,
+                                         request.kind, drafter, request.target_sha256)
+        profile = export.write_profile(out / "profile.toml", f"{name}-k{advice.k}s{advice.s}", request.kind, advice)
+    replayed = _served(request, drafter, trainer, data, sorted({*SERVED_WIDTHS, advice.k}), budget, after)
     examples = data.sequences
     labels = greedy_labels(examples)
     report = {
@@ -428,14 +481,26 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "sequences": len(examples), "tokens": generate.token_count(examples), "labelled_rows": int(len(labels)),
         "draft_vocab": len(net.head), "draft_vocab_coverage_held_back": round(coverage(trainer.held, vocabulary), 4),
         "data": data.report(), "data_s": round(data.generated_s + data.corpus_s, 1),
-        "train_s": round(trainer.trained_s, 1), "total_s": round(time.monotonic() - started, 1),
+        "train_s": round(trainer.trained_s, 1), "total_s": round(budget.clock() - budget.started, 1),
         "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
         "acceptance_before_rounding": best["trained_curve"],
-        # the estimate over the sequences the replay reached (the budget may stop it before the last)
-        "served": None if replayed is None else replayed.document(
-            trainer.curve(trainer.held[:replayed.sequences]).to_json()["estimate"]),
+        "served": replayed,
         "recommended": asdict(advice),
         "round_costs": costs.document(),  # this machine's, for the worth-it verdict (power.drafters.worth)
+        "budget": budget.document(),
     }
     export.report(out / "distill.json", report)
     return Distilled(drafter, manifest, profile, report)
+
+
+def _served(request: DistillRequest, drafter: Path, trainer: Trainer, data: TrainingData, widths: list[int],
+            budget: Budget, after: AfterTraining) -> dict[str, Any] | None:
+    """The served replay, on the target's own text (a corpus is not what the target says), until its budget, and
+    training's estimate over the sequences it reached."""
+    if not data.generated:
+        return None
+    with budget.phase("replay"):
+        replayed = served.replay(request.target, drafter, request.kind, trainer.held, widths, budget,
+                                 measured=after.timed, reserve_s=trainer.eval_s)
+    with budget.phase("served estimate"):
+        return replayed.document(trainer.curve(trainer.held[:replayed.sequences]).to_json()["estimate"])

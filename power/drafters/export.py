@@ -104,9 +104,11 @@ def _storage(value: torch.Tensor, matrices: Q) -> Q:
     return matrices if value.dim() == 2 and value.shape[1] % 32 == 0 else F32
 
 
-def write_manifest(path: Path, name: str, target: Path, target_architecture: str, kind: str, drafter: Path) -> Path:
-    """manifest.toml beside the drafter: the target (by a path relative to the manifest) and the new drafter."""
-    target_sha = sha256_file(target)
+def write_manifest(path: Path, name: str, target: Path, target_architecture: str, kind: str, drafter: Path,
+                   target_sha256: str | None = None) -> Path:
+    """manifest.toml beside the drafter: the target (by a path relative to the manifest; `target_sha256` as it was
+    verified, else hashed now) and the new drafter."""
+    target_sha = target_sha256 or sha256_file(target)
     drafter_sha = sha256_file(drafter)
     relative = Path(os.path.relpath(os.path.abspath(target), os.path.abspath(path.parent))).as_posix()
     text = "\n".join([

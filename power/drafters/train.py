@@ -8,13 +8,15 @@ target. The trainer owns the rest: AdamW with warm-up and gradient clipping,
 acceptance measured on the held-back sequences every `eval_every` steps, the
 best state (by mean accepted length at K) kept, checkpoints to resume from.
 
-Deterministic under the seed for a given number of steps; `deadline` stops the
-loop between steps.
+Deterministic under the seed for a given number of steps; the budget
+(`power.drafters.budget`) stops the loop between steps, before a step that
+would not fit.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Protocol, Sequence
 
@@ -22,12 +24,14 @@ import torch
 
 from power.kernels.cpu.build import cpu_flags
 
+from .budget import Budget, Clock
 from .generate import NOT_SCORED, Example
 from .model import GGUFTensors
 from .progress import BudgetBar
 
 PRECISIONS = ("auto", "float32", "bfloat16")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # a CPU that multiplies bfloat16 natively (oneDNN's bf16 GEMM)
+RECENT_STEPS = 3  # the next step is charged as the slowest of the last three: a host that slows is seen at once
 
 
 def training_precision(requested: str = "auto", flags: frozenset[str] | None = None) -> str:
@@ -178,7 +182,9 @@ class Trainer:
         self.step = 0
         self.best: dict[str, Any] = {"score": -1.0, "step": 0, "curve": None, "state": None}
         self.trained_s = 0.0
-        self._eval_s = 0.0  # the last held-back evaluation's seconds
+        self._eval_s = 0.0
+        self._checkpoint_s = 0.0
+        self._sequence_s = 0.0  # one training sequence's forward and backward
         self.estimate = 0.0  # the last evaluation's tokens per round at K (`Curve.estimate`)
 
     # --- checkpoint ----------------------------------------------------------------
@@ -195,33 +201,78 @@ class Trainer:
         self.generator.set_state(state["generator"])
 
     # --- the loop -------------------------------------------------------------------
-    def run(self, deadline: float | None, checkpoint: Callable[[dict[str, Any]], None] | None,
-            progress: bool = True, after: int = 2) -> dict[str, Any]:
-        """Train until `max_steps` or until the next step and the evaluations still to come would pass `deadline`
-        (the last evaluation, and `after - 1` measurements the caller makes of the best state: each as long as the
-        last evaluation took); `checkpoint` is given `state()` after every evaluation."""
+    def run(self, budget: Budget | None, checkpoint: Callable[[dict[str, Any]], None] | None,
+            progress: bool = True, reserve: Callable[[float], float] | None = None) -> dict[str, Any]:
+        """Train until `max_steps` or until the next step would not fit in `budget` beside what must follow it: the
+        evaluation and checkpoint it ends on (every `eval_every` steps), this loop's last evaluation and checkpoint,
+        and the caller's `reserve(evaluation_s)` seconds (given one held-back evaluation's). Each cost is measured:
+        an evaluation, a checkpoint and a sequence's forward and backward by `measure_costs` before the first step,
+        then the slowest of the last RECENT_STEPS steps; `checkpoint` is given `state()` after every evaluation."""
         s = self.settings
-        bar = BudgetBar("train", deadline, s.max_steps, "step", progress, initial=self.step)
-        step_s = 0.0
-        while self.step < s.max_steps and (deadline is None
-                                           or time.monotonic() + step_s + after * self._eval_s < deadline):
-            started = time.monotonic()
+        clock = time.monotonic if budget is None else budget.clock
+        recent: deque[float] = deque(maxlen=RECENT_STEPS)
+        bar = BudgetBar("train", None if budget is None else budget.deadline - self._following_s(reserve),
+                        s.max_steps, "step", progress, initial=self.step)
+        while self.step < s.max_steps and (budget is None
+                                           or budget.fits(self.next_step_s(recent) + self._following_s(reserve))):
+            started = clock()
             loss = self._train_step()
             self.step += 1
-            step_s = time.monotonic() - started
+            step_s = clock() - started
+            recent.append(step_s)
             self.trained_s += step_s
             if self.step % s.eval_every == 0 or self.step == s.max_steps:
-                self._evaluate()
-                if checkpoint is not None:
-                    checkpoint(self.state())
+                self._evaluate(clock)
+                self._checkpoint(checkpoint, clock)
             bar.advance(step=self.step, loss=f"{loss:.3f}", best=f"{max(self.best['score'], 0.0):.2f}",
                         estimate=f"{self.estimate:.2f} tok/round at K{self.k}")
         bar.close()
         if self.best["state"] is None or self.step % s.eval_every:
-            self._evaluate()
-            if checkpoint is not None:
-                checkpoint(self.state())
+            self._evaluate(clock)
+            self._checkpoint(checkpoint, clock)
         return self.best
+
+    def next_step_s(self, recent: Sequence[float]) -> float:
+        """What the next step costs: the slowest of `recent` steps (before any, its sequences at the measured
+        sequence's cost), with the evaluation and checkpoint it ends on when it is an evaluation step."""
+        s = self.settings
+        step_s = max(recent) if recent else self._sequence_s * s.sequences_per_step
+        return step_s + (self.closing_s if (self.step + 1) % s.eval_every == 0 else 0.0)
+
+    def _following_s(self, reserve: Callable[[float], float] | None) -> float:
+        """What must still fit after the next step: this loop's last evaluation and checkpoint, and the caller's."""
+        return self.closing_s + (reserve(self._eval_s) if reserve is not None else 0.0)
+
+    @property
+    def eval_s(self) -> float:
+        """The last held-back evaluation's seconds."""
+        return self._eval_s
+
+    @property
+    def closing_s(self) -> float:
+        """What an evaluation step adds to a step: the evaluation and the checkpoint after it."""
+        return self._eval_s + self._checkpoint_s
+
+    def measure_costs(self, checkpoint: Callable[[dict[str, Any]], None] | None, clock: Clock) -> None:
+        """What the budget's decisions charge, measured before the first step: one held-back evaluation, one
+        checkpoint (of the state training starts from: a rerun resumes from it as from a fresh start), and one
+        training sequence's forward and backward (its gradients dropped: the state is untouched)."""
+        started = clock()
+        self.curve()
+        self._eval_s = clock() - started
+        self._checkpoint(checkpoint, clock)
+        started = clock()
+        with self._autocast():
+            loss = self.objective.loss(self.train_set[0], torch.Generator().manual_seed(0))
+        loss.backward()
+        self.optimizer.zero_grad()
+        self._sequence_s = clock() - started
+
+    def _checkpoint(self, checkpoint: Callable[[dict[str, Any]], None] | None, clock: Clock) -> None:
+        if checkpoint is not None:
+            started = clock()
+            checkpoint(self.state())
+            self._checkpoint_s = clock() - started
 
     def _train_step(self) -> float:
         s = self.settings
@@ -231,15 +282,17 @@ class Trainer:
         picks = torch.randint(len(self.train_set), (s.sequences_per_step,), generator=self.generator)
         self.optimizer.zero_grad()
         total = 0.0
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.precision == "bfloat16")
         for index in picks.tolist():
-            with autocast:
+            with self._autocast():
                 loss = self.objective.loss(self.train_set[index], self.generator) / s.sequences_per_step
             loss.backward()
             total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
         self.optimizer.step()
         return total
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.settings.precision == "bfloat16")
 
     # --- acceptance -----------------------------------------------------------------
     @torch.no_grad()
@@ -249,10 +302,10 @@ class Trainer:
             curve.add(self.objective.accepted(example), example.first_generated)
         return curve
 
-    def _evaluate(self) -> None:
-        started = time.monotonic()
+    def _evaluate(self, clock: Clock = time.monotonic) -> None:
+        started = clock()
         curve = self.curve()
-        self._eval_s = time.monotonic() - started
+        self._eval_s = clock() - started
         score, self.estimate = curve.mean_accepted(self.k), curve.estimate(self.k)
         if score > self.best["score"]:
             self.best = {"score": score, "step": self.step, "curve": curve.to_json(),

@@ -45,15 +45,17 @@ class DistillArguments:
     threads: int | None  # torch's threads (None: torch's own choice)
     progress: bool
 
-    def request(self, target: Path, target_sha256: str) -> DistillRequest:
-        """The training pipeline's request for the target as verified against the manifest."""
+    def request(self, target: Path, target_sha256: str, began: float) -> DistillRequest:
+        """The training pipeline's request for the target as verified against the manifest; its budget began at
+        `began` (a `time.monotonic()` instant)."""
         from power.drafters.distill import DistillRequest
 
         return DistillRequest(target=target, target_sha256=target_sha256, kind=self.kind, out=self.out, fr=self.fr,
                               budget_s=self.budget_s, seed=self.seed, prompts=self.prompts, corpus=self.corpus,
                               corpus_share=self.corpus_share, max_prompts=self.max_prompts,
                               max_new_tokens=self.max_new_tokens, slots=self.slots, max_steps=self.steps,
-                              chain_levels=self.chain_levels, precision=self.precision, progress=self.progress)
+                              chain_levels=self.chain_levels, precision=self.precision, progress=self.progress,
+                              began=began)
 
 
 def parse_distill(manifest: Path, out: Path, kind: str, fr: int | None, budget: str, seed: int, prompts: Path | None,

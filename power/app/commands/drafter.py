@@ -3,6 +3,7 @@ target on this machine."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -81,6 +82,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     must match their pinned sha256. Exit codes: 0 ok, 1 the manifest has
     errors, 2 usage error (or an input that is not what the manifest pinned).
     """
+    began = time.monotonic()  # the budget holds the whole run, the inputs' verification included
     from power.orchestrator.inputs.loading import load_manifest
 
     arguments = parse_distill(manifest, out, kind, fr, budget, seed, prompts, corpus, corpus_share, max_prompts,
@@ -93,13 +95,15 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
 
     from power.drafters.distill import distill as run_distill
     from power.drafters.distill import recipe
+    from power.drafters.export import report as write_report
+    from power.orchestrator.planning.worth_it import judge_distilled  # imported inside the budget, used after it
     from power.runtime.gguf_weights import GGUFFile
 
     target = manifest.parent / loaded.model.target.path
     try:
         owned_folder(out, DISTILL_MARKER, "distill")
         target_sha256 = verified_inputs(loaded.model, manifest.parent)
-        request = arguments.request(target, target_sha256)
+        request = arguments.request(target, target_sha256, began)
         recipe(request, GGUFFile(target))  # a kind this target cannot have is refused before anything is written
     except PowerError as err:
         refuse(err, at=manifest)
@@ -110,6 +114,8 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     write_text_atomic(out / DISTILL_MARKER, "written by power drafter distill: a rerun may write over this folder\n")
     try:
         result = run_distill(request)
+    except PowerError as err:
+        refuse(err)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     acceptance = result.report["acceptance"]
@@ -119,11 +125,9 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     if result.report["served"] is not None:
         figures = result.report["served"]["per_k"]
         click.echo("tokens a round, training's estimate from the held-back per-position accuracies against the "
-                   f"runtime's drafter served over {result.report['served']['sequences']} held-back sequences: "
+                   f"runtime's drafter served over {result.report['served']['sequences']} of "
+                   f"{result.report['served']['offered']} held-back sequences (the budget's): "
                    + ", ".join(f"K{k} {f['estimate']:.2f} / {f['served']:.2f}" for k, f in figures.items()))
-    from power.drafters.export import report as write_report
-    from power.orchestrator.planning.worth_it import judge_distilled
-
     k = result.report["recommended"]["k"]
     worth = judge_distilled(result.report["round_costs"], kind, k,
                             result.report["acceptance"]["mean_accepted"][str(k)]).document()
