@@ -29,6 +29,9 @@ UNIFIED_ROOT = Path("/sys/fs/cgroup")  # a cgroup2-only machine
 # $1: the folder to share; $2: the cgroup.procs files this shell joins before it leaves the machine's namespaces.
 _BOOT = r"""
 set -e
+for needed in /lib/systemd/systemd /usr/bin/unshare /usr/bin/nsenter; do
+  [ -x "$needed" ] || { echo "no $needed: install Debian's systemd and util-linux (scripts/bootstrap)"; exit 1; }
+done
 shared=$1
 shift
 for procs in "$@"; do echo $$ > "$procs"; done

@@ -268,25 +268,44 @@ def test_a_unit_in_another_pid_namespace_is_refused_before_anything_stops(plans,
     assert systemd.show(UNIT) == before and standing.healthy(port)
 
 
-def test_a_server_its_stopped_unit_left_behind_is_refused_before_anything_stops(plans, systemd, tmp_path) -> None:
-    port, left = free_port(), "left-behind.service"
-    systemd.install(left, f"""[Service]
-Type=oneshot
-KillMode=process
-ExecStart=/bin/sh -c '{sys.executable} -m http.server --bind 127.0.0.1 {port} >/dev/null 2>&1 &'
-""")
-    systemd.systemctl("start", left)
-    try:
+@pytest.fixture()
+def listener(systemd):
+    """A unit whose process listens on a port (Python's own http.server: these refusals never reach /health), written
+    by the test, `{server}` standing for the server's command line."""
+    port, name = free_port(), "listener.service"
+
+    def started(text: str) -> int:
+        systemd.install(name, text.format(server=f"{sys.executable} -m http.server --bind 127.0.0.1 {port}"))
+        systemd.systemctl("start", name)
         deadline = time.monotonic() + 60
         while not standing.listening_inodes(port):
-            assert time.monotonic() < deadline, "the left-behind server never listened"
+            assert time.monotonic() < deadline, "the unit's server never listened"
             time.sleep(0.2)
-        bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", binary(), "--deployment-port", port)
-        assert bench.wait(timeout=300) == 2, log.read_text()
-        assert "PWR478" in log.read_text() and "ActiveState=inactive" in log.read_text()
-        assert systemd.show(left)["ActiveState"] == "inactive" and standing.listening_inodes(port)
-    finally:
-        systemd.systemctl("kill", left)
+        return port
+
+    yield name, started
+    systemd.systemctl("kill", name)
+
+
+def test_a_server_its_stopped_unit_left_behind_is_refused_before_anything_stops(plans, systemd, listener,
+                                                                                tmp_path) -> None:
+    name, started = listener
+    port = started("[Service]\nType=oneshot\nKillMode=process\nExecStart=/bin/sh -c '{server} >/dev/null 2>&1 &'\n")
+    bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", binary(), "--deployment-port", port)
+    assert bench.wait(timeout=300) == 2, log.read_text()
+    assert "PWR478" in log.read_text() and "ActiveState=inactive" in log.read_text()
+    assert systemd.show(name)["ActiveState"] == "inactive" and standing.listening_inodes(port)
+
+
+def test_a_unit_systemctl_cannot_stop_is_left_running(plans, systemd, listener, tmp_path) -> None:
+    name, started = listener
+    port = started("[Unit]\nRefuseManualStop=yes\n[Service]\nExecStart={server}\n")
+    before = systemd.show(name)
+    bench, log = _bench_inside(systemd, plans, tmp_path, "--engine-binary", binary(), "--deployment-port", port)
+    assert bench.wait(timeout=300) == 2, log.read_text()
+    assert "PWR477" in log.read_text() and f"systemctl stop {name}" in log.read_text()
+    assert "restored the deployment" not in log.read_text() and "PWR473" not in log.read_text()  # nothing to restore
+    assert systemd.show(name) == before and standing.listening_inodes(port)
 
 
 def test_concurrency_levels_on_the_real_llama_server(tmp_path: Path) -> None:

@@ -187,7 +187,7 @@ class _Held(ABC):
         self.server = server
         self.lifecycle = lifecycle
         self.stopped = False
-        self.restored: int | None = None  # the restored server's pid
+        self.restored: int | None = None  # the restored server's pid; None while nothing was restored
 
     def restore(self) -> None:
         """Start the server again and wait until its port answers /health; Ctrl-C is held off while it starts, so a
@@ -277,6 +277,8 @@ class UnitStanding(_Held):
 
     def _restore(self) -> None:
         unit = self.unit
+        if systemd_unit.show(unit)["ActiveState"] in SERVING_STATES:  # the stop never went through: nothing to restore
+            return
         _wait_port_free(self.server.port, f"free the port, then `systemctl start {unit}`")
         systemd_unit.start(unit)
         started = systemd_unit.show(unit)
@@ -310,5 +312,6 @@ def _restore(held: Standing | UnitStanding) -> None:
         held.restore()
     except PowerError as err:
         refuse(err)
-    unit = f"systemd unit {held.server.unit}, " if held.server.unit else ""
-    click.echo(f"restored the deployment's server on port {held.server.port} ({unit}pid {held.restored})", err=True)
+    if held.restored is not None:
+        unit = f"systemd unit {held.server.unit}, " if held.server.unit else ""
+        click.echo(f"restored the deployment's server on port {held.server.port} ({unit}pid {held.restored})", err=True)
