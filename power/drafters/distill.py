@@ -256,6 +256,11 @@ class AfterTraining:
     replay_s: float
     timed: served.Served | None  # the untrained drafter's replay (none without the target's own text to replay)
 
+    def document(self, evaluation_s: float) -> dict[str, float]:
+        """What was reserved for each phase after training, beside the seconds each took (the budget's phases)."""
+        return {"written curve": round(evaluation_s, 3), "export": round(self.export_s, 3),
+                "replay": round(self.replay_s, 3), "served estimate": round(evaluation_s, 3)}
+
     def seconds(self, evaluation_s: float) -> float:
         """Beside the written weights' curve and the estimate over the replayed sequences, each at most one held-back
         evaluation (`evaluation_s`)."""
@@ -276,7 +281,9 @@ def _measured_costs(request: DistillRequest, how: Recipe, trainer: Trainer, voca
     costs = worth.measure(request.target, untrained, request.kind, range(1, DEEPEST_K + 1), context)
     if not data.generated:
         return costs, AfterTraining(export_s, 0.0, None)
-    timed = served.replay(request.target, untrained, request.kind, [first], SERVED_WIDTHS)
+    # loaded for every held-back sequence as the replay after training is, and stopped after the first by a budget
+    # of nothing
+    timed = served.replay(request.target, untrained, request.kind, trainer.held, SERVED_WIDTHS, Budget(0.0))
     replay_s = timed.setup_s + timed.sequence_s(first, len(SERVED_WIDTHS) + 1)  # the recommended K may be a 4th
     return costs, AfterTraining(export_s, replay_s, timed)
 
@@ -487,7 +494,7 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "served": replayed,
         "recommended": asdict(advice),
         "round_costs": costs.document(),  # this machine's, for the worth-it verdict (power.drafters.worth)
-        "budget": budget.document(),
+        "budget": budget.document() | {"reserved_s": after.document(trainer.eval_s)},
     }
     export.report(out / "distill.json", report)
     return Distilled(drafter, manifest, profile, report)

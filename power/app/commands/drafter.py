@@ -115,7 +115,7 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
     try:
         result = run_distill(request)
     except PowerError as err:
-        refuse(err)
+        refuse(err, at=manifest)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     acceptance = result.report["acceptance"]
