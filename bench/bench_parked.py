@@ -258,7 +258,7 @@ def summary(plan: Plan) -> dict[str, Any]:
             "outside_forward_ms": 1e3 * statistics.median(plan.outside_s),
             "target_only_outside_forward_ms": 1e3 * statistics.median(plan.control_outside_s),
             **({"calls": mean_calls(plan.calls), "target_only_calls": mean_calls(plan.control_calls)}
-               if plan.calls else {}),
+               if plan.calls and plan.control_calls else {}),
             "identical": all(mine.tokens == theirs.tokens for mine, theirs in zip(plan.runs, plan.controls,
                                                                                    strict=True))}
 
@@ -278,6 +278,9 @@ def print_calls(report: dict[str, Any]) -> None:
           "| calls that differ (plan - target-only, a round) |")
     print("| --- | --- | --- | --- |")
     for row in report["plans"]:
+        if "calls" not in row:
+            print(f"| {row['plan']} | no plain round in the counted request | | |")
+            continue
         mine, theirs = row["calls"], row["target_only_calls"]
         differ = {name: mine.get(name, 0.0) - theirs.get(name, 0.0) for name in mine.keys() | theirs.keys()}
         top = sorted((item for item in differ.items() if abs(item[1]) >= 0.5), key=lambda item: -abs(item[1]))[:6]
