@@ -76,7 +76,7 @@ class Recorder(Speculator):
 
     def __post_init__(self) -> None:
         self.name, self.taps, self.max_proposals = self.inner.name, self.inner.taps, self.inner.max_proposals
-        self.member_count = self.inner.member_count
+        self.member_count, self.window_rows = self.inner.member_count, self.inner.window_rows
 
     def begin(self, tokens: Sequence[int]) -> None:
         self.inner.begin(tokens)

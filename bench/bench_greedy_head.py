@@ -90,13 +90,14 @@ def main() -> None:
                 greedy_s.append(t2 - t1)
                 pass_s.append(t3 - t2)
                 assert torch.equal(got, expected), (begin, n)
-            sizes.extend(greedy.last_candidates)
+            sizes.extend(greedy.last_candidate_tiles)
         full, fast, cheap = (statistics.median(t) * 1e3 for t in (full_s, greedy_s, pass_s))
         best_full, best_fast, best_cheap = (min(t) * 1e3 for t in (full_s, greedy_s, pass_s))
         print(f"{n} rows: median / best ms: full Q8_0 head + argmax {full:6.2f} / {best_full:6.2f}, greedy head "
               f"{fast:6.2f} / {best_fast:6.2f} ({full / fast:.2f}x / {best_full / best_fast:.2f}x), cheap pass "
-              f"{cheap:6.2f} / {best_cheap:6.2f}; candidates per row median {statistics.median(sizes):.0f}, "
-              f"mean {statistics.mean(sizes):.0f}, max {max(sizes)} of {vocab}; load average {os.getloadavg()[0]:.2f}")
+              f"{cheap:6.2f} / {best_cheap:6.2f}; candidate tiles per row median {statistics.median(sizes):.0f}, "
+              f"mean {statistics.mean(sizes):.0f}, max {max(sizes)} of {vocab // 16}; "
+              f"load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What a drafter that cannot win costs a plan: each kind and chain against target-only, in one run (issue 41).
 
     python bench/bench_parked.py [--per-shape 2] [--tokens 96] [--k 6] [--threads 2] [--mtp [LABEL=]FILE ...]
-                                 [--json out.json]
+                                 [--calls] [--json out.json]
 
 On the bundled Gemma 3 270M, an untrained drafter of each kind (`power.drafters.untrained`: the weights a
 distillation starts from, whose drafts almost never land) runs as a plan runs it: the cost governor on, K/S = `--k`,
@@ -14,7 +14,10 @@ and the worst), the median seconds of a plain round inside the plan beside its c
 rounds, what they proposed and landed, and whether every greedy stream is bit-identical to target-only; and for the
 worst request, its rate, its plain round and its control's, and the load average around it: a plain round that costs
 what the control's does there says the load, not the plan, made the request slow. The first request of each plan is
-its speculators' first ever (the step that measures each one); the worst ratio counts it.
+its speculators' first ever (the step that measures each one); the worst ratio counts it. The JSON also holds the
+median time a plain round spends outside its target forward (the forward is the same call in a plan and in
+target-only), and, with `--calls`, each plan's and target-only's Python calls a plain round, counted over one more
+request each and printed as a second table with the calls that differ most.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,15 +56,64 @@ SHAPES = ("prose", "code", "chat")
 PLANS = ("mtp", "dflash", "dspark", "ngram -> mtp", "ngram -> dspark")
 
 
-class TimedDecoder(Decoder):
-    """A decoder that keeps each round's wall time and whether it was plain (no speculator's pass)."""
+@dataclass
+class Round:
+    plain: bool  # no speculator's pass
+    seconds: float
+    forward_s: float  # of which the target's forward
+    calls: Counter[str] | None  # the Python calls it made, by function (counted rounds only)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.rounds: list[tuple[bool, float]] = []
+
+class TimedTrunk:
+    """The trunk as a decoder drives it, timing each decode forward for `timed`."""
+
+    def __init__(self, trunk: Any) -> None:
+        self.trunk = trunk
+        self.timed: TimedDecoder | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.trunk, name)
+
+    def forward_parts(self, parts: Any, taps: Any = ()) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.trunk.forward_parts(parts, taps)
+        finally:
+            if self.timed is not None:
+                self.timed.forward_s += time.perf_counter() - started
+
+
+class TimedDecoder(Decoder):
+    """A decoder that keeps each round's wall time, its forward's and whether it was plain; while `counting`, each
+    round's Python calls too (`sys.setprofile`: slow, so those rounds are not timed)."""
+
+    def __init__(self, trunk: TimedTrunk, *args: Any, **kwargs: Any) -> None:
+        super().__init__(trunk, *args, **kwargs)  # type: ignore[arg-type]
+        self.timing = trunk
+        self.rounds: list[Round] = []
+        self.counting = False
+        self.forward_s = 0.0
+        self._calls: Counter[str] | None = None
+
+    def _decode(self) -> None:
+        self.timing.timed, self.forward_s = self, 0.0
+        self._calls = Counter() if self.counting else None
+        if self._calls is not None:
+            sys.setprofile(self._count)
+        try:
+            super()._decode()
+        finally:
+            sys.setprofile(None)
+
+    def _count(self, frame: Any, event: str, arg: Any) -> None:
+        assert self._calls is not None
+        if event == "call":
+            self._calls[frame.f_code.co_qualname] += 1
+        elif event == "c_call":
+            self._calls[getattr(arg, "__qualname__", repr(arg))] += 1
 
     def _account(self, decoding: Decoding, result: RoundResult, seconds: float) -> None:
-        self.rounds.append((result.member is None, seconds))
+        self.rounds.append(Round(result.member is None, seconds, self.forward_s, self._calls))
         super()._account(decoding, result, seconds)
 
 
@@ -71,16 +126,30 @@ class Plan:
     plain_round_s: list[list[float]] = field(default_factory=list)  # per request
     control_round_s: list[list[float]] = field(default_factory=list)
     load: list[tuple[float, float]] = field(default_factory=list)  # the 1-minute load average before, after
+    outside_s: list[float] = field(default_factory=list)  # each plain round's seconds outside its forward
+    control_outside_s: list[float] = field(default_factory=list)
+    calls: list[Counter[str]] = field(default_factory=list)  # each counted plain round's Python calls
+    control_calls: list[Counter[str]] = field(default_factory=list)
 
     def request(self, control: TimedDecoder, ids: list[int], tokens: int, stop: Any) -> None:
         """One prompt: target-only's run, then this plan's, each round's time kept."""
         before = load_average()
-        for decoder, runs, rounds in ((control, self.controls, self.control_round_s),
-                                      (self.decoder, self.runs, self.plain_round_s)):
+        for decoder, runs, rounds, outside in ((control, self.controls, self.control_round_s, self.control_outside_s),
+                                               (self.decoder, self.runs, self.plain_round_s, self.outside_s)):
             decoder.rounds.clear()
             runs.append(decoder.generate(ids, tokens, stop))
-            rounds.append([seconds for plain, seconds in decoder.rounds if plain])
+            rounds.append([r.seconds for r in decoder.rounds if r.plain])
+            outside.extend(r.seconds - r.forward_s for r in decoder.rounds if r.plain)
         self.load.append((before, load_average()))
+
+    def count_calls(self, control: TimedDecoder, ids: list[int], tokens: int, stop: Any) -> None:
+        """One prompt again, target-only then this plan, each round's Python calls counted (and not timed)."""
+        for decoder, calls in ((control, self.control_calls), (self.decoder, self.calls)):
+            decoder.rounds.clear()
+            decoder.counting = True
+            decoder.generate(ids, tokens, stop)
+            decoder.counting = False
+            calls.extend(r.calls for r in decoder.rounds if r.plain and r.calls is not None)
 
 
 def load_average() -> float:
@@ -102,6 +171,9 @@ def main() -> None:
     parser.add_argument("--mtp", type=mtp_argument, action="append", default=[],
                         help="LABEL=FILE: a distilled MTP sidecar, run alone and behind n-gram (repeatable; default: "
                              "the untrained drafters of every kind)")
+    parser.add_argument("--calls", action="store_true",
+                        help="also count the Python calls of each plan's plain rounds against target-only's, over "
+                             "one more request a plan (sys.setprofile: those rounds are not timed)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -115,6 +187,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     target = GGUFFile(GEMMA)
     tokenizer = Tokenizer.from_gguf(target)
     trunk = load_trunk(target, n_ctx=1024, verify_capacity=args.k + 1)
+    timing = TimedTrunk(trunk)
     if args.mtp:
         drafters = {f"mtp {label}": GGUFFile(path) for label, path in args.mtp}
         names = [name for head in drafters for name in (head, f"ngram -> {head}")]
@@ -132,10 +205,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     def plan(name: str) -> Plan:
         members = name.split(" -> ")
         speculator = member(members[0]) if len(members) == 1 else ChainSpeculator([member(m) for m in members])
-        return Plan(name, TimedDecoder(trunk, Sampler(SamplingParams()), speculator,
+        return Plan(name, TimedDecoder(timing, Sampler(SamplingParams()), speculator,
                                        SchedulerConfig(k=args.k, s=args.k), GovernorConfig()))
 
-    control = TimedDecoder(trunk, Sampler(SamplingParams()))
+    control = TimedDecoder(timing, Sampler(SamplingParams()))
     plans = [plan(name) for name in names]
     prompts = [
         p for shape in SHAPES for p in [p for p in load_prompts(which="heldout") if p.shape == shape][: args.per_shape]
@@ -144,11 +217,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for prompt in prompts:
         for p in plans:
             p.request(control, tokenizer.encode(prompt.text), args.tokens, tokenizer.stop_ids)
+    if args.calls:
+        for p in plans:
+            p.count_calls(control, tokenizer.encode(prompts[0].text), args.tokens, tokenizer.stop_ids)
     report = {"machine": machine(), "threads": args.threads, "tokens": args.tokens, "k": args.k,
               "drafters": {name: str(file.path) for name, file in drafters.items()} if args.mtp else "untrained",
               "requests": len(prompts), "shapes": [p.shape for p in prompts],
               "plans": [summary(p) for p in plans]}
     print_table(report)
+    if args.calls:
+        print_calls(report)
     return report
 
 
@@ -177,8 +255,35 @@ def summary(plan: Plan) -> dict[str, Any]:
             "rounds": sum(s.rounds for s in stats), "speculative_rounds": sum(s.speculative_rounds for s in stats),
             "proposed": sum(s.proposed for s in stats), "accepted": sum(s.accepted for s in stats),
             "parks": sum(s.governor_parks for s in stats),
+            "outside_forward_ms": 1e3 * statistics.median(plan.outside_s),
+            "target_only_outside_forward_ms": 1e3 * statistics.median(plan.control_outside_s),
+            **({"calls": mean_calls(plan.calls), "target_only_calls": mean_calls(plan.control_calls)}
+               if plan.calls else {}),
             "identical": all(mine.tokens == theirs.tokens for mine, theirs in zip(plan.runs, plan.controls,
                                                                                    strict=True))}
+
+
+def mean_calls(rounds: list[Counter[str]]) -> dict[str, float]:
+    """Each function's calls in a plain round, on average over the counted rounds."""
+    total: Counter[str] = Counter()
+    for calls in rounds:
+        total.update(calls)
+    return {name: count / len(rounds) for name, count in total.most_common()}
+
+
+def print_calls(report: dict[str, Any]) -> None:
+    """A plain round inside each plan beside target-only's: its Python calls, its time outside the target's forward
+    (the forward is the same call in both), and the calls that differ most."""
+    print("| plan | Python calls a plain round (plan / target-only) | outside the forward ms (plan / target-only) "
+          "| calls that differ (plan - target-only, a round) |")
+    print("| --- | --- | --- | --- |")
+    for row in report["plans"]:
+        mine, theirs = row["calls"], row["target_only_calls"]
+        differ = {name: mine.get(name, 0.0) - theirs.get(name, 0.0) for name in mine.keys() | theirs.keys()}
+        top = sorted((item for item in differ.items() if abs(item[1]) >= 0.5), key=lambda item: -abs(item[1]))[:6]
+        print(f"| {row['plan']} | {sum(mine.values()):.0f} / {sum(theirs.values()):.0f} "
+              f"| {row['outside_forward_ms']:.3f} / {row['target_only_outside_forward_ms']:.3f} "
+              f"| {', '.join(f'{name} {count:+.0f}' for name, count in top) or 'none'} |")
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -147,6 +147,34 @@ class Oracle(Speculator):
     def restore(self, checkpoint: tuple[int, int]) -> None:
         self.rounds, asked = checkpoint
         del self.asked[asked:]
+
+
+class Calls(Speculator):
+    """A speculator as the transaction sees it, writing down the calls it gets (in `log`, shared when given)."""
+
+    def __init__(self, inner: Speculator, log: list | None = None) -> None:
+        self.inner, self.calls = inner, [] if log is None else log
+        self.taps, self.window_rows, self.member_count = inner.taps, inner.window_rows, inner.member_count
+        self.max_proposals = inner.max_proposals
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self.inner.begin(tokens)
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        self.calls.append("propose")
+        return self.inner.propose(ctx)
+
+    def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
+        self.calls.append(("commit", start, len(tokens)))
+        self.inner.commit(tokens, hidden, start)
+
+    def checkpoint(self) -> Any:
+        self.calls.append("checkpoint")
+        return self.inner.checkpoint()
+
+    def restore(self, checkpoint: Any) -> None:
+        self.calls.append("restore")
+        self.inner.restore(checkpoint)
 
 
 def oracle_for(name: str, n_tokens: int, plan: Sequence[int | None] = (), then: int | None = None,

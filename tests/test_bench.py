@@ -274,8 +274,27 @@ def test_a_plan_below_the_targets_own_rate_in_its_engine_is_named() -> None:
         )
 
     slow = [line for line in lines(runs(40.0)) if line.startswith("below target-only")]
-    assert len(slow) == 1 and "the candidate on identity decodes at 0.75x" in slow[0]
+    assert len(slow) == 1 and "the candidate p on identity decodes at 0.75x" in slow[0]
+    assert "profiles/target-only.toml" in slow[0] and "power drafter distill" in slow[0]  # the fix
     assert not [line for line in lines(runs(30.0)) if line.startswith("below target-only")]
+
+
+def test_a_plan_below_a_target_only_baseline_is_named_with_the_ratio_and_the_fix() -> None:
+    """Against a --vs baseline that is target-only, a candidate whose median paired decode ratio is under 0.98x is
+    named with that ratio and what to do; one at 0.99x, or against a speculative baseline, is not."""
+    from power.app.bench.report import summary_lines
+
+    def lines(candidate_s: float, baseline_mode: str) -> list[str]:
+        shapes = {"identity": _evidence(_runs(candidate_s, candidate_s, candidate_s), _runs(0.10, 0.10, 0.10))}
+        evidence = {"shapes": shapes, "candidate": {"plan": "spec.plan.json", "mode": "mtp"},
+                    "baseline": {"plan": "plain.plan.json", "mode": baseline_mode},
+                    "lossless": {"proven": True, "reason": "-"}, "protocol": {}}
+        return [line for line in summary_lines(evidence) if line.startswith("below target-only")]
+
+    [slow] = lines(0.125, "none")
+    assert "the candidate spec.plan.json on identity decodes at 0.80x the target-only baseline plain.plan.json" in slow
+    assert "gate its speculator off" in slow and "retrain its drafter" in slow
+    assert lines(0.101, "none") == [] and lines(0.125, "ngram") == []
 
 
 def test_a_candidate_faster_on_decode_but_slower_per_request_is_slower_naming_request_wide() -> None:

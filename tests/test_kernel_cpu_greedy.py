@@ -1,6 +1,7 @@
 """The greedy head's cheap pass (power.kernels.cpu.greedy): every instruction path computes its torch reference's bits,
 its bound holds through the float32 comparisons, with every block exact it is the Q8_0 product itself, and the
-calibrated exact blocks are where the activation is."""
+calibrated exact blocks are where the activation is; the whole head in one call (`CompactHead.argmax`) is the
+reference product's argmax on every path, ties to the lowest token, and gives up (-1) where the pass is not finite."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from power.kernels.blocks import random_blocks
 from power.kernels.cpu import QuantMatrix, available_paths
 from power.kernels.cpu.greedy import CompactHead, calibrated_blocks, reference_bounded
+from power.kernels.cpu.reference import matmul
 
 PATHS = available_paths()
 VOCAB, WIDTH = 200, 160  # 13 tiles, the last one padded; 5 blocks a row
@@ -54,6 +56,42 @@ def test_the_bound_holds_through_the_float32_comparisons(exact_blocks: tuple[int
     p, bound = CompactHead(matrix, exact_blocks).bounded(x)
     full = matrix(x)
     assert bool(((p - bound <= full) & (full <= p + bound)).all())
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("exact_blocks", [(), (0, 1), (0, 1, 2, 3, 4)])
+def test_every_paths_argmax_is_the_reference_products(path: str, n: int, exact_blocks: tuple[int, ...]) -> None:
+    raw, matrix = head(7)
+    x = rows(n, seed=8)
+    tokens, tiles = CompactHead(matrix, exact_blocks).argmax(x, path)
+    assert torch.equal(tokens, matmul("Q8_0", raw, (VOCAB, WIDTH), x).argmax(dim=1))
+    assert bool(((tiles >= 1) & (tiles <= 13)).all())
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_tie_goes_to_the_lowest_token_on_every_path(path: str) -> None:
+    raw, _ = head(9)
+    x = rows(3, seed=10)
+    original = raw.reshape(VOCAB, -1)
+    blocks = original.clone()
+    winners = matmul("Q8_0", raw, (VOCAB, WIDTH), x).argmax(dim=1)
+    for row, winner in enumerate(winners.tolist()):
+        blocks[[VOCAB - 1 - row, row]] = original[winner]  # copies in the last (padded) tile and the first
+    tied = blocks.reshape(-1)
+    tokens, _ = CompactHead(QuantMatrix("Q8_0", tied, (VOCAB, WIDTH)), (1,)).argmax(x, path)
+    assert torch.equal(tokens, matmul("Q8_0", tied, (VOCAB, WIDTH), x).argmax(dim=1))
+    assert tokens.tolist() == [winners.tolist().index(winner) for winner in winners.tolist()]  # the first copy
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_row_whose_pass_is_not_finite_is_left_to_the_full_head(path: str) -> None:
+    _, matrix = head(11)
+    x = rows(3, seed=12)
+    x[1, 7] = float("inf")
+    tokens, _ = CompactHead(matrix, (2,)).argmax(x, path)
+    assert tokens[1] == -1
+    assert torch.equal(tokens[[0, 2]], matrix(x[[0, 2]]).argmax(dim=1))
 
 
 def test_the_calibrated_blocks_are_those_of_the_outlier_channels() -> None:

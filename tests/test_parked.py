@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from spec_helpers import GEMMA, gguf, trunk
+from spec_helpers import GEMMA, Calls, gguf, trunk
 
 from power.drafters.export import CHAINED_NGRAM_DRAFT_MIN, CHAINED_NGRAM_MATCH
 from power.drafters.prompt_sets import load_prompts
@@ -74,3 +74,38 @@ def test_an_untrained_drafter_emits_the_target_only_stream_and_is_held_to_the_bu
         if " -> " not in plan:  # (a lookup in front may land its drafts and earn its rounds)
             assert stats.speculative_rounds <= stats.rounds // 4  # the governor's budget, not the drafter, decides
     assert decoder.slots[0].governor is not None and decoder.slots[0].governor.members[-1].measured
+
+
+class Forwards:
+    """The trunk as the decoder drives it, writing each decode forward's rows in `log`: (position, tokens) a part."""
+
+    def __init__(self, target, log: list) -> None:
+        self.target, self.log = target, log
+
+    def __getattr__(self, name: str):
+        return getattr(self.target, name)
+
+    def forward_parts(self, parts, taps=()):
+        self.log.append(tuple((self.target.sequence(p.slot).position, tuple(p.tokens)) for p in parts))
+        return self.target.forward_parts(parts, taps)
+
+
+@pytest.mark.parametrize("plan", ["mtp", "dflash"])
+def test_a_plain_round_inside_a_plan_is_a_target_only_round(plan, drafters, prompts):
+    """Every round the governed drafter does not propose in makes the target-only round's one forward (the same row at
+    the same position) and calls the drafter not at all; it is told what it missed on the round it next proposes in."""
+    alone: list = []
+    Decoder(Forwards(trunk("gemma"), alone), Sampler(SamplingParams())).generate(prompts[0], TOKENS)
+    log: list = []
+    decoder = Decoder(Forwards(trunk("gemma"), log), Sampler(SamplingParams()), Calls(_speculator(plan, drafters), log),
+                      SchedulerConfig(k=K, s=K), GovernorConfig())
+    decoder.generate(prompts[0], TOKENS)
+    rounds: list[list] = [[]]
+    for event in log:
+        rounds[-1].append(event)
+        if isinstance(event, tuple) and isinstance(event[0], tuple):  # a forward ends the round's calls
+            rounds.append([])
+    plain = [r for r in rounds[:-1] if "propose" not in r]
+    assert len(plain) > len(rounds) // 2 and all(len(r) == 1 for r in plain)  # the forward, nothing else
+    assert {r[0] for r in plain} <= set(alone)
+    assert all(r[0] == "checkpoint" and r[-2] == "propose" for r in rounds[:-1] if "propose" in r)

@@ -6,15 +6,17 @@ from dataclasses import replace
 
 import pytest
 import torch
-from spec_helpers import fixture_dir, gguf, plain_stream, prompt_for, target_path, trunk
+from spec_helpers import Calls, fixture_dir, gguf, plain_stream, prompt_for, target_path, trunk
 
 from power.artifacts import factory
 from power.documents.plan import Mode, Speculation
 from power.runtime.engine import Engine, EngineOptions
 from power.runtime.errors import RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined, SpeculatorRequest
+from power.runtime.transaction import SpeculativeSequence
 from power.runtime.workload import Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
@@ -133,6 +135,37 @@ def test_mtp_queues_committed_rows_and_drafts_as_if_it_had_taken_each_round_at_o
     assert rounds.queued  # nothing ran the last rounds' rows yet
     assert rounds.propose(DraftContext(tokens, 5)).tokens == whole.propose(DraftContext(tokens, 5)).tokens
     assert not rounds.queued
+
+
+def test_a_head_that_sat_out_rounds_is_told_them_at_once_and_drafts_as_if_told_each():
+    """Rounds in which nothing is proposed never call the speculator; the round it next proposes in hands it every row
+    it missed in one commit, before its proposal, and its drafts are those of a head that took the whole text at once.
+    A round rolled back after that commit hands the rows again; the stream is the plain one throughout."""
+    t = trunk("hybrid")
+    t.reset()
+    head = Calls(registry.create("mtp", _request("hybrid")))
+    seq = SpeculativeSequence(t, Sampler(SamplingParams()), head)
+    prompt = prompt_for("hybrid")
+    seq.start(prompt)
+    head.calls.clear()
+    for _ in range(12):
+        seq.round(0)
+    assert head.calls == []  # twelve plain rounds: the target-only round, nothing else
+    rolled_back = seq.open_round(5)
+    seq.abort_round(rolled_back)
+    assert head.calls == ["checkpoint", ("commit", 0, len(prompt) + 12), "propose", "restore"]
+    head.calls.clear()
+    opened = seq.open_round(5)
+    assert head.calls == ["checkpoint", ("commit", 0, len(prompt) + 12), "propose"]
+    assert len(opened.drafts) == 5
+    seq.close_round(opened, t.forward(opened.rows, taps=head.taps))
+    assert seq.emitted == list(plain_stream("hybrid", len(seq.emitted)))
+    t.reset()
+    whole = registry.create("mtp", _request("hybrid"))
+    committed = seq.tokens[: len(prompt) + 12]
+    whole.begin(committed)
+    whole.commit(committed, t.prefill(committed, taps=whole.taps).hidden, 0)
+    assert opened.drafts == whole.propose(DraftContext(seq.tokens[: len(committed) + 1], 5)).tokens
 
 
 def test_mtp_cuts_its_drafts_at_the_first_draft_below_the_confidence_gate():

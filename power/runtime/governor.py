@@ -4,7 +4,10 @@ It measures speculative steps against plain steps (seconds per emitted token),
 parks a losing speculator - every step plain - and re-probes with backoff. The
 engine owns one governor for its speculator and keeps it across requests, so a
 verdict is not rediscovered on every short request. It never reads a clock: the engine times
-each step and calls `record`.
+each step and calls `record`. Its work on a plain step is O(members): the
+baseline's sums are kept as steps come and go, and the next step's verdicts are
+worked out once, however often the decoder asks (issue 41: a parked speculator
+costs a plain step nothing but this bookkeeping).
 
 Accounting rules (TensorSharp's design notes for its speculative runtime; each fixed a real regression):
 - a step on which a draft head ran is a speculative sample even when it proposed
@@ -90,19 +93,21 @@ class PlainBaseline:
 
     def __init__(self, window: int) -> None:
         self._steps: deque[tuple[float, int]] = deque(maxlen=window)  # (seconds, tokens) a step
+        self._seconds, self._tokens = 0.0, 0  # their sums, kept as steps come and go: O(1) a step
         self._after_speculative = False
+        self.cost: float | None = None  # seconds per token over the window (None before the first plain step)
 
     def plain(self, step: tuple[float, int]) -> None:
         if not self._after_speculative:
+            if len(self._steps) == self._steps.maxlen:
+                self._seconds, self._tokens = self._seconds - self._steps[0][0], self._tokens - self._steps[0][1]
             self._steps.append(step)
+            self._seconds, self._tokens = self._seconds + step[0], self._tokens + step[1]
+            self.cost = self._seconds / self._tokens
         self._after_speculative = False
 
     def speculative(self) -> None:
         self._after_speculative = True
-
-    @property
-    def cost(self) -> float | None:
-        return _per_token(self._steps)
 
 
 class CostGovernor:
@@ -118,6 +123,7 @@ class CostGovernor:
         self._spec: list[tuple[float, int]] = []  # this probe's steps
         self._hold: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)
         self._recent: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)  # its last steps, any phase
+        self._recent_sums = (0.0, 0)  # their seconds and tokens
         self._phase_steps = 0
         self._zero_accept_run = 0
         self._park_len = 0
@@ -145,7 +151,7 @@ class CostGovernor:
         recent steps (none when they won)."""
         if not self._recent:
             return 0.0
-        seconds, tokens = sum(s for s, _ in self._recent), sum(t for _, t in self._recent)
+        seconds, tokens = self._recent_sums
         return max(0.0, (seconds - tokens * plain) / len(self._recent))
 
     # --- the state machine ------------------------------------------------
@@ -160,6 +166,7 @@ class CostGovernor:
     def speculative_step(self, step: tuple[float, int], accepted: int, proposed: int) -> None:
         """A step whose cost is this speculator's."""
         self._recent.append(step)
+        self._recent_sums = (sum(s for s, _ in self._recent), sum(t for _, t in self._recent))
         self._phase_steps += 1
         if self.phase is Phase.HOLD:
             self._hold.append(step)
@@ -220,9 +227,15 @@ class ChainGovernor:
         self.members = tuple(CostGovernor(self.config, self.baseline) for _ in range(members))
         self._request_tokens = 0  # tokens this request emitted, every step
         self._excess = 0.0  # seconds this request's speculative steps cost beyond their tokens at the plain cost
+        self._allowed: tuple[bool, ...] | None = None  # the next step's verdicts, worked out once a step
 
     def allowed(self) -> tuple[bool, ...]:
         """Which members may propose on the next step (none: a plain step)."""
+        if self._allowed is None:
+            self._allowed = self._verdicts()
+        return self._allowed
+
+    def _verdicts(self) -> tuple[bool, ...]:
         if any(member.phase is Phase.BASELINE for member in self.members):
             return (False,) * len(self.members)
         return tuple(member.speculate() and self._affordable(member) for member in self.members)
@@ -248,6 +261,7 @@ class ChainGovernor:
         accepted and drafts proposed (0: nothing was verified)."""
         step = (seconds, max(tokens, 1))
         plain = self.baseline.cost
+        self._allowed = None
         self._request_tokens += step[1]
         if member is None:
             self.baseline.plain(step)
@@ -264,7 +278,7 @@ class ChainGovernor:
     def new_request(self) -> None:
         for member in self.members:
             member.new_request()
-        self._request_tokens, self._excess = 0, 0.0
+        self._request_tokens, self._excess, self._allowed = 0, 0.0, None
 
     @property
     def parks(self) -> int:

@@ -13,8 +13,13 @@ bit-identical to the full product) and finds that argmax by bound and refine:
 2. a token can be the argmax only if upper_v reaches the best lower bound max_w lower_w: every argmax is in that
    candidate set, because s_v* = max s >= s_w >= lower_w for the w that attains the best lower bound, and
    s_v* <= upper_v*;
-3. the exact scores of the candidates (`select`, the same bits as the full product) decide; candidates are taken
-   in increasing token ID, so the first maximum is the lowest ID, as in `torch.argmax` of the full row.
+3. the exact scores of the candidates (the same bits as the full product) decide; candidates are taken in
+   increasing token ID, so the first maximum is the lowest ID, as in `torch.argmax` of the full row.
+
+All three steps run in one kernel call (`CompactHead.argmax`): the pass keeps per 16-token tile only its largest
+lower and upper bounds, and every token of a tile whose largest upper bound reaches the best lower bound is scored
+exactly (a token scored beyond the candidates cannot win: its score is below its upper bound, below the best lower
+bound, at most the maximum), as a tile's weights are read whole anyway.
 
 Which blocks are exact decides only how many candidates there are, never whether the argmax is among them. A
 row whose pass is not finite (an infinite or NaN activation) takes the full head, so the answer is always the
@@ -41,7 +46,7 @@ class GreedyHead:
                                     f"{getattr(exact, 'path', type(exact).__name__)}")
         self.exact, self.shape = exact, exact.shape
         self._compact = CompactHead(exact.matrix, exact_blocks)
-        self.last_candidates: list[int] = []  # candidate-set size per row of the last call (for benchmarks)
+        self.last_candidate_tiles: list[int] = []  # 16-token tiles refined per row of the last call (benchmarks)
 
     @property
     def nbytes(self) -> int:
@@ -53,18 +58,11 @@ class GreedyHead:
         p, bound = self._compact.bounded(x)
         return p - bound, p + bound
 
-    def candidates(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Per row, the increasing token IDs whose upper bound reaches the row's best lower bound."""
-        lower, upper = self.bounds(x)
-        keep = upper >= lower.amax(dim=1, keepdim=True)
-        return [row.nonzero().flatten() for row in keep]
-
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
         """x [n, in] float32 -> [n] int64: the argmax of each row of exact(x), lowest token ID on ties."""
-        per_row = self.candidates(x)
-        self.last_candidates = [len(rows) for rows in per_row]
-        if not all(self.last_candidates):
-            return self.exact(x).argmax(dim=1)
-        union = torch.unique(torch.cat(per_row))  # sorted: the first maximum is the lowest token ID
-        scores = self.exact.select(x, union)
-        return union[scores.argmax(dim=1)]
+        tokens, tiles = self._compact.argmax(x)
+        self.last_candidate_tiles = tiles.tolist()
+        unbounded = tokens < 0
+        if bool(unbounded.any()):
+            tokens[unbounded] = self.exact(x[unbounded]).argmax(dim=1)
+        return tokens

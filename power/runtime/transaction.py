@@ -13,12 +13,21 @@ next round computes. Each round runs seven steps (docs/reference.md):
                rewind the KV, restore recurrent state from the per-row snapshot,
                or - when the rejected suffix is outside the resident window -
                restore the checkpoint and replay the kept rows exactly once;
-               tell the speculator what landed;
+               keep what landed for the speculator;
 6. EMIT        append the accepted drafts and exactly one correction or bonus token;
 7. RESTORE     on cancellation or any failure, return to the checkpoint: the
                state equals a run that never attempted the round.
 
-The autoregressive path is the same round with zero proposals.
+The autoregressive path is the same round with zero proposals, and a round in
+which no speculator proposes (the cost governor parked it, or gated it off for
+the step) is exactly that round: it never calls the speculator - no checkpoint,
+no proposal, no commit - and keeps only references to the rows that landed and
+their tapped hidden rows (residuals the forward computed anyway). The speculator
+is told them all, one call per run of consecutive positions, on the next round
+it proposes in, before it proposes: its catch-up is batched over the rounds it
+missed and timed in that round, the round the cost governor charges to it
+(issue 41). Rows a speculator's window would have evicted by then
+(`Speculator.window_rows`) are dropped unseen.
 
 Steps 1-2 (`open_round`) and 4-7 (`close_round`) are the sequence's own; step 3's
 forward may be shared: the decoder verifies the open rounds of several
@@ -47,7 +56,7 @@ from power.kernels import dispatch
 from power.runtime.trunks.protocol import ForwardOut, OutsideResidentWindow, Trunk
 
 from .sampling import Lane, Sampler, uniform
-from .speculators.base import DraftContext, Proposal, Speculator
+from .speculators.base import DraftContext, Proposal, Speculator, runs, within_window
 
 
 class Step(enum.IntEnum):
@@ -79,9 +88,25 @@ class RoundResult:
 
 
 @dataclass(frozen=True)
+class Landed:
+    """Rows that landed in the target at [start, start + len(tokens)) with their tapped hidden rows, kept until the
+    speculator is told."""
+
+    tokens: tuple[int, ...]
+    hidden: dict[int, torch.Tensor]
+    start: int
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+
+@dataclass(frozen=True)
 class _Checkpoint:
     trunk: Any
     speculator: Any
+    told: bool  # whether the round calls the speculator (else `speculator` is not its state and nothing changes it)
+    untold: tuple[Landed, ...]
     length: int
 
 
@@ -125,6 +150,7 @@ class SpeculativeSequence:
         self.tokens: list[int] = []
         self.prompt_length = 0
         self.prefilled = 0  # prompt positions in the target
+        self.untold: tuple[Landed, ...] = ()  # rows that landed since the speculator last proposed, in position order
 
     @property
     def taps(self) -> tuple[int, ...]:
@@ -156,6 +182,7 @@ class SpeculativeSequence:
         else:
             self.trunk.reset()
         self.tokens, self.prompt_length, self.prefilled = list(prompt), len(prompt), reuse
+        self.untold = ()
         if self.speculator:
             self.speculator.begin(prompt)
 
@@ -169,9 +196,9 @@ class SpeculativeSequence:
         return self.prefilled < self.prompt_length
 
     def take_piece(self, piece: Sequence[int], out: ForwardOut) -> int | None:
-        """The piece's rows are in the target: tell the speculator; after the last one, emit the first token."""
-        if self.speculator:
-            self.speculator.commit(list(piece), _for_drafters(out.hidden, len(piece)), self.prefilled)
+        """The piece's rows are in the target: keep them for the speculator; after the last one, emit the first
+        token."""
+        self._keep(piece, out, self.prefilled)
         self.prefilled += len(piece)
         if self.prefilling:
             return None
@@ -193,7 +220,7 @@ class SpeculativeSequence:
     def open_round(self, width: int, members: Sequence[bool] | None = None) -> OpenRound:
         """Steps 1-2: checkpoint and propose (`members`: which chain members may); the rows go
         to the target (step 3)."""
-        checkpoint = self._checkpoint()
+        checkpoint = self._checkpoint(speculating=width > 0)
         try:
             return self._open(width, members, checkpoint)
         except BaseException:
@@ -220,6 +247,8 @@ class SpeculativeSequence:
             raise ValueError(f"a round of {width} proposals needs {width + 1} rows; the verification capacity is "
                              f"{self.trunk.config.verify_capacity} (the engine cuts K once: ProposalWidth)")
         speculator = self.speculator if width > 0 else None
+        if speculator is not None:
+            self._tell(speculator)
         proposal = speculator.propose(DraftContext(self.tokens, width,
                                                    members)) if speculator is not None else Proposal()
         drafts = proposal.tokens[:width]
@@ -236,8 +265,7 @@ class SpeculativeSequence:
 
         kept = [opened.rows[0], *drafts[:accepted]]
         replayed = self._discard_rejected(opened.start, kept, opened.checkpoint)
-        if self.speculator:
-            self.speculator.commit(kept, _for_drafters(out.hidden, len(kept)), opened.start)
+        self._keep(kept, out, opened.start)
         self._after(Step.COMMIT)
 
         emitted = [*drafts[:accepted], last]
@@ -294,14 +322,31 @@ class SpeculativeSequence:
             self.trunk.forward(kept)
             return True
 
-    def _checkpoint(self) -> _Checkpoint:
-        speculator = self.speculator.checkpoint() if self.speculator else None
-        return _Checkpoint(self.trunk.checkpoint(), speculator, len(self.tokens))
+    def _keep(self, tokens: Sequence[int], out: ForwardOut, start: int) -> None:
+        """Rows that landed, kept for the speculator until it next proposes (the rows its window still shows then)."""
+        if self.speculator is None:
+            return
+        hidden = {layer: _alone(tapped[: len(tokens)]) for layer, tapped in out.hidden.items()}
+        self.untold = within_window((*self.untold, Landed(tuple(tokens), hidden, start)), self.speculator.window_rows)
+
+    def _tell(self, speculator: Speculator) -> None:
+        """Everything that landed since the speculator last proposed: one commit per run of consecutive positions."""
+        for run in runs(self.untold):
+            tokens = [token for landed in run for token in landed.tokens]
+            hidden = {layer: torch.cat([landed.hidden[layer] for landed in run]).cpu() for layer in run[0].hidden}
+            speculator.commit(tokens, hidden, run[0].start)
+        self.untold = ()
+
+    def _checkpoint(self, speculating: bool) -> _Checkpoint:
+        told = self.speculator is not None and speculating
+        speculator = self.speculator.checkpoint() if self.speculator and told else None
+        return _Checkpoint(self.trunk.checkpoint(), speculator, told, self.untold, len(self.tokens))
 
     def _restore(self, checkpoint: _Checkpoint) -> None:
         self.trunk.restore(checkpoint.trunk)
-        if self.speculator:
+        if self.speculator and checkpoint.told:
             self.speculator.restore(checkpoint.speculator)
+        self.untold = checkpoint.untold
         del self.tokens[checkpoint.length :]
         if self.observer:
             self.observer(Step.RESTORE)
@@ -313,9 +358,10 @@ class SpeculativeSequence:
             self.observer(step)
 
 
-def _for_drafters(hidden: dict[int, torch.Tensor], rows: int) -> dict[int, torch.Tensor]:
-    """The first `rows` hidden rows of each tap, on the CPU where the drafters run (a no-op for a CPU trunk)."""
-    return {layer: tapped[:rows].cpu() for layer, tapped in hidden.items()}
+def _alone(rows: torch.Tensor) -> torch.Tensor:
+    """`rows`, holding no memory but their own: a plain round's one tapped row is its forward's whole output and is
+    kept as it is; rows cut from a larger output (a batch's, a padded shape's, rejected rows) are copied out of it."""
+    return rows if rows.untyped_storage().nbytes() == rows.numel() * rows.element_size() else rows.clone()
 
 
 def _ids(tokens: list[int], device: torch.device) -> torch.Tensor:

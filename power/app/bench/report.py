@@ -16,6 +16,9 @@ from power.artifacts.atomic import write_text_atomic
 REPORT_FORMATS = {".md": "bench_report.md.j2", ".html": "bench_report.html.j2"}
 CHART_WIDTH, BAR_HEIGHT, LABEL_WIDTH = 520, 22, 90
 TARGET_ONLY_FLOOR = 0.98  # the cost governor's promise (docs/speculation.md)
+BELOW_TARGET_ONLY_FIX = ("gate its speculator off for this traffic (plan it with profiles/target-only.toml, "
+                         "or raise the profile's spec_draft_p_min) or retrain its drafter (power drafter "
+                         "distill, a larger --budget)")
 COLUMNS = ("shape", "candidate tok/s", "baseline tok/s", "speedup", "request-wide candidate", "request-wide baseline",
            "request-wide speedup", "TTFT s (cand./base.)", "acceptance", "by draft position", "mean acc. len",
            "replays/fallbacks", "parity", "verdict")
@@ -105,18 +108,28 @@ def paired_speedups(evidence: dict[str, Any]) -> list[str]:
 
 
 def below_target_only(evidence: dict[str, Any]) -> list[str]:
-    """A line per shape and speculative configuration whose median decode rate is under the governor's promise
-    (docs/speculation.md): below 0.98x the target's own rate measured inside the same engine."""
+    """A line per shape and speculative configuration that decodes below target-only, naming its plan, the ratio and
+    the fix: a median decode rate under the governor's promise (docs/speculation.md), 0.98x the target's own rate
+    measured inside the same engine; and, against a `--vs` baseline that is target-only, a median paired ratio under
+    0.98x."""
     lines = []
+    baseline: dict[str, Any] = evidence.get("baseline") or {}
+    candidate = evidence["candidate"]
+    versus_target_only = baseline.get("mode") == "none" and candidate.get("mode") != "none"
     for name, result in evidence["shapes"].items():
         for label in configs(evidence):
             summary = result.get(label)
             plain = summary and summary.get("target_only_tok_s")
             if plain and summary["decode_tok_s"] < TARGET_ONLY_FLOOR * plain:
-                lines.append(f"below target-only: the {label} on {name} decodes at "
+                lines.append(f"below target-only: the {label} {evidence[label]['plan']} on {name} decodes at "
                              f"{summary['decode_tok_s'] / plain:.2f}x the target's own rate in the same engine "
                              f"({summary['decode_tok_s']:.2f} against {plain:.2f} tok/s, the cost governor's plain "
-                             f"rounds): its speculation costs more than it lands here")
+                             f"rounds): its speculation costs more than it lands here; {BELOW_TARGET_ONLY_FIX}")
+        speedup = result.get("speedup")
+        if versus_target_only and speedup is not None and speedup < TARGET_ONLY_FLOOR:
+            lines.append(f"below target-only: the candidate {candidate['plan']} on {name} decodes at {speedup:.2f}x "
+                         f"the target-only baseline {baseline['plan']} (the median of the paired runs' ratios); "
+                         f"{BELOW_TARGET_ONLY_FIX}")
     return lines
 
 

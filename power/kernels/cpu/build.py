@@ -30,7 +30,7 @@ from power.kernels.cpu.waits import KERNEL_SPIN_US, KERNEL_WAITS, KernelWait, ke
 
 CSRC = Path(__file__).parent / "csrc"
 COMPILED = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "greedyhead.cpp")
-SOURCES = (*COMPILED, "simd.h", "amx.h", "pool.h")  # the headers are included
+SOURCES = (*COMPILED, "simd.h", "amx.h", "pool.h", "quantize.h")  # the headers are included
 ENV_PATH = "POWER_CPU_PATH"
 
 

@@ -10,6 +10,11 @@ API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the ma
     `fl(p - bound) <= matrix(x) <= fl(p + bound)` for every row and token (the float32 comparisons included).
     Every row multiplies the exact blocks by all 8 bits and the rest by their high nibbles; with every block
     exact, p is `matrix(x)` bit for bit.
+  - `head.argmax(x)`: x [n, in] -> (argmax, tiles) int64 [n]: the whole exact greedy head in one kernel call
+    (`power.runtime.greedy_head` states why it is exact): the pass, reduced per 16-row tile to its largest lower and
+    upper bounds; the tiles whose largest upper bound reaches the row's best lower bound; the exact scores of their
+    tokens from the Q8_0 tiles (the products' arithmetic, so `matrix(x)`'s bits), taken in increasing token ID with a
+    strict comparison, so the lowest ID wins a tie as in `torch.argmax`. -1 for a row whose pass is not finite.
 - `calibrated_blocks(x, count)`: the `count` blocks of largest mean activation norm over sample rows x, the
   blocks where exact weights narrow the bound most for rows like them (which blocks are exact never decides
   whether the bound holds).
@@ -18,10 +23,10 @@ API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the ma
 
 Arithmetic (csrc/greedyhead.cpp; no fused multiply-add)
 -------------------------------------------------------
-Row x is quantised as the products quantise it (`power.kernels.cpu`): per block b of 32, levels x_q in [-127, 127]
-and a float32 scale d_x. Token v's block has a float16 scale d_w and int8 weights q, split as
-q = 16 h + 8 + l with h = floor(q / 16) in [-8, 7] and l in [-8, 7]. With c_b = fl(d_w d_x), the full product's own
-scale product, the block's integer is A_b = sum q x_q (an exact block: the full product's integer S_b) or
+Row x is quantised as the products quantise it (`power.kernels.cpu`; csrc/quantize.h, the same code): per block b
+of 32, levels x_q in [-127, 127] and a float32 scale d_x. Token v's block has a float16 scale d_w and int8 weights
+q, split as q = 16 h + 8 + l with h = floor(q / 16) in [-8, 7] and l in [-8, 7]. With c_b = fl(d_w d_x), the full
+product's own scale product, the block's integer is A_b = sum q x_q (an exact block: the full product's integer S_b) or
 A_b = sum (16 h + 8) x_q = 16 sum (h + 8) x_q - 120 sum x_q (a bounded one), exact in int32 and in float32
 (|A_b| < 2^24), and tau_b = fl(c_b A_b). In block order from +0:
 p = sum tau_b, m = sum |tau_b|, r = sum over the bounded blocks of fl(fl(|c_b| L_b) X_b), where L_b =
@@ -54,6 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -100,13 +106,23 @@ class CompactHead:
 
     def bounded(self, x: torch.Tensor, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [n, in] float32 -> (p, bound) float32 [n, vocab] (the module docstring)."""
+        p, bound = self._ops(path).greedy_pass(self._stream, self.exact, self._rows(x), *self._constants, FLOOR)
+        return p[:, :self.shape[0]], bound[:, :self.shape[0]]
+
+    def argmax(self, x: torch.Tensor, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [n, in] float32 -> (argmax, tiles) int64 [n]: per row the argmax of `matrix(x)` (lowest token ID on ties)
+        from the pass, the tiles holding a candidate (a token whose upper bound reaches the row's best lower bound)
+        and their tokens' exact scores, or -1 where the row's pass is not finite; and how many tiles it refined."""
+        return self._ops(path).greedy_argmax(self._stream, self.exact, self.matrix.tiles, self._rows(x),
+                                             self.shape[0], *self._constants, FLOOR)
+
+    def _ops(self, path: str | None) -> Any:
+        return extension(chosen_path(path) if path else self.matrix.path)
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.shape[1]:
             raise ValueError(f"CompactHead: x must be [n, {self.shape[1]}], got {tuple(x.shape)}")
-        levels, scales, sums, norms = activations(x)
-        ops = extension(chosen_path(path) if path else self.matrix.path)
-        p, bound = ops.greedy_pass(self._stream, self.exact, levels.to(torch.int8).flatten(1), scales, sums, norms,
-                                   *self._constants, FLOOR)
-        return p[:, :self.shape[0]], bound[:, :self.shape[0]]
+        return x.to(torch.float32).contiguous()
 
 
 def activations(x: torch.Tensor) -> tuple[torch.Tensor, ...]:

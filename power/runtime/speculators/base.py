@@ -9,7 +9,7 @@ a learned drafter's cache and a lookup drafter's index both track reality.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -75,6 +75,9 @@ class Speculator:
     max_proposals: int | None = None
     # How many speculators propose in turn under this one (a chain's members); the governor keeps a verdict for each.
     member_count: int = 1
+    # The most recent committed rows the speculator reads (a drafter's sliding window); None: the whole context.
+    # Rows that land while it does not propose and fall out of it by the time it does are never handed to it.
+    window_rows: int | None = None
 
     def begin(self, tokens: Sequence[int]) -> None:
         """Arm for a request whose committed tokens are `tokens` (its prompt, or a reused prefix plus the prompt)."""
@@ -99,6 +102,37 @@ class Speculator:
 
     def restore(self, checkpoint: Any) -> None:
         """Return to a checkpoint taken earlier in this request."""
+
+
+class Positioned(Protocol):
+    """Rows kept for a speculator: positions [start, end) of the sequence."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+RowsT = TypeVar("RowsT", bound=Positioned)
+
+
+def runs(queue: Sequence[RowsT]) -> list[list[RowsT]]:
+    """A queue of rows in position order, cut into runs of consecutive positions (one pass each)."""
+    cut: list[list[RowsT]] = []
+    for rows in queue:
+        if cut and rows.start == cut[-1][-1].end:
+            cut[-1].append(rows)
+        else:
+            cut.append([rows])
+    return cut
+
+
+def within_window(queue: tuple[RowsT, ...], window: int | None) -> tuple[RowsT, ...]:
+    """The queue without the rows a window of the last `window` positions evicts before anything reads them."""
+    while window is not None and len(queue) > 1 and queue[-1].end - queue[1].start >= window:
+        queue = queue[1:]
+    return queue
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ class ChainSpeculator(Speculator):
         limits = [member.max_proposals for member in self.members if member.max_proposals is not None]
         self.max_proposals = min(limits) if limits else None  # one K for the round, whichever member proposes
         self.member_count = len(self.members)
+        windows = [member.window_rows for member in self.members if member.taps]  # a lookup reads no rows
+        bounded = [window for window in windows if window is not None]
+        self.window_rows = max(bounded) if bounded and len(bounded) == len(windows) else None
 
     def begin(self, tokens: Sequence[int]) -> None:
         for member in self.members:

@@ -56,7 +56,7 @@ from ..embedding import TokenEmbedding
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
 from ..linear import Float32Linear, Linear, Stacked, quantised
-from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs, within_window
 from .kv_ring import KVRing
 from .target_head import TargetHead
 
@@ -163,8 +163,8 @@ class BlockDrafter(Speculator):
         self.selector = "selector_hidden.weight" in self.w
         if self.conv or self.selector:
             self.name = modes.DFLASH2
-        rows = min(self.hp.sliding_window or context_rows, context_rows)
-        self.ring = KVRing(self.hp.block_count, rows, self.hp.head_count_kv, self.hp.head_dim)
+        self.window_rows = min(self.hp.sliding_window or context_rows, context_rows)
+        self.ring = KVRing(self.hp.block_count, self.window_rows, self.hp.head_count_kv, self.hp.head_dim)
         self.queued: tuple[_Queued, ...] = ()  # committed rows the ring has not taken yet, in position order
         self._cos, self._sin = rope_tables(context_rows + self.hp.block_size, self.hp.head_dim, self.hp.rope_freq_base)
 
@@ -180,9 +180,7 @@ class BlockDrafter(Speculator):
     @override
     def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:
         features = torch.cat([hidden[layer] for layer in self.taps], dim=-1)  # a copy: [n, L*d]
-        self.queued += (_Queued(start, features),)
-        while len(self.queued) > 1 and self.queued[-1].end - self.queued[1].start >= self.ring.rows:
-            self.queued = self.queued[1:]  # the window evicts these rows before anything reads them
+        self.queued = within_window((*self.queued, _Queued(start, features)), self.window_rows)
 
     def propose(self, ctx: DraftContext) -> Proposal:
         n = min(ctx.max_tokens, self.hp.block_size - 1)
@@ -215,13 +213,7 @@ class BlockDrafter(Speculator):
     def _catch_up(self) -> None:
         """PASS A and B over the queued rows: one pass per run of consecutive positions (a gap, an adopted prefix
         or rows dropped from the queue, restarts the ring there)."""
-        runs: list[list[_Queued]] = []
-        for queued in self.queued:
-            if runs and queued.start == runs[-1][-1].end:
-                runs[-1].append(queued)
-            else:
-                runs.append([queued])
-        for run in runs:
+        for run in runs(self.queued):
             start = run[0].start
             if start != self.ring.length:
                 self.ring.jump(start)

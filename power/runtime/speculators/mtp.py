@@ -56,7 +56,7 @@ from ..trunks.base import TrunkOptions, Weights
 from ..trunks.batch import RowBatch, Segment
 from ..trunks.gemma3 import Gemma3Layer, Gemma3Params
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
-from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs
 from .dflash import header_view
 from .target_head import TargetHead
 
@@ -116,15 +116,16 @@ def build(kind: str, request: SpeculatorRequest) -> Speculator | Decline:
 
 @dataclass(frozen=True)
 class _Queued:
-    """Committed rows the head's cache has not taken yet: `tokens` at [first, first + n), each with its predecessor's
+    """Committed rows the head's cache has not taken yet: `tokens` at [start, start + n), each with its predecessor's
     hidden row."""
 
     tokens: tuple[int, ...]
     previous: torch.Tensor  # [n, d]
-    first: int
+    start: int
 
-    def follows(self, other: _Queued) -> bool:
-        return self.first == other.first + len(other.tokens)
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
 
 
 class MTPHead(Speculator):
@@ -192,15 +193,9 @@ class MTPHead(Speculator):
 
     def _catch_up(self) -> None:
         """The head's layer over the queued rows: one pass per run of consecutive positions."""
-        runs: list[list[_Queued]] = []
-        for queued in self.queued:
-            if runs and queued.follows(runs[-1][-1]):
-                runs[-1].append(queued)
-            else:
-                runs.append([queued])
-        for run in runs:
+        for run in runs(self.queued):
             tokens = [token for queued in run for token in queued.tokens]
-            self._step(tokens, torch.cat([queued.previous for queued in run]), run[0].first)
+            self._step(tokens, torch.cat([queued.previous for queued in run]), run[0].start)
         self.queued = ()
 
     def reset(self) -> None:

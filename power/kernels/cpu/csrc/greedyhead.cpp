@@ -1,15 +1,22 @@
 // The cheap pass of the exact greedy LM head over a Q8_0 head: every token's score from the high nibbles of its
 // integer weights (or, in the head's exact blocks, from all 8 bits), and a rigorous bound on the rest
-// (power/kernels/cpu/greedy.py defines the arithmetic, the one stream the pass reads and the bound). One build per
+// (power/kernels/cpu/greedy.py defines the arithmetic, the one stream the pass reads and the bound), and the whole
+// greedy head around it: the candidates and their exact scores (greedy_argmax). One build per
 // instruction path (simd.h), compiled with -ffp-contract=off so that every path computes the reference's bits.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "pool.h"
+#include "quantize.h"
 #include "simd.h"
 
 namespace {
@@ -99,89 +106,210 @@ void tile_pass(const uint8_t* c, const Call& call, const Chunk<NR>& a, float* co
     }
 }
 
+// A call's rows as the pass reads them: the products' quantisation (quantize.h) with each block's level sum and
+// norm rounded up to float32.
 struct Rows {
-    const int8_t* q;
-    const float* d;
-    const int32_t* sum;
-    const float* norm;
+    at::Tensor q, d, sum, norm;
     int64_t in, nb, n;
-    float* p;
-    float* bound;
-    int64_t stride;  // output columns
 };
 
+// The float32 at or above the square root of an integer sum of squares (below 2^24, so exact in float32).
+float sqrt_up(int32_t squares) {
+    float root = std::sqrt((float)squares);
+    while ((double)root * root < (double)squares) root = std::nextafter(root, INFINITY);
+    return root;
+}
+
+Rows quantized_rows(const at::Tensor& x, int64_t nb) {
+    TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.size(1) == 32 * nb && x.is_contiguous(),
+                "x: contiguous float32 [n, ", 32 * nb, "]");
+    const int64_t n = x.size(0);
+    const auto parts = power_quant::quantize_rows(x, 32);
+    Rows rows{parts[0], parts[1], at::empty({n, nb}, at::kInt), at::empty({n, nb}, at::kFloat), 32 * nb, nb, n};
+    const int8_t* q = rows.q.data_ptr<int8_t>();
+    int32_t* sum = rows.sum.data_ptr<int32_t>();
+    float* norm = rows.norm.data_ptr<float>();
+    for (int64_t i = 0; i < n * nb; ++i) {
+        int32_t s = 0, squares = 0;
+        for (int k = 0; k < 32; ++k) {
+            s += q[32 * i + k];
+            squares += q[32 * i + k] * q[32 * i + k];
+        }
+        sum[i] = s;
+        norm[i] = sqrt_up(squares);
+    }
+    return rows;
+}
+
 template <int NR>
-void run_chunk(const Call& call, const Rows& rows, int64_t r0, int64_t first, int64_t last) {
+Chunk<NR> chunk_of(const Rows& rows, int64_t r0) {
     Chunk<NR> chunk;
     for (int r = 0; r < NR; ++r) {
         const int64_t row = std::min(r0 + r, rows.n - 1);
-        chunk.q[r] = rows.q + row * rows.in;
-        chunk.d[r] = rows.d + row * rows.nb;
-        chunk.sum[r] = rows.sum + row * rows.nb;
-        chunk.norm[r] = rows.norm + row * rows.nb;
+        chunk.q[r] = rows.q.data_ptr<int8_t>() + row * rows.in;
+        chunk.d[r] = rows.d.data_ptr<float>() + row * rows.nb;
+        chunk.sum[r] = rows.sum.data_ptr<int32_t>() + row * rows.nb;
+        chunk.norm[r] = rows.norm.data_ptr<float>() + row * rows.nb;
     }
+    return chunk;
+}
+
+// The pass over tiles [first, last) for rows r0.. of the chunk; sink(row, tile, p, bound) takes each tile's 16
+// scores and bounds of a row.
+template <int NR, class Sink>
+void run_chunk(const Call& call, const Rows& rows, int64_t r0, int64_t first, int64_t last, const Sink& sink) {
+    const Chunk<NR> chunk = chunk_of<NR>(rows, r0);
+    float p[NR][16], bound[NR][16];
+    float* p_out[NR];
+    float* b_out[NR];
+    for (int r = 0; r < NR; ++r) p_out[r] = p[r], b_out[r] = bound[r];
     for (int64_t i = first; i < last; ++i) {
-        float* p_out[NR];
-        float* b_out[NR];
-        for (int r = 0; r < NR; ++r) {
-            const int64_t row = std::min(r0 + r, rows.n - 1);
-            p_out[r] = rows.p + row * rows.stride + 16 * i;
-            b_out[r] = rows.bound + row * rows.stride + 16 * i;
-        }
         tile_pass<NR>(call.stream + i * call.tile_bytes, call, chunk, p_out, b_out);
+        for (int r = 0; r < NR && r0 + r < rows.n; ++r) sink(r0 + r, i, p[r], bound[r]);
     }
 }
 
-void check_rows(const at::Tensor& t, at::ScalarType type, int64_t n, int64_t width, const char* name) {
-    TORCH_CHECK(t.scalar_type() == type && t.dim() == 2 && t.size(0) == n && t.size(1) == width && t.is_contiguous(),
-                name, ": contiguous [", n, ", ", width, "] of the documented type");
+template <class Sink>
+void pass(const Call& call, const Rows& rows, int64_t n_tiles, const Sink& sink) {
+    const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / call.tile_bytes);
+    power_pool::parallel_for(n_tiles, grain, [&](int64_t begin, int64_t end) {
+        // Every chunk of rows through a group of tiles before the next group: the group stays in cache.
+        for (int64_t first = begin; first < end; first += kGroupTiles) {
+            const int64_t last = std::min(end, first + kGroupTiles);
+            for (int64_t r0 = 0; r0 < rows.n; r0 += kChunkRows) {
+                const int64_t left = rows.n - r0;
+                if (left >= 3) run_chunk<4>(call, rows, r0, first, last, sink);
+                else if (left == 2) run_chunk<2>(call, rows, r0, first, last, sink);
+                else run_chunk<1>(call, rows, r0, first, last, sink);
+            }
+        }
+    });
 }
 
-}  // namespace
-
-// stream: the head's pass stream (power/kernels/cpu/greedy.py); exact uint8 [in / 32]: which blocks it stores as
-// Q8_0; q int8 [n, in], d float32, sum int32 and norm float32 [n, in / 32]. Returns (p, bound), float32
-// [n, tiles * 16].
-std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor stream, at::Tensor exact, at::Tensor q, at::Tensor d,
-                                               at::Tensor sum, at::Tensor norm, double k_rem, double k_sum,
-                                               double floor) {
+Call call_of(const at::Tensor& stream, const at::Tensor& exact, double k_rem, double k_sum, double floor) {
     TORCH_CHECK(exact.scalar_type() == at::kByte && exact.dim() == 1 && exact.is_contiguous() && exact.numel() > 0,
                 "exact: contiguous uint8 [blocks]");
-    const int64_t nb = exact.numel(), in = 32 * nb, n = q.size(0);
+    const int64_t nb = exact.numel();
     const uint8_t* marks = exact.data_ptr<uint8_t>();
     const int64_t exact_count = std::count_if(marks, marks + nb, [](uint8_t m) { return m != 0; });
     const int64_t tile_bytes = exact_count * kQ8Block + (nb - exact_count) * kCompactBlock;
     TORCH_CHECK(stream.scalar_type() == at::kByte && stream.is_contiguous() && stream.numel() % tile_bytes == 0,
                 "stream: contiguous uint8, whole tiles of ", tile_bytes, " bytes");
-    const int64_t n_tiles = stream.numel() / tile_bytes;
-    check_rows(q, at::kChar, n, in, "q");
-    check_rows(d, at::kFloat, n, nb, "d");
-    check_rows(sum, at::kInt, n, nb, "sum");
-    check_rows(norm, at::kFloat, n, nb, "norm");
-    auto p = at::empty({n, n_tiles * 16}, at::kFloat);
-    auto bound = at::empty({n, n_tiles * 16}, at::kFloat);
-    if (n == 0) return {p, bound};
-    const Call call{stream.data_ptr<uint8_t>(), marks, nb, tile_bytes, (float)k_rem, (float)k_sum, (float)floor};
-    const Rows rows{q.data_ptr<int8_t>(), d.data_ptr<float>(), sum.data_ptr<int32_t>(), norm.data_ptr<float>(),
-                    in, nb, n, p.data_ptr<float>(), bound.data_ptr<float>(), n_tiles * 16};
-    const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / tile_bytes);
-    power_pool::parallel_for(n_tiles, grain, [&](int64_t begin, int64_t end) {
-        // Every chunk of rows through a group of tiles before the next group: the group stays in cache.
-        for (int64_t first = begin; first < end; first += kGroupTiles) {
-            const int64_t last = std::min(end, first + kGroupTiles);
-            for (int64_t r0 = 0; r0 < n; r0 += kChunkRows) {
-                const int64_t left = n - r0;
-                if (left >= 3) run_chunk<4>(call, rows, r0, first, last);
-                else if (left == 2) run_chunk<2>(call, rows, r0, first, last);
-                else run_chunk<1>(call, rows, r0, first, last);
-            }
-        }
+    return Call{stream.data_ptr<uint8_t>(), marks, nb, tile_bytes, (float)k_rem, (float)k_sum, (float)floor};
+}
+
+// A row's pass over one tile, reduced: the largest lower and upper bound of its tokens below `vocab`, or NaN for
+// both where a score or bound is not finite (the row then takes the full head).
+struct TileBounds {
+    float lower, upper;
+};
+
+TileBounds reduce_tile(const float* p, const float* bound, int64_t tokens) {
+    TileBounds best{-INFINITY, -INFINITY};
+    for (int64_t j = 0; j < tokens; ++j) {
+        if (!std::isfinite(p[j]) || !std::isfinite(bound[j])) return {NAN, NAN};
+        best.lower = std::max(best.lower, p[j] - bound[j]);
+        best.upper = std::max(best.upper, p[j] + bound[j]);
+    }
+    return best;
+}
+
+// The exact scores of a tile's 16 tokens for one row, from its Q8_0 tile blocks: the full product's bits.
+F exact_tile(const uint8_t* tile, int64_t nb, const Chunk<1>& row) {
+    F p[1] = {fzero()}, mag[1] = {fzero()};
+    for (int64_t b = 0; b < nb; ++b) exact_block<1>(tile + b * kQ8Block, b, row, p, mag);
+    return p[0];
+}
+
+// The tiles whose largest upper bound reaches the row's best lower bound, in increasing order (none where the pass
+// was not finite).
+std::vector<int64_t> candidate_tiles(const TileBounds* tiles, int64_t n_tiles) {
+    float best = -INFINITY;
+    for (int64_t i = 0; i < n_tiles; ++i) {
+        if (std::isnan(tiles[i].lower)) return {};
+        best = std::max(best, tiles[i].lower);
+    }
+    std::vector<int64_t> kept;
+    for (int64_t i = 0; i < n_tiles; ++i) {
+        if (tiles[i].upper >= best) kept.push_back(i);
+    }
+    return kept;
+}
+
+}  // namespace
+
+// stream: the head's pass stream (power/kernels/cpu/greedy.py); exact uint8 [in / 32]: which blocks it stores as
+// Q8_0; x float32 [n, in]. Returns (p, bound), float32 [n, tiles * 16].
+std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor stream, at::Tensor exact, at::Tensor x, double k_rem,
+                                               double k_sum, double floor) {
+    const Call call = call_of(stream, exact, k_rem, k_sum, floor);
+    const Rows rows = quantized_rows(x, call.nb);
+    const int64_t n_tiles = stream.numel() / call.tile_bytes, width = 16 * n_tiles;
+    auto p = at::empty({rows.n, width}, at::kFloat);
+    auto bound = at::empty({rows.n, width}, at::kFloat);
+    float* pp = p.data_ptr<float>();
+    float* bp = bound.data_ptr<float>();
+    pass(call, rows, n_tiles, [&](int64_t row, int64_t tile, const float* tile_p, const float* tile_bound) {
+        std::memcpy(pp + row * width + 16 * tile, tile_p, 16 * sizeof(float));
+        std::memcpy(bp + row * width + 16 * tile, tile_bound, 16 * sizeof(float));
     });
     return {p, bound};
 }
 
-TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
-    m.def("greedy_pass(Tensor stream, Tensor exact, Tensor q, Tensor d, Tensor sum, Tensor norm, float k_rem, "
-          "float k_sum, float floor) -> (Tensor, Tensor)");
+// The greedy head (power/runtime/greedy_head.py) in one call: the pass, the candidate tiles of each row (those
+// holding a token whose upper bound reaches the row's best lower bound) and the exact scores of their tokens, read
+// from the head's Q8_0 tiles `packed` [tiles * nb * 544] (the products' layout). Returns (argmax int64 [n], the
+// lowest token of the largest exact score, or -1 where the row's pass was not finite; candidate tiles int64 [n]).
+std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor exact, at::Tensor packed,
+                                                 at::Tensor x, int64_t vocab, double k_rem, double k_sum,
+                                                 double floor) {
+    const Call call = call_of(stream, exact, k_rem, k_sum, floor);
+    const Rows rows = quantized_rows(x, call.nb);
+    const int64_t n_tiles = stream.numel() / call.tile_bytes, n = rows.n;
+    TORCH_CHECK(vocab > 16 * (n_tiles - 1) && vocab <= 16 * n_tiles, "vocab: ", vocab, " tokens in ", n_tiles,
+                " tiles");
+    TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                packed.numel() == n_tiles * call.nb * kQ8Block, "packed: the head's Q8_0 tiles, contiguous uint8");
+    std::vector<TileBounds> bounds(n * n_tiles);
+    pass(call, rows, n_tiles, [&](int64_t row, int64_t tile, const float* p, const float* bound) {
+        bounds[row * n_tiles + tile] = reduce_tile(p, bound, std::min<int64_t>(16, vocab - 16 * tile));
+    });
+    std::vector<std::pair<int64_t, int64_t>> pairs;  // (row, tile), rows in order, each row's tiles increasing
+    auto argmax = at::full({n}, -1, at::kLong);
+    auto counts = at::empty({n}, at::kLong);
+    for (int64_t r = 0; r < n; ++r) {
+        const auto kept = candidate_tiles(bounds.data() + r * n_tiles, n_tiles);
+        counts.data_ptr<int64_t>()[r] = (int64_t)kept.size();
+        for (const int64_t tile : kept) pairs.emplace_back(r, tile);
+    }
+    std::vector<float> scores(16 * pairs.size());
+    const uint8_t* tiles = packed.data_ptr<uint8_t>();
+    power_pool::parallel_for((int64_t)pairs.size(), 4, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const auto [row, tile] = pairs[i];
+            store(scores.data() + 16 * i, exact_tile(tiles + tile * call.nb * kQ8Block, call.nb, chunk_of<1>(rows, row)));
+        }
+    });
+    // Tokens in increasing order per row with a strict comparison: the first maximum wins, as in torch.argmax.
+    int64_t* out = argmax.data_ptr<int64_t>();
+    std::vector<float> best(n);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+        const auto [row, tile] = pairs[i];
+        for (int64_t j = 0; j < std::min<int64_t>(16, vocab - 16 * tile); ++j) {
+            const float score = scores[16 * i + j];
+            if (out[row] < 0 || score > best[row]) best[row] = score, out[row] = 16 * tile + j;
+        }
+    }
+    return {argmax, counts};
 }
-TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) { m.impl("greedy_pass", &greedy_pass); }
+
+TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
+    m.def("greedy_pass(Tensor stream, Tensor exact, Tensor x, float k_rem, float k_sum, float floor) -> (Tensor, "
+          "Tensor)");
+    m.def("greedy_argmax(Tensor stream, Tensor exact, Tensor packed, Tensor x, int vocab, float k_rem, float k_sum, "
+          "float floor) -> (Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) {
+    m.impl("greedy_pass", &greedy_pass);
+    m.impl("greedy_argmax", &greedy_argmax);
+}

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "pool.h"
+#include "quantize.h"
 #include "simd.h"
 #ifdef POWER_PATH_AMX
 #include "amx.h"
@@ -525,10 +526,7 @@ void run_rows(int64_t kind, [[maybe_unused]] bool on_amx, const Call& call, int6
 
 }  // namespace
 
-namespace {
-
-// x [n, in] float32 -> (q int8 [n, in], d float32 [n, in / block], bsum int16 [n, in / 16]: |sum| <= 16 * 127).
-std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
+std::vector<at::Tensor> power_quant::quantize_rows(at::Tensor x, int64_t block) {
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous float32 [n, in]");
     const int64_t n = x.size(0), in = x.size(1);
     TORCH_CHECK(in % block == 0 && in % 16 == 0, "row length ", in, " is not a multiple of ", block);
@@ -562,8 +560,6 @@ std::vector<at::Tensor> quantize_rows(at::Tensor x, int64_t block) {
     return {q, d, bsum};
 }
 
-}  // namespace
-
 // packed: the tile layout of one matrix; tiles: int64 indices of the 16-row tiles to compute.
 // Returns [n, len(tiles) * 16] float32: column 16 * i + j is output row 16 * tiles[i] + j.
 at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at::Tensor tiles) {
@@ -578,7 +574,7 @@ at::Tensor matmul(int64_t kind, at::Tensor packed, int64_t in, at::Tensor x, at:
     const int64_t n_tiles = packed.numel() / tile_bytes;
     for (int64_t i = 0; i < nt; ++i) TORCH_CHECK(tp[i] >= 0 && tp[i] < n_tiles, "tile ", tp[i], " out of range");
     std::vector<at::Tensor> act;
-    if (info.act_block) act = quantize_rows(x, info.act_block);
+    if (info.act_block) act = power_quant::quantize_rows(x, info.act_block);
     auto out = at::empty({n, nt * 16}, at::kFloat);
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / std::max<int64_t>(1, tile_bytes));
     const bool on_amx = takes_amx(kind, n, nt * tile_bytes);
