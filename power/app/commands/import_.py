@@ -25,8 +25,8 @@ from typing import Any
 import click
 import tomli_w
 
+from power.app.arguments.placement import DeviceSize, host_from_options
 from power.app.cli import EXIT_FINDINGS, EXIT_OK, refuse
-from power.app.commands.plan import DeviceSize, host_from_options
 from power.app.outputs import require_outputs
 from power.artifacts import gguf_reader
 from power.artifacts.atomic import write_text_atomic

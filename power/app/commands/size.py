@@ -10,8 +10,8 @@ from typing import NoReturn
 
 import click
 
+from power.app.arguments.placement import engine_for, exit_code, placement_from_options, placement_options
 from power.app.cli import EXIT_FINDINGS, EXIT_OK
-from power.app.commands.plan import engine_for, exit_code, placement_from_options, placement_options
 from power.findings import Finding, has_errors
 from power.orchestrator.inputs.loading import load_manifest, load_profile
 from power.orchestrator.inputs.schema import MAX_CTX
