@@ -43,8 +43,9 @@ def invoke(*args) -> object:
 def ab(tmp_path_factory) -> tuple[dict, Path, Path, str]:
     out = tmp_path_factory.mktemp("bench")
     evidence, report = out / "evidence.json", out / "report.html"
+    # the governor off: n-gram drafts every round it can, whatever this host's load does to the round timings
     result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--runs", RUNS, "--max-tokens", MAX_TOKENS,
-                    "-o", evidence, "--report", report, "--threads", 1)
+                    "-o", evidence, "--report", report, "--threads", 1, "--governor", "off")
     assert result.exit_code == 0, result.output
     return json.loads(evidence.read_text()), evidence, report, result.stdout
 
@@ -77,6 +78,7 @@ def test_evidence_names_both_plans_the_machine_and_every_receipt(ab) -> None:
     assert (document["candidate"]["mode"], document["baseline"]["mode"]) == ("ngram", "none")
     assert all(len(sha) == 64 for sha in document["candidate"]["artifacts"].values())
     assert {"cpu", "cores", "torch", "device"} <= set(document["machine"])
+    assert document["engine"]["name"] == "power" and document["engine"]["governor"] == "off"
     receipts = document["receipts"]
     assert len(receipts) == len(DEFAULT_SHAPES) * RUNS * 2
     assert all(r["receipt"]["schema"] == "power.receipt/v1" for r in receipts)
@@ -163,7 +165,7 @@ def test_without_a_baseline_every_shape_is_measured_and_nothing_is_proven(tmp_pa
 def test_a_natural_shape_sends_a_different_request_each_run_and_counts_acceptance_by_position(tmp_path: Path) -> None:
     out = tmp_path / "natural.json"
     result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--shapes", "chat,identity", "--runs", 3,
-                    "--max-tokens", 16, "--threads", 1, "-o", out)
+                    "--max-tokens", 16, "--threads", 1, "-o", out, "--governor", "off")
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     chat = build_shape("chat")
@@ -357,6 +359,13 @@ def test_empty_or_near_empty_greedy_outputs_prove_nothing() -> None:
     assert per_shape["identity"]["parity"] and per_shape["identity"]["vacuous"]
     proof = harness._lossless(per_shape, ["candidate", "baseline"])
     assert not proof["proven"] and "prove nothing" in proof["reason"] and proof["vacuous_shapes"] == ["identity"]
+
+
+def test_the_governor_is_powers_own_so_turning_it_off_on_a_live_engine_is_refused(tmp_path: Path) -> None:
+    result = invoke(fixture_plan("ngram"), "--vs", fixture_plan("none"), "--engine", "llama-server",
+                    "--engine-binary", sys.executable, "--governor", "off", "-o", tmp_path / "evidence.json")
+    assert result.exit_code == 2 and "--governor off" in result.output and "no cost governor" in result.output
+    assert not (tmp_path / "evidence.json").exists() and "warm-up" not in result.output
 
 
 @pytest.mark.parametrize("engine", ["llama-server", "vllm"])

@@ -141,7 +141,7 @@ class Engine:
         """Which engine and build produced a measurement (evidence records it; a rollout compares it)."""
         return {"name": "power", "build": __version__, "torch": torch.__version__, "device": self.device,
                 "arithmetic": self.trunk.options.arithmetic, "instruction_path": self.trunk.instruction_path,
-                "threads": torch.get_num_threads()}
+                "threads": torch.get_num_threads(), "governor": "on" if self.options.governor else "off"}
 
     @property
     def n_ctx(self) -> int:

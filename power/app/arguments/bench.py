@@ -29,8 +29,8 @@ WRITES_ENV = tuple(name for name, engine in ADAPTERS.items() if engine.env_targe
 def parse_bench(plan: Path, baseline: Path | None, engine: str | None, engine_binary: Path | None, shapes: str,
                 runs: int, max_tokens: int, prompt_tokens: int | None, sweeps: tuple[str, ...], output: Path | None,
                 report: Path | None, env_path: Path | None, one_at_a_time: bool, deployment_port: int | None,
-                concurrency_text: str, near_tie_margin: float, device: str, threads: int | None, root: Path | None,
-                as_json: bool) -> BenchOptions:
+                concurrency_text: str, near_tie_margin: float, governor: bool, device: str, threads: int | None,
+                root: Path | None, as_json: bool) -> BenchOptions:
     """The options' record; the command ends on an output that cannot be written, and click.BadParameter (exit 2)
     names a shape, a report format or a token count that cannot run."""
     require_outputs(files=(output, report, env_path), as_json=as_json)
@@ -48,8 +48,8 @@ def parse_bench(plan: Path, baseline: Path | None, engine: str | None, engine_bi
     except ValueError as err:
         raise click.BadParameter(f"{max_tokens}: {err}", param_hint="--max-tokens") from None
     return BenchOptions(plan, baseline, engine, engine_binary, traffic, runs, max_tokens, sweeps, output, report,
-                        env_path, one_at_a_time, deployment_port, concurrency_text, near_tie_margin, device, threads,
-                        root, as_json)
+                        env_path, one_at_a_time, deployment_port, concurrency_text, near_tie_margin, governor, device,
+                        threads, root, as_json)
 
 
 def resolve_bench(options: BenchOptions) -> BenchArguments:
@@ -109,6 +109,9 @@ def _refuse_what_the_engine_cannot_run(options: BenchOptions, engine: str,
         if resolved.memory.engine != engine:
             click.echo(f"note: {label} {path} was sized for {resolved.memory.engine}; measuring it on {engine}: "
                        f"its evidence counts for {engine} deployments only", err=True)
+    if not options.governor and engine in LIVE_ENGINES:
+        raise click.UsageError(f"--governor off: {engine} has no cost governor to turn off; it is Power's runtime's "
+                               "(drop the option, or measure with --engine power)")
     if options.one_at_a_time and engine not in LIVE_ENGINES:
         refuse(PowerError("--one-at-a-time: Power's runtime loads every plan in this process, side by side",
                           code="PWR474", hint="measure one at a time on the deployment's live engine (--engine "

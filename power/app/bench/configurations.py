@@ -14,7 +14,7 @@ from power.app.bench.lifecycle import Lifecycle
 from power.orchestrator.engines import LIVE_ENGINES
 
 
-def load(plans, engine: str, binary: Path | None, device: str, threads: int | None, root: Path | None,
+def load(plans, engine: str, binary: Path | None, device: str, threads: int | None, governor: bool, root: Path | None,
          running: contextlib.ExitStack, lifecycle: Lifecycle, servers: dict, start: bool = True) -> list[BenchConfig]:
     """One configuration per plan, its engine loaded (Power) or, with `start`, started and healthy (live; stopped by
     `running`); the live servers go into `servers` by label, for a run in turns to bring up and take down."""
@@ -27,7 +27,7 @@ def load(plans, engine: str, binary: Path | None, device: str, threads: int | No
     for label, path, plan in plans:
         click.echo(f"loading {label}: {path} (mode {plan.mode.resolved}) on {engine}", err=True)
         if engine not in LIVE_ENGINES:  # Power's own runtime, in this process
-            options = EngineOptions(device=device, threads=threads)
+            options = EngineOptions(device=device, threads=threads, governor=governor)
             runtime_engine = Engine(Workload.of_plan(plan, path, root), options)
             configs.append(BenchConfig(label, Path(path), plan, runtime_engine))
         else:

@@ -31,6 +31,7 @@ class BenchOptions:
     deployment_port: int | None
     concurrency: str
     near_tie_margin: float
+    governor: bool  # Power's runtime: the cost governor on (as deployed) or off (every round drafts)
     device: str
     threads: int | None
     root: Path | None

@@ -71,7 +71,7 @@ def _measure(arguments: BenchArguments, placed: Residency, watch: HostWatch, mea
     if o.deployment_port is not None:
         stand_down(o.deployment_port, measured.lifecycle, running)
     measured.configs = configurations.load(arguments.plans, arguments.engine, arguments.binary, o.device, o.threads,
-                                           o.root, running, measured.lifecycle, measured.servers,
+                                           o.governor, o.root, running, measured.lifecycle, measured.servers,
                                            start=not placed.sequential)
     (_in_turns if placed.sequential else _side_by_side)(arguments, watch, measured)
     candidates = measured.configs[: len(arguments.candidates)]

@@ -59,13 +59,18 @@ from power.orchestrator.engines import ENGINES
 @click.option("--near-tie-margin", type=click.FloatRange(min=0.0), default=DEFAULT_MARGIN, show_default=True,
               help="Nats between the target's own log-probabilities of two tokens below which a greedy divergence is "
               "a near-tie (arithmetic) rather than lossy; read at each first divergence without speculation.")
+@click.option("--governor", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Power's runtime only: off measures each speculator's own rate, every round it can draft (as "
+              "llama-server and vLLM run, which have no cost governor); on, as a deployment runs. The evidence's "
+              "engine records which.")
 @runtime_options
 @root_option
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence document instead of the table.")
 def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | None, shapes: str, runs: int,
           max_tokens: int, prompt_tokens: int | None, sweeps: tuple[str, ...], output: Path | None, report: Path | None,
           env_path: Path | None, one_at_a_time: bool, deployment_port: int | None, concurrency_text: str,
-          near_tie_margin: float, device: str, threads: int | None, root: Path | None, as_json: bool) -> None:
+          near_tie_margin: float, governor: str, device: str, threads: int | None, root: Path | None,
+          as_json: bool) -> None:
     """Paired, alternating runs of PLAN (the candidate) and --vs PLAN2 (the baseline) over fixed traffic shapes.
 
     Prints decode tok/s per shape (median and spread), acceptance, mean accepted
@@ -78,8 +83,8 @@ def bench(plan: Path, baseline: Path | None, engine: str, engine_binary: Path | 
     """
     arguments = resolve_bench(parse_bench(plan, baseline, engine, engine_binary, shapes, runs, max_tokens,
                                           prompt_tokens, sweeps, output, report, env_path, one_at_a_time,
-                                          deployment_port, concurrency_text, near_tie_margin, device, threads, root,
-                                          as_json))
+                                          deployment_port, concurrency_text, near_tie_margin, governor == "on",
+                                          device, threads, root, as_json))
     from power.app.bench import workflow
 
     workflow.run(arguments)
