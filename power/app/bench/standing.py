@@ -285,7 +285,7 @@ class UnitStanding(_Held):
         self.restored = int(started["MainPID"])
         self._event("start", started)
         _wait_healthy(self.server.port, lambda: systemd_unit.show(unit)["ActiveState"] in SERVING_STATES,
-                      f"see `systemctl status {unit}` and `journalctl -u {unit}`")
+                      systemd_unit.status_hint(unit))
         now = systemd_unit.show(unit)
         self.restored = int(now["MainPID"])
         self._event("healthy", now)

@@ -56,6 +56,11 @@ def start(unit: str) -> None:
     _systemctl("start", unit)
 
 
+def status_hint(unit: str) -> str:
+    """Where an operator reads why a unit did not do what it was told."""
+    return f"see `systemctl status {unit}` and `journalctl -u {unit}`"
+
+
 def _systemctl(*words: str) -> str:
     command = " ".join(("systemctl", *words))
     try:
@@ -66,8 +71,8 @@ def _systemctl(*words: str) -> str:
                         "the deployment's unit") from None
     except subprocess.TimeoutExpired:
         raise UnitError(f"`{command}` did not finish in {SYSTEMCTL_TIMEOUT_S:.0f} s",
-                        hint=f"see `systemctl status {words[-1]}` and `journalctl -u {words[-1]}`") from None
+                        hint=status_hint(words[-1])) from None
     if done.returncode != 0:
         raise UnitError(f"`{command}` failed (status {done.returncode}): {done.stderr.strip()}",
-                        hint=f"see `systemctl status {words[-1]}` and `journalctl -u {words[-1]}`")
+                        hint=status_hint(words[-1]))
     return done.stdout
