@@ -370,6 +370,7 @@ def test_distill_plan_verify_and_run_with_greedy_parity(tmp_path, target, kind, 
     worth = report["worth_it"]  # priced with this machine's costs: a plan is suggested only for a drafter that wins
     assert worth["k"] == report["recommended"]["k"] and worth["target_step_s"] > 0 and worth["draft_step_s"] > 0
     assert ("next: power plan" in distilled.output) == worth["beats_target_only"]
+    assert ("then measure it on held-out text: power bench" in distilled.output) == worth["beats_target_only"]
     assert ("cannot beat target-only" in distilled.output) != worth["beats_target_only"]
     assert report["steps"] == 3 and report["sequences"] == 12 and report["draft_vocab"] == 400
     # training's estimate beside the runtime's served figure, per K (the recommended K among them), with their ratio

@@ -142,4 +142,8 @@ def distill(manifest: Path, kind: str, fr: int | None, budget: str, seed: int, p
         click.echo("this drafter cannot beat target-only here, so no plan is suggested: train it longer (--budget) "
                    "or on text like the traffic it will serve (--corpus)")
         return
-    click.echo(f"next: power plan {result.manifest} {result.profile} --device \"8 GiB\"")
+    plan = out / "plan.json"
+    click.echo(f"next: power plan {result.manifest} {result.profile} --device \"8 GiB\" -o {plan}")
+    click.echo(f"then measure it on held-out text: power bench {plan} --shapes writing,code,chat (the estimate above "
+               "is priced, not measured: a plan that decodes under 0.98x its target's own rate in its engine is "
+               "named there as below target-only)")
