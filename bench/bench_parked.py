@@ -1,29 +1,40 @@
 """What a drafter that cannot win costs a plan: each kind and chain against target-only, in one run (issue 41).
 
     python bench/bench_parked.py [--per-shape 2] [--tokens 96] [--k 6] [--threads 2] [--mtp [LABEL=]FILE ...]
-                                 [--calls] [--json out.json]
+                                 [--plans mtp,dflash,...] [--calls] [--json out.json]
 
 On the bundled Gemma 3 270M, an untrained drafter of each kind (`power.drafters.untrained`: the weights a
 distillation starts from, whose drafts almost never land) runs as a plan runs it: the cost governor on, K/S = `--k`,
 one decoder per plan kept across the requests (as an engine keeps its slot's governor), every plan on the same trunk.
 `--mtp LABEL=FILE` (repeatable) runs distilled MTP sidecars instead: `mtp LABEL` and `ngram -> mtp LABEL` for each.
-Per held-out prompt (`--per-shape` each of prose, code and chat) the plans run in turn, each right after a
-target-only run of the same prompt that is its control, so a plan and its control see the same load; the load
-average is read before every request. Reported per plan: the decode rate over its control's (per request: the median
-and the worst), the median seconds of a plain round inside the plan beside its controls' own, the speculative
-rounds, what they proposed and landed, and whether every greedy stream is bit-identical to target-only; and for the
-worst request, its rate, its plain round and its control's, and the load average around it: a plain round that costs
-what the control's does there says the load, not the plan, made the request slow. The first request of each plan is
-its speculators' first ever (the step that measures each one); the worst ratio counts it. The JSON also holds the
-median time a plain round spends outside its target forward (the forward is the same call in a plan and in
-target-only), and, with `--calls`, each plan's and target-only's Python calls a plain round, counted over one more
-request each and printed as a second table with the calls that differ most.
+Per held-out prompt (`--per-shape` each of prose, code, chat and list) each plan runs beside a
+target-only run of the same prompt that is its control, in ABBA order (control first on one prompt, the plan first on
+the next), both decoders in this one process on one trunk, so a plan and its control see the same load and neither is
+always second; the load average is read around every pair. Reported per plan, over its requests:
+
+- the decode rate over its control's: the median with a 95 % percentile bootstrap interval (the requests resampled),
+  the worst request, and how many requests reached 0.98x;
+- what a plain round inside the plan costs against its control's rounds (per request, the ratio of their median
+  seconds: its median and interval), the same computation in both, so a ratio off 1.0 is the host's noise or upkeep
+  riding on the plain rounds;
+- what the speculative rounds lost: each one's seconds beyond its tokens at the control's cost a token, summed over
+  the requests as a share of the controls' decode time (the governor's budget is 2 % of a request's plain cost), and
+  the worst request's share;
+- the speculative rounds, what they proposed and landed, and whether every greedy stream is bit-identical to
+  target-only's.
+
+The first request of each plan is its speculators' first ever (the step that measures each one); the figures count
+it. The JSON keeps every request's figures and load, the median time a plain round spends outside its target forward
+(the forward is the same call in a plan and in target-only), and, with `--calls`, each plan's and target-only's
+Python calls a plain round, counted over one more request each and printed as a second table with the calls that
+differ most.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -52,13 +63,14 @@ from power.runtime.transaction import RoundResult
 from power.runtime.trunks import load_trunk
 
 GEMMA = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gguf"
-SHAPES = ("prose", "code", "chat")
+SHAPES = ("prose", "code", "chat", "list")
 PLANS = ("mtp", "dflash", "dspark", "ngram -> mtp", "ngram -> dspark")
 
 
 @dataclass
 class Round:
     plain: bool  # no speculator's pass
+    tokens: int  # emitted
     seconds: float
     forward_s: float  # of which the target's forward
     calls: Counter[str] | None  # the Python calls it made, by function (counted rounds only)
@@ -113,34 +125,75 @@ class TimedDecoder(Decoder):
             self._calls[getattr(arg, "__qualname__", repr(arg))] += 1
 
     def _account(self, decoding: Decoding, result: RoundResult, seconds: float) -> None:
-        self.rounds.append(Round(result.member is None, seconds, self.forward_s, self._calls))
+        self.rounds.append(Round(result.member is None, len(result.emitted), seconds, self.forward_s, self._calls))
         super()._account(decoding, result, seconds)
+
+
+@dataclass
+class Run:
+    """One decoder's run of one prompt: what it generated and its rounds."""
+
+    generation: Generation
+    rounds: list[Round]
+
+    @property
+    def rate(self) -> float:
+        return (len(self.generation.tokens) - 1) / self.generation.stats.decode_s
+
+    @property
+    def plain(self) -> list[Round]:
+        return [r for r in self.rounds if r.plain]
+
+
+@dataclass
+class Request:
+    """One prompt through a plan and through its control (target-only), in the order `plan_first` says."""
+
+    plan: Run
+    control: Run
+    plan_first: bool
+    load: tuple[float, float]  # the 1-minute load average before and after the pair
+
+    @property
+    def ratio(self) -> float:
+        return self.plan.rate / self.control.rate
+
+    @property
+    def token_s(self) -> float:
+        """The control's seconds a token over its rounds: the plain cost the plan's rounds are measured against."""
+        return sum(r.seconds for r in self.control.rounds) / sum(r.tokens for r in self.control.rounds)
+
+    @property
+    def plain_ratio(self) -> float:
+        """A plain round inside the plan over one of the control's (their medians)."""
+        return (statistics.median(r.seconds for r in self.plan.plain)
+                / statistics.median(r.seconds for r in self.control.rounds))
+
+    @property
+    def speculative_loss_s(self) -> float:
+        """What the plan's speculative rounds cost beyond their tokens at the control's cost a token."""
+        return sum(r.seconds - r.tokens * self.token_s for r in self.plan.rounds if not r.plain)
+
+    @property
+    def speculative_loss(self) -> float:
+        """`speculative_loss_s` as a share of the control's decode time."""
+        return self.speculative_loss_s / self.control.generation.stats.decode_s
 
 
 @dataclass
 class Plan:
     name: str
     decoder: TimedDecoder
-    runs: list[Generation] = field(default_factory=list)
-    controls: list[Generation] = field(default_factory=list)  # target-only's run just before each of `runs`
-    plain_round_s: list[list[float]] = field(default_factory=list)  # per request
-    control_round_s: list[list[float]] = field(default_factory=list)
-    load: list[tuple[float, float]] = field(default_factory=list)  # the 1-minute load average before, after
-    outside_s: list[float] = field(default_factory=list)  # each plain round's seconds outside its forward
-    control_outside_s: list[float] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
     calls: list[Counter[str]] = field(default_factory=list)  # each counted plain round's Python calls
     control_calls: list[Counter[str]] = field(default_factory=list)
 
-    def request(self, control: TimedDecoder, ids: list[int], tokens: int, stop: Any) -> None:
-        """One prompt: target-only's run, then this plan's, each round's time kept."""
+    def request(self, control: TimedDecoder, ids: list[int], tokens: int, stop: Any, plan_first: bool) -> None:
+        """One prompt through target-only and this plan, in the order `plan_first` says, each round kept."""
         before = load_average()
-        for decoder, runs, rounds, outside in ((control, self.controls, self.control_round_s, self.control_outside_s),
-                                               (self.decoder, self.runs, self.plain_round_s, self.outside_s)):
-            decoder.rounds.clear()
-            runs.append(decoder.generate(ids, tokens, stop))
-            rounds.append([r.seconds for r in decoder.rounds if r.plain])
-            outside.extend(r.seconds - r.forward_s for r in decoder.rounds if r.plain)
-        self.load.append((before, load_average()))
+        order = (self.decoder, control) if plan_first else (control, self.decoder)
+        runs = {decoder: run_once(decoder, ids, tokens, stop) for decoder in order}
+        self.requests.append(Request(runs[self.decoder], runs[control], plan_first, (before, load_average())))
 
     def count_calls(self, control: TimedDecoder, ids: list[int], tokens: int, stop: Any) -> None:
         """One prompt again, target-only then this plan, each round's Python calls counted (and not timed)."""
@@ -150,6 +203,12 @@ class Plan:
             decoder.generate(ids, tokens, stop)
             decoder.counting = False
             calls.extend(r.calls for r in decoder.rounds if r.plain and r.calls is not None)
+
+
+def run_once(decoder: TimedDecoder, ids: list[int], tokens: int, stop: Any) -> Run:
+    decoder.rounds.clear()
+    generation = decoder.generate(ids, tokens, stop)
+    return Run(generation, list(decoder.rounds))
 
 
 def load_average() -> float:
@@ -171,6 +230,8 @@ def main() -> None:
     parser.add_argument("--mtp", type=mtp_argument, action="append", default=[],
                         help="LABEL=FILE: a distilled MTP sidecar, run alone and behind n-gram (repeatable; default: "
                              "the untrained drafters of every kind)")
+    parser.add_argument("--plans", type=lambda value: value.split(","),
+                        help="the plans to run, comma-separated (default: every one; names as the table prints them)")
     parser.add_argument("--calls", action="store_true",
                         help="also count the Python calls of each plan's plain rounds against target-only's, over "
                              "one more request a plan (sys.setprofile: those rounds are not timed)")
@@ -209,14 +270,17 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                        SchedulerConfig(k=args.k, s=args.k), GovernorConfig()))
 
     control = TimedDecoder(timing, Sampler(SamplingParams()))
-    plans = [plan(name) for name in names]
-    prompts = [
-        p for shape in SHAPES for p in [p for p in load_prompts(which="heldout") if p.shape == shape][: args.per_shape]
-    ]
+    unknown = set(args.plans or ()) - set(names)
+    if unknown:
+        raise SystemExit(f"--plans names {', '.join(sorted(unknown))}; this run's plans are {', '.join(names)}")
+    plans = [plan(name) for name in names if args.plans is None or name in args.plans]
+    held_out = load_prompts(which="heldout")
+    shapes = [[p for p in held_out if p.shape == shape][: args.per_shape] for shape in SHAPES]
+    prompts = [group[i] for i in range(args.per_shape) for group in shapes if i < len(group)]  # the shapes in turn
     control.generate(tokenizer.encode(prompts[-1].text), 8)  # warm the trunk: the first request ran cold
-    for prompt in prompts:
+    for index, prompt in enumerate(prompts):
         for p in plans:
-            p.request(control, tokenizer.encode(prompt.text), args.tokens, tokenizer.stop_ids)
+            p.request(control, tokenizer.encode(prompt.text), args.tokens, tokenizer.stop_ids, index % 2 == 1)
     if args.calls:
         for p in plans:
             p.count_calls(control, tokenizer.encode(prompts[0].text), args.tokens, tokenizer.stop_ids)
@@ -230,37 +294,46 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return report
 
 
-def rate(generation: Generation) -> float:
-    return (len(generation.tokens) - 1) / generation.stats.decode_s
-
-
-def median_ms(rounds: list[list[float]]) -> float:
-    return 1e3 * statistics.median(s for request in rounds for s in request)
+def interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """A 95 % percentile bootstrap interval of the median of `values` (the requests resampled with replacement)."""
+    draw = random.Random(41)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
 def summary(plan: Plan) -> dict[str, Any]:
-    ratios = [rate(mine) / rate(theirs) for mine, theirs in zip(plan.runs, plan.controls, strict=True)]
-    worst = ratios.index(min(ratios))
-    stats = [g.stats for g in plan.runs]
-    return {"plan": plan.name, "tok_s": statistics.median(rate(g) for g in plan.runs),
-            "target_only_tok_s": statistics.median(rate(g) for g in plan.controls),
-            "ratio_median": statistics.median(ratios), "ratio_worst": ratios[worst], "ratios": ratios,
-            "plain_round_ms": median_ms(plan.plain_round_s), "target_only_round_ms": median_ms(plan.control_round_s),
-            "worst_request": {"index": worst, "tok_s": rate(plan.runs[worst]),
-                              "target_only_tok_s": rate(plan.controls[worst]),
-                              "plain_round_ms": median_ms(plan.plain_round_s[worst:worst + 1]),
-                              "target_only_round_ms": median_ms(plan.control_round_s[worst:worst + 1]),
-                              "speculative_rounds": stats[worst].speculative_rounds, "load": plan.load[worst]},
-            "load": plan.load,
+    requests = plan.requests
+    ratios = [r.ratio for r in requests]
+    plain_ratios = [r.plain_ratio for r in requests]
+    worst = requests[ratios.index(min(ratios))]
+    stats = [r.plan.generation.stats for r in requests]
+    control_s = sum(r.control.generation.stats.decode_s for r in requests)
+    plain = [round_ for r in requests for round_ in r.plan.plain]
+    control_rounds = [round_ for r in requests for round_ in r.control.rounds]
+    return {"plan": plan.name, "requests": len(requests),
+            "tok_s": statistics.median(r.plan.rate for r in requests),
+            "target_only_tok_s": statistics.median(r.control.rate for r in requests),
+            "ratio_median": statistics.median(ratios), "ratio_interval": interval(ratios),
+            "ratio_worst": worst.ratio, "at_least_0_98": sum(ratio >= 0.98 for ratio in ratios),
+            "plain_ratio_median": statistics.median(plain_ratios), "plain_ratio_interval": interval(plain_ratios),
+            "plain_round_ms": 1e3 * statistics.median(r.seconds for r in plain),
+            "target_only_round_ms": 1e3 * statistics.median(r.seconds for r in control_rounds),
+            "speculative_loss": sum(r.speculative_loss_s for r in requests) / control_s,
+            "speculative_loss_worst": max(r.speculative_loss for r in requests),
+            "worst_request": {"index": requests.index(worst), "ratio": worst.ratio, "plain_ratio": worst.plain_ratio,
+                              "speculative_loss": worst.speculative_loss,
+                              "speculative_rounds": worst.plan.generation.stats.speculative_rounds,
+                              "load": worst.load},
+            "per_request": [{"ratio": r.ratio, "plain_ratio": r.plain_ratio, "speculative_loss": r.speculative_loss,
+                             "plan_first": r.plan_first, "load": r.load} for r in requests],
             "rounds": sum(s.rounds for s in stats), "speculative_rounds": sum(s.speculative_rounds for s in stats),
             "proposed": sum(s.proposed for s in stats), "accepted": sum(s.accepted for s in stats),
             "parks": sum(s.governor_parks for s in stats),
-            "outside_forward_ms": 1e3 * statistics.median(plan.outside_s),
-            "target_only_outside_forward_ms": 1e3 * statistics.median(plan.control_outside_s),
+            "outside_forward_ms": 1e3 * statistics.median(r.seconds - r.forward_s for r in plain),
+            "target_only_outside_forward_ms": 1e3 * statistics.median(r.seconds - r.forward_s for r in control_rounds),
             **({"calls": mean_calls(plan.calls), "target_only_calls": mean_calls(plan.control_calls)}
                if plan.calls and plan.control_calls else {}),
-            "identical": all(mine.tokens == theirs.tokens for mine, theirs in zip(plan.runs, plan.controls,
-                                                                                   strict=True))}
+            "identical": all(r.plan.generation.tokens == r.control.generation.tokens for r in requests)}
 
 
 def mean_calls(rounds: list[Counter[str]]) -> dict[str, float]:
@@ -290,19 +363,25 @@ def print_calls(report: dict[str, Any]) -> None:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"Gemma 3 270M, {report['requests']} held-out requests x {report['tokens']} tokens, K{report['k']}, "
-          f"governor on, {report['threads']} threads, drafters: {report['drafters']}")
-    print("| plan | decode tok/s (plan / target-only) | / target-only (median, worst) "
-          "| plain round ms (plan / target-only) | worst request: tok/s, plain round ms (plan / target-only), load "
+    print(f"Gemma 3 270M, {report['requests']} held-out requests x {report['tokens']} tokens, each beside its "
+          f"target-only control in ABBA order, K{report['k']}, governor on, {report['threads']} threads, "
+          f"drafters: {report['drafters']}")
+    print("| plan | / target-only: median [95 % interval], worst | requests >= 0.98x "
+          "| plain round / target-only's: median [95 % interval] (ms) "
+          "| speculative rounds' loss, of target-only's time: all, worst request "
+          "| worst request: plain round / target-only's, load "
           "| speculative rounds | proposed | accepted | greedy identical |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in report["plans"]:
         w = row["worst_request"]
-        print(f"| {row['plan']} | {row['tok_s']:.1f} / {row['target_only_tok_s']:.1f} "
-              f"| {row['ratio_median']:.3f}x, {row['ratio_worst']:.3f}x "
-              f"| {row['plain_round_ms']:.2f} / {row['target_only_round_ms']:.2f} "
-              f"| {w['tok_s']:.1f} / {w['target_only_tok_s']:.1f}, {w['plain_round_ms']:.1f} / "
-              f"{w['target_only_round_ms']:.1f}, {w['load'][0]:.1f}-{w['load'][1]:.1f} "
+        low, high = row["ratio_interval"]
+        plain_low, plain_high = row["plain_ratio_interval"]
+        print(f"| {row['plan']} | {row['ratio_median']:.3f}x [{low:.3f}-{high:.3f}], {row['ratio_worst']:.3f}x "
+              f"| {row['at_least_0_98']} of {row['requests']} "
+              f"| {row['plain_ratio_median']:.3f} [{plain_low:.3f}-{plain_high:.3f}] "
+              f"({row['plain_round_ms']:.2f} / {row['target_only_round_ms']:.2f}) "
+              f"| {100 * row['speculative_loss']:.2f} %, {100 * row['speculative_loss_worst']:.2f} % "
+              f"| {w['plain_ratio']:.3f}, {w['load'][0]:.1f}-{w['load'][1]:.1f} "
               f"| {row['speculative_rounds']} of {row['rounds']} | {row['proposed']} | {row['accepted']} "
               f"| {'yes' if row['identical'] else 'NO'} |")
 

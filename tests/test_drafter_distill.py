@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -426,7 +427,35 @@ def test_a_rerun_resumes_from_the_checkpoint(tmp_path):
     assert resumed.exit_code == 0 and straight.exit_code == 0, resumed.output + straight.output
     a, b = (json.loads((tmp_path / d / "distill.json").read_text()) for d in "ab")
     assert a["steps"] == b["steps"] == 4 and a["acceptance"] == b["acceptance"]
+    assert (a["resumed_from_step"], b["resumed_from_step"]) == (2, 0)  # trained on from the first run's 2 steps
     assert (tmp_path / "a" / "dense-target-dspark.gguf").exists()
+
+
+def test_a_copied_drafter_folder_trains_on_beside_its_target_moved_elsewhere(tmp_path):
+    """Training a finished drafter for longer: a copy of its folder, its target now at another path with the same
+    bytes, reruns from the rows and checkpoint it holds and ends where a straight run of all the steps does."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Line {i} of the tale" for i in range(10)) + "\n")
+    moved = tmp_path / "elsewhere" / dense().name
+    moved.parent.mkdir()
+    shutil.copyfile(dense(), moved)
+    manifests = {"here": write_manifest(tmp_path, "dense-target", [], name="fixture"),
+                 "elsewhere": write_manifest(moved.parent, "dense-target", [], name="fixture", path=str(moved))}
+
+    def distill(where: str, out: str, steps: int) -> dict:
+        args = ["drafter", "distill", str(manifests[where]), "--kind", "dflash2", "--prompts", str(prompts),
+                "--max-new-tokens", "8", "--slots", "2", "--quiet", "--seed", "7", "--steps", str(steps),
+                "-o", str(tmp_path / out)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / out / "distill.json").read_text())
+
+    finished = distill("here", "first", 2)
+    shutil.copytree(tmp_path / "first", tmp_path / "copy")
+    continued, straight = distill("elsewhere", "copy", 4), distill("here", "straight", 4)
+    assert continued["data"] == finished["data"]  # the copied rows, not the target's text generated again
+    assert continued["resumed_from_step"] == 2 and straight["resumed_from_step"] == 0
+    assert continued["steps"] == straight["steps"] == 4 and continued["acceptance"] == straight["acceptance"]
 
 
 def test_a_block_counts_only_while_the_text_is_the_targets_own_greedy_path():

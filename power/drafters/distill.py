@@ -427,11 +427,13 @@ def _trunk(target: GGUFFile, n_ctx: int, slots: int):
 
 
 def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
-    """What made the rows: the target, the taps, the prompts' and the corpus's own text, the lengths."""
+    """What made the rows: the target, the taps, the prompts' and the corpus's own text, the lengths. The target is
+    named by the sha256 its manifest pinned, not by its path: a drafter folder copied to another machine, or a
+    target moved to another checkout, trains on from its rows and checkpoint."""
     prompts = [(p.shape, p.text) for p in prompt_sets.load_prompts(request.prompts)[: request.max_prompts]]
     corpus = (hashlib.sha256(prompt_sets.read_input(request.corpus, prompt_sets.MAX_CORPUS_BYTES).encode()).hexdigest()
               if request.corpus is not None else None)
-    inputs = {"target": str(request.target), "target_sha256": request.target_sha256, "taps": taps, "prompts": prompts,
+    inputs = {"target": request.target_sha256 or str(request.target), "taps": taps, "prompts": prompts,
               "corpus": corpus,
               "corpus_share": request.corpus_share if corpus else None, "rows": "generated+corpus",
               "max_new": request.max_new_tokens, "window": request.corpus_window,
@@ -440,8 +442,11 @@ def _data_key(request: DistillRequest, taps: tuple[int, ...]) -> str:
 
 
 def _checkpoint_key(data_key: str, how: Recipe, settings: TrainSettings, vocabulary: torch.Tensor | None) -> str:
-    """What a checkpoint trained: these rows, this module's shape, these settings, this draft vocabulary."""
-    inputs = {"data": data_key, "recipe": type(how).__name__, "hparams": how.hparams, "settings": asdict(settings),
+    """What a checkpoint trained: these rows, this module's shape, these settings, this draft vocabulary. Not the
+    step count: a step is the same step whatever the last one will be, so a rerun with more steps or more budget
+    trains on from where the last run stopped."""
+    trained = {name: value for name, value in asdict(settings).items() if name != "max_steps"}
+    inputs = {"data": data_key, "recipe": type(how).__name__, "hparams": how.hparams, "settings": trained,
               "vocabulary": None if vocabulary is None else vocabulary.tolist()}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -489,7 +494,8 @@ def _export(request: DistillRequest, how: Recipe, objective: Objective, best: di
         "draft_vocab": len(net.head), "draft_vocab_coverage_held_back": round(coverage(trainer.held, vocabulary), 4),
         "data": data.report(), "data_s": round(data.generated_s + data.corpus_s, 1),
         "train_s": round(trainer.trained_s, 1), "total_s": round(budget.clock() - budget.started, 1),
-        "steps": trainer.step, "best_step": best["step"], "acceptance": best["curve"],
+        "steps": trainer.step, "resumed_from_step": trainer.resumed_from, "best_step": best["step"],
+        "acceptance": best["curve"],
         "acceptance_before_rounding": best["trained_curve"],
         "served": replayed,
         "recommended": asdict(advice),

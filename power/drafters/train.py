@@ -180,6 +180,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=settings.learning_rate, weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(settings.seed)
         self.step = 0
+        self.resumed_from = 0  # the step a checkpoint restored
         self.best: dict[str, Any] = {"score": -1.0, "step": 0, "curve": None, "state": None}
         self.trained_s = 0.0
         self._eval_s = 0.0
@@ -198,6 +199,7 @@ class Trainer:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.best, self.trained_s = state["step"], state["best"], state["trained_s"]
+        self.resumed_from = self.step
         self.generator.set_state(state["generator"])
 
     # --- the loop -------------------------------------------------------------------
