@@ -5,7 +5,9 @@
 
 Both engines run as servers on loopback, started once, and are measured in
 turns: every measurement alternates which engine goes first, run by run, so
-load from other processes on a shared machine lands on both alike. Three parts:
+load from other processes on a shared machine lands on both alike. Each server's requests go through one HTTP
+client whose connections are kept, as an application's OpenAI client keeps them (a fresh client for each request
+would time its own construction, tens of milliseconds that are no server's work). Three parts:
 
 1. Aggregate decode throughput. N concurrent greedy clients, each with its own
    prompt, against a target-only plan (profiles/target-only.toml) with
@@ -75,6 +77,9 @@ class Server:
     port: int
     log: Path
     process: subprocess.Popen | None = None
+    # One client for every request, its connections kept, as an application's OpenAI client keeps them: a request
+    # timed through a fresh client also timed that client's construction (tens of ms), which is no server's work.
+    client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=BOUND_S))
 
     @property
     def base(self) -> str:
@@ -90,13 +95,14 @@ class Server:
             time.sleep(0.5)
 
     def stop(self) -> None:
+        self.client.close()
         if self.process and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(60)
 
     def _healthy(self) -> bool:
         try:
-            return httpx.get(f"{self.base}/health", timeout=5).status_code == 200
+            return self.client.get(f"{self.base}/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -153,10 +159,10 @@ def power_server(plan_path: Path, port: int, args: argparse.Namespace, log: Path
 # --- measurements --------------------------------------------------------------------------------------------------
 
 
-def complete(base: str, prompt: str, max_tokens: int) -> int:
+def complete(server: Server, prompt: str, max_tokens: int) -> int:
     """One greedy completion; the completion tokens it produced."""
-    response = httpx.post(f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": max_tokens,
-                                                          "temperature": 0.0}, timeout=BOUND_S)
+    response = server.client.post(f"{server.base}/v1/completions", json={"prompt": prompt, "max_tokens": max_tokens,
+                                                                        "temperature": 0.0})
     response.raise_for_status()
     return response.json()["usage"]["completion_tokens"]
 
@@ -168,7 +174,7 @@ def concurrent(server: Server, prompts: list[str], max_tokens: int) -> Sample:
 
     def client(i: int) -> None:
         start.wait()
-        produced[i] = complete(server.base, prompts[i], max_tokens)
+        produced[i] = complete(server, prompts[i], max_tokens)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
     for thread in threads:
@@ -180,16 +186,16 @@ def concurrent(server: Server, prompts: list[str], max_tokens: int) -> Sample:
     return Sample(server.name, len(prompts), sum(produced), time.perf_counter() - began)
 
 
-def first_text_s(base: str, prompt: str) -> float:
+def first_text_s(server: Server, prompt: str) -> float:
     """Seconds from sending a streamed request to its first text."""
     began = time.perf_counter()
-    with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": 4, "temperature": 0.0,
-                                                              "stream": True}, timeout=BOUND_S) as response:
+    with server.client.stream("POST", f"{server.base}/v1/completions", json={
+            "prompt": prompt, "max_tokens": 4, "temperature": 0.0, "stream": True}) as response:
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 if json.loads(line[6:])["choices"][0].get("text"):
                     return time.perf_counter() - began
-    raise RuntimeError(f"{base} streamed no text for the prompt")
+    raise RuntimeError(f"{server.base} streamed no text for the prompt")
 
 
 def client_prompts(n: int) -> list[str]:
@@ -304,7 +310,7 @@ def main() -> None:
                                   work / f"llama-{plan_path.stem}-{poll}.log"))
         for server in servers:
             server.start()
-            complete(server.base, "Warm up.", 4)
+            complete(server, "Warm up.", 4)
         return servers
 
     def run_part(servers: list[Server], body) -> None:
@@ -346,8 +352,8 @@ def main() -> None:
         def measure(server: Server, run: int) -> None:
             system = " ".join(unique_lines(SYSTEM_LINES, seed=1000 + run)) + "\n"
             ttft = results.ttft.setdefault(server.name, {"cold": [], "warm": []})
-            ttft["cold"].append(first_text_s(server.base, system + "Question: what comes first?\nAnswer:"))
-            ttft["warm"].append(first_text_s(server.base, system + "Question: what comes last?\nAnswer:"))
+            ttft["cold"].append(first_text_s(server, system + "Question: what comes first?\nAnswer:"))
+            ttft["warm"].append(first_text_s(server, system + "Question: what comes last?\nAnswer:"))
             print(f"{server.name}: time to first token {ttft['cold'][-1]:.3f} s new, {ttft['warm'][-1]:.3f} s cached",
                   file=sys.stderr)
         in_turns(servers, args.runs, measure)

@@ -290,7 +290,7 @@ class Decoder:
         slot.cached = list(request.prompt[: decoding.reused])
         if slot.governor:
             decoding._parks_before = slot.governor.parks
-            slot.governor.new_request()
+            slot.governor.new_request(len(request.prompt) - decoding.reused)
 
     # --- 2. prefill ---------------------------------------------------------------
     def _prefill(self) -> None:
@@ -402,7 +402,7 @@ class Decoder:
         decoding.scheduler.record(result.proposed, result.accepted, result.replayed)
         if decoding.slot.governor:
             decoding.slot.governor.record(result.member, len(result.emitted), seconds, result.accepted,
-                                          result.proposed)
+                                          result.proposed, result.upkeep_s)
         try:
             self._landed(decoding, result.emitted)
         except Exception as err:  # noqa: BLE001 - the caller's callback failed: this request ends

@@ -85,6 +85,7 @@ class RoundResult:
     replayed: bool  # the rejected suffix was outside the resident window: restored and replayed
     # The chain member whose pass the round paid for (Proposal.member); None: a plain round, for the cost governor
     member: int | None
+    upkeep_s: float = 0.0  # of the round's time, its speculator's catch-up (Proposal.upkeep_s)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class OpenRound:
     rows: list[int]  # the anchor, then the proposals
     probs: torch.Tensor | None  # the proposals' draft distributions (None: certain guesses)
     member: int | None  # RoundResult.member
+    upkeep_s: float = 0.0  # RoundResult.upkeep_s
 
     @property
     def drafts(self) -> list[int]:
@@ -255,7 +257,7 @@ class SpeculativeSequence:
         self._after(Step.PROPOSE)
         # A lookup that found nothing and ran no head cost ~0.01 ms of a ~14 ms step: a plain round to the governor.
         member = proposal.member if speculator is not None and (drafts or proposal.head_ran) else None
-        return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, member)
+        return OpenRound(checkpoint, start, [anchor, *drafts], proposal.probs, member, proposal.upkeep_s)
 
     def _close(self, opened: OpenRound, out: ForwardOut) -> RoundResult:
         self._after(Step.VERIFY)
@@ -271,7 +273,7 @@ class SpeculativeSequence:
         emitted = [*drafts[:accepted], last]
         self.tokens.extend(emitted)
         self._after(Step.EMIT)
-        return RoundResult(emitted, len(drafts), accepted, replayed, opened.member)
+        return RoundResult(emitted, len(drafts), accepted, replayed, opened.member, opened.upkeep_s)
 
     def _sample(self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
         """Rows through the first mismatch: (accepted proposals, the correction or bonus token)."""

@@ -30,7 +30,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     events: asyncio.Queue = field(
         default_factory=asyncio.Queue
-    )  # ("text", str) ... then ("done", Outcome) | ("error", (status, message))
+    )  # a stream's ("text", str) ... then ("done", Outcome) | ("error", (status, message))
 
     def push(self, kind: str, payload: Any) -> None:
         try:
@@ -139,7 +139,8 @@ class EngineWorker:
             if first:
                 self.metrics.ttft.observe(time.perf_counter() - job.arrived)
                 first = False
-            job.push("text", piece)
+            if request.stream:  # a plain response takes its text from the receipt: no hop to the event loop a round
+                job.push("text", piece)
 
         try:
             self.engine.submit(job.prompt_ids, request.max_tokens, on_text, cancel=job.cancel,

@@ -56,7 +56,7 @@ from ..embedding import TokenEmbedding
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
 from ..linear import Float32Linear, Linear, Stacked, quantised
-from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs, within_window
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs, timed, within_window
 from .kv_ring import KVRing
 from .target_head import TargetHead
 
@@ -187,9 +187,9 @@ class BlockDrafter(Speculator):
         n = min(ctx.max_tokens, self.hp.block_size - 1)
         if n <= 0:
             return Proposal()
-        self._catch_up()
+        upkeep_s = timed(self._catch_up)
         rows = self._block(ctx.tokens[-1])[1 : 1 + n]  # PASS C: the MASK rows, normed
-        return Proposal(tokens=self._read_block(ctx.tokens[-1], rows), head_ran=True)
+        return Proposal(tokens=self._read_block(ctx.tokens[-1], rows), head_ran=True, upkeep_s=upkeep_s)
 
     def reset(self) -> None:
         self.ring.reset()
