@@ -199,18 +199,23 @@ def test_a_member_remeasuring_the_baseline_makes_the_step_plain_for_every_member
     assert gov.allowed() == (True, True) and gov.members[0].phase is Phase.HOLD
 
 
-def _request(gov: ChainGovernor, tokens: int, spec_seconds: float, spec_tokens: int = 1) -> tuple[float, int]:
-    """One request of `tokens` tokens: plain steps cost PLAIN, the speculator's steps `spec_seconds` for `spec_tokens`
-    tokens (accepting spec_tokens - 1). Returns the request's decode seconds and its speculative steps."""
-    gov.new_request()
-    seconds, emitted, speculative = 0.0, 0, 0
+def _request(gov: ChainGovernor, tokens: int, spec_seconds: float, spec_tokens: int = 1,
+             wide_seconds: float | None = None, row_seconds: float = 0.0, prompt: int = 0) -> tuple[float, int]:
+    """One request of `tokens` tokens after a prompt of `prompt`: plain steps cost PLAIN, the speculator's steps
+    `spec_seconds` for `spec_tokens` tokens (accepting spec_tokens - 1) when the governor caps them at one proposal,
+    `wide_seconds` when it does not, plus their catch-up, `row_seconds` for each row that landed since the speculator
+    last proposed. Returns the request's decode seconds and its speculative steps."""
+    gov.new_request(prompt)
+    seconds, emitted, speculative, unseen = 0.0, 0, 0, prompt
     while emitted < tokens:
         if gov.speculate():
-            gov.record(member=0, tokens=spec_tokens, seconds=spec_seconds, accepted=spec_tokens - 1)
-            seconds, emitted, speculative = seconds + spec_seconds, emitted + spec_tokens, speculative + 1
+            upkeep = row_seconds * unseen
+            step = upkeep + (spec_seconds if gov.width_cap() == 1 or wide_seconds is None else wide_seconds)
+            gov.record(member=0, tokens=spec_tokens, seconds=step, accepted=spec_tokens - 1, upkeep_s=upkeep)
+            seconds, emitted, speculative, unseen = seconds + step, emitted + spec_tokens, speculative + 1, spec_tokens
         else:
             gov.record(member=None, tokens=1, seconds=PLAIN)
-            seconds, emitted = seconds + PLAIN, emitted + 1
+            seconds, emitted, unseen = seconds + PLAIN, emitted + 1, unseen + 1
     return seconds, speculative
 
 
@@ -229,16 +234,36 @@ def test_a_speculator_that_never_lands_a_draft_costs_a_request_at_most_the_loss_
 
 def test_a_winning_speculator_speculates_from_a_requests_first_step():
     gov = ChainGovernor()
-    _request(gov, 64, spec_seconds=1.2 * PLAIN, spec_tokens=4)
-    gov.new_request()
+    _request(gov, 64, spec_seconds=1.2 * PLAIN, spec_tokens=4, row_seconds=0.1 * PLAIN)
+    gov.new_request(prompt_rows=1000)  # a long prompt to catch up on: its wins pay for it
     assert gov.speculate() and gov.members[0].expected_loss(PLAIN) == 0.0
     seconds, _ = _request(gov, 64, spec_seconds=1.2 * PLAIN, spec_tokens=4)
     assert seconds < 0.5 * 64 * PLAIN
 
 
-def test_a_speculators_first_step_ever_proposes_one_token():
+@pytest.mark.parametrize("row_seconds", [0.01 * PLAIN, 0.1 * PLAIN])
+def test_a_useless_heads_probes_stay_in_the_budget_whatever_their_width_and_catch_up_cost(row_seconds):
+    """A head that never lands: a step at one proposal costs two plain steps, at full width six, and its catch-up
+    `row_seconds` a row it missed (the prompt's 30, then every token since it last proposed). It proposes one token a
+    step, and the budget expects the catch-up of every row it missed: each request after the one that measured it
+    decodes at 0.98x of the plain rate or better. A catch-up cheaper than the budget's 2 % a row is still probed in a
+    long request; a dearer one never pays for a re-probe."""
+    gov = ChainGovernor()
+    request = dict(spec_seconds=2 * PLAIN, wide_seconds=6 * PLAIN, row_seconds=row_seconds, prompt=30)
+    _request(gov, 64, **request)
+    probes = 0
+    for tokens in (64, 100, 300, 1000):
+        seconds, speculative = _request(gov, tokens, **request)
+        assert seconds <= tokens * PLAIN * 1.02
+        probes += speculative
+    assert (probes > 0) == (row_seconds < 0.02 * PLAIN)
+
+
+def test_a_speculator_proposes_one_token_until_a_draft_of_its_lands():
     gov = ChainGovernor()
     _through_baseline(gov)
-    assert gov.width_cap() == 1
+    assert gov.width_cap() == 1  # its first step ever
     gov.record(member=0, tokens=1, seconds=PLAIN, accepted=0)
+    assert gov.speculate() and gov.width_cap() == 1
+    gov.record(member=0, tokens=2, seconds=PLAIN, accepted=1)
     assert gov.width_cap() is None

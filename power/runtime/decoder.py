@@ -290,7 +290,7 @@ class Decoder:
         slot.cached = list(request.prompt[: decoding.reused])
         if slot.governor:
             decoding._parks_before = slot.governor.parks
-            slot.governor.new_request()
+            slot.governor.new_request(len(request.prompt) - decoding.reused)
 
     # --- 2. prefill ---------------------------------------------------------------
     def _prefill(self) -> None:
@@ -307,7 +307,7 @@ class Decoder:
             if rows + len(piece) > chunk:
                 continue
             last = decoding.seq.prefilled + len(piece) == decoding.seq.prompt_length
-            parts.append(Part(slot.index, piece, int(last)))
+            parts.append(Part(slot.index, piece, int(last), decoding.seq.takes_argmax(0)))
             pieces.append((decoding, piece))
             rows += len(piece)
         if not parts:
@@ -347,7 +347,8 @@ class Decoder:
         if not opened:
             return
         try:
-            outs = self.trunk.forward_parts([Part(d.slot.index, r.rows) for d, r in opened], self._taps)
+            outs = self.trunk.forward_parts([Part(d.slot.index, r.rows, argmax_only=d.seq.takes_argmax(len(r.drafts)))
+                                             for d, r in opened], self._taps)
         except Exception as err:  # noqa: BLE001 - every request in the failed forward is restored and ends
             for decoding, round_ in opened:
                 decoding.seq.abort_round(round_)
@@ -402,7 +403,7 @@ class Decoder:
         decoding.scheduler.record(result.proposed, result.accepted, result.replayed)
         if decoding.slot.governor:
             decoding.slot.governor.record(result.member, len(result.emitted), seconds, result.accepted,
-                                          result.proposed)
+                                          result.proposed, result.upkeep_s)
         try:
             self._landed(decoding, result.emitted)
         except Exception as err:  # noqa: BLE001 - the caller's callback failed: this request ends

@@ -39,13 +39,26 @@ may cost a request at most 2 % of what its tokens cost at the plain rate, so a
 request decodes at no less than 1 / 1.02 (0.98x) of the target alone, whatever
 its speculators land. The governor keeps the request's excess, each speculative
 step's seconds beyond its tokens at the plain cost (negative when it won), and a
-member proposes only while the excess plus the loss its recent steps took (its
-own upkeep and catch-up included: a drafter runs them when it proposes) stays
-inside the budget the request's tokens have earned. A member that wins earns the
-room to keep speculating; one that never lands a draft is held to the budget,
-whatever its state machine says. The first step a member ever takes in a slot
-measures it (no cost is known before it runs), so it proposes one token at most
-(`width_cap`).
+member proposes only while the excess plus the loss its next step is expected to
+take stays inside the budget the request's tokens have earned. A member that wins
+earns the room to keep speculating; one that never lands a draft is held to the
+budget, whatever its state machine says. The first step a member ever takes in a
+slot measures it (no cost is known before it runs). Two things make a member's
+next step cost more than its recent steps did, and the budget counts both:
+
+- its width: a member proposes one token a step until a draft of its lands among
+  its recent steps (`width_cap`). Its first step ever, and every probe of a
+  member that has landed nothing since, verifies two rows and runs one draft
+  pass; a probe at full K verifies K + 1 rows, several plain steps' cost, which
+  a one-token measurement never showed (bench/bench_parked.py measured such
+  probes at about 3x the budget of their request);
+- its catch-up: a learned drafter catches up on the rows that landed while it did
+  not propose when it next proposes (`Proposal.upkeep_s`, timed by the drafter),
+  so a probe after a long park pays for every row of it. The governor counts each
+  member's rows not caught up (the prompt's, then every step's tokens since it
+  last proposed) and expects its next step to cost its recent steps' loss without
+  their catch-up plus those rows at its measured cost a row; a member holding a
+  win is not held back by its catch-up (a long prompt's): its wins pay for it.
 
 A chain of speculators (an n-gram lookup in front of a learned head) gets one
 verdict per member over one plain baseline (`ChainGovernor`): a step's cost
@@ -122,8 +135,12 @@ class CostGovernor:
         self.baseline = baseline
         self._spec: list[tuple[float, int]] = []  # this probe's steps
         self._hold: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)
-        self._recent: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)  # its last steps, any phase
-        self._recent_sums = (0.0, 0)  # their seconds and tokens
+        # Its last steps, any phase: (seconds without their catch-up, tokens), their sums, and the drafts each landed.
+        self._recent: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)
+        self._recent_sums = (0.0, 0)
+        self._recent_accepted: deque[int] = deque(maxlen=self.config.hold_window)
+        self._catch_ups: deque[tuple[float, int]] = deque(maxlen=self.config.hold_window)  # (seconds, rows) each
+        self.pending = 0  # rows that landed in the target since its last step: its next catch-up
         self._phase_steps = 0
         self._zero_accept_run = 0
         self._park_len = 0
@@ -136,37 +153,57 @@ class CostGovernor:
         """Whether the next step should try speculation."""
         return self.phase in (Phase.PROBE, Phase.HOLD)
 
-    def new_request(self) -> None:
-        """A new request starts: cap the park at the first interval and forget the backoff."""
+    def new_request(self, prompt_rows: int = 0) -> None:
+        """A new request starts (`prompt_rows` of it to catch up on): cap the park at the first interval and forget
+        the backoff."""
         self._park_len = min(self._park_len, self.config.first_park)
         self._backoff = self.config.first_park
+        self.pending = prompt_rows
 
     @property
     def measured(self) -> bool:
         """Whether any step of this speculator has been timed (until then its cost is unknown)."""
         return bool(self._recent)
 
+    @property
+    def landing(self) -> bool:
+        """Whether a draft of its landed in its recent steps (until one does, it proposes one token a step)."""
+        return any(self._recent_accepted)
+
+    @property
+    def row_cost(self) -> float:
+        """Its catch-up's seconds a row, over its recent catch-ups (0 before it caught up on any row)."""
+        seconds, rows = sum(s for s, _ in self._catch_ups), sum(r for _, r in self._catch_ups)
+        return seconds / rows if rows else 0.0
+
     def expected_loss(self, plain: float) -> float:
         """The seconds its next step is expected to cost beyond its tokens at `plain` seconds a token: the mean of its
-        recent steps (none when they won)."""
-        if not self._recent:
+        recent steps' without their catch-up, plus, unless it holds a win (whose wins pay for its catch-up, a long
+        prompt's included), the catch-up on the rows it has not seen; none when that wins."""
+        if not self.measured:
             return 0.0
         seconds, tokens = self._recent_sums
-        return max(0.0, (seconds - tokens * plain) / len(self._recent))
+        catch_up = 0.0 if self.phase is Phase.HOLD else self.row_cost * self.pending
+        return max(0.0, (seconds - tokens * plain) / len(self._recent) + catch_up)
 
     # --- the state machine ------------------------------------------------
-    def passing_step(self) -> None:
-        """A step this speculator did not propose on: plain, or another chain member's."""
+    def passing_step(self, tokens: int) -> None:
+        """A step this speculator did not propose on (plain, or another chain member's) that landed `tokens` rows."""
+        self.pending += tokens
         self._phase_steps += 1
         if self.phase is Phase.BASELINE and self._phase_steps >= self.config.baseline_steps:
             self._enter(self._after_baseline)
         elif self.phase is Phase.PARKED and self._phase_steps >= self._park_len:
             self._enter(Phase.PROBE)
 
-    def speculative_step(self, step: tuple[float, int], accepted: int, proposed: int) -> None:
-        """A step whose cost is this speculator's."""
-        self._recent.append(step)
+    def speculative_step(self, step: tuple[float, int], accepted: int, proposed: int, upkeep_s: float = 0.0) -> None:
+        """A step whose cost is this speculator's, `upkeep_s` of it its catch-up on the rows it had not seen."""
+        if self.pending and upkeep_s:
+            self._catch_ups.append((upkeep_s, self.pending))
+        self.pending = step[1]  # the rows this step lands, queued for it too
+        self._recent.append((step[0] - upkeep_s, step[1]))
         self._recent_sums = (sum(s for s, _ in self._recent), sum(t for _, t in self._recent))
+        self._recent_accepted.append(accepted)
         self._phase_steps += 1
         if self.phase is Phase.HOLD:
             self._hold.append(step)
@@ -244,9 +281,10 @@ class ChainGovernor:
         return any(self.allowed())
 
     def width_cap(self) -> int | None:
-        """The most proposals the next step may make: one while a member that may propose has never been timed."""
+        """The most proposals the next step may make: one while a member that may propose has landed no draft in its
+        recent steps (its first step ever among them)."""
         allowed = self.allowed()
-        return 1 if any(ok and not member.measured for ok, member in zip(allowed, self.members, strict=True)) else None
+        return 1 if any(ok and not member.landing for ok, member in zip(allowed, self.members, strict=True)) else None
 
     def _affordable(self, member: CostGovernor) -> bool:
         """Whether the request's loss budget covers the member's next step (module docstring: the promise)."""
@@ -256,9 +294,10 @@ class ChainGovernor:
         budget = self.config.loss_budget * plain * self._request_tokens
         return self._excess + member.expected_loss(plain) <= budget
 
-    def record(self, member: int | None, tokens: int, seconds: float, accepted: int = 0, proposed: int = 1) -> None:
+    def record(self, member: int | None, tokens: int, seconds: float, accepted: int = 0, proposed: int = 1,
+               upkeep_s: float = 0.0) -> None:
         """One decode step: the member whose cost it was (None: a plain step), tokens emitted, its wall time, drafts
-        accepted and drafts proposed (0: nothing was verified)."""
+        accepted, drafts proposed (0: nothing was verified) and the seconds of it the member spent catching up."""
         step = (seconds, max(tokens, 1))
         plain = self.baseline.cost
         self._allowed = None
@@ -271,13 +310,16 @@ class ChainGovernor:
                 self._excess += seconds - step[1] * plain
         for index, governor in enumerate(self.members):
             if index == member:
-                governor.speculative_step(step, accepted, proposed)
+                governor.speculative_step(step, accepted, proposed, upkeep_s)
             elif member is None or governor.phase is Phase.PARKED:
-                governor.passing_step()
+                governor.passing_step(step[1])
+            else:
+                governor.pending += step[1]
 
-    def new_request(self) -> None:
+    def new_request(self, prompt_rows: int = 0) -> None:
+        """A new request starts, with `prompt_rows` rows each member is told when it first proposes."""
         for member in self.members:
-            member.new_request()
+            member.new_request(prompt_rows)
         self._request_tokens, self._excess, self._allowed = 0, 0.0, None
 
     @property

@@ -8,8 +8,9 @@ a learned drafter's cache and a lookup drafter's index both track reality.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -63,6 +64,9 @@ class Proposal:
     head_ran: bool = False
     # The chain member whose pass this was: the one that proposed, or the last that ran (0 for a lone speculator).
     member: int = 0
+    # Seconds the pass spent catching up on rows that landed while it did not propose (the cost governor charges the
+    # member for them, and expects more of them the more rows it has missed).
+    upkeep_s: float = 0.0
 
 
 class Speculator:
@@ -102,6 +106,13 @@ class Speculator:
 
     def restore(self, checkpoint: Any) -> None:
         """Return to a checkpoint taken earlier in this request."""
+
+
+def timed(work: Callable[[], None]) -> float:
+    """Run `work`; the seconds it took."""
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
 
 
 class Positioned(Protocol):

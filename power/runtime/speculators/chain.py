@@ -34,16 +34,16 @@ class ChainSpeculator(Speculator):
             member.begin(tokens)
 
     def propose(self, ctx: DraftContext) -> Proposal:
-        proposal, ran, last = Proposal(), False, 0
+        proposal, ran, last, upkeep_s = Proposal(), False, 0, 0.0
         allowed = ctx.members or (True,) * len(self.members)
         for index, member in enumerate(self.members):
             if not allowed[index]:
                 continue
             proposal, last = member.propose(ctx), index
-            ran = ran or proposal.head_ran
+            ran, upkeep_s = ran or proposal.head_ran, upkeep_s + proposal.upkeep_s
             if proposal.tokens:
                 break
-        proposal.head_ran, proposal.member = ran, last
+        proposal.head_ran, proposal.member, proposal.upkeep_s = ran, last, upkeep_s
         return proposal
 
     def commit(self, tokens: Sequence[int], hidden: dict[int, torch.Tensor], start: int) -> None:

@@ -56,7 +56,7 @@ from ..embedding import TokenEmbedding
 from ..gguf_weights import GGUFFile
 from ..layers import apply_rope, attention, gated_mlp, linear, rms_norm, rope_tables, softcap
 from ..linear import Float32Linear, Linear, Stacked, quantised
-from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs, within_window
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs, timed, within_window
 from .kv_ring import KVRing
 from .target_head import TargetHead
 
@@ -64,10 +64,11 @@ from .target_head import TargetHead
 def grouped_conv(x: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, group: int) -> torch.Tensor:
     """x [..., B, d]; base [K, d] static taps; delta [..., B, K, d / group] dynamic per-group taps -> [..., B, d],
     causal in-block (the leading dimensions: blocks side by side, as training runs them)."""
-    taps = base + delta.repeat_interleave(group, dim=-1)  # [..., B, K, d]
+    kernel = base.shape[0]
+    taps = (base.view(kernel, -1, group) + delta[..., None]).flatten(-2)  # [..., B, K, d]: each group's delta broadcast
     rows = x.shape[-2]
     out = torch.zeros_like(x)
-    for t in range(min(base.shape[0], rows)):
+    for t in range(min(kernel, rows)):
         out[..., t:, :] += taps[..., t:, t, :] * x[..., : rows - t, :]
     return out
 
@@ -186,9 +187,9 @@ class BlockDrafter(Speculator):
         n = min(ctx.max_tokens, self.hp.block_size - 1)
         if n <= 0:
             return Proposal()
-        self._catch_up()
+        upkeep_s = timed(self._catch_up)
         rows = self._block(ctx.tokens[-1])[1 : 1 + n]  # PASS C: the MASK rows, normed
-        return Proposal(tokens=self._read_block(ctx.tokens[-1], rows), head_ran=True)
+        return Proposal(tokens=self._read_block(ctx.tokens[-1], rows), head_ran=True, upkeep_s=upkeep_s)
 
     def reset(self) -> None:
         self.ring.reset()

@@ -23,7 +23,7 @@ from power.artifacts.contracts import required
 
 from ..gguf_weights import GGUFFile
 from ..layers import linear, rms_norm
-from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, timed
 from .dflash import BlockDrafter, load_block_drafter
 from .target_head import TargetHead
 
@@ -47,7 +47,7 @@ class DSparkDrafter(BlockDrafter):
         n = min(ctx.max_tokens, self.hp.block_size - 1)
         if n <= 0:
             return Proposal()
-        self._catch_up()
+        upkeep_s = timed(self._catch_up)
         rows = self._block(ctx.tokens[-1])[1 : 1 + n]
         drafts, pred = [], ctx.tokens[-1]
         for h in rows:
@@ -56,7 +56,7 @@ class DSparkDrafter(BlockDrafter):
                 break
             pred = self.head.draft_ids(rms_norm(h, self.w["markov.norm.weight"], self.hp.rms_epsilon)[None])[0]
             drafts.append(pred)
-        return Proposal(tokens=drafts, head_ran=True)
+        return Proposal(tokens=drafts, head_ran=True, upkeep_s=upkeep_s)
 
     def _markov(self, h: torch.Tensor, pred: int) -> torch.Tensor:
         w = self.w

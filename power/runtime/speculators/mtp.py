@@ -56,7 +56,7 @@ from ..trunks.base import TrunkOptions, Weights
 from ..trunks.batch import RowBatch, Segment
 from ..trunks.gemma3 import Gemma3Layer, Gemma3Params
 from ..trunks.qwen35 import GatedAttentionLayer, Qwen35Params
-from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs
+from .base import Decline, DraftContext, Proposal, Speculator, SpeculatorRequest, runs, timed
 from .dflash import header_view
 from .target_head import TargetHead
 
@@ -172,7 +172,7 @@ class MTPHead(Speculator):
     def propose(self, ctx: DraftContext) -> Proposal:
         if ctx.max_tokens <= 0 or self.last_hidden is None:
             return Proposal()
-        self._catch_up()
+        upkeep_s = timed(self._catch_up)
         drafts, token, h = [], ctx.tokens[-1], self.last_hidden
         for position in range(self.length, min(self.length + ctx.max_tokens, self.capacity)):
             y = self._step([token], h[None], position)
@@ -181,7 +181,7 @@ class MTPHead(Speculator):
                 break
             drafts.append(token)
             h = y[0]
-        return Proposal(tokens=drafts, head_ran=True)
+        return Proposal(tokens=drafts, head_ran=True, upkeep_s=upkeep_s)
 
     def _draft(self, normed: torch.Tensor) -> tuple[int, bool]:
         """The head's token for one row, and whether it clears the confidence gate (llama.cpp's draft-mtp stops
