@@ -29,6 +29,12 @@ polling off (`--poll 0`), so Power and llama-server (default and not polling)
 are seen side by side under the same contention, each also over its own quiet
 figure.
 
+`--greedy-heads on,off` runs each quantised configuration once with the exact
+greedy LM head where the model allows it (what `power run` does by default) and
+once with the full head for every row (`--greedy-head off`), interleaved like
+every engine: one run gives the head's A/B (docs/runtime.md, "The exact greedy
+LM head"). Power's greedy tokens come from forwards that ask for the argmax only.
+
 `--kernel-waits adaptive,sleep` runs each quantised configuration once per
 wait of Power's kernel threads (power.threads, docs/runtime.md "How kernel
 threads wait"), interleaved like every engine: `sleep` is the passive wait
@@ -72,6 +78,7 @@ from power.runtime.gguf_weights import GGUFFile
 from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
+from power.runtime.trunks.base import GREEDY_HEAD
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_GGUF = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
@@ -84,7 +91,9 @@ class PowerEngine:
         """`wait`: how the kernel threads wait during this engine's runs (power.kernels.cpu.waits.KERNEL_WAITS); None:
         Power's own choice, as loaded."""
         self.trunk, self.wait = trunk, wait
-        self.name = f"power {arithmetic} B{capacity} ({self.trunk.instruction_path})" + (f" {wait}" if wait else "")
+        head = "greedy head" if trunk.head_refusal is None else "full head"
+        self.name = (f"power {arithmetic} B{capacity} ({self.trunk.instruction_path}) {head}"
+                     + (f" {wait}" if wait else ""))
 
     def run(self, prompt: list[int], decode: int) -> tuple[float, float, list[int]]:
         """(prefill seconds, decode seconds of the tokens after the first, the greedy tokens)."""
@@ -92,23 +101,29 @@ class PowerEngine:
             set_wait(self.trunk.instruction_path, KernelWait(self.wait, "environment"))
         self.trunk.reset()
         started = time.perf_counter()
-        tokens = [int(self.trunk.prefill(prompt).logits[-1].argmax())]
+        tokens = [_greedy_token(self.trunk.prefill(prompt, argmax_only=True))]
         prefilled = time.perf_counter()
         while len(tokens) < decode:
-            tokens.append(int(self.trunk.forward([tokens[-1]]).logits[0].argmax()))
+            tokens.append(_greedy_token(self.trunk.forward([tokens[-1]], argmax_only=True)))
         return prefilled - started, time.perf_counter() - prefilled, tokens
 
     def resident_mib(self) -> float:
         return resident_mib()
 
     def bytes_per_step(self) -> int:
-        """Every matrix a decode step multiplies by (the layers' and the LM head's), as packed."""
+        """Every matrix a decode step multiplies by (the layers' and the LM head's, as packed; with the greedy head,
+        its pass's stream, the candidates' tiles left out)."""
         matrices = [m for layer in self.trunk.layers for m in layer_matrices(layer).values()]
-        return sum(m.nbytes for m in [*matrices, self.trunk.lm_head])
+        return sum(m.nbytes for m in matrices) + self.trunk.held.get(GREEDY_HEAD, self.trunk.lm_head.nbytes)
 
     def all_logits(self, ids: list[int]) -> torch.Tensor:
         self.trunk.reset()
         return self.trunk.prefill(ids, all_logits=True).logits
+
+
+def _greedy_token(out) -> int:
+    """The last row's greedy token: chosen by the greedy head, or the argmax of its logits."""
+    return int(out.argmax[-1]) if out.argmax is not None else int(out.logits[-1].argmax())
 
 
 class LlamaServerEngine:
@@ -216,6 +231,9 @@ def main() -> None:
     parser.add_argument("--kernel-waits", default="",
                         help=f"comma-separated waits of Power's kernel threads ({', '.join(KERNEL_WAITS)}) to run each "
                              "quantised configuration under, interleaved (default: Power's own choice only)")
+    parser.add_argument("--greedy-heads", default="on",
+                        help="comma-separated on/off: each quantised configuration with the exact greedy LM head where "
+                             "the model allows it (on) and with the full head for every row (off), interleaved")
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
     parser.add_argument(
         "--accuracy",
@@ -239,11 +257,14 @@ def main() -> None:
     report: dict = {"gguf": str(args.gguf), "paths": paths, "runs": {}}
     power = []
     waits = [wait for wait in args.kernel_waits.split(",") if wait] or [None]
+    heads = [head == "on" for head in args.greedy_heads.split(",")]
     for config in args.configs.split(","):
         arithmetic, capacity = config.split(":")
-        trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=int(capacity), arithmetic=arithmetic)
-        for wait in waits if arithmetic == "quantised" else [None]:
-            power.append(PowerEngine(trunk, arithmetic, int(capacity), wait))
+        for greedy_head in heads if arithmetic == "quantised" else [True]:
+            trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=int(capacity), arithmetic=arithmetic,
+                               greedy_head=greedy_head)
+            for wait in waits if arithmetic == "quantised" else [None]:
+                power.append(PowerEngine(trunk, arithmetic, int(capacity), wait))
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         polls = [None, 0] if args.contention and binary else [None] if binary else []

@@ -17,8 +17,10 @@ would time its own construction, tens of milliseconds that are no server's work)
    last answer. Reported with the ratios Power(N) / Power(1) and Power /
    llama-server at each N.
 2. n-gram speculation on the echo shape: Power serving profiles/ngram.toml (with
-   the same slots) against llama-server launched with the line Power renders
-   for that plan (its n-gram flags), at one client and at the largest N.
+   the same slots, and a verification capacity of slots x (K + 1) rows, so each
+   round verifies every slot's whole draft as llama-server does) against
+   llama-server launched with the line Power renders for that plan (its n-gram
+   flags), at one client and at the largest N.
 3. Prefix reuse: time to first token (to the first streamed text) of a request
    whose ~1k-token system prompt a slot already holds, against one whose
    equally long system prompt is new, on a plan with two slots of 2048
@@ -130,10 +132,15 @@ class Results:
 # --- plans and launch lines ----------------------------------------------------------------------------------------
 
 
-def plan(profile: Path, slots: int, ctx: int, directory: Path) -> Path:
-    """The bundled Gemma manifest planned with `profile`, its runtime.slots and ctx set as given."""
+def plan(profile: Path, slots: int, ctx: int, directory: Path, every_draft: bool = False) -> Path:
+    """The bundled Gemma manifest planned with `profile`, its runtime.slots and ctx set as given; `every_draft`: a
+    verification capacity of slots x (K + 1) rows, so one round verifies every slot's whole draft (as llama-server
+    verifies every slot's draft in one batch) instead of sharing the profile's rows between the slots."""
     document = tomllib.loads(profile.read_text())
     document["runtime"] |= {"slots": slots, "ctx": ctx}
+    if every_draft:
+        rows = slots * (document["spec_draft_max"] + 1)
+        document["runtime"]["verify_capacity"] = max(rows, document["runtime"]["verify_capacity"])
     derived = directory / f"{profile.stem}-slots{slots}.toml"
     derived.write_text(tomli_w.dumps(document))
     out = directory / f"{profile.stem}-slots{slots}.plan.json"
@@ -335,7 +342,7 @@ def main() -> None:
     if "throughput" in parts:
         run_part(pair(target_only), throughput)
 
-    ngram = plan(REPO / "profiles" / "ngram.toml", slots, 512 * slots, work)
+    ngram = plan(REPO / "profiles" / "ngram.toml", slots, 512 * slots, work, every_draft=True)
     echo = build_shape("echo", args.tokens).prompt
 
     def speculation(servers: list[Server]) -> None:

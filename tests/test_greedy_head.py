@@ -152,3 +152,13 @@ def test_a_head_that_is_not_q8_0_is_refused():
     raw = torch.zeros(64 * 256 // 256 * 144, dtype=torch.uint8)
     with pytest.raises(Exception, match="Q8_0"):
         GreedyHead(quantised(raw, "Q4_K", (64, 256), "cpu"), ())
+
+
+def test_a_row_whose_pass_is_not_finite_takes_the_full_heads_argmax():
+    levels, scales, x = synthetic_head()
+    head = q8_0_head(levels, scales)
+    greedy = GreedyHead(head, calibrated_blocks(x, 2))
+    rows = x.clone()
+    rows[1, 5], rows[2, 7], rows[3, 9] = float("inf"), float("nan"), float("-inf")
+    assert torch.equal(greedy.argmax(rows), head(rows).argmax(dim=1))
+    assert torch.equal(greedy.argmax(rows[[0, 4, 5]]), head(x[[0, 4, 5]]).argmax(dim=1))

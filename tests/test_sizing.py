@@ -18,7 +18,7 @@ from plan_helpers import codes, compiled, fixture, write_manifest, write_profile
 from power.app.cli import main
 from power.artifacts.factory import write_sparse_gguf
 from power.artifacts.facts import inspect_artifact
-from power.documents.arithmetic import ARITHMETICS, FLOAT32
+from power.documents.arithmetic import ARITHMETICS, FLOAT32, QUANTISED
 from power.documents.kv_types import RUNTIME_KV_TYPES
 from power.documents.plan import load_plan
 from power.orchestrator.engines import adapter
@@ -27,6 +27,7 @@ from power.orchestrator.engines.sizing import DeviceBudget, Request, Split, larg
 from power.orchestrator.planning.compile import target_vocab
 from power.runtime import kv_rows
 from power.runtime.trunks import load_trunk
+from power.runtime.trunks.base import GREEDY_HEAD
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REPO_PROFILES = REPO / "profiles"
@@ -188,14 +189,17 @@ def test_the_plans_slots_are_what_the_engine_allocates(tmp_path):
 @pytest.mark.parametrize("arithmetic", ARITHMETICS)
 @pytest.mark.parametrize("name", ["gemma", "dense-target", "hybrid-target"])
 def test_power_runtime_weights_are_what_the_loader_holds(name, arithmetic):
-    """The target's weights in a Power plan equal the bytes the runtime's loader holds (every matrix, vector and the
-    embedding's GGUF rows), measured on the loaded trunk, in both arithmetics."""
+    """The target's weights in a Power plan equal the bytes the runtime's loader holds (every matrix, vector, the
+    embedding's GGUF rows and the exact greedy head's compact copy of the LM head), measured on the loaded trunk, in
+    both arithmetics."""
     path = gemma() if name == "gemma" else fixture(name)
     facts = inspect_artifact(path)
     request = Request(ctx=256, verify_rows=4, vocab=target_vocab(facts), arithmetic=arithmetic)
-    planned = parts(size_plan("power", facts, None, request, CPU))["target weights"]
+    planned = parts(size_plan("power", facts, None, request, CPU))
     trunk = load_trunk(path, n_ctx=256, verify_capacity=4, arithmetic=arithmetic)
-    assert planned == trunk.weight_bytes
+    assert planned["target weights"] + planned.get("greedy LM head", 0) == trunk.weight_bytes
+    # the exact greedy head's compact copy: charged where the runtime takes it (Gemma's Q8_0 head, quantised), exactly
+    assert ("greedy LM head" in planned) == (name == "gemma" and arithmetic == QUANTISED) == (GREEDY_HEAD in trunk.held)
 
 
 def test_power_runtime_mtp_head_weights_are_what_the_head_holds():

@@ -16,6 +16,7 @@ from power.runtime.gguf_weights import GGUFFile
 from power.runtime.sampling import Sampler, SamplingParams
 from power.runtime.speculators import registry
 from power.runtime.speculators.base import Decline, DraftContext, SpeculatorDeclined, SpeculatorRequest
+from power.runtime.speculators.dflash import grouped_conv
 from power.runtime.transaction import SpeculativeSequence
 from power.runtime.workload import Workload
 
@@ -80,6 +81,24 @@ def test_block_drafters_propose_one_block_from_the_target_taps(kind):
     assert len(proposal.tokens) == drafter.hp.block_size - 1 and proposal.head_ran
     assert drafter.propose(DraftContext(tokens, 2)).tokens == proposal.tokens[:2]
     assert all(0 <= t < trunk("dense").config.vocab_size for t in proposal.tokens)
+
+
+@pytest.mark.parametrize("blocks", [(), (3,)])
+def test_dflash2_convolution_is_its_definition_bit_for_bit(blocks):
+    """Tap t of channel c at block row r is base[t][c] + delta[r][t][c // group], multiplying x[r - t][c], summed
+    over t in order and zero before the block: the runtime's rows and training's blocks side by side alike."""
+    generator = torch.Generator().manual_seed(3)
+    rows, kernel, channels, group = 6, 4, 32, 8
+    x = torch.randn(*blocks, rows, channels, generator=generator)
+    base = torch.randn(kernel, channels, generator=generator)
+    delta = torch.randn(*blocks, rows, kernel, channels // group, generator=generator)
+    expected = torch.zeros_like(x)
+    for r in range(rows):
+        for t in range(min(kernel, r + 1)):
+            for c in range(channels):
+                tap = base[t, c] + delta[..., r, t, c // group]
+                expected[..., r, c] += tap * x[..., r - t, c]
+    assert torch.equal(grouped_conv(x, base, delta, group), expected)
 
 
 def test_dflash2_selector_walk_conditions_each_position_on_its_predecessor():

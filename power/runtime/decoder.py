@@ -307,7 +307,7 @@ class Decoder:
             if rows + len(piece) > chunk:
                 continue
             last = decoding.seq.prefilled + len(piece) == decoding.seq.prompt_length
-            parts.append(Part(slot.index, piece, int(last)))
+            parts.append(Part(slot.index, piece, int(last), decoding.seq.takes_argmax(0)))
             pieces.append((decoding, piece))
             rows += len(piece)
         if not parts:
@@ -347,7 +347,8 @@ class Decoder:
         if not opened:
             return
         try:
-            outs = self.trunk.forward_parts([Part(d.slot.index, r.rows) for d, r in opened], self._taps)
+            outs = self.trunk.forward_parts([Part(d.slot.index, r.rows, argmax_only=d.seq.takes_argmax(len(r.drafts)))
+                                             for d, r in opened], self._taps)
         except Exception as err:  # noqa: BLE001 - every request in the failed forward is restored and ends
             for decoding, round_ in opened:
                 decoding.seq.abort_round(round_)

@@ -56,6 +56,9 @@ class EngineOptions:
     device: str = "auto"  # "auto" (a CUDA device when torch sees one, else the CPU), "cpu", "cuda", "cuda:N"
     threads: int | None = None  # torch intra-op threads; None: this process's CPUs (power.threads.thread_budget)
     governor: bool = True  # the cost governor parks a speculator that loses to plain decoding
+    # greedy rows' tokens from the exact greedy LM head where its rule allows (power.documents.greedy_head); off: the
+    # operator's escape hatch, the full head for every row (the same tokens)
+    greedy_head: bool = True
 
 
 @dataclass(eq=False)
@@ -118,7 +121,8 @@ class Engine:
                                                                  runtime.verify_capacity).positions_per_slot,
                                     verify_capacity=runtime.verify_capacity,
                                     snapshot_rows=workload.speculation.s, arithmetic=runtime.arithmetic,
-                                    device=self.device, slots=self.slots, kv_type=runtime.kv_cache_type)
+                                    device=self.device, slots=self.slots, kv_type=runtime.kv_cache_type,
+                                    greedy_head=options.greedy_head)
         except KernelError as error:  # the CPU kernels: a path, a build or the cache (docs/kernels.md)
             raise kernel_refusal(error) from error
         if runtime.cuda_graphs and torch.device(self.device).type == "cuda":
@@ -259,6 +263,8 @@ class Engine:
                      "real_rows": self.trunk.real_rows, "weight_bytes": self.trunk.weight_bytes,
                      # the element type the attention caches hold their rows in (the plan's kv_cache_type)
                      "kv_cache_type": self.trunk.options.kv_type,
+                     # which LM head chose greedy rows' tokens, and why (docs/runtime.md "The exact greedy LM head")
+                     "lm_head": self.trunk.head_path,
                      # the plan's cuda_graphs, and what ran: the decode forwards as CUDA graph replays (on a CUDA
                      # device only; prefill chunks run eagerly), and the row counts captured so far (docs/runtime.md)
                      "cuda_graphs_planned": runtime.cuda_graphs, "cuda_graphs": graphs is not None,

@@ -204,9 +204,17 @@ class SpeculativeSequence:
         self.prefilled += len(piece)
         if self.prefilling:
             return None
-        first = self.sampler.sample(out.logits[-1], self.prompt_length)
+        first = int(out.argmax[-1]) if out.argmax is not None else self.sampler.sample(out.logits[-1],
+                                                                                        self.prompt_length)
         self.tokens.append(first)
         return first
+
+    def takes_argmax(self, drafts: int) -> bool:
+        """Whether a round verifying `drafts` proposals (0: the prompt's last row) needs only each row's argmax, which
+        the trunk may then choose by the exact greedy head (`Part.argmax_only`): greedy sampling, verified by the
+        `match` rule or with nothing to verify (greedy `rejection` reads the one-hot target distribution)."""
+        params = self.sampler.params
+        return params.greedy and (params.verify == "match" or drafts == 0)
 
     # --- a round ----------------------------------------------------------------
     def round(self, width: int) -> RoundResult:
@@ -262,7 +270,7 @@ class SpeculativeSequence:
     def _close(self, opened: OpenRound, out: ForwardOut) -> RoundResult:
         self._after(Step.VERIFY)
         drafts = opened.drafts
-        accepted, last = self._sample(out.logits, drafts, opened.probs)
+        accepted, last = self._sample(out, drafts, opened.probs)
         self._after(Step.SAMPLE)
 
         kept = [opened.rows[0], *drafts[:accepted]]
@@ -275,11 +283,13 @@ class SpeculativeSequence:
         self._after(Step.EMIT)
         return RoundResult(emitted, len(drafts), accepted, replayed, opened.member, opened.upkeep_s)
 
-    def _sample(self, logits: torch.Tensor, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
+    def _sample(self, out: ForwardOut, drafts: list[int], probs: torch.Tensor | None) -> tuple[int, int]:
         """Rows through the first mismatch: (accepted proposals, the correction or bonus token)."""
-        first_position = len(self.tokens)
+        first_position, logits = len(self.tokens), out.logits
         params = self.sampler.params
-        if params.greedy and params.verify == "match":
+        if out.argmax is not None:  # the greedy head chose each row's token
+            accepted, last = _first_mismatch(out.argmax.tolist(), drafts)
+        elif params.greedy and params.verify == "match":
             accepted, last = map(int, dispatch.greedy_verify(logits.contiguous(), _ids(drafts, logits.device)))
         elif params.verify == "rejection" and drafts:
             accepted, last = self._verify_rejection(logits, drafts, probs, first_position)
@@ -364,6 +374,14 @@ def _alone(rows: torch.Tensor) -> torch.Tensor:
     """`rows`, holding no memory but their own: a plain round's one tapped row is its forward's whole output and is
     kept as it is; rows cut from a larger output (a batch's, a padded shape's, rejected rows) are copied out of it."""
     return rows if rows.untyped_storage().nbytes() == rows.numel() * rows.element_size() else rows.clone()
+
+
+def _first_mismatch(chosen: list[int], drafts: list[int]) -> tuple[int, int]:
+    """Each row's greedy token against the proposals: (accepted proposals, the correction or bonus token)."""
+    for row, draft in enumerate(drafts):
+        if chosen[row] != draft:
+            return row, chosen[row]
+    return len(drafts), chosen[len(drafts)]
 
 
 def _ids(tokens: list[int], device: torch.device) -> torch.Tensor:

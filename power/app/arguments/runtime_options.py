@@ -28,6 +28,16 @@ def runtime_options(command):
     return command
 
 
+def greedy_head_option(command):
+    """Adds --greedy-head on|off (parameter greedy_head, a bool): the operator's escape hatch from the exact greedy LM
+    head (docs/runtime.md, "The exact greedy LM head"); it never changes a token."""
+    return click.option("--greedy-head", type=click.Choice(["on", "off"]), default="on", show_default=True,
+                        callback=lambda _context, _param, value: value == "on",
+                        help="on: a greedy request's token from the exact greedy LM head where the model allows it (a "
+                             "Q8_0 head on the CPU kernels, no final logit softcap), the full head's token bit for "
+                             "bit; off: the full head for every row (the same tokens).")(command)
+
+
 def refuse_unusable_device(device: str, as_json: bool = False) -> None:
     """A --device that cannot run here (an unknown name, CUDA on a host without it) refused before torch is imported:
     PWR601, exit 2 (`power.runtime.devices`)."""

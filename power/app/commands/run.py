@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from power.app.arguments.runtime_options import refuse_unusable_device, runtime_options
+from power.app.arguments.runtime_options import greedy_head_option, refuse_unusable_device, runtime_options
 from power.app.cli import refuse
 from power.app.commands.artifact_root import root_option
 from power.app.outputs import require_outputs, writing
@@ -31,13 +31,14 @@ from power.orchestrator.inputs.schema import MAX_CTX, MAX_ROWS
 @click.option("--verify-capacity", type=click.IntRange(min=1, max=MAX_ROWS), default=None,
               help="With --gguf: the fixed forward shape in rows (default 1). A plan fixes its own.")
 @runtime_options
+@greedy_head_option
 @root_option
 @click.option("--receipt", "receipt_path", type=click.Path(path_type=Path), default=None,
               help="Also write the receipt JSON to this file (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the receipt, with the text) "
                                                       "instead of streaming.")
 def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stops: tuple[str, ...], ctx: int | None,
-        verify_capacity: int | None, device: str, threads: int | None,
+        verify_capacity: int | None, device: str, threads: int | None, greedy_head: bool,
         root: Path | None, receipt_path: Path | None, as_json: bool) -> None:
     """Generate with the Power runtime (on a GPU when torch sees one); stream the text, then report the receipt.
 
@@ -70,7 +71,7 @@ def run(plan: Path | None, gguf: Path | None, prompt: str, max_tokens: int, stop
         sys.stdout.flush()
 
     try:
-        options = EngineOptions(device=device, threads=threads)
+        options = EngineOptions(device=device, threads=threads, greedy_head=greedy_head)
         engine = _engine(plan, resolved, gguf, ctx, verify_capacity, root, options)
         receipt = engine.generate(_as_text(engine, prompt), max_tokens, None if as_json else stream, stop=stops)
     except PowerError as err:

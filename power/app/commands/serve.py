@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from power.app.arguments.runtime_options import refuse_unusable_device, runtime_options
+from power.app.arguments.runtime_options import greedy_head_option, refuse_unusable_device, runtime_options
 from power.app.cli import EXIT_USAGE, refuse
 from power.app.commands.artifact_root import root_option
 from power.app.commands.params import FiniteFloatRange
@@ -41,10 +41,11 @@ MAX_API_KEY_BYTES = 4096
 @click.option("--public-metrics", is_flag=True, help="With --api-key-file: leave /metrics open to "
                                                      "scrapers without the key.")
 @runtime_options
+@greedy_head_option
 @root_option
 def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, max_body_bytes: int | None,
           chat_template_file: Path | None, api_key_file: Path | None, public_metrics: bool, device: str,
-          threads: int | None, root: Path | None) -> None:
+          threads: int | None, greedy_head: bool, root: Path | None) -> None:
     """Serve a resolved PLAN: POST /v1/completions and /v1/chat/completions (streaming SSE or not),
     GET /v1/models, GET /health, GET /metrics. The plan's runtime.slots requests decode side by side.
 
@@ -88,7 +89,7 @@ def serve(plan: Path, host: str, port: int, queue_size: int, timeout_s: float, m
     from power.serving.limits import ServerLimits, http_protocol
     from power.serving.server import create_app
 
-    options = EngineOptions(device=device, threads=threads)
+    options = EngineOptions(device=device, threads=threads, greedy_head=greedy_head)
     server: uvicorn.Server | None = None
     failed: list[str] = []
 

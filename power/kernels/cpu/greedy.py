@@ -2,10 +2,10 @@
 
 API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the matrix's own)
 -------------------------------------------------------------------------------------------
-- `CompactHead(matrix, exact_blocks)`: from a Q8_0 `QuantMatrix` [vocab, in], one stream the pass reads from
-  start to end: per 16-row tile, its blocks of 32 input channels in order, those of `exact_blocks` (block indices)
-  as their Q8_0 bytes and the others as their weights' high nibbles (`nbytes`: 34 and 19 bytes per row and block;
-  the Q8_0 matrix stays, for the exact scores of the candidates).
+- `CompactHead(matrix, exact_blocks)`: from a Q8_0 `QuantMatrix` [vocab, in], one stream (built by the op
+  `greedy_stream`) the pass reads from start to end: per 16-row tile, its blocks of 32 input channels in order,
+  those of `exact_blocks` (block indices) as their Q8_0 bytes and the others as their weights' high nibbles
+  (`nbytes`: 34 and 19 bytes per row and block; the Q8_0 matrix stays, for the exact scores of the candidates).
   - `head.bounded(x)`: x [n, in] -> (p, bound) float32 [n, vocab] with
     `fl(p - bound) <= matrix(x) <= fl(p + bound)` for every row and token (the float32 comparisons included).
     Every row multiplies the exact blocks by all 8 bits and the rest by their high nibbles; with every block
@@ -65,16 +65,12 @@ import torch
 
 from power.kernels.cpu import QuantMatrix
 from power.kernels.cpu.build import chosen_path, extension
-from power.kernels.cpu.layout import TILE
 from power.kernels.cpu.reference import quantize_rows
 from power.kernels.dequant import BLOCK_LAYOUT, _f16
 
 BLOCK = 32
 UNIT = 2.0**-24
 FLOOR = 2.0**-100
-Q8_0_BLOCK_BYTES = TILE * BLOCK_LAYOUT["Q8_0"][1]  # 544: a block of a 16-row tile
-COMPACT_BLOCK_BYTES = 304
-TILE_CHUNK = 1024  # tiles converted at a time at load
 
 
 def constants(in_features: int) -> tuple[float, float]:
@@ -95,9 +91,7 @@ class CompactHead:
             raise ValueError(f"CompactHead: a Q8_0 head is split into nibbles here, not {matrix.qtype}")
         self.matrix, self.shape = matrix, matrix.shape
         self.exact = _exact_marks(exact_blocks, matrix.shape[1] // BLOCK)
-        tiles = matrix.tiles.view(-1, self.exact.numel(), Q8_0_BLOCK_BYTES)
-        self._stream = torch.cat([_stream_tiles(tiles[begin:begin + TILE_CHUNK], self.exact)
-                                  for begin in range(0, tiles.shape[0], TILE_CHUNK)]).reshape(-1)
+        self._stream = self._ops(None).greedy_stream(matrix.tiles, self.exact)
         self._constants = constants(matrix.shape[1])
 
     @property
@@ -177,23 +171,6 @@ def _exact_marks(exact_blocks: Sequence[int], blocks: int) -> torch.Tensor:
             raise ValueError(f"CompactHead: exact block {block} is not one of the head's {blocks} blocks")
         marks[block] = 1
     return marks
-
-
-def _stream_tiles(tiles: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
-    """Q8_0 tile blocks [t, nb, 544] uint8 -> the stream's tiles [t, bytes] (the module docstring's layout)."""
-    compact = _compact_tiles(tiles)
-    return torch.cat([tiles[:, b] if exact[b] else compact[:, b] for b in range(exact.numel())], dim=1)
-
-
-def _compact_tiles(tiles: torch.Tensor) -> torch.Tensor:
-    """Q8_0 tile blocks [t, nb, 544] uint8 -> compact blocks [t, nb, 304] (a bounded block's form)."""
-    t, nb = tiles.shape[:2]
-    q = tiles[..., 32:].reshape(t, nb, 8, TILE, 4)  # group g: weights 4g..4g+3 of each of the 16 rows
-    high = (q >> 4) ^ 8  # h + 8: the signed high nibble, offset
-    nibbles = high[:, :, :4] | (high[:, :, 4:] << 4)
-    rest = (q & 15).to(torch.int32) - 8
-    norms = _norm_bytes(rest.pow(2).sum(dim=(2, 4)))  # [t, nb, 16]
-    return torch.cat((tiles[..., :32], norms, nibbles.reshape(t, nb, -1)), dim=2)
 
 
 def _norm_bytes(squares: torch.Tensor) -> torch.Tensor:

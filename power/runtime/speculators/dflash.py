@@ -64,10 +64,11 @@ from .target_head import TargetHead
 def grouped_conv(x: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, group: int) -> torch.Tensor:
     """x [..., B, d]; base [K, d] static taps; delta [..., B, K, d / group] dynamic per-group taps -> [..., B, d],
     causal in-block (the leading dimensions: blocks side by side, as training runs them)."""
-    taps = base + delta.repeat_interleave(group, dim=-1)  # [..., B, K, d]
+    kernel = base.shape[0]
+    taps = (base.view(kernel, -1, group) + delta[..., None]).flatten(-2)  # [..., B, K, d]: each group's delta broadcast
     rows = x.shape[-2]
     out = torch.zeros_like(x)
-    for t in range(min(base.shape[0], rows)):
+    for t in range(min(kernel, rows)):
         out[..., t:, :] += taps[..., t:, t, :] * x[..., : rows - t, :]
     return out
 

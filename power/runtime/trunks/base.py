@@ -42,12 +42,15 @@ import torch
 from power.artifacts.gguf_reader import ArtifactError
 from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.documents.geometry import PREFILL_CHUNK
+from power.documents.greedy_head import BLOCK as GREEDY_BLOCK
+from power.documents.greedy_head import ROWS as GREEDY_ROWS
 from power.documents.kv_types import F32
 from power.kernels.cpu.layout import TILE
 from power.runtime.cuda_graphs import GRAPHS_OFF, CudaGraphError, CudaRecorder, ForwardGraphs, Recorder
 from power.runtime.embedding import TokenEmbedding
 from power.runtime.errors import ContextOverflow, RuntimeInputError
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.greedy_head import GreedyHead, head_refusal
 from power.runtime.kv_cache import SlotCaches, check_device_kv_type
 from power.runtime.layers import Norm, softcap
 from power.runtime.linear import Float32Linear, Linear, Stacked, quantised
@@ -56,6 +59,7 @@ from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
 PAD_TOKEN = 0
 EMBEDDING, OUTPUT = "token_embd.weight", "output.weight"
+GREEDY_HEAD = "greedy LM head (compact copy of the head)"
 PATHS = ("auto", "cpu", "gpu")
 
 
@@ -77,6 +81,8 @@ class TrunkOptions:
     # interpreter with POWER_KERNELS=triton, else their torch references): for tests and `gpu-check --interpret`.
     path: str = "auto"
     kv_type: str = F32  # the element type the attention caches hold their rows in (`power.documents.kv_types`)
+    # greedy rows' tokens from the exact greedy LM head where `power.documents.greedy_head` allows; off: the full head
+    greedy_head: bool = True
 
     def __post_init__(self) -> None:
         if self.path not in PATHS or (self.path == "cpu" and torch.device(self.device).type != "cpu"):
@@ -265,12 +271,14 @@ def _stacked(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Part:
-    """One sequence's rows in a shared forward: its slot, its tokens, and how many of its last rows need logits
-    (None: every row; the LM head is the dearest part of a row, so a prefill chunk asks for its last row at most)."""
+    """One sequence's rows in a shared forward: its slot, its tokens, how many of its last rows need logits (None:
+    every row; the LM head is the dearest part of a row, so a prefill chunk asks for its last row at most), and whether
+    those rows need only their argmax (greedy sampling: the trunk may choose it by the exact greedy head)."""
 
     slot: int
     tokens: Sequence[int]
     logit_rows: int | None = None
+    argmax_only: bool = False
 
     @property
     def wanted(self) -> int:
@@ -295,6 +303,9 @@ class FixedShapeTrunk:
         self.config, self.options = config, options
         self._output_norm, self._output = output_norm, output
         self._logit_softcap = logit_softcap
+        self._greedy: GreedyHead | None = None  # built by `take_greedy_head`
+        self.head_refusal = head_refusal(output, logit_softcap, options.greedy_head)
+        self.greedy_rows = 0  # rows whose token the greedy head chose
         self._positions = [0] * options.slots
         self.held = dict(weights.held)  # tensor -> bytes held in memory (what sizing counts)
         self.instruction_path = weights.paths
@@ -324,13 +335,15 @@ class FixedShapeTrunk:
             raise ValueError(f"slot {slot} is outside the trunk's {self.options.slots} slots")
         return TrunkSequence(self, slot)
 
-    def forward(self, tokens: Sequence[int], taps: Sequence[int] = (), slot: int = 0) -> ForwardOut:
-        return self.forward_parts([Part(slot, tokens)], taps)[0]
+    def forward(self, tokens: Sequence[int], taps: Sequence[int] = (), slot: int = 0,
+                argmax_only: bool = False) -> ForwardOut:
+        return self.forward_parts([Part(slot, tokens, argmax_only=argmax_only)], taps)[0]
 
     def prefill(self, tokens: Sequence[int], taps: Sequence[int] = (), all_logits: bool = False,
-                slot: int = 0) -> ForwardOut:
+                slot: int = 0, argmax_only: bool = False) -> ForwardOut:
         """Append a prompt in fixed `prefill_chunk` chunks; logits of the last row, or of every
-        row with `all_logits`."""
+        row with `all_logits` (`argmax_only`: the last row's argmax, `ForwardOut.argmax`, where the trunk takes the
+        greedy head)."""
         if not tokens:
             raise ValueError("prefill needs at least one token")
         self._check_room(slot, len(tokens))
@@ -339,9 +352,11 @@ class FixedShapeTrunk:
             piece = tokens[begin:begin + self.chunk_room(slot)]
             begin += len(piece)
             last = begin == len(tokens)
-            outs.append(self.prefill_parts([Part(slot, piece, None if all_logits else int(last))], taps)[0])
+            outs.append(self.prefill_parts([Part(slot, piece, None if all_logits else int(last),
+                                                 argmax_only and not all_logits)], taps)[0])
         return ForwardOut(logits=torch.cat([o.logits for o in outs]),
-                          hidden={layer: torch.cat([o.hidden[layer] for o in outs]) for layer in taps})
+                          hidden={layer: torch.cat([o.hidden[layer] for o in outs]) for layer in taps},
+                          argmax=outs[-1].argmax)
 
     def chunk_room(self, slot: int = 0) -> int:
         """Rows left in the slot's current prefill chunk: prefill chunks cover positions [j * chunk, (j + 1) * chunk),
@@ -420,10 +435,21 @@ class FixedShapeTrunk:
             self._positions[segment.slot] += segment.n
         wanted = torch.cat([final[s.row + s.n - part.wanted:s.row + s.n] for s,
                             part in zip(segments, parts, strict=True)])
-        logits = self.logits(wanted) if wanted.shape[0] else final.new_zeros(0, self.config.vocab_size)
-        logits = logits.split([part.wanted for part in parts])
-        return [ForwardOut(logits=rows_logits, hidden={layer: h[s.rows] for layer, h in tapped.items()})
-                for s, rows_logits in zip(segments, logits, strict=True)]
+        hidden = [{layer: h[s.rows] for layer, h in tapped.items()} for s in segments]
+        no_logits = final.new_zeros(0, self.config.vocab_size)
+        sizes = [part.wanted for part in parts]
+        if self._greedy_takes(parts):
+            argmax = self.greedy_argmax(wanted).split(sizes)
+            return [ForwardOut(no_logits, rows, chosen) for rows, chosen in zip(hidden, argmax, strict=True)]
+        logits = self.logits(wanted) if wanted.shape[0] else no_logits
+        return [ForwardOut(rows_logits, rows) for rows, rows_logits in zip(hidden, logits.split(sizes), strict=True)]
+
+    def _greedy_takes(self, parts: Sequence[Part]) -> bool:
+        """Whether the greedy head chooses this forward's tokens: every row wants only its argmax, and they are few
+        enough to pay (`power.documents.greedy_head`)."""
+        rows = sum(part.wanted for part in parts)
+        return (self._greedy is not None and 0 < rows <= GREEDY_ROWS
+                and all(part.argmax_only for part in parts if part.wanted))
 
     # --- CUDA graphs -------------------------------------------------------------
 
@@ -451,6 +477,35 @@ class FixedShapeTrunk:
         return self._run(tokens, DeviceRows(tokens.numel(), positions, slots), taps)
 
     # --- the LM head ----------------------------------------------------------
+
+    def take_greedy_head(self, calibration: Sequence[int]) -> None:
+        """Build the exact greedy head (where `head_refusal` is None), its exact blocks calibrated on the normed final
+        rows of the tokens `calibration` (at most a slot's context of them, prefilled in slot 0, which is emptied
+        again); what it holds is in `held`."""
+        if self.head_refusal is not None:
+            raise RuntimeInputError(f"this trunk keeps the full LM head: {self.head_refusal}")
+        layers = self.config.n_layers
+        self.reset(0)
+        final = self.prefill(calibration[:self.config.n_ctx], taps=[layers]).hidden[layers]
+        self.reset(0)
+        self._greedy = GreedyHead.calibrated(self._output, self._output_norm(final))
+        self.held[GREEDY_HEAD] = self._greedy.nbytes
+
+    @property
+    def head_path(self) -> str:
+        """Which LM head chooses a greedy row's token, for the receipt."""
+        if self._greedy is not None:
+            return (f"greedy (exact bound and refine, blocks {self._greedy.exact_blocks} of "
+                    f"{self._output.shape[1] // GREEDY_BLOCK} exact) for {GREEDY_ROWS}-row greedy forwards, "
+                    "full otherwise")
+        return f"full ({self.head_refusal or 'the greedy head was not built'})"
+
+    def greedy_argmax(self, final: torch.Tensor) -> torch.Tensor:
+        """final residual rows [m, d] -> [m] int64, each row's argmax of `logits`, by the greedy head."""
+        assert self._greedy is not None, "take_greedy_head builds it"
+        tokens = self._greedy.argmax(self._output_norm(final))
+        self.greedy_rows += tokens.numel()
+        return tokens
 
     @property
     def lm_head(self) -> Linear:

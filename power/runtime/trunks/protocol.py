@@ -55,6 +55,9 @@ class ForwardOut:
     logits: torch.Tensor  # [n, vocab] float32, one row per real input token
     # layer index L -> [n, d_model] residual entering layer L; L == n_layers -> final residual before the output norm
     hidden: dict[int, torch.Tensor]
+    # [n] int64: each row's argmax (lowest token ID on ties), when the forward was asked for that only and chose it by
+    # the exact greedy head; `logits` then has no rows
+    argmax: torch.Tensor | None = None
 
 
 class Trunk(Protocol):

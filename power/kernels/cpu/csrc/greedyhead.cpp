@@ -186,16 +186,53 @@ void pass(const Call& call, const Rows& rows, int64_t n_tiles, const Sink& sink)
     });
 }
 
-Call call_of(const at::Tensor& stream, const at::Tensor& exact, double k_rem, double k_sum, double floor) {
+// The bytes of one tile of the stream whose exact blocks `exact` marks (uint8 [blocks]).
+int64_t tile_bytes_of(const at::Tensor& exact) {
     TORCH_CHECK(exact.scalar_type() == at::kByte && exact.dim() == 1 && exact.is_contiguous() && exact.numel() > 0,
                 "exact: contiguous uint8 [blocks]");
-    const int64_t nb = exact.numel();
     const uint8_t* marks = exact.data_ptr<uint8_t>();
+    const int64_t nb = exact.numel();
     const int64_t exact_count = std::count_if(marks, marks + nb, [](uint8_t m) { return m != 0; });
-    const int64_t tile_bytes = exact_count * kQ8Block + (nb - exact_count) * kCompactBlock;
+    return exact_count * kQ8Block + (nb - exact_count) * kCompactBlock;
+}
+
+Call call_of(const at::Tensor& stream, const at::Tensor& exact, double k_rem, double k_sum, double floor) {
+    const int64_t tile_bytes = tile_bytes_of(exact);
     TORCH_CHECK(stream.scalar_type() == at::kByte && stream.is_contiguous() && stream.numel() % tile_bytes == 0,
                 "stream: contiguous uint8, whole tiles of ", tile_bytes, " bytes");
-    return Call{stream.data_ptr<uint8_t>(), marks, nb, tile_bytes, (float)k_rem, (float)k_sum, (float)floor};
+    return Call{stream.data_ptr<uint8_t>(), exact.data_ptr<uint8_t>(), exact.numel(), tile_bytes, (float)k_rem,
+                (float)k_sum, (float)floor};
+}
+
+// ceil(4 sqrt(squares)) for an integer sum of squares (at most 32 * 64), checked exactly in integers.
+uint8_t norm_byte(int32_t squares) {
+    int32_t m = (int32_t)std::ceil(4.0 * std::sqrt((double)squares));
+    while (m > 0 && (m - 1) * (m - 1) >= 16 * squares) --m;
+    while (m * m < 16 * squares) ++m;
+    return (uint8_t)m;
+}
+
+// A bounded block's compact form (power/kernels/cpu/greedy.py) from its Q8_0 tile block qb, whose weight j of row r
+// in group g (weights 4 g .. 4 g + 3) is the byte 64 g + 4 r + j after the 16 scales: the scales; per row
+// ceil(4 ||l||) of its low parts l = (q & 15) - 8; group k's high nibbles h + 8 = (q >> 4) ^ 8 of groups k and k + 4.
+void compact_block(const uint8_t* qb, uint8_t* out) {
+    std::memcpy(out, qb, kNorms);
+    const uint8_t* q = qb + kNorms;
+    for (int r = 0; r < 16; ++r) {
+        int32_t squares = 0;
+        for (int g = 0; g < 8; ++g) {
+            for (int j = 0; j < 4; ++j) {
+                const int32_t low = (q[64 * g + 4 * r + j] & 15) - 8;
+                squares += low * low;
+            }
+        }
+        out[kNorms + r] = norm_byte(squares);
+    }
+    for (int k = 0; k < 4; ++k) {
+        for (int i = 0; i < 64; ++i) {
+            out[kNibbles + 64 * k + i] = (uint8_t)(((q[64 * k + i] >> 4) ^ 8) | (((q[64 * (k + 4) + i] >> 4) ^ 8) << 4));
+        }
+    }
 }
 
 // A row's pass over one tile, reduced: the largest lower and upper bound of its tokens below `vocab`, or NaN for
@@ -237,6 +274,36 @@ std::vector<int64_t> candidate_tiles(const TileBounds* tiles, int64_t n_tiles) {
 }
 
 }  // namespace
+
+// packed: a Q8_0 head's tiles [tiles * nb * 544] (the products' layout); exact uint8 [nb]: which blocks the pass reads
+// in full. Returns the pass's stream (power/kernels/cpu/greedy.py): per tile its blocks in order, the exact ones as
+// their Q8_0 tile blocks, the others in their compact form.
+at::Tensor greedy_stream(at::Tensor packed, at::Tensor exact) {
+    const int64_t tile_bytes = tile_bytes_of(exact), nb = exact.numel();
+    TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.numel() % (nb * kQ8Block) == 0,
+                "packed: a Q8_0 head's tiles, contiguous uint8, whole tiles of ", nb * kQ8Block, " bytes");
+    const int64_t n_tiles = packed.numel() / (nb * kQ8Block);
+    auto stream = at::empty({n_tiles * tile_bytes}, at::kByte);
+    const uint8_t* marks = exact.data_ptr<uint8_t>();
+    const uint8_t* tiles = packed.data_ptr<uint8_t>();
+    uint8_t* out = stream.data_ptr<uint8_t>();
+    power_pool::parallel_for(n_tiles, kGroupTiles, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            uint8_t* dst = out + t * tile_bytes;
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t* block = tiles + (t * nb + b) * kQ8Block;
+                if (marks[b]) {
+                    std::memcpy(dst, block, kQ8Block);
+                    dst += kQ8Block;
+                } else {
+                    compact_block(block, dst);
+                    dst += kCompactBlock;
+                }
+            }
+        }
+    });
+    return stream;
+}
 
 // stream: the head's pass stream (power/kernels/cpu/greedy.py); exact uint8 [in / 32]: which blocks it stores as
 // Q8_0; x float32 [n, in]. Returns (p, bound), float32 [n, tiles * 16].
@@ -304,12 +371,14 @@ std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor e
 }
 
 TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
+    m.def("greedy_stream(Tensor packed, Tensor exact) -> Tensor");
     m.def("greedy_pass(Tensor stream, Tensor exact, Tensor x, float k_rem, float k_sum, float floor) -> (Tensor, "
           "Tensor)");
     m.def("greedy_argmax(Tensor stream, Tensor exact, Tensor packed, Tensor x, int vocab, float k_rem, float k_sum, "
           "float floor) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) {
+    m.impl("greedy_stream", &greedy_stream);
     m.impl("greedy_pass", &greedy_pass);
     m.impl("greedy_argmax", &greedy_argmax);
 }

@@ -12,7 +12,10 @@ plan's arithmetic (power.documents.arithmetic):
   to whole tiles of 16), the LM head too; on a GPU, every matrix of a type the
   Triton product reads as its GGUF rows;
 - float32: every matrix dequantised, 4 B a weight;
-- vectors (norms, biases) and a depthwise convolution's taps in float32.
+- vectors (norms, biases) and a depthwise convolution's taps in float32;
+- where the runtime takes the exact greedy LM head (`power.documents.greedy_head`: a Q8_0 head on the CPU kernels,
+  no final logit softcap, enough rows), the compact copy of the head it holds beside it, exactly (turned off at run
+  time, `--greedy-head off`, the runtime holds that much less than the plan charges).
 
 Attention caches hold their rows in the plan's KV type (`kv_cache_type`; the MTP head's
 `draft_kv_cache_type`): f32, f16, bf16 or q8_0, each head's row of each position rounded
@@ -45,6 +48,7 @@ from power.artifacts.contracts import PRODUCT, ROWS, drafter_tensor_role
 from power.artifacts.facts import NEXTN, RECURRENT, ArtifactFacts, LayerFacts
 from power.artifacts.gguf_reader import TensorInfo
 from power.artifacts.runtime_types import RUNTIME_TYPES  # the types the CPU kernels multiply in place
+from power.documents import greedy_head
 from power.documents.arithmetic import QUANTISED
 from power.documents.geometry import PREFILL_CHUNK, Geometry, runtime_geometry
 from power.modes import NATIVE_HEADS
@@ -89,6 +93,9 @@ def size_power(target: ArtifactFacts, drafter: ArtifactFacts | None, request: Re
     positions = layout.allocated_positions
     trunk_tensors = [t for t in target.tensors if not _mtp_tensor(t, target)]
     components = [_target_weights(trunk_tensors, request.arithmetic, device.kind)]
+    greedy = _greedy_head(target, request.arithmetic, device.kind)
+    if greedy is not None:
+        components.append(greedy)
     attention = [l for l in trunk_layers(target) if l.kind != RECURRENT]
     if attention:
         components.append(_kv("target KV", attention, positions, request.slots, request.kv_cache_type))
@@ -192,8 +199,7 @@ def _quantised_weights(name: str, tensors: list[TensorInfo]) -> Component:
 def _cut_head(target: ArtifactFacts, rows: int, device_kind: str) -> Component:
     """An FR draft head: the first `rows` rows of the target's LM head in their GGUF blocks on the trunk's device
     (`power.runtime.speculators.target_head`); the whole head is the trunk's own."""
-    head = next(t for t in target.tensors if t.name == (OUTPUT if any(t.name == OUTPUT for t in target.tensors)
-                                                         else EMBEDDING))
+    head = _lm_head(target)
     width, vocab = head.dims
     row = head.nbytes // vocab
     if device_kind == "cpu":
@@ -203,6 +209,27 @@ def _cut_head(target: ArtifactFacts, rows: int, device_kind: str) -> Component:
     else:
         held, how = rows * width * FLOAT32, "f32"
     return Component("FR projection", held, f"{rows} rows of the LM head ({head.type_name}) x n_embd {width} as {how}")
+
+
+def _lm_head(target: ArtifactFacts) -> TensorInfo:
+    """`output.weight`, or the token embedding the output is tied to."""
+    return next(t for t in target.tensors if t.name == (OUTPUT if any(t.name == OUTPUT for t in target.tensors)
+                                                         else EMBEDDING))
+
+
+def _greedy_head(target: ArtifactFacts, arithmetic: str, device_kind: str) -> Component | None:
+    """The compact copy of the LM head the exact greedy head holds beside it, where the runtime takes it (None
+    elsewhere)."""
+    head = _lm_head(target)
+    width, vocab = head.dims
+    softcap = target.hparam("final_logit_softcapping")
+    if greedy_head.refusal(head.type_name, vocab, softcap, arithmetic == QUANTISED and device_kind == "cpu"):
+        return None
+    exact = greedy_head.exact_blocks(width)
+    return Component("greedy LM head", greedy_head.stream_bytes(vocab, width),
+                     f"a compact copy of the {head.type_name} LM head for greedy rows: per 16-row tile {exact} of "
+                     f"{width // greedy_head.BLOCK} blocks of 32 as Q8_0, the rest as high nibbles "
+                     f"(docs/runtime.md, \"The exact greedy LM head\")")
 
 
 def _block_drafter_weights(tensors: list[TensorInfo]) -> Component:
