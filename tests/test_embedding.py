@@ -15,6 +15,7 @@ from power.documents.arithmetic import ARITHMETICS, QUANTISED
 from power.kernels.dequant import dequantize_reference
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.trunks import load_trunk
+from power.runtime.trunks.base import GREEDY_HEAD
 
 TOKENS = torch.tensor([2, 818, 262_143, 5, 818])  # first, last and repeated rows
 
@@ -29,9 +30,14 @@ def test_a_tied_embedding_is_the_lm_heads_rows_held_once():
     model = GGUFFile(gemma())
     trunk = load_trunk(model, n_ctx=64, verify_capacity=4, arithmetic=QUANTISED)
     assert torch.equal(trunk.embedding(TOKENS), file_rows(model, "token_embd.weight", TOKENS))
-    # every tensor of the file once, in its own bytes (Gemma's widths need no tile padding): no second copy
-    assert trunk.weight_bytes == sum(info.nbytes for info in model.tensors.values())
-    assert "token_embd.weight" not in trunk.held and trunk.held["token_embd.weight (LM head)"] == 262_144 * 680
+    # every tensor of the file once, in its own bytes (Gemma's widths need no tile padding): no second copy of the
+    # embedding; the one other thing held is the greedy head's compact copy, smaller than the head it bounds
+    held = dict(trunk.held)
+    compact = held.pop(GREEDY_HEAD)
+    assert sum(held.values()) == sum(info.nbytes for info in model.tensors.values())
+    assert "token_embd.weight" not in held and held["token_embd.weight (LM head)"] == 262_144 * 680
+    assert 0 < compact < held["token_embd.weight (LM head)"]
+    assert trunk.weight_bytes == sum(held.values()) + compact
 
 
 @pytest.mark.parametrize("arithmetic", ARITHMETICS)
