@@ -1,7 +1,7 @@
 """What a drafter that cannot win costs a plan: each kind and chain against target-only, in one run (issue 41).
 
     python bench/bench_parked.py [--per-shape 2] [--tokens 96] [--k 6] [--threads 2] [--mtp [LABEL=]FILE ...]
-                                 [--plans mtp,dflash,...] [--calls] [--json out.json]
+                                 [--plans mtp,dflash,...] [--calls] [--greedy-head on|off] [--json out.json]
 
 On the bundled Gemma 3 270M, an untrained drafter of each kind (`power.drafters.untrained`: the weights a
 distillation starts from, whose drafts almost never land) runs as a plan runs it: the cost governor on, K/S = `--k`,
@@ -16,7 +16,11 @@ always second; the load average is read around every pair. Reported per plan, ov
   the worst request, and how many requests reached 0.98x;
 - what a plain round inside the plan costs against its control's rounds (per request, the ratio of their median
   seconds: its median and interval), the same computation in both, so a ratio off 1.0 is the host's noise or upkeep
-  riding on the plain rounds;
+  riding on the plain rounds, and the plan's plain rounds after a plain and after a speculative round. With the
+  greedy head (the default, as `power run`), a one-row round's cost depends on its row (the refine reads more tiles
+  where the logits are close), and a chain's plain rounds are the rows its drafters could not predict, so their
+  median runs above the control's every-row median; `--greedy-head off` takes the full head, whose cost is the same
+  for every row;
 - what the speculative rounds lost: each one's seconds beyond its tokens at the control's cost a token, summed over
   the requests as a share of the controls' decode time (the governor's budget is 2 % of a request's plain cost), and
   the worst request's share;
@@ -164,10 +168,13 @@ class Request:
         return sum(r.seconds for r in self.control.rounds) / sum(r.tokens for r in self.control.rounds)
 
     @property
-    def plain_ratio(self) -> float:
-        """A plain round inside the plan over one of the control's (their medians)."""
-        return (statistics.median(r.seconds for r in self.plan.plain)
-                / statistics.median(r.seconds for r in self.control.rounds))
+    def plain_ratio(self) -> float | None:
+        """A plain round inside the plan over one of the control's (their medians); None when every round of the
+        plan's request was speculative (a chain whose lookup proposed throughout)."""
+        plain = self.plan.plain
+        if not plain:
+            return None
+        return statistics.median(r.seconds for r in plain) / statistics.median(r.seconds for r in self.control.rounds)
 
     @property
     def speculative_loss_s(self) -> float:
@@ -235,6 +242,10 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true",
                         help="also count the Python calls of each plan's plain rounds against target-only's, over "
                              "one more request a plan (sys.setprofile: those rounds are not timed)")
+    parser.add_argument("--greedy-head", choices=("on", "off"), default="on",
+                        help="the exact greedy LM head for one-row greedy forwards, as `power run` (default on); off: "
+                             "the full head, whose cost does not depend on the row (the greedy head's refine costs "
+                             "more on rows whose logits are close, which are the rows a chain's drafters failed on)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -247,7 +258,7 @@ def main() -> None:
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     target = GGUFFile(GEMMA)
     tokenizer = Tokenizer.from_gguf(target)
-    trunk = load_trunk(target, n_ctx=1024, verify_capacity=args.k + 1)
+    trunk = load_trunk(target, n_ctx=1024, verify_capacity=args.k + 1, greedy_head=args.greedy_head == "on")
     timing = TimedTrunk(trunk)
     if args.mtp:
         drafters = {f"mtp {label}": GGUFFile(path) for label, path in args.mtp}
@@ -285,6 +296,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for p in plans:
             p.count_calls(control, tokenizer.encode(prompts[0].text), args.tokens, tokenizer.stop_ids)
     report = {"machine": machine(), "threads": args.threads, "tokens": args.tokens, "k": args.k,
+              "lm_head": trunk.head_path,
               "drafters": {name: str(file.path) for name, file in drafters.items()} if args.mtp else "untrained",
               "requests": len(prompts), "shapes": [p.shape for p in prompts],
               "plans": [summary(p) for p in plans]}
@@ -301,10 +313,30 @@ def interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
+def median_ms(seconds: list[float]) -> float | None:
+    return 1e3 * statistics.median(seconds) if seconds else None
+
+
+def plain_rounds_by_predecessor(requests: list[Request]) -> dict[str, float | None]:
+    """The median plain round of the plan after a plain round and after a speculative one (ms): whether a plain
+    round's cost rides on the round before it (a verification's rows, a drafter's pass)."""
+    after: dict[bool, list[Round]] = {True: [], False: []}
+    for request in requests:
+        rounds = request.plan.rounds
+        for before, round_ in zip(rounds, rounds[1:], strict=False):
+            if round_.plain:
+                after[before.plain].append(round_)
+    return {"plain_after_plain_ms": median_ms([r.seconds for r in after[True]]),
+            "plain_after_speculative_ms": median_ms([r.seconds for r in after[False]]),
+            "plain_after_plain_forward_ms": median_ms([r.forward_s for r in after[True]]),
+            "plain_after_speculative_forward_ms": median_ms([r.forward_s for r in after[False]]),
+            "plain_after_speculative_rounds": len(after[False])}
+
+
 def summary(plan: Plan) -> dict[str, Any]:
     requests = plan.requests
     ratios = [r.ratio for r in requests]
-    plain_ratios = [r.plain_ratio for r in requests]
+    plain_ratios = [ratio for ratio in (r.plain_ratio for r in requests) if ratio is not None]
     worst = requests[ratios.index(min(ratios))]
     stats = [r.plan.generation.stats for r in requests]
     control_s = sum(r.control.generation.stats.decode_s for r in requests)
@@ -315,9 +347,11 @@ def summary(plan: Plan) -> dict[str, Any]:
             "target_only_tok_s": statistics.median(r.control.rate for r in requests),
             "ratio_median": statistics.median(ratios), "ratio_interval": interval(ratios),
             "ratio_worst": worst.ratio, "at_least_0_98": sum(ratio >= 0.98 for ratio in ratios),
-            "plain_ratio_median": statistics.median(plain_ratios), "plain_ratio_interval": interval(plain_ratios),
-            "plain_round_ms": 1e3 * statistics.median(r.seconds for r in plain),
-            "target_only_round_ms": 1e3 * statistics.median(r.seconds for r in control_rounds),
+            "plain_ratio_median": statistics.median(plain_ratios) if plain_ratios else None,
+            "plain_ratio_interval": interval(plain_ratios) if plain_ratios else None,
+            "plain_round_ms": median_ms([r.seconds for r in plain]),
+            "target_only_round_ms": median_ms([r.seconds for r in control_rounds]),
+            **plain_rounds_by_predecessor(requests),
             "speculative_loss": sum(r.speculative_loss_s for r in requests) / control_s,
             "speculative_loss_worst": max(r.speculative_loss for r in requests),
             "worst_request": {"index": requests.index(worst), "ratio": worst.ratio, "plain_ratio": worst.plain_ratio,
@@ -329,8 +363,8 @@ def summary(plan: Plan) -> dict[str, Any]:
             "rounds": sum(s.rounds for s in stats), "speculative_rounds": sum(s.speculative_rounds for s in stats),
             "proposed": sum(s.proposed for s in stats), "accepted": sum(s.accepted for s in stats),
             "parks": sum(s.governor_parks for s in stats),
-            "outside_forward_ms": 1e3 * statistics.median(r.seconds - r.forward_s for r in plain),
-            "target_only_outside_forward_ms": 1e3 * statistics.median(r.seconds - r.forward_s for r in control_rounds),
+            "outside_forward_ms": median_ms([r.seconds - r.forward_s for r in plain]),
+            "target_only_outside_forward_ms": median_ms([r.seconds - r.forward_s for r in control_rounds]),
             **({"calls": mean_calls(plan.calls), "target_only_calls": mean_calls(plan.control_calls)}
                if plan.calls and plan.control_calls else {}),
             "identical": all(r.plan.generation.tokens == r.control.generation.tokens for r in requests)}
@@ -358,16 +392,36 @@ def print_calls(report: dict[str, Any]) -> None:
         differ = {name: mine.get(name, 0.0) - theirs.get(name, 0.0) for name in mine.keys() | theirs.keys()}
         top = sorted((item for item in differ.items() if abs(item[1]) >= 0.5), key=lambda item: -abs(item[1]))[:6]
         print(f"| {row['plan']} | {sum(mine.values()):.0f} / {sum(theirs.values()):.0f} "
-              f"| {row['outside_forward_ms']:.3f} / {row['target_only_outside_forward_ms']:.3f} "
+              f"| {ms_cell(row['outside_forward_ms'])} / {ms_cell(row['target_only_outside_forward_ms'])} "
               f"| {', '.join(f'{name} {count:+.0f}' for name, count in top) or 'none'} |")
+
+
+def ms_cell(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
+def ratio_cell(ratio: float | None) -> str:
+    return "no plain round" if ratio is None else f"{ratio:.3f}"
+
+
+def plain_cell(row: dict[str, Any]) -> str:
+    """The plan's plain round over the control's, with its interval and the medians in ms, and the plan's plain round
+    after a plain and after a speculative round."""
+    if row["plain_ratio_median"] is None:
+        return "no plain round"
+    low, high = row["plain_ratio_interval"]
+    after = (f"; after plain / speculative {row['plain_after_plain_ms']:.2f} / {row['plain_after_speculative_ms']:.2f}"
+             if row["plain_after_speculative_ms"] is not None and row["plain_after_plain_ms"] is not None else "")
+    return (f"{row['plain_ratio_median']:.3f} [{low:.3f}-{high:.3f}] "
+            f"({row['plain_round_ms']:.2f} / {row['target_only_round_ms']:.2f}{after})")
 
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"Gemma 3 270M, {report['requests']} held-out requests x {report['tokens']} tokens, each beside its "
           f"target-only control in ABBA order, K{report['k']}, governor on, {report['threads']} threads, "
-          f"drafters: {report['drafters']}")
+          f"drafters: {report['drafters']}, LM head: {report['lm_head']}")
     print("| plan | / target-only: median [95 % interval], worst | requests >= 0.98x "
-          "| plain round / target-only's: median [95 % interval] (ms) "
+          "| plain round / target-only's: median [95 % interval] (ms; the plan's after a plain / a speculative round) "
           "| speculative rounds' loss, of target-only's time: all, worst request "
           "| worst request: plain round / target-only's, load "
           "| speculative rounds | proposed | accepted | greedy identical |")
@@ -375,13 +429,10 @@ def print_table(report: dict[str, Any]) -> None:
     for row in report["plans"]:
         w = row["worst_request"]
         low, high = row["ratio_interval"]
-        plain_low, plain_high = row["plain_ratio_interval"]
         print(f"| {row['plan']} | {row['ratio_median']:.3f}x [{low:.3f}-{high:.3f}], {row['ratio_worst']:.3f}x "
-              f"| {row['at_least_0_98']} of {row['requests']} "
-              f"| {row['plain_ratio_median']:.3f} [{plain_low:.3f}-{plain_high:.3f}] "
-              f"({row['plain_round_ms']:.2f} / {row['target_only_round_ms']:.2f}) "
+              f"| {row['at_least_0_98']} of {row['requests']} | {plain_cell(row)} "
               f"| {100 * row['speculative_loss']:.2f} %, {100 * row['speculative_loss_worst']:.2f} % "
-              f"| {w['plain_ratio']:.3f}, {w['load'][0]:.1f}-{w['load'][1]:.1f} "
+              f"| {ratio_cell(w['plain_ratio'])}, {w['load'][0]:.1f}-{w['load'][1]:.1f} "
               f"| {row['speculative_rounds']} of {row['rounds']} | {row['proposed']} | {row['accepted']} "
               f"| {'yes' if row['identical'] else 'NO'} |")
 
