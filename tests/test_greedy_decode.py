@@ -8,11 +8,6 @@ verification rows keep the full head); a sampled request never takes it; the pla
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,6 +15,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from plan_helpers import write_profile
+from power_serve import power_serve
 from spec_helpers import GEMMA, REPO
 
 from power.app.cli import main
@@ -79,38 +75,17 @@ def test_the_plan_charges_the_greedy_heads_copy_of_the_head(gemma_plan):
 
 def served_completions(plan: Path, greedy_head: str) -> list[dict]:
     """Every prompt sent at once to a real `power serve` of the plan; each answer's receipt."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [str(Path(sys.executable).parent / "power"), "serve", str(plan), "--port", str(port), "--device", "cpu",
-               "--threads", "1", "--greedy-head", greedy_head]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + BOUND_S
-        while not _healthy(base):
-            assert server.poll() is None, server.stdout.read() if server.stdout else ""
-            assert time.monotonic() < deadline, "power serve did not come up"
-            time.sleep(0.2)
+    with power_serve(plan, "--device", "cpu", "--threads", "1", "--greedy-head", greedy_head,
+                     bound_s=BOUND_S) as served:
 
         def complete(prompt: str) -> dict:
             body = {"prompt": prompt, "max_tokens": TOKENS, "temperature": 0}
-            answer = httpx.post(f"{base}/v1/completions", json=body, timeout=BOUND_S)
+            answer = httpx.post(f"{served.base}/v1/completions", json=body, timeout=BOUND_S)
             assert answer.status_code == 200, answer.text
             return answer.json()["receipt"]
 
         with ThreadPoolExecutor(len(PROMPTS)) as pool:
             return list(pool.map(complete, PROMPTS))
-    finally:
-        server.terminate()
-        server.wait(BOUND_S)
-
-
-def _healthy(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_power_serve_answers_are_the_same_with_the_greedy_head_on_and_off(gemma_plan):

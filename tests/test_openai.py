@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -23,6 +20,7 @@ import jinja2.sandbox
 import openai
 import pytest
 from gguf_helpers import fixtures
+from power_serve import BOUND_S, power_serve
 from runtime_plans import chat_plan
 
 from power.artifacts.factory import CHATML_TEMPLATE
@@ -32,43 +30,16 @@ from power.runtime.workload import Workload
 
 pytestmark = pytest.mark.slow  # outside `scripts/test --fast`: interpreter-heavy or runs the real model for long
 
-BOUND_S = 120.0
 MESSAGES = [{"role": "system", "content": "You answer briefly."},
             {"role": "user", "content": "Hello world! The quick brown fox"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[openai.OpenAI, str]]:
     plan = chat_plan("slots")
-    port = _free_port()
-    command = [str(Path(sys.executable).parent / "power"), "serve", str(plan), "--port", str(port), "--threads", "1"]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=os.environ | {"TRITON_INTERPRET": "1"})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + BOUND_S
-        while not _healthy(base):
-            assert server.poll() is None, server.stdout.read()
-            assert time.monotonic() < deadline, "power serve did not come up"
-            time.sleep(0.2)
-        yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=BOUND_S, max_retries=0), \
+    with power_serve(plan, "--threads", "1", env=os.environ | {"TRITON_INTERPRET": "1"}) as server:
+        yield openai.OpenAI(base_url=f"{server.base}/v1", api_key="unused", timeout=BOUND_S, max_retries=0), \
             load_plan(plan).name
-    finally:
-        server.terminate()
-        server.wait(BOUND_S)
-
-
-def _healthy(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_models_lists_the_plan(served) -> None:
@@ -159,18 +130,9 @@ def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
     key_file = tmp_path / "api-key"
     key_file.write_text("s3cret-key-0123456789\n")
     key_file.chmod(0o644)
-    port = _free_port()
-    command = [str(Path(sys.executable).parent / "power"), "serve", str(chat_plan("slots")), "--port", str(port),
-               "--threads", "1"]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=os.environ | {"TRITON_INTERPRET": "1", "POWER_API_KEY_FILE": str(key_file)})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + BOUND_S
-        while not _healthy(base):  # /health needs no key
-            assert server.poll() is None, server.stdout.read()
-            assert time.monotonic() < deadline, "power serve did not come up"
-            time.sleep(0.2)
+    env = os.environ | {"TRITON_INTERPRET": "1", "POWER_API_KEY_FILE": str(key_file)}
+    with power_serve(chat_plan("slots"), "--threads", "1", env=env) as server:
+        base = server.base
         bare = httpx.post(f"{base}/v1/completions", json={"prompt": "Hello", "max_tokens": 2})
         assert bare.status_code == 401 and bare.json()["error"]["code"] == "invalid_api_key"
         assert httpx.get(f"{base}/metrics").status_code == 401
@@ -183,9 +145,7 @@ def test_an_api_key_admits_the_right_client_only(tmp_path: Path) -> None:
         scraped = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer s3cret-key-0123456789"}).text
         assert 'power_unauthorized_requests_total{key="missing"} 2.0' in scraped  # the bare completion and scrape
         assert 'power_unauthorized_requests_total{key="wrong"} 1.0' in scraped
-    finally:
-        server.terminate()
-        output = server.communicate(timeout=BOUND_S)[0]
+    output = server.output
     assert f"warning: {key_file} (the API key) is readable by every user of this machine (mode 0644)" in output
     assert "s3cret" not in output
 
