@@ -2,8 +2,9 @@
 installs it) booted as PID 1 of its own PID, mount, UTS and IPC namespaces, under a cgroup of its own.
 
 Inside, /tmp, /run and /var/tmp are private tmpfs mounts, so nothing systemd does there reaches the machine's own
-(its units live in /run/systemd/system, a transient `systemd-run` unit would be gone after a stop); the test's own
-temporary folder is bound back in at the same path, so plans, logs and evidence are shared. It boots a target of its
+(its units live in /run/systemd/system, a transient `systemd-run` unit would be gone after a stop); the folders a test
+shares (its temporary folder, and the checkout whose model and virtual environment the units run, which may itself
+lie under /tmp) are bound back in at the same paths, so plans, logs and evidence are shared. It boots a target of its
 own (`power-test.target`) that pulls in nothing. The network is the machine's, so a unit's server answers on
 127.0.0.1 on both sides. `booted()` waits until `systemctl is-system-running` answers `running`, and kills the
 namespace's PID 1 (and with it every process inside) on every exit path. A machine that cannot boot it fails the
@@ -26,27 +27,32 @@ BOOT_TIMEOUT_S = 60.0
 HYBRID_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))  # systemd's v1 tracking + cgroup2
 UNIFIED_ROOT = Path("/sys/fs/cgroup")  # a cgroup2-only machine
 
-# $1: the folder to share; $2: the cgroup.procs files this shell joins before it leaves the machine's namespaces.
+# $1: how many cgroup.procs files follow, which this shell joins before it leaves the machine's namespaces; then the
+# folders to share. Inside, each folder is bound under a private /mnt first, and back at its own path once /tmp, /run
+# and /var/tmp are masked (a folder under /tmp would be hidden otherwise).
 _BOOT = r"""
 set -e
 for needed in /lib/systemd/systemd /usr/bin/unshare /usr/bin/nsenter; do
   [ -x "$needed" ] || { echo "no $needed: install Debian's systemd and util-linux (scripts/bootstrap)"; exit 1; }
 done
-shared=$1
+joins=$1
 shift
-for procs in "$@"; do echo $$ > "$procs"; done
+while [ "$joins" -gt 0 ]; do echo $$ > "$1"; shift; joins=$((joins - 1)); done
 exec unshare --pid --fork --mount --uts --ipc --mount-proc --propagation private sh -c '
 set -e
-cd "$1"
+mount -t tmpfs tmpfs /mnt
+i=0
+for folder in "$@"; do mkdir /mnt/$i; mount --bind "$folder" /mnt/$i; i=$((i + 1)); done
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /var/tmp
-mkdir -p "$1" /run/systemd/system
-mount --no-canonicalize --bind . "$1"
+i=0
+for folder in "$@"; do mkdir -p "$folder"; mount --no-canonicalize --bind /mnt/$i "$folder"; i=$((i + 1)); done
+mkdir -p /run/systemd/system
 printf "[Unit]\nDescription=Power test host\n" > /run/systemd/system/power-test.target
 cd /
 exec /lib/systemd/systemd --unit=power-test.target </dev/null >/dev/null 2>&1
-' sh "$shared"
+' sh "$@"
 """
 
 
@@ -92,13 +98,16 @@ class SystemdHost:
 
 
 @contextmanager
-def booted(shared: Path) -> Iterator[SystemdHost]:
-    """systemd booted, `shared` visible inside at the same path; torn down with everything inside on exit."""
+def booted(*shared: Path) -> Iterator[SystemdHost]:
+    """systemd booted, each `shared` folder visible inside at the same path (the first holds its log); torn down with
+    everything inside on exit."""
     name = f"power-test-{os.getpid()}-{time.monotonic_ns()}"
     cgroups = _cgroups(name)
-    log = shared / f"{name}.log"
+    log = shared[0] / f"{name}.log"
+    joins = [str(c / "cgroup.procs") for c in cgroups]
+    folders = [str(folder.resolve()) for folder in shared]
     with open(log, "wb") as output:
-        outer = subprocess.Popen(["sh", "-c", _BOOT, "sh", str(shared), *(str(c / "cgroup.procs") for c in cgroups)],
+        outer = subprocess.Popen(["sh", "-c", _BOOT, "sh", str(len(joins)), *joins, *folders],
                                  stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                  start_new_session=True)
     try:

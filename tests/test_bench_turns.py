@@ -70,10 +70,13 @@ def deployment(tmp_path: Path):
         os.kill(found.pid, signal.SIGTERM)
 
 
-def _wait_healthy(port: int, timeout_s: float = 300) -> None:
+def _wait_healthy(port: int, timeout_s: float = 300, gave_up=lambda: "") -> None:
+    """Until a server answers healthy on `port`; `gave_up()` says why no server will (its text ends the wait)."""
     deadline = time.monotonic() + timeout_s
     while not standing.healthy(port):
         assert time.monotonic() < deadline, f"nothing healthy on port {port}"
+        reason = gave_up()
+        assert not reason, reason
         time.sleep(0.5)
 
 
@@ -171,7 +174,7 @@ UNIT_BENCH = (*BENCH[:BENCH.index("--runs")], "--runs", "2", *BENCH[BENCH.index(
 
 @pytest.fixture(scope="module")
 def systemd(tmp_path_factory):
-    with systemd_host.booted(tmp_path_factory.getbasetemp()) as host:
+    with systemd_host.booted(tmp_path_factory.getbasetemp(), REPO) as host:
         yield host
 
 
@@ -190,9 +193,16 @@ ExecStart={binary()} $LLAMA_SERVER_EXTRA_ARGS --host 127.0.0.1 --port {port} --t
 Restart=on-failure
 """)
     systemd.systemctl("start", UNIT)
-    _wait_healthy(port)
+    _wait_healthy(port, gave_up=lambda: _failed(systemd, UNIT))
     yield port, systemd.show(UNIT)
     systemd.systemctl("stop", UNIT)
+
+
+def _failed(systemd, unit: str) -> str:
+    """The unit's journal when systemd gave it up (Restart= past its start limit), else nothing."""
+    if systemd.show(unit)["ActiveState"] != "failed":
+        return ""
+    return f"{unit} failed: " + systemd.run("journalctl", "-u", unit, "--no-pager", "-n", "20")
 
 
 def _bench_inside(systemd, plans, tmp_path: Path, *options) -> tuple[subprocess.Popen, Path]:
