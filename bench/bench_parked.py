@@ -7,6 +7,9 @@ On the bundled Gemma 3 270M, an untrained drafter of each kind (`power.drafters.
 distillation starts from, whose drafts almost never land) runs as a plan runs it: the cost governor on, K/S = `--k`,
 one decoder per plan kept across the requests (as an engine keeps its slot's governor), every plan on the same trunk.
 `--mtp LABEL=FILE` (repeatable) runs distilled MTP sidecars instead: `mtp LABEL` and `ngram -> mtp LABEL` for each.
+A last plan, `target-only (A/A)`, is target-only itself run against the same control: the same computation on
+both sides, so its ratios are what the host's noise alone gives a plan that costs nothing, the yardstick for the
+plans' intervals and worst requests.
 Per held-out prompt (`--per-shape` each of prose, code, chat and list) each plan runs beside a
 target-only run of the same prompt that is its control, in ABBA order (control first on one prompt, the plan first on
 the next), both decoders in this one process on one trunk, so a plan and its control see the same load and neither is
@@ -69,6 +72,7 @@ from power.runtime.trunks import load_trunk
 GEMMA = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gguf"
 SHAPES = ("prose", "code", "chat", "list")
 PLANS = ("mtp", "dflash", "dspark", "ngram -> mtp", "ngram -> dspark")
+SAME = "target-only (A/A)"  # a second target-only decoder against the control: the host's own spread
 
 
 @dataclass
@@ -268,6 +272,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     for kind in ("dflash", "dspark")}
         drafters["mtp"] = GGUFFile(write_untrained("mtp", GEMMA, work / "mtp.gguf"))
         names = list(PLANS)
+    names.append(SAME)
     window = NGramWindow(CHAINED_NGRAM_MATCH, CHAINED_NGRAM_DRAFT_MIN, args.k)
 
     def member(name: str) -> Speculator:
@@ -275,6 +280,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         return registry.create(kind, SpeculatorRequest(trunk, target=target, drafter=drafters.get(name), ngram=window))
 
     def plan(name: str) -> Plan:
+        if name == SAME:
+            return Plan(name, TimedDecoder(timing, Sampler(SamplingParams())))
         members = name.split(" -> ")
         speculator = member(members[0]) if len(members) == 1 else ChainSpeculator([member(m) for m in members])
         return Plan(name, TimedDecoder(timing, Sampler(SamplingParams()), speculator,
