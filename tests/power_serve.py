@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,22 +11,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from power.app.bench.standing import healthy
+from power.app.live import free_port
 
 BOUND_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @dataclass
@@ -49,7 +36,7 @@ def power_serve(plan: Path, *options: str, env: Mapping[str, str] | None = None,
     served = Served(f"http://127.0.0.1:{port}", process)
     try:
         deadline = time.monotonic() + bound_s
-        while not healthy(served.base):
+        while not healthy(port):
             assert process.poll() is None, process.stdout.read() if process.stdout else ""
             assert time.monotonic() < deadline, "power serve did not come up"
             time.sleep(0.2)
