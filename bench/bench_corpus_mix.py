@@ -20,6 +20,10 @@ trains the head's chain past its first draft).
 
 from __future__ import annotations
 
+from power.threads import settle_wait_policy
+
+settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
+
 import argparse
 import hashlib
 import json

@@ -26,6 +26,10 @@ twin: its position-weighted cross-entropy alone, without the expected accepted d
 
 from __future__ import annotations
 
+from power.threads import settle_wait_policy
+
+settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
+
 import argparse
 import hashlib
 import json

@@ -32,6 +32,10 @@ greedy stream is bit-identical to target-only.
 
 from __future__ import annotations
 
+from power.threads import settle_wait_policy
+
+settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
+
 import argparse
 import functools
 import json

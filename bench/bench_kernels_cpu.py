@@ -17,6 +17,10 @@ and it is only meaningful at one thread.
 
 from __future__ import annotations
 
+from power.threads import settle_wait_policy
+
+settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
+
 import argparse
 import json
 import os

@@ -10,6 +10,10 @@ alternate real / no-op (A B A B ...) so load from other processes lands on both.
 
 from __future__ import annotations
 
+from power.threads import settle_wait_policy
+
+settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
+
 import argparse
 import statistics
 import time

@@ -20,6 +20,10 @@ length, governor parks, and whether the greedy streams are identical.
 
 from __future__ import annotations
 
+from power.threads import settle_wait_policy
+
+settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
+
 import argparse
 import json
 import time

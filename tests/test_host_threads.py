@@ -4,6 +4,7 @@ its receipt says all of them and why."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -19,7 +20,8 @@ from power.threads import cgroup_quota
 POWER = str(Path(sys.executable).parent / "power")
 CLEAN = {name: value for name, value in os.environ.items()
          if name not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "POWER_KERNEL_WAIT")}
-GEMMA = Path(__file__).resolve().parents[1] / "models" / "gemma-3-270m-q4_k_m.gguf"
+REPO = Path(__file__).resolve().parents[1]
+GEMMA = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
 
 
 def run_power(env: dict[str, str] | None = None, preexec_fn=None, *args: str, gguf: Path | None = None,
@@ -85,6 +87,27 @@ def test_the_policy_is_in_place_before_torch_loads_and_a_late_import_is_reported
     late = "import torch, power.threads as t; print(t.settle_wait_policy().describe())"
     done = subprocess.run([sys.executable, "-c", late], env=CLEAN, capture_output=True, text=True, timeout=300)
     assert "torch was loaded before Power could set a wait policy" in done.stdout, done.stderr
+
+
+def _first_import(tree: ast.Module) -> str:
+    """The module a script imports first, after `from __future__`."""
+    for statement in tree.body:
+        if isinstance(statement, ast.Import):
+            return statement.names[0].name
+        if isinstance(statement, ast.ImportFrom) and statement.module != "__future__":
+            return statement.module or ""
+    return ""
+
+
+@pytest.mark.parametrize("script", sorted((REPO / "bench").glob("*.py")), ids=lambda path: path.name)
+def test_a_bench_sets_the_wait_policy_before_torch_loads(script: Path):
+    """A bench that loads torch first measures libgomp's spinning idle threads, which `power run` never has: each
+    took the CPU from the next round's products after a speculative round's torch operations (docs/drafters.md)."""
+    tree = ast.parse(script.read_text())
+    loads_torch = any(isinstance(node, ast.Import) and any(alias.name == "torch" for alias in node.names)
+                      for node in ast.walk(tree))
+    if loads_torch and '__name__ == "__main__"' in script.read_text():
+        assert _first_import(tree).split(".")[0] == "power", f"{script.name} must import power before torch"
 
 
 def test_threads_follow_the_affinity_mask_and_an_explicit_count_wins():
