@@ -200,22 +200,26 @@ def test_a_member_remeasuring_the_baseline_makes_the_step_plain_for_every_member
 
 
 def _request(gov: ChainGovernor, tokens: int, spec_seconds: float, spec_tokens: int = 1,
-             wide_seconds: float | None = None, row_seconds: float = 0.0, prompt: int = 0) -> tuple[float, int]:
-    """One request of `tokens` tokens after a prompt of `prompt`: plain steps cost PLAIN, the speculator's steps
-    `spec_seconds` for `spec_tokens` tokens (accepting spec_tokens - 1) when the governor caps them at one proposal,
-    `wide_seconds` when it does not, plus their catch-up, `row_seconds` for each row that landed since the speculator
-    last proposed. Returns the request's decode seconds and its speculative steps."""
+             wide_seconds: float | None = None, row_seconds: float = 0.0, prompt: int = 0,
+             switch_seconds: float = 0.0) -> tuple[float, int]:
+    """One request of `tokens` tokens after a prompt of `prompt`: plain steps cost PLAIN (the first after a
+    speculative step `switch_seconds` more), the speculator's steps `spec_seconds` for `spec_tokens` tokens (accepting
+    spec_tokens - 1) when the governor caps them at one proposal, `wide_seconds` when it does not, plus their
+    catch-up, `row_seconds` for each row that landed since the speculator last proposed. Returns the request's decode
+    seconds and its speculative steps."""
     gov.new_request(prompt)
-    seconds, emitted, speculative, unseen = 0.0, 0, 0, prompt
+    seconds, emitted, speculative, unseen, switching = 0.0, 0, 0, prompt, False
     while emitted < tokens:
         if gov.speculate():
             upkeep = row_seconds * unseen
             step = upkeep + (spec_seconds if gov.width_cap() == 1 or wide_seconds is None else wide_seconds)
             gov.record(member=0, tokens=spec_tokens, seconds=step, accepted=spec_tokens - 1, upkeep_s=upkeep)
             seconds, emitted, speculative, unseen = seconds + step, emitted + spec_tokens, speculative + 1, spec_tokens
+            switching = True
         else:
-            gov.record(member=None, tokens=1, seconds=PLAIN)
-            seconds, emitted, unseen = seconds + PLAIN, emitted + 1, unseen + 1
+            step = PLAIN + (switch_seconds if switching else 0.0)
+            gov.record(member=None, tokens=1, seconds=step)
+            seconds, emitted, unseen, switching = seconds + step, emitted + 1, unseen + 1, False
     return seconds, speculative
 
 
@@ -230,6 +234,19 @@ def test_a_speculator_that_never_lands_a_draft_costs_a_request_at_most_the_loss_
         seconds, speculative = _request(gov, tokens, spec_seconds=4 * PLAIN)
         assert seconds <= tokens * PLAIN * 1.02
     assert speculative > 1 and gov.members[0].expected_loss(PLAIN) == pytest.approx(3 * PLAIN)
+
+
+def test_the_plain_step_after_a_probe_is_charged_to_the_probe():
+    """The plain step right after a useless head's step runs 1.5 plain steps slower (the switch back): the governor
+    charges it to the head, whose expected loss holds it, so every request still decodes at 0.98x or better;
+    uncharged, the same head costs a request more than its budget."""
+    charged = ChainGovernor()
+    _request(charged, 64, spec_seconds=2 * PLAIN, switch_seconds=1.5 * PLAIN)
+    for tokens in (64, 100, 300, 1000):
+        seconds, speculative = _request(charged, tokens, spec_seconds=2 * PLAIN, switch_seconds=1.5 * PLAIN)
+        assert seconds <= tokens * PLAIN * 1.02
+    assert speculative > 1
+    assert charged.members[0].expected_loss(PLAIN) == pytest.approx(2.5 * PLAIN)
 
 
 def test_a_winning_speculator_speculates_from_a_requests_first_step():

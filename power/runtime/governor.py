@@ -17,7 +17,11 @@ Accounting rules (TensorSharp's design notes for its speculative runtime; each f
   lookup whose windows of misses came out 1 % over the plain cost by noise
   (docs/drafters.md);
 - parked steps feed the plain baseline (except the first after a switch, which
-  pays the transition);
+  pays the transition); that first step's seconds beyond the plain cost are the
+  speculative step's: charged to the member that ran it, in its expected loss
+  and the request's excess (bench/bench_parked.py measured the plain round right
+  after a lone drafter's probe 2-3 ms slower than one after a plain round,
+  docs/drafters.md);
 - a window's cost is its seconds over its tokens (a ratio of sums): the mean of
   each step's seconds per token would weigh a round that accepted nothing as much
   as one that emitted eight tokens, and park a drafter that wins on average;
@@ -122,6 +126,11 @@ class PlainBaseline:
     def speculative(self) -> None:
         self._after_speculative = True
 
+    @property
+    def switching(self) -> bool:
+        """Whether the next plain step is the first after a speculative one (it pays the switch back)."""
+        return self._after_speculative
+
 
 class CostGovernor:
     """The verdict on one speculator (one member of a chain), measured against the chain's shared baseline."""
@@ -185,6 +194,13 @@ class CostGovernor:
         seconds, tokens = self._recent_sums
         catch_up = 0.0 if self.phase is Phase.HOLD else self.row_cost * self.pending
         return max(0.0, (seconds - tokens * plain) / len(self._recent) + catch_up)
+
+    def switch_back(self, seconds: float) -> None:
+        """The plain step after its last step cost `seconds` beyond the plain cost: a part of that step's cost."""
+        if self._recent:
+            step_seconds, tokens = self._recent[-1]
+            self._recent[-1] = (step_seconds + seconds, tokens)
+            self._recent_sums = (self._recent_sums[0] + seconds, self._recent_sums[1])
 
     # --- the state machine ------------------------------------------------
     def passing_step(self, tokens: int) -> None:
@@ -264,6 +280,7 @@ class ChainGovernor:
         self.members = tuple(CostGovernor(self.config, self.baseline) for _ in range(members))
         self._request_tokens = 0  # tokens this request emitted, every step
         self._excess = 0.0  # seconds this request's speculative steps cost beyond their tokens at the plain cost
+        self._last_member: int | None = None  # the member whose step was the last speculative one
         self._allowed: tuple[bool, ...] | None = None  # the next step's verdicts, worked out once a step
 
     def allowed(self) -> tuple[bool, ...]:
@@ -303,8 +320,13 @@ class ChainGovernor:
         self._allowed = None
         self._request_tokens += step[1]
         if member is None:
+            if self.baseline.switching and plain is not None and self._last_member is not None:
+                switch = seconds - step[1] * plain
+                self._excess += switch
+                self.members[self._last_member].switch_back(switch)
             self.baseline.plain(step)
         else:
+            self._last_member = member
             self.baseline.speculative()
             if plain is not None:
                 self._excess += seconds - step[1] * plain
