@@ -25,8 +25,8 @@ always second; the load average is read around every pair. Reported per plan, ov
   median runs above the control's every-row median; `--greedy-head off` takes the full head, whose cost is the same
   for every row;
 - what the speculative rounds lost: each one's seconds beyond its tokens at the control's cost a token, summed over
-  the requests as a share of the controls' decode time (the governor's budget is 2 % of a request's plain cost), and
-  the worst request's share;
+  the requests as a share of the controls' decode time (the governor's budget is 1 % of a request's plain cost, half
+  the 0.98x promise), and the worst request's share;
 - the speculative rounds, what they proposed and landed, and whether every greedy stream is bit-identical to
   target-only's.
 

@@ -8,6 +8,7 @@ from power.runtime.governor import ChainGovernor, GovernorConfig, Phase
 
 PLAIN = 0.010  # seconds per plain step
 VERDICTS = GovernorConfig(loss_budget=None)  # the state machine alone, without the request's loss budget
+BUDGET = 1 + (GovernorConfig().loss_budget or 0.0)  # a request's decode time over its plain-rate time, at most
 
 
 def _plain_steps(gov: ChainGovernor, n: int, seconds: float = PLAIN) -> None:
@@ -225,26 +226,26 @@ def _request(gov: ChainGovernor, tokens: int, spec_seconds: float, spec_tokens: 
 
 def test_a_speculator_that_never_lands_a_draft_costs_a_request_at_most_the_loss_budget():
     """Each step of a useless head costs four plain steps and emits one token. Its first step ever measures it;
-    from then on every request of 64 tokens or more decodes at 0.98x of the plain rate or better, and the head
-    still gets probed now and then (the budget a long request earns)."""
+    from then on every request of 64 tokens or more decodes inside the loss budget (1 %, half the 0.98x promise),
+    and the head still gets probed now and then (the budget a long request earns)."""
     gov = ChainGovernor()
     first, _ = _request(gov, 64, spec_seconds=4 * PLAIN)
-    assert first <= 64 * PLAIN * 1.02 + 3 * PLAIN  # the budget, and the one step that measured the head
+    assert first <= 64 * PLAIN * BUDGET + 3 * PLAIN  # the budget, and the one step that measured the head
     for tokens in (64, 100, 300, 1000):
         seconds, speculative = _request(gov, tokens, spec_seconds=4 * PLAIN)
-        assert seconds <= tokens * PLAIN * 1.02
+        assert seconds <= tokens * PLAIN * BUDGET
     assert speculative > 1 and gov.members[0].expected_loss(PLAIN) == pytest.approx(3 * PLAIN)
 
 
 def test_the_plain_step_after_a_probe_is_charged_to_the_probe():
     """The plain step right after a useless head's step runs 1.5 plain steps slower (the switch back): the governor
-    charges it to the head, whose expected loss holds it, so every request still decodes at 0.98x or better;
+    charges it to the head, whose expected loss holds it, so every request still decodes inside the budget;
     uncharged, the same head costs a request more than its budget."""
     charged = ChainGovernor()
     _request(charged, 64, spec_seconds=2 * PLAIN, switch_seconds=1.5 * PLAIN)
     for tokens in (64, 100, 300, 1000):
         seconds, speculative = _request(charged, tokens, spec_seconds=2 * PLAIN, switch_seconds=1.5 * PLAIN)
-        assert seconds <= tokens * PLAIN * 1.02
+        assert seconds <= tokens * PLAIN * BUDGET
     assert speculative > 1
     assert charged.members[0].expected_loss(PLAIN) == pytest.approx(2.5 * PLAIN)
 
@@ -258,12 +259,12 @@ def test_a_winning_speculator_speculates_from_a_requests_first_step():
     assert seconds < 0.5 * 64 * PLAIN
 
 
-@pytest.mark.parametrize("row_seconds", [0.01 * PLAIN, 0.1 * PLAIN])
+@pytest.mark.parametrize("row_seconds", [0.005 * PLAIN, 0.1 * PLAIN])
 def test_a_useless_heads_probes_stay_in_the_budget_whatever_their_width_and_catch_up_cost(row_seconds):
     """A head that never lands: a step at one proposal costs two plain steps, at full width six, and its catch-up
     `row_seconds` a row it missed (the prompt's 30, then every token since it last proposed). It proposes one token a
     step, and the budget expects the catch-up of every row it missed: each request after the one that measured it
-    decodes at 0.98x of the plain rate or better. A catch-up cheaper than the budget's 2 % a row is still probed in a
+    decodes inside the budget. A catch-up cheaper than the budget's 1 % of a plain step a row is still probed in a
     long request; a dearer one never pays for a re-probe."""
     gov = ChainGovernor()
     request = dict(spec_seconds=2 * PLAIN, wide_seconds=6 * PLAIN, row_seconds=row_seconds, prompt=30)
@@ -271,9 +272,9 @@ def test_a_useless_heads_probes_stay_in_the_budget_whatever_their_width_and_catc
     probes = 0
     for tokens in (64, 100, 300, 1000):
         seconds, speculative = _request(gov, tokens, **request)
-        assert seconds <= tokens * PLAIN * 1.02
+        assert seconds <= tokens * PLAIN * BUDGET
         probes += speculative
-    assert (probes > 0) == (row_seconds < 0.02 * PLAIN)
+    assert (probes > 0) == (row_seconds < (BUDGET - 1) * PLAIN)
 
 
 def test_a_speculator_proposes_one_token_until_a_draft_of_its_lands():
