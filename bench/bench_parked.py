@@ -1,12 +1,13 @@
 """What a drafter that cannot win costs a plan: each kind and chain against target-only, in one run (issue 41).
 
-    python bench/bench_parked.py [--per-shape 2] [--tokens 96] [--k 6] [--threads 2] [--mtp [LABEL=]FILE ...]
+    python bench/bench_parked.py [--per-shape 2] [--tokens 96] [--k 6] [--threads 2] [--drafter LABEL=FILE ...]
                                  [--plans mtp,dflash,...] [--calls] [--greedy-head on|off] [--json out.json]
 
 On the bundled Gemma 3 270M, an untrained drafter of each kind (`power.drafters.untrained`: the weights a
 distillation starts from, whose drafts almost never land) runs as a plan runs it: the cost governor on, K/S = `--k`,
 one decoder per plan kept across the requests (as an engine keeps its slot's governor), every plan on the same trunk.
-`--mtp LABEL=FILE` (repeatable) runs distilled MTP sidecars instead: `mtp LABEL` and `ngram -> mtp LABEL` for each.
+`--drafter LABEL=FILE` (repeatable) runs distilled drafters instead, the label's first word its kind (`mtp 71 steps`,
+`dflash2 849 steps`, `dspark ...`): `LABEL` and `ngram -> LABEL` for each.
 A last plan, `target-only (A/A)`, is target-only itself run against the same control: the same computation on
 both sides, so its ratios are what the host's noise alone gives a plan that costs nothing, the yardstick for the
 plans' intervals and worst requests.
@@ -230,10 +231,16 @@ def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def mtp_argument(value: str) -> tuple[str, Path]:
-    """`LABEL=FILE` or `FILE` (labelled by its file name)."""
+DRAFTER_KINDS = ("mtp", "dflash", "dflash2", "dspark")
+
+
+def drafter_argument(value: str) -> tuple[str, Path]:
+    """`LABEL=FILE`, the label's first word the drafter's kind."""
     label, _, path = value.rpartition("=")
-    return label or Path(path).stem, Path(path)
+    if not label or label.split()[0] not in DRAFTER_KINDS:
+        raise argparse.ArgumentTypeError(f"{value!r}: write LABEL=FILE with the label's first word one of "
+                                         f"{', '.join(DRAFTER_KINDS)}, e.g. \"mtp 71 steps=head.gguf\"")
+    return label, Path(path)
 
 
 def main() -> None:
@@ -242,9 +249,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--k", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--mtp", type=mtp_argument, action="append", default=[],
-                        help="LABEL=FILE: a distilled MTP sidecar, run alone and behind n-gram (repeatable; default: "
-                             "the untrained drafters of every kind)")
+    parser.add_argument("--drafter", type=drafter_argument, action="append", default=[],
+                        help="LABEL=FILE: a distilled drafter whose kind is the label's first word, run alone and "
+                             "behind n-gram (repeatable; default: the untrained drafters of every kind)")
     parser.add_argument("--plans", type=lambda value: value.split(","),
                         help="the plans to run, comma-separated (default: every one; names as the table prints them)")
     parser.add_argument("--calls", action="store_true",
@@ -268,8 +275,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     tokenizer = Tokenizer.from_gguf(target)
     trunk = load_trunk(target, n_ctx=1024, verify_capacity=args.k + 1, greedy_head=args.greedy_head == "on")
     timing = TimedTrunk(trunk)
-    if args.mtp:
-        drafters = {f"mtp {label}": GGUFFile(path) for label, path in args.mtp}
+    if args.drafter:
+        drafters = {label: GGUFFile(path) for label, path in args.drafter}
         names = [name for head in drafters for name in (head, f"ngram -> {head}")]
     else:
         drafters = {kind: GGUFFile(write_untrained(kind, GEMMA, work / f"{kind}.gguf"))
@@ -308,7 +315,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             p.count_calls(control, tokenizer.encode(prompts[0].text), args.tokens, tokenizer.stop_ids)
     report = {"machine": machine(), "threads": args.threads, "tokens": args.tokens, "k": args.k,
               "lm_head": trunk.head_path,
-              "drafters": {name: str(file.path) for name, file in drafters.items()} if args.mtp else "untrained",
+              "drafters": {name: str(file.path) for name, file in drafters.items()} if args.drafter else "untrained",
               "requests": len(prompts), "shapes": [p.shape for p in prompts],
               "plans": [summary(p) for p in plans]}
     print_table(report)
