@@ -95,6 +95,7 @@ class QuantMatrix:
         self.shape = (out_features, in_features)
         self.path = chosen_path(path)
         self._ops = extension(self.path)
+        self._matmul = self._ops.matmul.default  # the op's one overload, called without the packet's lookup
         self._kind = KINDS[qtype]
         self._tiles = tile_matrix(qtype, raw, self.shape)
         self._every_tile = torch.arange(-(-out_features // TILE), dtype=torch.int64)
@@ -131,4 +132,6 @@ class QuantMatrix:
     def _run(self, x: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.shape[1]:
             raise ValueError(f"QuantMatrix: x must be [n, {self.shape[1]}], got {tuple(x.shape)}")
-        return self._ops.matmul(self._kind, self._tiles, self.shape[1], x.to(torch.float32).contiguous(), tiles)
+        if x.dtype != torch.float32 or not x.is_contiguous():  # a decode step's rows already are: no two torch calls
+            x = x.to(torch.float32).contiguous()
+        return self._matmul(self._kind, self._tiles, self.shape[1], x, tiles)
