@@ -6,6 +6,9 @@ The no-op products return a preallocated zero block of the right shape, so what
 is left is everything around them: embeddings, norms, rope, the cache write,
 attention, activations, conversions, and Python's dispatch of each op. Steps
 alternate real / no-op (A B A B ...) so load from other processes lands on both.
+The layers run op by op (`layer_kernels=False`): a layer run as one kernel call
+(`power.kernels.cpu.layer`) holds its products itself, so they cannot be swapped;
+`bench_runtime.py` measures that path.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     arithmetic, capacity = args.config.split(":")
-    trunk = load_trunk(GGUFFile(args.gguf), n_ctx=512, verify_capacity=int(capacity), arithmetic=arithmetic)
+    trunk = load_trunk(GGUFFile(args.gguf), n_ctx=512, verify_capacity=int(capacity), arithmetic=arithmetic,
+                       layer_kernels=False)
     trunk.prefill(list(range(2, 34)))
     times: dict[bool, list[float]] = {False: [], True: []}
     for step in range(2 * args.steps):

@@ -35,6 +35,11 @@ once with the full head for every row (`--greedy-head off`), interleaved like
 every engine: one run gives the head's A/B (docs/runtime.md, "The exact greedy
 LM head"). Power's greedy tokens come from forwards that ask for the argmax only.
 
+`--layer-kernels on,off` runs each quantised configuration once with every
+layer as one kernel call where the trunk has one (what `power run` does:
+Gemma 3 on the CPU kernels, docs/runtime.md "One call a layer") and once op by
+op, interleaved like every engine.
+
 `--kernel-waits adaptive,sleep` runs each quantised configuration once per
 wait of Power's kernel threads (power.threads, docs/runtime.md "How kernel
 threads wait"), interleaved like every engine: `sleep` is the passive wait
@@ -57,6 +62,7 @@ from power.threads import environment_for_other_programs, settle_wait_policy
 settle_wait_policy()  # before torch loads: OpenMP reads its wait policy once, as torch loads it
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -92,7 +98,8 @@ class PowerEngine:
         Power's own choice, as loaded."""
         self.trunk, self.wait = trunk, wait
         head = "greedy head" if trunk.head_refusal is None else "full head"
-        self.name = (f"power {arithmetic} B{capacity} ({self.trunk.instruction_path}) {head}"
+        layers = "" if any(getattr(layer, "kernel", None) for layer in trunk.layers) else " op by op"
+        self.name = (f"power {arithmetic} B{capacity} ({self.trunk.instruction_path}) {head}{layers}"
                      + (f" {wait}" if wait else ""))
 
     def run(self, prompt: list[int], decode: int) -> tuple[float, float, list[int]]:
@@ -234,6 +241,9 @@ def main() -> None:
     parser.add_argument("--greedy-heads", default="on",
                         help="comma-separated on/off: each quantised configuration with the exact greedy LM head where "
                              "the model allows it (on) and with the full head for every row (off), interleaved")
+    parser.add_argument("--layer-kernels", default="on",
+                        help="comma-separated on/off: each quantised configuration with every layer as one kernel call "
+                             "where the trunk has one (on) and op by op (off), interleaved")
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
     parser.add_argument(
         "--accuracy",
@@ -258,12 +268,15 @@ def main() -> None:
     power = []
     waits = [wait for wait in args.kernel_waits.split(",") if wait] or [None]
     heads = [head == "on" for head in args.greedy_heads.split(",")]
+    layer_kernels = [choice == "on" for choice in args.layer_kernels.split(",")]
     for config in args.configs.split(","):
         arithmetic, capacity = config.split(":")
-        for greedy_head in heads if arithmetic == "quantised" else [True]:
+        quantised = arithmetic == "quantised"
+        variants = itertools.product(heads if quantised else [True], layer_kernels if quantised else [True])
+        for greedy_head, layers in variants:
             trunk = load_trunk(gguf, n_ctx=n_ctx, verify_capacity=int(capacity), arithmetic=arithmetic,
-                               greedy_head=greedy_head)
-            for wait in waits if arithmetic == "quantised" else [None]:
+                               greedy_head=greedy_head, layer_kernels=layers)
+            for wait in waits if quantised else [None]:
                 power.append(PowerEngine(trunk, arithmetic, int(capacity), wait))
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)

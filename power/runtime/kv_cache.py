@@ -47,8 +47,15 @@ class KVCache:
         return self.k.shape[1]
 
     def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k/v [n, Hkv, hd] at positions [start, start + n)."""
+        """Store k/v [n, Hkv, hd] at positions [start, start + n) (on the CPU by `rowops.cache_write`, the rounding
+        of `kv_rows.encode` bit for bit)."""
         n = k.shape[0]
+        if self.k.device.type == "cpu" and k.dtype == torch.float32:
+            positions = torch.arange(start, start + n)
+            slots = torch.zeros(n, dtype=torch.int64)
+            rowops.cache_write(k, self.k.unsqueeze(0), slots, positions)
+            rowops.cache_write(v, self.v.unsqueeze(0), slots, positions)
+            return
         self.k[:, start:start + n] = kv_rows.encode(k, self.kv_type).transpose(0, 1)
         self.v[:, start:start + n] = kv_rows.encode(v, self.kv_type).transpose(0, 1)
 

@@ -148,6 +148,17 @@ class Stacked(Linear):
         return sum(p.nbytes for p in self._parts)
 
 
+def kernel_products(linear: object) -> list[QuantMatrix] | None:
+    """The CPU kernels' products a matrix multiplies by, their outputs side by side in this order; None when any part
+    of it is another product (a kernel that runs the products itself takes only these: `power.kernels.cpu.layer`)."""
+    if isinstance(linear, QuantLinear):
+        return [linear.matrix]
+    if isinstance(linear, Stacked):
+        parts = [kernel_products(part) for part in linear._parts]
+        return None if None in parts else [m for part in parts if part for m in part]
+    return None
+
+
 def quantised(raw: torch.Tensor, qtype: str, shape: tuple[int, int], device: str,
               kernels: bool = False) -> Linear | None:
     """A GGUF matrix's bytes (flat uint8) in the quantised arithmetic on `device`: the CPU's kernels, or with `kernels`

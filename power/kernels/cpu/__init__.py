@@ -11,7 +11,8 @@ API
     to `power.kernels.dequant.dequantize_reference` of the file's rows (a tied embedding reads its LM head this way).
   - `m.nbytes` (the bytes held), `m.shape`, `m.qtype`, `m.path` (the instruction path that runs),
     `m.row_count_invariant` (always True), `m.tiles` (the tile layout, flat uint8: read it, never write it; the
-    greedy head's cheap pass reads its exact blocks there, `power.kernels.cpu.greedy`).
+    greedy head's cheap pass reads its exact blocks there, `power.kernels.cpu.greedy`), `m.operands` (the op's
+    arguments for the whole product, for a kernel that multiplies by it itself: `power.kernels.cpu.layer`).
 - `available_paths()`, `chosen_path()`, `CPUPathError`, `PATH_NAMES` (`power.kernels.cpu.build`); the env var
   `POWER_CPU_PATH` = amx | avx512vnni | avxvnni | avx2 | scalar forces a path, and one this CPU lacks (amx: or
   that Linux does not let this process use) is refused with the reason.
@@ -107,6 +108,12 @@ class QuantMatrix:
     @property
     def tiles(self) -> torch.Tensor:
         return self._tiles
+
+    @property
+    def operands(self) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """What the op `matmul` takes for the whole product: the kind, the tile layout and every tile's index (a
+        kernel that multiplies by this matrix itself, `power.kernels.cpu.layer`)."""
+        return self._kind, self._tiles, self._every_tile
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [n, in] float32 -> [n, out] float32."""

@@ -1,8 +1,9 @@
 """The instruction paths of the CPU kernels: which this CPU has, and one compiled extension per path.
 
-Each path is a build of `csrc/qmatmul.cpp` (the products), `csrc/rowops.cpp` (norm, rope, attention),
-`csrc/pool.cpp` (the threads they run on, waiting as `waits.kernel_wait` says) and `csrc/greedyhead.cpp` (the
-greedy head's cheap pass) with its own `-m` flags, compiled with `torch.utils.cpp_extension.load` into the kernel cache
+Each path is a build of `csrc/qmatmul.cpp` (the products), `csrc/rowops.cpp` (norm, rope, attention, the cache
+write), `csrc/pool.cpp` (the threads they run on, waiting as `waits.kernel_wait` says), `csrc/greedyhead.cpp` (the
+greedy head's cheap pass) and `csrc/layer.cpp` (a Gemma 3 layer as one call of those ops) with its own `-m` flags,
+compiled with `torch.utils.cpp_extension.load` into the kernel cache
 (`power.kernels.cpu.cache`: built atomically under a lock, loaded only after its digest, owner and mode are checked),
 keyed by a hash of the sources, the flags and the torch version. `power kernels build` (and `scripts/bootstrap`) builds
 ahead of time; a first use that finds no build compiles it then, saying so. The amx path also needs Linux's leave to
@@ -29,8 +30,8 @@ from power.kernels.cpu import cache
 from power.kernels.cpu.waits import KERNEL_SPIN_US, KERNEL_WAITS, KernelWait, kernel_wait
 
 CSRC = Path(__file__).parent / "csrc"
-COMPILED = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "greedyhead.cpp")
-SOURCES = (*COMPILED, "simd.h", "amx.h", "pool.h", "quantize.h")  # the headers are included
+COMPILED = ("qmatmul.cpp", "rowops.cpp", "pool.cpp", "greedyhead.cpp", "layer.cpp")
+SOURCES = (*COMPILED, "simd.h", "amx.h", "pool.h", "quantize.h", "ops.h")  # the headers are included
 ENV_PATH = "POWER_CPU_PATH"
 
 

@@ -6,6 +6,9 @@ API (float32, contiguous, on the CPU; `path` as for `QuantMatrix`, default the c
 - `rope(x [n, heads, hd], cos [n, hd / 2], sin [n, hd / 2], neox)`.
 - `attention(q [n, H, hd], k [Hkv, T, hd], v [Hkv, T, hdv], positions int64 [n], window, scale)` -> [n, H * hdv]:
   row i reads the cache slots up to its position (the last `window` of them for a sliding layer; None: all).
+- `cache_write(rows [n, Hkv, w], caches [S, Hkv, T, stored w], slots int64 [n], positions int64 [n])`: row i into
+  slot slots[i] at positions[i], rounded to the caches' type by itself (f32, f16, bf16; q8_0 as uint8 blocks)
+  exactly as `power.runtime.kv_rows.encode` rounds it, its reference.
 - `reference_rms_norm`, `reference_rope`, `reference_attention`: the same arithmetic in plain torch.
 
 Arithmetic (csrc/rowops.cpp; every path compiles the same code with -ffp-contract=off)
@@ -44,6 +47,11 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool, path
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, window: int | None,
               scale: float, path: str | None = None) -> torch.Tensor:
     return _ops(path).attention(q.contiguous(), k, v, positions, window or 0, scale)
+
+
+def cache_write(rows: torch.Tensor, caches: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                path: str | None = None) -> None:
+    _ops(path).cache_write(rows, caches, slots, positions)
 
 
 def _ops(path: str | None) -> Any:

@@ -87,8 +87,9 @@ def _gemma3(head_file: GGUFFile, w: Weights, positions: int, kv_type: str) -> Ne
     """A Gemma 3 layer, global (no window, the header's rope base), with Gemma's embedding scale."""
     p = Gemma3Params.from_gguf(head_file)
     caches = SlotCaches(1, p.n_kv_heads, positions, p.head_dim_k, p.head_dim_v, kv_type=kv_type)
-    return NextnBlock(Gemma3Layer(w, p, p.n_layers, caches), p, p.n_layers, p.d_model, p.eps, p.embedding_scale,
-                      p.rope(True, positions), (p.n_kv_heads, p.head_dim_k, p.head_dim_v))
+    layer = Gemma3Layer(w, p, p.n_layers, caches, layer_kernels=True)
+    return NextnBlock(layer, p, p.n_layers, p.d_model, p.eps, p.embedding_scale, p.rope(True, positions),
+                      (p.n_kv_heads, p.head_dim_k, p.head_dim_v))
 
 
 # general.architecture -> how its nextn block is built

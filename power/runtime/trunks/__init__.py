@@ -30,12 +30,13 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int, snapshot_rows: int = 0,
                arithmetic: str = QUANTISED, device: str = "cpu", prefill_chunk: int | None = None,
                slots: int = 1, kernel_path: str = "auto", kv_type: str = F32,
-               greedy_head: bool = True) -> FixedShapeTrunk:
+               greedy_head: bool = True, layer_kernels: bool = True) -> FixedShapeTrunk:
     """Build the trunk for the GGUF at `path` (or an opened `GGUFFile`) in `arithmetic`
     (`power.documents.arithmetic`), with forwards of at most `verify_capacity` rows, holding `slots` sequences of
     `n_ctx` positions each, on the CPU or GPU path (`kernel_path`, `TrunkOptions.path`), its attention caches holding
     their rows in `kv_type` (`power.documents.kv_types`), greedy rows' tokens from the exact greedy LM head where
-    `power.documents.greedy_head` allows and `greedy_head` (its blocks calibrated on `CALIBRATION_TEXT`)."""
+    `power.documents.greedy_head` allows and `greedy_head` (its blocks calibrated on `CALIBRATION_TEXT`), each layer as
+    one CPU kernel call where the architecture has one and `layer_kernels` (`TrunkOptions.layer_kernels`)."""
     gguf = path if isinstance(path, GGUFFile) else GGUFFile(path)
     architecture = gguf.architecture
     if architecture not in ARCHITECTURES:
@@ -44,7 +45,7 @@ def load_trunk(path: str | Path | GGUFFile, *, n_ctx: int, verify_capacity: int,
                             hint="use a plan whose target is one of these, or render the plan for llama-server instead")
     options = TrunkOptions(n_ctx=n_ctx, verify_capacity=verify_capacity, snapshot_rows=snapshot_rows,
                            arithmetic=arithmetic, device=device, slots=slots, path=kernel_path, kv_type=kv_type,
-                           greedy_head=greedy_head,
+                           greedy_head=greedy_head, layer_kernels=layer_kernels,
                            **({"prefill_chunk": prefill_chunk} if prefill_chunk else {}))
     module_name, class_name = ARCHITECTURES[architecture]
     module = importlib.import_module(f"power.runtime.trunks.{module_name}")

@@ -83,6 +83,9 @@ class TrunkOptions:
     kv_type: str = F32  # the element type the attention caches hold their rows in (`power.documents.kv_types`)
     # greedy rows' tokens from the exact greedy LM head where `power.documents.greedy_head` allows; off: the full head
     greedy_head: bool = True
+    # each layer as one CPU kernel call where the trunk has one (Gemma 3 on the CPU kernels: the same bits); off: op
+    # by op, as the tests compare them
+    layer_kernels: bool = True
 
     def __post_init__(self) -> None:
         if self.path not in PATHS or (self.path == "cpu" and torch.device(self.device).type != "cpu"):

@@ -27,9 +27,11 @@ from typing import Callable, Sequence
 import torch
 from typing_extensions import override
 
+from power.kernels.cpu.layer import Gemma3LayerKernel
 from power.runtime.gguf_weights import GGUFFile
 from power.runtime.kv_cache import SlotCaches
 from power.runtime.layers import Norm, apply_rope, gated_mlp, gelu_tanh, rope_rows, rope_tables
+from power.runtime.linear import kernel_products
 from power.runtime.trunks.base import ArchHeader, FixedShapeTrunk, TrunkOptions, Weights, slot_caches
 from power.runtime.trunks.batch import DeviceRows
 from power.runtime.trunks.protocol import TrunkConfig
@@ -132,10 +134,23 @@ def gemma3_layer(h: torch.Tensor, w: Gemma3LayerWeights, rope: tuple[torch.Tenso
     return h + w.post_ffn_norm(f)
 
 
-class Gemma3Layer:
-    """Layer `i` of a Gemma 3 file over the trunk's caches (one per slot)."""
+def gemma3_layer_kernel(w: Gemma3LayerWeights, p: Gemma3Params, window: int | None) -> Gemma3LayerKernel | None:
+    """The layer as one CPU kernel call (`power.kernels.cpu.layer`, the same bits as `gemma3_layer`), where every
+    matrix is the CPU kernels' products and every norm takes the CPU row kernels; None elsewhere."""
+    norms = (w.attn_norm, w.qk_norm, w.post_attn_norm, w.ffn_norm, w.post_ffn_norm)
+    products = [kernel_products(m) for m in (w.qkv, w.wo, w.gate_up, w.down)]
+    if not all(isinstance(n, Norm) and n.weight is not None and not n.kernels for n in norms) or None in products:
+        return None
+    return Gemma3LayerKernel([n.weight for n in norms if isinstance(n, Norm) and n.weight is not None],
+                             [m for m in products if m], (p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.d_ff),
+                             p.eps, p.attention_scale, window or 0)
 
-    def __init__(self, w: Weights, p: Gemma3Params, i: int, caches: SlotCaches) -> None:
+
+class Gemma3Layer:
+    """Layer `i` of a Gemma 3 file over the trunk's caches (one per slot); run as one kernel call where
+    `gemma3_layer_kernel` gives one and `layer_kernels` asks for it, else op by op (`gemma3_layer`)."""
+
+    def __init__(self, w: Weights, p: Gemma3Params, i: int, caches: SlotCaches, layer_kernels: bool) -> None:
         b, d = f"blk.{i}.", p.d_model
         rows = (p.n_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_k, p.n_kv_heads * p.head_dim_v)
         qk_norm = stacked_qk_norm(w.tensor(b + "attn_q_norm.weight", [p.head_dim_k]),
@@ -153,9 +168,13 @@ class Gemma3Layer:
         )
         self.caches = caches  # one per slot
         self.window = None if p.is_global(i) else p.window
+        self.kernel = gemma3_layer_kernel(self.weights, p, self.window) if layer_kernels else None
 
     def __call__(self, h: torch.Tensor, batch: DeviceRows, rope: tuple[torch.Tensor, torch.Tensor],
                  p: Gemma3Params) -> torch.Tensor:
+        if self.kernel is not None:
+            return self.kernel(h, *rope, self.caches.k, self.caches.v, batch.slots, batch.positions)
+
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return batch.attend(self.caches, q, k, v, p.attention_scale, self.window)
 
@@ -169,8 +188,8 @@ class Gemma3Trunk(FixedShapeTrunk):
         capacity = options.cache_capacity
         self.embedding = w.embedding([p.vocab, p.d_model])
         output = w.lm_head([p.vocab, p.d_model])  # tied to the embedding
-        self.layers = [Gemma3Layer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim_k, p.head_dim_v))
-                       for i in range(p.n_layers)]
+        self.layers = [Gemma3Layer(w, p, i, slot_caches(options, p.n_kv_heads, p.head_dim_k, p.head_dim_v),
+                                   options.layer_kernels) for i in range(p.n_layers)]
         self.local_rope = p.rope(False, capacity, options.device)
         self.global_rope = p.rope(True, capacity, options.device)
         config = TrunkConfig(architecture=ARCH, vocab_size=p.vocab, d_model=p.d_model, n_layers=p.n_layers,

@@ -1,5 +1,5 @@
-// The trunks' per-row float32 operations on the CPU: RMS norm, rotary embedding and attention over a KV cache (held
-// in f32, f16, bf16 or q8_0 rows, read back exactly)
+// The trunks' per-row float32 operations on the CPU: RMS norm, rotary embedding, and the write of a KV cache (rows
+// held in f32, f16, bf16 or q8_0, each rounded by itself) and attention over it (the rows read back exactly)
 // (power/kernels/cpu/rowops.py defines them and holds their torch references). Each row is computed by one fixed
 // sequence of float32 operations that reads nothing of another row, so a row's bits do not depend on how many
 // rows share the call, and the same code compiled for every instruction path gives the same bits on each
@@ -115,7 +115,61 @@ struct CacheRows {
     }
 };
 
+// float32 values [width] as one stored cache row of `type` at `out` (power/runtime/kv_rows.py `encode`, bit for bit):
+// f16 and bf16 rounded to nearest even; q8_0 per block of 32, d = max|x| / 127 and q = sign(s) floor(|s| + 0.5) with
+// s = x (1 / d) (0 where d is 0), d kept as f16.
+void store_row(const float* x, int64_t width, at::ScalarType type, uint8_t* out) {
+    if (type == at::kFloat) {
+        std::memcpy(out, x, width * sizeof(float));
+    } else if (type == at::kHalf) {
+        for (int64_t c = 0; c < width; ++c) reinterpret_cast<c10::Half*>(out)[c] = c10::Half(x[c]);
+    } else if (type == at::kBFloat16) {
+        for (int64_t c = 0; c < width; ++c) reinterpret_cast<c10::BFloat16*>(out)[c] = c10::BFloat16(x[c]);
+    } else {
+        for (int64_t b = 0; b < width / kQ8Block; ++b, x += kQ8Block, out += kQ8BlockBytes) {
+            float amax = 0.0f;
+            for (int64_t c = 0; c < kQ8Block; ++c) amax = std::max(amax, std::fabs(x[c]));
+            const float scale = amax / 127.0f;
+            const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+            const uint16_t bits = c10::Half(scale).x;
+            std::memcpy(out, &bits, 2);
+            for (int64_t c = 0; c < kQ8Block; ++c) {
+                const float s = x[c] * inverse, v = std::floor(std::fabs(s) + 0.5f);
+                out[2 + c] = static_cast<uint8_t>(static_cast<int8_t>(s < 0.0f ? -v : s > 0.0f ? v : 0.0f));
+            }
+        }
+    }
+}
+
 }  // namespace
+
+// rows [n, heads, width] float32 into caches [S, heads, T, stored width] (`CacheRows`' types) at each row's slot and
+// position (slots, positions int64 [n]), each row rounded to the caches' type by itself.
+void cache_write(at::Tensor rows, at::Tensor caches, at::Tensor slots, at::Tensor positions) {
+    const at::Tensor values = rows.contiguous();
+    check_rows(values, "rows");
+    TORCH_CHECK(values.dim() == 3 && caches.dim() == 4 && caches.size(1) == values.size(1),
+                "rows [n, heads, width] into caches [S, heads, T, stored width]");
+    const CacheRows layout(caches.select(0, 0), "caches");
+    TORCH_CHECK(caches.is_contiguous() && layout.width == values.size(2), "caches: contiguous, rows of ",
+                values.size(2), " values");
+    TORCH_CHECK(slots.scalar_type() == at::kLong && positions.scalar_type() == at::kLong && slots.is_contiguous() &&
+                positions.is_contiguous() && slots.numel() == values.size(0) && positions.numel() == values.size(0),
+                "slots and positions: contiguous int64 [n]");
+    const int64_t n = values.size(0), heads = values.size(1), width = values.size(2), slot_rows = caches.size(2);
+    const int64_t* sp = slots.data_ptr<int64_t>();
+    const int64_t* pp = positions.data_ptr<int64_t>();
+    uint8_t* base = static_cast<uint8_t*>(caches.data_ptr());
+    const float* vp = values.data_ptr<float>();
+    for (int64_t r = 0; r < n; ++r) {
+        TORCH_CHECK(sp[r] >= 0 && sp[r] < caches.size(0) && pp[r] >= 0 && pp[r] < slot_rows, "row ", r, ": slot ",
+                    sp[r], ", position ", pp[r], " outside the caches");
+        for (int64_t h = 0; h < heads; ++h) {
+            uint8_t* out = base + ((sp[r] * heads + h) * slot_rows + pp[r]) * layout.row_bytes;
+            store_row(vp + (r * heads + h) * width, width, layout.type, out);
+        }
+    }
+}
 
 // x [R, d], weight [W, d] (row r uses weight row r % W) -> (x * (1 / sqrt(sum(x^2) / d + eps))) * weight.
 at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
@@ -229,9 +283,11 @@ TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
     m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
     m.def("rope(Tensor x, Tensor cos, Tensor sin, bool neox) -> Tensor");
     m.def("attention(Tensor q, Tensor k, Tensor v, Tensor positions, int window, float scale) -> Tensor");
+    m.def("cache_write(Tensor rows, Tensor(a!) caches, Tensor slots, Tensor positions) -> ()");
 }
 TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) {
     m.impl("rms_norm", &rms_norm);
     m.impl("rope", &rope);
     m.impl("attention", &attention);
+    m.impl("cache_write", &cache_write);
 }
