@@ -68,9 +68,9 @@ def gemma_plan(tmp_path_factory) -> Path:
     return folder / "plan.json"
 
 
-def test_the_plan_charges_the_greedy_heads_copy_of_the_head(gemma_plan):
+def test_the_plan_charges_what_holding_the_head_once_adds(gemma_plan):
     components = {c.name: c for c in load_plan(gemma_plan).memory.components}
-    assert components["greedy LM head"].bytes == 262_144 // 16 * (6 * 544 + 14 * 304)
+    assert components["greedy LM head"].bytes == 262_144 // 16 * 14 * 16  # a norm byte a row and bounded block
 
 
 def served_completions(plan: Path, greedy_head: str) -> list[dict]:

@@ -38,12 +38,13 @@ def normed_rows(gguf: GGUFFile, finals: torch.Tensor) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def gemma():
     gguf = GGUFFile(GEMMA)
-    return gguf, load_trunk(gguf, n_ctx=512, verify_capacity=1), Tokenizer.from_gguf(gguf)
+    return gguf, load_trunk(gguf, n_ctx=512, verify_capacity=1, greedy_head=False), Tokenizer.from_gguf(gguf)
 
 
 @pytest.fixture(scope="module")
 def gemma_head(gemma) -> tuple[QuantLinear, torch.Tensor]:
-    """The real head as the runtime packs it (Q8_0 in its blocks) and the normed final residual of every prompt row."""
+    """The real head as the runtime packs it without the greedy head (Q8_0 in its blocks) and the normed final
+    residual of every prompt row."""
     gguf, trunk, tokenizer = gemma
     layers = trunk.config.n_layers
     finals = []

@@ -1,7 +1,8 @@
 """The greedy head's cheap pass (power.kernels.cpu.greedy): every instruction path computes its torch reference's bits,
 its bound holds through the float32 comparisons, with every block exact it is the Q8_0 product itself, and the
 calibrated exact blocks are where the activation is; the whole head in one call (`CompactHead.argmax`) is the
-reference product's argmax on every path, ties to the lowest token, and gives up (-1) where the pass is not finite."""
+reference product's argmax on every path, ties to the lowest token, and gives up (-1) where the pass is not finite.
+The head held once this way is the Q8_0 head: its product and its rows are the Q8_0 matrix's bits on every path."""
 
 from __future__ import annotations
 
@@ -46,6 +47,21 @@ def test_with_every_block_exact_the_pass_is_the_product(path: str) -> None:
     x = rows(4, seed=4)
     p, _ = CompactHead(matrix, range(WIDTH // 32)).bounded(x, path)
     assert torch.equal(p, matrix(x))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("exact_blocks", [(), (1, 3), (0, 1, 2, 3, 4)])
+def test_the_head_held_once_is_the_q8_0_head_bit_for_bit(path: str, exact_blocks: tuple[int, ...]) -> None:
+    raw, matrix = head(11)
+    compact = CompactHead(matrix, exact_blocks)
+    for n in (1, 2, 3, 5, 9):
+        x = rows(n, seed=n)
+        assert torch.equal(compact(x, path), matmul("Q8_0", raw, (VOCAB, WIDTH), x))
+    tokens = torch.tensor([0, 15, 16, 101, VOCAB - 1, 15])
+    assert torch.equal(compact.rows(tokens, path), matrix.rows(tokens))
+    assert compact.nbytes == 13 * (len(exact_blocks) * 544 + (5 - len(exact_blocks)) * 560)
+    with pytest.raises(IndexError):
+        compact.rows(torch.tensor([VOCAB]))
 
 
 @pytest.mark.parametrize("exact_blocks", [(), (4,), (0, 2, 4)])

@@ -16,9 +16,11 @@ Then a forward whose rows all want only their argmax (greedy sampling) takes it 
 measured 1.17-1.44x the full head at one row (median), 0.79x at 8 rows, where each row multiplies every tile's
 bounded blocks on its own (a speculative verification, a batch of several slots' rows keep the full head).
 
-The copy is one stream of 16-row tiles, per tile and block of 32 input channels its Q8_0 bytes (`EXACT_BLOCKS`
-blocks) or its high nibbles with a norm byte per row (the others): `stream_bytes`, what sizing charges
-(`power.kernels.cpu.greedy` lays it out).
+The head is then held once, in the form the pass reads: one stream of 16-row tiles, per tile and block of 32 input
+channels its Q8_0 bytes (`EXACT_BLOCKS` blocks) or its high nibbles with a norm byte per row (the others), and the
+others' low nibbles apart; the full product, its rows and the exact scores recombine them into the Q8_0 bytes, so
+the Q8_0 tiles go. It costs the norm bytes beyond the Q8_0 head (`held_once_extra_bytes`, what sizing charges;
+`power.kernels.cpu.greedy` lays it out).
 """
 
 from __future__ import annotations
@@ -28,8 +30,6 @@ MIN_VOCAB = 65_536
 ROWS = 1
 BLOCK = 32
 TILE = 16  # power/kernels/cpu/layout.py TILE
-EXACT_BLOCK_BYTES = TILE * (2 + BLOCK)  # a Q8_0 block of a tile: 16 f16 scales and 16 x 32 int8 weights
-BOUNDED_BLOCK_BYTES = 304  # 16 f16 scales, 16 norm bytes, 16 x 32 high nibbles
 
 
 def refusal(qtype: str, vocab: int, softcap: float | None, cpu_kernels: bool) -> str | None:
@@ -50,8 +50,8 @@ def exact_blocks(width: int) -> int:
     return min(EXACT_BLOCKS, width // BLOCK)
 
 
-def stream_bytes(vocab: int, width: int) -> int:
-    """The bytes of the compact copy of a [vocab, width] Q8_0 head the greedy head holds beside it."""
-    exact = exact_blocks(width)
+def held_once_extra_bytes(vocab: int, width: int) -> int:
+    """What a [vocab, width] Q8_0 head held once for the greedy head holds beyond its Q8_0 tiles: a norm byte per row
+    and bounded block."""
     tiles = -(-vocab // TILE)
-    return tiles * (exact * EXACT_BLOCK_BYTES + (width // BLOCK - exact) * BOUNDED_BLOCK_BYTES)
+    return tiles * (width // BLOCK - exact_blocks(width)) * TILE

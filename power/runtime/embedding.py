@@ -23,8 +23,9 @@ from power.runtime.linear import Linear
 class TokenEmbedding:
     """`token_embd.weight` [vocab, d]: call it on token ids [m] -> [m, d] float32; `nbytes` is what it holds."""
 
-    def __init__(self, rows: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, int], nbytes: int) -> None:
-        self._rows, self.shape, self.nbytes = rows, shape, nbytes
+    def __init__(self, rows: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, int], nbytes: int,
+                 head: Linear | None = None) -> None:
+        self._rows, self.shape, self.nbytes, self._head = rows, shape, nbytes, head
 
     @classmethod
     def of_gguf(cls, gguf: GGUFFile, name: str, shape: Sequence[int], device: str = "cpu") -> TokenEmbedding:
@@ -42,7 +43,11 @@ class TokenEmbedding:
     @classmethod
     def tied(cls, head: Linear) -> TokenEmbedding:
         """The rows of the LM head it is tied to, read where the head holds them: nothing held twice."""
-        return cls(head.rows, head.shape, 0)
+        return cls(head.rows, head.shape, 0, head)
+
+    def tied_to(self, head: Linear) -> bool:
+        """Whether it reads its rows from `head` (which a trunk that holds its head anew must then tie it to)."""
+        return self._head is head
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._rows(tokens)

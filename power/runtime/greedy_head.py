@@ -1,8 +1,8 @@
 """An exact greedy LM head: the argmax of the full product from a cheap bounded pass and a few exact rows.
 
 Greedy decoding and greedy verification need each row's argmax (the lowest token ID on ties), not every logit.
-`GreedyHead` wraps the runtime's Q8_0 head (a `QuantLinear`, whose `select(x, rows)` gives chosen output columns
-bit-identical to the full product) and finds that argmax by bound and refine:
+`GreedyHead` holds the runtime's Q8_0 head (a `QuantLinear`) once, in the form its pass reads (the full product,
+rows and exact scores read the same bytes), and finds that argmax by bound and refine:
 
 1. the cheap pass (`power.kernels.cpu.greedy.CompactHead.bounded`) scores every token, p_v, with a rigorous bound:
    lower_v = fl(p_v - b_v) <= s_v <= fl(p_v + b_v) = upper_v for the full product's score s_v of every token v.
@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import torch
 
 from power.documents import greedy_head as rule
+from power.kernels.cpu import QuantMatrix
 from power.kernels.cpu.greedy import CompactHead, calibrated_blocks
 from power.runtime.errors import RuntimeInputError
 from power.runtime.linear import Linear, QuantLinear
@@ -58,14 +59,21 @@ def head_refusal(head: Linear, softcap: float | None, enabled: bool) -> str | No
 
 
 class GreedyHead:
-    """argmax of `exact(x)` per row, bit-identical, from a cheap bounded pass and the exact scores of a few tokens."""
+    """argmax of `exact(x)` per row, bit-identical, from a cheap bounded pass and the exact scores of a few tokens.
+
+    It holds the Q8_0 head `exact` once, as the pass's stream and the low nibbles it leaves out
+    (`power.kernels.cpu.greedy.CompactHead`): `head` is that head as a `QuantLinear`, the same product, rows and bits
+    as `exact`, for the trunk to keep in `exact`'s place, whose Q8_0 tiles can then go."""
 
     def __init__(self, exact: Linear, exact_blocks: Sequence[int]) -> None:
-        if not isinstance(exact, QuantLinear) or exact.matrix.qtype != "Q8_0":
+        matrix = exact.matrix if isinstance(exact, QuantLinear) else None
+        if not isinstance(matrix, QuantMatrix) or matrix.qtype != "Q8_0":
             raise RuntimeInputError(f"an exact greedy head reads a Q8_0 head on the CPU kernels; this head is "
                                     f"{getattr(exact, 'path', type(exact).__name__)}")
-        self.exact, self.shape = exact, exact.shape
-        self._compact = CompactHead(exact.matrix, exact_blocks)
+        self.shape = exact.shape
+        self._compact = CompactHead(matrix, exact_blocks)
+        self.head = QuantLinear(self._compact)
+        self._replaced = exact.nbytes
         self.last_candidate_tiles: list[int] = []  # 16-token tiles refined per row of the last call (benchmarks)
 
     @classmethod
@@ -80,8 +88,8 @@ class GreedyHead:
 
     @property
     def nbytes(self) -> int:
-        """What it holds beside the head it wraps: the pass's stream."""
-        return self._compact.nbytes
+        """What holding the head this way costs beyond its Q8_0 tiles: a norm byte per row and bounded block."""
+        return self._compact.nbytes - self._replaced
 
     def bounds(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [n, in] -> (lower, upper) float32 [n, vocab] with lower <= exact(x) <= upper."""
@@ -94,5 +102,5 @@ class GreedyHead:
         self.last_candidate_tiles = tiles.tolist()
         unbounded = tokens < 0
         if bool(unbounded.any()):
-            tokens[unbounded] = self.exact(x[unbounded]).argmax(dim=1)
+            tokens[unbounded] = self.head(x[unbounded]).argmax(dim=1)
         return tokens

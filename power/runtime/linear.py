@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from power.kernels import dispatch
 from power.kernels.cpu import QuantMatrix
+from power.kernels.cpu.greedy import CompactHead
 from power.kernels.cpu.layout import KINDS as CPU_KINDS
 from power.kernels.qmatmul import SUPPORTED as BLOCK_TYPES
 from power.kernels.qmatmul import step_size
@@ -79,19 +80,17 @@ class Float32Linear(Linear):
 
 
 class QuantLinear(Linear):
-    """A GGUF matrix multiplied in its blocks on the CPU (`power.kernels.cpu.QuantMatrix`).
-
-    `select` gives chosen output columns bit for bit, which an exact greedy head refines with
-    (`power.runtime.greedy_head`); `matrix` is the `QuantMatrix` it multiplies by.
-    """
+    """A GGUF matrix multiplied in its blocks on the CPU: a `power.kernels.cpu.QuantMatrix`, or a Q8_0 LM head held
+    once for the exact greedy head (`power.kernels.cpu.greedy.CompactHead`, the same bits); `matrix` is what it
+    multiplies by."""
 
     row_count_invariant = True  # exact integer sums, one fixed float order per (row, output)
 
-    def __init__(self, matrix: QuantMatrix) -> None:
+    def __init__(self, matrix: QuantMatrix | CompactHead) -> None:
         self.shape, self.path, self._matrix = matrix.shape, matrix.path, matrix
 
     @property
-    def matrix(self) -> QuantMatrix:
+    def matrix(self) -> QuantMatrix | CompactHead:
         return self._matrix
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,10 +98,6 @@ class QuantLinear(Linear):
 
     def rows(self, rows: torch.Tensor) -> torch.Tensor:
         return self._matrix.rows(rows)
-
-    def select(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """x [n, in] -> [n, len(rows)]: the columns `rows` of self(x), bit for bit."""
-        return self._matrix.select(x, rows)
 
     @property
     def nbytes(self) -> int:
@@ -152,7 +147,7 @@ def kernel_products(linear: object) -> list[QuantMatrix] | None:
     """The CPU kernels' products a matrix multiplies by, their outputs side by side in this order; None when any part
     of it is another product (a kernel that runs the products itself takes only these: `power.kernels.cpu.layer`)."""
     if isinstance(linear, QuantLinear):
-        return [linear.matrix]
+        return [linear.matrix] if isinstance(linear.matrix, QuantMatrix) else None
     if isinstance(linear, Stacked):
         parts = [kernel_products(part) for part in linear._parts]
         return None if None in parts else [m for part in parts if part for m in part]

@@ -1,11 +1,17 @@
-"""The cheap pass of the exact greedy LM head over a Q8_0 head, on the CPU, and its torch reference.
+"""A Q8_0 LM head held once for the exact greedy head: its cheap pass on the CPU, and its torch reference.
 
 API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the matrix's own)
 -------------------------------------------------------------------------------------------
 - `CompactHead(matrix, exact_blocks)`: from a Q8_0 `QuantMatrix` [vocab, in], one stream (built by the op
   `greedy_stream`) the pass reads from start to end: per 16-row tile, its blocks of 32 input channels in order,
-  those of `exact_blocks` (block indices) as their Q8_0 bytes and the others as their weights' high nibbles
-  (`nbytes`: 34 and 19 bytes per row and block; the Q8_0 matrix stays, for the exact scores of the candidates).
+  those of `exact_blocks` (block indices) as their Q8_0 bytes and the others as their weights' high nibbles, and
+  beside it the low array (op `greedy_low`): per tile, the bounded blocks' low nibbles, grouped as the high ones.
+  Both together are the head, held once (`nbytes`: 34 bytes per row and exact block, 35 per bounded one: its Q8_0
+  bytes and a norm byte), so the Q8_0 matrix it was built from can go:
+  - `head(x)`: x [n, in] -> [n, vocab], the Q8_0 product bit for bit (op `compact_matmul`: a bounded block's Q8_0
+    bytes are its nibbles recombined, q + 128 = 16 (h + 8) + (l + 8), multiplied as the product multiplies them);
+  - `head.rows(rows)`: rows int64 [k] -> [k, in] dequantised as `QuantMatrix.rows` gives them (op `compact_rows`;
+    a tied embedding reads its tokens there);
   - `head.bounded(x)`: x [n, in] -> (p, bound) float32 [n, vocab] with
     `fl(p - bound) <= matrix(x) <= fl(p + bound)` for every row and token (the float32 comparisons included).
     Every row multiplies the exact blocks by all 8 bits and the rest by their high nibbles; with every block
@@ -13,7 +19,7 @@ API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the ma
   - `head.argmax(x)`: x [n, in] -> (argmax, tiles) int64 [n]: the whole exact greedy head in one kernel call
     (`power.runtime.greedy_head` states why it is exact): the pass, reduced per 16-row tile to its largest lower and
     upper bounds; the tiles whose largest upper bound reaches the row's best lower bound; the exact scores of their
-    tokens from the Q8_0 tiles (the products' arithmetic, so `matrix(x)`'s bits), taken in increasing token ID with a
+    tokens read in full from the stream and the low array (`head(x)`'s bits), taken in increasing token ID with a
     strict comparison, so the lowest ID wins a tie as in `torch.argmax`. -1 for a row whose pass is not finite.
 - `calibrated_blocks(x, count)`: the `count` blocks of largest mean activation norm over sample rows x, the
   blocks where exact weights narrow the bound most for rows like them (which blocks are exact never decides
@@ -83,20 +89,38 @@ def constants(in_features: int) -> tuple[float, float]:
 
 
 class CompactHead:
-    """A Q8_0 head as one stream of exact blocks and high nibbles with the norms of what they leave out; `bounded`
-    scores every row."""
+    """A Q8_0 head held once: the pass's stream of exact blocks and high nibbles with the norms of what they leave
+    out, and the low array of those nibbles' low halves. `bounded` scores every row; `argmax` is the whole greedy
+    head; the product, its rows and the refine read the same bytes in full (a bounded block's Q8_0 bytes are its
+    high and low nibbles recombined), so the Q8_0 tiles it was built from need not be kept."""
+
+    qtype = "Q8_0"
+    row_count_invariant = True
 
     def __init__(self, matrix: QuantMatrix, exact_blocks: Sequence[int]) -> None:
         if matrix.qtype != "Q8_0":
             raise ValueError(f"CompactHead: a Q8_0 head is split into nibbles here, not {matrix.qtype}")
-        self.matrix, self.shape = matrix, matrix.shape
+        self.shape, self.path = matrix.shape, matrix.path
         self.exact = _exact_marks(exact_blocks, matrix.shape[1] // BLOCK)
-        self._stream = self._ops(None).greedy_stream(matrix.tiles, self.exact)
+        ops = self._ops(None)
+        self._stream = ops.greedy_stream(matrix.tiles, self.exact)
+        self._low = ops.greedy_low(matrix.tiles, self.exact)
         self._constants = constants(matrix.shape[1])
 
     @property
     def nbytes(self) -> int:
-        return self._stream.numel()
+        return self._stream.numel() + self._low.numel()
+
+    def __call__(self, x: torch.Tensor, path: str | None = None) -> torch.Tensor:
+        """x [n, in] float32 -> [n, vocab]: the Q8_0 head's product, bit for bit."""
+        return self._ops(path).compact_matmul(self._stream, self.exact, self._low, self._rows(x))[:, :self.shape[0]]
+
+    def rows(self, rows: torch.Tensor, path: str | None = None) -> torch.Tensor:
+        """rows int64 [k] -> float32 [k, in]: those output rows dequantised, as `QuantMatrix.rows` gives them."""
+        rows = rows.to(torch.int64).reshape(-1).contiguous()
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.shape[0]):
+            raise IndexError(f"CompactHead.rows: rows must lie in [0, {self.shape[0]})")
+        return self._ops(path).compact_rows(self._stream, self.exact, self._low, rows)
 
     def bounded(self, x: torch.Tensor, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [n, in] float32 -> (p, bound) float32 [n, vocab] (the module docstring)."""
@@ -104,14 +128,15 @@ class CompactHead:
         return p[:, :self.shape[0]], bound[:, :self.shape[0]]
 
     def argmax(self, x: torch.Tensor, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [n, in] float32 -> (argmax, tiles) int64 [n]: per row the argmax of `matrix(x)` (lowest token ID on ties)
-        from the pass, the tiles holding a candidate (a token whose upper bound reaches the row's best lower bound)
-        and their tokens' exact scores, or -1 where the row's pass is not finite; and how many tiles it refined."""
-        return self._ops(path).greedy_argmax(self._stream, self.exact, self.matrix.tiles, self._rows(x),
+        """x [n, in] float32 -> (argmax, tiles) int64 [n]: per row the argmax of the head's product (lowest token ID on
+        ties) from the pass, the tiles holding a candidate (a token whose upper bound reaches the row's best lower
+        bound) and their tokens' exact scores, or -1 where the row's pass is not finite; and how many tiles it
+        refined."""
+        return self._ops(path).greedy_argmax(self._stream, self.exact, self._low, self._rows(x),
                                              self.shape[0], *self._constants, FLOOR)
 
     def _ops(self, path: str | None) -> Any:
-        return extension(chosen_path(path) if path else self.matrix.path)
+        return extension(chosen_path(path) if path else self.path)
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.shape[1]:

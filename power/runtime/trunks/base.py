@@ -59,7 +59,7 @@ from power.runtime.trunks.protocol import ForwardOut, TrunkConfig
 
 PAD_TOKEN = 0
 EMBEDDING, OUTPUT = "token_embd.weight", "output.weight"
-GREEDY_HEAD = "greedy LM head (compact copy of the head)"
+GREEDY_HEAD = "greedy LM head (the head held once as its pass's stream: its norm bytes)"
 PATHS = ("auto", "cpu", "gpu")
 
 
@@ -492,6 +492,9 @@ class FixedShapeTrunk:
         final = self.prefill(calibration[:self.config.n_ctx], taps=[layers]).hidden[layers]
         self.reset(0)
         self._greedy = GreedyHead.calibrated(self._output, self._output_norm(final))
+        if self.embedding.tied_to(self._output):
+            self.embedding = TokenEmbedding.tied(self._greedy.head)
+        self._output = self._greedy.head  # the head held once: its Q8_0 tiles go
         self.held[GREEDY_HEAD] = self._greedy.nbytes
 
     @property

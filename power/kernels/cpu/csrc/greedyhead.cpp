@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ constexpr int64_t kGroupTiles = 32;
 constexpr int64_t kQ8Block = 544;       // a Q8_0 block of a 16-row tile (power/kernels/cpu/layout.py)
 constexpr int64_t kCompactBlock = 304;  // 16 float16 scales, 16 remainder norms, 16 rows x 32 high nibbles
 constexpr int64_t kNorms = 32, kNibbles = 48;
+constexpr int64_t kLowBlock = 256;      // 16 rows x 32 low nibbles of a bounded block (the low array)
 
 // NR activation rows of the call (a row may repeat to fill a chunk; its result is then computed twice).
 template <int NR>
@@ -41,6 +43,8 @@ struct Call {
     const uint8_t* exact;  // 1: the block is stored as its Q8_0 tile block [nb]
     int64_t nb, tile_bytes;
     float k_rem, k_sum, floor;
+    const uint8_t* low = nullptr;  // the bounded blocks' low nibbles (the head held once), low_bytes a tile
+    int64_t low_bytes = 0;
 };
 
 // The float step of a block (`power.kernels.cpu`'s, the full product's) and its magnitude.
@@ -106,6 +110,45 @@ void tile_pass(const uint8_t* c, const Call& call, const Chunk<NR>& a, float* co
     }
 }
 
+// A bounded block read in full: its high nibbles from the stream (cb) and its low nibbles from the low array (lb,
+// the same 4 groups of 64 bytes) recombine into the Q8_0 bytes, q + 128 = 16 (h + 8) + (l + 8), in load_q8_0's
+// registers, so the block's integer and float term are the Q8_0 product's.
+template <int NR>
+void split_block(const uint8_t* cb, const uint8_t* lb, int64_t b, const Chunk<NR>& a, F* p, F* mag) {
+    const F dw = load_f16(cb);
+    const V high4 = splat((int32_t)0xF0F0F0F0);
+    V w[8];
+    for (int k = 0; k < 4; ++k) {
+        const V hi = load64(cb + kNibbles + 64 * k), lo = load64(lb + 64 * k);
+        w[k] = shl(hi & kLow4, 4) | (lo & kLow4);
+        w[k + 4] = (hi & high4) | (shr(lo, 4) & kLow4);
+    }
+#ifdef POWER_SIGNED_Q8
+    for (int g = 0; g < 8; ++g) w[g] = w[g] ^ splat((int32_t)0x80808080);
+#endif
+    for (int r = 0; r < NR; ++r) {
+        add_term(dw * fsplat(a.d[r][b]), q8_0_sum(w, a.q[r] + 32 * b, a.sum[r][b]), p[r], mag[r]);
+    }
+}
+
+// One tile read in full from the stream (c) and the low array (l): every token's score, the Q8_0 product's bits.
+template <int NR>
+void full_tile(const uint8_t* c, const uint8_t* l, const Call& call, const Chunk<NR>& a, float* const* p_out) {
+    F p[NR], mag[NR];
+    for (int r = 0; r < NR; ++r) p[r] = mag[r] = fzero();
+    for (int64_t b = 0; b < call.nb; ++b) {
+        if (call.exact[b]) {
+            exact_block<NR>(c, b, a, p, mag);
+            c += kQ8Block;
+        } else {
+            split_block<NR>(c, l, b, a, p, mag);
+            c += kCompactBlock;
+            l += kLowBlock;
+        }
+    }
+    for (int r = 0; r < NR; ++r) store(p_out[r], p[r]);
+}
+
 // A call's rows as the pass reads them: the products' quantisation (quantize.h) with each block's level sum and
 // norm rounded up to float32.
 struct Rows {
@@ -155,8 +198,8 @@ Chunk<NR> chunk_of(const Rows& rows, int64_t r0) {
 }
 
 // The pass over tiles [first, last) for rows r0.. of the chunk; sink(row, tile, p, bound) takes each tile's 16
-// scores and bounds of a row.
-template <int NR, class Sink>
+// scores and bounds of a row (`kFull`: every score in full from the stream and the low array, no bound).
+template <int NR, bool kFull, class Sink>
 void run_chunk(const Call& call, const Rows& rows, int64_t r0, int64_t first, int64_t last, const Sink& sink) {
     const Chunk<NR> chunk = chunk_of<NR>(rows, r0);
     float p[NR][16], bound[NR][16];
@@ -164,12 +207,16 @@ void run_chunk(const Call& call, const Rows& rows, int64_t r0, int64_t first, in
     float* b_out[NR];
     for (int r = 0; r < NR; ++r) p_out[r] = p[r], b_out[r] = bound[r];
     for (int64_t i = first; i < last; ++i) {
-        tile_pass<NR>(call.stream + i * call.tile_bytes, call, chunk, p_out, b_out);
+        if constexpr (kFull) {
+            full_tile<NR>(call.stream + i * call.tile_bytes, call.low + i * call.low_bytes, call, chunk, p_out);
+        } else {
+            tile_pass<NR>(call.stream + i * call.tile_bytes, call, chunk, p_out, b_out);
+        }
         for (int r = 0; r < NR && r0 + r < rows.n; ++r) sink(r0 + r, i, p[r], bound[r]);
     }
 }
 
-template <class Sink>
+template <bool kFull = false, class Sink>
 void pass(const Call& call, const Rows& rows, int64_t n_tiles, const Sink& sink) {
     const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 16) / call.tile_bytes);
     power_pool::parallel_for(n_tiles, grain, [&](int64_t begin, int64_t end) {
@@ -178,9 +225,9 @@ void pass(const Call& call, const Rows& rows, int64_t n_tiles, const Sink& sink)
             const int64_t last = std::min(end, first + kGroupTiles);
             for (int64_t r0 = 0; r0 < rows.n; r0 += kChunkRows) {
                 const int64_t left = rows.n - r0;
-                if (left >= 3) run_chunk<4>(call, rows, r0, first, last, sink);
-                else if (left == 2) run_chunk<2>(call, rows, r0, first, last, sink);
-                else run_chunk<1>(call, rows, r0, first, last, sink);
+                if (left >= 3) run_chunk<4, kFull>(call, rows, r0, first, last, sink);
+                else if (left == 2) run_chunk<2, kFull>(call, rows, r0, first, last, sink);
+                else run_chunk<1, kFull>(call, rows, r0, first, last, sink);
             }
         }
     });
@@ -235,6 +282,32 @@ void compact_block(const uint8_t* qb, uint8_t* out) {
     }
 }
 
+// A bounded block's low nibbles l + 8 = q & 15 (the low array), grouped as compact_block groups the high ones.
+void low_block(const uint8_t* qb, uint8_t* out) {
+    const uint8_t* q = qb + kNorms;
+    for (int k = 0; k < 4; ++k) {
+        for (int i = 0; i < 64; ++i) out[64 * k + i] = (uint8_t)((q[64 * k + i] & 15) | ((q[64 * (k + 4) + i] & 15) << 4));
+    }
+}
+
+// The low array's bytes a tile: kLowBlock for each bounded block.
+int64_t low_bytes_of(const at::Tensor& exact) {
+    const uint8_t* marks = exact.data_ptr<uint8_t>();
+    return kLowBlock * std::count_if(marks, marks + exact.numel(), [](uint8_t m) { return m == 0; });
+}
+
+// The call over a head held once: the stream and its low array (whole tiles of both).
+Call held_call(const at::Tensor& stream, const at::Tensor& exact, const at::Tensor& low, double k_rem, double k_sum,
+               double floor) {
+    Call call = call_of(stream, exact, k_rem, k_sum, floor);
+    call.low_bytes = low_bytes_of(exact);
+    TORCH_CHECK(low.scalar_type() == at::kByte && low.is_contiguous() &&
+                low.numel() == stream.numel() / call.tile_bytes * call.low_bytes,
+                "low: contiguous uint8, the stream's tiles' low nibbles (", call.low_bytes, " bytes a tile)");
+    call.low = low.data_ptr<uint8_t>();
+    return call;
+}
+
 // A row's pass over one tile, reduced: the largest lower and upper bound of its tokens below `vocab`, or NaN for
 // both where a score or bound is not finite (the row then takes the full head).
 struct TileBounds {
@@ -249,13 +322,6 @@ TileBounds reduce_tile(const float* p, const float* bound, int64_t tokens) {
         best.upper = std::max(best.upper, p[j] + bound[j]);
     }
     return best;
-}
-
-// The exact scores of a tile's 16 tokens for one row, from its Q8_0 tile blocks: the full product's bits.
-F exact_tile(const uint8_t* tile, int64_t nb, const Chunk<1>& row) {
-    F p[1] = {fzero()}, mag[1] = {fzero()};
-    for (int64_t b = 0; b < nb; ++b) exact_block<1>(tile + b * kQ8Block, b, row, p, mag);
-    return p[0];
 }
 
 // The tiles whose largest upper bound reaches the row's best lower bound, in increasing order (none where the pass
@@ -305,6 +371,84 @@ at::Tensor greedy_stream(at::Tensor packed, at::Tensor exact) {
     return stream;
 }
 
+// packed, exact as for greedy_stream. Returns the low array: per tile, its bounded blocks' low nibbles in order.
+at::Tensor greedy_low(at::Tensor packed, at::Tensor exact) {
+    const int64_t nb = exact.numel(), low_bytes = low_bytes_of(exact);
+    TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.numel() % (nb * kQ8Block) == 0,
+                "packed: a Q8_0 head's tiles, contiguous uint8, whole tiles of ", nb * kQ8Block, " bytes");
+    const int64_t n_tiles = packed.numel() / (nb * kQ8Block);
+    auto low = at::empty({n_tiles * low_bytes}, at::kByte);
+    const uint8_t* marks = exact.data_ptr<uint8_t>();
+    const uint8_t* tiles = packed.data_ptr<uint8_t>();
+    uint8_t* out = low.data_ptr<uint8_t>();
+    power_pool::parallel_for(n_tiles, kGroupTiles, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            uint8_t* dst = out + t * low_bytes;
+            for (int64_t b = 0; b < nb; ++b) {
+                if (!marks[b]) {
+                    low_block(tiles + (t * nb + b) * kQ8Block, dst);
+                    dst += kLowBlock;
+                }
+            }
+        }
+    });
+    return low;
+}
+
+// The head held once (stream, exact, low) times x float32 [n, in]: float32 [n, tiles * 16], the Q8_0 product's bits.
+at::Tensor compact_matmul(at::Tensor stream, at::Tensor exact, at::Tensor low, at::Tensor x) {
+    const Call call = held_call(stream, exact, low, 0.0, 0.0, 0.0);
+    const Rows rows = quantized_rows(x, call.nb);
+    const int64_t n_tiles = stream.numel() / call.tile_bytes, width = 16 * n_tiles;
+    auto out = at::empty({rows.n, width}, at::kFloat);
+    float* op = out.data_ptr<float>();
+    pass<true>(call, rows, n_tiles, [&](int64_t row, int64_t tile, const float* tile_p, const float*) {
+        std::memcpy(op + row * width + 16 * tile, tile_p, 16 * sizeof(float));
+    });
+    return out;
+}
+
+// The head held once: output rows `rows` int64 [k] dequantised, float32 [k, in], w = d * q as the Q8_0 dequantiser
+// computes it (q = 16 (h + 8) + (l + 8) - 128 in a bounded block).
+at::Tensor compact_rows(at::Tensor stream, at::Tensor exact, at::Tensor low, at::Tensor rows) {
+    const Call call = held_call(stream, exact, low, 0.0, 0.0, 0.0);
+    TORCH_CHECK(rows.scalar_type() == at::kLong && rows.dim() == 1 && rows.is_contiguous(), "rows: int64 [k]");
+    const int64_t k = rows.size(0), n_rows = stream.numel() / call.tile_bytes * 16;
+    const int64_t* rp = rows.data_ptr<int64_t>();
+    for (int64_t i = 0; i < k; ++i) TORCH_CHECK(rp[i] >= 0 && rp[i] < n_rows, "row ", rp[i], " out of range");
+    auto out = at::empty({k, 32 * call.nb}, at::kFloat);
+    float* op = out.data_ptr<float>();
+    for (int64_t i = 0; i < k; ++i) {
+        const int64_t r = rp[i] % 16;
+        const uint8_t* c = call.stream + rp[i] / 16 * call.tile_bytes;
+        const uint8_t* l = call.low + rp[i] / 16 * call.low_bytes;
+        for (int64_t b = 0; b < call.nb; ++b) {
+            uint16_t bits;
+            std::memcpy(&bits, c + 2 * r, 2);
+            const float d = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+            float* w = op + i * 32 * call.nb + 32 * b;
+            for (int e = 0; e < 32; ++e) {
+                const int64_t at = 64 * (e % 16 / 4) + 4 * r + e % 4;  // weight e's byte in its group of 4
+                int32_t q;
+                if (call.exact[b]) {
+                    q = (int8_t)c[kNorms + 64 * (e / 4) + 4 * r + e % 4];
+                } else {
+                    const int shift = e < 16 ? 0 : 4;
+                    q = 16 * ((c[kNibbles + at] >> shift) & 15) + ((l[at] >> shift) & 15) - 128;
+                }
+                w[e] = d * (float)q;
+            }
+            if (call.exact[b]) {
+                c += kQ8Block;
+            } else {
+                c += kCompactBlock;
+                l += kLowBlock;
+            }
+        }
+    }
+    return out;
+}
+
 // stream: the head's pass stream (power/kernels/cpu/greedy.py); exact uint8 [in / 32]: which blocks it stores as
 // Q8_0; x float32 [n, in]. Returns (p, bound), float32 [n, tiles * 16].
 std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor stream, at::Tensor exact, at::Tensor x, double k_rem,
@@ -325,18 +469,16 @@ std::tuple<at::Tensor, at::Tensor> greedy_pass(at::Tensor stream, at::Tensor exa
 
 // The greedy head (power/runtime/greedy_head.py) in one call: the pass, the candidate tiles of each row (those
 // holding a token whose upper bound reaches the row's best lower bound) and the exact scores of their tokens, read
-// from the head's Q8_0 tiles `packed` [tiles * nb * 544] (the products' layout). Returns (argmax int64 [n], the
-// lowest token of the largest exact score, or -1 where the row's pass was not finite; candidate tiles int64 [n]).
-std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor exact, at::Tensor packed,
+// in full from the stream and its low array `low`. Returns (argmax int64 [n], the lowest token of the largest exact
+// score, or -1 where the row's pass was not finite; candidate tiles int64 [n]).
+std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor exact, at::Tensor low,
                                                  at::Tensor x, int64_t vocab, double k_rem, double k_sum,
                                                  double floor) {
-    const Call call = call_of(stream, exact, k_rem, k_sum, floor);
+    const Call call = held_call(stream, exact, low, k_rem, k_sum, floor);
     const Rows rows = quantized_rows(x, call.nb);
     const int64_t n_tiles = stream.numel() / call.tile_bytes, n = rows.n;
     TORCH_CHECK(vocab > 16 * (n_tiles - 1) && vocab <= 16 * n_tiles, "vocab: ", vocab, " tokens in ", n_tiles,
                 " tiles");
-    TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                packed.numel() == n_tiles * call.nb * kQ8Block, "packed: the head's Q8_0 tiles, contiguous uint8");
     std::vector<TileBounds> bounds(n * n_tiles);
     pass(call, rows, n_tiles, [&](int64_t row, int64_t tile, const float* p, const float* bound) {
         bounds[row * n_tiles + tile] = reduce_tile(p, bound, std::min<int64_t>(16, vocab - 16 * tile));
@@ -350,11 +492,12 @@ std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor e
         for (const int64_t tile : kept) pairs.emplace_back(r, tile);
     }
     std::vector<float> scores(16 * pairs.size());
-    const uint8_t* tiles = packed.data_ptr<uint8_t>();
     power_pool::parallel_for((int64_t)pairs.size(), 4, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             const auto [row, tile] = pairs[i];
-            store(scores.data() + 16 * i, exact_tile(tiles + tile * call.nb * kQ8Block, call.nb, chunk_of<1>(rows, row)));
+            float* out_row[1] = {scores.data() + 16 * i};
+            full_tile<1>(call.stream + tile * call.tile_bytes, call.low + tile * call.low_bytes, call,
+                         chunk_of<1>(rows, row), out_row);
         }
     });
     // Tokens in increasing order per row with a strict comparison: the first maximum wins, as in torch.argmax.
@@ -372,13 +515,19 @@ std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor e
 
 TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
     m.def("greedy_stream(Tensor packed, Tensor exact) -> Tensor");
+    m.def("greedy_low(Tensor packed, Tensor exact) -> Tensor");
+    m.def("compact_matmul(Tensor stream, Tensor exact, Tensor low, Tensor x) -> Tensor");
+    m.def("compact_rows(Tensor stream, Tensor exact, Tensor low, Tensor rows) -> Tensor");
     m.def("greedy_pass(Tensor stream, Tensor exact, Tensor x, float k_rem, float k_sum, float floor) -> (Tensor, "
           "Tensor)");
-    m.def("greedy_argmax(Tensor stream, Tensor exact, Tensor packed, Tensor x, int vocab, float k_rem, float k_sum, "
+    m.def("greedy_argmax(Tensor stream, Tensor exact, Tensor low, Tensor x, int vocab, float k_rem, float k_sum, "
           "float floor) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) {
     m.impl("greedy_stream", &greedy_stream);
+    m.impl("greedy_low", &greedy_low);
+    m.impl("compact_matmul", &compact_matmul);
+    m.impl("compact_rows", &compact_rows);
     m.impl("greedy_pass", &greedy_pass);
     m.impl("greedy_argmax", &greedy_argmax);
 }

@@ -14,8 +14,9 @@ plan's arithmetic (power.documents.arithmetic):
 - float32: every matrix dequantised, 4 B a weight;
 - vectors (norms, biases) and a depthwise convolution's taps in float32;
 - where the runtime takes the exact greedy LM head (`power.documents.greedy_head`: a Q8_0 head on the CPU kernels,
-  no final logit softcap, enough rows), the compact copy of the head it holds beside it, exactly (turned off at run
-  time, `--greedy-head off`, the runtime holds that much less than the plan charges).
+  no final logit softcap, enough rows), the head is held once in the form its pass reads, a norm byte per row and
+  bounded block more than its Q8_0 tiles, exactly (turned off at run time, `--greedy-head off`, the runtime holds
+  that much less than the plan charges).
 
 Attention caches hold their rows in the plan's KV type (`kv_cache_type`; the MTP head's
 `draft_kv_cache_type`): f32, f16, bf16 or q8_0, each head's row of each position rounded
@@ -218,18 +219,18 @@ def _lm_head(target: ArtifactFacts) -> TensorInfo:
 
 
 def _greedy_head(target: ArtifactFacts, arithmetic: str, device_kind: str) -> Component | None:
-    """The compact copy of the LM head the exact greedy head holds beside it, where the runtime takes it (None
-    elsewhere)."""
+    """What holding the LM head once for the exact greedy head costs beyond its Q8_0 tiles, where the runtime takes
+    it (None elsewhere)."""
     head = _lm_head(target)
     width, vocab = head.dims
     softcap = target.hparam("final_logit_softcapping")
     if greedy_head.refusal(head.type_name, vocab, softcap, arithmetic == QUANTISED and device_kind == "cpu"):
         return None
     exact = greedy_head.exact_blocks(width)
-    return Component("greedy LM head", greedy_head.stream_bytes(vocab, width),
-                     f"a compact copy of the {head.type_name} LM head for greedy rows: per 16-row tile {exact} of "
-                     f"{width // greedy_head.BLOCK} blocks of 32 as Q8_0, the rest as high nibbles "
-                     f"(docs/runtime.md, \"The exact greedy LM head\")")
+    return Component("greedy LM head", greedy_head.held_once_extra_bytes(vocab, width),
+                     f"the {head.type_name} LM head held once for greedy rows: per 16-row tile {exact} of "
+                     f"{width // greedy_head.BLOCK} blocks of 32 as Q8_0, the rest as high and low nibbles apart, with "
+                     f"a norm byte per row (docs/runtime.md, \"The exact greedy LM head\")")
 
 
 def _block_drafter_weights(tensors: list[TensorInfo]) -> Component:
