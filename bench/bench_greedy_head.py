@@ -44,7 +44,7 @@ PROMPTS = ("The capital of France is Paris, and the capital of Italy is Rome. Th
 
 def hidden_rows(gguf: GGUFFile) -> tuple[QuantLinear, torch.Tensor, int]:
     """The head, the normed final rows of every prompt and how many of them the first prompt has."""
-    trunk = load_trunk(gguf, n_ctx=256, verify_capacity=1)
+    trunk = load_trunk(gguf, n_ctx=256, verify_capacity=1, greedy_head=False)  # its Q8_0 head, to compare against
     tokenizer, layers, d = Tokenizer.from_gguf(gguf), trunk.config.n_layers, trunk.config.d_model
     finals = []
     for prompt in PROMPTS:

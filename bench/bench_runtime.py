@@ -79,12 +79,13 @@ from native import contention, instruction_paths, layer_matrices, llama_server_b
 
 from power.app.live import free_port
 from power.kernels.cpu.build import set_wait
+from power.kernels.cpu.greedy import CompactHead
 from power.kernels.cpu.waits import KERNEL_WAITS, KernelWait
 from power.runtime.gguf_weights import GGUFFile
+from power.runtime.linear import QuantLinear
 from power.runtime.speculators.ngram import common_prefix_length
 from power.runtime.tokenizer import Tokenizer
 from power.runtime.trunks import load_trunk
-from power.runtime.trunks.base import GREEDY_HEAD
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_GGUF = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
@@ -121,7 +122,9 @@ class PowerEngine:
         """Every matrix a decode step multiplies by (the layers' and the LM head's, as packed; with the greedy head,
         its pass's stream, the candidates' tiles left out)."""
         matrices = [m for layer in self.trunk.layers for m in layer_matrices(layer).values()]
-        return sum(m.nbytes for m in matrices) + self.trunk.held.get(GREEDY_HEAD, self.trunk.lm_head.nbytes)
+        head = self.trunk.lm_head
+        held_once = isinstance(head, QuantLinear) and isinstance(head.matrix, CompactHead)
+        return sum(m.nbytes for m in matrices) + (head.matrix.pass_nbytes if held_once else head.nbytes)
 
     def all_logits(self, ids: list[int]) -> torch.Tensor:
         self.trunk.reset()

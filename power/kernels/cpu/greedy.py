@@ -111,6 +111,11 @@ class CompactHead:
     def nbytes(self) -> int:
         return self._stream.numel() + self._low.numel()
 
+    @property
+    def pass_nbytes(self) -> int:
+        """The bytes the pass reads: the stream (the low array is read only for the candidates' tiles)."""
+        return self._stream.numel()
+
     def __call__(self, x: torch.Tensor, path: str | None = None) -> torch.Tensor:
         """x [n, in] float32 -> [n, vocab]: the Q8_0 head's product, bit for bit."""
         return self._ops(path).compact_matmul(self._stream, self.exact, self._low, self._rows(x))[:, :self.shape[0]]
