@@ -77,7 +77,8 @@ def main() -> None:
     print(f"{args.gguf.name}: head {vocab} x {width}, {rows.shape[0]} real rows, {args.threads} threads, "
           f"exact blocks {exact_blocks} of {blocks}, built in {time.perf_counter() - started:.1f} s; "
           f"the full head reads {head.nbytes / 1e6:.0f} MB, the cheap pass {pass_bytes / 1e6:.0f} MB "
-          f"(+ {greedy.nbytes / 1e6:.0f} MB held); load average {os.getloadavg()[0]:.2f}")
+          f"(the head held once: {greedy.nbytes / 1e6:.0f} MB more than its Q8_0 tiles); load average "
+          f"{os.getloadavg()[0]:.2f}")
     for n in (1, 2, 8):
         full_s, greedy_s, pass_s, sizes = [], [], [], []
         for begin in range(0, rows.shape[0] - n + 1, n):
