@@ -6,10 +6,12 @@ Real hidden states: the normed final residual of every row of a few prompts
 (Gemma 3 270M in the quantised arithmetic). The head is the runtime's: Gemma's
 tied Q8_0 embedding multiplied by `QuantMatrix` (`QuantLinear`). The exact blocks
 are calibrated on the first prompt's rows (`calibrated_blocks`) and every row is
-timed. Per call, timed interleaved (A B C A B C ...) so that load from other
+timed. Per call, timed interleaved (A B C D A B C D ...) so that load from other
 processes lands on all alike: the full head and its argmax (A), the greedy head
-(B), its cheap pass alone (C), and the bytes each reads; the argmaxes are checked
-equal on every call. Reports the median and the best (min-of-N) times, and the
+(B), its cheap pass alone (C), the full product of the head held once (D: what a
+verification's rows or a sampled row multiply by once the greedy head is built),
+and the bytes each reads; the argmaxes and D's logits are checked equal to A's on
+every call. Reports the median and the best (min-of-N) times, and the
 load average beside the figures.
 """
 
@@ -80,27 +82,34 @@ def main() -> None:
           f"(the head held once: {greedy.nbytes / 1e6:.0f} MB more than its Q8_0 tiles); load average "
           f"{os.getloadavg()[0]:.2f}")
     for n in (1, 2, 8):
-        full_s, greedy_s, pass_s, sizes = [], [], [], []
+        full_s, greedy_s, pass_s, held_s, sizes = [], [], [], [], []
         for begin in range(0, rows.shape[0] - n + 1, n):
             x = rows[begin:begin + n]
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                expected = head(x).argmax(dim=1)
+                logits = head(x)
+                expected = logits.argmax(dim=1)
                 t1 = time.perf_counter()
                 got = greedy.argmax(x)
                 t2 = time.perf_counter()
                 greedy.bounds(x)
                 t3 = time.perf_counter()
+                held = greedy.head(x)
+                t4 = time.perf_counter()
                 full_s.append(t1 - t0)
                 greedy_s.append(t2 - t1)
                 pass_s.append(t3 - t2)
+                held_s.append(t4 - t3)
                 assert torch.equal(got, expected), (begin, n)
+                assert torch.equal(held, logits), (begin, n)
             sizes.extend(greedy.last_candidate_tiles)
-        full, fast, cheap = (statistics.median(t) * 1e3 for t in (full_s, greedy_s, pass_s))
+        full, fast, cheap, once = (statistics.median(t) * 1e3 for t in (full_s, greedy_s, pass_s, held_s))
         best_full, best_fast, best_cheap = (min(t) * 1e3 for t in (full_s, greedy_s, pass_s))
         print(f"{n} rows: median / best ms: full Q8_0 head + argmax {full:6.2f} / {best_full:6.2f}, greedy head "
               f"{fast:6.2f} / {best_fast:6.2f} ({full / fast:.2f}x / {best_full / best_fast:.2f}x), cheap pass "
-              f"{cheap:6.2f} / {best_cheap:6.2f}; candidate tiles per row median {statistics.median(sizes):.0f}, "
+              f"{cheap:6.2f} / {best_cheap:6.2f}, full product of the head held once {once:6.2f} "
+              f"(the Q8_0 head's product and argmax over it: {full / once:.2f}x); candidate tiles per row median "
+              f"{statistics.median(sizes):.0f}, "
               f"mean {statistics.mean(sizes):.0f}, max {max(sizes)} of {vocab // 16}; "
               f"load average {os.getloadavg()[0]:.2f}")
 

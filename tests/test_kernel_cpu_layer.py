@@ -67,10 +67,16 @@ def gemma_pair(kv_type: str):
                        layer_kernels=on) for on in (True, False)]
 
 
+# Every KV type on this CPU's chosen path; every other instruction path with the q8_0 cache, whose write rounds most.
+CASES = [(PATHS[0], kv_type) for kv_type in RUNTIME_KV_TYPES] + [(path, "q8_0") for path in PATHS[1:]]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_type", RUNTIME_KV_TYPES)
-def test_a_gemma_layer_as_one_call_is_the_ops_bit_for_bit(kv_type: str) -> None:
+@pytest.mark.parametrize("path, kv_type", CASES)
+def test_a_gemma_layer_as_one_call_is_the_ops_bit_for_bit(path: str, kv_type: str, monkeypatch) -> None:
+    monkeypatch.setenv("POWER_CPU_PATH", path)  # the products' path; the layer kernel takes theirs
     one_call, op_by_op = gemma_pair(kv_type)
+    assert one_call.instruction_path == path
     assert all(layer.kernel is not None for layer in one_call.layers)
     assert all(layer.kernel is None for layer in op_by_op.layers)
 
