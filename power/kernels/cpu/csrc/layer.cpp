@@ -7,12 +7,16 @@
 #include <ATen/ops/add.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/gelu.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/mul.h>
+#include <c10/util/ParallelGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "ops.h"
+#include "pool.h"
 
 namespace {
 
@@ -67,6 +71,22 @@ at::Tensor attend_runs(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }
 
+// gelu(gate) * up for gate_up [n, 2 d_ff] (gate first), its rows shared among Power's kernel threads, each chunk
+// by torch's own ops on that thread alone: torch would share them among its OpenMP threads, whose passive wait
+// leaves a prefill chunk waiting on a thread the scheduler has not run yet where other work holds the cores. A row
+// is whole vectors (d_ff a multiple of 64), so it takes the same vector code, and the same bits, in any chunk.
+at::Tensor gated_gelu(const at::Tensor& gate_up, int64_t d_ff) {
+    const int64_t n = gate_up.size(0);
+    at::Tensor out = at::empty({n, d_ff}, gate_up.options());
+    power_pool::parallel_for(n, std::max<int64_t>(1, 8192 / d_ff), [&](int64_t begin, int64_t end) {
+        const c10::ParallelGuard alone(true);
+        const at::Tensor rows = gate_up.narrow(0, begin, end - begin);
+        at::Tensor target = out.narrow(0, begin, end - begin);
+        at::mul_out(target, at::gelu(rows.narrow(1, 0, d_ff), "tanh"), rows.narrow(1, d_ff, d_ff));
+    });
+    return out;
+}
+
 }  // namespace
 
 // h [n, d]: the rows after one Gemma 3 layer. norms: attn, qk [H + Hkv, hd], post-attention, ffn, post-ffn; shape:
@@ -94,8 +114,7 @@ at::Tensor gemma3_layer(at::Tensor h, std::vector<at::Tensor> norms, std::vector
     h = at::add(h, rms_norm(multiply(matrices[kOutput], a), norms[2], eps));
 
     const at::Tensor gate_up = multiply(matrices[kGateUp], rms_norm(h.contiguous(), norms[3], eps));
-    const at::Tensor f = at::mul(at::gelu(gate_up.narrow(1, 0, d_ff), "tanh"), gate_up.narrow(1, d_ff, d_ff));
-    return at::add(h, rms_norm(multiply(matrices[kDown], f), norms[4], eps));
+    return at::add(h, rms_norm(multiply(matrices[kDown], gated_gelu(gate_up, d_ff)), norms[4], eps));
 }
 
 TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
