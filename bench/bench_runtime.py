@@ -40,6 +40,10 @@ layer as one kernel call where the trunk has one (what `power run` does:
 Gemma 3 on the CPU kernels, docs/runtime.md "One call a layer") and once op by
 op, interleaved like every engine.
 
+`--power-only` leaves llama-server out: with `--contention N`, Power's busy figure
+over its quiet one without another engine's threads still polling after its
+turn (llama-server's default spins a while after each request).
+
 `--kernel-waits adaptive,sleep` runs each quantised configuration once per
 wait of Power's kernel threads (power.threads, docs/runtime.md "How kernel
 threads wait"), interleaved like every engine: `sleep` is the passive wait
@@ -247,6 +251,9 @@ def main() -> None:
     parser.add_argument("--layer-kernels", default="on",
                         help="comma-separated on/off: each quantised configuration with every layer as one kernel call "
                              "where the trunk has one (on) and op by op (off), interleaved")
+    parser.add_argument("--power-only", action="store_true",
+                        help="no llama-server: Power's own quiet and busy figures, with no other engine's threads "
+                             "still polling after its turn")
     parser.add_argument("--portable", action="store_true", help="llama-server's portable AVX2 build, not --native")
     parser.add_argument(
         "--accuracy",
@@ -263,7 +270,7 @@ def main() -> None:
     text = PROMPT * (1 + args.prompt_tokens // len(tokenizer.encode(PROMPT)))
     prompt = tokenizer.encode(text)[: args.prompt_tokens]
     n_ctx = max(args.ctx, len(prompt) + args.decode_tokens + 8)
-    binary = llama_server_binary(native=not args.portable)
+    binary = None if args.power_only else llama_server_binary(native=not args.portable)
     paths = instruction_paths(binary)
     for key, value in paths.items():
         print(f"{key}: {value}")
