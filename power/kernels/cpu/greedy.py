@@ -2,10 +2,10 @@
 
 API (float32 activations on the CPU; `path` as for `QuantMatrix`, default the matrix's own)
 -------------------------------------------------------------------------------------------
-- `CompactHead(matrix, exact_blocks)`: from a Q8_0 `QuantMatrix` [vocab, in], one stream (built by the op
-  `greedy_stream`) the pass reads from start to end: per 16-row tile, its blocks of 32 input channels in order,
+- `CompactHead(matrix, exact_blocks)`: from a Q8_0 `QuantMatrix` [vocab, in] (the op `greedy_hold`), one stream the
+  pass reads from start to end: per 16-row tile, its blocks of 32 input channels in order,
   those of `exact_blocks` (block indices) as their Q8_0 bytes and the others as their weights' high nibbles, and
-  beside it the low array (op `greedy_low`): per tile, the bounded blocks' low nibbles, grouped as the high ones.
+  beside it the low array: per tile, the bounded blocks' low nibbles, grouped as the high ones.
   Both together are the head, held once (`nbytes`: 34 bytes per row and exact block, 35 per bounded one: its Q8_0
   bytes and a norm byte), so the Q8_0 matrix it was built from can go:
   - `head(x)`: x [n, in] -> [n, vocab], the Q8_0 product bit for bit (op `compact_matmul`: a bounded block's Q8_0
@@ -102,9 +102,7 @@ class CompactHead:
             raise ValueError(f"CompactHead: a Q8_0 head is split into nibbles here, not {matrix.qtype}")
         self.shape, self.path = matrix.shape, matrix.path
         self.exact = _exact_marks(exact_blocks, matrix.shape[1] // BLOCK)
-        ops = self._ops(None)
-        self._stream = ops.greedy_stream(matrix.tiles, self.exact)
-        self._low = ops.greedy_low(matrix.tiles, self.exact)
+        self._stream, self._low = self._ops(None).greedy_hold(matrix.tiles, self.exact)
         self._constants = constants(matrix.shape[1])
 
     @property

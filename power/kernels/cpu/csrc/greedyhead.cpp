@@ -1,8 +1,10 @@
 // The cheap pass of the exact greedy LM head over a Q8_0 head: every token's score from the high nibbles of its
 // integer weights (or, in the head's exact blocks, from all 8 bits), and a rigorous bound on the rest
 // (power/kernels/cpu/greedy.py defines the arithmetic, the one stream the pass reads and the bound), and the whole
-// greedy head around it: the candidates and their exact scores (greedy_argmax). One build per
-// instruction path (simd.h), compiled with -ffp-contract=off so that every path computes the reference's bits.
+// greedy head around it: the candidates and their exact scores (greedy_argmax); and the head held once, the stream
+// and the low nibbles it leaves out, multiplied and read back as the Q8_0 head (compact_matmul, compact_rows). One
+// build per instruction path (simd.h), compiled with -ffp-contract=off so that every path computes the reference's
+// bits.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -90,26 +92,6 @@ void bounded_block(const uint8_t* cb, int64_t b, const Chunk<NR>& a, F* p, F* re
     }
 }
 
-// One tile: its blocks in order from one contiguous run of the stream, each exact or bounded as the head stores it.
-template <int NR>
-void tile_pass(const uint8_t* c, const Call& call, const Chunk<NR>& a, float* const* p_out, float* const* b_out) {
-    F p[NR], rem[NR], mag[NR];
-    for (int r = 0; r < NR; ++r) p[r] = rem[r] = mag[r] = fzero();
-    for (int64_t b = 0; b < call.nb; ++b) {
-        if (call.exact[b]) {
-            exact_block<NR>(c, b, a, p, mag);
-            c += kQ8Block;
-        } else {
-            bounded_block<NR>(c, b, a, p, rem, mag);
-            c += kCompactBlock;
-        }
-    }
-    for (int r = 0; r < NR; ++r) {
-        store(p_out[r], p[r]);
-        store(b_out[r], (rem[r] * fsplat(call.k_rem) + mag[r] * fsplat(call.k_sum)) + fsplat(call.floor));
-    }
-}
-
 // A bounded block read in full: its high nibbles from the stream (cb) and its low nibbles from the low array (lb,
 // the same 4 groups of 64 bytes) recombine into the Q8_0 bytes, q + 128 = 16 (h + 8) + (l + 8), in load_q8_0's
 // registers, so the block's integer and float term are the Q8_0 product's.
@@ -131,22 +113,34 @@ void split_block(const uint8_t* cb, const uint8_t* lb, int64_t b, const Chunk<NR
     }
 }
 
-// One tile read in full from the stream (c) and the low array (l): every token's score, the Q8_0 product's bits.
-template <int NR>
-void full_tile(const uint8_t* c, const uint8_t* l, const Call& call, const Chunk<NR>& a, float* const* p_out) {
-    F p[NR], mag[NR];
-    for (int r = 0; r < NR; ++r) p[r] = mag[r] = fzero();
+// One tile: its blocks in order from one contiguous run of the stream (c), each exact or bounded as the head stores
+// it: the pass's scores and bounds, or with `kFull` every score in full, the bounded blocks' low nibbles read from the
+// low array (l): the Q8_0 product's bits (no bound then; b_out unused).
+template <int NR, bool kFull>
+void tile_blocks(const uint8_t* c, const uint8_t* l, const Call& call, const Chunk<NR>& a, float* const* p_out,
+                 float* const* b_out) {
+    F p[NR], rem[NR], mag[NR];
+    for (int r = 0; r < NR; ++r) p[r] = rem[r] = mag[r] = fzero();
     for (int64_t b = 0; b < call.nb; ++b) {
         if (call.exact[b]) {
             exact_block<NR>(c, b, a, p, mag);
             c += kQ8Block;
-        } else {
+            continue;
+        }
+        if constexpr (kFull) {
             split_block<NR>(c, l, b, a, p, mag);
-            c += kCompactBlock;
             l += kLowBlock;
+        } else {
+            bounded_block<NR>(c, b, a, p, rem, mag);
+        }
+        c += kCompactBlock;
+    }
+    for (int r = 0; r < NR; ++r) {
+        store(p_out[r], p[r]);
+        if constexpr (!kFull) {
+            store(b_out[r], (rem[r] * fsplat(call.k_rem) + mag[r] * fsplat(call.k_sum)) + fsplat(call.floor));
         }
     }
-    for (int r = 0; r < NR; ++r) store(p_out[r], p[r]);
 }
 
 // A call's rows as the pass reads them: the products' quantisation (quantize.h) with each block's level sum and
@@ -207,11 +201,8 @@ void run_chunk(const Call& call, const Rows& rows, int64_t r0, int64_t first, in
     float* b_out[NR];
     for (int r = 0; r < NR; ++r) p_out[r] = p[r], b_out[r] = bound[r];
     for (int64_t i = first; i < last; ++i) {
-        if constexpr (kFull) {
-            full_tile<NR>(call.stream + i * call.tile_bytes, call.low + i * call.low_bytes, call, chunk, p_out);
-        } else {
-            tile_pass<NR>(call.stream + i * call.tile_bytes, call, chunk, p_out, b_out);
-        }
+        tile_blocks<NR, kFull>(call.stream + i * call.tile_bytes, kFull ? call.low + i * call.low_bytes : nullptr, call,
+                               chunk, p_out, b_out);
         for (int r = 0; r < NR && r0 + r < rows.n; ++r) sink(r0 + r, i, p[r], bound[r]);
     }
 }
@@ -342,20 +333,24 @@ std::vector<int64_t> candidate_tiles(const TileBounds* tiles, int64_t n_tiles) {
 }  // namespace
 
 // packed: a Q8_0 head's tiles [tiles * nb * 544] (the products' layout); exact uint8 [nb]: which blocks the pass reads
-// in full. Returns the pass's stream (power/kernels/cpu/greedy.py): per tile its blocks in order, the exact ones as
-// their Q8_0 tile blocks, the others in their compact form.
-at::Tensor greedy_stream(at::Tensor packed, at::Tensor exact) {
-    const int64_t tile_bytes = tile_bytes_of(exact), nb = exact.numel();
+// in full. Returns the head held once (power/kernels/cpu/greedy.py): the pass's stream, per tile its blocks in order,
+// the exact ones as their Q8_0 tile blocks, the others in their compact form; and the low array, per tile its bounded
+// blocks' low nibbles in order.
+std::tuple<at::Tensor, at::Tensor> greedy_hold(at::Tensor packed, at::Tensor exact) {
+    const int64_t tile_bytes = tile_bytes_of(exact), low_bytes = low_bytes_of(exact), nb = exact.numel();
     TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.numel() % (nb * kQ8Block) == 0,
                 "packed: a Q8_0 head's tiles, contiguous uint8, whole tiles of ", nb * kQ8Block, " bytes");
     const int64_t n_tiles = packed.numel() / (nb * kQ8Block);
     auto stream = at::empty({n_tiles * tile_bytes}, at::kByte);
+    auto low = at::empty({n_tiles * low_bytes}, at::kByte);
     const uint8_t* marks = exact.data_ptr<uint8_t>();
     const uint8_t* tiles = packed.data_ptr<uint8_t>();
-    uint8_t* out = stream.data_ptr<uint8_t>();
+    uint8_t* stream_out = stream.data_ptr<uint8_t>();
+    uint8_t* low_out = low.data_ptr<uint8_t>();
     power_pool::parallel_for(n_tiles, kGroupTiles, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
-            uint8_t* dst = out + t * tile_bytes;
+            uint8_t* dst = stream_out + t * tile_bytes;
+            uint8_t* low_dst = low_out + t * low_bytes;
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t* block = tiles + (t * nb + b) * kQ8Block;
                 if (marks[b]) {
@@ -363,36 +358,14 @@ at::Tensor greedy_stream(at::Tensor packed, at::Tensor exact) {
                     dst += kQ8Block;
                 } else {
                     compact_block(block, dst);
+                    low_block(block, low_dst);
                     dst += kCompactBlock;
+                    low_dst += kLowBlock;
                 }
             }
         }
     });
-    return stream;
-}
-
-// packed, exact as for greedy_stream. Returns the low array: per tile, its bounded blocks' low nibbles in order.
-at::Tensor greedy_low(at::Tensor packed, at::Tensor exact) {
-    const int64_t nb = exact.numel(), low_bytes = low_bytes_of(exact);
-    TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.numel() % (nb * kQ8Block) == 0,
-                "packed: a Q8_0 head's tiles, contiguous uint8, whole tiles of ", nb * kQ8Block, " bytes");
-    const int64_t n_tiles = packed.numel() / (nb * kQ8Block);
-    auto low = at::empty({n_tiles * low_bytes}, at::kByte);
-    const uint8_t* marks = exact.data_ptr<uint8_t>();
-    const uint8_t* tiles = packed.data_ptr<uint8_t>();
-    uint8_t* out = low.data_ptr<uint8_t>();
-    power_pool::parallel_for(n_tiles, kGroupTiles, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-            uint8_t* dst = out + t * low_bytes;
-            for (int64_t b = 0; b < nb; ++b) {
-                if (!marks[b]) {
-                    low_block(tiles + (t * nb + b) * kQ8Block, dst);
-                    dst += kLowBlock;
-                }
-            }
-        }
-    });
-    return low;
+    return {stream, low};
 }
 
 // The head held once (stream, exact, low) times x float32 [n, in]: float32 [n, tiles * 16], the Q8_0 product's bits.
@@ -496,8 +469,8 @@ std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor e
         for (int64_t i = begin; i < end; ++i) {
             const auto [row, tile] = pairs[i];
             float* out_row[1] = {scores.data() + 16 * i};
-            full_tile<1>(call.stream + tile * call.tile_bytes, call.low + tile * call.low_bytes, call,
-                         chunk_of<1>(rows, row), out_row);
+            tile_blocks<1, true>(call.stream + tile * call.tile_bytes, call.low + tile * call.low_bytes, call,
+                                 chunk_of<1>(rows, row), out_row, nullptr);
         }
     });
     // Tokens in increasing order per row with a strict comparison: the first maximum wins, as in torch.argmax.
@@ -514,8 +487,7 @@ std::tuple<at::Tensor, at::Tensor> greedy_argmax(at::Tensor stream, at::Tensor e
 }
 
 TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
-    m.def("greedy_stream(Tensor packed, Tensor exact) -> Tensor");
-    m.def("greedy_low(Tensor packed, Tensor exact) -> Tensor");
+    m.def("greedy_hold(Tensor packed, Tensor exact) -> (Tensor, Tensor)");
     m.def("compact_matmul(Tensor stream, Tensor exact, Tensor low, Tensor x) -> Tensor");
     m.def("compact_rows(Tensor stream, Tensor exact, Tensor low, Tensor rows) -> Tensor");
     m.def("greedy_pass(Tensor stream, Tensor exact, Tensor x, float k_rem, float k_sum, float floor) -> (Tensor, "
@@ -524,8 +496,7 @@ TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
           "float floor) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) {
-    m.impl("greedy_stream", &greedy_stream);
-    m.impl("greedy_low", &greedy_low);
+    m.impl("greedy_hold", &greedy_hold);
     m.impl("compact_matmul", &compact_matmul);
     m.impl("compact_rows", &compact_rows);
     m.impl("greedy_pass", &greedy_pass);
