@@ -138,12 +138,12 @@ def gemma3_layer_kernel(w: Gemma3LayerWeights, p: Gemma3Params, window: int | No
     """The layer as one CPU kernel call (`power.kernels.cpu.layer`, the same bits as `gemma3_layer`), where every
     matrix is the CPU kernels' products and every norm takes the CPU row kernels; None elsewhere."""
     norms = (w.attn_norm, w.qk_norm, w.post_attn_norm, w.ffn_norm, w.post_ffn_norm)
-    products = [kernel_products(m) for m in (w.qkv, w.wo, w.gate_up, w.down)]
-    if not all(isinstance(n, Norm) and n.weight is not None and not n.kernels for n in norms) or None in products:
+    weights = [n.weight for n in norms if isinstance(n, Norm) and n.weight is not None and not n.kernels]
+    products = [m for m in (kernel_products(m) for m in (w.qkv, w.wo, w.gate_up, w.down)) if m is not None]
+    if len(weights) != len(norms) or len(products) != 4:
         return None
-    return Gemma3LayerKernel([n.weight for n in norms if isinstance(n, Norm) and n.weight is not None],
-                             [m for m in products if m], (p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.d_ff),
-                             p.eps, p.attention_scale, window or 0)
+    return Gemma3LayerKernel(weights, products, (p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.d_ff), p.eps,
+                             p.attention_scale, window or 0)
 
 
 class Gemma3Layer:
