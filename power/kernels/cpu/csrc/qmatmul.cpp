@@ -526,10 +526,39 @@ void run_rows(int64_t kind, [[maybe_unused]] bool on_amx, const Call& call, int6
 
 }  // namespace
 
+namespace {
+
+constexpr int64_t kQuantizeGrain = 1 << 14;  // activations a chunk of rows quantises: a few microseconds
+
+// One block of `block` activations (a multiple of 16) -> int8 levels q and their scale d.
+void quantize_block(const float* x, int64_t block, int8_t* q, float* d) {
+    // The largest |x| through 16 running maxima, lane l taking every 16th value, so that the compiler keeps them
+    // in one vector register (the largest of a set is the same in any order; a NaN is passed over, as by one chain).
+    float lane_max[16] = {};
+    for (int64_t k0 = 0; k0 < block; k0 += 16) {
+        for (int l = 0; l < 16; ++l) {
+            const float a = std::fabs(x[k0 + l]);
+            lane_max[l] = lane_max[l] < a ? a : lane_max[l];
+        }
+    }
+    float amax = 0.0f;
+    for (const float m : lane_max) amax = std::max(amax, m);
+    const float scale = amax / 127.0f;
+    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    *d = scale;
+    for (int64_t k = 0; k < block; ++k) {
+        const float v = std::nearbyint(x[k] * inverse);
+        q[k] = (int8_t)std::min(127.0f, std::max(-127.0f, v));
+    }
+}
+
+}  // namespace
+
 std::vector<at::Tensor> power_quant::quantize_rows(at::Tensor x, int64_t block) {
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous float32 [n, in]");
     const int64_t n = x.size(0), in = x.size(1);
-    TORCH_CHECK(in % block == 0 && in % 16 == 0, "row length ", in, " is not a multiple of ", block);
+    TORCH_CHECK(block % 16 == 0, "activation blocks of ", block, " are not a multiple of 16");
+    TORCH_CHECK(in % block == 0, "row length ", in, " is not a multiple of ", block);
     auto q = at::empty({n, in}, at::kChar);
     auto d = at::empty({n, in / block}, at::kFloat);
     auto bsum = at::empty({n, in / 16}, at::kShort);
@@ -537,26 +566,14 @@ std::vector<at::Tensor> power_quant::quantize_rows(at::Tensor x, int64_t block) 
     int8_t* qp = q.data_ptr<int8_t>();
     float* dp = d.data_ptr<float>();
     int16_t* bp = bsum.data_ptr<int16_t>();
-    for (int64_t i = 0; i < n * in; i += block) {
-        // The largest |x| of the block through 16 running maxima, as one chain of maxima is latency-bound (the
-        // largest of a set is the same in any order; a NaN is passed over, as by one chain).
-        float lane_max[16] = {};
-        for (int64_t k = 0; k < block; ++k) lane_max[k % 16] = std::max(lane_max[k % 16], std::fabs(xp[i + k]));
-        float amax = 0.0f;
-        for (const float m : lane_max) amax = std::max(amax, m);
-        const float scale = amax / 127.0f;
-        const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-        dp[i / block] = scale;
-        for (int64_t k = 0; k < block; ++k) {
-            const float v = std::nearbyint(xp[i + k] * inverse);
-            qp[i + k] = (int8_t)std::min(127.0f, std::max(-127.0f, v));
+    power_pool::parallel_for(n, std::max<int64_t>(1, kQuantizeGrain / in), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin * in; i < end * in; i += block) quantize_block(xp + i, block, qp + i, dp + i / block);
+        for (int64_t i = begin * in; i < end * in; i += 16) {
+            int32_t s = 0;
+            for (int k = 0; k < 16; ++k) s += qp[i + k];
+            bp[i / 16] = (int16_t)s;
         }
-    }
-    for (int64_t i = 0; i < n * in; i += 16) {
-        int32_t s = 0;
-        for (int k = 0; k < 16; ++k) s += qp[i + k];
-        bp[i / 16] = (int16_t)s;
-    }
+    });
     return {q, d, bsum};
 }
 
