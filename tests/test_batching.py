@@ -125,6 +125,20 @@ def test_more_decoding_requests_than_rows_take_turns():
     assert tokens_of(together) == tuple(t[:12] for t in reference("dense") * 3)[:12]
 
 
+def test_every_prompt_arriving_together_is_read_in_the_first_step():
+    """Four prompts of 20-30 tokens, no two of which fit one 32-row prefill forward: each still gets its piece in
+    the first step (a forward each), so none waits for the others' decode rounds, and each emits its alone tokens."""
+    prompts = [prompt_for("dense")[:20], fixture_prompts()[1][:30], prompt_for("dense")[3:28],
+               fixture_prompts()[0][:24]]
+    dec = decoder("dense", "ngram", SLOTS)
+    decodings = [dec.submit(DecodeRequest(p, 8, Sampler(GREEDY))) for p in prompts]
+    dec.step()
+    assert all(d.stats.prefill_s > 0 and d.decoding for d in decodings)
+    while dec.busy:
+        dec.step()
+    assert tokens_of(decodings) == tuple(tuple(t) for t in alone("dense", "none", prompts, tokens=8))
+
+
 @pytest.mark.parametrize("verify", ["match", "rejection"])
 def test_seeded_requests_side_by_side_emit_their_alone_tokens(verify):
     params = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=1234, verify=verify)

@@ -15,9 +15,9 @@ its requests. One `step` of the loop runs:
 1. admission: waiting requests take free slots, each the slot whose cache holds
    the longest prefix of its prompt that can be reused exactly (whole prefill
    chunks, `Trunk.reusable_prefix`): those positions are not computed again;
-2. one prefill forward of `prefill_chunk` rows holding the next piece of every
-   prompt being prefilled that fits (a piece never crosses a chunk boundary of
-   its own sequence);
+2. the next piece of every prompt being prefilled (a piece never crosses a
+   chunk boundary of its own sequence), packed into as few forwards of
+   `prefill_chunk` rows as hold them;
 3. one decode round: every decoding request's open round - its anchor row and
    its proposals - verified in one forward of at most `verify_capacity` rows, then each
    request samples, commits and emits on its own rows.
@@ -222,7 +222,8 @@ class Decoder:
         return decoding
 
     def step(self) -> None:
-        """Admit what fits, run one prefill forward and one decode round (each only when it has rows)."""
+        """Admit what fits, prefill a piece of every prompt being read and run one decode round (each only when it
+        has rows)."""
         self._admit()
         self._prefill()
         self._decode()
@@ -294,8 +295,12 @@ class Decoder:
 
     # --- 2. prefill ---------------------------------------------------------------
     def _prefill(self) -> None:
-        chunk = self.trunk.options.prefill_chunk
-        parts, pieces, rows = [], [], 0
+        """The next piece of every prompt being prefilled, in as few chunk forwards as hold them."""
+        for forward in self._prefill_forwards(self._next_pieces()):
+            self._prefill_forward(forward)
+
+    def _next_pieces(self) -> list[tuple[Decoding, list[int]]]:
+        pieces = []
         for slot in self.slots:
             decoding = slot.holder
             if decoding is None or not decoding.seq.prefilling:  # a slot's holder is placed and not yet done
@@ -303,15 +308,24 @@ class Decoder:
             if decoding.seq.cancel.is_set():
                 self._end(decoding, cancelled=True)
                 continue
-            piece = decoding.seq.next_piece()
-            if rows + len(piece) > chunk:
-                continue
-            last = decoding.seq.prefilled + len(piece) == decoding.seq.prompt_length
-            parts.append(Part(slot.index, piece, int(last), decoding.seq.takes_argmax(0)))
-            pieces.append((decoding, piece))
-            rows += len(piece)
-        if not parts:
-            return
+            pieces.append((decoding, decoding.seq.next_piece()))
+        return pieces
+
+    def _prefill_forwards(self, pieces: list[tuple[Decoding, list[int]]]) -> list[list[tuple[Decoding, list[int]]]]:
+        """Pieces packed in slot order into forwards of at most `prefill_chunk` rows, each into the first that has
+        room for it."""
+        chunk = self.trunk.options.prefill_chunk
+        forwards: list[list[tuple[Decoding, list[int]]]] = []
+        for decoding, piece in pieces:
+            room = next((f for f in forwards if sum(len(p) for _, p in f) + len(piece) <= chunk), None)
+            if room is None:
+                forwards.append(room := [])
+            room.append((decoding, piece))
+        return forwards
+
+    def _prefill_forward(self, pieces: list[tuple[Decoding, list[int]]]) -> None:
+        parts = [Part(d.slot.index, piece, int(d.seq.prefilled + len(piece) == d.seq.prompt_length),
+                      d.seq.takes_argmax(0)) for d, piece in pieces]
         try:
             outs = self.trunk.prefill_parts(parts, self._taps)
         except Exception as err:  # noqa: BLE001 - the forward failed: every request in it fails, the loop goes on
