@@ -374,9 +374,9 @@ class Decoder:
                 closed.append((decoding, decoding.seq.close_round(round_, out)))
             except Exception as err:  # noqa: BLE001
                 self._failed(decoding, err)
-        seconds = time.perf_counter() - started
+        share = (time.perf_counter() - started) / len(opened)
         for decoding, result in closed:
-            self._account(decoding, result, seconds)
+            self._account(decoding, result, share)
 
     def _grants(self, order: list[Decoding]) -> list[tuple[Decoding, int]]:
         """Each request's proposal width this round (module docstring: how a round's rows are shared)."""
@@ -413,6 +413,10 @@ class Decoder:
         return min(decoding.scheduler.width(), remaining - 1, cap or remaining)
 
     def _account(self, decoding: Decoding, result: RoundResult, seconds: float) -> None:
+        """`seconds`: the request's even share of the round's forward. Within one company of requests a speculative
+        round weighs against a plain one as the whole forward would; when the company changes (a request that read
+        its plain cost alone, then decodes beside seven others' drafts) the share moves far less than the whole
+        forward does, which would make the same drafts a loss beside the others and a win alone."""
         decoding.stats.add_round(result)
         decoding.scheduler.record(result.proposed, result.accepted, result.replayed)
         if decoding.slot.governor:
