@@ -4,10 +4,11 @@ It measures speculative steps against plain steps (seconds per emitted token),
 parks a losing speculator - every step plain - and re-probes with backoff. The
 engine owns one governor for its speculator and keeps it across requests, so a
 verdict is not rediscovered on every short request. It never reads a clock: the engine times
-each step and calls `record` (a shared round: the request's even share of it, docs/speculation.md). Its work on a plain step is O(members): the
-baseline's sums are kept as steps come and go, and the next step's verdicts are
-worked out once, however often the decoder asks (issue 41: a parked speculator
-costs a plain step nothing but this bookkeeping).
+each step and calls `record` (for a shared round, the request's even share of it:
+docs/speculation.md). Its work on a plain step is O(members): the baseline's sums
+are kept as steps come and go, and the next step's verdicts are worked out once,
+however often the decoder asks (issue 41: a parked speculator costs a plain step
+nothing but this bookkeeping).
 
 Accounting rules (TensorSharp's design notes for its speculative runtime; each fixed a real regression):
 - a step on which a draft head ran is a speculative sample even when it proposed
