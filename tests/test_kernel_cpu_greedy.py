@@ -80,9 +80,12 @@ def test_the_bound_holds_through_the_float32_comparisons(exact_blocks: tuple[int
 def test_every_paths_argmax_is_the_reference_products(path: str, n: int, exact_blocks: tuple[int, ...]) -> None:
     raw, matrix = head(7)
     x = rows(n, seed=8)
-    tokens, tiles = CompactHead(matrix, exact_blocks).argmax(x, path)
-    assert torch.equal(tokens, matmul("Q8_0", raw, (VOCAB, WIDTH), x).argmax(dim=1))
+    compact = CompactHead(matrix, exact_blocks)
+    tokens, tiles = compact.argmax(x, path)
+    expected = matmul("Q8_0", raw, (VOCAB, WIDTH), x).argmax(dim=1)
+    assert torch.equal(tokens, expected)
     assert bool(((tiles >= 1) & (tiles <= 13)).all())
+    assert torch.equal(compact.full_argmax(x, path), expected)  # the full product, reduced as each tile is computed
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -95,9 +98,11 @@ def test_a_tie_goes_to_the_lowest_token_on_every_path(path: str) -> None:
     for row, winner in enumerate(winners.tolist()):
         blocks[[VOCAB - 1 - row, row]] = original[winner]  # copies in the last (padded) tile and the first
     tied = blocks.reshape(-1)
-    tokens, _ = CompactHead(QuantMatrix("Q8_0", tied, (VOCAB, WIDTH)), (1,)).argmax(x, path)
+    compact = CompactHead(QuantMatrix("Q8_0", tied, (VOCAB, WIDTH)), (1,))
+    tokens, _ = compact.argmax(x, path)
     assert torch.equal(tokens, matmul("Q8_0", tied, (VOCAB, WIDTH), x).argmax(dim=1))
     assert tokens.tolist() == [winners.tolist().index(winner) for winner in winners.tolist()]  # the first copy
+    assert torch.equal(compact.full_argmax(x, path), tokens)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -105,9 +110,10 @@ def test_a_row_whose_pass_is_not_finite_is_left_to_the_full_head(path: str) -> N
     _, matrix = head(11)
     x = rows(3, seed=12)
     x[1, 7] = float("inf")
-    tokens, _ = CompactHead(matrix, (2,)).argmax(x, path)
-    assert tokens[1] == -1
-    assert torch.equal(tokens[[0, 2]], matrix(x[[0, 2]]).argmax(dim=1))
+    compact = CompactHead(matrix, (2,))
+    for tokens in (compact.argmax(x, path)[0], compact.full_argmax(x, path)):
+        assert tokens[1] == -1
+        assert torch.equal(tokens[[0, 2]], matrix(x[[0, 2]]).argmax(dim=1))
 
 
 def test_the_calibrated_blocks_are_those_of_the_outlier_channels() -> None:

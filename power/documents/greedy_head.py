@@ -12,9 +12,10 @@ trunk takes it at load (`refusal` is None) when all of these hold, and the full 
 - the head has at least `MIN_VOCAB` rows: measured to pay at 262,144 x 640; a smaller head's product costs little
   beside the call's fixed work, and no smaller head was measured.
 
-Then a forward whose rows all want only their argmax (greedy sampling) takes it when they are at most `ROWS` rows:
-measured 1.17-1.44x the full head at one row (median), 0.79x at 8 rows, where each row multiplies every tile's
-bounded blocks on its own (a speculative verification, a batch of several slots' rows keep the full head).
+Then a forward whose rows all want only their argmax (greedy sampling) takes it: by bound and refine when they are at
+most `ROWS` rows (measured 1.17-1.44x the full head at one row, median, and 0.79x at 8 rows, where each row
+multiplies every tile's bounded blocks on its own), and above that (a speculative verification, a batch of several
+slots' rows) as the full product reduced to each row's argmax in the kernel, its logits never written out.
 
 The head is then held once, in the form the pass reads: one stream of 16-row tiles, per tile and block of 32 input
 channels its Q8_0 bytes (`EXACT_BLOCKS` blocks) or its high nibbles with a norm byte per row (the others), and the

@@ -97,9 +97,13 @@ class GreedyHead:
         return p - bound, p + bound
 
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
-        """x [n, in] float32 -> [n] int64: the argmax of each row of exact(x), lowest token ID on ties."""
-        tokens, tiles = self._compact.argmax(x)
-        self.last_candidate_tiles = tiles.tolist()
+        """x [n, in] float32 -> [n] int64: the argmax of each row of exact(x), lowest token ID on ties: by bound and
+        refine for at most `rule.ROWS` rows, else from the full product reduced in the kernel."""
+        if x.shape[0] <= rule.ROWS:
+            tokens, tiles = self._compact.argmax(x)
+            self.last_candidate_tiles = tiles.tolist()
+        else:
+            tokens = self._compact.full_argmax(x)
         unbounded = tokens < 0
         if bool(unbounded.any()):
             tokens[unbounded] = self.head(x[unbounded]).argmax(dim=1)

@@ -138,6 +138,11 @@ class CompactHead:
         return self._ops(path).greedy_argmax(self._stream, self.exact, self._low, self._rows(x),
                                              self.shape[0], *self._constants, FLOOR)
 
+    def full_argmax(self, x: torch.Tensor, path: str | None = None) -> torch.Tensor:
+        """x [n, in] float32 -> int64 [n]: per row the argmax of the head's product (lowest token ID on ties), reduced
+        as each tile is computed, or -1 where a score is not finite."""
+        return self._ops(path).compact_argmax(self._stream, self.exact, self._low, self._rows(x), self.shape[0])
+
     def _ops(self, path: str | None) -> Any:
         return extension(chosen_path(path) if path else self.path)
 

@@ -448,10 +448,9 @@ class FixedShapeTrunk:
         return [ForwardOut(rows_logits, rows) for rows, rows_logits in zip(hidden, logits.split(sizes), strict=True)]
 
     def _greedy_takes(self, parts: Sequence[Part]) -> bool:
-        """Whether the greedy head chooses this forward's tokens: every row wants only its argmax, and they are few
-        enough to pay (`power.documents.greedy_head`)."""
-        rows = sum(part.wanted for part in parts)
-        return (self._greedy is not None and 0 < rows <= GREEDY_ROWS
+        """Whether the greedy head chooses this forward's tokens: every row wants only its argmax
+        (`power.documents.greedy_head`)."""
+        return (self._greedy is not None and sum(part.wanted for part in parts) > 0
                 and all(part.argmax_only for part in parts if part.wanted))
 
     # --- CUDA graphs -------------------------------------------------------------
@@ -503,7 +502,7 @@ class FixedShapeTrunk:
         if self._greedy is not None:
             return (f"greedy (exact bound and refine, blocks {self._greedy.exact_blocks} of "
                     f"{self._output.shape[1] // GREEDY_BLOCK} exact) for {GREEDY_ROWS}-row greedy forwards, "
-                    "full otherwise")
+                    "the full product's argmax in the kernel for more, full logits otherwise")
         return f"full ({self.head_refusal or 'the greedy head was not built'})"
 
     def greedy_argmax(self, final: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 // integer weights (or, in the head's exact blocks, from all 8 bits), and a rigorous bound on the rest
 // (power/kernels/cpu/greedy.py defines the arithmetic, the one stream the pass reads and the bound), and the whole
 // greedy head around it: the candidates and their exact scores (greedy_argmax); and the head held once, the stream
-// and the low nibbles it leaves out, multiplied and read back as the Q8_0 head (compact_matmul, compact_rows). One
+// and the low nibbles it leaves out, multiplied and read back as the Q8_0 head (compact_matmul, compact_rows), and
+// its product reduced to each row's argmax as it is computed (compact_argmax). One
 // build per instruction path (simd.h), compiled with -ffp-contract=off so that every path computes the reference's
 // bits.
 #include <ATen/core/Tensor.h>
@@ -381,6 +382,49 @@ at::Tensor compact_matmul(at::Tensor stream, at::Tensor exact, at::Tensor low, a
     return out;
 }
 
+// A tile's best of its first `tokens` scores: the largest, the first on ties, and whether every score is finite.
+struct TileBest {
+    float score;
+    int32_t token;  // within the tile
+    bool finite;
+};
+
+TileBest best_of_tile(const float* p, int64_t tokens) {
+    TileBest best{p[0], 0, std::isfinite(p[0])};
+    for (int64_t j = 1; j < tokens; ++j) {
+        best.finite = best.finite && std::isfinite(p[j]);
+        if (p[j] > best.score) best.score = p[j], best.token = (int32_t)j;
+    }
+    return best;
+}
+
+// The head held once times x float32 [n, in], each row reduced to its argmax over the first `vocab` scores as a tile
+// is computed (the product's bits, never written out): int64 [n], the lowest token of the largest score, as
+// torch.argmax of the product takes it, or -1 where a score is not finite (the caller takes the product's argmax).
+at::Tensor compact_argmax(at::Tensor stream, at::Tensor exact, at::Tensor low, at::Tensor x, int64_t vocab) {
+    const Call call = held_call(stream, exact, low, 0.0, 0.0, 0.0);
+    const Rows rows = quantized_rows(x, call.nb);
+    const int64_t n_tiles = stream.numel() / call.tile_bytes, n = rows.n;
+    TORCH_CHECK(vocab > 16 * (n_tiles - 1) && vocab <= 16 * n_tiles, "vocab: ", vocab, " tokens in ", n_tiles,
+                " tiles");
+    std::vector<TileBest> tiles(n * n_tiles);
+    pass<true>(call, rows, n_tiles, [&](int64_t row, int64_t tile, const float* p, const float*) {
+        tiles[row * n_tiles + tile] = best_of_tile(p, std::min<int64_t>(16, vocab - 16 * tile));
+    });
+    auto argmax = at::empty({n}, at::kLong);
+    int64_t* out = argmax.data_ptr<int64_t>();
+    for (int64_t r = 0; r < n; ++r) {
+        const TileBest* row = tiles.data() + r * n_tiles;
+        int64_t tile = 0;
+        for (int64_t i = 1; i < n_tiles; ++i) {
+            if (row[i].score > row[tile].score) tile = i;
+        }
+        const bool finite = std::all_of(row, row + n_tiles, [](const TileBest& t) { return t.finite; });
+        out[r] = finite ? 16 * tile + row[tile].token : -1;
+    }
+    return argmax;
+}
+
 // The head held once: output rows `rows` int64 [k] dequantised, float32 [k, in], w = d * q as the Q8_0 dequantiser
 // computes it (q = 16 (h + 8) + (l + 8) - 128 in a bounded block).
 at::Tensor compact_rows(at::Tensor stream, at::Tensor exact, at::Tensor low, at::Tensor rows) {
@@ -490,6 +534,7 @@ TORCH_LIBRARY_FRAGMENT(POWER_OPS, m) {
     m.def("greedy_hold(Tensor packed, Tensor exact) -> (Tensor, Tensor)");
     m.def("compact_matmul(Tensor stream, Tensor exact, Tensor low, Tensor x) -> Tensor");
     m.def("compact_rows(Tensor stream, Tensor exact, Tensor low, Tensor rows) -> Tensor");
+    m.def("compact_argmax(Tensor stream, Tensor exact, Tensor low, Tensor x, int vocab) -> Tensor");
     m.def("greedy_pass(Tensor stream, Tensor exact, Tensor x, float k_rem, float k_sum, float floor) -> (Tensor, "
           "Tensor)");
     m.def("greedy_argmax(Tensor stream, Tensor exact, Tensor low, Tensor x, int vocab, float k_rem, float k_sum, "
@@ -499,6 +544,7 @@ TORCH_LIBRARY_IMPL(POWER_OPS, CPU, m) {
     m.impl("greedy_hold", &greedy_hold);
     m.impl("compact_matmul", &compact_matmul);
     m.impl("compact_rows", &compact_rows);
+    m.impl("compact_argmax", &compact_argmax);
     m.impl("greedy_pass", &greedy_pass);
     m.impl("greedy_argmax", &greedy_argmax);
 }
