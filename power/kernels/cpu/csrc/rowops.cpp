@@ -115,9 +115,9 @@ struct CacheRows {
             widen_halves(p, width, scratch);
         } else if (type == at::kBFloat16) {
             for (int64_t c = 0; c < width; ++c) {
-                uint16_t half;
-                std::memcpy(&half, p + 2 * c, 2);
-                const uint32_t bits = (uint32_t)half << 16;
+                uint16_t high;  // a bf16 value is the high half of its float32's bits
+                std::memcpy(&high, p + 2 * c, 2);
+                const uint32_t bits = (uint32_t)high << 16;
                 std::memcpy(scratch + c, &bits, 4);
             }
         } else {
