@@ -16,11 +16,8 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "pool.h"
+#include "simd.h"
 
 namespace {
 
@@ -75,15 +72,13 @@ void check_rows(const at::Tensor& t, const char* name) {
                 ": contiguous float32 on the CPU");
 }
 
-// `count` f16 values at p -> float32 (exact: every f16 is a float32), eight at a time where the CPU converts them.
-inline void widen_halves(const uint8_t* p, int64_t count, float* out) {
+// `count` 16-bit values at p -> float32 (exact: every f16 and bf16 value is a float32), 16 at a time by the path's
+// vector load (simd.h `load_f16`, `load_bf16`), the rest one at a time.
+template <F (*kLoad)(const uint8_t*), float (*kOne)(uint16_t)>
+void widen(const uint8_t* p, int64_t count, float* out) {
     int64_t c = 0;
-#if defined(__F16C__)
-    for (; c + 8 <= count; c += 8) {
-        _mm256_storeu_ps(out + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * c))));
-    }
-#endif
-    for (; c < count; ++c) out[c] = static_cast<float>(reinterpret_cast<const c10::Half*>(p)[c]);
+    for (; c + 16 <= count; c += 16) store(out + c, kLoad(p + 2 * c));
+    for (; c < count; ++c) out[c] = kOne(u16_at(p, (int)c));
 }
 
 // A KV cache's stored rows (power/runtime/kv_rows.py): float32, f16 or bf16 values, or q8_0 blocks (uint8: per 32
@@ -112,14 +107,9 @@ struct CacheRows {
         const uint8_t* p = base + j * row_bytes;
         if (type == at::kFloat) return reinterpret_cast<const float*>(p);
         if (type == at::kHalf) {
-            widen_halves(p, width, scratch);
+            widen<load_f16, half_to_float>(p, width, scratch);
         } else if (type == at::kBFloat16) {
-            for (int64_t c = 0; c < width; ++c) {
-                uint16_t high;  // a bf16 value is the high half of its float32's bits
-                std::memcpy(&high, p + 2 * c, 2);
-                const uint32_t bits = (uint32_t)high << 16;
-                std::memcpy(scratch + c, &bits, 4);
-            }
+            widen<load_bf16, bf16_to_float>(p, width, scratch);
         } else {
             for (int64_t b = 0; b < width / kQ8Block; ++b, p += kQ8BlockBytes) {
                 uint16_t bits;
