@@ -102,19 +102,24 @@ def test_every_path_gives_the_same_bits() -> None:
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_a_row_is_the_same_bits_at_every_row_count(path: str) -> None:
+@pytest.mark.parametrize("positions, window", [
+    (torch.arange(60, 77), None),
+    # rows whose windows overlap in part or not at all, out of order, attended side by side
+    (torch.tensor([90, 3, 50, 51, 0, 95, 20, 21, 22, 70, 7, 64, 65, 40, 41, 88, 12]), 6),
+])
+def test_a_row_is_the_same_bits_at_every_row_count(path: str, positions: torch.Tensor, window: int | None) -> None:
     k, v = cache(11)
     q = torch.randn(17, 4, 48, generator=generator(12))
-    positions = torch.arange(60, 77)
     x = torch.randn(17, 640, generator=generator(13))
     weight = torch.randn(640, generator=generator(14))
-    full_attention = rowops.attention(q, k, v, positions, None, 0.3, path)
+    full_attention = rowops.attention(q, k, v, positions, window, 0.3, path)
     full_norm = rowops.rms_norm(x, weight, 1e-6, path)
     for rows in range(1, 18):
-        assert torch.equal(rowops.attention(q[:rows], k, v, positions[:rows], None, 0.3, path), full_attention[:rows])
+        assert torch.equal(rowops.attention(q[:rows], k, v, positions[:rows], window, 0.3, path),
+                           full_attention[:rows])
         assert torch.equal(rowops.rms_norm(x[:rows], weight, 1e-6, path), full_norm[:rows])
     for row in range(17):
-        alone = rowops.attention(q[row:row + 1], k, v, positions[row:row + 1], None, 0.3, path)
+        alone = rowops.attention(q[row:row + 1], k, v, positions[row:row + 1], window, 0.3, path)
         assert torch.equal(alone, full_attention[row:row + 1])
 
 

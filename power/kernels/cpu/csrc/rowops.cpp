@@ -30,15 +30,20 @@ typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
 // without AVX-512 (GCC's -Wpsabi).
 inline void load_lanes(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof(v)); }
 
-// acc[0] after adding the upper half of the lanes onto the lower half, 8 + 8, then 4 + 4, 2 + 2, 1 + 1.
-inline float fold(float* acc) {
-    for (int width = kLanes / 2; width > 0; width /= 2) {
-        for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
-    }
-    return acc[0];
+typedef float Half __attribute__((vector_size(kLanes / 2 * sizeof(float))));
+typedef float Quarter __attribute__((vector_size(kLanes / 4 * sizeof(float))));
+
+// The lanes' sum: the upper half of the lanes added onto the lower half, 8 + 8, then 4 + 4, 2 + 2, 1 + 1, in registers
+// (a fold through memory stalled each step on the store before it).
+inline float fold(const Lanes& lanes) {
+    const Half low = __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3, 4, 5, 6, 7) +
+                     __builtin_shufflevector(lanes, lanes, 8, 9, 10, 11, 12, 13, 14, 15);
+    const Quarter quarter = __builtin_shufflevector(low, low, 0, 1, 2, 3) + __builtin_shufflevector(low, low, 4, 5, 6, 7);
+    return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
 }
 
-// sum_k a[k] * b[k]: lane l adds the products k = l, l + 16, l + 32, ... in order, then `fold`.
+// sum_k a[k] * b[k]: lane l adds the products k = l, l + 16, l + 32, ... in order, then `fold`. The last partial
+// group's missing lanes add -0, which leaves every value as it is.
 inline float dot(const float* a, const float* b, int64_t d) {
     Lanes sum = {};
     int64_t k = 0;
@@ -48,10 +53,14 @@ inline float dot(const float* a, const float* b, int64_t d) {
         load_lanes(y, b + k);
         sum += x * y;
     }
-    float acc[kLanes];
-    std::memcpy(acc, &sum, sizeof(acc));
-    for (int l = 0; k + l < d; ++l) acc[l] += a[k + l] * b[k + l];
-    return fold(acc);
+    if (k < d) {
+        float rest[kLanes];
+        for (int l = 0; l < kLanes; ++l) rest[l] = k + l < d ? a[k + l] * b[k + l] : -0.0f;
+        Lanes tail;
+        load_lanes(tail, rest);
+        sum += tail;
+    }
+    return fold(sum);
 }
 
 // out[c] += weight * value[c] for c < d.
@@ -228,6 +237,80 @@ at::Tensor rope(at::Tensor x, at::Tensor cos, at::Tensor sin, bool neox) {
     return out;
 }
 
+namespace {
+
+// Consecutive rows of one call attended together: each key and value row is read (and widened) once for all of them,
+// and their dot products against it are independent chains the core overlaps.
+constexpr int64_t kRowsTogether = 4;
+
+// One task of `attention`: rows [first, last) of q against KV head g, each row and query head by the arithmetic
+// `attention` states. The rows' slot ranges are walked once, in slot order; every row and head keeps its own scores,
+// maximum, weights, sum and output, each updated in slot order as when it is attended alone, so its bits do not
+// depend on which rows share the task.
+struct AttendRows {
+    const CacheRows &keys, &values;
+    const float* q;
+    const int64_t* positions;
+    float* out;
+    int64_t heads, hd, hdv, group, slots, window;
+    float factor;
+
+    void operator()(int64_t first, int64_t last, int64_t g, std::vector<float>& e, float* key_row,
+                    float* value_row) const {
+        const int64_t rows = last - first, pairs = rows * group;
+        int64_t lo[kRowsTogether], hi[kRowsTogether], at[kRowsTogether + 1];
+        float peak[kRowsTogether * 64], total[kRowsTogether * 64];
+        at[0] = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            hi[r] = positions[first + r];
+            lo[r] = window > 0 ? std::max<int64_t>(0, hi[r] - window + 1) : 0;
+            at[r + 1] = at[r] + group * (hi[r] - lo[r] + 1);
+        }
+        const int64_t from = *std::min_element(lo, lo + rows), to = *std::max_element(hi, hi + rows);
+        e.resize(at[rows]);
+        std::fill(peak, peak + pairs, -INFINITY);
+        std::fill(total, total + pairs, 0.0f);
+        for (int64_t j = from; j <= to; ++j) {
+            const float* key = keys.row(g * slots + j, key_row);
+            for (int64_t r = 0; r < rows; ++r) {
+                if (j < lo[r] || j > hi[r]) continue;
+                const int64_t count = hi[r] - lo[r] + 1;
+                const float* query = q + ((first + r) * heads + g * group) * hd;
+                for (int64_t h = 0; h < group; ++h) {
+                    const float score = dot(query + h * hd, key, hd) * factor;
+                    e[at[r] + h * count + j - lo[r]] = score;
+                    peak[r * group + h] = std::max(peak[r * group + h], score);
+                }
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            float* o = out + (first + r) * heads * hdv + g * group * hdv;
+            std::fill(o, o + group * hdv, 0.0f);
+        }
+        for (int64_t j = from; j <= to; ++j) {
+            const float* value = values.row(g * slots + j, value_row);
+            for (int64_t r = 0; r < rows; ++r) {
+                if (j < lo[r] || j > hi[r]) continue;
+                const int64_t count = hi[r] - lo[r] + 1;
+                float* o = out + (first + r) * heads * hdv + g * group * hdv;
+                for (int64_t h = 0; h < group; ++h) {
+                    const float weight = std::exp(e[at[r] + h * count + j - lo[r]] - peak[r * group + h]);
+                    total[r * group + h] += weight;
+                    add_scaled(o + h * hdv, weight, value, hdv);
+                }
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            float* o = out + (first + r) * heads * hdv + g * group * hdv;
+            for (int64_t h = 0; h < group; ++h) {
+                for (int64_t c = 0; c < hdv; ++c) o[h * hdv + c] /= total[r * group + h];
+            }
+        }
+    }
+};
+
+}  // namespace
+
 // q [n, H, hd] at positions [n] against the cache k [Hkv, T, hd], v [Hkv, T, hdv] (stored rows: `CacheRows`) ->
 // [n, H * hdv]. Row i, head h reads slots lo..p (p its position; lo = p - window + 1 for a sliding layer, else 0) of
 // KV head h / (H / Hkv): scores s_j = dot(q, k_j) * scale, m = max s_j, e_j = exp(s_j - m), then the e_j and the
@@ -242,46 +325,22 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
                 q.size(1) % k.size(0) == 0, "q [n, H, hd], k [Hkv, T, hd], v [Hkv, T, hdv]");
     const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2), kv_heads = k.size(0), slots = k.size(1);
     const int64_t hdv = values_in.width, group = heads / kv_heads;
+    TORCH_CHECK(group <= 64, "attention: at most 64 query heads a KV head, not ", group);
     const int64_t* pp = positions.data_ptr<int64_t>();
     for (int64_t i = 0; i < n; ++i) TORCH_CHECK(pp[i] >= 0 && pp[i] < slots, "position ", pp[i], " outside the cache");
     auto out = at::empty({n, heads * hdv}, q.options());
-    const float* qp = q.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    const float factor = (float)scale;
-    const int64_t work = std::max<int64_t>(1, (pp[n - 1] + 1) * (hd + hdv) * group);
-    // One task per row and KV head: each key and value row is read once for the group's query heads (every head's
-    // own arithmetic is the same sequence as alone; only the heads' loops are interleaved).
-    power_pool::parallel_for(n * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
-        std::vector<float> e;  // [group, readable slots]: the scores, then the weights
-        std::vector<float> peak(group), total(group), key_row(hd), value_row(hdv);
+    const AttendRows attend{keys_in, values_in, q.data_ptr<float>(), pp, out.data_ptr<float>(), heads, hd, hdv,
+                            group, slots, window, (float)scale};
+    const int64_t blocks = (n + kRowsTogether - 1) / kRowsTogether;
+    const int64_t work = std::max<int64_t>(1, std::min(n, kRowsTogether) * (pp[n - 1] + 1) * (hd + hdv) * group);
+    // One task per block of rows and KV head.
+    power_pool::parallel_for(blocks * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
+        std::vector<float> e;  // per row and head of the task: the scores, then the weights
+        std::vector<float> key_row(hd), value_row(hdv);
         for (int64_t task = begin; task < end; ++task) {
-            const int64_t i = task / kv_heads, g = task % kv_heads, p = pp[i];
-            const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, count = p - lo + 1;
-            const float* query = qp + (i * heads + g * group) * hd;
-            float* o = op + i * heads * hdv + g * group * hdv;
-            e.resize(group * count);
-            std::fill(peak.begin(), peak.end(), -INFINITY);
-            for (int64_t j = 0; j < count; ++j) {
-                const float* key = keys_in.row(g * slots + lo + j, key_row.data());
-                for (int64_t h = 0; h < group; ++h) {
-                    const float score = dot(query + h * hd, key, hd) * factor;
-                    e[h * count + j] = score;
-                    peak[h] = std::max(peak[h], score);
-                }
-            }
-            std::fill(o, o + group * hdv, 0.0f);
-            std::fill(total.begin(), total.end(), 0.0f);
-            for (int64_t j = 0; j < count; ++j) {
-                const float* value = values_in.row(g * slots + lo + j, value_row.data());
-                for (int64_t h = 0; h < group; ++h) {
-                    const float weight = std::exp(e[h * count + j] - peak[h]);
-                    total[h] += weight;
-                    add_scaled(o + h * hdv, weight, value, hdv);
-                }
-            }
-            for (int64_t h = 0; h < group; ++h) {
-                for (int64_t c = 0; c < hdv; ++c) o[h * hdv + c] /= total[h];
-            }
+            const int64_t block = task / kv_heads, g = task % kv_heads;
+            const int64_t first = block * kRowsTogether;
+            attend(first, std::min(n, first + kRowsTogether), g, e, key_row.data(), value_row.data());
         }
     });
     return out;
