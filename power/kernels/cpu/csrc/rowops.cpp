@@ -42,38 +42,74 @@ inline float fold(const Lanes& lanes) {
     return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
 }
 
-// sum_k a[k] * b[k]: lane l adds the products k = l, l + 16, l + 32, ... in order, then `fold`. The last partial
-// group's missing lanes add -0, which leaves every value as it is.
-inline float dot(const float* a, const float* b, int64_t d) {
-    Lanes sum = {};
+// out[h] = sum_k a_h[k] * b[k] for the H rows a_h = a + h * stride: lane l adds the products k = l, l + 16, l + 32,
+// ... in order, then `fold`; the last partial group's missing lanes add -0, which leaves every value as it is. The
+// H sums are independent chains over one read of b.
+template <int H>
+inline void dots(const float* a, int64_t stride, const float* b, int64_t d, float* out) {
+    Lanes sum[H] = {};
     int64_t k = 0;
     for (; k + kLanes <= d; k += kLanes) {
-        Lanes x, y;
-        load_lanes(x, a + k);
+        Lanes y;
         load_lanes(y, b + k);
-        sum += x * y;
+        for (int h = 0; h < H; ++h) {
+            Lanes x;
+            load_lanes(x, a + h * stride + k);
+            sum[h] += x * y;
+        }
     }
-    if (k < d) {
-        float rest[kLanes];
-        for (int l = 0; l < kLanes; ++l) rest[l] = k + l < d ? a[k + l] * b[k + l] : -0.0f;
-        Lanes tail;
-        load_lanes(tail, rest);
-        sum += tail;
+    for (int h = 0; h < H; ++h) {
+        if (k < d) {
+            float rest[kLanes];
+            for (int l = 0; l < kLanes; ++l) rest[l] = k + l < d ? a[h * stride + k + l] * b[k + l] : -0.0f;
+            Lanes tail;
+            load_lanes(tail, rest);
+            sum[h] += tail;
+        }
+        out[h] = fold(sum[h]);
     }
-    return fold(sum);
 }
 
-// out[c] += weight * value[c] for c < d.
-inline void add_scaled(float* out, float weight, const float* value, int64_t d) {
-    int64_t c = 0;
-    for (; c + kLanes <= d; c += kLanes) {
-        Lanes o, v;
-        load_lanes(o, out + c);
-        load_lanes(v, value + c);
-        o += weight * v;
-        std::memcpy(out + c, &o, sizeof(o));
+inline float dot(const float* a, const float* b, int64_t d) {
+    float out;
+    dots<1>(a, 0, b, d, &out);
+    return out;
+}
+
+// For the H outputs out_h = out + h * stride, columns [c, c + 16 V): out_h += w_h[j] * values[j] for j = 0 ..
+// count - 1 in order, each product and sum one rounding; the sums stay in registers across the values.
+template <int H, int V>
+inline void weighted_columns(float* out, int64_t stride, const float* const* w, const float* const* values,
+                             int64_t count, int64_t c) {
+    Lanes sum[H][V];
+    for (int h = 0; h < H; ++h) {
+        for (int i = 0; i < V; ++i) load_lanes(sum[h][i], out + h * stride + c + i * kLanes);
     }
-    for (; c < d; ++c) out[c] += weight * value[c];
+    for (int64_t j = 0; j < count; ++j) {
+        Lanes v[V];
+        for (int i = 0; i < V; ++i) load_lanes(v[i], values[j] + c + i * kLanes);
+        for (int h = 0; h < H; ++h) {
+            const float weight = w[h][j];
+            for (int i = 0; i < V; ++i) sum[h][i] += weight * v[i];
+        }
+    }
+    for (int h = 0; h < H; ++h) {
+        for (int i = 0; i < V; ++i) std::memcpy(out + h * stride + c + i * kLanes, &sum[h][i], sizeof(Lanes));
+    }
+}
+
+// `weighted_columns` over every column of width d: 32 at a time, then 16, then one by one.
+template <int H>
+void weighted_sum(float* out, int64_t stride, const float* const* w, const float* const* values, int64_t count,
+                  int64_t d) {
+    int64_t c = 0;
+    for (; c + 2 * kLanes <= d; c += 2 * kLanes) weighted_columns<H, 2>(out, stride, w, values, count, c);
+    for (; c + kLanes <= d; c += kLanes) weighted_columns<H, 1>(out, stride, w, values, count, c);
+    for (; c < d; ++c) {
+        for (int64_t j = 0; j < count; ++j) {
+            for (int h = 0; h < H; ++h) out[h * stride + c] += w[h][j] * values[j][c];
+        }
+    }
 }
 
 void check_rows(const at::Tensor& t, const char* name) {
@@ -239,14 +275,28 @@ at::Tensor rope(at::Tensor x, at::Tensor cos, at::Tensor sin, bool neox) {
 
 namespace {
 
-// Consecutive rows of one call attended together: each key and value row is read (and widened) once for all of them,
-// and their dot products against it are independent chains the core overlaps.
+// Consecutive rows of one call attended together: each key and value row is read (and widened) once for all of them.
 constexpr int64_t kRowsTogether = 4;
+// Query heads of a row taken together: their dot products with a key are independent chains over one read of it,
+// and their weighted sums of the values stay in registers.
+constexpr int64_t kHeadsTogether = 4;
+// Value rows read (and widened) at a time for the weighted sums.
+constexpr int64_t kValuesTogether = 64;
+
+template <class F>
+void by_heads(int64_t heads, const F& f) {
+    switch (heads) {
+        case 1: f.template operator()<1>(); break;
+        case 2: f.template operator()<2>(); break;
+        case 3: f.template operator()<3>(); break;
+        default: f.template operator()<4>(); break;
+    }
+}
 
 // One task of `attention`: rows [first, last) of q against KV head g, each row and query head by the arithmetic
 // `attention` states. The rows' slot ranges are walked once, in slot order; every row and head keeps its own scores,
 // maximum, weights, sum and output, each updated in slot order as when it is attended alone, so its bits do not
-// depend on which rows share the task.
+// depend on which rows or heads share the task.
 struct AttendRows {
     const CacheRows &keys, &values;
     const float* q;
@@ -255,11 +305,15 @@ struct AttendRows {
     int64_t heads, hd, hdv, group, slots, window;
     float factor;
 
-    void operator()(int64_t first, int64_t last, int64_t g, std::vector<float>& e, float* key_row,
-                    float* value_row) const {
-        const int64_t rows = last - first, pairs = rows * group;
+    struct Scratch {
+        std::vector<float> e;  // per row and head of the task: the scores, then the weights
+        std::vector<float> key_row, value_rows;
+        std::vector<const float*> value_at;
+    };
+
+    void operator()(int64_t first, int64_t last, int64_t g, Scratch& scratch) const {
+        const int64_t rows = last - first;
         int64_t lo[kRowsTogether], hi[kRowsTogether], at[kRowsTogether + 1];
-        float peak[kRowsTogether * 64], total[kRowsTogether * 64];
         at[0] = 0;
         for (int64_t r = 0; r < rows; ++r) {
             hi[r] = positions[first + r];
@@ -267,36 +321,62 @@ struct AttendRows {
             at[r + 1] = at[r] + group * (hi[r] - lo[r] + 1);
         }
         const int64_t from = *std::min_element(lo, lo + rows), to = *std::max_element(hi, hi + rows);
+        std::vector<float>& e = scratch.e;
         e.resize(at[rows]);
-        std::fill(peak, peak + pairs, -INFINITY);
-        std::fill(total, total + pairs, 0.0f);
+        // the scores, and each row and head's maximum
+        std::vector<float> peak(rows * group, -INFINITY);
         for (int64_t j = from; j <= to; ++j) {
-            const float* key = keys.row(g * slots + j, key_row);
+            const float* key = keys.row(g * slots + j, scratch.key_row.data());
             for (int64_t r = 0; r < rows; ++r) {
                 if (j < lo[r] || j > hi[r]) continue;
                 const int64_t count = hi[r] - lo[r] + 1;
                 const float* query = q + ((first + r) * heads + g * group) * hd;
-                for (int64_t h = 0; h < group; ++h) {
-                    const float score = dot(query + h * hd, key, hd) * factor;
-                    e[at[r] + h * count + j - lo[r]] = score;
-                    peak[r * group + h] = std::max(peak[r * group + h], score);
+                for (int64_t h0 = 0; h0 < group; h0 += kHeadsTogether) {
+                    float score[kHeadsTogether];
+                    const int64_t together = std::min(kHeadsTogether, group - h0);
+                    by_heads(together, [&]<int H>() { dots<H>(query + h0 * hd, hd, key, hd, score); });
+                    for (int64_t h = h0; h < h0 + together; ++h) {
+                        const float s = score[h - h0] * factor;
+                        e[at[r] + h * count + j - lo[r]] = s;
+                        peak[r * group + h] = std::max(peak[r * group + h], s);
+                    }
                 }
             }
         }
+        // the weights in place of the scores, and their sums
+        std::vector<float> total(rows * group, 0.0f);
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t count = hi[r] - lo[r] + 1;
+            for (int64_t h = 0; h < group; ++h) {
+                float* w = e.data() + at[r] + h * count;
+                for (int64_t j = 0; j < count; ++j) {
+                    w[j] = std::exp(w[j] - peak[r * group + h]);
+                    total[r * group + h] += w[j];
+                }
+            }
+        }
+        // the weighted sums of the values, a block of value rows at a time
         for (int64_t r = 0; r < rows; ++r) {
             float* o = out + (first + r) * heads * hdv + g * group * hdv;
             std::fill(o, o + group * hdv, 0.0f);
         }
-        for (int64_t j = from; j <= to; ++j) {
-            const float* value = values.row(g * slots + j, value_row);
+        for (int64_t block = from; block <= to; block += kValuesTogether) {
+            const int64_t end = std::min(to, block + kValuesTogether - 1);
+            for (int64_t j = block; j <= end; ++j) {
+                scratch.value_at[j - block] =
+                    values.row(g * slots + j, scratch.value_rows.data() + (j - block) * hdv);
+            }
             for (int64_t r = 0; r < rows; ++r) {
-                if (j < lo[r] || j > hi[r]) continue;
-                const int64_t count = hi[r] - lo[r] + 1;
+                const int64_t a = std::max(block, lo[r]), b = std::min(end, hi[r]), count = hi[r] - lo[r] + 1;
+                if (a > b) continue;
                 float* o = out + (first + r) * heads * hdv + g * group * hdv;
-                for (int64_t h = 0; h < group; ++h) {
-                    const float weight = std::exp(e[at[r] + h * count + j - lo[r]] - peak[r * group + h]);
-                    total[r * group + h] += weight;
-                    add_scaled(o + h * hdv, weight, value, hdv);
+                for (int64_t h0 = 0; h0 < group; h0 += kHeadsTogether) {
+                    const float* w[kHeadsTogether];
+                    const int64_t together = std::min(kHeadsTogether, group - h0);
+                    for (int64_t h = 0; h < together; ++h) w[h] = e.data() + at[r] + (h0 + h) * count + a - lo[r];
+                    by_heads(together, [&]<int H>() {
+                        weighted_sum<H>(o + h0 * hdv, hdv, w, scratch.value_at.data() + (a - block), b - a + 1, hdv);
+                    });
                 }
             }
         }
@@ -325,7 +405,6 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
                 q.size(1) % k.size(0) == 0, "q [n, H, hd], k [Hkv, T, hd], v [Hkv, T, hdv]");
     const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2), kv_heads = k.size(0), slots = k.size(1);
     const int64_t hdv = values_in.width, group = heads / kv_heads;
-    TORCH_CHECK(group <= 64, "attention: at most 64 query heads a KV head, not ", group);
     const int64_t* pp = positions.data_ptr<int64_t>();
     for (int64_t i = 0; i < n; ++i) TORCH_CHECK(pp[i] >= 0 && pp[i] < slots, "position ", pp[i], " outside the cache");
     auto out = at::empty({n, heads * hdv}, q.options());
@@ -335,12 +414,12 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
     const int64_t work = std::max<int64_t>(1, std::min(n, kRowsTogether) * (pp[n - 1] + 1) * (hd + hdv) * group);
     // One task per block of rows and KV head.
     power_pool::parallel_for(blocks * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
-        std::vector<float> e;  // per row and head of the task: the scores, then the weights
-        std::vector<float> key_row(hd), value_row(hdv);
+        AttendRows::Scratch scratch{{}, std::vector<float>(hd), std::vector<float>(kValuesTogether * hdv),
+                                    std::vector<const float*>(kValuesTogether)};
         for (int64_t task = begin; task < end; ++task) {
             const int64_t block = task / kv_heads, g = task % kv_heads;
             const int64_t first = block * kRowsTogether;
-            attend(first, std::min(n, first + kRowsTogether), g, e, key_row.data(), value_row.data());
+            attend(first, std::min(n, first + kRowsTogether), g, scratch);
         }
     });
     return out;
