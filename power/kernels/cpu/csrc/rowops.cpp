@@ -349,10 +349,13 @@ struct AttendRows {
             const int64_t count = hi[r] - lo[r] + 1;
             for (int64_t h = 0; h < group; ++h) {
                 float* w = e.data() + at[r] + h * count;
+                const float most = peak[r * group + h];
+                float sum = 0.0f;
                 for (int64_t j = 0; j < count; ++j) {
-                    w[j] = std::exp(w[j] - peak[r * group + h]);
-                    total[r * group + h] += w[j];
+                    w[j] = std::exp(w[j] - most);
+                    sum += w[j];
                 }
+                total[r * group + h] = sum;
             }
         }
         // the weighted sums of the values, a block of value rows at a time
