@@ -50,12 +50,21 @@ def cache(seed: int, kv_heads: int = 2, slots: int = 96, head_dim: int = 48) -> 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("window", [None, 5])
-def test_attention_agrees_with_its_reference(path: str, window: int | None) -> None:
-    k, v = cache(3)
-    q = torch.randn(6, 4, 48, generator=generator(4))
+@pytest.mark.parametrize("heads, kv_heads, width, value_width", [
+    (4, 2, 48, 48),  # query heads taken two at a time; value columns 32 + 16
+    (4, 1, 64, 64),  # four at a time, as Gemma 3 270M
+    (6, 2, 40, 40),  # three at a time; widths with a partial group of lanes
+    (8, 1, 32, 24),  # four and four; values narrower than keys
+    (6, 6, 16, 16),  # one query head a KV head
+])
+def test_attention_agrees_with_its_reference(path: str, window: int | None, heads: int, kv_heads: int, width: int,
+                                             value_width: int) -> None:
+    g = generator(3)
+    k, v = torch.randn(kv_heads, 96, width, generator=g), torch.randn(kv_heads, 96, value_width, generator=g)
+    q = torch.randn(6, heads, width, generator=generator(4))
     positions = torch.tensor([0, 1, 17, 40, 41, 95])
-    got = rowops.attention(q, k, v, positions, window, 1 / math.sqrt(48), path)
-    want = rowops.reference_attention(q, k, v, positions, window, 1 / math.sqrt(48))
+    got = rowops.attention(q, k, v, positions, window, 1 / math.sqrt(width), path)
+    want = rowops.reference_attention(q, k, v, positions, window, 1 / math.sqrt(width))
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
 
