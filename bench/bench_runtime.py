@@ -1,7 +1,7 @@
 """Runtime benchmark: Power's prefill and plain decode tok/s on this machine, beside llama.cpp on the same GGUF.
 
-    python bench/bench_runtime.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2] [--contention N]
-                                  [--json out.json]
+    python bench/bench_runtime.py [--gguf models/gemma-3-270m-q4_k_m.gguf] [--threads 1,2]
+                                  [--prompt-tokens 64,1024] [--contention N] [--json out.json]
 
 Every engine is loaded first; then prefill and decode are measured interleaved,
 engine after engine in every run (the A/B protocol's pairing), so load from
@@ -11,8 +11,10 @@ along the list, so every engine follows every other equally often: an engine
 that always ran right after llama-server prefilled up to a third slower beside
 busy processes than the same engine after Power (docs/runtime.md, "How kernel
 threads wait"). Reports the median over the runs and the best run (max tok/s,
-what a shared host's interruptions cannot make better). Engines, at each thread
-count:
+what a shared host's interruptions cannot make better), at each thread count and
+prompt length (`--prompt-tokens`, by default 64 and 1,024: a short prompt hides
+the attention over the cache that a real prompt's prefill and the decode after
+it spend, docs/runtime.md "Long prompts"). Engines, at each thread count:
 - llama-server built for this CPU (`scripts/build-llama-server --native`;
   `--portable` takes the AVX2 conformance build), one slot, greedy, its own
   timings of prompt processing and generation;
@@ -234,7 +236,7 @@ def measure(engines: list, prompt: list[int], decode: int, repeats: int) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
-    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--prompt-tokens", default="64,1024", help="prompt lengths, comma-separated")
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--ctx", type=int, default=4096,
                         help="every engine's context (the bundled profiles' 4096; at least prompt + decode tokens)")
@@ -267,9 +269,10 @@ def main() -> None:
 
     gguf = GGUFFile(args.gguf)
     tokenizer = Tokenizer.from_gguf(gguf)
-    text = PROMPT * (1 + args.prompt_tokens // len(tokenizer.encode(PROMPT)))
-    prompt = tokenizer.encode(text)[: args.prompt_tokens]
-    n_ctx = max(args.ctx, len(prompt) + args.decode_tokens + 8)
+    lengths = [int(n) for n in args.prompt_tokens.split(",")]
+    text = PROMPT * (1 + max(lengths) // len(tokenizer.encode(PROMPT)))
+    prompts = {n: tokenizer.encode(text)[:n] for n in lengths}
+    n_ctx = max(args.ctx, max(lengths) + args.decode_tokens + 8)
     binary = None if args.power_only else llama_server_binary(native=not args.portable)
     paths = instruction_paths(binary)
     for key, value in paths.items():
@@ -294,15 +297,17 @@ def main() -> None:
         servers = [LlamaServerEngine(binary, args.gguf, n_ctx, threads, poll) for poll in polls if binary]
         try:
             engines: list = servers + power
-            results = measure(engines, prompt, args.decode_tokens, args.repeats)
-            _report(results, args, threads)
-            report["runs"][str(threads)] = results
-            if args.contention:
-                with contention(args.contention):
-                    contended = measure(engines, prompt, args.decode_tokens, args.repeats)
-                _report(contended, args, threads, busy=args.contention)
-                _report_contention(results, contended)
-                report["runs"][f"{threads} beside {args.contention} busy"] = contended
+            for length, prompt in prompts.items():
+                run = f"{threads} threads, {length} prompt tokens"
+                results = measure(engines, prompt, args.decode_tokens, args.repeats)
+                _report(results, args, threads, length)
+                report["runs"][run] = results
+                if args.contention:
+                    with contention(args.contention):
+                        contended = measure(engines, prompt, args.decode_tokens, args.repeats)
+                    _report(contended, args, threads, length, busy=args.contention)
+                    _report_contention(results, contended)
+                    report["runs"][f"{run}, beside {args.contention} busy"] = contended
         finally:
             for server in servers:
                 server.close()
@@ -313,15 +318,16 @@ def main() -> None:
         except ImportError:
             print("llama-cpp-python is not installed: `pip install llama-cpp-python` for --accuracy (benchmark only)",
                   file=sys.stderr)
+        prompt = prompts[lengths[0]]
         _report_accuracy(scored, gguf, prompt + power[0].run(prompt, args.decode_tokens)[2][:-1], n_ctx, report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 
 
-def _report(results: dict[str, dict], args, threads: int, busy: int = 0) -> None:
+def _report(results: dict[str, dict], args, threads: int, prompt_tokens: int, busy: int = 0) -> None:
     reference = results.get(LlamaServerEngine.name)
     beside = f", beside {busy} busy processes" if busy else ""
-    print(f"\n{args.gguf.name}: {args.prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
+    print(f"\n{args.gguf.name}: {prompt_tokens} prompt tokens, {args.decode_tokens} decoded, ctx {args.ctx}, "
           f"{threads} threads{beside}, torch {torch.__version__}, interleaved in rotating order, median and best of "
           f"{args.repeats}, load average {os.getloadavg()[0]:.2f}")
     print(f"{'engine':<44}{'prefill tok/s':>14}{'x':>6}{'best':>8}{'x':>6}{'decode tok/s':>14}{'x':>6}{'best':>8}"
