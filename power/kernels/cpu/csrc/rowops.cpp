@@ -307,9 +307,13 @@ struct AttendRows {
 
     struct Scratch {
         std::vector<float> e;  // per row and head of the task: the scores, then the weights
+        std::vector<float> peak, total;  // per row and head of the task
         std::vector<float> key_row, value_rows;
         std::vector<const float*> value_at;
     };
+
+    // Row i's outputs for KV head g's query heads.
+    float* output(int64_t i, int64_t g) const { return out + i * heads * hdv + g * group * hdv; }
 
     void operator()(int64_t first, int64_t last, int64_t g, Scratch& scratch) const {
         const int64_t rows = last - first;
@@ -324,7 +328,8 @@ struct AttendRows {
         std::vector<float>& e = scratch.e;
         e.resize(at[rows]);
         // the scores, and each row and head's maximum
-        std::vector<float> peak(rows * group, -INFINITY);
+        std::vector<float>& peak = scratch.peak;
+        peak.assign(rows * group, -INFINITY);
         for (int64_t j = from; j <= to; ++j) {
             const float* key = keys.row(g * slots + j, scratch.key_row.data());
             for (int64_t r = 0; r < rows; ++r) {
@@ -344,7 +349,8 @@ struct AttendRows {
             }
         }
         // the weights in place of the scores, and their sums
-        std::vector<float> total(rows * group, 0.0f);
+        std::vector<float>& total = scratch.total;
+        total.assign(rows * group, 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t count = hi[r] - lo[r] + 1;
             for (int64_t h = 0; h < group; ++h) {
@@ -360,8 +366,7 @@ struct AttendRows {
         }
         // the weighted sums of the values, a block of value rows at a time
         for (int64_t r = 0; r < rows; ++r) {
-            float* o = out + (first + r) * heads * hdv + g * group * hdv;
-            std::fill(o, o + group * hdv, 0.0f);
+            std::fill(output(first + r, g), output(first + r, g) + group * hdv, 0.0f);
         }
         for (int64_t block = from; block <= to; block += kValuesTogether) {
             const int64_t end = std::min(to, block + kValuesTogether - 1);
@@ -372,7 +377,7 @@ struct AttendRows {
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t a = std::max(block, lo[r]), b = std::min(end, hi[r]), count = hi[r] - lo[r] + 1;
                 if (a > b) continue;
-                float* o = out + (first + r) * heads * hdv + g * group * hdv;
+                float* o = output(first + r, g);
                 for (int64_t h0 = 0; h0 < group; h0 += kHeadsTogether) {
                     const float* w[kHeadsTogether];
                     const int64_t together = std::min(kHeadsTogether, group - h0);
@@ -384,7 +389,7 @@ struct AttendRows {
             }
         }
         for (int64_t r = 0; r < rows; ++r) {
-            float* o = out + (first + r) * heads * hdv + g * group * hdv;
+            float* o = output(first + r, g);
             for (int64_t h = 0; h < group; ++h) {
                 for (int64_t c = 0; c < hdv; ++c) o[h * hdv + c] /= total[r * group + h];
             }
@@ -417,7 +422,7 @@ at::Tensor attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor positi
     const int64_t work = std::max<int64_t>(1, std::min(n, kRowsTogether) * (pp[n - 1] + 1) * (hd + hdv) * group);
     // One task per block of rows and KV head.
     power_pool::parallel_for(blocks * kv_heads, std::max<int64_t>(1, (int64_t)(1 << 15) / work), [&](int64_t begin, int64_t end) {
-        AttendRows::Scratch scratch{{}, std::vector<float>(hd), std::vector<float>(kValuesTogether * hdv),
+        AttendRows::Scratch scratch{{}, {}, {}, std::vector<float>(hd), std::vector<float>(kValuesTogether * hdv),
                                     std::vector<const float*>(kValuesTogether)};
         for (int64_t task = begin; task < end; ++task) {
             const int64_t block = task / kv_heads, g = task % kv_heads;
